@@ -1,0 +1,456 @@
+//! The enforcement loop: [`Enforcer`].
+
+use crate::outcome::digest;
+use crate::{
+    Attempt, BudgetKind, Context, Event, FailMode, Issue, Observer, Outcome, Policy, Reply,
+    Request, Runner, Status, StopReason, UnavailableValidator, Usage, Validator,
+};
+use std::time::{Duration, Instant};
+
+/// Code of the warning recorded when a fail-open validator gives no verdict.
+pub const VALIDATOR_UNAVAILABLE: &str = "VALIDATOR_UNAVAILABLE";
+
+/// Runs validators over responses, re-asks with feedback, repairs, and reports an [`Outcome`].
+///
+/// Cheap to share: wrap it in an `Arc` and call it from many tasks at once; it holds no
+/// per-request state.
+pub struct Enforcer {
+    validators: Vec<Box<dyn Validator>>,
+    policy: Policy,
+}
+
+/// The verdict of all validators on one text.
+enum Verdict {
+    Issues(Vec<Issue>),
+    Unavailable(UnavailableValidator),
+}
+
+/// Accumulated usage and cost over attempts.
+#[derive(Default)]
+struct Spent {
+    usage: Option<Usage>,
+    cost_usd: Option<f64>,
+    runner: Duration,
+}
+
+impl Spent {
+    fn add(&mut self, reply: &Reply, runner_time: Duration) {
+        if let Some(u) = reply.usage {
+            self.usage.get_or_insert_with(Usage::default).add(u);
+        }
+        if let Some(c) = reply.cost_usd {
+            *self.cost_usd.get_or_insert(0.0) += c;
+        }
+        self.runner += runner_time;
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn error_codes(issues: &[Issue]) -> Vec<&str> {
+    let mut codes: Vec<&str> = issues
+        .iter()
+        .filter(|i| i.is_error())
+        .map(|i| i.code.as_str())
+        .collect();
+    codes.sort_unstable();
+    codes.dedup();
+    codes
+}
+
+fn split_issues(issues: Vec<Issue>) -> (Vec<Issue>, Vec<Issue>) {
+    issues.into_iter().partition(Issue::is_error)
+}
+
+impl Enforcer {
+    /// An enforcer running `validators` in order, with the default [`Policy`].
+    pub fn new(validators: Vec<Box<dyn Validator>>) -> Self {
+        Enforcer {
+            validators,
+            policy: Policy::default(),
+        }
+    }
+
+    /// Replaces the policy.
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The policy in use.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The validators, in the order they run.
+    pub fn validators(&self) -> &[Box<dyn Validator>] {
+        &self.validators
+    }
+
+    /// Most attempts one enforcement may make (first ask included).
+    pub fn max_attempts(&self) -> u32 {
+        let by_retries = self.policy.max_retries.saturating_add(1);
+        match self.policy.budget.max_attempts {
+            Some(cap) => by_retries.min(cap.max(1)),
+            None => by_retries,
+        }
+    }
+
+    /// Runs every validator on `text`. A fail-open validator without verdict becomes a
+    /// `VALIDATOR_UNAVAILABLE` warning; a fail-closed one ends the verdict.
+    async fn validate_all(&self, text: &str, context: &Context) -> Verdict {
+        let mut issues = Vec::new();
+        for v in &self.validators {
+            match v.validate(text, context).await {
+                Ok(found) => issues.extend(found),
+                Err(unavailable) => {
+                    match v.fail_mode().unwrap_or(self.policy.on_unavailable) {
+                        FailMode::Closed => {
+                            return Verdict::Unavailable(UnavailableValidator {
+                                validator: v.name().to_string(),
+                                reason: unavailable.reason,
+                            })
+                        }
+                        FailMode::Open => issues.push(
+                            Issue::warning(
+                                v.name(),
+                                VALIDATOR_UNAVAILABLE,
+                                format!("not checked: {}", unavailable.reason),
+                            )
+                            .with_hint("the validator failed open; the response was passed without this check"),
+                        ),
+                    }
+                }
+            }
+        }
+        Verdict::Issues(issues)
+    }
+
+    /// Applies the repairs of every validator that raised an error, in validator order.
+    /// Returns the repaired text and the validators whose repair changed it.
+    fn apply_repairs(
+        &self,
+        text: &str,
+        context: &Context,
+        issues: &[Issue],
+        observer: &dyn Observer,
+    ) -> (String, Vec<String>) {
+        let mut current = text.to_string();
+        let mut applied = Vec::new();
+        for v in &self.validators {
+            let own: Vec<Issue> = issues
+                .iter()
+                .filter(|i| i.is_error() && i.validator == v.name())
+                .cloned()
+                .collect();
+            if own.is_empty() {
+                continue;
+            }
+            if let Some(repaired) = v.repair(&current, context, &own) {
+                if repaired != current {
+                    observer.on_event(&Event::Repaired {
+                        validator: v.name(),
+                    });
+                    applied.push(v.name().to_string());
+                    current = repaired;
+                }
+            }
+        }
+        (current, applied)
+    }
+
+    /// Which budget, if any, forbids another attempt.
+    fn budget_spent(&self, attempts: u32, spent: &Spent, started: Instant) -> Option<BudgetKind> {
+        let b = &self.policy.budget;
+        if b.max_attempts.is_some_and(|max| attempts >= max) {
+            return Some(BudgetKind::Attempts);
+        }
+        if let (Some(max), Some(used)) = (b.max_tokens, spent.usage) {
+            if used.total() >= max {
+                return Some(BudgetKind::Tokens);
+            }
+        }
+        if let (Some(max), Some(cost)) = (b.max_cost_usd, spent.cost_usd) {
+            if cost >= max {
+                return Some(BudgetKind::Cost);
+            }
+        }
+        if b.max_wall().is_some_and(|max| started.elapsed() >= max) {
+            return Some(BudgetKind::WallTime);
+        }
+        None
+    }
+
+    /// Runs the loop with `runner`: ask, validate, re-ask with feedback, repair.
+    pub async fn run(&self, runner: &dyn Runner, request: &Request, context: &Context) -> Outcome {
+        self.run_observed(runner, request, context, &()).await
+    }
+
+    /// [`run`](Self::run), reporting progress to `observer`.
+    pub async fn run_observed(
+        &self,
+        runner: &dyn Runner,
+        request: &Request,
+        context: &Context,
+        observer: &dyn Observer,
+    ) -> Outcome {
+        let mut run = Run::new(self, context, observer, true);
+        let max_attempts = self.max_attempts();
+        // The reply being improved, its issues, and the feedback about them.
+        let mut previous: Option<(Reply, Vec<Issue>, String)> = None;
+
+        loop {
+            let number = run.next_number();
+            observer.on_event(&Event::Asking {
+                attempt: number,
+                max_attempts,
+            });
+            let asked = Instant::now();
+            let result = match &previous {
+                Some((last, _, feedback)) => runner.follow_up(request, last, feedback).await,
+                None => runner.ask(request).await,
+            };
+            let runner_time = asked.elapsed();
+            let reply = match result {
+                Ok(reply) => reply,
+                Err(error) => {
+                    run.spent.runner += runner_time;
+                    let last = previous.map(|(reply, issues, _)| (reply.text, issues));
+                    let mut outcome = run.finish(Status::Aborted, StopReason::RunnerFailed, last);
+                    outcome.runner_error = Some(error);
+                    return outcome;
+                }
+            };
+            run.spent.add(&reply, runner_time);
+
+            let validating = Instant::now();
+            let verdict = self.validate_all(&reply.text, context).await;
+            let validation_time = validating.elapsed();
+            let issues = match verdict {
+                Verdict::Issues(issues) => issues,
+                Verdict::Unavailable(which) => {
+                    run.record(number, &reply, Vec::new(), runner_time, validation_time);
+                    let mut outcome = run.finish(
+                        Status::Unavailable,
+                        StopReason::ValidatorUnavailable,
+                        Some((reply.text, Vec::new())),
+                    );
+                    outcome.unavailable = Some(which);
+                    return outcome;
+                }
+            };
+            observer.on_event(&Event::Validated {
+                attempt: number,
+                response: &reply.text,
+                issues: &issues,
+            });
+            run.record(number, &reply, issues.clone(), runner_time, validation_time);
+
+            let codes = error_codes(&issues);
+            let stop = if codes.is_empty() {
+                Some(StopReason::Clean)
+            } else if issues.iter().any(|i| i.is_error() && !i.repairable) {
+                Some(StopReason::HardAbort)
+            } else if number > self.policy.max_retries {
+                Some(StopReason::RetriesExhausted)
+            } else if previous
+                .as_ref()
+                .is_some_and(|(_, prev, _)| error_codes(prev) == codes)
+            {
+                Some(StopReason::NoProgress)
+            } else {
+                self.budget_spent(number, &run.spent, run.started)
+                    .map(|budget| StopReason::Budget { budget })
+            };
+
+            if let Some(reason) = stop {
+                return run.conclude(reason, reply.text, issues, true).await;
+            }
+
+            let feedback = self.policy.feedback.build(&issues);
+            observer.on_event(&Event::Retrying {
+                attempt: number.saturating_add(1),
+                max_attempts,
+                issues: &issues,
+                feedback: &feedback,
+            });
+            previous = Some((reply, issues, feedback));
+        }
+    }
+
+    /// Checks `text` without a runner: validates it and, with `fix`, applies the repairs.
+    ///
+    /// The outcome has one attempt; status is `passed`, `repaired` (only with `fix`),
+    /// `unresolved`, `aborted` (a hard-abort error remains) or `unavailable`. The policy's
+    /// fallback is never substituted: a check reports on the text it was given.
+    pub async fn check(&self, text: &str, context: &Context, fix: bool) -> Outcome {
+        let mut run = Run::new(self, context, &(), false);
+        let reply = Reply::text(text);
+        let verdict = self.validate_all(text, context).await;
+        let validation_time = run.started.elapsed();
+        match verdict {
+            Verdict::Unavailable(which) => {
+                run.record(1, &reply, Vec::new(), Duration::ZERO, validation_time);
+                let mut outcome = run.finish(
+                    Status::Unavailable,
+                    StopReason::ValidatorUnavailable,
+                    Some((reply.text, Vec::new())),
+                );
+                outcome.unavailable = Some(which);
+                outcome
+            }
+            Verdict::Issues(issues) => {
+                run.record(1, &reply, issues.clone(), Duration::ZERO, validation_time);
+                let reason = if error_codes(&issues).is_empty() {
+                    StopReason::Clean
+                } else if issues.iter().any(|i| i.is_error() && !i.repairable) {
+                    StopReason::HardAbort
+                } else {
+                    StopReason::CheckOnly
+                };
+                run.conclude(reason, reply.text, issues, fix).await
+            }
+        }
+    }
+}
+
+/// The state of one enforcement while it runs.
+struct Run<'a> {
+    enforcer: &'a Enforcer,
+    context: &'a Context,
+    observer: &'a dyn Observer,
+    started: Instant,
+    spent: Spent,
+    attempts: Vec<Attempt>,
+    use_fallback: bool,
+}
+
+impl<'a> Run<'a> {
+    fn new(
+        enforcer: &'a Enforcer,
+        context: &'a Context,
+        observer: &'a dyn Observer,
+        use_fallback: bool,
+    ) -> Self {
+        Run {
+            enforcer,
+            context,
+            observer,
+            started: Instant::now(),
+            spent: Spent::default(),
+            attempts: Vec::new(),
+            use_fallback,
+        }
+    }
+
+    fn next_number(&self) -> u32 {
+        u32::try_from(self.attempts.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(1)
+    }
+
+    fn record(
+        &mut self,
+        number: u32,
+        reply: &Reply,
+        issues: Vec<Issue>,
+        runner_time: Duration,
+        validation_time: Duration,
+    ) {
+        self.attempts.push(Attempt {
+            number,
+            response_bytes: reply.text.len(),
+            response_digest: digest(&reply.text),
+            issues,
+            runner_us: micros(runner_time),
+            validation_us: micros(validation_time),
+            usage: reply.usage,
+            cost_usd: reply.cost_usd,
+            session_id: reply.session_id.clone(),
+            repairs: Vec::new(),
+        });
+    }
+
+    /// After the last attempt: pass, or repair and re-validate, or give up.
+    async fn conclude(
+        mut self,
+        reason: StopReason,
+        text: String,
+        issues: Vec<Issue>,
+        try_repair: bool,
+    ) -> Outcome {
+        if reason == StopReason::Clean {
+            return self.finish(Status::Passed, reason, Some((text, issues)));
+        }
+        if try_repair {
+            let (repaired, applied) =
+                self.enforcer
+                    .apply_repairs(&text, self.context, &issues, self.observer);
+            if !applied.is_empty() {
+                if let Some(last) = self.attempts.last_mut() {
+                    last.repairs = applied;
+                }
+                if let Verdict::Issues(after) =
+                    self.enforcer.validate_all(&repaired, self.context).await
+                {
+                    if error_codes(&after).is_empty() {
+                        return self.finish(Status::Repaired, reason, Some((repaired, after)));
+                    }
+                }
+                // Still failing (or no verdict): the half-repaired text is not passed on; the
+                // last response is returned as it came, with its own issues.
+            }
+        }
+        let status = if reason == StopReason::HardAbort {
+            Status::Aborted
+        } else {
+            Status::Unresolved
+        };
+        self.finish(status, reason, Some((text, issues)))
+    }
+
+    /// Builds the outcome; substitutes the fallback text when the status is a failure.
+    fn finish(
+        self,
+        status: Status,
+        stop_reason: StopReason,
+        last: Option<(String, Vec<Issue>)>,
+    ) -> Outcome {
+        let (mut response, all_issues) = match last {
+            Some((text, issues)) => (Some(text), issues),
+            None => (None, Vec::new()),
+        };
+        let (issues, warnings) = split_issues(all_issues);
+        let mut fallback_used = false;
+        if self.use_fallback && matches!(status, Status::Unresolved | Status::Aborted) {
+            if let Some(template) = &self.enforcer.policy.fallback {
+                response = Some(self.context.render(template));
+                fallback_used = true;
+            }
+        }
+        let session_id = self
+            .attempts
+            .iter()
+            .rev()
+            .find_map(|a| a.session_id.clone());
+        self.observer.on_event(&Event::Finished { status });
+        Outcome {
+            status,
+            stop_reason,
+            response,
+            issues,
+            warnings,
+            attempts: self.attempts,
+            fallback_used,
+            runner_error: None,
+            unavailable: None,
+            session_id,
+            usage: self.spent.usage,
+            cost_usd: self.spent.cost_usd,
+            total_us: micros(self.started.elapsed()),
+            runner_us: micros(self.spent.runner),
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Turns issues into the feedback a model gets on a re-ask: [`Feedback`].
+
+use crate::Issue;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// A built-in feedback language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    /// English.
+    #[default]
+    En,
+    /// German.
+    De,
+}
+
+/// The text pieces feedback is built from. Every field may be overridden (e.g. from a config
+/// file); missing fields take the English defaults.
+///
+/// Placeholders: `{count}` in `intro`; `{code}`, `{message}`, `{validator}` in `item`; `{line}`
+/// and `{column}` in `location`; `{hint}` in `hint`. The location and hint parts are appended to
+/// an item only when the issue has a line or a hint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FeedbackTemplate {
+    /// Opening paragraph.
+    pub intro: String,
+    /// One line per error.
+    pub item: String,
+    /// Appended to an item whose issue has a line.
+    pub location: String,
+    /// Appended to an item whose issue has a hint.
+    pub hint: String,
+    /// Closing paragraph.
+    pub outro: String,
+}
+
+impl Default for FeedbackTemplate {
+    fn default() -> Self {
+        FeedbackTemplate::for_language(Language::En)
+    }
+}
+
+impl FeedbackTemplate {
+    /// The built-in template for `language`.
+    pub fn for_language(language: Language) -> Self {
+        match language {
+            Language::En => FeedbackTemplate {
+                intro: "Your previous answer does not meet the required format. Fix these {count} error(s):".into(),
+                item: "- [{code}] {message}".into(),
+                location: " (line {line})".into(),
+                hint: "\n  Hint: {hint}".into(),
+                outro: "Answer again in full, with every error fixed. Do not mention this feedback.".into(),
+            },
+            Language::De => FeedbackTemplate {
+                intro: "Deine vorherige Antwort erfüllt das geforderte Format nicht. Behebe diese {count} Fehler:".into(),
+                item: "- [{code}] {message}".into(),
+                location: " (Zeile {line})".into(),
+                hint: "\n  Hinweis: {hint}".into(),
+                outro: "Antworte erneut vollständig, mit allen Fehlern behoben. Erwähne dieses Feedback nicht.".into(),
+            },
+        }
+    }
+}
+
+/// Builds the feedback text for a re-ask: every error with its code, message, line and hint.
+/// Warnings are left out: they never cause a re-ask.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Feedback {
+    template: FeedbackTemplate,
+}
+
+impl Feedback {
+    /// Feedback from a template.
+    pub fn new(template: FeedbackTemplate) -> Self {
+        Feedback { template }
+    }
+
+    /// Feedback in a built-in language.
+    pub fn language(language: Language) -> Self {
+        Self::new(FeedbackTemplate::for_language(language))
+    }
+
+    /// The template in use.
+    pub fn template(&self) -> &FeedbackTemplate {
+        &self.template
+    }
+
+    /// The feedback text for `issues` (errors only).
+    pub fn build(&self, issues: &[Issue]) -> String {
+        let t = &self.template;
+        let errors: Vec<&Issue> = issues.iter().filter(|i| i.is_error()).collect();
+        let mut out = String::new();
+        out.push_str(&t.intro.replace("{count}", &errors.len().to_string()));
+        out.push('\n');
+        for issue in errors {
+            out.push_str(
+                &t.item
+                    .replace("{code}", &issue.code)
+                    .replace("{validator}", &issue.validator)
+                    .replace("{message}", &issue.message),
+            );
+            if let Some(line) = issue.line {
+                let column = issue.column.map(|c| c.to_string()).unwrap_or_default();
+                out.push_str(
+                    &t.location
+                        .replace("{line}", &line.to_string())
+                        .replace("{column}", &column),
+                );
+            }
+            if let Some(hint) = &issue.hint {
+                out.push_str(&t.hint.replace("{hint}", hint));
+            }
+            out.push('\n');
+        }
+        if !t.outro.is_empty() {
+            let _ = write!(out, "\n{}", t.outro);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issues() -> Vec<Issue> {
+        vec![
+            Issue::error("step_marker", "MISSING_STEP_MARKER", "No step marker found.")
+                .with_hint("End with <!-- STEP: done -->."),
+            Issue::error("adr_structure", "MISSING_ADR_SECTION", "Section 'Kontext' is missing.")
+                .at_line(7),
+            Issue::warning("adr_structure", "INSUFFICIENT_CRITERIA", "Only 1 checkbox."),
+        ]
+    }
+
+    #[test]
+    fn english_lists_every_error_with_code_message_hint_and_line() {
+        let text = Feedback::default().build(&issues());
+        assert!(text.contains("these 2 error(s)"), "{text}");
+        assert!(text.contains("- [MISSING_STEP_MARKER] No step marker found.\n  Hint: End with <!-- STEP: done -->."), "{text}");
+        assert!(text.contains("- [MISSING_ADR_SECTION] Section 'Kontext' is missing. (line 7)"), "{text}");
+        assert!(!text.contains("INSUFFICIENT_CRITERIA"), "warnings are not feedback: {text}");
+    }
+
+    #[test]
+    fn german_template_is_german() {
+        let text = Feedback::language(Language::De).build(&issues());
+        assert!(text.contains("Behebe diese 2 Fehler"), "{text}");
+        assert!(text.contains("(Zeile 7)"), "{text}");
+        assert!(text.contains("Hinweis: End with"), "{text}");
+    }
+
+    #[test]
+    fn template_fields_can_be_overridden_partially() {
+        let template: FeedbackTemplate =
+            serde_json::from_str(r#"{"item":"* {validator}/{code}: {message}"}"#).unwrap();
+        let text = Feedback::new(template).build(&issues());
+        assert!(text.contains("* step_marker/MISSING_STEP_MARKER: No step marker found."), "{text}");
+        assert!(text.starts_with("Your previous answer"), "{text}");
+    }
+}

@@ -1,0 +1,68 @@
+//! # enforce-core
+//!
+//! The heart of enforce: check an LLM response with [`Validator`]s, ask the model again through
+//! a [`Runner`] with precise [`Feedback`] when it fails, apply deterministic repairs when asking
+//! no longer helps, and return a typed [`Outcome`] instead of passing bad output on.
+//!
+//! This crate has no async runtime, HTTP or FFI dependency, so it embeds anywhere: the loop is
+//! plain `async` code that any executor can drive.
+//!
+//! ```
+//! use enforce_core::{async_trait, Context, Enforcer, Issue, Request, ScriptedRunner, Status,
+//!                    Validation, Validator};
+//!
+//! /// Every answer must end with "OK".
+//! struct EndsWithOk;
+//!
+//! #[async_trait]
+//! impl Validator for EndsWithOk {
+//!     fn name(&self) -> &str { "ends_with_ok" }
+//!     async fn validate(&self, response: &str, _: &Context) -> Validation {
+//!         Ok(if response.trim_end().ends_with("OK") { vec![] } else {
+//!             vec![Issue::error("ends_with_ok", "MISSING_OK", "The answer does not end with OK.")
+//!                 .with_hint("Write OK on the last line.")]
+//!         })
+//!     }
+//! }
+//!
+//! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     use std::task::{Context as Cx, Poll, Waker};
+//! #     let mut f = std::pin::pin!(f);
+//! #     let mut cx = Cx::from_waker(Waker::noop());
+//! #     loop { if let Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+//! # }
+//! let runner = ScriptedRunner::texts(["Done.", "Done. OK"]);
+//! let enforcer = Enforcer::new(vec![Box::new(EndsWithOk)]);
+//! let outcome = block_on(enforcer.run(&runner, &Request::prompt("Do it."), &Context::new()));
+//! assert_eq!(outcome.status, Status::Passed);
+//! assert_eq!(outcome.attempts.len(), 2);
+//! assert!(runner.calls()[1].feedback().unwrap().contains("MISSING_OK"));
+//! ```
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod context;
+mod enforcer;
+mod feedback;
+mod issue;
+mod observer;
+mod outcome;
+mod policy;
+mod runner;
+mod scripted;
+mod serde_millis;
+mod validator;
+
+pub use async_trait::async_trait;
+pub use context::Context;
+pub use enforcer::{Enforcer, VALIDATOR_UNAVAILABLE};
+pub use feedback::{Feedback, FeedbackTemplate, Language};
+pub use issue::{line_of_offset, Issue, Severity};
+pub use observer::{Event, Observer};
+pub use outcome::{digest, Attempt, Outcome, Status, StopReason, UnavailableValidator};
+pub use policy::{Budget, BudgetKind, Policy};
+pub use runner::{
+    stateless_follow_up_messages, Message, Reply, Request, Role, Runner, RunnerError, Usage,
+};
+pub use scripted::{ScriptedCall, ScriptedRunner};
+pub use validator::{FailMode, Unavailable, Validation, Validator};

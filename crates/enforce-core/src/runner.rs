@@ -1,0 +1,233 @@
+//! The [`Runner`] trait: how the loop asks a model.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::time::Duration;
+
+/// Who said a [`Message`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions for the model.
+    System,
+    /// The person (or program) asking.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who said it.
+    pub role: Role,
+    /// What was said.
+    pub content: String,
+}
+
+impl Message {
+    /// A message with the given role.
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Message {
+            role,
+            content: content.into(),
+        }
+    }
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(Role::System, content)
+    }
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new(Role::User, content)
+    }
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new(Role::Assistant, content)
+    }
+}
+
+/// What the loop asks a runner for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// The conversation so far; the last message is normally the user's question.
+    pub messages: Vec<Message>,
+    /// A runner session to continue (e.g. a Claude CLI session id from an earlier turn).
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Request parameters the runner passes on unchanged when it can (temperature, tools, ...).
+    #[serde(default)]
+    pub params: Map<String, Value>,
+}
+
+impl Request {
+    /// A request holding one user message.
+    pub fn prompt(text: impl Into<String>) -> Self {
+        Request {
+            messages: vec![Message::user(text)],
+            ..Request::default()
+        }
+    }
+
+    /// The content of the last user message, which session-capable runners send on its own.
+    pub fn last_user_text(&self) -> Option<&str> {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::User)
+            .map(|m| m.content.as_str())
+    }
+}
+
+/// Token counts a runner reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens sent to the model.
+    pub input_tokens: u64,
+    /// Tokens the model produced.
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Input plus output tokens.
+    pub fn total(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
+    }
+
+    /// Adds `other` to `self`, saturating.
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+    }
+}
+
+/// A model's answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// The response text.
+    pub text: String,
+    /// The runner's session id, if it has sessions; follow-ups continue it.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Token usage, when reported.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// Cost in US dollars, when reported.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    /// How long the runner took, when it measured it.
+    #[serde(default, with = "crate::serde_millis::option")]
+    pub duration: Option<Duration>,
+}
+
+impl Reply {
+    /// A reply with only a text.
+    pub fn text(text: impl Into<String>) -> Self {
+        Reply {
+            text: text.into(),
+            ..Reply::default()
+        }
+    }
+}
+
+/// Why a runner gave no reply. Each arm keeps the runner's own words.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RunnerError {
+    /// The runner did not answer in time (and was stopped).
+    #[error("runner timed out after {} ms", .after_ms)]
+    Timeout {
+        /// How long it was given, in milliseconds.
+        after_ms: u64,
+    },
+    /// The model process could not be started or failed.
+    #[error("runner process failed: {message}")]
+    Process {
+        /// What failed (e.g. a missing binary, an exit code and stderr's tail).
+        message: String,
+        /// The exit code, if the process exited.
+        #[serde(default)]
+        exit_code: Option<i32>,
+    },
+    /// The runner answered something that does not follow its wire format.
+    #[error("runner protocol error: {message}")]
+    Protocol {
+        /// What was wrong with the answer.
+        message: String,
+    },
+    /// The model server answered with an error.
+    #[error("upstream error{}: {message}", .status.map(|s| format!(" (status {s})")).unwrap_or_default())]
+    Upstream {
+        /// HTTP status, if any.
+        #[serde(default)]
+        status: Option<u16>,
+        /// The server's error message.
+        message: String,
+    },
+}
+
+/// Asks a model. A first ask sends the request; a follow-up carries the feedback on the previous
+/// reply.
+///
+/// A runner with sessions (the Claude CLI's `--resume`) sends only the feedback and continues
+/// `previous.session_id`; a stateless one sends the original messages, the previous answer and the
+/// feedback, never every earlier attempt, so the context does not grow with retries.
+#[async_trait]
+pub trait Runner: Send + Sync {
+    /// The first ask.
+    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError>;
+
+    /// A follow-up ask carrying `feedback` about `previous`, the reply to the last ask.
+    async fn follow_up(
+        &self,
+        request: &Request,
+        previous: &Reply,
+        feedback: &str,
+    ) -> Result<Reply, RunnerError>;
+}
+
+#[async_trait]
+impl<R: Runner + ?Sized> Runner for Box<R> {
+    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+        (**self).ask(request).await
+    }
+    async fn follow_up(
+        &self,
+        request: &Request,
+        previous: &Reply,
+        feedback: &str,
+    ) -> Result<Reply, RunnerError> {
+        (**self).follow_up(request, previous, feedback).await
+    }
+}
+
+#[async_trait]
+impl<R: Runner + ?Sized> Runner for std::sync::Arc<R> {
+    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+        (**self).ask(request).await
+    }
+    async fn follow_up(
+        &self,
+        request: &Request,
+        previous: &Reply,
+        feedback: &str,
+    ) -> Result<Reply, RunnerError> {
+        (**self).follow_up(request, previous, feedback).await
+    }
+}
+
+/// The messages a stateless runner sends for a follow-up: the original conversation, the
+/// previous answer and the feedback. Exactly one earlier answer, however many attempts came
+/// before.
+pub fn stateless_follow_up_messages(
+    request: &Request,
+    previous: &Reply,
+    feedback: &str,
+) -> Vec<Message> {
+    let mut messages = Vec::with_capacity(request.messages.len() + 2);
+    messages.extend(request.messages.iter().cloned());
+    messages.push(Message::assistant(previous.text.clone()));
+    messages.push(Message::user(feedback));
+    messages
+}

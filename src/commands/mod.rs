@@ -1,0 +1,1 @@
+//! One module per subcommand. Each exposes `Args` (clap) and `run(args) -> ExitCode`.

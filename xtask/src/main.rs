@@ -1,0 +1,191 @@
+//! `cargo xtask`: the project's automation, in Rust so it needs nothing but cargo.
+//!
+//! - `cargo xtask test`          build the plugins under `plugins/`, then run every test
+//! - `cargo xtask ci`            fmt check, clippy with `-D warnings`, then `test`
+//! - `cargo xtask build-plugins` build every plugin crate and collect the libraries in one directory
+//! - `cargo xtask bench [ARGS]`  run the criterion benches (ARGS go to `cargo bench`)
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+const HELP: &str = "\
+cargo xtask <command>
+
+Commands:
+  test            build the plugins under plugins/, then run every test in the workspace
+  ci              cargo fmt --check, cargo clippy -D warnings, then `test`
+  build-plugins   build every crate under plugins/ and copy the libraries to target/plugins
+  bench [ARGS]    run the criterion benches (extra ARGS are passed to cargo bench)
+";
+
+type Result<T> = std::result::Result<T, String>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => test(&args[1..]),
+        Some("ci") => ci(),
+        Some("build-plugins") => build_plugins().map(|dir| println!("{}", dir.display())),
+        Some("bench") => bench(&args[1..]),
+        Some("help" | "--help" | "-h") | None => {
+            print!("{HELP}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command `{other}`\n\n{HELP}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    // xtask lives one level below the workspace root.
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+fn run(mut cmd: Command) -> Result<()> {
+    eprintln!("xtask: running {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed: {status}"))
+    }
+}
+
+fn locked() -> &'static [&'static str] {
+    // On CI the committed Cargo.lock must be used as it is.
+    if env::var_os("CI").is_some() {
+        &["--locked"]
+    } else {
+        &[]
+    }
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    let plugin_dir = build_plugins()?;
+    let mut cmd = cargo();
+    cmd.args(["test", "--workspace"])
+        .args(locked())
+        .args(extra)
+        .env("ENFORCE_TEST_PLUGIN_DIR", &plugin_dir);
+    run(cmd)
+}
+
+fn ci() -> Result<()> {
+    let mut fmt = cargo();
+    fmt.args(["fmt", "--all", "--", "--check"]);
+    run(fmt)?;
+    let mut clippy = cargo();
+    clippy
+        .args(["clippy", "--workspace", "--all-targets"])
+        .args(locked())
+        .args(["--", "-D", "warnings"]);
+    run(clippy)?;
+    test(&[])
+}
+
+fn bench(extra: &[String]) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["bench", "--workspace"]).args(extra);
+    run(cmd)
+}
+
+/// The package names of the crates under `plugins/`.
+fn plugin_packages() -> Result<Vec<String>> {
+    let out = cargo()
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
+    let plugins_dir = root().join("plugins");
+    let mut names = Vec::new();
+    for pkg in meta["packages"].as_array().into_iter().flatten() {
+        let manifest = Path::new(pkg["manifest_path"].as_str().unwrap_or_default());
+        if manifest.starts_with(&plugins_dir) {
+            if let Some(name) = pkg["name"].as_str() {
+                names.push(name.to_string());
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Builds every plugin crate and copies its `cdylib` into `target/plugins`; returns that directory.
+fn build_plugins() -> Result<PathBuf> {
+    let target = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    let dir = target.join("plugins");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let packages = plugin_packages()?;
+    if packages.is_empty() {
+        return Ok(dir);
+    }
+    let mut cmd = cargo();
+    cmd.args(["build", "--message-format=json-render-diagnostics"])
+        .args(locked());
+    for p in &packages {
+        cmd.args(["-p", p]);
+    }
+    eprintln!("xtask: building plugins {}", packages.join(", "));
+    let out = cmd
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot build plugins: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("building plugins failed: {}", out.status));
+    }
+    let mut copied = 0;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let is_cdylib = msg["target"]["kind"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k == "cdylib"));
+        if !is_cdylib {
+            continue;
+        }
+        for file in msg["filenames"].as_array().into_iter().flatten() {
+            let path = Path::new(file.as_str().unwrap_or_default());
+            let is_lib = path
+                .extension()
+                .is_some_and(|e| e == "so" || e == "dylib" || e == "dll");
+            if let (true, Some(name)) = (is_lib, path.file_name()) {
+                std::fs::copy(path, dir.join(name))
+                    .map_err(|e| format!("cannot copy {}: {e}", path.display()))?;
+                copied += 1;
+            }
+        }
+    }
+    eprintln!("xtask: {copied} plugin librar(ies) in {}", dir.display());
+    Ok(dir)
+}
