@@ -89,6 +89,7 @@ fn test(extra: &[String]) -> Result<()> {
 }
 
 fn ci() -> Result<()> {
+    check_layering()?;
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--", "--check"]);
     run(fmt)?;
@@ -101,14 +102,66 @@ fn ci() -> Result<()> {
     test(&[])
 }
 
+/// Crates that must never appear in another crate's normal dependency tree (ARCHITECTURE.md,
+/// "Invariants").
+const LAYERING: &[(&str, &[&str])] = &[
+    (
+        "enforce-core",
+        &[
+            "tokio",
+            "axum",
+            "hyper",
+            "reqwest",
+            "abi_stable",
+            "libloading",
+        ],
+    ),
+    ("enforce-plugin-abi", &["enforce-core", "tokio"]),
+];
+
+/// Fails when a crate depends on something its layer forbids.
+fn check_layering() -> Result<()> {
+    let members = workspace_packages()?;
+    for (krate, forbidden) in LAYERING {
+        if !members.iter().any(|(name, _)| name == krate) {
+            continue;
+        }
+        let out = cargo()
+            .args(["tree", "-p", krate, "-e", "normal", "--prefix", "none"])
+            .args(["--format", "{p}"])
+            .output()
+            .map_err(|e| format!("cannot run cargo tree: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cargo tree -p {krate} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let tree = String::from_utf8_lossy(&out.stdout);
+        for line in tree.lines() {
+            let name = line.split_whitespace().next().unwrap_or_default();
+            if forbidden.contains(&name) {
+                return Err(format!(
+                    "layering: {krate} must not depend on {name} (see ARCHITECTURE.md)"
+                ));
+            }
+        }
+        eprintln!(
+            "xtask: layering ok: {krate} has none of {}",
+            forbidden.join(", ")
+        );
+    }
+    Ok(())
+}
+
 fn bench(extra: &[String]) -> Result<()> {
     let mut cmd = cargo();
     cmd.args(["bench", "--workspace"]).args(extra);
     run(cmd)
 }
 
-/// The package names of the crates under `plugins/`.
-fn plugin_packages() -> Result<Vec<String>> {
+/// Every workspace package: (name, manifest path).
+fn workspace_packages() -> Result<Vec<(String, PathBuf)>> {
     let out = cargo()
         .args(["metadata", "--format-version", "1", "--no-deps"])
         .output()
@@ -121,16 +174,24 @@ fn plugin_packages() -> Result<Vec<String>> {
     }
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
         .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
-    let plugins_dir = root().join("plugins");
-    let mut names = Vec::new();
+    let mut packages = Vec::new();
     for pkg in meta["packages"].as_array().into_iter().flatten() {
-        let manifest = Path::new(pkg["manifest_path"].as_str().unwrap_or_default());
-        if manifest.starts_with(&plugins_dir) {
-            if let Some(name) = pkg["name"].as_str() {
-                names.push(name.to_string());
-            }
+        if let (Some(name), Some(manifest)) = (pkg["name"].as_str(), pkg["manifest_path"].as_str())
+        {
+            packages.push((name.to_string(), PathBuf::from(manifest)));
         }
     }
+    Ok(packages)
+}
+
+/// The package names of the crates under `plugins/`.
+fn plugin_packages() -> Result<Vec<String>> {
+    let plugins_dir = root().join("plugins");
+    let mut names: Vec<String> = workspace_packages()?
+        .into_iter()
+        .filter(|(_, manifest)| manifest.starts_with(&plugins_dir))
+        .map(|(name, _)| name)
+        .collect();
     names.sort();
     Ok(names)
 }

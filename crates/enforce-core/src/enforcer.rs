@@ -105,24 +105,24 @@ impl Enforcer {
         for v in &self.validators {
             match v.validate(text, context).await {
                 Ok(found) => issues.extend(found),
-                Err(unavailable) => {
-                    match v.fail_mode().unwrap_or(self.policy.on_unavailable) {
-                        FailMode::Closed => {
-                            return Verdict::Unavailable(UnavailableValidator {
-                                validator: v.name().to_string(),
-                                reason: unavailable.reason,
-                            })
-                        }
-                        FailMode::Open => issues.push(
-                            Issue::warning(
-                                v.name(),
-                                VALIDATOR_UNAVAILABLE,
-                                format!("not checked: {}", unavailable.reason),
-                            )
-                            .with_hint("the validator failed open; the response was passed without this check"),
-                        ),
+                Err(unavailable) => match v.fail_mode().unwrap_or(self.policy.on_unavailable) {
+                    FailMode::Closed => {
+                        return Verdict::Unavailable(UnavailableValidator {
+                            validator: v.name().to_string(),
+                            reason: unavailable.reason,
+                        })
                     }
-                }
+                    FailMode::Open => issues.push(
+                        Issue::warning(
+                            v.name(),
+                            VALIDATOR_UNAVAILABLE,
+                            format!("not checked: {}", unavailable.reason),
+                        )
+                        .with_hint(
+                            "the validator failed open; the response was passed without this check",
+                        ),
+                    ),
+                },
             }
         }
         Verdict::Issues(issues)

@@ -127,10 +127,18 @@ mod tests {
 
     fn issues() -> Vec<Issue> {
         vec![
-            Issue::error("step_marker", "MISSING_STEP_MARKER", "No step marker found.")
-                .with_hint("End with <!-- STEP: done -->."),
-            Issue::error("adr_structure", "MISSING_ADR_SECTION", "Section 'Kontext' is missing.")
-                .at_line(7),
+            Issue::error(
+                "step_marker",
+                "MISSING_STEP_MARKER",
+                "No step marker found.",
+            )
+            .with_hint("End with <!-- STEP: done -->."),
+            Issue::error(
+                "adr_structure",
+                "MISSING_ADR_SECTION",
+                "Section 'Kontext' is missing.",
+            )
+            .at_line(7),
             Issue::warning("adr_structure", "INSUFFICIENT_CRITERIA", "Only 1 checkbox."),
         ]
     }
@@ -140,8 +148,14 @@ mod tests {
         let text = Feedback::default().build(&issues());
         assert!(text.contains("these 2 error(s)"), "{text}");
         assert!(text.contains("- [MISSING_STEP_MARKER] No step marker found.\n  Hint: End with <!-- STEP: done -->."), "{text}");
-        assert!(text.contains("- [MISSING_ADR_SECTION] Section 'Kontext' is missing. (line 7)"), "{text}");
-        assert!(!text.contains("INSUFFICIENT_CRITERIA"), "warnings are not feedback: {text}");
+        assert!(
+            text.contains("- [MISSING_ADR_SECTION] Section 'Kontext' is missing. (line 7)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("INSUFFICIENT_CRITERIA"),
+            "warnings are not feedback: {text}"
+        );
     }
 
     #[test]
@@ -157,7 +171,10 @@ mod tests {
         let template: FeedbackTemplate =
             serde_json::from_str(r#"{"item":"* {validator}/{code}: {message}"}"#).unwrap();
         let text = Feedback::new(template).build(&issues());
-        assert!(text.contains("* step_marker/MISSING_STEP_MARKER: No step marker found."), "{text}");
+        assert!(
+            text.contains("* step_marker/MISSING_STEP_MARKER: No step marker found."),
+            "{text}"
+        );
         assert!(text.starts_with("Your previous answer"), "{text}");
     }
 }

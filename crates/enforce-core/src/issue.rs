@@ -148,7 +148,10 @@ impl fmt::Display for Issue {
 /// Validators use it to give an issue a location; it counts `\n`, so CRLF text works too.
 pub fn line_of_offset(text: &str, offset: usize) -> u32 {
     let end = offset.min(text.len());
-    let newlines = text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count();
+    let newlines = text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count();
     u32::try_from(newlines.saturating_add(1)).unwrap_or(u32::MAX)
 }
 

@@ -66,3 +66,8 @@ pub use runner::{
 };
 pub use scripted::{ScriptedCall, ScriptedRunner};
 pub use validator::{FailMode, Unavailable, Validation, Validator};
+
+/// The examples in README.md are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

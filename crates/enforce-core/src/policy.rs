@@ -1,6 +1,6 @@
 //! How hard the loop tries: [`Policy`] and [`Budget`].
 
-use crate::{Feedback, FailMode};
+use crate::{FailMode, Feedback};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 

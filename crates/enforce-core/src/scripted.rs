@@ -74,13 +74,11 @@ impl ScriptedRunner {
             calls.push(call);
             calls.len()
         };
-        lock(&self.script)
-            .pop_front()
-            .unwrap_or_else(|| {
-                Err(RunnerError::Protocol {
-                    message: format!("scripted runner has no reply for call {number}"),
-                })
+        lock(&self.script).pop_front().unwrap_or_else(|| {
+            Err(RunnerError::Protocol {
+                message: format!("scripted runner has no reply for call {number}"),
             })
+        })
     }
 }
 

@@ -1,0 +1,608 @@
+//! One test per path through the enforcement loop.
+
+use enforce_core::{
+    async_trait, Budget, BudgetKind, Context, Enforcer, Event, FailMode, Issue, Observer, Policy,
+    Reply, Request, Runner, RunnerError, ScriptedCall, ScriptedRunner, Status, StopReason,
+    Unavailable, Usage, Validation, Validator, VALIDATOR_UNAVAILABLE,
+};
+use std::sync::Mutex;
+use std::time::Duration;
+
+type CheckFn = dyn Fn(&str) -> Vec<Issue> + Send + Sync;
+type RepairFn = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+/// A validator made of closures.
+struct FnValidator {
+    name: &'static str,
+    check: Box<CheckFn>,
+    repair: Option<Box<RepairFn>>,
+}
+
+impl FnValidator {
+    fn new(name: &'static str, check: impl Fn(&str) -> Vec<Issue> + Send + Sync + 'static) -> Self {
+        FnValidator {
+            name,
+            check: Box::new(check),
+            repair: None,
+        }
+    }
+    fn with_repair(
+        mut self,
+        repair: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.repair = Some(Box::new(repair));
+        self
+    }
+}
+
+#[async_trait]
+impl Validator for FnValidator {
+    fn name(&self) -> &str {
+        self.name
+    }
+    async fn validate(&self, response: &str, _: &Context) -> Validation {
+        Ok((self.check)(response))
+    }
+    fn repair(&self, response: &str, _: &Context, issues: &[Issue]) -> Option<String> {
+        assert!(
+            issues.iter().all(|i| i.validator == self.name),
+            "repair gets only its own issues"
+        );
+        self.repair.as_ref().and_then(|r| r(response))
+    }
+}
+
+/// Requires the text to end with "END"; repair appends it.
+fn ends_with_end() -> FnValidator {
+    FnValidator::new("ends_with_end", |t| {
+        if t.trim_end().ends_with("END") {
+            vec![]
+        } else {
+            vec![Issue::error(
+                "ends_with_end",
+                "MISSING_END",
+                "The answer does not end with END.",
+            )
+            .with_hint("Write END on the last line.")
+            .at_line(1)]
+        }
+    })
+    .with_repair(|t| Some(format!("{}\nEND", t.trim_end())))
+}
+
+/// Requires the word "title".
+fn has_title() -> FnValidator {
+    FnValidator::new("has_title", |t| {
+        if t.contains("title") {
+            vec![]
+        } else {
+            vec![
+                Issue::error("has_title", "MISSING_TITLE", "No title given.")
+                    .with_hint("Add a line starting with 'title:'.")
+                    .at_line(2),
+            ]
+        }
+    })
+}
+
+/// Every text fails with a code derived from the text itself, so attempts differ.
+fn code_from_text() -> FnValidator {
+    FnValidator::new("code_from_text", |t| {
+        vec![Issue::error(
+            "code_from_text",
+            format!("BAD_{}", t.len()),
+            "always fails",
+        )]
+    })
+}
+
+/// A validator that never gives a verdict.
+struct Down {
+    mode: Option<FailMode>,
+}
+
+#[async_trait]
+impl Validator for Down {
+    fn name(&self) -> &str {
+        "down"
+    }
+    async fn validate(&self, _: &str, _: &Context) -> Validation {
+        Err(Unavailable::new("checker not reachable"))
+    }
+    fn fail_mode(&self) -> Option<FailMode> {
+        self.mode
+    }
+}
+
+fn enforcer(validators: Vec<Box<dyn Validator>>) -> Enforcer {
+    Enforcer::new(validators)
+}
+
+fn with_policy(validators: Vec<Box<dyn Validator>>, edit: impl FnOnce(&mut Policy)) -> Enforcer {
+    let mut policy = Policy::default();
+    edit(&mut policy);
+    Enforcer::new(validators).with_policy(policy)
+}
+
+fn req() -> Request {
+    Request::prompt("Write it.")
+}
+
+#[tokio::test]
+async fn passes_first_time() {
+    let runner = ScriptedRunner::texts(["title: x\nEND"]);
+    let e = enforcer(vec![Box::new(ends_with_end()), Box::new(has_title())]);
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(out.status, Status::Passed);
+    assert_eq!(out.stop_reason, StopReason::Clean);
+    assert_eq!(out.response.as_deref(), Some("title: x\nEND"));
+    assert_eq!(out.attempts.len(), 1);
+    assert!(out.issues.is_empty() && out.warnings.is_empty());
+    assert_eq!(runner.calls().len(), 1);
+    assert!(matches!(runner.calls()[0], ScriptedCall::Ask { .. }));
+}
+
+#[tokio::test]
+async fn passes_after_feedback_that_names_every_error() {
+    let runner = ScriptedRunner::texts(["nothing useful", "title: x\nEND"]);
+    let e = enforcer(vec![Box::new(ends_with_end()), Box::new(has_title())]);
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(out.status, Status::Passed);
+    assert_eq!(out.attempts.len(), 2);
+    assert_eq!(out.attempts[0].issues.len(), 2);
+    assert!(out.attempts[1].issues.is_empty());
+
+    let calls = runner.calls();
+    let feedback = calls[1].feedback().expect("second call is a follow-up");
+    for needle in [
+        "MISSING_END",
+        "The answer does not end with END.",
+        "Write END on the last line.",
+        "(line 1)",
+        "MISSING_TITLE",
+        "No title given.",
+        "Add a line starting with 'title:'.",
+        "(line 2)",
+    ] {
+        assert!(
+            feedback.contains(needle),
+            "feedback lacks {needle:?}:\n{feedback}"
+        );
+    }
+    match &calls[1] {
+        ScriptedCall::FollowUp { previous, .. } => assert_eq!(previous, "nothing useful"),
+        other => panic!("expected a follow-up, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn warnings_alone_pass_without_retry() {
+    let warn = FnValidator::new("style", |_| {
+        vec![Issue::warning("style", "TOO_CHATTY", "Long.")]
+    });
+    let runner = ScriptedRunner::texts(["fine END", "never asked"]);
+    let e = enforcer(vec![Box::new(warn), Box::new(ends_with_end())]);
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(out.status, Status::Passed);
+    assert_eq!(runner.calls().len(), 1);
+    assert_eq!(out.warnings.len(), 1);
+    assert_eq!(out.warnings[0].code, "TOO_CHATTY");
+    assert!(out.issues.is_empty());
+}
+
+#[tokio::test]
+async fn hard_abort_skips_remaining_retries() {
+    let hard = FnValidator::new("sanitised", |_| {
+        vec![Issue::error("sanitised", "INVALID_SANITISATION", "bad flag").hard_abort()]
+    });
+    let runner = ScriptedRunner::texts(["one", "two", "three"]);
+    let e = enforcer(vec![Box::new(hard)]);
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(out.status, Status::Aborted);
+    assert_eq!(out.stop_reason, StopReason::HardAbort);
+    assert_eq!(runner.calls().len(), 1, "no re-ask after a hard abort");
+    assert_eq!(out.response.as_deref(), Some("one"));
+    assert_eq!(out.codes(), vec!["INVALID_SANITISATION"]);
+}
+
+#[tokio::test]
+async fn hard_abort_goes_straight_to_the_fallback_template() {
+    let hard = FnValidator::new("sanitised", |_| {
+        vec![Issue::error("sanitised", "INVALID_SANITISATION", "bad flag").hard_abort()]
+    });
+    let runner = ScriptedRunner::texts(["one", "two"]);
+    let e = with_policy(vec![Box::new(hard)], |p| {
+        p.fallback = Some("{{company_name}} could not be described.".into())
+    });
+    let ctx = Context::new().with("company_name", "ACME GmbH");
+    let out = e.run(&runner, &req(), &ctx).await;
+    assert_eq!(out.status, Status::Aborted);
+    assert!(out.fallback_used);
+    assert_eq!(
+        out.response.as_deref(),
+        Some("ACME GmbH could not be described.")
+    );
+    assert_eq!(runner.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn repair_succeeds_after_retries_are_spent() {
+    let runner = ScriptedRunner::texts(["title a", "title b"]);
+    let e = with_policy(
+        vec![Box::new(has_title()), Box::new(ends_with_end())],
+        |p| p.max_retries = 1,
+    );
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(out.status, Status::Repaired);
+    assert_eq!(out.stop_reason, StopReason::RetriesExhausted);
+    assert_eq!(out.response.as_deref(), Some("title b\nEND"));
+    assert_eq!(out.attempts.len(), 2);
+    assert_eq!(out.attempts[1].repairs, vec!["ends_with_end".to_string()]);
+    assert!(out.attempts[0].repairs.is_empty());
+    assert!(out.issues.is_empty());
+}
+
+#[tokio::test]
+async fn failed_repair_leaves_the_last_response_unresolved() {
+    // The repair fixes END but the title is still missing, so nothing repaired is passed on.
+    let runner = ScriptedRunner::texts(["first", "second"]);
+    let e = with_policy(
+        vec![Box::new(ends_with_end()), Box::new(has_title())],
+        |p| p.max_retries = 1,
+    );
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(out.status, Status::Unresolved);
+    assert_eq!(out.response.as_deref(), Some("second"));
+    let mut codes = out.codes();
+    codes.sort();
+    assert_eq!(codes, vec!["MISSING_END", "MISSING_TITLE"]);
+    assert_eq!(out.attempts[1].repairs, vec!["ends_with_end".to_string()]);
+    assert!(!out.fallback_used);
+}
+
+#[tokio::test]
+async fn no_progress_stops_early() {
+    let runner = ScriptedRunner::texts(["a", "b", "c", "d", "e"]);
+    let e = with_policy(vec![Box::new(has_title())], |p| p.max_retries = 4);
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(out.stop_reason, StopReason::NoProgress);
+    assert_eq!(out.status, Status::Unresolved);
+    assert_eq!(
+        out.attempts.len(),
+        2,
+        "stops after the second identical failure"
+    );
+    assert_eq!(runner.calls().len(), 2);
+}
+
+#[tokio::test]
+async fn token_budget_stops_the_loop() {
+    let reply = |t: &str| {
+        Ok(Reply {
+            usage: Some(Usage {
+                input_tokens: 60,
+                output_tokens: 40,
+            }),
+            cost_usd: Some(0.01),
+            ..Reply::text(t)
+        })
+    };
+    let runner = ScriptedRunner::new([reply("a"), reply("bb"), reply("ccc"), reply("dddd")]);
+    let e = with_policy(vec![Box::new(code_from_text())], |p| {
+        p.max_retries = 5;
+        p.budget = Budget {
+            max_tokens: Some(150),
+            ..Budget::default()
+        };
+    });
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(
+        out.stop_reason,
+        StopReason::Budget {
+            budget: BudgetKind::Tokens
+        }
+    );
+    assert_eq!(out.attempts.len(), 2);
+    assert_eq!(out.usage.map(|u| u.total()), Some(200));
+    assert!((out.cost_usd.unwrap_or_default() - 0.02).abs() < 1e-9);
+    assert_eq!(out.status, Status::Unresolved);
+}
+
+#[tokio::test]
+async fn cost_and_attempt_budgets_stop_the_loop() {
+    let costly = |t: &str| {
+        Ok(Reply {
+            cost_usd: Some(0.5),
+            ..Reply::text(t)
+        })
+    };
+    let runner = ScriptedRunner::new([costly("a"), costly("bb"), costly("ccc")]);
+    let e = with_policy(vec![Box::new(code_from_text())], |p| {
+        p.max_retries = 5;
+        p.budget.max_cost_usd = Some(0.9);
+    });
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(
+        out.stop_reason,
+        StopReason::Budget {
+            budget: BudgetKind::Cost
+        }
+    );
+    assert_eq!(out.attempts.len(), 2);
+
+    let runner = ScriptedRunner::texts(["a", "bb", "ccc", "dddd"]);
+    let e = with_policy(vec![Box::new(code_from_text())], |p| {
+        p.max_retries = 5;
+        p.budget.max_attempts = Some(3);
+    });
+    assert_eq!(e.max_attempts(), 3);
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(
+        out.stop_reason,
+        StopReason::Budget {
+            budget: BudgetKind::Attempts
+        }
+    );
+    assert_eq!(out.attempts.len(), 3);
+}
+
+/// Answers after a delay, with a different text each time.
+struct SlowRunner {
+    delay: Duration,
+    calls: Mutex<u32>,
+}
+
+#[async_trait]
+impl Runner for SlowRunner {
+    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
+        tokio::time::sleep(self.delay).await;
+        let mut n = self.calls.lock().unwrap();
+        *n += 1;
+        Ok(Reply::text("x".repeat(*n as usize)))
+    }
+    async fn follow_up(&self, r: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
+        self.ask(r).await
+    }
+}
+
+#[tokio::test]
+async fn wall_time_budget_stops_the_loop() {
+    let runner = SlowRunner {
+        delay: Duration::from_millis(40),
+        calls: Mutex::new(0),
+    };
+    let e = with_policy(vec![Box::new(code_from_text())], |p| {
+        p.max_retries = 10;
+        p.budget.max_wall_ms = Some(60);
+    });
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(
+        out.stop_reason,
+        StopReason::Budget {
+            budget: BudgetKind::WallTime
+        }
+    );
+    // 40 ms per attempt against 60 ms: the budget check before the third ask stops it.
+    assert_eq!(out.attempts.len(), 2);
+    assert!(
+        out.runner_us >= 80_000,
+        "runner time is accounted: {}",
+        out.runner_us
+    );
+    assert!(out.total_us >= out.runner_us);
+}
+
+#[tokio::test]
+async fn runner_error_on_attempt_two_keeps_attempt_one() {
+    let runner = ScriptedRunner::new([
+        Ok(Reply {
+            session_id: Some("s-1".into()),
+            ..Reply::text("nothing END")
+        }),
+        Err(RunnerError::Upstream {
+            status: Some(500),
+            message: "model crashed".into(),
+        }),
+    ]);
+    let e = enforcer(vec![Box::new(has_title())]);
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(out.status, Status::Aborted);
+    assert_eq!(out.stop_reason, StopReason::RunnerFailed);
+    assert_eq!(
+        out.runner_error,
+        Some(RunnerError::Upstream {
+            status: Some(500),
+            message: "model crashed".into()
+        })
+    );
+    assert_eq!(out.attempts.len(), 1);
+    assert_eq!(out.attempts[0].issues[0].code, "MISSING_TITLE");
+    assert_eq!(out.response.as_deref(), Some("nothing END"));
+    assert_eq!(out.codes(), vec!["MISSING_TITLE"]);
+    assert_eq!(out.session_id.as_deref(), Some("s-1"));
+}
+
+#[tokio::test]
+async fn runner_error_on_first_ask_has_no_response() {
+    let runner = ScriptedRunner::new([Err(RunnerError::Timeout { after_ms: 10 })]);
+    let out = enforcer(vec![Box::new(has_title())])
+        .run(&runner, &req(), &Context::new())
+        .await;
+    assert_eq!(out.status, Status::Aborted);
+    assert_eq!(out.response, None);
+    assert!(out.attempts.is_empty());
+    assert_eq!(
+        out.runner_error,
+        Some(RunnerError::Timeout { after_ms: 10 })
+    );
+}
+
+#[tokio::test]
+async fn unavailable_validator_fail_open_passes_with_a_warning() {
+    let runner = ScriptedRunner::texts(["title END"]);
+    let e = with_policy(
+        vec![Box::new(Down { mode: None }), Box::new(has_title())],
+        |p| p.on_unavailable = FailMode::Open,
+    );
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(out.status, Status::Passed);
+    assert_eq!(out.warnings.len(), 1);
+    assert_eq!(out.warnings[0].code, VALIDATOR_UNAVAILABLE);
+    assert_eq!(out.warnings[0].validator, "down");
+    assert!(out.warnings[0].message.contains("checker not reachable"));
+}
+
+#[tokio::test]
+async fn unavailable_validator_fail_closed_stops_with_unavailable() {
+    let runner = ScriptedRunner::texts(["title END", "never"]);
+    let e = enforcer(vec![Box::new(Down { mode: None }), Box::new(has_title())]);
+    let out = e.run(&runner, &req(), &Context::new()).await;
+    assert_eq!(out.status, Status::Unavailable);
+    assert_eq!(out.stop_reason, StopReason::ValidatorUnavailable);
+    let which = out.unavailable.expect("names the validator");
+    assert_eq!(which.validator, "down");
+    assert_eq!(which.reason, "checker not reachable");
+    assert_eq!(runner.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn a_validator_can_override_the_policy_fail_mode() {
+    let runner = ScriptedRunner::texts(["title END"]);
+    let e = with_policy(
+        vec![Box::new(Down {
+            mode: Some(FailMode::Closed),
+        })],
+        |p| p.on_unavailable = FailMode::Open,
+    );
+    assert_eq!(
+        e.run(&runner, &req(), &Context::new()).await.status,
+        Status::Unavailable
+    );
+
+    let runner = ScriptedRunner::texts(["title END"]);
+    let e = enforcer(vec![Box::new(Down {
+        mode: Some(FailMode::Open),
+    })]);
+    assert_eq!(
+        e.run(&runner, &req(), &Context::new()).await.status,
+        Status::Passed
+    );
+}
+
+#[tokio::test]
+async fn follow_up_continues_the_session_of_the_previous_reply() {
+    let runner = ScriptedRunner::new([
+        Ok(Reply {
+            session_id: Some("first".into()),
+            ..Reply::text("no")
+        }),
+        Ok(Reply {
+            session_id: Some("second".into()),
+            ..Reply::text("title")
+        }),
+    ]);
+    let out = enforcer(vec![Box::new(has_title())])
+        .run(&runner, &req(), &Context::new())
+        .await;
+    match &runner.calls()[1] {
+        ScriptedCall::FollowUp { session_id, .. } => {
+            assert_eq!(session_id.as_deref(), Some("first"))
+        }
+        other => panic!("expected follow-up, got {other:?}"),
+    }
+    assert_eq!(out.session_id.as_deref(), Some("second"));
+    assert_eq!(out.attempts[0].session_id.as_deref(), Some("first"));
+}
+
+#[tokio::test]
+async fn observer_sees_ask_validate_retry_repair_finish() {
+    #[derive(Default)]
+    struct Log(Mutex<Vec<String>>);
+    impl Observer for Log {
+        fn on_event(&self, event: &Event<'_>) {
+            let line = match event {
+                Event::Asking {
+                    attempt,
+                    max_attempts,
+                } => format!("ask {attempt}/{max_attempts}"),
+                Event::Validated {
+                    attempt, issues, ..
+                } => format!("validated {attempt}: {}", issues.len()),
+                Event::Retrying {
+                    attempt, issues, ..
+                } => format!("retry {attempt}: {}", issues[0].code),
+                Event::Repaired { validator } => format!("repaired {validator}"),
+                Event::Finished { status } => format!("finished {status}"),
+                _ => "other".into(),
+            };
+            self.0.lock().unwrap().push(line);
+        }
+    }
+    let log = Log::default();
+    let runner = ScriptedRunner::texts(["a", "bb"]);
+    let e = with_policy(vec![Box::new(ends_with_end())], |p| p.max_retries = 1);
+    let out = e.run_observed(&runner, &req(), &Context::new(), &log).await;
+    assert_eq!(out.status, Status::Repaired);
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        vec![
+            "ask 1/2",
+            "validated 1: 1",
+            "retry 2: MISSING_END",
+            "ask 2/2",
+            "validated 2: 1",
+            "repaired ends_with_end",
+            "finished repaired"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn check_reports_and_fixes_without_a_runner() {
+    let e = with_policy(
+        vec![Box::new(ends_with_end()), Box::new(has_title())],
+        |p| p.fallback = Some("never used by check".into()),
+    );
+    let ctx = Context::new();
+
+    let ok = e.check("title\nEND", &ctx, false).await;
+    assert_eq!(ok.status, Status::Passed);
+
+    let bad = e.check("title", &ctx, false).await;
+    assert_eq!(bad.status, Status::Unresolved);
+    assert_eq!(bad.stop_reason, StopReason::CheckOnly);
+    assert_eq!(bad.codes(), vec!["MISSING_END"]);
+    assert_eq!(
+        bad.response.as_deref(),
+        Some("title"),
+        "no fallback in a check"
+    );
+    assert!(!bad.fallback_used);
+
+    let fixed = e.check("title", &ctx, true).await;
+    assert_eq!(fixed.status, Status::Repaired);
+    assert_eq!(fixed.response.as_deref(), Some("title\nEND"));
+
+    let unfixable = e.check("nothing", &ctx, true).await;
+    assert_eq!(unfixable.status, Status::Unresolved);
+    assert_eq!(unfixable.response.as_deref(), Some("nothing"));
+}
+
+#[tokio::test]
+async fn outcome_is_one_json_record() {
+    let runner = ScriptedRunner::texts(["x", "title END"]);
+    let out = enforcer(vec![Box::new(has_title())])
+        .run(&runner, &req(), &Context::new())
+        .await;
+    let line = out.to_json_line();
+    assert!(!line.contains('\n'));
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["status"], "passed");
+    assert_eq!(v["stop_reason"]["reason"], "clean");
+    assert_eq!(v["attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(v["attempts"][0]["issues"][0]["code"], "MISSING_TITLE");
+    assert_eq!(v["attempts"][0]["response_bytes"], 1);
+    let back: enforce_core::Outcome = serde_json::from_str(&line).unwrap();
+    assert_eq!(back.status, Status::Passed);
+    assert_eq!(out.summary(), "passed after 2 attempt(s)");
+}
