@@ -257,3 +257,45 @@ async fn hang_is_interrupted_and_no_child_is_left() {
 async fn hang_that_ignores_sigint_is_killed_with_its_child() {
     assert_hang_is_killed(true).await;
 }
+
+#[tokio::test]
+async fn ask_with_a_session_id_continues_it_with_the_last_user_message() {
+    let fake = FakeClaude::new(json!([{"result": "turn 2"}])).unwrap();
+    let request = Request {
+        messages: vec![
+            enforce_core::Message::user("turn 1"),
+            enforce_core::Message::assistant("answer 1"),
+            enforce_core::Message::user("and now?"),
+        ],
+        session_id: Some("chat-7".into()),
+        ..Request::default()
+    };
+    let reply = runner(&fake, 10.0).ask(&request).await.unwrap();
+    assert_eq!(reply.session_id.as_deref(), Some("chat-7"));
+    let call = &fake.calls()[0];
+    assert_eq!(call.resume_id(), Some("chat-7"));
+    assert_eq!(call.stdin, "and now?");
+}
+
+#[tokio::test]
+async fn a_cancelled_call_leaves_no_process() {
+    let fake = FakeClaude::new(json!([{"kind": "hang", "child": true}])).unwrap();
+    let r = runner(&fake, 60.0);
+    let request = Request::prompt("q");
+    // Drop the call half-way, as a server does when its client goes away.
+    let cancelled = tokio::time::timeout(Duration::from_millis(500), r.ask(&request)).await;
+    assert!(cancelled.is_err());
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 1);
+    let pids = [calls[0].pid, calls[0].child_pid.expect("child started")];
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !pids.iter().all(|&p| process_is_gone(p)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for pid in pids {
+        assert!(
+            process_is_gone(pid),
+            "process {pid} outlived the cancelled call"
+        );
+    }
+}
