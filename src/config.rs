@@ -25,6 +25,8 @@ pub struct RootConfig {
     pub validators: BTreeMap<String, serde_json::Value>,
     /// Named profiles.
     pub profiles: BTreeMap<String, ProfileConfig>,
+    /// The runner `enforce run` asks (`type: claude | openai | command`).
+    pub runner: Option<enforce_runner::RunnerConfig>,
 }
 
 impl RootConfig {

@@ -19,10 +19,16 @@ struct Cli {
 enum Command {
     /// Check files (or stdin) against a profile, without a model; optionally repair them.
     Check(commands::check::Args),
+    /// Ask a model through a runner and enforce a profile on its answer.
+    Run(commands::run::Args),
+    /// Show the whole loop on a built-in scripted model (no LLM needed).
+    Demo(commands::demo::Args),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Check(args) => commands::check::run(args),
+        Command::Run(args) => commands::run::run(args),
+        Command::Demo(args) => commands::demo::run(args),
     }
 }
