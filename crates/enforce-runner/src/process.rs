@@ -14,6 +14,10 @@ use tokio::process::Command;
 /// How much of stderr an error message keeps.
 const STDERR_TAIL_CHARS: usize = 2000;
 
+/// Most bytes read from stdout or stderr; a process printing more is stopped, so a runaway
+/// program cannot exhaust memory.
+pub(crate) const MAX_OUTPUT_BYTES: u64 = 64 * 1024 * 1024;
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub(crate) struct ProcessSpec {
@@ -133,20 +137,8 @@ pub(crate) async fn run_process(spec: &ProcessSpec) -> Result<ProcessOutput, Run
                 drop(pipe);
             }
         };
-        let read_stdout = async {
-            let mut buf = Vec::new();
-            if let Some(mut pipe) = stdout {
-                pipe.read_to_end(&mut buf).await?;
-            }
-            Ok::<_, std::io::Error>(buf)
-        };
-        let read_stderr = async {
-            let mut buf = Vec::new();
-            if let Some(mut pipe) = stderr {
-                pipe.read_to_end(&mut buf).await?;
-            }
-            Ok::<_, std::io::Error>(buf)
-        };
+        let read_stdout = read_capped(stdout, pgid);
+        let read_stderr = read_capped(stderr, pgid);
         let wait = async {
             let status = child.wait().await;
             // Descendants left in the group would keep the pipes open (and outlive the call).
@@ -160,6 +152,18 @@ pub(crate) async fn run_process(spec: &ProcessSpec) -> Result<ProcessOutput, Run
     };
 
     match tokio::time::timeout(spec.timeout, io).await {
+        Ok(Ok((_, stdout, stderr)))
+            if stdout.len() as u64 > MAX_OUTPUT_BYTES || stderr.len() as u64 > MAX_OUTPUT_BYTES =>
+        {
+            guard.pgid = None;
+            Err(RunnerError::Process {
+                message: format!(
+                    "`{program}` printed more than {} MiB and was stopped",
+                    MAX_OUTPUT_BYTES / (1024 * 1024)
+                ),
+                exit_code: None,
+            })
+        }
         Ok(Ok((status, stdout, stderr))) => {
             guard.pgid = None;
             Ok(ProcessOutput {
@@ -189,6 +193,25 @@ pub(crate) async fn run_process(spec: &ProcessSpec) -> Result<ProcessOutput, Run
             })
         }
     }
+}
+
+/// Reads a pipe to its end, at most [`MAX_OUTPUT_BYTES`] + 1 bytes; past that the process group
+/// is killed (which closes the pipe) and the oversized buffer tells the caller.
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(
+    pipe: Option<R>,
+    pgid: Option<u32>,
+) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    if let Some(pipe) = pipe {
+        let mut limited = pipe.take(MAX_OUTPUT_BYTES + 1);
+        limited.read_to_end(&mut buf).await?;
+        if buf.len() as u64 > MAX_OUTPUT_BYTES {
+            if let Some(pgid) = pgid {
+                signal_group(pgid, libc::SIGKILL);
+            }
+        }
+    }
+    Ok(buf)
 }
 
 /// Describes a failed exit: the code (or signal) and the tail of stderr.

@@ -92,3 +92,16 @@ async fn leftovers_of_a_finished_command_are_killed() {
     }
     assert!(process_is_gone(pid));
 }
+
+#[tokio::test]
+async fn endless_output_is_stopped() {
+    let started = Instant::now();
+    let result = sh("yes", 30.0).ask(&Request::prompt("q")).await;
+    match result {
+        Err(RunnerError::Process { message, .. }) => {
+            assert!(message.contains("printed more than"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
