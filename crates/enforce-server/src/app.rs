@@ -35,6 +35,7 @@ pub(crate) struct App {
     /// Model ids in configuration order, for `/v1/models`.
     pub model_order: Vec<String>,
     pub step_extractor: Option<StepExtractor>,
+    pub scrape_hook: Option<crate::ScrapeHook>,
     pub sessions: SessionStore,
     pub metrics: Arc<Metrics>,
     pub audit: Option<Arc<AuditLog>>,
@@ -362,6 +363,18 @@ impl Turn {
             }
         }
         match deliverable {
+            // An empty answer looks like a dropped connection to every client: say so instead.
+            Some(text) if text.trim().is_empty() => {
+                let mut error = ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_error",
+                    "empty_answer",
+                    "The model returned an empty answer. Please try again or rephrase your request.",
+                );
+                error.enforcement = Some(Box::new(openai::enforcement_json(&outcome)));
+                error.enforce_status = Some(outcome.status.as_str());
+                Err(error)
+            }
             Some(text) => Ok((text, outcome)),
             None => Err(openai::outcome_failure(&outcome)),
         }
@@ -472,6 +485,9 @@ pub(crate) async fn healthz(State(app): State<Arc<App>>) -> Response {
 }
 
 pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
+    if let Some(hook) = &app.scrape_hook {
+        hook(&app.metrics);
+    }
     (
         [(
             header::CONTENT_TYPE,

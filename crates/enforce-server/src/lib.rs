@@ -70,11 +70,16 @@ pub const ENFORCE_STATUS_HEADER: &str = "x-enforce-status";
 /// step history. The binary wires the `step_marker` validator's extraction here.
 pub type StepExtractor = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
+/// Called before each `/metrics` scrape to set gauges the server cannot see itself, e.g. the
+/// circuit-breaker states of external validators.
+pub type ScrapeHook = Arc<dyn Fn(&Metrics) + Send + Sync>;
+
 /// Collects the configuration, models and step extractor of a [`Server`].
 pub struct ServerBuilder {
     config: ServerConfig,
     models: Vec<Model>,
     step_extractor: Option<StepExtractor>,
+    scrape_hook: Option<ScrapeHook>,
 }
 
 impl ServerBuilder {
@@ -96,6 +101,13 @@ impl ServerBuilder {
         extract: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
         self.step_extractor = Some(Arc::new(extract));
+        self
+    }
+
+    /// Sets a function run before each `/metrics` scrape (e.g. to export breaker states with
+    /// [`Metrics::set_gauge`]).
+    pub fn on_scrape(mut self, hook: impl Fn(&Metrics) + Send + Sync + 'static) -> Self {
+        self.scrape_hook = Some(Arc::new(hook));
         self
     }
 
@@ -145,6 +157,7 @@ impl ServerBuilder {
                 models,
                 model_order,
                 step_extractor: self.step_extractor,
+                scrape_hook: self.scrape_hook,
                 sessions,
                 metrics: Arc::new(Metrics::new()),
                 audit,
@@ -179,6 +192,7 @@ impl Server {
             config,
             models: Vec::new(),
             step_extractor: None,
+            scrape_hook: None,
         }
     }
 

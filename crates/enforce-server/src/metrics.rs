@@ -147,6 +147,19 @@ impl Metrics {
         *family.values.entry(sorted(labels)).or_insert(0.0) += delta;
     }
 
+    /// Sets a gauge to `value`.
+    pub fn set_gauge(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, &str)],
+        value: f64,
+    ) {
+        let mut families = self.lock();
+        let family = Self::family(&mut families, name, help, Kind::Gauge);
+        family.values.insert(sorted(labels), value);
+    }
+
     /// Records `seconds` in a latency histogram.
     pub fn observe(
         &self,

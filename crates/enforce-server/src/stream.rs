@@ -103,18 +103,17 @@ impl Out {
             .await
     }
 
-    /// Closes a showing status line: a final description, or hidden when there is nothing
-    /// worth keeping on screen.
-    async fn close_status(&mut self, description: Option<&str>) -> Result<(), Gone> {
+    /// The event closing a showing status line: a final description, or hidden when there is
+    /// nothing worth keeping on screen. `None` when no status line is showing.
+    fn closing_status(&mut self, description: Option<&str>) -> Option<Value> {
         if !self.status_events || !self.status_open {
-            return Ok(());
+            return None;
         }
         self.status_open = false;
-        let event = match description {
+        Some(match description {
             Some(d) => openai::status_event(d, true, false),
             None => openai::status_event("", true, true),
-        };
-        self.send(data_line(&event)).await
+        })
     }
 
     async fn progress(&mut self, progress: Progress) -> Result<(), Gone> {
@@ -182,7 +181,9 @@ async fn drive(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame>) {
         status_events: turn.model.options.status_events,
         status_open: false,
     };
-    let mut ticker = tokio::time::interval(turn.app.config.keepalive_interval);
+    // The first comment after one interval: a fast answer needs none.
+    let every = turn.app.config.keepalive_interval;
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let deadline = tokio::time::sleep_until(job.deadline);
     tokio::pin!(deadline);
@@ -219,49 +220,52 @@ async fn drive(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame>) {
         }
     }
 
-    let concluded = turn.conclude(ended, true).await;
-    let result = match concluded {
-        Ok((text, outcome)) => send_answer(&turn, &mut out, &text, &outcome).await,
-        Err(error) => send_error(&mut out, &error).await,
-    };
-    if result.is_ok() {
-        out.last(Bytes::from_static(DONE)).await;
+    // The whole tail goes out in one write: fewer packets, and a client never sees half of it.
+    let mut tail = Vec::with_capacity(1024);
+    match turn.conclude(ended, true).await {
+        Ok((text, outcome)) => answer_tail(&turn, &mut out, &text, &outcome, &mut tail),
+        Err(error) => error_tail(&mut out, &error, &mut tail),
     }
+    tail.extend_from_slice(DONE);
+    out.last(Bytes::from(tail)).await;
 }
 
-async fn send_answer(
-    turn: &Turn,
-    out: &mut Out,
-    text: &str,
-    outcome: &Outcome,
-) -> Result<(), Gone> {
-    out.close_status(summary_line(outcome).as_deref()).await?;
+fn push_data(tail: &mut Vec<u8>, value: &Value) {
+    tail.extend_from_slice(b"data: ");
+    tail.extend_from_slice(value.to_string().as_bytes());
+    tail.extend_from_slice(b"\n\n");
+}
+
+fn answer_tail(turn: &Turn, out: &mut Out, text: &str, outcome: &Outcome, tail: &mut Vec<u8>) {
+    if let Some(event) = out.closing_status(summary_line(outcome).as_deref()) {
+        push_data(tail, &event);
+    }
     let ids = &turn.ids;
-    out.send(data_line(
+    push_data(
+        tail,
         &ids.chunk(json!({"role": "assistant", "content": ""}), None),
-    ))
-    .await?;
+    );
     for piece in pieces(text, CONTENT_PIECE) {
-        out.send(data_line(&ids.chunk(json!({"content": piece}), None)))
-            .await?;
+        push_data(tail, &ids.chunk(json!({"content": piece}), None));
     }
     let mut finish = ids.chunk(json!({}), Some("stop"));
     finish["enforcement"] = openai::enforcement_json(outcome);
-    out.send(data_line(&finish)).await?;
+    push_data(tail, &finish);
     if turn.chat.include_usage {
-        out.send(data_line(&ids.usage_chunk(outcome.usage))).await?;
+        push_data(tail, &ids.usage_chunk(outcome.usage));
     }
-    Ok(())
 }
 
-async fn send_error(out: &mut Out, error: &ApiError) -> Result<(), Gone> {
+fn error_tail(out: &mut Out, error: &ApiError, tail: &mut Vec<u8>) {
     let description = format!("Answer not shown: {}", error.code);
-    out.close_status(Some(&description)).await?;
+    if let Some(event) = out.closing_status(Some(&description)) {
+        push_data(tail, &event);
+    }
     let mut chunk = error.error_object();
     if let Some(enforcement) = &error.enforcement {
         chunk["enforcement"] = (**enforcement).clone();
     }
-    out.send(data_line(&chunk)).await
+    push_data(tail, &chunk);
 }
 
 #[cfg(test)]

@@ -470,7 +470,10 @@ async fn keepalive_comments_while_the_runner_works_and_reasks() {
     );
     let h = Harness::start(server).await;
     let (_, parsed) = read_stream(h.chat(user_body(true)).await).await;
-    assert_eq!(parsed.comments, 2, "one at the start, one for the re-ask");
+    assert_eq!(
+        parsed.comments, 1,
+        "one for the re-ask, none from the timer yet"
+    );
     assert_eq!(parsed.openai_result().unwrap(), GOOD);
 
     // A short timer: comments keep coming while one slow attempt runs.
@@ -915,4 +918,56 @@ async fn shutdown_grace_bounds_the_drain() {
         .unwrap()
         .unwrap();
     assert!(started.elapsed() >= Duration::from_millis(150));
+}
+
+#[tokio::test]
+async fn an_empty_answer_is_an_error_not_an_empty_success() {
+    let runner = Arc::new(ScriptedRunner::texts(["  ", "  "]));
+    let server = server_with(
+        ServerConfig::default(),
+        runner,
+        Enforcer::new(vec![]),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    let resp = h.chat(user_body(false)).await;
+    assert_eq!(resp.status(), 502);
+    let (_, parsed) = read_stream(h.chat(user_body(true)).await).await;
+    assert_eq!(parsed.error().unwrap()["code"], "empty_answer");
+    assert!(parsed.done_last);
+}
+
+#[tokio::test]
+async fn scrape_hook_exports_outside_gauges() {
+    let runner = Arc::new(ScriptedRunner::texts([GOOD]));
+    let server = enforce_server::Server::builder(ServerConfig::default())
+        .model(enforce_server::Model::new(
+            "m",
+            runner,
+            Arc::new(marker_enforcer(false)),
+        ))
+        .on_scrape(|m| {
+            m.set_gauge(
+                "enforce_breaker_state",
+                "Circuit breaker state (0 closed, 1 half-open, 2 open).",
+                &[("validator", "external")],
+                2.0,
+            )
+        })
+        .build()
+        .unwrap();
+    let h = Harness::start(server).await;
+    let text = h
+        .client
+        .get(h.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("enforce_breaker_state{validator=\"external\"} 2"),
+        "{text}"
+    );
 }
