@@ -148,6 +148,122 @@ impl ServerConfig {
     }
 }
 
+/// The `server:` section of a config file; every field optional. Durations in seconds.
+///
+/// ```
+/// let section: enforce_server::ServerSection = serde_json::from_str(
+///     r#"{"listen": "127.0.0.1:9000", "max_concurrent": 8, "audit_fsync": "interval",
+///         "audit_fsync_interval_secs": 2, "session_dir": "sessions"}"#).unwrap();
+/// let config = section.to_config().unwrap();
+/// assert_eq!(config.max_concurrent, 8);
+/// assert_eq!(section.listen.as_deref(), Some("127.0.0.1:9000"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSection {
+    /// Address to listen on (the command line's `--listen` wins).
+    pub listen: Option<String>,
+    /// Accepted bearer keys (added to `ENFORCE_API_KEYS`).
+    pub api_keys: Vec<String>,
+    /// Largest request body in bytes.
+    pub max_body_bytes: Option<usize>,
+    /// Most enforcements at once.
+    pub max_concurrent: Option<usize>,
+    /// `Retry-After` seconds with a 429.
+    pub retry_after_secs: Option<u64>,
+    /// Deadline of one request.
+    pub request_timeout_secs: Option<f64>,
+    /// Interval of `: keepalive` comments.
+    pub keepalive_secs: Option<f64>,
+    /// Directory of per-chat `status.json` files.
+    pub session_dir: Option<PathBuf>,
+    /// Audit log file.
+    pub audit_log: Option<PathBuf>,
+    /// `never`, `always` or `interval`.
+    pub audit_fsync: Option<String>,
+    /// Interval for `audit_fsync: interval` (default 1 s).
+    pub audit_fsync_interval_secs: Option<f64>,
+    /// Longest wait for in-flight requests at shutdown.
+    pub shutdown_grace_secs: Option<f64>,
+}
+
+/// A `server:` value that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("server.{field}: {message}")]
+pub struct SectionError {
+    /// The field.
+    pub field: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn seconds(field: &'static str, value: Option<f64>) -> Result<Option<Duration>, SectionError> {
+    value
+        .map(|v| {
+            Duration::try_from_secs_f64(v).map_err(|_| SectionError {
+                field,
+                message: format!("must be a non-negative number of seconds, got {v}"),
+            })
+        })
+        .transpose()
+}
+
+impl ServerSection {
+    /// The settings, on top of the defaults.
+    pub fn to_config(&self) -> Result<ServerConfig, SectionError> {
+        let mut c = ServerConfig {
+            api_keys: self.api_keys.clone(),
+            session_dir: self.session_dir.clone(),
+            audit_log: self.audit_log.clone(),
+            ..ServerConfig::default()
+        };
+        if let Some(v) = self.max_body_bytes {
+            c.max_body_bytes = v;
+        }
+        if let Some(v) = self.max_concurrent {
+            if v == 0 {
+                return Err(SectionError {
+                    field: "max_concurrent",
+                    message: "must be at least 1".into(),
+                });
+            }
+            c.max_concurrent = v;
+        }
+        if let Some(v) = self.retry_after_secs {
+            c.retry_after_secs = v;
+        }
+        if let Some(d) = seconds("request_timeout_secs", self.request_timeout_secs)? {
+            c.request_timeout = d;
+        }
+        if let Some(d) = seconds("keepalive_secs", self.keepalive_secs)? {
+            if d.is_zero() {
+                return Err(SectionError {
+                    field: "keepalive_secs",
+                    message: "must be more than 0".into(),
+                });
+            }
+            c.keepalive_interval = d;
+        }
+        if let Some(d) = seconds("shutdown_grace_secs", self.shutdown_grace_secs)? {
+            c.shutdown_grace = d;
+        }
+        let every = seconds("audit_fsync_interval_secs", self.audit_fsync_interval_secs)?
+            .unwrap_or(Duration::from_secs(1));
+        c.audit_fsync = match self.audit_fsync.as_deref() {
+            None | Some("never") => FsyncPolicy::Never,
+            Some("always") => FsyncPolicy::Always,
+            Some("interval") => FsyncPolicy::Interval(every),
+            Some(other) => {
+                return Err(SectionError {
+                    field: "audit_fsync",
+                    message: format!("must be never, always or interval, got `{other}`"),
+                })
+            }
+        };
+        Ok(c)
+    }
+}
+
 /// Splits a comma-separated key list, trimming blanks and dropping empty entries.
 pub fn parse_key_list(value: &str) -> Vec<String> {
     value
@@ -165,6 +281,17 @@ mod tests {
     #[test]
     fn key_list_ignores_blanks() {
         assert_eq!(parse_key_list(" a, ,b ,"), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn section_rejects_bad_values() {
+        let bad: ServerSection = serde_json::from_str(r#"{"audit_fsync":"sometimes"}"#).unwrap();
+        assert_eq!(bad.to_config().unwrap_err().field, "audit_fsync");
+        let bad: ServerSection = serde_json::from_str(r#"{"request_timeout_secs":-1}"#).unwrap();
+        assert!(bad.to_config().is_err());
+        assert!(serde_json::from_str::<ServerSection>(r#"{"nope":1}"#).is_err());
+        let ok = ServerSection::default().to_config().unwrap();
+        assert_eq!(ok.max_body_bytes, 10 * 1024 * 1024);
     }
 
     #[test]

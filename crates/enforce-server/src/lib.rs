@@ -45,7 +45,8 @@ mod stream;
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
 pub use config::{
-    parse_key_list, FailureResponse, FsyncPolicy, Model, ModelOptions, ServerConfig, API_KEYS_ENV,
+    parse_key_list, FailureResponse, FsyncPolicy, Model, ModelOptions, SectionError, ServerConfig,
+    ServerSection, API_KEYS_ENV,
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
