@@ -1,0 +1,44 @@
+//! # enforce-runner
+//!
+//! How [enforce](enforce_core) asks a model. Three [`Runner`](enforce_core::Runner)s:
+//!
+//! - [`ClaudeRunner`]: the Claude Code CLI (`claude -p --output-format json`, prompt on stdin);
+//!   follow-ups resume the session with `--resume <id>` and send only the feedback.
+//! - [`OpenAiRunner`]: any OpenAI-compatible chat completions server (OpenAI, Ollama, vLLM,
+//!   llama.cpp); stateless follow-ups carrying exactly one earlier answer; bounded retries with
+//!   jittered backoff that honour `Retry-After`.
+//! - [`CommandRunner`]: any program, prompt on stdin, reply on stdout.
+//!
+//! Processes run in their own process group: on timeout the group is interrupted, then killed,
+//! so no child outlives the call. [`RunnerConfig`] builds any of them from a config file.
+//!
+//! ```
+//! use enforce_core::{Context, Enforcer, Request};
+//! use enforce_runner::RunnerConfig;
+//!
+//! let config: RunnerConfig = serde_json::from_str(
+//!     r#"{"type": "command", "program": "cat", "timeout_secs": 5}"#).unwrap();
+//! let runner = config.build().unwrap();
+//! let enforcer = Enforcer::new(vec![]);
+//! let outcome = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+//!     .block_on(enforcer.run(&runner, &Request::prompt("echo me"), &Context::new()));
+//! assert_eq!(outcome.response.as_deref(), Some("echo me"));
+//! ```
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
+mod claude;
+mod command;
+mod config;
+mod openai;
+mod process;
+mod prompt;
+
+pub use claude::{parse_result, ClaudeConfig, ClaudeResult, ClaudeRunner};
+pub use command::{CommandConfig, CommandRunner};
+pub use config::{ConfigError, RunnerConfig};
+pub use openai::{
+    backoff_delay, error_message, parse_completion, parse_retry_after, OpenAiConfig, OpenAiRunner,
+    RetryConfig,
+};
+pub use prompt::{render_prompt, PromptText};

@@ -1,0 +1,576 @@
+//! The OpenAI-compatible HTTP runner: `POST {base_url}/chat/completions`, stateless follow-ups,
+//! bounded retries with jittered exponential backoff that honour `Retry-After`.
+
+use crate::config::{duration_from_secs, ConfigError};
+use crate::process::tail;
+use enforce_core::{
+    async_trait, stateless_follow_up_messages, Message, Reply, Request, Runner, RunnerError, Usage,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Request fields the runner sets itself; the same keys in `params` are ignored.
+const OWN_FIELDS: [&str; 4] = ["model", "messages", "stream", "stream_options"];
+
+/// How transient failures are retried.
+///
+/// ```
+/// use enforce_runner::RetryConfig;
+/// let r = RetryConfig::default();
+/// assert_eq!(r.max_retries, 3);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Retries after the first try, for connect errors, 408, 429 and 5xx (default 3).
+    pub max_retries: u32,
+    /// Backoff before the first retry, in milliseconds; doubles each time (default 500).
+    pub initial_backoff_ms: u64,
+    /// Longest backoff, in milliseconds (default 8000).
+    pub max_backoff_ms: u64,
+    /// A `Retry-After` longer than this many seconds ends the retries at once rather than
+    /// waiting (default 60).
+    pub max_retry_after_secs: u64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_retries: 3,
+            initial_backoff_ms: 500,
+            max_backoff_ms: 8000,
+            max_retry_after_secs: 60,
+        }
+    }
+}
+
+/// How the OpenAI-compatible server is reached.
+///
+/// ```
+/// use enforce_runner::OpenAiConfig;
+///
+/// let c: OpenAiConfig = serde_json::from_str(r#"{
+///     "base_url": "http://localhost:11434/v1", "model": "llama3.2",
+///     "params": {"temperature": 0.2}, "retry": {"max_retries": 5}}"#).unwrap();
+/// assert_eq!(c.retry.max_retries, 5);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpenAiConfig {
+    /// Base URL up to and including `/v1` (e.g. `http://localhost:11434/v1` for Ollama).
+    pub base_url: String,
+    /// The API key, sent as `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// An environment variable holding the API key (used when `api_key` is not set).
+    pub api_key_env: Option<String>,
+    /// The upstream model name.
+    pub model: String,
+    /// Extra request fields (temperature, max_tokens, ...); the request's own params override
+    /// them.
+    pub params: Map<String, Value>,
+    /// Longest one HTTP call may take, in seconds (default 120).
+    pub timeout_secs: f64,
+    /// Longest connection setup, in seconds (default 10).
+    pub connect_timeout_secs: f64,
+    /// Retries of transient failures.
+    pub retry: RetryConfig,
+}
+
+impl Default for OpenAiConfig {
+    fn default() -> Self {
+        OpenAiConfig {
+            base_url: "http://localhost:11434/v1".to_string(),
+            api_key: None,
+            api_key_env: None,
+            model: String::new(),
+            params: Map::new(),
+            timeout_secs: 120.0,
+            connect_timeout_secs: 10.0,
+            retry: RetryConfig::default(),
+        }
+    }
+}
+
+/// Asks an OpenAI-compatible chat completions endpoint (OpenAI, Ollama, vLLM, llama.cpp
+/// server, LM Studio, ...). Follow-ups are stateless: the original messages, the previous answer
+/// and the feedback, never every earlier attempt.
+///
+/// ```no_run
+/// use enforce_core::{Request, Runner};
+/// use enforce_runner::{OpenAiConfig, OpenAiRunner};
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let runner = OpenAiRunner::new(OpenAiConfig {
+///     base_url: "http://localhost:11434/v1".into(),
+///     model: "llama3.2".into(),
+///     ..OpenAiConfig::default()
+/// })?;
+/// let reply = runner.ask(&Request::prompt("Say hi")).await?;
+/// # let _ = reply; Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct OpenAiRunner {
+    config: OpenAiConfig,
+    api_key: Option<String>,
+    endpoint: String,
+    client: reqwest::Client,
+}
+
+impl OpenAiRunner {
+    /// A runner with this configuration; checks the URL, the timeouts and the key variable.
+    pub fn new(config: OpenAiConfig) -> Result<Self, ConfigError> {
+        let base = config.base_url.trim().trim_end_matches('/').to_string();
+        if base.is_empty() {
+            return Err(ConfigError::Missing { field: "base_url" });
+        }
+        let https = base.starts_with("https://");
+        if !https && !base.starts_with("http://") {
+            return Err(ConfigError::InvalidBaseUrl(config.base_url.clone()));
+        }
+        if https && !cfg!(feature = "rustls") {
+            return Err(ConfigError::TlsUnavailable(config.base_url.clone()));
+        }
+        if config.model.trim().is_empty() {
+            return Err(ConfigError::Missing { field: "model" });
+        }
+        let timeout = duration_from_secs("timeout_secs", config.timeout_secs)?;
+        let connect = duration_from_secs("connect_timeout_secs", config.connect_timeout_secs)?;
+        let api_key = match (&config.api_key, &config.api_key_env) {
+            (Some(key), _) => Some(key.clone()),
+            (None, Some(var)) => {
+                Some(std::env::var(var).map_err(|_| ConfigError::MissingApiKeyEnv(var.clone()))?)
+            }
+            (None, None) => None,
+        };
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(connect)
+            .build()
+            .map_err(|e| ConfigError::HttpClient(e.to_string()))?;
+        Ok(OpenAiRunner {
+            endpoint: format!("{base}/chat/completions"),
+            config,
+            api_key,
+            client,
+        })
+    }
+
+    /// The chat completions URL this runner posts to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The JSON body for `messages`: the configured params, the request's params over them,
+    /// then model, messages and `stream: false`.
+    pub fn body(&self, request: &Request, messages: &[Message]) -> Value {
+        let mut body = Map::new();
+        for params in [&self.config.params, &request.params] {
+            for (k, v) in params {
+                if !OWN_FIELDS.contains(&k.as_str()) {
+                    body.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        body.insert("model".into(), Value::String(self.config.model.clone()));
+        body.insert(
+            "messages".into(),
+            Value::Array(
+                messages
+                    .iter()
+                    .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
+                    .collect(),
+            ),
+        );
+        body.insert("stream".into(), Value::Bool(false));
+        Value::Object(body)
+    }
+
+    async fn call(&self, request: &Request, messages: &[Message]) -> Result<Reply, RunnerError> {
+        let body = self.body(request, messages);
+        let started = Instant::now();
+        let retry = &self.config.retry;
+        let mut attempt: u32 = 0;
+        loop {
+            let mut post = self.client.post(&self.endpoint).json(&body);
+            if let Some(key) = &self.api_key {
+                post = post.bearer_auth(key);
+            }
+            let (error, retry_after) = match post.send().await {
+                Ok(response) => {
+                    let status = response.status();
+                    let retry_after = response
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(parse_retry_after);
+                    let text = response.text().await.map_err(|e| RunnerError::Upstream {
+                        status: Some(status.as_u16()),
+                        message: format!("reading the response failed: {e}"),
+                    })?;
+                    if status.is_success() {
+                        let mut reply = parse_completion(&text)?;
+                        reply.duration = Some(started.elapsed());
+                        return Ok(reply);
+                    }
+                    let error = RunnerError::Upstream {
+                        status: Some(status.as_u16()),
+                        message: error_message(&text)
+                            .unwrap_or_else(|| format!("HTTP {status} with an empty body")),
+                    };
+                    let code = status.as_u16();
+                    if !(code == 408 || code == 429 || status.is_server_error()) {
+                        return Err(error);
+                    }
+                    (error, retry_after)
+                }
+                Err(e) if e.is_timeout() => {
+                    return Err(RunnerError::Timeout {
+                        after_ms: u64::try_from(
+                            duration_from_secs("timeout_secs", self.config.timeout_secs)
+                                .unwrap_or_default()
+                                .as_millis(),
+                        )
+                        .unwrap_or(u64::MAX),
+                    })
+                }
+                Err(e) if e.is_connect() => (
+                    RunnerError::Upstream {
+                        status: None,
+                        message: format!("cannot connect to {}: {e}", self.endpoint),
+                    },
+                    None,
+                ),
+                Err(e) => {
+                    return Err(RunnerError::Upstream {
+                        status: None,
+                        message: format!("request to {} failed: {e}", self.endpoint),
+                    })
+                }
+            };
+            if attempt >= retry.max_retries {
+                return Err(with_attempts(error, attempt + 1));
+            }
+            if retry_after.is_some_and(|d| d > Duration::from_secs(retry.max_retry_after_secs)) {
+                return Err(with_attempts(error, attempt + 1));
+            }
+            let delay = backoff_delay(retry, attempt, retry_after);
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+        }
+    }
+}
+
+fn with_attempts(error: RunnerError, tries: u32) -> RunnerError {
+    match error {
+        RunnerError::Upstream { status, message } if tries > 1 => RunnerError::Upstream {
+            status,
+            message: format!("{message} (gave up after {tries} tries)"),
+        },
+        other => other,
+    }
+}
+
+#[async_trait]
+impl Runner for OpenAiRunner {
+    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+        self.call(request, &request.messages).await
+    }
+
+    async fn follow_up(
+        &self,
+        request: &Request,
+        previous: &Reply,
+        feedback: &str,
+    ) -> Result<Reply, RunnerError> {
+        let messages = stateless_follow_up_messages(request, previous, feedback);
+        self.call(request, &messages).await
+    }
+}
+
+/// A pseudo-random number for jitter: the clock mixed with a counter (splitmix64). Jitter only
+/// has to keep clients from retrying in lockstep, not be unpredictable.
+fn jitter_seed() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut z = nanos
+        .wrapping_add(COUNTER.fetch_add(1, Ordering::Relaxed))
+        .wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The wait before retry number `attempt + 1`: exponential (`initial * 2^attempt`, capped at
+/// `max_backoff_ms`), with "equal jitter" (between half and all of it), and never shorter than
+/// the server's `Retry-After`.
+pub fn backoff_delay(retry: &RetryConfig, attempt: u32, retry_after: Option<Duration>) -> Duration {
+    let exp = retry
+        .initial_backoff_ms
+        .saturating_mul(1u64.checked_shl(attempt.min(32)).unwrap_or(u64::MAX))
+        .min(retry.max_backoff_ms);
+    let half = exp / 2;
+    let jittered = half
+        + if half > 0 {
+            jitter_seed() % (half + 1)
+        } else {
+            0
+        };
+    let delay = Duration::from_millis(jittered);
+    match retry_after {
+        Some(after) if after > delay => after,
+        _ => delay,
+    }
+}
+
+/// Parses `Retry-After`: seconds (`120`, also `1.5`) or an HTTP date (`Sun, 06 Nov 1994
+/// 08:49:37 GMT`), as a wait from now.
+///
+/// ```
+/// use enforce_runner::parse_retry_after;
+/// use std::time::Duration;
+/// assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
+/// assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
+/// assert_eq!(parse_retry_after("soon"), None);
+/// ```
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    let at = parse_http_date(value)?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
+    Some(Duration::from_secs(at.saturating_sub(now)))
+}
+
+/// Seconds since the epoch of an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
+fn parse_http_date(value: &str) -> Option<u64> {
+    let parts: Vec<&str> = value.split_whitespace().collect();
+    let [_weekday, day, month, year, time, "GMT"] = parts.as_slice() else {
+        return None;
+    };
+    let day: u64 = day.parse().ok()?;
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| m == month)? as u64
+        + 1;
+    let year: i64 = year.parse().ok()?;
+    let hms: Vec<u64> = time.split(':').filter_map(|p| p.parse().ok()).collect();
+    let [h, m, s] = hms.as_slice() else {
+        return None;
+    };
+    if !(1..=31).contains(&day) || *h > 23 || *m > 59 || *s > 60 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + (*h as i64) * 3600 + (*m as i64) * 60 + *s as i64;
+    u64::try_from(secs).ok()
+}
+
+/// The message of an error body, from any of the shapes servers use: OpenAI, Ollama and
+/// llama.cpp (`{"error": {"message": ...}}` or `{"error": "..."}`), vLLM before 0.10.1 (a
+/// top-level `{"object": "error", "message": ...}`); any other body is returned as text (cut).
+/// `None` for an empty body.
+///
+/// ```
+/// use enforce_runner::error_message;
+/// assert_eq!(error_message(r#"{"error":{"message":"bad model","type":"invalid_request_error"}}"#)
+///            .as_deref(), Some("bad model (type: invalid_request_error)"));
+/// assert_eq!(error_message(r#"{"object":"error","message":"too long","type":"BadRequestError",
+///                              "code":400}"#).as_deref(),
+///            Some("too long (type: BadRequestError, code: 400)"));
+/// ```
+pub fn error_message(body: &str) -> Option<String> {
+    let body = body.trim();
+    if body.is_empty() {
+        return None;
+    }
+    let Ok(v) = serde_json::from_str::<Value>(body) else {
+        return Some(tail(body, 500));
+    };
+    let described = |obj: &Value| -> Option<String> {
+        let message = obj.get("message").and_then(Value::as_str)?;
+        let mut extra = Vec::new();
+        if let Some(t) = obj.get("type").and_then(Value::as_str) {
+            extra.push(format!("type: {t}"));
+        }
+        match obj.get("code") {
+            Some(Value::String(c)) => extra.push(format!("code: {c}")),
+            Some(Value::Number(c)) => extra.push(format!("code: {c}")),
+            _ => {}
+        }
+        Some(if extra.is_empty() {
+            message.to_string()
+        } else {
+            format!("{message} ({})", extra.join(", "))
+        })
+    };
+    match v.get("error") {
+        Some(Value::String(s)) => return Some(s.clone()),
+        Some(obj @ Value::Object(_)) => {
+            if let Some(m) = described(obj) {
+                return Some(m);
+            }
+        }
+        _ => {}
+    }
+    if let Some(m) = described(&v) {
+        return Some(m);
+    }
+    if let Some(d) = v.get("detail") {
+        return Some(match d {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    }
+    Some(tail(body, 500))
+}
+
+/// Reads a chat completion: the first choice's message content and the usage. An error object
+/// in a 200 response, missing or `null` choices, or a choice without text are errors.
+///
+/// ```
+/// use enforce_runner::parse_completion;
+/// let r = parse_completion(r#"{"object":"chat.completion","choices":[{"index":0,
+///     "message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],
+///     "usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}"#).unwrap();
+/// assert_eq!(r.text, "Hi");
+/// assert_eq!(r.usage.unwrap().input_tokens, 5);
+/// ```
+pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
+    let v: Value = serde_json::from_str(body).map_err(|e| RunnerError::Protocol {
+        message: format!("response is not JSON ({e}): {}", tail(body.trim(), 200)),
+    })?;
+    let is_error = v.get("error").is_some_and(|e| !e.is_null())
+        || v.get("object").and_then(Value::as_str) == Some("error");
+    if is_error {
+        return Err(RunnerError::Upstream {
+            status: Some(200),
+            message: error_message(body).unwrap_or_else(|| "error without a message".into()),
+        });
+    }
+    let choice = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first())
+        .ok_or_else(|| RunnerError::Protocol {
+            message: "response has no choices".to_string(),
+        })?;
+    let message = choice.get("message");
+    let text = match message.and_then(|m| m.get("content")) {
+        Some(Value::String(s)) => s.clone(),
+        // Some servers send content as parts: [{"type":"text","text":"..."}].
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => {
+            let reason = if message.and_then(|m| m.get("tool_calls")).is_some() {
+                "the model answered with tool calls, not text"
+            } else {
+                "the first choice has no message content"
+            };
+            return Err(RunnerError::Protocol {
+                message: reason.to_string(),
+            });
+        }
+    };
+    let usage = v.get("usage").filter(|u| u.is_object()).map(|u| Usage {
+        input_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+        output_tokens: u
+            .get("completion_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    });
+    Ok(Reply {
+        text,
+        usage,
+        ..Reply::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_shapes() {
+        assert_eq!(
+            error_message(r#"{"error":"model 'x' not found"}"#).as_deref(),
+            Some("model 'x' not found")
+        );
+        assert_eq!(
+            error_message(
+                r#"{"error":{"code":500,"message":"context full","type":"server_error"}}"#
+            )
+            .as_deref(),
+            Some("context full (type: server_error, code: 500)")
+        );
+        assert_eq!(
+            error_message("<html>bad gateway</html>").as_deref(),
+            Some("<html>bad gateway</html>")
+        );
+        assert_eq!(error_message("  "), None);
+    }
+
+    #[test]
+    fn completion_faults() {
+        assert!(matches!(
+            parse_completion(r#"{"choices":null}"#),
+            Err(RunnerError::Protocol { .. })
+        ));
+        assert!(matches!(
+            parse_completion("not json"),
+            Err(RunnerError::Protocol { .. })
+        ));
+        assert!(matches!(
+            parse_completion(r#"{"error":{"message":"boom"}}"#),
+            Err(RunnerError::Upstream { .. })
+        ));
+        assert!(matches!(
+            parse_completion(r#"{"choices":[{"message":{"content":null,"tool_calls":[]}}]}"#),
+            Err(RunnerError::Protocol { message }) if message.contains("tool calls")
+        ));
+    }
+
+    #[test]
+    fn backoff_grows_is_bounded_and_honours_retry_after() {
+        let r = RetryConfig {
+            max_retries: 5,
+            initial_backoff_ms: 100,
+            max_backoff_ms: 400,
+            max_retry_after_secs: 60,
+        };
+        for attempt in 0..6 {
+            let d = backoff_delay(&r, attempt, None).as_millis() as u64;
+            let full = (100u64 << attempt).min(400);
+            assert!(d >= full / 2 && d <= full, "attempt {attempt}: {d}");
+        }
+        assert_eq!(
+            backoff_delay(&r, 0, Some(Duration::from_secs(3))),
+            Duration::from_secs(3)
+        );
+    }
+
+    #[test]
+    fn http_date() {
+        assert_eq!(
+            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(parse_http_date("Sun, 06 Foo 1994 08:49:37 GMT"), None);
+    }
+}

@@ -1,0 +1,28 @@
+//! # enforce-testkit
+//!
+//! Fakes that follow the real wire formats, for the tests (and benchmarks) of enforce:
+//!
+//! - [`MockOpenAi`]: an in-process OpenAI-compatible server on `127.0.0.1` (free port) with
+//!   scripted replies and faults — status codes, `Retry-After`, the error shapes of OpenAI,
+//!   Ollama, vLLM and llama.cpp, delays, SSE streaming with configurable chunking, a stream cut
+//!   mid-way, garbage — that records every request.
+//! - [`FakeClaude`]: drives the `fake-claude` executable (crate `enforce-fake-claude`), a stand-in
+//!   for `claude -p --output-format json`, with a script and a record of every call.
+//!
+//! ```
+//! use enforce_testkit::{MockOpenAi, MockReply, MockScript};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let mock = MockOpenAi::start(MockScript::new().reply(MockReply::text("Hello"))).await.unwrap();
+//! assert!(mock.url().starts_with("http://127.0.0.1:"));
+//! assert!(mock.requests().is_empty());
+//! # });
+//! ```
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod fake_claude;
+mod mock_openai;
+
+pub use fake_claude::{fake_claude_path, process_is_gone, FakeClaude, FakeClaudeCall, ScratchDir};
+pub use mock_openai::{ErrorShape, MockOpenAi, MockReply, MockScript, RecordedRequest, Then};

@@ -1,0 +1,650 @@
+//! An in-process OpenAI-compatible server with scripted replies and faults: [`MockOpenAi`].
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Which server's error body to imitate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorShape {
+    /// OpenAI (and Ollama's `/v1`): `{"error": {"message", "type", "param", "code"}}`.
+    OpenAi,
+    /// Ollama's native form: `{"error": "message"}`.
+    OllamaString,
+    /// vLLM before 0.10.1: top-level `{"object": "error", "message", "type", "param", "code"}`.
+    VllmTopLevel,
+    /// llama.cpp server: `{"error": {"code": 500, "message", "type"}}`.
+    LlamaCpp,
+}
+
+impl ErrorShape {
+    /// The error body for `status` and `message`.
+    pub fn body(self, status: u16, message: &str) -> Value {
+        let kind = if status >= 500 {
+            "server_error"
+        } else {
+            "invalid_request_error"
+        };
+        match self {
+            ErrorShape::OpenAi => json!({"error": {
+                "message": message, "type": kind, "param": null, "code": null}}),
+            ErrorShape::OllamaString => json!({"error": message}),
+            ErrorShape::VllmTopLevel => json!({
+                "object": "error", "message": message, "type": "BadRequestError",
+                "param": null, "code": status}),
+            ErrorShape::LlamaCpp => json!({"error": {
+                "code": status, "message": message, "type": kind}}),
+        }
+    }
+}
+
+/// One scripted answer.
+///
+/// Reply texts may hold placeholders: `{{last_user}}` becomes the last user message, `{{token}}`
+/// the per-request token (the `XYZ` of the first `[token:XYZ]` in any message).
+#[derive(Debug, Clone, PartialEq)]
+pub enum MockReply {
+    /// A 200 chat completion (streamed as SSE when the request asks for `stream: true`).
+    Text(String),
+    /// Any status with a raw body and an optional `Retry-After` header.
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// The body, sent as it is.
+        body: String,
+        /// The `Retry-After` header.
+        retry_after: Option<String>,
+    },
+    /// An error in one of the servers' shapes.
+    Error {
+        /// Whose shape.
+        shape: ErrorShape,
+        /// HTTP status.
+        status: u16,
+        /// The message.
+        message: String,
+        /// The `Retry-After` header.
+        retry_after: Option<String>,
+    },
+    /// A 200 whose body is not a chat completion.
+    Garbage(String),
+    /// Waits, then answers.
+    Delayed(Duration, Box<MockReply>),
+    /// A stream that sends `after_chunks` content chunks of `text` and then breaks off: no
+    /// finish chunk, no `[DONE]`, the connection is aborted.
+    StreamCut {
+        /// The text whose first chunks are sent.
+        text: String,
+        /// How many content chunks get through.
+        after_chunks: usize,
+    },
+    /// A stream that sends `after_chunks` content chunks, then an error chunk (no `choices`)
+    /// and `[DONE]`, as OpenAI does for an error after the stream started.
+    StreamError {
+        /// The text whose first chunks are sent.
+        text: String,
+        /// How many content chunks get through.
+        after_chunks: usize,
+        /// The error message.
+        message: String,
+    },
+}
+
+impl MockReply {
+    /// A 200 completion with this text.
+    pub fn text(text: impl Into<String>) -> Self {
+        MockReply::Text(text.into())
+    }
+
+    /// An error of this shape and status.
+    pub fn error(shape: ErrorShape, status: u16, message: impl Into<String>) -> Self {
+        MockReply::Error {
+            shape,
+            status,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A 429 in OpenAI's shape with `Retry-After: <secs>`.
+    pub fn rate_limited(retry_after_secs: u64) -> Self {
+        MockReply::Error {
+            shape: ErrorShape::OpenAi,
+            status: 429,
+            message: "Rate limit reached, retry later".to_string(),
+            retry_after: Some(retry_after_secs.to_string()),
+        }
+    }
+
+    /// This reply after `delay`.
+    pub fn delayed(self, delay: Duration) -> Self {
+        MockReply::Delayed(delay, Box::new(self))
+    }
+}
+
+/// What the server answers once the scripted replies are used up.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Then {
+    /// Repeat the last scripted reply (or echo, when there was none).
+    RepeatLast,
+    /// Answer with the last user message.
+    Echo,
+    /// Answer `invalid` until the last user message holds `marker` (i.e. the request carries
+    /// the feedback), then `valid`. Both may use the placeholders.
+    FailFirst {
+        /// The answer to a first ask.
+        invalid: String,
+        /// The answer once feedback arrived.
+        valid: String,
+        /// What marks feedback in the last user message.
+        marker: String,
+    },
+}
+
+/// The script of a [`MockOpenAi`]: replies in order, then a fallback, and how to stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MockScript {
+    replies: VecDeque<MockReply>,
+    then: Then,
+    chunks: usize,
+    chunk_gap: Duration,
+    model: String,
+}
+
+impl Default for MockScript {
+    fn default() -> Self {
+        MockScript {
+            replies: VecDeque::new(),
+            then: Then::RepeatLast,
+            chunks: 4,
+            chunk_gap: Duration::ZERO,
+            model: "mock-model".to_string(),
+        }
+    }
+}
+
+impl MockScript {
+    /// An empty script: echo every request.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a reply to the queue.
+    pub fn reply(mut self, reply: MockReply) -> Self {
+        self.replies.push_back(reply);
+        self
+    }
+
+    /// Adds several replies.
+    pub fn replies(mut self, replies: impl IntoIterator<Item = MockReply>) -> Self {
+        self.replies.extend(replies);
+        self
+    }
+
+    /// What to answer once the queue is empty.
+    pub fn then(mut self, then: Then) -> Self {
+        self.then = then;
+        self
+    }
+
+    /// Streamed texts are split into `chunks` content chunks (at least 1), `gap` apart.
+    pub fn stream_chunks(mut self, chunks: usize, gap: Duration) -> Self {
+        self.chunks = chunks.max(1);
+        self.chunk_gap = gap;
+        self
+    }
+
+    /// The model name reported by `/v1/models` and in completions.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = model.into();
+        self
+    }
+}
+
+/// A request the server received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    /// HTTP method.
+    pub method: String,
+    /// Path (and query).
+    pub path: String,
+    /// The `Authorization` header.
+    pub authorization: Option<String>,
+    /// Every header, lowercased names.
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON (`Null` when it was not JSON).
+    pub body: Value,
+}
+
+impl RecordedRequest {
+    /// The `(role, content)` pairs of the body's `messages`.
+    pub fn messages(&self) -> Vec<(String, String)> {
+        self.body
+            .get("messages")
+            .and_then(Value::as_array)
+            .map(|ms| {
+                ms.iter()
+                    .map(|m| {
+                        let field = |k: &str| {
+                            m.get(k)
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_string()
+                        };
+                        (field("role"), field("content"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The content of the last user message.
+    pub fn last_user(&self) -> Option<String> {
+        self.messages()
+            .into_iter()
+            .rev()
+            .find(|(role, _)| role == "user")
+            .map(|(_, content)| content)
+    }
+
+    /// A header value by (case-insensitive) name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+struct Shared {
+    script: Mutex<MockScript>,
+    last: Mutex<Option<MockReply>>,
+    requests: Mutex<Vec<RecordedRequest>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking test thread leaves plain data behind: keep using it.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A running mock server; it stops when dropped.
+///
+/// ```
+/// use enforce_testkit::{MockOpenAi, MockReply, MockScript};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let mock = MockOpenAi::start(MockScript::new()
+///     .reply(MockReply::rate_limited(0))
+///     .reply(MockReply::text("Hi"))).await.unwrap();
+/// let url = format!("{}/chat/completions", mock.url());
+/// # let _ = url;
+/// # });
+/// ```
+pub struct MockOpenAi {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl std::fmt::Debug for MockOpenAi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockOpenAi")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl MockOpenAi {
+    /// Binds `127.0.0.1` on a free port and serves `script` on the current tokio runtime.
+    pub async fn start(script: MockScript) -> std::io::Result<MockOpenAi> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            script: Mutex::new(script),
+            last: Mutex::new(None),
+            requests: Mutex::new(Vec::new()),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/chat/completions", post(chat))
+            .route("/v1/models", get(models))
+            .fallback(not_found)
+            .with_state(Arc::clone(&shared));
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let served = axum::serve(listener, app).with_graceful_shutdown(async move {
+                // Dropping the sender (the handle) stops the server too.
+                let _stopped = rx.await;
+            });
+            if let Err(e) = served.await {
+                eprintln!("mock OpenAI server stopped: {e}");
+            }
+        });
+        Ok(MockOpenAi {
+            addr,
+            shared,
+            shutdown: Some(tx),
+        })
+    }
+
+    /// The base URL, `http://127.0.0.1:<port>/v1`.
+    pub fn url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// The chat completion requests received so far.
+    pub fn chat_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/chat/completions"))
+            .collect()
+    }
+
+    /// Queues another reply.
+    pub fn push(&self, reply: MockReply) {
+        lock(&self.shared.script).replies.push_back(reply);
+    }
+}
+
+impl Drop for MockOpenAi {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _already_stopped = tx.send(());
+        }
+    }
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(ErrorShape::OpenAi.body(404, "no such route on the mock server")),
+    )
+        .into_response()
+}
+
+async fn models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    record(&shared, Method::GET, "/v1/models", &headers, &Bytes::new());
+    let model = lock(&shared.script).model.clone();
+    axum::Json(json!({"object": "list", "data": [
+        {"id": model, "object": "model", "created": 0, "owned_by": "enforce-testkit"}]}))
+    .into_response()
+}
+
+fn record(shared: &Shared, method: Method, path: &str, headers: &HeaderMap, body: &Bytes) {
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let authorization = headers
+        .iter()
+        .find(|(k, _)| k == "authorization")
+        .map(|(_, v)| v.clone());
+    lock(&shared.requests).push(RecordedRequest {
+        method: method.to_string(),
+        path: path.to_string(),
+        authorization,
+        headers,
+        body: serde_json::from_slice(body).unwrap_or(Value::Null),
+    });
+}
+
+/// The next reply for a request with this body.
+fn choose(shared: &Shared, last_user: &str) -> MockReply {
+    let mut script = lock(&shared.script);
+    if let Some(reply) = script.replies.pop_front() {
+        *lock(&shared.last) = Some(reply.clone());
+        return reply;
+    }
+    match &script.then {
+        Then::RepeatLast => lock(&shared.last)
+            .clone()
+            .unwrap_or_else(|| MockReply::text("{{last_user}}")),
+        Then::Echo => MockReply::text("{{last_user}}"),
+        Then::FailFirst {
+            invalid,
+            valid,
+            marker,
+        } => {
+            let text = if last_user.contains(marker.as_str()) {
+                valid
+            } else {
+                invalid
+            };
+            MockReply::text(text.clone())
+        }
+    }
+}
+
+fn fill(text: &str, body: &Value, last_user: &str) -> String {
+    let token = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("content").and_then(Value::as_str))
+        .find_map(|c| {
+            let start = c.find("[token:")? + "[token:".len();
+            let len = c[start..].find(']')?;
+            Some(c[start..start + len].to_string())
+        })
+        .unwrap_or_default();
+    text.replace("{{last_user}}", last_user)
+        .replace("{{token}}", &token)
+}
+
+async fn chat(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    record(&shared, method, uri.path(), &headers, &body);
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let last_user = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|ms| {
+            ms.iter()
+                .rev()
+                .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        })
+        .and_then(|m| m.get("content").and_then(Value::as_str))
+        .unwrap_or_default()
+        .to_string();
+    let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
+    let include_usage = request
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        == Some(true);
+    let (chunks, gap, model) = {
+        let s = lock(&shared.script);
+        (s.chunks, s.chunk_gap, s.model.clone())
+    };
+    let mut reply = choose(&shared, &last_user);
+    while let MockReply::Delayed(delay, inner) = reply {
+        tokio::time::sleep(delay).await;
+        reply = *inner;
+    }
+    let prompt_tokens = approx_tokens(&request.to_string());
+    match reply {
+        MockReply::Text(text) => {
+            let text = fill(&text, &request, &last_user);
+            if stream {
+                let events = stream_events(&model, &text, chunks, None, include_usage);
+                sse(events, gap, false)
+            } else {
+                axum::Json(json!({
+                    "id": "chatcmpl-mock", "object": "chat.completion", "created": 0,
+                    "model": model,
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": prompt_tokens,
+                              "completion_tokens": approx_tokens(&text),
+                              "total_tokens": prompt_tokens + approx_tokens(&text)},
+                }))
+                .into_response()
+            }
+        }
+        MockReply::Status {
+            status,
+            body,
+            retry_after,
+        } => with_status(status, body, retry_after),
+        MockReply::Error {
+            shape,
+            status,
+            message,
+            retry_after,
+        } => with_status(
+            status,
+            shape.body(status, &message).to_string(),
+            retry_after,
+        ),
+        MockReply::Garbage(body) => with_status(200, body, None),
+        MockReply::StreamCut { text, after_chunks } => {
+            let text = fill(&text, &request, &last_user);
+            let mut events = stream_events(&model, &text, chunks, None, false);
+            // role chunk + the content chunks that get through
+            events.truncate(1 + after_chunks);
+            sse(events, gap, true)
+        }
+        MockReply::StreamError {
+            text,
+            after_chunks,
+            message,
+        } => {
+            let text = fill(&text, &request, &last_user);
+            let mut events = stream_events(&model, &text, chunks, None, false);
+            events.truncate(1 + after_chunks);
+            events.push(ErrorShape::OpenAi.body(500, &message).to_string());
+            events.push("[DONE]".to_string());
+            sse(events, gap, false)
+        }
+        // Unwrapped above; kept total without a panic.
+        MockReply::Delayed(_, _) => with_status(500, "nested delay".to_string(), None),
+    }
+}
+
+fn approx_tokens(text: &str) -> u64 {
+    (text.chars().count() as u64).div_ceil(4)
+}
+
+fn with_status(status: u16, body: String, retry_after: Option<String>) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(value) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, value);
+    }
+    response
+}
+
+/// The `data:` payloads of a streamed completion: a role chunk, `chunks` content chunks, a
+/// finish chunk, the usage chunk when asked for, `[DONE]`.
+fn stream_events(
+    model: &str,
+    text: &str,
+    chunks: usize,
+    finish: Option<&str>,
+    include_usage: bool,
+) -> Vec<String> {
+    let chunk = |delta: Value, finish_reason: Value| {
+        json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
+               "model": model,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
+        .to_string()
+    };
+    let mut events = vec![chunk(json!({"role": "assistant"}), Value::Null)];
+    let chars: Vec<char> = text.chars().collect();
+    let per = chars.len().div_ceil(chunks.max(1)).max(1);
+    for piece in chars.chunks(per) {
+        events.push(chunk(
+            json!({"content": piece.iter().collect::<String>()}),
+            Value::Null,
+        ));
+    }
+    events.push(chunk(json!({}), json!(finish.unwrap_or("stop"))));
+    if include_usage {
+        let out = approx_tokens(text);
+        events.push(
+            json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
+                   "model": model, "choices": [],
+                   "usage": {"prompt_tokens": 0, "completion_tokens": out, "total_tokens": out}})
+            .to_string(),
+        );
+    }
+    events.push("[DONE]".to_string());
+    events
+}
+
+/// An SSE response sending each event `gap` apart; `cut` aborts the body after the last one.
+fn sse(events: Vec<String>, gap: Duration, cut: bool) -> Response {
+    let items: VecDeque<String> = events.into();
+    let stream = futures_util::stream::unfold(
+        (items, true, cut),
+        move |(mut items, first, cut)| async move {
+            match items.pop_front() {
+                Some(event) => {
+                    if !first && !gap.is_zero() {
+                        tokio::time::sleep(gap).await;
+                    }
+                    let frame = Bytes::from(format!("data: {event}\n\n"));
+                    Some((Ok::<_, std::io::Error>(frame), (items, false, cut)))
+                }
+                None if cut => {
+                    // Pause first so the head and the chunks before the cut reach the client.
+                    tokio::time::sleep(gap.max(Duration::from_millis(30))).await;
+                    Some((
+                        Err(std::io::Error::new(
+                            std::io::ErrorKind::ConnectionAborted,
+                            "stream cut by the script",
+                        )),
+                        (items, false, false),
+                    ))
+                }
+                None => None,
+            }
+        },
+    );
+    let mut response = Response::new(Body::from_stream(stream));
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    response
+}

@@ -1,0 +1,170 @@
+//! `enforce demo`: the whole loop against a built-in scripted model, no LLM needed.
+
+use clap::Args as ClapArgs;
+use enforce_core::{Context, Event, Issue, Request, ScriptedRunner};
+use enforce_validators::{ProfileSet, Registry};
+use std::process::ExitCode;
+
+/// The request the demo sends.
+const REQUEST: &str = "Write an ADR (adr_id ADR-042) deciding how we cache validated answers. \
+End with the workflow step marker.";
+
+/// The scripted model's first answer: the acceptance criteria section and the step marker are
+/// missing.
+const FIRST_ANSWER: &str = "\
+---
+adr_id: ADR-042
+title: Cache validated answers
+status: proposed
+---
+# ADR-042: Cache validated answers
+
+## Kontext
+Validating and re-asking costs time; identical requests arrive often.
+
+## Entscheidung
+Cache each validated answer for one hour, keyed by profile and request digest.
+";
+
+/// The second answer: the section is there now, the step marker still is not.
+const SECOND_ANSWER: &str = "\
+---
+adr_id: ADR-042
+title: Cache validated answers
+status: proposed
+---
+# ADR-042: Cache validated answers
+
+## Kontext
+Validating and re-asking costs time; identical requests arrive often.
+
+## Entscheidung
+Cache each validated answer for one hour, keyed by profile and request digest.
+
+## Akzeptanzkriterien
+- [ ] A repeated request within the hour is answered from the cache.
+- [ ] Only answers with status passed or repaired are cached.
+- [ ] The cache can be switched off per profile.
+";
+
+/// Show the enforcement loop on a built-in scripted model: two answers, feedback, a repair.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Also print the audit record (one JSON line) at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn print_issues(issues: &[Issue]) {
+    if issues.is_empty() {
+        println!("  no issues");
+    }
+    for issue in issues {
+        let at = issue
+            .line
+            .map(|l| format!(" (line {l})"))
+            .unwrap_or_default();
+        println!(
+            "  {:<7} {}{at}: {}",
+            issue.severity.as_str(),
+            issue.code,
+            issue.message
+        );
+        if let Some(hint) = &issue.hint {
+            println!("          hint: {hint}");
+        }
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.trim_end()
+        .lines()
+        .map(|l| format!("  │ {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Runs `enforce demo`.
+pub fn run(args: Args) -> ExitCode {
+    let profiles = match ProfileSet::builtin(&Registry::builtin(), None) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("enforce demo: cannot build the built-in profiles: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(profile) = profiles.get("adr") else {
+        eprintln!("enforce demo: the built-in `adr` profile is missing");
+        return ExitCode::from(2);
+    };
+    // One re-ask, so the demo shows asking, then repairing once asking is spent.
+    let mut policy = profile.policy().clone();
+    policy.max_retries = 1;
+    let enforcer = profile.enforcer().with_policy(policy);
+    let runner = ScriptedRunner::texts([FIRST_ANSWER, SECOND_ANSWER]);
+
+    println!("enforce demo: the enforcement loop against a built-in scripted model (no LLM)");
+    println!(
+        "profile `adr`: {} · at most {} attempts, then deterministic repairs",
+        profile.validator_names().join(", "),
+        enforcer.max_attempts()
+    );
+    println!("\nrequest:\n{}", indent(REQUEST));
+
+    let observer = |event: &Event<'_>| match *event {
+        Event::Asking {
+            attempt,
+            max_attempts,
+        } => println!("\n── attempt {attempt}/{max_attempts}: asking the model"),
+        Event::Validated {
+            attempt,
+            response,
+            issues,
+        } => {
+            println!("answer {attempt}:\n{}", indent(response));
+            println!("issues:");
+            print_issues(issues);
+        }
+        Event::Retrying { feedback, .. } => {
+            println!("feedback sent to the model:\n{}", indent(feedback));
+        }
+        Event::Repaired { validator } => {
+            println!("\n── repair: `{validator}` fixed the last answer deterministically");
+        }
+        Event::Finished { .. } => {}
+        _ => {}
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("enforce demo: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = runtime.block_on(enforcer.run_observed(
+        &runner,
+        &Request::prompt(REQUEST),
+        &Context::new(),
+        &observer,
+    ));
+
+    println!("\n── outcome: {}", outcome.summary());
+    if !outcome.warnings.is_empty() {
+        println!("warnings:");
+        print_issues(&outcome.warnings);
+    }
+    if let Some(text) = &outcome.response {
+        println!("final response:\n{}", indent(text));
+    }
+    if args.json {
+        println!("{}", outcome.to_json_line());
+    }
+    if outcome.status.is_success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

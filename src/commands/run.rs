@@ -1,0 +1,379 @@
+//! `enforce run`: ask a model through a runner and enforce a profile on its answer.
+
+use crate::config::LoadedConfig;
+use clap::{Args as ClapArgs, ValueEnum};
+use enforce_core::{Context, Outcome, Request, Status, StopReason};
+use enforce_runner::{ClaudeConfig, CommandConfig, OpenAiConfig, RunnerConfig};
+use enforce_validators::{ProfileSet, Registry};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Exit code: the response passed or was repaired.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: unresolved or aborted.
+pub const EXIT_UNRESOLVED: u8 = 1;
+/// Exit code: usage or configuration error.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code: a required validator was unavailable.
+pub const EXIT_UNAVAILABLE: u8 = 3;
+/// Exit code: the runner failed.
+pub const EXIT_RUNNER: u8 = 4;
+
+/// Which kind of runner to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RunnerKind {
+    /// The Claude Code CLI (`claude -p`).
+    Claude,
+    /// An OpenAI-compatible server (OpenAI, Ollama, vLLM, llama.cpp).
+    Openai,
+    /// Any command: prompt on stdin, reply on stdout.
+    Command,
+}
+
+/// Ask a model and enforce a profile on its answer.
+///
+/// The final response goes to stdout, a one-line summary (status, attempts, issue codes) to
+/// stderr. Exit codes: 0 passed/repaired, 1 unresolved/aborted, 2 usage or configuration error,
+/// 3 a required validator unavailable, 4 runner failure.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// The prompt, or `-` to read it from stdin.
+    pub prompt: String,
+    /// Configuration file (profiles, validators, `runner:` section); default `./enforce.yaml`
+    /// when it exists.
+    #[arg(long, short = 'c', env = "ENFORCE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Profile to enforce (default: the configuration's default, else `chat`).
+    #[arg(long, short = 'p')]
+    pub profile: Option<String>,
+    /// Runner kind; overrides the configuration's `runner.type` (its other settings are kept
+    /// when the kind matches).
+    #[arg(long, value_enum)]
+    pub runner: Option<RunnerKind>,
+    /// Append the audit record (one JSON line) to this file.
+    #[arg(long)]
+    pub audit: Option<PathBuf>,
+    /// Claude runner: the CLI to run.
+    #[arg(long, env = "ENFORCE_CLAUDE_BIN")]
+    pub claude_bin: Option<PathBuf>,
+    /// OpenAI runner: base URL up to `/v1`.
+    #[arg(long, env = "ENFORCE_BASE_URL")]
+    pub base_url: Option<String>,
+    /// Model name (Claude `--model`, or the OpenAI upstream model).
+    #[arg(long, env = "ENFORCE_MODEL")]
+    pub model: Option<String>,
+    /// OpenAI runner: environment variable holding the API key.
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+    /// Command runner: the command line, run with `sh -c`.
+    #[arg(long = "command")]
+    pub command_line: Option<String>,
+    /// Runner timeout per call, in seconds.
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    /// Re-asks after the first attempt (overrides the profile).
+    #[arg(long)]
+    pub max_retries: Option<u32>,
+    /// Root for path-checking validators (default: the current directory).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// A system message sent before the prompt.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Request context for placeholders such as `{{company_name}}`, as KEY=VALUE.
+    #[arg(long = "context", value_name = "KEY=VALUE")]
+    pub context: Vec<String>,
+    /// Print the last response on stdout even when it did not pass.
+    #[arg(long)]
+    pub always_print: bool,
+}
+
+/// A usage or configuration problem (exit code 2).
+#[derive(Debug)]
+struct UsageError(String);
+
+impl<E: std::fmt::Display> From<E> for UsageError {
+    fn from(e: E) -> Self {
+        UsageError(e.to_string())
+    }
+}
+
+/// Profiles and the runner configuration, from `--config`, `./enforce.yaml`, or the built-in
+/// defaults.
+fn load(args: &Args) -> Result<(ProfileSet, Option<RunnerConfig>), UsageError> {
+    let loaded = LoadedConfig::load(args.config.as_deref())?;
+    let profiles = loaded.profiles(&Registry::builtin(), args.root.clone())?;
+    Ok((profiles, loaded.config.runner))
+}
+
+/// The runner configuration: the file's, switched to `--runner` if asked, with the flags laid
+/// over it.
+fn runner_config(args: &Args, from_file: Option<RunnerConfig>) -> Result<RunnerConfig, UsageError> {
+    let kind = args.runner.or(match &from_file {
+        Some(RunnerConfig::Claude(_)) => Some(RunnerKind::Claude),
+        Some(RunnerConfig::OpenAi(_)) => Some(RunnerKind::Openai),
+        Some(RunnerConfig::Command(_)) => Some(RunnerKind::Command),
+        None => None,
+    });
+    let kind = match kind {
+        Some(kind) => kind,
+        // Without a word on the runner, guess from the flags given.
+        None if args.command_line.is_some() => RunnerKind::Command,
+        None if args.base_url.is_some() => RunnerKind::Openai,
+        None => RunnerKind::Claude,
+    };
+    let mut config = match (kind, from_file) {
+        (RunnerKind::Claude, Some(c @ RunnerConfig::Claude(_)))
+        | (RunnerKind::Openai, Some(c @ RunnerConfig::OpenAi(_)))
+        | (RunnerKind::Command, Some(c @ RunnerConfig::Command(_))) => c,
+        (RunnerKind::Claude, _) => RunnerConfig::Claude(ClaudeConfig::default()),
+        (RunnerKind::Openai, _) => RunnerConfig::OpenAi(OpenAiConfig::default()),
+        (RunnerKind::Command, _) => RunnerConfig::Command(CommandConfig::default()),
+    };
+    match &mut config {
+        RunnerConfig::Claude(c) => {
+            if let Some(bin) = &args.claude_bin {
+                c.binary = bin.clone();
+            }
+            if let Some(model) = &args.model {
+                c.model = Some(model.clone());
+            }
+            if let Some(t) = args.timeout {
+                c.timeout_secs = t;
+            }
+        }
+        RunnerConfig::OpenAi(c) => {
+            if let Some(url) = &args.base_url {
+                c.base_url = url.clone();
+            }
+            if let Some(model) = &args.model {
+                c.model = model.clone();
+            }
+            if let Some(var) = &args.api_key_env {
+                c.api_key_env = Some(var.clone());
+            }
+            if let Some(t) = args.timeout {
+                c.timeout_secs = t;
+            }
+            if c.model.trim().is_empty() {
+                return Err(UsageError(
+                    "the openai runner needs a model: --model NAME or `runner.model`".into(),
+                ));
+            }
+        }
+        RunnerConfig::Command(c) => {
+            if let Some(line) = &args.command_line {
+                c.program = PathBuf::from("sh");
+                c.args = vec!["-c".into(), line.clone()];
+            }
+            if let Some(t) = args.timeout {
+                c.timeout_secs = t;
+            }
+            if c.program.as_os_str().is_empty() {
+                return Err(UsageError(
+                    "the command runner needs a command: --command 'CMD' or `runner.program`"
+                        .into(),
+                ));
+            }
+        }
+    }
+    Ok(config)
+}
+
+fn read_prompt(arg: &str) -> Result<String, UsageError> {
+    let prompt = if arg == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| UsageError(format!("cannot read the prompt from stdin: {e}")))?;
+        text
+    } else {
+        arg.to_string()
+    };
+    if prompt.trim().is_empty() {
+        return Err(UsageError("the prompt is empty".into()));
+    }
+    Ok(prompt)
+}
+
+fn context(pairs: &[String]) -> Result<Context, UsageError> {
+    let mut context = Context::new();
+    for pair in pairs {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| UsageError(format!("--context wants KEY=VALUE, got `{pair}`")))?;
+        context.insert(key.trim(), value);
+    }
+    Ok(context)
+}
+
+/// The exit code for an outcome.
+pub fn exit_code(outcome: &Outcome) -> u8 {
+    match outcome.status {
+        Status::Passed | Status::Repaired => EXIT_OK,
+        Status::Unavailable => EXIT_UNAVAILABLE,
+        _ if outcome.stop_reason == StopReason::RunnerFailed || outcome.runner_error.is_some() => {
+            EXIT_RUNNER
+        }
+        Status::Unresolved | Status::Aborted => EXIT_UNRESOLVED,
+    }
+}
+
+/// The audit record: the outcome plus when, which profile and which runner.
+fn audit_line(outcome: &Outcome, profile: &str, runner: &str) -> String {
+    let mut record = serde_json::Map::new();
+    let at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    record.insert("timestamp_ms".into(), at.into());
+    record.insert("profile".into(), profile.into());
+    record.insert("runner".into(), runner.into());
+    if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(outcome) {
+        record.extend(fields);
+    }
+    serde_json::Value::Object(record).to_string()
+}
+
+fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    writeln!(file, "{line}")
+}
+
+/// Runs `enforce run`.
+pub fn run(args: Args) -> ExitCode {
+    match execute(&args) {
+        Ok(code) => ExitCode::from(code),
+        Err(UsageError(message)) => {
+            eprintln!("enforce run: {message}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+fn execute(args: &Args) -> Result<u8, UsageError> {
+    let prompt = read_prompt(&args.prompt)?;
+    let context = context(&args.context)?;
+    let (profiles, runner_from_file) = load(args)?;
+    let profile_name = args
+        .profile
+        .clone()
+        .unwrap_or_else(|| profiles.default_name().to_string());
+    let profile = profiles.get(&profile_name).ok_or_else(|| {
+        let known: Vec<&str> = profiles.names().collect();
+        UsageError(format!(
+            "no profile named `{profile_name}` (known: {})",
+            known.join(", ")
+        ))
+    })?;
+    let mut enforcer = profile.enforcer();
+    if let Some(n) = args.max_retries {
+        let mut policy = enforcer.policy().clone();
+        policy.max_retries = n;
+        enforcer = enforcer.with_policy(policy);
+    }
+    let runner_config = runner_config(args, runner_from_file)?;
+    let runner = runner_config.build()?;
+
+    let mut request = Request::prompt(prompt);
+    if let Some(system) = &args.system {
+        request
+            .messages
+            .insert(0, enforce_core::Message::system(system.clone()));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| UsageError(format!("cannot start the async runtime: {e}")))?;
+    let outcome = runtime.block_on(enforcer.run(&runner, &request, &context));
+
+    if let Some(text) = &outcome.response {
+        if outcome.status.is_success() || outcome.fallback_used || args.always_print {
+            let mut out = std::io::stdout().lock();
+            // A closed stdout (e.g. `| head`) is not worth a different exit code.
+            let _ignored = writeln!(out, "{text}").and_then(|()| out.flush());
+        }
+    }
+    eprintln!(
+        "enforce: {} [profile {profile_name}, runner {}]",
+        outcome.summary(),
+        runner_config.kind()
+    );
+    if let Some(path) = &args.audit {
+        if let Err(e) = append_line(
+            path,
+            &audit_line(&outcome, &profile_name, runner_config.kind()),
+        ) {
+            eprintln!(
+                "enforce run: cannot append the audit to {}: {e}",
+                path.display()
+            );
+            return Ok(EXIT_USAGE);
+        }
+    }
+    Ok(exit_code(&outcome))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(status: &str, stop_reason: &str, runner_error: bool) -> Outcome {
+        let mut v = serde_json::json!({
+            "status": status, "stop_reason": {"reason": stop_reason}, "response": null,
+            "issues": [], "warnings": [], "attempts": [], "total_us": 0, "runner_us": 0,
+        });
+        if runner_error {
+            v["runner_error"] = serde_json::json!({"kind": "timeout", "after_ms": 5});
+        }
+        serde_json::from_value(v).expect("a valid outcome")
+    }
+
+    #[test]
+    fn exit_codes_follow_the_status() {
+        assert_eq!(exit_code(&outcome("passed", "clean", false)), EXIT_OK);
+        assert_eq!(
+            exit_code(&outcome("repaired", "retries_exhausted", false)),
+            EXIT_OK
+        );
+        assert_eq!(
+            exit_code(&outcome("unresolved", "retries_exhausted", false)),
+            EXIT_UNRESOLVED
+        );
+        assert_eq!(
+            exit_code(&outcome("aborted", "hard_abort", false)),
+            EXIT_UNRESOLVED
+        );
+        assert_eq!(
+            exit_code(&outcome("unavailable", "validator_unavailable", false)),
+            EXIT_UNAVAILABLE
+        );
+        assert_eq!(
+            exit_code(&outcome("aborted", "runner_failed", true)),
+            EXIT_RUNNER
+        );
+    }
+
+    #[test]
+    fn audit_line_adds_profile_runner_and_time() {
+        let line = audit_line(&outcome("passed", "clean", false), "chat", "claude");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+        assert!(!line.contains('\n'));
+        assert_eq!(v["profile"], "chat");
+        assert_eq!(v["runner"], "claude");
+        assert_eq!(v["status"], "passed");
+        assert!(v["timestamp_ms"].as_u64().is_some_and(|t| t > 0));
+    }
+
+    #[test]
+    fn context_pairs() {
+        let c = context(&["company_name=ACME".into()]).expect("valid");
+        assert_eq!(c.get_str("company_name"), Some("ACME"));
+        assert!(context(&["nokey".into()]).is_err());
+    }
+}
