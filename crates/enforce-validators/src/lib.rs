@@ -11,6 +11,10 @@
 //! | `adr_structure` | [`adr`] | `MISSING_YAML_HEADER`, `INVALID_YAML`, `MISSING_ADR_FIELD`, `MISSING_ADR_SECTION`, `INSUFFICIENT_CRITERIA` |
 //! | `file_refs` | [`file_refs`] | `FILE_NOT_FOUND`, `PATH_OUTSIDE_ROOT` |
 //! | `json` | [`json`] | `INVALID_JSON`, `SCHEMA_VIOLATION` |
+//! | `pattern` | [`pattern`] | configurable (default `FORBIDDEN_PATTERN`, `MISSING_PATTERN`) |
+//! | `length` | [`length`] | `TOO_SHORT`, `TOO_LONG` |
+//! | `external` | [`external`] | `EXTERNAL_CHECK_FAILED` (and `VALIDATOR_UNAVAILABLE` from the loop) |
+//! | `terms` | [`terms`] | configurable (default `MISSING_TERM`, `FORBIDDEN_TERM`, `PREFERRED_TERM`) |
 //!
 //! Every validator spec also accepts `input` and `when` ([`scope`]) to check a JSON field or a
 //! context value, or to apply only under a condition.
@@ -33,14 +37,19 @@
 #![forbid(unsafe_code)]
 
 pub mod adr;
+pub mod breaker;
 pub mod config;
 mod error;
+pub mod external;
 pub mod file_refs;
 pub mod json;
+pub mod length;
+pub mod pattern;
 pub mod profile;
 mod registry;
 pub mod scope;
 pub mod step_marker;
+pub mod terms;
 pub mod text;
 mod yaml_edit;
 
@@ -77,6 +86,22 @@ pub(crate) fn builtin_factories() -> Vec<(&'static str, Factory)> {
         (
             "json",
             Box::new(|i: &FactoryInput<'_>| json::JsonValidator::from_config(i).map(boxed)),
+        ),
+        (
+            "pattern",
+            Box::new(|i: &FactoryInput<'_>| pattern::Pattern::from_config(i).map(boxed)),
+        ),
+        (
+            "length",
+            Box::new(|i: &FactoryInput<'_>| length::Length::from_config(i).map(boxed)),
+        ),
+        (
+            "external",
+            Box::new(|i: &FactoryInput<'_>| external::External::from_config(i).map(boxed)),
+        ),
+        (
+            "terms",
+            Box::new(|i: &FactoryInput<'_>| terms::Terms::from_config(i).map(boxed)),
         ),
     ]
 }

@@ -128,7 +128,6 @@ pub(crate) fn in_fences(fences: &[Fence], offset: usize) -> bool {
     fences.get(idx).is_some_and(|f| f.contains(offset))
 }
 
-#[allow(dead_code)] // used by the pattern and terms validators
 /// Counts newlines incrementally, for giving many ascending offsets a line number in one pass.
 pub(crate) struct LineCounter<'a> {
     bytes: &'a [u8],
@@ -136,7 +135,6 @@ pub(crate) struct LineCounter<'a> {
     line: u32,
 }
 
-#[allow(dead_code)]
 impl<'a> LineCounter<'a> {
     pub(crate) fn new(text: &'a str) -> Self {
         LineCounter {
