@@ -284,6 +284,19 @@ pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
                 *after_ms as f64 / 1000.0
             ),
         ),
+        // A success status with a broken body: the connection dropped mid-answer.
+        RunnerError::Upstream {
+            status: Some(200..=299),
+            message,
+        } => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_cut_off",
+            format!(
+                "The model's answer was cut off before it was complete{when} ({}). Please try again.",
+                message.trim().trim_end_matches('.')
+            ),
+        ),
         RunnerError::Upstream { status, message } => ApiError::new(
             StatusCode::BAD_GATEWAY,
             "upstream_error",
