@@ -17,8 +17,13 @@ struct Proxy {
 
 impl Proxy {
     fn start(args: &[&str]) -> Proxy {
+        Self::start_with_env(args, std::collections::BTreeMap::new())
+    }
+
+    fn start_with_env(args: &[&str], env: std::collections::BTreeMap<String, String>) -> Proxy {
         let mut child = Command::new(env!("CARGO_BIN_EXE_enforce"))
             .arg("serve")
+            .envs(env)
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .env_remove("ENFORCE_API_KEYS")
@@ -355,4 +360,79 @@ async fn config_models_sessions_auth_and_on_unresolved_error() {
     let audit = std::fs::read_to_string(dir.join("audit.jsonl")).unwrap();
     assert_eq!(audit.lines().count(), 4);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_sessions_continue_across_turns_and_tools_are_accepted() {
+    let fake = enforce_testkit::FakeClaude::new(json!([
+        {"kind": "success", "result": "What do you need?\n<!-- STEP: what -->", "session_id": "claude-s1"},
+        {"kind": "success", "result": "Because it is simpler.\n<!-- STEP: why -->"},
+    ]))
+    .unwrap();
+    let proxy = Proxy::start_with_env(
+        &[
+            "--runner",
+            "claude",
+            "--claude-bin",
+            fake.binary().to_str().unwrap(),
+            "--profile",
+            "chat",
+            "--model-id",
+            "consultant",
+        ],
+        fake.env(),
+    );
+    // What Open WebUI sends from the browser: the chat header and ~36 tool definitions.
+    let tools: Vec<Value> = (0..36)
+        .map(|i| json!({"type": "function", "function": {"name": format!("tool_{i}"), "parameters": {}}}))
+        .collect();
+    let mut messages = vec![json!({"role": "user", "content": "Should we cache?"})];
+    for expected in ["what", "why"] {
+        let request =
+            json!({"model": "consultant", "messages": messages, "stream": true, "tools": tools});
+        let raw = client()
+            .post(proxy.url("/chat/completions"))
+            .header("X-OpenWebUI-Chat-Id", "owui-chat-1")
+            .json(&request)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let content = stream_content(&raw);
+        assert!(
+            content.contains(&format!("<!-- STEP: {expected} -->")),
+            "{raw}"
+        );
+        messages.push(json!({"role": "assistant", "content": content}));
+        messages.push(json!({"role": "user", "content": "Why?"}));
+    }
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].resume_id(), None);
+    // The second turn resumed the first turn's Claude session and sent only the new question.
+    assert_eq!(calls[1].resume_id(), Some("claude-s1"));
+    assert!(
+        !calls[1].stdin.contains("Should we cache?"),
+        "{}",
+        calls[1].stdin
+    );
+    let session: Value = client()
+        .get(proxy.url("/sessions/owui-chat-1"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(session["runner_session_id"], "claude-s1");
+    let steps: Vec<&str> = session["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["what", "why"]);
+    assert!(proxy.terminate().success());
 }
