@@ -5,6 +5,10 @@
 //! axum handler (one HTTP round trip, the floor) and against the proxy with an in-process runner
 //! that answers at once. Added latency = proxy percentile − bare percentile.
 //!
+//! The same against the mock OpenAI upstream of `enforce-testkit` on loopback: the upstream
+//! asked directly versus through the proxy (`OpenAiRunner` → mock), so added latency includes
+//! the runner's HTTP client hop.
+//!
 //! Then it opens 1,000 streaming requests whose runner waits until released, and reports the
 //! process RSS (server and client share the process, so this is an upper bound for the server).
 //!
@@ -70,6 +74,37 @@ async fn start_proxy(gate: Option<Arc<RwLock<()>>>) -> String {
     .model(Model::new(
         "m",
         Arc::new(Gated { gate }),
+        Arc::new(Enforcer::new(vec![Box::new(HasMarker)])),
+    ))
+    .build()
+    .expect("server");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(server.serve(listener, std::future::pending()));
+    format!("http://{addr}/v1/chat/completions")
+}
+
+/// The proxy in front of `upstream` (an OpenAI-compatible base URL).
+async fn start_proxy_upstream(upstream: &str) -> String {
+    let runner = enforce_runner::OpenAiRunner::new(enforce_runner::OpenAiConfig {
+        base_url: upstream.to_string(),
+        model: "mock-model".into(),
+        retry: enforce_runner::RetryConfig {
+            max_retries: 0,
+            ..enforce_runner::RetryConfig::default()
+        },
+        ..enforce_runner::OpenAiConfig::default()
+    })
+    .expect("runner");
+    let server = Server::builder(ServerConfig {
+        max_concurrent: 4096,
+        ..ServerConfig::default()
+    })
+    .model(Model::new(
+        "m",
+        Arc::new(runner),
         Arc::new(Enforcer::new(vec![Box::new(HasMarker)])),
     ))
     .build()
@@ -189,6 +224,36 @@ fn main() {
                     p99 - f99
                 );
             }
+        }
+
+        let mock = enforce_testkit::MockOpenAi::start(
+            enforce_testkit::MockScript::new()
+                .reply(enforce_testkit::MockReply::text(ANSWER))
+                .then(enforce_testkit::Then::RepeatLast),
+        )
+        .await
+        .expect("mock upstream");
+        let direct = format!("{}/chat/completions", mock.url());
+        let via = start_proxy_upstream(&mock.url()).await;
+        println!("against the mock upstream (direct vs through the proxy):");
+        for c in [1usize, 10] {
+            let floor = run(&direct, false, c).await;
+            let (f50, f99) = (pct(&floor, 0.5), pct(&floor, 0.99));
+            println!("mock_direct c={c:<2}          {f50:8.1} {f99:8.1}");
+            let t = run(&via, false, c).await;
+            let (p50, p99) = (pct(&t, 0.5), pct(&t, 0.99));
+            println!(
+                "via_proxy_json c={c:<2}       {p50:8.1} {p99:8.1}   {:9.1}   {:9.1}",
+                p50 - f50,
+                p99 - f99
+            );
+            let t = run(&via, true, c).await;
+            let (p50, p99) = (pct(&t, 0.5), pct(&t, 0.99));
+            println!(
+                "via_proxy_stream c={c:<2}     {p50:8.1} {p99:8.1}   {:9.1}   {:9.1}",
+                p50 - f50,
+                p99 - f99
+            );
         }
 
         let gate = Arc::new(RwLock::new(()));
