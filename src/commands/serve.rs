@@ -102,8 +102,23 @@ pub struct Args {
     pub root: Option<PathBuf>,
 }
 
+/// Log filter when `RUST_LOG` is not set: the proxy's requests and warnings.
+const DEFAULT_LOG_FILTER: &str = "warn,enforce_server=info";
+
+/// Logs to stderr; `RUST_LOG` (e.g. `enforce_server=debug`) overrides the default filter.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    // A second init (tests calling `serve` twice) keeps the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 /// Runs the proxy until Ctrl-C or SIGTERM.
 pub fn run(args: Args) -> ExitCode {
+    init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -201,6 +201,14 @@ impl App {
 
     /// Counts a finished request and writes its audit line.
     fn record(&self, model: &str, status: &str, outcome: Option<&Outcome>, total: Duration) {
+        tracing::info!(
+            model,
+            status,
+            attempts = outcome.map_or(0, |o| o.attempts.len()),
+            codes = %outcome.map(|o| o.codes().join(",")).unwrap_or_default(),
+            total_ms = total.as_millis() as u64,
+            "chat completion finished"
+        );
         let m = &self.metrics;
         m.add(
             "enforce_requests_total",
