@@ -475,9 +475,30 @@ pub(crate) async fn list_models(State(app): State<Arc<App>>) -> Json<Value> {
     let data: Vec<Value> = app
         .model_order
         .iter()
-        .map(|id| json!({"id": id, "object": "model", "created": app.started, "owned_by": "enforce"}))
+        .map(|id| model_object(&app, id))
         .collect();
     Json(json!({"object": "list", "data": data}))
+}
+
+fn model_object(app: &App, id: &str) -> Value {
+    json!({"id": id, "object": "model", "created": app.started, "owned_by": "enforce"})
+}
+
+pub(crate) async fn get_model(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
+    if app.models.contains_key(&id) {
+        Json(model_object(&app, &id)).into_response()
+    } else {
+        ApiError {
+            param: Some("model"),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "model_not_found",
+                format!("The model `{id}` does not exist on this proxy."),
+            )
+        }
+        .into_response()
+    }
 }
 
 pub(crate) async fn healthz(State(app): State<Arc<App>>) -> Response {

@@ -10,8 +10,9 @@
 //! id, an `Arc<dyn Runner>`, an `Arc<Enforcer>` and [`ModelOptions`], plus an optional
 //! [`StepExtractor`] that reads the step marker of a passed answer for the session history.
 //!
-//! Routes: `GET /v1/models`, `POST /v1/chat/completions`, `GET /v1/sessions/{id}` (bearer auth
-//! when keys are configured), `GET /healthz` and `GET /metrics` (Prometheus text, no auth).
+//! Routes: `GET /v1/models`, `GET /v1/models/{id}`, `POST /v1/chat/completions`,
+//! `GET /v1/sessions/{id}` (bearer auth when keys are configured), `GET /healthz` and
+//! `GET /metrics` (Prometheus text, no auth).
 //!
 //! ```no_run
 //! use enforce_core::{Enforcer, ScriptedRunner};
@@ -206,6 +207,7 @@ impl Server {
     pub fn router(&self) -> Router {
         let authed = Router::new()
             .route("/v1/models", get(app::list_models))
+            .route("/v1/models/{id}", get(app::get_model))
             .route("/v1/chat/completions", post(app::chat_completions))
             .route("/v1/sessions/{id}", get(app::get_session))
             .route_layer(axum::middleware::from_fn_with_state(

@@ -300,6 +300,18 @@ async fn models_are_listed() {
     assert_eq!(body["data"][0]["object"], "model");
     assert!(body["data"][0]["created"].is_u64());
     assert!(body["data"][0]["owned_by"].is_string());
+    let one: Value = h
+        .client
+        .get(h.url("/v1/models/m"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(one, body["data"][0]);
+    let missing = h.client.get(h.url("/v1/models/x")).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
 }
 
 // ------------------------------------------------------------------ streaming
