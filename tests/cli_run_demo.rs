@@ -329,3 +329,36 @@ fn run_reads_the_prompt_from_stdin() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "from stdin\n<!-- STEP: done -->\n");
 }
+
+#[test]
+fn an_unavailable_required_validator_exits_3() {
+    let dir = ScratchDir::new("enforce-run").unwrap();
+    let config = dir.path().join("enforce.yaml");
+    std::fs::write(
+        &config,
+        "validators:\n  lint:\n    type: external\n    command: [/nonexistent/linter]\n    \
+         fail_mode: closed\nprofiles:\n  linted:\n    validators: [lint]\n",
+    )
+    .unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let out = enforce(
+        &[
+            "run",
+            "--config",
+            config.to_str().unwrap(),
+            "--profile",
+            "linted",
+            "--command",
+            "echo fine",
+            "--audit",
+            audit.to_str().unwrap(),
+            "q",
+        ],
+        &BTreeMap::new(),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("unavailable"), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(audit_records(&audit)[0]["status"], "unavailable");
+}
