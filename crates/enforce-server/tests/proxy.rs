@@ -637,9 +637,10 @@ async fn body_limit_is_enforced() {
 
 #[tokio::test]
 async fn concurrency_limit_answers_429_with_retry_after() {
-    let runner = Arc::new(Slow {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let runner = Arc::new(Gated {
         inner: ScriptedRunner::texts([GOOD, GOOD]),
-        delay: Duration::from_millis(500),
+        gate: gate.clone(),
     });
     let config = ServerConfig {
         max_concurrent: 1,
@@ -658,14 +659,16 @@ async fn concurrency_limit_answers_429_with_retry_after() {
         let url = h.url("/v1/chat/completions");
         tokio::spawn(async move { client.post(url).json(&user_body(false)).send().await })
     };
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    h.wait_in_flight(1).await;
     let second = h.chat(user_body(false)).await;
     assert_eq!(second.status(), 429);
     assert_eq!(second.headers()["retry-after"], "2");
     let body: Value = second.json().await.unwrap();
     assert!(body["error"]["message"].is_string());
+    gate.add_permits(1);
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
     // The slot is free again.
+    gate.add_permits(1);
     assert_eq!(h.chat(user_body(false)).await.status(), 200);
 }
 
@@ -875,11 +878,17 @@ async fn shutdown_finishes_in_flight_requests_and_flushes_the_audit_log() {
             .unwrap();
         read_stream(resp).await.1
     });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    h.wait_in_flight(2).await;
     let serving = h.begin_shutdown();
     tokio::time::sleep(Duration::from_millis(50)).await;
     // New connections are refused while draining.
-    let late = reqwest::Client::new().get(h.url("/healthz")).send().await;
+    let late = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(h.url("/healthz"))
+        .send()
+        .await;
     assert!(late.is_err() || late.unwrap().status() == 503);
 
     let resp = non_stream.await.unwrap().unwrap();
@@ -921,7 +930,7 @@ async fn shutdown_grace_bounds_the_drain() {
     let client = h.client.clone();
     let _pending =
         tokio::spawn(async move { client.post(url).json(&user_body(false)).send().await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    h.wait_in_flight(1).await;
     let started = std::time::Instant::now();
     let serving = h.begin_shutdown();
     tokio::time::timeout(Duration::from_secs(5), serving)

@@ -53,6 +53,17 @@ impl Harness {
             .unwrap()
     }
 
+    /// Waits (up to 10 s) until `n` enforcements are in flight.
+    pub async fn wait_in_flight(&self, n: usize) {
+        for _ in 0..1000 {
+            if self.server.metrics().value("enforce_in_flight", &[]) >= n as f64 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{n} requests never were in flight");
+    }
+
     /// Asks the server to stop and waits until `serve` returned.
     pub async fn shutdown(mut self) -> Result<(), ServerError> {
         if let Some(stop) = self.stop.take() {
@@ -177,6 +188,33 @@ impl<R: Runner> Runner for Slow<R> {
         feedback: &str,
     ) -> Result<Reply, RunnerError> {
         tokio::time::sleep(self.delay).await;
+        self.inner.follow_up(request, previous, feedback).await
+    }
+}
+
+/// Answers each call only after the test released one permit of `gate`.
+pub struct Gated<R> {
+    pub inner: R,
+    pub gate: Arc<tokio::sync::Semaphore>,
+}
+
+#[async_trait]
+impl<R: Runner> Runner for Gated<R> {
+    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+        if let Ok(permit) = self.gate.acquire().await {
+            permit.forget();
+        }
+        self.inner.ask(request).await
+    }
+    async fn follow_up(
+        &self,
+        request: &Request,
+        previous: &Reply,
+        feedback: &str,
+    ) -> Result<Reply, RunnerError> {
+        if let Ok(permit) = self.gate.acquire().await {
+            permit.forget();
+        }
         self.inner.follow_up(request, previous, feedback).await
     }
 }
