@@ -191,11 +191,15 @@ pub fn prepare(args: &Args) -> Result<Prepared, String> {
             "no model to serve: give --upstream-url URL [--upstream-model NAME], or --runner claude, or a config with a `models:` list".into(),
         );
     }
-    let server = Server::builder(config)
+    let mut builder = Server::builder(config)
         .models(models)
-        .step_extractor(enforce_validators::extract_step)
-        .build()
-        .map_err(|e| e.to_string())?;
+        .step_extractor(enforce_validators::extract_step);
+    // Every profile can be picked per request with `X-Enforce-Profile`.
+    let names: Vec<String> = profiles.names().map(str::to_string).collect();
+    for name in names {
+        builder = builder.profile(name.clone(), enforcer_for(&profiles, &name)?);
+    }
+    let server = builder.build().map_err(|e| e.to_string())?;
     Ok(Prepared { listen, server })
 }
 

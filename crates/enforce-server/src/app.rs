@@ -27,6 +27,8 @@ use tracing::Instrument;
 
 /// The header Open WebUI sends with `ENABLE_FORWARD_USER_INFO_HEADERS`.
 const CHAT_ID_HEADER: &str = "x-openwebui-chat-id";
+/// A request header naming the profile to enforce instead of the model's own.
+pub(crate) const PROFILE_HEADER: &str = "x-enforce-profile";
 
 /// Everything the handlers share.
 pub(crate) struct App {
@@ -35,6 +37,8 @@ pub(crate) struct App {
     /// Model ids in configuration order, for `/v1/models`.
     pub model_order: Vec<String>,
     pub step_extractor: Option<StepExtractor>,
+    /// Enforcers a request may pick by name with `X-Enforce-Profile`.
+    pub profiles: HashMap<String, Arc<enforce_core::Enforcer>>,
     pub scrape_hook: Option<crate::ScrapeHook>,
     pub sessions: SessionStore,
     pub metrics: Arc<Metrics>,
@@ -585,6 +589,33 @@ pub(crate) async fn chat_completions(
         };
         return app.reject("unknown_model", error);
     };
+    let mut model = model;
+    if let Some(name) = headers
+        .get(PROFILE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        match app.profiles.get(name) {
+            Some(enforcer) => model.enforcer = enforcer.clone(),
+            None => {
+                let mut known: Vec<&str> = app.profiles.keys().map(String::as_str).collect();
+                known.sort_unstable();
+                let error = ApiError::bad_request(
+                    format!(
+                        "Unknown profile `{name}` in {PROFILE_HEADER}. Known profiles: {}.",
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                    None,
+                );
+                return app.reject("unknown_profile", error);
+            }
+        }
+    }
     let Ok(permit) = app.limiter.clone().try_acquire_owned() else {
         let error = ApiError {
             retry_after: Some(app.config.retry_after_secs),

@@ -82,6 +82,7 @@ pub struct ServerBuilder {
     models: Vec<Model>,
     step_extractor: Option<StepExtractor>,
     scrape_hook: Option<ScrapeHook>,
+    profiles: HashMap<String, Arc<enforce_core::Enforcer>>,
 }
 
 impl ServerBuilder {
@@ -103,6 +104,17 @@ impl ServerBuilder {
         extract: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
         self.step_extractor = Some(Arc::new(extract));
+        self
+    }
+
+    /// Adds a named enforcer a request may pick with the `X-Enforce-Profile` header instead of
+    /// its model's own (an unknown name is a 400).
+    pub fn profile(
+        mut self,
+        name: impl Into<String>,
+        enforcer: Arc<enforce_core::Enforcer>,
+    ) -> Self {
+        self.profiles.insert(name.into(), enforcer);
         self
     }
 
@@ -160,6 +172,7 @@ impl ServerBuilder {
                 model_order,
                 step_extractor: self.step_extractor,
                 scrape_hook: self.scrape_hook,
+                profiles: self.profiles,
                 sessions,
                 metrics: Arc::new(Metrics::new()),
                 audit,
@@ -195,6 +208,7 @@ impl Server {
             models: Vec::new(),
             step_extractor: None,
             scrape_hook: None,
+            profiles: HashMap::new(),
         }
     }
 

@@ -992,3 +992,38 @@ async fn scrape_hook_exports_outside_gauges() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_request_may_pick_another_profile_by_header() {
+    let runner = Arc::new(ScriptedRunner::texts(["no marker at all", "still none"]));
+    let server = enforce_server::Server::builder(ServerConfig::default())
+        .model(enforce_server::Model::new(
+            "m",
+            runner,
+            Arc::new(marker_enforcer(false)),
+        ))
+        .profile("plain", Arc::new(Enforcer::new(vec![])))
+        .build()
+        .unwrap();
+    let h = Harness::start(server).await;
+    let resp = h
+        .client
+        .post(h.url("/v1/chat/completions"))
+        .header("X-Enforce-Profile", "plain")
+        .json(&user_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-enforce-status"], "passed");
+    let resp = h
+        .client
+        .post(h.url("/v1/chat/completions"))
+        .header("X-Enforce-Profile", "nope")
+        .json(&user_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("plain"));
+}
