@@ -1027,3 +1027,31 @@ async fn a_request_may_pick_another_profile_by_header() {
     let body: Value = resp.json().await.unwrap();
     assert!(body["error"]["message"].as_str().unwrap().contains("plain"));
 }
+
+#[tokio::test]
+async fn a_policy_fallback_is_delivered_even_in_streams() {
+    let fallback = "Sorry, no valid answer could be produced.";
+    let enforcer = marker_enforcer(false).with_policy(enforce_core::Policy {
+        fallback: Some(fallback.into()),
+        ..enforce_core::Policy::default()
+    });
+    let runner = Arc::new(ScriptedRunner::texts([
+        "FAILING", "FAILING", "FAILING", "FAILING",
+    ]));
+    let server = server_with(
+        ServerConfig::default(),
+        runner,
+        enforcer,
+        unresolved(FailureResponse::Error),
+    );
+    let h = Harness::start(server).await;
+    let resp = h.chat(user_body(false)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-enforce-status"], "unresolved");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], fallback);
+    assert_eq!(body["enforcement"]["fallback_used"], true);
+    let (raw, parsed) = read_stream(h.chat(user_body(true)).await).await;
+    assert!(!raw.contains("FAILING"));
+    assert_eq!(parsed.openai_result().unwrap(), fallback);
+}
