@@ -27,6 +27,13 @@ impl Proxy {
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .env_remove("ENFORCE_API_KEYS")
+            // Loopback only: no proxy may sit between the binary and the mock upstream.
+            .env_remove("HTTP_PROXY")
+            .env_remove("http_proxy")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .env_remove("ALL_PROXY")
+            .env_remove("all_proxy")
             .env_remove("ENFORCE_CONFIG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -143,8 +150,7 @@ async fn flags_only_passes_after_a_reask_and_forwards_unknown_fields() {
     let proxy = Proxy::start(&[
         "--upstream-url",
         &upstream.url(),
-        "--upstream-model",
-        "mock-model",
+        // No --upstream-model: the proxy takes the first model the upstream lists.
         "--model-id",
         "m",
         "--profile",

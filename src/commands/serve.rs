@@ -61,7 +61,8 @@ pub struct Args {
     /// Base URL of the OpenAI-compatible upstream, up to `/v1`.
     #[arg(long, env = "ENFORCE_UPSTREAM_URL")]
     pub upstream_url: Option<String>,
-    /// Upstream model name (Claude `--model` with `--runner claude`).
+    /// Upstream model name (Claude `--model` with `--runner claude`) [default: the first model
+    /// the upstream lists at /models].
     #[arg(long, env = "ENFORCE_UPSTREAM_MODEL")]
     pub upstream_model: Option<String>,
     /// API key for the upstream.
@@ -148,8 +149,9 @@ pub struct Prepared {
     pub server: Server,
 }
 
-/// Builds the server from flags and configuration.
-pub fn prepare(args: &Args) -> Result<Prepared, String> {
+/// Builds the server from flags and configuration. Without `--upstream-model`, asks the
+/// upstream's `/models` for its first model.
+pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     let loaded = LoadedConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
     let registry = Registry::builtin();
     let profiles = loaded
@@ -183,7 +185,13 @@ pub fn prepare(args: &Args) -> Result<Prepared, String> {
             &profiles,
         )?);
     }
-    if let Some(model) = model_from_flags(args, &profiles)? {
+    let mut upstream_model = args.upstream_model.clone();
+    if upstream_model.is_none() && args.runner != Some(ServeRunner::Claude) {
+        if let Some(url) = &args.upstream_url {
+            upstream_model = Some(discover_model(url, args.upstream_key.as_deref()).await?);
+        }
+    }
+    if let Some(model) = model_from_flags(args, upstream_model, &profiles)? {
         models.push(model);
     }
     if models.is_empty() {
@@ -243,7 +251,46 @@ fn model_from_config(
     )
 }
 
-fn model_from_flags(args: &Args, profiles: &ProfileSet) -> Result<Option<Model>, String> {
+/// The first model the upstream lists at `{base_url}/models` (llama.cpp and single-model servers
+/// need no name; this finds the one they serve).
+async fn discover_model(base_url: &str, key: Option<&str>) -> Result<String, String> {
+    let url = format!("{}/models", base_url.trim_end_matches('/'));
+    let hint = "give --upstream-model NAME";
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+    let mut request = client.get(&url);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|e| format!("cannot list the upstream's models at {url} ({e}); {hint}"))?;
+    if !response.status().is_success() {
+        return Err(format!(
+            "the upstream answered {} to {url}; {hint}",
+            response.status()
+        ));
+    }
+    let list: serde_json::Value = response
+        .json()
+        .await
+        .map_err(|e| format!("the upstream's model list at {url} is not JSON ({e}); {hint}"))?;
+    list.get("data")
+        .and_then(|d| d.get(0))
+        .and_then(|m| m.get("id"))
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| format!("the upstream lists no model at {url}; {hint}"))
+}
+
+fn model_from_flags(
+    args: &Args,
+    upstream_model: Option<String>,
+    profiles: &ProfileSet,
+) -> Result<Option<Model>, String> {
     let kind = match (args.runner, &args.upstream_url) {
         (Some(kind), _) => kind,
         (None, Some(_)) => ServeRunner::Openai,
@@ -255,8 +302,7 @@ fn model_from_flags(args: &Args, profiles: &ProfileSet) -> Result<Option<Model>,
                 .upstream_url
                 .clone()
                 .ok_or("--runner openai needs --upstream-url")?;
-            let model = args
-                .upstream_model
+            let model = upstream_model
                 .clone()
                 .ok_or("--upstream-url needs --upstream-model (the upstream's model name)")?;
             let mut c = OpenAiConfig {
@@ -272,7 +318,7 @@ fn model_from_flags(args: &Args, profiles: &ProfileSet) -> Result<Option<Model>,
         }
         ServeRunner::Claude => {
             let mut c = ClaudeConfig {
-                model: args.upstream_model.clone(),
+                model: upstream_model.clone(),
                 ..ClaudeConfig::default()
             };
             if let Some(bin) = &args.claude_bin {
@@ -293,7 +339,7 @@ fn model_from_flags(args: &Args, profiles: &ProfileSet) -> Result<Option<Model>,
     let id = args
         .model_id
         .clone()
-        .or_else(|| args.upstream_model.clone())
+        .or(upstream_model)
         .unwrap_or_else(|| profile.clone());
     Ok(Some(Model::new(id, runner, enforcer).with_options(
         ModelOptions {
@@ -309,7 +355,7 @@ pub async fn serve(
     args: Args,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let prepared = prepare(&args)?;
+    let prepared = prepare(&args).await?;
     let listener = tokio::net::TcpListener::bind(&prepared.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", prepared.listen))?;
