@@ -27,6 +27,45 @@ pub struct RootConfig {
     pub profiles: BTreeMap<String, ProfileConfig>,
     /// The runner `enforce run` asks (`type: claude | openai | command`).
     pub runner: Option<enforce_runner::RunnerConfig>,
+    /// The public models `enforce serve` offers, each a runner plus a profile.
+    pub models: Vec<ServedModelConfig>,
+    /// Settings of `enforce serve`: listen address, keys, limits, sessions, audit log.
+    pub server: Option<enforce_server::ServerSection>,
+}
+
+/// One entry of `models:`: a public model id of `enforce serve`.
+///
+/// ```yaml
+/// models:
+///   - id: consultant
+///     runner: {type: claude}
+///     profile: chat
+///     status_events: true
+///   - id: adr-writer
+///     runner: {type: openai, base_url: "http://localhost:11434/v1", model: llama3.2}
+///     profile: adr
+///     on_unresolved: error
+/// ```
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServedModelConfig {
+    /// The id clients send as `model`.
+    pub id: String,
+    /// Its runner; the top-level `runner:` when absent.
+    #[serde(default)]
+    pub runner: Option<enforce_runner::RunnerConfig>,
+    /// Its profile; the default profile when absent.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// `return` (default) or `error`: what a non-streaming client gets for an unresolved answer.
+    #[serde(default)]
+    pub on_unresolved: enforce_server::FailureResponse,
+    /// `return` (default) or `error`: the same for an unavailable validator.
+    #[serde(default)]
+    pub on_unavailable: enforce_server::FailureResponse,
+    /// Send Open WebUI status events in streams.
+    #[serde(default)]
+    pub status_events: bool,
 }
 
 impl RootConfig {
@@ -69,6 +108,18 @@ impl LoadedConfig {
             source: Some(source),
             config,
         })
+    }
+
+    /// `path` resolved against the config file's directory (the current directory without a
+    /// file); absolute paths stay as they are.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() {
+            return path.to_path_buf();
+        }
+        match &self.source {
+            Some(source) => source.base_dir().join(path),
+            None => path.to_path_buf(),
+        }
     }
 
     /// Plugin directories, resolved against the file's directory.

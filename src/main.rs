@@ -23,6 +23,8 @@ enum Command {
     Run(commands::run::Args),
     /// Show the whole loop on a built-in scripted model (no LLM needed).
     Demo(commands::demo::Args),
+    /// Serve the OpenAI-compatible enforcement proxy (`/v1/chat/completions`).
+    Serve(commands::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -30,5 +32,6 @@ fn main() -> ExitCode {
         Command::Check(args) => commands::check::run(args),
         Command::Run(args) => commands::run::run(args),
         Command::Demo(args) => commands::demo::run(args),
+        Command::Serve(args) => commands::serve::run(args),
     }
 }

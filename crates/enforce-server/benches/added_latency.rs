@@ -1,0 +1,284 @@
+//! Percentiles of the latency the proxy adds, and memory with 1,000 held streams.
+//!
+//! Criterion reports means; the targets are p50/p99, so this harness times each request itself:
+//! N sequential requests (c=1) and N requests from 10 concurrent clients (c=10), against a bare
+//! axum handler (one HTTP round trip, the floor) and against the proxy with an in-process runner
+//! that answers at once. Added latency = proxy percentile − bare percentile.
+//!
+//! The same against the mock OpenAI upstream of `enforce-testkit` on loopback: the upstream
+//! asked directly versus through the proxy (`OpenAiRunner` → mock), so added latency includes
+//! the runner's HTTP client hop.
+//!
+//! Then it opens 1,000 streaming requests whose runner waits until released, and reports the
+//! process RSS (server and client share the process, so this is an upper bound for the server).
+//!
+//! Run: `cargo bench -p enforce-server --bench added_latency` (Linux, for /proc RSS).
+
+use enforce_core::{
+    async_trait, Context, Enforcer, Issue, Reply, Request, Runner, RunnerError, Validation,
+    Validator,
+};
+use enforce_server::{Model, Server, ServerConfig};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::RwLock;
+
+const ANSWER: &str =
+    "A short answer that explains the decision in two sentences. It is fine.\n<!-- STEP: why -->";
+const N: usize = 4000;
+
+/// Answers at once, or once the write lock on `gate` is released.
+struct Gated {
+    gate: Option<Arc<RwLock<()>>>,
+}
+
+#[async_trait]
+impl Runner for Gated {
+    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
+        if let Some(gate) = &self.gate {
+            drop(gate.read().await);
+        }
+        Ok(Reply::text(ANSWER))
+    }
+    async fn follow_up(&self, r: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
+        self.ask(r).await
+    }
+}
+
+struct HasMarker;
+
+#[async_trait]
+impl Validator for HasMarker {
+    fn name(&self) -> &str {
+        "step_marker"
+    }
+    async fn validate(&self, response: &str, _: &Context) -> Validation {
+        Ok(if response.contains("<!-- STEP:") {
+            vec![]
+        } else {
+            vec![Issue::error(
+                "step_marker",
+                "MISSING_STEP_MARKER",
+                "no marker",
+            )]
+        })
+    }
+}
+
+async fn start_proxy(gate: Option<Arc<RwLock<()>>>) -> String {
+    let server = Server::builder(ServerConfig {
+        max_concurrent: 4096,
+        ..ServerConfig::default()
+    })
+    .model(Model::new(
+        "m",
+        Arc::new(Gated { gate }),
+        Arc::new(Enforcer::new(vec![Box::new(HasMarker)])),
+    ))
+    .build()
+    .expect("server");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(server.serve(listener, std::future::pending()));
+    format!("http://{addr}/v1/chat/completions")
+}
+
+/// The proxy in front of `upstream` (an OpenAI-compatible base URL).
+async fn start_proxy_upstream(upstream: &str) -> String {
+    let runner = enforce_runner::OpenAiRunner::new(enforce_runner::OpenAiConfig {
+        base_url: upstream.to_string(),
+        model: "mock-model".into(),
+        retry: enforce_runner::RetryConfig {
+            max_retries: 0,
+            ..enforce_runner::RetryConfig::default()
+        },
+        ..enforce_runner::OpenAiConfig::default()
+    })
+    .expect("runner");
+    let server = Server::builder(ServerConfig {
+        max_concurrent: 4096,
+        ..ServerConfig::default()
+    })
+    .model(Model::new(
+        "m",
+        Arc::new(runner),
+        Arc::new(Enforcer::new(vec![Box::new(HasMarker)])),
+    ))
+    .build()
+    .expect("server");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(server.serve(listener, std::future::pending()));
+    format!("http://{addr}/v1/chat/completions")
+}
+
+async fn start_bare() -> String {
+    let body = json!({"id":"x","object":"chat.completion","created":0,"model":"m",
+        "choices":[{"index":0,"message":{"role":"assistant","content":ANSWER},"finish_reason":"stop"}]});
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |_: axum::body::Bytes| {
+            let body = body.clone();
+            async move { axum::Json(body) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/v1/chat/completions")
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(2048)
+        .build()
+        .expect("client")
+}
+
+async fn one(client: &reqwest::Client, url: &str, stream: bool) -> Duration {
+    let body = json!({"model":"m","messages":[{"role":"user","content":"Why?"}],"stream":stream});
+    let start = Instant::now();
+    let resp = client.post(url).json(&body).send().await.expect("send");
+    let bytes = resp.bytes().await.expect("body");
+    let took = start.elapsed();
+    assert!(bytes.len() > 50);
+    took
+}
+
+async fn run(url: &str, stream: bool, concurrency: usize) -> Vec<Duration> {
+    let client = client();
+    for _ in 0..200 {
+        one(&client, url, stream).await;
+    }
+    let per = N / concurrency;
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let client = client.clone();
+            let url = url.to_string();
+            tokio::spawn(async move {
+                let mut times = Vec::with_capacity(per);
+                for _ in 0..per {
+                    times.push(one(&client, &url, stream).await);
+                }
+                times
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(N);
+    for t in tasks {
+        all.extend(t.await.expect("task"));
+    }
+    all.sort();
+    all
+}
+
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+fn rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` runs this too: keep that quick.
+    if std::env::args().any(|a| a == "--test" || a == "--list") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let bare = start_bare().await;
+        let proxy = start_proxy(None).await;
+        println!("requests per case: {N}, keep-alive client, loopback, 2 worker threads");
+        println!("case                      p50 µs   p99 µs   added p50   added p99");
+        for c in [1usize, 10] {
+            let floor = run(&bare, false, c).await;
+            let (f50, f99) = (pct(&floor, 0.5), pct(&floor, 0.99));
+            println!("bare_http c={c:<2}            {f50:8.1} {f99:8.1}");
+            for (name, stream) in [("proxy_json", false), ("proxy_stream", true)] {
+                let t = run(&proxy, stream, c).await;
+                let (p50, p99) = (pct(&t, 0.5), pct(&t, 0.99));
+                println!(
+                    "{name:<13} c={c:<2}        {p50:8.1} {p99:8.1}   {:9.1}   {:9.1}",
+                    p50 - f50,
+                    p99 - f99
+                );
+            }
+        }
+
+        let mock = enforce_testkit::MockOpenAi::start(
+            enforce_testkit::MockScript::new()
+                .reply(enforce_testkit::MockReply::text(ANSWER))
+                .then(enforce_testkit::Then::RepeatLast),
+        )
+        .await
+        .expect("mock upstream");
+        let direct = format!("{}/chat/completions", mock.url());
+        let via = start_proxy_upstream(&mock.url()).await;
+        println!("against the mock upstream (direct vs through the proxy):");
+        for c in [1usize, 10] {
+            let floor = run(&direct, false, c).await;
+            let (f50, f99) = (pct(&floor, 0.5), pct(&floor, 0.99));
+            println!("mock_direct c={c:<2}          {f50:8.1} {f99:8.1}");
+            let t = run(&via, false, c).await;
+            let (p50, p99) = (pct(&t, 0.5), pct(&t, 0.99));
+            println!(
+                "via_proxy_json c={c:<2}       {p50:8.1} {p99:8.1}   {:9.1}   {:9.1}",
+                p50 - f50,
+                p99 - f99
+            );
+            let t = run(&via, true, c).await;
+            let (p50, p99) = (pct(&t, 0.5), pct(&t, 0.99));
+            println!(
+                "via_proxy_stream c={c:<2}     {p50:8.1} {p99:8.1}   {:9.1}   {:9.1}",
+                p50 - f50,
+                p99 - f99
+            );
+        }
+
+        let gate = Arc::new(RwLock::new(()));
+        let closed = gate.clone().write_owned().await;
+        let held = start_proxy(Some(gate.clone())).await;
+        let before = rss_mb();
+        let client = client();
+        let streams: Vec<_> = (0..1000)
+            .map(|_| {
+                let client = client.clone();
+                let url = held.clone();
+                tokio::spawn(async move { one(&client, &url, true).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let during = rss_mb();
+        drop(closed);
+        let mut done = 0;
+        for s in streams {
+            s.await.expect("stream");
+            done += 1;
+        }
+        println!(
+            "1000 held streams: RSS before {before:.1} MB, while held {during:.1} MB (+{:.1} MB, client included), {done} completed",
+            during - before
+        );
+    });
+}

@@ -1,0 +1,697 @@
+//! Shared state and the HTTP handlers.
+
+use crate::audit::AuditLog;
+use crate::config::{FailureResponse, Model, ServerConfig};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::openai::{self, ChatRequest, CompletionId};
+use crate::session::{SessionStore, TurnRecord};
+use crate::{auth, stream, StepExtractor, ENFORCE_STATUS_HEADER};
+use axum::body::Body;
+use axum::extract::{Path, Request as HttpRequest, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use enforce_core::{
+    async_trait, Context, Event, Outcome, Reply, Request, Runner, RunnerError, Status,
+};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+/// The header Open WebUI sends with `ENABLE_FORWARD_USER_INFO_HEADERS`.
+const CHAT_ID_HEADER: &str = "x-openwebui-chat-id";
+/// A request header naming the profile to enforce instead of the model's own.
+pub(crate) const PROFILE_HEADER: &str = "x-enforce-profile";
+
+/// Everything the handlers share.
+pub(crate) struct App {
+    pub config: ServerConfig,
+    pub models: HashMap<String, Model>,
+    /// Model ids in configuration order, for `/v1/models`.
+    pub model_order: Vec<String>,
+    pub step_extractor: Option<StepExtractor>,
+    /// Enforcers a request may pick by name with `X-Enforce-Profile`.
+    pub profiles: HashMap<String, Arc<enforce_core::Enforcer>>,
+    pub scrape_hook: Option<crate::ScrapeHook>,
+    pub sessions: SessionStore,
+    pub metrics: Arc<Metrics>,
+    pub audit: Option<Arc<AuditLog>>,
+    pub limiter: Arc<Semaphore>,
+    pub draining: AtomicBool,
+    pub started: u64,
+    pub next_id: AtomicU64,
+}
+
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Progress of the loop as the stream driver sees it, sent from the [`Observer`](enforce_core::Observer).
+#[derive(Debug, Clone)]
+pub(crate) enum Progress {
+    Asking {
+        attempt: u32,
+    },
+    Retrying {
+        attempt: u32,
+        max_attempts: u32,
+        codes: Vec<String>,
+    },
+    Repaired {
+        validator: String,
+    },
+}
+
+fn progress_of(event: &Event<'_>) -> Option<Progress> {
+    match *event {
+        Event::Asking { attempt, .. } => Some(Progress::Asking { attempt }),
+        Event::Retrying {
+            attempt,
+            max_attempts,
+            issues,
+            ..
+        } => {
+            let mut codes: Vec<String> = issues
+                .iter()
+                .filter(|i| i.is_error())
+                .map(|i| i.code.clone())
+                .collect();
+            codes.dedup();
+            Some(Progress::Retrying {
+                attempt,
+                max_attempts,
+                codes,
+            })
+        }
+        Event::Repaired { validator } => Some(Progress::Repaired {
+            validator: validator.to_string(),
+        }),
+        _ => None,
+    }
+}
+
+/// Wraps a runner so each attempt gets its own tracing span.
+struct TracedRunner {
+    inner: Arc<dyn Runner>,
+    attempt: AtomicU32,
+}
+
+#[async_trait]
+impl Runner for TracedRunner {
+    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("attempt", attempt, kind = "ask");
+        let result = self.inner.ask(request).instrument(span.clone()).await;
+        span.in_scope(|| log_attempt(&result));
+        result
+    }
+
+    async fn follow_up(
+        &self,
+        request: &Request,
+        previous: &Reply,
+        feedback: &str,
+    ) -> Result<Reply, RunnerError> {
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("attempt", attempt, kind = "follow_up");
+        let result = self
+            .inner
+            .follow_up(request, previous, feedback)
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| log_attempt(&result));
+        result
+    }
+}
+
+fn log_attempt(result: &Result<Reply, RunnerError>) {
+    match result {
+        Ok(reply) => tracing::debug!(bytes = reply.text.len(), "runner replied"),
+        Err(e) => tracing::warn!(error = %e, "runner failed"),
+    }
+}
+
+/// Aborts the enforcement when the request is dropped (the client went away).
+pub(crate) struct Job {
+    pub handle: JoinHandle<Outcome>,
+    pub events: mpsc::UnboundedReceiver<Progress>,
+    pub deadline: tokio::time::Instant,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+/// Counts a request in flight until dropped.
+pub(crate) struct InFlight(Arc<Metrics>);
+
+impl InFlight {
+    fn new(metrics: Arc<Metrics>) -> Self {
+        metrics.gauge_add("enforce_in_flight", "Enforcements running now.", &[], 1.0);
+        InFlight(metrics)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0
+            .gauge_add("enforce_in_flight", "Enforcements running now.", &[], -1.0);
+    }
+}
+
+/// One accepted chat request with everything needed to answer it.
+pub(crate) struct Turn {
+    pub app: Arc<App>,
+    pub model: Model,
+    pub chat: ChatRequest,
+    pub chat_id: Option<String>,
+    pub ids: CompletionId,
+    pub started: Instant,
+    pub _permit: OwnedSemaphorePermit,
+    pub _in_flight: InFlight,
+}
+
+/// How the enforcement task ended.
+pub(crate) enum Ended {
+    Outcome(Box<Outcome>),
+    /// The per-request deadline passed.
+    Deadline,
+    /// The task panicked or was cancelled.
+    Crashed,
+}
+
+impl App {
+    pub fn reject(&self, reason: &'static str, error: ApiError) -> Response {
+        self.metrics.add(
+            "enforce_rejected_total",
+            "Requests refused before any enforcement, by reason.",
+            &[("reason", reason)],
+            1,
+        );
+        error.into_response()
+    }
+
+    /// Counts a finished request and writes its audit line.
+    fn record(&self, model: &str, status: &str, outcome: Option<&Outcome>, total: Duration) {
+        tracing::info!(
+            model,
+            status,
+            attempts = outcome.map_or(0, |o| o.attempts.len()),
+            codes = %outcome.map(|o| o.codes().join(",")).unwrap_or_default(),
+            total_ms = total.as_millis() as u64,
+            "chat completion finished"
+        );
+        let m = &self.metrics;
+        m.add(
+            "enforce_requests_total",
+            "Chat completion requests by model and final status.",
+            &[("model", model), ("status", status)],
+            1,
+        );
+        m.observe(
+            "enforce_request_duration_seconds",
+            "Wall time of chat completion requests.",
+            &[("model", model)],
+            total.as_secs_f64(),
+        );
+        let Some(outcome) = outcome else { return };
+        m.add(
+            "enforce_attempts_total",
+            "Runner attempts (first asks and re-asks).",
+            &[("model", model)],
+            outcome.attempts.len() as u64,
+        );
+        for attempt in &outcome.attempts {
+            m.observe(
+                "enforce_upstream_latency_seconds",
+                "Time waiting on the runner, per attempt.",
+                &[("model", model)],
+                attempt.runner_us as f64 / 1e6,
+            );
+            for issue in &attempt.issues {
+                m.add(
+                    "enforce_issues_total",
+                    "Issues found, by validator and code, over all attempts.",
+                    &[
+                        ("model", model),
+                        ("validator", &issue.validator),
+                        ("code", &issue.code),
+                        ("severity", issue.severity.as_str()),
+                    ],
+                    1,
+                );
+            }
+            for validator in &attempt.repairs {
+                m.add(
+                    "enforce_repairs_total",
+                    "Repairs that changed a response, by validator.",
+                    &[("model", model), ("validator", validator)],
+                    1,
+                );
+            }
+        }
+        if outcome.runner_error.is_some() {
+            m.add(
+                "enforce_runner_failures_total",
+                "Attempts whose runner failed (upstream error, timeout, cut stream).",
+                &[("model", model)],
+                1,
+            );
+        }
+        let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
+        m.observe(
+            "enforce_overhead_seconds",
+            "Enforcement time not spent waiting on the runner (validation, repairs, bookkeeping).",
+            &[("model", model)],
+            overhead as f64 / 1e6,
+        );
+        if let Some(audit) = &self.audit {
+            audit.append(outcome.to_json_line());
+        }
+    }
+}
+
+impl Turn {
+    /// Starts the enforcement on its own task.
+    pub fn start(&self, session_id: Option<String>, context: Context) -> Job {
+        let (tx, events) = mpsc::unbounded_channel();
+        let runner = TracedRunner {
+            inner: self.model.runner.clone(),
+            attempt: AtomicU32::new(0),
+        };
+        let enforcer = self.model.enforcer.clone();
+        let request = Request {
+            messages: self.chat.messages.clone(),
+            session_id,
+            params: self.chat.params.clone(),
+        };
+        let observer = move |event: &Event<'_>| {
+            if let Some(p) = progress_of(event) {
+                // The receiver is gone only when the client left; nothing to tell then.
+                let _ = tx.send(p);
+            }
+        };
+        let handle = tokio::spawn(
+            async move {
+                enforcer
+                    .run_observed(&runner, &request, &context, &observer)
+                    .await
+            }
+            .in_current_span(),
+        );
+        Job {
+            handle,
+            events,
+            deadline: tokio::time::Instant::now() + self.app.config.request_timeout,
+        }
+    }
+
+    /// Bookkeeping once the loop ended: metrics, audit, session. Returns the text to deliver
+    /// or the error to send.
+    pub async fn conclude(
+        &self,
+        ended: Ended,
+        streaming: bool,
+    ) -> Result<(String, Box<Outcome>), ApiError> {
+        let total = self.started.elapsed();
+        let outcome = match ended {
+            Ended::Outcome(outcome) => outcome,
+            Ended::Deadline => {
+                self.app.record(&self.model.id, "deadline", None, total);
+                return Err(ApiError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "enforcement_error",
+                    "deadline_exceeded",
+                    format!(
+                        "No checked answer was ready within this proxy's limit of {} s, so nothing was shown. Please try again, perhaps asking for a shorter answer.",
+                        self.app.config.request_timeout.as_secs_f64()
+                    ),
+                ));
+            }
+            Ended::Crashed => {
+                self.app
+                    .record(&self.model.id, "internal_error", None, total);
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    "internal_error",
+                    "The proxy failed while checking the answer, so nothing was shown. Please try again; if it keeps happening, tell the administrator.",
+                ));
+            }
+        };
+        self.app.record(
+            &self.model.id,
+            outcome.status.as_str(),
+            Some(&outcome),
+            total,
+        );
+
+        let deliverable = deliverable(&outcome, delivery_for(&self.model, streaming));
+        if let Some(chat_id) = &self.chat_id {
+            let step = match (&deliverable, outcome.status.is_success()) {
+                (Some(text), true) => self.app.step_extractor.as_ref().and_then(|f| f(text)),
+                _ => None,
+            };
+            let turn = TurnRecord {
+                model: &self.model.id,
+                status: outcome.status.as_str(),
+                runner_session_id: outcome.session_id.as_deref(),
+                step,
+            };
+            if let Err(e) = self.app.sessions.record_turn(chat_id, turn).await {
+                tracing::error!(chat_id, error = %e, "could not persist session");
+            }
+        }
+        match deliverable {
+            // An empty answer looks like a dropped connection to every client: say so instead.
+            Some(text) if text.trim().is_empty() => {
+                let mut error = ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_error",
+                    "empty_answer",
+                    "The model returned an empty answer. Please try again or rephrase your request.",
+                );
+                error.enforcement = Some(Box::new(openai::enforcement_json(&outcome)));
+                error.enforce_status = Some(outcome.status.as_str());
+                Err(error)
+            }
+            Some(text) => Ok((text, outcome)),
+            None => Err(openai::outcome_failure(&outcome)),
+        }
+    }
+}
+
+/// The per-model choices as they apply to this kind of response. A stream never shows an
+/// answer that failed its checks, whatever the options say: partial trust is not possible once
+/// text is on screen.
+#[derive(Clone, Copy)]
+pub(crate) struct Delivery {
+    on_unresolved: FailureResponse,
+    on_unavailable: FailureResponse,
+}
+
+fn delivery_for(model: &Model, streaming: bool) -> Delivery {
+    if streaming {
+        Delivery {
+            on_unresolved: FailureResponse::Error,
+            on_unavailable: FailureResponse::Error,
+        }
+    } else {
+        Delivery {
+            on_unresolved: model.options.on_unresolved,
+            on_unavailable: model.options.on_unavailable,
+        }
+    }
+}
+
+/// The text to send, if the outcome may be delivered.
+fn deliverable(outcome: &Outcome, delivery: Delivery) -> Option<String> {
+    let text = outcome.response.clone()?;
+    if outcome.status.is_success() || outcome.fallback_used {
+        return Some(text);
+    }
+    if outcome.runner_error.is_some() {
+        return None;
+    }
+    let mode = match outcome.status {
+        Status::Unavailable => delivery.on_unavailable,
+        _ => delivery.on_unresolved,
+    };
+    (mode == FailureResponse::Return).then_some(text)
+}
+
+/// Waits for the job, bounded by its deadline.
+pub(crate) async fn wait(job: &mut Job) -> Ended {
+    match tokio::time::timeout_at(job.deadline, &mut job.handle).await {
+        Ok(Ok(outcome)) => Ended::Outcome(Box::new(outcome)),
+        Ok(Err(join_error)) => {
+            tracing::error!(error = %join_error, "enforcement task failed");
+            Ended::Crashed
+        }
+        Err(_) => {
+            job.handle.abort();
+            Ended::Deadline
+        }
+    }
+}
+
+// ---------------------------------------------------------------- handlers
+
+pub(crate) async fn require_key(
+    State(app): State<Arc<App>>,
+    request: HttpRequest,
+    next: Next,
+) -> Response {
+    if !app.config.api_keys.is_empty() {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(auth::bearer_token);
+        let ok = presented.is_some_and(|key| auth::key_matches(&app.config.api_keys, key));
+        if !ok {
+            let mut error = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "invalid_api_key",
+                "Missing or wrong API key. Send `Authorization: Bearer <key>` with a key this proxy accepts.",
+            );
+            error.param = None;
+            return app.reject("unauthorized", error);
+        }
+    }
+    next.run(request).await
+}
+
+pub(crate) async fn list_models(State(app): State<Arc<App>>) -> Json<Value> {
+    let data: Vec<Value> = app
+        .model_order
+        .iter()
+        .map(|id| model_object(&app, id))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+fn model_object(app: &App, id: &str) -> Value {
+    json!({"id": id, "object": "model", "created": app.started, "owned_by": "enforce"})
+}
+
+pub(crate) async fn get_model(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
+    if app.models.contains_key(&id) {
+        Json(model_object(&app, &id)).into_response()
+    } else {
+        ApiError {
+            param: Some("model"),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "model_not_found",
+                format!("The model `{id}` does not exist on this proxy."),
+            )
+        }
+        .into_response()
+    }
+}
+
+pub(crate) async fn healthz(State(app): State<Arc<App>>) -> Response {
+    if app.draining.load(Ordering::Relaxed) {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "draining"})),
+        )
+            .into_response()
+    } else {
+        Json(json!({"status": "ok", "models": app.model_order.len()})).into_response()
+    }
+}
+
+pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
+    if let Some(hook) = &app.scrape_hook {
+        hook(&app.metrics);
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
+pub(crate) async fn get_session(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
+    match app.sessions.get(&id).await {
+        Some(status) => Json(status).into_response(),
+        None => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "session_not_found",
+            format!("No session `{id}` is known."),
+        )
+        .into_response(),
+    }
+}
+
+pub(crate) async fn chat_completions(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let limit = app.config.max_body_bytes;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "request_too_large",
+            format!("The request body is larger than this proxy accepts ({limit} bytes)."),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return app.reject("body_too_large", too_large());
+    }
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => bytes,
+        Err(_) => return app.reject("body_too_large", too_large()),
+    };
+    let chat = match openai::parse_chat_request(&bytes) {
+        Ok(chat) => chat,
+        Err(e) => return app.reject("bad_request", e),
+    };
+    let Some(model) = app.models.get(&chat.model).cloned() else {
+        let error = ApiError {
+            param: Some("model"),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "model_not_found",
+                format!(
+                    "The model `{}` does not exist on this proxy. Available: {}.",
+                    chat.model,
+                    app.model_order.join(", ")
+                ),
+            )
+        };
+        return app.reject("unknown_model", error);
+    };
+    let mut model = model;
+    if let Some(name) = headers
+        .get(PROFILE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        match app.profiles.get(name) {
+            Some(enforcer) => model.enforcer = enforcer.clone(),
+            None => {
+                let mut known: Vec<&str> = app.profiles.keys().map(String::as_str).collect();
+                known.sort_unstable();
+                let error = ApiError::bad_request(
+                    format!(
+                        "Unknown profile `{name}` in {PROFILE_HEADER}. Known profiles: {}.",
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                    None,
+                );
+                return app.reject("unknown_profile", error);
+            }
+        }
+    }
+    let Ok(permit) = app.limiter.clone().try_acquire_owned() else {
+        let error = ApiError {
+            retry_after: Some(app.config.retry_after_secs),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "too_many_requests",
+                "This proxy is busy checking other answers. Please try again in a moment.",
+            )
+        };
+        return app.reject("overloaded", error);
+    };
+
+    let header_chat = headers.get(CHAT_ID_HEADER).and_then(|v| v.to_str().ok());
+    let chat_id = chat.chat_id(header_chat);
+    let session = match &chat_id {
+        Some(id) => app.sessions.get(id).await,
+        None => None,
+    };
+    let mut context = Context::new().with("model", model.id.clone());
+    if let Some(id) = &chat_id {
+        context.insert("chat_id", id.clone());
+    }
+    if let Some(last) = session.as_ref().and_then(|s| s.steps.last()) {
+        context.insert("previous_step", last.step.clone());
+    }
+    let n = app.next_id.fetch_add(1, Ordering::Relaxed);
+    let ids = CompletionId {
+        id: format!("chatcmpl-enf{:x}{n:06x}", app.started),
+        created: unix_now(),
+        model: model.id.clone(),
+    };
+    let span = tracing::info_span!(
+        "chat_completion",
+        model = %model.id,
+        id = %ids.id,
+        chat_id = chat_id.as_deref().unwrap_or(""),
+        stream = chat.stream,
+    );
+    let stream = chat.stream;
+    let turn = Turn {
+        _in_flight: InFlight::new(app.metrics.clone()),
+        app,
+        model,
+        chat,
+        chat_id,
+        ids,
+        started: Instant::now(),
+        _permit: permit,
+    };
+    let session_id = session.and_then(|s| s.runner_session_id);
+    let job = span.in_scope(|| turn.start(session_id, context));
+    if stream {
+        stream::respond(turn, job, span)
+    } else {
+        respond_json(turn, job).instrument(span).await
+    }
+}
+
+async fn respond_json(turn: Turn, mut job: Job) -> Response {
+    let ended = wait(&mut job).await;
+    match turn.conclude(ended, false).await {
+        Ok((text, outcome)) => {
+            let body = turn.ids.completion(&text, &outcome);
+            let mut response = Json(body).into_response();
+            let headers = response.headers_mut();
+            headers.insert(
+                ENFORCE_STATUS_HEADER,
+                HeaderValue::from_static(outcome.status.as_str()),
+            );
+            headers.insert(
+                "x-enforce-attempts",
+                HeaderValue::from(outcome.attempts.len()),
+            );
+            response
+        }
+        Err(error) => error.into_response(),
+    }
+}

@@ -1,0 +1,131 @@
+//! Errors: [`ServerError`] for starting and running the server, [`ApiError`] for what a client
+//! receives in the OpenAI error shape.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+/// Why the server could not be built or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Two models share one public id.
+    #[error("model id `{0}` is configured twice")]
+    DuplicateModel(String),
+    /// A model id is empty.
+    #[error("a model id is empty")]
+    EmptyModelId,
+    /// No model is configured.
+    #[error("no model is configured")]
+    NoModels,
+    /// The session directory could not be created.
+    #[error("session directory {path}: {source}")]
+    SessionDir {
+        /// The directory.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The audit log could not be opened.
+    #[error("audit log {path}: {source}")]
+    AuditLog {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Serving failed.
+    #[error("server I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// An error a client receives: an HTTP status and `{"error":{"message","type","param","code"}}`,
+/// the body OpenAI SDKs and Open WebUI understand.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// What failed and what to do, for a person.
+    pub message: String,
+    /// The error `type` (e.g. `invalid_request_error`).
+    pub kind: &'static str,
+    /// The error `code` (e.g. `enforcement_unresolved`).
+    pub code: &'static str,
+    /// The request field at fault, if any.
+    pub param: Option<&'static str>,
+    /// `Retry-After` seconds, sent with 429 and 503.
+    pub retry_after: Option<u64>,
+    /// The `enforcement` object, when an enforcement ran.
+    pub enforcement: Option<Box<Value>>,
+    /// The `X-Enforce-Status` header, when an enforcement ran.
+    pub enforce_status: Option<&'static str>,
+}
+
+impl ApiError {
+    /// An error with the given status, type, code and message.
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            code,
+            param: None,
+            retry_after: None,
+            enforcement: None,
+            enforce_status: None,
+        }
+    }
+
+    /// A 400 about the request.
+    pub fn bad_request(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        ApiError {
+            param,
+            ..Self::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_request",
+                message,
+            )
+        }
+    }
+
+    /// The `{"error":{...}}` object (also used as a stream's error chunk).
+    pub fn error_object(&self) -> Value {
+        json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = self.error_object();
+        if let (Some(enforcement), Some(obj)) = (&self.enforcement, body.as_object_mut()) {
+            obj.insert("enforcement".into(), (**enforcement).clone());
+        }
+        let mut response = (self.status, axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        if let Some(secs) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(status) = self.enforce_status {
+            headers.insert(
+                crate::ENFORCE_STATUS_HEADER,
+                HeaderValue::from_static(status),
+            );
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}

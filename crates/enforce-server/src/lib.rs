@@ -1,0 +1,312 @@
+//! # enforce-server
+//!
+//! The OpenAI-compatible enforcement proxy of enforce. Clients (Open WebUI, the OpenAI SDKs,
+//! curl) call `POST /v1/chat/completions` as usual; each answer goes through an
+//! [`Enforcer`](enforce_core::Enforcer) — validated, re-asked with feedback, repaired — before it
+//! is delivered. Streams hold the answer back until it has passed, send `: keepalive` comments
+//! while the loop works, and end with the content or one error chunk, then `data: [DONE]`.
+//!
+//! The crate knows nothing about concrete runners or validators: it is given, per public model
+//! id, an `Arc<dyn Runner>`, an `Arc<Enforcer>` and [`ModelOptions`], plus an optional
+//! [`StepExtractor`] that reads the step marker of a passed answer for the session history.
+//!
+//! Routes: `GET /v1/models`, `GET /v1/models/{id}`, `POST /v1/chat/completions`,
+//! `GET /v1/sessions/{id}` (bearer auth when keys are configured), `GET /healthz` and
+//! `GET /metrics` (Prometheus text, no auth).
+//!
+//! ```no_run
+//! use enforce_core::{Enforcer, ScriptedRunner};
+//! use enforce_server::{Model, Server, ServerConfig};
+//! use std::sync::Arc;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let runner = Arc::new(ScriptedRunner::texts(["Hello!"]));
+//! let model = Model::new("chat", runner, Arc::new(Enforcer::new(vec![])));
+//! let server = Server::builder(ServerConfig::default().with_env_api_keys())
+//!     .model(model)
+//!     .step_extractor(|text: &str| text.contains("<!-- STEP: done -->").then(|| "done".to_string()))
+//!     .build()?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! server.serve(listener, enforce_server::shutdown_signal()).await?;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod app;
+mod audit;
+mod auth;
+mod config;
+mod error;
+mod metrics;
+mod openai;
+mod session;
+mod stream;
+
+pub use audit::AuditLog;
+pub use auth::constant_time_eq;
+pub use config::{
+    parse_key_list, FailureResponse, FsyncPolicy, Model, ModelOptions, SectionError, ServerConfig,
+    ServerSection, API_KEYS_ENV,
+};
+pub use error::{ApiError, ServerError};
+pub use metrics::Metrics;
+pub use openai::{parse_chat_request, ChatRequest};
+pub use session::{chat_dir_name, SessionStatus, SessionStore, StepRecord, STATUS_FILE};
+
+use app::App;
+use axum::routing::{get, post};
+use axum::serve::ListenerExt;
+use axum::Router;
+use std::collections::HashMap;
+use std::future::{Future, IntoFuture};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// The response header carrying the enforcement status of a non-streaming answer.
+pub const ENFORCE_STATUS_HEADER: &str = "x-enforce-status";
+
+/// Reads the step of a passed answer (e.g. `why` from `<!-- STEP: why -->`) for the chat's
+/// step history. The binary wires the `step_marker` validator's extraction here.
+pub type StepExtractor = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// Called before each `/metrics` scrape to set gauges the server cannot see itself, e.g. the
+/// circuit-breaker states of external validators.
+pub type ScrapeHook = Arc<dyn Fn(&Metrics) + Send + Sync>;
+
+/// Collects the configuration, models and step extractor of a [`Server`].
+pub struct ServerBuilder {
+    config: ServerConfig,
+    models: Vec<Model>,
+    step_extractor: Option<StepExtractor>,
+    scrape_hook: Option<ScrapeHook>,
+    profiles: HashMap<String, Arc<enforce_core::Enforcer>>,
+}
+
+impl ServerBuilder {
+    /// Adds a public model.
+    pub fn model(mut self, model: Model) -> Self {
+        self.models.push(model);
+        self
+    }
+
+    /// Adds several public models.
+    pub fn models(mut self, models: impl IntoIterator<Item = Model>) -> Self {
+        self.models.extend(models);
+        self
+    }
+
+    /// Sets the function that reads a passed answer's step for the session history.
+    pub fn step_extractor(
+        mut self,
+        extract: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.step_extractor = Some(Arc::new(extract));
+        self
+    }
+
+    /// Adds a named enforcer a request may pick with the `X-Enforce-Profile` header instead of
+    /// its model's own (an unknown name is a 400).
+    pub fn profile(
+        mut self,
+        name: impl Into<String>,
+        enforcer: Arc<enforce_core::Enforcer>,
+    ) -> Self {
+        self.profiles.insert(name.into(), enforcer);
+        self
+    }
+
+    /// Sets a function run before each `/metrics` scrape (e.g. to export breaker states with
+    /// [`Metrics::set_gauge`]).
+    pub fn on_scrape(mut self, hook: impl Fn(&Metrics) + Send + Sync + 'static) -> Self {
+        self.scrape_hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// Checks the models, opens the session store and the audit log.
+    pub fn build(self) -> Result<Server, ServerError> {
+        if self.models.is_empty() {
+            return Err(ServerError::NoModels);
+        }
+        let mut models = HashMap::new();
+        let mut model_order = Vec::new();
+        for model in self.models {
+            if model.id.trim().is_empty() {
+                return Err(ServerError::EmptyModelId);
+            }
+            if models.contains_key(&model.id) {
+                return Err(ServerError::DuplicateModel(model.id));
+            }
+            model_order.push(model.id.clone());
+            models.insert(model.id.clone(), model);
+        }
+        let sessions = SessionStore::new(self.config.session_dir.clone()).map_err(|source| {
+            ServerError::SessionDir {
+                path: self
+                    .config
+                    .session_dir
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                source,
+            }
+        })?;
+        let audit = match &self.config.audit_log {
+            Some(path) => Some(Arc::new(
+                AuditLog::open(path, self.config.audit_fsync).map_err(|source| {
+                    ServerError::AuditLog {
+                        path: path.display().to_string(),
+                        source,
+                    }
+                })?,
+            )),
+            None => None,
+        };
+        let limiter = Arc::new(Semaphore::new(self.config.max_concurrent.max(1)));
+        Ok(Server {
+            app: Arc::new(App {
+                config: self.config,
+                models,
+                model_order,
+                step_extractor: self.step_extractor,
+                scrape_hook: self.scrape_hook,
+                profiles: self.profiles,
+                sessions,
+                metrics: Arc::new(Metrics::new()),
+                audit,
+                limiter,
+                draining: AtomicBool::new(false),
+                started: app::unix_now(),
+                next_id: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+/// The proxy. Build it with [`Server::builder`], then [`serve`](Server::serve) it, or mount
+/// [`router`](Server::router) in your own axum application.
+#[derive(Clone)]
+pub struct Server {
+    app: Arc<App>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("models", &self.app.model_order)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Starts building a server with `config`.
+    pub fn builder(config: ServerConfig) -> ServerBuilder {
+        ServerBuilder {
+            config,
+            models: Vec::new(),
+            step_extractor: None,
+            scrape_hook: None,
+            profiles: HashMap::new(),
+        }
+    }
+
+    /// The metrics registry (what `/metrics` renders).
+    pub fn metrics(&self) -> &Metrics {
+        &self.app.metrics
+    }
+
+    /// The routes, ready to serve.
+    pub fn router(&self) -> Router {
+        let authed = Router::new()
+            .route("/v1/models", get(app::list_models))
+            .route("/v1/models/{id}", get(app::get_model))
+            .route("/v1/chat/completions", post(app::chat_completions))
+            .route("/v1/sessions/{id}", get(app::get_session))
+            .route_layer(axum::middleware::from_fn_with_state(
+                self.app.clone(),
+                app::require_key,
+            ));
+        Router::new()
+            .merge(authed)
+            .route("/healthz", get(app::healthz))
+            .route("/metrics", get(app::metrics))
+            .with_state(self.app.clone())
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then stops accepting, lets in-flight
+    /// requests finish for at most [`ServerConfig::shutdown_grace`], and flushes the audit log.
+    /// Accepted connections get `TCP_NODELAY`.
+    pub async fn serve<F>(self, listener: TcpListener, shutdown: F) -> Result<(), ServerError>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let app = self.app.clone();
+        let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(false);
+        let signal_app = app.clone();
+        let signal = async move {
+            shutdown.await;
+            signal_app.draining.store(true, Ordering::Relaxed);
+            tracing::info!("shutting down: no new connections, draining in-flight requests");
+            let _ = stopping_tx.send(true);
+        };
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+            }
+        });
+        let server = axum::serve(listener, self.router())
+            .with_graceful_shutdown(signal)
+            .into_future();
+        let grace = app.config.shutdown_grace;
+        let bounded = async move {
+            // Only an actual shutdown starts the grace period.
+            if stopping_rx.wait_for(|s| *s).await.is_ok() {
+                tokio::time::sleep(grace).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let result = tokio::select! {
+            result = server => result.map_err(ServerError::from),
+            () = bounded => {
+                tracing::warn!(grace_secs = grace.as_secs_f64(), "in-flight requests outlived the shutdown grace period");
+                Ok(())
+            }
+        };
+        if let Some(audit) = app.audit.clone() {
+            if tokio::task::spawn_blocking(move || audit.close())
+                .await
+                .is_err()
+            {
+                tracing::error!("audit log flush failed");
+            }
+        }
+        result
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM: the usual `shutdown` for [`Server::serve`].
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut sig) => {
+                sig.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

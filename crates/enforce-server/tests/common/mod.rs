@@ -1,0 +1,383 @@
+//! Test fixtures: a server on 127.0.0.1:0, simple validators and runners, and a stream parser
+//! that reads SSE the way openai-python and Open WebUI do.
+#![allow(dead_code)]
+
+use enforce_core::{
+    async_trait, Context, Enforcer, Issue, Policy, Reply, Request, Runner, RunnerError, Validation,
+    Validator,
+};
+use enforce_server::{Model, ModelOptions, Server, ServerConfig, ServerError};
+use serde_json::Value;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A running server.
+pub struct Harness {
+    pub base: String,
+    pub server: Server,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), ServerError>>>,
+}
+
+impl Harness {
+    pub async fn start(server: Server) -> Harness {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.clone().serve(listener, async move {
+            let _ = stopped.await;
+        }));
+        Harness {
+            base: format!("http://{addr}"),
+            server,
+            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn chat(&self, body: Value) -> reqwest::Response {
+        self.client
+            .post(self.url("/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Waits (up to 10 s) until `n` enforcements are in flight.
+    pub async fn wait_in_flight(&self, n: usize) {
+        for _ in 0..1000 {
+            if self.server.metrics().value("enforce_in_flight", &[]) >= n as f64 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{n} requests never were in flight");
+    }
+
+    /// Asks the server to stop and waits until `serve` returned.
+    pub async fn shutdown(mut self) -> Result<(), ServerError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("serve returned within 10 s")
+                .expect("serve task did not panic"),
+            None => Ok(()),
+        }
+    }
+
+    /// Begins a shutdown without waiting.
+    pub fn begin_shutdown(&mut self) -> JoinHandle<Result<(), ServerError>> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.take().expect("server task")
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A one-model server.
+pub fn server_with(
+    config: ServerConfig,
+    runner: Arc<dyn Runner>,
+    enforcer: Enforcer,
+    options: ModelOptions,
+) -> Server {
+    Server::builder(config)
+        .model(Model::new("m", runner, Arc::new(enforcer)).with_options(options))
+        .step_extractor(step_of)
+        .build()
+        .unwrap()
+}
+
+/// The last `<!-- STEP: x -->` marker's step.
+pub fn step_of(text: &str) -> Option<String> {
+    let start = text.rfind("<!-- STEP:")?;
+    let rest = &text[start + "<!-- STEP:".len()..];
+    let end = rest.find("-->")?;
+    Some(rest[..end].trim().to_string())
+}
+
+/// Requires a step marker; repairs by appending `<!-- STEP: done -->` when `repairs` is set.
+pub struct NeedsMarker {
+    pub repairs: bool,
+}
+
+#[async_trait]
+impl Validator for NeedsMarker {
+    fn name(&self) -> &str {
+        "step_marker"
+    }
+    async fn validate(&self, response: &str, _: &Context) -> Validation {
+        Ok(if step_of(response).is_some() {
+            vec![]
+        } else {
+            vec![Issue::error(
+                "step_marker",
+                "MISSING_STEP_MARKER",
+                "The answer has no step marker.",
+            )
+            .with_hint("End the answer with <!-- STEP: x -->.")]
+        })
+    }
+    fn repair(&self, response: &str, _: &Context, _: &[Issue]) -> Option<String> {
+        self.repairs
+            .then(|| format!("{response}\n<!-- STEP: done -->"))
+    }
+}
+
+/// Never gives a verdict.
+pub struct Down;
+
+#[async_trait]
+impl Validator for Down {
+    fn name(&self) -> &str {
+        "external"
+    }
+    async fn validate(&self, _: &str, _: &Context) -> Validation {
+        Err(enforce_core::Unavailable::new("checker unreachable"))
+    }
+}
+
+pub fn marker_enforcer(repairs: bool) -> Enforcer {
+    Enforcer::new(vec![Box::new(NeedsMarker { repairs })])
+}
+
+pub fn marker_enforcer_retries(repairs: bool, max_retries: u32) -> Enforcer {
+    marker_enforcer(repairs).with_policy(Policy {
+        max_retries,
+        ..Policy::default()
+    })
+}
+
+/// Waits `delay` before each answer of the inner runner.
+pub struct Slow<R> {
+    pub inner: R,
+    pub delay: Duration,
+}
+
+#[async_trait]
+impl<R: Runner> Runner for Slow<R> {
+    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.ask(request).await
+    }
+    async fn follow_up(
+        &self,
+        request: &Request,
+        previous: &Reply,
+        feedback: &str,
+    ) -> Result<Reply, RunnerError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.follow_up(request, previous, feedback).await
+    }
+}
+
+/// Answers each call only after the test released one permit of `gate`.
+pub struct Gated<R> {
+    pub inner: R,
+    pub gate: Arc<tokio::sync::Semaphore>,
+}
+
+#[async_trait]
+impl<R: Runner> Runner for Gated<R> {
+    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+        if let Ok(permit) = self.gate.acquire().await {
+            permit.forget();
+        }
+        self.inner.ask(request).await
+    }
+    async fn follow_up(
+        &self,
+        request: &Request,
+        previous: &Reply,
+        feedback: &str,
+    ) -> Result<Reply, RunnerError> {
+        if let Ok(permit) = self.gate.acquire().await {
+            permit.forget();
+        }
+        self.inner.follow_up(request, previous, feedback).await
+    }
+}
+
+/// Panics on every call.
+pub struct Panicking;
+
+#[async_trait]
+impl Runner for Panicking {
+    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
+        panic!("runner bug")
+    }
+    async fn follow_up(&self, _: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
+        panic!("runner bug")
+    }
+}
+
+/// Answers `text` with session id `sess-<n>` where n counts calls, recording each request.
+pub struct Sessions {
+    pub calls: std::sync::Mutex<Vec<Request>>,
+    pub count: AtomicUsize,
+    pub texts: Vec<&'static str>,
+}
+
+impl Sessions {
+    pub fn new(texts: Vec<&'static str>) -> Self {
+        Sessions {
+            calls: std::sync::Mutex::new(Vec::new()),
+            count: AtomicUsize::new(0),
+            texts,
+        }
+    }
+    fn answer(&self, request: &Request) -> Result<Reply, RunnerError> {
+        self.calls.lock().unwrap().push(request.clone());
+        let n = self.count.fetch_add(1, Ordering::SeqCst);
+        Ok(Reply {
+            session_id: Some(format!("sess-{}", n + 1)),
+            ..Reply::text(self.texts[n % self.texts.len()])
+        })
+    }
+}
+
+#[async_trait]
+impl Runner for Sessions {
+    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+        self.answer(request)
+    }
+    async fn follow_up(&self, request: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
+        self.answer(request)
+    }
+}
+
+pub fn user_body(stream: bool) -> Value {
+    serde_json::json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "Explain it."}],
+        "stream": stream,
+    })
+}
+
+/// A stream read the way openai-python / Open WebUI read it: only `data:` lines count.
+#[derive(Debug, Default)]
+pub struct ParsedStream {
+    /// Every JSON `data:` payload, in order.
+    pub events: Vec<Value>,
+    /// `data: [DONE]` was seen (and was the last data line).
+    pub done_last: bool,
+    /// Raw `:` comment lines seen (clients ignore them).
+    pub comments: usize,
+}
+
+impl ParsedStream {
+    pub fn parse(raw: &str) -> ParsedStream {
+        let mut out = ParsedStream::default();
+        for event in raw.split("\n\n") {
+            let mut data: Vec<&str> = Vec::new();
+            for line in event.lines() {
+                if line.starts_with(':') {
+                    out.comments += 1;
+                } else if let Some(rest) = line.strip_prefix("data:") {
+                    data.push(rest.strip_prefix(' ').unwrap_or(rest));
+                }
+            }
+            if data.is_empty() {
+                continue;
+            }
+            assert!(!out.done_last, "data after [DONE]: {raw}");
+            let payload = data.join("\n");
+            if payload == "[DONE]" {
+                out.done_last = true;
+            } else {
+                out.events
+                    .push(serde_json::from_str(&payload).expect("each data line is JSON"));
+            }
+        }
+        out
+    }
+
+    /// An error chunk as Open WebUI and openai-python see it: `error` and no (or empty)
+    /// `choices`.
+    pub fn error(&self) -> Option<&Value> {
+        self.events.iter().find_map(|e| {
+            let no_choices = e
+                .get("choices")
+                .is_none_or(|c| c.as_array().is_some_and(|a| a.is_empty()) || c.is_null());
+            (no_choices && e.get("error").is_some()).then(|| &e["error"])
+        })
+    }
+
+    /// The concatenated `delta.content` of all chunks.
+    pub fn content(&self) -> String {
+        self.events
+            .iter()
+            .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+            .collect()
+    }
+
+    pub fn chunks(&self) -> Vec<&Value> {
+        self.events
+            .iter()
+            .filter(|e| e["object"] == "chat.completion.chunk")
+            .collect()
+    }
+
+    pub fn status_events(&self) -> Vec<&Value> {
+        self.events
+            .iter()
+            .filter(|e| e.get("event").is_some())
+            .collect()
+    }
+
+    /// What an openai-python loop yields: the content, or the APIError it raises.
+    pub fn openai_result(&self) -> Result<String, String> {
+        let mut text = String::new();
+        for e in &self.events {
+            if e.get("event").is_some() {
+                // Not an OpenAI chunk; openai-python would choke, so these must be opt-in.
+                return Err("unexpected non-chunk event".into());
+            }
+            if let Some(err) = e.get("error") {
+                return Err(err["message"].as_str().unwrap_or("").to_string());
+            }
+            if let Some(c) = e["choices"][0]["delta"]["content"].as_str() {
+                text.push_str(c);
+            }
+        }
+        if !self.done_last {
+            return Err("stream ended without [DONE]".into());
+        }
+        Ok(text)
+    }
+}
+
+pub async fn read_stream(response: reqwest::Response) -> (String, ParsedStream) {
+    assert_eq!(response.status(), 200);
+    let ct = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    assert!(ct.starts_with("text/event-stream"), "content-type {ct}");
+    let raw = response.text().await.unwrap();
+    let parsed = ParsedStream::parse(&raw);
+    (raw, parsed)
+}

@@ -1,0 +1,369 @@
+//! `enforce serve`: the OpenAI-compatible enforcement proxy.
+
+use crate::config::{LoadedConfig, ServedModelConfig};
+use clap::{Args as ClapArgs, ValueEnum};
+use enforce_core::Runner;
+use enforce_runner::{ClaudeConfig, OpenAiConfig, RunnerConfig};
+use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerSection};
+use enforce_validators::{ProfileSet, Registry};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Address used when neither `--listen` nor `server.listen` is given: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Which runner a command-line model uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ServeRunner {
+    /// An OpenAI-compatible server at `--upstream-url` (OpenAI, Ollama, vLLM, llama.cpp).
+    Openai,
+    /// The Claude Code CLI (`claude -p`), sessions continued with `--resume`.
+    Claude,
+}
+
+/// What a failed enforcement becomes for non-streaming clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnFailure {
+    /// A normal completion carrying the status (`X-Enforce-Status`, `enforcement`).
+    Return,
+    /// An OpenAI error (422 unresolved, 503 unavailable).
+    Error,
+}
+
+impl From<OnFailure> for FailureResponse {
+    fn from(v: OnFailure) -> Self {
+        match v {
+            OnFailure::Return => FailureResponse::Return,
+            OnFailure::Error => FailureResponse::Error,
+        }
+    }
+}
+
+/// Serve the OpenAI-compatible enforcement proxy (`/v1/chat/completions`, `/v1/models`).
+///
+/// Without a config file: `enforce serve --upstream-url http://localhost:11434/v1
+/// --upstream-model llama3.2 --profile chat`, or `--runner claude`. With `--config`, the
+/// `models:` list maps each public model id to a runner and a profile, and `server:` sets
+/// limits, sessions and the audit log.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Address to listen on [default: server.listen, else 127.0.0.1:8080].
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Configuration file (profiles, `models:`, `server:`); default `./enforce.yaml` when it
+    /// exists.
+    #[arg(long, short = 'c', env = "ENFORCE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Runner of the command-line model [default: openai when --upstream-url is given].
+    #[arg(long, value_enum)]
+    pub runner: Option<ServeRunner>,
+    /// Base URL of the OpenAI-compatible upstream, up to `/v1`.
+    #[arg(long, env = "ENFORCE_UPSTREAM_URL")]
+    pub upstream_url: Option<String>,
+    /// Upstream model name (Claude `--model` with `--runner claude`) [default: the first model
+    /// the upstream lists at /models].
+    #[arg(long, env = "ENFORCE_UPSTREAM_MODEL")]
+    pub upstream_model: Option<String>,
+    /// API key for the upstream.
+    #[arg(long, env = "ENFORCE_UPSTREAM_KEY", hide_env_values = true)]
+    pub upstream_key: Option<String>,
+    /// Claude runner: the CLI to run.
+    #[arg(long, env = "ENFORCE_CLAUDE_BIN")]
+    pub claude_bin: Option<PathBuf>,
+    /// Upstream timeout per call, in seconds.
+    #[arg(long)]
+    pub upstream_timeout: Option<f64>,
+    /// Profile of the command-line model [default: the configuration's default, else chat].
+    #[arg(long, short = 'p')]
+    pub profile: Option<String>,
+    /// Public model id of the command-line model [default: --upstream-model, else the profile].
+    #[arg(long)]
+    pub model_id: Option<String>,
+    /// Non-streaming answer that stays unresolved: return it with its status, or an error.
+    #[arg(long, value_enum, default_value = "return")]
+    pub on_unresolved: OnFailure,
+    /// Non-streaming answer whose validator was unavailable: return it, or an error.
+    #[arg(long, value_enum, default_value = "return")]
+    pub on_unavailable: OnFailure,
+    /// Send Open WebUI status events in streams ("Re-asking (2/3): ...").
+    #[arg(long)]
+    pub status_events: bool,
+    /// Accepted bearer key (repeatable; also `ENFORCE_API_KEYS`, comma-separated).
+    #[arg(long = "api-key")]
+    pub api_keys: Vec<String>,
+    /// Directory for per-chat `status.json` files [default: server.session_dir, else memory].
+    #[arg(long)]
+    pub session_dir: Option<PathBuf>,
+    /// Append one audit line per request to this file.
+    #[arg(long)]
+    pub audit_log: Option<PathBuf>,
+    /// Root for path-checking validators (default: the current directory).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+}
+
+/// Log filter when `RUST_LOG` is not set: the proxy's requests and warnings.
+const DEFAULT_LOG_FILTER: &str = "warn,enforce_server=info";
+
+/// Logs to stderr; `RUST_LOG` (e.g. `enforce_server=debug`) overrides the default filter.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    // A second init (tests calling `serve` twice) keeps the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Runs the proxy until Ctrl-C or SIGTERM.
+pub fn run(args: Args) -> ExitCode {
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    runtime.block_on(async move {
+        match serve(args, enforce_server::shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("error: {message}");
+                ExitCode::from(2)
+            }
+        }
+    })
+}
+
+/// Everything `serve` needs, resolved from flags and the config file.
+pub struct Prepared {
+    /// Where to listen.
+    pub listen: String,
+    /// The built server.
+    pub server: Server,
+}
+
+/// Builds the server from flags and configuration. Without `--upstream-model`, asks the
+/// upstream's `/models` for its first model.
+pub async fn prepare(args: &Args) -> Result<Prepared, String> {
+    let loaded = LoadedConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
+    let registry = Registry::builtin();
+    let profiles = loaded
+        .profiles(&registry, args.root.clone())
+        .map_err(|e| e.to_string())?;
+
+    let section: ServerSection = loaded.config.server.clone().unwrap_or_default();
+    let mut config = section.to_config().map_err(|e| e.to_string())?;
+    // Paths in the file are relative to the file, like plugin_dirs.
+    config.session_dir = config.session_dir.map(|p| loaded.resolve(&p));
+    config.audit_log = config.audit_log.map(|p| loaded.resolve(&p));
+    config.api_keys.extend(args.api_keys.iter().cloned());
+    config = config.with_env_api_keys();
+    if let Some(dir) = &args.session_dir {
+        config.session_dir = Some(dir.clone());
+    }
+    if let Some(path) = &args.audit_log {
+        config.audit_log = Some(path.clone());
+    }
+    let listen = args
+        .listen
+        .clone()
+        .or(section.listen.clone())
+        .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+
+    let mut models = Vec::new();
+    for entry in &loaded.config.models {
+        models.push(model_from_config(
+            entry,
+            loaded.config.runner.as_ref(),
+            &profiles,
+        )?);
+    }
+    let mut upstream_model = args.upstream_model.clone();
+    if upstream_model.is_none() && args.runner != Some(ServeRunner::Claude) {
+        if let Some(url) = &args.upstream_url {
+            upstream_model = Some(discover_model(url, args.upstream_key.as_deref()).await?);
+        }
+    }
+    if let Some(model) = model_from_flags(args, upstream_model, &profiles)? {
+        models.push(model);
+    }
+    if models.is_empty() {
+        return Err(
+            "no model to serve: give --upstream-url URL [--upstream-model NAME], or --runner claude, or a config with a `models:` list".into(),
+        );
+    }
+    let mut builder = Server::builder(config)
+        .models(models)
+        .step_extractor(enforce_validators::extract_step);
+    // Every profile can be picked per request with `X-Enforce-Profile`.
+    let names: Vec<String> = profiles.names().map(str::to_string).collect();
+    for name in names {
+        builder = builder.profile(name.clone(), enforcer_for(&profiles, &name)?);
+    }
+    let server = builder.build().map_err(|e| e.to_string())?;
+    Ok(Prepared { listen, server })
+}
+
+fn enforcer_for(profiles: &ProfileSet, name: &str) -> Result<Arc<enforce_core::Enforcer>, String> {
+    profiles.enforcer(name).map(Arc::new).ok_or_else(|| {
+        format!(
+            "no profile named '{name}' (profiles: {})",
+            profiles.names().collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
+fn build_runner(config: &RunnerConfig) -> Result<Arc<dyn Runner>, String> {
+    config.build().map(Arc::from).map_err(|e| e.to_string())
+}
+
+fn model_from_config(
+    entry: &ServedModelConfig,
+    default_runner: Option<&RunnerConfig>,
+    profiles: &ProfileSet,
+) -> Result<Model, String> {
+    let runner_config = entry.runner.as_ref().or(default_runner).ok_or_else(|| {
+        format!(
+            "model '{}' has no `runner:` and the config has no top-level `runner:`",
+            entry.id
+        )
+    })?;
+    let runner = build_runner(runner_config).map_err(|e| format!("model '{}': {e}", entry.id))?;
+    let profile = entry
+        .profile
+        .clone()
+        .unwrap_or_else(|| profiles.default_name().to_string());
+    let enforcer =
+        enforcer_for(profiles, &profile).map_err(|e| format!("model '{}': {e}", entry.id))?;
+    Ok(
+        Model::new(entry.id.clone(), runner, enforcer).with_options(ModelOptions {
+            on_unresolved: entry.on_unresolved,
+            on_unavailable: entry.on_unavailable,
+            status_events: entry.status_events,
+        }),
+    )
+}
+
+/// The first model the upstream lists at `{base_url}/models` (llama.cpp and single-model servers
+/// need no name; this finds the one they serve).
+async fn discover_model(base_url: &str, key: Option<&str>) -> Result<String, String> {
+    let url = format!("{}/models", base_url.trim_end_matches('/'));
+    let hint = "give --upstream-model NAME";
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+    let mut request = client.get(&url);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|e| format!("cannot list the upstream's models at {url} ({e}); {hint}"))?;
+    if !response.status().is_success() {
+        return Err(format!(
+            "the upstream answered {} to {url}; {hint}",
+            response.status()
+        ));
+    }
+    let list: serde_json::Value = response
+        .json()
+        .await
+        .map_err(|e| format!("the upstream's model list at {url} is not JSON ({e}); {hint}"))?;
+    list.get("data")
+        .and_then(|d| d.get(0))
+        .and_then(|m| m.get("id"))
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| format!("the upstream lists no model at {url}; {hint}"))
+}
+
+fn model_from_flags(
+    args: &Args,
+    upstream_model: Option<String>,
+    profiles: &ProfileSet,
+) -> Result<Option<Model>, String> {
+    let kind = match (args.runner, &args.upstream_url) {
+        (Some(kind), _) => kind,
+        (None, Some(_)) => ServeRunner::Openai,
+        (None, None) => return Ok(None),
+    };
+    let runner_config = match kind {
+        ServeRunner::Openai => {
+            let base_url = args
+                .upstream_url
+                .clone()
+                .ok_or("--runner openai needs --upstream-url")?;
+            let model = upstream_model
+                .clone()
+                .ok_or("--upstream-url needs --upstream-model (the upstream's model name)")?;
+            let mut c = OpenAiConfig {
+                base_url,
+                model,
+                api_key: args.upstream_key.clone(),
+                ..OpenAiConfig::default()
+            };
+            if let Some(t) = args.upstream_timeout {
+                c.timeout_secs = t;
+            }
+            RunnerConfig::OpenAi(c)
+        }
+        ServeRunner::Claude => {
+            let mut c = ClaudeConfig {
+                model: upstream_model.clone(),
+                ..ClaudeConfig::default()
+            };
+            if let Some(bin) = &args.claude_bin {
+                c.binary = bin.clone();
+            }
+            if let Some(t) = args.upstream_timeout {
+                c.timeout_secs = t;
+            }
+            RunnerConfig::Claude(c)
+        }
+    };
+    let runner = build_runner(&runner_config)?;
+    let profile = args
+        .profile
+        .clone()
+        .unwrap_or_else(|| profiles.default_name().to_string());
+    let enforcer = enforcer_for(profiles, &profile)?;
+    let id = args
+        .model_id
+        .clone()
+        .or(upstream_model)
+        .unwrap_or_else(|| profile.clone());
+    Ok(Some(Model::new(id, runner, enforcer).with_options(
+        ModelOptions {
+            on_unresolved: args.on_unresolved.into(),
+            on_unavailable: args.on_unavailable.into(),
+            status_events: args.status_events,
+        },
+    )))
+}
+
+/// Serves until `shutdown` completes.
+pub async fn serve(
+    args: Args,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let prepared = prepare(&args).await?;
+    let listener = tokio::net::TcpListener::bind(&prepared.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", prepared.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    eprintln!("enforce serve: listening on http://{addr}/v1");
+    prepared
+        .server
+        .serve(listener, shutdown)
+        .await
+        .map_err(|e| e.to_string())
+}

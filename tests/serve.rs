@@ -1,0 +1,444 @@
+//! `enforce serve` end to end: the real binary on 127.0.0.1 in front of the mock OpenAI server.
+
+use enforce_testkit::{ErrorShape, MockOpenAi, MockReply, MockScript};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const GOOD: &str = "Here is why.\n<!-- STEP: why -->";
+
+/// A running `enforce serve`, stopped with SIGTERM (or killed) when dropped.
+struct Proxy {
+    child: Child,
+    base: String,
+}
+
+impl Proxy {
+    fn start(args: &[&str]) -> Proxy {
+        Self::start_with_env(args, std::collections::BTreeMap::new())
+    }
+
+    fn start_with_env(args: &[&str], env: std::collections::BTreeMap<String, String>) -> Proxy {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_enforce"))
+            .arg("serve")
+            .envs(env)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("ENFORCE_API_KEYS")
+            // Loopback only: no proxy may sit between the binary and the mock upstream.
+            .env_remove("HTTP_PROXY")
+            .env_remove("http_proxy")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .env_remove("ALL_PROXY")
+            .env_remove("all_proxy")
+            .env_remove("ENFORCE_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("enforce binary starts");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let base = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(rest) = line.split("listening on ").nth(1) {
+                        break rest.trim().to_string();
+                    }
+                }
+                other => {
+                    let _ = child.kill();
+                    panic!("enforce serve did not start: {other:?}");
+                }
+            }
+        };
+        // Keep draining stderr so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        Proxy { child, base }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        for _ in 0..100 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        panic!("enforce serve did not stop on SIGTERM within 5 s");
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("enforce-serve-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A config whose model `m` talks to `upstream` without runner-level retries.
+fn config_for(dir: &std::path::Path, upstream: &str, extra_model: &str, server: &str) -> PathBuf {
+    let path = dir.join("enforce.yaml");
+    let text = format!(
+        "models:\n  - id: m\n    profile: chat\n    runner:\n      type: openai\n      base_url: {upstream}\n      model: mock-model\n      timeout_secs: 1\n      retry:\n        max_retries: 0\n{extra_model}{server}"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+fn body(stream: bool) -> Value {
+    json!({"model": "m", "messages": [{"role": "user", "content": "Why?"}], "stream": stream})
+}
+
+/// Only `data:` lines, as openai-python and Open WebUI read them.
+fn data_lines(raw: &str) -> Vec<String> {
+    raw.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| d.strip_prefix(' ').unwrap_or(d).to_string())
+        .collect()
+}
+
+fn stream_error(raw: &str) -> Option<Value> {
+    data_lines(raw)
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .find(|v| v.get("error").is_some() && v.get("choices").is_none())
+        .map(|v| v["error"].clone())
+}
+
+fn stream_content(raw: &str) -> String {
+    data_lines(raw)
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_only_passes_after_a_reask_and_forwards_unknown_fields() {
+    let upstream = MockOpenAi::start(
+        MockScript::new().replies([MockReply::text("No marker here."), MockReply::text(GOOD)]),
+    )
+    .await
+    .unwrap();
+    let proxy = Proxy::start(&[
+        "--upstream-url",
+        &upstream.url(),
+        // No --upstream-model: the proxy takes the first model the upstream lists.
+        "--model-id",
+        "m",
+        "--profile",
+        "chat",
+    ]);
+    let models: Value = client()
+        .get(proxy.url("/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "m");
+
+    let mut request = body(false);
+    request["max_completion_tokens"] = json!(64);
+    request["x_custom"] = json!({"keep": true});
+    let resp = client()
+        .post(proxy.url("/chat/completions"))
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-enforce-status"], "passed");
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["choices"][0]["message"]["content"], GOOD);
+    assert_eq!(answer["enforcement"]["attempts"], 2);
+
+    let sent = upstream.chat_requests();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0].body["max_completion_tokens"], 64);
+    assert_eq!(sent[0].body["x_custom"], json!({"keep": true}));
+    assert_eq!(sent[0].body["model"], "mock-model");
+    let feedback = sent[1].last_user().unwrap_or_default();
+    assert!(feedback.contains("MISSING_STEP_MARKER"), "{feedback}");
+    assert!(proxy.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_failures_end_streams_with_an_error_chunk() {
+    let upstream = MockOpenAi::start(MockScript::new()).await.unwrap();
+    let dir = temp_dir("failures");
+    let config = config_for(&dir, &upstream.url(), "", "");
+    let proxy = Proxy::start(&["--config", config.to_str().unwrap()]);
+    let cases = [
+        (
+            MockReply::error(ErrorShape::OpenAi, 500, "the model crashed"),
+            "upstream",
+        ),
+        (
+            MockReply::text(GOOD).delayed(Duration::from_secs(3)),
+            "timeout",
+        ),
+        (
+            MockReply::StreamCut {
+                text: GOOD.to_string(),
+                after_chunks: 1,
+            },
+            "cut",
+        ),
+    ];
+    for (reply, name) in cases {
+        // Streaming.
+        upstream.push(reply.clone());
+        let raw = client()
+            .post(proxy.url("/chat/completions"))
+            .json(&body(true))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let error = stream_error(&raw).unwrap_or_else(|| panic!("{name}: no error chunk in {raw}"));
+        let message = error["message"].as_str().unwrap();
+        eprintln!("{name}: {message}");
+        assert!(message.len() > 20, "{name}");
+        assert!(stream_content(&raw).is_empty(), "{name}: {raw}");
+        assert_eq!(
+            data_lines(&raw).last().map(String::as_str),
+            Some("[DONE]"),
+            "{name}"
+        );
+        // Non-streaming: an OpenAI error, never an empty success.
+        upstream.push(reply);
+        let resp = client()
+            .post(proxy.url("/chat/completions"))
+            .json(&body(false))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_server_error(), "{name}: {}", resp.status());
+        let err: Value = resp.json().await.unwrap();
+        assert!(err["error"]["message"].is_string(), "{name}");
+    }
+    assert!(proxy.terminate().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_models_sessions_auth_and_on_unresolved_error() {
+    let upstream = MockOpenAi::start(MockScript::new().then(enforce_testkit::Then::RepeatLast))
+        .await
+        .unwrap();
+    let dir = temp_dir("config");
+    let strict = format!(
+        "  - id: strict\n    profile: ends_ok\n    on_unresolved: error\n    status_events: true\n    runner:\n      type: openai\n      base_url: {}\n      model: mock-model\n      retry:\n        max_retries: 0\n",
+        upstream.url()
+    );
+    // A profile whose check has no repair, so that an answer can stay unresolved.
+    let server = format!(
+        "validators:\n  needs_ok:\n    type: pattern\n    required:\n      - regex: 'OK$'\n        code: MISSING_OK\n        message: The answer must end with OK.\n        severity: error\nprofiles:\n  ends_ok:\n    validators: [needs_ok]\nserver:\n  api_keys: [secret-key]\n  session_dir: {}\n  audit_log: {}\n",
+        dir.join("sessions").display(),
+        dir.join("audit.jsonl").display()
+    );
+    let config = config_for(&dir, &upstream.url(), &strict, &server);
+    let proxy = Proxy::start(&["--config", config.to_str().unwrap()]);
+    let c = client();
+
+    let resp = c.get(proxy.url("/models")).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let models: Value = c
+        .get(proxy.url("/models"))
+        .bearer_auth("secret-key")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["m", "strict"]);
+
+    // Two turns of one chat: step history persisted.
+    for answer in ["First.\n<!-- STEP: what -->", "Second.\n<!-- STEP: why -->"] {
+        upstream.push(MockReply::text(answer));
+        let resp = c
+            .post(proxy.url("/chat/completions"))
+            .bearer_auth("secret-key")
+            .header("X-OpenWebUI-Chat-Id", "chat-e2e")
+            .json(&body(false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    let session: Value = c
+        .get(proxy.url("/sessions/chat-e2e"))
+        .bearer_auth("secret-key")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let steps: Vec<&str> = session["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["what", "why"]);
+    assert!(dir.join("sessions/chat-e2e/status.json").is_file());
+
+    // `strict` turns an unresolved answer into a 422; its stream ends with a closed status.
+    upstream.push(MockReply::text("never a marker"));
+    let mut request = body(false);
+    request["model"] = json!("strict");
+    let resp = c
+        .post(proxy.url("/chat/completions"))
+        .bearer_auth("secret-key")
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+    request["stream"] = json!(true);
+    let raw = c
+        .post(proxy.url("/chat/completions"))
+        .bearer_auth("secret-key")
+        .json(&request)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!raw.contains("never a marker"));
+    assert!(raw.contains("\"done\":true"), "{raw}");
+    assert!(stream_error(&raw).is_some());
+
+    let metrics = c
+        .get(format!("{}/metrics", proxy.base.trim_end_matches("/v1")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("enforce_requests_total{model=\"m\",status=\"passed\"} 2"),
+        "{metrics}"
+    );
+    assert!(proxy.terminate().success());
+    // The audit log was flushed on SIGTERM: one line per enforcement.
+    let audit = std::fs::read_to_string(dir.join("audit.jsonl")).unwrap();
+    assert_eq!(audit.lines().count(), 4);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_sessions_continue_across_turns_and_tools_are_accepted() {
+    let fake = enforce_testkit::FakeClaude::new(json!([
+        {"kind": "success", "result": "What do you need?\n<!-- STEP: what -->", "session_id": "claude-s1"},
+        {"kind": "success", "result": "Because it is simpler.\n<!-- STEP: why -->"},
+    ]))
+    .unwrap();
+    let proxy = Proxy::start_with_env(
+        &[
+            "--runner",
+            "claude",
+            "--claude-bin",
+            fake.binary().to_str().unwrap(),
+            "--profile",
+            "chat",
+            "--model-id",
+            "consultant",
+        ],
+        fake.env(),
+    );
+    // What Open WebUI sends from the browser: the chat header and ~36 tool definitions.
+    let tools: Vec<Value> = (0..36)
+        .map(|i| json!({"type": "function", "function": {"name": format!("tool_{i}"), "parameters": {}}}))
+        .collect();
+    let mut messages = vec![json!({"role": "user", "content": "Should we cache?"})];
+    for expected in ["what", "why"] {
+        let request =
+            json!({"model": "consultant", "messages": messages, "stream": true, "tools": tools});
+        let raw = client()
+            .post(proxy.url("/chat/completions"))
+            .header("X-OpenWebUI-Chat-Id", "owui-chat-1")
+            .json(&request)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let content = stream_content(&raw);
+        assert!(
+            content.contains(&format!("<!-- STEP: {expected} -->")),
+            "{raw}"
+        );
+        messages.push(json!({"role": "assistant", "content": content}));
+        messages.push(json!({"role": "user", "content": "Why?"}));
+    }
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].resume_id(), None);
+    // The second turn resumed the first turn's Claude session and sent only the new question.
+    assert_eq!(calls[1].resume_id(), Some("claude-s1"));
+    assert!(
+        !calls[1].stdin.contains("Should we cache?"),
+        "{}",
+        calls[1].stdin
+    );
+    let session: Value = client()
+        .get(proxy.url("/sessions/owui-chat-1"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(session["runner_session_id"], "claude-s1");
+    let steps: Vec<&str> = session["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["what", "why"]);
+    assert!(proxy.terminate().success());
+}
