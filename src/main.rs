@@ -1,6 +1,7 @@
 //! The `enforce` command line: check LLM output, run the enforcement loop, serve the proxy.
 
 mod commands;
+mod config;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -15,9 +16,13 @@ struct Cli {
 
 /// One subcommand per module under `src/commands/`.
 #[derive(Debug, Subcommand)]
-enum Command {}
+enum Command {
+    /// Check files (or stdin) against a profile, without a model; optionally repair them.
+    Check(commands::check::Args),
+}
 
-#[allow(unreachable_code)] // no subcommand has landed yet
 fn main() -> ExitCode {
-    match Cli::parse().command {}
+    match Cli::parse().command {
+        Command::Check(args) => commands::check::run(args),
+    }
 }

@@ -1,1 +1,3 @@
 //! One module per subcommand. Each exposes `Args` (clap) and `run(args) -> ExitCode`.
+
+pub mod check;

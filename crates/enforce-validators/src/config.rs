@@ -1,0 +1,604 @@
+//! The `enforce.yaml` configuration: [`Config`] and its sections, and [`ConfigSource`], which
+//! loads YAML with errors that name the file, line and key.
+//!
+//! ```yaml
+//! plugin_dirs: [plugins]          # directories the plugin host loads validator libraries from
+//! defaults:                        # policy for every profile unless the profile says otherwise
+//!   profile: chat
+//!   max_retries: 2
+//! validators:                      # named, configured validators; `type` defaults to the name
+//!   no_scores:
+//!     type: pattern
+//!     forbidden: [{ regex: '\d+\s*%', code: NO_NUMERIC_SCORES }]
+//! profiles:
+//!   prose:
+//!     validators: [no_scores, step_marker]
+//!     fallback: "Sorry, {{company_name}}."
+//! ```
+//!
+//! Loading is bounded: files above [`MAX_CONFIG_BYTES`] are refused, and the YAML parser caps
+//! nesting depth and alias expansion, so a "billion laughs" file fails fast instead of eating
+//! memory.
+//!
+//! A program with more sections (the `enforce` binary adds `runner`, `models`, `server`)
+//! declares its own top-level struct with these four fields plus its own, parses it with
+//! [`ConfigSource::parse`], and hands the four to [`Config`] — see `Config`'s docs.
+//!
+//! ```
+//! use enforce_validators::config::{Config, ConfigSource};
+//! let source = ConfigSource::from_string("enforce.yaml", "profiles:\n  p:\n    validatorz: []\n");
+//! let err = source.parse::<Config>().unwrap_err();
+//! assert_eq!(err.line, Some(3));
+//! assert_eq!(err.key.as_deref(), Some("profiles.p.validatorz"));
+//! assert!(err.to_string().starts_with("enforce.yaml:3:"), "{err}");
+//! ```
+
+use crate::error::BuildError;
+use enforce_core::{Budget, FailMode, FeedbackTemplate, Language};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Largest configuration file read.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The validation part of `enforce.yaml`.
+///
+/// Every section is optional. Unknown keys are errors. To embed these sections in a larger
+/// file, copy the four fields into your own `#[serde(deny_unknown_fields)]` struct (serde's
+/// `flatten` would lose unknown-key detection and line numbers) and build a `Config` from them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Directories the plugin host loads validator libraries from, relative to the file.
+    pub plugin_dirs: Vec<PathBuf>,
+    /// Policy every profile starts from.
+    pub defaults: Defaults,
+    /// Named validator configurations: name → options (`type` defaults to the name). See
+    /// [`Registry::build`](crate::Registry::build).
+    pub validators: BTreeMap<String, serde_json::Value>,
+    /// Named profiles; a profile named like a built-in one (`chat`, `adr`) replaces it.
+    pub profiles: BTreeMap<String, ProfileConfig>,
+}
+
+/// Policy defaults shared by all profiles, and the default profile's name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Defaults {
+    /// Profile used when none is named (default `chat`).
+    pub profile: Option<String>,
+    /// Re-asks after the first attempt.
+    pub max_retries: Option<u32>,
+    /// Feedback language and template.
+    pub feedback: Option<FeedbackConfig>,
+    /// Limits on attempts, tokens, cost and time.
+    pub budget: Option<Budget>,
+    /// What an unavailable validator means (`open` or `closed`).
+    pub on_unavailable: Option<FailMode>,
+    /// Text returned when a response stays unresolved; `{{key}}` is filled from the context.
+    pub fallback: Option<String>,
+    /// File holding the fallback text, relative to the configuration file.
+    pub fallback_file: Option<PathBuf>,
+}
+
+/// One profile: an ordered list of validators plus policy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProfileConfig {
+    /// What the profile is for (shown by tools).
+    pub description: Option<String>,
+    /// Validator names, in the order they run: a key of the `validators` section, or a
+    /// registered type used with its default options.
+    pub validators: Vec<String>,
+    /// Re-asks after the first attempt (overrides `defaults`).
+    pub max_retries: Option<u32>,
+    /// Feedback language and template (overrides `defaults` field by field).
+    pub feedback: Option<FeedbackConfig>,
+    /// Limits (replaces `defaults.budget`).
+    pub budget: Option<Budget>,
+    /// What an unavailable validator means.
+    pub on_unavailable: Option<FailMode>,
+    /// Fallback text for unresolved responses; `{{key}}` is filled from the request context.
+    pub fallback: Option<String>,
+    /// File holding the fallback text, relative to the configuration file.
+    pub fallback_file: Option<PathBuf>,
+}
+
+/// Feedback settings: a built-in language, and template pieces overriding it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FeedbackConfig {
+    /// `en` (default) or `de`.
+    pub language: Option<Language>,
+    /// Template pieces replacing the language's (placeholders as in
+    /// [`FeedbackTemplate`]).
+    pub template: Option<FeedbackTemplatePatch>,
+}
+
+/// Some fields of a [`FeedbackTemplate`]; the rest come from the language.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FeedbackTemplatePatch {
+    /// Opening paragraph (`{count}`).
+    pub intro: Option<String>,
+    /// One line per error (`{code}`, `{message}`, `{validator}`).
+    pub item: Option<String>,
+    /// Appended when the issue has a line (`{line}`, `{column}`).
+    pub location: Option<String>,
+    /// Appended when the issue has a hint (`{hint}`).
+    pub hint: Option<String>,
+    /// Closing paragraph.
+    pub outro: Option<String>,
+}
+
+impl FeedbackConfig {
+    /// `self` laid over `base` (fields set here win).
+    pub fn over(&self, base: &FeedbackConfig) -> FeedbackConfig {
+        let patch = match (&self.template, &base.template) {
+            (Some(a), Some(b)) => Some(FeedbackTemplatePatch {
+                intro: a.intro.clone().or_else(|| b.intro.clone()),
+                item: a.item.clone().or_else(|| b.item.clone()),
+                location: a.location.clone().or_else(|| b.location.clone()),
+                hint: a.hint.clone().or_else(|| b.hint.clone()),
+                outro: a.outro.clone().or_else(|| b.outro.clone()),
+            }),
+            (a, b) => a.clone().or_else(|| b.clone()),
+        };
+        FeedbackConfig {
+            language: self.language.or(base.language),
+            template: patch,
+        }
+    }
+
+    /// The complete template: the language's, with the patch applied.
+    pub fn template(&self) -> FeedbackTemplate {
+        let mut t = FeedbackTemplate::for_language(self.language.unwrap_or_default());
+        if let Some(p) = &self.template {
+            let set = |field: &mut String, value: &Option<String>| {
+                if let Some(v) = value {
+                    field.clone_from(v);
+                }
+            };
+            set(&mut t.intro, &p.intro);
+            set(&mut t.item, &p.item);
+            set(&mut t.location, &p.location);
+            set(&mut t.hint, &p.hint);
+            set(&mut t.outro, &p.outro);
+        }
+        t
+    }
+}
+
+/// A configuration problem, located as precisely as possible.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// The file at fault.
+    pub file: Option<PathBuf>,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// 1-based column, when known.
+    pub column: Option<usize>,
+    /// Dotted key path of the offending value (`profiles.adr.validators[2]`), when known.
+    pub key: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{}", file.display())?;
+            if let Some(line) = self.line {
+                write!(f, ":{line}")?;
+                if let Some(col) = self.column {
+                    write!(f, ":{col}")?;
+                }
+            }
+            f.write_str(": ")?;
+        }
+        if let Some(key) = self.key.as_deref().filter(|k| !k.is_empty()) {
+            write!(f, "{key}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl ConfigError {
+    /// An error about a file as a whole.
+    pub fn file(file: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        ConfigError {
+            file: Some(file.into()),
+            line: None,
+            column: None,
+            key: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// The text of one configuration file, kept to locate errors found after parsing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigSource {
+    path: PathBuf,
+    text: String,
+}
+
+impl ConfigSource {
+    /// Reads `path` (at most [`MAX_CONFIG_BYTES`], UTF-8).
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let meta = std::fs::metadata(path)
+            .map_err(|e| ConfigError::file(path, format!("cannot read the configuration: {e}")))?;
+        if !meta.is_file() {
+            return Err(ConfigError::file(
+                path,
+                "the configuration is not a regular file",
+            ));
+        }
+        if meta.len() > MAX_CONFIG_BYTES {
+            return Err(ConfigError::file(
+                path,
+                format!(
+                    "the configuration is larger than {} MiB",
+                    MAX_CONFIG_BYTES >> 20
+                ),
+            ));
+        }
+        let bytes = std::fs::read(path)
+            .map_err(|e| ConfigError::file(path, format!("cannot read the configuration: {e}")))?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            ConfigError::file(
+                path,
+                format!(
+                    "the configuration is not UTF-8 (byte {})",
+                    e.utf8_error().valid_up_to()
+                ),
+            )
+        })?;
+        Ok(ConfigSource {
+            path: path.to_path_buf(),
+            text,
+        })
+    }
+
+    /// A source from text; `path` is only used in messages and to resolve relative paths.
+    pub fn from_string(path: impl Into<PathBuf>, text: impl Into<String>) -> Self {
+        ConfigSource {
+            path: path.into(),
+            text: text.into(),
+        }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The directory relative paths in the file resolve against.
+    pub fn base_dir(&self) -> PathBuf {
+        match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+
+    /// Deserializes the whole file into `T`. An empty file (or one holding only comments) is
+    /// `T::default()`. Errors name the line, column and key path.
+    pub fn parse<T: DeserializeOwned + Default>(&self) -> Result<T, ConfigError> {
+        if self
+            .text
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#') || l.trim() == "---")
+        {
+            return Ok(T::default());
+        }
+        if self.text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ConfigError::file(
+                &self.path,
+                "the configuration is too large",
+            ));
+        }
+        if let Some(offset) =
+            crate::text::yaml_flow_depth_exceeded(&self.text, crate::text::MAX_YAML_FLOW_DEPTH)
+        {
+            return Err(ConfigError {
+                file: Some(self.path.clone()),
+                line: Some(enforce_core::line_of_offset(&self.text, offset) as usize),
+                column: None,
+                key: None,
+                message: format!(
+                    "nesting deeper than {} levels",
+                    crate::text::MAX_YAML_FLOW_DEPTH
+                ),
+            });
+        }
+        let de = serde_yaml_ng::Deserializer::from_str(&self.text);
+        serde_path_to_error::deserialize(de).map_err(|err| {
+            let key = err.path().to_string();
+            let key = (key != ".").then_some(key);
+            let inner = err.into_inner();
+            let (line, column) = match inner.location() {
+                Some(loc) => (Some(loc.line()), Some(loc.column())),
+                None => match key.as_deref().and_then(|k| locate_key(&self.text, k)) {
+                    Some((l, c)) => (Some(l), Some(c)),
+                    None => (None, None),
+                },
+            };
+            ConfigError {
+                file: Some(self.path.clone()),
+                line,
+                column,
+                key,
+                message: strip_location(&inner.to_string()),
+            }
+        })
+    }
+
+    /// An error about the value at the dotted key path `key`, located in this file.
+    pub fn error_at(&self, key: &str, message: impl Into<String>) -> ConfigError {
+        let (line, column) = match locate_key(&self.text, key) {
+            Some((l, c)) => (Some(l), Some(c)),
+            None => (None, None),
+        };
+        ConfigError {
+            file: Some(self.path.clone()),
+            line,
+            column,
+            key: (!key.is_empty()).then(|| key.to_string()),
+            message: message.into(),
+        }
+    }
+
+    /// A [`BuildError`] (whose key is relative to the file's root) located in this file.
+    pub fn build_error(&self, err: BuildError) -> ConfigError {
+        self.error_at(&err.key, err.message)
+    }
+}
+
+/// serde_yaml_ng appends " at line L column C" to messages; the location is reported apart.
+fn strip_location(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(pos) => message[..pos].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// Parses `a.b[2].c` into segments.
+fn key_segments(key: &str) -> Vec<Segment<'_>> {
+    let mut out = Vec::new();
+    for part in key.split('.').filter(|p| !p.is_empty()) {
+        let (name, mut rest) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !name.is_empty() {
+            out.push(Segment::Key(name));
+        }
+        while let Some(stripped) = rest.strip_prefix('[') {
+            let Some(end) = stripped.find(']') else { break };
+            if let Ok(i) = stripped[..end].parse() {
+                out.push(Segment::Index(i));
+            }
+            rest = &stripped[end + 1..];
+        }
+    }
+    out
+}
+
+enum Segment<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// Finds the 1-based line and column of the dotted key path `key` in block-style YAML.
+///
+/// Best effort, for error messages: it follows indentation, `key:` lines and `- ` list items,
+/// and stops at the deepest segment it can find (so an error always points somewhere near).
+/// Flow collections (`[a, b]`) are located at their parent key.
+pub fn locate_key(text: &str, key: &str) -> Option<(usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found: Option<(usize, usize)> = None;
+    // The block being searched: its first line, the indent its children must exceed (or, for
+    // a key's block, may equal when they are list items), and the list item line, if the
+    // block is a list item (its first key sits after "- ").
+    let mut scope_start = 0usize;
+    let mut scope_indent: Option<usize> = None;
+    let mut item_line: Option<usize> = None;
+    'segments: for seg in key_segments(key) {
+        let mut index_seen = 0usize;
+        let mut child_indent: Option<usize> = None;
+        for (i, &line) in lines.iter().enumerate().skip(scope_start) {
+            let trimmed = line.trim_start();
+            if trimmed.is_empty() || trimmed.starts_with('#') || trimmed == "---" {
+                continue;
+            }
+            let (indent, content) = match item_line {
+                Some(l) if l == i => {
+                    let after = trimmed.strip_prefix('-').unwrap_or(trimmed);
+                    let inner = after.trim_start();
+                    (line.len() - inner.len(), inner)
+                }
+                _ => (line.len() - trimmed.len(), trimmed),
+            };
+            if let Some(si) = scope_indent {
+                let list_item_of_key = item_line.is_none() && content.starts_with('-');
+                if indent < si || (indent == si && !list_item_of_key) {
+                    break;
+                }
+            }
+            let ci = *child_indent.get_or_insert(indent);
+            if indent != ci {
+                continue;
+            }
+            match seg {
+                Segment::Key(name) => {
+                    let t = content.trim_start_matches(['"', '\'']);
+                    if let Some(rest) = t.strip_prefix(name) {
+                        let rest = rest.trim_start_matches(['"', '\'']);
+                        if rest.trim_start().starts_with(':') {
+                            let col = line.len() - t.len();
+                            found = Some((i + 1, col + 1));
+                            scope_start = i + 1;
+                            scope_indent = Some(col);
+                            item_line = None;
+                            continue 'segments;
+                        }
+                    }
+                }
+                Segment::Index(n) => {
+                    if content == "-" || content.starts_with("- ") {
+                        if index_seen == n {
+                            found = Some((i + 1, indent + 1));
+                            scope_start = i;
+                            scope_indent = Some(indent);
+                            item_line = Some(i);
+                            continue 'segments;
+                        }
+                        index_seen += 1;
+                    }
+                }
+            }
+        }
+        break; // segment not found: report the deepest match
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const YAML: &str = "# comment\nplugin_dirs: [a]\nvalidators:\n  no_scores:\n    type: pattern\n    forbidden:\n      - regex: 'x'\n      - regex: '('\n        code: X\nprofiles:\n  adr:\n    validators:\n      - step_marker\n      - nope\n";
+
+    #[test]
+    fn locate_key_follows_indentation_and_lists() {
+        assert_eq!(locate_key(YAML, "validators"), Some((3, 1)));
+        assert_eq!(locate_key(YAML, "validators.no_scores.type"), Some((5, 5)));
+        assert_eq!(
+            locate_key(YAML, "validators.no_scores.forbidden[1].regex"),
+            Some((8, 9))
+        );
+        assert_eq!(
+            locate_key(YAML, "validators.no_scores.forbidden[1].code"),
+            Some((9, 9))
+        );
+        assert_eq!(
+            locate_key(YAML, "profiles.adr.validators[1]"),
+            Some((14, 7))
+        );
+        // Unknown deeper segments fall back to the deepest known one.
+        assert_eq!(locate_key(YAML, "profiles.adr.nothing"), Some((11, 3)));
+        assert_eq!(locate_key(YAML, "plugin_dirs[0]"), Some((2, 1)));
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_line_and_key() {
+        let src =
+            ConfigSource::from_string("c.yaml", "defaults:\n  max_retries: 2\n  colour: red\n");
+        let err = src.parse::<Config>().unwrap_err();
+        assert_eq!(err.line, Some(3));
+        assert_eq!(err.key.as_deref(), Some("defaults.colour"));
+        assert!(err.message.contains("unknown field `colour`"), "{err}");
+        assert!(err.to_string().starts_with("c.yaml:3:"), "{err}");
+    }
+
+    #[test]
+    fn wrong_types_name_the_key() {
+        let src = ConfigSource::from_string("c.yaml", "profiles:\n  x:\n    max_retries: lots\n");
+        let err = src.parse::<Config>().unwrap_err();
+        assert_eq!(err.key.as_deref(), Some("profiles.x.max_retries"));
+        assert_eq!(err.line, Some(3));
+    }
+
+    #[test]
+    fn empty_and_comment_only_files_are_default() {
+        for text in ["", "\n# nothing\n", "---\n"] {
+            let c = ConfigSource::from_string("c.yaml", text)
+                .parse::<Config>()
+                .unwrap();
+            assert_eq!(c, Config::default());
+        }
+    }
+
+    #[test]
+    fn alias_bombs_and_deep_nesting_fail_fast() {
+        let mut bomb = String::from(
+            "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+        );
+        for i in 0..9 {
+            let prev = if i == 0 {
+                "a".to_string()
+            } else {
+                format!("l{}", i - 1)
+            };
+            let refs = vec![format!("*{prev}"); 9].join(",");
+            bomb.push_str(&format!("l{i}: &l{i} [{refs}]\n"));
+        }
+        let started = std::time::Instant::now();
+        let err = ConfigSource::from_string(
+            "bomb.yaml",
+            format!("validators:\n  x:\n    {}", bomb.replace('\n', "\n    ")),
+        )
+        .parse::<Config>()
+        .unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert!(
+            err.message.contains("repetition limit") || err.message.contains("recursion"),
+            "{err}"
+        );
+
+        let deep = format!("validators:\n  x: {}", "[".repeat(50_000));
+        let started = std::time::Instant::now();
+        let err = ConfigSource::from_string("deep.yaml", deep)
+            .parse::<Config>()
+            .unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert!(err.message.contains("nesting deeper"), "{err}");
+        assert_eq!(err.line, Some(2));
+    }
+
+    #[test]
+    fn feedback_patches_layer_over_defaults_and_language() {
+        let base = FeedbackConfig {
+            language: Some(Language::De),
+            template: Some(FeedbackTemplatePatch {
+                outro: Some("Danke.".into()),
+                ..Default::default()
+            }),
+        };
+        let profile = FeedbackConfig {
+            language: None,
+            template: Some(FeedbackTemplatePatch {
+                item: Some("* {code}".into()),
+                ..Default::default()
+            }),
+        };
+        let t = profile.over(&base).template();
+        assert_eq!(t.item, "* {code}");
+        assert_eq!(t.outro, "Danke.");
+        assert!(t.intro.starts_with("Deine"), "{}", t.intro);
+    }
+
+    #[test]
+    fn missing_and_non_utf8_files_are_clear_errors() {
+        let err = ConfigSource::read(Path::new("/nonexistent/enforce.yaml")).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("/nonexistent/enforce.yaml: cannot read"),
+            "{err}"
+        );
+        let dir = std::env::temp_dir().join(format!("enforce-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("bad.yaml");
+        std::fs::write(&p, b"a: \xff\n").unwrap();
+        let err = ConfigSource::read(&p).unwrap_err();
+        assert!(err.message.contains("not UTF-8"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,448 @@
+//! The `json` validator: the response (or its fenced JSON block) parses, and optionally meets a
+//! JSON Schema.
+//!
+//! | code | when |
+//! |---|---|
+//! | `INVALID_JSON` | no JSON found, it does not parse, it is wrapped in prose (or, with `bare: true`, in a fence) |
+//! | `SCHEMA_VIOLATION` | the JSON breaks the schema (one issue per violation, up to `max_errors`) |
+//!
+//! Repair: when the JSON sits in a fence or inside prose and parses there, the repair returns
+//! the JSON alone.
+//!
+//! ```
+//! use enforce_validators::{BuildEnv, Registry};
+//! use enforce_core::Context;
+//! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     let mut f = std::pin::pin!(f);
+//! #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+//! #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+//! # }
+//! let spec = serde_json::json!({
+//!     "type": "json",
+//!     "schema": {"type": "object", "required": ["title"]}
+//! });
+//! let v = Registry::builtin().build("answer", &spec, &BuildEnv::default()).unwrap();
+//! let issues = block_on(v.validate("```json\n{\"name\": 1}\n```", &Context::new())).unwrap();
+//! assert_eq!(issues[0].code, "SCHEMA_VIOLATION");
+//! let issues = block_on(v.validate("Sure! {\"title\": \"x\"} Hope that helps.", &Context::new())).unwrap();
+//! assert_eq!(issues[0].code, "INVALID_JSON");
+//! assert_eq!(v.repair("Sure! {\"title\": \"x\"} Hope that helps.", &Context::new(), &issues).unwrap(),
+//!            "{\"title\": \"x\"}");
+//! ```
+
+use crate::error::BuildError;
+use crate::registry::FactoryInput;
+use crate::text::{fences, floor_char_boundary};
+use enforce_core::{async_trait, Context, Issue, Validation, Validator};
+use serde::Deserialize;
+use serde_json::Value;
+use std::ops::Range;
+use std::path::PathBuf;
+
+/// Code: no parseable JSON where it belongs.
+pub const INVALID_JSON: &str = "INVALID_JSON";
+/// Code: the JSON breaks the schema.
+pub const SCHEMA_VIOLATION: &str = "SCHEMA_VIOLATION";
+
+/// How the JSON sits in the response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonForm {
+    /// The whole response (surrounding whitespace aside) is the JSON.
+    Whole,
+    /// The JSON is the content of a fenced code block.
+    Fenced,
+    /// The JSON is surrounded by prose.
+    Embedded,
+}
+
+/// JSON found in a response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonSpan {
+    /// The parsed value.
+    pub value: Value,
+    /// Byte range of the JSON text in the response.
+    pub range: Range<usize>,
+    /// Where it was found.
+    pub form: JsonForm,
+}
+
+fn trimmed_range(text: &str, range: Range<usize>) -> Range<usize> {
+    let s = &text[range.clone()];
+    let start = range.start + (s.len() - s.trim_start().len());
+    let end = range.start + s.trim_end().len();
+    start..end.max(start)
+}
+
+/// Finds the response's JSON: the whole response, else the first fenced block (tagged `json`
+/// or untagged) that parses, else the text from the first `{` (or `[`) to the last `}` (or
+/// `]`) when that parses. Linear in the response's length.
+pub fn locate_json(text: &str) -> Option<JsonSpan> {
+    let whole = trimmed_range(text, 0..text.len());
+    if let Ok(value) = serde_json::from_str::<Value>(&text[whole.clone()]) {
+        return Some(JsonSpan {
+            value,
+            range: whole,
+            form: JsonForm::Whole,
+        });
+    }
+    for fence in fences(text) {
+        if !matches!(fence.language.as_str(), "json" | "jsonc" | "json5" | "") {
+            continue;
+        }
+        let range = trimmed_range(text, fence.content.clone());
+        if let Ok(value) = serde_json::from_str::<Value>(&text[range.clone()]) {
+            return Some(JsonSpan {
+                value,
+                range,
+                form: JsonForm::Fenced,
+            });
+        }
+    }
+    let embedded = |open: char, close: char| -> Option<Range<usize>> {
+        let start = text.find(open)?;
+        let end = text.rfind(close)?;
+        (end > start).then(|| start..end + close.len_utf8())
+    };
+    let mut candidates: Vec<Range<usize>> = [embedded('{', '}'), embedded('[', ']')]
+        .into_iter()
+        .flatten()
+        .collect();
+    candidates.sort_by_key(|r| r.start);
+    for range in candidates {
+        if let Ok(value) = serde_json::from_str::<Value>(&text[range.clone()]) {
+            return Some(JsonSpan {
+                value,
+                range,
+                form: JsonForm::Embedded,
+            });
+        }
+    }
+    None
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonConfig {
+    /// Inline JSON Schema.
+    schema: Option<Value>,
+    /// JSON (or YAML) file holding the schema, relative to the configuration file.
+    schema_file: Option<PathBuf>,
+    /// `true`: the JSON must be the whole response, not in a fence.
+    #[serde(default)]
+    bare: bool,
+    /// Code for schema violations (default `SCHEMA_VIOLATION`).
+    schema_code: Option<String>,
+    /// Hint attached to schema violations.
+    schema_hint: Option<String>,
+    /// Most schema violations reported.
+    #[serde(default = "default_max_errors")]
+    max_errors: usize,
+}
+
+fn default_max_errors() -> usize {
+    20
+}
+
+/// The `json` validator. See the [module docs](self).
+pub struct JsonValidator {
+    name: String,
+    schema: Option<jsonschema::Validator>,
+    bare: bool,
+    schema_code: String,
+    schema_hint: Option<String>,
+    max_errors: usize,
+}
+
+impl std::fmt::Debug for JsonValidator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonValidator")
+            .field("name", &self.name)
+            .field("has_schema", &self.schema.is_some())
+            .field("bare", &self.bare)
+            .finish()
+    }
+}
+
+impl JsonValidator {
+    /// A validator named `name` that only checks that the JSON parses.
+    pub fn new(name: impl Into<String>) -> Self {
+        JsonValidator {
+            name: name.into(),
+            schema: None,
+            bare: false,
+            schema_code: SCHEMA_VIOLATION.to_string(),
+            schema_hint: None,
+            max_errors: default_max_errors(),
+        }
+    }
+
+    /// Adds a JSON Schema; fails when the schema itself is invalid.
+    pub fn with_schema(mut self, schema: &Value) -> Result<Self, BuildError> {
+        let compiled = jsonschema::validator_for(schema)
+            .map_err(|e| BuildError::new(format!("invalid JSON Schema: {e}")))?;
+        self.schema = Some(compiled);
+        Ok(self)
+    }
+
+    /// Requires the JSON to be the whole response.
+    pub fn bare(mut self, bare: bool) -> Self {
+        self.bare = bare;
+        self
+    }
+
+    /// Builds it from configuration.
+    pub fn from_config(input: &FactoryInput<'_>) -> Result<Self, BuildError> {
+        let config: JsonConfig = input.parse()?;
+        let mut v = JsonValidator::new(input.name).bare(config.bare);
+        v.max_errors = config.max_errors.max(1);
+        if let Some(code) = config.schema_code {
+            v.schema_code = code;
+        }
+        v.schema_hint = config.schema_hint;
+        let schema = match (config.schema, config.schema_file) {
+            (Some(_), Some(_)) => {
+                return Err(BuildError::at(
+                    "schema_file",
+                    "give either 'schema' or 'schema_file', not both",
+                ))
+            }
+            (Some(schema), None) => Some((schema, "schema")),
+            (None, Some(file)) => {
+                let path = input.resolve(&file);
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    BuildError::at(
+                        "schema_file",
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                let schema: Value = serde_yaml_ng::from_str(&text).map_err(|e| {
+                    BuildError::at(
+                        "schema_file",
+                        format!("{} is not JSON or YAML: {e}", path.display()),
+                    )
+                })?;
+                Some((schema, "schema_file"))
+            }
+            (None, None) => None,
+        };
+        if let Some((schema, key)) = schema {
+            v = v
+                .with_schema(&schema)
+                .map_err(|e| BuildError::at(key, e.message))?;
+        }
+        Ok(v)
+    }
+
+    fn parse_error(&self, text: &str) -> Issue {
+        // Report the parse error of the most likely candidate: a JSON fence, else the whole text.
+        let (candidate, offset) = fences(text)
+            .into_iter()
+            .find(|f| f.language.starts_with("json"))
+            .map(|f| {
+                let r = trimmed_range(text, f.content);
+                (&text[r.clone()], r.start)
+            })
+            .unwrap_or_else(|| {
+                let r = trimmed_range(text, 0..text.len());
+                (&text[r.clone()], r.start)
+            });
+        let issue = Issue::error(
+            &self.name,
+            INVALID_JSON,
+            "The response holds no valid JSON.",
+        )
+        .with_hint("Answer with one valid JSON document.");
+        if candidate.is_empty() {
+            return issue.with_hint("Answer with one valid JSON document; the response is empty.");
+        }
+        match serde_json::from_str::<Value>(candidate) {
+            Ok(_) => issue,
+            Err(e) => {
+                let line_offset = enforce_core::line_of_offset(text, offset).saturating_sub(1);
+                let line = u32::try_from(e.line())
+                    .unwrap_or(u32::MAX)
+                    .saturating_add(line_offset);
+                let column = u32::try_from(e.column()).unwrap_or(u32::MAX);
+                Issue {
+                    message: format!("The JSON does not parse: {e}."),
+                    ..issue
+                }
+                .at(line.max(1), column.max(1))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Validator for JsonValidator {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn validate(&self, response: &str, _context: &Context) -> Validation {
+        let Some(span) = locate_json(response) else {
+            return Ok(vec![self.parse_error(response)]);
+        };
+        let mut issues = Vec::new();
+        let line = enforce_core::line_of_offset(response, span.range.start);
+        match span.form {
+            JsonForm::Whole => {}
+            JsonForm::Fenced if !self.bare => {}
+            JsonForm::Fenced => issues.push(
+                Issue::error(
+                    &self.name,
+                    INVALID_JSON,
+                    "The JSON is wrapped in a code fence.",
+                )
+                .with_hint("Answer with the JSON alone, without a code fence.")
+                .at_line(line),
+            ),
+            JsonForm::Embedded => issues.push(
+                Issue::error(
+                    &self.name,
+                    INVALID_JSON,
+                    "The JSON is surrounded by other text.",
+                )
+                .with_hint("Answer with the JSON alone, without text before or after it.")
+                .at_line(line),
+            ),
+        }
+        if let Some(schema) = &self.schema {
+            for error in schema.iter_errors(&span.value).take(self.max_errors) {
+                let path = error.instance_path().to_string();
+                let at = if path.is_empty() {
+                    "/".to_string()
+                } else {
+                    path
+                };
+                let mut issue = Issue::error(
+                    &self.name,
+                    self.schema_code.clone(),
+                    format!("At {at}: {error}"),
+                )
+                .at_line(line);
+                if let Some(hint) = &self.schema_hint {
+                    issue = issue.with_hint(hint.clone());
+                }
+                issues.push(issue);
+            }
+        }
+        Ok(issues)
+    }
+
+    fn repair(&self, response: &str, _context: &Context, issues: &[Issue]) -> Option<String> {
+        if !issues.iter().any(|i| i.code == INVALID_JSON) {
+            return None;
+        }
+        let span = locate_json(response)?;
+        match span.form {
+            JsonForm::Whole => None,
+            JsonForm::Fenced | JsonForm::Embedded => {
+                let start = floor_char_boundary(response, span.range.start);
+                Some(response.get(start..span.range.end)?.to_string())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::block_on;
+    use serde_json::json;
+
+    fn run(v: &JsonValidator, text: &str) -> Vec<Issue> {
+        block_on(v.validate(text, &Context::new())).unwrap()
+    }
+
+    #[test]
+    fn plain_and_fenced_json_pass() {
+        let v = JsonValidator::new("json");
+        assert!(run(&v, " {\"a\": 1}\n").is_empty());
+        assert!(run(&v, "Here:\n```json\n{\"a\": [1, 2]}\n```\n").is_empty());
+        assert!(run(&v, "[1,2]").is_empty());
+    }
+
+    #[test]
+    fn broken_json_reports_line_and_column_in_the_response() {
+        let v = JsonValidator::new("json");
+        let issues = run(&v, "Intro\n\n```json\n{\"a\": 1,\n \"b\": }\n```\n");
+        assert_eq!(issues.len(), 1);
+        assert_eq!(issues[0].code, INVALID_JSON);
+        assert_eq!(issues[0].line, Some(5), "{:?}", issues[0]);
+        assert!(
+            issues[0].message.contains("does not parse"),
+            "{}",
+            issues[0].message
+        );
+        let issues = run(&v, "");
+        assert_eq!(issues[0].code, INVALID_JSON);
+    }
+
+    #[test]
+    fn prose_around_json_is_invalid_and_repaired_by_stripping() {
+        let v = JsonValidator::new("json");
+        let text = "Sure, here you go: {\"a\": \"ü\"}\nAnything else?";
+        let issues = run(&v, text);
+        assert_eq!(issues[0].code, INVALID_JSON);
+        let fixed = v.repair(text, &Context::new(), &issues).unwrap();
+        assert_eq!(fixed, "{\"a\": \"ü\"}");
+        assert!(run(&v, &fixed).is_empty());
+    }
+
+    #[test]
+    fn bare_mode_rejects_fences_and_repairs_them() {
+        let v = JsonValidator::new("json").bare(true);
+        let text = "```json\n{\"a\": 1}\n```";
+        let issues = run(&v, text);
+        assert_eq!(issues[0].code, INVALID_JSON);
+        assert_eq!(
+            v.repair(text, &Context::new(), &issues).unwrap(),
+            "{\"a\": 1}"
+        );
+    }
+
+    #[test]
+    fn schema_violations_name_the_path() {
+        let v = JsonValidator::new("json")
+            .with_schema(&json!({
+                "type": "object",
+                "required": ["blockId", "text"],
+                "properties": {"text": {"type": "string"}, "list": {"maxItems": 0}}
+            }))
+            .unwrap();
+        let issues = run(&v, r#"{"text": 3, "list": ["x"]}"#);
+        let codes: Vec<_> = issues.iter().map(|i| i.code.as_str()).collect();
+        assert_eq!(codes, vec![SCHEMA_VIOLATION; 3], "{issues:?}");
+        assert!(
+            issues.iter().any(|i| i.message.contains("/text")),
+            "{issues:?}"
+        );
+        assert!(
+            issues.iter().any(|i| i.message.contains("blockId")),
+            "{issues:?}"
+        );
+        assert!(run(&v, r#"{"blockId": "b", "text": "t"}"#).is_empty());
+    }
+
+    #[test]
+    fn invalid_schema_is_a_build_error() {
+        assert!(JsonValidator::new("j")
+            .with_schema(&json!({"type": "no-such-type"}))
+            .is_err());
+    }
+
+    #[test]
+    fn nasty_inputs_do_not_panic() {
+        let v = JsonValidator::new("json");
+        let deep = "[".repeat(100_000);
+        assert_eq!(run(&v, &deep)[0].code, INVALID_JSON);
+        let deep_ok = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        // serde_json refuses more than 128 levels: an issue, not a crash.
+        assert_eq!(run(&v, &deep_ok)[0].code, INVALID_JSON);
+        assert_eq!(run(&v, "{ünïcödé")[0].code, INVALID_JSON);
+        let big = format!("{{\"a\": \"{}\"}}", "x".repeat(10 * 1024 * 1024));
+        assert!(run(&v, &big).is_empty());
+        assert_eq!(run(&v, "} {")[0].code, INVALID_JSON);
+    }
+}

@@ -1,0 +1,515 @@
+//! Profiles: named, ordered validator lists with a policy, turned into
+//! [`Enforcer`](enforce_core::Enforcer)s.
+//!
+//! Two profiles are built in and need no configuration:
+//!
+//! | profile | validators |
+//! |---|---|
+//! | `chat` | `step_marker` |
+//! | `adr` | `step_marker`, `adr_structure`, `file_refs` (root = the current directory, or `--root`) |
+//!
+//! A [`ProfileSet`] builds every validator once; its profiles share them (an `external`
+//! validator's circuit breaker is shared by every request that uses it), and
+//! [`Profile::enforcer`] makes a cheap [`Enforcer`] per request or per check.
+//!
+//! ```
+//! use enforce_validators::{config::ConfigSource, BuildEnv, ProfileSet, Registry};
+//! use enforce_core::{Context, Status};
+//! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     let mut f = std::pin::pin!(f);
+//! #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+//! #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+//! # }
+//! let yaml = "validators:\n  steps:\n    type: step_marker\n    allowed: [ask, answer]\n\
+//!             profiles:\n  support:\n    validators: [steps]\n    max_retries: 1\n";
+//! let source = ConfigSource::from_string("enforce.yaml", yaml);
+//! let profiles = ProfileSet::load(&source, &Registry::builtin(), None).unwrap();
+//! let enforcer = profiles.get("support").unwrap().enforcer();
+//! assert_eq!(enforcer.policy().max_retries, 1);
+//! let outcome = block_on(enforcer.check("Done.\n<!-- STEP: answer -->", &Context::new(), false));
+//! assert_eq!(outcome.status, Status::Passed);
+//! // Built-in profiles are always there.
+//! assert!(profiles.get("chat").is_some() && profiles.get("adr").is_some());
+//! ```
+
+use crate::config::{Config, ConfigError, ConfigSource, Defaults, FeedbackConfig, ProfileConfig};
+use crate::error::BuildError;
+use crate::registry::{BuildEnv, Registry};
+use enforce_core::{Enforcer, Feedback, Policy, Validator};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Name of the profile used when none is named and the configuration sets no default.
+pub const DEFAULT_PROFILE: &str = "chat";
+
+/// The built-in profiles and their validators (each used with its default options).
+pub const BUILTIN_PROFILES: &[(&str, &str, &[&str])] = &[
+    (
+        "chat",
+        "A chat answer that declares its workflow step.",
+        &["step_marker"],
+    ),
+    (
+        "adr",
+        "An architecture decision record: step marker, ADR structure, real file paths.",
+        &["step_marker", "adr_structure", "file_refs"],
+    ),
+];
+
+/// One built profile.
+pub struct Profile {
+    name: String,
+    description: Option<String>,
+    validators: Vec<Arc<dyn Validator>>,
+    policy: Policy,
+}
+
+impl std::fmt::Debug for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Profile")
+            .field("name", &self.name)
+            .field("validators", &self.validator_names())
+            .field("max_retries", &self.policy.max_retries)
+            .finish()
+    }
+}
+
+impl Profile {
+    /// A profile from already built validators.
+    pub fn new(
+        name: impl Into<String>,
+        validators: Vec<Arc<dyn Validator>>,
+        policy: Policy,
+    ) -> Self {
+        Profile {
+            name: name.into(),
+            description: None,
+            validators,
+            policy,
+        }
+    }
+
+    /// The profile's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the profile is for.
+    pub fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
+
+    /// The validators, in the order they run.
+    pub fn validators(&self) -> &[Arc<dyn Validator>] {
+        &self.validators
+    }
+
+    /// The validators' names, in order.
+    pub fn validator_names(&self) -> Vec<&str> {
+        self.validators.iter().map(|v| v.name()).collect()
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// An [`Enforcer`] running this profile's validators with its policy. Cheap: the
+    /// validators are shared, not rebuilt.
+    pub fn enforcer(&self) -> Enforcer {
+        let validators: Vec<Box<dyn Validator>> = self
+            .validators
+            .iter()
+            .map(|v| Box::new(Arc::clone(v)) as Box<dyn Validator>)
+            .collect();
+        Enforcer::new(validators).with_policy(self.policy.clone())
+    }
+}
+
+/// Every profile of a configuration (built-in ones included), built and ready.
+#[derive(Debug)]
+pub struct ProfileSet {
+    profiles: BTreeMap<String, Profile>,
+    default: String,
+}
+
+/// The policy fields of defaults or a profile, for layering.
+struct PolicyFields<'a> {
+    max_retries: Option<u32>,
+    feedback: Option<&'a FeedbackConfig>,
+    budget: Option<enforce_core::Budget>,
+    on_unavailable: Option<enforce_core::FailMode>,
+    fallback: Option<&'a String>,
+    fallback_file: Option<&'a PathBuf>,
+}
+
+impl<'a> From<&'a Defaults> for PolicyFields<'a> {
+    fn from(d: &'a Defaults) -> Self {
+        PolicyFields {
+            max_retries: d.max_retries,
+            feedback: d.feedback.as_ref(),
+            budget: d.budget,
+            on_unavailable: d.on_unavailable,
+            fallback: d.fallback.as_ref(),
+            fallback_file: d.fallback_file.as_ref(),
+        }
+    }
+}
+
+impl<'a> From<&'a ProfileConfig> for PolicyFields<'a> {
+    fn from(p: &'a ProfileConfig) -> Self {
+        PolicyFields {
+            max_retries: p.max_retries,
+            feedback: p.feedback.as_ref(),
+            budget: p.budget,
+            on_unavailable: p.on_unavailable,
+            fallback: p.fallback.as_ref(),
+            fallback_file: p.fallback_file.as_ref(),
+        }
+    }
+}
+
+fn read_fallback(base_dir: &Path, file: &Path, key: &str) -> Result<String, BuildError> {
+    let path = if file.is_absolute() {
+        file.to_path_buf()
+    } else {
+        base_dir.join(file)
+    };
+    std::fs::read_to_string(&path)
+        .map_err(|e| BuildError::at(key, format!("cannot read {}: {e}", path.display())))
+}
+
+/// Lays `profile` over `defaults` into a [`Policy`]. `key` prefixes error keys.
+fn build_policy(
+    defaults: PolicyFields<'_>,
+    profile: Option<(PolicyFields<'_>, &str)>,
+    base_dir: &Path,
+) -> Result<Policy, BuildError> {
+    let mut policy = Policy::default();
+    let empty = FeedbackConfig::default();
+    let mut feedback = defaults.feedback.cloned().unwrap_or_default();
+    if let Some(n) = defaults.max_retries {
+        policy.max_retries = n;
+    }
+    if let Some(b) = defaults.budget {
+        policy.budget = b;
+    }
+    if let Some(m) = defaults.on_unavailable {
+        policy.on_unavailable = m;
+    }
+    policy.fallback = match (defaults.fallback, defaults.fallback_file) {
+        (Some(_), Some(_)) => {
+            return Err(BuildError::at(
+                "defaults.fallback_file",
+                "give either 'fallback' or 'fallback_file', not both",
+            ))
+        }
+        (Some(t), None) => Some(t.clone()),
+        (None, Some(f)) => Some(read_fallback(base_dir, f, "defaults.fallback_file")?),
+        (None, None) => None,
+    };
+    if let Some((p, prefix)) = profile {
+        if let Some(n) = p.max_retries {
+            policy.max_retries = n;
+        }
+        if let Some(b) = p.budget {
+            policy.budget = b;
+        }
+        if let Some(m) = p.on_unavailable {
+            policy.on_unavailable = m;
+        }
+        feedback = p.feedback.unwrap_or(&empty).over(&feedback);
+        match (p.fallback, p.fallback_file) {
+            (Some(_), Some(_)) => {
+                return Err(BuildError::at(
+                    format!("{prefix}.fallback_file"),
+                    "give either 'fallback' or 'fallback_file', not both",
+                ))
+            }
+            (Some(t), None) => policy.fallback = Some(t.clone()),
+            (None, Some(f)) => {
+                policy.fallback = Some(read_fallback(
+                    base_dir,
+                    f,
+                    &format!("{prefix}.fallback_file"),
+                )?)
+            }
+            (None, None) => {}
+        }
+    }
+    policy.feedback = Feedback::new(feedback.template());
+    Ok(policy)
+}
+
+impl ProfileSet {
+    /// Only the built-in profiles, with default policy. `root` overrides the `file_refs` root
+    /// (default: the current directory).
+    pub fn builtin(registry: &Registry, root: Option<PathBuf>) -> Result<Self, BuildError> {
+        Self::from_config(
+            &Config::default(),
+            registry,
+            &BuildEnv::default().with_root(root),
+        )
+    }
+
+    /// Reads, parses and builds a configuration file in one go; every error names the file,
+    /// line and key. `root` overrides the roots of path-checking validators.
+    pub fn load(
+        source: &ConfigSource,
+        registry: &Registry,
+        root: Option<PathBuf>,
+    ) -> Result<Self, ConfigError> {
+        let config: Config = source.parse()?;
+        let env = BuildEnv::new(source.base_dir()).with_root(root);
+        Self::from_config(&config, registry, &env).map_err(|e| source.build_error(e))
+    }
+
+    /// Builds every profile of `config` plus the built-in ones it does not replace.
+    ///
+    /// Error keys are relative to the configuration's root (`validators.x.min`,
+    /// `profiles.p.validators[1]`), ready for [`ConfigSource::build_error`].
+    pub fn from_config(
+        config: &Config,
+        registry: &Registry,
+        env: &BuildEnv,
+    ) -> Result<Self, BuildError> {
+        let mut built: BTreeMap<String, Arc<dyn Validator>> = BTreeMap::new();
+        // Validators of built-in profiles resolve paths against the current directory.
+        let builtin_env = BuildEnv::default().with_root(env.root.clone());
+        let mut get = |name: &str,
+                       key: &str,
+                       in_builtin: bool|
+         -> Result<Arc<dyn Validator>, BuildError> {
+            if let Some(v) = built.get(name) {
+                return Ok(Arc::clone(v));
+            }
+            let v: Arc<dyn Validator> = match config.validators.get(name) {
+                Some(spec) => Arc::from(
+                    registry
+                        .build(name, spec, env)
+                        .map_err(|e| e.prefixed(&format!("validators.{name}")))?,
+                ),
+                None if registry.contains(name) => {
+                    let env = if in_builtin { &builtin_env } else { env };
+                    Arc::from(registry.build(name, &Value::Null, env).map_err(|e| e.prefixed(key))?)
+                }
+                None => {
+                    return Err(BuildError::at(
+                        key,
+                        format!(
+                            "'{name}' is neither a validator defined under 'validators' nor a validator type (types: {})",
+                            registry.kinds().collect::<Vec<_>>().join(", ")
+                        ),
+                    ))
+                }
+            };
+            built.insert(name.to_string(), Arc::clone(&v));
+            Ok(v)
+        };
+
+        // Every configured validator is built, used or not, so that typos surface at startup.
+        for name in config.validators.keys() {
+            get(name, &format!("validators.{name}"), false)?;
+        }
+
+        let mut profiles = BTreeMap::new();
+        for (name, description, validators) in BUILTIN_PROFILES {
+            if config.profiles.contains_key(*name) {
+                continue;
+            }
+            let list = validators
+                .iter()
+                .map(|v| get(v, "", true))
+                .collect::<Result<Vec<_>, _>>()?;
+            let policy = build_policy((&config.defaults).into(), None, &env.base_dir)?;
+            profiles.insert(
+                name.to_string(),
+                Profile {
+                    name: name.to_string(),
+                    description: Some(description.to_string()),
+                    validators: list,
+                    policy,
+                },
+            );
+        }
+        for (name, p) in &config.profiles {
+            let prefix = format!("profiles.{name}");
+            let mut list = Vec::with_capacity(p.validators.len());
+            for (i, v) in p.validators.iter().enumerate() {
+                list.push(get(v, &format!("{prefix}.validators[{i}]"), false)?);
+            }
+            let policy = build_policy(
+                (&config.defaults).into(),
+                Some((p.into(), &prefix)),
+                &env.base_dir,
+            )?;
+            profiles.insert(
+                name.clone(),
+                Profile {
+                    name: name.clone(),
+                    description: p.description.clone(),
+                    validators: list,
+                    policy,
+                },
+            );
+        }
+        let default = config
+            .defaults
+            .profile
+            .clone()
+            .unwrap_or_else(|| DEFAULT_PROFILE.to_string());
+        if !profiles.contains_key(&default) {
+            return Err(BuildError::at(
+                "defaults.profile",
+                format!("no profile named '{default}'"),
+            ));
+        }
+        Ok(ProfileSet { profiles, default })
+    }
+
+    /// The profile `name`.
+    pub fn get(&self, name: &str) -> Option<&Profile> {
+        self.profiles.get(name)
+    }
+
+    /// The profile used when none is named (`defaults.profile`, else `chat`).
+    pub fn default_profile(&self) -> Option<&Profile> {
+        self.profiles.get(&self.default)
+    }
+
+    /// The default profile's name.
+    pub fn default_name(&self) -> &str {
+        &self.default
+    }
+
+    /// Profile names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.profiles.keys().map(String::as_str)
+    }
+
+    /// An [`Enforcer`] for profile `name`, or `None` when there is no such profile.
+    pub fn enforcer(&self, name: &str) -> Option<Enforcer> {
+        self.get(name).map(Profile::enforcer)
+    }
+
+    /// The profiles as JSON (name, description, validators, max_retries), for listings.
+    pub fn describe(&self) -> Value {
+        Value::Array(
+            self.profiles
+                .values()
+                .map(|p| {
+                    json!({
+                        "name": p.name,
+                        "description": p.description,
+                        "validators": p.validator_names(),
+                        "max_retries": p.policy.max_retries,
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::block_on;
+    use enforce_core::{Context, FailMode, Language, Status};
+
+    fn load(yaml: &str) -> Result<ProfileSet, ConfigError> {
+        ProfileSet::load(
+            &ConfigSource::from_string("t.yaml", yaml),
+            &Registry::builtin(),
+            None,
+        )
+    }
+
+    #[test]
+    fn builtin_profiles_work_without_config() {
+        let set = ProfileSet::builtin(&Registry::builtin(), None).unwrap();
+        assert_eq!(
+            set.get("chat").unwrap().validator_names(),
+            vec!["step_marker"]
+        );
+        assert_eq!(
+            set.get("adr").unwrap().validator_names(),
+            vec!["step_marker", "adr_structure", "file_refs"]
+        );
+        assert_eq!(set.default_profile().unwrap().name(), "chat");
+        let out = block_on(
+            set.enforcer("chat")
+                .unwrap()
+                .check("hi", &Context::new(), false),
+        );
+        assert_eq!(out.status, Status::Unresolved);
+        assert_eq!(out.codes(), vec!["MISSING_STEP_MARKER"]);
+    }
+
+    #[test]
+    fn profile_policy_layers_over_defaults() {
+        let set = load(
+            "defaults:\n  max_retries: 5\n  on_unavailable: open\n  feedback: { language: de }\n  fallback: 'Hallo {{company_name}}'\n\
+             profiles:\n  p:\n    validators: [step_marker]\n    max_retries: 1\n    budget: { max_attempts: 2 }\n",
+        )
+        .unwrap();
+        let p = set.get("p").unwrap();
+        assert_eq!(p.policy().max_retries, 1);
+        assert_eq!(p.policy().budget.max_attempts, Some(2));
+        assert_eq!(p.policy().on_unavailable, FailMode::Open);
+        assert_eq!(
+            p.policy().fallback.as_deref(),
+            Some("Hallo {{company_name}}")
+        );
+        assert_eq!(
+            p.policy().feedback.template(),
+            &enforce_core::FeedbackTemplate::for_language(Language::De)
+        );
+        assert_eq!(set.get("chat").unwrap().policy().max_retries, 5);
+    }
+
+    #[test]
+    fn unknown_validator_names_point_at_the_list_entry() {
+        let err =
+            load("profiles:\n  p:\n    validators:\n      - step_marker\n      - stepmarker\n")
+                .unwrap_err();
+        assert_eq!(err.line, Some(5));
+        assert_eq!(err.key.as_deref(), Some("profiles.p.validators[1]"));
+        assert!(err.message.contains("'stepmarker'"), "{err}");
+    }
+
+    #[test]
+    fn validator_option_errors_point_at_the_option() {
+        let err =
+            load("validators:\n  steps:\n    type: step_marker\n    allowed: []\n").unwrap_err();
+        assert_eq!(err.key.as_deref(), Some("validators.steps.allowed"));
+        assert_eq!(err.line, Some(4));
+        let err =
+            load("validators:\n  steps:\n    type: step_marker\n    alowed: [a]\n").unwrap_err();
+        assert_eq!(err.key.as_deref(), Some("validators.steps.alowed"));
+        assert!(err.message.contains("unknown field `alowed`"), "{err}");
+        assert_eq!(err.line, Some(4));
+    }
+
+    #[test]
+    fn missing_fallback_file_and_default_profile_are_errors() {
+        let err = load("profiles:\n  p:\n    fallback_file: nope.txt\n").unwrap_err();
+        assert_eq!(err.key.as_deref(), Some("profiles.p.fallback_file"));
+        assert_eq!(err.line, Some(3));
+        assert!(err.message.contains("nope.txt"), "{err}");
+        let err = load("defaults:\n  profile: ghost\n").unwrap_err();
+        assert_eq!(err.line, Some(2));
+    }
+
+    #[test]
+    fn validators_are_shared_between_profiles() {
+        let set = load(
+            "profiles:\n  a:\n    validators: [step_marker]\n  b:\n    validators: [step_marker]\n",
+        )
+        .unwrap();
+        let a = &set.get("a").unwrap().validators()[0];
+        let b = &set.get("b").unwrap().validators()[0];
+        assert!(Arc::ptr_eq(a, b));
+    }
+}

@@ -1,0 +1,368 @@
+//! Builds validators from configuration by type name: [`Registry`].
+//!
+//! The registry maps a type name (`step_marker`, `pattern`, ...) to a factory that turns a
+//! JSON configuration object into a boxed [`Validator`]. [`Registry::builtin`] knows every
+//! validator of this crate; other code adds more types at run time with
+//! [`Registry::register`] — the plugin host registers one factory per plugin validator before
+//! the configuration is built, so plugin types are used in `enforce.yaml` exactly like
+//! built-in ones.
+//!
+//! ```
+//! use enforce_validators::{BuildEnv, BuildError, FactoryInput, Registry};
+//! use enforce_core::{async_trait, Context, Issue, Validation, Validator};
+//!
+//! /// Fails responses that contain a configured word.
+//! struct NoWord { name: String, word: String }
+//!
+//! #[async_trait]
+//! impl Validator for NoWord {
+//!     fn name(&self) -> &str { &self.name }
+//!     async fn validate(&self, response: &str, _: &Context) -> Validation {
+//!         Ok(if response.contains(&self.word) {
+//!             vec![Issue::error(&self.name, "NO_WORD", format!("'{}' is not allowed", self.word))]
+//!         } else { vec![] })
+//!     }
+//! }
+//!
+//! #[derive(serde::Deserialize)]
+//! #[serde(deny_unknown_fields)]
+//! struct NoWordConfig { word: String }
+//!
+//! let mut registry = Registry::builtin();
+//! registry.register("no_word", |input: &FactoryInput<'_>| {
+//!     let config: NoWordConfig = input.parse()?;
+//!     Ok(Box::new(NoWord { name: input.name.to_string(), word: config.word }) as Box<dyn Validator>)
+//! }).unwrap();
+//!
+//! let spec = serde_json::json!({"type": "no_word", "word": "maybe"});
+//! let validator = registry.build("hedging", &spec, &BuildEnv::default()).unwrap();
+//! assert_eq!(validator.name(), "hedging");
+//!
+//! // Unknown keys are errors that name the key.
+//! let bad = serde_json::json!({"type": "no_word", "wrod": "x"});
+//! let err: BuildError = registry.build("hedging", &bad, &BuildEnv::default()).err().unwrap();
+//! assert!(err.message.contains("unknown field"), "{err}");
+//! ```
+
+use crate::error::BuildError;
+use enforce_core::Validator;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// What a factory gets to build one validator.
+#[derive(Debug, Clone, Copy)]
+pub struct FactoryInput<'a> {
+    /// The validator's name: issues it raises carry it, and repairs are matched by it. It is
+    /// the key under `validators:` in the configuration, or the type name for a validator used
+    /// with its default configuration.
+    pub name: &'a str,
+    /// The type name the factory was registered under.
+    pub kind: &'a str,
+    /// The validator's own options: a JSON object without the keys the registry handles
+    /// itself (`type`, `description`, `input`, `when`). `{}` when the validator has no options.
+    pub config: &'a Value,
+    /// Directory that relative paths in `config` are resolved against (the configuration
+    /// file's directory; the current directory for built-in profiles).
+    pub base_dir: &'a Path,
+    /// The project root the user chose (`enforce check --root DIR`), which overrides any root
+    /// a validator's configuration names. Validators that check paths use it.
+    pub root: Option<&'a Path>,
+}
+
+impl FactoryInput<'_> {
+    /// Deserializes the options into `T`. Errors name the key path (`forbidden[0].regex`), so
+    /// use `#[serde(deny_unknown_fields)]` on `T` to turn typos into errors.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, BuildError> {
+        Ok(serde_path_to_error::deserialize(self.config)?)
+    }
+
+    /// `path` resolved against [`base_dir`](Self::base_dir) when relative.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.base_dir.join(path)
+        }
+    }
+}
+
+/// A validator factory: builds a validator from its configuration, or says what is wrong
+/// with it.
+pub type Factory =
+    Box<dyn Fn(&FactoryInput<'_>) -> Result<Box<dyn Validator>, BuildError> + Send + Sync>;
+
+/// Where the validators being built live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildEnv {
+    /// Directory relative paths in validator options resolve against.
+    pub base_dir: PathBuf,
+    /// The project root chosen by the user, overriding configured roots.
+    pub root: Option<PathBuf>,
+}
+
+impl Default for BuildEnv {
+    /// Relative paths resolve against the current directory; no root override.
+    fn default() -> Self {
+        BuildEnv {
+            base_dir: PathBuf::from("."),
+            root: None,
+        }
+    }
+}
+
+impl BuildEnv {
+    /// Relative paths resolve against `base_dir`.
+    pub fn new(base_dir: impl Into<PathBuf>) -> Self {
+        BuildEnv {
+            base_dir: base_dir.into(),
+            root: None,
+        }
+    }
+
+    /// Sets the project root override.
+    pub fn with_root(mut self, root: Option<PathBuf>) -> Self {
+        self.root = root;
+        self
+    }
+}
+
+/// A type name could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// The name is already taken (built-in types cannot be shadowed by accident).
+    #[error("validator type '{0}' is already registered")]
+    Duplicate(String),
+    /// The name is empty or holds characters other than ASCII letters, digits, `_`, `-`, `.`.
+    #[error("'{0}' is not a valid validator type name (use letters, digits, '_', '-', '.')")]
+    InvalidName(String),
+}
+
+/// Keys of a validator spec that the registry handles itself.
+pub const RESERVED_KEYS: &[&str] = &["type", "description", "input", "when"];
+
+/// Maps validator type names to factories. See the [module docs](self).
+pub struct Registry {
+    factories: BTreeMap<String, Factory>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("kinds", &self.kinds().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Default for Registry {
+    /// Same as [`Registry::builtin`].
+    fn default() -> Self {
+        Registry::builtin()
+    }
+}
+
+fn valid_kind(kind: &str) -> bool {
+    !kind.is_empty()
+        && kind
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+impl Registry {
+    /// A registry without any type.
+    pub fn empty() -> Self {
+        Registry {
+            factories: BTreeMap::new(),
+        }
+    }
+
+    /// A registry with every built-in validator type of this crate.
+    pub fn builtin() -> Self {
+        let mut registry = Registry::empty();
+        for (kind, factory) in crate::builtin_factories() {
+            // Built-in names are distinct and valid; a clash would be a bug caught by tests.
+            let _ = registry.register_boxed(kind, factory);
+        }
+        registry
+    }
+
+    /// Registers `factory` under the type name `kind`.
+    ///
+    /// Fails when the name is taken or malformed, so a plugin cannot silently replace a
+    /// built-in validator.
+    pub fn register<F>(&mut self, kind: &str, factory: F) -> Result<(), RegistryError>
+    where
+        F: Fn(&FactoryInput<'_>) -> Result<Box<dyn Validator>, BuildError> + Send + Sync + 'static,
+    {
+        self.register_boxed(kind, Box::new(factory))
+    }
+
+    /// [`register`](Self::register) for an already boxed [`Factory`].
+    pub fn register_boxed(&mut self, kind: &str, factory: Factory) -> Result<(), RegistryError> {
+        if !valid_kind(kind) {
+            return Err(RegistryError::InvalidName(kind.to_string()));
+        }
+        if self.factories.contains_key(kind) {
+            return Err(RegistryError::Duplicate(kind.to_string()));
+        }
+        self.factories.insert(kind.to_string(), factory);
+        Ok(())
+    }
+
+    /// `true` when `kind` is registered.
+    pub fn contains(&self, kind: &str) -> bool {
+        self.factories.contains_key(kind)
+    }
+
+    /// The registered type names, sorted.
+    pub fn kinds(&self) -> impl Iterator<Item = &str> {
+        self.factories.keys().map(String::as_str)
+    }
+
+    /// Builds the validator `name` from `spec`.
+    ///
+    /// `spec` is a JSON object (or `null` for "all defaults"): `type` picks the factory and
+    /// defaults to `name`; `description` is ignored; `input` and `when` scope the validator
+    /// to a part of the response or make it conditional (see [`crate::scope`]); every other
+    /// key goes to the factory. Errors carry the key path relative to `spec`.
+    pub fn build(
+        &self,
+        name: &str,
+        spec: &Value,
+        env: &BuildEnv,
+    ) -> Result<Box<dyn Validator>, BuildError> {
+        let empty = Map::new();
+        let object = match spec {
+            Value::Null => &empty,
+            Value::Object(map) => map,
+            other => {
+                return Err(BuildError::new(format!(
+                    "a validator is configured with a mapping of options, found {}",
+                    json_kind(other)
+                )))
+            }
+        };
+        let kind = match object.get("type") {
+            None => name,
+            Some(Value::String(kind)) => kind.as_str(),
+            Some(other) => {
+                return Err(BuildError::at(
+                    "type",
+                    format!("expected a type name, found {}", json_kind(other)),
+                ))
+            }
+        };
+        let Some(factory) = self.factories.get(kind) else {
+            let known: Vec<&str> = self.kinds().collect();
+            let key = if object.contains_key("type") {
+                "type"
+            } else {
+                ""
+            };
+            return Err(BuildError::at(
+                key,
+                format!(
+                    "unknown validator type '{kind}' (known: {})",
+                    known.join(", ")
+                ),
+            ));
+        };
+        if let Some(Value::String(_)) | None = object.get("description") {
+        } else {
+            return Err(BuildError::at("description", "expected a string"));
+        }
+        let scope = crate::scope::Scope::from_spec(object)?;
+        let options: Map<String, Value> = object
+            .iter()
+            .filter(|(k, _)| !RESERVED_KEYS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let options = Value::Object(options);
+        let input = FactoryInput {
+            name,
+            kind,
+            config: &options,
+            base_dir: &env.base_dir,
+            root: env.root.as_deref(),
+        };
+        let validator = factory(&input)?;
+        Ok(match scope {
+            Some(scope) => Box::new(crate::scope::Scoped::new(validator, scope)),
+            None => validator,
+        })
+    }
+}
+
+/// "a string", "a number", ... for error messages.
+pub(crate) fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn builtin_registry_knows_the_step_marker_and_rejects_duplicates() {
+        let mut r = Registry::builtin();
+        assert!(r.contains("step_marker"));
+        let err = r
+            .register("step_marker", |_: &FactoryInput<'_>| {
+                Err(BuildError::new("never"))
+            })
+            .unwrap_err();
+        assert_eq!(err, RegistryError::Duplicate("step_marker".into()));
+        assert!(matches!(
+            r.register("bad name", |_: &FactoryInput<'_>| Err(BuildError::new("x"))),
+            Err(RegistryError::InvalidName(_))
+        ));
+    }
+
+    #[test]
+    fn type_defaults_to_the_name_and_unknown_types_are_listed() {
+        let r = Registry::builtin();
+        let v = r
+            .build("step_marker", &Value::Null, &BuildEnv::default())
+            .unwrap();
+        assert_eq!(v.name(), "step_marker");
+        let err = r
+            .build("x", &json!({"type": "nope"}), &BuildEnv::default())
+            .err()
+            .unwrap();
+        assert_eq!(err.key, "type");
+        assert!(
+            err.message.contains("unknown validator type 'nope'"),
+            "{err}"
+        );
+        assert!(err.message.contains("step_marker"), "{err}");
+        let err = r
+            .build("x", &json!([1]), &BuildEnv::default())
+            .err()
+            .unwrap();
+        assert!(err.message.contains("found a list"), "{err}");
+    }
+
+    #[test]
+    fn factory_errors_carry_the_key_path() {
+        let r = Registry::builtin();
+        let err = r
+            .build(
+                "steps",
+                &json!({"type": "step_marker", "allowed": ["a", 3]}),
+                &BuildEnv::default(),
+            )
+            .err()
+            .unwrap();
+        assert_eq!(err.key, "allowed[1]");
+    }
+}

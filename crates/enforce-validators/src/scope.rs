@@ -1,0 +1,283 @@
+//! Points any validator at a part of the response, or makes it conditional: the `input` and
+//! `when` keys every validator spec accepts.
+//!
+//! Structured answers (a JSON object with a `text` field, a `blockType`, ...) need rules such as
+//! "at most 200 words in `text` when `blockType` is `introduction`". Instead of teaching every
+//! validator about JSON, the registry wraps the validator:
+//!
+//! ```yaml
+//! validators:
+//!   intro_length:
+//!     type: length
+//!     input: { json: /text }                        # JSON pointer into the response's JSON
+//!     when: { json: /blockType, equals: introduction }
+//!     max: 200
+//!   sanitised:
+//!     type: pattern
+//!     input: { context: sanitized }                 # a request-context value instead
+//!     required: [{ regex: '^true$', code: SANITIZATION_PASSED, repairable: false }]
+//! ```
+//!
+//! The response's JSON is found as the `json` validator finds it (the whole response, a fenced
+//! block, or an object inside prose). When the selected value is missing, the validator is
+//! skipped: enforcing that a field exists is the job of a JSON Schema. A string value is checked
+//! as it is; any other JSON value as its JSON text. Issues about a selected value carry no line
+//! (lines would point into the value, not the response). Repairs of a JSON string field write
+//! the repaired string back into the JSON.
+
+use crate::error::BuildError;
+use crate::json::{locate_json, JsonForm, JsonSpan};
+use enforce_core::{async_trait, Context, FailMode, Issue, Validation, Validator};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// Where a scoped validator reads its input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// The value at this JSON pointer inside the response's JSON.
+    Json(String),
+    /// The request-context value under this key.
+    Context(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SourceSpec {
+    json: Option<String>,
+    context: Option<String>,
+}
+
+impl SourceSpec {
+    fn into_source(self) -> Result<Source, BuildError> {
+        match (self.json, self.context) {
+            (Some(pointer), None) => {
+                if !(pointer.is_empty() || pointer.starts_with('/')) {
+                    return Err(BuildError::at(
+                        "json",
+                        format!("a JSON pointer starts with '/', e.g. '/{pointer}'"),
+                    ));
+                }
+                Ok(Source::Json(pointer))
+            }
+            (None, Some(key)) => Ok(Source::Context(key)),
+            _ => Err(BuildError::new(
+                "give exactly one of 'json' (a JSON pointer) or 'context' (a context key)",
+            )),
+        }
+    }
+}
+
+/// One condition of `when`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Condition {
+    source: Source,
+    test: Test,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Test {
+    /// The value exists and is not null.
+    Present,
+    /// The value does not exist or is null.
+    Absent,
+    /// The value equals one of these.
+    OneOf(Vec<Value>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConditionSpec {
+    json: Option<String>,
+    context: Option<String>,
+    equals: Option<Value>,
+    one_of: Option<Vec<Value>>,
+    present: Option<bool>,
+}
+
+impl ConditionSpec {
+    fn into_condition(self) -> Result<Condition, BuildError> {
+        let source = SourceSpec {
+            json: self.json,
+            context: self.context,
+        }
+        .into_source()?;
+        let test = match (self.equals, self.one_of, self.present) {
+            (None, None, None) | (None, None, Some(true)) => Test::Present,
+            (None, None, Some(false)) => Test::Absent,
+            (Some(v), None, None) => Test::OneOf(vec![v]),
+            (None, Some(vs), None) => Test::OneOf(vs),
+            _ => {
+                return Err(BuildError::new(
+                    "give at most one of 'equals', 'one_of' and 'present'",
+                ))
+            }
+        };
+        Ok(Condition { source, test })
+    }
+}
+
+/// The `input` and `when` of one validator spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scope {
+    input: Option<Source>,
+    when: Vec<Condition>,
+}
+
+impl Scope {
+    /// Reads `input` and `when` from a validator spec; `None` when neither is given.
+    pub fn from_spec(spec: &Map<String, Value>) -> Result<Option<Scope>, BuildError> {
+        let input = match spec.get("input") {
+            None => None,
+            Some(Value::String(s)) if s == "response" => None,
+            Some(v) => {
+                let parsed: SourceSpec = serde_path_to_error::deserialize(v)
+                    .map_err(|e| BuildError::from(e).prefixed("input"))?;
+                Some(parsed.into_source().map_err(|e| e.prefixed("input"))?)
+            }
+        };
+        let when = match spec.get("when") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    let key = format!("when[{i}]");
+                    let parsed: ConditionSpec = serde_path_to_error::deserialize(item)
+                        .map_err(|e| BuildError::from(e).prefixed(&key))?;
+                    parsed.into_condition().map_err(|e| e.prefixed(&key))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(item) => {
+                let parsed: ConditionSpec = serde_path_to_error::deserialize(item)
+                    .map_err(|e| BuildError::from(e).prefixed("when"))?;
+                vec![parsed.into_condition().map_err(|e| e.prefixed("when"))?]
+            }
+        };
+        if input.is_none() && when.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Scope { input, when }))
+    }
+}
+
+/// A validator wrapped by a [`Scope`].
+pub struct Scoped {
+    inner: Box<dyn Validator>,
+    scope: Scope,
+}
+
+impl Scoped {
+    /// Wraps `inner`.
+    pub fn new(inner: Box<dyn Validator>, scope: Scope) -> Self {
+        Scoped { inner, scope }
+    }
+
+    fn holds(
+        &self,
+        response: &str,
+        context: &Context,
+        json: &mut Option<Option<JsonSpan>>,
+    ) -> bool {
+        self.scope.when.iter().all(|c| {
+            let value = lookup(&c.source, response, context, json);
+            match &c.test {
+                Test::Present => value.is_some_and(|v| !v.is_null()),
+                Test::Absent => value.is_none_or(|v| v.is_null()),
+                Test::OneOf(options) => value.is_some_and(|v| options.contains(&v)),
+            }
+        })
+    }
+}
+
+/// The value `source` selects; `json` caches the response's JSON between lookups.
+fn lookup(
+    source: &Source,
+    response: &str,
+    context: &Context,
+    json: &mut Option<Option<JsonSpan>>,
+) -> Option<Value> {
+    match source {
+        Source::Context(key) => context.get(key).cloned(),
+        Source::Json(pointer) => json
+            .get_or_insert_with(|| locate_json(response))
+            .as_ref()
+            .and_then(|span| span.value.pointer(pointer).cloned()),
+    }
+}
+
+fn as_text(value: Value) -> String {
+    match value {
+        Value::String(s) => s,
+        other => other.to_string(),
+    }
+}
+
+#[async_trait]
+impl Validator for Scoped {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn validate(&self, response: &str, context: &Context) -> Validation {
+        let mut json = None;
+        if !self.holds(response, context, &mut json) {
+            return Ok(Vec::new());
+        }
+        let Some(source) = &self.scope.input else {
+            return self.inner.validate(response, context).await;
+        };
+        let Some(value) = lookup(source, response, context, &mut json) else {
+            return Ok(Vec::new());
+        };
+        let text = as_text(value);
+        let issues = self.inner.validate(&text, context).await?;
+        Ok(issues
+            .into_iter()
+            .map(|mut issue| {
+                issue.line = None;
+                issue.column = None;
+                issue
+            })
+            .collect())
+    }
+
+    fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
+        let mut json = None;
+        if !self.holds(response, context, &mut json) {
+            return None;
+        }
+        let Some(source) = &self.scope.input else {
+            return self.inner.repair(response, context, issues);
+        };
+        let Source::Json(pointer) = source else {
+            return None; // a context value is not part of the response
+        };
+        let mut span = json.get_or_insert_with(|| locate_json(response)).take()?;
+        let field = span.value.pointer_mut(pointer)?;
+        let Value::String(text) = field else {
+            return None;
+        };
+        let repaired = self.inner.repair(text, context, issues)?;
+        *field = Value::String(repaired);
+        let rendered = serde_json::to_string_pretty(&span.value).ok()?;
+        let mut out = String::with_capacity(response.len());
+        match span.form {
+            JsonForm::Whole | JsonForm::Embedded => {
+                out.push_str(&response[..span.range.start]);
+                out.push_str(&rendered);
+                out.push_str(&response[span.range.end..]);
+            }
+            JsonForm::Fenced => {
+                out.push_str(&response[..span.range.start]);
+                out.push_str(&rendered);
+                out.push('\n');
+                out.push_str(&response[span.range.end..]);
+            }
+        }
+        Some(out)
+    }
+
+    fn fail_mode(&self) -> Option<FailMode> {
+        self.inner.fail_mode()
+    }
+}

@@ -1,0 +1,527 @@
+//! The `terms` validator: required terms (which may come from the request context, such as a
+//! company name), forbidden terms, and preferred terminology with replacement.
+//!
+//! ```yaml
+//! wording:
+//!   type: terms
+//!   required:
+//!     - term: "{{company_name}}"     # filled from the request context
+//!       code: COMPANY_NAME_MISSING
+//!       case_sensitive: true
+//!       skip_if: [Unbekannt]          # no check when the context holds a placeholder value
+//!     - { term: "{{industry}}", code: INDUSTRY_NOT_REFERENCED, severity: warning }
+//!   forbidden:
+//!     - { term: Sie, code: NO_DIRECT_ADDRESS, case_sensitive: true }
+//!     - Kündigung                     # a plain string uses the defaults
+//!   preferred:
+//!     - { use: Informationssicherheit, instead_of: [IT-Security, Cybersecurity] }
+//! ```
+//!
+//! Defaults: whole words (`\b` at each end that is a word character), case-insensitive,
+//! severity `error` (`warning` for preferred terms), repairable; codes `MISSING_TERM`,
+//! `FORBIDDEN_TERM`, `PREFERRED_TERM`. A required term whose `{{placeholder}}` is not in the
+//! context is skipped: the fact is unknown, so nothing can be demanded.
+//!
+//! Repair: preferred terms are replaced by the term to use, and forbidden terms that have a
+//! `replacement` by it.
+//!
+//! ```
+//! use enforce_validators::{BuildEnv, Registry};
+//! use enforce_core::Context;
+//! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     let mut f = std::pin::pin!(f);
+//! #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+//! #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+//! # }
+//! let spec = serde_json::json!({"type": "terms", "required": ["{{company_name}}"],
+//!     "forbidden": [{"term": "Sie", "case_sensitive": true, "code": "NO_DIRECT_ADDRESS"}]});
+//! let v = Registry::builtin().build("wording", &spec, &BuildEnv::default()).unwrap();
+//! let ctx = Context::new().with("company_name", "ACME GmbH");
+//! let issues = block_on(v.validate("Sie sehen: die Firma wächst.", &ctx)).unwrap();
+//! let codes: Vec<_> = issues.iter().map(|i| i.code.as_str()).collect();
+//! assert_eq!(codes, ["MISSING_TERM", "NO_DIRECT_ADDRESS"]);
+//! // "sie" (lower case) and "Siemens" are not the forbidden word.
+//! assert_eq!(block_on(v.validate("ACME GmbH: sie liefert an Siemens.", &ctx)).unwrap().len(), 0);
+//! ```
+
+use crate::error::BuildError;
+use crate::pattern::compile;
+use crate::registry::FactoryInput;
+use crate::text::{column_of, LineCounter};
+use enforce_core::{async_trait, Context, Issue, Severity, Validation, Validator};
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Default code: a required term is missing.
+pub const MISSING_TERM: &str = "MISSING_TERM";
+/// Default code: a forbidden term is present.
+pub const FORBIDDEN_TERM: &str = "FORBIDDEN_TERM";
+/// Default code: a term has a preferred alternative.
+pub const PREFERRED_TERM: &str = "PREFERRED_TERM";
+
+/// Most occurrences reported per term.
+const MAX_REPORTS: usize = 10;
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TermConfig {
+    term: String,
+    code: Option<String>,
+    message: Option<String>,
+    hint: Option<String>,
+    severity: Option<Severity>,
+    #[serde(default = "default_true")]
+    repairable: bool,
+    #[serde(default)]
+    case_sensitive: bool,
+    #[serde(default = "default_true")]
+    whole_word: bool,
+    replacement: Option<String>,
+    #[serde(default)]
+    skip_if: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PreferredConfig {
+    #[serde(rename = "use")]
+    use_term: String,
+    instead_of: Vec<String>,
+    code: Option<String>,
+    message: Option<String>,
+    hint: Option<String>,
+    severity: Option<Severity>,
+    #[serde(default)]
+    case_sensitive: bool,
+    #[serde(default = "default_true")]
+    whole_word: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TermsConfig {
+    #[serde(default)]
+    required: Vec<Value>,
+    #[serde(default)]
+    forbidden: Vec<Value>,
+    #[serde(default)]
+    preferred: Vec<Value>,
+}
+
+/// How a term is matched.
+#[derive(Debug, Clone)]
+struct Matcher {
+    case_sensitive: bool,
+    whole_word: bool,
+}
+
+impl Matcher {
+    /// The regex for `term`.
+    fn regex(&self, term: &str) -> Result<Regex, String> {
+        let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        let mut pattern = String::new();
+        if self.whole_word && word(term.chars().next()) {
+            pattern.push_str(r"\b");
+        }
+        pattern.push_str(&regex::escape(term));
+        if self.whole_word && word(term.chars().last()) {
+            pattern.push_str(r"\b");
+        }
+        compile(&pattern, !self.case_sensitive)
+    }
+}
+
+/// A term rule: either compiled now, or (with `{{placeholders}}`) when the context is known.
+#[derive(Debug, Clone)]
+struct TermRule {
+    term: String,
+    compiled: Option<Regex>,
+    matcher: Matcher,
+    code: String,
+    message: Option<String>,
+    hint: Option<String>,
+    severity: Severity,
+    repairable: bool,
+    replacement: Option<String>,
+    skip_if: Vec<String>,
+}
+
+impl TermRule {
+    fn parse(value: &Value, key: &str, default_code: &str) -> Result<Self, BuildError> {
+        let c: TermConfig = match value {
+            Value::String(s) => TermConfig {
+                term: s.clone(),
+                code: None,
+                message: None,
+                hint: None,
+                severity: None,
+                repairable: true,
+                case_sensitive: false,
+                whole_word: true,
+                replacement: None,
+                skip_if: Vec::new(),
+            },
+            other => serde_path_to_error::deserialize(other)
+                .map_err(|e| BuildError::from(e).prefixed(key))?,
+        };
+        if c.term.trim().is_empty() {
+            return Err(BuildError::at(
+                format!("{key}.term"),
+                "a term cannot be empty",
+            ));
+        }
+        let matcher = Matcher {
+            case_sensitive: c.case_sensitive,
+            whole_word: c.whole_word,
+        };
+        let compiled = if c.term.contains("{{") {
+            None
+        } else {
+            Some(
+                matcher
+                    .regex(&c.term)
+                    .map_err(|m| BuildError::at(format!("{key}.term"), m))?,
+            )
+        };
+        Ok(TermRule {
+            term: c.term,
+            compiled,
+            matcher,
+            code: c.code.unwrap_or_else(|| default_code.to_string()),
+            message: c.message,
+            hint: c.hint,
+            severity: c.severity.unwrap_or(Severity::Error),
+            repairable: c.repairable,
+            replacement: c.replacement,
+            skip_if: c.skip_if,
+        })
+    }
+
+    /// The term and its regex for this context; `None` when a placeholder is unknown, the
+    /// rendered term is empty or listed in `skip_if`.
+    fn resolve(&self, context: &Context) -> Option<(String, std::borrow::Cow<'_, Regex>)> {
+        match &self.compiled {
+            Some(re) => Some((self.term.clone(), std::borrow::Cow::Borrowed(re))),
+            None => {
+                let term = context.render(&self.term);
+                if term.contains("{{") || term.trim().is_empty() || self.skip_if.contains(&term) {
+                    return None;
+                }
+                let re = self.matcher.regex(&term).ok()?;
+                Some((term, std::borrow::Cow::Owned(re)))
+            }
+        }
+    }
+
+    fn issue(&self, validator: &str, term: &str, default: String, hint: String) -> Issue {
+        let fill = |t: &str| t.replace("{term}", term);
+        Issue::error(
+            validator,
+            self.code.clone(),
+            self.message.as_deref().map_or(default, fill),
+        )
+        .with_severity(self.severity)
+        .with_repairable(self.repairable)
+        .with_hint(self.hint.as_deref().map_or(hint, fill))
+    }
+}
+
+/// The `terms` validator. See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Terms {
+    name: String,
+    required: Vec<TermRule>,
+    forbidden: Vec<TermRule>,
+    /// (rule for the discouraged term, term to use)
+    preferred: Vec<(TermRule, String)>,
+}
+
+impl Terms {
+    /// Builds it from configuration: `required`, `forbidden` (terms as strings or
+    /// `{term, code, message, hint, severity, repairable, case_sensitive, whole_word,
+    /// replacement, skip_if}`) and `preferred` (`{use, instead_of, ...}`). `{term}` in a
+    /// message or hint is the term.
+    pub fn from_config(input: &FactoryInput<'_>) -> Result<Self, BuildError> {
+        let c: TermsConfig = input.parse()?;
+        let required = c
+            .required
+            .iter()
+            .enumerate()
+            .map(|(i, v)| TermRule::parse(v, &format!("required[{i}]"), MISSING_TERM))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(i) = required.iter().position(|r| r.replacement.is_some()) {
+            return Err(BuildError::at(
+                format!("required[{i}].replacement"),
+                "only forbidden terms can have a replacement",
+            ));
+        }
+        let forbidden = c
+            .forbidden
+            .iter()
+            .enumerate()
+            .map(|(i, v)| TermRule::parse(v, &format!("forbidden[{i}]"), FORBIDDEN_TERM))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut preferred = Vec::new();
+        for (i, v) in c.preferred.iter().enumerate() {
+            let key = format!("preferred[{i}]");
+            let p: PreferredConfig = serde_path_to_error::deserialize(v)
+                .map_err(|e| BuildError::from(e).prefixed(&key))?;
+            if p.instead_of.is_empty() {
+                return Err(BuildError::at(
+                    format!("{key}.instead_of"),
+                    "list at least one term",
+                ));
+            }
+            for (j, old) in p.instead_of.iter().enumerate() {
+                let rule = TermRule::parse(
+                    &serde_json::json!({
+                        "term": old,
+                        "case_sensitive": p.case_sensitive,
+                        "whole_word": p.whole_word,
+                    }),
+                    &format!("{key}.instead_of[{j}]"),
+                    PREFERRED_TERM,
+                )?;
+                let rule = TermRule {
+                    code: p.code.clone().unwrap_or_else(|| PREFERRED_TERM.to_string()),
+                    message: p.message.clone(),
+                    hint: p.hint.clone(),
+                    severity: p.severity.unwrap_or(Severity::Warning),
+                    replacement: Some(p.use_term.clone()),
+                    ..rule
+                };
+                preferred.push((rule, p.use_term.clone()));
+            }
+        }
+        if required.is_empty() && forbidden.is_empty() && preferred.is_empty() {
+            return Err(BuildError::new(
+                "a terms validator needs 'required', 'forbidden' or 'preferred' terms",
+            ));
+        }
+        Ok(Terms {
+            name: input.name.to_string(),
+            required,
+            forbidden,
+            preferred,
+        })
+    }
+
+    fn occurrences(
+        &self,
+        rule: &TermRule,
+        response: &str,
+        context: &Context,
+        out: &mut Vec<Issue>,
+        make: impl Fn(&TermRule, &str) -> Issue,
+    ) {
+        let Some((term, re)) = rule.resolve(context) else {
+            return;
+        };
+        let mut lines = LineCounter::new(response);
+        for m in re.find_iter(response).take(MAX_REPORTS) {
+            let line = lines.line_of(m.start());
+            out.push(make(rule, &term).at(line, column_of(response, m.start())));
+        }
+    }
+}
+
+#[async_trait]
+impl Validator for Terms {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn validate(&self, response: &str, context: &Context) -> Validation {
+        let mut issues = Vec::new();
+        for rule in &self.required {
+            let Some((term, re)) = rule.resolve(context) else {
+                continue;
+            };
+            if !re.is_match(response) {
+                issues.push(rule.issue(
+                    &self.name,
+                    &term,
+                    format!("The text does not mention '{term}'."),
+                    format!("Mention '{term}'."),
+                ));
+            }
+        }
+        for rule in &self.forbidden {
+            self.occurrences(rule, response, context, &mut issues, |r, term| {
+                r.issue(
+                    &self.name,
+                    term,
+                    format!("The text uses the forbidden term '{term}'."),
+                    format!("Remove '{term}'."),
+                )
+            });
+        }
+        for (rule, use_term) in &self.preferred {
+            self.occurrences(rule, response, context, &mut issues, |r, term| {
+                r.issue(
+                    &self.name,
+                    term,
+                    format!("Write '{use_term}' instead of '{term}'."),
+                    format!("Replace '{term}' with '{use_term}'."),
+                )
+            });
+        }
+        Ok(issues)
+    }
+
+    fn repair(&self, response: &str, context: &Context, _issues: &[Issue]) -> Option<String> {
+        let mut text = response.to_string();
+        let rules = self
+            .forbidden
+            .iter()
+            .chain(self.preferred.iter().map(|(r, _)| r));
+        for rule in rules {
+            let Some(replacement) = &rule.replacement else {
+                continue;
+            };
+            let Some((_, re)) = rule.resolve(context) else {
+                continue;
+            };
+            if let std::borrow::Cow::Owned(s) = re.replace_all(&text, regex::NoExpand(replacement))
+            {
+                text = s;
+            }
+        }
+        (text != response).then_some(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{BuildEnv, Registry};
+    use crate::testing::block_on;
+    use serde_json::json;
+
+    fn build(spec: Value) -> Result<Box<dyn Validator>, BuildError> {
+        Registry::builtin().build("terms", &spec, &BuildEnv::default())
+    }
+
+    fn codes(v: &dyn Validator, text: &str, ctx: &Context) -> Vec<String> {
+        block_on(v.validate(text, ctx))
+            .unwrap()
+            .into_iter()
+            .map(|i| i.code)
+            .collect()
+    }
+
+    #[test]
+    fn required_terms_from_context_and_skips() {
+        let v = build(json!({"type": "terms", "required": [
+            {"term": "{{company_name}}", "code": "COMPANY", "case_sensitive": true, "skip_if": ["Unbekannt"]},
+            {"term": "{{industry}}", "code": "INDUSTRY", "severity": "warning"}
+        ]}))
+        .unwrap();
+        let ctx = Context::new()
+            .with("company_name", "ACME AG")
+            .with("industry", "Logistik");
+        assert!(codes(&*v, "Die ACME AG ist in der logistik tätig.", &ctx).is_empty());
+        assert_eq!(
+            codes(&*v, "Die acme ag wächst.", &ctx),
+            vec!["COMPANY", "INDUSTRY"]
+        );
+        let unknown = Context::new().with("company_name", "Unbekannt");
+        assert!(codes(&*v, "nothing", &unknown).is_empty());
+        assert!(codes(&*v, "nothing", &Context::new()).is_empty());
+    }
+
+    #[test]
+    fn forbidden_whole_words_case_sensitive_and_lines() {
+        let v = build(json!({"type": "terms", "forbidden": [
+            {"term": "Ihr", "case_sensitive": true, "code": "NO_DIRECT_ADDRESS"},
+            "C++",
+            "Kündigung"
+        ]}))
+        .unwrap();
+        let ctx = Context::new();
+        assert!(codes(&*v, "ihr Ihre Ihrer C+ Kündigungen", &ctx).is_empty());
+        let issues = block_on(v.validate("ok\nIhr Team nutzt C++.\nKÜNDIGUNG", &ctx)).unwrap();
+        let got: Vec<_> = issues
+            .iter()
+            .map(|i| (i.code.as_str(), i.line, i.column))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("NO_DIRECT_ADDRESS", Some(2), Some(1)),
+                (FORBIDDEN_TERM, Some(2), Some(16)),
+                (FORBIDDEN_TERM, Some(3), Some(1)),
+            ]
+        );
+    }
+
+    #[test]
+    fn preferred_terms_warn_and_repair() {
+        let v = build(json!({"type": "terms", "preferred": [
+            {"use": "Informationssicherheit", "instead_of": ["IT-Security", "Cybersecurity"]}
+        ], "forbidden": [{"term": "leider", "replacement": ""}]}))
+        .unwrap();
+        let ctx = Context::new();
+        let text = "Die cybersecurity und IT-Security sind leider $1 teuer.";
+        let issues = block_on(v.validate(text, &ctx)).unwrap();
+        let got: Vec<_> = issues
+            .iter()
+            .map(|i| (i.code.as_str(), i.severity))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (FORBIDDEN_TERM, Severity::Error),
+                (PREFERRED_TERM, Severity::Warning),
+                (PREFERRED_TERM, Severity::Warning),
+            ]
+        );
+        let fixed = v.repair(text, &ctx, &issues).unwrap();
+        assert_eq!(
+            fixed,
+            "Die Informationssicherheit und Informationssicherheit sind  $1 teuer."
+        );
+    }
+
+    #[test]
+    fn bad_configs_name_the_key() {
+        assert_eq!(
+            build(json!({"type": "terms", "forbidden": ["ok", {"trem": "x"}]}))
+                .err()
+                .unwrap()
+                .key,
+            "forbidden[1].trem"
+        );
+        assert!(build(json!({"type": "terms"})).is_err());
+        assert_eq!(
+            build(json!({"type": "terms", "required": [""]}))
+                .err()
+                .unwrap()
+                .key,
+            "required[0].term"
+        );
+        assert_eq!(
+            build(json!({"type": "terms", "preferred": [{"use": "a", "instead_of": []}]}))
+                .err()
+                .unwrap()
+                .key,
+            "preferred[0].instead_of"
+        );
+    }
+
+    #[test]
+    fn regex_metacharacters_in_context_are_literal() {
+        let v = build(json!({"type": "terms", "required": ["{{company_name}}"]})).unwrap();
+        let ctx = Context::new().with("company_name", "A.B (Holding) [x]*");
+        assert!(codes(&*v, "by A.B (Holding) [x]* today", &ctx).is_empty());
+        assert_eq!(
+            codes(&*v, "by AxB (Holding) [x]* today", &ctx),
+            vec![MISSING_TERM]
+        );
+    }
+}
