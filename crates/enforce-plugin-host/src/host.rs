@@ -3,7 +3,6 @@
 use crate::adapter::{CallOptions, HostedValidator};
 use crate::discovery::{library_files, DirSource, PluginDir};
 use crate::load::{load_plugin, LoadError, LoadedPlugin, ValidatorInfo};
-use enforce_plugin_abi::abi_stable::std_types::RStr;
 use enforce_plugin_abi::PluginError;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -177,33 +176,11 @@ impl PluginHost {
         config: &Value,
         options: CallOptions,
     ) -> Result<HostedValidator, CreateError> {
-        let plugin = self
-            .plugin_of(validator)
+        self.plugin_of(validator)
             .ok_or_else(|| CreateError::UnknownValidator {
                 validator: validator.to_string(),
-            })?;
-        let config_json = if config.is_null() {
-            String::new()
-        } else {
-            config.to_string()
-        };
-        let object = (plugin.module.create_validator())(
-            RStr::from(validator),
-            RStr::from(config_json.as_str()),
-        )
-        .into_result()
-        .map_err(|error| CreateError::Plugin {
-            plugin: plugin.name.clone(),
-            validator: validator.to_string(),
-            error,
-        })?;
-        Ok(HostedValidator::new(
-            name.to_string(),
-            validator.to_string(),
-            plugin.name.clone(),
-            object,
-            options,
-        ))
+            })?
+            .create_validator(validator, name, config, options)
     }
 
     /// Like [`create_validator`](Self::create_validator), with the configuration given as JSON

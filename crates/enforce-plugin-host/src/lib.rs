@@ -16,6 +16,8 @@
 //!   built from its JSON/YAML configuration; calls run on a blocking thread with a timeout
 //!   ([`CallOptions`]); a panic in the plugin becomes a [`PLUGIN_PANIC`] issue, a timeout or
 //!   plugin error makes the validator unavailable.
+//! - **Registry** (feature `registry`): `PluginHost::register_into` adds every plugin
+//!   validator to enforce-validators' `Registry`, so profiles name them like built-ins.
 //!
 //! ```no_run
 //! use enforce_core::{Context, Validator};
@@ -39,6 +41,8 @@ mod adapter;
 mod discovery;
 mod host;
 mod load;
+#[cfg(feature = "registry")]
+mod registry;
 
 pub use adapter::{CallOptions, HostedValidator, Isolation, DEFAULT_CALL_TIMEOUT, PLUGIN_PANIC};
 pub use discovery::{
@@ -47,3 +51,5 @@ pub use discovery::{
 };
 pub use host::{config_from_text, CreateError, LoadFailure, PluginHost};
 pub use load::{host_interface_version, load_plugin, LoadError, LoadedPlugin, ValidatorInfo};
+#[cfg(feature = "registry")]
+pub use registry::{call_options, RegistrationConflict, HOST_OPTIONS_KEY};

@@ -1,7 +1,11 @@
 //! Loading one plugin library: [`load_plugin`], [`LoadedPlugin`], [`LoadError`].
 
+use crate::adapter::{CallOptions, HostedValidator};
+use crate::host::CreateError;
 use enforce_plugin_abi::abi_stable::library::{lib_header_from_path, LibraryError, RootModule};
+use enforce_plugin_abi::abi_stable::std_types::RStr;
 use enforce_plugin_abi::{PluginModuleRef, INTERFACE_VERSION};
+use serde_json::Value;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -212,6 +216,44 @@ impl LoadedPlugin {
     /// The raw root module, for callers that drive the ABI themselves.
     pub fn module(&self) -> PluginModuleRef {
         self.module
+    }
+
+    /// Builds this plugin's validator `validator` from `config` (JSON; `null` for none), named
+    /// `name` in issues and reports.
+    pub fn create_validator(
+        &self,
+        validator: &str,
+        name: &str,
+        config: &Value,
+        options: CallOptions,
+    ) -> Result<HostedValidator, CreateError> {
+        if !self.validators.iter().any(|v| v.name == validator) {
+            return Err(CreateError::UnknownValidator {
+                validator: validator.to_string(),
+            });
+        }
+        let config_json = if config.is_null() {
+            String::new()
+        } else {
+            config.to_string()
+        };
+        let object = (self.module.create_validator())(
+            RStr::from(validator),
+            RStr::from(config_json.as_str()),
+        )
+        .into_result()
+        .map_err(|error| CreateError::Plugin {
+            plugin: self.name.clone(),
+            validator: validator.to_string(),
+            error,
+        })?;
+        Ok(HostedValidator::new(
+            name.to_string(),
+            validator.to_string(),
+            self.name.clone(),
+            object,
+            options,
+        ))
     }
 }
 
