@@ -2,6 +2,7 @@
 
 mod commands;
 mod config;
+mod plugin_host;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -19,10 +20,16 @@ struct Cli {
 enum Command {
     /// Check files (or stdin) against a profile, without a model; optionally repair them.
     Check(commands::check::Args),
+    /// List the plugin libraries found: file, plugin name, version, validators, or the load error.
+    Plugins(commands::plugins::Args),
+    /// List the validator types available to profiles: built-ins and plugin validators.
+    Validators(commands::validators::Args),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Check(args) => commands::check::run(args),
+        Command::Plugins(args) => commands::plugins::run(args),
+        Command::Validators(args) => commands::validators::run(args),
     }
 }

@@ -117,7 +117,7 @@ impl LoadError {
             }
             LibraryError::AbiInstability(report) => LoadError::LayoutMismatch {
                 supported: INTERFACE_VERSION.to_string(),
-                details: first_lines(&report.to_string(), 6),
+                details: summarize_layout_report(&report.to_string()),
             },
             LibraryError::RootModule { err, .. } => LoadError::InitError {
                 reason: one_line(&err.to_string()),
@@ -137,22 +137,57 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn first_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text
+/// The gist of abi_stable's layout report: its `Error:` lines with what was expected and
+/// found (`mismatched type; expected PluginModule; found WrongModule`), instead of the full
+/// dump of both layouts.
+fn summarize_layout_report(report: &str) -> String {
+    let lines: Vec<&str> = report
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    let mut out = lines
-        .iter()
-        .take(n)
-        .copied()
-        .collect::<Vec<_>>()
-        .join(" | ");
-    if lines.len() > n {
-        out.push_str(" | ...");
+    let mut parts: Vec<String> = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if let Some(error) = line.strip_prefix("Error:") {
+            let mut part = error.trim().to_string();
+            let mut rest = lines[i + 1..].iter();
+            while let Some(label @ (&"Expected:" | &"Found:")) = rest.next() {
+                if let Some(value) = rest.next() {
+                    part.push_str(&format!(
+                        "; {} {value}",
+                        label.trim_end_matches(':').to_lowercase()
+                    ));
+                }
+            }
+            if !parts.contains(&part) {
+                parts.push(part);
+            }
+        }
     }
-    out
+    if parts.is_empty() {
+        let mut head: Vec<&str> = lines.iter().take(4).copied().collect();
+        if lines.len() > 4 {
+            head.push("...");
+        }
+        return head.join(" | ");
+    }
+    parts.truncate(3);
+    parts.join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_reports_are_cut_to_their_errors() {
+        let report = "Compared <this>:\n --- Type Layout ---\n type:A\n\n Error:mismatched type\n  Expected:\n   PluginModule\n  Found:\n   WrongModule\n more dump\n";
+        assert_eq!(
+            summarize_layout_report(report),
+            "mismatched type; expected PluginModule; found WrongModule"
+        );
+        assert_eq!(summarize_layout_report("a\nb"), "a | b");
+    }
 }
 
 /// One validator a loaded plugin offers.
