@@ -330,12 +330,13 @@ impl ConfigSource {
                     None => (None, None),
                 },
             };
+            let message = strip_path(&strip_location(&inner.to_string()), key.as_deref());
             ConfigError {
                 file: Some(self.path.clone()),
                 line,
                 column,
                 key,
-                message: strip_location(&inner.to_string()),
+                message,
             }
         })
     }
@@ -367,6 +368,17 @@ fn strip_location(message: &str) -> String {
         Some(pos) => message[..pos].to_string(),
         None => message.to_string(),
     }
+}
+
+/// serde_yaml_ng starts some messages with the path of the mapping at fault; the key path is
+/// reported apart, so that prefix is dropped.
+fn strip_path(message: &str, key: Option<&str>) -> String {
+    if let (Some((prefix, rest)), Some(key)) = (message.split_once(": "), key) {
+        if !prefix.contains(' ') && key.starts_with(prefix) {
+            return rest.to_string();
+        }
+    }
+    message.to_string()
 }
 
 /// Parses `a.b[2].c` into segments.

@@ -13,6 +13,7 @@
 //! | `json` | [`json`] | `INVALID_JSON`, `SCHEMA_VIOLATION` |
 //! | `pattern` | [`pattern`] | configurable (default `FORBIDDEN_PATTERN`, `MISSING_PATTERN`) |
 //! | `length` | [`length`] | `TOO_SHORT`, `TOO_LONG` |
+//! | `external` | [`external`] | `EXTERNAL_CHECK_FAILED` (and `VALIDATOR_UNAVAILABLE` from the loop) |
 //! | `terms` | [`terms`] | configurable (default `MISSING_TERM`, `FORBIDDEN_TERM`, `PREFERRED_TERM`) |
 //!
 //! Every validator spec also accepts `input` and `when` ([`scope`]) to check a JSON field or a
@@ -36,8 +37,10 @@
 #![forbid(unsafe_code)]
 
 pub mod adr;
+pub mod breaker;
 pub mod config;
 mod error;
+pub mod external;
 pub mod file_refs;
 pub mod json;
 pub mod length;
@@ -91,6 +94,10 @@ pub(crate) fn builtin_factories() -> Vec<(&'static str, Factory)> {
         (
             "length",
             Box::new(|i: &FactoryInput<'_>| length::Length::from_config(i).map(boxed)),
+        ),
+        (
+            "external",
+            Box::new(|i: &FactoryInput<'_>| external::External::from_config(i).map(boxed)),
         ),
         (
             "terms",

@@ -1,0 +1,784 @@
+//! The `external` validator: pipes the response (or each fenced block of one language) to a
+//! command or POSTs it to an HTTP endpoint, and turns the checker's line-by-line output into
+//! issues with lines, so the feedback tells the model exactly what failed where.
+//!
+//! ```yaml
+//! python_syntax:
+//!   type: external
+//!   command: [python3, -m, py_compile, "{file}"]   # {file}: the input in a temporary file;
+//!                                                  # without it the input goes to stdin
+//!   blocks: python          # check each ```python block (lines map into the response)
+//!   timeout_ms: 2000        # default 2000; 0 disables the validator
+//!   failure_threshold: 3    # circuit breaker: open after 3 consecutive failures
+//!   cooldown_ms: 30000      # ... and probe again after 30 s
+//!   fail_mode: open         # open: pass with a warning when unavailable; closed: stop
+//! shell_syntax:
+//!   type: external
+//!   command: [sh, -n]
+//!   blocks: sh
+//! remote_lint:
+//!   type: external
+//!   url: http://127.0.0.1:9000/check
+//! ```
+//!
+//! **Command**: exit status 0 means the input passed. Any other exit status is a failed check:
+//! its stdout and stderr become issues. **HTTP** (`http://` only): the input is POSTed as
+//! `text/plain; charset=utf-8`; status 200 with an empty body (or `{"issues": []}`) passes,
+//! 200 with a body is a failed check (plain lines, or JSON `{"issues": [{"message", "line",
+//! "column"}]}`), any other status counts as unavailable.
+//!
+//! Output lines understood: `Line N: message`, `file:N:col: message`, `file:N: message`,
+//! `bash: line N: message` and Python's `File "x", line N` + `SomeError: message`. Other output
+//! becomes one issue without a line.
+//!
+//! | code | when |
+//! |---|---|
+//! | `EXTERNAL_CHECK_FAILED` | the checker rejected the input |
+//! | `VALIDATOR_UNAVAILABLE` | (raised by the loop) the checker could not run, timed out, or the breaker is open, and the validator fails open |
+//!
+//! A command that does not finish within the timeout is killed. Starting failures, timeouts and
+//! HTTP errors count towards the [`CircuitBreaker`]; while it is open no call is made and the
+//! validator reports [`Unavailable`].
+
+use crate::breaker::CircuitBreaker;
+use crate::error::BuildError;
+use crate::registry::FactoryInput;
+use crate::text::fences;
+use enforce_core::{
+    async_trait, Context, FailMode, Issue, Severity, Unavailable, Validation, Validator,
+};
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// Code: the checker rejected the input.
+pub const EXTERNAL_CHECK_FAILED: &str = "EXTERNAL_CHECK_FAILED";
+
+/// Most output kept from a checker (the rest is read and dropped).
+pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// Most issues produced from one checker output.
+const MAX_ISSUES: usize = 20;
+
+fn default_timeout_ms() -> u64 {
+    2000
+}
+fn default_threshold() -> u32 {
+    3
+}
+fn default_cooldown_ms() -> u64 {
+    30_000
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExternalConfig {
+    command: Option<Vec<String>>,
+    url: Option<String>,
+    blocks: Option<String>,
+    suffix: Option<String>,
+    #[serde(default = "default_timeout_ms")]
+    timeout_ms: u64,
+    #[serde(default = "default_threshold")]
+    failure_threshold: u32,
+    #[serde(default = "default_cooldown_ms")]
+    cooldown_ms: u64,
+    fail_mode: Option<FailMode>,
+    severity: Option<Severity>,
+    hint: Option<String>,
+    working_dir: Option<PathBuf>,
+}
+
+/// Where the check runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A command: program and arguments (`{file}` is replaced by a temporary file).
+    Command(Vec<String>),
+    /// An `http://` endpoint.
+    Http {
+        /// `host:port`
+        authority: String,
+        /// Host name for the `Host` header.
+        host: String,
+        /// Path and query.
+        path: String,
+    },
+}
+
+fn parse_http_url(url: &str) -> Result<Target, String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or("only http:// URLs are supported (put a TLS-terminating proxy in front)")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() || authority.contains('@') {
+        return Err("the URL needs a host (without credentials)".into());
+    }
+    let host = authority.to_string();
+    let authority = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty())
+        && !authority.ends_with(']')
+    {
+        authority.to_string()
+    } else {
+        format!("{authority}:80")
+    };
+    Ok(Target::Http {
+        authority,
+        host,
+        path: path.to_string(),
+    })
+}
+
+/// The `external` validator. See the [module docs](self).
+#[derive(Debug)]
+pub struct External {
+    name: String,
+    target: Target,
+    blocks: Option<String>,
+    suffix: String,
+    timeout: Duration,
+    fail_mode: Option<FailMode>,
+    severity: Severity,
+    hint: Option<String>,
+    working_dir: Option<PathBuf>,
+    breaker: CircuitBreaker,
+}
+
+fn suffix_for(language: &str) -> &'static str {
+    match language {
+        "python" | "py" | "python3" => ".py",
+        "sh" | "bash" | "shell" | "zsh" => ".sh",
+        "javascript" | "js" => ".js",
+        "typescript" | "ts" => ".ts",
+        "rust" | "rs" => ".rs",
+        "json" => ".json",
+        "yaml" | "yml" => ".yaml",
+        "toml" => ".toml",
+        "sql" => ".sql",
+        "go" => ".go",
+        _ => ".txt",
+    }
+}
+
+impl External {
+    /// A command validator named `name` with default timeout and breaker settings.
+    pub fn command(name: impl Into<String>, argv: Vec<String>) -> Result<Self, BuildError> {
+        if argv.first().is_none_or(|p| p.trim().is_empty()) {
+            return Err(BuildError::at(
+                "command",
+                "the command needs a program name",
+            ));
+        }
+        let name = name.into();
+        Ok(External {
+            breaker: CircuitBreaker::new(
+                name.clone(),
+                default_threshold(),
+                Duration::from_millis(default_cooldown_ms()),
+            ),
+            name,
+            target: Target::Command(argv),
+            blocks: None,
+            suffix: ".txt".into(),
+            timeout: Duration::from_millis(default_timeout_ms()),
+            fail_mode: None,
+            severity: Severity::Error,
+            hint: None,
+            working_dir: None,
+        })
+    }
+
+    /// Checks each fenced block of `language` instead of the whole response.
+    pub fn blocks(mut self, language: &str) -> Self {
+        let language = language.to_ascii_lowercase();
+        self.suffix = suffix_for(&language).into();
+        self.blocks = Some(language);
+        self
+    }
+
+    /// Sets the timeout (zero disables the validator).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets the breaker: open after `threshold` consecutive failures, probe after `cooldown`.
+    pub fn breaker(mut self, threshold: u32, cooldown: Duration) -> Self {
+        self.breaker = CircuitBreaker::new(self.name.clone(), threshold, cooldown);
+        self
+    }
+
+    /// Sets what the loop does when this validator is unavailable.
+    pub fn fail_mode(mut self, mode: FailMode) -> Self {
+        self.fail_mode = Some(mode);
+        self
+    }
+
+    /// The circuit breaker guarding the calls.
+    pub fn circuit_breaker(&self) -> &CircuitBreaker {
+        &self.breaker
+    }
+
+    /// Builds it from configuration (see the [module docs](self)).
+    pub fn from_config(input: &FactoryInput<'_>) -> Result<Self, BuildError> {
+        let c: ExternalConfig = input.parse()?;
+        let target = match (c.command, c.url) {
+            (Some(argv), None) => {
+                if argv.first().is_none_or(|p| p.trim().is_empty()) {
+                    return Err(BuildError::at(
+                        "command",
+                        "the command needs a program name",
+                    ));
+                }
+                Target::Command(argv)
+            }
+            (None, Some(url)) => parse_http_url(&url).map_err(|m| BuildError::at("url", m))?,
+            _ => {
+                return Err(BuildError::new(
+                    "an external validator needs exactly one of 'command' and 'url'",
+                ))
+            }
+        };
+        if c.failure_threshold == 0 {
+            return Err(BuildError::at("failure_threshold", "must be at least 1"));
+        }
+        let language = c.blocks.map(|l| l.trim().to_ascii_lowercase());
+        if language.as_deref().is_some_and(str::is_empty) {
+            return Err(BuildError::at("blocks", "name a language, e.g. python"));
+        }
+        let suffix = c
+            .suffix
+            .unwrap_or_else(|| language.as_deref().map_or(".txt", suffix_for).to_string());
+        if suffix.contains(['/', '\\']) {
+            return Err(BuildError::at(
+                "suffix",
+                "a suffix cannot contain a path separator",
+            ));
+        }
+        let working_dir = c.working_dir.map(|d| input.resolve(&d));
+        if let Some(d) = &working_dir {
+            if !d.is_dir() {
+                return Err(BuildError::at(
+                    "working_dir",
+                    format!("{} is not a directory", d.display()),
+                ));
+            }
+        }
+        Ok(External {
+            name: input.name.to_string(),
+            target,
+            blocks: language,
+            suffix,
+            timeout: Duration::from_millis(c.timeout_ms),
+            fail_mode: c.fail_mode,
+            severity: c.severity.unwrap_or(Severity::Error),
+            hint: c.hint,
+            working_dir,
+            breaker: CircuitBreaker::new(
+                input.name,
+                c.failure_threshold,
+                Duration::from_millis(c.cooldown_ms),
+            ),
+        })
+    }
+
+    /// The inputs to check: (text, line offset into the response).
+    fn inputs<'a>(&self, response: &'a str) -> Vec<(&'a str, u32)> {
+        match &self.blocks {
+            None => vec![(response, 0)],
+            Some(lang) => fences(response)
+                .into_iter()
+                .filter(|f| &f.language == lang)
+                .map(|f| (&response[f.content.clone()], f.open_line))
+                .collect(),
+        }
+    }
+
+    /// Runs the check once; `Ok(None)` = passed, `Ok(Some(output))` = rejected with output.
+    async fn call(&self, input: &str) -> Result<Option<String>, Unavailable> {
+        match &self.target {
+            Target::Command(argv) => self.run_command(argv, input).await,
+            Target::Http {
+                authority,
+                host,
+                path,
+            } => {
+                let fut = http_post(authority, host, path, input);
+                match tokio::time::timeout(self.timeout, fut).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Unavailable::new(format!(
+                        "{} did not answer within {} ms",
+                        self.name,
+                        self.timeout.as_millis()
+                    ))),
+                }
+            }
+        }
+    }
+
+    async fn run_command(
+        &self,
+        argv: &[String],
+        input: &str,
+    ) -> Result<Option<String>, Unavailable> {
+        let uses_file = argv.iter().any(|a| a.contains("{file}"));
+        let temp = if uses_file {
+            Some(TempFile::create(&self.suffix, input).map_err(|e| {
+                Unavailable::new(format!(
+                    "cannot write a temporary file for {}: {e}",
+                    self.name
+                ))
+            })?)
+        } else {
+            None
+        };
+        let args: Vec<String> = argv
+            .iter()
+            .map(|a| match &temp {
+                Some(t) => a.replace("{file}", &t.path.to_string_lossy()),
+                None => a.clone(),
+            })
+            .collect();
+        let mut cmd = tokio::process::Command::new(&args[0]);
+        cmd.args(&args[1..])
+            .stdin(if uses_file {
+                Stdio::null()
+            } else {
+                Stdio::piped()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(d) = &self.working_dir {
+            cmd.current_dir(d);
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Unavailable::new(format!("cannot start '{}': {e}", args[0])))?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let run = async {
+            let write = async {
+                if let Some(mut s) = stdin {
+                    // A checker that exits without reading its input closes the pipe: fine.
+                    let _ = s.write_all(input.as_bytes()).await;
+                    let _ = s.shutdown().await;
+                }
+            };
+            let (_, out, err, status) = tokio::join!(
+                write,
+                read_capped(stdout),
+                read_capped(stderr),
+                child.wait()
+            );
+            (out, err, status)
+        };
+        let (out, err, status) = match tokio::time::timeout(self.timeout, run).await {
+            Ok(r) => r,
+            Err(_) => {
+                // Dropping the future dropped `child`, whose kill_on_drop kills the process.
+                return Err(Unavailable::new(format!(
+                    "'{}' did not finish within {} ms and was killed",
+                    args[0],
+                    self.timeout.as_millis()
+                )));
+            }
+        };
+        let status = status.map_err(|e| Unavailable::new(format!("'{}' failed: {e}", args[0])))?;
+        if status.success() {
+            return Ok(None);
+        }
+        let mut output = out;
+        if !output.is_empty() && !err.is_empty() && !output.ends_with('\n') {
+            output.push('\n');
+        }
+        output.push_str(&err);
+        if output.trim().is_empty() {
+            output = match status.code() {
+                Some(code) => format!("'{}' exited with status {code}", args[0]),
+                None => format!("'{}' was terminated by a signal", args[0]),
+            };
+        }
+        Ok(Some(output))
+    }
+}
+
+/// Reads a pipe to its end, keeping the first [`MAX_OUTPUT_BYTES`].
+async fn read_capped<R: AsyncRead + Unpin>(pipe: Option<R>) -> String {
+    let Some(mut pipe) = pipe else {
+        return String::new();
+    };
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+/// A temporary file holding a checker's input, removed on drop.
+struct TempFile {
+    path: PathBuf,
+}
+
+impl TempFile {
+    fn create(suffix: &str, contents: &str) -> std::io::Result<Self> {
+        use std::io::Write;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "enforce-check-{}-{n}-{nanos}{suffix}",
+            std::process::id()
+        ));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        f.write_all(contents.as_bytes())?;
+        Ok(TempFile { path })
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Most response bytes read from an HTTP checker.
+const MAX_HTTP_RESPONSE: usize = 1024 * 1024;
+
+/// A minimal HTTP/1.1 POST over plain TCP (checkers run next to enforce; no TLS).
+async fn http_post(
+    authority: &str,
+    host: &str,
+    path: &str,
+    body: &str,
+) -> Result<Option<String>, Unavailable> {
+    let unavailable = |what: String| Unavailable::new(format!("http://{host}{path}: {what}"));
+    let mut stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .map_err(|e| unavailable(format!("cannot connect: {e}")))?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\nUser-Agent: enforce\r\n\r\n",
+        body.len()
+    );
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .map_err(|e| unavailable(format!("cannot send: {e}")))?;
+    stream
+        .write_all(body.as_bytes())
+        .await
+        .map_err(|e| unavailable(format!("cannot send: {e}")))?;
+    let mut raw = Vec::new();
+    (&mut stream)
+        .take(MAX_HTTP_RESPONSE as u64)
+        .read_to_end(&mut raw)
+        .await
+        .map_err(|e| unavailable(format!("cannot read the answer: {e}")))?;
+    let split = memchr::memmem::find(&raw, b"\r\n\r\n")
+        .ok_or_else(|| unavailable("malformed HTTP answer".into()))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut body = raw[split + 4..].to_vec();
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| unavailable("malformed HTTP status line".into()))?;
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    if chunked {
+        body = dechunk(&body).ok_or_else(|| unavailable("malformed chunked body".into()))?;
+    }
+    if status != 200 {
+        return Err(unavailable(format!("HTTP status {status}")));
+    }
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(trimmed) {
+        if let Some(serde_json::Value::Array(items)) = map.get("issues") {
+            if items.is_empty() {
+                return Ok(None);
+            }
+            // Re-encode as `Line N: message` lines so one parser handles every checker.
+            let lines: Vec<String> = items
+                .iter()
+                .map(|i| {
+                    let message = i
+                        .get("message")
+                        .and_then(|m| m.as_str())
+                        .unwrap_or("check failed");
+                    match (
+                        i.get("line").and_then(|l| l.as_u64()),
+                        i.get("column").and_then(|c| c.as_u64()),
+                    ) {
+                        (Some(l), Some(c)) => format!("input:{l}:{c}: {message}"),
+                        (Some(l), None) => format!("Line {l}: {message}"),
+                        _ => message.to_string(),
+                    }
+                })
+                .collect();
+            return Ok(Some(lines.join("\n")));
+        }
+    }
+    Ok(Some(text))
+}
+
+fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = memchr::memmem::find(body, b"\r\n")?;
+        let size_text = std::str::from_utf8(&body[..eol]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        body = &body[eol + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(body.get(..size)?);
+        body = body.get(size + 2..)?;
+    }
+}
+
+/// One finding parsed from a checker's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceLine {
+    /// 1-based line in the checked input.
+    pub line: Option<u32>,
+    /// 1-based column.
+    pub column: Option<u32>,
+    /// What the checker said.
+    pub message: String,
+}
+
+fn trace_patterns() -> Option<&'static [regex::Regex; 3]> {
+    static PATTERNS: OnceLock<Option<[regex::Regex; 3]>> = OnceLock::new();
+    PATTERNS
+        .get_or_init(|| {
+            let re = |p: &str| crate::pattern::compile(p, false).ok();
+            Some([
+                // `file:12:5: message`, `file:12: message`, `sh: 12: message`
+                re(r"^\s*[^:\s][^:]*:\s*(\d+):(?:(\d+):)?\s*(.*)$")?,
+                // `Line 12: message`, `bash: line 12: message`, `File "x", line 12`
+                re(r"(?i)\bline\s+(\d+)(?:,\s*col(?:umn)?\s+(\d+))?\s*(?:[:,]\s*(.*))?$")?,
+                // `SyntaxError: message` (Python's last traceback line)
+                re(r"^(?:Sorry:\s*)?([A-Z][A-Za-z]*(?:Error|Exception|Warning)):\s*(.*)$")?,
+            ])
+        })
+        .as_ref()
+}
+
+/// Parses a checker's output into findings (see the [module docs](self) for the forms).
+pub fn parse_trace(output: &str) -> Vec<TraceLine> {
+    let Some([file_line, line_word, py_error]) = trace_patterns() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let mut pending: Option<(u32, Option<u32>)> = None;
+    let num = |m: Option<regex::Match<'_>>| m.and_then(|m| m.as_str().parse::<u32>().ok());
+    for raw in output.lines() {
+        let line = raw.trim_end();
+        if line.trim().is_empty() {
+            continue;
+        }
+        if let Some(c) = py_error.captures(line.trim_start()) {
+            let message = format!("{}: {}", &c[1], &c[2]);
+            let (l, col) = pending.take().map_or((None, None), |(l, c)| (Some(l), c));
+            found.push(TraceLine {
+                line: l,
+                column: col,
+                message,
+            });
+            continue;
+        }
+        if let Some(c) = line_word.captures(line) {
+            let message = c.get(3).map_or("", |m| m.as_str()).trim().to_string();
+            if let Some(l) = num(c.get(1)) {
+                if message.is_empty() {
+                    pending = Some((l, num(c.get(2))));
+                } else {
+                    found.push(TraceLine {
+                        line: Some(l),
+                        column: num(c.get(2)),
+                        message,
+                    });
+                }
+                continue;
+            }
+        }
+        if let Some(c) = file_line.captures(line) {
+            if let Some(l) = num(c.get(1)) {
+                let message = c.get(3).map_or("", |m| m.as_str()).trim().to_string();
+                found.push(TraceLine {
+                    line: Some(l),
+                    column: num(c.get(2)),
+                    message: if message.is_empty() {
+                        line.trim().to_string()
+                    } else {
+                        message
+                    },
+                });
+                continue;
+            }
+        }
+    }
+    if let Some((l, col)) = pending {
+        found.push(TraceLine {
+            line: Some(l),
+            column: col,
+            message: "the checker reports an error here".into(),
+        });
+    }
+    found
+}
+
+#[async_trait]
+impl Validator for External {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn validate(&self, response: &str, _context: &Context) -> Validation {
+        if self.timeout.is_zero() {
+            return Ok(Vec::new());
+        }
+        let inputs = self.inputs(response);
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let permit = self
+            .breaker
+            .acquire()
+            .map_err(|r| Unavailable::new(r.to_string()))?;
+        let mut issues = Vec::new();
+        for (text, line_offset) in inputs {
+            let output = match self.call(text).await {
+                Ok(o) => o,
+                Err(u) => {
+                    permit.failure(&u.reason);
+                    return Err(u);
+                }
+            };
+            let Some(output) = output else { continue };
+            let parsed = parse_trace(&output);
+            let hint = self
+                .hint
+                .clone()
+                .unwrap_or_else(|| format!("Fix what {} reports at that line.", self.name));
+            if parsed.is_empty() {
+                let summary: String = output.lines().take(10).collect::<Vec<_>>().join("\n");
+                let mut issue = Issue::error(
+                    &self.name,
+                    EXTERNAL_CHECK_FAILED,
+                    format!("{} rejected the input: {}", self.name, summary.trim()),
+                )
+                .with_severity(self.severity)
+                .with_hint(hint.clone());
+                if line_offset > 0 {
+                    issue = issue.at_line(line_offset);
+                }
+                issues.push(issue);
+            }
+            for t in parsed.into_iter().take(MAX_ISSUES) {
+                let mut issue = Issue::error(&self.name, EXTERNAL_CHECK_FAILED, t.message)
+                    .with_severity(self.severity)
+                    .with_hint(hint.clone());
+                if let Some(l) = t.line {
+                    issue.line = Some(l.saturating_add(line_offset));
+                    issue.column = t.column;
+                }
+                issues.push(issue);
+            }
+        }
+        permit.success();
+        Ok(issues)
+    }
+
+    fn fail_mode(&self) -> Option<FailMode> {
+        self.fail_mode
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_common_trace_forms() {
+        let t = parse_trace("Line 3: unexpected token\nsrc/x.rs:12:5: expected `;`\nsh: 4: Syntax error: \"(\" unexpected\nbash: line 7: syntax error near `('\n");
+        let got: Vec<_> = t
+            .iter()
+            .map(|t| (t.line, t.column, t.message.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(3), None, "unexpected token"),
+                (Some(12), Some(5), "expected `;`"),
+                (Some(4), None, "Syntax error: \"(\" unexpected"),
+                (Some(7), None, "syntax error near `('"),
+            ]
+        );
+        let py =
+            "  File \"/tmp/x.py\", line 2\n    def f(:\n          ^\nSyntaxError: invalid syntax\n";
+        assert_eq!(
+            parse_trace(py),
+            vec![TraceLine {
+                line: Some(2),
+                column: None,
+                message: "SyntaxError: invalid syntax".into()
+            }]
+        );
+        assert!(parse_trace("just words\nno numbers").is_empty());
+    }
+
+    #[test]
+    fn urls_and_configs() {
+        assert_eq!(
+            parse_http_url("http://127.0.0.1:9000/check?x=1").unwrap(),
+            Target::Http {
+                authority: "127.0.0.1:9000".into(),
+                host: "127.0.0.1:9000".into(),
+                path: "/check?x=1".into()
+            }
+        );
+        assert_eq!(
+            parse_http_url("http://localhost").unwrap(),
+            Target::Http {
+                authority: "localhost:80".into(),
+                host: "localhost".into(),
+                path: "/".into()
+            }
+        );
+        assert!(parse_http_url("https://x").is_err());
+        assert!(parse_http_url("http://u:p@x/").is_err());
+        assert_eq!(
+            dechunk(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(),
+            b"abcde"
+        );
+        assert!(dechunk(b"zz\r\n").is_none());
+    }
+}

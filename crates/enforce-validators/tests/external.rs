@@ -1,0 +1,286 @@
+//! The `external` validator against real commands, a hanging command and a loopback HTTP
+//! checker; and its circuit breaker.
+
+use enforce_core::{Context, Enforcer, FailMode, Status, Validator};
+use enforce_validators::breaker::BreakerState;
+use enforce_validators::external::External;
+use enforce_validators::{BuildEnv, Registry};
+use serde_json::json;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn build(spec: serde_json::Value) -> Box<dyn Validator> {
+    Registry::builtin()
+        .build("checker", &spec, &BuildEnv::default())
+        .unwrap()
+}
+
+fn have(program: &str) -> bool {
+    std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok()
+}
+
+#[tokio::test]
+async fn python_blocks_are_compiled_and_errors_map_to_response_lines() {
+    if !have("python3") {
+        eprintln!("python3 not installed; skipping");
+        return;
+    }
+    let v = build(
+        json!({"type": "external", "command": ["python3", "-m", "py_compile", "{file}"], "blocks": "python"}),
+    );
+    let good = "Here:\n```python\ndef f(x):\n    return x\n```\n";
+    assert!(v.validate(good, &Context::new()).await.unwrap().is_empty());
+    let bad = "Intro\n\n```python\nimport os\ndef f(:\n    pass\n```\nAnd JS:\n```js\n{{{\n```\n";
+    let issues = v.validate(bad, &Context::new()).await.unwrap();
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    assert_eq!(issues[0].code, "EXTERNAL_CHECK_FAILED");
+    assert_eq!(issues[0].line, Some(5), "{issues:?}"); // `def f(:` is line 5 of the response
+    assert!(issues[0].message.contains("SyntaxError"), "{issues:?}");
+    // No python block: nothing to check.
+    assert!(v
+        .validate("plain text", &Context::new())
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn shell_syntax_via_stdin() {
+    let v = build(json!({"type": "external", "command": ["sh", "-n"], "blocks": "sh"}));
+    assert!(v
+        .validate("```sh\necho hi\n```", &Context::new())
+        .await
+        .unwrap()
+        .is_empty());
+    let issues = v
+        .validate("Try:\n```sh\necho ok\nif then fi (\n```", &Context::new())
+        .await
+        .unwrap();
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    assert_eq!(issues[0].line, Some(4), "{issues:?}");
+}
+
+#[tokio::test]
+async fn whole_response_on_stdin_and_unparsed_output() {
+    let v = build(
+        json!({"type": "external", "command": ["sh", "-c", "grep -q OK || { echo 'missing the word'; exit 1; }"]}),
+    );
+    assert!(v
+        .validate("all OK", &Context::new())
+        .await
+        .unwrap()
+        .is_empty());
+    let issues = v.validate("nope", &Context::new()).await.unwrap();
+    assert_eq!(issues[0].line, None);
+    assert!(issues[0].message.contains("missing the word"), "{issues:?}");
+    // Large input is streamed to a checker that reads it all.
+    let v = build(json!({"type": "external", "command": ["sh", "-c", "wc -c >/dev/null"]}));
+    let big = "x".repeat(10 * 1024 * 1024);
+    assert!(v.validate(&big, &Context::new()).await.unwrap().is_empty());
+    // ... and to one that ignores it.
+    let v = build(json!({"type": "external", "command": ["true"]}));
+    assert!(v.validate(&big, &Context::new()).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_hanging_command_is_killed_at_the_timeout() {
+    let pid_file = std::env::temp_dir().join(format!("enforce-hang-{}.pid", std::process::id()));
+    let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+    let v = build(json!({"type": "external", "command": ["sh", "-c", script], "timeout_ms": 300}));
+    let started = Instant::now();
+    let err = v.validate("x", &Context::new()).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(err.reason.contains("did not finish within 300 ms"), "{err}");
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let _ = std::fs::remove_file(&pid_file);
+    // The process must be gone (or a zombie about to be reaped), not sleeping.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()));
+        match stat {
+            Err(_) => break,
+            Ok(s) if s.split_whitespace().nth(2) == Some("Z") => break,
+            Ok(s) => {
+                assert!(Instant::now() < deadline, "process still running: {s}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn timeout_zero_disables_the_validator() {
+    let v = build(json!({"type": "external", "command": ["false"], "timeout_ms": 0}));
+    assert!(v.validate("x", &Context::new()).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn breaker_opens_then_probes_then_closes() {
+    let marker = std::env::temp_dir().join(format!("enforce-breaker-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    // Unavailable (exit status is a verdict, so unavailability = timeout) until the marker exists.
+    let script = format!("test -e {} || sleep 5", marker.display());
+    let v = External::command("flaky", vec!["sh".into(), "-c".into(), script])
+        .unwrap()
+        .timeout(Duration::from_millis(200))
+        .breaker(2, Duration::from_millis(300));
+    assert!(v.validate("x", &Context::new()).await.is_err());
+    assert_eq!(v.circuit_breaker().state(), BreakerState::Closed);
+    assert!(v.validate("x", &Context::new()).await.is_err());
+    assert_eq!(v.circuit_breaker().state(), BreakerState::Open);
+    // Open: refused at once, no call made.
+    let started = Instant::now();
+    let err = v.validate("x", &Context::new()).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(100));
+    assert!(err.reason.contains("is open"), "{err}");
+    // After the cooldown, a successful probe closes it.
+    std::fs::write(&marker, "").unwrap();
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert!(v.validate("x", &Context::new()).await.unwrap().is_empty());
+    assert_eq!(v.circuit_breaker().state(), BreakerState::Closed);
+    let _ = std::fs::remove_file(&marker);
+}
+
+#[tokio::test]
+async fn fail_open_and_fail_closed_in_the_loop() {
+    let missing = |mode: &str| {
+        build(json!({"type": "external", "command": ["/nonexistent/checker"], "fail_mode": mode}))
+    };
+    let open = Enforcer::new(vec![missing("open")]);
+    let out = open.check("text", &Context::new(), false).await;
+    assert_eq!(out.status, Status::Passed);
+    assert_eq!(out.warnings[0].code, "VALIDATOR_UNAVAILABLE");
+    let closed = Enforcer::new(vec![missing("closed")]);
+    let out = closed.check("text", &Context::new(), false).await;
+    assert_eq!(out.status, Status::Unavailable);
+    assert!(out.unavailable.unwrap().reason.contains("cannot start"));
+    assert_eq!(missing("open").fail_mode(), Some(FailMode::Open));
+}
+
+/// A one-shot-per-connection HTTP checker on 127.0.0.1: answers "Line 2: bad" unless the body
+/// contains "good"; returns 503 when the body contains "down". Stops after `max` requests.
+async fn checker(max: usize) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        for _ in 0..max {
+            let Ok(Ok((mut sock, _))) =
+                tokio::time::timeout(Duration::from_secs(10), listener.accept()).await
+            else {
+                return;
+            };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // Read head + body (Content-Length).
+            loop {
+                let n = sock.read(&mut chunk).await.unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&buf);
+                if let Some(split) = text.find("\r\n\r\n") {
+                    let len: usize = text
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if buf.len() >= split + 4 + len {
+                        break;
+                    }
+                }
+            }
+            let text = String::from_utf8_lossy(&buf).into_owned();
+            let (status, body) = if text.contains("down") {
+                ("503 Service Unavailable", String::new())
+            } else if text.contains("good") {
+                ("200 OK", String::new())
+            } else if text.contains("json") {
+                (
+                    "200 OK",
+                    r#"{"issues":[{"message":"bad value","line":3,"column":2}]}"#.to_string(),
+                )
+            } else {
+                ("200 OK", "Line 2: bad\n".to_string())
+            };
+            let reply = format!(
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sock.write_all(reply.as_bytes()).await;
+        }
+    });
+    format!("http://{addr}/check")
+}
+
+#[tokio::test]
+async fn http_checker_verdicts_and_errors() {
+    let url = checker(4).await;
+    let v = build(json!({"type": "external", "url": url}));
+    assert!(v
+        .validate("good text", &Context::new())
+        .await
+        .unwrap()
+        .is_empty());
+    let issues = v.validate("a\nb", &Context::new()).await.unwrap();
+    assert_eq!(
+        (issues[0].line, issues[0].message.as_str()),
+        (Some(2), "bad")
+    );
+    let issues = v.validate("json please", &Context::new()).await.unwrap();
+    assert_eq!((issues[0].line, issues[0].column), (Some(3), Some(2)));
+    let err = v.validate("down", &Context::new()).await.unwrap_err();
+    assert!(err.reason.contains("503"), "{err}");
+}
+
+#[tokio::test]
+async fn http_checker_that_never_answers_times_out() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let _conn = listener.accept().await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    });
+    let v = build(json!({"type": "external", "url": format!("http://{addr}/"), "timeout_ms": 200}));
+    let started = Instant::now();
+    let err = v.validate("x", &Context::new()).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(err.reason.contains("within 200 ms"), "{err}");
+    hold.abort();
+}
+
+#[test]
+fn config_errors() {
+    let r = Registry::builtin();
+    let env = BuildEnv::default();
+    let err = r
+        .build("x", &json!({"type": "external"}), &env)
+        .err()
+        .unwrap();
+    assert!(err.message.contains("exactly one"), "{err}");
+    let err = r
+        .build("x", &json!({"type": "external", "url": "https://x"}), &env)
+        .err()
+        .unwrap();
+    assert_eq!(err.key, "url");
+    let err = r
+        .build("x", &json!({"type": "external", "command": []}), &env)
+        .err()
+        .unwrap();
+    assert_eq!(err.key, "command");
+    let err = r
+        .build(
+            "x",
+            &json!({"type": "external", "command": ["a"], "timeout": 5}),
+            &env,
+        )
+        .err()
+        .unwrap();
+    assert_eq!(err.key, "timeout");
+}

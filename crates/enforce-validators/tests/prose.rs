@@ -1,0 +1,256 @@
+//! The drafting pipeline's prose rules, expressed by configuration alone
+//! (`examples/prose.yaml`), checked rule by rule and through the enforcement loop.
+
+use enforce_core::{Context, Enforcer, Request, ScriptedRunner, Severity, Status, StopReason};
+use enforce_validators::{ConfigSource, ProfileSet, Registry};
+use serde_json::json;
+use std::path::PathBuf;
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+fn prose() -> Enforcer {
+    let source = ConfigSource::read(&examples().join("prose.yaml")).unwrap();
+    let profiles = ProfileSet::load(&source, &Registry::builtin(), None).unwrap();
+    profiles.enforcer("prose").unwrap()
+}
+
+fn context() -> Context {
+    Context::new()
+        .with("company_name", "Muster Logistik GmbH")
+        .with("industry", "Logistik")
+        .with("sanitized", "true")
+}
+
+const GOOD_TEXT: &str =
+    "Die Muster Logistik GmbH betreibt ein regionales Netz von Lagerstandorten und \
+     hat ihre organisatorischen Abläufe in den vergangenen Jahren schrittweise \
+     vereinheitlicht. Die folgenden Abschnitte beschreiben die technischen und \
+     organisatorischen Maßnahmen, die das Unternehmen zum Schutz seiner Daten \
+     umgesetzt hat, und ordnen sie in die Anforderungen der Branche Logistik ein.";
+
+fn block(block_type: &str, text: &str, flagged: &[&str]) -> String {
+    json!({
+        "blockId": "b1",
+        "blockType": block_type,
+        "language": "de",
+        "text": text,
+        "forbiddenContentDetected": flagged,
+    })
+    .to_string()
+}
+
+async fn codes(text: &str, ctx: &Context) -> Vec<(String, Severity, bool)> {
+    let out = prose().check(text, ctx, false).await;
+    out.attempts[0]
+        .issues
+        .iter()
+        .map(|i| (i.code.clone(), i.severity, i.repairable))
+        .collect()
+}
+
+fn has(found: &[(String, Severity, bool)], code: &str, severity: Severity) -> bool {
+    found.iter().any(|(c, s, _)| c == code && *s == severity)
+}
+
+#[tokio::test]
+async fn a_good_block_passes_bare_or_fenced() {
+    let good = block("introduction", GOOD_TEXT, &[]);
+    assert!(
+        codes(&good, &context()).await.is_empty(),
+        "{:?}",
+        codes(&good, &context()).await
+    );
+    let fenced = format!("Hier der Block:\n```json\n{good}\n```");
+    assert!(codes(&fenced, &context()).await.is_empty());
+}
+
+#[tokio::test]
+async fn json_with_required_fields() {
+    let found = codes("Leider kein JSON.", &context()).await;
+    assert!(has(&found, "INVALID_JSON", Severity::Error), "{found:?}");
+    let missing = json!({"blockId": "b1", "text": GOOD_TEXT}).to_string();
+    let found = codes(&missing, &context()).await;
+    assert!(
+        has(&found, "SCHEMA_VIOLATION", Severity::Error),
+        "{found:?}"
+    );
+    let wrong_type = block("summary", GOOD_TEXT, &[]);
+    assert!(has(
+        &codes(&wrong_type, &context()).await,
+        "SCHEMA_VIOLATION",
+        Severity::Error
+    ));
+}
+
+#[tokio::test]
+async fn word_limits_depend_on_the_block_type() {
+    let short = "Die Muster Logistik GmbH in der Logistik.";
+    // 7 words: a warning for an introduction (min 30), also for a transition (min 10) ...
+    assert!(has(
+        &codes(&block("introduction", short, &[]), &context()).await,
+        "TOO_SHORT",
+        Severity::Warning
+    ));
+    // ... and 85 words are too long for a transition (max 80) but fine for an introduction.
+    let long = format!(
+        "Die Muster Logistik GmbH in der Logistik {}",
+        "wächst stetig ".repeat(39)
+    );
+    let found = codes(&block("transition", &long, &[]), &context()).await;
+    assert!(has(&found, "TOO_LONG", Severity::Error), "{found:?}");
+    let found = codes(&block("introduction", &long, &[]), &context()).await;
+    assert!(
+        !found
+            .iter()
+            .any(|(c, _, _)| c == "TOO_LONG" || c == "TOO_SHORT"),
+        "{found:?}"
+    );
+}
+
+#[tokio::test]
+async fn no_percentages_scores_or_levels() {
+    for bad in [
+        "erreicht 80 % Abdeckung",
+        "mit Score: 7 bewertet",
+        "SCORE 12",
+        "auf Stufe L2 eingeordnet",
+    ] {
+        let text = format!("{GOOD_TEXT} Das Team {bad}.");
+        let found = codes(&block("introduction", &text, &[]), &context()).await;
+        assert!(
+            has(&found, "NO_NUMERIC_SCORES", Severity::Error),
+            "{bad}: {found:?}"
+        );
+    }
+    let fine = format!("{GOOD_TEXT} Level L5 und Prozentrechnung sind kein Thema.");
+    assert!(!has(
+        &codes(&block("introduction", &fine, &[]), &context()).await,
+        "NO_NUMERIC_SCORES",
+        Severity::Error
+    ));
+}
+
+#[tokio::test]
+async fn no_direct_address_whole_words_case_sensitive() {
+    for word in ["Sie", "Ihr", "Ihnen", "Ihrem", "Ihrer"] {
+        let text = format!("{GOOD_TEXT} Das betrifft {word} Team.");
+        let found = codes(&block("introduction", &text, &[]), &context()).await;
+        assert!(
+            has(&found, "NO_DIRECT_ADDRESS", Severity::Error),
+            "{word}: {found:?}"
+        );
+    }
+    // "sie" (they), "ihre" and "Siegel" are not direct address.
+    let text = format!("{GOOD_TEXT} Dort prüft sie ihre Siegel und Ihresgleichen.");
+    assert!(!has(
+        &codes(&block("introduction", &text, &[]), &context()).await,
+        "NO_DIRECT_ADDRESS",
+        Severity::Error
+    ));
+}
+
+#[tokio::test]
+async fn company_name_required_industry_warned() {
+    let text = GOOD_TEXT
+        .replace("Muster Logistik GmbH", "Firma")
+        .replace("Logistik", "Transport");
+    let found = codes(&block("introduction", &text, &[]), &context()).await;
+    assert!(
+        has(&found, "COMPANY_NAME_PRESENT", Severity::Error),
+        "{found:?}"
+    );
+    assert!(
+        has(&found, "INDUSTRY_REFERENCED", Severity::Warning),
+        "{found:?}"
+    );
+    // Unknown company: the rule is skipped.
+    let unknown = context().with("company_name", "Unbekannt");
+    assert!(!has(
+        &codes(&block("introduction", &text, &[]), &unknown).await,
+        "COMPANY_NAME_PRESENT",
+        Severity::Error
+    ));
+}
+
+#[tokio::test]
+async fn forbidden_topics_and_self_reported_content() {
+    let text = format!("{GOOD_TEXT} Eine Datenpanne gab es nicht.");
+    assert!(has(
+        &codes(&block("introduction", &text, &[]), &context()).await,
+        "NO_DISALLOWED_TOPICS",
+        Severity::Error
+    ));
+    let found = codes(
+        &block("introduction", GOOD_TEXT, &["Gesundheitsdaten"]),
+        &context(),
+    )
+    .await;
+    assert!(
+        has(&found, "SELF_REPORTED_FORBIDDEN", Severity::Error),
+        "{found:?}"
+    );
+}
+
+#[tokio::test]
+async fn invalid_sanitisation_is_a_hard_abort_straight_to_the_fallback() {
+    let ctx = context().with("sanitized", "false");
+    let found = codes(&block("introduction", GOOD_TEXT, &[]), &ctx).await;
+    assert_eq!(
+        found,
+        vec![("SANITIZATION_PASSED".to_string(), Severity::Error, false)]
+    );
+
+    let runner = ScriptedRunner::texts([
+        block("introduction", GOOD_TEXT, &[]),
+        block("introduction", GOOD_TEXT, &[]),
+    ]);
+    let out = prose()
+        .run(&runner, &Request::prompt("Schreibe die Einleitung."), &ctx)
+        .await;
+    assert_eq!(out.status, Status::Aborted);
+    assert_eq!(out.stop_reason, StopReason::HardAbort);
+    assert_eq!(out.attempts.len(), 1, "no re-ask after a hard abort");
+    assert!(out.fallback_used);
+    let fallback = out.response.unwrap();
+    assert!(
+        fallback.contains("Die Muster Logistik GmbH beschreibt"),
+        "{fallback}"
+    );
+    let parsed: serde_json::Value = serde_json::from_str(&fallback).unwrap();
+    assert_eq!(parsed["forbiddenContentDetected"], json!([]));
+}
+
+#[tokio::test]
+async fn repairable_errors_are_re_asked_in_german_and_then_pass() {
+    let bad = block(
+        "introduction",
+        &format!("{GOOD_TEXT} Das zeigt 90 % Reife."),
+        &[],
+    );
+    let good = block("introduction", GOOD_TEXT, &[]);
+    let runner = ScriptedRunner::texts([bad, good]);
+    let out = prose()
+        .run(
+            &runner,
+            &Request::prompt("Schreibe die Einleitung."),
+            &context(),
+        )
+        .await;
+    assert_eq!(out.status, Status::Passed);
+    assert_eq!(out.attempts.len(), 2);
+    let feedback = runner.calls()[1].feedback().unwrap().to_string();
+    assert!(feedback.contains("NO_NUMERIC_SCORES"), "{feedback}");
+    assert!(feedback.contains("Behebe"), "German feedback: {feedback}");
+}
+
+#[test]
+fn the_full_example_configuration_loads() {
+    let source = ConfigSource::read(&examples().join("enforce.yaml")).unwrap();
+    let profiles = ProfileSet::load(&source, &Registry::builtin(), None).unwrap();
+    let names: Vec<_> = profiles.names().collect();
+    assert_eq!(names, vec!["adr", "chat", "code", "report"]);
+    assert_eq!(profiles.get("adr").unwrap().policy().max_retries, 3);
+    assert_eq!(profiles.default_name(), "chat");
+}
