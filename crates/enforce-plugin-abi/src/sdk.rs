@@ -74,7 +74,7 @@ impl<'a> Context<'a> {
 }
 
 /// A validator inside a plugin. Implement this; the SDK turns it into a
-/// [`ValidatorObject`](crate::ValidatorObject) the host can call.
+/// [`ValidatorObject`] the host can call.
 ///
 /// ```
 /// use enforce_plugin_abi::sdk::{Context, PluginValidator};
@@ -165,7 +165,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// Runs `call`, turning a panic into a [`PluginError`] of kind `Panic`.
 ///
 /// This is the guard every SDK entry point uses; plugins that implement
-/// [`ValidatorObject`](crate::ValidatorObject) by hand should use it too.
+/// [`ValidatorObject`] by hand should use it too.
 ///
 /// ```
 /// use enforce_plugin_abi::{sdk::guard, PluginErrorKind};
