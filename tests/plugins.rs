@@ -322,3 +322,44 @@ fn a_panicking_plugin_yields_plugin_panic_and_the_process_survives() {
     );
     assert_eq!(results[1]["status"], "passed");
 }
+
+#[test]
+fn a_stalled_plugin_times_out_per_its_config_and_fails_closed() {
+    let project = project();
+    let dir = project.path();
+    std::fs::write(
+        dir.join("slow.yaml"),
+        "plugin_dirs: [plugins]\nvalidators:\n  slow:\n    type: test_sleep\n    sleep_ms: 5000\n    plugin:\n      timeout_ms: 200\n      fail_mode: closed\nprofiles:\n  slow:\n    validators: [slow]\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = enforce(
+        dir,
+        &[
+            "check",
+            "--config",
+            "slow.yaml",
+            "--profile",
+            "slow",
+            "--format",
+            "json",
+            "good.md",
+        ],
+        None,
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "the timeout did not cut the call short"
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc = json(&out);
+    let issue = &doc["results"][0]["issues"][0];
+    assert_eq!(issue["code"], "VALIDATOR_UNAVAILABLE", "{doc:#}");
+    assert!(
+        issue["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer within 200 ms"),
+        "{issue}"
+    );
+}

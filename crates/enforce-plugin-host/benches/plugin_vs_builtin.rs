@@ -3,7 +3,7 @@
 //! `german_prose` runs three ways on the same text:
 //! - `builtin`: `GermanProse::check` linked into the binary behind enforce-core's `Validator`;
 //! - `plugin_inline`: the german-prose plugin library through the ABI (`Isolation::Inline`);
-//! - `plugin_blocking_thread`: the same, with the default isolation (Tokio blocking pool plus a
+//! - `plugin_blocking_thread`: the same, with the default isolation (a pool thread plus the
 //!   timeout), inside a multi-thread runtime.
 //!
 //! The plugin library is the cdylib cargo builds, with the bench profile, for the dev-dependency

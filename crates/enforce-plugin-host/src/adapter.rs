@@ -19,8 +19,8 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where plugin calls run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Isolation {
-    /// On a blocking thread (Tokio's blocking pool inside a runtime, a fresh thread outside
-    /// one), bounded by the timeout: a slow or stuck plugin never stalls the async runtime.
+    /// On a separate thread from a small pool of detached threads, bounded by the timeout: a
+    /// slow or stuck plugin never stalls the async runtime, nor keeps the process from exiting.
     #[default]
     BlockingThread,
     /// On the calling thread, without a timeout: no thread hand-off, for fast plugins you trust.
@@ -202,40 +202,42 @@ impl HostedValidator {
         }
     }
 
-    /// Runs `call` on a blocking thread, bounded by the timeout.
+    /// Runs `call` on a pool thread, bounded by the timeout: awaited inside a Tokio runtime,
+    /// waited for on this thread outside one.
     async fn isolated<T: Send + 'static>(
         &self,
         call: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, CallFailure> {
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                let task = handle.spawn_blocking(call);
-                match tokio::time::timeout(self.options.timeout, task).await {
-                    Ok(Ok(value)) => Ok(value),
-                    Ok(Err(join)) => {
-                        Err(CallFailure::Lost(format!("the call thread failed: {join}")))
-                    }
-                    Err(_) => Err(CallFailure::TimedOut),
-                }
-            }
-            Err(_) => on_own_thread(call, self.options.timeout),
+        if tokio::runtime::Handle::try_current().is_err() {
+            return on_pool_thread(call, self.options.timeout);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        crate::pool::execute(move || {
+            // The caller may have given up (timeout); nothing to do then.
+            let _ = tx.send(call());
+        })
+        .map_err(|e| CallFailure::Lost(format!("cannot start a call thread: {e}")))?;
+        match tokio::time::timeout(self.options.timeout, rx).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(_)) => Err(CallFailure::Lost(
+                "the call thread ended without an answer".into(),
+            )),
+            Err(_) => Err(CallFailure::TimedOut),
         }
     }
 }
 
-/// Runs `call` on a new thread and waits for it at most `timeout` (outside a Tokio runtime).
-fn on_own_thread<T: Send + 'static>(
+/// Runs `call` on a pool thread and blocks this thread for at most `timeout`.
+fn on_pool_thread<T: Send + 'static>(
     call: impl FnOnce() -> T + Send + 'static,
     timeout: Duration,
 ) -> Result<T, CallFailure> {
     let (tx, rx) = mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("enforce-plugin-call".into())
-        .spawn(move || {
-            // The receiver may have given up (timeout); nothing to do then.
-            let _ = tx.send(call());
-        })
-        .map_err(|e| CallFailure::Lost(format!("cannot start a call thread: {e}")))?;
+    crate::pool::execute(move || {
+        // The caller may have given up (timeout); nothing to do then.
+        let _ = tx.send(call());
+    })
+    .map_err(|e| CallFailure::Lost(format!("cannot start a call thread: {e}")))?;
     match rx.recv_timeout(timeout) {
         Ok(value) => Ok(value),
         Err(mpsc::RecvTimeoutError::Timeout) => Err(CallFailure::TimedOut),
@@ -300,7 +302,7 @@ impl Validator for HostedValidator {
             Isolation::BlockingThread => {
                 let object = Arc::clone(&self.object);
                 let response = response.to_string();
-                on_own_thread(
+                on_pool_thread(
                     move || {
                         object
                             .repair(

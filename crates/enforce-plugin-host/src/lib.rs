@@ -41,6 +41,7 @@ mod adapter;
 mod discovery;
 mod host;
 mod load;
+mod pool;
 #[cfg(feature = "registry")]
 mod registry;
 
