@@ -2,6 +2,7 @@
 
 mod commands;
 mod config;
+mod plugin_host;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -25,6 +26,10 @@ enum Command {
     Demo(commands::demo::Args),
     /// Serve the OpenAI-compatible enforcement proxy (`/v1/chat/completions`).
     Serve(commands::serve::Args),
+    /// List the plugin libraries found: file, plugin name, version, validators, or the load error.
+    Plugins(commands::plugins::Args),
+    /// List the validator types available to profiles: built-ins and plugin validators.
+    Validators(commands::validators::Args),
 }
 
 fn main() -> ExitCode {
@@ -33,5 +38,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(args),
         Command::Demo(args) => commands::demo::run(args),
         Command::Serve(args) => commands::serve::run(args),
+        Command::Plugins(args) => commands::plugins::run(args),
+        Command::Validators(args) => commands::validators::run(args),
     }
 }

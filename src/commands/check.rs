@@ -7,7 +7,7 @@
 use crate::config::LoadedConfig;
 use annotate_snippets::{Level, Renderer, Snippet};
 use enforce_core::{Context, Issue, Outcome, Severity, Status};
-use enforce_validators::{ProfileSet, Registry};
+use enforce_validators::ProfileSet;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -215,7 +215,7 @@ fn load_profiles(args: &Args) -> Result<ProfileSet, String> {
         }
     }
     let loaded = LoadedConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
-    let registry = Registry::builtin();
+    let (registry, _plugins) = crate::plugin_host::registry_with_plugins(&loaded);
     loaded
         .profiles(&registry, args.root.clone())
         .map_err(|e| e.to_string())

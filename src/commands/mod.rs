@@ -2,5 +2,7 @@
 
 pub mod check;
 pub mod demo;
+pub mod plugins;
 pub mod run;
 pub mod serve;
+pub mod validators;

@@ -4,7 +4,7 @@ use crate::config::LoadedConfig;
 use clap::{Args as ClapArgs, ValueEnum};
 use enforce_core::{Context, Outcome, Request, Status, StopReason};
 use enforce_runner::{ClaudeConfig, CommandConfig, OpenAiConfig, RunnerConfig};
-use enforce_validators::{ProfileSet, Registry};
+use enforce_validators::ProfileSet;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -104,7 +104,9 @@ impl<E: std::fmt::Display> From<E> for UsageError {
 /// defaults.
 fn load(args: &Args) -> Result<(ProfileSet, Option<RunnerConfig>), UsageError> {
     let loaded = LoadedConfig::load(args.config.as_deref())?;
-    let profiles = loaded.profiles(&Registry::builtin(), args.root.clone())?;
+    // Libraries are never unloaded, so the host need not outlive this function.
+    let (registry, _host) = crate::plugin_host::registry_with_plugins(&loaded);
+    let profiles = loaded.profiles(&registry, args.root.clone())?;
     Ok((profiles, loaded.config.runner))
 }
 

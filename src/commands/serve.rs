@@ -5,7 +5,7 @@ use clap::{Args as ClapArgs, ValueEnum};
 use enforce_core::Runner;
 use enforce_runner::{ClaudeConfig, OpenAiConfig, RunnerConfig};
 use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerSection};
-use enforce_validators::{ProfileSet, Registry};
+use enforce_validators::ProfileSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -153,7 +153,7 @@ pub struct Prepared {
 /// upstream's `/models` for its first model.
 pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     let loaded = LoadedConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
-    let registry = Registry::builtin();
+    let (registry, _host) = crate::plugin_host::registry_with_plugins(&loaded);
     let profiles = loaded
         .profiles(&registry, args.root.clone())
         .map_err(|e| e.to_string())?;
