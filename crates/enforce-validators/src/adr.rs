@@ -90,6 +90,36 @@ impl FrontMatter {
     }
 }
 
+/// Largest front matter whose parse is remembered for the next validator.
+const CACHED_FRONT_MATTER_BYTES: usize = 64 * 1024;
+
+/// Parses front matter YAML. `adr_structure` and `file_refs` both read the same front matter
+/// one after the other; the last successful parse on this thread is kept (keyed by the exact
+/// text), so the second validator does not parse again.
+pub(crate) fn parse_front_matter(
+    yaml: &str,
+) -> Result<std::sync::Arc<serde_yaml_ng::Value>, serde_yaml_ng::Error> {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+    thread_local! {
+        static LAST: RefCell<Option<(String, Arc<serde_yaml_ng::Value>)>> = const { RefCell::new(None) };
+    }
+    let hit = LAST.with(|last| {
+        last.borrow()
+            .as_ref()
+            .filter(|(text, _)| text == yaml)
+            .map(|(_, value)| Arc::clone(value))
+    });
+    if let Some(value) = hit {
+        return Ok(value);
+    }
+    let value = Arc::new(serde_yaml_ng::from_str::<serde_yaml_ng::Value>(yaml)?);
+    if yaml.len() <= CACHED_FRONT_MATTER_BYTES {
+        LAST.with(|last| *last.borrow_mut() = Some((yaml.to_string(), Arc::clone(&value))));
+    }
+    Ok(value)
+}
+
 /// `true` when the line starting at `start` is exactly `---` (trailing whitespace, a CR and,
 /// on the first line, a BOM aside).
 fn is_delimiter(text: &str, start: usize) -> bool {
@@ -360,7 +390,7 @@ impl AdrStructure {
             );
             return;
         }
-        let value: serde_yaml_ng::Value = match serde_yaml_ng::from_str(yaml) {
+        let value = match parse_front_matter(yaml) {
             Ok(v) => v,
             Err(e) => {
                 let line = e

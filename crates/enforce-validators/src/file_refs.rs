@@ -48,6 +48,9 @@ pub const FILE_NOT_FOUND: &str = "FILE_NOT_FOUND";
 /// Code: a listed path leaves the root.
 pub const PATH_OUTSIDE_ROOT: &str = "PATH_OUTSIDE_ROOT";
 
+/// Most listed paths checked per response (each costs a few system calls).
+pub const MAX_PATHS: usize = 1000;
+
 /// Most symlinks followed while resolving one path.
 const MAX_SYMLINK_HOPS: usize = 40;
 
@@ -197,6 +200,8 @@ fn default_create_key() -> String {
 pub struct FileRefs {
     name: String,
     root: PathBuf,
+    /// `root` resolved once at build time (`None` when it did not resolve then).
+    canonical_root: Option<PathBuf>,
     key: Vec<String>,
     create_key: Vec<String>,
 }
@@ -204,9 +209,11 @@ pub struct FileRefs {
 impl FileRefs {
     /// Checks `files.modify` against `root`.
     pub fn new(name: impl Into<String>, root: impl Into<PathBuf>) -> Self {
+        let root: PathBuf = root.into();
         FileRefs {
             name: name.into(),
-            root: root.into(),
+            canonical_root: root.canonicalize().ok(),
+            root,
             key: split_key(&default_key()),
             create_key: split_key(&default_create_key()),
         }
@@ -235,6 +242,7 @@ impl FileRefs {
         }
         Ok(FileRefs {
             name: input.name.to_string(),
+            canonical_root: root.canonicalize().ok(),
             root,
             key: split_key(&c.key),
             create_key: split_key(&c.create_key),
@@ -258,10 +266,10 @@ impl FileRefs {
         {
             return Ok(Vec::new());
         }
-        let Ok(doc) = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(yaml) else {
+        let Ok(doc) = crate::adr::parse_front_matter(yaml) else {
             return Ok(Vec::new()); // adr_structure reports INVALID_YAML
         };
-        let mut node = &doc;
+        let mut node: &serde_yaml_ng::Value = &doc;
         for seg in &self.key {
             match node.get(seg.as_str()) {
                 Some(n) => node = n,
@@ -290,20 +298,35 @@ impl FileRefs {
             serde_yaml_ng::Value::Mapping(_) => return Err(bad_shape("a mapping")),
             _ => return Err(bad_shape("a scalar")),
         };
-        let root = match self.root.canonicalize() {
-            Ok(r) => r,
-            Err(_) => self.root.clone(),
+        let root = match &self.canonical_root {
+            Some(r) => std::borrow::Cow::Borrowed(r),
+            None => std::borrow::Cow::Owned(
+                self.root
+                    .canonicalize()
+                    .unwrap_or_else(|_| self.root.clone()),
+            ),
         };
         let mut out = Vec::new();
-        for item in items {
+        // Paths are listed in order: search each one from where the previous one was found,
+        // and count lines incrementally, so long lists stay linear.
+        let base_line = line_of_offset(response, fm.yaml.start);
+        let mut lines = crate::text::LineCounter::new(yaml);
+        let mut cursor = 0;
+        for item in items.iter().take(MAX_PATHS) {
             let Some(path) = item.as_str() else {
                 return Err(bad_shape("an entry that is not a path"));
             };
-            let line = memchr::memmem::find(yaml.as_bytes(), path.as_bytes())
-                .filter(|_| !path.is_empty())
-                .map_or(fm.open_line, |p| {
-                    line_of_offset(response, fm.yaml.start + p)
-                });
+            let found = (!path.is_empty())
+                .then(|| memchr::memmem::find(&yaml.as_bytes()[cursor..], path.as_bytes()))
+                .flatten()
+                .map(|p| cursor + p);
+            let line = match found {
+                Some(p) => {
+                    cursor = p + path.len();
+                    base_line + lines.line_of(p) - 1
+                }
+                None => fm.open_line,
+            };
             out.push((path.to_string(), line, check_path(&root, path)));
         }
         Ok(out)

@@ -76,6 +76,8 @@ pub fn fences(text: &str) -> Vec<Fence> {
     candidates.dedup();
 
     let mut out = Vec::new();
+    // Lines are counted incrementally: one pass over the text, however many fences.
+    let mut lines = LineCounter::new(text);
     let mut open: Option<(u8, usize, usize, Range<usize>, String)> = None; // ch, run, start, content_start, lang
     for &start in &candidates {
         let Some((ch, run, rest)) = fence_line(bytes, start) else {
@@ -102,7 +104,7 @@ pub fn fences(text: &str) -> Vec<Fence> {
                         block: *ostart..end,
                         content: content.start..start.max(content.start),
                         language: language.clone(),
-                        open_line: enforce_core::line_of_offset(text, *ostart),
+                        open_line: lines.line_of(*ostart),
                         closed: true,
                     });
                     open = None;
@@ -115,7 +117,7 @@ pub fn fences(text: &str) -> Vec<Fence> {
             block: ostart..bytes.len(),
             content: content.start.min(bytes.len())..bytes.len(),
             language,
-            open_line: enforce_core::line_of_offset(text, ostart),
+            open_line: lines.line_of(ostart),
             closed: false,
         });
     }
@@ -236,6 +238,14 @@ mod tests {
         let f = fences("```\r\nx\r\n```\r\n");
         assert_eq!(f.len(), 1);
         assert!(f[0].closed);
+    }
+
+    #[test]
+    fn many_fences_get_their_lines_in_one_pass() {
+        let text = "x\n```\ny\n```\n".repeat(50_000);
+        let f = fences(&text);
+        assert_eq!(f.len(), 50_000);
+        assert_eq!(f[49_999].open_line, 49_999 * 4 + 2);
     }
 
     #[test]
