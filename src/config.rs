@@ -123,22 +123,11 @@ impl LoadedConfig {
     }
 
     /// Plugin directories, resolved against the file's directory.
-    #[allow(dead_code)] // used by the plugin host wiring
     pub fn plugin_dirs(&self) -> Vec<PathBuf> {
-        let base = self
-            .source
-            .as_ref()
-            .map_or_else(|| PathBuf::from("."), ConfigSource::base_dir);
         self.config
             .plugin_dirs
             .iter()
-            .map(|d| {
-                if d.is_absolute() {
-                    d.clone()
-                } else {
-                    base.join(d)
-                }
-            })
+            .map(|d| self.resolve(d))
             .collect()
     }
 
@@ -162,5 +151,51 @@ impl LoadedConfig {
                     .map_err(|e| source.build_error(e))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn example(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples")
+            .join(name)
+    }
+
+    #[test]
+    fn every_shipped_example_loads_and_builds_its_profiles() {
+        for name in ["enforce.yaml", "prose.yaml", "serve.yaml"] {
+            let loaded =
+                LoadedConfig::load(Some(&example(name))).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let profiles = loaded
+                .profiles(&Registry::builtin(), None)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            for model in &loaded.config.models {
+                let profile = model.profile.as_deref().unwrap_or("chat");
+                assert!(
+                    profiles.get(profile).is_some(),
+                    "{name}: model {} names unknown profile {profile}",
+                    model.id
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn serve_example_declares_models_runners_and_server() {
+        let loaded = LoadedConfig::load(Some(&example("serve.yaml"))).unwrap();
+        let ids: Vec<&str> = loaded.config.models.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["consultant", "adr-writer", "tasks"]);
+        assert!(loaded.config.models.iter().all(|m| m.runner.is_some()));
+        let server = loaded.config.server.clone().expect("server section");
+        assert_eq!(server.listen.as_deref(), Some("127.0.0.1:8080"));
+        assert!(server.to_config().is_ok());
+        assert_eq!(
+            loaded.resolve(Path::new("sessions")),
+            example("sessions"),
+            "relative paths resolve against the file"
+        );
     }
 }
