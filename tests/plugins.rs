@@ -1,9 +1,7 @@
 //! End-to-end: the `enforce` binary with the example and test plugins built by
-//! `cargo xtask build-plugins` (see `plugin_support` for how the libraries are found).
+//! `cargo xtask build-plugins` (see `enforce_testkit::plugins` for how the libraries are found).
 
-mod plugin_support;
-
-use plugin_support::dir_with;
+use enforce_testkit::plugins::dir_with;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,8 +1,5 @@
 //! The host against real plugin libraries built from `plugins/`.
 
-mod common;
-
-use common::{dir_with, library};
 use enforce_core::{
     Context, Enforcer, FailMode, Policy, Request, ScriptedRunner, Severity, Status, Validator,
 };
@@ -11,6 +8,7 @@ use enforce_plugin_host::{
     load_plugin, CallOptions, CreateError, DirSource, Isolation, LoadError, PluginDir, PluginHost,
     PLUGIN_PANIC,
 };
+use enforce_testkit::plugins::{dir_with, library};
 use serde_json::json;
 use std::time::Duration;
 

@@ -1,10 +1,8 @@
 //! Plugin validators registered in enforce-validators' registry and used in profiles.
 
-mod common;
-
-use common::dir_with;
 use enforce_core::{Context, Status};
 use enforce_plugin_host::{DirSource, PluginDir, PluginHost, PLUGIN_PANIC};
+use enforce_testkit::plugins::dir_with;
 use enforce_validators::{ConfigSource, ProfileSet, Registry, RegistryError};
 
 fn host() -> (tempfile::TempDir, PluginHost) {

@@ -8,6 +8,8 @@
 //!   mid-way, garbage — that records every request.
 //! - [`FakeClaude`]: drives the `fake-claude` executable (crate `enforce-fake-claude`), a stand-in
 //!   for `claude -p --output-format json`, with a script and a record of every call.
+//! - [`plugins`]: where the plugin libraries built by `cargo xtask build-plugins` are, building
+//!   them on first use under a plain `cargo test`.
 //!
 //! ```
 //! use enforce_testkit::{MockOpenAi, MockReply, MockScript};
@@ -23,6 +25,7 @@
 
 mod fake_claude;
 mod mock_openai;
+pub mod plugins;
 
 pub use fake_claude::{fake_claude_path, process_is_gone, FakeClaude, FakeClaudeCall, ScratchDir};
 pub use mock_openai::{ErrorShape, MockOpenAi, MockReply, MockScript, RecordedRequest, Then};

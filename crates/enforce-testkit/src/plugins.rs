@@ -1,4 +1,4 @@
-//! Finds the plugin libraries built by `cargo xtask build-plugins`.
+//! The plugin libraries built by `cargo xtask build-plugins`, for tests that load plugins.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,7 +16,8 @@ pub fn plugin_dir() -> &'static Path {
         if let Some(dir) = std::env::var_os("ENFORCE_TEST_PLUGIN_DIR") {
             return PathBuf::from(dir);
         }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf();
+        // The workspace root: this crate lives in crates/enforce-testkit.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let target = root.join("target").join("test-plugins");
         eprintln!(
             "ENFORCE_TEST_PLUGIN_DIR is not set: building the plugins into {} \
