@@ -1,5 +1,6 @@
 //! `enforce serve` end to end: the real binary on 127.0.0.1 in front of the mock OpenAI server.
 
+use enforce_testkit::sse::ParsedStream;
 use enforce_testkit::{ErrorShape, MockOpenAi, MockReply, MockScript};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -110,34 +111,12 @@ fn body(stream: bool) -> Value {
     json!({"model": "m", "messages": [{"role": "user", "content": "Why?"}], "stream": stream})
 }
 
-/// Only `data:` lines, as openai-python and Open WebUI read them.
-fn data_lines(raw: &str) -> Vec<String> {
-    raw.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| d.strip_prefix(' ').unwrap_or(d).to_string())
-        .collect()
-}
-
 fn stream_error(raw: &str) -> Option<Value> {
-    data_lines(raw)
-        .iter()
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str::<Value>(d).unwrap())
-        .find(|v| v.get("error").is_some() && v.get("choices").is_none())
-        .map(|v| v["error"].clone())
+    ParsedStream::parse(raw).error().cloned()
 }
 
 fn stream_content(raw: &str) -> String {
-    data_lines(raw)
-        .iter()
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str::<Value>(d).unwrap())
-        .filter_map(|v| {
-            v["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(String::from)
-        })
-        .collect()
+    ParsedStream::parse(raw).content()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -231,10 +210,9 @@ async fn upstream_failures_end_streams_with_an_error_chunk() {
         eprintln!("{name}: {message}");
         assert!(message.len() > 20, "{name}");
         assert!(stream_content(&raw).is_empty(), "{name}: {raw}");
-        assert_eq!(
-            data_lines(&raw).last().map(String::as_str),
-            Some("[DONE]"),
-            "{name}"
+        assert!(
+            ParsedStream::parse(&raw).done_last,
+            "{name}: no [DONE] at the end"
         );
         // Non-streaming: an OpenAI error, never an empty success.
         upstream.push(reply);

@@ -10,6 +10,7 @@
 //!   for `claude -p --output-format json`, with a script and a record of every call.
 //! - [`plugins`]: where the plugin libraries built by `cargo xtask build-plugins` are, building
 //!   them on first use under a plain `cargo test`.
+//! - [`sse`]: a stream parsed the way openai-python and Open WebUI read it.
 //!
 //! ```
 //! use enforce_testkit::{MockOpenAi, MockReply, MockScript};
@@ -26,6 +27,7 @@
 mod fake_claude;
 mod mock_openai;
 pub mod plugins;
+pub mod sse;
 
 pub use fake_claude::{fake_claude_path, process_is_gone, FakeClaude, FakeClaudeCall, ScratchDir};
 pub use mock_openai::{ErrorShape, MockOpenAi, MockReply, MockScript, RecordedRequest, Then};
