@@ -420,3 +420,54 @@ async fn claude_sessions_continue_across_turns_and_tools_are_accepted() {
     assert_eq!(steps, ["what", "why"]);
     assert!(proxy.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_export_circuit_breaker_states() {
+    let upstream = MockOpenAi::start(MockScript::new().then(enforce_testkit::Then::RepeatLast))
+        .await
+        .unwrap();
+    let dir = temp_dir("breaker");
+    // A checker that cannot be started fails the breaker at once (threshold 1).
+    let extra = format!(
+        "  - id: linted\n    profile: linted\n    runner:\n      type: openai\n      base_url: {}\n      model: mock-model\n      retry:\n        max_retries: 0\n",
+        upstream.url()
+    );
+    let rest = "validators:\n  lint:\n    type: external\n    command: [/nonexistent/enforce-test-checker]\n    failure_threshold: 1\n    cooldown_ms: 600000\n    fail_mode: open\nprofiles:\n  linted:\n    validators: [lint]\n";
+    let config = config_for(&dir, &upstream.url(), &extra, rest);
+    let proxy = Proxy::start(&["--config", config.to_str().unwrap()]);
+    let c = client();
+    let metrics_url = format!("{}/metrics", proxy.base.trim_end_matches("/v1"));
+    let scrape = || async {
+        c.get(&metrics_url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let before = scrape().await;
+    assert!(
+        before.contains("enforce_breaker_state{validator=\"lint\"} 0"),
+        "{before}"
+    );
+
+    upstream.push(MockReply::text("anything"));
+    let mut request = body(false);
+    request["model"] = json!("linted");
+    let resp = c
+        .post(proxy.url("/chat/completions"))
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    // Fail-open: the answer passes with a warning, and the breaker is now open.
+    assert_eq!(resp.status(), 200);
+    let after = scrape().await;
+    assert!(
+        after.contains("enforce_breaker_state{validator=\"lint\"} 2"),
+        "{after}"
+    );
+    assert!(proxy.terminate().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

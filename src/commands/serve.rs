@@ -5,6 +5,7 @@ use clap::{Args as ClapArgs, ValueEnum};
 use enforce_core::Runner;
 use enforce_runner::{ClaudeConfig, OpenAiConfig, RunnerConfig};
 use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerSection};
+use enforce_validators::breaker::BreakerState;
 use enforce_validators::ProfileSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -201,7 +202,8 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     }
     let mut builder = Server::builder(config)
         .models(models)
-        .step_extractor(enforce_validators::extract_step);
+        .step_extractor(enforce_validators::extract_step)
+        .on_scrape(export_breaker_states);
     // Every profile can be picked per request with `X-Enforce-Profile`.
     let names: Vec<String> = profiles.names().map(str::to_string).collect();
     for name in names {
@@ -209,6 +211,23 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     }
     let server = builder.build().map_err(|e| e.to_string())?;
     Ok(Prepared { listen, server })
+}
+
+/// Exports every external validator's circuit breaker as a gauge at each `/metrics` scrape.
+fn export_breaker_states(metrics: &enforce_server::Metrics) {
+    for (validator, state) in enforce_validators::breaker::states() {
+        let value = match state {
+            BreakerState::Closed => 0.0,
+            BreakerState::HalfOpen => 1.0,
+            BreakerState::Open => 2.0,
+        };
+        metrics.set_gauge(
+            "enforce_breaker_state",
+            "Circuit breaker of an external validator: 0 closed, 1 half-open, 2 open.",
+            &[("validator", &validator)],
+            value,
+        );
+    }
 }
 
 fn enforcer_for(profiles: &ProfileSet, name: &str) -> Result<Arc<enforce_core::Enforcer>, String> {

@@ -22,8 +22,27 @@
 //! ```
 
 use std::fmt;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+/// Every live breaker's id, name and state, so a server can export them as metrics without
+/// knowing which validators own breakers.
+static LIVE: Mutex<Vec<(u64, String, BreakerState)>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+fn live() -> MutexGuard<'static, Vec<(u64, String, BreakerState)>> {
+    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The name and current state of every circuit breaker alive in this process, in creation
+/// order (a validator shared by several profiles appears once).
+pub fn states() -> Vec<(String, BreakerState)> {
+    live()
+        .iter()
+        .map(|(_, name, state)| (name.clone(), *state))
+        .collect()
+}
 
 /// The breaker's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,10 +76,17 @@ struct Inner {
 /// See the [module docs](self).
 #[derive(Debug)]
 pub struct CircuitBreaker {
+    id: u64,
     name: String,
     threshold: u32,
     cooldown: Duration,
     inner: Mutex<Inner>,
+}
+
+impl Drop for CircuitBreaker {
+    fn drop(&mut self) {
+        live().retain(|(id, _, _)| *id != self.id);
+    }
 }
 
 /// Why a call was refused.
@@ -110,8 +136,12 @@ impl CircuitBreaker {
     /// A closed breaker that opens after `threshold` consecutive failures (at least 1) and
     /// allows a probe after `cooldown`.
     pub fn new(name: impl Into<String>, threshold: u32, cooldown: Duration) -> Self {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let name = name.into();
+        live().push((id, name.clone(), BreakerState::Closed));
         CircuitBreaker {
-            name: name.into(),
+            id,
+            name,
             threshold: threshold.max(1),
             cooldown,
             inner: Mutex::new(Inner {
@@ -139,6 +169,9 @@ impl CircuitBreaker {
             return;
         }
         inner.state = to;
+        if let Some(entry) = live().iter_mut().find(|(id, _, _)| *id == self.id) {
+            entry.2 = to;
+        }
         match to {
             BreakerState::Open => tracing::warn!(
                 target: "enforce_validators::breaker",
@@ -254,5 +287,22 @@ mod tests {
         std::thread::sleep(Duration::from_millis(15));
         b.acquire().unwrap().success();
         assert_eq!(b.state(), BreakerState::Closed);
+    }
+
+    #[test]
+    fn live_states_follow_transitions_and_drop() {
+        let name = "states-probe-unique";
+        let find = || {
+            super::states()
+                .into_iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, s)| s)
+        };
+        let breaker = CircuitBreaker::new(name, 1, Duration::from_secs(60));
+        assert_eq!(find(), Some(BreakerState::Closed));
+        breaker.acquire().unwrap().failure("down");
+        assert_eq!(find(), Some(BreakerState::Open));
+        drop(breaker);
+        assert_eq!(find(), None);
     }
 }
