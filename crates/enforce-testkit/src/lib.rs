@@ -6,6 +6,7 @@
 //!   scripted replies and faults — status codes, `Retry-After`, the error shapes of OpenAI,
 //!   Ollama, vLLM and llama.cpp, delays, SSE streaming with configurable chunking, a stream cut
 //!   mid-way, garbage — that records every request.
+//! - [`sse::parse_sse`]: a client-side SSE parser (WHATWG rules) to read the proxy's streams.
 //! - [`FakeClaude`]: drives the `fake-claude` executable (crate `enforce-fake-claude`), a stand-in
 //!   for `claude -p --output-format json`, with a script and a record of every call.
 //!
@@ -23,6 +24,7 @@
 
 mod fake_claude;
 mod mock_openai;
+pub mod sse;
 
 pub use fake_claude::{fake_claude_path, process_is_gone, FakeClaude, FakeClaudeCall, ScratchDir};
 pub use mock_openai::{ErrorShape, MockOpenAi, MockReply, MockScript, RecordedRequest, Then};
