@@ -88,6 +88,15 @@ impl PluginHost {
         if dir.source == DirSource::Default && !dir.path.exists() {
             return;
         }
+        if let Some(reason) = world_writable(&dir.path) {
+            self.failures.push(LoadFailure {
+                path: dir.path.clone(),
+                error: LoadError::Insecure {
+                    reason: format!("{reason} ({} directory)", dir.source.as_str()),
+                },
+            });
+            return;
+        }
         match library_files(&dir.path) {
             Ok(files) => {
                 for file in files {
@@ -116,6 +125,14 @@ impl PluginHost {
             || self.failures.iter().any(|f| seen(&f.path) == canonical)
         {
             return Ok(());
+        }
+        if let Some(reason) = world_writable(path) {
+            let error = LoadError::Insecure { reason };
+            self.failures.push(LoadFailure {
+                path: path.to_path_buf(),
+                error: error.clone(),
+            });
+            return Err(error);
         }
         let result = load_plugin(path).and_then(|plugin| {
             for info in &plugin.validators {
@@ -214,4 +231,25 @@ pub fn config_from_text(text: &str) -> Result<Value, String> {
         return Ok(Value::Null);
     }
     serde_yaml_ng::from_str::<Value>(text).map_err(|e| e.to_string())
+}
+
+/// `Some(reason)` when `path` (a plugin directory or library, symlinks followed) can be written
+/// by every user: loading code from there would run whatever anyone on the machine put there.
+#[cfg(unix)]
+fn world_writable(path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    (mode & 0o002 != 0).then(|| {
+        format!(
+            "{} is writable by every user (mode {:o}); run `chmod o-w {}`",
+            path.display(),
+            mode & 0o7777,
+            path.display()
+        )
+    })
+}
+
+#[cfg(not(unix))]
+fn world_writable(_path: &Path) -> Option<String> {
+    None
 }

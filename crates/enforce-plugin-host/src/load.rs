@@ -73,6 +73,13 @@ pub enum LoadError {
         /// The I/O error.
         reason: String,
     },
+    /// The directory or the library file is writable by every user, so anyone on the machine
+    /// could have put code there; nothing in it is loaded.
+    #[error("refused: {reason}")]
+    Insecure {
+        /// What is writable by whom, and how to fix it.
+        reason: String,
+    },
 }
 
 impl LoadError {
@@ -89,6 +96,7 @@ impl LoadError {
             LoadError::InitError { .. } => "init_error",
             LoadError::DuplicateValidator { .. } => "duplicate_validator",
             LoadError::Directory { .. } => "directory",
+            LoadError::Insecure { .. } => "insecure_permissions",
         }
     }
 

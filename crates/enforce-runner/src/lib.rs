@@ -39,6 +39,6 @@ pub use command::{CommandConfig, CommandRunner};
 pub use config::{ConfigError, RunnerConfig};
 pub use openai::{
     backoff_delay, error_message, parse_completion, parse_retry_after, OpenAiConfig, OpenAiRunner,
-    RetryConfig,
+    RetryConfig, DEFAULT_MAX_RESPONSE_BYTES,
 };
 pub use prompt::{render_prompt, PromptText};

@@ -76,7 +76,13 @@ pub struct OpenAiConfig {
     pub connect_timeout_secs: f64,
     /// Retries of transient failures.
     pub retry: RetryConfig,
+    /// Largest response body read, in bytes (default 32 MiB); a larger body is an upstream
+    /// error, so a misbehaving server cannot exhaust the proxy's memory.
+    pub max_response_bytes: usize,
 }
+
+/// Default of [`OpenAiConfig::max_response_bytes`].
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 
 impl Default for OpenAiConfig {
     fn default() -> Self {
@@ -89,6 +95,7 @@ impl Default for OpenAiConfig {
             timeout_secs: 120.0,
             connect_timeout_secs: 10.0,
             retry: RetryConfig::default(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -205,10 +212,7 @@ impl OpenAiRunner {
                         .get(reqwest::header::RETRY_AFTER)
                         .and_then(|v| v.to_str().ok())
                         .and_then(parse_retry_after);
-                    let text = response.text().await.map_err(|e| RunnerError::Upstream {
-                        status: Some(status.as_u16()),
-                        message: format!("reading the response failed: {e}"),
-                    })?;
+                    let text = read_limited(response, self.config.max_response_bytes).await?;
                     if status.is_success() {
                         let mut reply = parse_completion(&text)?;
                         reply.duration = Some(started.elapsed());
@@ -437,6 +441,44 @@ pub fn error_message(body: &str) -> Option<String> {
         });
     }
     Some(tail(body, 500))
+}
+
+/// Reads a body of at most `limit` bytes, chunk by chunk, so an enormous or endless body is
+/// refused after `limit` bytes instead of being buffered whole.
+async fn read_limited(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<String, RunnerError> {
+    let status = response.status().as_u16();
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(too_large(status, limit));
+    }
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > limit {
+                    return Err(too_large(status, limit));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) => {
+                return Err(RunnerError::Upstream {
+                    status: Some(status),
+                    message: format!("reading the response failed: {e}"),
+                })
+            }
+        }
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+fn too_large(status: u16, limit: usize) -> RunnerError {
+    RunnerError::Upstream {
+        status: Some(status),
+        message: format!("the response is larger than the limit of {limit} bytes"),
+    }
 }
 
 /// Reads a chat completion: the first choice's message content and the usage. An error object

@@ -1,7 +1,7 @@
 //! Shared state and the HTTP handlers.
 
 use crate::audit::AuditLog;
-use crate::config::{FailureResponse, Model, ServerConfig};
+use crate::config::{FailureResponse, FsyncPolicy, Model, ServerConfig};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::openai::{self, ChatRequest, CompletionId};
@@ -137,7 +137,8 @@ impl Runner for TracedRunner {
 fn log_attempt(result: &Result<Reply, RunnerError>) {
     match result {
         Ok(reply) => tracing::debug!(bytes = reply.text.len(), "runner replied"),
-        Err(e) => tracing::warn!(error = %e, "runner failed"),
+        // Debug-formatted: upstream text may hold newlines, which must not start a new log line.
+        Err(e) => tracing::warn!(error = ?e.to_string(), "runner failed"),
     }
 }
 
@@ -203,13 +204,15 @@ impl App {
         error.into_response()
     }
 
-    /// Counts a finished request and writes its audit line.
-    fn record(&self, model: &str, status: &str, outcome: Option<&Outcome>, total: Duration) {
+    /// Counts a finished request and writes its audit line. With `audit_fsync: always` it waits
+    /// until the line is on disk, so an answer is never acknowledged before it is audited.
+    async fn record(&self, model: &str, status: &str, outcome: Option<&Outcome>, total: Duration) {
         tracing::info!(
             model,
             status,
             attempts = outcome.map_or(0, |o| o.attempts.len()),
-            codes = %outcome.map(|o| o.codes().join(",")).unwrap_or_default(),
+            // Debug-formatted: plugin and pattern codes are not ours and could hold newlines.
+            codes = ?outcome.map(|o| o.codes().join(",")).unwrap_or_default(),
             total_ms = total.as_millis() as u64,
             "chat completion finished"
         );
@@ -278,7 +281,13 @@ impl App {
             overhead as f64 / 1e6,
         );
         if let Some(audit) = &self.audit {
-            audit.append(outcome.to_json_line());
+            if audit.policy() == FsyncPolicy::Always {
+                // A failed write is logged and counted by the writer; the client still gets its
+                // answer (the audit must not take the service down).
+                audit.append_durable(outcome.to_json_line()).await;
+            } else {
+                audit.append(outcome.to_json_line());
+            }
         }
     }
 }
@@ -329,7 +338,9 @@ impl Turn {
         let outcome = match ended {
             Ended::Outcome(outcome) => outcome,
             Ended::Deadline => {
-                self.app.record(&self.model.id, "deadline", None, total);
+                self.app
+                    .record(&self.model.id, "deadline", None, total)
+                    .await;
                 return Err(ApiError::new(
                     StatusCode::GATEWAY_TIMEOUT,
                     "enforcement_error",
@@ -342,7 +353,8 @@ impl Turn {
             }
             Ended::Crashed => {
                 self.app
-                    .record(&self.model.id, "internal_error", None, total);
+                    .record(&self.model.id, "internal_error", None, total)
+                    .await;
                 return Err(ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "server_error",
@@ -351,12 +363,14 @@ impl Turn {
                 ));
             }
         };
-        self.app.record(
-            &self.model.id,
-            outcome.status.as_str(),
-            Some(&outcome),
-            total,
-        );
+        self.app
+            .record(
+                &self.model.id,
+                outcome.status.as_str(),
+                Some(&outcome),
+                total,
+            )
+            .await;
 
         let deliverable = deliverable(&outcome, delivery_for(&self.model, streaming));
         if let Some(chat_id) = &self.chat_id {

@@ -9,37 +9,93 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// Called by the writer thread once per line that could not be written or synced.
+pub type FailureHook = Box<dyn Fn() + Send + 'static>;
+
+/// One queued line and, when the caller waits for durability, whom to tell once it is on disk.
+struct Entry {
+    line: String,
+    written: Option<oneshot::Sender<bool>>,
+}
 
 /// Appends lines to a file from a background thread. [`AuditLog::close`] flushes and syncs.
-#[derive(Debug)]
 pub struct AuditLog {
-    sender: Mutex<Option<Sender<String>>>,
+    sender: Mutex<Option<Sender<Entry>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    policy: FsyncPolicy,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AuditLog {
     /// Opens (creating if needed) `path` for appending and starts the writer thread.
     pub fn open(path: &Path, policy: FsyncPolicy) -> io::Result<Self> {
+        Self::open_observed(path, policy, Box::new(|| {}))
+    }
+
+    /// Like [`open`](Self::open); `on_failure` runs on the writer thread for every line that
+    /// could not be written, flushed or synced (disk full, file gone read-only), e.g. to raise
+    /// a metric. The error itself is logged.
+    pub fn open_observed(
+        path: &Path,
+        policy: FsyncPolicy,
+        on_failure: FailureHook,
+    ) -> io::Result<Self> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent)?;
         }
         let file = OpenOptions::new().create(true).append(true).open(path)?;
-        let (sender, receiver) = mpsc::channel::<String>();
+        let (sender, receiver) = mpsc::channel::<Entry>();
         let writer = std::thread::Builder::new()
             .name("enforce-audit".into())
-            .spawn(move || write_lines(file, policy, receiver))?;
+            .spawn(move || write_lines(file, policy, receiver, on_failure))?;
         Ok(AuditLog {
             sender: Mutex::new(Some(sender)),
             writer: Mutex::new(Some(writer)),
+            policy,
         })
+    }
+
+    /// The fsync policy this log was opened with.
+    pub fn policy(&self) -> FsyncPolicy {
+        self.policy
     }
 
     /// Queues one line (a newline is added). Lines after [`close`](Self::close) are dropped.
     pub fn append(&self, line: String) {
+        self.send(Entry {
+            line,
+            written: None,
+        });
+    }
+
+    /// Queues one line and resolves once the writer has handled it: `true` when the line was
+    /// written (and, with [`FsyncPolicy::Always`], synced to disk), `false` when writing failed
+    /// or the log is closed. The proxy awaits this under `always` before it answers, so every
+    /// answer a client received is in the log even if the process is killed right after.
+    pub async fn append_durable(&self, line: String) -> bool {
+        let (tx, rx) = oneshot::channel();
+        self.send(Entry {
+            line,
+            written: Some(tx),
+        });
+        rx.await.unwrap_or(false)
+    }
+
+    fn send(&self, entry: Entry) {
         let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(sender) = sender.as_ref() {
-            // The writer only stops after close(): a send error means it already did.
-            let _ = sender.send(line);
+            // The writer only stops after close(): a send error means it already did, and the
+            // dropped `written` sender tells a waiting caller so.
+            let _ = sender.send(entry);
         }
     }
 
@@ -71,7 +127,12 @@ impl Drop for AuditLog {
     }
 }
 
-fn write_lines(file: File, policy: FsyncPolicy, receiver: mpsc::Receiver<String>) {
+fn write_lines(
+    file: File,
+    policy: FsyncPolicy,
+    receiver: mpsc::Receiver<Entry>,
+    on_failure: FailureHook,
+) {
     let mut out = BufWriter::new(file);
     let mut dirty = false;
     let mut last_sync = Instant::now();
@@ -82,16 +143,32 @@ fn write_lines(file: File, policy: FsyncPolicy, receiver: mpsc::Receiver<String>
     };
     loop {
         match receiver.recv_timeout(wait) {
-            Ok(line) => {
-                if let Err(e) = writeln!(out, "{line}") {
-                    tracing::error!(error = %e, "audit log write failed");
-                    continue;
+            Ok(Entry { line, written }) => {
+                // One write call per line: a line is never split across writes of the buffer,
+                // so a crash leaves at most the last line torn.
+                let mut ok = match writeln!(out, "{line}") {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::error!(error = %e, "audit log write failed");
+                        // A failed write may leave a partial line in the buffer; drop it so the
+                        // next line starts clean.
+                        out = BufWriter::new(out.into_parts().0);
+                        false
+                    }
+                };
+                if ok {
+                    dirty = true;
+                    if policy == FsyncPolicy::Always || written.is_some() {
+                        ok = sync(&mut out);
+                        dirty = false;
+                        last_sync = Instant::now();
+                    }
                 }
-                dirty = true;
-                if policy == FsyncPolicy::Always {
-                    sync(&mut out);
-                    dirty = false;
-                    last_sync = Instant::now();
+                if !ok {
+                    on_failure();
+                }
+                if let Some(written) = written {
+                    let _ = written.send(ok);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -100,13 +177,17 @@ fn write_lines(file: File, policy: FsyncPolicy, receiver: mpsc::Receiver<String>
         if dirty {
             match policy {
                 FsyncPolicy::Interval(every) if last_sync.elapsed() >= every => {
-                    sync(&mut out);
+                    if !sync(&mut out) {
+                        on_failure();
+                    }
                     dirty = false;
                     last_sync = Instant::now();
                 }
                 FsyncPolicy::Never => {
                     if let Err(e) = out.flush() {
                         tracing::error!(error = %e, "audit log flush failed");
+                        out = BufWriter::new(out.into_parts().0);
+                        on_failure();
                     }
                     dirty = false;
                 }
@@ -114,12 +195,18 @@ fn write_lines(file: File, policy: FsyncPolicy, receiver: mpsc::Receiver<String>
             }
         }
     }
-    sync(&mut out);
+    if !sync(&mut out) {
+        on_failure();
+    }
 }
 
-fn sync(out: &mut BufWriter<File>) {
-    if let Err(e) = out.flush().and_then(|()| out.get_ref().sync_data()) {
-        tracing::error!(error = %e, "audit log sync failed");
+fn sync(out: &mut BufWriter<File>) -> bool {
+    match out.flush().and_then(|()| out.get_ref().sync_data()) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "audit log sync failed");
+            false
+        }
     }
 }
 

@@ -153,13 +153,18 @@ impl ServerBuilder {
                 source,
             }
         })?;
+        let metrics = Arc::new(Metrics::new());
         let audit = match &self.config.audit_log {
             Some(path) => Some(Arc::new(
-                AuditLog::open(path, self.config.audit_fsync).map_err(|source| {
-                    ServerError::AuditLog {
-                        path: path.display().to_string(),
-                        source,
-                    }
+                AuditLog::open_observed(path, self.config.audit_fsync, {
+                    let metrics = metrics.clone();
+                    // Present from the start, so an alert can watch it before the first failure.
+                    metrics.add(AUDIT_FAILURES, AUDIT_FAILURES_HELP, &[], 0);
+                    Box::new(move || metrics.add(AUDIT_FAILURES, AUDIT_FAILURES_HELP, &[], 1))
+                })
+                .map_err(|source| ServerError::AuditLog {
+                    path: path.display().to_string(),
+                    source,
                 })?,
             )),
             None => None,
@@ -174,7 +179,7 @@ impl ServerBuilder {
                 scrape_hook: self.scrape_hook,
                 profiles: self.profiles,
                 sessions,
-                metrics: Arc::new(Metrics::new()),
+                metrics,
                 audit,
                 limiter,
                 draining: AtomicBool::new(false),
@@ -184,6 +189,10 @@ impl ServerBuilder {
         })
     }
 }
+
+const AUDIT_FAILURES: &str = "enforce_audit_write_failures_total";
+const AUDIT_FAILURES_HELP: &str =
+    "Audit lines that could not be written or synced (disk full, read-only file system).";
 
 /// The proxy. Build it with [`Server::builder`], then [`serve`](Server::serve) it, or mount
 /// [`router`](Server::router) in your own axum application.

@@ -6,11 +6,12 @@
 //!   scripted replies and faults — status codes, `Retry-After`, the error shapes of OpenAI,
 //!   Ollama, vLLM and llama.cpp, delays, SSE streaming with configurable chunking, a stream cut
 //!   mid-way, garbage — that records every request.
+//! - [`sse`]: a client-side SSE parser (WHATWG rules) and [`sse::ParsedStream`], a stream read
+//!   the way openai-python and Open WebUI read it.
 //! - [`FakeClaude`]: drives the `fake-claude` executable (crate `enforce-fake-claude`), a stand-in
 //!   for `claude -p --output-format json`, with a script and a record of every call.
 //! - [`plugins`]: where the plugin libraries built by `cargo xtask build-plugins` are, building
 //!   them on first use under a plain `cargo test`.
-//! - [`sse`]: a stream parsed the way openai-python and Open WebUI read it.
 //!
 //! ```
 //! use enforce_testkit::{MockOpenAi, MockReply, MockScript};

@@ -22,7 +22,8 @@
 //! ```
 //!
 //! **Command**: exit status 0 means the input passed. Any other exit status is a failed check:
-//! its stdout and stderr become issues. **HTTP** (`http://` only): the input is POSTed as
+//! its stdout and stderr become issues; a command killed by a signal (a crash) gave no verdict
+//! and counts as unavailable. **HTTP** (`http://` only): the input is POSTed as
 //! `text/plain; charset=utf-8`; status 200 with an empty body (or `{"issues": []}`) passes,
 //! 200 with a body is a failed check (plain lines, or JSON `{"issues": [{"message", "line",
 //! "column"}]}`), any other status counts as unavailable.
@@ -396,16 +397,25 @@ impl External {
         if status.success() {
             return Ok(None);
         }
+        // A checker killed by a signal (crash, OOM kill) gave no verdict: unavailable, so the
+        // breaker counts it, rather than a failed check the model would be asked to fix.
+        if status.code().is_none() {
+            return Err(Unavailable::new(format!(
+                "'{}' crashed (terminated by a signal) without a verdict",
+                args[0]
+            )));
+        }
         let mut output = out;
         if !output.is_empty() && !err.is_empty() && !output.ends_with('\n') {
             output.push('\n');
         }
         output.push_str(&err);
         if output.trim().is_empty() {
-            output = match status.code() {
-                Some(code) => format!("'{}' exited with status {code}", args[0]),
-                None => format!("'{}' was terminated by a signal", args[0]),
-            };
+            output = format!(
+                "'{}' exited with status {}",
+                args[0],
+                status.code().unwrap_or_default()
+            );
         }
         Ok(Some(output))
     }

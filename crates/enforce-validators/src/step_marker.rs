@@ -368,12 +368,28 @@ impl Validator for StepMarker {
             }
             _ => out.push_str(response.trim_end()),
         }
+        // A marker appended inside an unclosed code fence would not count: close it first.
+        if let Some(close) = closing_fence(&out) {
+            out.push('\n');
+            out.push_str(&close);
+        }
         if !out.is_empty() {
             out.push_str("\n\n");
         }
         out.push_str(&new_marker);
         Some(out)
     }
+}
+
+/// When `text` ends inside an unclosed code fence, the fence line that closes it.
+fn closing_fence(text: &str) -> Option<String> {
+    let fence = fences(text).into_iter().last().filter(|f| !f.closed)?;
+    let line = text
+        .get(fence.block.start..)?
+        .trim_start_matches([' ', '\t']);
+    let ch = line.chars().next()?;
+    let run = line.chars().take_while(|&c| c == ch).count();
+    Some(ch.to_string().repeat(run))
 }
 
 #[cfg(test)]
