@@ -124,7 +124,7 @@ async fn one(client: &reqwest::Client, args: &LoadArgs, body: &str, start: Insta
                 "HTTP {status}: {}",
                 body.chars().take(200).collect::<String>()
             ));
-        } else if !body.contains("Ada") {
+        } else if !(body.contains("Ada") || body.contains("[DONE]")) {
             error = Some(format!(
                 "unexpected body: {}",
                 body.chars().take(200).collect::<String>()

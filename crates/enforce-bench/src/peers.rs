@@ -348,8 +348,15 @@ fn read_first_line(child: &mut Child, timeout: Duration) -> anyhow::Result<Strin
     let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        // The gateway logs to stdout too: the launcher's line is the JSON one.
+        let mut reader = BufReader::new(stdout);
         let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
+        while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+            if line.trim_start().starts_with('{') {
+                break;
+            }
+            line.clear();
+        }
         let _ = tx.send(line);
     });
     rx.recv_timeout(timeout)
