@@ -3,7 +3,10 @@
 //! - `cargo xtask test`          build the plugins under `plugins/`, then run every test
 //! - `cargo xtask ci`            fmt check, clippy with `-D warnings`, then `test`
 //! - `cargo xtask build-plugins` build every plugin crate and collect the libraries in one directory
-//! - `cargo xtask bench [ARGS]`  run the criterion benches (ARGS go to `cargo bench`)
+//! - `cargo xtask bench [ARGS]`  run the criterion benches briefly and print a summary
+//! - `cargo xtask bench-peers`   side-by-side benchmarks against the peers, writes BENCHMARKS.md
+
+mod bench_summary;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -16,7 +19,11 @@ Commands:
   test            build the plugins under plugins/, then run every test in the workspace
   ci              cargo fmt --check, cargo clippy -D warnings, then `test`
   build-plugins   build every crate under plugins/ and copy the libraries to target/plugins
-  bench [ARGS]    run the criterion benches (extra ARGS are passed to cargo bench)
+  bench [ARGS]    run the criterion benches (short measurement) and print a summary;
+                  ARGS go to cargo bench, ARGS after `--` replace the criterion flags
+  bench-peers [ARGS]
+                  side-by-side benchmarks against TensorZero, LiteLLM, Guardrails AI,
+                  Instructor and Pydantic AI; writes BENCHMARKS.md (manual, ~15 min)
 ";
 
 type Result<T> = std::result::Result<T, String>;
@@ -28,6 +35,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("build-plugins") => build_plugins().map(|dir| println!("{}", dir.display())),
         Some("bench") => bench(&args[1..]),
+        Some("bench-peers") => bench_peers(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())
@@ -155,9 +163,36 @@ fn check_layering() -> Result<()> {
 }
 
 fn bench(extra: &[String]) -> Result<()> {
+    // Only the `[[bench]]` targets (`--bench "*"`): lib and bin unit tests in bench mode reject
+    // criterion's flags. Short warm-up and measurement keep the whole run to a few minutes;
+    // extra ARGS after `--` override them.
     let mut cmd = cargo();
-    cmd.args(["bench", "--workspace"]).args(extra);
-    run(cmd)
+    cmd.args(["bench", "--workspace", "--bench", "*"])
+        .args(locked());
+    let (cargo_args, bench_args) = match extra.iter().position(|a| a == "--") {
+        Some(i) => (&extra[..i], &extra[i + 1..]),
+        None => (extra, &[][..]),
+    };
+    cmd.args(cargo_args).arg("--");
+    if bench_args.is_empty() {
+        cmd.args(["--warm-up-time", "1", "--measurement-time", "2"]);
+    } else {
+        cmd.args(bench_args);
+    }
+    eprintln!("xtask: running {cmd:?}");
+    let out = cmd
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot start cargo bench: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    print!("{stdout}");
+    let summary = bench_summary::parse(&stdout);
+    println!("\n{}", bench_summary::render(&summary));
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo bench failed: {}", out.status))
+    }
 }
 
 /// Every workspace package: (name, manifest path).
@@ -249,4 +284,29 @@ fn build_plugins() -> Result<PathBuf> {
     }
     eprintln!("xtask: {copied} plugin librar(ies) in {}", dir.display());
     Ok(dir)
+}
+
+/// Builds the bench harness and the `enforce` binary in release mode, then runs the harness,
+/// which installs the peers, runs every scenario and writes `BENCHMARKS.md`.
+fn bench_peers(extra: &[String]) -> Result<()> {
+    let mut build = cargo();
+    build
+        .args(["build", "--release", "-p", "enforce", "-p", "enforce-bench"])
+        .args(locked());
+    run(build)?;
+    let target = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    let mut harness = Command::new(target.join("release").join("enforce-bench"));
+    harness
+        .current_dir(root())
+        .arg("peers")
+        .arg("--enforce-bin")
+        .arg(target.join("release").join("enforce"))
+        .arg("--work-dir")
+        .arg(target.join("bench-peers"))
+        .arg("--out")
+        .arg(root().join("BENCHMARKS.md"))
+        .args(extra);
+    run(harness)
 }

@@ -1,0 +1,237 @@
+"""The peers' side of scenarios 1 and 2, and the TensorZero HTTP gateway launcher.
+
+Run by `enforce-bench peers` inside each peer's virtualenv; every mode prints one JSON line.
+Traffic goes only to the mock on 127.0.0.1.
+"""
+import json
+import re
+import statistics
+import sys
+import time
+
+EMAIL_REGEX = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}"
+PROMPT = "Who is Ada? Answer as JSON with name and age."
+
+
+def strings(n):
+    out = []
+    for i in range(n):
+        if i % 3 == 0:
+            out.append(f"Message {i}: please write to user{i}@example.com about the invoice.")
+        else:
+            out.append(f"Message {i}: the invoice for order {i} is attached, thank you.")
+    return out
+
+
+ADR_FIELDS = ("adr_id", "title", "status")
+ADR_SECTIONS = (("kontext", "context"), ("entscheidung", "decision"),
+                ("akzeptanzkriterien", "acceptance criteria"))
+
+
+def plain_adr_errors(text):
+    """The adr profile's structural rules in plain Python (front matter, fields, sections)."""
+    import yaml
+    errors = []
+    m = re.search(r"^---\s*\n(.*?)\n---\s*$", text, re.S | re.M)
+    if not m:
+        return ["MISSING_YAML_HEADER"]
+    try:
+        header = yaml.safe_load(m.group(1))
+    except yaml.YAMLError:
+        return ["INVALID_YAML"]
+    if not isinstance(header, dict):
+        return ["INVALID_YAML"]
+    for f in ADR_FIELDS:
+        if not header.get(f):
+            errors.append("MISSING_ADR_FIELD")
+    headings = [h.strip().lower() for h in re.findall(r"^##\s+(.*)$", text, re.M)]
+    for aliases in ADR_SECTIONS:
+        if not any(h in aliases for h in headings):
+            errors.append("MISSING_ADR_SECTION")
+    return errors
+
+
+def median_of(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def validators(n, adr_path, guard_n):
+    rx = re.compile(EMAIL_REGEX)
+    items = strings(n)
+    plain = median_of(lambda: [rx.search(s) for s in items], 5) / n * 1e9
+    adr = open(adr_path, encoding="utf-8").read()
+    plain_adr = median_of(lambda: plain_adr_errors(adr), 200) * 1e6
+    out = {"strings": n, "plain_regex_ns_per_string": plain, "plain_adr_us_per_document": plain_adr}
+    try:
+        from guardrails import Guard, OnFailAction
+        from guardrails.validators import (FailResult, PassResult, Validator,
+                                           register_validator)
+
+        @register_validator(name="bench/no_email", data_type="string")
+        class NoEmail(Validator):
+            def _validate(self, value, metadata):
+                if rx.search(value):
+                    return FailResult(error_message="contains an e-mail address")
+                return PassResult()
+
+        @register_validator(name="bench/adr_structure", data_type="string")
+        class AdrStructure(Validator):
+            def _validate(self, value, metadata):
+                errs = plain_adr_errors(value)
+                return FailResult(error_message=", ".join(errs)) if errs else PassResult()
+
+        guard = Guard().use(NoEmail(on_fail=OnFailAction.NOOP))
+        sub = items[:guard_n]
+        for s in sub[:50]:
+            guard.validate(s)
+        flagged = 0
+        t = time.perf_counter()
+        for s in sub:
+            if not guard.validate(s).validation_passed:
+                flagged += 1
+        out["guard_regex_ns_per_string"] = (time.perf_counter() - t) / len(sub) * 1e9
+        out["guard_strings"] = len(sub)
+        out["guard_flagged"] = flagged
+        adr_guard = Guard().use(AdrStructure(on_fail=OnFailAction.NOOP))
+        out["guard_adr_us_per_document"] = median_of(lambda: adr_guard.validate(adr), 100) * 1e6
+    except Exception as e:  # recorded, not hidden
+        out["guard_error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+
+def person_model():
+    from pydantic import BaseModel
+
+    class Person(BaseModel):
+        name: str
+        age: int
+    return Person
+
+
+def timed_runs(fn, runs, warmup=20):
+    for _ in range(warmup):
+        fn()
+    times, passed = [], 0
+    for _ in range(runs):
+        t = time.perf_counter()
+        ok = fn()
+        times.append((time.perf_counter() - t) * 1e3)
+        passed += 1 if ok else 0
+    return statistics.median(times), passed
+
+
+def loop(lib, ok_url, ff_url, runs):
+    import openai
+    Person = person_model()
+    clients = {u: openai.OpenAI(base_url=u, api_key="sk-bench", max_retries=0) for u in (ok_url, ff_url)}
+
+    def raw():
+        r = clients[ok_url].chat.completions.create(
+            model="mock", messages=[{"role": "user", "content": PROMPT}])
+        return Person.model_validate_json(r.choices[0].message.content) is not None
+
+    raw_ms, _ = timed_runs(raw, runs)
+    if lib == "instructor":
+        import instructor
+        ics = {u: instructor.from_openai(c, mode=instructor.Mode.JSON) for u, c in clients.items()}
+
+        def make(u):
+            def call():
+                p = ics[u].chat.completions.create(
+                    model="mock", response_model=Person, max_retries=2,
+                    messages=[{"role": "user", "content": PROMPT}])
+                return p.age == 36
+            return call
+    elif lib == "pydantic-ai":
+        from pydantic_ai import Agent, PromptedOutput
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+        agents = {u: Agent(OpenAIChatModel("mock", provider=OpenAIProvider(openai_client=openai.AsyncOpenAI(base_url=u, api_key="sk-bench", max_retries=0))),
+                           output_type=PromptedOutput(Person), retries=2, output_retries=2)
+                  for u in (ok_url, ff_url)}
+
+        def make(u):
+            def call():
+                return agents[u].run_sync(PROMPT).output.age == 36
+            return call
+    elif lib == "guardrails":
+        from guardrails import Guard, OnFailAction
+        from guardrails.validators import (FailResult, PassResult, Validator,
+                                           register_validator)
+
+        @register_validator(name="bench/person_json", data_type="string")
+        class PersonJson(Validator):
+            def _validate(self, value, metadata):
+                try:
+                    Person.model_validate_json(value)
+                    return PassResult()
+                except Exception as e:
+                    return FailResult(error_message=f"not a valid person: {e}")
+
+        def llm_api(u):
+            def api(messages=None, **kwargs):
+                r = clients[u].chat.completions.create(model="mock", messages=messages)
+                return r.choices[0].message.content
+            return api
+
+        guard = Guard().use(PersonJson(on_fail=OnFailAction.REASK))
+
+        def make(u):
+            api = llm_api(u)
+
+            def call():
+                out = guard(api, messages=[{"role": "user", "content": PROMPT}], num_reasks=1)
+                return out.validation_passed
+            return call
+    else:
+        raise SystemExit(f"unknown library {lib}")
+    ok_ms, ok_passed = timed_runs(make(ok_url), runs)
+    ff_ms, ff_passed = timed_runs(make(ff_url), runs)
+    return {"runs": runs, "raw_call_ms": raw_ms, "ok_ms": ok_ms, "fail_first_ms": ff_ms,
+            "ok_passed": ok_passed, "fail_first_passed_after_one_reask": ff_passed}
+
+
+def tensorzero_gateway(config):
+    import tensorzero
+    gw = tensorzero._start_http_gateway(config_file=config, clickhouse_url=None, postgres_url=None,
+                                        valkey_url=None, async_setup=False)
+    print(json.dumps({"base_url": gw.base_url}), flush=True)
+    while True:
+        time.sleep(3600)
+
+
+def versions(names):
+    from importlib.metadata import version, PackageNotFoundError
+    out = {"python": sys.version.split()[0]}
+    for n in names:
+        try:
+            out[n] = version(n)
+        except PackageNotFoundError:
+            out[n] = None
+    return out
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == "validators":
+        res = validators(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
+    elif mode == "loop":
+        res = loop(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    elif mode == "tensorzero-gateway":
+        tensorzero_gateway(sys.argv[2])
+        return
+    elif mode == "versions":
+        res = versions(sys.argv[2:])
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    print(json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()

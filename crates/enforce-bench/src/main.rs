@@ -1,0 +1,103 @@
+//! `enforce-bench`: the harness behind `cargo xtask bench-peers`.
+//!
+//! - `enforce-bench mock`        the mock OpenAI-compatible upstream (prints its address)
+//! - `enforce-bench load`        the load driver against one target (prints JSON)
+//! - `enforce-bench validators`  enforce's side of scenario 1 (prints JSON)
+//! - `enforce-bench loop`        enforce's side of scenario 2 (prints JSON)
+//! - `enforce-bench peers`       everything: installs the peers, runs every scenario, writes
+//!   BENCHMARKS.md
+
+mod inproc;
+mod load;
+mod mock;
+mod peers;
+mod report;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "enforce-bench",
+    about = "Side-by-side benchmarks of enforce against its peers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The mock upstream.
+    Mock {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        #[arg(long, value_enum, default_value = "ok")]
+        mode: mock::Mode,
+        /// Stream chunks per answer.
+        #[arg(long, default_value_t = 8)]
+        chunks: usize,
+        /// Milliseconds between stream chunks.
+        #[arg(long, default_value_t = 0)]
+        gap_ms: u64,
+    },
+    /// The load driver.
+    Load(load::LoadArgs),
+    /// Scenario 1, enforce's side.
+    Validators {
+        #[arg(long, default_value_t = 10_000)]
+        strings: usize,
+        #[arg(long)]
+        adr: PathBuf,
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
+    /// Scenario 2, enforce's side.
+    Loop {
+        #[arg(long)]
+        ok_url: String,
+        #[arg(long)]
+        fail_first_url: String,
+        #[arg(long, default_value_t = 300)]
+        runs: usize,
+    },
+    /// Every scenario against every peer; writes BENCHMARKS.md.
+    Peers(peers::PeersArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // One worker thread: the process is pinned to one core anyway, and a single-threaded
+    // driver measures the target, not cross-thread wakeups.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Cmd::Mock {
+            listen,
+            mode,
+            chunks,
+            gap_ms,
+        } => rt.block_on(mock::serve(&listen, mode, chunks, gap_ms)),
+        Cmd::Load(args) => {
+            let report = rt.block_on(load::run(args))?;
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
+        Cmd::Validators { strings, adr, root } => {
+            let f = rt.block_on(inproc::validators(strings, adr, root))?;
+            println!("{}", serde_json::to_string(&f)?);
+            Ok(())
+        }
+        Cmd::Loop {
+            ok_url,
+            fail_first_url,
+            runs,
+        } => {
+            let f = rt.block_on(inproc::looped(&ok_url, &fail_first_url, runs))?;
+            println!("{}", serde_json::to_string(&f)?);
+            Ok(())
+        }
+        Cmd::Peers(args) => peers::run(args),
+    }
+}
