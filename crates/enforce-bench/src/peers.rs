@@ -778,6 +778,8 @@ fn proxy_tensorzero(
         .as_str()
         .unwrap_or_default()
         .trim_end_matches('/')
+        // Some launcher versions report the OpenAI-compatible prefix as part of the base URL.
+        .trim_end_matches("/openai/v1")
         .to_string();
     wait_http(&format!("{base}/health"), None, Duration::from_secs(20));
     let pid = child.0.id();
