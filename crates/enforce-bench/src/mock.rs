@@ -54,6 +54,11 @@ pub async fn serve(listen: &str, mode: Mode, chunks: usize, gap_ms: u64) -> anyh
         .with_state(settings);
     let listener = tokio::net::TcpListener::bind(listen).await?;
     println!("{}", listener.local_addr()?);
+    // Without TCP_NODELAY a streamed reply stalls ~40 ms per response on a keep-alive
+    // connection (Nagle + delayed ACK), which would make the direct baseline meaningless.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app).await?;
     Ok(())
 }
