@@ -153,7 +153,7 @@ def loop(lib, ok_url, ff_url, runs):
         from pydantic_ai.models.openai import OpenAIChatModel
         from pydantic_ai.providers.openai import OpenAIProvider
         agents = {u: Agent(OpenAIChatModel("mock", provider=OpenAIProvider(openai_client=openai.AsyncOpenAI(base_url=u, api_key="sk-bench", max_retries=0))),
-                           output_type=PromptedOutput(Person), retries=2, output_retries=2)
+                           output_type=PromptedOutput(Person), retries=2)
                   for u in (ok_url, ff_url)}
 
         def make(u):

@@ -1,6 +1,7 @@
 //! `enforce-bench`: the harness behind `cargo xtask bench-peers`.
 //!
 //! - `enforce-bench mock`        the mock OpenAI-compatible upstream (prints its address)
+//! - `enforce-bench relay`       a byte relay (the floor of any proxy on this machine)
 //! - `enforce-bench load`        the load driver against one target (prints JSON)
 //! - `enforce-bench validators`  enforce's side of scenario 1 (prints JSON)
 //! - `enforce-bench loop`        enforce's side of scenario 2 (prints JSON)
@@ -11,6 +12,7 @@ mod inproc;
 mod load;
 mod mock;
 mod peers;
+mod relay;
 mod report;
 
 use clap::{Parser, Subcommand};
@@ -40,6 +42,13 @@ enum Cmd {
         /// Milliseconds between stream chunks.
         #[arg(long, default_value_t = 0)]
         gap_ms: u64,
+    },
+    /// A TCP byte relay to `upstream` (host:port): the floor of any proxy.
+    Relay {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        #[arg(long)]
+        upstream: String,
     },
     /// The load driver.
     Load(load::LoadArgs),
@@ -79,6 +88,7 @@ fn main() -> anyhow::Result<()> {
             chunks,
             gap_ms,
         } => rt.block_on(mock::serve(&listen, mode, chunks, gap_ms)),
+        Cmd::Relay { listen, upstream } => rt.block_on(relay::serve(&listen, &upstream)),
         Cmd::Load(args) => {
             let report = rt.block_on(load::run(args))?;
             println!("{}", serde_json::to_string(&report)?);

@@ -87,6 +87,9 @@ pub const PEERS: &[Peer] = &[
     },
 ];
 
+/// The name of the byte-relay row in the proxy table.
+pub const RELAY: &str = "relay (floor)";
+
 const PEERS_PY: &str = include_str!("../python/peers.py");
 
 /// Everything measured, fed to the report.
@@ -289,9 +292,9 @@ fn start_mock(
     args: &PeersArgs,
     results: &mut Results,
 ) -> anyhow::Result<(Guarded, String)> {
-    let mut cmd = command(
-        pin,
+    let (child, addr) = start_printing_address(
         me,
+        pin,
         &[
             "mock".into(),
             "--mode".into(),
@@ -301,21 +304,63 @@ fn start_mock(
             "--gap-ms".into(),
             args.gap_ms.to_string(),
         ],
-    );
+        results,
+    )?;
+    Ok((child, format!("http://{addr}/v1")))
+}
+
+/// Starts an `enforce-bench` server that prints its address on its first line.
+fn start_printing_address(
+    me: &Path,
+    pin: &[String],
+    args: &[String],
+    results: &mut Results,
+) -> anyhow::Result<(Guarded, String)> {
+    let mut cmd = command(pin, me, args);
     results.commands.push(describe(&cmd));
     let mut child = Guarded(cmd.stdout(Stdio::piped()).spawn()?);
     let stdout = child
         .0
         .stdout
         .take()
-        .ok_or_else(|| anyhow!("mock has no stdout"))?;
+        .ok_or_else(|| anyhow!("{} has no stdout", args[0]))?;
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line)?;
     let addr = line.trim().to_string();
     if addr.is_empty() {
-        return Err(anyhow!("mock did not print its address"));
+        return Err(anyhow!("{} did not print its address", args[0]));
     }
-    Ok((child, format!("http://{addr}/v1")))
+    Ok((child, addr))
+}
+
+/// The byte relay on the SUT core in front of the `ok` mock: what any proxy costs here.
+fn proxy_relay(
+    me: &Path,
+    pin: &Pinning,
+    ok_url: &str,
+    r: &mut Results,
+    drive: &Drive<'_>,
+) -> anyhow::Result<()> {
+    let upstream = ok_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_string();
+    let (child, addr) = start_printing_address(
+        me,
+        &pin.sut,
+        &["relay".into(), "--upstream".into(), upstream],
+        r,
+    )?;
+    drive_both(
+        r,
+        drive,
+        RELAY,
+        &format!("http://{addr}/v1/chat/completions"),
+        "mock",
+        "sk-bench",
+        child.0.id(),
+    );
+    Ok(())
 }
 
 fn wait_http(url: &str, key: Option<&str>, timeout: Duration) -> bool {
@@ -465,13 +510,16 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
     let (_ff_mock, ff_url) = start_mock(&me, &pin.driver, "fail-first", &args, &mut r)?;
     let ok_pid = _ok_mock.0.id();
 
-    // Mock capacity: the mock alone, at c=10, measured by the same driver.
-    let drive = |r: &mut Results,
-                 url: &str,
-                 model: &str,
-                 key: &str,
-                 stream: bool,
-                 pid: u32|
+    // Mock capacity: the mock alone, at c=10, measured by the same driver. `cores` is where the
+    // driver runs: for the capacity check it is the SUT core (idle then), so the mock has its
+    // core to itself, as it does when a proxy under test sits in between.
+    let drive_on = |cores: &[String],
+                    r: &mut Results,
+                    url: &str,
+                    model: &str,
+                    key: &str,
+                    stream: bool,
+                    pid: u32|
      -> anyhow::Result<Value> {
         let a: Vec<String> = vec![
             "load".into(),
@@ -492,9 +540,13 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
         if stream {
             a.push("--stream".into());
         }
-        output_json(command(&pin.driver, &me, &a), r)
+        output_json(command(cores, &me, &a), r)
     };
-    match drive(
+    let drive = |r: &mut Results, url: &str, model: &str, key: &str, stream: bool, pid: u32| {
+        drive_on(&pin.driver, r, url, model, key, stream, pid)
+    };
+    match drive_on(
+        &pin.sut,
         &mut r,
         &format!("{ok_url}/chat/completions"),
         "mock",
@@ -528,6 +580,9 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
                     .insert(format!("direct stream={stream}"), e.to_string());
             }
         }
+    }
+    if let Err(e) = proxy_relay(&me, &pin, &ok_url, &mut r, &drive) {
+        r.unsupported.insert(RELAY.into(), e.to_string());
     }
     if let Err(e) = proxy_enforce(&args, &pin, &ok_url, &work, &mut r, &drive) {
         r.unsupported.insert("enforce serve".into(), e.to_string());

@@ -122,6 +122,8 @@ pub struct OpenAiRunner {
     config: OpenAiConfig,
     api_key: Option<String>,
     endpoint: String,
+    /// `endpoint` parsed once: parsing it per request showed up in the proxy's profile.
+    url: reqwest::Url,
     client: reqwest::Client,
 }
 
@@ -156,8 +158,12 @@ impl OpenAiRunner {
             .connect_timeout(connect)
             .build()
             .map_err(|e| ConfigError::HttpClient(e.to_string()))?;
+        let endpoint = format!("{base}/chat/completions");
+        let url = reqwest::Url::parse(&endpoint)
+            .map_err(|_| ConfigError::InvalidBaseUrl(config.base_url.clone()))?;
         Ok(OpenAiRunner {
-            endpoint: format!("{base}/chat/completions"),
+            endpoint,
+            url,
             config,
             api_key,
             client,
@@ -195,12 +201,21 @@ impl OpenAiRunner {
     }
 
     async fn call(&self, request: &Request, messages: &[Message]) -> Result<Reply, RunnerError> {
-        let body = self.body(request, messages);
+        // Serialized once, not per retry.
+        let body = serde_json::to_vec(&self.body(request, messages)).map_err(|e| {
+            RunnerError::Protocol {
+                message: format!("cannot serialize the request: {e}"),
+            }
+        })?;
         let started = Instant::now();
         let retry = &self.config.retry;
         let mut attempt: u32 = 0;
         loop {
-            let mut post = self.client.post(&self.endpoint).json(&body);
+            let mut post = self
+                .client
+                .post(self.url.clone())
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone());
             if let Some(key) = &self.api_key {
                 post = post.bearer_auth(key);
             }
