@@ -236,7 +236,7 @@ pub fn render(r: &Results) -> String {
                 .filter_map(|(_, v)| num(v, &["concurrent", "throughput_rps"]))
                 .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
         };
-        let best_peer = fastest(&|t| t != "direct" && t != "enforce");
+        let best_peer = fastest(&|t| t != "direct" && t != "enforce" && t != RELAY);
         let ours = fastest(&|t| t == "enforce");
         let (rt, rv) = ratio(mock_rps, best_peer);
         let (ro, _) = ratio(mock_rps, ours);
@@ -368,7 +368,7 @@ pub fn render(r: &Results) -> String {
         targets.push_str(row);
         targets.push('\n');
     }
-    targets.push_str("\nA missed target is reported as missed; the scenario sections show the figures behind it.\n");
+    targets.push_str("\nA missed target is reported as missed; the scenario sections show the figures behind it. For the proxy latency, the `relay (floor)` row shows what one more process on the path costs on this machine, and [`crates/enforce-bench/PROXY-PROFILE.md`](crates/enforce-bench/PROXY-PROFILE.md) has the profile (perf, strace, CPU per request) that shows where the time goes.\n");
     o = o.replace(
         "## Targets of the issue\n\n",
         &format!("## Targets of the issue\n\n{targets}\n"),
