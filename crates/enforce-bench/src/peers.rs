@@ -42,6 +42,12 @@ pub struct PeersArgs {
     /// Strings through Guard.validate (Guardrails is slow; the per-string figure is what counts).
     #[arg(long, default_value_t = 2000)]
     pub guard_strings: usize,
+    /// Let idle cores halt. By default a `SCHED_IDLE` busy loop runs on each pinned core, so
+    /// that no core sleeps between two requests: on a VM that halts idle vCPUs at once, waking
+    /// one costs more than a proxy's own work (see PROXY-PROFILE.md). The loop yields to any
+    /// other task, so it takes no CPU from the targets.
+    #[arg(long)]
+    pub let_cores_idle: bool,
 }
 
 /// A Python peer: its virtualenv and the pinned requirements.
@@ -112,6 +118,8 @@ pub struct Results {
     pub load_before: String,
     pub load_after: String,
     pub settings: Value,
+    /// How idle cores were kept awake, or why not.
+    pub cores_awake: String,
 }
 
 struct Pinning {
@@ -147,6 +155,36 @@ impl Pinning {
             )
         }
     }
+}
+
+/// One `SCHED_IDLE` busy loop per pinned core (see `PeersArgs::let_cores_idle`); the guards
+/// stop them when the run ends.
+fn keep_cores_awake(r: &mut Results) -> Vec<Guarded> {
+    let mut spinners = Vec::new();
+    for core in ["0", "1"] {
+        let mut cmd = Command::new("chrt");
+        cmd.args([
+            "-i",
+            "0",
+            "taskset",
+            "-c",
+            core,
+            "sh",
+            "-c",
+            "while :; do :; done",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        match cmd.spawn() {
+            Ok(child) => spinners.push(Guarded(child)),
+            Err(e) => {
+                r.cores_awake = format!("no: cannot start `chrt` ({e}); idle cores halted");
+                return spinners;
+            }
+        }
+    }
+    r.cores_awake = "yes: a `SCHED_IDLE` busy loop on each core (`chrt -i 0 taskset -c N sh -c 'while :; do :; done'`) keeps idle vCPUs from halting between requests; it yields to every other task (`--let-cores-idle` turns it off)".into();
+    spinners
 }
 
 fn command(prefix: &[String], program: &Path, args: &[String]) -> Command {
@@ -472,6 +510,16 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
         started: version_of("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         load_before: loadavg(),
         ..Results::default()
+    };
+    let _spinners = if pinned && !args.let_cores_idle {
+        keep_cores_awake(&mut r)
+    } else {
+        r.cores_awake = if pinned {
+            "no (`--let-cores-idle`): idle cores halt between requests".into()
+        } else {
+            "no: not pinned".into()
+        };
+        Vec::new()
     };
     r.settings = json!({"seconds": args.seconds, "rate": args.rate, "chunks": args.chunks, "gap_ms": args.gap_ms, "loop_runs": args.loop_runs, "guard_strings": args.guard_strings});
     r.versions.insert(

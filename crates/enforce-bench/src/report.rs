@@ -49,6 +49,7 @@ pub fn render(r: &Results) -> String {
         let _ = writeln!(o, "- {k}: {v}");
     }
     let _ = writeln!(o, "- load average (1/5/15 min) before: {}, after: {} — the machine was shared with other builds during the run", r.load_before, r.load_after);
+    let _ = writeln!(o, "- idle cores kept awake: {}", r.cores_awake);
     let _ = writeln!(
         o,
         "- pinning: {}\n",
