@@ -121,10 +121,15 @@ fn init_logging() {
 /// Runs the proxy until Ctrl-C or SIGTERM.
 pub fn run(args: Args) -> ExitCode {
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // On one core (a container limit, `taskset`) a work-stealing scheduler has no one to
+    // steal from and only adds bookkeeping per task: use the single-threaded one.
+    let one_core = std::thread::available_parallelism().is_ok_and(|n| n.get() == 1);
+    let mut builder = if one_core {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
