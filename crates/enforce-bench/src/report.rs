@@ -383,3 +383,76 @@ pub fn render(r: &Results) -> String {
     let _ = writeln!(o, "```");
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn target(c1: f64, c10: f64, rps: f64) -> Value {
+        json!({
+            "sequential": {"p50_ms": c1, "errors": 0},
+            "concurrent": {"p50_ms": c10, "errors": 0, "throughput_rps": rps},
+            "peak_rss_mib": 10.0
+        })
+    }
+
+    fn results() -> Results {
+        let mut r = Results::default();
+        for (name, stream, c1) in [
+            ("direct", false, 0.1),
+            ("direct", true, 10.0),
+            (RELAY, false, 0.2),
+            (RELAY, true, 10.1),
+            ("enforce", false, 0.3),
+            ("enforce", true, 0.35),
+            ("TensorZero", false, 1.2),
+            ("TensorZero", true, 12.0),
+        ] {
+            r.proxy.insert(
+                (name.to_string(), stream),
+                target(c1, c1 * 2.0, 1000.0 / c1),
+            );
+        }
+        r.mock_capacity = Some(target(0.01, 0.02, 100_000.0));
+        r
+    }
+
+    #[test]
+    fn proxy_ratios_use_direct_and_the_relay_floor() {
+        let doc = render(&results());
+        // enforce adds 0.2 ms, TensorZero 1.1 ms: 5.5×; above the floor 1.0 / 0.1 = 10×.
+        assert!(
+            doc.contains("| proxy added latency at c=1 (non-streaming) vs TensorZero | ≥ 5× lower | 5.5 (above the relay floor: 10.0) | **met** |"),
+            "{doc}"
+        );
+        // enforce's streamed row is measured against direct non-streaming (0.35 − 0.1).
+        assert!(doc.contains("| enforce | yes † | 0.250 |"), "{doc}");
+        // TensorZero's streamed row against direct streaming (12 − 10).
+        assert!(doc.contains("| TensorZero | yes | 2.000 |"), "{doc}");
+    }
+
+    #[test]
+    fn a_target_below_the_goal_is_missed_and_errors_invalidate_it() {
+        let mut r = results();
+        r.proxy
+            .insert(("TensorZero".into(), false), target(0.5, 1.0, 2000.0));
+        assert!(render(&r).contains(
+            "vs TensorZero | ≥ 5× lower | 2.0 (above the relay floor: 3.0) | **missed** |"
+        ));
+        let mut bad = target(0.5, 1.0, 2000.0);
+        bad["sequential"]["errors"] = json!(3);
+        r.proxy.insert(("TensorZero".into(), false), bad);
+        assert!(render(&r).contains("**invalid**"));
+    }
+
+    #[test]
+    fn mock_capacity_is_compared_with_peers_not_with_the_relay() {
+        let doc = render(&results());
+        // Fastest peer: TensorZero at 1000 / 1.2 ≈ 833 req/s; the relay (5000) does not count.
+        assert!(
+            doc.contains("the fastest peer 833 req/s, ratio 120.0×"),
+            "{doc}"
+        );
+    }
+}
