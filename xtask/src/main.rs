@@ -62,6 +62,21 @@ fn root() -> PathBuf {
 fn cargo() -> Command {
     let mut cmd = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(root());
+    // `cargo run` gave xtask its own package variables. Build scripts that watch one of them
+    // (ring watches CARGO_MANIFEST_DIR) would see a change between `cargo xtask …` and a plain
+    // `cargo build`, and rebuild half the tree each time one follows the other.
+    for (key, _) in env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        if key == "CARGO_MANIFEST_DIR"
+            || key == "CARGO_MANIFEST_PATH"
+            || key == "CARGO_CRATE_NAME"
+            || key == "CARGO_BIN_NAME"
+            || key == "CARGO_PRIMARY_PACKAGE"
+            || key.starts_with("CARGO_PKG_")
+        {
+            cmd.env_remove(key);
+        }
+    }
     cmd
 }
 
