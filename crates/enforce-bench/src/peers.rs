@@ -157,25 +157,25 @@ impl Pinning {
     }
 }
 
-/// One `SCHED_IDLE` busy loop per pinned core (see `PeersArgs::let_cores_idle`); the guards
-/// stop them when the run ends.
-fn keep_cores_awake(r: &mut Results) -> Vec<Guarded> {
+/// One `SCHED_IDLE` busy loop on each pinned core (see `PeersArgs::let_cores_idle`), started
+/// with the same pinning as the processes it keeps company; the guards stop them when the run
+/// ends.
+fn keep_cores_awake(pin: &Pinning, r: &mut Results) -> Vec<Guarded> {
+    let chrt = Command::new("chrt")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !chrt {
+        r.cores_awake = "no: `chrt` is missing; idle cores halted".into();
+        return Vec::new();
+    }
+    let spin: Vec<String> = ["-i", "0", "sh", "-c", "while :; do :; done"]
+        .map(String::from)
+        .to_vec();
     let mut spinners = Vec::new();
-    for core in ["0", "1"] {
-        let mut cmd = Command::new("chrt");
-        cmd.args([
-            "-i",
-            "0",
-            "taskset",
-            "-c",
-            core,
-            "sh",
-            "-c",
-            "while :; do :; done",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        match cmd.spawn() {
+    for cores in [&pin.sut, &pin.driver] {
+        let mut cmd = command(cores, Path::new("chrt"), &spin);
+        match cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn() {
             Ok(child) => spinners.push(Guarded(child)),
             Err(e) => {
                 r.cores_awake = format!("no: cannot start `chrt` ({e}); idle cores halted");
@@ -183,7 +183,7 @@ fn keep_cores_awake(r: &mut Results) -> Vec<Guarded> {
             }
         }
     }
-    r.cores_awake = "yes: a `SCHED_IDLE` busy loop on each core (`chrt -i 0 taskset -c N sh -c 'while :; do :; done'`) keeps idle vCPUs from halting between requests; it yields to every other task (`--let-cores-idle` turns it off)".into();
+    r.cores_awake = "yes: a `SCHED_IDLE` busy loop on each core (`taskset -c N chrt -i 0 sh -c 'while :; do :; done'`) keeps idle vCPUs from halting between requests; it yields to every other task (`--let-cores-idle` turns it off)".into();
     spinners
 }
 
@@ -512,7 +512,7 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
         ..Results::default()
     };
     let _spinners = if pinned && !args.let_cores_idle {
-        keep_cores_awake(&mut r)
+        keep_cores_awake(&pin, &mut r)
     } else {
         r.cores_awake = if pinned {
             "no (`--let-cores-idle`): idle cores halt between requests".into()

@@ -121,8 +121,8 @@ impl Default for OpenAiConfig {
 pub struct OpenAiRunner {
     config: OpenAiConfig,
     api_key: Option<String>,
-    endpoint: String,
-    /// `endpoint` parsed once: parsing it per request showed up in the proxy's profile.
+    /// The chat completions URL, parsed once: parsing it per request showed up in the proxy's
+    /// profile.
     url: reqwest::Url,
     client: reqwest::Client,
 }
@@ -158,11 +158,9 @@ impl OpenAiRunner {
             .connect_timeout(connect)
             .build()
             .map_err(|e| ConfigError::HttpClient(e.to_string()))?;
-        let endpoint = format!("{base}/chat/completions");
-        let url = reqwest::Url::parse(&endpoint)
+        let url = reqwest::Url::parse(&format!("{base}/chat/completions"))
             .map_err(|_| ConfigError::InvalidBaseUrl(config.base_url.clone()))?;
         Ok(OpenAiRunner {
-            endpoint,
             url,
             config,
             api_key,
@@ -172,7 +170,7 @@ impl OpenAiRunner {
 
     /// The chat completions URL this runner posts to.
     pub fn endpoint(&self) -> &str {
-        &self.endpoint
+        self.url.as_str()
     }
 
     /// The JSON body for `messages`: the configured params, the request's params over them,
@@ -201,12 +199,12 @@ impl OpenAiRunner {
     }
 
     async fn call(&self, request: &Request, messages: &[Message]) -> Result<Reply, RunnerError> {
-        // Serialized once, not per retry.
-        let body = serde_json::to_vec(&self.body(request, messages)).map_err(|e| {
-            RunnerError::Protocol {
+        // Serialized once; a retry shares the bytes instead of copying them.
+        let body = bytes::Bytes::from(serde_json::to_vec(&self.body(request, messages)).map_err(
+            |e| RunnerError::Protocol {
                 message: format!("cannot serialize the request: {e}"),
-            }
-        })?;
+            },
+        )?);
         let started = Instant::now();
         let retry = &self.config.retry;
         let mut attempt: u32 = 0;
@@ -257,14 +255,14 @@ impl OpenAiRunner {
                 Err(e) if e.is_connect() => (
                     RunnerError::Upstream {
                         status: None,
-                        message: format!("cannot connect to {}: {e}", self.endpoint),
+                        message: format!("cannot connect to {}: {e}", self.url),
                     },
                     None,
                 ),
                 Err(e) => {
                     return Err(RunnerError::Upstream {
                         status: None,
-                        message: format!("request to {} failed: {e}", self.endpoint),
+                        message: format!("request to {} failed: {e}", self.url),
                     })
                 }
             };
