@@ -26,7 +26,7 @@
 //! the repaired string back into the JSON.
 
 use crate::error::BuildError;
-use crate::json::{locate_json, JsonForm, JsonSpan};
+use crate::text::{locate_json, JsonForm, JsonSpan};
 use enforce_core::{async_trait, Context, FailMode, Issue, Validation, Validator};
 use serde::Deserialize;
 use serde_json::{Map, Value};

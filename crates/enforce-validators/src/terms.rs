@@ -26,16 +26,17 @@
 //! `replacement` by it.
 //!
 //! ```
-//! use enforce_validators::{BuildEnv, Registry};
-//! use enforce_core::Context;
+//! use enforce_validators::FactoryInput;
+//! use enforce_validators::terms::Terms;
+//! use enforce_core::{Context, Validator};
 //! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     let mut f = std::pin::pin!(f);
 //! #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
 //! #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
 //! # }
-//! let spec = serde_json::json!({"type": "terms", "required": ["{{company_name}}"],
+//! let spec = serde_json::json!({"required": ["{{company_name}}"],
 //!     "forbidden": [{"term": "Sie", "case_sensitive": true, "code": "NO_DIRECT_ADDRESS"}]});
-//! let v = Registry::builtin().build("wording", &spec, &BuildEnv::default()).unwrap();
+//! let v = Terms::from_config(&FactoryInput::new("wording", &spec)).unwrap();
 //! let ctx = Context::new().with("company_name", "ACME GmbH");
 //! let issues = block_on(v.validate("Sie sehen: die Firma wächst.", &ctx)).unwrap();
 //! let codes: Vec<_> = issues.iter().map(|i| i.code.as_str()).collect();
@@ -44,9 +45,9 @@
 //! assert_eq!(block_on(v.validate("ACME GmbH: sie liefert an Siemens.", &ctx)).unwrap().len(), 0);
 //! ```
 
+use crate::build::FactoryInput;
 use crate::error::BuildError;
 use crate::pattern::compile;
-use crate::registry::FactoryInput;
 use crate::text::{column_of, LineCounter};
 use enforce_core::{async_trait, Context, Issue, Severity, Validation, Validator};
 use regex::Regex;
@@ -399,8 +400,9 @@ impl Validator for Terms {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{BuildEnv, Registry};
     use crate::testing::block_on;
+    use crate::testing::Registry;
+    use crate::BuildEnv;
     use serde_json::json;
 
     fn build(spec: Value) -> Result<Box<dyn Validator>, BuildError> {
