@@ -52,4 +52,4 @@ mod testing;
 
 pub use build::{BuildEnv, DocumentFormat, FactoryInput};
 pub use error::BuildError;
-pub use scope::{Scope, Scoped};
+pub use scope::{Scope, ScopeExt, Scoped};
