@@ -87,7 +87,7 @@ impl Checked {
             .first()
             .map(|a| a.issues.clone())
             .unwrap_or_default();
-        if let Some(u) = &self.outcome.unavailable {
+        if let Some(u) = self.outcome.unavailable() {
             issues.push(Issue::error(
                 u.validator.clone(),
                 enforce_core::VALIDATOR_UNAVAILABLE,

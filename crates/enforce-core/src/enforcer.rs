@@ -218,9 +218,7 @@ impl Enforcer {
                 Err(error) => {
                     run.spent.runner += runner_time;
                     let last = previous.map(|(reply, issues, _)| (reply.text, issues));
-                    let mut outcome = run.finish(Status::Aborted, StopReason::RunnerFailed, last);
-                    outcome.runner_error = Some(error);
-                    return outcome;
+                    return run.finish(Status::Aborted, StopReason::RunnerFailed { error }, last);
                 }
             };
             run.spent.add(&reply, runner_time);
@@ -230,15 +228,13 @@ impl Enforcer {
             let validation_time = validating.elapsed();
             let issues = match verdict {
                 Verdict::Issues(issues) => issues,
-                Verdict::Unavailable(which) => {
+                Verdict::Unavailable(unavailable) => {
                     run.record(number, &reply, Vec::new(), runner_time, validation_time);
-                    let mut outcome = run.finish(
+                    return run.finish(
                         Status::Unavailable,
-                        StopReason::ValidatorUnavailable,
+                        StopReason::ValidatorUnavailable { unavailable },
                         Some((reply.text, Vec::new())),
                     );
-                    outcome.unavailable = Some(which);
-                    return outcome;
                 }
             };
             observer.on_event(&Event::Validated {
@@ -291,15 +287,13 @@ impl Enforcer {
         let verdict = self.validate_all(text, context).await;
         let validation_time = run.started.elapsed();
         match verdict {
-            Verdict::Unavailable(which) => {
+            Verdict::Unavailable(unavailable) => {
                 run.record(1, &reply, Vec::new(), Duration::ZERO, validation_time);
-                let mut outcome = run.finish(
+                run.finish(
                     Status::Unavailable,
-                    StopReason::ValidatorUnavailable,
+                    StopReason::ValidatorUnavailable { unavailable },
                     Some((reply.text, Vec::new())),
-                );
-                outcome.unavailable = Some(which);
-                outcome
+                )
             }
             Verdict::Issues(issues) => {
                 run.record(1, &reply, issues.clone(), Duration::ZERO, validation_time);
@@ -381,7 +375,7 @@ impl<'a> Run<'a> {
         issues: Vec<Issue>,
         try_repair: bool,
     ) -> Outcome {
-        if reason == StopReason::Clean {
+        if matches!(reason, StopReason::Clean) {
             return self.finish(Status::Passed, reason, Some((text, issues)));
         }
         if try_repair {
@@ -403,7 +397,7 @@ impl<'a> Run<'a> {
                 // last response is returned as it came, with its own issues.
             }
         }
-        let status = if reason == StopReason::HardAbort {
+        let status = if matches!(reason, StopReason::HardAbort) {
             Status::Aborted
         } else {
             Status::Unresolved
@@ -444,8 +438,6 @@ impl<'a> Run<'a> {
             warnings,
             attempts: self.attempts,
             fallback_used,
-            runner_error: None,
-            unavailable: None,
             session_id,
             usage: self.spent.usage,
             cost_usd: self.spent.cost_usd,

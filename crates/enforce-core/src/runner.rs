@@ -132,7 +132,7 @@ impl Reply {
 }
 
 /// Why a runner gave no reply. Each arm keeps the runner's own words.
-#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RunnerError {
     /// The runner did not answer in time (and was stopped).

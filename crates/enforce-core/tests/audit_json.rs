@@ -263,3 +263,64 @@ fn stop_reason_on_its_own_is_its_tag() {
         assert_eq!(serde_json::to_string(&reason).unwrap(), json);
     }
 }
+
+#[test]
+fn a_record_whose_stop_reason_and_details_disagree_is_refused() {
+    let base =
+        r#""response":null,"issues":[],"warnings":[],"attempts":[],"total_us":0,"runner_us":0"#;
+    let read = |head: &str| serde_json::from_str::<Outcome>(&format!("{{{head},{base}}}"));
+    let error = read(r#""status":"aborted","stop_reason":{"reason":"runner_failed"}"#)
+        .expect_err("no runner_error");
+    assert!(
+        error.to_string().contains("needs `runner_error`"),
+        "{error}"
+    );
+    let error = read(r#""status":"unavailable","stop_reason":{"reason":"validator_unavailable"}"#)
+        .expect_err("no unavailable");
+    assert!(error.to_string().contains("needs `unavailable`"), "{error}");
+    let error = read(
+        r#""status":"passed","stop_reason":{"reason":"clean"},"runner_error":{"kind":"timeout","after_ms":1}"#,
+    )
+    .expect_err("stray runner_error");
+    assert!(error.to_string().contains("not `runner_failed`"), "{error}");
+    let error = read(
+        r#""status":"passed","stop_reason":{"reason":"clean"},"unavailable":{"validator":"v","reason":"r"}"#,
+    )
+    .expect_err("stray unavailable");
+    assert!(
+        error.to_string().contains("not `validator_unavailable`"),
+        "{error}"
+    );
+    // Older records may leave out every optional field.
+    let minimal = read(r#""status":"passed","stop_reason":{"reason":"clean"}"#).expect("minimal");
+    assert_eq!(minimal.stop_reason, StopReason::Clean);
+}
+
+#[test]
+fn runner_failure_and_unavailable_validator_live_in_the_stop_reason() {
+    let error = RunnerError::Timeout { after_ms: 7 };
+    let reason = StopReason::RunnerFailed {
+        error: error.clone(),
+    };
+    assert_eq!(reason.runner_error(), Some(&error));
+    assert_eq!(reason.unavailable(), None);
+    assert_eq!(
+        serde_json::to_string(&reason).unwrap(),
+        r#"{"reason":"runner_failed"}"#
+    );
+    let reason = StopReason::ValidatorUnavailable {
+        unavailable: enforce_core::UnavailableValidator {
+            validator: "down".into(),
+            reason: "no".into(),
+        },
+    };
+    assert_eq!(
+        reason.unavailable().map(|u| u.validator.as_str()),
+        Some("down")
+    );
+    assert_eq!(reason.runner_error(), None);
+    assert_eq!(
+        serde_json::to_string(&reason).unwrap(),
+        r#"{"reason":"validator_unavailable"}"#
+    );
+}

@@ -407,14 +407,17 @@ async fn runner_error_on_attempt_two_keeps_attempt_one() {
     let e = enforcer(vec![Box::new(has_title())]);
     let out = e.run(&runner, &req(), &Context::new()).await;
     assert_eq!(out.status, Status::Aborted);
-    assert_eq!(out.stop_reason, StopReason::RunnerFailed);
+    let error = RunnerError::Upstream {
+        status: Some(500),
+        message: "model crashed".into(),
+    };
     assert_eq!(
-        out.runner_error,
-        Some(RunnerError::Upstream {
-            status: Some(500),
-            message: "model crashed".into()
-        })
+        out.stop_reason,
+        StopReason::RunnerFailed {
+            error: error.clone()
+        }
     );
+    assert_eq!(out.runner_error(), Some(&error));
     assert_eq!(out.attempts.len(), 1);
     assert_eq!(out.attempts[0].issues[0].code, "MISSING_TITLE");
     assert_eq!(out.response.as_deref(), Some("nothing END"));
@@ -432,8 +435,8 @@ async fn runner_error_on_first_ask_has_no_response() {
     assert_eq!(out.response, None);
     assert!(out.attempts.is_empty());
     assert_eq!(
-        out.runner_error,
-        Some(RunnerError::Timeout { after_ms: 10 })
+        out.runner_error(),
+        Some(&RunnerError::Timeout { after_ms: 10 })
     );
 }
 
@@ -458,8 +461,11 @@ async fn unavailable_validator_fail_closed_stops_with_unavailable() {
     let e = enforcer(vec![Box::new(Down { mode: None }), Box::new(has_title())]);
     let out = e.run(&runner, &req(), &Context::new()).await;
     assert_eq!(out.status, Status::Unavailable);
-    assert_eq!(out.stop_reason, StopReason::ValidatorUnavailable);
-    let which = out.unavailable.expect("names the validator");
+    assert!(matches!(
+        out.stop_reason,
+        StopReason::ValidatorUnavailable { .. }
+    ));
+    let which = out.unavailable().expect("names the validator");
     assert_eq!(which.validator, "down");
     assert_eq!(which.reason, "checker not reachable");
     assert_eq!(runner.calls().len(), 1);

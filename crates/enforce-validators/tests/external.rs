@@ -156,7 +156,7 @@ async fn fail_open_and_fail_closed_in_the_loop() {
     let closed = Enforcer::new(vec![missing("closed")]);
     let out = closed.check("text", &Context::new(), false).await;
     assert_eq!(out.status, Status::Unavailable);
-    assert!(out.unavailable.unwrap().reason.contains("cannot start"));
+    assert!(out.unavailable().unwrap().reason.contains("cannot start"));
     assert_eq!(missing("open").fail_mode(), Some(FailMode::Open));
 }
 
