@@ -6,7 +6,7 @@
 
 use crate::config::LoadedConfig;
 use annotate_snippets::{Level, Renderer, Snippet};
-use enforce_core::{Context, Issue, Outcome, Severity, Status};
+use enforce_core::{Check, Context, Issue, Outcome, Severity, Status};
 use enforce_validators::ProfileSet;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Read, Write};
@@ -143,6 +143,11 @@ fn run_inner(args: Args) -> ExitCode {
         return ExitCode::from(2);
     };
     let enforcer = profile.enforcer();
+    let check_mode = if args.fix {
+        Check::Repair
+    } else {
+        Check::Report
+    };
     let mut context = Context::new();
     for (k, v) in &args.context {
         context.insert(k.clone(), v.clone());
@@ -169,7 +174,7 @@ fn run_inner(args: Args) -> ExitCode {
                 continue;
             }
         };
-        let outcome = runtime.block_on(enforcer.check(&text, &context, args.fix));
+        let outcome = runtime.block_on(enforcer.check(&text, &context, check_mode));
         results.push(Checked {
             source: input.clone(),
             text,

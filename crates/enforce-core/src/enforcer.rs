@@ -10,6 +10,17 @@ use std::time::{Duration, Instant};
 /// Code of the warning recorded when a fail-open validator gives no verdict.
 pub const VALIDATOR_UNAVAILABLE: &str = "VALIDATOR_UNAVAILABLE";
 
+/// What [`Enforcer::check`] does about errors in the text it is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Check {
+    /// Report the issues; the text stays as it is.
+    #[default]
+    Report,
+    /// Apply the repairs of the validators that raised errors, then validate the result again.
+    Repair,
+}
+
 /// Runs validators over responses, re-asks with feedback, repairs, and reports an [`Outcome`].
 ///
 /// Cheap to share: wrap it in an `Arc` and call it from many tasks at once; it holds no
@@ -276,12 +287,14 @@ impl Enforcer {
         }
     }
 
-    /// Checks `text` without a runner: validates it and, with `fix`, applies the repairs.
+    /// Checks `text` without a runner: validates it and, with [`Check::Repair`], applies the
+    /// repairs.
     ///
-    /// The outcome has one attempt; status is `passed`, `repaired` (only with `fix`),
-    /// `unresolved`, `aborted` (a hard-abort error remains) or `unavailable`. The policy's
-    /// fallback is never substituted: a check reports on the text it was given.
-    pub async fn check(&self, text: &str, context: &Context, fix: bool) -> Outcome {
+    /// The outcome has one attempt; status is `passed`, `repaired` (only with
+    /// [`Check::Repair`]), `unresolved`, `aborted` (a hard-abort error remains) or
+    /// `unavailable`. The policy's fallback is never substituted: a check reports on the text it
+    /// was given.
+    pub async fn check(&self, text: &str, context: &Context, mode: Check) -> Outcome {
         let mut run = Run::new(self, context, &(), false);
         let reply = Reply::text(text);
         let verdict = self.validate_all(text, context).await;
@@ -304,7 +317,8 @@ impl Enforcer {
                 } else {
                     StopReason::CheckOnly
                 };
-                run.conclude(reason, reply.text, issues, fix).await
+                run.conclude(reason, reply.text, issues, mode == Check::Repair)
+                    .await
             }
         }
     }

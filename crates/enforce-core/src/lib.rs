@@ -55,7 +55,7 @@ mod validator;
 
 pub use async_trait::async_trait;
 pub use context::Context;
-pub use enforcer::{Enforcer, VALIDATOR_UNAVAILABLE};
+pub use enforcer::{Check, Enforcer, VALIDATOR_UNAVAILABLE};
 pub use feedback::{Feedback, FeedbackTemplate, Language};
 pub use issue::{line_of_offset, Issue, Severity};
 pub use observer::{Event, Observer};

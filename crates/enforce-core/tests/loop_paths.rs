@@ -1,8 +1,8 @@
 //! One test per path through the enforcement loop.
 
 use enforce_core::{
-    async_trait, Budget, BudgetKind, Context, Enforcer, Event, FailMode, Issue, Observer, Policy,
-    Reply, Request, Runner, RunnerError, ScriptedCall, ScriptedRunner, Status, StopReason,
+    async_trait, Budget, BudgetKind, Check, Context, Enforcer, Event, FailMode, Issue, Observer,
+    Policy, Reply, Request, Runner, RunnerError, ScriptedCall, ScriptedRunner, Status, StopReason,
     Unavailable, Usage, Validation, Validator, VALIDATOR_UNAVAILABLE,
 };
 use std::sync::Mutex;
@@ -571,10 +571,10 @@ async fn check_reports_and_fixes_without_a_runner() {
     );
     let ctx = Context::new();
 
-    let ok = e.check("title\nEND", &ctx, false).await;
+    let ok = e.check("title\nEND", &ctx, Check::Report).await;
     assert_eq!(ok.status, Status::Passed);
 
-    let bad = e.check("title", &ctx, false).await;
+    let bad = e.check("title", &ctx, Check::Report).await;
     assert_eq!(bad.status, Status::Unresolved);
     assert_eq!(bad.stop_reason, StopReason::CheckOnly);
     assert_eq!(bad.codes(), vec!["MISSING_END"]);
@@ -585,11 +585,11 @@ async fn check_reports_and_fixes_without_a_runner() {
     );
     assert!(!bad.fallback_used);
 
-    let fixed = e.check("title", &ctx, true).await;
+    let fixed = e.check("title", &ctx, Check::Repair).await;
     assert_eq!(fixed.status, Status::Repaired);
     assert_eq!(fixed.response.as_deref(), Some("title\nEND"));
 
-    let unfixable = e.check("nothing", &ctx, true).await;
+    let unfixable = e.check("nothing", &ctx, Check::Repair).await;
     assert_eq!(unfixable.status, Status::Unresolved);
     assert_eq!(unfixable.response.as_deref(), Some("nothing"));
 }
