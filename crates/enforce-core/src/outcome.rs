@@ -6,6 +6,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// The final verdict. The strings are stable: the CLI, the proxy and dashboards use them.
+///
+/// Deliberately exhaustive (unlike [`StopReason`]): every consumer has to decide what each
+/// verdict means (an exit code, an HTTP status, deliver or not), so a new verdict must not slip
+/// through a `_` arm; it would be a breaking change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
@@ -53,6 +57,7 @@ impl fmt::Display for Status {
 /// `{"reason": "budget", "budget": "tokens"}`): the proxy sends that to clients. In the audit
 /// record the details sit beside it, in `runner_error` and `unavailable` (see [`Outcome`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StopReason {
     /// The last response had no errors.
     Clean,

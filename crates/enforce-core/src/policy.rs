@@ -28,6 +28,7 @@ impl Budget {
 /// Which budget ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum BudgetKind {
     /// `max_attempts`.
     Attempts,

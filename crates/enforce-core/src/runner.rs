@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::time::Duration;
 
-/// Who said a [`Message`].
+/// Who said a [`Message`]. Exhaustive: runners map every role onto their wire format, and a new
+/// role (tool results, ...) would need a new message shape anyway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -134,6 +135,7 @@ impl Reply {
 /// Why a runner gave no reply. Each arm keeps the runner's own words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RunnerError {
     /// The runner did not answer in time (and was stopped).
     #[error("runner timed out after {} ms", .after_ms)]

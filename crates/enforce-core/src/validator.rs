@@ -23,7 +23,8 @@ impl Unavailable {
     }
 }
 
-/// What the loop does when a validator is [`Unavailable`].
+/// What the loop does when a validator is [`Unavailable`]. Exhaustive: open or closed is the
+/// whole question.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailMode {

@@ -325,6 +325,13 @@ pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
                 message.trim().trim_end_matches('.')
             ),
         ),
+        // A kind of failure enforce-core learns later: still the runner's fault, in its words.
+        other => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "runner_failed",
+            format!("The model could not answer{when}: {other}. Please try again."),
+        ),
     }
 }
 
