@@ -39,6 +39,7 @@
 //! assert!(runner.calls()[1].feedback().unwrap().contains("MISSING_OK"));
 //! ```
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
 mod context;
@@ -65,7 +66,7 @@ pub use runner::{
     stateless_follow_up_messages, Message, Reply, Request, Role, Runner, RunnerError, Usage,
 };
 pub use scripted::{ScriptedCall, ScriptedRunner};
-pub use validator::{FailMode, Unavailable, Validation, Validator};
+pub use validator::{FailMode, Unavailable, Validation, Validator, ValidatorExt, WithFailMode};
 
 /// The examples in README.md are compiled and run as doctests.
 #[cfg(doctest)]

@@ -1,6 +1,7 @@
 //! Watching the loop as it runs: [`Observer`] and [`Event`].
 
 use crate::{Issue, Status};
+use std::fmt;
 
 /// Something that happened in the loop. The proxy turns these into keep-alives, status events
 /// and metrics; the demo prints them.
@@ -51,6 +52,12 @@ pub enum Event<'a> {
 pub trait Observer: Send + Sync {
     /// Called for each event.
     fn on_event(&self, event: &Event<'_>);
+}
+
+impl fmt::Debug for dyn Observer + '_ {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Observer").finish_non_exhaustive()
+    }
 }
 
 /// Observes nothing.

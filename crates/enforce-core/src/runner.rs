@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::fmt;
 use std::time::Duration;
 
 /// Who said a [`Message`]. Exhaustive: runners map every role onto their wire format, and a new
@@ -187,6 +188,12 @@ pub trait Runner: Send + Sync {
         previous: &Reply,
         feedback: &str,
     ) -> Result<Reply, RunnerError>;
+}
+
+impl fmt::Debug for dyn Runner + '_ {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runner").finish_non_exhaustive()
+    }
 }
 
 #[async_trait]
