@@ -60,7 +60,7 @@ pub use enforcer::{Check, Enforcer, VALIDATOR_UNAVAILABLE};
 pub use feedback::{Feedback, FeedbackTemplate, Language};
 pub use issue::{line_of_offset, Issue, Severity};
 pub use observer::{Event, Observer};
-pub use outcome::{digest, Attempt, Outcome, Status, StopReason, UnavailableValidator};
+pub use outcome::{Attempt, Outcome, Status, StopReason, UnavailableValidator};
 pub use policy::{Budget, BudgetKind, Policy};
 pub use runner::{
     stateless_follow_up_messages, Message, Reply, Request, Role, Runner, RunnerError, Usage,

@@ -379,8 +379,8 @@ impl Outcome {
     }
 }
 
-/// FNV-1a 64-bit digest of `text`, as 16 hex digits.
-pub fn digest(text: &str) -> String {
+/// FNV-1a 64-bit digest of `text`, as 16 hex digits: `Attempt::response_digest`.
+pub(crate) fn digest(text: &str) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in text.as_bytes() {
         hash ^= u64::from(b);
