@@ -61,7 +61,7 @@ pub use feedback::{Feedback, FeedbackTemplate, Language};
 pub use issue::{line_of_offset, Issue, Severity};
 pub use observer::{Event, Observer};
 pub use outcome::{Attempt, Outcome, Status, StopReason, UnavailableValidator};
-pub use policy::{Budget, BudgetKind, Policy};
+pub use policy::{Budget, BudgetKind, Policy, PolicyBuilder};
 pub use runner::{
     stateless_follow_up_messages, Message, Reply, Request, Role, Runner, RunnerError, Usage,
 };
