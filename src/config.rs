@@ -1,8 +1,8 @@
-//! The `enforce.yaml` the binary reads: the validation sections of `enforce-validators`, plus
+//! The `enforce.yaml` the binary reads: the validation sections of `enforce-config`, plus
 //! (later) the binary's own sections.
 
-use enforce_validators::config::{Config, ConfigError, ConfigSource, Defaults, ProfileConfig};
-use enforce_validators::{BuildEnv, ProfileSet, Registry};
+use enforce_config::config::{Config, ConfigError, ConfigSource, Defaults, ProfileConfig};
+use enforce_config::{BuildEnv, ProfileSet, Registry};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -69,7 +69,7 @@ pub struct ServedModelConfig {
 }
 
 impl RootConfig {
-    /// The validation sections, as `enforce-validators` takes them.
+    /// The validation sections, as `enforce-config` takes them.
     pub fn validation(&self) -> Config {
         Config {
             plugin_dirs: self.plugin_dirs.clone(),

@@ -2,8 +2,8 @@
 //! environment, and a validator registry holding the built-ins plus every plugin validator.
 
 use crate::config::LoadedConfig;
+use enforce_config::Registry;
 use enforce_plugin_host::{plugin_search_path_from_env, PluginDir, PluginHost};
-use enforce_validators::Registry;
 
 /// The plugin directories: the configuration's `plugin_dirs` (relative to the file), then
 /// `ENFORCE_PLUGIN_PATH`, then the per-user default.

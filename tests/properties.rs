@@ -5,11 +5,11 @@
 //! properties pin what the repairs may and may not change. A few hundred cases each: seconds.
 
 use enforce_core::{Context, Severity, Validator};
+use enforce_documents::adr::find_adr;
+use enforce_documents::extract_step;
+use enforce_documents::file_refs::{FileRefs, FILE_NOT_FOUND};
+use enforce_documents::step_marker::{StepMarker, DEFAULT_STEPS};
 use enforce_testkit::sse::parse_sse;
-use enforce_validators::adr::find_adr;
-use enforce_validators::extract_step;
-use enforce_validators::file_refs::{FileRefs, FILE_NOT_FOUND};
-use enforce_validators::step_marker::{StepMarker, DEFAULT_STEPS};
 use proptest::prelude::*;
 use serde_yaml_ng::Value as Yaml;
 use std::path::PathBuf;
@@ -387,7 +387,7 @@ proptest! {
 #[cfg(unix)]
 #[test]
 fn file_references_never_resolve_outside_the_root() {
-    use enforce_validators::file_refs::{check_path, PathCheck};
+    use enforce_documents::file_refs::{check_path, PathCheck};
     use proptest::test_runner::{Config, TestRunner};
     let (dir, root) = project();
     let outside = tempfile::tempdir().expect("outside");

@@ -3,7 +3,7 @@
 //! a small fixed project: no panic; a repair never leaves a FILE_NOT_FOUND behind, and
 //! repairing the repaired text changes nothing more.
 use enforce_core::{Context, Validator};
-use enforce_validators::file_refs::{FileRefs, FILE_NOT_FOUND};
+use enforce_documents::file_refs::{FileRefs, FILE_NOT_FOUND};
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 

@@ -3,7 +3,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {
-    if let Some(fm) = enforce_validators::adr::find_adr(text) {
+    if let Some(fm) = enforce_documents::adr::find_adr(text) {
         assert!(text.get(fm.yaml.clone()).is_some());
         assert!(text.get(fm.body.clone()).is_some());
         let _ = fm.field_value(text, "adr_id");

@@ -6,8 +6,8 @@
 
 use crate::config::LoadedConfig;
 use annotate_snippets::{Level, Renderer, Snippet};
+use enforce_config::ProfileSet;
 use enforce_core::{Check, Context, Issue, Outcome, Severity, Status};
-use enforce_validators::ProfileSet;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};

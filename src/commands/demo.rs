@@ -1,8 +1,8 @@
 //! `enforce demo`: the whole loop against a built-in scripted model, no LLM needed.
 
 use clap::Args as ClapArgs;
+use enforce_config::{ProfileSet, Registry};
 use enforce_core::{Context, Event, Issue, Request, ScriptedRunner};
-use enforce_validators::{ProfileSet, Registry};
 use std::process::ExitCode;
 
 /// The request the demo sends.

@@ -2,9 +2,9 @@
 
 use crate::config::LoadedConfig;
 use clap::{Args as ClapArgs, ValueEnum};
+use enforce_config::ProfileSet;
 use enforce_core::{Context, Outcome, Request, Status, StopReason};
 use enforce_runner::{ClaudeConfig, CommandConfig, OpenAiConfig, RunnerConfig};
-use enforce_validators::ProfileSet;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

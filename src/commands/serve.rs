@@ -2,11 +2,11 @@
 
 use crate::config::{LoadedConfig, ServedModelConfig};
 use clap::{Args as ClapArgs, ValueEnum};
+use enforce_config::ProfileSet;
 use enforce_core::Runner;
+use enforce_external::breaker::BreakerState;
 use enforce_runner::{ClaudeConfig, OpenAiConfig, RunnerConfig};
 use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerSection};
-use enforce_validators::breaker::BreakerState;
-use enforce_validators::ProfileSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -207,7 +207,7 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     }
     let mut builder = Server::builder(config)
         .models(models)
-        .step_extractor(enforce_validators::extract_step)
+        .step_extractor(enforce_documents::extract_step)
         .on_scrape(export_breaker_states);
     // Every profile can be picked per request with `X-Enforce-Profile`.
     let names: Vec<String> = profiles.names().map(str::to_string).collect();
@@ -220,7 +220,7 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
 
 /// Exports every external validator's circuit breaker as a gauge at each `/metrics` scrape.
 fn export_breaker_states(metrics: &enforce_server::Metrics) {
-    for (validator, state) in enforce_validators::breaker::states() {
+    for (validator, state) in enforce_external::breaker::states() {
         let value = match state {
             BreakerState::Closed => 0.0,
             BreakerState::HalfOpen => 1.0,

@@ -137,9 +137,48 @@ const LAYERING: &[(&str, &[&str])] = &[
             "reqwest",
             "abi_stable",
             "libloading",
+            "serde_yaml_ng",
         ],
     ),
     ("enforce-plugin-abi", &["enforce-core", "tokio"]),
+    // The generic checks: reusable without a runtime, process or network code, or YAML.
+    (
+        "enforce-validators",
+        &[
+            "tokio",
+            "axum",
+            "hyper",
+            "reqwest",
+            "abi_stable",
+            "serde_yaml_ng",
+            "enforce-documents",
+            "enforce-external",
+            "enforce-config",
+        ],
+    ),
+    // Document validators parse YAML front matter (their subject), but need no runtime and no
+    // configuration layer.
+    (
+        "enforce-documents",
+        &[
+            "tokio",
+            "axum",
+            "hyper",
+            "reqwest",
+            "abi_stable",
+            "enforce-external",
+            "enforce-config",
+        ],
+    ),
+    (
+        "enforce-external",
+        &["serde_yaml_ng", "axum", "abi_stable", "enforce-config"],
+    ),
+    // The sample project that depends on enforce-validators alone (examples/validators-only).
+    (
+        "enforce-example-validators-only",
+        &["tokio", "serde_yaml_ng", "enforce-config"],
+    ),
 ];
 
 /// Fails when a crate depends on something its layer forbids.

@@ -1,10 +1,10 @@
 //! enforce's side of scenarios 1 (validators only) and 2 (the loop), run in this process.
 
+use enforce_config::{ProfileSet, Registry};
 use enforce_core::{Context, Enforcer, Request, Runner, Status, Validator};
 use enforce_runner::{OpenAiConfig, OpenAiRunner};
 use enforce_validators::json::JsonValidator;
 use enforce_validators::pattern::{Pattern, Rule};
-use enforce_validators::{ProfileSet, Registry};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::path::PathBuf;

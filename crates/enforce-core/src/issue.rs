@@ -165,18 +165,6 @@ impl fmt::Display for Issue {
     }
 }
 
-/// 1-based line number of the byte offset `offset` in `text` (clamped to the text's length).
-///
-/// Validators use it to give an issue a location; it counts `\n`, so CRLF text works too.
-pub fn line_of_offset(text: &str, offset: usize) -> u32 {
-    let end = offset.min(text.len());
-    let newlines = text.as_bytes()[..end]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count();
-    u32::try_from(newlines.saturating_add(1)).unwrap_or(u32::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,14 +181,5 @@ mod tests {
         assert_eq!(json["repairable"], true);
         let back: Issue = serde_json::from_value(json).unwrap();
         assert_eq!(back, issue);
-    }
-
-    #[test]
-    fn line_of_offset_counts_newlines_and_clamps() {
-        let text = "a\r\nb\nc";
-        assert_eq!(line_of_offset(text, 0), 1);
-        assert_eq!(line_of_offset(text, 3), 2);
-        assert_eq!(line_of_offset(text, 5), 3);
-        assert_eq!(line_of_offset(text, 10_000), 3);
     }
 }

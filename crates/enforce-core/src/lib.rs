@@ -58,7 +58,7 @@ pub use async_trait::async_trait;
 pub use context::Context;
 pub use enforcer::{Check, Enforcer, VALIDATOR_UNAVAILABLE};
 pub use feedback::{Feedback, FeedbackTemplate, Language};
-pub use issue::{line_of_offset, Issue, Severity};
+pub use issue::{Issue, Severity};
 pub use observer::{Event, Observer};
 pub use outcome::{Attempt, Outcome, Status, StopReason, UnavailableValidator};
 pub use policy::{Budget, BudgetKind, Policy, PolicyBuilder};

@@ -17,7 +17,7 @@
 //!   ([`CallOptions`]); a panic in the plugin becomes a [`PLUGIN_PANIC`] issue, a timeout or
 //!   plugin error makes the validator unavailable.
 //! - **Registry** (feature `registry`): `PluginHost::register_into` adds every plugin
-//!   validator to enforce-validators' `Registry`, so profiles name them like built-ins.
+//!   validator to enforce-config's `Registry`, so profiles name them like built-ins.
 //!
 //! ```no_run
 //! use enforce_core::{Context, Validator};

@@ -1,4 +1,4 @@
-//! Plugin validators in enforce-validators' [`Registry`] (feature `registry`).
+//! Plugin validators in enforce-config's [`Registry`] (feature `registry`).
 //!
 //! [`PluginHost::register_into`] adds one factory per plugin validator, so a profile names a
 //! plugin validator exactly like a built-in one:
@@ -20,8 +20,8 @@
 
 use crate::adapter::{CallOptions, Isolation};
 use crate::host::{CreateError, PluginHost};
+use enforce_config::{BuildError, FactoryInput, Registry, RegistryError};
 use enforce_core::{FailMode, Validator};
-use enforce_validators::{BuildError, FactoryInput, Registry, RegistryError};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,9 +1,9 @@
-//! Plugin validators registered in enforce-validators' registry and used in profiles.
+//! Plugin validators registered in enforce-config's registry and used in profiles.
 
+use enforce_config::{ConfigSource, ProfileSet, Registry, RegistryError};
 use enforce_core::{Context, Status};
 use enforce_plugin_host::{DirSource, PluginDir, PluginHost, PLUGIN_PANIC};
 use enforce_testkit::plugins::dir_with;
-use enforce_validators::{ConfigSource, ProfileSet, Registry, RegistryError};
 
 fn host() -> (tempfile::TempDir, PluginHost) {
     let dir = dir_with(&[
@@ -110,7 +110,7 @@ fn config_errors_of_plugin_validators_name_the_key() {
         ),
     ] {
         let source = ConfigSource::from_string("enforce.yaml", yaml);
-        let config: enforce_validators::Config = source.parse().unwrap();
+        let config: enforce_config::Config = source.parse().unwrap();
         let err = ProfileSet::from_config(&config, &registry, &Default::default()).unwrap_err();
         assert_eq!(err.key, key, "{err}");
         assert!(err.message.contains(words), "{err}");

@@ -12,11 +12,11 @@ mod common;
 
 use common::{marker_enforcer, server_with, Harness, ParsedStream};
 use enforce_core::{Enforcer, FailMode, Runner};
+use enforce_external::breaker::BreakerState;
+use enforce_external::external::External;
 use enforce_runner::{ClaudeConfig, ClaudeRunner, OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_server::{FsyncPolicy, ModelOptions, ServerConfig};
 use enforce_testkit::{FakeClaude, MockOpenAi, MockReply, MockScript, Then};
-use enforce_validators::breaker::BreakerState;
-use enforce_validators::external::External;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

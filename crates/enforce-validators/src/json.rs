@@ -10,18 +10,18 @@
 //! the JSON alone.
 //!
 //! ```
-//! use enforce_validators::{BuildEnv, Registry};
-//! use enforce_core::Context;
+//! use enforce_validators::FactoryInput;
+//! use enforce_validators::json::JsonValidator;
+//! use enforce_core::{Context, Validator};
 //! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     let mut f = std::pin::pin!(f);
 //! #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
 //! #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
 //! # }
 //! let spec = serde_json::json!({
-//!     "type": "json",
 //!     "schema": {"type": "object", "required": ["title"]}
 //! });
-//! let v = Registry::builtin().build("answer", &spec, &BuildEnv::default()).unwrap();
+//! let v = JsonValidator::from_config(&FactoryInput::new("answer", &spec)).unwrap();
 //! let issues = block_on(v.validate("```json\n{\"name\": 1}\n```", &Context::new())).unwrap();
 //! assert_eq!(issues[0].code, "SCHEMA_VIOLATION");
 //! let issues = block_on(v.validate("Sure! {\"title\": \"x\"} Hope that helps.", &Context::new())).unwrap();
@@ -30,95 +30,18 @@
 //!            "{\"title\": \"x\"}");
 //! ```
 
+use crate::build::FactoryInput;
 use crate::error::BuildError;
-use crate::registry::FactoryInput;
-use crate::text::{fences, floor_char_boundary};
+use crate::text::{fences, floor_char_boundary, locate_json, trimmed_range, JsonForm};
 use enforce_core::{async_trait, Context, Issue, Validation, Validator};
 use serde::Deserialize;
 use serde_json::Value;
-use std::ops::Range;
 use std::path::PathBuf;
 
 /// Code: no parseable JSON where it belongs.
 pub const INVALID_JSON: &str = "INVALID_JSON";
 /// Code: the JSON breaks the schema.
 pub const SCHEMA_VIOLATION: &str = "SCHEMA_VIOLATION";
-
-/// How the JSON sits in the response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JsonForm {
-    /// The whole response (surrounding whitespace aside) is the JSON.
-    Whole,
-    /// The JSON is the content of a fenced code block.
-    Fenced,
-    /// The JSON is surrounded by prose.
-    Embedded,
-}
-
-/// JSON found in a response.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JsonSpan {
-    /// The parsed value.
-    pub value: Value,
-    /// Byte range of the JSON text in the response.
-    pub range: Range<usize>,
-    /// Where it was found.
-    pub form: JsonForm,
-}
-
-fn trimmed_range(text: &str, range: Range<usize>) -> Range<usize> {
-    let s = &text[range.clone()];
-    let start = range.start + (s.len() - s.trim_start().len());
-    let end = range.start + s.trim_end().len();
-    start..end.max(start)
-}
-
-/// Finds the response's JSON: the whole response, else the first fenced block (tagged `json`
-/// or untagged) that parses, else the text from the first `{` (or `[`) to the last `}` (or
-/// `]`) when that parses. Linear in the response's length.
-pub fn locate_json(text: &str) -> Option<JsonSpan> {
-    let whole = trimmed_range(text, 0..text.len());
-    if let Ok(value) = serde_json::from_str::<Value>(&text[whole.clone()]) {
-        return Some(JsonSpan {
-            value,
-            range: whole,
-            form: JsonForm::Whole,
-        });
-    }
-    for fence in fences(text) {
-        if !matches!(fence.language.as_str(), "json" | "jsonc" | "json5" | "") {
-            continue;
-        }
-        let range = trimmed_range(text, fence.content.clone());
-        if let Ok(value) = serde_json::from_str::<Value>(&text[range.clone()]) {
-            return Some(JsonSpan {
-                value,
-                range,
-                form: JsonForm::Fenced,
-            });
-        }
-    }
-    let embedded = |open: char, close: char| -> Option<Range<usize>> {
-        let start = text.find(open)?;
-        let end = text.rfind(close)?;
-        (end > start).then(|| start..end + close.len_utf8())
-    };
-    let mut candidates: Vec<Range<usize>> = [embedded('{', '}'), embedded('[', ']')]
-        .into_iter()
-        .flatten()
-        .collect();
-    candidates.sort_by_key(|r| r.start);
-    for range in candidates {
-        if let Ok(value) = serde_json::from_str::<Value>(&text[range.clone()]) {
-            return Some(JsonSpan {
-                value,
-                range,
-                form: JsonForm::Embedded,
-            });
-        }
-    }
-    None
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -146,6 +69,7 @@ fn default_max_errors() -> usize {
 /// The `json` validator. See the [module docs](self).
 pub struct JsonValidator {
     name: String,
+    #[cfg(feature = "schema")]
     schema: Option<jsonschema::Validator>,
     bare: bool,
     schema_code: String,
@@ -157,7 +81,7 @@ impl std::fmt::Debug for JsonValidator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JsonValidator")
             .field("name", &self.name)
-            .field("has_schema", &self.schema.is_some())
+            .field("has_schema", &self.has_schema())
             .field("bare", &self.bare)
             .finish()
     }
@@ -168,6 +92,7 @@ impl JsonValidator {
     pub fn new(name: impl Into<String>) -> Self {
         JsonValidator {
             name: name.into(),
+            #[cfg(feature = "schema")]
             schema: None,
             bare: false,
             schema_code: SCHEMA_VIOLATION.to_string(),
@@ -176,12 +101,49 @@ impl JsonValidator {
         }
     }
 
-    /// Adds a JSON Schema; fails when the schema itself is invalid.
+    /// Adds a JSON Schema; fails when the schema itself is invalid, or when the crate was
+    /// built without the feature `schema`.
+    #[cfg(feature = "schema")]
     pub fn with_schema(mut self, schema: &Value) -> Result<Self, BuildError> {
         let compiled = jsonschema::validator_for(schema)
             .map_err(|e| BuildError::new(format!("invalid JSON Schema: {e}")))?;
         self.schema = Some(compiled);
         Ok(self)
+    }
+
+    /// Adds a JSON Schema; fails when the schema itself is invalid, or when the crate was
+    /// built without the feature `schema`.
+    #[cfg(not(feature = "schema"))]
+    pub fn with_schema(self, _schema: &Value) -> Result<Self, BuildError> {
+        Err(BuildError::new(
+            "JSON Schema checks need enforce-validators' feature `schema`",
+        ))
+    }
+
+    /// Whether a schema is checked.
+    pub fn has_schema(&self) -> bool {
+        #[cfg(feature = "schema")]
+        return self.schema.is_some();
+        #[cfg(not(feature = "schema"))]
+        false
+    }
+
+    /// Code of schema violations (default `SCHEMA_VIOLATION`).
+    pub fn schema_code(mut self, code: impl Into<String>) -> Self {
+        self.schema_code = code.into();
+        self
+    }
+
+    /// Hint attached to every schema violation.
+    pub fn schema_hint(mut self, hint: impl Into<String>) -> Self {
+        self.schema_hint = Some(hint.into());
+        self
+    }
+
+    /// Most schema violations reported (at least 1; default 20).
+    pub fn max_errors(mut self, max: usize) -> Self {
+        self.max_errors = max.max(1);
+        self
     }
 
     /// Requires the JSON to be the whole response.
@@ -208,19 +170,9 @@ impl JsonValidator {
             }
             (Some(schema), None) => Some((schema, "schema")),
             (None, Some(file)) => {
-                let path = input.resolve(&file);
-                let text = std::fs::read_to_string(&path).map_err(|e| {
-                    BuildError::at(
-                        "schema_file",
-                        format!("cannot read {}: {e}", path.display()),
-                    )
-                })?;
-                let schema: Value = serde_yaml_ng::from_str(&text).map_err(|e| {
-                    BuildError::at(
-                        "schema_file",
-                        format!("{} is not JSON or YAML: {e}", path.display()),
-                    )
-                })?;
+                let schema = input
+                    .read_document(&file)
+                    .map_err(|e| BuildError::at("schema_file", e))?;
                 Some((schema, "schema_file"))
             }
             (None, None) => None,
@@ -258,7 +210,7 @@ impl JsonValidator {
         match serde_json::from_str::<Value>(candidate) {
             Ok(_) => issue,
             Err(e) => {
-                let line_offset = enforce_core::line_of_offset(text, offset).saturating_sub(1);
+                let line_offset = crate::text::line_of_offset(text, offset).saturating_sub(1);
                 let line = u32::try_from(e.line())
                     .unwrap_or(u32::MAX)
                     .saturating_add(line_offset);
@@ -284,7 +236,7 @@ impl Validator for JsonValidator {
             return Ok(vec![self.parse_error(response)]);
         };
         let mut issues = Vec::new();
-        let line = enforce_core::line_of_offset(response, span.range.start);
+        let line = crate::text::line_of_offset(response, span.range.start);
         match span.form {
             JsonForm::Whole => {}
             JsonForm::Fenced if !self.bare => {}
@@ -307,6 +259,7 @@ impl Validator for JsonValidator {
                 .at_line(line),
             ),
         }
+        #[cfg(feature = "schema")]
         if let Some(schema) = &self.schema {
             for error in schema.iter_errors(&span.value).take(self.max_errors) {
                 let path = error.instance_path().to_string();

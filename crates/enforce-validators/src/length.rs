@@ -17,21 +17,22 @@
 //! Words are runs of non-whitespace; characters are Unicode scalar values.
 //!
 //! ```
-//! use enforce_validators::{BuildEnv, Registry};
-//! use enforce_core::{Context, Severity};
+//! use enforce_validators::FactoryInput;
+//! use enforce_validators::length::Length;
+//! use enforce_core::{Context, Severity, Validator};
 //! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     let mut f = std::pin::pin!(f);
 //! #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
 //! #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
 //! # }
-//! let spec = serde_json::json!({"type": "length", "min": {"value": 3, "severity": "warning"}, "max": 5});
-//! let v = Registry::builtin().build("size", &spec, &BuildEnv::default()).unwrap();
+//! let spec = serde_json::json!({"min": {"value": 3, "severity": "warning"}, "max": 5});
+//! let v = Length::from_config(&FactoryInput::new("size", &spec)).unwrap();
 //! let issues = block_on(v.validate("too short", &Context::new())).unwrap();
 //! assert_eq!((issues[0].code.as_str(), issues[0].severity), ("TOO_SHORT", Severity::Warning));
 //! ```
 
+use crate::build::FactoryInput;
 use crate::error::BuildError;
-use crate::registry::FactoryInput;
 use enforce_core::{async_trait, Context, Issue, Severity, Validation, Validator};
 use serde::Deserialize;
 
@@ -235,8 +236,9 @@ impl Validator for Length {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{BuildEnv, Registry};
     use crate::testing::block_on;
+    use crate::testing::Registry;
+    use crate::BuildEnv;
     use serde_json::json;
 
     fn codes(v: &dyn Validator, text: &str) -> Vec<(String, Severity)> {

@@ -24,23 +24,24 @@
 //! compiled size is capped, and a bad regex is a configuration error naming the key.
 //!
 //! ```
-//! use enforce_validators::{BuildEnv, Registry};
-//! use enforce_core::Context;
+//! use enforce_validators::FactoryInput;
+//! use enforce_validators::pattern::Pattern;
+//! use enforce_core::{Context, Validator};
 //! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     let mut f = std::pin::pin!(f);
 //! #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
 //! #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
 //! # }
-//! let spec = serde_json::json!({"type": "pattern",
+//! let spec = serde_json::json!({
 //!     "forbidden": [{"regex": "\\bL[1-4]\\b", "code": "NO_LEVELS", "replacement": "a level"}]});
-//! let v = Registry::builtin().build("levels", &spec, &BuildEnv::default()).unwrap();
+//! let v = Pattern::from_config(&FactoryInput::new("levels", &spec)).unwrap();
 //! let issues = block_on(v.validate("Reached L3 in May.", &Context::new())).unwrap();
 //! assert_eq!((issues[0].code.as_str(), issues[0].column), ("NO_LEVELS", Some(9)));
 //! assert_eq!(v.repair("Reached L3 in May.", &Context::new(), &issues).unwrap(), "Reached a level in May.");
 //! ```
 
+use crate::build::FactoryInput;
 use crate::error::BuildError;
-use crate::registry::FactoryInput;
 use crate::text::{column_of, LineCounter};
 use enforce_core::{async_trait, Context, Issue, Severity, Validation, Validator};
 use regex::{Regex, RegexBuilder};
@@ -55,7 +56,7 @@ pub const MISSING_PATTERN: &str = "MISSING_PATTERN";
 pub const REGEX_SIZE_LIMIT: usize = 4 * 1024 * 1024;
 
 /// Compiles a configured regex with the size cap.
-pub(crate) fn compile(pattern: &str, case_insensitive: bool) -> Result<Regex, String> {
+pub fn compile(pattern: &str, case_insensitive: bool) -> Result<Regex, String> {
     RegexBuilder::new(pattern)
         .case_insensitive(case_insensitive)
         .size_limit(REGEX_SIZE_LIMIT)
@@ -291,8 +292,9 @@ impl Validator for Pattern {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{BuildEnv, Registry};
     use crate::testing::block_on;
+    use crate::testing::Registry;
+    use crate::BuildEnv;
     use serde_json::json;
 
     fn build(spec: serde_json::Value) -> Result<Box<dyn Validator>, BuildError> {

@@ -26,7 +26,7 @@
 //! the repaired string back into the JSON.
 
 use crate::error::BuildError;
-use crate::json::{locate_json, JsonForm, JsonSpan};
+use crate::text::{locate_json, JsonForm, JsonSpan};
 use enforce_core::{async_trait, Context, FailMode, Issue, Validation, Validator};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -116,14 +116,84 @@ impl ConditionSpec {
     }
 }
 
+impl Condition {
+    /// Holds when the value exists and is not null.
+    pub fn present(source: Source) -> Self {
+        Condition {
+            source,
+            test: Test::Present,
+        }
+    }
+
+    /// Holds when the value does not exist or is null.
+    pub fn absent(source: Source) -> Self {
+        Condition {
+            source,
+            test: Test::Absent,
+        }
+    }
+
+    /// Holds when the value equals `value`.
+    pub fn equals(source: Source, value: impl Into<Value>) -> Self {
+        Condition {
+            source,
+            test: Test::OneOf(vec![value.into()]),
+        }
+    }
+
+    /// Holds when the value equals one of `values`.
+    pub fn one_of<V: Into<Value>>(source: Source, values: impl IntoIterator<Item = V>) -> Self {
+        Condition {
+            source,
+            test: Test::OneOf(values.into_iter().map(Into::into).collect()),
+        }
+    }
+}
+
 /// The `input` and `when` of one validator spec.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Built from configuration with [`Scope::from_spec`], or in code:
+///
+/// ```
+/// use enforce_core::{Context, Validator};
+/// use enforce_validators::length::{Bound, Length, Unit};
+/// use enforce_validators::scope::{Condition, Scope, ScopeExt, Source};
+/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     let mut f = std::pin::pin!(f);
+/// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+/// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+/// # }
+/// // At most 3 words in `text`, but only for introductions.
+/// let intro = Length::new("intro", Unit::Words, None, Some(Bound::error(3))).scoped(
+///     Scope::default()
+///         .input(Source::Json("/text".into()))
+///         .when(Condition::equals(Source::Json("/blockType".into()), "introduction")),
+/// );
+/// let ctx = Context::new();
+/// let long = r#"{"blockType": "introduction", "text": "one two three four"}"#;
+/// assert_eq!(block_on(intro.validate(long, &ctx)).unwrap()[0].code, "TOO_LONG");
+/// let other = r#"{"blockType": "summary", "text": "one two three four"}"#;
+/// assert!(block_on(intro.validate(other, &ctx)).unwrap().is_empty());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Scope {
     input: Option<Source>,
     when: Vec<Condition>,
 }
 
 impl Scope {
+    /// Checks `source` instead of the whole response.
+    pub fn input(mut self, source: Source) -> Self {
+        self.input = Some(source);
+        self
+    }
+
+    /// Applies the validator only when `condition` holds (all conditions must hold).
+    pub fn when(mut self, condition: Condition) -> Self {
+        self.when.push(condition);
+        self
+    }
+
     /// Reads `input` and `when` from a validator spec; `None` when neither is given.
     pub fn from_spec(spec: &Map<String, Value>) -> Result<Option<Scope>, BuildError> {
         let input = match spec.get("input") {
@@ -160,10 +230,29 @@ impl Scope {
     }
 }
 
+/// `.scoped(scope)` on every validator: wraps it in [`Scoped`].
+pub trait ScopeExt: Validator + Sized + 'static {
+    /// This validator, checking only what `scope` selects.
+    fn scoped(self, scope: Scope) -> Scoped {
+        Scoped::new(Box::new(self), scope)
+    }
+}
+
+impl<V: Validator + Sized + 'static> ScopeExt for V {}
+
 /// A validator wrapped by a [`Scope`].
 pub struct Scoped {
     inner: Box<dyn Validator>,
     scope: Scope,
+}
+
+impl std::fmt::Debug for Scoped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scoped")
+            .field("inner", &self.inner.name())
+            .field("scope", &self.scope)
+            .finish()
+    }
 }
 
 impl Scoped {

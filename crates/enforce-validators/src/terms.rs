@@ -26,16 +26,17 @@
 //! `replacement` by it.
 //!
 //! ```
-//! use enforce_validators::{BuildEnv, Registry};
-//! use enforce_core::Context;
+//! use enforce_validators::FactoryInput;
+//! use enforce_validators::terms::Terms;
+//! use enforce_core::{Context, Validator};
 //! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     let mut f = std::pin::pin!(f);
 //! #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
 //! #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
 //! # }
-//! let spec = serde_json::json!({"type": "terms", "required": ["{{company_name}}"],
+//! let spec = serde_json::json!({"required": ["{{company_name}}"],
 //!     "forbidden": [{"term": "Sie", "case_sensitive": true, "code": "NO_DIRECT_ADDRESS"}]});
-//! let v = Registry::builtin().build("wording", &spec, &BuildEnv::default()).unwrap();
+//! let v = Terms::from_config(&FactoryInput::new("wording", &spec)).unwrap();
 //! let ctx = Context::new().with("company_name", "ACME GmbH");
 //! let issues = block_on(v.validate("Sie sehen: die Firma wächst.", &ctx)).unwrap();
 //! let codes: Vec<_> = issues.iter().map(|i| i.code.as_str()).collect();
@@ -44,9 +45,9 @@
 //! assert_eq!(block_on(v.validate("ACME GmbH: sie liefert an Siemens.", &ctx)).unwrap().len(), 0);
 //! ```
 
+use crate::build::FactoryInput;
 use crate::error::BuildError;
 use crate::pattern::compile;
-use crate::registry::FactoryInput;
 use crate::text::{column_of, LineCounter};
 use enforce_core::{async_trait, Context, Issue, Severity, Validation, Validator};
 use regex::Regex;
@@ -67,9 +68,14 @@ fn default_true() -> bool {
     true
 }
 
-#[derive(Debug, Deserialize)]
+/// One term of a [`Terms`] validator, as configured: the term (`{{key}}` placeholders are
+/// filled from the request context) and how it is matched and reported.
+///
+/// Defaults: whole word, case-insensitive, the list's default code, severity `error`
+/// (`warning` for preferred terms), repairable.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TermConfig {
+pub struct Term {
     term: String,
     code: Option<String>,
     message: Option<String>,
@@ -86,9 +92,82 @@ struct TermConfig {
     skip_if: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+impl Term {
+    /// The term `term` with the defaults.
+    pub fn new(term: impl Into<String>) -> Self {
+        Term {
+            term: term.into(),
+            code: None,
+            message: None,
+            hint: None,
+            severity: None,
+            repairable: true,
+            case_sensitive: false,
+            whole_word: true,
+            replacement: None,
+            skip_if: Vec::new(),
+        }
+    }
+
+    /// The issue code instead of the list's default.
+    pub fn code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// The issue message (`{term}` is the term).
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+
+    /// The hint for the model (`{term}` is the term).
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// The severity of its issues.
+    pub fn severity(mut self, severity: Severity) -> Self {
+        self.severity = Some(severity);
+        self
+    }
+
+    /// Whether a re-ask may fix it (`false`: the asking stops at once).
+    pub fn repairable(mut self, repairable: bool) -> Self {
+        self.repairable = repairable;
+        self
+    }
+
+    /// Match the case exactly.
+    pub fn case_sensitive(mut self, yes: bool) -> Self {
+        self.case_sensitive = yes;
+        self
+    }
+
+    /// Match whole words only (the default).
+    pub fn whole_word(mut self, yes: bool) -> Self {
+        self.whole_word = yes;
+        self
+    }
+
+    /// For a forbidden term: what the repair puts in its place.
+    pub fn replacement(mut self, replacement: impl Into<String>) -> Self {
+        self.replacement = Some(replacement.into());
+        self
+    }
+
+    /// Values of the rendered term that mean "unknown": no check then.
+    pub fn skip_if<S: Into<String>>(mut self, values: impl IntoIterator<Item = S>) -> Self {
+        self.skip_if = values.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+/// A preferred term of a [`Terms`] validator: use `use` instead of each of `instead_of`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PreferredConfig {
+pub struct Preferred {
     #[serde(rename = "use")]
     use_term: String,
     instead_of: Vec<String>,
@@ -100,6 +179,61 @@ struct PreferredConfig {
     case_sensitive: bool,
     #[serde(default = "default_true")]
     whole_word: bool,
+}
+
+impl Preferred {
+    /// Use `term` instead of each of `instead_of`; severity `warning`, code `PREFERRED_TERM`.
+    pub fn new<S: Into<String>>(
+        term: impl Into<String>,
+        instead_of: impl IntoIterator<Item = S>,
+    ) -> Self {
+        Preferred {
+            use_term: term.into(),
+            instead_of: instead_of.into_iter().map(Into::into).collect(),
+            code: None,
+            message: None,
+            hint: None,
+            severity: None,
+            case_sensitive: false,
+            whole_word: true,
+        }
+    }
+
+    /// The issue code instead of `PREFERRED_TERM`.
+    pub fn code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// The issue message (`{term}` is the discouraged term).
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+
+    /// The hint for the model (`{term}` is the discouraged term).
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// The severity of its issues (default `warning`).
+    pub fn severity(mut self, severity: Severity) -> Self {
+        self.severity = Some(severity);
+        self
+    }
+
+    /// Match the case exactly.
+    pub fn case_sensitive(mut self, yes: bool) -> Self {
+        self.case_sensitive = yes;
+        self
+    }
+
+    /// Match whole words only (the default).
+    pub fn whole_word(mut self, yes: bool) -> Self {
+        self.whole_word = yes;
+        self
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -152,23 +286,16 @@ struct TermRule {
 }
 
 impl TermRule {
-    fn parse(value: &Value, key: &str, default_code: &str) -> Result<Self, BuildError> {
-        let c: TermConfig = match value {
-            Value::String(s) => TermConfig {
-                term: s.clone(),
-                code: None,
-                message: None,
-                hint: None,
-                severity: None,
-                repairable: true,
-                case_sensitive: false,
-                whole_word: true,
-                replacement: None,
-                skip_if: Vec::new(),
-            },
+    /// Reads a term from configuration: a plain string or a mapping of [`Term`]'s options.
+    fn parse_config(value: &Value, key: &str) -> Result<Term, BuildError> {
+        match value {
+            Value::String(s) => Ok(Term::new(s.clone())),
             other => serde_path_to_error::deserialize(other)
-                .map_err(|e| BuildError::from(e).prefixed(key))?,
-        };
+                .map_err(|e| BuildError::from(e).prefixed(key)),
+        }
+    }
+
+    fn compile(c: Term, key: &str, default_code: &str) -> Result<Self, BuildError> {
         if c.term.trim().is_empty() {
             return Err(BuildError::at(
                 format!("{key}.term"),
@@ -242,17 +369,125 @@ pub struct Terms {
 }
 
 impl Terms {
+    /// A builder for the validator `name`.
+    ///
+    /// ```
+    /// use enforce_core::{Context, Severity, Validator};
+    /// use enforce_validators::terms::{Preferred, Term, Terms};
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+    /// # }
+    /// let wording = Terms::builder("wording")
+    ///     .require(Term::new("{{company_name}}").code("COMPANY_NAME_MISSING"))
+    ///     .forbid(Term::new("Sie").case_sensitive(true).code("NO_DIRECT_ADDRESS"))
+    ///     .prefer(Preferred::new("Informationssicherheit", ["IT-Security"]))
+    ///     .build()
+    ///     .unwrap();
+    /// let ctx = Context::new().with("company_name", "ACME GmbH");
+    /// let issues = block_on(wording.validate("Sie sehen: IT-Security zählt.", &ctx)).unwrap();
+    /// let codes: Vec<_> = issues.iter().map(|i| (i.code.as_str(), i.severity)).collect();
+    /// assert_eq!(codes, [("COMPANY_NAME_MISSING", Severity::Error),
+    ///                    ("NO_DIRECT_ADDRESS", Severity::Error),
+    ///                    ("PREFERRED_TERM", Severity::Warning)]);
+    /// ```
+    pub fn builder(name: impl Into<String>) -> TermsBuilder {
+        TermsBuilder {
+            name: name.into(),
+            required: Vec::new(),
+            forbidden: Vec::new(),
+            preferred: Vec::new(),
+        }
+    }
+
     /// Builds it from configuration: `required`, `forbidden` (terms as strings or
     /// `{term, code, message, hint, severity, repairable, case_sensitive, whole_word,
     /// replacement, skip_if}`) and `preferred` (`{use, instead_of, ...}`). `{term}` in a
     /// message or hint is the term.
     pub fn from_config(input: &FactoryInput<'_>) -> Result<Self, BuildError> {
         let c: TermsConfig = input.parse()?;
-        let required = c
-            .required
+        let terms = |values: &[Value], list: &str| {
+            values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| TermRule::parse_config(v, &format!("{list}[{i}]")))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let preferred = c
+            .preferred
             .iter()
             .enumerate()
-            .map(|(i, v)| TermRule::parse(v, &format!("required[{i}]"), MISSING_TERM))
+            .map(|(i, v)| {
+                serde_path_to_error::deserialize(v)
+                    .map_err(|e| BuildError::from(e).prefixed(&format!("preferred[{i}]")))
+            })
+            .collect::<Result<Vec<Preferred>, _>>()?;
+        TermsBuilder {
+            name: input.name.to_string(),
+            required: terms(&c.required, "required")?,
+            forbidden: terms(&c.forbidden, "forbidden")?,
+            preferred,
+        }
+        .build()
+    }
+
+    fn occurrences(
+        &self,
+        rule: &TermRule,
+        response: &str,
+        context: &Context,
+        out: &mut Vec<Issue>,
+        make: impl Fn(&TermRule, &str) -> Issue,
+    ) {
+        let Some((term, re)) = rule.resolve(context) else {
+            return;
+        };
+        let mut lines = LineCounter::new(response);
+        for m in re.find_iter(response).take(MAX_REPORTS) {
+            let line = lines.line_of(m.start());
+            out.push(make(rule, &term).at(line, column_of(response, m.start())));
+        }
+    }
+}
+
+/// Builds a [`Terms`] validator; see [`Terms::builder`].
+#[derive(Debug, Clone)]
+pub struct TermsBuilder {
+    name: String,
+    required: Vec<Term>,
+    forbidden: Vec<Term>,
+    preferred: Vec<Preferred>,
+}
+
+impl TermsBuilder {
+    /// A term the response must contain (default code `MISSING_TERM`). A term whose
+    /// `{{placeholder}}` is not in the context is skipped.
+    pub fn require(mut self, term: Term) -> Self {
+        self.required.push(term);
+        self
+    }
+
+    /// A term the response must not contain (default code `FORBIDDEN_TERM`).
+    pub fn forbid(mut self, term: Term) -> Self {
+        self.forbidden.push(term);
+        self
+    }
+
+    /// Preferred terminology (default code `PREFERRED_TERM`, a warning); the repair replaces
+    /// the discouraged terms.
+    pub fn prefer(mut self, preferred: Preferred) -> Self {
+        self.preferred.push(preferred);
+        self
+    }
+
+    /// Compiles the terms. Errors name the offending term (`forbidden[0].term`).
+    pub fn build(self) -> Result<Terms, BuildError> {
+        let required = self
+            .required
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| TermRule::compile(t, &format!("required[{i}]"), MISSING_TERM))
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(i) = required.iter().position(|r| r.replacement.is_some()) {
             return Err(BuildError::at(
@@ -260,17 +495,15 @@ impl Terms {
                 "only forbidden terms can have a replacement",
             ));
         }
-        let forbidden = c
+        let forbidden = self
             .forbidden
-            .iter()
+            .into_iter()
             .enumerate()
-            .map(|(i, v)| TermRule::parse(v, &format!("forbidden[{i}]"), FORBIDDEN_TERM))
+            .map(|(i, t)| TermRule::compile(t, &format!("forbidden[{i}]"), FORBIDDEN_TERM))
             .collect::<Result<Vec<_>, _>>()?;
         let mut preferred = Vec::new();
-        for (i, v) in c.preferred.iter().enumerate() {
+        for (i, p) in self.preferred.into_iter().enumerate() {
             let key = format!("preferred[{i}]");
-            let p: PreferredConfig = serde_path_to_error::deserialize(v)
-                .map_err(|e| BuildError::from(e).prefixed(&key))?;
             if p.instead_of.is_empty() {
                 return Err(BuildError::at(
                     format!("{key}.instead_of"),
@@ -278,12 +511,10 @@ impl Terms {
                 ));
             }
             for (j, old) in p.instead_of.iter().enumerate() {
-                let rule = TermRule::parse(
-                    &serde_json::json!({
-                        "term": old,
-                        "case_sensitive": p.case_sensitive,
-                        "whole_word": p.whole_word,
-                    }),
+                let rule = TermRule::compile(
+                    Term::new(old.clone())
+                        .case_sensitive(p.case_sensitive)
+                        .whole_word(p.whole_word),
                     &format!("{key}.instead_of[{j}]"),
                     PREFERRED_TERM,
                 )?;
@@ -304,29 +535,11 @@ impl Terms {
             ));
         }
         Ok(Terms {
-            name: input.name.to_string(),
+            name: self.name,
             required,
             forbidden,
             preferred,
         })
-    }
-
-    fn occurrences(
-        &self,
-        rule: &TermRule,
-        response: &str,
-        context: &Context,
-        out: &mut Vec<Issue>,
-        make: impl Fn(&TermRule, &str) -> Issue,
-    ) {
-        let Some((term, re)) = rule.resolve(context) else {
-            return;
-        };
-        let mut lines = LineCounter::new(response);
-        for m in re.find_iter(response).take(MAX_REPORTS) {
-            let line = lines.line_of(m.start());
-            out.push(make(rule, &term).at(line, column_of(response, m.start())));
-        }
     }
 }
 
@@ -399,8 +612,9 @@ impl Validator for Terms {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{BuildEnv, Registry};
     use crate::testing::block_on;
+    use crate::testing::Registry;
+    use crate::BuildEnv;
     use serde_json::json;
 
     fn build(spec: Value) -> Result<Box<dyn Validator>, BuildError> {

@@ -1,7 +1,5 @@
 //! Helpers for this crate's unit tests.
 
-use std::path::{Path, PathBuf};
-
 /// Drives a future that never waits on I/O (the text validators) to completion.
 pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
     let mut f = std::pin::pin!(f);
@@ -14,30 +12,34 @@ pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
     }
 }
 
-/// A directory under the system temp dir, removed on drop.
-pub(crate) struct TempDir(PathBuf);
+/// Builds this crate's validators from a spec with a `type` key, as enforce-config's registry
+/// does (without scoping), so unit tests read like configuration.
+pub(crate) struct Registry;
 
-impl TempDir {
-    pub(crate) fn new(tag: &str) -> Self {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir =
-            std::env::temp_dir().join(format!("enforce-{tag}-{}-{n}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
+impl Registry {
+    pub(crate) fn builtin() -> Self {
+        Registry
     }
 
-    pub(crate) fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+    pub(crate) fn build(
+        &self,
+        name: &str,
+        spec: &serde_json::Value,
+        _env: &crate::BuildEnv,
+    ) -> Result<Box<dyn enforce_core::Validator>, crate::BuildError> {
+        let mut options = spec.clone();
+        let kind = options
+            .as_object_mut()
+            .and_then(|o| o.remove("type"))
+            .and_then(|t| t.as_str().map(str::to_string))
+            .unwrap_or_else(|| name.to_string());
+        let input = crate::FactoryInput::new(name, &options);
+        Ok(match kind.as_str() {
+            "json" => Box::new(crate::json::JsonValidator::from_config(&input)?),
+            "length" => Box::new(crate::length::Length::from_config(&input)?),
+            "pattern" => Box::new(crate::pattern::Pattern::from_config(&input)?),
+            "terms" => Box::new(crate::terms::Terms::from_config(&input)?),
+            other => return Err(crate::BuildError::new(format!("no type '{other}' here"))),
+        })
     }
 }

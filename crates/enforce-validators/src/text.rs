@@ -6,6 +6,7 @@
 //! whitespace after it. An unclosed fence runs to the end of the text.
 
 use memchr::memmem;
+use serde_json::Value;
 use std::ops::Range;
 
 /// One fenced code block.
@@ -33,12 +34,12 @@ impl Fence {
 }
 
 /// Start of the line holding byte `offset`.
-pub(crate) fn line_start(bytes: &[u8], offset: usize) -> usize {
+pub fn line_start(bytes: &[u8], offset: usize) -> usize {
     memchr::memrchr(b'\n', &bytes[..offset]).map_or(0, |p| p + 1)
 }
 
 /// End of the line holding byte `offset`, after its newline (or the text's end).
-pub(crate) fn line_end_incl(bytes: &[u8], offset: usize) -> usize {
+pub fn line_end_incl(bytes: &[u8], offset: usize) -> usize {
     memchr::memchr(b'\n', &bytes[offset..]).map_or(bytes.len(), |p| offset + p + 1)
 }
 
@@ -125,20 +126,22 @@ pub fn fences(text: &str) -> Vec<Fence> {
 }
 
 /// `true` when `offset` lies in one of `fences` (sorted, as [`fences`] returns them).
-pub(crate) fn in_fences(fences: &[Fence], offset: usize) -> bool {
+pub fn in_fences(fences: &[Fence], offset: usize) -> bool {
     let idx = fences.partition_point(|f| f.block.end <= offset);
     fences.get(idx).is_some_and(|f| f.contains(offset))
 }
 
 /// Counts newlines incrementally, for giving many ascending offsets a line number in one pass.
-pub(crate) struct LineCounter<'a> {
+#[derive(Debug)]
+pub struct LineCounter<'a> {
     bytes: &'a [u8],
     pos: usize,
     line: u32,
 }
 
 impl<'a> LineCounter<'a> {
-    pub(crate) fn new(text: &'a str) -> Self {
+    /// A counter over `text`, at its start.
+    pub fn new(text: &'a str) -> Self {
         LineCounter {
             bytes: text.as_bytes(),
             pos: 0,
@@ -147,7 +150,7 @@ impl<'a> LineCounter<'a> {
     }
 
     /// 1-based line of `offset`; offsets must not decrease between calls (else it restarts).
-    pub(crate) fn line_of(&mut self, offset: usize) -> u32 {
+    pub fn line_of(&mut self, offset: usize) -> u32 {
         let offset = offset.min(self.bytes.len());
         if offset < self.pos {
             self.pos = 0;
@@ -163,7 +166,7 @@ impl<'a> LineCounter<'a> {
 }
 
 /// 1-based column, in characters, of byte `offset` within its line.
-pub(crate) fn column_of(text: &str, offset: usize) -> u32 {
+pub fn column_of(text: &str, offset: usize) -> u32 {
     let offset = floor_char_boundary(text, offset);
     let start = line_start(text.as_bytes(), offset);
     let chars = text.get(start..offset).map_or(0, |s| s.chars().count());
@@ -171,7 +174,7 @@ pub(crate) fn column_of(text: &str, offset: usize) -> u32 {
 }
 
 /// The largest char boundary not above `offset`.
-pub(crate) fn floor_char_boundary(text: &str, offset: usize) -> usize {
+pub fn floor_char_boundary(text: &str, offset: usize) -> usize {
     let mut o = offset.min(text.len());
     while o > 0 && !text.is_char_boundary(o) {
         o -= 1;
@@ -180,7 +183,7 @@ pub(crate) fn floor_char_boundary(text: &str, offset: usize) -> usize {
 }
 
 /// Lines of `text` with their byte offsets; the line excludes `\n` and a trailing `\r`.
-pub(crate) fn lines_with_offsets(text: &str) -> impl Iterator<Item = (usize, &str)> {
+pub fn lines_with_offsets(text: &str) -> impl Iterator<Item = (usize, &str)> {
     let mut pos = 0;
     std::iter::from_fn(move || {
         if pos >= text.len() {
@@ -195,9 +198,106 @@ pub(crate) fn lines_with_offsets(text: &str) -> impl Iterator<Item = (usize, &st
     })
 }
 
+/// How the JSON sits in the response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonForm {
+    /// The whole response (surrounding whitespace aside) is the JSON.
+    Whole,
+    /// The JSON is the content of a fenced code block.
+    Fenced,
+    /// The JSON is surrounded by prose.
+    Embedded,
+}
+
+/// JSON found in a response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonSpan {
+    /// The parsed value.
+    pub value: Value,
+    /// Byte range of the JSON text in the response.
+    pub range: Range<usize>,
+    /// Where it was found.
+    pub form: JsonForm,
+}
+
+pub(crate) fn trimmed_range(text: &str, range: Range<usize>) -> Range<usize> {
+    let s = &text[range.clone()];
+    let start = range.start + (s.len() - s.trim_start().len());
+    let end = range.start + s.trim_end().len();
+    start..end.max(start)
+}
+
+/// Finds the response's JSON: the whole response, else the first fenced block (tagged `json`
+/// or untagged) that parses, else the text from the first `{` (or `[`) to the last `}` (or
+/// `]`) when that parses. Linear in the response's length.
+pub fn locate_json(text: &str) -> Option<JsonSpan> {
+    let whole = trimmed_range(text, 0..text.len());
+    if let Ok(value) = serde_json::from_str::<Value>(&text[whole.clone()]) {
+        return Some(JsonSpan {
+            value,
+            range: whole,
+            form: JsonForm::Whole,
+        });
+    }
+    for fence in fences(text) {
+        if !matches!(fence.language.as_str(), "json" | "jsonc" | "json5" | "") {
+            continue;
+        }
+        let range = trimmed_range(text, fence.content.clone());
+        if let Ok(value) = serde_json::from_str::<Value>(&text[range.clone()]) {
+            return Some(JsonSpan {
+                value,
+                range,
+                form: JsonForm::Fenced,
+            });
+        }
+    }
+    let embedded = |open: char, close: char| -> Option<Range<usize>> {
+        let start = text.find(open)?;
+        let end = text.rfind(close)?;
+        (end > start).then(|| start..end + close.len_utf8())
+    };
+    let mut candidates: Vec<Range<usize>> = [embedded('{', '}'), embedded('[', ']')]
+        .into_iter()
+        .flatten()
+        .collect();
+    candidates.sort_by_key(|r| r.start);
+    for range in candidates {
+        if let Ok(value) = serde_json::from_str::<Value>(&text[range.clone()]) {
+            return Some(JsonSpan {
+                value,
+                range,
+                form: JsonForm::Embedded,
+            });
+        }
+    }
+    None
+}
+
+/// 1-based line number of the byte offset `offset` in `text` (clamped to the text's length).
+///
+/// Validators use it to give an issue a location; it counts `\n`, so CRLF text works too.
+pub fn line_of_offset(text: &str, offset: usize) -> u32 {
+    let end = offset.min(text.len());
+    let newlines = text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count();
+    u32::try_from(newlines.saturating_add(1)).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn line_of_offset_counts_newlines_and_clamps() {
+        let text = "a\r\nb\nc";
+        assert_eq!(line_of_offset(text, 0), 1);
+        assert_eq!(line_of_offset(text, 3), 2);
+        assert_eq!(line_of_offset(text, 5), 3);
+        assert_eq!(line_of_offset(text, 10_000), 3);
+    }
 
     #[test]
     fn finds_backtick_and_tilde_fences_with_language() {

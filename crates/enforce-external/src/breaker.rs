@@ -2,10 +2,10 @@
 //!
 //! closed → (N consecutive failures) → open → (cooldown) → half-open → (probe succeeds) →
 //! closed, or (probe fails) → open again. While open, no call is made. Every state change is
-//! logged with `tracing` (target `enforce_validators::breaker`).
+//! logged with `tracing` (target `enforce_external::breaker`).
 //!
 //! ```
-//! use enforce_validators::breaker::{BreakerState, CircuitBreaker};
+//! use enforce_external::breaker::{BreakerState, CircuitBreaker};
 //! use std::time::Duration;
 //! let breaker = CircuitBreaker::new("lint", 2, Duration::from_millis(20));
 //! for _ in 0..2 {
@@ -174,18 +174,18 @@ impl CircuitBreaker {
         }
         match to {
             BreakerState::Open => tracing::warn!(
-                target: "enforce_validators::breaker",
+                target: "enforce_external::breaker",
                 validator = %self.name, %from, %to, reason,
                 failures = inner.consecutive_failures,
                 cooldown_ms = u64::try_from(self.cooldown.as_millis()).unwrap_or(u64::MAX),
                 "circuit breaker opened"
             ),
             BreakerState::HalfOpen => tracing::info!(
-                target: "enforce_validators::breaker",
+                target: "enforce_external::breaker",
                 validator = %self.name, %from, %to, "circuit breaker half-open: probing"
             ),
             BreakerState::Closed => tracing::info!(
-                target: "enforce_validators::breaker",
+                target: "enforce_external::breaker",
                 validator = %self.name, %from, %to, "circuit breaker closed"
             ),
         }
@@ -246,7 +246,7 @@ impl CircuitBreaker {
             self.transition(&mut inner, BreakerState::Open, reason);
         } else {
             tracing::debug!(
-                target: "enforce_validators::breaker",
+                target: "enforce_external::breaker",
                 validator = %self.name, reason,
                 failures = inner.consecutive_failures, "external call failed"
             );

@@ -13,7 +13,7 @@
 //! [`Profile::enforcer`] makes a cheap [`Enforcer`] per request or per check.
 //!
 //! ```
-//! use enforce_validators::{config::ConfigSource, BuildEnv, ProfileSet, Registry};
+//! use enforce_config::{config::ConfigSource, BuildEnv, ProfileSet, Registry};
 //! use enforce_core::{Context, Status};
 //! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     let mut f = std::pin::pin!(f);
@@ -33,9 +33,10 @@
 //! ```
 
 use crate::config::{Config, ConfigError, ConfigSource, Defaults, FeedbackConfig, ProfileConfig};
-use crate::error::BuildError;
-use crate::registry::{BuildEnv, Registry};
+use crate::registry::Registry;
 use enforce_core::{Enforcer, Feedback, Policy, Validator};
+use enforce_validators::BuildEnv;
+use enforce_validators::BuildError;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

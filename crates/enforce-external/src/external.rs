@@ -42,12 +42,12 @@
 //! validator reports [`Unavailable`].
 
 use crate::breaker::CircuitBreaker;
-use crate::error::BuildError;
-use crate::registry::FactoryInput;
-use crate::text::fences;
 use enforce_core::{
     async_trait, Context, FailMode, Issue, Severity, Unavailable, Validation, Validator,
 };
+use enforce_validators::text::fences;
+use enforce_validators::BuildError;
+use enforce_validators::FactoryInput;
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -588,7 +588,7 @@ fn trace_patterns() -> Option<&'static [regex::Regex; 3]> {
     static PATTERNS: OnceLock<Option<[regex::Regex; 3]>> = OnceLock::new();
     PATTERNS
         .get_or_init(|| {
-            let re = |p: &str| crate::pattern::compile(p, false).ok();
+            let re = |p: &str| enforce_validators::pattern::compile(p, false).ok();
             Some([
                 // `file:12:5: message`, `file:12: message`, `sh: 12: message`
                 re(r"^\s*[^:\s][^:]*:\s*(\d+):(?:(\d+):)?\s*(.*)$")?,

@@ -1,8 +1,8 @@
 //! The drafting pipeline's prose rules, expressed by configuration alone
 //! (`examples/prose.yaml`), checked rule by rule and through the enforcement loop.
 
+use enforce_config::{ConfigSource, ProfileSet, Registry};
 use enforce_core::{Context, Enforcer, Request, ScriptedRunner, Severity, Status, StopReason};
-use enforce_validators::{ConfigSource, ProfileSet, Registry};
 use serde_json::json;
 use std::path::PathBuf;
 

@@ -1,10 +1,10 @@
 //! The `external` validator against real commands, a hanging command and a loopback HTTP
 //! checker; and its circuit breaker.
 
+use enforce_config::{BuildEnv, Registry};
 use enforce_core::{Context, Enforcer, FailMode, Status, Validator};
-use enforce_validators::breaker::BreakerState;
-use enforce_validators::external::External;
-use enforce_validators::{BuildEnv, Registry};
+use enforce_external::breaker::BreakerState;
+use enforce_external::external::External;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

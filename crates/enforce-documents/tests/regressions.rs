@@ -2,8 +2,8 @@
 //! as regression tests.
 
 use enforce_core::{Context, Severity, Validator};
-use enforce_validators::extract_step;
-use enforce_validators::step_marker::StepMarker;
+use enforce_documents::extract_step;
+use enforce_documents::step_marker::StepMarker;
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     let mut f = std::pin::pin!(f);

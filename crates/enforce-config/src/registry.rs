@@ -8,7 +8,7 @@
 //! built-in ones.
 //!
 //! ```
-//! use enforce_validators::{BuildEnv, BuildError, FactoryInput, Registry};
+//! use enforce_config::{BuildEnv, BuildError, FactoryInput, Registry};
 //! use enforce_core::{async_trait, Context, Issue, Validation, Validator};
 //!
 //! /// Fails responses that contain a configured word.
@@ -44,90 +44,17 @@
 //! assert!(err.message.contains("unknown field"), "{err}");
 //! ```
 
-use crate::error::BuildError;
 use enforce_core::Validator;
-use serde::de::DeserializeOwned;
+use enforce_validators::scope::{Scope, Scoped};
+use enforce_validators::{BuildEnv, BuildError, FactoryInput};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
-
-/// What a factory gets to build one validator.
-#[derive(Debug, Clone, Copy)]
-pub struct FactoryInput<'a> {
-    /// The validator's name: issues it raises carry it, and repairs are matched by it. It is
-    /// the key under `validators:` in the configuration, or the type name for a validator used
-    /// with its default configuration.
-    pub name: &'a str,
-    /// The type name the factory was registered under.
-    pub kind: &'a str,
-    /// The validator's own options: a JSON object without the keys the registry handles
-    /// itself (`type`, `description`, `input`, `when`). `{}` when the validator has no options.
-    pub config: &'a Value,
-    /// Directory that relative paths in `config` are resolved against (the configuration
-    /// file's directory; the current directory for built-in profiles).
-    pub base_dir: &'a Path,
-    /// The project root the user chose (`enforce check --root DIR`), which overrides any root
-    /// a validator's configuration names. Validators that check paths use it.
-    pub root: Option<&'a Path>,
-}
-
-impl FactoryInput<'_> {
-    /// Deserializes the options into `T`. Errors name the key path (`forbidden[0].regex`), so
-    /// use `#[serde(deny_unknown_fields)]` on `T` to turn typos into errors.
-    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, BuildError> {
-        Ok(serde_path_to_error::deserialize(self.config)?)
-    }
-
-    /// `path` resolved against [`base_dir`](Self::base_dir) when relative.
-    pub fn resolve(&self, path: &Path) -> PathBuf {
-        if path.is_absolute() {
-            path.to_path_buf()
-        } else {
-            self.base_dir.join(path)
-        }
-    }
-}
 
 /// A validator factory: builds a validator from its configuration, or says what is wrong
 /// with it.
 pub type Factory =
     Box<dyn Fn(&FactoryInput<'_>) -> Result<Box<dyn Validator>, BuildError> + Send + Sync>;
-
-/// Where the validators being built live.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuildEnv {
-    /// Directory relative paths in validator options resolve against.
-    pub base_dir: PathBuf,
-    /// The project root chosen by the user, overriding configured roots.
-    pub root: Option<PathBuf>,
-}
-
-impl Default for BuildEnv {
-    /// Relative paths resolve against the current directory; no root override.
-    fn default() -> Self {
-        BuildEnv {
-            base_dir: PathBuf::from("."),
-            root: None,
-        }
-    }
-}
-
-impl BuildEnv {
-    /// Relative paths resolve against `base_dir`.
-    pub fn new(base_dir: impl Into<PathBuf>) -> Self {
-        BuildEnv {
-            base_dir: base_dir.into(),
-            root: None,
-        }
-    }
-
-    /// Sets the project root override.
-    pub fn with_root(mut self, root: Option<PathBuf>) -> Self {
-        self.root = root;
-        self
-    }
-}
 
 /// A type name could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -225,7 +152,7 @@ impl Registry {
     ///
     /// `spec` is a JSON object (or `null` for "all defaults"): `type` picks the factory and
     /// defaults to `name`; `description` is ignored; `input` and `when` scope the validator
-    /// to a part of the response or make it conditional (see [`crate::scope`]); every other
+    /// to a part of the response or make it conditional (see [`enforce_validators::scope`]); every other
     /// key goes to the factory. Errors carry the key path relative to `spec`.
     pub fn build(
         &self,
@@ -273,7 +200,7 @@ impl Registry {
         } else {
             return Err(BuildError::at("description", "expected a string"));
         }
-        let scope = crate::scope::Scope::from_spec(object)?;
+        let scope = Scope::from_spec(object)?;
         let options: Map<String, Value> = object
             .iter()
             .filter(|(k, _)| !RESERVED_KEYS.contains(&k.as_str()))
@@ -286,10 +213,11 @@ impl Registry {
             config: &options,
             base_dir: &env.base_dir,
             root: env.root.as_deref(),
+            documents: crate::JSON_OR_YAML,
         };
         let validator = factory(&input)?;
         Ok(match scope {
-            Some(scope) => Box::new(crate::scope::Scoped::new(validator, scope)),
+            Some(scope) => Box::new(Scoped::new(validator, scope)),
             None => validator,
         })
     }

@@ -25,7 +25,7 @@
 //! [`ConfigSource::parse`], and hands the four to [`Config`] — see `Config`'s docs.
 //!
 //! ```
-//! use enforce_validators::config::{Config, ConfigSource};
+//! use enforce_config::config::{Config, ConfigSource};
 //! let source = ConfigSource::from_string("enforce.yaml", "profiles:\n  p:\n    validatorz: []\n");
 //! let err = source.parse::<Config>().unwrap_err();
 //! assert_eq!(err.line, Some(3));
@@ -33,8 +33,8 @@
 //! assert!(err.to_string().starts_with("enforce.yaml:3:"), "{err}");
 //! ```
 
-use crate::error::BuildError;
 use enforce_core::{Budget, FailMode, FeedbackTemplate, Language};
+use enforce_validators::BuildError;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -304,17 +304,18 @@ impl ConfigSource {
                 "the configuration is too large",
             ));
         }
-        if let Some(offset) =
-            crate::text::yaml_flow_depth_exceeded(&self.text, crate::text::MAX_YAML_FLOW_DEPTH)
-        {
+        if let Some(offset) = enforce_validators::text::yaml_flow_depth_exceeded(
+            &self.text,
+            enforce_validators::text::MAX_YAML_FLOW_DEPTH,
+        ) {
             return Err(ConfigError {
                 file: Some(self.path.clone()),
-                line: Some(enforce_core::line_of_offset(&self.text, offset) as usize),
+                line: Some(enforce_validators::text::line_of_offset(&self.text, offset) as usize),
                 column: None,
                 key: None,
                 message: format!(
                     "nesting deeper than {} levels",
-                    crate::text::MAX_YAML_FLOW_DEPTH
+                    enforce_validators::text::MAX_YAML_FLOW_DEPTH
                 ),
             });
         }

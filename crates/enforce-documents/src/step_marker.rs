@@ -16,7 +16,7 @@
 //! marker; the inferred step is always a member of the allowed set.
 //!
 //! ```
-//! use enforce_validators::step_marker::{extract_step, StepMarker};
+//! use enforce_documents::step_marker::{extract_step, StepMarker};
 //! use enforce_core::{Context, Validator};
 //! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     let mut f = std::pin::pin!(f);
@@ -32,10 +32,11 @@
 //! assert_eq!(fixed, "What is the goal?\n\n<!-- STEP: what -->");
 //! ```
 
-use crate::error::BuildError;
-use crate::registry::FactoryInput;
-use crate::text::{fences, in_fences};
-use enforce_core::{async_trait, line_of_offset, Context, Issue, Validation, Validator};
+use enforce_core::{async_trait, Context, Issue, Validation, Validator};
+use enforce_validators::text::line_of_offset;
+use enforce_validators::text::{fences, in_fences};
+use enforce_validators::BuildError;
+use enforce_validators::FactoryInput;
 use memchr::memmem;
 use serde::Deserialize;
 
@@ -323,7 +324,7 @@ impl Validator for StepMarker {
                 .with_hint(self.hint(&infer_step(response, &self.allowed)))
                 .at(
                     line(),
-                    crate::text::column_of(response, marker.step_range.start),
+                    enforce_validators::text::column_of(response, marker.step_range.start),
                 ),
             );
         }

@@ -18,7 +18,7 @@
 //! the YAML text, so comments, key order and the rest of the document stay byte for byte.
 //!
 //! ```
-//! use enforce_validators::file_refs::FileRefs;
+//! use enforce_documents::file_refs::FileRefs;
 //! use enforce_core::{Context, Validator};
 //! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     let mut f = std::pin::pin!(f);
@@ -35,9 +35,10 @@
 //! ```
 
 use crate::adr::{find_adr, INVALID_YAML};
-use crate::error::BuildError;
-use crate::registry::FactoryInput;
-use enforce_core::{async_trait, line_of_offset, Context, Issue, Validation, Validator};
+use enforce_core::{async_trait, Context, Issue, Validation, Validator};
+use enforce_validators::text::line_of_offset;
+use enforce_validators::BuildError;
+use enforce_validators::FactoryInput;
 use serde::Deserialize;
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -261,8 +262,11 @@ impl FileRefs {
         let yaml = fm.yaml_text(response);
         if !fm.closed
             || yaml.len() > crate::adr::MAX_FRONT_MATTER_BYTES
-            || crate::text::yaml_flow_depth_exceeded(yaml, crate::text::MAX_YAML_FLOW_DEPTH)
-                .is_some()
+            || enforce_validators::text::yaml_flow_depth_exceeded(
+                yaml,
+                enforce_validators::text::MAX_YAML_FLOW_DEPTH,
+            )
+            .is_some()
         {
             return Ok(Vec::new());
         }
@@ -310,7 +314,7 @@ impl FileRefs {
         // Paths are listed in order: search each one from where the previous one was found,
         // and count lines incrementally, so long lists stay linear.
         let base_line = line_of_offset(response, fm.yaml.start);
-        let mut lines = crate::text::LineCounter::new(yaml);
+        let mut lines = enforce_validators::text::LineCounter::new(yaml);
         let mut cursor = 0;
         for item in items.iter().take(MAX_PATHS) {
             let Some(path) = item.as_str() else {

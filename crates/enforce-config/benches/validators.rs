@@ -5,8 +5,8 @@
 //! Run: `cargo bench -p enforce-validators --bench validators`
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use enforce_config::{BuildEnv, ProfileSet, Registry};
 use enforce_core::{Context, Validator};
-use enforce_validators::{BuildEnv, ProfileSet, Registry};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,7 +110,7 @@ fn benches(c: &mut Criterion) {
         b.iter(|| block_on(step.validate(black_box(&big), &ctx)))
     });
     g.bench_function("extract_step_1MB", |b| {
-        b.iter(|| enforce_validators::extract_step(black_box(&big)))
+        b.iter(|| enforce_documents::extract_step(black_box(&big)))
     });
     let dense = fence_dense_1mb();
     g.bench_function("1MB_fence_every_40_bytes", |b| {

@@ -15,7 +15,7 @@
 //! | `INSUFFICIENT_CRITERIA` | warning: fewer checkboxes than `min_criteria` (default 3) in the acceptance section |
 //!
 //! ```
-//! use enforce_validators::adr::AdrStructure;
+//! use enforce_documents::adr::AdrStructure;
 //! use enforce_core::{Context, Validator};
 //! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     let mut f = std::pin::pin!(f);
@@ -34,10 +34,11 @@
 //! assert!(block_on(AdrStructure::default().validate(chat, &Context::new())).unwrap().is_empty());
 //! ```
 
-use crate::error::BuildError;
-use crate::registry::FactoryInput;
-use crate::text::{fences, in_fences, line_end_incl, Fence};
-use enforce_core::{async_trait, line_of_offset, Context, Issue, Validation, Validator};
+use enforce_core::{async_trait, Context, Issue, Validation, Validator};
+use enforce_validators::text::line_of_offset;
+use enforce_validators::text::{fences, in_fences, line_end_incl, Fence};
+use enforce_validators::BuildError;
+use enforce_validators::FactoryInput;
 use memchr::memmem;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -82,7 +83,7 @@ impl FrontMatter {
     /// A top-level scalar `key: value` of the front matter read by line scan (quotes
     /// stripped), without a YAML parse. `None` when absent.
     pub fn field_value<'a>(&self, text: &'a str, key: &str) -> Option<&'a str> {
-        crate::text::lines_with_offsets(self.yaml_text(text)).find_map(|(_, line)| {
+        enforce_validators::text::lines_with_offsets(self.yaml_text(text)).find_map(|(_, line)| {
             let rest = line.strip_prefix(key)?;
             let value = rest.trim_start().strip_prefix(':')?;
             Some(value.trim().trim_matches(|c| c == '"' || c == '\''))
@@ -152,7 +153,7 @@ fn fence_of(fences: &[Fence], offset: usize) -> Option<usize> {
 pub fn find_adr(text: &str) -> Option<FrontMatter> {
     let bytes = text.as_bytes();
     let mut delims: Vec<usize> = memmem::find_iter(bytes, b"---")
-        .map(|p| crate::text::line_start(bytes, p))
+        .map(|p| enforce_validators::text::line_start(bytes, p))
         .collect();
     delims.dedup();
     delims.retain(|&start| is_delimiter(text, start));
@@ -209,7 +210,7 @@ pub fn headings<'a>(text: &'a str, body: Range<usize>, all_fences: &[Fence]) -> 
         .filter(|f| f.block.start >= body.start && f.block.start < body.end)
         .cloned()
         .collect();
-    for (offset, line) in crate::text::lines_with_offsets(body_text) {
+    for (offset, line) in enforce_validators::text::lines_with_offsets(body_text) {
         let Some(rest) = line.strip_prefix("##") else {
             continue;
         };
@@ -233,7 +234,7 @@ pub fn headings<'a>(text: &'a str, body: Range<usize>, all_fences: &[Fence]) -> 
 
 /// Checkbox lines (`- [ ]`, `- [x]`, `* [ ]`, `+ [X]`) in `section`.
 pub fn count_checkboxes(section: &str) -> usize {
-    crate::text::lines_with_offsets(section)
+    enforce_validators::text::lines_with_offsets(section)
         .filter(|(_, line)| {
             let t = line.trim_start();
             let Some(rest) = t.strip_prefix(['-', '*', '+']) else {
@@ -378,9 +379,10 @@ impl AdrStructure {
             );
             return;
         }
-        if let Some(offset) =
-            crate::text::yaml_flow_depth_exceeded(yaml, crate::text::MAX_YAML_FLOW_DEPTH)
-        {
+        if let Some(offset) = enforce_validators::text::yaml_flow_depth_exceeded(
+            yaml,
+            enforce_validators::text::MAX_YAML_FLOW_DEPTH,
+        ) {
             issues.push(
                 self.issue(
                     INVALID_YAML,
