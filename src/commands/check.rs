@@ -7,7 +7,7 @@
 use crate::config::LoadedConfig;
 use annotate_snippets::{Level, Renderer, Snippet};
 use enforce_config::ProfileSet;
-use enforce_core::{Context, Issue, Outcome, Severity, Status};
+use enforce_core::{Check, Context, Issue, Outcome, Severity, Status};
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -87,7 +87,7 @@ impl Checked {
             .first()
             .map(|a| a.issues.clone())
             .unwrap_or_default();
-        if let Some(u) = &self.outcome.unavailable {
+        if let Some(u) = self.outcome.unavailable() {
             issues.push(Issue::error(
                 u.validator.clone(),
                 enforce_core::VALIDATOR_UNAVAILABLE,
@@ -143,6 +143,11 @@ fn run_inner(args: Args) -> ExitCode {
         return ExitCode::from(2);
     };
     let enforcer = profile.enforcer();
+    let check_mode = if args.fix {
+        Check::Repair
+    } else {
+        Check::Report
+    };
     let mut context = Context::new();
     for (k, v) in &args.context {
         context.insert(k.clone(), v.clone());
@@ -169,7 +174,7 @@ fn run_inner(args: Args) -> ExitCode {
                 continue;
             }
         };
-        let outcome = runtime.block_on(enforcer.check(&text, &context, args.fix));
+        let outcome = runtime.block_on(enforcer.check(&text, &context, check_mode));
         results.push(Checked {
             source: input.clone(),
             text,

@@ -216,9 +216,7 @@ pub fn exit_code(outcome: &Outcome) -> u8 {
     match outcome.status {
         Status::Passed | Status::Repaired => EXIT_OK,
         Status::Unavailable => EXIT_UNAVAILABLE,
-        _ if outcome.stop_reason == StopReason::RunnerFailed || outcome.runner_error.is_some() => {
-            EXIT_RUNNER
-        }
+        _ if matches!(outcome.stop_reason, StopReason::RunnerFailed { .. }) => EXIT_RUNNER,
         Status::Unresolved | Status::Aborted => EXIT_UNRESOLVED,
     }
 }
@@ -332,6 +330,10 @@ mod tests {
         });
         if runner_error {
             v["runner_error"] = serde_json::json!({"kind": "timeout", "after_ms": 5});
+        }
+        if stop_reason == "validator_unavailable" {
+            // The record names the validator beside the stop reason, as the loop writes it.
+            v["unavailable"] = serde_json::json!({"validator": "v", "reason": "down"});
         }
         serde_json::from_value(v).expect("a valid outcome")
     }

@@ -134,7 +134,7 @@ fn benches(c: &mut Criterion) {
     }
     let enforcer = profiles.enforcer("adr").expect("adr");
     g.bench_function("adr_8KB_enforcer_check", |b| {
-        b.iter(|| block_on(enforcer.check(black_box(&adr_text), &ctx, false)))
+        b.iter(|| block_on(enforcer.check(black_box(&adr_text), &ctx, enforce_core::Check::Report)))
     });
     g.throughput(Throughput::Bytes(big.len() as u64));
     g.bench_function("response_1MB", |b| {

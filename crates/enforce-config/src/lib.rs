@@ -32,7 +32,7 @@
 //! # }
 //! let profiles = ProfileSet::builtin(&Registry::builtin(), None).unwrap();
 //! let chat = profiles.enforcer("chat").unwrap();
-//! let outcome = block_on(chat.check("Which database do you use?", &Context::new(), true));
+//! let outcome = block_on(chat.check("Which database do you use?", &Context::new(), enforce_core::Check::Repair));
 //! assert_eq!(outcome.status, Status::Repaired);
 //! assert!(outcome.response.unwrap().ends_with("<!-- STEP: what -->"));
 //! ```

@@ -26,7 +26,7 @@
 //! let profiles = ProfileSet::load(&source, &Registry::builtin(), None).unwrap();
 //! let enforcer = profiles.get("support").unwrap().enforcer();
 //! assert_eq!(enforcer.policy().max_retries, 1);
-//! let outcome = block_on(enforcer.check("Done.\n<!-- STEP: answer -->", &Context::new(), false));
+//! let outcome = block_on(enforcer.check("Done.\n<!-- STEP: answer -->", &Context::new(), enforce_core::Check::Report));
 //! assert_eq!(outcome.status, Status::Passed);
 //! // Built-in profiles are always there.
 //! assert!(profiles.get("chat").is_some() && profiles.get("adr").is_some());
@@ -439,11 +439,11 @@ mod tests {
             vec!["step_marker", "adr_structure", "file_refs"]
         );
         assert_eq!(set.default_profile().unwrap().name(), "chat");
-        let out = block_on(
-            set.enforcer("chat")
-                .unwrap()
-                .check("hi", &Context::new(), false),
-        );
+        let out = block_on(set.enforcer("chat").unwrap().check(
+            "hi",
+            &Context::new(),
+            enforce_core::Check::Report,
+        ));
         assert_eq!(out.status, Status::Unresolved);
         assert_eq!(out.codes(), vec!["MISSING_STEP_MARKER"]);
     }

@@ -42,7 +42,7 @@ fn block(block_type: &str, text: &str, flagged: &[&str]) -> String {
 }
 
 async fn codes(text: &str, ctx: &Context) -> Vec<(String, Severity, bool)> {
-    let out = prose().check(text, ctx, false).await;
+    let out = prose().check(text, ctx, enforce_core::Check::Report).await;
     out.attempts[0]
         .issues
         .iter()

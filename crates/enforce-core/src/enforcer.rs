@@ -1,28 +1,35 @@
 //! The enforcement loop: [`Enforcer`].
 
 use crate::outcome::digest;
+use crate::validator::{push_leaves, repair_leaves, validate_leaves, Found, Leaf, Verdict};
 use crate::{
-    Attempt, BudgetKind, Context, Event, FailMode, Issue, Observer, Outcome, Policy, Reply,
-    Request, Runner, Status, StopReason, UnavailableValidator, Usage, Validator,
+    Attempt, BudgetKind, Context, Event, Issue, Observer, Outcome, Policy, Reply, Request, Runner,
+    Status, StopReason, Usage, Validator,
 };
 use std::time::{Duration, Instant};
 
 /// Code of the warning recorded when a fail-open validator gives no verdict.
 pub const VALIDATOR_UNAVAILABLE: &str = "VALIDATOR_UNAVAILABLE";
 
+/// What [`Enforcer::check`] does about errors in the text it is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Check {
+    /// Report the issues; the text stays as it is.
+    #[default]
+    Report,
+    /// Apply the repairs of the validators that raised errors, then validate the result again.
+    Repair,
+}
+
 /// Runs validators over responses, re-asks with feedback, repairs, and reports an [`Outcome`].
 ///
 /// Cheap to share: wrap it in an `Arc` and call it from many tasks at once; it holds no
 /// per-request state.
+#[derive(Debug)]
 pub struct Enforcer {
     validators: Vec<Box<dyn Validator>>,
     policy: Policy,
-}
-
-/// The verdict of all validators on one text.
-enum Verdict {
-    Issues(Vec<Issue>),
-    Unavailable(UnavailableValidator),
 }
 
 /// Accumulated usage and cost over attempts.
@@ -98,67 +105,13 @@ impl Enforcer {
         }
     }
 
-    /// Runs every validator on `text`. A fail-open validator without verdict becomes a
-    /// `VALIDATOR_UNAVAILABLE` warning; a fail-closed one ends the verdict.
-    async fn validate_all(&self, text: &str, context: &Context) -> Verdict {
-        let mut issues = Vec::new();
-        for v in &self.validators {
-            match v.validate(text, context).await {
-                Ok(found) => issues.extend(found),
-                Err(unavailable) => match v.fail_mode().unwrap_or(self.policy.on_unavailable) {
-                    FailMode::Closed => {
-                        return Verdict::Unavailable(UnavailableValidator {
-                            validator: v.name().to_string(),
-                            reason: unavailable.reason,
-                        })
-                    }
-                    FailMode::Open => issues.push(
-                        Issue::warning(
-                            v.name(),
-                            VALIDATOR_UNAVAILABLE,
-                            format!("not checked: {}", unavailable.reason),
-                        )
-                        .with_hint(
-                            "the validator failed open; the response was passed without this check",
-                        ),
-                    ),
-                },
-            }
+    /// The validators the loop runs one by one: groups opened up into their members.
+    fn leaves(&self) -> Vec<Leaf<'_>> {
+        let mut leaves = Vec::with_capacity(self.validators.len());
+        for validator in &self.validators {
+            push_leaves(validator.as_ref(), None, &mut leaves);
         }
-        Verdict::Issues(issues)
-    }
-
-    /// Applies the repairs of every validator that raised an error, in validator order.
-    /// Returns the repaired text and the validators whose repair changed it.
-    fn apply_repairs(
-        &self,
-        text: &str,
-        context: &Context,
-        issues: &[Issue],
-        observer: &dyn Observer,
-    ) -> (String, Vec<String>) {
-        let mut current = text.to_string();
-        let mut applied = Vec::new();
-        for v in &self.validators {
-            let own: Vec<Issue> = issues
-                .iter()
-                .filter(|i| i.is_error() && i.validator == v.name())
-                .cloned()
-                .collect();
-            if own.is_empty() {
-                continue;
-            }
-            if let Some(repaired) = v.repair(&current, context, &own) {
-                if repaired != current {
-                    observer.on_event(&Event::Repaired {
-                        validator: v.name(),
-                    });
-                    applied.push(v.name().to_string());
-                    current = repaired;
-                }
-            }
-        }
-        (current, applied)
+        leaves
     }
 
     /// Which budget, if any, forbids another attempt.
@@ -199,7 +152,7 @@ impl Enforcer {
         let mut run = Run::new(self, context, observer, true);
         let max_attempts = self.max_attempts();
         // The reply being improved, its issues, and the feedback about them.
-        let mut previous: Option<(Reply, Vec<Issue>, String)> = None;
+        let mut previous: Option<(Reply, Found, String)> = None;
 
         loop {
             let number = run.next_number();
@@ -217,38 +170,35 @@ impl Enforcer {
                 Ok(reply) => reply,
                 Err(error) => {
                     run.spent.runner += runner_time;
-                    let last = previous.map(|(reply, issues, _)| (reply.text, issues));
-                    let mut outcome = run.finish(Status::Aborted, StopReason::RunnerFailed, last);
-                    outcome.runner_error = Some(error);
-                    return outcome;
+                    let last = previous.map(|(reply, found, _)| (reply.text, found.issues));
+                    return run.finish(Status::Aborted, StopReason::RunnerFailed { error }, last);
                 }
             };
             run.spent.add(&reply, runner_time);
 
             let validating = Instant::now();
-            let verdict = self.validate_all(&reply.text, context).await;
+            let verdict = run.validate(&reply.text).await;
             let validation_time = validating.elapsed();
-            let issues = match verdict {
-                Verdict::Issues(issues) => issues,
-                Verdict::Unavailable(which) => {
+            let found = match verdict {
+                Verdict::Found(found) => found,
+                Verdict::Unavailable(unavailable) => {
                     run.record(number, &reply, Vec::new(), runner_time, validation_time);
-                    let mut outcome = run.finish(
+                    return run.finish(
                         Status::Unavailable,
-                        StopReason::ValidatorUnavailable,
+                        StopReason::ValidatorUnavailable { unavailable },
                         Some((reply.text, Vec::new())),
                     );
-                    outcome.unavailable = Some(which);
-                    return outcome;
                 }
             };
+            let issues = &found.issues;
             observer.on_event(&Event::Validated {
                 attempt: number,
                 response: &reply.text,
-                issues: &issues,
+                issues,
             });
             run.record(number, &reply, issues.clone(), runner_time, validation_time);
 
-            let codes = error_codes(&issues);
+            let codes = error_codes(issues);
             let stop = if codes.is_empty() {
                 Some(StopReason::Clean)
             } else if issues.iter().any(|i| i.is_error() && !i.repairable) {
@@ -257,7 +207,7 @@ impl Enforcer {
                 Some(StopReason::RetriesExhausted)
             } else if previous
                 .as_ref()
-                .is_some_and(|(_, prev, _)| error_codes(prev) == codes)
+                .is_some_and(|(_, prev, _)| error_codes(&prev.issues) == codes)
             {
                 Some(StopReason::NoProgress)
             } else {
@@ -266,51 +216,53 @@ impl Enforcer {
             };
 
             if let Some(reason) = stop {
-                return run.conclude(reason, reply.text, issues, true).await;
+                return run.conclude(reason, reply.text, found, true).await;
             }
 
-            let feedback = self.policy.feedback.build(&issues);
+            let feedback = self.policy.feedback.build(issues);
             observer.on_event(&Event::Retrying {
                 attempt: number.saturating_add(1),
                 max_attempts,
-                issues: &issues,
+                issues,
                 feedback: &feedback,
             });
-            previous = Some((reply, issues, feedback));
+            previous = Some((reply, found, feedback));
         }
     }
 
-    /// Checks `text` without a runner: validates it and, with `fix`, applies the repairs.
+    /// Checks `text` without a runner: validates it and, with [`Check::Repair`], applies the
+    /// repairs.
     ///
-    /// The outcome has one attempt; status is `passed`, `repaired` (only with `fix`),
-    /// `unresolved`, `aborted` (a hard-abort error remains) or `unavailable`. The policy's
-    /// fallback is never substituted: a check reports on the text it was given.
-    pub async fn check(&self, text: &str, context: &Context, fix: bool) -> Outcome {
+    /// The outcome has one attempt; status is `passed`, `repaired` (only with
+    /// [`Check::Repair`]), `unresolved`, `aborted` (a hard-abort error remains) or
+    /// `unavailable`. The policy's fallback is never substituted: a check reports on the text it
+    /// was given.
+    pub async fn check(&self, text: &str, context: &Context, mode: Check) -> Outcome {
         let mut run = Run::new(self, context, &(), false);
         let reply = Reply::text(text);
-        let verdict = self.validate_all(text, context).await;
+        let verdict = run.validate(text).await;
         let validation_time = run.started.elapsed();
         match verdict {
-            Verdict::Unavailable(which) => {
+            Verdict::Unavailable(unavailable) => {
                 run.record(1, &reply, Vec::new(), Duration::ZERO, validation_time);
-                let mut outcome = run.finish(
+                run.finish(
                     Status::Unavailable,
-                    StopReason::ValidatorUnavailable,
+                    StopReason::ValidatorUnavailable { unavailable },
                     Some((reply.text, Vec::new())),
-                );
-                outcome.unavailable = Some(which);
-                outcome
+                )
             }
-            Verdict::Issues(issues) => {
+            Verdict::Found(found) => {
+                let issues = &found.issues;
                 run.record(1, &reply, issues.clone(), Duration::ZERO, validation_time);
-                let reason = if error_codes(&issues).is_empty() {
+                let reason = if error_codes(issues).is_empty() {
                     StopReason::Clean
                 } else if issues.iter().any(|i| i.is_error() && !i.repairable) {
                     StopReason::HardAbort
                 } else {
                     StopReason::CheckOnly
                 };
-                run.conclude(reason, reply.text, issues, fix).await
+                run.conclude(reason, reply.text, found, mode == Check::Repair)
+                    .await
             }
         }
     }
@@ -319,6 +271,8 @@ impl Enforcer {
 /// The state of one enforcement while it runs.
 struct Run<'a> {
     enforcer: &'a Enforcer,
+    /// The enforcer's validators with groups opened up, in order.
+    leaves: Vec<Leaf<'a>>,
     context: &'a Context,
     observer: &'a dyn Observer,
     started: Instant,
@@ -336,6 +290,7 @@ impl<'a> Run<'a> {
     ) -> Self {
         Run {
             enforcer,
+            leaves: enforcer.leaves(),
             context,
             observer,
             started: Instant::now(),
@@ -343,6 +298,20 @@ impl<'a> Run<'a> {
             attempts: Vec::new(),
             use_fallback,
         }
+    }
+
+    /// Runs every validator on `text`; the policy decides for those without a fail mode.
+    async fn validate(&self, text: &str) -> Verdict {
+        let default = self.enforcer.policy.on_unavailable;
+        validate_leaves(&self.leaves, text, self.context, default).await
+    }
+
+    /// Applies the repairs of every validator that raised an error, in validator order.
+    /// Returns the repaired text and the names of the validators whose repair changed it.
+    fn repair(&self, text: &str, found: &Found) -> (String, Vec<String>) {
+        repair_leaves(&self.leaves, text, self.context, found, |validator| {
+            self.observer.on_event(&Event::Repaired { validator });
+        })
     }
 
     fn next_number(&self) -> u32 {
@@ -378,37 +347,37 @@ impl<'a> Run<'a> {
         mut self,
         reason: StopReason,
         text: String,
-        issues: Vec<Issue>,
+        found: Found,
         try_repair: bool,
     ) -> Outcome {
-        if reason == StopReason::Clean {
-            return self.finish(Status::Passed, reason, Some((text, issues)));
+        if matches!(reason, StopReason::Clean) {
+            return self.finish(Status::Passed, reason, Some((text, found.issues)));
         }
         if try_repair {
-            let (repaired, applied) =
-                self.enforcer
-                    .apply_repairs(&text, self.context, &issues, self.observer);
+            let (repaired, applied) = self.repair(&text, &found);
             if !applied.is_empty() {
                 if let Some(last) = self.attempts.last_mut() {
                     last.repairs = applied;
                 }
-                if let Verdict::Issues(after) =
-                    self.enforcer.validate_all(&repaired, self.context).await
-                {
-                    if error_codes(&after).is_empty() {
-                        return self.finish(Status::Repaired, reason, Some((repaired, after)));
+                if let Verdict::Found(after) = self.validate(&repaired).await {
+                    if error_codes(&after.issues).is_empty() {
+                        return self.finish(
+                            Status::Repaired,
+                            reason,
+                            Some((repaired, after.issues)),
+                        );
                     }
                 }
                 // Still failing (or no verdict): the half-repaired text is not passed on; the
                 // last response is returned as it came, with its own issues.
             }
         }
-        let status = if reason == StopReason::HardAbort {
+        let status = if matches!(reason, StopReason::HardAbort) {
             Status::Aborted
         } else {
             Status::Unresolved
         };
-        self.finish(status, reason, Some((text, issues)))
+        self.finish(status, reason, Some((text, found.issues)))
     }
 
     /// Builds the outcome; substitutes the fallback text when the status is a failure.
@@ -444,8 +413,6 @@ impl<'a> Run<'a> {
             warnings,
             attempts: self.attempts,
             fallback_used,
-            runner_error: None,
-            unavailable: None,
             session_id,
             usage: self.spent.usage,
             cost_usd: self.spent.cost_usd,

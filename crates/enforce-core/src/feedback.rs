@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 /// A built-in feedback language.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Language {
     /// English.
     #[default]

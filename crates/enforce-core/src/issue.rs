@@ -6,7 +6,7 @@ use std::fmt;
 /// How much an issue matters.
 ///
 /// Errors fail a response and trigger a re-ask; warnings travel with the outcome and never trigger
-/// a retry.
+/// a retry. Exhaustive: the loop's rules are defined over exactly these two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
@@ -39,7 +39,7 @@ impl fmt::Display for Severity {
 /// what to do about it; both end up in the feedback sent to the model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Issue {
-    /// Name of the validator that raised the issue.
+    /// Name of the validator that raised the issue; the loop fills it in when it is empty.
     pub validator: String,
     /// Stable issue code.
     pub code: String,
@@ -61,22 +61,30 @@ pub struct Issue {
 }
 
 impl Issue {
+    /// An issue without validator name, hint or location; repairable.
+    ///
+    /// The loop fills in the name of the validator that returned it (see
+    /// [`Validator`](crate::Validator)), so a validator need not spell its own name out.
+    pub fn new(severity: Severity, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Issue {
+            validator: String::new(),
+            code: code.into(),
+            message: message.into(),
+            hint: None,
+            severity,
+            repairable: true,
+            line: None,
+            column: None,
+        }
+    }
+
     /// A repairable error without hint or location.
     pub fn error(
         validator: impl Into<String>,
         code: impl Into<String>,
         message: impl Into<String>,
     ) -> Self {
-        Issue {
-            validator: validator.into(),
-            code: code.into(),
-            message: message.into(),
-            hint: None,
-            severity: Severity::Error,
-            repairable: true,
-            line: None,
-            column: None,
-        }
+        Issue::new(Severity::Error, code, message).with_validator(validator)
     }
 
     /// A warning without hint or location.
@@ -89,6 +97,20 @@ impl Issue {
             severity: Severity::Warning,
             ..Issue::error(validator, code, message)
         }
+    }
+
+    /// Names the validator the issue belongs to (one reporting on another's behalf).
+    pub fn with_validator(mut self, validator: impl Into<String>) -> Self {
+        self.validator = validator.into();
+        self
+    }
+
+    /// Names the validator `name` unless the issue already names one: how the loop stamps.
+    pub(crate) fn or_validator(mut self, name: &str) -> Self {
+        if self.validator.is_empty() {
+            self.validator.push_str(name);
+        }
+        self
     }
 
     /// Adds a hint.

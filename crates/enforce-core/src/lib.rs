@@ -39,6 +39,7 @@
 //! assert!(runner.calls()[1].feedback().unwrap().contains("MISSING_OK"));
 //! ```
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
 mod context;
@@ -55,17 +56,17 @@ mod validator;
 
 pub use async_trait::async_trait;
 pub use context::Context;
-pub use enforcer::{Enforcer, VALIDATOR_UNAVAILABLE};
+pub use enforcer::{Check, Enforcer, VALIDATOR_UNAVAILABLE};
 pub use feedback::{Feedback, FeedbackTemplate, Language};
 pub use issue::{Issue, Severity};
 pub use observer::{Event, Observer};
-pub use outcome::{digest, Attempt, Outcome, Status, StopReason, UnavailableValidator};
-pub use policy::{Budget, BudgetKind, Policy};
+pub use outcome::{Attempt, Outcome, Status, StopReason, UnavailableValidator};
+pub use policy::{Budget, BudgetKind, Policy, PolicyBuilder};
 pub use runner::{
     stateless_follow_up_messages, Message, Reply, Request, Role, Runner, RunnerError, Usage,
 };
 pub use scripted::{ScriptedCall, ScriptedRunner};
-pub use validator::{FailMode, Unavailable, Validation, Validator};
+pub use validator::{FailMode, Unavailable, Validation, Validator, ValidatorExt, WithFailMode};
 
 /// The examples in README.md are compiled and run as doctests.
 #[cfg(doctest)]

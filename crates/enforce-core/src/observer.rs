@@ -1,6 +1,7 @@
 //! Watching the loop as it runs: [`Observer`] and [`Event`].
 
 use crate::{Issue, Status};
+use std::fmt;
 
 /// Something that happened in the loop. The proxy turns these into keep-alives, status events
 /// and metrics; the demo prints them.
@@ -47,10 +48,49 @@ pub enum Event<'a> {
 }
 
 /// Receives [`Event`]s. Called inline from the loop, so it must be quick (send to a channel,
-/// bump a counter).
+/// bump a counter). A closure `Fn(&Event)` is an observer too.
+///
+/// ```
+/// use enforce_core::{Context, Enforcer, Event, Observer, Request, ScriptedRunner, Status};
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     let mut f = std::pin::pin!(f);
+/// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+/// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+/// # }
+///
+/// /// Counts the asks, e.g. for a metric.
+/// #[derive(Default)]
+/// struct AskCounter(AtomicU32);
+///
+/// impl Observer for AskCounter {
+///     fn on_event(&self, event: &Event<'_>) {
+///         // Events are non-exhaustive: new kinds may arrive, so keep a catch-all.
+///         match event {
+///             Event::Asking { .. } => { self.0.fetch_add(1, Ordering::Relaxed); }
+///             _ => {}
+///         }
+///     }
+/// }
+///
+/// let counter = AskCounter::default();
+/// let runner = ScriptedRunner::texts(["any answer"]);
+/// let enforcer = Enforcer::new(Vec::new());
+/// let outcome = block_on(enforcer.run_observed(
+///     &runner, &Request::prompt("Hi"), &Context::new(), &counter,
+/// ));
+/// assert_eq!(outcome.status, Status::Passed);
+/// assert_eq!(counter.0.load(Ordering::Relaxed), 1);
+/// ```
 pub trait Observer: Send + Sync {
     /// Called for each event.
     fn on_event(&self, event: &Event<'_>);
+}
+
+impl fmt::Debug for dyn Observer + '_ {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Observer").finish_non_exhaustive()
+    }
 }
 
 /// Observes nothing.

@@ -1,10 +1,15 @@
 //! What the loop returns: [`Outcome`], its [`Status`] and the audit of every [`Attempt`].
 
 use crate::{BudgetKind, Issue, RunnerError, Usage};
-use serde::{Deserialize, Serialize};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// The final verdict. The strings are stable: the CLI, the proxy and dashboards use them.
+///
+/// Deliberately exhaustive (unlike [`StopReason`]): every consumer has to decide what each
+/// verdict means (an exit code, an HTTP status, deliver or not), so a new verdict must not slip
+/// through a `_` arm; it would be a breaking change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
@@ -45,9 +50,14 @@ impl fmt::Display for Status {
     }
 }
 
-/// Why the loop stopped asking.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "reason", rename_all = "snake_case")]
+/// Why the loop stopped asking. A stop that has details carries them: the runner's error, the
+/// validator that gave no verdict, the budget that ran out.
+///
+/// On its own it serializes as its audit tag (`{"reason": "runner_failed"}`,
+/// `{"reason": "budget", "budget": "tokens"}`): the proxy sends that to clients. In the audit
+/// record the details sit beside it, in `runner_error` and `unavailable` (see [`Outcome`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StopReason {
     /// The last response had no errors.
     Clean,
@@ -63,10 +73,67 @@ pub enum StopReason {
         budget: BudgetKind,
     },
     /// The runner failed.
-    RunnerFailed,
+    RunnerFailed {
+        /// How it failed.
+        error: RunnerError,
+    },
     /// A fail-closed validator was unavailable.
-    ValidatorUnavailable,
+    ValidatorUnavailable {
+        /// Which validator, and why.
+        unavailable: UnavailableValidator,
+    },
     /// A runner-free check: there was nobody to ask.
+    CheckOnly,
+}
+
+impl StopReason {
+    /// The runner's failure, for [`StopReason::RunnerFailed`].
+    pub fn runner_error(&self) -> Option<&RunnerError> {
+        match self {
+            StopReason::RunnerFailed { error } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The validator that gave no verdict, for [`StopReason::ValidatorUnavailable`].
+    pub fn unavailable(&self) -> Option<&UnavailableValidator> {
+        match self {
+            StopReason::ValidatorUnavailable { unavailable } => Some(unavailable),
+            _ => None,
+        }
+    }
+
+    fn tag(&self) -> StopTag {
+        match self {
+            StopReason::Clean => StopTag::Clean,
+            StopReason::RetriesExhausted => StopTag::RetriesExhausted,
+            StopReason::HardAbort => StopTag::HardAbort,
+            StopReason::NoProgress => StopTag::NoProgress,
+            StopReason::Budget { budget } => StopTag::Budget { budget: *budget },
+            StopReason::RunnerFailed { .. } => StopTag::RunnerFailed,
+            StopReason::ValidatorUnavailable { .. } => StopTag::ValidatorUnavailable,
+            StopReason::CheckOnly => StopTag::CheckOnly,
+        }
+    }
+}
+
+impl Serialize for StopReason {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.tag().serialize(serializer)
+    }
+}
+
+/// The stop reason as the audit record spells it: the tag without the details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+enum StopTag {
+    Clean,
+    RetriesExhausted,
+    HardAbort,
+    NoProgress,
+    Budget { budget: BudgetKind },
+    RunnerFailed,
+    ValidatorUnavailable,
     CheckOnly,
 }
 
@@ -109,11 +176,15 @@ pub struct Attempt {
 }
 
 /// The result of one enforcement, serializable as one JSON audit record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// The record's shape is a public contract: besides the fields below it has `runner_error` and
+/// `unavailable` (each `null` unless the stop reason carries it), in the order of
+/// [`to_json_line`](Outcome::to_json_line).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     /// The verdict.
     pub status: Status,
-    /// Why the loop stopped asking.
+    /// Why the loop stopped asking, with the runner's error or the unavailable validator.
     pub stop_reason: StopReason,
     /// The final response: the passing or repaired text, the fallback, or the last response as
     /// it came (check `status` before passing it on). `None` when no response was received.
@@ -125,22 +196,12 @@ pub struct Outcome {
     /// Every attempt, in order.
     pub attempts: Vec<Attempt>,
     /// `true` when `response` is the policy's fallback text.
-    #[serde(default)]
     pub fallback_used: bool,
-    /// The runner's failure, when `stop_reason` is `runner_failed`.
-    #[serde(default)]
-    pub runner_error: Option<RunnerError>,
-    /// The validator that gave no verdict, when status is `unavailable`.
-    #[serde(default)]
-    pub unavailable: Option<UnavailableValidator>,
     /// The last runner session id, so a later turn can continue it.
-    #[serde(default)]
     pub session_id: Option<String>,
     /// Token usage summed over attempts (`None` when the runner reported none).
-    #[serde(default)]
     pub usage: Option<Usage>,
     /// Cost summed over attempts (`None` when the runner reported none).
-    #[serde(default)]
     pub cost_usd: Option<f64>,
     /// Wall time of the whole enforcement, in microseconds.
     pub total_us: u64,
@@ -149,7 +210,143 @@ pub struct Outcome {
     pub runner_us: u64,
 }
 
+/// The audit record as written: the stop reason's details sit beside its tag. Field order and
+/// names are the public contract; keep them in step with [`OutcomeRecord`].
+#[derive(Serialize)]
+struct OutcomeRecordRef<'a> {
+    status: Status,
+    stop_reason: StopTag,
+    response: &'a Option<String>,
+    issues: &'a [Issue],
+    warnings: &'a [Issue],
+    attempts: &'a [Attempt],
+    fallback_used: bool,
+    runner_error: Option<&'a RunnerError>,
+    unavailable: Option<&'a UnavailableValidator>,
+    session_id: &'a Option<String>,
+    usage: Option<Usage>,
+    cost_usd: Option<f64>,
+    total_us: u64,
+    runner_us: u64,
+}
+
+/// The audit record as read.
+#[derive(Deserialize)]
+struct OutcomeRecord {
+    status: Status,
+    stop_reason: StopTag,
+    response: Option<String>,
+    issues: Vec<Issue>,
+    warnings: Vec<Issue>,
+    attempts: Vec<Attempt>,
+    #[serde(default)]
+    fallback_used: bool,
+    #[serde(default)]
+    runner_error: Option<RunnerError>,
+    #[serde(default)]
+    unavailable: Option<UnavailableValidator>,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    cost_usd: Option<f64>,
+    total_us: u64,
+    runner_us: u64,
+}
+
+/// An audit record whose stop reason and details disagree.
+#[derive(Debug, thiserror::Error)]
+enum InconsistentRecord {
+    #[error("stop_reason `runner_failed` needs `runner_error`")]
+    MissingRunnerError,
+    #[error("stop_reason `validator_unavailable` needs `unavailable`")]
+    MissingUnavailable,
+    #[error("`runner_error` is set, but stop_reason is not `runner_failed`")]
+    StrayRunnerError,
+    #[error("`unavailable` is set, but stop_reason is not `validator_unavailable`")]
+    StrayUnavailable,
+}
+
+impl OutcomeRecord {
+    fn into_outcome(self) -> Result<Outcome, InconsistentRecord> {
+        let r = self;
+        let stop_reason = match (r.stop_reason, r.runner_error, r.unavailable) {
+            (StopTag::RunnerFailed, Some(error), None) => StopReason::RunnerFailed { error },
+            (StopTag::RunnerFailed, None, _) => return Err(InconsistentRecord::MissingRunnerError),
+            (StopTag::ValidatorUnavailable, None, Some(unavailable)) => {
+                StopReason::ValidatorUnavailable { unavailable }
+            }
+            (StopTag::ValidatorUnavailable, _, None) => {
+                return Err(InconsistentRecord::MissingUnavailable)
+            }
+            (_, Some(_), _) => return Err(InconsistentRecord::StrayRunnerError),
+            (_, _, Some(_)) => return Err(InconsistentRecord::StrayUnavailable),
+            (StopTag::Clean, None, None) => StopReason::Clean,
+            (StopTag::RetriesExhausted, None, None) => StopReason::RetriesExhausted,
+            (StopTag::HardAbort, None, None) => StopReason::HardAbort,
+            (StopTag::NoProgress, None, None) => StopReason::NoProgress,
+            (StopTag::Budget { budget }, None, None) => StopReason::Budget { budget },
+            (StopTag::CheckOnly, None, None) => StopReason::CheckOnly,
+        };
+        Ok(Outcome {
+            status: r.status,
+            stop_reason,
+            response: r.response,
+            issues: r.issues,
+            warnings: r.warnings,
+            attempts: r.attempts,
+            fallback_used: r.fallback_used,
+            session_id: r.session_id,
+            usage: r.usage,
+            cost_usd: r.cost_usd,
+            total_us: r.total_us,
+            runner_us: r.runner_us,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Outcome {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        OutcomeRecord::deserialize(deserializer)?
+            .into_outcome()
+            .map_err(D::Error::custom)
+    }
+}
+
+impl Serialize for Outcome {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        OutcomeRecordRef {
+            status: self.status,
+            stop_reason: self.stop_reason.tag(),
+            response: &self.response,
+            issues: &self.issues,
+            warnings: &self.warnings,
+            attempts: &self.attempts,
+            fallback_used: self.fallback_used,
+            runner_error: self.stop_reason.runner_error(),
+            unavailable: self.stop_reason.unavailable(),
+            session_id: &self.session_id,
+            usage: self.usage,
+            cost_usd: self.cost_usd,
+            total_us: self.total_us,
+            runner_us: self.runner_us,
+        }
+        .serialize(serializer)
+    }
+}
+
 impl Outcome {
+    /// The runner's failure, when the loop stopped because of it.
+    pub fn runner_error(&self) -> Option<&RunnerError> {
+        self.stop_reason.runner_error()
+    }
+
+    /// The validator that gave no verdict, when status is `unavailable`.
+    pub fn unavailable(&self) -> Option<&UnavailableValidator> {
+        self.stop_reason.unavailable()
+    }
+
     /// The error codes remaining, in order.
     pub fn codes(&self) -> Vec<&str> {
         self.issues.iter().map(|i| i.code.as_str()).collect()
@@ -166,10 +363,10 @@ impl Outcome {
             let codes: Vec<&str> = self.warnings.iter().map(|i| i.code.as_str()).collect();
             line.push_str(&format!(" (warnings: {})", codes.join(", ")));
         }
-        if let Some(err) = &self.runner_error {
+        if let Some(err) = self.runner_error() {
             line.push_str(&format!(" (runner: {err})"));
         }
-        if let Some(u) = &self.unavailable {
+        if let Some(u) = self.unavailable() {
             line.push_str(&format!(" ({} unavailable: {})", u.validator, u.reason));
         }
         line
@@ -182,8 +379,8 @@ impl Outcome {
     }
 }
 
-/// FNV-1a 64-bit digest of `text`, as 16 hex digits.
-pub fn digest(text: &str) -> String {
+/// FNV-1a 64-bit digest of `text`, as 16 hex digits: `Attempt::response_digest`.
+pub(crate) fn digest(text: &str) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in text.as_bytes() {
         hash ^= u64::from(b);

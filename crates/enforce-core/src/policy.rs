@@ -28,6 +28,7 @@ impl Budget {
 /// Which budget ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum BudgetKind {
     /// `max_attempts`.
     Attempts,
@@ -40,7 +41,24 @@ pub enum BudgetKind {
 }
 
 /// The rules of the loop.
+///
+/// Build one with [`Policy::builder`] (or start from `Policy::default()` and set fields): new
+/// rules get a default, so code that builds a policy keeps compiling when they arrive.
+///
+/// ```
+/// use enforce_core::{Budget, FailMode, Policy};
+///
+/// let policy = Policy::builder()
+///     .max_retries(1)
+///     .budget(Budget { max_tokens: Some(10_000), ..Budget::default() })
+///     .on_unavailable(FailMode::Open)
+///     .fallback("Sorry, {{name}}, no valid answer this time.")
+///     .build();
+/// assert_eq!(policy.max_retries, 1);
+/// assert_eq!(Policy::builder().build().max_retries, Policy::default().max_retries);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Policy {
     /// Re-asks after the first attempt (default 2).
     pub max_retries: u32,
@@ -64,5 +82,56 @@ impl Default for Policy {
             on_unavailable: FailMode::Closed,
             fallback: None,
         }
+    }
+}
+
+impl Policy {
+    /// A builder starting from the defaults.
+    pub fn builder() -> PolicyBuilder {
+        PolicyBuilder::default()
+    }
+}
+
+/// Builds a [`Policy`]; every rule not set keeps its default.
+#[derive(Debug, Clone, Default)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct PolicyBuilder {
+    policy: Policy,
+}
+
+impl PolicyBuilder {
+    /// Re-asks after the first attempt.
+    pub fn max_retries(mut self, max_retries: u32) -> Self {
+        self.policy.max_retries = max_retries;
+        self
+    }
+
+    /// The feedback sent with a re-ask.
+    pub fn feedback(mut self, feedback: Feedback) -> Self {
+        self.policy.feedback = feedback;
+        self
+    }
+
+    /// Limits checked before every re-ask.
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.policy.budget = budget;
+        self
+    }
+
+    /// What an unavailable validator means, unless it says itself.
+    pub fn on_unavailable(mut self, mode: FailMode) -> Self {
+        self.policy.on_unavailable = mode;
+        self
+    }
+
+    /// The fallback template for unresolved and aborted runs.
+    pub fn fallback(mut self, template: impl Into<String>) -> Self {
+        self.policy.fallback = Some(template.into());
+        self
+    }
+
+    /// The policy.
+    pub fn build(self) -> Policy {
+        self.policy
     }
 }

@@ -3,9 +3,11 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::fmt;
 use std::time::Duration;
 
-/// Who said a [`Message`].
+/// Who said a [`Message`]. Exhaustive: runners map every role onto their wire format, and a new
+/// role (tool results, ...) would need a new message shape anyway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -132,8 +134,9 @@ impl Reply {
 }
 
 /// Why a runner gave no reply. Each arm keeps the runner's own words.
-#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RunnerError {
     /// The runner did not answer in time (and was stopped).
     #[error("runner timed out after {} ms", .after_ms)]
@@ -173,6 +176,53 @@ pub enum RunnerError {
 /// A runner with sessions (the Claude CLI's `--resume`) sends only the feedback and continues
 /// `previous.session_id`; a stateless one sends the original messages, the previous answer and the
 /// feedback, never every earlier attempt, so the context does not grow with retries.
+///
+/// ```
+/// use enforce_core::{async_trait, stateless_follow_up_messages, Context, Enforcer, Issue,
+///                    Reply, Request, Runner, RunnerError, Status, Validation, Validator};
+/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     let mut f = std::pin::pin!(f);
+/// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+/// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+/// # }
+///
+/// /// A stand-in "model" that shouts once it is told to.
+/// struct Parrot;
+///
+/// #[async_trait]
+/// impl Runner for Parrot {
+///     async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+///         let prompt = request.last_user_text().ok_or(RunnerError::Protocol {
+///             message: "no user message".into(),
+///         })?;
+///         Ok(Reply::text(prompt))
+///     }
+///     async fn follow_up(&self, request: &Request, previous: &Reply, feedback: &str)
+///         -> Result<Reply, RunnerError> {
+///         // A stateless model gets the conversation, its last answer and the feedback.
+///         let messages = stateless_follow_up_messages(request, previous, feedback);
+///         assert_eq!(messages.len(), request.messages.len() + 2);
+///         Ok(Reply::text(previous.text.to_uppercase()))
+///     }
+/// }
+///
+/// struct Shouted;
+///
+/// #[async_trait]
+/// impl Validator for Shouted {
+///     fn name(&self) -> &str { "shouted" }
+///     async fn validate(&self, response: &str, _: &Context) -> Validation {
+///         Ok(if response == response.to_uppercase() { vec![] } else {
+///             vec![Issue::error("shouted", "NOT_SHOUTED", "Write in capitals.")]
+///         })
+///     }
+/// }
+///
+/// let enforcer = Enforcer::new(vec![Box::new(Shouted)]);
+/// let outcome = block_on(enforcer.run(&Parrot, &Request::prompt("hello"), &Context::new()));
+/// assert_eq!(outcome.status, Status::Passed);
+/// assert_eq!(outcome.response.as_deref(), Some("HELLO"));
+/// ```
 #[async_trait]
 pub trait Runner: Send + Sync {
     /// The first ask.
@@ -185,6 +235,12 @@ pub trait Runner: Send + Sync {
         previous: &Reply,
         feedback: &str,
     ) -> Result<Reply, RunnerError>;
+}
+
+impl fmt::Debug for dyn Runner + '_ {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runner").finish_non_exhaustive()
+    }
 }
 
 #[async_trait]

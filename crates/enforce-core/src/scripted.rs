@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// One call a [`ScriptedRunner`] received.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ScriptedCall {
     /// A first ask.
     Ask {

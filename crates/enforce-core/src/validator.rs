@@ -1,8 +1,10 @@
 //! The [`Validator`] trait: one check of one response.
 
-use crate::{Context, Issue};
+use crate::{Context, Issue, UnavailableValidator, VALIDATOR_UNAVAILABLE};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
 /// A validator could not give a verdict because something outside the process failed (a
@@ -23,7 +25,8 @@ impl Unavailable {
     }
 }
 
-/// What the loop does when a validator is [`Unavailable`].
+/// What the loop does when a validator is [`Unavailable`]. Exhaustive: open or closed is the
+/// whole question.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailMode {
@@ -39,10 +42,51 @@ pub type Validation = Result<Vec<Issue>, Unavailable>;
 
 /// One check of a response, with an optional deterministic repair.
 ///
-/// Validators compose at run time: the [`Enforcer`](crate::Enforcer) holds a
-/// `Vec<Box<dyn Validator>>` and runs them in order. `validate` is async because some checks do
-/// I/O (external commands, HTTP); built-in text checks do only their scan and return a ready
-/// future.
+/// The [`Enforcer`](crate::Enforcer) runs its validators in order. `validate` is async because
+/// some checks do I/O (external commands, HTTP); built-in text checks do only their scan and
+/// return a ready future.
+///
+/// Issues returned with an empty `validator` (built with [`Issue::new`]) get this validator's
+/// [`name`](Validator::name) from the loop, so repairs and reports find them without every
+/// validator spelling its name out.
+///
+/// Validators compose: a `Vec` of validators and an `Option` of one are validators too, and
+/// [`ValidatorExt`] adds adapters (`with_fail_mode`, `boxed`). The loop looks through a group
+/// ([`members`](Validator::members)) and treats each member as if it had been listed on its own.
+///
+/// ```
+/// use enforce_core::{async_trait, Check, Context, Enforcer, Issue, Severity, Status,
+///                    Validation, Validator};
+/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     let mut f = std::pin::pin!(f);
+/// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+/// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+/// # }
+///
+/// /// Every answer must end with a full stop; the repair adds one.
+/// struct FullStop;
+///
+/// #[async_trait]
+/// impl Validator for FullStop {
+///     fn name(&self) -> &str { "full_stop" }
+///     async fn validate(&self, response: &str, _: &Context) -> Validation {
+///         Ok(if response.trim_end().ends_with('.') { vec![] } else {
+///             // No validator name: the loop fills in "full_stop".
+///             vec![Issue::new(Severity::Error, "NO_FULL_STOP", "The answer does not end with '.'.")]
+///         })
+///     }
+///     fn repair(&self, response: &str, _: &Context, issues: &[Issue]) -> Option<String> {
+///         assert!(issues.iter().all(|i| i.validator == "full_stop"));
+///         Some(format!("{}.", response.trim_end()))
+///     }
+/// }
+///
+/// let enforcer = Enforcer::new(vec![Box::new(FullStop)]);
+/// let outcome = block_on(enforcer.check("Done", &Context::new(), Check::Repair));
+/// assert_eq!(outcome.status, Status::Repaired);
+/// assert_eq!(outcome.response.as_deref(), Some("Done."));
+/// assert_eq!(outcome.attempts[0].issues[0].validator, "full_stop");
+/// ```
 #[async_trait]
 pub trait Validator: Send + Sync {
     /// The name issues carry and configs refer to (`step_marker`, `adr_structure`, ...).
@@ -51,47 +95,394 @@ pub trait Validator: Send + Sync {
     /// Checks `response` and returns every issue found (empty: it passed), or [`Unavailable`].
     async fn validate(&self, response: &str, context: &Context) -> Validation;
 
-    /// Tries a deterministic repair. `issues` are the issues this validator raised on `response`.
-    /// Returns the repaired text, or `None` when this validator cannot repair it.
+    /// Tries a deterministic repair. `issues` are the errors this validator raised on
+    /// `response`. Returns the repaired text, or `None` when this validator cannot repair it.
     fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
         let _ = (response, context, issues);
         None
     }
 
     /// This validator's own answer to "what if I am unavailable?", overriding the policy's.
+    /// For a group, the answer for members that have none of their own.
     fn fail_mode(&self) -> Option<FailMode> {
+        None
+    }
+
+    /// The validators this one is made of, when it only groups others (`Vec`, `Option`).
+    ///
+    /// The loop then validates, repairs and reports each member as if it had been listed on its
+    /// own: issues carry the member's name, a member's repair gets the member's errors, and a
+    /// member without verdict is judged by its own fail mode, else the group's, else the
+    /// policy's. `None` (the default): the loop runs this validator as one.
+    fn members(&self) -> Option<Vec<&dyn Validator>> {
         None
     }
 }
 
+impl fmt::Debug for dyn Validator + '_ {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.members() {
+            Some(members) => f.debug_list().entries(members).finish(),
+            None => f
+                .debug_struct("Validator")
+                .field("name", &self.name())
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// Forwards every method, so a shared or boxed validator is the validator itself.
+macro_rules! forward_validator {
+    ($($pointer:ident)::+) => {
+        #[async_trait]
+        impl<V: Validator + ?Sized> Validator for $($pointer)::+<V> {
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            async fn validate(&self, response: &str, context: &Context) -> Validation {
+                (**self).validate(response, context).await
+            }
+            fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
+                (**self).repair(response, context, issues)
+            }
+            fn fail_mode(&self) -> Option<FailMode> {
+                (**self).fail_mode()
+            }
+            fn members(&self) -> Option<Vec<&dyn Validator>> {
+                (**self).members()
+            }
+        }
+    };
+}
+
+forward_validator!(Box);
+forward_validator!(Arc);
+
+/// A group: the members in order. It has no name of its own (empty); its members' issues carry
+/// the members' names.
+///
+/// In the loop each member counts as if listed on its own (see [`Validator::members`]). Called
+/// directly (or through a wrapper that is not a group), it validates every member; a member
+/// without verdict and without a fail mode of its own makes the whole group [`Unavailable`],
+/// and the caller's fail mode decides. Its repair runs each member's repair, in order, with
+/// that member's own issues.
 #[async_trait]
-impl<V: Validator + ?Sized> Validator for Box<V> {
+impl<V: Validator> Validator for Vec<V> {
     fn name(&self) -> &str {
-        (**self).name()
+        ""
     }
+
     async fn validate(&self, response: &str, context: &Context) -> Validation {
-        (**self).validate(response, context).await
+        validate_group(self, response, context).await
     }
+
     fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
-        (**self).repair(response, context, issues)
+        repair_group(self, response, context, issues)
     }
+
+    fn members(&self) -> Option<Vec<&dyn Validator>> {
+        Some(self.iter().map(|v| v as &dyn Validator).collect())
+    }
+}
+
+/// A validator that may be left out: `None` checks nothing, `Some(v)` is `v` (same name, same
+/// fail mode), e.g. a validator that only exists when its configuration is given.
+#[async_trait]
+impl<V: Validator> Validator for Option<V> {
+    fn name(&self) -> &str {
+        self.as_ref().map_or("", |v| v.name())
+    }
+
+    async fn validate(&self, response: &str, context: &Context) -> Validation {
+        match self {
+            Some(v) => v.validate(response, context).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
+        self.as_ref()?.repair(response, context, issues)
+    }
+
     fn fail_mode(&self) -> Option<FailMode> {
-        (**self).fail_mode()
+        self.as_ref()?.fail_mode()
+    }
+
+    fn members(&self) -> Option<Vec<&dyn Validator>> {
+        Some(self.iter().map(|v| v as &dyn Validator).collect())
+    }
+}
+
+/// Adapters for any [`Validator`], in the manner of iterator adapters.
+///
+/// ```
+/// use enforce_core::{Enforcer, FailMode, Validator, ValidatorExt};
+/// # use enforce_core::{async_trait, Context, Validation};
+/// # struct Spelling;
+/// # #[async_trait]
+/// # impl Validator for Spelling {
+/// #     fn name(&self) -> &str { "spelling" }
+/// #     async fn validate(&self, _: &str, _: &Context) -> Validation { Ok(vec![]) }
+/// # }
+/// # struct Grammar;
+/// # #[async_trait]
+/// # impl Validator for Grammar {
+/// #     fn name(&self) -> &str { "grammar" }
+/// #     async fn validate(&self, _: &str, _: &Context) -> Validation { Ok(vec![]) }
+/// # }
+/// // Both style checks may be skipped when their service is down.
+/// let style = vec![Spelling.boxed(), Grammar.boxed()].with_fail_mode(FailMode::Open);
+/// let enforcer = Enforcer::new(vec![style.boxed()]);
+/// assert_eq!(enforcer.validators()[0].fail_mode(), Some(FailMode::Open));
+/// ```
+pub trait ValidatorExt: Validator {
+    /// Answers "what if this validator is unavailable?" with `mode`, whatever the validator or
+    /// the policy says. For a group, `mode` applies to every member without a fail mode of its
+    /// own.
+    ///
+    /// (Named `with_fail_mode`, not `fail_mode`, so it never shadows [`Validator::fail_mode`].)
+    fn with_fail_mode(self, mode: FailMode) -> WithFailMode<Self>
+    where
+        Self: Sized,
+    {
+        WithFailMode { inner: self, mode }
+    }
+
+    /// Boxes the validator, for a `Vec<Box<dyn Validator>>`.
+    fn boxed(self) -> Box<dyn Validator>
+    where
+        Self: Sized + 'static,
+    {
+        Box::new(self)
+    }
+}
+
+impl<V: Validator + ?Sized> ValidatorExt for V {}
+
+/// A validator with its fail mode overridden: see [`ValidatorExt::with_fail_mode`].
+#[derive(Debug, Clone)]
+pub struct WithFailMode<V> {
+    inner: V,
+    mode: FailMode,
+}
+
+impl<V> WithFailMode<V> {
+    /// The wrapped validator.
+    pub fn inner(&self) -> &V {
+        &self.inner
+    }
+
+    /// The fail mode it answers with.
+    pub fn mode(&self) -> FailMode {
+        self.mode
+    }
+
+    /// Unwraps the validator.
+    pub fn into_inner(self) -> V {
+        self.inner
     }
 }
 
 #[async_trait]
-impl<V: Validator + ?Sized> Validator for Arc<V> {
+impl<V: Validator> Validator for WithFailMode<V> {
     fn name(&self) -> &str {
-        (**self).name()
+        self.inner.name()
     }
+
     async fn validate(&self, response: &str, context: &Context) -> Validation {
-        (**self).validate(response, context).await
+        if self.inner.members().is_some() {
+            // A direct call of a group: members without a mode of their own get this one.
+            return validate_group(self, response, context).await;
+        }
+        self.inner.validate(response, context).await
     }
+
     fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
-        (**self).repair(response, context, issues)
+        self.inner.repair(response, context, issues)
     }
+
     fn fail_mode(&self) -> Option<FailMode> {
-        (**self).fail_mode()
+        Some(self.mode)
     }
+
+    fn members(&self) -> Option<Vec<&dyn Validator>> {
+        self.inner.members()
+    }
+}
+
+/// One validator the loop runs on its own, with the fail mode its groups hand down.
+#[derive(Clone, Copy)]
+pub(crate) struct Leaf<'a> {
+    pub(crate) validator: &'a dyn Validator,
+    inherited: Option<FailMode>,
+}
+
+impl Leaf<'_> {
+    /// The leaf's own fail mode, else its nearest group's, else `default` (the policy's).
+    fn fail_mode(&self, default: FailMode) -> FailMode {
+        self.validator
+            .fail_mode()
+            .or(self.inherited)
+            .unwrap_or(default)
+    }
+}
+
+/// Appends the validators `validator` stands for: itself, or its members' leaves.
+pub(crate) fn push_leaves<'a>(
+    validator: &'a dyn Validator,
+    inherited: Option<FailMode>,
+    out: &mut Vec<Leaf<'a>>,
+) {
+    match validator.members() {
+        Some(members) => {
+            let inherited = validator.fail_mode().or(inherited);
+            for member in members {
+                push_leaves(member, inherited, out);
+            }
+        }
+        None => out.push(Leaf {
+            validator,
+            inherited,
+        }),
+    }
+}
+
+/// What every leaf found in one text: the issues in leaf order, and which are whose.
+#[derive(Debug, Default)]
+pub(crate) struct Found {
+    pub(crate) issues: Vec<Issue>,
+    /// `issues[by_leaf[i].clone()]` came from leaf `i`.
+    by_leaf: Vec<Range<usize>>,
+}
+
+impl Found {
+    /// The errors leaf `index` raised.
+    fn errors_of(&self, index: usize) -> Vec<Issue> {
+        self.by_leaf
+            .get(index)
+            .and_then(|range| self.issues.get(range.clone()))
+            .unwrap_or_default()
+            .iter()
+            .filter(|i| i.is_error())
+            .cloned()
+            .collect()
+    }
+}
+
+/// The verdict of all leaves on one text.
+pub(crate) enum Verdict {
+    Found(Found),
+    Unavailable(UnavailableValidator),
+}
+
+/// Runs every leaf on `text`, stamping each leaf's name on its unnamed issues. A leaf without
+/// verdict that fails open becomes a `VALIDATOR_UNAVAILABLE` warning; one that fails closed
+/// ends the verdict.
+pub(crate) async fn validate_leaves(
+    leaves: &[Leaf<'_>],
+    text: &str,
+    context: &Context,
+    default: FailMode,
+) -> Verdict {
+    let mut found = Found {
+        issues: Vec::new(),
+        by_leaf: Vec::with_capacity(leaves.len()),
+    };
+    for leaf in leaves {
+        let start = found.issues.len();
+        let name = leaf.validator.name();
+        match leaf.validator.validate(text, context).await {
+            Ok(issues) => found
+                .issues
+                .extend(issues.into_iter().map(|i| i.or_validator(name))),
+            Err(unavailable) => match leaf.fail_mode(default) {
+                FailMode::Closed => {
+                    return Verdict::Unavailable(UnavailableValidator {
+                        validator: name.to_string(),
+                        reason: unavailable.reason,
+                    })
+                }
+                FailMode::Open => found.issues.push(
+                    Issue::warning(
+                        name,
+                        VALIDATOR_UNAVAILABLE,
+                        format!("not checked: {}", unavailable.reason),
+                    )
+                    .with_hint(
+                        "the validator failed open; the response was passed without this check",
+                    ),
+                ),
+            },
+        }
+        found.by_leaf.push(start..found.issues.len());
+    }
+    Verdict::Found(found)
+}
+
+/// Runs the repair of every leaf that raised an error on `text`, in leaf order, each with its
+/// own errors, telling `on_applied` the name of each whose repair changed the text. Returns
+/// the repaired text and those names.
+pub(crate) fn repair_leaves(
+    leaves: &[Leaf<'_>],
+    text: &str,
+    context: &Context,
+    found: &Found,
+    mut on_applied: impl FnMut(&str),
+) -> (String, Vec<String>) {
+    let mut current = text.to_string();
+    let mut applied = Vec::new();
+    for (index, leaf) in leaves.iter().enumerate() {
+        let own = found.errors_of(index);
+        if own.is_empty() {
+            continue;
+        }
+        if let Some(repaired) = leaf.validator.repair(&current, context, &own) {
+            if repaired != current {
+                let name = leaf.validator.name();
+                on_applied(name);
+                applied.push(name.to_string());
+                current = repaired;
+            }
+        }
+    }
+    (current, applied)
+}
+
+/// A group validated on its own, outside the loop: see the `Vec` impl.
+async fn validate_group(group: &dyn Validator, text: &str, context: &Context) -> Validation {
+    let mut leaves = Vec::new();
+    push_leaves(group, None, &mut leaves);
+    // Without the policy at hand, a member that has no answer of its own passes "no verdict"
+    // up, and the caller's fail mode decides.
+    match validate_leaves(&leaves, text, context, FailMode::Closed).await {
+        Verdict::Found(found) => Ok(found.issues),
+        Verdict::Unavailable(u) => Err(Unavailable::new(format!("{}: {}", u.validator, u.reason))),
+    }
+}
+
+/// A group's repair outside the loop: each member's repair with the issues carrying its name.
+fn repair_group(
+    group: &dyn Validator,
+    text: &str,
+    context: &Context,
+    issues: &[Issue],
+) -> Option<String> {
+    let mut leaves = Vec::new();
+    push_leaves(group, None, &mut leaves);
+    let mut current = text.to_string();
+    for leaf in &leaves {
+        let name = leaf.validator.name();
+        let own: Vec<Issue> = issues
+            .iter()
+            .filter(|i| i.validator == name)
+            .cloned()
+            .collect();
+        if own.is_empty() {
+            continue;
+        }
+        if let Some(repaired) = leaf.validator.repair(&current, context, &own) {
+            current = repaired;
+        }
+    }
+    (current != text).then_some(current)
 }

@@ -1,8 +1,8 @@
 //! One test per path through the enforcement loop.
 
 use enforce_core::{
-    async_trait, Budget, BudgetKind, Context, Enforcer, Event, FailMode, Issue, Observer, Policy,
-    Reply, Request, Runner, RunnerError, ScriptedCall, ScriptedRunner, Status, StopReason,
+    async_trait, Budget, BudgetKind, Check, Context, Enforcer, Event, FailMode, Issue, Observer,
+    Policy, Reply, Request, Runner, RunnerError, ScriptedCall, ScriptedRunner, Status, StopReason,
     Unavailable, Usage, Validation, Validator, VALIDATOR_UNAVAILABLE,
 };
 use std::sync::Mutex;
@@ -407,14 +407,17 @@ async fn runner_error_on_attempt_two_keeps_attempt_one() {
     let e = enforcer(vec![Box::new(has_title())]);
     let out = e.run(&runner, &req(), &Context::new()).await;
     assert_eq!(out.status, Status::Aborted);
-    assert_eq!(out.stop_reason, StopReason::RunnerFailed);
+    let error = RunnerError::Upstream {
+        status: Some(500),
+        message: "model crashed".into(),
+    };
     assert_eq!(
-        out.runner_error,
-        Some(RunnerError::Upstream {
-            status: Some(500),
-            message: "model crashed".into()
-        })
+        out.stop_reason,
+        StopReason::RunnerFailed {
+            error: error.clone()
+        }
     );
+    assert_eq!(out.runner_error(), Some(&error));
     assert_eq!(out.attempts.len(), 1);
     assert_eq!(out.attempts[0].issues[0].code, "MISSING_TITLE");
     assert_eq!(out.response.as_deref(), Some("nothing END"));
@@ -432,8 +435,8 @@ async fn runner_error_on_first_ask_has_no_response() {
     assert_eq!(out.response, None);
     assert!(out.attempts.is_empty());
     assert_eq!(
-        out.runner_error,
-        Some(RunnerError::Timeout { after_ms: 10 })
+        out.runner_error(),
+        Some(&RunnerError::Timeout { after_ms: 10 })
     );
 }
 
@@ -458,8 +461,11 @@ async fn unavailable_validator_fail_closed_stops_with_unavailable() {
     let e = enforcer(vec![Box::new(Down { mode: None }), Box::new(has_title())]);
     let out = e.run(&runner, &req(), &Context::new()).await;
     assert_eq!(out.status, Status::Unavailable);
-    assert_eq!(out.stop_reason, StopReason::ValidatorUnavailable);
-    let which = out.unavailable.expect("names the validator");
+    assert!(matches!(
+        out.stop_reason,
+        StopReason::ValidatorUnavailable { .. }
+    ));
+    let which = out.unavailable().expect("names the validator");
     assert_eq!(which.validator, "down");
     assert_eq!(which.reason, "checker not reachable");
     assert_eq!(runner.calls().len(), 1);
@@ -565,10 +571,10 @@ async fn check_reports_and_fixes_without_a_runner() {
     );
     let ctx = Context::new();
 
-    let ok = e.check("title\nEND", &ctx, false).await;
+    let ok = e.check("title\nEND", &ctx, Check::Report).await;
     assert_eq!(ok.status, Status::Passed);
 
-    let bad = e.check("title", &ctx, false).await;
+    let bad = e.check("title", &ctx, Check::Report).await;
     assert_eq!(bad.status, Status::Unresolved);
     assert_eq!(bad.stop_reason, StopReason::CheckOnly);
     assert_eq!(bad.codes(), vec!["MISSING_END"]);
@@ -579,11 +585,11 @@ async fn check_reports_and_fixes_without_a_runner() {
     );
     assert!(!bad.fallback_used);
 
-    let fixed = e.check("title", &ctx, true).await;
+    let fixed = e.check("title", &ctx, Check::Repair).await;
     assert_eq!(fixed.status, Status::Repaired);
     assert_eq!(fixed.response.as_deref(), Some("title\nEND"));
 
-    let unfixable = e.check("nothing", &ctx, true).await;
+    let unfixable = e.check("nothing", &ctx, Check::Repair).await;
     assert_eq!(unfixable.status, Status::Unresolved);
     assert_eq!(unfixable.response.as_deref(), Some("nothing"));
 }

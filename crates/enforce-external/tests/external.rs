@@ -150,13 +150,17 @@ async fn fail_open_and_fail_closed_in_the_loop() {
         build(json!({"type": "external", "command": ["/nonexistent/checker"], "fail_mode": mode}))
     };
     let open = Enforcer::new(vec![missing("open")]);
-    let out = open.check("text", &Context::new(), false).await;
+    let out = open
+        .check("text", &Context::new(), enforce_core::Check::Report)
+        .await;
     assert_eq!(out.status, Status::Passed);
     assert_eq!(out.warnings[0].code, "VALIDATOR_UNAVAILABLE");
     let closed = Enforcer::new(vec![missing("closed")]);
-    let out = closed.check("text", &Context::new(), false).await;
+    let out = closed
+        .check("text", &Context::new(), enforce_core::Check::Report)
+        .await;
     assert_eq!(out.status, Status::Unavailable);
-    assert!(out.unavailable.unwrap().reason.contains("cannot start"));
+    assert!(out.unavailable().unwrap().reason.contains("cannot start"));
     assert_eq!(missing("open").fail_mode(), Some(FailMode::Open));
 }
 

@@ -261,7 +261,9 @@ async fn a_stalled_plugin_times_out_as_unavailable() {
     );
 
     let enforcer = Enforcer::new(vec![Box::new(sleepy)]).with_policy(Policy::default());
-    let outcome = enforcer.check("x", &Context::new(), false).await;
+    let outcome = enforcer
+        .check("x", &Context::new(), enforce_core::Check::Report)
+        .await;
     assert_eq!(outcome.status, Status::Unavailable);
 }
 

@@ -53,7 +53,10 @@ async fn profiles_use_plugin_validators_like_built_ins() {
     );
 
     let text = "Wir danken Ihnen, Note 8/10, garantiert.\n<!-- STEP: done -->";
-    let outcome = letter.enforcer().check(text, &Context::new(), false).await;
+    let outcome = letter
+        .enforcer()
+        .check(text, &Context::new(), enforce_core::Check::Report)
+        .await;
     let mut found: Vec<(String, String)> = outcome
         .issues
         .iter()
@@ -71,7 +74,10 @@ async fn profiles_use_plugin_validators_like_built_ins() {
 
     // The plugin's repair runs through the profile like a built-in's.
     let clean = "Das Team liefert garantiert.\n<!-- STEP: done -->";
-    let outcome = letter.enforcer().check(clean, &Context::new(), true).await;
+    let outcome = letter
+        .enforcer()
+        .check(clean, &Context::new(), enforce_core::Check::Repair)
+        .await;
     assert_eq!(outcome.status, Status::Repaired);
     assert_eq!(
         outcome.response.as_deref(),
@@ -81,7 +87,7 @@ async fn profiles_use_plugin_validators_like_built_ins() {
     let crashy = profiles.get("crashy").unwrap();
     let outcome = crashy
         .enforcer()
-        .check("PANIC", &Context::new(), false)
+        .check("PANIC", &Context::new(), enforce_core::Check::Report)
         .await;
     assert!(outcome.issues.iter().any(|i| i.code == PLUGIN_PANIC));
 }

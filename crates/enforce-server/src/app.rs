@@ -265,7 +265,7 @@ impl App {
                 );
             }
         }
-        if outcome.runner_error.is_some() {
+        if outcome.runner_error().is_some() {
             m.add(
                 "enforce_runner_failures_total",
                 "Attempts whose runner failed (upstream error, timeout, cut stream).",
@@ -436,7 +436,7 @@ fn deliverable(outcome: &Outcome, delivery: Delivery) -> Option<String> {
     if outcome.status.is_success() || outcome.fallback_used {
         return Some(text);
     }
-    if outcome.runner_error.is_some() {
+    if outcome.runner_error().is_some() {
         return None;
     }
     let mode = match outcome.status {

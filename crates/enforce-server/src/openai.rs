@@ -325,18 +325,24 @@ pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
                 message.trim().trim_end_matches('.')
             ),
         ),
+        // A kind of failure enforce-core learns later: still the runner's fault, in its words.
+        other => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "runner_failed",
+            format!("The model could not answer{when}: {other}. Please try again."),
+        ),
     }
 }
 
 /// The error for an enforcement that ended without a deliverable answer.
 pub fn outcome_failure(outcome: &Outcome) -> ApiError {
     let attempts = outcome.attempts.len();
-    let mut error = if let Some(runner_error) = &outcome.runner_error {
+    let mut error = if let Some(runner_error) = outcome.runner_error() {
         runner_failure(runner_error, attempts + 1)
     } else if outcome.status == Status::Unavailable {
         let (who, why) = outcome
-            .unavailable
-            .as_ref()
+            .unavailable()
             .map(|u| (u.validator.as_str(), u.reason.as_str()))
             .unwrap_or(("a validator", "no verdict"));
         ApiError {

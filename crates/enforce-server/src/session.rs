@@ -90,8 +90,19 @@ pub fn chat_dir_name(chat_id: &str) -> String {
     if safe {
         chat_id.to_string()
     } else {
-        format!("h-{}", enforce_core::digest(chat_id))
+        format!("h-{}", fnv1a_hex(chat_id))
     }
+}
+
+/// FNV-1a 64-bit digest of `text` as 16 hex digits. Names chat directories on disk, so it must
+/// never change: a store written by an earlier version has to stay findable.
+fn fnv1a_hex(text: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in text.as_bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
 }
 
 impl SessionStore {
@@ -226,6 +237,9 @@ mod tests {
         assert!(chat_dir_name("a/b").starts_with("h-"));
         assert!(chat_dir_name("").starts_with("h-"));
         assert_ne!(chat_dir_name("h-x"), "h-x");
+        // Directory names of existing stores: the digest never changes.
+        assert_eq!(chat_dir_name("a/b"), "h-e620c3190468cf61");
+        assert_eq!(chat_dir_name("chat/1 ü"), "h-f8f0741009d00e8a");
     }
 
     #[tokio::test]

@@ -203,10 +203,8 @@ async fn issue_text_and_keys_cannot_leak_or_forge_lines() {
         ..OpenAiConfig::default()
     })
     .expect("runner");
-    let enforcer = Enforcer::new(vec![Box::new(Hostile)]).with_policy(Policy {
-        max_retries: 0,
-        ..Policy::default()
-    });
+    let enforcer = Enforcer::new(vec![Box::new(Hostile)])
+        .with_policy(Policy::builder().max_retries(0).build());
     let config = ServerConfig {
         api_keys: vec![proxy_key.into()],
         audit_log: Some(audit.clone()),

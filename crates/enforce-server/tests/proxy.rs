@@ -1031,10 +1031,8 @@ async fn a_request_may_pick_another_profile_by_header() {
 #[tokio::test]
 async fn a_policy_fallback_is_delivered_even_in_streams() {
     let fallback = "Sorry, no valid answer could be produced.";
-    let enforcer = marker_enforcer(false).with_policy(enforce_core::Policy {
-        fallback: Some(fallback.into()),
-        ..enforce_core::Policy::default()
-    });
+    let enforcer = marker_enforcer(false)
+        .with_policy(enforce_core::Policy::builder().fallback(fallback).build());
     let runner = Arc::new(ScriptedRunner::texts([
         "FAILING", "FAILING", "FAILING", "FAILING",
     ]));

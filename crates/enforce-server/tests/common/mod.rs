@@ -163,10 +163,7 @@ pub fn marker_enforcer(repairs: bool) -> Enforcer {
 }
 
 pub fn marker_enforcer_retries(repairs: bool, max_retries: u32) -> Enforcer {
-    marker_enforcer(repairs).with_policy(Policy {
-        max_retries,
-        ..Policy::default()
-    })
+    marker_enforcer(repairs).with_policy(Policy::builder().max_retries(max_retries).build())
 }
 
 /// Waits `delay` before each answer of the inner runner.
