@@ -19,7 +19,8 @@
 //! ```
 
 use crate::adapter::{CallOptions, Isolation};
-use crate::host::{CreateError, PluginHost};
+use crate::error::CreateError;
+use crate::host::PluginHost;
 use enforce_core::{FailMode, Validator};
 use enforce_validators::{BuildError, FactoryInput, Registry, RegistryError};
 use serde_json::{Map, Value};
