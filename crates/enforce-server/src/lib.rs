@@ -41,7 +41,9 @@ mod error;
 mod metrics;
 mod openai;
 mod session;
+mod state;
 mod stream;
+mod turn;
 
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
@@ -54,10 +56,10 @@ pub use metrics::Metrics;
 pub use openai::{parse_chat_request, ChatRequest};
 pub use session::{chat_dir_name, SessionStatus, SessionStore, StepRecord, STATUS_FILE};
 
-use app::App;
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use axum::Router;
+use state::App;
 use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -183,7 +185,7 @@ impl ServerBuilder {
                 audit,
                 limiter,
                 draining: AtomicBool::new(false),
-                started: app::unix_now(),
+                started: state::unix_now(),
                 next_id: AtomicU64::new(0),
             }),
         })
