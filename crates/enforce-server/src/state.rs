@@ -3,7 +3,7 @@
 use crate::audit::AuditLog;
 use crate::config::{Model, ServerConfig};
 use crate::error::ApiError;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, REJECTED};
 use crate::session::SessionStore;
 use crate::{ScrapeHook, StepExtractor};
 use axum::response::{IntoResponse, Response};
@@ -42,12 +42,7 @@ pub(crate) fn unix_now() -> u64 {
 impl App {
     /// Refuses a request before any enforcement, counted by `reason`.
     pub fn reject(&self, reason: &'static str, error: ApiError) -> Response {
-        self.metrics.add(
-            "enforce_rejected_total",
-            "Requests refused before any enforcement, by reason.",
-            &[("reason", reason)],
-            1,
-        );
+        self.metrics.count(&REJECTED, &[("reason", reason)], 1);
         error.into_response()
     }
 }

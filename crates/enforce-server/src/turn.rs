@@ -4,7 +4,10 @@
 
 use crate::config::{FailureResponse, FsyncPolicy, Model};
 use crate::error::ApiError;
-use crate::metrics::Metrics;
+use crate::metrics::{
+    Metrics, ATTEMPTS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS, REQUEST_DURATION,
+    RUNNER_FAILURES, UPSTREAM_LATENCY,
+};
 use crate::openai::{self, ChatRequest, CompletionId};
 use crate::session::TurnRecord;
 use crate::state::App;
@@ -123,15 +126,14 @@ pub(crate) struct InFlight(Arc<Metrics>);
 
 impl InFlight {
     pub fn new(metrics: Arc<Metrics>) -> Self {
-        metrics.gauge_add("enforce_in_flight", "Enforcements running now.", &[], 1.0);
+        metrics.shift_gauge(&IN_FLIGHT, &[], 1.0);
         InFlight(metrics)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0
-            .gauge_add("enforce_in_flight", "Enforcements running now.", &[], -1.0);
+        self.0.shift_gauge(&IN_FLIGHT, &[], -1.0);
     }
 }
 
@@ -171,36 +173,23 @@ impl Turn {
             "chat completion finished"
         );
         let m = &app.metrics;
-        m.add(
-            "enforce_requests_total",
-            "Chat completion requests by model and final status.",
-            &[("model", model), ("status", status)],
-            1,
-        );
-        m.observe(
-            "enforce_request_duration_seconds",
-            "Wall time of chat completion requests.",
-            &[("model", model)],
-            total.as_secs_f64(),
-        );
+        m.count(&REQUESTS, &[("model", model), ("status", status)], 1);
+        m.observe_seconds(&REQUEST_DURATION, &[("model", model)], total.as_secs_f64());
         let Some(outcome) = outcome else { return };
-        m.add(
-            "enforce_attempts_total",
-            "Runner attempts (first asks and re-asks).",
+        m.count(
+            &ATTEMPTS,
             &[("model", model)],
             outcome.attempts.len() as u64,
         );
         for attempt in &outcome.attempts {
-            m.observe(
-                "enforce_upstream_latency_seconds",
-                "Time waiting on the runner, per attempt.",
+            m.observe_seconds(
+                &UPSTREAM_LATENCY,
                 &[("model", model)],
                 attempt.runner_us as f64 / 1e6,
             );
             for issue in &attempt.issues {
-                m.add(
-                    "enforce_issues_total",
-                    "Issues found, by validator and code, over all attempts.",
+                m.count(
+                    &ISSUES,
                     &[
                         ("model", model),
                         ("validator", &issue.validator),
@@ -211,29 +200,14 @@ impl Turn {
                 );
             }
             for validator in &attempt.repairs {
-                m.add(
-                    "enforce_repairs_total",
-                    "Repairs that changed a response, by validator.",
-                    &[("model", model), ("validator", validator)],
-                    1,
-                );
+                m.count(&REPAIRS, &[("model", model), ("validator", validator)], 1);
             }
         }
         if outcome.runner_error.is_some() {
-            m.add(
-                "enforce_runner_failures_total",
-                "Attempts whose runner failed (upstream error, timeout, cut stream).",
-                &[("model", model)],
-                1,
-            );
+            m.count(&RUNNER_FAILURES, &[("model", model)], 1);
         }
         let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
-        m.observe(
-            "enforce_overhead_seconds",
-            "Enforcement time not spent waiting on the runner (validation, repairs, bookkeeping).",
-            &[("model", model)],
-            overhead as f64 / 1e6,
-        );
+        m.observe_seconds(&OVERHEAD, &[("model", model)], overhead as f64 / 1e6);
         if let Some(audit) = &app.audit {
             if audit.policy() == FsyncPolicy::Always {
                 // A failed write is logged and counted by the writer; the client still gets its
