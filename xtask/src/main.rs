@@ -2,11 +2,13 @@
 //!
 //! - `cargo xtask test`          build the plugins under `plugins/`, then run every test
 //! - `cargo xtask ci`            fmt check, clippy with `-D warnings`, then `test`
+//! - `cargo xtask cycles`        fail when modules of one crate import each other in a loop
 //! - `cargo xtask build-plugins` build every plugin crate and collect the libraries in one directory
 //! - `cargo xtask bench [ARGS]`  run the criterion benches briefly and print a summary
 //! - `cargo xtask bench-peers`   side-by-side benchmarks against the peers, writes BENCHMARKS.md
 
 mod bench_summary;
+mod module_cycles;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ cargo xtask <command>
 Commands:
   test            build the plugins under plugins/, then run every test in the workspace
   ci              cargo fmt --check, cargo clippy -D warnings, then `test`
+  cycles          fail when modules of one crate import each other in a loop
   build-plugins   build every crate under plugins/ and copy the libraries to target/plugins
   bench [ARGS]    run the criterion benches (short measurement) and print a summary;
                   ARGS go to cargo bench, ARGS after `--` replace the criterion flags
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
         Some("ci") => ci(),
+        Some("cycles") => workspace_packages().and_then(|p| module_cycles::check(&p)),
         Some("build-plugins") => build_plugins().map(|dir| println!("{}", dir.display())),
         Some("bench") => bench(&args[1..]),
         Some("bench-peers") => bench_peers(&args[1..]),
@@ -113,6 +117,7 @@ fn test(extra: &[String]) -> Result<()> {
 
 fn ci() -> Result<()> {
     check_layering()?;
+    module_cycles::check(&workspace_packages()?)?;
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--", "--check"]);
     run(fmt)?;

@@ -14,6 +14,7 @@ mod mock;
 mod peers;
 mod relay;
 mod report;
+mod results;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! Renders BENCHMARKS.md from the measured results. Every figure comes from `Results`; nothing
 //! here is typed in except the targets of the issue.
 
-use crate::peers::{Results, PEERS, RELAY};
+use crate::results::{Results, PEERS, RELAY};
 use serde_json::Value;
 use std::fmt::Write as _;
 

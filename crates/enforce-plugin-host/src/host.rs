@@ -2,8 +2,8 @@
 
 use crate::adapter::{CallOptions, HostedValidator};
 use crate::discovery::{library_files, DirSource, PluginDir};
-use crate::load::{load_plugin, LoadError, LoadedPlugin, ValidatorInfo};
-use enforce_plugin_abi::PluginError;
+use crate::error::{CreateError, LoadError};
+use crate::load::{load_plugin, LoadedPlugin, ValidatorInfo};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -14,35 +14,6 @@ pub struct LoadFailure {
     pub path: PathBuf,
     /// Why.
     pub error: LoadError,
-}
-
-/// Why a plugin validator could not be built.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CreateError {
-    /// No loaded plugin offers a validator of that name.
-    #[error("no loaded plugin offers a validator named `{validator}`")]
-    UnknownValidator {
-        /// The requested name.
-        validator: String,
-    },
-    /// The configuration text is neither JSON nor YAML.
-    #[error("the configuration of `{validator}` is neither JSON nor YAML: {reason}")]
-    ConfigText {
-        /// The validator being configured.
-        validator: String,
-        /// The parser's message.
-        reason: String,
-    },
-    /// The plugin refused to build it (bad configuration, a panic while building, ...).
-    #[error("plugin `{plugin}` could not build validator `{validator}`: {error}")]
-    Plugin {
-        /// The plugin's name.
-        plugin: String,
-        /// The validator's name.
-        validator: String,
-        /// What the plugin said.
-        error: PluginError,
-    },
 }
 
 /// The plugins loaded from a set of directories, and the files that failed.

@@ -39,6 +39,7 @@
 
 mod adapter;
 mod discovery;
+mod error;
 mod host;
 mod load;
 mod pool;
@@ -50,7 +51,8 @@ pub use discovery::{
     default_plugin_dir, is_library_file_name, library_files, plugin_search_path,
     plugin_search_path_from_env, DirSource, PluginDir, PLUGIN_PATH_ENV,
 };
-pub use host::{config_from_text, CreateError, LoadFailure, PluginHost};
-pub use load::{host_interface_version, load_plugin, LoadError, LoadedPlugin, ValidatorInfo};
+pub use error::{CreateError, LoadError};
+pub use host::{config_from_text, LoadFailure, PluginHost};
+pub use load::{host_interface_version, load_plugin, LoadedPlugin, ValidatorInfo};
 #[cfg(feature = "registry")]
 pub use registry::{call_options, RegistrationConflict, HOST_OPTIONS_KEY};

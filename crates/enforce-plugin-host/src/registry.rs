@@ -19,7 +19,8 @@
 //! ```
 
 use crate::adapter::{CallOptions, Isolation};
-use crate::host::{CreateError, PluginHost};
+use crate::error::CreateError;
+use crate::host::PluginHost;
 use enforce_config::{BuildError, FactoryInput, Registry, RegistryError};
 use enforce_core::{FailMode, Validator};
 use serde_json::{Map, Value};

@@ -1,7 +1,7 @@
 //! The Claude Code CLI runner: `claude -p --output-format json`, prompt on stdin, follow-ups
 //! resume the session with `--resume <session_id>`.
 
-use crate::config::{duration_from_secs, ConfigError};
+use crate::error::{duration_from_secs, ConfigError};
 use crate::process::{exit_failure, run_process, tail, ProcessSpec};
 use crate::prompt::render_prompt;
 use enforce_core::{async_trait, Reply, Request, Runner, RunnerError, Usage};

@@ -1,6 +1,6 @@
 //! The command runner: any program, the prompt on stdin, the reply on stdout.
 
-use crate::config::{duration_from_secs, ConfigError};
+use crate::error::{duration_from_secs, ConfigError};
 use crate::process::{exit_failure, run_process, ProcessSpec};
 use crate::prompt::{inline_system, render_prompt};
 use enforce_core::{

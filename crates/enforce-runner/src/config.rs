@@ -1,51 +1,9 @@
 //! Runner configuration as it appears in config files: [`RunnerConfig`].
 
+use crate::error::ConfigError;
 use crate::{ClaudeConfig, ClaudeRunner, CommandConfig, CommandRunner, OpenAiConfig, OpenAiRunner};
 use enforce_core::Runner;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
-
-/// A runner configuration that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// A duration is negative, not a number, or too large.
-    #[error("`{field}` must be a non-negative number of seconds, got {value}")]
-    InvalidDuration {
-        /// The config field.
-        field: &'static str,
-        /// The value as written.
-        value: String,
-    },
-    /// A required field is empty.
-    #[error("`{field}` must not be empty")]
-    Missing {
-        /// The config field.
-        field: &'static str,
-    },
-    /// The base URL is not an `http://` or `https://` URL.
-    #[error("`base_url` must start with http:// or https://, got `{0}`")]
-    InvalidBaseUrl(String),
-    /// `https://` was asked for but the crate was built without the `rustls` feature.
-    #[error(
-        "`base_url` {0} needs HTTPS, but enforce-runner was built without the `rustls` feature"
-    )]
-    TlsUnavailable(String),
-    /// The variable named by `api_key_env` is not set.
-    #[error("the API key variable `{0}` is not set")]
-    MissingApiKeyEnv(String),
-    /// The HTTP client could not be built.
-    #[error("cannot build the HTTP client: {0}")]
-    HttpClient(String),
-}
-
-/// A duration in seconds from a config file, checked.
-pub(crate) fn duration_from_secs(field: &'static str, secs: f64) -> Result<Duration, ConfigError> {
-    Duration::try_from_secs_f64(secs).map_err(|_| ConfigError::InvalidDuration {
-        field,
-        value: secs.to_string(),
-    })
-}
 
 /// Which runner to build, and how; tagged by `type` in config files.
 ///

@@ -30,13 +30,15 @@
 mod claude;
 mod command;
 mod config;
+mod error;
 mod openai;
 mod process;
 mod prompt;
 
 pub use claude::{parse_result, ClaudeConfig, ClaudeResult, ClaudeRunner};
 pub use command::{CommandConfig, CommandRunner};
-pub use config::{ConfigError, RunnerConfig};
+pub use config::RunnerConfig;
+pub use error::ConfigError;
 pub use openai::{
     backoff_delay, error_message, parse_completion, parse_retry_after, OpenAiConfig, OpenAiRunner,
     RetryConfig, DEFAULT_MAX_RESPONSE_BYTES,

@@ -1,7 +1,7 @@
 //! The OpenAI-compatible HTTP runner: `POST {base_url}/chat/completions`, stateless follow-ups,
 //! bounded retries with jittered exponential backoff that honour `Retry-After`.
 
-use crate::config::{duration_from_secs, ConfigError};
+use crate::error::{duration_from_secs, ConfigError};
 use crate::process::tail;
 use enforce_core::{
     async_trait, stateless_follow_up_messages, Message, Reply, Request, Runner, RunnerError, Usage,

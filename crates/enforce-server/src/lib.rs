@@ -41,7 +41,9 @@ mod error;
 mod metrics;
 mod openai;
 mod session;
+mod state;
 mod stream;
+mod turn;
 
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
@@ -54,10 +56,11 @@ pub use metrics::Metrics;
 pub use openai::{parse_chat_request, ChatRequest};
 pub use session::{chat_dir_name, SessionStatus, SessionStore, StepRecord, STATUS_FILE};
 
-use app::App;
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use axum::Router;
+use metrics::AUDIT_WRITE_FAILURES;
+use state::App;
 use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -159,8 +162,8 @@ impl ServerBuilder {
                 AuditLog::open_observed(path, self.config.audit_fsync, {
                     let metrics = metrics.clone();
                     // Present from the start, so an alert can watch it before the first failure.
-                    metrics.add(AUDIT_FAILURES, AUDIT_FAILURES_HELP, &[], 0);
-                    Box::new(move || metrics.add(AUDIT_FAILURES, AUDIT_FAILURES_HELP, &[], 1))
+                    metrics.count(&AUDIT_WRITE_FAILURES, &[], 0);
+                    Box::new(move || metrics.count(&AUDIT_WRITE_FAILURES, &[], 1))
                 })
                 .map_err(|source| ServerError::AuditLog {
                     path: path.display().to_string(),
@@ -183,16 +186,12 @@ impl ServerBuilder {
                 audit,
                 limiter,
                 draining: AtomicBool::new(false),
-                started: app::unix_now(),
+                started: state::unix_now(),
                 next_id: AtomicU64::new(0),
             }),
         })
     }
 }
-
-const AUDIT_FAILURES: &str = "enforce_audit_write_failures_total";
-const AUDIT_FAILURES_HELP: &str =
-    "Audit lines that could not be written or synced (disk full, read-only file system).";
 
 /// The proxy. Build it with [`Server::builder`], then [`serve`](Server::serve) it, or mount
 /// [`router`](Server::router) in your own axum application.

@@ -1,6 +1,6 @@
 //! A small Prometheus registry: labelled counters, gauges and histograms rendered in the text
 //! exposition format. Hand-rolled because the proxy needs a dozen series, not a metrics
-//! framework.
+//! framework. The metrics the server itself exports are declared once here, as [`Metric`]s.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -32,6 +32,83 @@ impl Kind {
         }
     }
 }
+
+/// A metric the server exports, declared once below: the name dashboards and alerts know it
+/// by, the `# HELP` text `/metrics` renders for it, and its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Metric {
+    pub name: &'static str,
+    pub help: &'static str,
+    kind: Kind,
+}
+
+const fn counter(name: &'static str, help: &'static str) -> Metric {
+    Metric {
+        name,
+        help,
+        kind: Kind::Counter,
+    }
+}
+
+const fn gauge(name: &'static str, help: &'static str) -> Metric {
+    Metric {
+        name,
+        help,
+        kind: Kind::Gauge,
+    }
+}
+
+const fn histogram(name: &'static str, help: &'static str) -> Metric {
+    Metric {
+        name,
+        help,
+        kind: Kind::Histogram,
+    }
+}
+
+// The server's own metrics; every call site names one of these. The binary sets
+// `enforce_breaker_state` itself through the public `set_gauge`.
+pub(crate) const REQUESTS: Metric = counter(
+    "enforce_requests_total",
+    "Chat completion requests by model and final status.",
+);
+pub(crate) const REQUEST_DURATION: Metric = histogram(
+    "enforce_request_duration_seconds",
+    "Wall time of chat completion requests.",
+);
+pub(crate) const ATTEMPTS: Metric = counter(
+    "enforce_attempts_total",
+    "Runner attempts (first asks and re-asks).",
+);
+pub(crate) const UPSTREAM_LATENCY: Metric = histogram(
+    "enforce_upstream_latency_seconds",
+    "Time waiting on the runner, per attempt.",
+);
+pub(crate) const ISSUES: Metric = counter(
+    "enforce_issues_total",
+    "Issues found, by validator and code, over all attempts.",
+);
+pub(crate) const REPAIRS: Metric = counter(
+    "enforce_repairs_total",
+    "Repairs that changed a response, by validator.",
+);
+pub(crate) const RUNNER_FAILURES: Metric = counter(
+    "enforce_runner_failures_total",
+    "Attempts whose runner failed (upstream error, timeout, cut stream).",
+);
+pub(crate) const OVERHEAD: Metric = histogram(
+    "enforce_overhead_seconds",
+    "Enforcement time not spent waiting on the runner (validation, repairs, bookkeeping).",
+);
+pub(crate) const IN_FLIGHT: Metric = gauge("enforce_in_flight", "Enforcements running now.");
+pub(crate) const REJECTED: Metric = counter(
+    "enforce_rejected_total",
+    "Requests refused before any enforcement, by reason.",
+);
+pub(crate) const AUDIT_WRITE_FAILURES: Metric = counter(
+    "enforce_audit_write_failures_total",
+    "Audit lines that could not be written or synced (disk full, read-only file system).",
+);
 
 #[derive(Debug, Default, Clone)]
 struct Histogram {
@@ -186,6 +263,29 @@ impl Metrics {
         h.sum += seconds;
     }
 
+    /// Adds `by` to the declared counter `metric`.
+    pub(crate) fn count(&self, metric: &Metric, labels: &[(&'static str, &str)], by: u64) {
+        debug_assert_eq!(metric.kind, Kind::Counter, "{}", metric.name);
+        self.add(metric.name, metric.help, labels, by);
+    }
+
+    /// Adds `delta` to the declared gauge `metric`.
+    pub(crate) fn shift_gauge(&self, metric: &Metric, labels: &[(&'static str, &str)], delta: f64) {
+        debug_assert_eq!(metric.kind, Kind::Gauge, "{}", metric.name);
+        self.gauge_add(metric.name, metric.help, labels, delta);
+    }
+
+    /// Records `seconds` in the declared histogram `metric`.
+    pub(crate) fn observe_seconds(
+        &self,
+        metric: &Metric,
+        labels: &[(&'static str, &str)],
+        seconds: f64,
+    ) {
+        debug_assert_eq!(metric.kind, Kind::Histogram, "{}", metric.name);
+        self.observe(metric.name, metric.help, labels, seconds);
+    }
+
     /// The current value of a counter or gauge (0 when never touched). For tests and checks.
     pub fn value(&self, name: &str, labels: &[(&'static str, &str)]) -> f64 {
         let families = self.lock();
@@ -271,5 +371,54 @@ mod tests {
         assert!(text.contains("lat_seconds_bucket{le=\"2.5\"} 2"));
         assert!(text.contains("lat_seconds_bucket{le=\"+Inf\"} 2"));
         assert!(text.contains("lat_seconds_count 2"));
+    }
+
+    #[test]
+    fn declared_metrics_are_unique_and_named_by_their_type() {
+        let declared = [
+            REQUESTS,
+            REQUEST_DURATION,
+            ATTEMPTS,
+            UPSTREAM_LATENCY,
+            ISSUES,
+            REPAIRS,
+            RUNNER_FAILURES,
+            OVERHEAD,
+            IN_FLIGHT,
+            REJECTED,
+            AUDIT_WRITE_FAILURES,
+        ];
+        let mut names = std::collections::BTreeSet::new();
+        for metric in declared {
+            assert!(names.insert(metric.name), "{} declared twice", metric.name);
+            assert!(metric.name.starts_with("enforce_"), "{}", metric.name);
+            assert!(metric.help.ends_with('.'), "{}", metric.name);
+            let suffix_ok = match metric.kind {
+                Kind::Counter => metric.name.ends_with("_total"),
+                Kind::Histogram => metric.name.ends_with("_seconds"),
+                Kind::Gauge => !metric.name.ends_with("_total"),
+            };
+            assert!(suffix_ok, "{} is a {}", metric.name, metric.kind.as_str());
+        }
+    }
+
+    #[test]
+    fn a_declared_metric_renders_its_help_and_type() {
+        let m = Metrics::new();
+        m.count(&REJECTED, &[("reason", "overloaded")], 2);
+        m.shift_gauge(&IN_FLIGHT, &[], 1.0);
+        m.observe_seconds(&OVERHEAD, &[("model", "m")], 0.001);
+        let text = m.render();
+        assert!(
+            text.contains(
+                "# HELP enforce_rejected_total Requests refused before any enforcement, by reason.\n\
+                 # TYPE enforce_rejected_total counter\n\
+                 enforce_rejected_total{reason=\"overloaded\"} 2\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE enforce_in_flight gauge\nenforce_in_flight 1\n"));
+        assert!(text.contains("# TYPE enforce_overhead_seconds histogram\n"));
+        assert!(text.contains("enforce_overhead_seconds_count{model=\"m\"} 1\n"));
     }
 }

@@ -5,9 +5,9 @@
 //! wrapped so that even a driver that stops without saying why (a panic, a bug) ends in an
 //! error chunk, never in what looks like an empty success.
 
-use crate::app::{Ended, Job, Progress, Turn};
 use crate::error::ApiError;
 use crate::openai;
+use crate::turn::{Ended, Job, Progress, Turn};
 use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -1,0 +1,48 @@
+//! [`App`]: the state every handler and every turn shares.
+
+use crate::audit::AuditLog;
+use crate::config::{Model, ServerConfig};
+use crate::error::ApiError;
+use crate::metrics::{Metrics, REJECTED};
+use crate::session::SessionStore;
+use crate::{ScrapeHook, StepExtractor};
+use axum::response::{IntoResponse, Response};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::Semaphore;
+
+/// Everything the handlers and the turns they start share.
+pub(crate) struct App {
+    pub config: ServerConfig,
+    pub models: HashMap<String, Model>,
+    /// Model ids in configuration order, for `/v1/models`.
+    pub model_order: Vec<String>,
+    pub step_extractor: Option<StepExtractor>,
+    /// Enforcers a request may pick by name with `X-Enforce-Profile`.
+    pub profiles: HashMap<String, Arc<enforce_core::Enforcer>>,
+    pub scrape_hook: Option<ScrapeHook>,
+    pub sessions: SessionStore,
+    pub metrics: Arc<Metrics>,
+    pub audit: Option<Arc<AuditLog>>,
+    pub limiter: Arc<Semaphore>,
+    pub draining: AtomicBool,
+    pub started: u64,
+    pub next_id: AtomicU64,
+}
+
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl App {
+    /// Refuses a request before any enforcement, counted by `reason`.
+    pub fn reject(&self, reason: &'static str, error: ApiError) -> Response {
+        self.metrics.count(&REJECTED, &[("reason", reason)], 1);
+        error.into_response()
+    }
+}

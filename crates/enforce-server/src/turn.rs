@@ -1,0 +1,378 @@
+//! One enforcement turn: an accepted chat request from the start of its loop to the
+//! bookkeeping after it ([`Turn`]), the task running the loop ([`Job`]) and the progress it
+//! reports. The JSON handler and the streaming driver both answer through here.
+
+use crate::config::{FailureResponse, FsyncPolicy, Model};
+use crate::error::ApiError;
+use crate::metrics::{
+    Metrics, ATTEMPTS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS, REQUEST_DURATION,
+    RUNNER_FAILURES, UPSTREAM_LATENCY,
+};
+use crate::openai::{self, ChatRequest, CompletionId};
+use crate::session::TurnRecord;
+use crate::state::App;
+use axum::http::StatusCode;
+use enforce_core::{
+    async_trait, Context, Event, Outcome, Reply, Request, Runner, RunnerError, Status,
+};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+/// Progress of the loop as the stream driver sees it, sent from the [`Observer`](enforce_core::Observer).
+#[derive(Debug, Clone)]
+pub(crate) enum Progress {
+    Asking {
+        attempt: u32,
+    },
+    Retrying {
+        attempt: u32,
+        max_attempts: u32,
+        codes: Vec<String>,
+    },
+    Repaired {
+        validator: String,
+    },
+}
+
+fn progress_of(event: &Event<'_>) -> Option<Progress> {
+    match *event {
+        Event::Asking { attempt, .. } => Some(Progress::Asking { attempt }),
+        Event::Retrying {
+            attempt,
+            max_attempts,
+            issues,
+            ..
+        } => {
+            let mut codes: Vec<String> = issues
+                .iter()
+                .filter(|i| i.is_error())
+                .map(|i| i.code.clone())
+                .collect();
+            codes.dedup();
+            Some(Progress::Retrying {
+                attempt,
+                max_attempts,
+                codes,
+            })
+        }
+        Event::Repaired { validator } => Some(Progress::Repaired {
+            validator: validator.to_string(),
+        }),
+        _ => None,
+    }
+}
+
+/// Wraps a runner so each attempt gets its own tracing span.
+struct TracedRunner {
+    inner: Arc<dyn Runner>,
+    attempt: AtomicU32,
+}
+
+#[async_trait]
+impl Runner for TracedRunner {
+    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("attempt", attempt, kind = "ask");
+        let result = self.inner.ask(request).instrument(span.clone()).await;
+        span.in_scope(|| log_attempt(&result));
+        result
+    }
+
+    async fn follow_up(
+        &self,
+        request: &Request,
+        previous: &Reply,
+        feedback: &str,
+    ) -> Result<Reply, RunnerError> {
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("attempt", attempt, kind = "follow_up");
+        let result = self
+            .inner
+            .follow_up(request, previous, feedback)
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| log_attempt(&result));
+        result
+    }
+}
+
+fn log_attempt(result: &Result<Reply, RunnerError>) {
+    match result {
+        Ok(reply) => tracing::debug!(bytes = reply.text.len(), "runner replied"),
+        // Debug-formatted: upstream text may hold newlines, which must not start a new log line.
+        Err(e) => tracing::warn!(error = ?e.to_string(), "runner failed"),
+    }
+}
+
+/// Aborts the enforcement when the request is dropped (the client went away).
+pub(crate) struct Job {
+    pub handle: JoinHandle<Outcome>,
+    pub events: mpsc::UnboundedReceiver<Progress>,
+    pub deadline: tokio::time::Instant,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+/// Counts a request in flight until dropped.
+pub(crate) struct InFlight(Arc<Metrics>);
+
+impl InFlight {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        metrics.shift_gauge(&IN_FLIGHT, &[], 1.0);
+        InFlight(metrics)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.shift_gauge(&IN_FLIGHT, &[], -1.0);
+    }
+}
+
+/// One accepted chat request with everything needed to answer it.
+pub(crate) struct Turn {
+    pub app: Arc<App>,
+    pub model: Model,
+    pub chat: ChatRequest,
+    pub chat_id: Option<String>,
+    pub ids: CompletionId,
+    pub started: Instant,
+    pub _permit: OwnedSemaphorePermit,
+    pub _in_flight: InFlight,
+}
+
+/// How the enforcement task ended.
+pub(crate) enum Ended {
+    Outcome(Box<Outcome>),
+    /// The per-request deadline passed.
+    Deadline,
+    /// The task panicked or was cancelled.
+    Crashed,
+}
+
+impl Turn {
+    /// Counts a finished request and writes its audit line. With `audit_fsync: always` it waits
+    /// until the line is on disk, so an answer is never acknowledged before it is audited.
+    async fn record(&self, status: &str, outcome: Option<&Outcome>, total: Duration) {
+        let (app, model) = (&self.app, self.model.id.as_str());
+        tracing::info!(
+            model,
+            status,
+            attempts = outcome.map_or(0, |o| o.attempts.len()),
+            // Debug-formatted: plugin and pattern codes are not ours and could hold newlines.
+            codes = ?outcome.map(|o| o.codes().join(",")).unwrap_or_default(),
+            total_ms = total.as_millis() as u64,
+            "chat completion finished"
+        );
+        let m = &app.metrics;
+        m.count(&REQUESTS, &[("model", model), ("status", status)], 1);
+        m.observe_seconds(&REQUEST_DURATION, &[("model", model)], total.as_secs_f64());
+        let Some(outcome) = outcome else { return };
+        m.count(
+            &ATTEMPTS,
+            &[("model", model)],
+            outcome.attempts.len() as u64,
+        );
+        for attempt in &outcome.attempts {
+            m.observe_seconds(
+                &UPSTREAM_LATENCY,
+                &[("model", model)],
+                attempt.runner_us as f64 / 1e6,
+            );
+            for issue in &attempt.issues {
+                m.count(
+                    &ISSUES,
+                    &[
+                        ("model", model),
+                        ("validator", &issue.validator),
+                        ("code", &issue.code),
+                        ("severity", issue.severity.as_str()),
+                    ],
+                    1,
+                );
+            }
+            for validator in &attempt.repairs {
+                m.count(&REPAIRS, &[("model", model), ("validator", validator)], 1);
+            }
+        }
+        if outcome.runner_error().is_some() {
+            m.count(&RUNNER_FAILURES, &[("model", model)], 1);
+        }
+        let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
+        m.observe_seconds(&OVERHEAD, &[("model", model)], overhead as f64 / 1e6);
+        if let Some(audit) = &app.audit {
+            if audit.policy() == FsyncPolicy::Always {
+                // A failed write is logged and counted by the writer; the client still gets its
+                // answer (the audit must not take the service down).
+                audit.append_durable(outcome.to_json_line()).await;
+            } else {
+                audit.append(outcome.to_json_line());
+            }
+        }
+    }
+
+    /// Starts the enforcement on its own task.
+    pub fn start(&self, session_id: Option<String>, context: Context) -> Job {
+        let (tx, events) = mpsc::unbounded_channel();
+        let runner = TracedRunner {
+            inner: self.model.runner.clone(),
+            attempt: AtomicU32::new(0),
+        };
+        let enforcer = self.model.enforcer.clone();
+        let request = Request {
+            messages: self.chat.messages.clone(),
+            session_id,
+            params: self.chat.params.clone(),
+        };
+        let observer = move |event: &Event<'_>| {
+            if let Some(p) = progress_of(event) {
+                // The receiver is gone only when the client left; nothing to tell then.
+                let _ = tx.send(p);
+            }
+        };
+        let handle = tokio::spawn(
+            async move {
+                enforcer
+                    .run_observed(&runner, &request, &context, &observer)
+                    .await
+            }
+            .in_current_span(),
+        );
+        Job {
+            handle,
+            events,
+            deadline: tokio::time::Instant::now() + self.app.config.request_timeout,
+        }
+    }
+
+    /// Bookkeeping once the loop ended: metrics, audit, session. Returns the text to deliver
+    /// or the error to send.
+    pub async fn conclude(
+        &self,
+        ended: Ended,
+        streaming: bool,
+    ) -> Result<(String, Box<Outcome>), ApiError> {
+        let total = self.started.elapsed();
+        let outcome = match ended {
+            Ended::Outcome(outcome) => outcome,
+            Ended::Deadline => {
+                self.record("deadline", None, total).await;
+                return Err(ApiError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "enforcement_error",
+                    "deadline_exceeded",
+                    format!(
+                        "No checked answer was ready within this proxy's limit of {} s, so nothing was shown. Please try again, perhaps asking for a shorter answer.",
+                        self.app.config.request_timeout.as_secs_f64()
+                    ),
+                ));
+            }
+            Ended::Crashed => {
+                self.record("internal_error", None, total).await;
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    "internal_error",
+                    "The proxy failed while checking the answer, so nothing was shown. Please try again; if it keeps happening, tell the administrator.",
+                ));
+            }
+        };
+        self.record(outcome.status.as_str(), Some(&outcome), total)
+            .await;
+
+        let deliverable = deliverable(&outcome, delivery_for(&self.model, streaming));
+        if let Some(chat_id) = &self.chat_id {
+            let step = match (&deliverable, outcome.status.is_success()) {
+                (Some(text), true) => self.app.step_extractor.as_ref().and_then(|f| f(text)),
+                _ => None,
+            };
+            let turn = TurnRecord {
+                model: &self.model.id,
+                status: outcome.status.as_str(),
+                runner_session_id: outcome.session_id.as_deref(),
+                step,
+            };
+            if let Err(e) = self.app.sessions.record_turn(chat_id, turn).await {
+                tracing::error!(chat_id, error = %e, "could not persist session");
+            }
+        }
+        match deliverable {
+            // An empty answer looks like a dropped connection to every client: say so instead.
+            Some(text) if text.trim().is_empty() => {
+                let mut error = ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_error",
+                    "empty_answer",
+                    "The model returned an empty answer. Please try again or rephrase your request.",
+                );
+                error.enforcement = Some(Box::new(openai::enforcement_json(&outcome)));
+                error.enforce_status = Some(outcome.status.as_str());
+                Err(error)
+            }
+            Some(text) => Ok((text, outcome)),
+            None => Err(openai::outcome_failure(&outcome)),
+        }
+    }
+}
+
+/// The per-model choices as they apply to this kind of response. A stream never shows an
+/// answer that failed its checks, whatever the options say: partial trust is not possible once
+/// text is on screen.
+#[derive(Clone, Copy)]
+pub(crate) struct Delivery {
+    on_unresolved: FailureResponse,
+    on_unavailable: FailureResponse,
+}
+
+fn delivery_for(model: &Model, streaming: bool) -> Delivery {
+    if streaming {
+        Delivery {
+            on_unresolved: FailureResponse::Error,
+            on_unavailable: FailureResponse::Error,
+        }
+    } else {
+        Delivery {
+            on_unresolved: model.options.on_unresolved,
+            on_unavailable: model.options.on_unavailable,
+        }
+    }
+}
+
+/// The text to send, if the outcome may be delivered.
+fn deliverable(outcome: &Outcome, delivery: Delivery) -> Option<String> {
+    let text = outcome.response.clone()?;
+    if outcome.status.is_success() || outcome.fallback_used {
+        return Some(text);
+    }
+    if outcome.runner_error().is_some() {
+        return None;
+    }
+    let mode = match outcome.status {
+        Status::Unavailable => delivery.on_unavailable,
+        _ => delivery.on_unresolved,
+    };
+    (mode == FailureResponse::Return).then_some(text)
+}
+
+/// Waits for the job, bounded by its deadline.
+pub(crate) async fn wait(job: &mut Job) -> Ended {
+    match tokio::time::timeout_at(job.deadline, &mut job.handle).await {
+        Ok(Ok(outcome)) => Ended::Outcome(Box::new(outcome)),
+        Ok(Err(join_error)) => {
+            tracing::error!(error = %join_error, "enforcement task failed");
+            Ended::Crashed
+        }
+        Err(_) => {
+            job.handle.abort();
+            Ended::Deadline
+        }
+    }
+}
