@@ -8,9 +8,6 @@ use crate::{
 };
 use std::time::{Duration, Instant};
 
-/// Code of the warning recorded when a fail-open validator gives no verdict.
-pub const VALIDATOR_UNAVAILABLE: &str = "VALIDATOR_UNAVAILABLE";
-
 /// What [`Enforcer::check`] does about errors in the text it is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

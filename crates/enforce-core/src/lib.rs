@@ -56,17 +56,20 @@ mod validator;
 
 pub use async_trait::async_trait;
 pub use context::Context;
-pub use enforcer::{Check, Enforcer, VALIDATOR_UNAVAILABLE};
+pub use enforcer::{Check, Enforcer};
 pub use feedback::{Feedback, FeedbackTemplate, Language};
 pub use issue::{Issue, Severity};
 pub use observer::{Event, Observer};
-pub use outcome::{Attempt, Outcome, Status, StopReason, UnavailableValidator};
+pub use outcome::{Attempt, Outcome, Status, StopReason};
 pub use policy::{Budget, BudgetKind, Policy, PolicyBuilder};
 pub use runner::{
     stateless_follow_up_messages, Message, Reply, Request, Role, Runner, RunnerError, Usage,
 };
 pub use scripted::{ScriptedCall, ScriptedRunner};
-pub use validator::{FailMode, Unavailable, Validation, Validator, ValidatorExt, WithFailMode};
+pub use validator::{
+    FailMode, Unavailable, UnavailableValidator, Validation, Validator, ValidatorExt, WithFailMode,
+    VALIDATOR_UNAVAILABLE,
+};
 
 /// The examples in README.md are compiled and run as doctests.
 #[cfg(doctest)]

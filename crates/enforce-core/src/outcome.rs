@@ -1,5 +1,6 @@
 //! What the loop returns: [`Outcome`], its [`Status`] and the audit of every [`Attempt`].
 
+use crate::validator::UnavailableValidator;
 use crate::{BudgetKind, Issue, RunnerError, Usage};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -135,15 +136,6 @@ enum StopTag {
     RunnerFailed,
     ValidatorUnavailable,
     CheckOnly,
-}
-
-/// A validator that gave no verdict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UnavailableValidator {
-    /// The validator's name.
-    pub validator: String,
-    /// Why it gave no verdict.
-    pub reason: String,
 }
 
 /// The audit of one attempt: one response and what the validators said about it.

@@ -1,11 +1,23 @@
 //! The [`Validator`] trait: one check of one response.
 
-use crate::{Context, Issue, UnavailableValidator, VALIDATOR_UNAVAILABLE};
+use crate::{Context, Issue};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
+
+/// Code of the warning recorded when a fail-open validator gives no verdict.
+pub const VALIDATOR_UNAVAILABLE: &str = "VALIDATOR_UNAVAILABLE";
+
+/// A validator that gave no verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnavailableValidator {
+    /// The validator's name.
+    pub validator: String,
+    /// Why it gave no verdict.
+    pub reason: String,
+}
 
 /// A validator could not give a verdict because something outside the process failed (a
 /// checker command hung, an HTTP endpoint is down, a circuit breaker is open).
