@@ -24,6 +24,7 @@ impl Unavailable {
 }
 
 /// What the loop does when a validator is [`Unavailable`].
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailMode {

@@ -59,6 +59,7 @@ pub(crate) fn duration_from_secs(field: &'static str, secs: f64) -> Result<Durat
 /// let runner = config.build().unwrap();
 /// # let _ = runner;
 /// ```
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum RunnerConfig {
