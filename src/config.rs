@@ -3,6 +3,7 @@
 
 use enforce_config::config::{Config, ConfigError, ConfigSource, Defaults, ProfileConfig};
 use enforce_config::{BuildEnv, ProfileSet, Registry};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,14 +15,21 @@ pub const DEFAULT_CONFIG_FILE: &str = "enforce.yaml";
 ///
 /// To add a section (`runner`, `models`, `server`, ...), add a field here: the file's errors
 /// keep their line numbers because the struct is parsed directly (no `flatten`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
+#[schemars(
+    title = "enforce.yaml",
+    description = "Configuration of enforce: validators, profiles and their policy, the runner \
+                   of `enforce run`, the models and settings of `enforce serve`. Every section \
+                   is optional; unknown keys are errors."
+)]
 pub struct RootConfig {
     /// Directories validator plugins are loaded from (relative to the file).
     pub plugin_dirs: Vec<PathBuf>,
     /// Policy defaults and the default profile.
     pub defaults: Defaults,
     /// Named validator configurations.
+    #[schemars(schema_with = "enforce_config::schema::validators")]
     pub validators: BTreeMap<String, serde_json::Value>,
     /// Named profiles.
     pub profiles: BTreeMap<String, ProfileConfig>,
@@ -46,7 +54,7 @@ pub struct RootConfig {
 ///     profile: adr
 ///     on_unresolved: error
 /// ```
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServedModelConfig {
     /// The id clients send as `model`.
@@ -66,6 +74,13 @@ pub struct ServedModelConfig {
     /// Send Open WebUI status events in streams.
     #[serde(default)]
     pub status_events: bool,
+}
+
+/// The JSON Schema of the whole file (what `enforce config schema` prints).
+pub fn schema() -> schemars::Schema {
+    enforce_config::schema::settings()
+        .into_generator()
+        .into_root_schema_for::<RootConfig>()
 }
 
 impl RootConfig {

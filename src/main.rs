@@ -30,6 +30,8 @@ enum Command {
     Plugins(commands::plugins::Args),
     /// List the validator types available to profiles: built-ins and plugin validators.
     Validators(commands::validators::Args),
+    /// Tools for the configuration file: `enforce config schema` prints its JSON Schema.
+    Config(commands::config::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,5 +42,6 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::run(args),
         Command::Plugins(args) => commands::plugins::run(args),
         Command::Validators(args) => commands::validators::run(args),
+        Command::Config(args) => commands::config::run(args),
     }
 }

@@ -1,6 +1,7 @@
 //! One module per subcommand. Each exposes `Args` (clap) and `run(args) -> ExitCode`.
 
 pub mod check;
+pub mod config;
 pub mod demo;
 pub mod plugins;
 pub mod run;

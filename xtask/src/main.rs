@@ -143,6 +143,8 @@ const LAYERING: &[(&str, &[&str])] = &[
             "abi_stable",
             "libloading",
             "serde_yaml_ng",
+            // Only behind the off-by-default `config-schema` feature.
+            "schemars",
         ],
     ),
     ("enforce-plugin-abi", &["enforce-core", "tokio"]),

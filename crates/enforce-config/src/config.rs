@@ -35,6 +35,7 @@
 
 use enforce_core::{Budget, FailMode, FeedbackTemplate, Language};
 use enforce_validators::BuildError;
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -49,7 +50,7 @@ pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 /// Every section is optional. Unknown keys are errors. To embed these sections in a larger
 /// file, copy the four fields into your own `#[serde(deny_unknown_fields)]` struct (serde's
 /// `flatten` would lose unknown-key detection and line numbers) and build a `Config` from them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Directories the plugin host loads validator libraries from, relative to the file.
@@ -58,13 +59,14 @@ pub struct Config {
     pub defaults: Defaults,
     /// Named validator configurations: name → options (`type` defaults to the name). See
     /// [`Registry::build`](crate::Registry::build).
+    #[schemars(schema_with = "crate::schema::validators")]
     pub validators: BTreeMap<String, serde_json::Value>,
     /// Named profiles; a profile named like a built-in one (`chat`, `adr`) replaces it.
     pub profiles: BTreeMap<String, ProfileConfig>,
 }
 
 /// Policy defaults shared by all profiles, and the default profile's name.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Defaults {
     /// Profile used when none is named (default `chat`).
@@ -84,7 +86,7 @@ pub struct Defaults {
 }
 
 /// One profile: an ordered list of validators plus policy.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProfileConfig {
     /// What the profile is for (shown by tools).
@@ -107,7 +109,7 @@ pub struct ProfileConfig {
 }
 
 /// Feedback settings: a built-in language, and template pieces overriding it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct FeedbackConfig {
     /// `en` (default) or `de`.
@@ -118,7 +120,7 @@ pub struct FeedbackConfig {
 }
 
 /// Some fields of a [`FeedbackTemplate`]; the rest come from the language.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct FeedbackTemplatePatch {
     /// Opening paragraph (`{count}`).

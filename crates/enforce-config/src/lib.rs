@@ -18,6 +18,9 @@
 //! | `terms` | enforce-validators | configurable (default `MISSING_TERM`, `FORBIDDEN_TERM`, `PREFERRED_TERM`) |
 //! | `external` | enforce-external | `EXTERNAL_CHECK_FAILED` (and `VALIDATOR_UNAVAILABLE` from the loop) |
 //!
+//! [`schema`] generates the JSON Schema of `enforce.yaml` from these types, for editor completion
+//! and checks.
+//!
 //! Every validator spec also accepts `input` and `when`
 //! ([`enforce_validators::scope`]) to check a JSON field or a context value, or to apply only
 //! under a condition.
@@ -42,6 +45,7 @@
 pub mod config;
 pub mod profile;
 mod registry;
+pub mod schema;
 
 #[cfg(test)]
 mod testing;
@@ -64,6 +68,25 @@ pub const JSON_OR_YAML: DocumentFormat = DocumentFormat {
 
 fn boxed<V: Validator + 'static>(v: V) -> Box<dyn Validator> {
     Box::new(v)
+}
+
+/// The built-in validator types with the JSON Schema of their options, and whether the type can
+/// be used without options (`step_marker: ~`, or just its name in a profile).
+fn builtin_options() -> Vec<(&'static str, schema::OptionsSchema, bool)> {
+    vec![
+        ("step_marker", step_marker::StepMarker::options_schema, true),
+        ("adr_structure", adr::AdrStructure::options_schema, true),
+        ("file_refs", file_refs::FileRefs::options_schema, true),
+        ("json", json::JsonValidator::options_schema, true),
+        ("pattern", pattern::Pattern::options_schema, false),
+        ("length", length::Length::options_schema, false),
+        (
+            "external",
+            enforce_external::External::options_schema,
+            false,
+        ),
+        ("terms", terms::Terms::options_schema, false),
+    ]
 }
 
 /// The factories of the built-in validator types, by type name.

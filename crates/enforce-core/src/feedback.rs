@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
 /// A built-in feedback language.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]

@@ -276,20 +276,28 @@ fn default_min_criteria() -> usize {
     3
 }
 
+/// Options of the `adr_structure` validator.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "config-schema", schemars(rename = "AdrStructureOptions"))]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AdrConfig {
+    /// Front matter fields every ADR must have.
     #[serde(default = "default_fields")]
     required_fields: Vec<String>,
+    /// `##` sections every ADR must have.
     #[serde(default = "default_sections")]
     sections: Vec<String>,
-    /// Added to the default aliases.
+    /// Section → other accepted titles; added to the default aliases.
     #[serde(default)]
     aliases: BTreeMap<String, Vec<String>>,
+    /// The section whose checkboxes are counted.
     #[serde(default = "default_criteria_section")]
     criteria_section: String,
+    /// Fewest checkboxes in the criteria section (fewer is a warning).
     #[serde(default = "default_min_criteria")]
     min_criteria: usize,
+    /// Every response must hold an ADR.
     #[serde(default)]
     required: bool,
 }
@@ -322,6 +330,13 @@ impl Default for AdrStructure {
 }
 
 impl AdrStructure {
+    /// The JSON Schema of the options [`from_config`](Self::from_config) reads: an inline
+    /// object schema; the types it refers to are added to `generator`'s definitions.
+    #[cfg(feature = "config-schema")]
+    pub fn options_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <AdrConfig as schemars::JsonSchema>::json_schema(generator)
+    }
+
     /// Builds it from configuration: `required_fields`, `sections`, `aliases` (section →
     /// other accepted titles, added to the defaults), `criteria_section`, `min_criteria`,
     /// `required`.

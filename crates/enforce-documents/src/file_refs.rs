@@ -178,13 +178,20 @@ pub fn check_path(root: &Path, listed: &str) -> PathCheck {
     PathCheck::Exists
 }
 
+/// Options of the `file_refs` validator.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "config-schema", schemars(rename = "FileRefsOptions"))]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileRefsConfig {
+    /// Dotted front matter key listing the paths to check.
     #[serde(default = "default_key")]
     key: String,
+    /// Dotted front matter key the repair moves missing paths to.
     #[serde(default = "default_create_key")]
     create_key: String,
+    /// Directory the paths must exist below, relative to the configuration file (default its
+    /// directory; `--root` wins).
     root: Option<PathBuf>,
 }
 
@@ -218,6 +225,13 @@ impl FileRefs {
             key: split_key(&default_key()),
             create_key: split_key(&default_create_key()),
         }
+    }
+
+    /// The JSON Schema of the options [`from_config`](Self::from_config) reads: an inline
+    /// object schema; the types it refers to are added to `generator`'s definitions.
+    #[cfg(feature = "config-schema")]
+    pub fn options_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <FileRefsConfig as schemars::JsonSchema>::json_schema(generator)
     }
 
     /// Builds it from configuration: `key` (dotted, default `files.modify`), `create_key`

@@ -117,11 +117,18 @@ pub fn extract_step(text: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// Options of the `step_marker` validator.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "config-schema", schemars(rename = "StepMarkerOptions"))]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StepMarkerConfig {
+    /// The allowed steps, one word each (default what, why, constraints, generate, finalize,
+    /// done).
     #[serde(default)]
+    #[cfg_attr(feature = "config-schema", schemars(length(min = 1)))]
     allowed: Option<Vec<String>>,
+    /// The marker must end the response.
     #[serde(default)]
     require_at_end: bool,
 }
@@ -188,6 +195,13 @@ impl StepMarker {
     /// The allowed steps, lower-cased.
     pub fn allowed(&self) -> &[String] {
         &self.allowed
+    }
+
+    /// The JSON Schema of the options [`from_config`](Self::from_config) reads: an inline
+    /// object schema; the types it refers to are added to `generator`'s definitions.
+    #[cfg(feature = "config-schema")]
+    pub fn options_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <StepMarkerConfig as schemars::JsonSchema>::json_schema(generator)
     }
 
     /// Builds it from configuration: `allowed` (list of steps), `require_at_end` (bool).

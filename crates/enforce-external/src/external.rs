@@ -74,22 +74,50 @@ fn default_cooldown_ms() -> u64 {
     30_000
 }
 
+/// Options of the `external` validator: exactly one of `command` and `url`.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "config-schema",
+    schemars(
+        rename = "ExternalOptions",
+        // `key: ~` is no key to the parser: "given" means present and not null.
+        extend("oneOf" = [
+            {"required": ["command"], "properties": {"command": {"type": "array"}}},
+            {"required": ["url"], "properties": {"url": {"type": "string"}}}
+        ])
+    )
+)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ExternalConfig {
+    /// Program and arguments; `{file}` is replaced by a temporary file holding the input,
+    /// else the input goes to stdin.
+    #[cfg_attr(feature = "config-schema", schemars(length(min = 1)))]
     command: Option<Vec<String>>,
+    /// An `http://` endpoint the input is POSTed to.
+    #[cfg_attr(feature = "config-schema", schemars(extend("pattern" = "^http://")))]
     url: Option<String>,
+    /// Check each fenced block of this language instead of the whole response.
     blocks: Option<String>,
+    /// Suffix of the temporary file (default from `blocks`, else `.txt`).
     suffix: Option<String>,
+    /// Longest one check may take, in milliseconds; 0 disables the validator.
     #[serde(default = "default_timeout_ms")]
     timeout_ms: u64,
+    /// Consecutive failures that open the circuit breaker.
     #[serde(default = "default_threshold")]
+    #[cfg_attr(feature = "config-schema", schemars(range(min = 1)))]
     failure_threshold: u32,
+    /// How long the open breaker waits before probing again, in milliseconds.
     #[serde(default = "default_cooldown_ms")]
     cooldown_ms: u64,
+    /// `open`: pass with a warning when unavailable; `closed`: stop (default: the profile's).
     fail_mode: Option<FailMode>,
+    /// Severity of the checker's issues (default `error`).
     severity: Option<Severity>,
+    /// Hint attached to the checker's issues.
     hint: Option<String>,
+    /// Directory the command runs in, relative to the configuration file.
     working_dir: Option<PathBuf>,
 }
 
@@ -225,6 +253,13 @@ impl External {
     /// The circuit breaker guarding the calls.
     pub fn circuit_breaker(&self) -> &CircuitBreaker {
         &self.breaker
+    }
+
+    /// The JSON Schema of the options [`from_config`](Self::from_config) reads: an inline
+    /// object schema; the types it refers to are added to `generator`'s definitions.
+    #[cfg(feature = "config-schema")]
+    pub fn options_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <ExternalConfig as schemars::JsonSchema>::json_schema(generator)
     }
 
     /// Builds it from configuration (see the [module docs](self)).

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 ///         "permission_mode": "dontAsk", "timeout_secs": 120}"#).unwrap();
 /// assert_eq!(config.max_turns, Some(3));
 /// ```
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClaudeConfig {

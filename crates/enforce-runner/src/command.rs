@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 ///     r#"{"program": "ollama", "args": ["run", "llama3.2"], "timeout_secs": 90}"#).unwrap();
 /// assert_eq!(c.args, ["run", "llama3.2"]);
 /// ```
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CommandConfig {

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 /// let runner = config.build().unwrap();
 /// # let _ = runner;
 /// ```
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum RunnerConfig {

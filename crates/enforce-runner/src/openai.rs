@@ -21,6 +21,7 @@ const OWN_FIELDS: [&str; 4] = ["model", "messages", "stream", "stream_options"];
 /// let r = RetryConfig::default();
 /// assert_eq!(r.max_retries, 3);
 /// ```
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetryConfig {
@@ -56,6 +57,7 @@ impl Default for RetryConfig {
 ///     "params": {"temperature": 0.2}, "retry": {"max_retries": 5}}"#).unwrap();
 /// assert_eq!(c.retry.max_retries, 5);
 /// ```
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OpenAiConfig {

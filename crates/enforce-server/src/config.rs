@@ -14,6 +14,7 @@ pub const API_KEYS_ENV: &str = "ENFORCE_API_KEYS";
 
 /// How a failed enforcement (unresolved, aborted by a validator, or a validator unavailable)
 /// reaches a non-streaming client.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FailureResponse {
@@ -158,6 +159,7 @@ impl ServerConfig {
 /// assert_eq!(config.max_concurrent, 8);
 /// assert_eq!(section.listen.as_deref(), Some("127.0.0.1:9000"));
 /// ```
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerSection {
@@ -180,6 +182,10 @@ pub struct ServerSection {
     /// Audit log file.
     pub audit_log: Option<PathBuf>,
     /// `never`, `always` or `interval`.
+    #[cfg_attr(
+        feature = "config-schema",
+        schemars(extend("enum" = ["never", "always", "interval", null]))
+    )]
     pub audit_fsync: Option<String>,
     /// Interval for `audit_fsync: interval` (default 1 s).
     pub audit_fsync_interval_secs: Option<f64>,

@@ -43,6 +43,19 @@ pub const INVALID_JSON: &str = "INVALID_JSON";
 /// Code: the JSON breaks the schema.
 pub const SCHEMA_VIOLATION: &str = "SCHEMA_VIOLATION";
 
+/// Options of the `json` validator.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "config-schema",
+    schemars(
+        rename = "JsonOptions",
+        // `key: ~` is no key to the parser: "given" means present and not null.
+        extend("not" = {
+            "required": ["schema", "schema_file"],
+            "properties": {"schema": {"not": {"type": "null"}}, "schema_file": {"type": "string"}}
+        })
+    )
+)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JsonConfig {
@@ -57,7 +70,7 @@ struct JsonConfig {
     schema_code: Option<String>,
     /// Hint attached to schema violations.
     schema_hint: Option<String>,
-    /// Most schema violations reported.
+    /// Most schema violations reported (default 20).
     #[serde(default = "default_max_errors")]
     max_errors: usize,
 }
@@ -150,6 +163,13 @@ impl JsonValidator {
     pub fn bare(mut self, bare: bool) -> Self {
         self.bare = bare;
         self
+    }
+
+    /// The JSON Schema of the options [`from_config`](Self::from_config) reads: an inline
+    /// object schema; the types it refers to are added to `generator`'s definitions.
+    #[cfg(feature = "config-schema")]
+    pub fn options_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <JsonConfig as schemars::JsonSchema>::json_schema(generator)
     }
 
     /// Builds it from configuration.

@@ -42,6 +42,7 @@ pub const TOO_SHORT: &str = "TOO_SHORT";
 pub const TOO_LONG: &str = "TOO_LONG";
 
 /// What is counted.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Unit {
@@ -93,24 +94,62 @@ impl Bound {
     }
 }
 
+/// One bound of a `length` validator, with its own severity and texts.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "config-schema", schemars(rename = "LengthBound"))]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BoundConfig {
+    /// The limit.
     value: usize,
+    /// `error` (default) or `warning`.
     #[serde(default)]
     severity: Option<Severity>,
+    /// Message override (`{count}`, `{limit}`, `{unit}`).
     message: Option<String>,
+    /// Hint override.
     hint: Option<String>,
 }
 
+/// A limit: a number, or `{value, severity, message, hint}`.
+// What `parse_bound` reads.
+#[cfg(feature = "config-schema")]
+#[derive(schemars::JsonSchema)]
+#[schemars(untagged, rename = "LengthLimit")]
+#[allow(dead_code)] // only its schema is used
+enum BoundSpec {
+    /// The limit, as an error.
+    Value(usize),
+    /// The limit with severity and texts.
+    Full(BoundConfig),
+}
+
+/// Options of the `length` validator: `min`, `max` or both.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "config-schema",
+    schemars(
+        rename = "LengthOptions",
+        // `key: ~` is no key to the parser: "given" means present and not null.
+        extend("anyOf" = [
+            {"required": ["min"], "properties": {"min": {"not": {"type": "null"}}}},
+            {"required": ["max"], "properties": {"max": {"not": {"type": "null"}}}}
+        ])
+    )
+)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LengthConfig {
+    /// `words` (default) or `chars`.
     #[serde(default)]
     unit: Unit,
+    /// Fewest units: a number, or `{value, severity, message, hint}`.
     #[serde(default)]
+    #[cfg_attr(feature = "config-schema", schemars(with = "Option<BoundSpec>"))]
     min: Option<serde_json::Value>,
+    /// Most units: a number, or `{value, severity, message, hint}`.
     #[serde(default)]
+    #[cfg_attr(feature = "config-schema", schemars(with = "Option<BoundSpec>"))]
     max: Option<serde_json::Value>,
 }
 
@@ -151,6 +190,13 @@ impl Length {
             min,
             max,
         }
+    }
+
+    /// The JSON Schema of the options [`from_config`](Self::from_config) reads: an inline
+    /// object schema; the types it refers to are added to `generator`'s definitions.
+    #[cfg(feature = "config-schema")]
+    pub fn options_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <LengthConfig as schemars::JsonSchema>::json_schema(generator)
     }
 
     /// Builds it from configuration: `unit` (`words` or `chars`), `min`, `max` (a number, or

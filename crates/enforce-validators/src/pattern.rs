@@ -73,29 +73,55 @@ fn default_max_reports() -> usize {
     10
 }
 
+/// One rule of a `pattern` validator.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "config-schema", schemars(rename = "PatternRule"))]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RuleConfig {
+    /// Regular expression (Rust `regex` syntax).
     regex: String,
+    /// Issue code (default `FORBIDDEN_PATTERN` / `MISSING_PATTERN`).
     code: Option<String>,
+    /// Issue message; `{match}` is the matched text.
     message: Option<String>,
+    /// Hint for the model.
     hint: Option<String>,
+    /// `error` (default) or `warning`.
     #[serde(default)]
     severity: Option<Severity>,
+    /// Whether a re-ask may fix it (`false`: the asking stops at once).
     #[serde(default = "default_true")]
     repairable: bool,
+    /// Forbidden rules: what the repair puts in place of a match.
     replacement: Option<String>,
+    /// Match regardless of case.
     #[serde(default)]
     case_insensitive: bool,
 }
 
+/// Options of the `pattern` validator: at least one forbidden or required rule.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "config-schema",
+    schemars(
+        rename = "PatternOptions",
+        extend("anyOf" = [
+            {"required": ["forbidden"], "properties": {"forbidden": {"minItems": 1}}},
+            {"required": ["required"], "properties": {"required": {"minItems": 1}}}
+        ])
+    )
+)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PatternConfig {
+    /// Regexes the response must not match.
     #[serde(default)]
     forbidden: Vec<RuleConfig>,
+    /// Regexes the response must match.
     #[serde(default)]
     required: Vec<RuleConfig>,
+    /// Matches reported per forbidden rule (default 10).
     #[serde(default = "default_max_reports")]
     max_reports: usize,
 }
@@ -175,6 +201,13 @@ impl Pattern {
             required,
             max_reports: default_max_reports(),
         }
+    }
+
+    /// The JSON Schema of the options [`from_config`](Self::from_config) reads: an inline
+    /// object schema; the types it refers to are added to `generator`'s definitions.
+    #[cfg(feature = "config-schema")]
+    pub fn options_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <PatternConfig as schemars::JsonSchema>::json_schema(generator)
     }
 
     /// Builds it from configuration: `forbidden` and `required` lists of rules (`regex`,

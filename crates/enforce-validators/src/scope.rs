@@ -40,10 +40,26 @@ pub enum Source {
     Context(String),
 }
 
+/// Where the validator reads its input: exactly one of `json` and `context`.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "config-schema",
+    schemars(
+        rename = "ScopeSource",
+        // `key: ~` is no key to the parser: "given" means present and not null.
+        extend("oneOf" = [
+            {"required": ["json"], "properties": {"json": {"type": "string"}}},
+            {"required": ["context"], "properties": {"context": {"type": "string"}}}
+        ])
+    )
+)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SourceSpec {
+    /// JSON pointer into the response's JSON (`/text`).
+    #[cfg_attr(feature = "config-schema", schemars(extend("pattern" = "^(/|$)")))]
     json: Option<String>,
+    /// Key of a request-context value.
     context: Option<String>,
 }
 
@@ -84,14 +100,84 @@ enum Test {
     OneOf(Vec<Value>),
 }
 
+/// A condition: a value (exactly one of `json` and `context`) and at most one test of
+/// `equals`, `one_of` and `present` (default: present).
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "config-schema",
+    schemars(
+        rename = "ScopeCondition",
+        // `key: ~` is no key to the parser: "given" means present and not null.
+        extend(
+            "oneOf" = [
+                {"required": ["json"], "properties": {"json": {"type": "string"}}},
+                {"required": ["context"], "properties": {"context": {"type": "string"}}}
+            ],
+            "not" = {"anyOf": [
+                {
+                    "required": ["equals", "one_of"],
+                    "properties": {"equals": {"not": {"type": "null"}}, "one_of": {"type": "array"}}
+                },
+                {
+                    "required": ["equals", "present"],
+                    "properties": {"equals": {"not": {"type": "null"}}, "present": {"type": "boolean"}}
+                },
+                {
+                    "required": ["one_of", "present"],
+                    "properties": {"one_of": {"type": "array"}, "present": {"type": "boolean"}}
+                }
+            ]}
+        )
+    )
+)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ConditionSpec {
+    /// JSON pointer into the response's JSON (`/blockType`).
+    #[cfg_attr(feature = "config-schema", schemars(extend("pattern" = "^(/|$)")))]
     json: Option<String>,
+    /// Key of a request-context value.
     context: Option<String>,
+    /// Holds when the value equals this.
     equals: Option<Value>,
+    /// Holds when the value equals one of these.
     one_of: Option<Vec<Value>>,
+    /// `true`: holds when the value exists and is not null; `false`: when it does not.
     present: Option<bool>,
+}
+
+/// `response` (the whole response), `{json: /pointer}` or `{context: key}`.
+#[cfg(feature = "config-schema")]
+#[derive(schemars::JsonSchema)]
+#[schemars(untagged, rename = "ScopeInput")]
+#[allow(dead_code)] // only its schema is used
+enum InputSpec {
+    /// `response`: the whole response (the default).
+    Response(ResponseKeyword),
+    /// A JSON field or a context value.
+    Source(SourceSpec),
+}
+
+/// The word `response`.
+#[cfg(feature = "config-schema")]
+#[derive(schemars::JsonSchema)]
+#[schemars(rename_all = "lowercase", rename = "ScopeWholeResponse")]
+#[allow(dead_code)] // only its schema is used
+enum ResponseKeyword {
+    /// The whole response.
+    Response,
+}
+
+/// One condition, or a list of conditions that must all hold.
+#[cfg(feature = "config-schema")]
+#[derive(schemars::JsonSchema)]
+#[schemars(untagged, rename = "ScopeWhen")]
+#[allow(dead_code)] // only its schema is used
+enum WhenSpec {
+    /// One condition.
+    One(ConditionSpec),
+    /// Conditions that must all hold.
+    All(Vec<ConditionSpec>),
 }
 
 impl ConditionSpec {
@@ -192,6 +278,19 @@ impl Scope {
     pub fn when(mut self, condition: Condition) -> Self {
         self.when.push(condition);
         self
+    }
+
+    /// The JSON Schema of the `input` key [`from_spec`](Self::from_spec) reads; the types it
+    /// refers to are added to `generator`'s definitions.
+    #[cfg(feature = "config-schema")]
+    pub fn input_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        generator.subschema_for::<InputSpec>()
+    }
+
+    /// The JSON Schema of the `when` key [`from_spec`](Self::from_spec) reads.
+    #[cfg(feature = "config-schema")]
+    pub fn when_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        generator.subschema_for::<WhenSpec>()
     }
 
     /// Reads `input` and `when` from a validator spec; `None` when neither is given.

@@ -73,21 +73,32 @@ fn default_true() -> bool {
 ///
 /// Defaults: whole word, case-insensitive, the list's default code, severity `error`
 /// (`warning` for preferred terms), repairable.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Term {
+    /// The term; `{{key}}` is filled from the request context.
     term: String,
+    /// Issue code instead of the list's default.
     code: Option<String>,
+    /// Issue message (`{term}` is the term).
     message: Option<String>,
+    /// Hint for the model (`{term}` is the term).
     hint: Option<String>,
+    /// `error` (default) or `warning`.
     severity: Option<Severity>,
+    /// Whether a re-ask may fix it (`false`: the asking stops at once).
     #[serde(default = "default_true")]
     repairable: bool,
+    /// Match the case exactly.
     #[serde(default)]
     case_sensitive: bool,
+    /// Match whole words only.
     #[serde(default = "default_true")]
     whole_word: bool,
+    /// Forbidden terms only: what the repair puts in its place.
     replacement: Option<String>,
+    /// Values of the rendered term that mean "unknown": no check then.
     #[serde(default)]
     skip_if: Vec<String>,
 }
@@ -165,18 +176,28 @@ impl Term {
 }
 
 /// A preferred term of a [`Terms`] validator: use `use` instead of each of `instead_of`.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Preferred {
+    /// The term to use.
     #[serde(rename = "use")]
     use_term: String,
+    /// The terms it replaces (at least one).
+    #[cfg_attr(feature = "config-schema", schemars(length(min = 1)))]
     instead_of: Vec<String>,
+    /// Issue code (default `PREFERRED_TERM`).
     code: Option<String>,
+    /// Issue message (`{term}` is the discouraged term).
     message: Option<String>,
+    /// Hint for the model (`{term}` is the discouraged term).
     hint: Option<String>,
+    /// `warning` (default) or `error`.
     severity: Option<Severity>,
+    /// Match the case exactly.
     #[serde(default)]
     case_sensitive: bool,
+    /// Match whole words only.
     #[serde(default = "default_true")]
     whole_word: bool,
 }
@@ -236,15 +257,62 @@ impl Preferred {
     }
 }
 
+/// Options of the `terms` validator: at least one required, forbidden or preferred term.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "config-schema",
+    schemars(
+        rename = "TermsOptions",
+        extend("anyOf" = [
+            {"required": ["required"], "properties": {"required": {"minItems": 1}}},
+            {"required": ["forbidden"], "properties": {"forbidden": {"minItems": 1}}},
+            {"required": ["preferred"], "properties": {"preferred": {"minItems": 1}}}
+        ])
+    )
+)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TermsConfig {
+    /// Terms the response must contain: strings, or `{term, code, ...}` (no `replacement`).
     #[serde(default)]
+    #[cfg_attr(
+        feature = "config-schema",
+        schemars(schema_with = "required_terms_schema")
+    )]
     required: Vec<Value>,
+    /// Terms the response must not contain: strings, or `{term, code, ..., replacement}`.
     #[serde(default)]
+    #[cfg_attr(feature = "config-schema", schemars(with = "Vec<TermSpec>"))]
     forbidden: Vec<Value>,
+    /// Preferred terminology: `{use, instead_of, ...}`.
     #[serde(default)]
+    #[cfg_attr(feature = "config-schema", schemars(with = "Vec<Preferred>"))]
     preferred: Vec<Value>,
+}
+
+/// A term: the term itself, or `{term, code, message, ...}`.
+// What `TermRule::parse_config` reads.
+#[cfg(feature = "config-schema")]
+#[derive(schemars::JsonSchema)]
+#[schemars(untagged, rename = "TermsEntry")]
+#[allow(dead_code)] // only its schema is used
+enum TermSpec {
+    /// Just the term, with the defaults.
+    Term(String),
+    /// The term with its options.
+    Full(Term),
+}
+
+/// Required terms: like forbidden ones, but without a `replacement`.
+#[cfg(feature = "config-schema")]
+fn required_terms_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let term = generator.subschema_for::<TermSpec>();
+    schemars::json_schema!({
+        "type": "array",
+        "items": {
+            "allOf": [term, {"not": {"type": "object", "required": ["replacement"]}}]
+        }
+    })
 }
 
 /// How a term is matched.
@@ -399,6 +467,13 @@ impl Terms {
             forbidden: Vec::new(),
             preferred: Vec::new(),
         }
+    }
+
+    /// The JSON Schema of the options [`from_config`](Self::from_config) reads: an inline
+    /// object schema; the types it refers to are added to `generator`'s definitions.
+    #[cfg(feature = "config-schema")]
+    pub fn options_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <TermsConfig as schemars::JsonSchema>::json_schema(generator)
     }
 
     /// Builds it from configuration: `required`, `forbidden` (terms as strings or
