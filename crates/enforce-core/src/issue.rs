@@ -6,7 +6,8 @@ use std::fmt;
 /// How much an issue matters.
 ///
 /// Errors fail a response and trigger a re-ask; warnings travel with the outcome and never trigger
-/// a retry. Exhaustive: the loop's rules are defined over exactly these two.
+/// a retry.
+// Exhaustive on purpose: the loop's rules are defined over exactly these two.
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

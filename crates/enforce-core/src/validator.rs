@@ -37,8 +37,8 @@ impl Unavailable {
     }
 }
 
-/// What the loop does when a validator is [`Unavailable`]. Exhaustive: open or closed is the
-/// whole question.
+/// What the loop does when a validator is [`Unavailable`].
+// Exhaustive on purpose: open or closed is the whole question.
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
