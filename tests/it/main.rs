@@ -1,0 +1,10 @@
+//! The end-to-end tests of the `enforce` binary and the property tests, in one test binary
+//! (one link instead of one per file): `cargo test -p enforce --test it`.
+
+mod check;
+mod cli_run_demo;
+mod config_schema;
+mod crash_safety;
+mod plugins;
+mod properties;
+mod serve;
