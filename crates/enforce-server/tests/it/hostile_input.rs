@@ -2,9 +2,7 @@
 //! characters and SSE syntax cannot forge SSE events, audit lines or log lines; API keys (the
 //! proxy's own and the upstream's) never reach the logs or the audit records.
 
-mod common;
-
-use common::{server_with, Harness};
+use crate::common::{server_with, Harness};
 use enforce_core::{
     async_trait, Context, Enforcer, Issue, Policy, Reply, Request, Runner, RunnerError, Validation,
     Validator,

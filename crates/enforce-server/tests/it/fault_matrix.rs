@@ -8,9 +8,7 @@
 //! plugin panic and stall (`enforce-plugin-host/tests/host.rs`, `tests/plugins.rs`), enforcement
 //! task panic and deadline (`tests/proxy.rs`).
 
-mod common;
-
-use common::{marker_enforcer, server_with, Harness, ParsedStream};
+use crate::common::{marker_enforcer, server_with, Harness, ParsedStream};
 use enforce_core::{Enforcer, FailMode, Runner};
 use enforce_external::breaker::BreakerState;
 use enforce_external::external::External;
