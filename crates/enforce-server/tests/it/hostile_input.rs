@@ -100,7 +100,7 @@ fn no_answer_text_can_forge_sse_events() {
     runner
         .run(&hostile_text(), |text| {
             if text.trim().is_empty() {
-                return Ok(()); // an empty answer is an error by design (tests/proxy.rs)
+                return Ok(()); // an empty answer is an error by design (proxy.rs)
             }
             let raw =
                 rt.block_on(async { h.chat(body(&text, true)).await.text().await.expect("body") });
