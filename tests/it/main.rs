@@ -8,3 +8,8 @@ mod crash_safety;
 mod plugins;
 mod properties;
 mod serve;
+
+/// Captured stdout or stderr as text (lossy UTF-8).
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
