@@ -4,3 +4,8 @@
 mod audit_json;
 mod compose;
 mod loop_paths;
+
+/// The request most tests send.
+fn req() -> enforce_core::Request {
+    enforce_core::Request::prompt("Write it.")
+}
