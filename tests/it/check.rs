@@ -1,18 +1,12 @@
 //! End-to-end tests of `enforce check`: exit codes, JSON shape, text format, --fix/--write,
 //! configuration errors and nasty input.
 
-use crate::text;
+use crate::{repo, text, BIN};
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_enforce");
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// A scratch directory removed on drop.
 struct Scratch(PathBuf);

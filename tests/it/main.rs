@@ -9,6 +9,14 @@ mod plugins;
 mod properties;
 mod serve;
 
+/// The `enforce` binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_enforce");
+
+/// The repository root (the `enforce` package), where `examples/` and `schema/` live.
+fn repo() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
 /// Captured stdout or stderr as text (lossy UTF-8).
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
