@@ -1,6 +1,7 @@
 //! End-to-end tests of `enforce demo` and `enforce run` against the fake Claude CLI and the
 //! mock OpenAI-compatible server.
 
+use crate::text;
 use enforce_testkit::{
     ErrorShape, FakeClaude, MockOpenAi, MockReply, MockScript, ScratchDir, Then,
 };
@@ -30,10 +31,6 @@ async fn enforce_async(args: Vec<String>) -> Output {
     })
     .await
     .expect("the blocking task finishes")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn audit_records(path: &std::path::Path) -> Vec<Value> {

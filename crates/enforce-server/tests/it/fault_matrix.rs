@@ -4,13 +4,12 @@
 //! runs non-streaming and streaming through the real HTTP stack.
 //!
 //! Rows already covered elsewhere are not repeated here (see RELIABILITY.md for the full
-//! table): Claude CLI hang, non-zero exit and garbage (`enforce-runner/tests/claude_cli.rs`),
-//! plugin panic and stall (`enforce-plugin-host/tests/host.rs`, `tests/plugins.rs`), enforcement
-//! task panic and deadline (`tests/proxy.rs`).
+//! table): Claude CLI hang, non-zero exit and garbage
+//! (`enforce-runner/tests/it/claude_cli.rs`), plugin panic and stall
+//! (`enforce-plugin-host/tests/it/host.rs`, `tests/it/plugins.rs` of the
+//! `enforce` package), enforcement task panic and deadline (`proxy.rs` next to this file).
 
-mod common;
-
-use common::{marker_enforcer, server_with, Harness, ParsedStream};
+use crate::common::{marker_enforcer, server_with, Harness, ParsedStream};
 use enforce_core::{Enforcer, FailMode, Runner};
 use enforce_external::breaker::BreakerState;
 use enforce_external::external::External;

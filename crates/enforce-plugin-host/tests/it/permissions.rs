@@ -1,6 +1,5 @@
 //! Plugin directories and libraries writable by every user are refused with a reason (the
 //! warning `enforce` prints), and nothing in them is loaded.
-#![cfg(unix)]
 
 use enforce_plugin_host::{DirSource, PluginDir, PluginHost};
 use std::os::unix::fs::PermissionsExt;

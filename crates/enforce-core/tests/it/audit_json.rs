@@ -2,9 +2,10 @@
 //! shippers and dashboards parse it. These tests pin its exact shape (field names, order,
 //! nesting) for every kind of stop, and that it reads back into the same `Outcome`.
 
+use crate::req;
 use enforce_core::{
-    async_trait, Budget, Context, Enforcer, FailMode, Issue, Outcome, Policy, Reply, Request,
-    RunnerError, ScriptedRunner, StopReason, Unavailable, Usage, Validation, Validator,
+    async_trait, Budget, Context, Enforcer, FailMode, Issue, Outcome, Policy, Reply, RunnerError,
+    ScriptedRunner, StopReason, Unavailable, Usage, Validation, Validator,
 };
 
 /// Errors unless the text contains "title"; warns about "!"; repair prepends a title.
@@ -78,10 +79,6 @@ fn assert_audit(outcome: &Outcome, expected: &str) {
     let back: Outcome = serde_json::from_str(&line).expect("the audit line reads back");
     assert_eq!(&back, outcome);
     assert_eq!(back.to_json_line(), line);
-}
-
-fn req() -> Request {
-    Request::prompt("Write it.")
 }
 
 #[tokio::test]

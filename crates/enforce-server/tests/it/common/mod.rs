@@ -1,6 +1,5 @@
 //! Test fixtures: a server on 127.0.0.1:0, simple validators and runners, and a stream parser
 //! that reads SSE the way openai-python and Open WebUI do.
-#![allow(dead_code)]
 
 use enforce_core::{
     async_trait, Context, Enforcer, Issue, Policy, Reply, Request, Runner, RunnerError, Validation,

@@ -2,9 +2,7 @@
 //! characters and SSE syntax cannot forge SSE events, audit lines or log lines; API keys (the
 //! proxy's own and the upstream's) never reach the logs or the audit records.
 
-mod common;
-
-use common::{server_with, Harness};
+use crate::common::{server_with, Harness};
 use enforce_core::{
     async_trait, Context, Enforcer, Issue, Policy, Reply, Request, Runner, RunnerError, Validation,
     Validator,
@@ -102,7 +100,7 @@ fn no_answer_text_can_forge_sse_events() {
     runner
         .run(&hostile_text(), |text| {
             if text.trim().is_empty() {
-                return Ok(()); // an empty answer is an error by design (tests/proxy.rs)
+                return Ok(()); // an empty answer is an error by design (proxy.rs)
             }
             let raw =
                 rt.block_on(async { h.chat(body(&text, true)).await.text().await.expect("body") });

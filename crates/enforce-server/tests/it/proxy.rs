@@ -1,8 +1,6 @@
 //! The proxy on real sockets (127.0.0.1, port 0), driven by scripted and purpose-built runners.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use enforce_core::{Enforcer, Reply, RunnerError, ScriptedRunner};
 use enforce_server::{FailureResponse, FsyncPolicy, ModelOptions, ServerConfig};
 use serde_json::{json, Value};

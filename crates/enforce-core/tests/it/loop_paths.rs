@@ -1,5 +1,6 @@
 //! One test per path through the enforcement loop.
 
+use crate::req;
 use enforce_core::{
     async_trait, Budget, BudgetKind, Check, Context, Enforcer, Event, FailMode, Issue, Observer,
     Policy, Reply, Request, Runner, RunnerError, ScriptedCall, ScriptedRunner, Status, StopReason,
@@ -122,10 +123,6 @@ fn with_policy(validators: Vec<Box<dyn Validator>>, edit: impl FnOnce(&mut Polic
     let mut policy = Policy::default();
     edit(&mut policy);
     Enforcer::new(validators).with_policy(policy)
-}
-
-fn req() -> Request {
-    Request::prompt("Write it.")
 }
 
 #[tokio::test]

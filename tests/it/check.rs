@@ -1,17 +1,12 @@
 //! End-to-end tests of `enforce check`: exit codes, JSON shape, text format, --fix/--write,
 //! configuration errors and nasty input.
 
+use crate::{repo, text, BIN};
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_enforce");
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// A scratch directory removed on drop.
 struct Scratch(PathBuf);
@@ -66,10 +61,6 @@ fn enforce(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
 
 fn code(o: &Output) -> i32 {
     o.status.code().expect("exited normally, not by a signal")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 const ADR_OK: &str = "examples/adr-0007-validate-llm-output.md";

@@ -6,19 +6,14 @@
 //! builds every validator and profile), plus `ServerSection::to_config` for the values of
 //! `server:` that only `enforce serve` interprets.
 
+use crate::{repo, BIN};
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_enforce");
-
 /// The first line of every example: editors take the schema from it.
 const MODELINE: &str = "# yaml-language-server: $schema=../schema/enforce.schema.json";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn committed_schema_path() -> PathBuf {
     repo().join("schema/enforce.schema.json")

@@ -1,0 +1,11 @@
+//! The integration tests of enforce-core in one test binary (one link instead of one per
+//! file; new test files become modules here): `cargo test -p enforce-core --test it`.
+
+mod audit_json;
+mod compose;
+mod loop_paths;
+
+/// The request most tests send.
+fn req() -> enforce_core::Request {
+    enforce_core::Request::prompt("Write it.")
+}

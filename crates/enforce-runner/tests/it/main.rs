@@ -1,0 +1,6 @@
+//! The integration tests of enforce-runner in one test binary (one link instead of one per
+//! file): `cargo test -p enforce-runner --test it`.
+
+mod claude_cli;
+mod command_runner;
+mod openai_http;

@@ -1,0 +1,11 @@
+//! The integration tests of enforce-server in one test binary (one link instead of one per
+//! file): `cargo test -p enforce-server --test it`.
+//!
+//! One process for all of them: `hostile_input` installs the process-wide tracing subscriber
+//! (TRACE, captured in memory) the first time it runs, and the other modules then log into it
+//! too. No other test may install a global subscriber.
+
+mod common;
+mod fault_matrix;
+mod hostile_input;
+mod proxy;

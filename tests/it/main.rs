@@ -1,0 +1,23 @@
+//! The end-to-end tests of the `enforce` binary and the property tests, in one test binary
+//! (one link instead of one per file): `cargo test -p enforce --test it`.
+
+mod check;
+mod cli_run_demo;
+mod config_schema;
+mod crash_safety;
+mod plugins;
+mod properties;
+mod serve;
+
+/// The `enforce` binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_enforce");
+
+/// The repository root (the `enforce` package), where `examples/` and `schema/` live.
+fn repo() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Captured stdout or stderr as text (lossy UTF-8).
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
