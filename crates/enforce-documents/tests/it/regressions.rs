@@ -1,4 +1,4 @@
-//! Inputs found by the property tests (`tests/properties.rs`) and fuzz targets (`fuzz/`), kept
+//! Inputs found by the property tests (`tests/it/properties.rs`) and fuzz targets (`fuzz/`), kept
 //! as regression tests.
 
 use enforce_core::{Context, Severity, Validator};
