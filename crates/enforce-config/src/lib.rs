@@ -39,7 +39,7 @@
 //! assert_eq!(outcome.status, Status::Repaired);
 //! assert!(outcome.response.unwrap().ends_with("<!-- STEP: what -->"));
 //! ```
-#![deny(missing_docs)]
+#![deny(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
 pub mod config;

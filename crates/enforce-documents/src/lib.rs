@@ -28,7 +28,7 @@
 //! assert!(repaired.ends_with("<!-- STEP: what -->"));
 //! assert_eq!(enforce_documents::extract_step(&repaired).as_deref(), Some("what"));
 //! ```
-#![deny(missing_docs)]
+#![deny(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
 pub mod adr;

@@ -110,6 +110,15 @@ pub struct Permit<'a> {
     reported: bool,
 }
 
+impl std::fmt::Debug for Permit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("breaker", &self.breaker.name)
+            .field("reported", &self.reported)
+            .finish()
+    }
+}
+
 impl Permit<'_> {
     /// The call worked.
     pub fn success(mut self) {

@@ -17,7 +17,7 @@
 //!     .breaker(3, Duration::from_secs(30))
 //!     .fail_mode(FailMode::Closed);
 //! ```
-#![deny(missing_docs)]
+#![deny(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
 pub mod breaker;

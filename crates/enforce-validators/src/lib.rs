@@ -35,7 +35,7 @@
 //! let issues = block_on(short.validate("one two three four five six", &ctx)).unwrap();
 //! assert_eq!(issues[0].code, "TOO_LONG");
 //! ```
-#![deny(missing_docs)]
+#![deny(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
 pub mod build;
