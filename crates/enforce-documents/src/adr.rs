@@ -330,6 +330,54 @@ impl Default for AdrStructure {
 }
 
 impl AdrStructure {
+    /// The defaults, named `name`.
+    pub fn named(name: impl Into<String>) -> Self {
+        AdrStructure {
+            name: name.into(),
+            ..AdrStructure::default()
+        }
+    }
+
+    /// The front-matter fields every ADR must have (default `adr_id`, `title`, `status`).
+    pub fn required_fields<S: Into<String>>(mut self, fields: impl IntoIterator<Item = S>) -> Self {
+        self.required_fields = fields.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The `##` sections every ADR must have.
+    pub fn sections<S: Into<String>>(mut self, sections: impl IntoIterator<Item = S>) -> Self {
+        self.sections = sections.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Other titles accepted for `section`, added to the built-in aliases.
+    pub fn alias<S: Into<String>>(
+        mut self,
+        section: impl Into<String>,
+        titles: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.aliases
+            .entry(section.into())
+            .or_default()
+            .extend(titles.into_iter().map(Into::into));
+        self
+    }
+
+    /// The section whose checkboxes are the acceptance criteria, and how many it needs (a
+    /// warning below that).
+    pub fn criteria(mut self, section: impl Into<String>, min: usize) -> Self {
+        self.criteria_section = section.into();
+        self.min_criteria = min;
+        self
+    }
+
+    /// `true`: every response must hold an ADR (default: only responses that hold one are
+    /// checked).
+    pub fn required(mut self, required: bool) -> Self {
+        self.required = required;
+        self
+    }
+
     /// The JSON Schema of the options [`from_config`](Self::from_config) reads: an inline
     /// object schema; the types it refers to are added to `generator`'s definitions.
     #[cfg(feature = "config-schema")]
@@ -342,10 +390,6 @@ impl AdrStructure {
     /// `required`.
     pub fn from_config(input: &FactoryInput<'_>) -> Result<Self, BuildError> {
         let c: AdrConfig = input.parse()?;
-        let mut aliases = default_aliases();
-        for (section, more) in c.aliases {
-            aliases.entry(section).or_default().extend(more);
-        }
         for (i, s) in c.sections.iter().enumerate() {
             if s.trim().is_empty() {
                 return Err(BuildError::at(
@@ -354,15 +398,15 @@ impl AdrStructure {
                 ));
             }
         }
-        Ok(AdrStructure {
-            name: input.name.to_string(),
-            required_fields: c.required_fields,
-            sections: c.sections,
-            aliases,
-            criteria_section: c.criteria_section,
-            min_criteria: c.min_criteria,
-            required: c.required,
-        })
+        let mut adr = AdrStructure::named(input.name)
+            .required_fields(c.required_fields)
+            .sections(c.sections)
+            .criteria(c.criteria_section, c.min_criteria)
+            .required(c.required);
+        for (section, more) in c.aliases {
+            adr = adr.alias(section, more);
+        }
+        Ok(adr)
     }
 
     /// `true` when `title` names `section` or one of its aliases.
@@ -661,5 +705,33 @@ mod tests {
         assert_eq!(fm.field_value(GOOD, "status"), Some("Proposed"));
         assert_eq!(fm.field_value(GOOD, "nope"), None);
         assert!(count_checkboxes("- [ ] a\n  * [X] b\n+ [x] c\n- [] d\n-[ ] e\n") == 4);
+    }
+
+    #[test]
+    fn builders_make_what_configuration_makes() {
+        let text = "---\nadr_id: ADR-9\ntitle: t\n---\n## Background\n\n## Choice\n- [ ] a\n";
+        let built = AdrStructure::named("adr")
+            .required_fields(["adr_id", "title", "owner"])
+            .sections(["Context", "Decision"])
+            .alias("Context", ["Background"])
+            .alias("Decision", ["Choice"])
+            .criteria("Decision", 2)
+            .required(true);
+        let options = serde_json::json!({
+            "required_fields": ["adr_id", "title", "owner"],
+            "sections": ["Context", "Decision"],
+            "aliases": {"Context": ["Background"], "Decision": ["Choice"]},
+            "criteria_section": "Decision", "min_criteria": 2, "required": true});
+        let configured =
+            AdrStructure::from_config(&FactoryInput::new("adr", &options)).expect("valid options");
+        let ctx = Context::new();
+        let issues = block_on(built.validate(text, &ctx)).unwrap();
+        assert_eq!(issues, block_on(configured.validate(text, &ctx)).unwrap());
+        let codes: Vec<&str> = issues.iter().map(|i| i.code.as_str()).collect();
+        assert_eq!(codes, ["MISSING_ADR_FIELD", "INSUFFICIENT_CRITERIA"]);
+        assert_eq!(
+            block_on(built.validate("no ADR here", &ctx)).unwrap()[0].code,
+            MISSING_YAML_HEADER
+        );
     }
 }

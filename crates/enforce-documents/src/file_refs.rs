@@ -227,6 +227,19 @@ impl FileRefs {
         }
     }
 
+    /// The dotted front-matter keys of the list to check (default `files.modify`) and of the
+    /// list the repair moves missing paths to (default `files.create`); fails on an empty key.
+    pub fn keys(mut self, key: &str, create_key: &str) -> Result<Self, BuildError> {
+        for (k, v) in [("key", key), ("create_key", create_key)] {
+            if split_key(v).is_empty() {
+                return Err(BuildError::at(k, "the key is empty"));
+            }
+        }
+        self.key = split_key(key);
+        self.create_key = split_key(create_key);
+        Ok(self)
+    }
+
     /// The JSON Schema of the options [`from_config`](Self::from_config) reads: an inline
     /// object schema; the types it refers to are added to `generator`'s definitions.
     #[cfg(feature = "config-schema")]
@@ -250,18 +263,7 @@ impl FileRefs {
                 format!("the root {} is not a directory", root.display()),
             ));
         }
-        for (k, v) in [("key", &c.key), ("create_key", &c.create_key)] {
-            if split_key(v).is_empty() {
-                return Err(BuildError::at(k, "the key is empty"));
-            }
-        }
-        Ok(FileRefs {
-            name: input.name.to_string(),
-            canonical_root: root.canonicalize().ok(),
-            root,
-            key: split_key(&c.key),
-            create_key: split_key(&c.create_key),
-        })
+        FileRefs::new(input.name, root).keys(&c.key, &c.create_key)
     }
 
     fn key_text(&self) -> String {
@@ -575,6 +577,37 @@ mod tests {
         assert_eq!(
             fixed,
             "---\nadr_id: 3\nfiles:\n  modify: []\n  create:\n  - gone.rs\n---\n"
+        );
+    }
+
+    #[test]
+    fn other_keys_are_checked_and_repaired_and_empty_keys_refused() {
+        let dir = project();
+        let v = FileRefs::new("file_refs", dir.path())
+            .keys("changes.touch", "changes.add")
+            .unwrap();
+        let text = "---\nadr_id: 3\nchanges:\n  touch:\n    - README.md\n    - gone.rs\n---\n";
+        let issues = block_on(v.validate(text, &Context::new())).unwrap();
+        assert_eq!(issues.len(), 1);
+        assert!(issues[0].message.contains("gone.rs"), "{issues:?}");
+        let fixed = v.repair(text, &Context::new(), &issues).unwrap();
+        assert_eq!(
+            fixed,
+            "---\nadr_id: 3\nchanges:\n  touch:\n    - README.md\n  add:\n    - gone.rs\n---\n"
+        );
+        assert_eq!(
+            FileRefs::new("f", dir.path())
+                .keys("", "x")
+                .unwrap_err()
+                .key,
+            "key"
+        );
+        assert_eq!(
+            FileRefs::new("f", dir.path())
+                .keys("a", "")
+                .unwrap_err()
+                .key,
+            "create_key"
         );
     }
 }

@@ -141,15 +141,57 @@ pub struct Rule {
 impl Rule {
     /// A rule with `code`, error severity, repairable, no message, hint or replacement.
     pub fn new(pattern: &str, code: impl Into<String>) -> Result<Self, BuildError> {
+        Rule::compiled(pattern, false, code.into())
+    }
+
+    /// [`new`](Self::new), matching regardless of case.
+    pub fn new_case_insensitive(
+        pattern: &str,
+        code: impl Into<String>,
+    ) -> Result<Self, BuildError> {
+        Rule::compiled(pattern, true, code.into())
+    }
+
+    fn compiled(pattern: &str, case_insensitive: bool, code: String) -> Result<Self, BuildError> {
         Ok(Rule {
-            regex: compile(pattern, false).map_err(|m| BuildError::at("regex", m))?,
-            code: code.into(),
+            regex: compile(pattern, case_insensitive).map_err(|m| BuildError::at("regex", m))?,
+            code,
             message: None,
             hint: None,
             severity: Severity::Error,
             repairable: true,
             replacement: None,
         })
+    }
+
+    /// The issue message; `{match}` is the matched text (forbidden rules).
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+
+    /// The hint for the model.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// The severity of its issues (default `error`).
+    pub fn severity(mut self, severity: Severity) -> Self {
+        self.severity = severity;
+        self
+    }
+
+    /// Whether a re-ask may fix it (default `true`; `false`: the asking stops at once).
+    pub fn repairable(mut self, repairable: bool) -> Self {
+        self.repairable = repairable;
+        self
+    }
+
+    /// For a forbidden rule: what the repair puts in place of each match.
+    pub fn replacement(mut self, replacement: impl Into<String>) -> Self {
+        self.replacement = Some(replacement.into());
+        self
     }
 
     fn from_config(c: RuleConfig, default_code: &str, key: &str) -> Result<Self, BuildError> {
@@ -412,5 +454,35 @@ mod tests {
         let multibyte = "ä€😀x";
         let found = issues(&*v, multibyte);
         assert_eq!(found[0].column, Some(4));
+    }
+
+    #[test]
+    fn builders_make_the_rule_configuration_makes() {
+        let configured = build(json!({"type": "pattern", "forbidden": [{
+            "regex": "level ?[1-4]", "case_insensitive": true, "code": "NO_LEVELS",
+            "message": "found {match}", "hint": "describe it", "severity": "warning",
+            "repairable": false, "replacement": "a level"}]}))
+        .unwrap();
+        let rule = Rule::new_case_insensitive("level ?[1-4]", "NO_LEVELS")
+            .unwrap()
+            .message("found {match}")
+            .hint("describe it")
+            .severity(Severity::Warning)
+            .repairable(false)
+            .replacement("a level");
+        let built = Pattern::new("p", vec![rule], Vec::new());
+        let text = "We reached LEVEL 3.";
+        let (a, b) = (issues(&*configured, text), issues(&built, text));
+        assert_eq!(a, b);
+        assert_eq!(b[0].message, "found LEVEL 3");
+        assert!(!b[0].repairable);
+        assert_eq!(
+            configured.repair(text, &Context::new(), &a),
+            built.repair(text, &Context::new(), &b)
+        );
+        assert_eq!(
+            built.repair(text, &Context::new(), &b).as_deref(),
+            Some("We reached a level.")
+        );
     }
 }
