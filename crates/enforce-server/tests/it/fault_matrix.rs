@@ -334,15 +334,29 @@ async fn claude_cli_faults() {
 /// first success.
 #[tokio::test]
 async fn external_validator_hang_and_crash_trip_the_breaker_and_it_recovers() {
+    // Long enough that a loaded machine answers the open-breaker request within it.
+    const COOLDOWN: Duration = Duration::from_millis(1500);
     for (name, failing) in [("hang", "sleep 5"), ("crash", "kill -SEGV $$")] {
         let dir = tempfile::tempdir().expect("dir");
         let marker = dir.path().join("healthy");
-        let script = format!("test -e '{}' || {failing}", marker.display());
+        // Each run of the command leaves a line in `runs`, so the test can see whether the
+        // breaker let a call through (a timing bound alone flakes on a loaded machine).
+        let runs = dir.path().join("runs");
+        let script = format!(
+            "echo run >> '{}'; test -e '{}' || {failing}",
+            runs.display(),
+            marker.display()
+        );
+        let run_count = || {
+            std::fs::read_to_string(&runs)
+                .map(|s| s.lines().count())
+                .unwrap_or(0)
+        };
         let external = Arc::new(
             External::command("ext", vec!["sh".into(), "-c".into(), script])
                 .expect("external")
                 .timeout(Duration::from_millis(300))
-                .breaker(2, Duration::from_millis(400))
+                .breaker(2, COOLDOWN)
                 .fail_mode(FailMode::Closed),
         );
         let enforcer = Enforcer::new(vec![Box::new(external.clone())]);
@@ -368,12 +382,18 @@ async fn external_validator_hang_and_crash_trip_the_breaker_and_it_recovers() {
             BreakerState::Open,
             "{name}"
         );
+        assert_eq!(run_count(), 2, "{name}: both failing calls ran the command");
         // Open: refused at once, the command is not run.
         let started = Instant::now();
         let raw = h.chat(body(true)).await.text().await.expect("stream");
         assert!(
-            started.elapsed() < Duration::from_millis(250),
-            "{name}: open breaker answers at once"
+            started.elapsed() < COOLDOWN,
+            "{name}: open breaker answers before the cooldown ends"
+        );
+        assert_eq!(
+            run_count(),
+            2,
+            "{name}: the open breaker did not run the command"
         );
         let stream = ParsedStream::parse(&raw);
         assert_eq!(
@@ -384,9 +404,10 @@ async fn external_validator_hang_and_crash_trip_the_breaker_and_it_recovers() {
         assert!(stream.done_last);
         // Cooldown passes, the command is healthy again: the probe succeeds and closes it.
         std::fs::write(&marker, "").expect("marker");
-        tokio::time::sleep(Duration::from_millis(450)).await;
+        tokio::time::sleep(COOLDOWN + Duration::from_millis(100)).await;
         let resp = h.chat(body(false)).await;
         assert_eq!(resp.status(), 200, "{name}");
+        assert_eq!(run_count(), 3, "{name}: one probe ran the command");
         assert_eq!(
             external.circuit_breaker().state(),
             BreakerState::Closed,
