@@ -1,6 +1,7 @@
 //! The HTTP handlers.
 
 use crate::error::ApiError;
+use crate::facts;
 use crate::openai::{self, CompletionId};
 use crate::state::{unix_now, App};
 use crate::turn::{wait, InFlight, Job, Turn};
@@ -209,7 +210,16 @@ pub(crate) async fn chat_completions(
         Some(id) => app.sessions.get(id).await,
         None => None,
     };
-    let mut context = Context::new().with("model", model.id.clone());
+    let facts = facts::request_facts(
+        chat.enforce.as_ref(),
+        headers.get(facts::CONTEXT_HEADER).map(|v| v.as_bytes()),
+        app.config.max_context_bytes,
+    );
+    let mut context = match facts {
+        Ok(facts) => Context::from(facts),
+        Err(e) => return app.reject("bad_request", e),
+    };
+    context.insert("model", model.id.clone());
     if let Some(id) = &chat_id {
         context.insert("chat_id", id.clone());
     }

@@ -101,6 +101,9 @@ pub struct ServerConfig {
     pub api_keys: Vec<String>,
     /// Largest accepted request body in bytes (default 10 MB).
     pub max_body_bytes: usize,
+    /// Largest JSON of facts a request may carry, per source (`enforce.context` in the body,
+    /// the `X-Enforce-Context` header), in bytes (default 16 KiB).
+    pub max_context_bytes: usize,
     /// Most enforcements running at once; beyond it requests get 429 with `Retry-After`
     /// (default 64).
     pub max_concurrent: usize,
@@ -127,6 +130,7 @@ impl Default for ServerConfig {
         ServerConfig {
             api_keys: Vec::new(),
             max_body_bytes: 10 * 1024 * 1024,
+            max_context_bytes: 16 * 1024,
             max_concurrent: 64,
             retry_after_secs: 1,
             request_timeout: Duration::from_secs(300),
@@ -169,6 +173,8 @@ pub struct ServerSection {
     pub api_keys: Vec<String>,
     /// Largest request body in bytes.
     pub max_body_bytes: Option<usize>,
+    /// Largest JSON of facts per request source (`enforce.context`, `X-Enforce-Context`).
+    pub max_context_bytes: Option<usize>,
     /// Most enforcements at once.
     pub max_concurrent: Option<usize>,
     /// `Retry-After` seconds with a 429.
@@ -225,6 +231,9 @@ impl ServerSection {
         };
         if let Some(v) = self.max_body_bytes {
             c.max_body_bytes = v;
+        }
+        if let Some(v) = self.max_context_bytes {
+            c.max_context_bytes = v;
         }
         if let Some(v) = self.max_concurrent {
             if v == 0 {

@@ -38,6 +38,7 @@ mod audit;
 mod auth;
 mod config;
 mod error;
+mod facts;
 mod metrics;
 mod openai;
 mod session;

@@ -7,7 +7,8 @@ use enforce_core::{Issue, Message, Outcome, Role, RunnerError, Status, Usage};
 use serde_json::{json, Map, Value};
 
 /// Request fields the proxy interprets itself and does not pass to the runner.
-const INTERPRETED: &[&str] = &["model", "messages", "stream", "stream_options"];
+/// `enforce` holds the request's facts for the proxy itself and is never forwarded upstream.
+const INTERPRETED: &[&str] = &["model", "messages", "stream", "stream_options", "enforce"];
 
 /// A parsed `POST /v1/chat/completions` body.
 #[derive(Debug, Clone)]
@@ -20,6 +21,9 @@ pub struct ChatRequest {
     pub stream: bool,
     /// `stream_options.include_usage: true`.
     pub include_usage: bool,
+    /// The proxy's own `enforce` field (facts in `enforce.context`), as sent; checked by the
+    /// handler against the configured size.
+    pub enforce: Option<Value>,
     /// Every field the proxy does not interpret, passed on to the runner unchanged
     /// (`temperature`, `tools`, `max_tokens`, `max_completion_tokens`, `metadata`, `user`, ...).
     pub params: Map<String, Value>,
@@ -137,6 +141,7 @@ pub fn parse_chat_request(body: &[u8]) -> Result<ChatRequest, ApiError> {
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    let enforce = fields.get("enforce").cloned();
     for key in INTERPRETED {
         fields.remove(*key);
     }
@@ -145,6 +150,7 @@ pub fn parse_chat_request(body: &[u8]) -> Result<ChatRequest, ApiError> {
         messages,
         stream,
         include_usage,
+        enforce,
         params: fields,
     })
 }

@@ -6,6 +6,7 @@
 //! too. No other test may install a global subscriber.
 
 mod common;
+mod facts;
 mod fault_matrix;
 mod hostile_input;
 mod proxy;
