@@ -17,6 +17,12 @@
 //!     - { use: Informationssicherheit, instead_of: [IT-Security, Cybersecurity] }
 //! ```
 //!
+//! A term that is exactly one `{{key}}` whose context value is a list stands for each of its
+//! values: `required: ["{{allowed_facts}}"]` demands every allowed fact, and
+//! `forbidden: [{term: "{{narrative_tags}}", except: "{{expected_tags}}"}]` forbids every tag but
+//! the expected ones (compared like the term: case-insensitive by default). When a placeholder
+//! — of the term or of `except` — is not in the context, the term is not checked.
+//!
 //! Defaults: whole words (`\b` at each end that is a word character), case-insensitive,
 //! severity `error` (`warning` for preferred terms), repairable; codes `MISSING_TERM`,
 //! `FORBIDDEN_TERM`, `PREFERRED_TERM`. A required term whose `{{placeholder}}` is not in the
@@ -98,6 +104,11 @@ pub struct Term {
     whole_word: bool,
     /// Forbidden terms only: what the repair puts in its place.
     replacement: Option<String>,
+    /// For a term that is one `{{key}}` holding a list: leave out these values (`{{other}}`
+    /// holding a list, or one value), e.g. forbid every tag except the expected ones. When its
+    /// placeholder is not in the context, the term is not checked (the exceptions are unknown).
+    #[serde(default)]
+    except: Option<String>,
     /// Values of the rendered term that mean "unknown": no check then.
     #[serde(default)]
     skip_if: Vec<String>,
@@ -117,7 +128,15 @@ impl Term {
             whole_word: true,
             replacement: None,
             skip_if: Vec::new(),
+            except: None,
         }
+    }
+
+    /// Leave out these values when the term is a list from the context (see the field docs):
+    /// `"{{expected_tags}}"`.
+    pub fn except(mut self, template: impl Into<String>) -> Self {
+        self.except = Some(template.into());
+        self
     }
 
     /// The issue code instead of the list's default.
@@ -351,6 +370,32 @@ struct TermRule {
     repairable: bool,
     replacement: Option<String>,
     skip_if: Vec<String>,
+    except: Option<String>,
+}
+
+/// The key of a template that is exactly one `{{key}}`.
+fn sole_placeholder(template: &str) -> Option<&str> {
+    let inner = template.trim().strip_prefix("{{")?.strip_suffix("}}")?;
+    (!inner.contains("{{") && !inner.contains("}}")).then(|| inner.trim())
+}
+
+/// The values a template stands for in `context`: each item when it is one `{{key}}` holding a
+/// list, else the rendered text. `None` when a placeholder is not in the context.
+fn values_of(template: &str, context: &Context) -> Option<Vec<String>> {
+    if let Some(Value::Array(items)) = sole_placeholder(template).and_then(|k| context.get(k)) {
+        return Some(
+            items
+                .iter()
+                .filter_map(|item| match item {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Number(_) | Value::Bool(_) => Some(item.to_string()),
+                    _ => None,
+                })
+                .collect(),
+        );
+    }
+    let rendered = context.render(template);
+    (!rendered.contains("{{")).then(|| vec![rendered])
 }
 
 impl TermRule {
@@ -368,6 +413,12 @@ impl TermRule {
             return Err(BuildError::at(
                 format!("{key}.term"),
                 "a term cannot be empty",
+            ));
+        }
+        if c.except.is_some() && !c.term.contains("{{") {
+            return Err(BuildError::at(
+                format!("{key}.except"),
+                "'except' leaves values out of a term that comes from the context ('{{key}}')",
             ));
         }
         let matcher = Matcher {
@@ -394,23 +445,43 @@ impl TermRule {
             repairable: c.repairable,
             replacement: c.replacement,
             skip_if: c.skip_if,
+            except: c.except,
         })
     }
 
-    /// The term and its regex for this context; `None` when a placeholder is unknown, the
-    /// rendered term is empty or listed in `skip_if`.
-    fn resolve(&self, context: &Context) -> Option<(String, std::borrow::Cow<'_, Regex>)> {
-        match &self.compiled {
-            Some(re) => Some((self.term.clone(), std::borrow::Cow::Borrowed(re))),
-            None => {
-                let term = context.render(&self.term);
-                if term.contains("{{") || term.trim().is_empty() || self.skip_if.contains(&term) {
-                    return None;
-                }
-                let re = self.matcher.regex(&term).ok()?;
-                Some((term, std::borrow::Cow::Owned(re)))
-            }
+    /// The terms and their regexes for this context: one for a plain term, one per value for
+    /// a `{{key}}` holding a list (less the `except` values). Empty when a placeholder is
+    /// unknown; values that are empty or listed in `skip_if` are left out.
+    fn resolve(&self, context: &Context) -> Vec<(String, std::borrow::Cow<'_, Regex>)> {
+        if let Some(re) = &self.compiled {
+            return vec![(self.term.clone(), std::borrow::Cow::Borrowed(re))];
         }
+        let Some(terms) = values_of(&self.term, context) else {
+            return Vec::new();
+        };
+        let excluded = match &self.except {
+            None => Vec::new(),
+            Some(template) => match values_of(template, context) {
+                Some(values) => values,
+                None => return Vec::new(),
+            },
+        };
+        let same = |a: &str, b: &str| {
+            if self.matcher.case_sensitive {
+                a == b
+            } else {
+                a.to_lowercase() == b.to_lowercase()
+            }
+        };
+        terms
+            .into_iter()
+            .filter(|t| !t.trim().is_empty() && !self.skip_if.contains(t))
+            .filter(|t| !excluded.iter().any(|e| same(e, t)))
+            .filter_map(|t| {
+                let re = self.matcher.regex(&t).ok()?;
+                Some((t, std::borrow::Cow::Owned(re)))
+            })
+            .collect()
     }
 
     fn issue(&self, validator: &str, term: &str, default: String, hint: String) -> Issue {
@@ -515,13 +586,12 @@ impl Terms {
         out: &mut Vec<Issue>,
         make: impl Fn(&TermRule, &str) -> Issue,
     ) {
-        let Some((term, re)) = rule.resolve(context) else {
-            return;
-        };
-        let mut lines = LineCounter::new(response);
-        for m in re.find_iter(response).take(MAX_REPORTS) {
-            let line = lines.line_of(m.start());
-            out.push(make(rule, &term).at(line, column_of(response, m.start())));
+        for (term, re) in rule.resolve(context) {
+            let mut lines = LineCounter::new(response);
+            for m in re.find_iter(response).take(MAX_REPORTS) {
+                let line = lines.line_of(m.start());
+                out.push(make(rule, &term).at(line, column_of(response, m.start())));
+            }
         }
     }
 }
@@ -627,16 +697,15 @@ impl Validator for Terms {
     async fn validate(&self, response: &str, context: &Context) -> Validation {
         let mut issues = Vec::new();
         for rule in &self.required {
-            let Some((term, re)) = rule.resolve(context) else {
-                continue;
-            };
-            if !re.is_match(response) {
-                issues.push(rule.issue(
-                    &self.name,
-                    &term,
-                    format!("The text does not mention '{term}'."),
-                    format!("Mention '{term}'."),
-                ));
+            for (term, re) in rule.resolve(context) {
+                if !re.is_match(response) {
+                    issues.push(rule.issue(
+                        &self.name,
+                        &term,
+                        format!("The text does not mention '{term}'."),
+                        format!("Mention '{term}'."),
+                    ));
+                }
             }
         }
         for rule in &self.forbidden {
@@ -672,12 +741,12 @@ impl Validator for Terms {
             let Some(replacement) = &rule.replacement else {
                 continue;
             };
-            let Some((_, re)) = rule.resolve(context) else {
-                continue;
-            };
-            if let std::borrow::Cow::Owned(s) = re.replace_all(&text, regex::NoExpand(replacement))
-            {
-                text = s;
+            for (_, re) in rule.resolve(context) {
+                if let std::borrow::Cow::Owned(s) =
+                    re.replace_all(&text, regex::NoExpand(replacement))
+                {
+                    text = s;
+                }
             }
         }
         (text != response).then_some(text)
@@ -812,5 +881,51 @@ mod tests {
             codes(&*v, "by AxB (Holding) [x]* today", &ctx),
             vec![MISSING_TERM]
         );
+    }
+
+    #[test]
+    fn list_facts_expand_to_one_term_each_less_the_exceptions() {
+        let v = build(json!({"type": "terms",
+            "required": ["{{allowed_facts}}"],
+            "forbidden": [{"term": "{{narrative_tags}}", "except": "{{expected_tags}}",
+                           "code": "NARRATIVE_TAGS_CONSISTENT"}]}))
+        .unwrap();
+        let ctx = Context::new()
+            .with("allowed_facts", json!(["ISO 27001", "42 Mitarbeiter"]))
+            .with(
+                "narrative_tags",
+                json!(["Pionier", "Wachstum", "Stabilität"]),
+            )
+            .with("expected_tags", json!(["wachstum"]));
+        let text = "ISO 27001 zertifiziert, Wachstum als Pionier.";
+        assert_eq!(
+            codes(&*v, text, &ctx),
+            ["MISSING_TERM", "NARRATIVE_TAGS_CONSISTENT"]
+        );
+        let issues = block_on(v.validate(text, &ctx)).unwrap();
+        assert!(issues[0].message.contains("42 Mitarbeiter"), "{issues:?}");
+        assert!(issues[1].message.contains("Pionier"), "{issues:?}");
+        // Expected tags are allowed; unknown facts mean nothing is demanded or forbidden.
+        let fine = "ISO 27001 und 42 Mitarbeiter: Wachstum.";
+        assert!(codes(&*v, fine, &ctx).is_empty());
+        assert!(codes(&*v, text, &Context::new()).is_empty());
+        let no_expectations = Context::new().with("narrative_tags", json!(["Pionier"]));
+        assert!(
+            codes(&*v, text, &no_expectations).is_empty(),
+            "exceptions unknown: the forbidden list is not checked"
+        );
+        // A single value as the exception, and the builder spelling.
+        let built = Terms::builder("t")
+            .forbid(Term::new("{{narrative_tags}}").except("{{expected_tag}}"))
+            .build()
+            .unwrap();
+        let ctx = Context::new()
+            .with("narrative_tags", json!(["Pionier", "Wachstum"]))
+            .with("expected_tag", "Wachstum");
+        assert_eq!(codes(&built, text, &ctx), ["FORBIDDEN_TERM"]);
+        let err = build(json!({"type": "terms",
+            "forbidden": [{"term": "Sie", "except": "{{x}}"}]}))
+        .unwrap_err();
+        assert_eq!(err.key, "forbidden[0].except");
     }
 }
