@@ -574,7 +574,7 @@ mod tests {
             ("c.rs", "use crate::a::Thing;"),
             (
                 "a.rs",
-                "pub struct Thing; fn f() -> crate::b::Other { todo!() }",
+                "pub struct Thing; fn f(other: crate::b::Other) -> crate::b::Other { other }",
             ),
             ("b.rs", "use crate::{c, std_like};"),
         ]);

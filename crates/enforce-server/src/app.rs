@@ -144,7 +144,7 @@ pub(crate) async fn chat_completions(
         Ok(bytes) => bytes,
         Err(_) => return app.reject("body_too_large", too_large()),
     };
-    let chat = match openai::parse_chat_request(&bytes) {
+    let mut chat = match openai::parse_chat_request(&bytes) {
         Ok(chat) => chat,
         Err(e) => return app.reject("bad_request", e),
     };
@@ -211,7 +211,7 @@ pub(crate) async fn chat_completions(
         None => None,
     };
     let facts = facts::request_facts(
-        chat.enforce.as_ref(),
+        chat.enforce.take(),
         headers.get(facts::CONTEXT_HEADER).map(|v| v.as_bytes()),
         app.config.max_context_bytes,
     );

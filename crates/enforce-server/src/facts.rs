@@ -18,7 +18,7 @@ pub(crate) const CONTEXT_HEADER: &str = "x-enforce-context";
 /// `enforce` field, `header` the raw `X-Enforce-Context` value; `limit` bounds each source's
 /// JSON size in bytes.
 pub(crate) fn request_facts(
-    body: Option<&Value>,
+    body: Option<Value>,
     header: Option<&[u8]>,
     limit: usize,
 ) -> Result<Map<String, Value>, ApiError> {
@@ -38,7 +38,7 @@ pub(crate) fn request_facts(
         }
     };
     if let Some(field) = body {
-        let Value::Object(enforce) = field else {
+        let Value::Object(mut enforce) = field else {
             return Err(ApiError::bad_request(
                 "`enforce` must be an object, e.g. {\"context\": {\"company_name\": \"ACME\"}}.",
                 Some("enforce"),
@@ -50,16 +50,12 @@ pub(crate) fn request_facts(
                 Some("enforce"),
             ));
         }
-        if let Some(context) = enforce.get("context") {
-            let size = serde_json::to_vec(context).map_or(usize::MAX, |v| v.len());
+        if let Some(context) = enforce.remove("context") {
+            let size = serde_json::to_vec(&context).map_or(usize::MAX, |v| v.len());
             if size > limit {
                 return Err(too_large("`enforce.context`", limit));
             }
-            let from_body = checked(
-                "`enforce.context`",
-                context.clone(),
-                Some("enforce.context"),
-            )?;
+            let from_body = checked("`enforce.context`", context, Some("enforce.context"))?;
             facts.extend(from_body);
         }
     }
@@ -121,7 +117,7 @@ mod tests {
         assert!(request_facts(None, None, 1024).unwrap().is_empty());
         let body = json!({"context": {"company_name": "ACME", "tags": ["a", "b"], "n": 3}});
         let facts = request_facts(
-            Some(&body),
+            Some(body),
             Some(br#"{"company_name": "Other", "sanitized": true}"#),
             1024,
         )
@@ -159,11 +155,11 @@ mod tests {
             ),
         ];
         for (body, header, expected) in cases {
-            let err = request_facts(body.as_ref(), header, 1024).unwrap_err();
+            let err = request_facts(body, header, 1024).unwrap_err();
             assert_eq!(err.status.as_u16(), 400);
             assert!(message(&err).contains(expected), "{}", message(&err));
         }
-        let null = request_facts(Some(&json!({"context": {"a": null}})), None, 1024);
+        let null = request_facts(Some(json!({"context": {"a": null}})), None, 1024);
         assert!(message(&null.unwrap_err()).contains("value of `a`"));
     }
 
@@ -171,11 +167,11 @@ mod tests {
     fn each_source_is_bounded() {
         let big = "x".repeat(100);
         let body = json!({"context": {"k": big}});
-        let err = request_facts(Some(&body), None, 64).unwrap_err();
+        let err = request_facts(Some(body.clone()), None, 64).unwrap_err();
         assert!(message(&err).contains("larger than this proxy accepts (64 bytes"));
         let header = format!(r#"{{"k": "{big}"}}"#);
         let err = request_facts(None, Some(header.as_bytes()), 64).unwrap_err();
         assert!(message(&err).contains("X-Enforce-Context header is larger"));
-        assert!(request_facts(Some(&body), None, 4096).is_ok());
+        assert!(request_facts(Some(body), None, 4096).is_ok());
     }
 }

@@ -141,7 +141,7 @@ pub fn parse_chat_request(body: &[u8]) -> Result<ChatRequest, ApiError> {
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let enforce = fields.get("enforce").cloned();
+    let enforce = fields.remove("enforce");
     for key in INTERPRETED {
         fields.remove(*key);
     }

@@ -449,21 +449,22 @@ impl TermRule {
         })
     }
 
-    /// The terms and their regexes for this context: one for a plain term, one per value for
-    /// a `{{key}}` holding a list (less the `except` values). Empty when a placeholder is
-    /// unknown; values that are empty or listed in `skip_if` are left out.
-    fn resolve(&self, context: &Context) -> Vec<(String, std::borrow::Cow<'_, Regex>)> {
+    /// Calls `f` with each term and its regex for this context: once for a plain term (no
+    /// allocation: the per-response path), once per value for a `{{key}}` holding a list (less
+    /// the `except` values). Not at all when a placeholder is unknown; values that are empty or
+    /// listed in `skip_if` are left out.
+    fn each_term(&self, context: &Context, mut f: impl FnMut(&str, &Regex)) {
         if let Some(re) = &self.compiled {
-            return vec![(self.term.clone(), std::borrow::Cow::Borrowed(re))];
+            return f(&self.term, re);
         }
         let Some(terms) = values_of(&self.term, context) else {
-            return Vec::new();
+            return;
         };
         let excluded = match &self.except {
             None => Vec::new(),
             Some(template) => match values_of(template, context) {
                 Some(values) => values,
-                None => return Vec::new(),
+                None => return,
             },
         };
         let same = |a: &str, b: &str| {
@@ -473,15 +474,17 @@ impl TermRule {
                 a.to_lowercase() == b.to_lowercase()
             }
         };
-        terms
-            .into_iter()
-            .filter(|t| !t.trim().is_empty() && !self.skip_if.contains(t))
-            .filter(|t| !excluded.iter().any(|e| same(e, t)))
-            .filter_map(|t| {
-                let re = self.matcher.regex(&t).ok()?;
-                Some((t, std::borrow::Cow::Owned(re)))
-            })
-            .collect()
+        for term in terms {
+            if term.trim().is_empty()
+                || self.skip_if.contains(&term)
+                || excluded.iter().any(|e| same(e, &term))
+            {
+                continue;
+            }
+            if let Ok(re) = self.matcher.regex(&term) {
+                f(&term, &re);
+            }
+        }
     }
 
     fn issue(&self, validator: &str, term: &str, default: String, hint: String) -> Issue {
@@ -586,13 +589,13 @@ impl Terms {
         out: &mut Vec<Issue>,
         make: impl Fn(&TermRule, &str) -> Issue,
     ) {
-        for (term, re) in rule.resolve(context) {
+        rule.each_term(context, |term, re| {
             let mut lines = LineCounter::new(response);
             for m in re.find_iter(response).take(MAX_REPORTS) {
                 let line = lines.line_of(m.start());
-                out.push(make(rule, &term).at(line, column_of(response, m.start())));
+                out.push(make(rule, term).at(line, column_of(response, m.start())));
             }
-        }
+        });
     }
 }
 
@@ -697,16 +700,16 @@ impl Validator for Terms {
     async fn validate(&self, response: &str, context: &Context) -> Validation {
         let mut issues = Vec::new();
         for rule in &self.required {
-            for (term, re) in rule.resolve(context) {
+            rule.each_term(context, |term, re| {
                 if !re.is_match(response) {
                     issues.push(rule.issue(
                         &self.name,
-                        &term,
+                        term,
                         format!("The text does not mention '{term}'."),
                         format!("Mention '{term}'."),
                     ));
                 }
-            }
+            });
         }
         for rule in &self.forbidden {
             self.occurrences(rule, response, context, &mut issues, |r, term| {
@@ -741,13 +744,13 @@ impl Validator for Terms {
             let Some(replacement) = &rule.replacement else {
                 continue;
             };
-            for (_, re) in rule.resolve(context) {
+            rule.each_term(context, |_, re| {
                 if let std::borrow::Cow::Owned(s) =
                     re.replace_all(&text, regex::NoExpand(replacement))
                 {
                     text = s;
                 }
-            }
+            });
         }
         (text != response).then_some(text)
     }
