@@ -1,7 +1,9 @@
 //! The enforcement loop: [`Enforcer`].
 
 use crate::outcome::digest;
-use crate::validator::{push_leaves, repair_leaves, validate_leaves, Found, Leaf, Verdict};
+use crate::validator::{
+    push_leaves, repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict,
+};
 use crate::{
     Attempt, BudgetKind, Context, Event, Issue, Observer, Outcome, Policy, Reply, Request, Runner,
     Status, StopReason, Usage, Validator,
@@ -174,7 +176,7 @@ impl Enforcer {
             run.spent.add(&reply, runner_time);
 
             let validating = Instant::now();
-            let verdict = run.validate(&reply.text).await;
+            let verdict = run.validate(&reply.text, number, false).await;
             let validation_time = validating.elapsed();
             let found = match verdict {
                 Verdict::Found(found) => found,
@@ -237,7 +239,7 @@ impl Enforcer {
     pub async fn check(&self, text: &str, context: &Context, mode: Check) -> Outcome {
         let mut run = Run::new(self, context, &(), false);
         let reply = Reply::text(text);
-        let verdict = run.validate(text).await;
+        let verdict = run.validate(text, 1, false).await;
         let validation_time = run.started.elapsed();
         match verdict {
             Verdict::Unavailable(unavailable) => {
@@ -272,6 +274,8 @@ struct Run<'a> {
     leaves: Vec<Leaf<'a>>,
     context: &'a Context,
     observer: &'a dyn Observer,
+    /// The observer wants an event per validator run (asked once, not per run).
+    validator_runs: bool,
     started: Instant,
     spent: Spent,
     attempts: Vec<Attempt>,
@@ -290,6 +294,7 @@ impl<'a> Run<'a> {
             leaves: enforcer.leaves(),
             context,
             observer,
+            validator_runs: observer.wants_validator_runs(),
             started: Instant::now(),
             spent: Spent::default(),
             attempts: Vec::new(),
@@ -297,10 +302,27 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Runs every validator on `text`; the policy decides for those without a fail mode.
-    async fn validate(&self, text: &str) -> Verdict {
+    /// Runs every validator on `text` (the response of `attempt`, or its repair); the policy
+    /// decides for those without a fail mode.
+    async fn validate(&self, text: &str, attempt: u32, repaired: bool) -> Verdict {
         let default = self.enforcer.policy.on_unavailable;
-        validate_leaves(&self.leaves, text, self.context, default).await
+        let observer = self.observer;
+        let mut report = |run: LeafRun<'_>| {
+            observer.on_event(&Event::ValidatorRan {
+                attempt,
+                validator: run.validator,
+                issues: run.issues,
+                unavailable: run.unavailable,
+                elapsed: run.elapsed,
+                repaired,
+            });
+        };
+        let on_ran: Option<&mut (dyn FnMut(LeafRun<'_>) + Send)> = if self.validator_runs {
+            Some(&mut report)
+        } else {
+            None
+        };
+        validate_leaves(&self.leaves, text, self.context, default, on_ran).await
     }
 
     /// Applies the repairs of every validator that raised an error, in validator order.
@@ -356,7 +378,8 @@ impl<'a> Run<'a> {
                 if let Some(last) = self.attempts.last_mut() {
                     last.repairs = applied;
                 }
-                if let Verdict::Found(after) = self.validate(&repaired).await {
+                let last = self.attempts.last().map_or(1, |a| a.number);
+                if let Verdict::Found(after) = self.validate(&repaired, last, true).await {
                     if error_codes(&after.issues).is_empty() {
                         return self.finish(
                             Status::Repaired,

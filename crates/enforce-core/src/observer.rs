@@ -2,6 +2,7 @@
 
 use crate::{Issue, Status};
 use std::fmt;
+use std::time::Duration;
 
 /// Something that happened in the loop. The proxy turns these into keep-alives, status events
 /// and metrics; the demo prints them.
@@ -39,6 +40,26 @@ pub enum Event<'a> {
     Repaired {
         /// The validator.
         validator: &'a str,
+    },
+    /// One validator checked a text. Sent only to observers whose
+    /// [`Observer::wants_validator_runs`] says so: timing each validator costs a clock read per
+    /// validator, which nobody should pay for when nobody listens. Sent in validator order,
+    /// before [`Event::Validated`] of the same attempt.
+    ValidatorRan {
+        /// Attempt number whose response was checked (the re-check of a repaired text carries
+        /// the last attempt's number).
+        attempt: u32,
+        /// The validator (a group's members are reported one by one).
+        validator: &'a str,
+        /// The issues it found, named; a fail-open validator without verdict has its
+        /// `VALIDATOR_UNAVAILABLE` warning here.
+        issues: &'a [Issue],
+        /// Why it gave no verdict, if it gave none.
+        unavailable: Option<&'a str>,
+        /// How long it took.
+        elapsed: Duration,
+        /// The text checked was the repaired one, not a model's response.
+        repaired: bool,
     },
     /// The loop is done.
     Finished {
@@ -85,6 +106,12 @@ pub enum Event<'a> {
 pub trait Observer: Send + Sync {
     /// Called for each event.
     fn on_event(&self, event: &Event<'_>);
+
+    /// Whether to send an [`Event::ValidatorRan`] for every validator run (default: no). The
+    /// loop asks once per enforcement.
+    fn wants_validator_runs(&self) -> bool {
+        false
+    }
 }
 
 impl fmt::Debug for dyn Observer + '_ {

@@ -396,6 +396,7 @@ pub(crate) async fn validate_leaves(
     text: &str,
     context: &Context,
     default: FailMode,
+    mut on_ran: Option<&mut (dyn FnMut(LeafRun<'_>) + Send)>,
 ) -> Verdict {
     let mut found = Found {
         issues: Vec::new(),
@@ -404,32 +405,62 @@ pub(crate) async fn validate_leaves(
     for leaf in leaves {
         let start = found.issues.len();
         let name = leaf.validator.name();
+        // The clock is read only for a listener (see `Observer::wants_validator_runs`).
+        let started = on_ran.is_some().then(std::time::Instant::now);
+        let mut no_verdict = None;
         match leaf.validator.validate(text, context).await {
             Ok(issues) => found
                 .issues
                 .extend(issues.into_iter().map(|i| i.or_validator(name))),
             Err(unavailable) => match leaf.fail_mode(default) {
                 FailMode::Closed => {
+                    if let (Some(report), Some(started)) = (on_ran.as_mut(), started) {
+                        report(LeafRun {
+                            validator: name,
+                            issues: &[],
+                            unavailable: Some(&unavailable.reason),
+                            elapsed: started.elapsed(),
+                        });
+                    }
                     return Verdict::Unavailable(UnavailableValidator {
                         validator: name.to_string(),
                         reason: unavailable.reason,
-                    })
+                    });
                 }
-                FailMode::Open => found.issues.push(
-                    Issue::warning(
-                        name,
-                        VALIDATOR_UNAVAILABLE,
-                        format!("not checked: {}", unavailable.reason),
-                    )
-                    .with_hint(
-                        "the validator failed open; the response was passed without this check",
-                    ),
-                ),
+                FailMode::Open => {
+                    found.issues.push(
+                        Issue::warning(
+                            name,
+                            VALIDATOR_UNAVAILABLE,
+                            format!("not checked: {}", unavailable.reason),
+                        )
+                        .with_hint(
+                            "the validator failed open; the response was passed without this check",
+                        ),
+                    );
+                    no_verdict = Some(unavailable.reason);
+                }
             },
+        }
+        if let (Some(report), Some(started)) = (on_ran.as_mut(), started) {
+            report(LeafRun {
+                validator: name,
+                issues: &found.issues[start..],
+                unavailable: no_verdict.as_deref(),
+                elapsed: started.elapsed(),
+            });
         }
         found.by_leaf.push(start..found.issues.len());
     }
     Verdict::Found(found)
+}
+
+/// One validator run as [`validate_leaves`] reports it to a listener.
+pub(crate) struct LeafRun<'a> {
+    pub validator: &'a str,
+    pub issues: &'a [Issue],
+    pub unavailable: Option<&'a str>,
+    pub elapsed: std::time::Duration,
 }
 
 /// Runs the repair of every leaf that raised an error on `text`, in leaf order, each with its
@@ -467,7 +498,7 @@ async fn validate_group(group: &dyn Validator, text: &str, context: &Context) ->
     push_leaves(group, None, &mut leaves);
     // Without the policy at hand, a member that has no answer of its own passes "no verdict"
     // up, and the caller's fail mode decides.
-    match validate_leaves(&leaves, text, context, FailMode::Closed).await {
+    match validate_leaves(&leaves, text, context, FailMode::Closed, None).await {
         Verdict::Found(found) => Ok(found.issues),
         Verdict::Unavailable(u) => Err(Unavailable::new(format!("{}: {}", u.validator, u.reason))),
     }

@@ -560,6 +560,102 @@ async fn observer_sees_ask_validate_retry_repair_finish() {
     );
 }
 
+/// Logs `ValidatorRan` events (and the attempt boundaries) of an observer that asks for them.
+#[derive(Default)]
+struct RunLog(Mutex<Vec<String>>);
+
+impl Observer for RunLog {
+    fn on_event(&self, event: &Event<'_>) {
+        let line = match event {
+            Event::Asking { attempt, .. } => format!("ask {attempt}"),
+            Event::ValidatorRan {
+                attempt,
+                validator,
+                issues,
+                unavailable,
+                repaired,
+                ..
+            } => {
+                let codes: Vec<&str> = issues.iter().map(|i| i.code.as_str()).collect();
+                let named = issues.iter().all(|i| i.validator == *validator);
+                format!(
+                    "ran {attempt} {validator} [{}]{}{}{}",
+                    codes.join(","),
+                    if named { "" } else { " UNNAMED" },
+                    unavailable.map(|r| format!(" unavailable: {r}")).unwrap_or_default(),
+                    if *repaired { " repaired" } else { "" },
+                )
+            }
+            Event::Validated { attempt, .. } => format!("validated {attempt}"),
+            Event::Finished { status } => format!("finished {status}"),
+            _ => return,
+        };
+        self.0.lock().unwrap().push(line);
+    }
+
+    fn wants_validator_runs(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn an_observer_that_asks_sees_every_validator_run_in_order() {
+    let log = RunLog::default();
+    // Attempt 1 fails both, attempt 2 fails only ends_with_end, whose repair fixes it.
+    let runner = ScriptedRunner::texts(["a", "title"]);
+    let e = with_policy(
+        vec![Box::new(ends_with_end()), Box::new(has_title())],
+        |p| p.max_retries = 1,
+    );
+    let out = e.run_observed(&runner, &req(), &Context::new(), &log).await;
+    assert_eq!(out.status, Status::Repaired);
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        vec![
+            "ask 1",
+            "ran 1 ends_with_end [MISSING_END]",
+            "ran 1 has_title [MISSING_TITLE]",
+            "validated 1",
+            "ask 2",
+            "ran 2 ends_with_end [MISSING_END]",
+            "ran 2 has_title []",
+            "validated 2",
+            "ran 2 ends_with_end [] repaired",
+            "ran 2 has_title [] repaired",
+            "finished repaired",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn validator_runs_report_a_validator_without_verdict() {
+    let log = RunLog::default();
+    let runner = ScriptedRunner::texts(["title END"]);
+    let e = enforcer(vec![Box::new(has_title()), Box::new(Down { mode: None })]);
+    let out = e.run_observed(&runner, &req(), &Context::new(), &log).await;
+    assert_eq!(out.status, Status::Unavailable);
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        vec![
+            "ask 1",
+            "ran 1 has_title []",
+            "ran 1 down [] unavailable: checker not reachable",
+            "finished unavailable",
+        ]
+    );
+
+    let log = RunLog::default();
+    let runner = ScriptedRunner::texts(["title END"]);
+    let e = with_policy(vec![Box::new(Down { mode: None })], |p| {
+        p.on_unavailable = FailMode::Open
+    });
+    e.run_observed(&runner, &req(), &Context::new(), &log).await;
+    assert_eq!(
+        log.0.lock().unwrap()[1],
+        format!("ran 1 down [{VALIDATOR_UNAVAILABLE}] unavailable: checker not reachable")
+    );
+}
+
 #[tokio::test]
 async fn check_reports_and_fixes_without_a_runner() {
     let e = with_policy(
