@@ -3,6 +3,7 @@
 use crate::error::ApiError;
 use crate::facts;
 use crate::openai::{self, CompletionId};
+use crate::otel::RequestInfo;
 use crate::state::{unix_now, App};
 use crate::turn::{wait, InFlight, Job, Turn};
 use crate::{auth, stream, ENFORCE_STATUS_HEADER};
@@ -165,12 +166,12 @@ pub(crate) async fn chat_completions(
         return app.reject("unknown_model", error);
     };
     let mut model = model;
-    if let Some(name) = headers
+    let profile = headers
         .get(PROFILE_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
-        .filter(|n| !n.is_empty())
-    {
+        .filter(|n| !n.is_empty());
+    if let Some(name) = profile {
         match app.profiles.get(name) {
             Some(enforcer) => model.enforcer = enforcer.clone(),
             None => {
@@ -240,6 +241,19 @@ pub(crate) async fn chat_completions(
         stream = chat.stream,
     );
     let stream = chat.stream;
+    let trace = app.telemetry.as_ref().map(|telemetry| {
+        telemetry.request(
+            &headers,
+            RequestInfo {
+                model: &model.id,
+                upstream_model: model.upstream_model.as_deref(),
+                request_id: &ids.id,
+                chat_id: chat_id.as_deref(),
+                profile,
+                stream,
+            },
+        )
+    });
     let turn = Turn {
         _in_flight: InFlight::new(app.metrics.clone()),
         app,
@@ -248,6 +262,7 @@ pub(crate) async fn chat_completions(
         chat_id,
         ids,
         started: Instant::now(),
+        trace,
         _permit: permit,
     };
     let session_id = session.and_then(|s| s.runner_session_id);

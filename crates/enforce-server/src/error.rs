@@ -33,6 +33,12 @@ pub enum ServerError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// `server.otlp` is set, but this build has no OpenTelemetry export.
+    #[error("server.otlp: this build has no OpenTelemetry export; build enforce-server with the `otel` feature, or remove `otlp` and unset OTEL_EXPORTER_OTLP_ENDPOINT")]
+    TracingNotBuilt,
+    /// The OpenTelemetry exporter could not start.
+    #[error("OpenTelemetry export: {0}")]
+    Tracing(String),
     /// Serving failed.
     #[error("server I/O: {0}")]
     Io(#[from] std::io::Error),

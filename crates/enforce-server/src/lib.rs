@@ -41,6 +41,7 @@ mod error;
 mod facts;
 mod metrics;
 mod openai;
+mod otel;
 mod session;
 mod state;
 mod stream;
@@ -49,8 +50,10 @@ mod turn;
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
 pub use config::{
-    parse_key_list, FailureResponse, FsyncPolicy, Model, ModelOptions, SectionError, ServerConfig,
-    ServerSection, API_KEYS_ENV,
+    parse_key_list, FailureResponse, FsyncPolicy, Model, ModelOptions, OtlpConfig, OtlpSection,
+    SectionError, ServerConfig, ServerSection, API_KEYS_ENV, DEFAULT_OTLP_TRACES_URL,
+    DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV, OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV,
+    OTLP_TRACES_ENDPOINT_ENV,
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
@@ -129,7 +132,9 @@ impl ServerBuilder {
         self
     }
 
-    /// Checks the models, opens the session store and the audit log.
+    /// Checks the models, opens the session store and the audit log, and starts the
+    /// OpenTelemetry exporter when [`ServerConfig::otlp`] is set (then it must be called
+    /// inside the tokio runtime that will serve).
     pub fn build(self) -> Result<Server, ServerError> {
         if self.models.is_empty() {
             return Err(ServerError::NoModels);
@@ -174,6 +179,12 @@ impl ServerBuilder {
             None => None,
         };
         let limiter = Arc::new(Semaphore::new(self.config.max_concurrent.max(1)));
+        let telemetry = self
+            .config
+            .otlp
+            .as_ref()
+            .map(otel::Telemetry::start)
+            .transpose()?;
         Ok(Server {
             app: Arc::new(App {
                 config: self.config,
@@ -186,6 +197,7 @@ impl ServerBuilder {
                 metrics,
                 audit,
                 limiter,
+                telemetry,
                 draining: AtomicBool::new(false),
                 started: state::unix_now(),
                 next_id: AtomicU64::new(0),
@@ -245,7 +257,8 @@ impl Server {
     }
 
     /// Serves on `listener` until `shutdown` completes, then stops accepting, lets in-flight
-    /// requests finish for at most [`ServerConfig::shutdown_grace`], and flushes the audit log.
+    /// requests finish for at most [`ServerConfig::shutdown_grace`], flushes the audit log and
+    /// exports the spans still queued.
     /// Accepted connections get `TCP_NODELAY`.
     pub async fn serve<F>(self, listener: TcpListener, shutdown: F) -> Result<(), ServerError>
     where
@@ -290,6 +303,19 @@ impl Server {
                 .is_err()
             {
                 tracing::error!("audit log flush failed");
+            }
+        }
+        if app.telemetry.is_some() {
+            // Blocks until the last batch is sent, which the runtime itself sends: off its
+            // threads, or a single-threaded runtime would wait for itself.
+            let app = app.clone();
+            let flushed = tokio::task::spawn_blocking(move || {
+                if let Some(telemetry) = &app.telemetry {
+                    telemetry.shutdown();
+                }
+            });
+            if flushed.await.is_err() {
+                tracing::error!("OpenTelemetry flush failed");
             }
         }
         result

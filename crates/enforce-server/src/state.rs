@@ -4,6 +4,7 @@ use crate::audit::AuditLog;
 use crate::config::{Model, ServerConfig};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, REJECTED};
+use crate::otel::Telemetry;
 use crate::session::SessionStore;
 use crate::{ScrapeHook, StepExtractor};
 use axum::response::{IntoResponse, Response};
@@ -27,6 +28,8 @@ pub(crate) struct App {
     pub metrics: Arc<Metrics>,
     pub audit: Option<Arc<AuditLog>>,
     pub limiter: Arc<Semaphore>,
+    /// The OpenTelemetry exporter, when traces are on.
+    pub telemetry: Option<Telemetry>,
     pub draining: AtomicBool,
     pub started: u64,
     pub next_id: AtomicU64,

@@ -9,11 +9,12 @@ use crate::metrics::{
     RUNNER_FAILURES, UPSTREAM_LATENCY,
 };
 use crate::openai::{self, ChatRequest, CompletionId};
+use crate::otel::RequestTrace;
 use crate::session::TurnRecord;
 use crate::state::App;
 use axum::http::StatusCode;
 use enforce_core::{
-    async_trait, Context, Event, Outcome, Reply, Request, Runner, RunnerError, Status,
+    async_trait, Context, Event, Observer, Outcome, Reply, Request, Runner, RunnerError, Status,
 };
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -66,10 +67,44 @@ fn progress_of(event: &Event<'_>) -> Option<Progress> {
     }
 }
 
-/// Wraps a runner so each attempt gets its own tracing span.
+/// Sends the loop's progress to the stream driver and, when traces are on, to the request's
+/// spans.
+struct TurnObserver {
+    progress: mpsc::UnboundedSender<Progress>,
+    trace: Option<Arc<RequestTrace>>,
+}
+
+impl Observer for TurnObserver {
+    fn on_event(&self, event: &Event<'_>) {
+        if let Some(trace) = &self.trace {
+            trace.on_event(event);
+        }
+        if let Some(p) = progress_of(event) {
+            // The receiver is gone only when the client left; nothing to tell then.
+            let _ = self.progress.send(p);
+        }
+    }
+
+    /// Only the trace has a span per validator run; without it the loop reads no clock for it.
+    fn wants_validator_runs(&self) -> bool {
+        self.trace.is_some()
+    }
+}
+
+/// Wraps a runner so each attempt gets its own tracing span (and its reply reaches the trace).
 struct TracedRunner {
     inner: Arc<dyn Runner>,
     attempt: AtomicU32,
+    trace: Option<Arc<RequestTrace>>,
+}
+
+impl TracedRunner {
+    fn replied(&self, result: &Result<Reply, RunnerError>) {
+        log_attempt(result);
+        if let Some(trace) = &self.trace {
+            trace.on_reply(result);
+        }
+    }
 }
 
 #[async_trait]
@@ -78,7 +113,7 @@ impl Runner for TracedRunner {
         let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
         let span = tracing::info_span!("attempt", attempt, kind = "ask");
         let result = self.inner.ask(request).instrument(span.clone()).await;
-        span.in_scope(|| log_attempt(&result));
+        span.in_scope(|| self.replied(&result));
         result
     }
 
@@ -95,7 +130,7 @@ impl Runner for TracedRunner {
             .follow_up(request, previous, feedback)
             .instrument(span.clone())
             .await;
-        span.in_scope(|| log_attempt(&result));
+        span.in_scope(|| self.replied(&result));
         result
     }
 }
@@ -145,6 +180,8 @@ pub(crate) struct Turn {
     pub chat_id: Option<String>,
     pub ids: CompletionId,
     pub started: Instant,
+    /// The request's OpenTelemetry spans, when traces are on.
+    pub trace: Option<Arc<RequestTrace>>,
     pub _permit: OwnedSemaphorePermit,
     pub _in_flight: InFlight,
 }
@@ -172,6 +209,9 @@ impl Turn {
             total_ms = total.as_millis() as u64,
             "chat completion finished"
         );
+        if let Some(trace) = &self.trace {
+            trace.finish(status, outcome);
+        }
         let m = &app.metrics;
         m.count(&REQUESTS, &[("model", model), ("status", status)], 1);
         m.observe_seconds(&REQUEST_DURATION, &[("model", model)], total.as_secs_f64());
@@ -225,6 +265,7 @@ impl Turn {
         let runner = TracedRunner {
             inner: self.model.runner.clone(),
             attempt: AtomicU32::new(0),
+            trace: self.trace.clone(),
         };
         let enforcer = self.model.enforcer.clone();
         let request = Request {
@@ -232,11 +273,9 @@ impl Turn {
             session_id,
             params: self.chat.params.clone(),
         };
-        let observer = move |event: &Event<'_>| {
-            if let Some(p) = progress_of(event) {
-                // The receiver is gone only when the client left; nothing to tell then.
-                let _ = tx.send(p);
-            }
+        let observer = TurnObserver {
+            progress: tx,
+            trace: self.trace.clone(),
         };
         let handle = tokio::spawn(
             async move {

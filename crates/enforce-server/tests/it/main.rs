@@ -9,4 +9,6 @@ mod common;
 mod facts;
 mod fault_matrix;
 mod hostile_input;
+#[cfg(feature = "otel")]
+mod otel;
 mod proxy;

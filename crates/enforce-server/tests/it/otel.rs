@@ -1,0 +1,317 @@
+//! OpenTelemetry traces (feature `otel`): the proxy exports to an OTLP/HTTP receiver that the
+//! test runs itself on 127.0.0.1, which decodes each protobuf body and keeps the spans.
+
+use crate::common::{marker_enforcer_retries, Harness};
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use enforce_core::Runner;
+use enforce_runner::{OpenAiConfig, OpenAiRunner};
+use enforce_server::{Model, OtlpConfig, Server, ServerConfig};
+use enforce_testkit::{MockOpenAi, MockReply, MockScript};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+
+/// What the receiver got: each export's headers and decoded body.
+#[derive(Default)]
+struct Received {
+    exports: Vec<(HeaderMap, ExportTraceServiceRequest)>,
+}
+
+/// An OTLP/HTTP receiver on a free loopback port; stops with the test's runtime.
+struct Receiver {
+    url: String,
+    received: Arc<Mutex<Received>>,
+}
+
+impl Receiver {
+    async fn start() -> Receiver {
+        let received = Arc::new(Mutex::new(Received::default()));
+        let store = received.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            post(move |headers: HeaderMap, body: Bytes| {
+                let store = store.clone();
+                async move {
+                    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
+                        return (StatusCode::BAD_REQUEST, Vec::new());
+                    };
+                    store.lock().unwrap().exports.push((headers, request));
+                    let answer = ExportTraceServiceResponse::default().encode_to_vec();
+                    (StatusCode::OK, answer)
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Receiver {
+            url: format!("http://{addr}"),
+            received,
+        }
+    }
+
+    fn spans(&self) -> Vec<Span> {
+        let received = self.received.lock().unwrap();
+        received
+            .exports
+            .iter()
+            .flat_map(|(_, r)| &r.resource_spans)
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| s.spans.clone())
+            .collect()
+    }
+}
+
+fn attr<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
+    attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v: &AnyValue| v.value.as_ref())
+}
+
+fn string(span: &Span, key: &str) -> String {
+    match attr(&span.attributes, key) {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        other => panic!("{}: {key} is not a string: {other:?}", span.name),
+    }
+}
+
+fn int(span: &Span, key: &str) -> i64 {
+    match attr(&span.attributes, key) {
+        Some(any_value::Value::IntValue(n)) => *n,
+        other => panic!("{}: {key} is not an int: {other:?}", span.name),
+    }
+}
+
+fn boolean(span: &Span, key: &str) -> bool {
+    match attr(&span.attributes, key) {
+        Some(any_value::Value::BoolValue(b)) => *b,
+        other => panic!("{}: {key} is not a bool: {other:?}", span.name),
+    }
+}
+
+fn strings(span: &Span, key: &str) -> Vec<String> {
+    match attr(&span.attributes, key) {
+        Some(any_value::Value::ArrayValue(array)) => array
+            .values
+            .iter()
+            .map(|v| match &v.value {
+                Some(any_value::Value::StringValue(s)) => s.clone(),
+                other => panic!("{key} holds a non-string {other:?}"),
+            })
+            .collect(),
+        other => panic!("{}: {key} is not an array: {other:?}", span.name),
+    }
+}
+
+fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
+    spans.iter().filter(|s| s.name == name).collect()
+}
+
+fn openai_runner(base: &str) -> Arc<dyn Runner> {
+    Arc::new(
+        OpenAiRunner::new(OpenAiConfig {
+            base_url: base.to_string(),
+            model: "mock-model".into(),
+            ..OpenAiConfig::default()
+        })
+        .expect("runner"),
+    )
+}
+
+/// A proxy in front of `mock` exporting to `receiver`, auditing into `dir`.
+fn traced_server(
+    mock: &MockOpenAi,
+    receiver: &Receiver,
+    dir: &tempfile::TempDir,
+    repairs: bool,
+    max_retries: u32,
+) -> Server {
+    let mut otlp = OtlpConfig::to_endpoint(&receiver.url).expect("endpoint");
+    otlp.service_name = "enforce-under-test".into();
+    otlp.headers
+        .insert("x-collector-key".into(), "k-123".into());
+    let config = ServerConfig {
+        audit_log: Some(dir.path().join("audit.jsonl")),
+        audit_fsync: enforce_server::FsyncPolicy::Always,
+        otlp: Some(otlp),
+        ..ServerConfig::default()
+    };
+    let model = Model::new(
+        "m",
+        openai_runner(&mock.url()),
+        Arc::new(marker_enforcer_retries(repairs, max_retries)),
+    )
+    .with_upstream_model("mock-model");
+    Server::builder(config).model(model).build().unwrap()
+}
+
+fn audit(dir: &tempfile::TempDir) -> Value {
+    let text = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+    serde_json::from_str(text.lines().last().expect("an audit line")).unwrap()
+}
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+#[tokio::test]
+async fn a_reasked_request_exports_request_attempt_and_validator_spans() {
+    let receiver = Receiver::start().await;
+    let mock = MockOpenAi::start(MockScript::new().replies([
+        MockReply::text("An answer without the marker."),
+        MockReply::text("An answer.\n<!-- STEP: why -->"),
+    ]))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let harness = Harness::start(traced_server(&mock, &receiver, &dir, false, 2)).await;
+    let response = harness
+        .client
+        .post(harness.url("/v1/chat/completions"))
+        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    harness.shutdown().await.unwrap();
+    // The graceful stop flushed the batch: everything is here, no waiting.
+    let spans = receiver.spans();
+    let audit = audit(&dir);
+    assert_eq!(audit["status"], "passed");
+
+    {
+        let received = receiver.received.lock().unwrap();
+        let (headers, first) = &received.exports[0];
+        assert_eq!(headers["content-type"], "application/x-protobuf");
+        assert_eq!(headers["x-collector-key"], "k-123");
+        let resource = first.resource_spans[0].resource.as_ref().unwrap();
+        match attr(&resource.attributes, "service.name") {
+            Some(any_value::Value::StringValue(name)) => assert_eq!(name, "enforce-under-test"),
+            other => panic!("service.name: {other:?}"),
+        }
+    }
+
+    let requests = named(&spans, "chat_completion");
+    assert_eq!(requests.len(), 1, "one request span: {spans:#?}");
+    let request = requests[0];
+    // The caller's traceparent is the parent: the proxy joins the caller's trace.
+    assert_eq!(hex(&request.trace_id), TRACE_ID);
+    assert_eq!(hex(&request.parent_span_id), CALLER_SPAN);
+    assert_eq!(string(request, "enforce.status"), "passed");
+    assert_eq!(string(request, "enforce.model"), "m");
+    assert_eq!(int(request, "enforce.attempts"), 2);
+    assert!(strings(request, "enforce.issue_codes").is_empty());
+
+    let attempts = named(&spans, "chat mock-model");
+    assert_eq!(attempts.len(), 2, "one span per attempt: {spans:#?}");
+    let mut attempts = attempts;
+    attempts.sort_by_key(|s| int(s, "enforce.attempt"));
+    for (i, attempt) in attempts.iter().enumerate() {
+        assert_eq!(attempt.trace_id, request.trace_id);
+        assert_eq!(
+            attempt.parent_span_id, request.span_id,
+            "attempt under the request"
+        );
+        assert_eq!(int(attempt, "enforce.attempt"), i as i64 + 1);
+        assert_eq!(string(attempt, "gen_ai.operation.name"), "chat");
+        assert_eq!(string(attempt, "gen_ai.request.model"), "mock-model");
+        // Token usage as the upstream reported it, the same the audit recorded.
+        let usage = &audit["attempts"][i]["usage"];
+        assert!(usage["input_tokens"].as_i64().unwrap() > 0, "{usage}");
+        assert_eq!(
+            int(attempt, "gen_ai.usage.input_tokens"),
+            usage["input_tokens"].as_i64().unwrap()
+        );
+        assert_eq!(
+            int(attempt, "gen_ai.usage.output_tokens"),
+            usage["output_tokens"].as_i64().unwrap()
+        );
+        assert!(attempt.start_time_unix_nano >= request.start_time_unix_nano);
+        assert!(attempt.end_time_unix_nano <= request.end_time_unix_nano);
+    }
+    assert_eq!(
+        strings(attempts[0], "enforce.issue_codes"),
+        ["MISSING_STEP_MARKER"]
+    );
+    assert_eq!(string(attempts[0], "enforce.attempt.status"), "rejected");
+    assert!(strings(attempts[1], "enforce.issue_codes").is_empty());
+    assert_eq!(string(attempts[1], "enforce.attempt.status"), "passed");
+    assert!(attempts[1].start_time_unix_nano >= attempts[0].end_time_unix_nano);
+
+    let validators = named(&spans, "validate step_marker");
+    assert_eq!(
+        validators.len(),
+        2,
+        "one span per validator run: {spans:#?}"
+    );
+    for (attempt, codes) in attempts.iter().zip([vec!["MISSING_STEP_MARKER"], vec![]]) {
+        let under: Vec<_> = validators
+            .iter()
+            .filter(|v| v.parent_span_id == attempt.span_id)
+            .collect();
+        assert_eq!(under.len(), 1, "the validator run under its attempt");
+        assert_eq!(strings(under[0], "enforce.issue_codes"), codes);
+        assert_eq!(string(under[0], "enforce.validator"), "step_marker");
+        assert!(!boolean(under[0], "enforce.repaired"));
+        assert!(under[0].start_time_unix_nano >= attempt.start_time_unix_nano);
+    }
+    assert_eq!(spans.len(), 5, "nothing else: {spans:#?}");
+}
+
+#[tokio::test]
+async fn a_repaired_stream_traces_the_repair_and_the_recheck() {
+    let receiver = Receiver::start().await;
+    let mock = MockOpenAi::start(MockScript::new().reply(MockReply::text("No marker here.")))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let harness = Harness::start(traced_server(&mock, &receiver, &dir, true, 0)).await;
+    let response = harness
+        .chat(json!({"model": "m", "stream": true,
+                     "messages": [{"role": "user", "content": "hi"}]}))
+        .await;
+    assert_eq!(response.status(), 200);
+    let _ = response.text().await.unwrap();
+    harness.shutdown().await.unwrap();
+    let spans = receiver.spans();
+
+    let request = named(&spans, "chat_completion")[0];
+    assert_eq!(string(request, "enforce.status"), "repaired");
+    assert!(boolean(request, "enforce.stream"));
+    // No caller trace: the request span is a root.
+    assert!(request.parent_span_id.is_empty());
+    let attempts = named(&spans, "chat mock-model");
+    assert_eq!(attempts.len(), 1);
+    let attempt = attempts[0];
+    assert_eq!(attempt.parent_span_id, request.span_id);
+    let repairs: Vec<_> = attempt
+        .events
+        .iter()
+        .filter(|e| e.name == "repair")
+        .collect();
+    assert_eq!(repairs.len(), 1, "{:?}", attempt.events);
+    let mut runs = named(&spans, "validate step_marker");
+    runs.sort_by_key(|s| s.start_time_unix_nano);
+    assert_eq!(runs.len(), 2, "the response and its repair: {spans:#?}");
+    assert!(runs.iter().all(|r| r.parent_span_id == attempt.span_id));
+    assert!(!boolean(runs[0], "enforce.repaired"));
+    assert_eq!(
+        strings(runs[0], "enforce.issue_codes"),
+        ["MISSING_STEP_MARKER"]
+    );
+    assert!(boolean(runs[1], "enforce.repaired"));
+    assert!(strings(runs[1], "enforce.issue_codes").is_empty());
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
