@@ -171,6 +171,14 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     config.audit_log = config.audit_log.map(|p| loaded.resolve(&p));
     config.api_keys.extend(args.api_keys.iter().cloned());
     config = config.with_env_api_keys();
+    config = config
+        .with_env_otlp(section.otlp.as_ref())
+        .map_err(|e| e.to_string())?;
+    if config.otlp.is_some() && !cfg!(feature = "otel") && section.otlp.is_none() {
+        // Only a variable asks for traces: a build without them serves on, and says so.
+        eprintln!("warning: OTEL_EXPORTER_OTLP_ENDPOINT is set, but this enforce was built without the `otel` feature: no traces");
+        config.otlp = None;
+    }
     if let Some(dir) = &args.session_dir {
         config.session_dir = Some(dir.clone());
     }
@@ -266,13 +274,25 @@ fn model_from_config(
         .unwrap_or_else(|| profiles.default_name().to_string());
     let enforcer =
         enforcer_for(profiles, &profile).map_err(|e| format!("model '{}': {e}", entry.id))?;
-    Ok(
+    Ok(with_upstream_model(
         Model::new(entry.id.clone(), runner, enforcer).with_options(ModelOptions {
             on_unresolved: entry.on_unresolved,
             on_unavailable: entry.on_unavailable,
             status_events: entry.status_events,
         }),
-    )
+        runner_config,
+    ))
+}
+
+/// Names the model the runner asks, for the `gen_ai.request.model` of trace spans.
+fn with_upstream_model(model: Model, runner: &RunnerConfig) -> Model {
+    match runner {
+        RunnerConfig::OpenAi(c) => model.with_upstream_model(c.model.clone()),
+        RunnerConfig::Claude(ClaudeConfig { model: Some(m), .. }) => {
+            model.with_upstream_model(m.clone())
+        }
+        _ => model,
+    }
 }
 
 /// The first model the upstream lists at `{base_url}/models` (llama.cpp and single-model servers
@@ -365,13 +385,12 @@ fn model_from_flags(
         .clone()
         .or(upstream_model)
         .unwrap_or_else(|| profile.clone());
-    Ok(Some(Model::new(id, runner, enforcer).with_options(
-        ModelOptions {
-            on_unresolved: args.on_unresolved.into(),
-            on_unavailable: args.on_unavailable.into(),
-            status_events: args.status_events,
-        },
-    )))
+    let model = Model::new(id, runner, enforcer).with_options(ModelOptions {
+        on_unresolved: args.on_unresolved.into(),
+        on_unavailable: args.on_unavailable.into(),
+        status_events: args.status_events,
+    });
+    Ok(Some(with_upstream_model(model, &runner_config)))
 }
 
 /// Serves until `shutdown` completes.

@@ -145,6 +145,10 @@ const LAYERING: &[(&str, &[&str])] = &[
             "serde_yaml_ng",
             // Only behind the off-by-default `config-schema` feature.
             "schemars",
+            // Traces are exported by the proxy; the loop only reports events.
+            "opentelemetry",
+            "opentelemetry_sdk",
+            "opentelemetry-otlp",
         ],
     ),
     ("enforce-plugin-abi", &["enforce-core", "tokio"]),

@@ -582,7 +582,9 @@ impl Observer for RunLog {
                     "ran {attempt} {validator} [{}]{}{}{}",
                     codes.join(","),
                     if named { "" } else { " UNNAMED" },
-                    unavailable.map(|r| format!(" unavailable: {r}")).unwrap_or_default(),
+                    unavailable
+                        .map(|r| format!(" unavailable: {r}"))
+                        .unwrap_or_default(),
                     if *repaired { " repaired" } else { "" },
                 )
             }
