@@ -24,6 +24,9 @@ impl Proxy {
     fn start_with_env(args: &[&str], env: std::collections::BTreeMap<String, String>) -> Proxy {
         let mut child = Command::new(env!("CARGO_BIN_EXE_enforce"))
             .arg("serve")
+            // Traces only where a test asks for them.
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .envs(env)
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
@@ -470,4 +473,118 @@ async fn metrics_export_circuit_breaker_states() {
     );
     assert!(proxy.terminate().success());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Collects the spans posted to `/v1/traces` (OTLP/HTTP protobuf) on a free loopback port.
+#[cfg(feature = "otel")]
+async fn otlp_receiver() -> (
+    String,
+    std::sync::Arc<
+        std::sync::Mutex<
+            Vec<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest>,
+        >,
+    >,
+) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let store = received.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let store = store.clone();
+            async move {
+                match ExportTraceServiceRequest::decode(body) {
+                    Ok(request) => {
+                        store.lock().unwrap().push(request);
+                        axum::http::StatusCode::OK
+                    }
+                    Err(_) => axum::http::StatusCode::BAD_REQUEST,
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), received)
+}
+
+#[cfg(feature = "otel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otel_variables_turn_traces_on_and_sigterm_flushes_them() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    let (receiver, received) = otlp_receiver().await;
+    let upstream = MockOpenAi::start(
+        MockScript::new().replies([MockReply::text("No marker here."), MockReply::text(GOOD)]),
+    )
+    .await
+    .unwrap();
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.as_str()),
+        ("OTEL_SERVICE_NAME", "proxy-e2e"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let proxy = Proxy::start_with_env(
+        &[
+            "--upstream-url",
+            &upstream.url(),
+            "--upstream-model",
+            "mock-model",
+            "--model-id",
+            "m",
+        ],
+        env,
+    );
+    let resp = client()
+        .post(proxy.url("/chat/completions"))
+        .json(&body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-enforce-status"], "passed");
+    assert!(proxy.terminate().success());
+
+    let exports = received.lock().unwrap();
+    let resources: Vec<_> = exports.iter().flat_map(|e| &e.resource_spans).collect();
+    let names: Vec<&str> = resources
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .map(|s| s.name.as_str())
+        .collect();
+    let count = |name: &str| names.iter().filter(|n| **n == name).count();
+    assert_eq!(count("chat_completion"), 1, "{names:?}");
+    assert_eq!(count("chat mock-model"), 2, "{names:?}");
+    assert_eq!(count("validate step_marker"), 2, "{names:?}");
+    let service = resources[0]
+        .resource
+        .as_ref()
+        .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+        .and_then(|kv| kv.value.as_ref()?.value.clone());
+    assert_eq!(service, Some(Any::StringValue("proxy-e2e".into())));
+}
+
+#[test]
+fn a_bad_otlp_endpoint_is_refused_with_the_key_and_an_example() {
+    let dir = temp_dir("otlp-bad");
+    let config = config_for(
+        &dir,
+        "http://127.0.0.1:9/v1",
+        "",
+        "server:\n  otlp:\n    endpoint: localhost:4318\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_enforce"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("server.otlp.endpoint"), "{stderr}");
+    assert!(stderr.contains("http://localhost:4318"), "{stderr}");
 }
