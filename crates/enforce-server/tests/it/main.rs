@@ -12,3 +12,4 @@ mod hostile_input;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
+mod tools;
