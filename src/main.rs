@@ -33,6 +33,7 @@ enum Command {
     /// Tools for the configuration file: `enforce config schema` prints its JSON Schema.
     Config(commands::config::Args),
     /// Summarise audit files: outcomes over time, issue codes, re-ask fixes, spend, latency.
+    #[command(long_about = commands::report::ABOUT)]
     Report(commands::report::Args),
 }
 

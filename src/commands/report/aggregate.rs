@@ -1,7 +1,7 @@
 //! The report's numbers, gathered record by record ([`Aggregator::add`]) so that memory grows
 //! with the number of distinct codes, hours and requests' latencies, never with file size.
 
-use super::read::{self, FileSummary, Record};
+use super::read::{FileSummary, Record};
 use enforce_core::{Severity, Status};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -678,6 +678,7 @@ fn ratio(part: u64, whole: u64) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::read;
     use super::*;
     use enforce_core::{Attempt, Issue, Outcome, StopReason};
 

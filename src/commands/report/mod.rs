@@ -28,7 +28,8 @@ pub enum Format {
     Json,
 }
 
-const ABOUT: &str = "\
+/// The long help of `enforce report` (set on its subcommand in `main.rs`).
+pub const ABOUT: &str = "\
 Summarise audit files: outcomes over time, the most frequent issue codes per validator and \
 profile, how often a re-ask fixed each code, repairs, attempts per request, tokens and cost of \
 re-asks against first attempts, latency percentiles and early cuts of streamed answers.
@@ -40,13 +41,17 @@ by line, however large; rotated files may be gzip'd (recognised by their content
 name). Lines that are not audit records (torn by a crash, cut by a full disk) are skipped, \
 counted and their line numbers shown.
 
-How the numbers are defined:
-  re-ask fixes   an error code in attempt n counts as re-asked when attempt n+1 exists, and \
-as fixed when attempt n+1 no longer has it and the request ended passed or repaired
-  spend          attempt 1 of each request against attempts 2 and later, as the runner \
-reported them (attempts without usage or cost are counted apart)
-  latency        nearest-rank percentiles of total_us (total), runner_us (upstream: waiting \
-on the model) and total_us - runner_us (enforce's own: validation, repairs, bookkeeping)
+Re-ask fixes: an error code in attempt n counts as re-asked when attempt n+1 exists, and as \
+fixed when attempt n+1 no longer has it and the request ended passed or repaired.
+
+Spend: attempt 1 of each request against attempts 2 and later, as the runners reported tokens \
+and cost (attempts without them are counted apart).
+
+Latency: nearest-rank percentiles of total_us (total), runner_us (upstream: waiting on the \
+model) and total_us - runner_us (enforce's own: validation, repairs, bookkeeping).
+
+Early cuts: attempts whose streamed answer was cut as soon as a validator failed on it (the \
+attempt's `cut` field), by code.
 
 Examples:
   enforce report audit.jsonl
@@ -55,7 +60,6 @@ Examples:
 
 /// Arguments of `enforce report`.
 #[derive(Debug, clap::Args)]
-#[command(long_about = ABOUT)]
 pub struct Args {
     /// Audit files (JSON lines, plain or gzip'd), e.g. a log and its rotated predecessors.
     #[arg(required = true, value_name = "AUDIT.jsonl")]
