@@ -5,6 +5,7 @@ mod check;
 mod cli_run_demo;
 mod config_schema;
 mod crash_safety;
+mod grafana;
 mod plugins;
 mod properties;
 mod report;
