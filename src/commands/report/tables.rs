@@ -125,7 +125,7 @@ pub fn over_time(report: &Report, limit: usize) -> Table {
     let mut table = Table::new("Outcomes over time", &headers, 1..8).note(notes([
         (series.undated > 0).then(|| {
             format!(
-                "{} request(s) without a time (older proxy lines) are in no bucket",
+                "{} request(s) without a time, from older proxy lines, are in no bucket",
                 series.undated
             )
         }),
