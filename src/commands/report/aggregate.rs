@@ -558,7 +558,7 @@ impl Aggregator {
                 },
             )
             .collect();
-        issue_codes.sort_by(|a, b| b.occurrences.cmp(&a.occurrences));
+        issue_codes.sort_by_key(|c| std::cmp::Reverse(c.occurrences));
         let mut reask_fixes: Vec<CodeFixes> = self
             .fixes
             .into_iter()
@@ -583,7 +583,7 @@ impl Aggregator {
                 }
             })
             .collect();
-        reask_fixes.sort_by(|a, b| b.reasked.cmp(&a.reasked));
+        reask_fixes.sort_by_key(|f| std::cmp::Reverse(f.reasked));
         let total_attempts: u64 = self.attempts.iter().map(|(n, r)| n * r).sum();
         Report {
             files,

@@ -346,7 +346,7 @@ mod tests {
             "{svg}"
         );
         assert!(!svg.contains("http"), "{svg}");
-        assert_eq!(svg.matches("<rect").count() >= 2, true);
+        assert!(svg.matches("<rect").count() >= 2);
     }
 
     #[test]
