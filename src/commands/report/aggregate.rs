@@ -706,6 +706,7 @@ mod tests {
             status,
             stop_reason: StopReason::RetriesExhausted,
             response: Some("text".into()),
+            tool_calls: Vec::new(),
             issues: Vec::new(),
             warnings: Vec::new(),
             attempts,
