@@ -90,7 +90,8 @@ pub struct AttemptRecord {
     #[serde(default)]
     pub repairs: Vec<String>,
     /// Set when a streamed answer was cut early because a validator already failed on it.
-    #[serde(default)]
+    /// Read leniently: a `cut` of another shape still counts as a cut, without details.
+    #[serde(default, deserialize_with = "lenient_cut")]
     pub cut: Option<CutRecord>,
 }
 
@@ -120,6 +121,18 @@ pub struct CutRecord {
     /// The codes that caused the cut.
     #[serde(default)]
     pub codes: Vec<String>,
+}
+
+/// A `cut` object as [`CutRecord`]; any other non-null value as a cut without details. Never
+/// fails, so that a field still being settled cannot make a whole record unreadable.
+fn lenient_cut<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<CutRecord>, D::Error> {
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(match value {
+        serde_json::Value::Null | serde_json::Value::Bool(false) => None,
+        value => Some(serde_json::from_value(value).unwrap_or_default()),
+    })
 }
 
 impl Record {
@@ -304,6 +317,27 @@ mod tests {
             Some(false)
         );
         assert_eq!(next_line(&mut input, &mut line, 100).expect("mem"), None);
+    }
+
+    #[test]
+    fn a_cut_of_another_shape_counts_without_details() {
+        let r: Record = serde_json::from_str(
+            r#"{"status":"passed","attempts":[
+                {"number":1,"cut":{"after_bytes":"many","codes":"X"}},
+                {"number":2,"cut":true},
+                {"number":3,"cut":null},
+                {"number":4,"cut":{"after_bytes":12,"codes":["A"]}}]}"#,
+        )
+        .expect("record");
+        let cuts: Vec<Option<(Option<u64>, usize)>> = r
+            .attempts
+            .iter()
+            .map(|a| a.cut.as_ref().map(|c| (c.after_bytes, c.codes.len())))
+            .collect();
+        assert_eq!(
+            cuts,
+            [Some((None, 0)), Some((None, 0)), None, Some((Some(12), 1))]
+        );
     }
 
     #[test]
