@@ -372,6 +372,19 @@ impl Outcome {
         line
     }
 
+    /// The validators that did not check the response (their `VALIDATOR_UNAVAILABLE` or
+    /// `VALIDATOR_DISABLED` warnings), in order: a `passed` outcome with any of them was not
+    /// fully validated.
+    pub fn unchecked_validators(&self) -> Vec<&str> {
+        self.warnings
+            .iter()
+            .filter(|w| {
+                w.code == crate::VALIDATOR_UNAVAILABLE || w.code == crate::VALIDATOR_DISABLED
+            })
+            .map(|w| w.validator.as_str())
+            .collect()
+    }
+
     /// The audit record as one line of JSON.
     pub fn to_json_line(&self) -> String {
         // An Outcome holds only strings, numbers and enums: serialization cannot fail.
