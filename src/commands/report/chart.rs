@@ -179,10 +179,13 @@ pub fn columns(
             } else {
                 1.0
             };
-            let y_max = (top * 2.0).max(floor * 10.0);
+            // Headroom above the tallest column for the legend (upper right).
+            let y_max = (top * 8.0).max(floor * 10.0);
             chart.draw(root, (floor..y_max).log_scale(), floor)
         } else {
-            let y_max = if top > 0.0 { top * 1.1 } else { 1.0 };
+            // Headroom above the tallest column, for the legend when there is one.
+            let headroom = if series.len() > 1 { 1.5 } else { 1.1 };
+            let y_max = if top > 0.0 { top * headroom } else { 1.0 };
             chart.draw(root, 0f64..y_max, 0.0)
         }
     })
@@ -215,7 +218,7 @@ impl ColumnChart<'_> {
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .light_line_style(WHITE)
+            .light_line_style(TRANSPARENT)
             .x_labels(MAX_AXIS_LABELS)
             .x_label_formatter(&|x| label_at(categories, *x))
             .y_label_formatter(&|v| tick(*v))
@@ -308,7 +311,7 @@ pub fn bars(
         chart
             .configure_mesh()
             .disable_y_mesh()
-            .light_line_style(WHITE)
+            .light_line_style(TRANSPARENT)
             .y_labels(n)
             .x_label_formatter(&|v| tick(*v))
             .y_label_formatter(&|y| label_at(&reversed, *y))
