@@ -252,7 +252,7 @@ fn numbers_match_the_fixture() {
         r["cuts"]["by_code"],
         serde_json::json!([{"name": "MISSING_STEP_MARKER", "count": 1}])
     );
-    assert_eq!(r["cuts"]["after_bytes"]["p50"], 512);
+    assert_eq!(r["cuts"]["bytes"]["p50"], 512);
 }
 
 #[test]

@@ -356,8 +356,8 @@ pub struct Cuts {
     pub attempts: u64,
     /// The codes that caused the cuts, most first.
     pub by_code: Vec<NamedCount>,
-    /// Bytes received before the cut.
-    pub after_bytes: Percentiles,
+    /// Bytes of the answer received when it was cut.
+    pub bytes: Percentiles,
 }
 
 /// Gathers the numbers one record at a time.
@@ -481,7 +481,7 @@ impl Aggregator {
                 for code in &cut.codes {
                     *self.cut_codes.entry(code.clone()).or_default() += 1;
                 }
-                self.cut_bytes.extend(cut.after_bytes);
+                self.cut_bytes.extend(cut.bytes);
             }
         }
         self.repaired_requests += u64::from(repaired);
@@ -620,7 +620,7 @@ impl Aggregator {
             cuts: Cuts {
                 attempts: self.cut_attempts,
                 by_code: by_count_desc(self.cut_codes),
-                after_bytes: Percentiles::of(self.cut_bytes),
+                bytes: Percentiles::of(self.cut_bytes),
             },
         }
     }
@@ -697,6 +697,7 @@ mod tests {
             cost_usd: None,
             session_id: None,
             repairs: Vec::new(),
+            cut: None,
         }
     }
 

@@ -112,12 +112,12 @@ fn error_severity() -> Severity {
     Severity::Error
 }
 
-/// An early cut of a streamed attempt.
+/// An early cut of a streamed attempt (`enforce_core::Cut`).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct CutRecord {
-    /// How many bytes had arrived when the stream was cut.
+    /// Bytes of the answer received when it was cut.
     #[serde(default)]
-    pub after_bytes: Option<u64>,
+    pub bytes: Option<u64>,
     /// The codes that caused the cut.
     #[serde(default)]
     pub codes: Vec<String>,
@@ -323,16 +323,16 @@ mod tests {
     fn a_cut_of_another_shape_counts_without_details() {
         let r: Record = serde_json::from_str(
             r#"{"status":"passed","attempts":[
-                {"number":1,"cut":{"after_bytes":"many","codes":"X"}},
+                {"number":1,"cut":{"bytes":"many","codes":"X"}},
                 {"number":2,"cut":true},
                 {"number":3,"cut":null},
-                {"number":4,"cut":{"after_bytes":12,"codes":["A"]}}]}"#,
+                {"number":4,"cut":{"bytes":12,"codes":["A"]}}]}"#,
         )
         .expect("record");
         let cuts: Vec<Option<(Option<u64>, usize)>> = r
             .attempts
             .iter()
-            .map(|a| a.cut.as_ref().map(|c| (c.after_bytes, c.codes.len())))
+            .map(|a| a.cut.as_ref().map(|c| (c.bytes, c.codes.len())))
             .collect();
         assert_eq!(
             cuts,

@@ -329,7 +329,7 @@ pub fn cuts(report: &Report, limit: usize) -> Table {
     } else {
         format!(
             "{} attempt(s) cut early, after {} bytes (p50), {} (p90)",
-            c.attempts, c.after_bytes.p50, c.after_bytes.p90
+            c.attempts, c.bytes.p50, c.bytes.p90
         )
     };
     let mut table = Table::new("Early cuts", &["code", "cuts"], 1..2).note(Some(note));
