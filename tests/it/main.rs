@@ -5,8 +5,10 @@ mod check;
 mod cli_run_demo;
 mod config_schema;
 mod crash_safety;
+mod grafana;
 mod plugins;
 mod properties;
+mod report;
 mod serve;
 
 /// The `enforce` binary under test.

@@ -55,7 +55,7 @@ pub use audit::AuditLog;
 pub use auth::constant_time_eq;
 pub use config::{
     parse_key_list, FailureResponse, FsyncPolicy, Model, ModelOptions, OtlpConfig, OtlpSection,
-    SectionError, ServerConfig, ServerSection, API_KEYS_ENV, DEFAULT_OTLP_TRACES_URL,
+    SectionError, ServerConfig, ServerSection, StreamMode, API_KEYS_ENV, DEFAULT_OTLP_TRACES_URL,
     DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV, OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV,
     OTLP_TRACES_ENDPOINT_ENV,
 };

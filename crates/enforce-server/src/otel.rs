@@ -68,7 +68,7 @@ mod off {
         pub fn on_event(&self, _: &Event<'_>) {
             match *self {}
         }
-        pub fn on_reply(&self, _: &Result<Reply, RunnerError>) {
+        pub fn on_reply(&self, _: Result<&Reply, &RunnerError>) {
             match *self {}
         }
         pub fn finish(&self, _: &str, _: Option<&Outcome>) {

@@ -2,7 +2,7 @@
 //! bookkeeping after it ([`Turn`]), the task running the loop ([`Job`]) and the progress it
 //! reports. The JSON handler and the streaming driver both answer through here.
 
-use crate::config::{FailureResponse, FsyncPolicy, Model};
+use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
 use crate::error::ApiError;
 use crate::metrics::{
     Metrics, ATTEMPTS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS, REQUEST_DURATION,
@@ -14,8 +14,10 @@ use crate::session::{answer_digest, HiddenMarker, TurnRecord};
 use crate::state::App;
 use axum::http::StatusCode;
 use enforce_core::{
-    async_trait, Context, Event, Observer, Outcome, Reply, Request, Runner, RunnerError, Status,
+    async_trait, Context, Event, Observer, Outcome, Reply, ReplyStream, Request, Runner,
+    RunnerError, Status,
 };
+use futures_util::StreamExt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,29 +39,52 @@ pub(crate) enum Progress {
     Repaired {
         validator: String,
     },
+    /// More text of an attempt as the model writes it (only for `draft` streams).
+    Draft {
+        attempt: u32,
+        text: String,
+    },
+    /// An attempt was cut short at these codes.
+    Cut {
+        attempt: u32,
+        codes: Vec<String>,
+    },
 }
 
-fn progress_of(event: &Event<'_>) -> Option<Progress> {
+fn error_codes(issues: &[enforce_core::Issue]) -> Vec<String> {
+    let mut codes: Vec<String> = issues
+        .iter()
+        .filter(|i| i.is_error())
+        .map(|i| i.code.clone())
+        .collect();
+    codes.dedup();
+    codes
+}
+
+/// What the stream driver needs to hear of `event`; `drafts`: whether it shows attempts live.
+fn progress_of(event: &Event<'_>, drafts: bool) -> Option<Progress> {
     match *event {
         Event::Asking { attempt, .. } => Some(Progress::Asking { attempt }),
+        Event::Streamed { attempt, text } if drafts => Some(Progress::Draft {
+            attempt,
+            text: text.to_string(),
+        }),
+        Event::Cut {
+            attempt, issues, ..
+        } => Some(Progress::Cut {
+            attempt,
+            codes: error_codes(issues),
+        }),
         Event::Retrying {
             attempt,
             max_attempts,
             issues,
             ..
-        } => {
-            let mut codes: Vec<String> = issues
-                .iter()
-                .filter(|i| i.is_error())
-                .map(|i| i.code.clone())
-                .collect();
-            codes.dedup();
-            Some(Progress::Retrying {
-                attempt,
-                max_attempts,
-                codes,
-            })
-        }
+        } => Some(Progress::Retrying {
+            attempt,
+            max_attempts,
+            codes: error_codes(issues),
+        }),
         Event::Repaired { validator } => Some(Progress::Repaired {
             validator: validator.to_string(),
         }),
@@ -71,6 +96,8 @@ fn progress_of(event: &Event<'_>) -> Option<Progress> {
 /// spans.
 struct TurnObserver {
     progress: mpsc::UnboundedSender<Progress>,
+    /// The stream driver shows attempts live (see [`progress_of`]).
+    drafts: bool,
     trace: Option<Arc<RequestTrace>>,
 }
 
@@ -79,7 +106,7 @@ impl Observer for TurnObserver {
         if let Some(trace) = &self.trace {
             trace.on_event(event);
         }
-        if let Some(p) = progress_of(event) {
+        if let Some(p) = progress_of(event, self.drafts) {
             // The receiver is gone only when the client left; nothing to tell then.
             let _ = self.progress.send(p);
         }
@@ -98,22 +125,13 @@ struct TracedRunner {
     trace: Option<Arc<RequestTrace>>,
 }
 
-impl TracedRunner {
-    fn replied(&self, result: &Result<Reply, RunnerError>) {
-        log_attempt(result);
-        if let Some(trace) = &self.trace {
-            trace.on_reply(result);
-        }
-    }
-}
-
 #[async_trait]
 impl Runner for TracedRunner {
     async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
         let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
         let span = tracing::info_span!("attempt", attempt, kind = "ask");
         let result = self.inner.ask(request).instrument(span.clone()).await;
-        span.in_scope(|| self.replied(&result));
+        span.in_scope(|| replied(self.trace.as_deref(), result.as_ref()));
         result
     }
 
@@ -130,16 +148,58 @@ impl Runner for TracedRunner {
             .follow_up(request, previous, feedback)
             .instrument(span.clone())
             .await;
-        span.in_scope(|| self.replied(&result));
+        span.in_scope(|| replied(self.trace.as_deref(), result.as_ref()));
         result
+    }
+
+    // The loop asks through these: without them every answer would arrive whole and nothing
+    // could be cut short.
+    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("attempt", attempt, kind = "ask", streamed = true);
+        let stream = span.in_scope(|| self.inner.ask_streamed(request));
+        logged(span, self.trace.clone(), stream)
+    }
+
+    fn follow_up_streamed<'a>(
+        &'a self,
+        request: &'a Request,
+        previous: &'a Reply,
+        feedback: &'a str,
+    ) -> ReplyStream<'a> {
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("attempt", attempt, kind = "follow_up", streamed = true);
+        let stream = span.in_scope(|| self.inner.follow_up_streamed(request, previous, feedback));
+        logged(span, self.trace.clone(), stream)
     }
 }
 
-fn log_attempt(result: &Result<Reply, RunnerError>) {
+/// Logs how a streamed attempt ended, in its span, and hands its reply to the trace, as
+/// [`replied`] does for a whole one.
+fn logged<'a>(
+    span: tracing::Span,
+    trace: Option<Arc<RequestTrace>>,
+    stream: ReplyStream<'a>,
+) -> ReplyStream<'a> {
+    Box::pin(stream.inspect(move |item| {
+        let ended = match item {
+            Ok(enforce_core::StreamEvent::Done(reply)) => Ok(reply),
+            Err(e) => Err(e),
+            Ok(_) => return,
+        };
+        span.in_scope(|| replied(trace.as_deref(), ended));
+    }))
+}
+
+/// Logs an attempt's end and puts its usage, cost or failure on its trace span.
+fn replied(trace: Option<&RequestTrace>, result: Result<&Reply, &RunnerError>) {
     match result {
         Ok(reply) => tracing::debug!(bytes = reply.text.len(), "runner replied"),
         // Debug-formatted: upstream text may hold newlines, which must not start a new log line.
         Err(e) => tracing::warn!(error = ?e.to_string(), "runner failed"),
+    }
+    if let Some(trace) = trace {
+        trace.on_reply(result);
     }
 }
 
@@ -281,8 +341,12 @@ impl Turn {
             session_id,
             params: self.chat.params.clone(),
         };
+        // Drafts travel only to a stream that shows them: a held stream or a completion would
+        // just drop them.
+        let drafts = self.chat.stream && self.model.options.stream_mode == StreamMode::Draft;
         let observer = TurnObserver {
             progress: tx,
+            drafts,
             trace: self.trace.clone(),
         };
         let handle = tokio::spawn(

@@ -251,6 +251,16 @@ impl RequestTrace {
                     span.set_attribute(KeyValue::new("enforce.attempt.status", verdict));
                 }
             }
+            Event::Cut { bytes, issues, .. } => {
+                if let Some(attempt) = &self.state().attempt {
+                    let span = attempt.span();
+                    span.set_attributes([
+                        KeyValue::new("enforce.issue_codes", codes(issues)),
+                        KeyValue::new("enforce.attempt.status", "cut"),
+                        KeyValue::new("enforce.cut_bytes", bytes as i64),
+                    ]);
+                }
+            }
             Event::Repaired { validator } => {
                 if let Some(attempt) = &self.state().attempt {
                     attempt.span().add_event(
@@ -274,7 +284,7 @@ impl RequestTrace {
     }
 
     /// Records the runner's answer on the open attempt: GenAI usage, cost, or the failure.
-    pub fn on_reply(&self, result: &Result<Reply, RunnerError>) {
+    pub fn on_reply(&self, result: Result<&Reply, &RunnerError>) {
         let state = self.state();
         let Some(attempt) = &state.attempt else {
             return;

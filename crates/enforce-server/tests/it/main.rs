@@ -12,4 +12,5 @@ mod hostile_input;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
+mod streaming;
 mod tools;
