@@ -70,17 +70,18 @@ fn words(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("w{:02} ", i % 100)).collect()
 }
 
-/// The three failures: (name, invalid answer, valid answer, validator, the code the feedback
-/// names). Each answer is `tokens` chunks long.
-fn cases(
-    tokens: usize,
-) -> Vec<(
-    &'static str,
-    Vec<String>,
-    Vec<String>,
-    Box<dyn Validator>,
-    &'static str,
-)> {
+/// One failure case: an invalid answer, the valid one, the validator that tells them apart and
+/// the code its feedback names.
+struct Case {
+    name: &'static str,
+    invalid: Vec<String>,
+    valid: Vec<String>,
+    validator: Box<dyn Validator>,
+    code: &'static str,
+}
+
+/// The three failures, each answer `tokens` chunks long.
+fn cases(tokens: usize) -> Vec<Case> {
     let body = |head: &str, tail: &str| {
         let mut t = vec![head.to_string()];
         t.extend(words(tokens.saturating_sub(2)));
@@ -104,25 +105,25 @@ fn cases(
         t
     };
     vec![
-        (
-            "forbidden term near the start",
-            body("This is guaranteed: ", "."),
-            body("This should work: ", "."),
-            Box::new(terms),
-            "FORBIDDEN_TERM",
-        ),
-        (
-            "broken JSON near the start",
-            json_answer(true),
-            json_answer(false),
-            Box::new(JsonValidator::new("json").bare(true)),
-            "INVALID_JSON",
-        ),
-        (
-            "missing step marker (decided at the end)",
-            body("Here is why: ", "."),
-            body("Here is why: ", "\n<!-- STEP: why -->"),
-            Box::new(
+        Case {
+            name: "forbidden term near the start",
+            invalid: body("This is guaranteed: ", "."),
+            valid: body("This should work: ", "."),
+            validator: Box::new(terms),
+            code: "FORBIDDEN_TERM",
+        },
+        Case {
+            name: "broken JSON near the start",
+            invalid: json_answer(true),
+            valid: json_answer(false),
+            validator: Box::new(JsonValidator::new("json").bare(true)),
+            code: "INVALID_JSON",
+        },
+        Case {
+            name: "missing step marker (decided at the end)",
+            invalid: body("Here is why: ", "."),
+            valid: body("Here is why: ", "\n<!-- STEP: why -->"),
+            validator: Box::new(
                 StepMarker::new(
                     "step_marker",
                     enforce_documents::step_marker::DEFAULT_STEPS
@@ -131,8 +132,8 @@ fn cases(
                 )
                 .expect("step marker"),
             ),
-            "MISSING_STEP_MARKER",
-        ),
+            code: "MISSING_STEP_MARKER",
+        },
     ]
 }
 
@@ -241,7 +242,8 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<StreamFigures> {
     let gap = Duration::from_secs_f64(1.0 / f64::from(args.tokens_per_sec.max(1)));
     let client = client();
     let mut figures = Vec::new();
-    for (name, invalid, valid, _, code) in cases(args.answer_tokens) {
+    for case in cases(args.answer_tokens) {
+        let (name, invalid, valid, code) = (case.name, case.invalid, case.valid, case.code);
         // The valid answer alone: ask the mock directly with the code in the message.
         let valid_tokens = {
             let upstream = mock(&invalid, &valid, code, gap).await?;
@@ -264,8 +266,8 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<StreamFigures> {
             // A fresh validator per setting (the list above is consumed once per case).
             let validator = cases(args.answer_tokens)
                 .into_iter()
-                .find(|c| c.0 == name)
-                .map(|c| c.3)
+                .find(|c| c.name == name)
+                .map(|c| c.validator)
                 .expect("case");
             let upstream = mock(&invalid, &valid, code, gap).await?;
             let url = proxy(&upstream.url(), validator, early_abort, StreamMode::Hold).await?;
@@ -303,10 +305,10 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<StreamFigures> {
     }
 
     // Draft mode: the first visible byte against the model's own first token.
-    let (_, invalid, valid, _, code) = cases(args.answer_tokens).remove(0);
-    let upstream = mock(&valid, &valid, code, gap).await?;
+    let first = cases(args.answer_tokens).remove(0);
+    let upstream = mock(&first.valid, &first.valid, first.code, gap).await?;
     let direct = format!("{}/chat/completions", upstream.url());
-    let draft_validator = cases(args.answer_tokens).remove(0).3;
+    let draft_validator = first.validator;
     let draft = proxy(&upstream.url(), draft_validator, true, StreamMode::Draft).await?;
     let mut direct_ttft = Vec::new();
     let mut draft_first = Vec::new();
@@ -314,14 +316,13 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<StreamFigures> {
         direct_ttft.push(first_byte(&client, &direct, "mock-model", "content").await?);
         draft_first.push(first_byte(&client, &draft, "m", "reasoning_content").await?);
     }
-    let _ = invalid;
     let (direct_ttft, draft_first) = (p50(direct_ttft), p50(draft_first));
 
     // Integrity: many concurrent draft streams of a short passing answer.
     let short: Vec<String> = words(50);
     let expected = short.concat();
     let upstream = mock(&short, &short, "NEVER", Duration::from_millis(2)).await?;
-    let validator = cases(args.answer_tokens).remove(0).3;
+    let validator = cases(args.answer_tokens).remove(0).validator;
     let url = proxy(&upstream.url(), validator, true, StreamMode::Draft).await?;
     let tasks: Vec<_> = (0..args.concurrent)
         .map(|_| {
