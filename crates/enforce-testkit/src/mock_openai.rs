@@ -372,6 +372,8 @@ struct Shared {
     requests: Mutex<Vec<RecordedRequest>>,
     /// Streams whose client went away before the last event was sent.
     abandoned: AtomicUsize,
+    /// Streamed chunks that carried answer text: what the "model" generated.
+    content_chunks: AtomicUsize,
 }
 
 /// Counts a stream as abandoned when it is dropped before its last event went out.
@@ -430,6 +432,7 @@ impl MockOpenAi {
             last: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             abandoned: AtomicUsize::new(0),
+            content_chunks: AtomicUsize::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -481,6 +484,12 @@ impl MockOpenAi {
     /// (cancellation reached the upstream).
     pub fn abandoned_streams(&self) -> usize {
         self.shared.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// Streamed chunks with answer text sent so far, over all streams: with one token per chunk,
+    /// the tokens the "model" generated (a cut stream stops counting when it is closed).
+    pub fn content_chunks_sent(&self) -> usize {
+        self.shared.content_chunks.load(Ordering::SeqCst)
     }
 
     /// Queues another reply.
@@ -836,6 +845,9 @@ fn sse(shared: &Arc<Shared>, events: Vec<String>, gap: Duration, cut: bool) -> R
                     }
                     if items.is_empty() {
                         guard.finished = true;
+                    }
+                    if event.contains("\"content\":\"") {
+                        guard.shared.content_chunks.fetch_add(1, Ordering::SeqCst);
                     }
                     let frame = Bytes::from(format!("data: {event}\n\n"));
                     Some((Ok::<_, std::io::Error>(frame), (items, false, cut, guard)))
