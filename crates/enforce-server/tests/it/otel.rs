@@ -315,3 +315,101 @@ async fn a_repaired_stream_traces_the_repair_and_the_recheck() {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// Forbids a word; its partial check reports the word once it is complete, so a streamed
+/// answer is cut there.
+struct Forbidden;
+
+impl Forbidden {
+    fn issue() -> enforce_core::Issue {
+        enforce_core::Issue::error("forbidden", "FORBIDDEN_WORD", "Acme is not to be named.")
+    }
+    fn found(text: &str) -> bool {
+        text.contains("Acme ")
+    }
+}
+
+#[enforce_core::async_trait]
+impl enforce_core::Validator for Forbidden {
+    fn name(&self) -> &str {
+        "forbidden"
+    }
+    async fn validate(
+        &self,
+        response: &str,
+        _: &enforce_core::Context,
+    ) -> enforce_core::Validation {
+        Ok(if Self::found(response) {
+            vec![Self::issue()]
+        } else {
+            vec![]
+        })
+    }
+    fn partial_check<'a>(
+        &'a self,
+        _: &'a enforce_core::Context,
+    ) -> Option<Box<dyn enforce_core::PartialCheck + 'a>> {
+        Some(Box::new(ForbiddenCheck))
+    }
+}
+
+struct ForbiddenCheck;
+
+#[enforce_core::async_trait]
+impl enforce_core::PartialCheck for ForbiddenCheck {
+    async fn check(&mut self, prefix: &str) -> Vec<enforce_core::Issue> {
+        if Forbidden::found(prefix) {
+            vec![Forbidden::issue()]
+        } else {
+            vec![]
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_attempt_cut_short_is_marked_on_its_span() {
+    const BAD: &str = "We recommend Acme products: a fine choice for a long list of reasons.";
+    let receiver = Receiver::start().await;
+    let runner =
+        enforce_core::ScriptedRunner::texts([BAD, "We recommend a local supplier."]).streamed(4);
+    let enforcer = enforce_core::Enforcer::new(vec![Box::new(Forbidden)]).with_policy(
+        enforce_core::Policy::builder()
+            .early_abort(true)
+            .partial_check_bytes(8)
+            .build(),
+    );
+    let config = ServerConfig {
+        otlp: Some(OtlpConfig::to_endpoint(&receiver.url).unwrap()),
+        ..ServerConfig::default()
+    };
+    let server = Server::builder(config)
+        .model(Model::new("m", Arc::new(runner), Arc::new(enforcer)))
+        .build()
+        .unwrap();
+    let harness = Harness::start(server).await;
+    let response = harness
+        .chat(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .await;
+    assert_eq!(response.status(), 200);
+    harness.shutdown().await.unwrap();
+    let spans = receiver.spans();
+
+    // Without an upstream model name the attempts are named after the public id.
+    let mut attempts = named(&spans, "chat m");
+    attempts.sort_by_key(|s| int(s, "enforce.attempt"));
+    assert_eq!(attempts.len(), 2, "{spans:#?}");
+    assert_eq!(string(attempts[0], "enforce.attempt.status"), "cut");
+    assert_eq!(
+        strings(attempts[0], "enforce.issue_codes"),
+        ["FORBIDDEN_WORD"]
+    );
+    let cut = int(attempts[0], "enforce.cut_bytes");
+    assert!(cut > 0 && cut < BAD.len() as i64, "cut at {cut}");
+    assert_eq!(string(attempts[1], "enforce.attempt.status"), "passed");
+    // The cut answer was never validated whole: only the second attempt has a validator run.
+    let runs = named(&spans, "validate forbidden");
+    assert_eq!(runs.len(), 1, "{spans:#?}");
+    assert_eq!(runs[0].parent_span_id, attempts[1].span_id);
+    let request = named(&spans, "chat_completion")[0];
+    assert_eq!(string(request, "enforce.status"), "passed");
+}
