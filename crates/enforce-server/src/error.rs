@@ -33,6 +33,9 @@ pub enum ServerError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The shared state (`server.state`) cannot be used.
+    #[error("server.state: {0}")]
+    State(#[from] crate::shared::StateError),
     /// Serving failed.
     #[error("server I/O: {0}")]
     Io(#[from] std::io::Error),

@@ -41,7 +41,10 @@ mod error;
 mod facts;
 mod metrics;
 mod openai;
+#[cfg(feature = "redis")]
+mod redis_state;
 mod session;
+mod shared;
 mod state;
 mod stream;
 mod turn;
@@ -49,13 +52,16 @@ mod turn;
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
 pub use config::{
-    parse_key_list, FailureResponse, FsyncPolicy, Model, ModelOptions, SectionError, ServerConfig,
-    ServerSection, API_KEYS_ENV,
+    parse_key_list, ConcurrencyScope, FailureResponse, FsyncPolicy, Model, ModelOptions,
+    SectionError, ServerConfig, ServerSection, StateConfig, StateSection, API_KEYS_ENV,
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
 pub use openai::{parse_chat_request, ChatRequest};
+#[cfg(feature = "redis")]
+pub use redis_state::RedisState;
 pub use session::{chat_dir_name, SessionStatus, SessionStore, StepRecord, STATUS_FILE};
+pub use shared::{ReplicaState, SharedState, StateError};
 
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
@@ -87,9 +93,17 @@ pub struct ServerBuilder {
     step_extractor: Option<StepExtractor>,
     scrape_hook: Option<ScrapeHook>,
     profiles: HashMap<String, Arc<enforce_core::Enforcer>>,
+    shared_state: Option<Arc<dyn SharedState>>,
 }
 
 impl ServerBuilder {
+    /// Shares state with other replicas through `store` instead of the Redis server named in
+    /// [`ServerConfig::state`] (whose other settings still apply).
+    pub fn shared_state(mut self, store: Arc<dyn SharedState>) -> Self {
+        self.shared_state = Some(store);
+        self
+    }
+
     /// Adds a public model.
     pub fn model(mut self, model: Model) -> Self {
         self.models.push(model);
@@ -146,7 +160,8 @@ impl ServerBuilder {
             model_order.push(model.id.clone());
             models.insert(model.id.clone(), model);
         }
-        let sessions = SessionStore::new(self.config.session_dir.clone()).map_err(|source| {
+        let metrics = Arc::new(Metrics::new());
+        let mut sessions = SessionStore::new(self.config.session_dir.clone()).map_err(|source| {
             ServerError::SessionDir {
                 path: self
                     .config
@@ -157,7 +172,22 @@ impl ServerBuilder {
                 source,
             }
         })?;
-        let metrics = Arc::new(Metrics::new());
+        let store = match (self.shared_state, &self.config.state) {
+            (Some(store), _) => Some(store),
+            (None, Some(state)) => Some(open_store(state)?),
+            (None, None) => None,
+        };
+        let shared = store.map(|store| {
+            let replica = self
+                .config
+                .state
+                .as_ref()
+                .map_or_else(|| "local".to_string(), |s| s.replica.clone());
+            Arc::new(ReplicaState::new(store, replica, metrics.clone()))
+        });
+        if let Some(shared) = &shared {
+            sessions = sessions.with_shared(shared.clone());
+        }
         let audit = match &self.config.audit_log {
             Some(path) => Some(Arc::new(
                 AuditLog::open_observed(path, self.config.audit_fsync, {
@@ -183,6 +213,7 @@ impl ServerBuilder {
                 scrape_hook: self.scrape_hook,
                 profiles: self.profiles,
                 sessions,
+                shared,
                 metrics,
                 audit,
                 limiter,
@@ -218,7 +249,14 @@ impl Server {
             step_extractor: None,
             scrape_hook: None,
             profiles: HashMap::new(),
+            shared_state: None,
         }
+    }
+
+    /// The state shared with other replicas, when configured: hand it to the circuit breakers
+    /// (see `enforce serve`, which links `enforce-external`'s breakers to it).
+    pub fn shared_state(&self) -> Option<Arc<ReplicaState>> {
+        self.app.shared.clone()
     }
 
     /// The metrics registry (what `/metrics` renders).
@@ -252,6 +290,10 @@ impl Server {
         F: Future<Output = ()> + Send + 'static,
     {
         let app = self.app.clone();
+        let monitor = app.shared.clone().map(|shared| {
+            let sessions_app = app.clone();
+            tokio::spawn(shared.monitor(move |chat| sessions_app.sessions.cached(chat)))
+        });
         let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(false);
         let signal_app = app.clone();
         let signal = async move {
@@ -284,6 +326,12 @@ impl Server {
                 Ok(())
             }
         };
+        if let Some(monitor) = monitor {
+            monitor.abort();
+        }
+        if let Some(shared) = &app.shared {
+            shared.leave().await;
+        }
         if let Some(audit) = app.audit.clone() {
             if tokio::task::spawn_blocking(move || audit.close())
                 .await
@@ -293,6 +341,21 @@ impl Server {
             }
         }
         result
+    }
+}
+
+/// The store for `server.state`.
+fn open_store(state: &StateConfig) -> Result<Arc<dyn SharedState>, ServerError> {
+    #[cfg(feature = "redis")]
+    {
+        Ok(Arc::new(RedisState::new(state)?))
+    }
+    #[cfg(not(feature = "redis"))]
+    {
+        Err(ServerError::State(StateError(format!(
+            "server.state.redis is set ({}) but this build has no Redis support (feature `redis` of enforce-server)",
+            state.redis_url
+        ))))
     }
 }
 

@@ -10,6 +10,7 @@ use crate::metrics::{
 };
 use crate::openai::{self, ChatRequest, CompletionId};
 use crate::session::TurnRecord;
+use crate::shared::GlobalSlot;
 use crate::state::App;
 use axum::http::StatusCode;
 use enforce_core::{
@@ -146,6 +147,8 @@ pub(crate) struct Turn {
     pub ids: CompletionId,
     pub started: Instant,
     pub _permit: OwnedSemaphorePermit,
+    /// The global concurrency slot, when `max_concurrent` counts all replicas.
+    pub _slot: Option<GlobalSlot>,
     pub _in_flight: InFlight,
 }
 

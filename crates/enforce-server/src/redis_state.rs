@@ -1,0 +1,298 @@
+//! [`RedisState`]: the [`SharedState`] of replicas in a Redis server (feature `redis`).
+//!
+//! Key layout (`<ns>` is `server.state.namespace`, default `default`):
+//!
+//! | key | type | holds | expires |
+//! |---|---|---|---|
+//! | `enforce:<ns>:session:<chat>` | string | the chat's session JSON (as `status.json`) | `session_ttl_secs` after its last turn |
+//! | `enforce:<ns>:slots` | sorted set | global concurrency slots `<replica>:<n>`, scored by their expiry (Unix ms) | each slot at the request deadline + 30 s; the key with its last slot |
+//! | `enforce:<ns>:replica:<replica>` | string | heartbeat of a live replica | 10 s after its last heartbeat; removed at shutdown |
+//! | `enforce:<ns>:breaker:<validator>` | string | Unix ms the breaker opened | 24 h (removed when a probe succeeds) |
+//! | `enforce:<ns>:breaker:<validator>:probe` | string | the replica probing | the probe lease (cooldown, at least 30 s) |
+//!
+//! `<chat>` is the chat id itself when short and plain, else `h-` and a digest (the same name
+//! as the chat's directory under `session_dir`).
+//!
+//! The connection is made on first use and remade by the `redis` crate's connection manager;
+//! every operation is bounded by `server.state.timeout_ms`, so a slow Redis costs a request at
+//! most that long per operation before it goes on with local state.
+
+use crate::config::StateConfig;
+use crate::session::{chat_dir_name, SessionStatus};
+use crate::shared::{SharedState, StateError};
+use enforce_core::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::Mutex;
+
+/// After a failed connect, operations fail at once for this long instead of each waiting for
+/// its own connect timeout while Redis is down.
+const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
+/// How long a breaker's open state is kept when nobody probes (a restart of every replica
+/// would forget it too).
+const BREAKER_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Takes a slot when fewer than `limit` unexpired ones are held: drops expired slots, counts,
+/// adds. One script, so two replicas can never both take the last slot.
+const TRY_SLOT: &str = r"
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+";
+
+/// Chat sessions, concurrency slots, heartbeats and breaker states in Redis.
+pub struct RedisState {
+    client: redis::Client,
+    prefix: String,
+    session_ttl: Duration,
+    timeout: Duration,
+    connection: Mutex<Option<ConnectionManager>>,
+    last_connect_failure: std::sync::Mutex<Option<Instant>>,
+    try_slot: redis::Script,
+}
+
+impl std::fmt::Debug for RedisState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisState")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl RedisState {
+    /// A store for `config`; checks the URL but does not connect (the first operation does, so
+    /// a replica starts while Redis is down).
+    pub fn new(config: &StateConfig) -> Result<Self, StateError> {
+        crate::config::check_redis_url(&config.redis_url).map_err(StateError)?;
+        let client = redis::Client::open(config.redis_url.as_str())
+            .map_err(|e| StateError(format!("{}: {e}", config.redis_url)))?;
+        Ok(RedisState {
+            client,
+            prefix: format!("enforce:{}", config.namespace),
+            session_ttl: config.session_ttl,
+            timeout: config.timeout,
+            connection: Mutex::new(None),
+            last_connect_failure: std::sync::Mutex::new(None),
+            try_slot: redis::Script::new(TRY_SLOT),
+        })
+    }
+
+    fn key(&self, parts: &[&str]) -> String {
+        let mut key = self.prefix.clone();
+        for part in parts {
+            key.push(':');
+            key.push_str(part);
+        }
+        key
+    }
+
+    /// The connection, made now if there is none yet.
+    async fn connection(&self) -> Result<ConnectionManager, StateError> {
+        let mut slot = self.connection.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let paused = self
+            .last_connect_failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < RECONNECT_PAUSE);
+        if paused {
+            return Err(StateError("Redis unreachable at the last connect".into()));
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(self.timeout);
+        let made = tokio::time::timeout(
+            self.timeout * 2,
+            ConnectionManager::new_with_config(self.client.clone(), config),
+        )
+        .await
+        .map_err(|_| StateError("connecting to Redis timed out".into()))
+        .and_then(|r| r.map_err(|e| StateError(format!("cannot connect to Redis: {e}"))));
+        let mut failed = self
+            .last_connect_failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match made {
+            Ok(made) => {
+                *failed = None;
+                *slot = Some(made.clone());
+                Ok(made)
+            }
+            Err(e) => {
+                *failed = Some(Instant::now());
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs one command (or pipeline) within the timeout.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        what: &str,
+        command: impl FnOnce(ConnectionManager) -> redis::RedisFuture<'static, T>,
+    ) -> Result<T, StateError> {
+        let connection = self.connection().await?;
+        match tokio::time::timeout(self.timeout, command(connection)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(StateError(format!("{what}: {e}"))),
+            Err(_) => Err(StateError(format!(
+                "{what}: no answer from Redis within {} ms",
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+
+    fn query<T: redis::FromRedisValue + Send + 'static>(
+        command: redis::Cmd,
+    ) -> impl FnOnce(ConnectionManager) -> redis::RedisFuture<'static, T> {
+        move |mut c| Box::pin(async move { command.query_async(&mut c).await })
+    }
+}
+
+#[async_trait]
+impl SharedState for RedisState {
+    async fn ping(&self) -> Result<(), StateError> {
+        self.run::<String>("PING", Self::query(redis::cmd("PING")))
+            .await
+            .map(drop)
+    }
+
+    async fn load_session(&self, chat_id: &str) -> Result<Option<SessionStatus>, StateError> {
+        let key = self.key(&["session", &chat_dir_name(chat_id)]);
+        let mut get = redis::cmd("GET");
+        get.arg(&key);
+        let Some(json) = self.run::<Option<String>>("GET", Self::query(get)).await? else {
+            return Ok(None);
+        };
+        let status: SessionStatus = serde_json::from_str(&json)
+            .map_err(|e| StateError(format!("{key} holds no session: {e}")))?;
+        // A digest-named key could in theory hold another chat.
+        Ok((status.chat_id == chat_id).then_some(status))
+    }
+
+    async fn save_session(&self, status: &SessionStatus) -> Result<(), StateError> {
+        let key = self.key(&["session", &chat_dir_name(&status.chat_id)]);
+        let json = serde_json::to_string(status).map_err(|e| StateError(e.to_string()))?;
+        let mut set = redis::cmd("SET");
+        set.arg(&key)
+            .arg(json)
+            .arg("PX")
+            .arg(millis(self.session_ttl));
+        self.run::<()>("SET", Self::query(set)).await
+    }
+
+    async fn try_slot(&self, slot: &str, limit: usize, ttl: Duration) -> Result<bool, StateError> {
+        let now = unix_ms();
+        let mut invocation = self.try_slot.key(self.key(&["slots"]));
+        invocation
+            .arg(now)
+            .arg(limit)
+            .arg(now.saturating_add(millis(ttl)))
+            .arg(slot)
+            .arg(millis(ttl));
+        let connection = self.connection().await?;
+        let taken = tokio::time::timeout(self.timeout, async move {
+            let mut c = connection;
+            invocation.invoke_async::<i64>(&mut c).await
+        })
+        .await
+        .map_err(|_| StateError("slot: no answer from Redis in time".into()))?
+        .map_err(|e| StateError(format!("slot: {e}")))?;
+        Ok(taken == 1)
+    }
+
+    async fn release_slot(&self, slot: &str) -> Result<(), StateError> {
+        let mut zrem = redis::cmd("ZREM");
+        zrem.arg(self.key(&["slots"])).arg(slot);
+        self.run::<()>("ZREM", Self::query(zrem)).await
+    }
+
+    async fn heartbeat(&self, replica: &str, ttl: Duration) -> Result<(), StateError> {
+        let mut set = redis::cmd("SET");
+        set.arg(self.key(&["replica", replica]))
+            .arg(unix_ms())
+            .arg("PX")
+            .arg(millis(ttl));
+        self.run::<()>("SET", Self::query(set)).await
+    }
+
+    async fn is_alive(&self, replica: &str) -> Result<bool, StateError> {
+        let mut exists = redis::cmd("EXISTS");
+        exists.arg(self.key(&["replica", replica]));
+        self.run::<i64>("EXISTS", Self::query(exists))
+            .await
+            .map(|n| n > 0)
+    }
+
+    async fn leave(&self, replica: &str) -> Result<(), StateError> {
+        let mut del = redis::cmd("DEL");
+        del.arg(self.key(&["replica", replica]));
+        self.run::<()>("DEL", Self::query(del)).await
+    }
+
+    async fn breaker_opened_at(&self, name: &str) -> Result<Option<u64>, StateError> {
+        let mut get = redis::cmd("GET");
+        get.arg(self.key(&["breaker", name]));
+        self.run::<Option<u64>>("GET", Self::query(get)).await
+    }
+
+    async fn breaker_open(&self, name: &str, at_ms: u64) -> Result<(), StateError> {
+        let key = self.key(&["breaker", name]);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("SET")
+            .arg(&key)
+            .arg(at_ms)
+            .arg("PX")
+            .arg(millis(BREAKER_TTL))
+            .ignore()
+            .cmd("DEL")
+            .arg(format!("{key}:probe"))
+            .ignore();
+        self.run::<()>("SET breaker", move |mut c| {
+            Box::pin(async move { pipe.query_async(&mut c).await })
+        })
+        .await
+    }
+
+    async fn breaker_try_probe(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<bool, StateError> {
+        let mut set = redis::cmd("SET");
+        set.arg(self.key(&["breaker", name, "probe"]))
+            .arg(holder)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(lease));
+        self.run::<Option<String>>("SET NX", Self::query(set))
+            .await
+            .map(|ok| ok.is_some())
+    }
+
+    async fn breaker_close(&self, name: &str) -> Result<(), StateError> {
+        let key = self.key(&["breaker", name]);
+        let mut del = redis::cmd("DEL");
+        del.arg(&key).arg(format!("{key}:probe"));
+        self.run::<()>("DEL", Self::query(del)).await
+    }
+}
