@@ -7,6 +7,7 @@ mod config_schema;
 mod crash_safety;
 mod plugins;
 mod properties;
+mod replicas;
 mod serve;
 
 /// The `enforce` binary under test.
