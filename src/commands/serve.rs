@@ -236,7 +236,10 @@ impl SharedBreakers for SharedBreakerLink {
         self.0.breaker_opened_at(name).await.map_err(breaker_error)
     }
     async fn open(&self, name: &str, at_ms: u64) -> Result<(), SharedError> {
-        self.0.breaker_open(name, at_ms).await.map_err(breaker_error)
+        self.0
+            .breaker_open(name, at_ms)
+            .await
+            .map_err(breaker_error)
     }
     async fn try_probe(&self, name: &str, lease: Duration) -> Result<bool, SharedError> {
         self.0

@@ -66,7 +66,10 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.command(&["PING"]).as_deref() != Some("+PONG") {
-            assert!(Instant::now() < deadline, "redis-server did not answer PING");
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not answer PING"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -144,7 +147,11 @@ async fn turn(proxy: &Proxy, chat: &str, question: &str) -> (u16, String, Value)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string();
-    (status, enforced, response.json().await.unwrap_or(Value::Null))
+    (
+        status,
+        enforced,
+        response.json().await.unwrap_or(Value::Null),
+    )
 }
 
 async fn get_json(proxy: &Proxy, path: &str) -> Value {
@@ -161,13 +168,27 @@ async fn get_json(proxy: &Proxy, path: &str) -> Value {
 /// `/healthz` lives beside `/v1`.
 async fn health_state(proxy: &Proxy) -> String {
     let url = proxy.url("").trim_end_matches("/v1").to_string() + "/healthz";
-    let health: Value = client().get(url).send().await.unwrap().json().await.unwrap();
+    let health: Value = client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     health["state"].as_str().unwrap_or_default().to_string()
 }
 
 async fn metrics(proxy: &Proxy) -> String {
     let url = proxy.url("").trim_end_matches("/v1").to_string() + "/metrics";
-    client().get(url).send().await.unwrap().text().await.unwrap()
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 fn steps(session: &Value) -> Vec<String> {
@@ -227,7 +248,10 @@ async fn a_chat_continues_on_the_other_replica_and_survives_a_redis_outage() {
     );
     let audit = std::fs::read_to_string(dir.join("a-audit.jsonl")).unwrap();
     assert_eq!(audit.lines().count(), 2, "both of a's turns are audited");
-    assert_eq!(steps(&get_json(&a, "/sessions/c1").await), ["what", "why", "constraints"]);
+    assert_eq!(
+        steps(&get_json(&a, "/sessions/c1").await),
+        ["what", "why", "constraints"]
+    );
 
     // Redis is back (empty): a writes the chat it changed meanwhile, b reads it from there.
     redis.restart();
@@ -334,13 +358,13 @@ async fn the_global_concurrency_limit_counts_both_replicas() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claude_session_is_resumed_only_on_its_replica_or_restarted_when_that_replica_is_gone()
-{
+async fn a_claude_session_is_resumed_only_on_its_replica_or_restarted_when_that_replica_is_gone() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let fake = FakeClaude::new(json!([{"kind": "success", "result": "Done.\n<!-- STEP: what -->"}]))
-        .expect("fake-claude");
+    let fake =
+        FakeClaude::new(json!([{"kind": "success", "result": "Done.\n<!-- STEP: what -->"}]))
+            .expect("fake-claude");
     let dir = temp_dir("replicas-claude");
     let body = format!(
         "models:\n  - id: m\n    profile: chat\n    runner:\n      type: claude\n      binary: {}\n",
@@ -363,7 +387,10 @@ async fn a_claude_session_is_resumed_only_on_its_replica_or_restarted_when_that_
     assert_eq!(code, 409, "{error}");
     assert_eq!(error["error"]["code"], "session_on_other_replica");
     let message = error["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("`a`") && message.contains("X-OpenWebUI-Chat-Id"), "{message}");
+    assert!(
+        message.contains("`a`") && message.contains("X-OpenWebUI-Chat-Id"),
+        "{message}"
+    );
     assert_eq!(fake.calls().len(), 1);
 
     // On its own replica the session is resumed.
@@ -376,9 +403,37 @@ async fn a_claude_session_is_resumed_only_on_its_replica_or_restarted_when_that_
     assert_eq!(turn(&b, "s1", "third").await.1, "passed");
     let calls = fake.calls();
     assert_eq!(calls.len(), 3);
-    assert_eq!(calls[2].resume_id(), None, "never --resume on the wrong replica");
+    assert_eq!(
+        calls[2].resume_id(),
+        None,
+        "never --resume on the wrong replica"
+    );
     let session = get_json(&b, "/sessions/s1").await;
     assert_eq!(session["runner_replica"], "b", "{session}");
     assert_eq!(session["turns"], 3);
     drop(redis);
+}
+
+#[test]
+fn a_bad_redis_url_is_a_clear_configuration_error() {
+    let dir = temp_dir("replicas-bad-url");
+    let config = replica_config(
+        &dir,
+        "a",
+        &openai_model("http://127.0.0.1:9/v1", "chat"),
+        "http://127.0.0.1:6379",
+        "",
+    );
+    let out = Command::new(crate::BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .env_remove("ENFORCE_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = crate::text(&out.stderr);
+    assert!(
+        stderr.contains("server.state.redis") && stderr.contains("not a redis:// URL"),
+        "{stderr}"
+    );
 }

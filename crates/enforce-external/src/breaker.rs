@@ -348,7 +348,11 @@ impl CircuitBreaker {
             let mut inner = self.lock();
             if inner.state != BreakerState::Closed && !inner.probe_in_flight {
                 inner.consecutive_failures = 0;
-                self.transition(&mut inner, BreakerState::Closed, "closed by another replica");
+                self.transition(
+                    &mut inner,
+                    BreakerState::Closed,
+                    "closed by another replica",
+                );
             }
             return Ok(None);
         };
@@ -423,10 +427,9 @@ impl CircuitBreaker {
             }
             BreakerState::HalfOpen => {
                 if inner.probe_in_flight {
-                    return Err(self.refused(
-                        BreakerState::HalfOpen,
-                        "a probe call is running".into(),
-                    ));
+                    return Err(
+                        self.refused(BreakerState::HalfOpen, "a probe call is running".into())
+                    );
                 }
                 inner.probe_in_flight = true;
             }
@@ -448,7 +451,11 @@ impl CircuitBreaker {
             self.transition(&mut inner, BreakerState::Closed, "call succeeded");
             // Only a probe closes the breaker for everyone; an ordinary success says nothing
             // about a breaker another process opened meanwhile.
-            return if was_probe { Change::Closed } else { Change::None };
+            return if was_probe {
+                Change::Closed
+            } else {
+                Change::None
+            };
         }
         inner.consecutive_failures = inner.consecutive_failures.saturating_add(1);
         if was_probe || inner.consecutive_failures >= self.threshold {
@@ -577,7 +584,10 @@ mod tests {
         async fn try_probe(&self, name: &str, lease: Duration) -> Result<bool, SharedError> {
             self.check()?;
             let mut probes = self.probe.lock().unwrap();
-            if probes.get(name).is_some_and(|until| *until > Instant::now()) {
+            if probes
+                .get(name)
+                .is_some_and(|until| *until > Instant::now())
+            {
                 return Ok(false);
             }
             probes.insert(name.into(), Instant::now() + lease);
@@ -606,13 +616,13 @@ mod tests {
         a.acquire().await.unwrap().failure("down").await;
         assert_eq!(a.state(), BreakerState::Open);
         // B never failed, yet refuses: the breaker is open everywhere.
-        let refused = b.acquire().await.err().expect("open on b too");
+        let refused = b.acquire().await.expect_err("open on b too");
         assert_eq!(refused.state, BreakerState::Open, "{refused}");
         assert_eq!(b.state(), BreakerState::Open);
         tokio::time::sleep(Duration::from_millis(50)).await;
         // After the cooldown exactly one of them probes.
         let probe = a.acquire().await.expect("a wins the probe");
-        let refused = b.acquire().await.err().expect("b must not probe too");
+        let refused = b.acquire().await.expect_err("b must not probe too");
         assert!(refused.detail.contains("another replica"), "{refused}");
         probe.success().await;
         assert_eq!(a.state(), BreakerState::Closed);
@@ -628,8 +638,15 @@ mod tests {
         store.down.store(true, Ordering::Relaxed);
         a.acquire().await.unwrap().failure("down").await;
         a.acquire().await.unwrap().failure("down").await;
-        assert_eq!(a.state(), BreakerState::Open, "the local breaker still works");
-        assert!(b.acquire().await.is_ok(), "b cannot know while the store is down");
+        assert_eq!(
+            a.state(),
+            BreakerState::Open,
+            "the local breaker still works"
+        );
+        assert!(
+            b.acquire().await.is_ok(),
+            "b cannot know while the store is down"
+        );
         store.down.store(false, Ordering::Relaxed);
         assert!(store.open.lock().unwrap().is_empty());
         // A's next call writes its open state; then B sees it.
@@ -648,7 +665,7 @@ mod tests {
         drop(b.acquire().await.expect("b probes"));
         // The drop publishes in the background.
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let refused = a.acquire().await.err().expect("reopened");
+        let refused = a.acquire().await.expect_err("reopened");
         assert_eq!(refused.state, BreakerState::Open, "{refused}");
     }
 }

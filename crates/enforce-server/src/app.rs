@@ -1,8 +1,8 @@
 //! The HTTP handlers.
 
+use crate::config::ConcurrencyScope;
 use crate::error::ApiError;
 use crate::facts;
-use crate::config::ConcurrencyScope;
 use crate::openai::{self, CompletionId};
 use crate::session::SessionStatus;
 use crate::state::{unix_now, App};
@@ -206,7 +206,10 @@ pub(crate) async fn chat_completions(
 
     let header_chat = headers.get(CHAT_ID_HEADER).and_then(|v| v.to_str().ok());
     let chat_id = chat.chat_id(header_chat);
-    let slot = match (&app.shared, app.config.state.as_ref().map(|s| s.concurrency)) {
+    let slot = match (
+        &app.shared,
+        app.config.state.as_ref().map(|s| s.concurrency),
+    ) {
         (Some(shared), Some(ConcurrencyScope::Global)) => {
             // Held until the end of the request, and longer than it can run.
             let ttl = app.config.request_timeout + Duration::from_secs(30);

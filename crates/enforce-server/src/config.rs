@@ -198,11 +198,18 @@ pub(crate) fn check_redis_url(url: &str) -> Result<(), String> {
         None => host_port.rsplit_once(':').map_or(host_port, |(h, _)| h),
     };
     if host.is_empty() {
-        return Err(format!("`{url}` names no host (e.g. redis://127.0.0.1:6379/0)"));
+        return Err(format!(
+            "`{url}` names no host (e.g. redis://127.0.0.1:6379/0)"
+        ));
     }
-    if let Some((_, port)) = host_port.rsplit_once(':').filter(|_| !host_port.ends_with(']')) {
+    if let Some((_, port)) = host_port
+        .rsplit_once(':')
+        .filter(|_| !host_port.ends_with(']'))
+    {
         if port.parse::<u16>().is_err() {
-            return Err(format!("`{url}`: the port `{port}` is not a number from 0 to 65535"));
+            return Err(format!(
+                "`{url}`: the port `{port}` is not a number from 0 to 65535"
+            ));
         }
     }
     if !path.is_empty() && path.parse::<u32>().is_err() {
@@ -447,7 +454,11 @@ impl ServerSection {
                 })
             }
         };
-        c.state = self.state.as_ref().map(StateSection::to_config).transpose()?;
+        c.state = self
+            .state
+            .as_ref()
+            .map(StateSection::to_config)
+            .transpose()?;
         Ok(c)
     }
 }
@@ -498,7 +509,10 @@ mod tests {
         assert_eq!(ok.timeout, Duration::from_millis(250));
         assert!(state(r#"{"redis": "redis://user:pw@cache/0"}"#).is_ok());
         for (bad, says) in [
-            (r#"{"redis": "http://127.0.0.1:6379"}"#, "not a redis:// URL"),
+            (
+                r#"{"redis": "http://127.0.0.1:6379"}"#,
+                "not a redis:// URL",
+            ),
             (r#"{"redis": "redis://:6379"}"#, "names no host"),
             (r#"{"redis": "redis://host:99999"}"#, "port"),
             (r#"{"redis": "redis://host/db0"}"#, "database"),
@@ -509,7 +523,11 @@ mod tests {
             assert!(e.field.starts_with("state."), "{bad}: {e}");
             assert!(e.to_string().contains(says), "{bad}: {e}");
         }
-        assert!(ServerSection::default().to_config().unwrap().state.is_none());
+        assert!(ServerSection::default()
+            .to_config()
+            .unwrap()
+            .state
+            .is_none());
     }
 
     #[test]

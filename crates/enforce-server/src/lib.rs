@@ -161,17 +161,18 @@ impl ServerBuilder {
             models.insert(model.id.clone(), model);
         }
         let metrics = Arc::new(Metrics::new());
-        let mut sessions = SessionStore::new(self.config.session_dir.clone()).map_err(|source| {
-            ServerError::SessionDir {
-                path: self
-                    .config
-                    .session_dir
-                    .as_deref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-                source,
-            }
-        })?;
+        let mut sessions =
+            SessionStore::new(self.config.session_dir.clone()).map_err(|source| {
+                ServerError::SessionDir {
+                    path: self
+                        .config
+                        .session_dir
+                        .as_deref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    source,
+                }
+            })?;
         let store = match (self.shared_state, &self.config.state) {
             (Some(store), _) => Some(store),
             (None, Some(state)) => Some(open_store(state)?),
