@@ -179,6 +179,15 @@ async fn health_state(proxy: &Proxy) -> String {
     health["state"].as_str().unwrap_or_default().to_string()
 }
 
+/// Waits until the replica has its shared state back (it resyncs first).
+async fn wait_until_shared(proxy: &Proxy) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while health_state(proxy).await != "shared" {
+        assert!(Instant::now() < deadline, "the replica never left the degraded state");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn metrics(proxy: &Proxy) -> String {
     let url = proxy.url("").trim_end_matches("/v1").to_string() + "/metrics";
     client()
@@ -255,10 +264,8 @@ async fn a_chat_continues_on_the_other_replica_and_survives_a_redis_outage() {
 
     // Redis is back (empty): a writes the chat it changed meanwhile, b reads it from there.
     redis.restart();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while health_state(&a).await != "shared" {
-        assert!(Instant::now() < deadline, "a never left the degraded state");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for replica in [&a, &b] {
+        wait_until_shared(replica).await;
     }
     assert!(metrics(&a).await.contains("enforce_state_degraded 0"));
     let session = get_json(&b, "/sessions/c1").await;

@@ -142,27 +142,41 @@ impl RedisState {
         }
     }
 
-    /// Runs one command (or pipeline) within the timeout.
+    /// Runs one command (or pipeline) within the timeout. A connection that broke since its
+    /// last use (Redis restarted) fails the first command and is remade: that one is sent again
+    /// once, so a replica that did not notice the restart does not fall back for nothing.
     async fn run<T: redis::FromRedisValue>(
         &self,
         what: &str,
-        command: impl FnOnce(ConnectionManager) -> redis::RedisFuture<'static, T>,
+        command: impl Fn(ConnectionManager) -> redis::RedisFuture<'static, T>,
     ) -> Result<T, StateError> {
-        let connection = self.connection().await?;
-        match tokio::time::timeout(self.timeout, command(connection)).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(StateError(format!("{what}: {e}"))),
-            Err(_) => Err(StateError(format!(
-                "{what}: no answer from Redis within {} ms",
-                self.timeout.as_millis()
-            ))),
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut retried = false;
+        loop {
+            let connection = self.connection().await?;
+            match tokio::time::timeout_at(deadline, command(connection)).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if !retried && (e.is_connection_dropped() || e.is_io_error()) => {
+                    retried = true;
+                }
+                Ok(Err(e)) => return Err(StateError(format!("{what}: {e}"))),
+                Err(_) => {
+                    return Err(StateError(format!(
+                        "{what}: no answer from Redis within {} ms",
+                        self.timeout.as_millis()
+                    )))
+                }
+            }
         }
     }
 
     fn query<T: redis::FromRedisValue + Send + 'static>(
         command: redis::Cmd,
-    ) -> impl FnOnce(ConnectionManager) -> redis::RedisFuture<'static, T> {
-        move |mut c| Box::pin(async move { command.query_async(&mut c).await })
+    ) -> impl Fn(ConnectionManager) -> redis::RedisFuture<'static, T> {
+        move |mut c| {
+            let command = command.clone();
+            Box::pin(async move { command.query_async(&mut c).await })
+        }
     }
 }
 
@@ -200,21 +214,25 @@ impl SharedState for RedisState {
 
     async fn try_slot(&self, slot: &str, limit: usize, ttl: Duration) -> Result<bool, StateError> {
         let now = unix_ms();
-        let mut invocation = self.try_slot.key(self.key(&["slots"]));
-        invocation
-            .arg(now)
-            .arg(limit)
-            .arg(now.saturating_add(millis(ttl)))
-            .arg(slot)
-            .arg(millis(ttl));
-        let connection = self.connection().await?;
-        let taken = tokio::time::timeout(self.timeout, async move {
-            let mut c = connection;
-            invocation.invoke_async::<i64>(&mut c).await
-        })
-        .await
-        .map_err(|_| StateError("slot: no answer from Redis in time".into()))?
-        .map_err(|e| StateError(format!("slot: {e}")))?;
+        let (key, script) = (self.key(&["slots"]), self.try_slot.clone());
+        let (expires, ttl_ms) = (now.saturating_add(millis(ttl)), millis(ttl));
+        let slot = slot.to_string();
+        let taken = self
+            .run::<i64>("slot", move |mut c| {
+                let (key, script, slot) = (key.clone(), script.clone(), slot.clone());
+                Box::pin(async move {
+                    script
+                        .key(key)
+                        .arg(now)
+                        .arg(limit)
+                        .arg(expires)
+                        .arg(slot)
+                        .arg(ttl_ms)
+                        .invoke_async(&mut c)
+                        .await
+                })
+            })
+            .await?;
         Ok(taken == 1)
     }
 
@@ -267,6 +285,7 @@ impl SharedState for RedisState {
             .arg(format!("{key}:probe"))
             .ignore();
         self.run::<()>("SET breaker", move |mut c| {
+            let pipe = pipe.clone();
             Box::pin(async move { pipe.query_async(&mut c).await })
         })
         .await
