@@ -1,21 +1,11 @@
 //! [`RedisState`]: the [`SharedState`] of replicas in a Redis server (feature `redis`).
 //!
-//! Key layout (`<ns>` is `server.state.namespace`, default `default`):
-//!
-//! | key | type | holds | expires |
-//! |---|---|---|---|
-//! | `enforce:<ns>:session:<chat>` | string | the chat's session JSON (as `status.json`) | `session_ttl_secs` after its last turn |
-//! | `enforce:<ns>:slots` | sorted set | global concurrency slots `<replica>:<n>`, scored by their expiry (Unix ms) | each slot at the request deadline + 30 s; the key with its last slot |
-//! | `enforce:<ns>:replica:<replica>` | string | heartbeat of a live replica | 10 s after its last heartbeat; removed at shutdown |
-//! | `enforce:<ns>:breaker:<validator>` | string | Unix ms the breaker opened | 24 h (removed when a probe succeeds) |
-//! | `enforce:<ns>:breaker:<validator>:probe` | string | the replica probing | the probe lease (cooldown, at least 30 s) |
-//!
-//! `<chat>` is the chat id itself when short and plain, else `h-` and a digest (the same name
-//! as the chat's directory under `session_dir`).
+//! The key layout and the design are in ARCHITECTURE.md ("Shared state").
 //!
 //! The connection is made on first use and remade by the `redis` crate's connection manager;
-//! every operation is bounded by `server.state.timeout_ms`, so a slow Redis costs a request at
-//! most that long per operation before it goes on with local state.
+//! a command is bounded by `server.state.timeout_ms` and so is a connect, so a slow or dead
+//! Redis costs a request at most about twice that per operation before it goes on with local
+//! state (after a failed connect, operations fail at once for a second).
 
 use crate::config::StateConfig;
 use crate::session::{chat_dir_name, SessionStatus};
@@ -119,7 +109,7 @@ impl RedisState {
             .set_number_of_retries(1)
             .set_max_delay(self.timeout);
         let made = tokio::time::timeout(
-            self.timeout * 2,
+            self.timeout,
             ConnectionManager::new_with_config(self.client.clone(), config),
         )
         .await
