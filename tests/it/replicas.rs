@@ -183,7 +183,10 @@ async fn health_state(proxy: &Proxy) -> String {
 async fn wait_until_shared(proxy: &Proxy) {
     let deadline = Instant::now() + Duration::from_secs(15);
     while health_state(proxy).await != "shared" {
-        assert!(Instant::now() < deadline, "the replica never left the degraded state");
+        assert!(
+            Instant::now() < deadline,
+            "the replica never left the degraded state"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

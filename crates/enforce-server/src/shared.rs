@@ -257,8 +257,10 @@ impl ReplicaState {
         }
     }
 
-    /// Writes every session changed during the outage, unless the store holds a newer one;
-    /// clears the degraded state when all are written.
+    /// Writes every session changed during the outage, unless the store holds a longer one
+    /// (more turns, or as many and updated later: a replica that continued a chat from an
+    /// older copy must not replace turns another replica added); clears the degraded state
+    /// when all are written.
     async fn resync(&self, local: &(impl Fn(&str) -> Option<SessionStatus> + Send + Sync)) {
         let chats: Vec<String> = self
             .unsynced
@@ -272,7 +274,7 @@ impl ReplicaState {
             let Some(mine) = local(&chat) else { continue };
             let result = async {
                 let theirs = self.store.load_session(&chat).await?;
-                if theirs.is_none_or(|t| t.updated_at <= mine.updated_at) {
+                if theirs.is_none_or(|t| (t.turns, t.updated_at) <= (mine.turns, mine.updated_at)) {
                     self.store.save_session(&mine).await?;
                     return Ok::<bool, StateError>(true);
                 }

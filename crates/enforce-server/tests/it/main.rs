@@ -10,3 +10,4 @@ mod facts;
 mod fault_matrix;
 mod hostile_input;
 mod proxy;
+mod shared_state;
