@@ -44,6 +44,7 @@ mod openai;
 #[cfg(feature = "redis")]
 mod redis_state;
 mod session;
+mod session_status;
 mod shared;
 mod state;
 mod stream;

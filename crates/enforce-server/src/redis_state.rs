@@ -8,7 +8,8 @@
 //! state (after a failed connect, operations fail at once for a second).
 
 use crate::config::StateConfig;
-use crate::session::{chat_dir_name, SessionStatus};
+use crate::session::chat_dir_name;
+use crate::session_status::SessionStatus;
 use crate::shared::{SharedState, StateError};
 use enforce_core::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};

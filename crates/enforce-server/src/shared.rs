@@ -11,7 +11,7 @@
 //! open state at their next call.
 
 use crate::metrics::{Metrics, STATE_DEGRADED, STATE_FALLBACKS};
-use crate::session::SessionStatus;
+use crate::session_status::SessionStatus;
 use enforce_core::async_trait;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
