@@ -4,7 +4,7 @@ use crate::outcome::digest;
 use crate::validator::{push_leaves, repair_leaves, validate_leaves, Found, Leaf, Verdict};
 use crate::{
     Attempt, BudgetKind, Context, Event, Issue, Observer, Outcome, Policy, Reply, Request, Runner,
-    Status, StopReason, Usage, Validator,
+    Status, StopReason, ToolCall, Usage, Validator,
 };
 use std::time::{Duration, Instant};
 
@@ -146,7 +146,34 @@ impl Enforcer {
         context: &Context,
         observer: &dyn Observer,
     ) -> Outcome {
+        self.run_with(
+            runner,
+            request,
+            context,
+            observer,
+            &Vec::<Box<dyn Validator>>::new(),
+        )
+        .await
+    }
+
+    /// [`run_observed`](Self::run_observed) with validators that belong to this request only
+    /// (e.g. checks of the tool calls against the tools the request declares). They run before
+    /// the enforcer's own and count exactly like them.
+    pub async fn run_with(
+        &self,
+        runner: &dyn Runner,
+        request: &Request,
+        context: &Context,
+        observer: &dyn Observer,
+        request_validators: &dyn Validator,
+    ) -> Outcome {
         let mut run = Run::new(self, context, observer, true);
+        run.leaves = {
+            let mut leaves = Vec::with_capacity(run.leaves.len() + 1);
+            push_leaves(request_validators, None, &mut leaves);
+            leaves.append(&mut run.leaves);
+            leaves
+        };
         let max_attempts = self.max_attempts();
         // The reply being improved, its issues, and the feedback about them.
         let mut previous: Option<(Reply, Found, String)> = None;
@@ -167,14 +194,14 @@ impl Enforcer {
                 Ok(reply) => reply,
                 Err(error) => {
                     run.spent.runner += runner_time;
-                    let last = previous.map(|(reply, found, _)| (reply.text, found.issues));
+                    let last = previous.map(|(reply, found, _)| (reply, found.issues));
                     return run.finish(Status::Aborted, StopReason::RunnerFailed { error }, last);
                 }
             };
             run.spent.add(&reply, runner_time);
 
             let validating = Instant::now();
-            let verdict = run.validate(&reply.text).await;
+            let verdict = run.validate(&reply).await;
             let validation_time = validating.elapsed();
             let found = match verdict {
                 Verdict::Found(found) => found,
@@ -183,7 +210,7 @@ impl Enforcer {
                     return run.finish(
                         Status::Unavailable,
                         StopReason::ValidatorUnavailable { unavailable },
-                        Some((reply.text, Vec::new())),
+                        Some((reply, Vec::new())),
                     );
                 }
             };
@@ -213,7 +240,7 @@ impl Enforcer {
             };
 
             if let Some(reason) = stop {
-                return run.conclude(reason, reply.text, found, true).await;
+                return run.conclude(reason, reply, found, true).await;
             }
 
             let feedback = self.policy.feedback.build(issues);
@@ -237,7 +264,7 @@ impl Enforcer {
     pub async fn check(&self, text: &str, context: &Context, mode: Check) -> Outcome {
         let mut run = Run::new(self, context, &(), false);
         let reply = Reply::text(text);
-        let verdict = run.validate(text).await;
+        let verdict = run.validate(&reply).await;
         let validation_time = run.started.elapsed();
         match verdict {
             Verdict::Unavailable(unavailable) => {
@@ -245,7 +272,7 @@ impl Enforcer {
                 run.finish(
                     Status::Unavailable,
                     StopReason::ValidatorUnavailable { unavailable },
-                    Some((reply.text, Vec::new())),
+                    Some((reply, Vec::new())),
                 )
             }
             Verdict::Found(found) => {
@@ -258,7 +285,7 @@ impl Enforcer {
                 } else {
                     StopReason::CheckOnly
                 };
-                run.conclude(reason, reply.text, found, mode == Check::Repair)
+                run.conclude(reason, reply, found, mode == Check::Repair)
                     .await
             }
         }
@@ -297,10 +324,10 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Runs every validator on `text`; the policy decides for those without a fail mode.
-    async fn validate(&self, text: &str) -> Verdict {
+    /// Runs every validator on `reply`; the policy decides for those without a fail mode.
+    async fn validate(&self, reply: &Reply) -> Verdict {
         let default = self.enforcer.policy.on_unavailable;
-        validate_leaves(&self.leaves, text, self.context, default).await
+        validate_leaves(&self.leaves, reply, self.context, default).await
     }
 
     /// Applies the repairs of every validator that raised an error, in validator order.
@@ -343,19 +370,25 @@ impl<'a> Run<'a> {
     async fn conclude(
         mut self,
         reason: StopReason,
-        text: String,
+        reply: Reply,
         found: Found,
         try_repair: bool,
     ) -> Outcome {
         if matches!(reason, StopReason::Clean) {
-            return self.finish(Status::Passed, reason, Some((text, found.issues)));
+            return self.finish(Status::Passed, reason, Some((reply, found.issues)));
         }
         if try_repair {
-            let (repaired, applied) = self.repair(&text, &found);
+            let (repaired, applied) = self.repair(&reply.text, &found);
             if !applied.is_empty() {
                 if let Some(last) = self.attempts.last_mut() {
                     last.repairs = applied;
                 }
+                // Repairs change the text only; the tool calls stay as they were.
+                let repaired = Reply {
+                    text: repaired,
+                    tool_calls: reply.tool_calls.clone(),
+                    ..Reply::default()
+                };
                 if let Verdict::Found(after) = self.validate(&repaired).await {
                     if error_codes(&after.issues).is_empty() {
                         return self.finish(
@@ -374,7 +407,7 @@ impl<'a> Run<'a> {
         } else {
             Status::Unresolved
         };
-        self.finish(status, reason, Some((text, found.issues)))
+        self.finish(status, reason, Some((reply, found.issues)))
     }
 
     /// Builds the outcome; substitutes the fallback text when the status is a failure.
@@ -382,17 +415,18 @@ impl<'a> Run<'a> {
         self,
         status: Status,
         stop_reason: StopReason,
-        last: Option<(String, Vec<Issue>)>,
+        last: Option<(Reply, Vec<Issue>)>,
     ) -> Outcome {
-        let (mut response, all_issues) = match last {
-            Some((text, issues)) => (Some(text), issues),
-            None => (None, Vec::new()),
+        let (mut response, mut tool_calls, all_issues): (_, Vec<ToolCall>, _) = match last {
+            Some((reply, issues)) => (Some(reply.text), reply.tool_calls, issues),
+            None => (None, Vec::new(), Vec::new()),
         };
         let (issues, warnings) = split_issues(all_issues);
         let mut fallback_used = false;
         if self.use_fallback && matches!(status, Status::Unresolved | Status::Aborted) {
             if let Some(template) = &self.enforcer.policy.fallback {
                 response = Some(self.context.render(template));
+                tool_calls.clear();
                 fallback_used = true;
             }
         }
@@ -406,6 +440,7 @@ impl<'a> Run<'a> {
             status,
             stop_reason,
             response,
+            tool_calls,
             issues,
             warnings,
             attempts: self.attempts,

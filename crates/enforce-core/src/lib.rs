@@ -63,12 +63,13 @@ pub use observer::{Event, Observer};
 pub use outcome::{Attempt, Outcome, Status, StopReason};
 pub use policy::{Budget, BudgetKind, Policy, PolicyBuilder};
 pub use runner::{
-    stateless_follow_up_messages, Message, Reply, Request, Role, Runner, RunnerError, Usage,
+    follow_up_messages, stateless_follow_up_messages, Message, Reply, Request, Role, Runner,
+    RunnerError, ToolCall, ToolFeedback, Usage, REJECTED_TOOL_CALL,
 };
 pub use scripted::{ScriptedCall, ScriptedRunner};
 pub use validator::{
     FailMode, Unavailable, UnavailableValidator, Validation, Validator, ValidatorExt, WithFailMode,
-    VALIDATOR_UNAVAILABLE,
+    VALIDATOR_DISABLED, VALIDATOR_UNAVAILABLE,
 };
 
 /// The examples in README.md are compiled and run as doctests.

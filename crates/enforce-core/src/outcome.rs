@@ -1,7 +1,7 @@
 //! What the loop returns: [`Outcome`], its [`Status`] and the audit of every [`Attempt`].
 
 use crate::validator::UnavailableValidator;
-use crate::{BudgetKind, Issue, RunnerError, Usage};
+use crate::{BudgetKind, Issue, RunnerError, ToolCall, Usage};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -181,6 +181,8 @@ pub struct Outcome {
     /// The final response: the passing or repaired text, the fallback, or the last response as
     /// it came (check `status` before passing it on). `None` when no response was received.
     pub response: Option<String>,
+    /// The tools the final reply calls (empty for a text answer and for the fallback).
+    pub tool_calls: Vec<ToolCall>,
     /// Errors remaining in `response` (empty when it passed).
     pub issues: Vec<Issue>,
     /// Warnings about `response`.
@@ -209,6 +211,8 @@ struct OutcomeRecordRef<'a> {
     status: Status,
     stop_reason: StopTag,
     response: &'a Option<String>,
+    #[serde(skip_serializing_if = "<[ToolCall]>::is_empty")]
+    tool_calls: &'a [ToolCall],
     issues: &'a [Issue],
     warnings: &'a [Issue],
     attempts: &'a [Attempt],
@@ -228,6 +232,8 @@ struct OutcomeRecord {
     status: Status,
     stop_reason: StopTag,
     response: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<ToolCall>,
     issues: Vec<Issue>,
     warnings: Vec<Issue>,
     attempts: Vec<Attempt>,
@@ -285,6 +291,7 @@ impl OutcomeRecord {
             status: r.status,
             stop_reason,
             response: r.response,
+            tool_calls: r.tool_calls,
             issues: r.issues,
             warnings: r.warnings,
             attempts: r.attempts,
@@ -312,6 +319,7 @@ impl Serialize for Outcome {
             status: self.status,
             stop_reason: self.stop_reason.tag(),
             response: &self.response,
+            tool_calls: &self.tool_calls,
             issues: &self.issues,
             warnings: &self.warnings,
             attempts: &self.attempts,
@@ -362,6 +370,19 @@ impl Outcome {
             line.push_str(&format!(" ({} unavailable: {})", u.validator, u.reason));
         }
         line
+    }
+
+    /// The validators that did not check the response (their `VALIDATOR_UNAVAILABLE` or
+    /// `VALIDATOR_DISABLED` warnings), in order: a `passed` outcome with any of them was not
+    /// fully validated.
+    pub fn unchecked_validators(&self) -> Vec<&str> {
+        self.warnings
+            .iter()
+            .filter(|w| {
+                w.code == crate::VALIDATOR_UNAVAILABLE || w.code == crate::VALIDATOR_DISABLED
+            })
+            .map(|w| w.validator.as_str())
+            .collect()
     }
 
     /// The audit record as one line of JSON.

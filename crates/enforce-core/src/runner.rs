@@ -7,7 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 /// Who said a [`Message`]. Exhaustive: runners map every role onto their wire format, and a new
-/// role (tool results, ...) would need a new message shape anyway.
+/// role would need a new message shape anyway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -17,6 +17,84 @@ pub enum Role {
     User,
     /// The model.
     Assistant,
+    /// The result of a tool call, answering the assistant's call with the same id.
+    Tool,
+}
+
+/// A model's request to call one of the tools the client declared (OpenAI `tool_calls`).
+///
+/// The arguments stay the text the model wrote: they may not even be JSON, and a client gets
+/// them byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call's id, which the tool result answers (`call_...`).
+    pub id: String,
+    /// The function called.
+    pub name: String,
+    /// The arguments as the model wrote them (JSON text, if the model got it right).
+    pub arguments: String,
+}
+
+impl ToolCall {
+    /// A call of `name` with `arguments`.
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    /// The call as OpenAI chat completions write it:
+    /// `{"id", "type": "function", "function": {"name", "arguments"}}`.
+    pub fn to_openai(&self) -> Value {
+        serde_json::json!({
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        })
+    }
+
+    /// Reads an OpenAI `tool_calls` array (`null` is no calls). Arguments sent as a JSON object
+    /// (Ollama's native shape) become their JSON text; a call without an id gets `call_<index>`.
+    /// The error says which call is malformed.
+    pub fn list_from_openai(calls: &Value) -> Result<Vec<ToolCall>, String> {
+        let Some(calls) = calls.as_array() else {
+            return if calls.is_null() {
+                Ok(Vec::new())
+            } else {
+                Err("`tool_calls` is not an array".to_string())
+            };
+        };
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| {
+                let function = call
+                    .get("function")
+                    .ok_or_else(|| format!("tool call {i} has no `function`"))?;
+                let name = function
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| format!("tool call {i} has no function name"))?;
+                let arguments = match function.get("arguments") {
+                    None | Some(Value::Null) => String::new(),
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                };
+                let id = match call.get("id").and_then(Value::as_str) {
+                    Some(id) if !id.is_empty() => id.to_string(),
+                    _ => format!("call_{i}"),
+                };
+                Ok(ToolCall::new(id, name, arguments))
+            })
+            .collect()
+    }
 }
 
 /// One message of a conversation.
@@ -24,8 +102,14 @@ pub enum Role {
 pub struct Message {
     /// Who said it.
     pub role: Role,
-    /// What was said.
+    /// What was said (empty for an assistant turn that only calls tools).
     pub content: String,
+    /// The tools an assistant turn calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a [`Role::Tool`] message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
@@ -34,6 +118,22 @@ impl Message {
         Message {
             role,
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+    /// An assistant turn calling `tool_calls`, with its text (may be empty).
+    pub fn assistant_calling(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Message {
+            tool_calls,
+            ..Self::new(Role::Assistant, content)
+        }
+    }
+    /// A tool result answering the call `tool_call_id`.
+    pub fn tool(tool_call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Message {
+            tool_call_id: Some(tool_call_id.into()),
+            ..Self::new(Role::Tool, content)
         }
     }
     /// A system message.
@@ -107,8 +207,11 @@ impl Usage {
 /// A model's answer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Reply {
-    /// The response text.
+    /// The response text (empty when the model only called tools).
     pub text: String,
+    /// The tools the model called, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
     /// The runner's session id, if it has sessions; follow-ups continue it.
     #[serde(default)]
     pub session_id: Option<String>,
@@ -130,6 +233,12 @@ impl Reply {
             text: text.into(),
             ..Reply::default()
         }
+    }
+
+    /// `true` when the model called tools and wrote no text: text validators have nothing to
+    /// check (see [`Validator::validate_reply`](crate::Validator::validate_reply)).
+    pub fn only_tool_calls(&self) -> bool {
+        !self.tool_calls.is_empty() && self.text.trim().is_empty()
     }
 }
 
@@ -273,17 +382,81 @@ impl<R: Runner + ?Sized> Runner for std::sync::Arc<R> {
     }
 }
 
+/// How a follow-up tells the model that its tool calls were rejected.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ToolFeedback {
+    /// The previous answer goes back as an assistant turn with its `tool_calls`, each call is
+    /// answered by a [`Role::Tool`] message saying it was not run, and the feedback follows as
+    /// a user message. What OpenAI-style servers expect: every call id gets its result.
+    #[default]
+    ToolMessages,
+    /// The previous answer goes back as plain assistant text with the calls written out, and the
+    /// feedback follows as a user message: no tool structure at all, for servers (older Ollama
+    /// and llama.cpp builds) that reject tool results or assistant turns without content.
+    UserMessage,
+}
+
+/// The text a tool result says for a call the loop rejected.
+pub const REJECTED_TOOL_CALL: &str =
+    "Error: this call was not run because the reply failed validation; see the next message.";
+
 /// The messages a stateless runner sends for a follow-up: the original conversation, the
 /// previous answer and the feedback. Exactly one earlier answer, however many attempts came
-/// before.
+/// before. Tool calls in the previous answer go back as [`ToolFeedback::ToolMessages`] does it.
 pub fn stateless_follow_up_messages(
     request: &Request,
     previous: &Reply,
     feedback: &str,
 ) -> Vec<Message> {
-    let mut messages = Vec::with_capacity(request.messages.len() + 2);
+    follow_up_messages(request, previous, feedback, ToolFeedback::ToolMessages)
+}
+
+/// [`stateless_follow_up_messages`] with the tool feedback style chosen.
+pub fn follow_up_messages(
+    request: &Request,
+    previous: &Reply,
+    feedback: &str,
+    style: ToolFeedback,
+) -> Vec<Message> {
+    let calls = previous.tool_calls.len();
+    let mut messages = Vec::with_capacity(request.messages.len() + 2 + calls);
     messages.extend(request.messages.iter().cloned());
-    messages.push(Message::assistant(previous.text.clone()));
+    if calls == 0 {
+        messages.push(Message::assistant(previous.text.clone()));
+    } else {
+        match style {
+            ToolFeedback::ToolMessages => {
+                messages.push(Message::assistant_calling(
+                    previous.text.clone(),
+                    previous.tool_calls.clone(),
+                ));
+                for call in &previous.tool_calls {
+                    messages.push(Message::tool(call.id.clone(), REJECTED_TOOL_CALL));
+                }
+            }
+            ToolFeedback::UserMessage => {
+                messages.push(Message::assistant(written_out_calls(previous)));
+            }
+        }
+    }
     messages.push(Message::user(feedback));
     messages
+}
+
+/// The previous answer's text with its tool calls written out as text.
+fn written_out_calls(reply: &Reply) -> String {
+    let mut out = reply.text.trim_end().to_string();
+    for call in &reply.tool_calls {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "[called tool {} with arguments {}]",
+            call.name, call.arguments
+        ));
+    }
+    out
 }

@@ -1,6 +1,6 @@
 //! The [`Validator`] trait: one check of one response.
 
-use crate::{Context, Issue};
+use crate::{Context, Issue, Reply};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -9,6 +9,10 @@ use std::sync::Arc;
 
 /// Code of the warning recorded when a fail-open validator gives no verdict.
 pub const VALIDATOR_UNAVAILABLE: &str = "VALIDATOR_UNAVAILABLE";
+
+/// Code of the warning a validator raises when it is switched off by its configuration (e.g. an
+/// external checker with `timeout_ms: 0`): the response was not checked by it, and says so.
+pub const VALIDATOR_DISABLED: &str = "VALIDATOR_DISABLED";
 
 /// A validator that gave no verdict.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +112,18 @@ pub trait Validator: Send + Sync {
     /// Checks `response` and returns every issue found (empty: it passed), or [`Unavailable`].
     async fn validate(&self, response: &str, context: &Context) -> Validation;
 
+    /// Checks a whole reply: its text and its tool calls. The loop calls this one.
+    ///
+    /// The default is for text validators: it validates the text, and passes a reply that only
+    /// calls tools (a step marker, a length or a structure rule has nothing to judge there).
+    /// Validators of tool calls override it.
+    async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
+        if reply.only_tool_calls() {
+            return Ok(Vec::new());
+        }
+        self.validate(&reply.text, context).await
+    }
+
     /// Tries a deterministic repair. `issues` are the errors this validator raised on
     /// `response`. Returns the repaired text, or `None` when this validator cannot repair it.
     fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
@@ -155,6 +171,9 @@ macro_rules! forward_validator {
             async fn validate(&self, response: &str, context: &Context) -> Validation {
                 (**self).validate(response, context).await
             }
+            async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
+                (**self).validate_reply(reply, context).await
+            }
             fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
                 (**self).repair(response, context, issues)
             }
@@ -186,7 +205,11 @@ impl<V: Validator> Validator for Vec<V> {
     }
 
     async fn validate(&self, response: &str, context: &Context) -> Validation {
-        validate_group(self, response, context).await
+        validate_group(self, &Reply::text(response), context).await
+    }
+
+    async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
+        validate_group(self, reply, context).await
     }
 
     fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
@@ -209,6 +232,13 @@ impl<V: Validator> Validator for Option<V> {
     async fn validate(&self, response: &str, context: &Context) -> Validation {
         match self {
             Some(v) => v.validate(response, context).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
+        match self {
+            Some(v) => v.validate_reply(reply, context).await,
             None => Ok(Vec::new()),
         }
     }
@@ -305,9 +335,16 @@ impl<V: Validator> Validator for WithFailMode<V> {
     async fn validate(&self, response: &str, context: &Context) -> Validation {
         if self.inner.members().is_some() {
             // A direct call of a group: members without a mode of their own get this one.
-            return validate_group(self, response, context).await;
+            return validate_group(self, &Reply::text(response), context).await;
         }
         self.inner.validate(response, context).await
+    }
+
+    async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
+        if self.inner.members().is_some() {
+            return validate_group(self, reply, context).await;
+        }
+        self.inner.validate_reply(reply, context).await
     }
 
     fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
@@ -388,12 +425,12 @@ pub(crate) enum Verdict {
     Unavailable(UnavailableValidator),
 }
 
-/// Runs every leaf on `text`, stamping each leaf's name on its unnamed issues. A leaf without
+/// Runs every leaf on `reply`, stamping each leaf's name on its unnamed issues. A leaf without
 /// verdict that fails open becomes a `VALIDATOR_UNAVAILABLE` warning; one that fails closed
 /// ends the verdict.
 pub(crate) async fn validate_leaves(
     leaves: &[Leaf<'_>],
-    text: &str,
+    reply: &Reply,
     context: &Context,
     default: FailMode,
 ) -> Verdict {
@@ -404,7 +441,7 @@ pub(crate) async fn validate_leaves(
     for leaf in leaves {
         let start = found.issues.len();
         let name = leaf.validator.name();
-        match leaf.validator.validate(text, context).await {
+        match leaf.validator.validate_reply(reply, context).await {
             Ok(issues) => found
                 .issues
                 .extend(issues.into_iter().map(|i| i.or_validator(name))),
@@ -462,12 +499,12 @@ pub(crate) fn repair_leaves(
 }
 
 /// A group validated on its own, outside the loop: see the `Vec` impl.
-async fn validate_group(group: &dyn Validator, text: &str, context: &Context) -> Validation {
+async fn validate_group(group: &dyn Validator, reply: &Reply, context: &Context) -> Validation {
     let mut leaves = Vec::new();
     push_leaves(group, None, &mut leaves);
     // Without the policy at hand, a member that has no answer of its own passes "no verdict"
     // up, and the caller's fail mode decides.
-    match validate_leaves(&leaves, text, context, FailMode::Closed).await {
+    match validate_leaves(&leaves, reply, context, FailMode::Closed).await {
         Verdict::Found(found) => Ok(found.issues),
         Verdict::Unavailable(u) => Err(Unavailable::new(format!("{}: {}", u.validator, u.reason))),
     }

@@ -298,6 +298,7 @@ impl ClaudeResult {
             usage: self.usage,
             cost_usd: self.cost_usd,
             duration: self.duration,
+            ..Reply::default()
         })
     }
 }

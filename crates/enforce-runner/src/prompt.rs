@@ -43,9 +43,17 @@ pub fn render_prompt(messages: &[Message]) -> PromptText {
                 }
                 out.push_str(match m.role {
                     Role::Assistant => "Assistant:\n",
-                    _ => "User:\n",
+                    Role::Tool => "Tool result:\n",
+                    Role::User | Role::System => "User:\n",
                 });
                 out.push_str(&m.content);
+                // A prompt-only runner has no tools of its own to match: the calls are history.
+                for call in &m.tool_calls {
+                    out.push_str(&format!(
+                        "\n[called tool {} with arguments {}]",
+                        call.name, call.arguments
+                    ));
+                }
             }
             out
         }

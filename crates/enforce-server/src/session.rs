@@ -2,7 +2,7 @@
 //! when a directory is configured, in `<dir>/<chat>/status.json` written atomically; with a
 //! shared state (Redis), also there, which then is the copy read first.
 
-pub use crate::session_status::{SessionStatus, StepRecord};
+pub use crate::session_status::{HiddenMarker, SessionStatus, StepRecord};
 use crate::shared::ReplicaState;
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -13,6 +13,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The file each chat directory holds.
 pub const STATUS_FILE: &str = "status.json";
+
+/// The digest that recognizes an answer the client sends back: of its text with surrounding
+/// whitespace trimmed (clients trim).
+pub fn answer_digest(text: &str) -> String {
+    fnv1a_hex(text.trim())
+}
 
 /// What one finished turn adds to a chat.
 #[derive(Debug, Clone)]
@@ -25,6 +31,8 @@ pub struct TurnRecord<'a> {
     pub runner_session_id: Option<&'a str>,
     /// The step of the answer, when it passed and carried one.
     pub step: Option<String>,
+    /// The marker, when it was hidden from the client.
+    pub hidden: Option<HiddenMarker>,
 }
 
 /// The session store. Share it in an `Arc`.
@@ -178,6 +186,7 @@ impl SessionStore {
                     turn: entry.turns,
                     status: turn.status.to_string(),
                     at: now,
+                    hidden: turn.hidden,
                 });
             }
             entry.updated_at = now;
@@ -252,6 +261,7 @@ mod tests {
             status: "passed",
             runner_session_id: sid,
             step: step.map(str::to_string),
+            hidden: None,
         };
         store
             .record_turn("chat/1", turn(Some("what"), Some("s1")))

@@ -15,6 +15,19 @@ pub struct StepRecord {
     pub status: String,
     /// Seconds since the Unix epoch.
     pub at: u64,
+    /// The marker, when it was hidden from the client (`hide_step_marker`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<HiddenMarker>,
+}
+
+/// A step marker removed from what the client received, kept so it can be put back when the
+/// client sends the answer back as history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HiddenMarker {
+    /// The marker as the model wrote it (`<!-- STEP: why -->`).
+    pub marker: String,
+    /// The digest of the answer as the client received it (`answer_digest`).
+    pub answer_digest: String,
 }
 
 /// What is known about one chat; the content of its `status.json`.

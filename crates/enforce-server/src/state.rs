@@ -6,6 +6,7 @@ use crate::error::ApiError;
 use crate::metrics::{Metrics, REJECTED};
 use crate::session::SessionStore;
 use crate::shared::ReplicaState;
+use crate::tools::ToolCheckCache;
 use crate::{ScrapeHook, StepExtractor};
 use axum::response::{IntoResponse, Response};
 use std::collections::HashMap;
@@ -27,6 +28,8 @@ pub(crate) struct App {
     pub sessions: SessionStore,
     /// State shared with other replicas, when configured.
     pub shared: Option<Arc<ReplicaState>>,
+    /// Compiled checks of the `tools` requests declare.
+    pub tool_checks: ToolCheckCache,
     pub metrics: Arc<Metrics>,
     pub audit: Option<Arc<AuditLog>>,
     pub limiter: Arc<Semaphore>,

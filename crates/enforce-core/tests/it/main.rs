@@ -4,6 +4,7 @@
 mod audit_json;
 mod compose;
 mod loop_paths;
+mod tool_calls;
 
 /// The request most tests send.
 fn req() -> enforce_core::Request {

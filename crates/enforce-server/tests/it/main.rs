@@ -11,3 +11,4 @@ mod fault_matrix;
 mod hostile_input;
 mod proxy;
 mod shared_state;
+mod tools;

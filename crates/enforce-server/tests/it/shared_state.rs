@@ -3,7 +3,7 @@
 //! `tests/it/replicas.rs`): sessions move between replicas, a failing store degrades and
 //! resyncs, and a runner session is continued only on the replica that holds it.
 
-use crate::common::{marker_enforcer, step_of, user_body, Harness, Sessions};
+use crate::common::{marker_enforcer, step_mark, user_body, Harness, Sessions};
 use enforce_core::{async_trait, Runner, ScriptedRunner};
 use enforce_server::{
     Model, Server, ServerConfig, SessionStatus, SharedState, StateConfig, StateError,
@@ -92,7 +92,7 @@ async fn replica(name: &str, store: &Arc<MemoryState>, runner: Arc<dyn Runner>) 
     };
     let server = Server::builder(config)
         .model(Model::new("m", runner, Arc::new(marker_enforcer(false))))
-        .step_extractor(step_of)
+        .step_extractor(step_mark)
         .shared_state(store.clone())
         .build()
         .unwrap();
