@@ -72,6 +72,13 @@ pub struct Policy {
     /// Text returned when a response stays unresolved or aborted; `{{key}}` placeholders are
     /// filled from the request context.
     pub fallback: Option<String>,
+    /// Cut an answer short while it streams when a validator's partial check finds an error
+    /// no continuation can remove, and re-ask at once (default `true`). Only when a re-ask
+    /// can follow; warnings, hard aborts and errors a repair fixes never cut.
+    pub early_abort: bool,
+    /// How many new bytes of a streamed answer arrive between two partial checks (default
+    /// [`Policy::DEFAULT_PARTIAL_CHECK_BYTES`]; 0 counts as 1).
+    pub partial_check_bytes: usize,
 }
 
 impl Default for Policy {
@@ -82,11 +89,18 @@ impl Default for Policy {
             budget: Budget::default(),
             on_unavailable: FailMode::Closed,
             fallback: None,
+            early_abort: true,
+            partial_check_bytes: Policy::DEFAULT_PARTIAL_CHECK_BYTES,
         }
     }
 }
 
 impl Policy {
+    /// The default of [`partial_check_bytes`](Policy::partial_check_bytes): about eight
+    /// tokens, so a failure is caught within a fraction of a second of generation while the
+    /// checks stay a small cost per chunk.
+    pub const DEFAULT_PARTIAL_CHECK_BYTES: usize = 32;
+
     /// A builder starting from the defaults.
     pub fn builder() -> PolicyBuilder {
         PolicyBuilder::default()
@@ -128,6 +142,18 @@ impl PolicyBuilder {
     /// The fallback template for unresolved and aborted runs.
     pub fn fallback(mut self, template: impl Into<String>) -> Self {
         self.policy.fallback = Some(template.into());
+        self
+    }
+
+    /// Whether a streamed answer is cut short at a definite error.
+    pub fn early_abort(mut self, yes: bool) -> Self {
+        self.policy.early_abort = yes;
+        self
+    }
+
+    /// New bytes between two partial checks of a streamed answer.
+    pub fn partial_check_bytes(mut self, bytes: usize) -> Self {
+        self.policy.partial_check_bytes = bytes;
         self
     }
 
