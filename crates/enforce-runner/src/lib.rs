@@ -35,7 +35,9 @@ mod openai;
 mod process;
 mod prompt;
 
-pub use claude::{parse_result, ClaudeConfig, ClaudeResult, ClaudeRunner};
+pub use claude::{
+    parse_result, parse_stream_line, ClaudeConfig, ClaudeResult, ClaudeRunner, StreamLine,
+};
 pub use command::{CommandConfig, CommandRunner};
 pub use config::RunnerConfig;
 pub use error::ConfigError;
