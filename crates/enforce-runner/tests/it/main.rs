@@ -5,3 +5,4 @@ mod claude_cli;
 mod command_runner;
 mod openai_http;
 mod openai_stream;
+mod streaming;
