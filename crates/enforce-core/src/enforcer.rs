@@ -3,10 +3,14 @@
 use crate::outcome::digest;
 use crate::validator::{push_leaves, repair_leaves, validate_leaves, Found, Leaf, Verdict};
 use crate::{
-    Attempt, BudgetKind, Context, Event, Issue, Observer, Outcome, Policy, Reply, Request, Runner,
-    Status, StopReason, ToolCall, Usage, Validator,
+    AnswerFormat, Attempt, BudgetKind, Context, Event, Issue, Observer, Outcome, Policy, Reply,
+    Request, Runner, Status, StopReason, ToolCall, Usage, Validator,
 };
 use std::time::{Duration, Instant};
+
+/// Code of the warning recorded when the policy's fallback text failed validation (or could
+/// not be validated) and was therefore not used.
+pub const FALLBACK_INVALID: &str = "FALLBACK_INVALID";
 
 /// What [`Enforcer::check`] does about errors in the text it is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -195,7 +199,9 @@ impl Enforcer {
                 Err(error) => {
                     run.spent.runner += runner_time;
                     let last = previous.map(|(reply, found, _)| (reply, found.issues));
-                    return run.finish(Status::Aborted, StopReason::RunnerFailed { error }, last);
+                    return run
+                        .finish(Status::Aborted, StopReason::RunnerFailed { error }, last)
+                        .await;
                 }
             };
             run.spent.add(&reply, runner_time);
@@ -207,11 +213,13 @@ impl Enforcer {
                 Verdict::Found(found) => found,
                 Verdict::Unavailable(unavailable) => {
                     run.record(number, &reply, Vec::new(), runner_time, validation_time);
-                    return run.finish(
-                        Status::Unavailable,
-                        StopReason::ValidatorUnavailable { unavailable },
-                        Some((reply, Vec::new())),
-                    );
+                    return run
+                        .finish(
+                            Status::Unavailable,
+                            StopReason::ValidatorUnavailable { unavailable },
+                            Some((reply, Vec::new())),
+                        )
+                        .await;
                 }
             };
             let issues = &found.issues;
@@ -274,6 +282,7 @@ impl Enforcer {
                     StopReason::ValidatorUnavailable { unavailable },
                     Some((reply, Vec::new())),
                 )
+                .await
             }
             Verdict::Found(found) => {
                 let issues = &found.issues;
@@ -364,6 +373,9 @@ impl<'a> Run<'a> {
             session_id: reply.session_id.clone(),
             repairs: Vec::new(),
         });
+        if let Some(attempt) = self.attempts.last() {
+            self.observer.on_event(&Event::Recorded { attempt });
+        }
     }
 
     /// After the last attempt: pass, or repair and re-validate, or give up.
@@ -375,7 +387,9 @@ impl<'a> Run<'a> {
         try_repair: bool,
     ) -> Outcome {
         if matches!(reason, StopReason::Clean) {
-            return self.finish(Status::Passed, reason, Some((reply, found.issues)));
+            return self
+                .finish(Status::Passed, reason, Some((reply, found.issues)))
+                .await;
         }
         if try_repair {
             let (repaired, applied) = self.repair(&reply.text, &found);
@@ -391,11 +405,9 @@ impl<'a> Run<'a> {
                 };
                 if let Verdict::Found(after) = self.validate(&repaired).await {
                     if error_codes(&after.issues).is_empty() {
-                        return self.finish(
-                            Status::Repaired,
-                            reason,
-                            Some((repaired, after.issues)),
-                        );
+                        return self
+                            .finish(Status::Repaired, reason, Some((repaired, after.issues)))
+                            .await;
                     }
                 }
                 // Still failing (or no verdict): the half-repaired text is not passed on; the
@@ -408,10 +420,52 @@ impl<'a> Run<'a> {
             Status::Unresolved
         };
         self.finish(status, reason, Some((reply, found.issues)))
+            .await
     }
 
-    /// Builds the outcome; substitutes the fallback text when the status is a failure.
-    fn finish(
+    /// The fallback `template` filled from the context, if it passes every validator; else
+    /// the `FALLBACK_INVALID` warning saying why it was not used.
+    async fn checked_fallback(&self, template: &str) -> Result<String, Issue> {
+        let text = match self.enforcer.policy.answer_format {
+            AnswerFormat::Json => self.context.render_json(template),
+            _ => self.context.render(template),
+        };
+        let rejected = |why: String| {
+            Issue::warning(
+                "fallback",
+                FALLBACK_INVALID,
+                format!("The fallback text was not used: {why}."),
+            )
+            .with_hint("Fix the profile's fallback template so that it passes its own validators.")
+            .hard_abort()
+        };
+        match self.validate(&Reply::text(text.clone())).await {
+            Verdict::Found(found) => {
+                let errors: Vec<String> = found
+                    .issues
+                    .iter()
+                    .filter(|i| i.is_error())
+                    .map(|i| format!("{} ({})", i.code, i.message))
+                    .collect();
+                if errors.is_empty() {
+                    Ok(text)
+                } else {
+                    Err(rejected(format!(
+                        "it fails validation: {}",
+                        errors.join("; ")
+                    )))
+                }
+            }
+            Verdict::Unavailable(u) => Err(rejected(format!(
+                "it could not be validated ({} unavailable: {})",
+                u.validator, u.reason
+            ))),
+        }
+    }
+
+    /// Builds the outcome; substitutes the fallback text when the status is a failure and
+    /// the fallback passes validation.
+    async fn finish(
         self,
         status: Status,
         stop_reason: StopReason,
@@ -421,13 +475,20 @@ impl<'a> Run<'a> {
             Some((reply, issues)) => (Some(reply.text), reply.tool_calls, issues),
             None => (None, Vec::new(), Vec::new()),
         };
-        let (issues, warnings) = split_issues(all_issues);
+        let (issues, mut warnings) = split_issues(all_issues);
         let mut fallback_used = false;
         if self.use_fallback && matches!(status, Status::Unresolved | Status::Aborted) {
             if let Some(template) = &self.enforcer.policy.fallback {
-                response = Some(self.context.render(template));
-                tool_calls.clear();
-                fallback_used = true;
+                match self.checked_fallback(template).await {
+                    Ok(text) => {
+                        response = Some(text);
+                        tool_calls.clear();
+                        fallback_used = true;
+                    }
+                    // The last response stays, with its status: a broken fallback is never
+                    // passed off as the answer.
+                    Err(rejected) => warnings.push(rejected),
+                }
             }
         }
         let session_id = self
