@@ -439,7 +439,17 @@ impl<'a> Run<'a> {
             .with_hint("Fix the profile's fallback template so that it passes its own validators.")
             .hard_abort()
         };
-        match self.validate(&Reply::text(text.clone())).await {
+        // Checks of the request's facts alone are what sent the run here; they do not judge
+        // the fallback (see `Validator::reads_response`).
+        let judges: Vec<Leaf<'_>> = self
+            .leaves
+            .iter()
+            .filter(|leaf| leaf.validator.reads_response())
+            .copied()
+            .collect();
+        let default = self.enforcer.policy.on_unavailable;
+        let reply = Reply::text(text.clone());
+        match validate_leaves(&judges, &reply, self.context, default).await {
             Verdict::Found(found) => {
                 let errors: Vec<String> = found
                     .issues

@@ -429,6 +429,15 @@ impl Validator for Scoped {
             .collect())
     }
 
+    fn reads_response(&self) -> bool {
+        // Pointed at a context value, under conditions on the context alone, the verdict is
+        // about the request, not the response.
+        let on_context = |source: &Source| matches!(source, Source::Context(_));
+        let about_request = self.scope.input.as_ref().is_some_and(on_context)
+            && self.scope.when.iter().all(|c| on_context(&c.source));
+        !about_request && self.inner.reads_response()
+    }
+
     fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
         let mut json = None;
         if !self.holds(response, context, &mut json) {
