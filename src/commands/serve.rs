@@ -266,13 +266,14 @@ fn model_from_config(
         .unwrap_or_else(|| profiles.default_name().to_string());
     let enforcer =
         enforcer_for(profiles, &profile).map_err(|e| format!("model '{}': {e}", entry.id))?;
-    Ok(
-        Model::new(entry.id.clone(), runner, enforcer).with_options(ModelOptions {
+    Ok(Model::new(entry.id.clone(), runner, enforcer)
+        .with_options(ModelOptions {
             on_unresolved: entry.on_unresolved,
             on_unavailable: entry.on_unavailable,
             status_events: entry.status_events,
-        }),
-    )
+        })
+        .with_profile(profile)
+        .with_runner_kind(runner_config.kind()))
 }
 
 /// The first model the upstream lists at `{base_url}/models` (llama.cpp and single-model servers
@@ -365,13 +366,16 @@ fn model_from_flags(
         .clone()
         .or(upstream_model)
         .unwrap_or_else(|| profile.clone());
-    Ok(Some(Model::new(id, runner, enforcer).with_options(
-        ModelOptions {
-            on_unresolved: args.on_unresolved.into(),
-            on_unavailable: args.on_unavailable.into(),
-            status_events: args.status_events,
-        },
-    )))
+    Ok(Some(
+        Model::new(id, runner, enforcer)
+            .with_options(ModelOptions {
+                on_unresolved: args.on_unresolved.into(),
+                on_unavailable: args.on_unavailable.into(),
+                status_events: args.status_events,
+            })
+            .with_profile(profile)
+            .with_runner_kind(runner_config.kind()),
+    ))
 }
 
 /// Serves until `shutdown` completes.

@@ -8,14 +8,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// One audit line: when, which request, model, profile, chat and runner, then the outcome with
 /// every attempt (the fields of [`Outcome`]'s record, flattened after these).
 ///
+/// `ts` (RFC 3339, UTC, milliseconds), `request_id`, `model` and `profile` are always there
+/// (`null` when unknown); `chat_id` and `runner` only when known.
+///
 /// ```
 /// use enforce_core::{AuditRecord, Outcome};
 ///
 /// let outcome: Outcome = serde_json::from_str(
 ///     r#"{"status":"passed","stop_reason":{"reason":"clean"},"response":"ok","issues":[],
 ///         "warnings":[],"attempts":[],"total_us":5,"runner_us":3}"#).unwrap();
-/// let line = AuditRecord::new("req-1", "chat", &outcome)
+/// let line = AuditRecord::new("req-1", &outcome)
 ///     .model("llama3.2")
+///     .profile("chat")
 ///     .runner("openai")
 ///     .to_json_line();
 /// assert!(line.starts_with(r#"{"ts":""#));
@@ -29,7 +33,7 @@ pub struct AuditRecord<'a> {
     ts: SystemTime,
     request_id: &'a str,
     model: Option<&'a str>,
-    profile: &'a str,
+    profile: Option<&'a str>,
     chat_id: Option<&'a str>,
     runner: Option<&'a str>,
     outcome: &'a Outcome,
@@ -41,7 +45,7 @@ struct AuditLine<'a> {
     ts: String,
     request_id: &'a str,
     model: Option<&'a str>,
-    profile: &'a str,
+    profile: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     chat_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -51,13 +55,13 @@ struct AuditLine<'a> {
 }
 
 impl<'a> AuditRecord<'a> {
-    /// A record of `outcome` for request `request_id` under profile `profile`, stamped now.
-    pub fn new(request_id: &'a str, profile: &'a str, outcome: &'a Outcome) -> Self {
+    /// A record of `outcome` for request `request_id`, stamped now.
+    pub fn new(request_id: &'a str, outcome: &'a Outcome) -> Self {
         AuditRecord {
             ts: SystemTime::now(),
             request_id,
             model: None,
-            profile,
+            profile: None,
             chat_id: None,
             runner: None,
             outcome,
@@ -73,6 +77,12 @@ impl<'a> AuditRecord<'a> {
     /// The model asked (`null` in the record when unknown).
     pub fn model(mut self, model: impl Into<Option<&'a str>>) -> Self {
         self.model = model.into();
+        self
+    }
+
+    /// The profile enforced (`null` in the record when unknown).
+    pub fn profile(mut self, profile: impl Into<Option<&'a str>>) -> Self {
+        self.profile = profile.into();
         self
     }
 

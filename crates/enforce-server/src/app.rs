@@ -172,7 +172,10 @@ pub(crate) async fn chat_completions(
         .filter(|n| !n.is_empty())
     {
         match app.profiles.get(name) {
-            Some(enforcer) => model.enforcer = enforcer.clone(),
+            Some(enforcer) => {
+                model.enforcer = enforcer.clone();
+                model.profile = Some(name.to_string());
+            }
             None => {
                 let mut known: Vec<&str> = app.profiles.keys().map(String::as_str).collect();
                 known.sort_unstable();

@@ -284,9 +284,10 @@ async fn the_audit_record_puts_its_header_before_the_outcome() {
     let runner = ScriptedRunner::texts(["title"]);
     let out = titled().run(&runner, &req(), &Context::new()).await;
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_795_471_800_123);
-    let line = AuditRecord::new("chatcmpl-1", "chat", &out)
+    let line = AuditRecord::new("chatcmpl-1", &out)
         .at(at)
         .model("m")
+        .profile("chat")
         .chat_id("c-1")
         .runner("openai")
         .to_json_line();
@@ -295,9 +296,10 @@ async fn the_audit_record_puts_its_header_before_the_outcome() {
         without_timings(&line),
         format!("{head}{}", &without_timings(&out.to_json_line())[1..])
     );
-    // Unknown model: null; unknown chat and runner: left out. The outcome reads back.
-    let line = AuditRecord::new("r", "p", &out).at(at).to_json_line();
-    assert!(line.starts_with(r#"{"ts":"2026-11-23T22:10:00.123Z","request_id":"r","model":null,"profile":"p","status":"passed","#), "{line}");
+    // Unknown model and profile: null; unknown chat and runner: left out. The outcome reads
+    // back.
+    let line = AuditRecord::new("r", &out).at(at).to_json_line();
+    assert!(line.starts_with(r#"{"ts":"2026-11-23T22:10:00.123Z","request_id":"r","model":null,"profile":null,"status":"passed","#), "{line}");
     let back: Outcome = serde_json::from_str(&line).expect("the outcome reads back");
     assert_eq!(back, out);
 }
