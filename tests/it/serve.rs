@@ -11,13 +11,13 @@ use std::time::Duration;
 const GOOD: &str = "Here is why.\n<!-- STEP: why -->";
 
 /// A running `enforce serve`, stopped with SIGTERM (or killed) when dropped.
-struct Proxy {
+pub(crate) struct Proxy {
     child: Child,
     base: String,
 }
 
 impl Proxy {
-    fn start(args: &[&str]) -> Proxy {
+    pub(crate) fn start(args: &[&str]) -> Proxy {
         Self::start_with_env(args, std::collections::BTreeMap::new())
     }
 
@@ -60,12 +60,12 @@ impl Proxy {
         Proxy { child, base }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
     /// Sends SIGTERM and waits for the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
+    pub(crate) fn terminate(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
         for _ in 0..100 {
@@ -86,7 +86,7 @@ impl Drop for Proxy {
     }
 }
 
-fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("enforce-serve-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -103,7 +103,7 @@ fn config_for(dir: &std::path::Path, upstream: &str, extra_model: &str, server: 
     path
 }
 
-fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
