@@ -8,6 +8,7 @@ mod config_schema;
 mod crash_safety;
 mod plugins;
 mod properties;
+mod prose_serve;
 mod serve;
 
 /// The `enforce` binary under test.
