@@ -254,7 +254,7 @@ async fn all_twelve_prose_rules_through_the_proxy_with_facts_in_the_request() {
     ];
     for (i, (rule, bad, code)) in warnings.into_iter().enumerate() {
         let via = if i % 2 == 0 { Via::Header } else { Via::Body };
-        let (status, body, record) = s.ask(&[bad.clone()], &facts(), via).await;
+        let (status, body, record) = s.ask(std::slice::from_ref(&bad), &facts(), via).await;
         assert_eq!(status, "passed", "{rule}: {record}");
         assert_eq!(record["attempts"].as_array().unwrap().len(), 1, "{rule}");
         let warned = codes(&body["enforcement"]["warnings"]);

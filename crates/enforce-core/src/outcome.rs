@@ -420,7 +420,8 @@ impl Outcome {
         line
     }
 
-    /// The audit record as one line of JSON.
+    /// The outcome's record as one line of JSON: what an audit line holds after its header
+    /// (see [`AuditRecord`](crate::AuditRecord), which writers of audit logs use).
     pub fn to_json_line(&self) -> String {
         // An Outcome holds only strings, numbers and enums: serialization cannot fail.
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))

@@ -1,5 +1,5 @@
-//! The audit record (`Outcome::to_json_line`, serde of `Outcome`) is a public contract: log
-//! shippers and dashboards parse it. These tests pin its exact shape (field names, order,
+//! The audit record (`AuditRecord`: its header, then `Outcome::to_json_line`, serde of
+//! `Outcome`) is a public contract: log shippers and dashboards parse it. These tests pin its exact shape (field names, order,
 //! nesting) for every kind of stop, and that it reads back into the same `Outcome`.
 
 use crate::req;
