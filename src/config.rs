@@ -65,7 +65,8 @@ pub struct ServedModelConfig {
     /// Its profile; the default profile when absent.
     #[serde(default)]
     pub profile: Option<String>,
-    /// `return` (default) or `error`: what a non-streaming client gets for an unresolved answer.
+    /// `return` (default) or `error`: what a client (streaming or not) gets for an unresolved
+    /// answer.
     #[serde(default)]
     pub on_unresolved: enforce_server::FailureResponse,
     /// `return` (default) or `error`: the same for an unavailable validator.
@@ -74,6 +75,17 @@ pub struct ServedModelConfig {
     /// Send Open WebUI status events in streams.
     #[serde(default)]
     pub status_events: bool,
+    /// Check tool calls against the request's `tools` and re-ask when they fail (default true).
+    #[serde(default = "yes")]
+    pub check_tool_calls: bool,
+    /// Remove the step marker from what the client receives; it is still recorded, and put back
+    /// on the assistant turns the client sends back (default false).
+    #[serde(default)]
+    pub hide_step_marker: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The JSON Schema of the whole file (what `enforce config schema` prints).

@@ -6,7 +6,7 @@ use enforce_config::ProfileSet;
 use enforce_core::Runner;
 use enforce_external::breaker::BreakerState;
 use enforce_runner::{ClaudeConfig, OpenAiConfig, RunnerConfig};
-use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerSection};
+use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerSection, StepMark};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -81,15 +81,23 @@ pub struct Args {
     /// Public model id of the command-line model [default: --upstream-model, else the profile].
     #[arg(long)]
     pub model_id: Option<String>,
-    /// Non-streaming answer that stays unresolved: return it with its status, or an error.
+    /// An answer that stays unresolved (streamed or not): return it with its status, or an error.
     #[arg(long, value_enum, default_value = "return")]
     pub on_unresolved: OnFailure,
-    /// Non-streaming answer whose validator was unavailable: return it, or an error.
+    /// An answer whose validator was unavailable (streamed or not): return it, or an error.
     #[arg(long, value_enum, default_value = "return")]
     pub on_unavailable: OnFailure,
     /// Send Open WebUI status events in streams ("Re-asking (2/3): ...").
     #[arg(long)]
     pub status_events: bool,
+    /// Do not check tool calls against the request's `tools` (UNKNOWN_TOOL,
+    /// INVALID_TOOL_ARGUMENTS); by default they are checked and re-asked like any other error.
+    #[arg(long)]
+    pub no_tool_checks: bool,
+    /// Remove the `<!-- STEP: x -->` marker from answers (chat UIs show it as text); the step is
+    /// still recorded, and put back on the turns the client sends back.
+    #[arg(long)]
+    pub hide_step_marker: bool,
     /// Accepted bearer key (repeatable; also `ENFORCE_API_KEYS`, comma-separated).
     #[arg(long = "api-key")]
     pub api_keys: Vec<String>,
@@ -207,7 +215,14 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     }
     let mut builder = Server::builder(config)
         .models(models)
-        .step_extractor(enforce_documents::extract_step)
+        .step_extractor(|text: &str| {
+            let marker = enforce_documents::find_last_marker(text)?;
+            let step = marker.step.to_lowercase();
+            (!step.is_empty()).then_some(StepMark {
+                step,
+                range: marker.range,
+            })
+        })
         .on_scrape(export_breaker_states);
     // Every profile can be picked per request with `X-Enforce-Profile`.
     let names: Vec<String> = profiles.names().map(str::to_string).collect();
@@ -267,13 +282,15 @@ fn model_from_config(
     let enforcer =
         enforcer_for(profiles, &profile).map_err(|e| format!("model '{}': {e}", entry.id))?;
     Ok(Model::new(entry.id.clone(), runner, enforcer)
+        .with_profile(profile)
+        .with_runner_kind(runner_config.kind())
         .with_options(ModelOptions {
             on_unresolved: entry.on_unresolved,
             on_unavailable: entry.on_unavailable,
             status_events: entry.status_events,
-        })
-        .with_profile(profile)
-        .with_runner_kind(runner_config.kind()))
+            check_tool_calls: entry.check_tool_calls,
+            hide_step_marker: entry.hide_step_marker,
+        }))
 }
 
 /// The first model the upstream lists at `{base_url}/models` (llama.cpp and single-model servers
@@ -368,13 +385,15 @@ fn model_from_flags(
         .unwrap_or_else(|| profile.clone());
     Ok(Some(
         Model::new(id, runner, enforcer)
+            .with_profile(profile)
+            .with_runner_kind(runner_config.kind())
             .with_options(ModelOptions {
                 on_unresolved: args.on_unresolved.into(),
                 on_unavailable: args.on_unavailable.into(),
                 status_events: args.status_events,
-            })
-            .with_profile(profile)
-            .with_runner_kind(runner_config.kind()),
+                check_tool_calls: !args.no_tool_checks,
+                hide_step_marker: args.hide_step_marker,
+            }),
     ))
 }
 

@@ -71,7 +71,7 @@ pub use runner::{
 pub use scripted::{ScriptedCall, ScriptedRunner};
 pub use validator::{
     FailMode, Unavailable, UnavailableValidator, Validation, Validator, ValidatorExt, WithFailMode,
-    VALIDATOR_UNAVAILABLE,
+    VALIDATOR_DISABLED, VALIDATOR_UNAVAILABLE,
 };
 
 /// The examples in README.md are compiled and run as doctests.

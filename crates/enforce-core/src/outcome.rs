@@ -420,6 +420,19 @@ impl Outcome {
         line
     }
 
+    /// The validators that did not check the response (their `VALIDATOR_UNAVAILABLE` or
+    /// `VALIDATOR_DISABLED` warnings), in order: a `passed` outcome with any of them was not
+    /// fully validated.
+    pub fn unchecked_validators(&self) -> Vec<&str> {
+        self.warnings
+            .iter()
+            .filter(|w| {
+                w.code == crate::VALIDATOR_UNAVAILABLE || w.code == crate::VALIDATOR_DISABLED
+            })
+            .map(|w| w.validator.as_str())
+            .collect()
+    }
+
     /// The outcome's record as one line of JSON: what an audit line holds after its header
     /// (see [`AuditRecord`](crate::AuditRecord), which writers of audit logs use).
     pub fn to_json_line(&self) -> String {

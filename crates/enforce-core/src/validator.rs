@@ -10,6 +10,10 @@ use std::sync::Arc;
 /// Code of the warning recorded when a fail-open validator gives no verdict.
 pub const VALIDATOR_UNAVAILABLE: &str = "VALIDATOR_UNAVAILABLE";
 
+/// Code of the warning a validator raises when it is switched off by its configuration (e.g. an
+/// external checker with `timeout_ms: 0`): the response was not checked by it, and says so.
+pub const VALIDATOR_DISABLED: &str = "VALIDATOR_DISABLED";
+
 /// A validator that gave no verdict.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnavailableValidator {

@@ -4,7 +4,8 @@
 use crate::error::{duration_from_secs, ConfigError};
 use crate::process::tail;
 use enforce_core::{
-    async_trait, stateless_follow_up_messages, Message, Reply, Request, Runner, RunnerError, Usage,
+    async_trait, follow_up_messages, Message, Reply, Request, Role, Runner, RunnerError, ToolCall,
+    ToolFeedback, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -81,6 +82,10 @@ pub struct OpenAiConfig {
     /// Largest response body read, in bytes (default 32 MiB); a larger body is an upstream
     /// error, so a misbehaving server cannot exhaust the proxy's memory.
     pub max_response_bytes: usize,
+    /// How a re-ask tells the model its tool calls were rejected: `tool_messages` (default; a
+    /// tool result per call, as OpenAI expects) or `user_message` (the calls written out as
+    /// text, for servers that reject tool results they did not ask for).
+    pub tool_feedback: ToolFeedback,
 }
 
 /// Default of [`OpenAiConfig::max_response_bytes`].
@@ -98,6 +103,7 @@ impl Default for OpenAiConfig {
             connect_timeout_secs: 10.0,
             retry: RetryConfig::default(),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            tool_feedback: ToolFeedback::default(),
         }
     }
 }
@@ -189,12 +195,7 @@ impl OpenAiRunner {
         body.insert("model".into(), Value::String(self.config.model.clone()));
         body.insert(
             "messages".into(),
-            Value::Array(
-                messages
-                    .iter()
-                    .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
-                    .collect(),
-            ),
+            Value::Array(messages.iter().map(message_json).collect()),
         );
         body.insert("stream".into(), Value::Bool(false));
         Value::Object(body)
@@ -303,9 +304,34 @@ impl Runner for OpenAiRunner {
         previous: &Reply,
         feedback: &str,
     ) -> Result<Reply, RunnerError> {
-        let messages = stateless_follow_up_messages(request, previous, feedback);
+        let messages = follow_up_messages(request, previous, feedback, self.config.tool_feedback);
         self.call(request, &messages).await
     }
+}
+
+/// One message on the wire. An assistant turn that only calls tools has `content: null`, as
+/// OpenAI writes it; a tool result carries the id of the call it answers.
+fn message_json(m: &Message) -> Value {
+    let mut out = Map::with_capacity(4);
+    out.insert("role".into(), serde_json::json!(m.role));
+    let content = if m.content.is_empty() && !m.tool_calls.is_empty() {
+        Value::Null
+    } else {
+        Value::String(m.content.clone())
+    };
+    out.insert("content".into(), content);
+    if !m.tool_calls.is_empty() {
+        out.insert(
+            "tool_calls".into(),
+            Value::Array(m.tool_calls.iter().map(ToolCall::to_openai).collect()),
+        );
+    }
+    if m.role == Role::Tool {
+        if let Some(id) = &m.tool_call_id {
+            out.insert("tool_call_id".into(), Value::String(id.clone()));
+        }
+    }
+    Value::Object(out)
 }
 
 /// A pseudo-random number for jitter: the clock mixed with a counter (splitmix64). Jitter only
@@ -527,6 +553,14 @@ pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
             message: "response has no choices".to_string(),
         })?;
     let message = choice.get("message");
+    let tool_calls = match message.and_then(|m| m.get("tool_calls")) {
+        Some(calls) => {
+            ToolCall::list_from_openai(calls).map_err(|message| RunnerError::Protocol {
+                message: format!("the model's tool calls cannot be read: {message}"),
+            })?
+        }
+        None => Vec::new(),
+    };
     let text = match message.and_then(|m| m.get("content")) {
         Some(Value::String(s)) => s.clone(),
         // Some servers send content as parts: [{"type":"text","text":"..."}].
@@ -534,14 +568,11 @@ pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
             .iter()
             .filter_map(|p| p.get("text").and_then(Value::as_str))
             .collect(),
+        // An answer that only calls tools has no content.
+        None | Some(Value::Null) if !tool_calls.is_empty() => String::new(),
         _ => {
-            let reason = if message.and_then(|m| m.get("tool_calls")).is_some() {
-                "the model answered with tool calls, not text"
-            } else {
-                "the first choice has no message content"
-            };
             return Err(RunnerError::Protocol {
-                message: reason.to_string(),
+                message: "the first choice has no message content".to_string(),
             });
         }
     };
@@ -554,6 +585,7 @@ pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
     });
     Ok(Reply {
         text,
+        tool_calls,
         usage,
         ..Reply::default()
     })
@@ -597,10 +629,55 @@ mod tests {
             parse_completion(r#"{"error":{"message":"boom"}}"#),
             Err(RunnerError::Upstream { .. })
         ));
+        // An empty list of calls and no content: nothing to deliver.
         assert!(matches!(
             parse_completion(r#"{"choices":[{"message":{"content":null,"tool_calls":[]}}]}"#),
-            Err(RunnerError::Protocol { message }) if message.contains("tool calls")
+            Err(RunnerError::Protocol { message }) if message.contains("no message content")
         ));
+        assert!(matches!(
+            parse_completion(r#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"c"}]}}]}"#),
+            Err(RunnerError::Protocol { message }) if message.contains("has no `function`")
+        ));
+    }
+
+    #[test]
+    fn tool_calls_are_read_with_or_without_text() {
+        let r = parse_completion(
+            r#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[
+                {"id":"call_a","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}},
+                {"type":"function","function":{"name":"g","arguments":{"y":2}}}]},
+                "finish_reason":"tool_calls"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.text, "");
+        assert_eq!(
+            r.tool_calls,
+            [
+                ToolCall::new("call_a", "f", r#"{"x":1}"#),
+                ToolCall::new("call_1", "g", r#"{"y":2}"#)
+            ]
+        );
+        let r = parse_completion(
+            r#"{"choices":[{"message":{"content":"Let me look.","tool_calls":[
+                {"id":"c","function":{"name":"f","arguments":"{}"}}]}}]}"#,
+        )
+        .unwrap();
+        assert_eq!((r.text.as_str(), r.tool_calls.len()), ("Let me look.", 1));
+    }
+
+    #[test]
+    fn tool_history_goes_out_as_openai_writes_it() {
+        let call = ToolCall::new("call_1", "f", "{}");
+        let assistant = message_json(&Message::assistant_calling("", vec![call]));
+        assert_eq!(
+            assistant,
+            serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})
+        );
+        assert_eq!(
+            message_json(&Message::tool("call_1", "42")),
+            serde_json::json!({"role": "tool", "content": "42", "tool_call_id": "call_1"})
+        );
     }
 
     #[test]

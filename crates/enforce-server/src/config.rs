@@ -27,17 +27,37 @@ pub enum FailureResponse {
 }
 
 /// Per-model behaviour of the proxy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelOptions {
-    /// What a non-streaming client gets when a required validator gave no verdict.
+    /// What a client gets when a required validator gave no verdict: the answer with its status
+    /// (`return`), or an error. Streams too: the answer goes out with `enforcement.status`.
     pub on_unavailable: FailureResponse,
-    /// What a non-streaming client gets when the answer stayed unresolved (or was aborted by a
-    /// hard-abort issue).
+    /// What a client gets when the answer stayed unresolved (or was aborted by a hard-abort
+    /// issue).
     pub on_unresolved: FailureResponse,
     /// Send Open WebUI status events (`{"event":{"type":"status",...}}`) in streams. Generic
     /// OpenAI clients do not understand them, so they are opt-in.
     pub status_events: bool,
+    /// Check the tool calls of every answer against the `tools` its request declares
+    /// (`UNKNOWN_TOOL`, `INVALID_TOOL_ARGUMENTS`) and re-ask when they fail (default on).
+    pub check_tool_calls: bool,
+    /// Remove the `<!-- STEP: x -->` marker from what the client receives (chat UIs render it as
+    /// text). The step is still recorded, and the marker is put back on assistant turns the
+    /// client sends back, so the model keeps seeing its own markers.
+    pub hide_step_marker: bool,
+}
+
+impl Default for ModelOptions {
+    fn default() -> Self {
+        ModelOptions {
+            on_unavailable: FailureResponse::default(),
+            on_unresolved: FailureResponse::default(),
+            status_events: false,
+            check_tool_calls: true,
+            hide_step_marker: false,
+        }
+    }
 }
 
 /// One public model: the id clients send in `model`, the runner that asks the real model and the
@@ -46,15 +66,15 @@ pub struct ModelOptions {
 pub struct Model {
     /// The public model id (listed by `/v1/models`).
     pub id: String,
+    /// The name of the profile its enforcer enforces, reported in `X-Enforce-Profile` and the
+    /// audit (empty when unnamed).
+    pub profile: String,
     /// Asks the upstream model.
     pub runner: Arc<dyn Runner>,
     /// Validates, re-asks and repairs.
     pub enforcer: Arc<Enforcer>,
     /// How failures and streams are presented.
     pub options: ModelOptions,
-    /// The name of the profile `enforcer` enforces, for the audit log (`null` there when
-    /// unknown); a request's `X-Enforce-Profile` replaces it.
-    pub profile: Option<String>,
     /// The kind of runner (`claude`, `openai`, `command`), for the audit log.
     pub runner_kind: Option<String>,
 }
@@ -64,21 +84,21 @@ impl Model {
     pub fn new(id: impl Into<String>, runner: Arc<dyn Runner>, enforcer: Arc<Enforcer>) -> Self {
         Model {
             id: id.into(),
+            profile: String::new(),
             runner,
             enforcer,
             options: ModelOptions::default(),
-            profile: None,
             runner_kind: None,
         }
     }
 
-    /// Names the profile the enforcer enforces, builder style.
+    /// Names the profile, builder style.
     pub fn with_profile(mut self, name: impl Into<String>) -> Self {
-        self.profile = Some(name.into());
+        self.profile = name.into();
         self
     }
 
-    /// Names the kind of runner, builder style.
+    /// Names the kind of runner (`claude`, `openai`, `command`) for the audit, builder style.
     pub fn with_runner_kind(mut self, kind: impl Into<String>) -> Self {
         self.runner_kind = Some(kind.into());
         self
@@ -95,6 +115,7 @@ impl fmt::Debug for Model {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Model")
             .field("id", &self.id)
+            .field("profile", &self.profile)
             .field("validators", &self.enforcer.validators().len())
             .field("options", &self.options)
             .field("profile", &self.profile)

@@ -219,7 +219,7 @@ async fn drive(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame>) {
 
     // The whole tail goes out in one write: fewer packets, and a client never sees half of it.
     let mut tail = Vec::with_capacity(1024);
-    match turn.conclude(ended, true).await {
+    match turn.conclude(ended).await {
         Ok((text, outcome)) => answer_tail(&turn, &mut out, &text, &outcome, &mut tail),
         Err(error) => error_tail(&mut out, &error, &mut tail),
     }
@@ -238,14 +238,31 @@ fn answer_tail(turn: &Turn, out: &mut Out, text: &str, outcome: &Outcome, tail: 
         push_data(tail, &event);
     }
     let ids = &turn.ids;
-    push_data(
-        tail,
-        &ids.chunk(json!({"role": "assistant", "content": ""}), None),
-    );
+    let calls = &outcome.tool_calls;
+    // An answer that only calls tools has no content, as OpenAI streams it.
+    let opening = if text.is_empty() && !calls.is_empty() {
+        json!({"role": "assistant", "content": null})
+    } else {
+        json!({"role": "assistant", "content": ""})
+    };
+    push_data(tail, &ids.chunk(opening, None));
     for piece in pieces(text, CONTENT_PIECE) {
         push_data(tail, &ids.chunk(json!({"content": piece}), None));
     }
-    let mut finish = ids.chunk(json!({}), Some("stop"));
+    // Each call: its id and name with empty arguments first, then the arguments in pieces under
+    // the same index, as OpenAI streams them.
+    for (index, call) in calls.iter().enumerate() {
+        let head = json!({"tool_calls": [{
+            "index": index, "id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }]});
+        push_data(tail, &ids.chunk(head, None));
+        for piece in pieces(&call.arguments, CONTENT_PIECE) {
+            let more = json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]});
+            push_data(tail, &ids.chunk(more, None));
+        }
+    }
+    let mut finish = ids.chunk(json!({}), Some(openai::finish_reason(calls)));
     finish["enforcement"] = openai::enforcement_json(outcome);
     push_data(tail, &finish);
     if turn.chat.include_usage {

@@ -9,7 +9,7 @@ use crate::metrics::{
     RUNNER_FAILURES, UPSTREAM_LATENCY,
 };
 use crate::openai::{self, ChatRequest, CompletionId};
-use crate::session::TurnRecord;
+use crate::session::{answer_digest, HiddenMarker, TurnRecord};
 use crate::state::App;
 use axum::http::StatusCode;
 use enforce_core::{
@@ -265,7 +265,7 @@ impl Turn {
         if let Some(audit) = &app.audit {
             let line = AuditRecord::new(&self.ids.id, outcome)
                 .model(self.model.id.as_str())
-                .profile(self.model.profile.as_deref())
+                .profile(Some(self.model.profile.as_str()).filter(|p| !p.is_empty()))
                 .chat_id(self.chat_id.as_deref())
                 .runner(self.model.runner_kind.as_deref())
                 .to_json_line();
@@ -287,6 +287,14 @@ impl Turn {
             attempt: AtomicU32::new(0),
         };
         let enforcer = self.model.enforcer.clone();
+        // Checks of this request's tool calls, run before the profile's own validators.
+        let tool_checks = self
+            .chat
+            .params
+            .get("tools")
+            .filter(|_| self.model.options.check_tool_calls)
+            .filter(|tools| tools.as_array().is_some_and(|t| !t.is_empty()))
+            .map(|tools| self.app.tool_checks.checks_for(tools));
         let request = Request {
             messages: self.chat.messages.clone(),
             session_id,
@@ -306,7 +314,7 @@ impl Turn {
         let handle = tokio::spawn(
             async move {
                 enforcer
-                    .run_observed(&runner, &request, &context, &observer)
+                    .run_with(&runner, &request, &context, &observer, &tool_checks)
                     .await
             }
             .in_current_span(),
@@ -321,11 +329,7 @@ impl Turn {
 
     /// Bookkeeping once the loop ended: metrics, audit, session. Returns the text to deliver
     /// or the error to send.
-    pub async fn conclude(
-        &self,
-        ended: Ended,
-        streaming: bool,
-    ) -> Result<(String, Box<Outcome>), ApiError> {
+    pub async fn conclude(&self, ended: Ended) -> Result<(String, Box<Outcome>), ApiError> {
         let total = self.started.elapsed();
         let outcome = match ended {
             Ended::Outcome(outcome) => outcome,
@@ -355,17 +359,44 @@ impl Turn {
         };
         self.record(outcome.status.as_str(), &outcome, total).await;
 
-        let deliverable = deliverable(&outcome, delivery_for(&self.model, streaming));
+        let deliverable = deliverable(&outcome, delivery_for(&self.model));
+        if deliverable.is_some() && !outcome.status.is_success() && !outcome.fallback_used {
+            tracing::warn!(
+                status = outcome.status.as_str(),
+                codes = ?outcome.codes().join(","),
+                "returning unvalidated: the answer did not pass its checks"
+            );
+        } else if deliverable.is_some() && !outcome.unchecked_validators().is_empty() {
+            tracing::warn!(
+                validators = ?outcome.unchecked_validators(),
+                "returning unvalidated: some checks did not run"
+            );
+        }
+        // The step marker: recorded in the session, and cut from what the client sees when the
+        // model hides it.
+        let mark = match (&deliverable, outcome.status.is_success()) {
+            (Some(text), true) => self.app.step_extractor.as_ref().and_then(|f| f(text)),
+            _ => None,
+        };
+        let mut hidden = None;
+        let deliverable = match (deliverable, &mark) {
+            (Some(text), Some(mark)) if self.model.options.hide_step_marker => {
+                let (shown, marker) = without_marker(&text, mark.range.clone());
+                hidden = Some(HiddenMarker {
+                    marker,
+                    answer_digest: answer_digest(&shown),
+                });
+                Some(shown)
+            }
+            (deliverable, _) => deliverable,
+        };
         if let Some(chat_id) = &self.chat_id {
-            let step = match (&deliverable, outcome.status.is_success()) {
-                (Some(text), true) => self.app.step_extractor.as_ref().and_then(|f| f(text)),
-                _ => None,
-            };
             let turn = TurnRecord {
                 model: &self.model.id,
                 status: outcome.status.as_str(),
                 runner_session_id: outcome.session_id.as_deref(),
-                step,
+                step: mark.map(|m| m.step),
+                hidden,
             };
             if let Err(e) = self.app.sessions.record_turn(chat_id, turn).await {
                 tracing::error!(chat_id, error = %e, "could not persist session");
@@ -373,7 +404,7 @@ impl Turn {
         }
         match deliverable {
             // An empty answer looks like a dropped connection to every client: say so instead.
-            Some(text) if text.trim().is_empty() => {
+            Some(text) if text.trim().is_empty() && outcome.tool_calls.is_empty() => {
                 let mut error = ApiError::new(
                     StatusCode::BAD_GATEWAY,
                     "upstream_error",
@@ -390,26 +421,38 @@ impl Turn {
     }
 }
 
-/// The per-model choices as they apply to this kind of response. A stream never shows an
-/// answer that failed its checks, whatever the options say: partial trust is not possible once
-/// text is on screen.
+/// `text` without the marker at `range` (and the blank space it leaves at the end), and the
+/// marker.
+fn without_marker(text: &str, range: std::ops::Range<usize>) -> (String, String) {
+    let (Some(before), Some(marker), Some(after)) = (
+        text.get(..range.start),
+        text.get(range.clone()),
+        text.get(range.end..),
+    ) else {
+        return (text.to_string(), String::new());
+    };
+    let mut shown = before.trim_end().to_string();
+    let after = after.trim_end();
+    if !after.trim().is_empty() {
+        shown.push_str(if before.trim().is_empty() { "" } else { "\n\n" });
+        shown.push_str(after.trim_start());
+    }
+    (shown, marker.to_string())
+}
+
+/// The per-model choices for an answer that did not pass. Streams follow them too: the answer is
+/// held back until the loop ends either way, so a stream can deliver it with its status as a
+/// completion does.
 #[derive(Clone, Copy)]
 pub(crate) struct Delivery {
     on_unresolved: FailureResponse,
     on_unavailable: FailureResponse,
 }
 
-fn delivery_for(model: &Model, streaming: bool) -> Delivery {
-    if streaming {
-        Delivery {
-            on_unresolved: FailureResponse::Error,
-            on_unavailable: FailureResponse::Error,
-        }
-    } else {
-        Delivery {
-            on_unresolved: model.options.on_unresolved,
-            on_unavailable: model.options.on_unavailable,
-        }
+fn delivery_for(model: &Model) -> Delivery {
+    Delivery {
+        on_unresolved: model.options.on_unresolved,
+        on_unavailable: model.options.on_unavailable,
     }
 }
 

@@ -79,6 +79,14 @@ pub enum MockReply {
     Garbage(String),
     /// Waits, then answers.
     Delayed(Duration, Box<MockReply>),
+    /// A 200 answer calling tools, with an optional text (streamed as `delta.tool_calls`
+    /// chunks: id and name first, then the arguments in pieces, when the request streams).
+    ToolCalls {
+        /// Text beside the calls (`None`: `content: null`).
+        text: Option<String>,
+        /// `(id, name, arguments)` of each call.
+        calls: Vec<(String, String, String)>,
+    },
     /// A stream that sends `after_chunks` content chunks of `text` and then breaks off: no
     /// finish chunk, no `[DONE]`, the connection is aborted.
     StreamCut {
@@ -129,6 +137,30 @@ impl MockReply {
     pub fn delayed(self, delay: Duration) -> Self {
         MockReply::Delayed(delay, Box::new(self))
     }
+
+    /// An answer that only calls one tool.
+    pub fn tool_call(id: &str, name: &str, arguments: &str) -> Self {
+        MockReply::ToolCalls {
+            text: None,
+            calls: vec![(id.to_string(), name.to_string(), arguments.to_string())],
+        }
+    }
+}
+
+/// How strictly the mock reads tool history in requests, like the servers it stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ToolHistory {
+    /// Anything goes.
+    #[default]
+    Accept,
+    /// As OpenAI: each assistant turn's `tool_calls` must be answered, each by a `tool` message
+    /// with its `tool_call_id`, before any other message; a `tool` message must answer a call.
+    /// Otherwise 400.
+    OpenAi,
+    /// As older Ollama and llama.cpp builds: a `tool` message or an assistant message with
+    /// `content: null` is a 400.
+    NoToolMessages,
 }
 
 /// What the server answers once the scripted replies are used up.
@@ -158,6 +190,7 @@ pub struct MockScript {
     chunks: usize,
     chunk_gap: Duration,
     model: String,
+    tool_history: ToolHistory,
 }
 
 impl Default for MockScript {
@@ -168,6 +201,7 @@ impl Default for MockScript {
             chunks: 4,
             chunk_gap: Duration::ZERO,
             model: "mock-model".to_string(),
+            tool_history: ToolHistory::Accept,
         }
     }
 }
@@ -207,6 +241,63 @@ impl MockScript {
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = model.into();
         self
+    }
+
+    /// How tool history in requests is judged (default: accepted).
+    pub fn tool_history(mut self, rule: ToolHistory) -> Self {
+        self.tool_history = rule;
+        self
+    }
+}
+
+/// Why `messages` break `rule`, if they do.
+fn tool_history_fault(rule: ToolHistory, messages: &[Value]) -> Option<String> {
+    let role = |m: &Value| {
+        m.get("role")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    match rule {
+        ToolHistory::Accept => None,
+        ToolHistory::NoToolMessages => messages.iter().find_map(|m| {
+            if role(m) == "tool" {
+                return Some("unsupported role: tool".to_string());
+            }
+            (role(m) == "assistant" && m.get("content").is_some_and(Value::is_null))
+                .then(|| "assistant message content must be a string".to_string())
+        }),
+        ToolHistory::OpenAi => {
+            let mut open: Vec<String> = Vec::new();
+            for m in messages {
+                if role(m) == "tool" {
+                    let id = m
+                        .get("tool_call_id")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    let Some(at) = open.iter().position(|o| o == id) else {
+                        return Some(format!(
+                            "Invalid parameter: messages with role 'tool' must be a response to a preceding message with 'tool_calls' (unknown id {id:?})."
+                        ));
+                    };
+                    open.remove(at);
+                    continue;
+                }
+                if !open.is_empty() {
+                    return Some(format!(
+                        "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. Missing: {}.",
+                        open.join(", ")
+                    ));
+                }
+                if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
+                    open = calls
+                        .iter()
+                        .filter_map(|c| c.get("id").and_then(Value::as_str).map(str::to_string))
+                        .collect();
+                }
+            }
+            (!open.is_empty()).then(|| format!("tool calls left unanswered: {}", open.join(", ")))
+        }
     }
 }
 
@@ -482,10 +573,18 @@ async fn chat(
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         == Some(true);
-    let (chunks, gap, model) = {
+    let (chunks, gap, model, tool_rule) = {
         let s = lock(&shared.script);
-        (s.chunks, s.chunk_gap, s.model.clone())
+        (s.chunks, s.chunk_gap, s.model.clone(), s.tool_history)
     };
+    let messages = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if let Some(fault) = tool_history_fault(tool_rule, messages) {
+        return with_status(400, ErrorShape::OpenAi.body(400, &fault).to_string(), None);
+    }
     let mut reply = choose(&shared, &last_user);
     while let MockReply::Delayed(delay, inner) = reply {
         tokio::time::sleep(delay).await;
@@ -527,6 +626,34 @@ async fn chat(
             retry_after,
         ),
         MockReply::Garbage(body) => with_status(200, body, None),
+        MockReply::ToolCalls { text, calls } => {
+            let text = text.map(|t| fill(&t, &request, &last_user));
+            if stream {
+                sse(
+                    tool_call_events(&model, text.as_deref(), &calls),
+                    gap,
+                    false,
+                )
+            } else {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .map(|(id, name, arguments)| {
+                        json!({"id": id, "type": "function",
+                        "function": {"name": name, "arguments": arguments}})
+                    })
+                    .collect();
+                axum::Json(json!({
+                    "id": "chatcmpl-mock", "object": "chat.completion", "created": 0,
+                    "model": model,
+                    "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                 "message": {"role": "assistant", "content": text,
+                                             "tool_calls": calls}}],
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 10,
+                              "total_tokens": prompt_tokens + 10},
+                }))
+                .into_response()
+            }
+        }
         MockReply::StreamCut { text, after_chunks } => {
             let text = fill(&text, &request, &last_user);
             let mut events = stream_events(&model, &text, chunks, None, false);
@@ -604,6 +731,47 @@ fn stream_events(
             .to_string(),
         );
     }
+    events.push("[DONE]".to_string());
+    events
+}
+
+/// The `data:` payloads of a streamed answer that calls tools, as OpenAI streams them: a role
+/// chunk, the text, per call a chunk with id, name and empty arguments and then argument pieces
+/// under the same index, a `tool_calls` finish chunk, `[DONE]`.
+fn tool_call_events(
+    model: &str,
+    text: Option<&str>,
+    calls: &[(String, String, String)],
+) -> Vec<String> {
+    let chunk = |delta: Value, finish_reason: Value| {
+        json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
+               "model": model,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
+        .to_string()
+    };
+    let mut events = vec![chunk(
+        json!({"role": "assistant", "content": null}),
+        Value::Null,
+    )];
+    if let Some(text) = text {
+        events.push(chunk(json!({"content": text}), Value::Null));
+    }
+    for (index, (id, name, arguments)) in calls.iter().enumerate() {
+        events.push(chunk(
+            json!({"tool_calls": [{"index": index, "id": id, "type": "function",
+                                   "function": {"name": name, "arguments": ""}}]}),
+            Value::Null,
+        ));
+        let chars: Vec<char> = arguments.chars().collect();
+        for piece in chars.chunks(5) {
+            events.push(chunk(
+                json!({"tool_calls": [{"index": index,
+                    "function": {"arguments": piece.iter().collect::<String>()}}]}),
+                Value::Null,
+            ));
+        }
+    }
+    events.push(chunk(json!({}), json!("tool_calls")));
     events.push("[DONE]".to_string());
     events
 }

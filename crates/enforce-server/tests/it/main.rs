@@ -11,3 +11,4 @@ mod facts;
 mod fault_matrix;
 mod hostile_input;
 mod proxy;
+mod tools;
