@@ -79,6 +79,11 @@ pub struct Defaults {
     pub budget: Option<Budget>,
     /// What an unavailable validator means (`open` or `closed`).
     pub on_unavailable: Option<FailMode>,
+    /// Cut a streamed answer short at an error no continuation can remove, and re-ask at once
+    /// (default `true`).
+    pub early_abort: Option<bool>,
+    /// New bytes of a streamed answer between two partial checks (default 32).
+    pub partial_check_bytes: Option<usize>,
     /// Text returned when a response stays unresolved; `{{key}}` is filled from the context.
     pub fallback: Option<String>,
     /// File holding the fallback text, relative to the configuration file.
@@ -102,6 +107,11 @@ pub struct ProfileConfig {
     pub budget: Option<Budget>,
     /// What an unavailable validator means.
     pub on_unavailable: Option<FailMode>,
+    /// Cut a streamed answer short at an error no continuation can remove (overrides
+    /// `defaults`).
+    pub early_abort: Option<bool>,
+    /// New bytes of a streamed answer between two partial checks (overrides `defaults`).
+    pub partial_check_bytes: Option<usize>,
     /// Fallback text for unresolved responses; `{{key}}` is filled from the request context.
     /// It must pass the profile's validators itself, else it is not used.
     pub fallback: Option<String>,
@@ -138,6 +148,10 @@ pub struct FeedbackTemplatePatch {
     pub hint: Option<String>,
     /// Closing paragraph.
     pub outro: Option<String>,
+    /// Opening paragraph after an answer was cut short (`{count}`).
+    pub cut_intro: Option<String>,
+    /// Appended to an item after a cut: the text around the error (`{excerpt}`).
+    pub excerpt: Option<String>,
 }
 
 impl FeedbackConfig {
@@ -150,6 +164,8 @@ impl FeedbackConfig {
                 location: a.location.clone().or_else(|| b.location.clone()),
                 hint: a.hint.clone().or_else(|| b.hint.clone()),
                 outro: a.outro.clone().or_else(|| b.outro.clone()),
+                cut_intro: a.cut_intro.clone().or_else(|| b.cut_intro.clone()),
+                excerpt: a.excerpt.clone().or_else(|| b.excerpt.clone()),
             }),
             (a, b) => a.clone().or_else(|| b.clone()),
         };
@@ -173,6 +189,8 @@ impl FeedbackConfig {
             set(&mut t.location, &p.location);
             set(&mut t.hint, &p.hint);
             set(&mut t.outro, &p.outro);
+            set(&mut t.cut_intro, &p.cut_intro);
+            set(&mut t.excerpt, &p.excerpt);
         }
         t
     }

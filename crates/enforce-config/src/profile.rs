@@ -142,6 +142,8 @@ struct PolicyFields<'a> {
     feedback: Option<&'a FeedbackConfig>,
     budget: Option<enforce_core::Budget>,
     on_unavailable: Option<enforce_core::FailMode>,
+    early_abort: Option<bool>,
+    partial_check_bytes: Option<usize>,
     fallback: Option<&'a String>,
     fallback_file: Option<&'a PathBuf>,
 }
@@ -153,6 +155,8 @@ impl<'a> From<&'a Defaults> for PolicyFields<'a> {
             feedback: d.feedback.as_ref(),
             budget: d.budget,
             on_unavailable: d.on_unavailable,
+            early_abort: d.early_abort,
+            partial_check_bytes: d.partial_check_bytes,
             fallback: d.fallback.as_ref(),
             fallback_file: d.fallback_file.as_ref(),
         }
@@ -166,6 +170,8 @@ impl<'a> From<&'a ProfileConfig> for PolicyFields<'a> {
             feedback: p.feedback.as_ref(),
             budget: p.budget,
             on_unavailable: p.on_unavailable,
+            early_abort: p.early_abort,
+            partial_check_bytes: p.partial_check_bytes,
             fallback: p.fallback.as_ref(),
             fallback_file: p.fallback_file.as_ref(),
         }
@@ -200,6 +206,12 @@ fn build_policy(
     if let Some(m) = defaults.on_unavailable {
         policy.on_unavailable = m;
     }
+    if let Some(yes) = defaults.early_abort {
+        policy.early_abort = yes;
+    }
+    if let Some(bytes) = defaults.partial_check_bytes {
+        policy.partial_check_bytes = bytes;
+    }
     policy.fallback = match (defaults.fallback, defaults.fallback_file) {
         (Some(_), Some(_)) => {
             return Err(BuildError::at(
@@ -220,6 +232,12 @@ fn build_policy(
         }
         if let Some(m) = p.on_unavailable {
             policy.on_unavailable = m;
+        }
+        if let Some(yes) = p.early_abort {
+            policy.early_abort = yes;
+        }
+        if let Some(bytes) = p.partial_check_bytes {
+            policy.partial_check_bytes = bytes;
         }
         feedback = p.feedback.unwrap_or(&empty).over(&feedback);
         match (p.fallback, p.fallback_file) {
@@ -489,6 +507,25 @@ mod tests {
             &enforce_core::FeedbackTemplate::for_language(Language::De)
         );
         assert_eq!(set.get("chat").unwrap().policy().max_retries, 5);
+    }
+
+    #[test]
+    fn early_abort_keys_layer_over_defaults() {
+        let set = load(
+            "defaults:\n  early_abort: false\n  partial_check_bytes: 100\n\
+             profiles:\n  on:\n    validators: [step_marker]\n    early_abort: true\n  \
+             off:\n    validators: [step_marker]\n",
+        )
+        .unwrap();
+        let on = set.get("on").unwrap().policy();
+        assert!(on.early_abort);
+        assert_eq!(on.partial_check_bytes, 100);
+        assert!(!set.get("off").unwrap().policy().early_abort);
+        let default = load("profiles:\n  p:\n    validators: [step_marker]\n").unwrap();
+        assert!(
+            default.get("p").unwrap().policy().early_abort,
+            "on by default"
+        );
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! The enforcement loop: [`Enforcer`].
 
 use crate::outcome::digest;
+use crate::stream::next_event;
 use crate::validator::{push_leaves, repair_leaves, validate_leaves, Found, Leaf, Verdict};
 use crate::{
-    AnswerFormat, Attempt, BudgetKind, Context, Event, Issue, Observer, Outcome, Policy, Reply,
-    Request, Runner, Status, StopReason, ToolCall, Usage, Validator,
+    AnswerFormat, Attempt, BudgetKind, Context, Cut, Event, Issue, Observer, Outcome, PartialCheck,
+    Policy, Reply, ReplyStream, Request, Runner, RunnerError, Status, StopReason, StreamEvent,
+    ToolCall, Usage, Validator,
 };
 use std::time::{Duration, Instant};
 
@@ -188,14 +190,68 @@ impl Enforcer {
                 attempt: number,
                 max_attempts,
             });
+            // Cutting is worth it only when a re-ask can follow.
+            let may_cut = self.policy.early_abort && number < max_attempts;
             let asked = Instant::now();
-            let result = match &previous {
-                Some((last, _, feedback)) => runner.follow_up(request, last, feedback).await,
-                None => runner.ask(request).await,
+            let stream = match &previous {
+                Some((last, _, feedback)) => runner.follow_up_streamed(request, last, feedback),
+                None => runner.ask_streamed(request),
             };
-            let runner_time = asked.elapsed();
-            let reply = match result {
-                Ok(reply) => reply,
+            let (received, checking) = run.receive(stream, number, may_cut).await;
+            let runner_time = asked.elapsed().saturating_sub(checking);
+            let (reply, found, cut) = match received {
+                Ok(Received::Whole(reply)) => {
+                    run.spent.add(&reply, runner_time);
+                    let validating = Instant::now();
+                    let verdict = run.validate(&reply).await;
+                    let validation_time = validating.elapsed().saturating_add(checking);
+                    let found = match verdict {
+                        Verdict::Found(found) => found,
+                        Verdict::Unavailable(unavailable) => {
+                            run.record(number, &reply, Vec::new(), runner_time, validation_time);
+                            return run
+                                .finish(
+                                    Status::Unavailable,
+                                    StopReason::ValidatorUnavailable { unavailable },
+                                    Some((reply, Vec::new())),
+                                )
+                                .await;
+                        }
+                    };
+                    observer.on_event(&Event::Validated {
+                        attempt: number,
+                        response: &reply.text,
+                        issues: &found.issues,
+                    });
+                    run.record(
+                        number,
+                        &reply,
+                        found.issues.clone(),
+                        runner_time,
+                        validation_time,
+                    );
+                    (reply, found, false)
+                }
+                Ok(Received::Cut { reply, issues }) => {
+                    run.spent.add(&reply, runner_time);
+                    observer.on_event(&Event::Cut {
+                        attempt: number,
+                        bytes: reply.text.len(),
+                        issues: &issues,
+                    });
+                    let mut attempt =
+                        Run::attempt(number, &reply, issues.clone(), runner_time, checking);
+                    attempt.cut = Some(Cut {
+                        bytes: reply.text.len(),
+                        codes: error_codes(&issues)
+                            .into_iter()
+                            .map(str::to_string)
+                            .collect(),
+                    });
+                    run.push_attempt(attempt);
+                    // A cut answer is never repaired: the issues belong to no leaf's repair.
+                    (reply, Found::unattributed(issues), true)
+                }
                 Err(error) => {
                     run.spent.runner += runner_time;
                     let last = previous.map(|(reply, found, _)| (reply, found.issues));
@@ -204,31 +260,7 @@ impl Enforcer {
                         .await;
                 }
             };
-            run.spent.add(&reply, runner_time);
-
-            let validating = Instant::now();
-            let verdict = run.validate(&reply).await;
-            let validation_time = validating.elapsed();
-            let found = match verdict {
-                Verdict::Found(found) => found,
-                Verdict::Unavailable(unavailable) => {
-                    run.record(number, &reply, Vec::new(), runner_time, validation_time);
-                    return run
-                        .finish(
-                            Status::Unavailable,
-                            StopReason::ValidatorUnavailable { unavailable },
-                            Some((reply, Vec::new())),
-                        )
-                        .await;
-                }
-            };
             let issues = &found.issues;
-            observer.on_event(&Event::Validated {
-                attempt: number,
-                response: &reply.text,
-                issues,
-            });
-            run.record(number, &reply, issues.clone(), runner_time, validation_time);
 
             let codes = error_codes(issues);
             let stop = if codes.is_empty() {
@@ -251,7 +283,11 @@ impl Enforcer {
                 return run.conclude(reason, reply, found, true).await;
             }
 
-            let feedback = self.policy.feedback.build(issues);
+            let feedback = if cut {
+                self.policy.feedback.build_cut(issues, &reply.text)
+            } else {
+                self.policy.feedback.build(issues)
+            };
             observer.on_event(&Event::Retrying {
                 attempt: number.saturating_add(1),
                 max_attempts,
@@ -301,6 +337,34 @@ impl Enforcer {
     }
 }
 
+/// What one streamed attempt brought.
+enum Received {
+    /// The whole reply.
+    Whole(Reply),
+    /// The answer cut short: the part received (session, usage and cost as last reported) and
+    /// the definite errors that cut it.
+    Cut { reply: Reply, issues: Vec<Issue> },
+}
+
+/// Runs every partial check on `partial` and returns the errors a re-ask is meant to fix:
+/// errors that are not hard aborts and that the validator's own repair does not fix.
+async fn cutting_issues(
+    checks: &mut [(Leaf<'_>, Box<dyn PartialCheck + '_>)],
+    partial: &str,
+) -> Vec<Issue> {
+    let mut cutting = Vec::new();
+    for (leaf, check) in checks.iter_mut() {
+        let name = leaf.validator.name();
+        for issue in check.check(partial).await {
+            let issue = issue.or_validator(name);
+            if issue.is_error() && issue.repairable && !leaf.validator.repair_fixes(&issue) {
+                cutting.push(issue);
+            }
+        }
+    }
+    cutting
+}
+
 /// The state of one enforcement while it runs.
 struct Run<'a> {
     enforcer: &'a Enforcer,
@@ -339,6 +403,73 @@ impl<'a> Run<'a> {
         validate_leaves(&self.leaves, reply, self.context, default).await
     }
 
+    /// Reads one streamed answer to its end, or, with `may_cut`, until a partial check finds
+    /// an error a re-ask is meant to fix: then the stream is dropped (which cancels the
+    /// generation) and the part received comes back with those errors. Also returns the time
+    /// spent in partial checks.
+    async fn receive(
+        &self,
+        mut stream: ReplyStream<'_>,
+        attempt: u32,
+        may_cut: bool,
+    ) -> (Result<Received, RunnerError>, Duration) {
+        let mut checking = Duration::ZERO;
+        let mut checks: Vec<(Leaf<'_>, Box<dyn PartialCheck + '_>)> = if may_cut {
+            self.leaves
+                .iter()
+                .filter_map(|leaf| Some((*leaf, leaf.validator.partial_check(self.context)?)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let every = self.enforcer.policy.partial_check_bytes.max(1);
+        // The answer so far, rebuilt from the deltas only to check it or to keep it after a cut.
+        let mut partial = Reply::default();
+        let mut checked = 0;
+        while let Some(event) = next_event(&mut stream).await {
+            match event {
+                Err(error) => return (Err(error), checking),
+                Ok(StreamEvent::Done(reply)) => return (Ok(Received::Whole(reply)), checking),
+                Ok(StreamEvent::Text(delta)) => {
+                    self.observer.on_event(&Event::Streamed {
+                        attempt,
+                        text: &delta,
+                    });
+                    if checks.is_empty() {
+                        continue;
+                    }
+                    partial.text.push_str(&delta);
+                    if partial.text.len() - checked < every {
+                        continue;
+                    }
+                    checked = partial.text.len();
+                    let started = Instant::now();
+                    let cutting = cutting_issues(&mut checks, &partial.text).await;
+                    checking += started.elapsed();
+                    if !cutting.is_empty() {
+                        drop(stream);
+                        return (
+                            Ok(Received::Cut {
+                                reply: partial,
+                                issues: cutting,
+                            }),
+                            checking,
+                        );
+                    }
+                }
+                Ok(StreamEvent::Session(id)) => partial.session_id = Some(id),
+                Ok(StreamEvent::Spent { usage, cost_usd }) => {
+                    partial.usage = usage.or(partial.usage);
+                    partial.cost_usd = cost_usd.or(partial.cost_usd);
+                }
+            }
+        }
+        let error = RunnerError::Protocol {
+            message: "the answer stream ended without a reply".to_string(),
+        };
+        (Err(error), checking)
+    }
+
     /// Applies the repairs of every validator that raised an error, in validator order.
     /// Returns the repaired text and the names of the validators whose repair changed it.
     fn repair(&self, text: &str, found: &Found) -> (String, Vec<String>) {
@@ -361,7 +492,19 @@ impl<'a> Run<'a> {
         runner_time: Duration,
         validation_time: Duration,
     ) {
-        self.attempts.push(Attempt {
+        let attempt = Self::attempt(number, reply, issues, runner_time, validation_time);
+        self.push_attempt(attempt);
+    }
+
+    /// The audit of one attempt (no repairs, not cut).
+    fn attempt(
+        number: u32,
+        reply: &Reply,
+        issues: Vec<Issue>,
+        runner_time: Duration,
+        validation_time: Duration,
+    ) -> Attempt {
+        Attempt {
             number,
             response_bytes: reply.text.len(),
             response_digest: digest(&reply.text),
@@ -372,7 +515,13 @@ impl<'a> Run<'a> {
             cost_usd: reply.cost_usd,
             session_id: reply.session_id.clone(),
             repairs: Vec::new(),
-        });
+            cut: None,
+        }
+    }
+
+    /// Adds `attempt` to the audit and tells the observer.
+    fn push_attempt(&mut self, attempt: Attempt) {
+        self.attempts.push(attempt);
         if let Some(attempt) = self.attempts.last() {
             self.observer.on_event(&Event::Recorded { attempt });
         }

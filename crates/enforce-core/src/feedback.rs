@@ -20,9 +20,14 @@ pub enum Language {
 /// The text pieces feedback is built from. Every field may be overridden (e.g. from a config
 /// file); missing fields take the English defaults.
 ///
-/// Placeholders: `{count}` in `intro`; `{code}`, `{message}`, `{validator}` in `item`; `{line}`
-/// and `{column}` in `location`; `{hint}` in `hint`. The location and hint parts are appended to
-/// an item only when the issue has a line or a hint.
+/// Placeholders: `{count}` in `intro` and `cut_intro`; `{code}`, `{message}`, `{validator}` in
+/// `item`; `{line}` and `{column}` in `location`; `{hint}` in `hint`; `{excerpt}` in `excerpt`.
+/// The location and hint parts are appended to an item only when the issue has a line or a
+/// hint.
+///
+/// After an answer was cut short (early abort), `cut_intro` replaces `intro` and every item
+/// quotes the offending excerpt: the model may never see its own partial answer (the Claude
+/// CLI keeps an interrupted turn out of the session's history).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FeedbackTemplate {
@@ -36,6 +41,10 @@ pub struct FeedbackTemplate {
     pub hint: String,
     /// Closing paragraph.
     pub outro: String,
+    /// Opening paragraph after the answer was stopped while it was written.
+    pub cut_intro: String,
+    /// Appended to an item after a cut: the text around the error.
+    pub excerpt: String,
 }
 
 impl Default for FeedbackTemplate {
@@ -54,6 +63,8 @@ impl FeedbackTemplate {
                 location: " (line {line})".into(),
                 hint: "\n  Hint: {hint}".into(),
                 outro: "Answer again in full, with every error fixed. Do not mention this feedback.".into(),
+                cut_intro: "Your previous answer was stopped while you were writing it, because it broke the required format. Fix these {count} error(s):".into(),
+                excerpt: "\n  Stopped at: \"{excerpt}\"".into(),
             },
             Language::De => FeedbackTemplate {
                 intro: "Deine vorherige Antwort erfüllt das geforderte Format nicht. Behebe diese {count} Fehler:".into(),
@@ -61,6 +72,8 @@ impl FeedbackTemplate {
                 location: " (Zeile {line})".into(),
                 hint: "\n  Hinweis: {hint}".into(),
                 outro: "Antworte erneut vollständig, mit allen Fehlern behoben. Erwähne dieses Feedback nicht.".into(),
+                cut_intro: "Deine vorherige Antwort wurde beim Schreiben abgebrochen, weil sie das geforderte Format verletzt hat. Behebe diese {count} Fehler:".into(),
+                excerpt: "\n  Abgebrochen bei: \"{excerpt}\"".into(),
             },
         }
     }
@@ -91,10 +104,26 @@ impl Feedback {
 
     /// The feedback text for `issues` (errors only).
     pub fn build(&self, issues: &[Issue]) -> String {
+        self.render(issues, None)
+    }
+
+    /// The feedback after an answer was cut short at `partial` (the text received): says it
+    /// was stopped, and quotes for each error the excerpt of `partial` where it was found (its
+    /// line when the issue has one, else the end of the text).
+    pub fn build_cut(&self, issues: &[Issue], partial: &str) -> String {
+        self.render(issues, Some(partial))
+    }
+
+    fn render(&self, issues: &[Issue], partial: Option<&str>) -> String {
         let t = &self.template;
         let errors: Vec<&Issue> = issues.iter().filter(|i| i.is_error()).collect();
         let mut out = String::new();
-        out.push_str(&t.intro.replace("{count}", &errors.len().to_string()));
+        let intro = if partial.is_some() {
+            &t.cut_intro
+        } else {
+            &t.intro
+        };
+        out.push_str(&intro.replace("{count}", &errors.len().to_string()));
         out.push('\n');
         for issue in errors {
             out.push_str(
@@ -111,6 +140,9 @@ impl Feedback {
                         .replace("{column}", &column),
                 );
             }
+            if let Some(partial) = partial {
+                out.push_str(&t.excerpt.replace("{excerpt}", &excerpt(partial, issue)));
+            }
             if let Some(hint) = &issue.hint {
                 out.push_str(&t.hint.replace("{hint}", hint));
             }
@@ -121,6 +153,45 @@ impl Feedback {
         }
         out
     }
+}
+
+/// Most characters an excerpt quotes.
+const EXCERPT_CHARS: usize = 80;
+
+/// The part of `partial` an issue is about: its line (around its column, when known), else
+/// the end of the text, at most [`EXCERPT_CHARS`] characters on one line.
+fn excerpt(partial: &str, issue: &Issue) -> String {
+    let line = issue.line.and_then(|n| {
+        partial
+            .lines()
+            .nth(usize::try_from(n).ok()?.checked_sub(1)?)
+    });
+    let chars: Vec<char> = match line {
+        Some(line) => line.chars().collect(),
+        None => partial.trim_end().chars().collect(),
+    };
+    let end = match (line, issue.column) {
+        // Keep the column near the middle of the window.
+        (Some(_), Some(column)) => usize::try_from(column)
+            .unwrap_or(usize::MAX)
+            .saturating_add(EXCERPT_CHARS / 2)
+            .min(chars.len()),
+        _ => chars.len(),
+    };
+    let start = end.saturating_sub(EXCERPT_CHARS);
+    let mut out = String::new();
+    if start > 0 {
+        out.push('…');
+    }
+    out.extend(
+        chars[start..end]
+            .iter()
+            .map(|&c| if c.is_control() { ' ' } else { c }),
+    );
+    if end < chars.len() {
+        out.push('…');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -178,5 +249,33 @@ mod tests {
             "{text}"
         );
         assert!(text.starts_with("Your previous answer"), "{text}");
+    }
+
+    #[test]
+    fn cut_feedback_says_stopped_and_quotes_the_excerpt() {
+        let issue = Issue::error("terms", "FORBIDDEN_TERM", "Forbidden term \"Acme\".").at(2, 9);
+        let text = Feedback::default().build_cut(&[issue], "Hello.\nWe love Acme products and");
+        assert!(
+            text.starts_with("Your previous answer was stopped"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- [FORBIDDEN_TERM] Forbidden term \"Acme\". (line 2)\n  Stopped at: \"We love Acme products and\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn excerpt_without_a_line_is_the_end_of_the_text_on_one_line() {
+        let long = format!("{}\n{{\"a\": tru x", "x".repeat(200));
+        let quoted = excerpt(&long, &Issue::error("json", "INVALID_JSON", "bad"));
+        assert!(
+            quoted.starts_with('…') && quoted.ends_with("tru x"),
+            "{quoted}"
+        );
+        assert_eq!(quoted.chars().count(), EXCERPT_CHARS + 1);
+        assert!(!quoted.contains('\n'));
+        let wide = excerpt(&"é".repeat(300), &Issue::error("x", "X", "m").at(1, 150));
+        assert_eq!(wide.chars().filter(|&c| c == 'é').count(), EXCERPT_CHARS);
     }
 }

@@ -49,10 +49,12 @@ mod feedback;
 mod issue;
 mod observer;
 mod outcome;
+mod partial;
 mod policy;
 mod runner;
 mod scripted;
 mod serde_millis;
+mod stream;
 mod validator;
 
 pub use async_trait::async_trait;
@@ -62,13 +64,15 @@ pub use enforcer::{Check, Enforcer, FALLBACK_INVALID};
 pub use feedback::{Feedback, FeedbackTemplate, Language};
 pub use issue::{Issue, Severity};
 pub use observer::{Event, Observer};
-pub use outcome::{Attempt, Outcome, Status, StopReason};
+pub use outcome::{Attempt, Cut, Outcome, Status, StopReason};
+pub use partial::PartialCheck;
 pub use policy::{AnswerFormat, Budget, BudgetKind, Policy, PolicyBuilder};
 pub use runner::{
     follow_up_messages, stateless_follow_up_messages, Message, Reply, Request, Role, Runner,
     RunnerError, ToolCall, ToolFeedback, Usage, REJECTED_TOOL_CALL,
 };
 pub use scripted::{ScriptedCall, ScriptedRunner};
+pub use stream::{ReplyStream, StreamEvent};
 pub use validator::{
     FailMode, Unavailable, UnavailableValidator, Validation, Validator, ValidatorExt, WithFailMode,
     VALIDATOR_DISABLED, VALIDATOR_UNAVAILABLE,

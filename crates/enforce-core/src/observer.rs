@@ -15,6 +15,23 @@ pub enum Event<'a> {
         /// Most attempts this enforcement may make.
         max_attempts: u32,
     },
+    /// More text of a streamed answer arrived.
+    Streamed {
+        /// Attempt number.
+        attempt: u32,
+        /// The new text (a delta, not the whole answer so far).
+        text: &'a str,
+    },
+    /// A streamed answer was cut short at a definite error; a re-ask follows unless a stop
+    /// rule (no progress, budget) ends the loop.
+    Cut {
+        /// Attempt number.
+        attempt: u32,
+        /// Bytes received before the cut.
+        bytes: usize,
+        /// The definite errors that cut it.
+        issues: &'a [Issue],
+    },
     /// A response was validated.
     Validated {
         /// Attempt number.

@@ -176,6 +176,20 @@ pub struct Attempt {
     /// Validators whose repair changed this response, in the order applied.
     #[serde(default)]
     pub repairs: Vec<String>,
+    /// Set when the answer was cut short while it streamed (early abort): `response_bytes`,
+    /// `usage` and `cost_usd` then count what was generated before the cut, and `issues` are
+    /// the definite errors that caused it. Absent from the record otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<Cut>,
+}
+
+/// Why and where an attempt was cut short.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cut {
+    /// Bytes of the answer received when it was cut.
+    pub bytes: usize,
+    /// The codes of the definite errors that cut it, sorted, without repeats.
+    pub codes: Vec<String>,
 }
 
 /// The result of one enforcement, serializable as one JSON audit record.

@@ -91,6 +91,13 @@ pub struct Policy {
     pub fallback: Option<String>,
     /// What the answers are, for filling the fallback template (default: text).
     pub answer_format: AnswerFormat,
+    /// Cut an answer short while it streams when a validator's partial check finds an error
+    /// no continuation can remove, and re-ask at once (default `true`). Only when a re-ask
+    /// can follow; warnings, hard aborts and errors a repair fixes never cut.
+    pub early_abort: bool,
+    /// How many new bytes of a streamed answer arrive between two partial checks (default
+    /// [`Policy::DEFAULT_PARTIAL_CHECK_BYTES`]; 0 counts as 1).
+    pub partial_check_bytes: usize,
 }
 
 impl Default for Policy {
@@ -102,11 +109,18 @@ impl Default for Policy {
             on_unavailable: FailMode::Closed,
             fallback: None,
             answer_format: AnswerFormat::Text,
+            early_abort: true,
+            partial_check_bytes: Policy::DEFAULT_PARTIAL_CHECK_BYTES,
         }
     }
 }
 
 impl Policy {
+    /// The default of [`partial_check_bytes`](Policy::partial_check_bytes): about eight
+    /// tokens, so a failure is caught within a fraction of a second of generation while the
+    /// checks stay a small cost per chunk.
+    pub const DEFAULT_PARTIAL_CHECK_BYTES: usize = 32;
+
     /// A builder starting from the defaults.
     pub fn builder() -> PolicyBuilder {
         PolicyBuilder::default()
@@ -154,6 +168,18 @@ impl PolicyBuilder {
     /// What the answers are, for filling the fallback template.
     pub fn answer_format(mut self, format: AnswerFormat) -> Self {
         self.policy.answer_format = format;
+        self
+    }
+
+    /// Whether a streamed answer is cut short at a definite error.
+    pub fn early_abort(mut self, yes: bool) -> Self {
+        self.policy.early_abort = yes;
+        self
+    }
+
+    /// New bytes between two partial checks of a streamed answer.
+    pub fn partial_check_bytes(mut self, bytes: usize) -> Self {
+        self.policy.partial_check_bytes = bytes;
         self
     }
 

@@ -1,5 +1,8 @@
 //! The [`Runner`] trait: how the loop asks a model.
 
+use crate::stream::{ReplyStream, WholeReply};
+#[cfg(doc)]
+use crate::StreamEvent;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -344,6 +347,29 @@ pub trait Runner: Send + Sync {
         previous: &Reply,
         feedback: &str,
     ) -> Result<Reply, RunnerError>;
+
+    /// The first ask, streamed: text as the model writes it, then the whole [`Reply`]
+    /// ([`StreamEvent::Done`]). Dropping the stream cancels the generation.
+    ///
+    /// The default streams nothing: it yields [`ask`](Runner::ask)'s reply as one `Done`, so a
+    /// runner that cannot stream works unchanged (the loop then simply cannot cut it short).
+    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
+        WholeReply::stream(self.ask(request))
+    }
+
+    /// [`follow_up`](Runner::follow_up), streamed; the default wraps `follow_up`.
+    ///
+    /// `previous` may be an answer the loop cut short: its text is the part received, its
+    /// session id the one the stream reported. A session runner resumes that session (whose
+    /// history may not even hold the partial answer); the feedback quotes what was wrong.
+    fn follow_up_streamed<'a>(
+        &'a self,
+        request: &'a Request,
+        previous: &'a Reply,
+        feedback: &'a str,
+    ) -> ReplyStream<'a> {
+        WholeReply::stream(self.follow_up(request, previous, feedback))
+    }
 }
 
 impl fmt::Debug for dyn Runner + '_ {
@@ -365,6 +391,17 @@ impl<R: Runner + ?Sized> Runner for Box<R> {
     ) -> Result<Reply, RunnerError> {
         (**self).follow_up(request, previous, feedback).await
     }
+    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
+        (**self).ask_streamed(request)
+    }
+    fn follow_up_streamed<'a>(
+        &'a self,
+        request: &'a Request,
+        previous: &'a Reply,
+        feedback: &'a str,
+    ) -> ReplyStream<'a> {
+        (**self).follow_up_streamed(request, previous, feedback)
+    }
 }
 
 #[async_trait]
@@ -379,6 +416,17 @@ impl<R: Runner + ?Sized> Runner for std::sync::Arc<R> {
         feedback: &str,
     ) -> Result<Reply, RunnerError> {
         (**self).follow_up(request, previous, feedback).await
+    }
+    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
+        (**self).ask_streamed(request)
+    }
+    fn follow_up_streamed<'a>(
+        &'a self,
+        request: &'a Request,
+        previous: &'a Reply,
+        feedback: &'a str,
+    ) -> ReplyStream<'a> {
+        (**self).follow_up_streamed(request, previous, feedback)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The [`Validator`] trait: one check of one response.
 
+use crate::partial::PartialCheck;
 use crate::{Context, Issue, Reply};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -131,6 +132,25 @@ pub trait Validator: Send + Sync {
         None
     }
 
+    /// Starts following one answer while the model writes it, for early abort: a checker that
+    /// reports **definite** errors on a prefix (see [`PartialCheck`]). `None` (the default):
+    /// this validator judges whole answers only, and never cuts one short.
+    ///
+    /// The loop asks for one checker per attempt, so a checker may keep its place in the text
+    /// instead of rescanning the whole prefix on every call.
+    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        let _ = context;
+        None
+    }
+
+    /// `true` when [`repair`](Validator::repair) fixes `issue` (one of this validator's
+    /// errors) without asking the model again. The loop does not cut an answer short for such
+    /// an error: the answer runs to its end, where the repair can fix it. Default `false`.
+    fn repair_fixes(&self, issue: &Issue) -> bool {
+        let _ = issue;
+        false
+    }
+
     /// This validator's own answer to "what if I am unavailable?", overriding the policy's.
     /// For a group, the answer for members that have none of their own.
     fn fail_mode(&self) -> Option<FailMode> {
@@ -185,6 +205,12 @@ macro_rules! forward_validator {
             fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
                 (**self).repair(response, context, issues)
             }
+            fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+                (**self).partial_check(context)
+            }
+            fn repair_fixes(&self, issue: &Issue) -> bool {
+                (**self).repair_fixes(issue)
+            }
             fn fail_mode(&self) -> Option<FailMode> {
                 (**self).fail_mode()
             }
@@ -227,6 +253,14 @@ impl<V: Validator> Validator for Vec<V> {
         repair_group(self, response, context, issues)
     }
 
+    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        GroupCheck::start(self, context)
+    }
+
+    fn repair_fixes(&self, issue: &Issue) -> bool {
+        group_repair_fixes(self, issue)
+    }
+
     fn members(&self) -> Option<Vec<&dyn Validator>> {
         Some(self.iter().map(|v| v as &dyn Validator).collect())
     }
@@ -260,6 +294,14 @@ impl<V: Validator> Validator for Option<V> {
 
     fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
         self.as_ref()?.repair(response, context, issues)
+    }
+
+    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        self.as_ref()?.partial_check(context)
+    }
+
+    fn repair_fixes(&self, issue: &Issue) -> bool {
+        self.as_ref().is_some_and(|v| v.repair_fixes(issue))
     }
 
     fn fail_mode(&self) -> Option<FailMode> {
@@ -370,6 +412,14 @@ impl<V: Validator> Validator for WithFailMode<V> {
         self.inner.repair(response, context, issues)
     }
 
+    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        self.inner.partial_check(context)
+    }
+
+    fn repair_fixes(&self, issue: &Issue) -> bool {
+        self.inner.repair_fixes(issue)
+    }
+
     fn fail_mode(&self) -> Option<FailMode> {
         Some(self.mode)
     }
@@ -429,6 +479,14 @@ pub(crate) struct Found {
 }
 
 impl Found {
+    /// Issues that belong to no leaf's repair (those that cut an answer short).
+    pub(crate) fn unattributed(issues: Vec<Issue>) -> Self {
+        Found {
+            issues,
+            by_leaf: Vec::new(),
+        }
+    }
+
     /// The errors leaf `index` raised.
     fn errors_of(&self, index: usize) -> Vec<Issue> {
         self.by_leaf
@@ -558,4 +616,59 @@ fn repair_group(
         }
     }
     (current != text).then_some(current)
+}
+
+/// A group's answer to [`Validator::repair_fixes`]: the member the issue names answers.
+fn group_repair_fixes(group: &dyn Validator, issue: &Issue) -> bool {
+    let mut leaves = Vec::new();
+    push_leaves(group, None, &mut leaves);
+    leaves
+        .iter()
+        .any(|leaf| leaf.validator.name() == issue.validator && leaf.validator.repair_fixes(issue))
+}
+
+/// The checkers of a group's members, for a group checked as one (inside a wrapper that is
+/// not a group): each member's issues carry its name.
+pub(crate) struct GroupCheck<'a> {
+    members: Vec<(&'a str, Box<dyn PartialCheck + 'a>)>,
+}
+
+impl<'a> GroupCheck<'a> {
+    /// A checker over the members of `group` that have one; `None` when none has.
+    pub(crate) fn start(
+        group: &'a dyn Validator,
+        context: &'a Context,
+    ) -> Option<Box<dyn PartialCheck + 'a>> {
+        let mut leaves = Vec::new();
+        push_leaves(group, None, &mut leaves);
+        let members: Vec<_> = leaves
+            .into_iter()
+            .filter_map(|leaf| {
+                let check = leaf.validator.partial_check(context)?;
+                Some((leaf.validator.name(), check))
+            })
+            .collect();
+        if members.is_empty() {
+            None
+        } else {
+            Some(Box::new(GroupCheck { members }))
+        }
+    }
+}
+
+#[async_trait]
+impl PartialCheck for GroupCheck<'_> {
+    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
+        let mut found = Vec::new();
+        for (name, check) in &mut self.members {
+            found.extend(
+                check
+                    .check(prefix)
+                    .await
+                    .into_iter()
+                    .map(|i| i.or_validator(name)),
+            );
+        }
+        found
+    }
 }

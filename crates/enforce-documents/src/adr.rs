@@ -14,6 +14,10 @@
 //! | `MISSING_ADR_SECTION` | a required `##` section (default Kontext, Entscheidung, Akzeptanzkriterien, or an alias) is missing |
 //! | `INSUFFICIENT_CRITERIA` | warning: fewer checkboxes than `min_criteria` (default 3) in the acceptance section |
 //!
+//! Early abort: once a streamed answer's front matter is closed (its closing `---` line ended
+//! by a newline), nothing later can change it, so missing fields and invalid YAML are definite
+//! then. Sections and criteria are judged on the whole answer only.
+//!
 //! ```
 //! use enforce_documents::adr::AdrStructure;
 //! use enforce_core::{Context, Validator};
@@ -34,7 +38,7 @@
 //! assert!(block_on(AdrStructure::default().validate(chat, &Context::new())).unwrap().is_empty());
 //! ```
 
-use enforce_core::{async_trait, Context, Issue, Validation, Validator};
+use enforce_core::{async_trait, Context, Issue, PartialCheck, Validation, Validator};
 use enforce_validators::text::line_of_offset;
 use enforce_validators::text::{fences, in_fences, line_end_incl, Fence};
 use enforce_validators::BuildError;
@@ -187,6 +191,62 @@ pub fn find_adr(text: &str) -> Option<FrontMatter> {
         });
     }
     None
+}
+
+/// Watches a growing text for the first ADR front matter to be closed for good: its closing
+/// `---` line ended by a newline, so no later byte can change the block (nor make an earlier
+/// block the ADR without leaving that one unclosed, which is an error of its own).
+///
+/// It runs [`find_adr`] only when the lines completed since the last call hold a `---`, so a
+/// check costs about the new bytes until the front matter closes.
+#[derive(Debug, Default)]
+pub(crate) struct FrontMatterWatch {
+    scanned: usize,
+}
+
+impl FrontMatterWatch {
+    /// The closed front matter of `prefix` (each call's prefix extends the last one's), once
+    /// there is one.
+    pub(crate) fn feed(&mut self, prefix: &str) -> Option<FrontMatter> {
+        let bytes = prefix.as_bytes();
+        let from = enforce_validators::text::line_start(bytes, self.scanned.min(bytes.len()));
+        let completed = bytes[from..]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map(|p| &bytes[from..from + p + 1])?;
+        // Only the lines completed now can hold the closing delimiter.
+        self.scanned = from + completed.len();
+        memmem::find(completed, b"---")?;
+        let fm = find_adr(prefix).filter(|fm| fm.closed)?;
+        let closing_line_ended = fm
+            .body
+            .start
+            .checked_sub(1)
+            .and_then(|i| bytes.get(i))
+            .is_some_and(|&b| b == b'\n');
+        closing_line_ended.then_some(fm)
+    }
+}
+
+/// The partial check of [`AdrStructure`]: the front-matter fields, once it is closed.
+struct AdrCheck<'a> {
+    validator: &'a AdrStructure,
+    watch: FrontMatterWatch,
+    judged: Option<Vec<Issue>>,
+}
+
+#[async_trait]
+impl PartialCheck for AdrCheck<'_> {
+    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
+        if self.judged.is_none() {
+            if let Some(fm) = self.watch.feed(prefix) {
+                let mut issues = Vec::new();
+                self.validator.check_fields(prefix, &fm, &mut issues);
+                self.judged = Some(issues);
+            }
+        }
+        self.judged.clone().unwrap_or_default()
+    }
 }
 
 /// A level-2 heading in an ADR body.
@@ -572,6 +632,14 @@ impl Validator for AdrStructure {
             }
         }
         Ok(issues)
+    }
+
+    fn partial_check<'a>(&'a self, _context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        Some(Box::new(AdrCheck {
+            validator: self,
+            watch: FrontMatterWatch::default(),
+            judged: None,
+        }))
     }
 }
 

@@ -17,6 +17,10 @@
 //! Repair: paths that do not exist are moved from `files.modify` to `files.create` by editing
 //! the YAML text, so comments, key order and the rest of the document stay byte for byte.
 //!
+//! Early abort: once a streamed answer's front matter is closed, its paths are checked; a path
+//! outside the root or a key of the wrong shape is definite and cuts the answer, a missing file
+//! does not (the repair moves it).
+//!
 //! ```
 //! use enforce_documents::file_refs::FileRefs;
 //! use enforce_core::{Context, Validator};
@@ -34,8 +38,8 @@
 //! assert!(fixed.contains("  modify:\n    - Cargo.toml  # exists\n    - ../../etc/passwd\n  create:\n    - src/new.rs\n"), "{fixed}");
 //! ```
 
-use crate::adr::{find_adr, INVALID_YAML};
-use enforce_core::{async_trait, Context, Issue, Validation, Validator};
+use crate::adr::{find_adr, FrontMatterWatch, INVALID_YAML};
+use enforce_core::{async_trait, Context, Issue, PartialCheck, Validation, Validator};
 use enforce_validators::text::line_of_offset;
 use enforce_validators::BuildError;
 use enforce_validators::FactoryInput;
@@ -360,6 +364,25 @@ fn split_key(key: &str) -> Vec<String> {
         .collect()
 }
 
+/// The partial check of [`FileRefs`]: the listed paths, once the front matter is closed.
+struct FileRefsCheck<'a> {
+    validator: &'a FileRefs,
+    context: &'a Context,
+    watch: FrontMatterWatch,
+    judged: Option<Vec<Issue>>,
+}
+
+#[async_trait]
+impl PartialCheck for FileRefsCheck<'_> {
+    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
+        if self.judged.is_none() && self.watch.feed(prefix).is_some() {
+            let verdict = self.validator.validate(prefix, self.context).await;
+            self.judged = Some(verdict.unwrap_or_default());
+        }
+        self.judged.clone().unwrap_or_default()
+    }
+}
+
 #[async_trait]
 impl Validator for FileRefs {
     fn name(&self) -> &str {
@@ -403,6 +426,19 @@ impl Validator for FileRefs {
             }
         }
         Ok(issues)
+    }
+
+    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        Some(Box::new(FileRefsCheck {
+            validator: self,
+            context,
+            watch: FrontMatterWatch::default(),
+            judged: None,
+        }))
+    }
+
+    fn repair_fixes(&self, issue: &Issue) -> bool {
+        issue.code == FILE_NOT_FOUND
     }
 
     fn repair(&self, response: &str, _context: &Context, _issues: &[Issue]) -> Option<String> {

@@ -15,6 +15,9 @@
 //! Repair: infer the step from the content ([`infer_step`]) and append (or correct) the
 //! marker; the inferred step is always a member of the allowed set.
 //!
+//! Early abort: none. The last marker counts and it may always still come, so nothing about a
+//! marker is certain before the answer is complete.
+//!
 //! ```
 //! use enforce_documents::step_marker::{extract_step, StepMarker};
 //! use enforce_core::{Context, Validator};

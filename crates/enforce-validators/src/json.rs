@@ -9,6 +9,14 @@
 //! Repair: when the JSON sits in a fence or inside prose and parses there, the repair returns
 //! the JSON alone.
 //!
+//! Early abort (with `bare: true`): while an answer streams, an incremental parser follows the
+//! JSON grammar over the new bytes only, and a character no continuation can make valid (`{"a":
+//! tru e`, a trailing comma before `}`, prose before the JSON) cuts the answer as `INVALID_JSON`.
+//! Once the value is complete, only whitespace may follow, so the schema is checked then and a
+//! violation is definite. Members are not judged before the value is complete: a later
+//! duplicate key would replace them. Without `bare` nothing is definite: a fenced block further
+//! on could still hold valid JSON.
+//!
 //! ```
 //! use enforce_validators::FactoryInput;
 //! use enforce_validators::json::JsonValidator;
@@ -32,8 +40,9 @@
 
 use crate::build::FactoryInput;
 use crate::error::BuildError;
-use crate::text::{fences, floor_char_boundary, locate_json, trimmed_range, JsonForm};
-use enforce_core::{async_trait, Context, Issue, Validation, Validator};
+use crate::json_prefix::JsonPrefix;
+use crate::text::{column_of, fences, floor_char_boundary, locate_json, trimmed_range, JsonForm};
+use enforce_core::{async_trait, Context, Issue, PartialCheck, Validation, Validator};
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -245,6 +254,47 @@ impl JsonValidator {
     }
 }
 
+impl JsonValidator {
+    /// The issue of a text that stopped being JSON at byte `at`.
+    fn broken_at(&self, text: &str, at: usize) -> Issue {
+        let found = text.get(at..).and_then(|t| t.chars().next()).unwrap_or(' ');
+        Issue::error(
+            &self.name,
+            INVALID_JSON,
+            format!("The JSON cannot become valid: unexpected {found:?}."),
+        )
+        .with_hint("Answer with one valid JSON document and nothing else.")
+        .at(crate::text::line_of_offset(text, at), column_of(text, at))
+    }
+}
+
+/// The partial check of a bare [`JsonValidator`]: the grammar, incrementally; the whole
+/// validation once the value is complete.
+struct JsonCheck<'a> {
+    validator: &'a JsonValidator,
+    context: &'a Context,
+    scanner: JsonPrefix,
+    /// The verdict on the complete value (only whitespace can follow it).
+    judged: Option<Vec<Issue>>,
+}
+
+#[async_trait]
+impl PartialCheck for JsonCheck<'_> {
+    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
+        if let Some(at) = self.scanner.feed(prefix) {
+            return vec![self.validator.broken_at(prefix, at)];
+        }
+        if !self.scanner.complete() {
+            return Vec::new();
+        }
+        if self.judged.is_none() {
+            let verdict = self.validator.validate(prefix, self.context).await;
+            self.judged = Some(verdict.unwrap_or_default());
+        }
+        self.judged.clone().unwrap_or_default()
+    }
+}
+
 #[async_trait]
 impl Validator for JsonValidator {
     fn name(&self) -> &str {
@@ -301,6 +351,19 @@ impl Validator for JsonValidator {
             }
         }
         Ok(issues)
+    }
+
+    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        // Without `bare`, a fenced block further on could still hold valid JSON.
+        if !self.bare {
+            return None;
+        }
+        Some(Box::new(JsonCheck {
+            validator: self,
+            context,
+            scanner: JsonPrefix::new(),
+            judged: None,
+        }))
     }
 
     fn repair(&self, response: &str, _context: &Context, issues: &[Issue]) -> Option<String> {

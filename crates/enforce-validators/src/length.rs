@@ -16,6 +16,9 @@
 //!
 //! Words are runs of non-whitespace; characters are Unicode scalar values.
 //!
+//! Early abort: `TOO_LONG` is definite as soon as the text received has more than `max` (counts
+//! only grow); each check counts only the new bytes. `TOO_SHORT` is never decided early.
+//!
 //! ```
 //! use enforce_validators::FactoryInput;
 //! use enforce_validators::length::Length;
@@ -33,7 +36,7 @@
 
 use crate::build::FactoryInput;
 use crate::error::BuildError;
-use enforce_core::{async_trait, Context, Issue, Severity, Validation, Validator};
+use enforce_core::{async_trait, Context, Issue, PartialCheck, Severity, Validation, Validator};
 use serde::Deserialize;
 
 /// Code: below the minimum.
@@ -218,6 +221,20 @@ impl Length {
         Ok(Length::new(input.name, c.unit, min, max))
     }
 
+    fn too_long(&self, max: &Bound, count: usize) -> Issue {
+        let unit = self.unit.label();
+        self.issue(
+            TOO_LONG,
+            max,
+            count,
+            format!(
+                "The text has {count} {unit}; at most {} are allowed.",
+                max.value
+            ),
+            format!("Shorten the text to at most {} {unit}.", max.value),
+        )
+    }
+
     fn issue(
         &self,
         code: &str,
@@ -264,18 +281,57 @@ impl Validator for Length {
             ));
         }
         if let Some(max) = self.max.as_ref().filter(|b| count > b.value) {
-            issues.push(self.issue(
-                TOO_LONG,
-                max,
-                count,
-                format!(
-                    "The text has {count} {unit}; at most {} are allowed.",
-                    max.value
-                ),
-                format!("Shorten the text to at most {} {unit}.", max.value),
-            ));
+            issues.push(self.too_long(max, count));
         }
         Ok(issues)
+    }
+
+    fn partial_check<'a>(&'a self, _context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        let max = self.max.as_ref()?;
+        Some(Box::new(LengthCheck {
+            validator: self,
+            max,
+            checked: 0,
+            count: 0,
+            in_word: false,
+        }))
+    }
+}
+
+/// The partial check of a [`Length`] with a `max`: counts the new bytes only, and reports
+/// `TOO_LONG` once the count passes the maximum (words and characters only ever add up).
+struct LengthCheck<'a> {
+    validator: &'a Length,
+    max: &'a Bound,
+    /// Bytes counted.
+    checked: usize,
+    count: usize,
+    /// The last character counted was part of a word.
+    in_word: bool,
+}
+
+#[async_trait]
+impl PartialCheck for LengthCheck<'_> {
+    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
+        let new = prefix.get(self.checked..).unwrap_or_default();
+        match self.validator.unit {
+            Unit::Chars => self.count += new.chars().count(),
+            Unit::Words => {
+                for c in new.chars() {
+                    let word = !c.is_whitespace();
+                    if word && !self.in_word {
+                        self.count += 1;
+                    }
+                    self.in_word = word;
+                }
+            }
+        }
+        self.checked = prefix.len();
+        if self.count > self.max.value {
+            vec![self.validator.too_long(self.max, self.count)]
+        } else {
+            Vec::new()
+        }
     }
 }
 

@@ -42,7 +42,9 @@
 pub mod build;
 mod error;
 pub mod json;
+mod json_prefix;
 pub mod length;
+mod partial;
 pub mod pattern;
 pub mod scope;
 pub mod terms;

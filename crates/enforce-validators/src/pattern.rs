@@ -18,6 +18,12 @@
 //!       severity: warning
 //! ```
 //!
+//! Early abort: while an answer streams, a forbidden rule (severity error, no `replacement`)
+//! cuts it once a match ends before the end of the text received, so that no later byte can
+//! undo it (a `\b` or `$` at its end is settled). A rule whose regex bounds the length of a
+//! match (no `+`, `*`, `{n,}`) is searched again only over the new bytes and that length
+//! before them; an unbounded one over the whole text received, O(text) per check.
+//!
 //! Defaults: code `FORBIDDEN_PATTERN` / `MISSING_PATTERN`, severity `error`, repairable. Each
 //! forbidden rule reports up to `max_reports` matches (default 10), each with line and column.
 //! Regexes use the [`regex`] crate's syntax (linear time: no backtracking blow-ups); their
@@ -42,8 +48,9 @@
 
 use crate::build::FactoryInput;
 use crate::error::BuildError;
+use crate::partial::Watch;
 use crate::text::{column_of, LineCounter};
-use enforce_core::{async_trait, Context, Issue, Severity, Validation, Validator};
+use enforce_core::{async_trait, Context, Issue, PartialCheck, Severity, Validation, Validator};
 use regex::{Regex, RegexBuilder};
 use serde::Deserialize;
 
@@ -302,6 +309,52 @@ fn quoted(s: &str) -> String {
     q
 }
 
+impl Rule {
+    /// The issue of a forbidden rule's match `m` in `text`.
+    fn forbidden_issue(
+        &self,
+        validator: &str,
+        text: &str,
+        m: regex::Match<'_>,
+        lines: &mut LineCounter<'_>,
+    ) -> Issue {
+        let shown = quoted(m.as_str());
+        let message = match &self.message {
+            Some(t) => t.replace("{match}", &shown),
+            None => format!(
+                "Forbidden text '{shown}' (pattern `{}`).",
+                self.regex.as_str()
+            ),
+        };
+        let line = lines.line_of(m.start());
+        self.issue(validator, message)
+            .at(line, column_of(text, m.start()))
+    }
+}
+
+/// The partial check of a [`Pattern`]: its forbidden error rules without a replacement, and how
+/// far the text has been searched.
+struct PatternCheck<'a> {
+    name: &'a str,
+    watched: Vec<(&'a Rule, Watch)>,
+    checked: usize,
+}
+
+#[async_trait]
+impl PartialCheck for PatternCheck<'_> {
+    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
+        let mut issues = Vec::new();
+        for (rule, watch) in &self.watched {
+            if let Some(m) = watch.definite(&rule.regex, prefix, self.checked) {
+                let mut lines = LineCounter::new(prefix);
+                issues.push(rule.forbidden_issue(self.name, prefix, m, &mut lines));
+            }
+        }
+        self.checked = prefix.len();
+        issues
+    }
+}
+
 #[async_trait]
 impl Validator for Pattern {
     fn name(&self) -> &str {
@@ -313,19 +366,7 @@ impl Validator for Pattern {
         for rule in &self.forbidden {
             let mut lines = LineCounter::new(response);
             for m in rule.regex.find_iter(response).take(self.max_reports) {
-                let shown = quoted(m.as_str());
-                let message = match &rule.message {
-                    Some(t) => t.replace("{match}", &shown),
-                    None => format!(
-                        "Forbidden text '{shown}' (pattern `{}`).",
-                        rule.regex.as_str()
-                    ),
-                };
-                let line = lines.line_of(m.start());
-                issues.push(
-                    rule.issue(&self.name, message)
-                        .at(line, column_of(response, m.start())),
-                );
+                issues.push(rule.forbidden_issue(&self.name, response, m, &mut lines));
             }
         }
         for rule in &self.required {
@@ -341,6 +382,34 @@ impl Validator for Pattern {
             }
         }
         Ok(issues)
+    }
+
+    fn partial_check<'a>(&'a self, _context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        let watched: Vec<_> = self
+            .forbidden
+            .iter()
+            // Warnings never cut; a rule with a replacement is fixed by the repair.
+            .filter(|r| r.severity == Severity::Error && r.replacement.is_none())
+            .map(|r| (r, Watch::new(&r.regex)))
+            .collect();
+        if watched.is_empty() {
+            return None;
+        }
+        Some(Box::new(PatternCheck {
+            name: &self.name,
+            watched,
+            checked: 0,
+        }))
+    }
+
+    fn repair_fixes(&self, issue: &Issue) -> bool {
+        // Every forbidden rule that could have raised it has a replacement.
+        let mut rules = self
+            .forbidden
+            .iter()
+            .filter(|r| r.code == issue.code && r.severity == issue.severity)
+            .peekable();
+        rules.peek().is_some() && rules.all(|r| r.replacement.is_some())
     }
 
     fn repair(&self, response: &str, _context: &Context, issues: &[Issue]) -> Option<String> {

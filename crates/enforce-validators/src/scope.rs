@@ -37,7 +37,9 @@
 
 use crate::error::BuildError;
 use crate::text::{locate_json, JsonForm, JsonSpan};
-use enforce_core::{async_trait, Context, FailMode, Issue, Reply, Validation, Validator};
+use enforce_core::{
+    async_trait, Context, FailMode, Issue, PartialCheck, Reply, Validation, Validator,
+};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -514,6 +516,26 @@ impl Validator for Scoped {
         let about_request = self.scope.input.as_ref().is_some_and(on_context)
             && self.scope.when.iter().all(|c| on_context(&c.source));
         !about_request && self.inner.reads_response()
+    }
+
+    /// The inner validator's partial check, when the scope can be decided before the answer
+    /// is complete: the input is the whole response and every condition reads the context. A
+    /// scope that reads the response's JSON waits for the whole answer.
+    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        let decidable = self.scope.input.is_none()
+            && self
+                .scope
+                .when
+                .iter()
+                .all(|c| matches!(c.source, Source::Context(_)));
+        if !decidable || !self.holds("", context, &mut None) {
+            return None;
+        }
+        self.inner.partial_check(context)
+    }
+
+    fn repair_fixes(&self, issue: &Issue) -> bool {
+        self.scope.input.is_none() && self.inner.repair_fixes(issue)
     }
 
     fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {

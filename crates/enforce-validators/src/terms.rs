@@ -31,6 +31,11 @@
 //! Repair: preferred terms are replaced by the term to use, and forbidden terms that have a
 //! `replacement` by it.
 //!
+//! Early abort: while an answer streams, a forbidden term (severity error, no `replacement`)
+//! cuts it once it stands wholly in the text received and a character after it settles the
+//! whole-word rule ("Acme" at the very end could still become "Acmeology"). Each check
+//! searches only the new bytes and the term's length before them.
+//!
 //! ```
 //! use enforce_validators::FactoryInput;
 //! use enforce_validators::terms::Terms;
@@ -53,9 +58,10 @@
 
 use crate::build::FactoryInput;
 use crate::error::BuildError;
+use crate::partial::Watch;
 use crate::pattern::compile;
 use crate::text::{column_of, LineCounter};
-use enforce_core::{async_trait, Context, Issue, Severity, Validation, Validator};
+use enforce_core::{async_trait, Context, Issue, PartialCheck, Severity, Validation, Validator};
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
@@ -487,6 +493,16 @@ impl TermRule {
         }
     }
 
+    /// The issue of a forbidden term found.
+    fn forbidden_issue(&self, validator: &str, term: &str) -> Issue {
+        self.issue(
+            validator,
+            term,
+            format!("The text uses the forbidden term '{term}'."),
+            format!("Remove '{term}'."),
+        )
+    }
+
     fn issue(&self, validator: &str, term: &str, default: String, hint: String) -> Issue {
         let fill = |t: &str| t.replace("{term}", term);
         Issue::error(
@@ -596,6 +612,42 @@ impl Terms {
                 out.push(make(rule, term).at(line, column_of(response, m.start())));
             }
         });
+    }
+}
+
+/// One forbidden term a [`TermsCheck`] looks for (a `{{key}}` list gives one per value).
+struct WatchedTerm<'a> {
+    rule: &'a TermRule,
+    term: String,
+    regex: Regex,
+    watch: Watch,
+}
+
+/// The partial check of a [`Terms`] validator: the forbidden terms, compiled once per answer,
+/// and how far the text has been searched.
+struct TermsCheck<'a> {
+    name: &'a str,
+    watched: Vec<WatchedTerm<'a>>,
+    checked: usize,
+}
+
+#[async_trait]
+impl PartialCheck for TermsCheck<'_> {
+    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
+        let mut issues = Vec::new();
+        for w in &self.watched {
+            if let Some(m) = w.watch.definite(&w.regex, prefix, self.checked) {
+                let term = &w.term;
+                let line = LineCounter::new(prefix).line_of(m.start());
+                issues.push(
+                    w.rule
+                        .forbidden_issue(self.name, term)
+                        .at(line, column_of(prefix, m.start())),
+                );
+            }
+        }
+        self.checked = prefix.len();
+        issues
     }
 }
 
@@ -713,12 +765,7 @@ impl Validator for Terms {
         }
         for rule in &self.forbidden {
             self.occurrences(rule, response, context, &mut issues, |r, term| {
-                r.issue(
-                    &self.name,
-                    term,
-                    format!("The text uses the forbidden term '{term}'."),
-                    format!("Remove '{term}'."),
-                )
+                r.forbidden_issue(&self.name, term)
             });
         }
         for (rule, use_term) in &self.preferred {
@@ -732,6 +779,42 @@ impl Validator for Terms {
             });
         }
         Ok(issues)
+    }
+
+    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        let mut watched = Vec::new();
+        for rule in &self.forbidden {
+            // Warnings never cut; a term with a replacement is fixed by the repair.
+            if rule.severity != Severity::Error || rule.replacement.is_some() {
+                continue;
+            }
+            rule.each_term(context, |term, re| {
+                watched.push(WatchedTerm {
+                    rule,
+                    term: term.to_string(),
+                    watch: Watch::new(re),
+                    regex: re.clone(),
+                });
+            });
+        }
+        if watched.is_empty() {
+            return None;
+        }
+        Some(Box::new(TermsCheck {
+            name: &self.name,
+            watched,
+            checked: 0,
+        }))
+    }
+
+    fn repair_fixes(&self, issue: &Issue) -> bool {
+        // Every forbidden rule that could have raised it has a replacement.
+        let mut rules = self
+            .forbidden
+            .iter()
+            .filter(|r| r.code == issue.code && r.severity == issue.severity)
+            .peekable();
+        rules.peek().is_some() && rules.all(|r| r.replacement.is_some())
     }
 
     fn repair(&self, response: &str, context: &Context, _issues: &[Issue]) -> Option<String> {

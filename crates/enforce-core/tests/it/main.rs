@@ -3,6 +3,7 @@
 
 mod audit_json;
 mod compose;
+mod early_abort;
 mod loop_paths;
 mod tool_calls;
 
