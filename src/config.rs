@@ -214,7 +214,7 @@ mod tests {
     fn serve_example_declares_models_runners_and_server() {
         let loaded = LoadedConfig::load(Some(&example("serve.yaml"))).unwrap();
         let ids: Vec<&str> = loaded.config.models.iter().map(|m| m.id.as_str()).collect();
-        assert_eq!(ids, ["consultant", "adr-writer", "tasks"]);
+        assert_eq!(ids, ["consultant", "adr-writer", "tasks", "agent"]);
         assert!(loaded.config.models.iter().all(|m| m.runner.is_some()));
         let server = loaded.config.server.clone().expect("server section");
         assert_eq!(server.listen.as_deref(), Some("127.0.0.1:8080"));
