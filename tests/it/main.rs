@@ -6,9 +6,11 @@ mod check;
 mod cli_run_demo;
 mod config_schema;
 mod crash_safety;
+mod grafana;
 mod plugins;
 mod properties;
 mod prose_serve;
+mod report;
 mod serve;
 
 /// The `enforce` binary under test.

@@ -34,6 +34,7 @@ mod error;
 mod openai;
 mod process;
 mod prompt;
+mod sse;
 
 pub use claude::{parse_result, ClaudeConfig, ClaudeResult, ClaudeRunner};
 pub use command::{CommandConfig, CommandRunner};

@@ -26,6 +26,21 @@ pub enum FailureResponse {
     Error,
 }
 
+/// What a streaming client sees while the loop works.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum StreamMode {
+    /// Nothing before the answer has passed (keep-alives and status events only): no
+    /// unchecked text is ever shown.
+    #[default]
+    Hold,
+    /// Every attempt streams live as `delta.reasoning_content` (chat UIs show it as a
+    /// collapsible "Thinking…" block); only the checked answer is sent as `delta.content`.
+    Draft,
+}
+
 /// Per-model behaviour of the proxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -46,6 +61,8 @@ pub struct ModelOptions {
     /// text). The step is still recorded, and the marker is put back on assistant turns the
     /// client sends back, so the model keeps seeing its own markers.
     pub hide_step_marker: bool,
+    /// What a streaming client sees while the loop works: `hold` (default) or `draft`.
+    pub stream_mode: StreamMode,
 }
 
 impl Default for ModelOptions {
@@ -56,6 +73,7 @@ impl Default for ModelOptions {
             status_events: false,
             check_tool_calls: true,
             hide_step_marker: false,
+            stream_mode: StreamMode::Hold,
         }
     }
 }

@@ -54,7 +54,7 @@ pub use audit::AuditLog;
 pub use auth::constant_time_eq;
 pub use config::{
     parse_key_list, FailureResponse, FsyncPolicy, Model, ModelOptions, SectionError, ServerConfig,
-    ServerSection, API_KEYS_ENV,
+    ServerSection, StreamMode, API_KEYS_ENV,
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;

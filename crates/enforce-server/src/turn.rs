@@ -2,7 +2,7 @@
 //! bookkeeping after it ([`Turn`]), the task running the loop ([`Job`]) and the progress it
 //! reports. The JSON handler and the streaming driver both answer through here.
 
-use crate::config::{FailureResponse, FsyncPolicy, Model};
+use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
 use crate::error::ApiError;
 use crate::metrics::{
     Metrics, ATTEMPTS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS, REQUEST_DURATION,
@@ -13,9 +13,10 @@ use crate::session::{answer_digest, HiddenMarker, TurnRecord};
 use crate::state::App;
 use axum::http::StatusCode;
 use enforce_core::{
-    async_trait, Attempt, AuditRecord, Context, Event, Outcome, Reply, Request, Runner,
-    RunnerError, Status, StopReason,
+    async_trait, Attempt, AuditRecord, Context, Event, Outcome, Reply, ReplyStream, Request,
+    Runner, RunnerError, Status, StopReason,
 };
+use futures_util::StreamExt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -37,29 +38,52 @@ pub(crate) enum Progress {
     Repaired {
         validator: String,
     },
+    /// More text of an attempt as the model writes it (only for `draft` streams).
+    Draft {
+        attempt: u32,
+        text: String,
+    },
+    /// An attempt was cut short at these codes.
+    Cut {
+        attempt: u32,
+        codes: Vec<String>,
+    },
 }
 
-fn progress_of(event: &Event<'_>) -> Option<Progress> {
+fn error_codes(issues: &[enforce_core::Issue]) -> Vec<String> {
+    let mut codes: Vec<String> = issues
+        .iter()
+        .filter(|i| i.is_error())
+        .map(|i| i.code.clone())
+        .collect();
+    codes.dedup();
+    codes
+}
+
+/// What the stream driver needs to hear of `event`; `drafts`: whether it shows attempts live.
+fn progress_of(event: &Event<'_>, drafts: bool) -> Option<Progress> {
     match *event {
         Event::Asking { attempt, .. } => Some(Progress::Asking { attempt }),
+        Event::Streamed { attempt, text } if drafts => Some(Progress::Draft {
+            attempt,
+            text: text.to_string(),
+        }),
+        Event::Cut {
+            attempt, issues, ..
+        } => Some(Progress::Cut {
+            attempt,
+            codes: error_codes(issues),
+        }),
         Event::Retrying {
             attempt,
             max_attempts,
             issues,
             ..
-        } => {
-            let mut codes: Vec<String> = issues
-                .iter()
-                .filter(|i| i.is_error())
-                .map(|i| i.code.clone())
-                .collect();
-            codes.dedup();
-            Some(Progress::Retrying {
-                attempt,
-                max_attempts,
-                codes,
-            })
-        }
+        } => Some(Progress::Retrying {
+            attempt,
+            max_attempts,
+            codes: error_codes(issues),
+        }),
         Event::Repaired { validator } => Some(Progress::Repaired {
             validator: validator.to_string(),
         }),
@@ -99,6 +123,42 @@ impl Runner for TracedRunner {
         span.in_scope(|| log_attempt(&result));
         result
     }
+
+    // The loop asks through these: without them every answer would arrive whole and nothing
+    // could be cut short.
+    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("attempt", attempt, kind = "ask", streamed = true);
+        logged(
+            span.clone(),
+            span.in_scope(|| self.inner.ask_streamed(request)),
+        )
+    }
+
+    fn follow_up_streamed<'a>(
+        &'a self,
+        request: &'a Request,
+        previous: &'a Reply,
+        feedback: &'a str,
+    ) -> ReplyStream<'a> {
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("attempt", attempt, kind = "follow_up", streamed = true);
+        let stream = span.in_scope(|| self.inner.follow_up_streamed(request, previous, feedback));
+        logged(span, stream)
+    }
+}
+
+/// Logs how a streamed attempt ended, in its span, as `log_attempt` does for a whole one.
+fn logged<'a>(span: tracing::Span, stream: ReplyStream<'a>) -> ReplyStream<'a> {
+    Box::pin(stream.inspect(move |item| {
+        span.in_scope(|| match item {
+            Ok(enforce_core::StreamEvent::Done(reply)) => {
+                tracing::debug!(bytes = reply.text.len(), "runner replied")
+            }
+            Err(e) => tracing::warn!(error = ?e.to_string(), "runner failed"),
+            Ok(_) => {}
+        })
+    }))
 }
 
 fn log_attempt(result: &Result<Reply, RunnerError>) {
@@ -302,11 +362,14 @@ impl Turn {
         };
         let attempts = AttemptsSoFar::default();
         let recorded = attempts.clone();
+        // Drafts travel only to a stream that shows them: a held stream or a completion would
+        // just drop them.
+        let drafts = self.chat.stream && self.model.options.stream_mode == StreamMode::Draft;
         let observer = move |event: &Event<'_>| {
             if let Event::Recorded { attempt } = event {
                 recorded.push(attempt);
             }
-            if let Some(p) = progress_of(event) {
+            if let Some(p) = progress_of(event, drafts) {
                 // The receiver is gone only when the client left; nothing to tell then.
                 let _ = tx.send(p);
             }

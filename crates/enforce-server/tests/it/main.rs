@@ -11,4 +11,5 @@ mod facts;
 mod fault_matrix;
 mod hostile_input;
 mod proxy;
+mod streaming;
 mod tools;
