@@ -308,6 +308,7 @@ fn model_from_config(
         enforcer_for(profiles, &profile).map_err(|e| format!("model '{}': {e}", entry.id))?;
     Ok(Model::new(entry.id.clone(), runner, enforcer)
         .with_profile(profile)
+        .with_runner_kind(runner_config.kind())
         .with_options(ModelOptions {
             on_unresolved: entry.on_unresolved,
             on_unavailable: entry.on_unavailable,
@@ -411,6 +412,7 @@ fn model_from_flags(
     Ok(Some(
         Model::new(id, runner, enforcer)
             .with_profile(profile)
+            .with_runner_kind(runner_config.kind())
             .with_options(ModelOptions {
                 on_unresolved: args.on_unresolved.into(),
                 on_unavailable: args.on_unavailable.into(),

@@ -93,6 +93,8 @@ pub struct Model {
     pub enforcer: Arc<Enforcer>,
     /// How failures and streams are presented.
     pub options: ModelOptions,
+    /// The kind of runner (`claude`, `openai`, `command`), for the audit log.
+    pub runner_kind: Option<String>,
 }
 
 impl Model {
@@ -104,12 +106,19 @@ impl Model {
             runner,
             enforcer,
             options: ModelOptions::default(),
+            runner_kind: None,
         }
     }
 
     /// Names the profile, builder style.
     pub fn with_profile(mut self, name: impl Into<String>) -> Self {
         self.profile = name.into();
+        self
+    }
+
+    /// Names the kind of runner (`claude`, `openai`, `command`) for the audit, builder style.
+    pub fn with_runner_kind(mut self, kind: impl Into<String>) -> Self {
+        self.runner_kind = Some(kind.into());
         self
     }
 
@@ -127,6 +136,8 @@ impl fmt::Debug for Model {
             .field("profile", &self.profile)
             .field("validators", &self.enforcer.validators().len())
             .field("options", &self.options)
+            .field("profile", &self.profile)
+            .field("runner_kind", &self.runner_kind)
             .finish_non_exhaustive()
     }
 }
@@ -311,20 +322,24 @@ impl ServerSection {
         if let Some(d) = seconds("shutdown_grace_secs", self.shutdown_grace_secs)? {
             c.shutdown_grace = d;
         }
+        c.audit_fsync = self.fsync_policy()?;
+        Ok(c)
+    }
+
+    /// `audit_fsync` (with `audit_fsync_interval_secs`, default 1 s) as a policy; `never`
+    /// when not given. `enforce run --audit` reads it too, so both writers sync alike.
+    pub fn fsync_policy(&self) -> Result<FsyncPolicy, SectionError> {
         let every = seconds("audit_fsync_interval_secs", self.audit_fsync_interval_secs)?
             .unwrap_or(Duration::from_secs(1));
-        c.audit_fsync = match self.audit_fsync.as_deref() {
-            None | Some("never") => FsyncPolicy::Never,
-            Some("always") => FsyncPolicy::Always,
-            Some("interval") => FsyncPolicy::Interval(every),
-            Some(other) => {
-                return Err(SectionError {
-                    field: "audit_fsync",
-                    message: format!("must be never, always or interval, got `{other}`"),
-                })
-            }
-        };
-        Ok(c)
+        match self.audit_fsync.as_deref() {
+            None | Some("never") => Ok(FsyncPolicy::Never),
+            Some("always") => Ok(FsyncPolicy::Always),
+            Some("interval") => Ok(FsyncPolicy::Interval(every)),
+            Some(other) => Err(SectionError {
+                field: "audit_fsync",
+                message: format!("must be never, always or interval, got `{other}`"),
+            }),
+        }
     }
 }
 
