@@ -82,6 +82,10 @@ pub struct ServedModelConfig {
     /// on the assistant turns the client sends back (default false).
     #[serde(default)]
     pub hide_step_marker: bool,
+    /// What a streaming client sees while the loop works: `hold` (default: nothing unchecked)
+    /// or `draft` (attempts live as reasoning, only the checked answer as content).
+    #[serde(default)]
+    pub stream_mode: enforce_server::StreamMode,
 }
 
 fn yes() -> bool {
@@ -215,6 +219,8 @@ mod tests {
         let loaded = LoadedConfig::load(Some(&example("serve.yaml"))).unwrap();
         let ids: Vec<&str> = loaded.config.models.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, ["consultant", "adr-writer", "tasks", "agent"]);
+        let consultant = &loaded.config.models[0];
+        assert!(consultant.hide_step_marker && consultant.check_tool_calls);
         assert!(loaded.config.models.iter().all(|m| m.runner.is_some()));
         let server = loaded.config.server.clone().expect("server section");
         assert_eq!(server.listen.as_deref(), Some("127.0.0.1:8080"));

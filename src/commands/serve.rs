@@ -6,7 +6,9 @@ use enforce_config::ProfileSet;
 use enforce_core::Runner;
 use enforce_external::breaker::{BreakerState, SharedBreakers, SharedError};
 use enforce_runner::{ClaudeConfig, OpenAiConfig, RunnerConfig};
-use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerSection, StepMark};
+use enforce_server::{
+    FailureResponse, Model, ModelOptions, Server, ServerSection, StepMark, StreamMode,
+};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -24,7 +26,25 @@ pub enum ServeRunner {
     Claude,
 }
 
-/// What a failed enforcement becomes for non-streaming clients.
+/// What a streaming client sees while the answer is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StreamModeArg {
+    /// Nothing unchecked: keep-alives (and status events) until the answer passed.
+    Hold,
+    /// Attempts live as `reasoning_content`, the checked answer as `content`.
+    Draft,
+}
+
+impl From<StreamModeArg> for StreamMode {
+    fn from(v: StreamModeArg) -> Self {
+        match v {
+            StreamModeArg::Hold => StreamMode::Hold,
+            StreamModeArg::Draft => StreamMode::Draft,
+        }
+    }
+}
+
+/// What a failed enforcement becomes (for streaming and non-streaming clients).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnFailure {
     /// A normal completion carrying the status (`X-Enforce-Status`, `enforcement`).
@@ -99,6 +119,11 @@ pub struct Args {
     /// still recorded, and put back on the turns the client sends back.
     #[arg(long)]
     pub hide_step_marker: bool,
+    /// What a streaming client sees while the answer is checked: `hold` shows nothing
+    /// unchecked; `draft` streams each attempt live as reasoning (a "Thinking…" block in Open
+    /// WebUI) and only the checked answer as the message.
+    #[arg(long, value_enum, default_value = "hold")]
+    pub stream_mode: StreamModeArg,
     /// Accepted bearer key (repeatable; also `ENFORCE_API_KEYS`, comma-separated).
     #[arg(long = "api-key")]
     pub api_keys: Vec<String>,
@@ -317,12 +342,14 @@ fn model_from_config(
         enforcer_for(profiles, &profile).map_err(|e| format!("model '{}': {e}", entry.id))?;
     Ok(Model::new(entry.id.clone(), runner, enforcer)
         .with_profile(profile)
+        .with_runner_kind(runner_config.kind())
         .with_options(ModelOptions {
             on_unresolved: entry.on_unresolved,
             on_unavailable: entry.on_unavailable,
             status_events: entry.status_events,
             check_tool_calls: entry.check_tool_calls,
             hide_step_marker: entry.hide_step_marker,
+            stream_mode: entry.stream_mode,
         }))
 }
 
@@ -419,12 +446,14 @@ fn model_from_flags(
     Ok(Some(
         Model::new(id, runner, enforcer)
             .with_profile(profile)
+            .with_runner_kind(runner_config.kind())
             .with_options(ModelOptions {
                 on_unresolved: args.on_unresolved.into(),
                 on_unavailable: args.on_unavailable.into(),
                 status_events: args.status_events,
                 check_tool_calls: !args.no_tool_checks,
                 hide_step_marker: args.hide_step_marker,
+                stream_mode: args.stream_mode.into(),
             }),
     ))
 }

@@ -8,12 +8,12 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const GOOD: &str = "Here is why.\n<!-- STEP: why -->";
+pub(crate) const GOOD: &str = "Here is why.\n<!-- STEP: why -->";
 
 /// A running `enforce serve`, stopped with SIGTERM (or killed) when dropped.
 pub(crate) struct Proxy {
     child: Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Proxy {
@@ -97,7 +97,12 @@ pub(crate) fn temp_dir(name: &str) -> PathBuf {
 }
 
 /// A config whose model `m` talks to `upstream` without runner-level retries.
-fn config_for(dir: &std::path::Path, upstream: &str, extra_model: &str, server: &str) -> PathBuf {
+pub(crate) fn config_for(
+    dir: &std::path::Path,
+    upstream: &str,
+    extra_model: &str,
+    server: &str,
+) -> PathBuf {
     let path = dir.join("enforce.yaml");
     let text = format!(
         "models:\n  - id: m\n    profile: chat\n    runner:\n      type: openai\n      base_url: {upstream}\n      model: mock-model\n      timeout_secs: 1\n      retry:\n        max_retries: 0\n{extra_model}{server}"
@@ -110,7 +115,7 @@ pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
-fn body(stream: bool) -> Value {
+pub(crate) fn body(stream: bool) -> Value {
     json!({"model": "m", "messages": [{"role": "user", "content": "Why?"}], "stream": stream})
 }
 

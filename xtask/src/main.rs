@@ -319,16 +319,36 @@ fn build_plugins() -> Result<PathBuf> {
     let dir = target.join("plugins");
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let packages = plugin_packages()?;
-    if packages.is_empty() {
-        return Ok(dir);
+    let mut copied = 0;
+    if !packages.is_empty() {
+        let mut cmd = cargo();
+        cmd.args(["build", "--message-format=json-render-diagnostics"])
+            .args(locked());
+        for p in &packages {
+            cmd.args(["-p", p]);
+        }
+        eprintln!("xtask: building plugins {}", packages.join(", "));
+        copied += build_and_copy_cdylibs(cmd, &dir)?;
     }
-    let mut cmd = cargo();
-    cmd.args(["build", "--message-format=json-render-diagnostics"])
-        .args(locked());
-    for p in &packages {
-        cmd.args(["-p", p]);
+    for manifest in STANDALONE_PLUGINS {
+        let mut cmd = cargo();
+        cmd.args(["build", "--message-format=json-render-diagnostics"])
+            .args(locked())
+            .arg("--manifest-path")
+            .arg(root().join(manifest));
+        eprintln!("xtask: building plugin {manifest} (its own workspace)");
+        copied += build_and_copy_cdylibs(cmd, &dir)?;
     }
-    eprintln!("xtask: building plugins {}", packages.join(", "));
+    eprintln!("xtask: {copied} plugin librar(ies) in {}", dir.display());
+    Ok(dir)
+}
+
+/// Plugins that are their own workspace (excluded from the main one), built by manifest path:
+/// the interface-1.0 compatibility plugin builds against a frozen copy of the old ABI crate.
+const STANDALONE_PLUGINS: &[&str] = &["plugins/test-interface-1-0/Cargo.toml"];
+
+/// Runs the cargo build `cmd` and copies every `cdylib` it produced into `dir`.
+fn build_and_copy_cdylibs(mut cmd: Command, dir: &Path) -> Result<usize> {
     let out = cmd
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -362,8 +382,7 @@ fn build_plugins() -> Result<PathBuf> {
             }
         }
     }
-    eprintln!("xtask: {copied} plugin librar(ies) in {}", dir.display());
-    Ok(dir)
+    Ok(copied)
 }
 
 /// Builds the bench harness and the `enforce` binary in release mode, then runs the harness,

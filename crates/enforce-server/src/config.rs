@@ -26,6 +26,21 @@ pub enum FailureResponse {
     Error,
 }
 
+/// What a streaming client sees while the loop works.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum StreamMode {
+    /// Nothing before the answer has passed (keep-alives and status events only): no
+    /// unchecked text is ever shown.
+    #[default]
+    Hold,
+    /// Every attempt streams live as `delta.reasoning_content` (chat UIs show it as a
+    /// collapsible "Thinking…" block); only the checked answer is sent as `delta.content`.
+    Draft,
+}
+
 /// Per-model behaviour of the proxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -46,6 +61,8 @@ pub struct ModelOptions {
     /// text). The step is still recorded, and the marker is put back on assistant turns the
     /// client sends back, so the model keeps seeing its own markers.
     pub hide_step_marker: bool,
+    /// What a streaming client sees while the loop works: `hold` (default) or `draft`.
+    pub stream_mode: StreamMode,
 }
 
 impl Default for ModelOptions {
@@ -56,6 +73,7 @@ impl Default for ModelOptions {
             status_events: false,
             check_tool_calls: true,
             hide_step_marker: false,
+            stream_mode: StreamMode::Hold,
         }
     }
 }
@@ -75,6 +93,8 @@ pub struct Model {
     pub enforcer: Arc<Enforcer>,
     /// How failures and streams are presented.
     pub options: ModelOptions,
+    /// The kind of runner (`claude`, `openai`, `command`), for the audit log.
+    pub runner_kind: Option<String>,
 }
 
 impl Model {
@@ -86,12 +106,19 @@ impl Model {
             runner,
             enforcer,
             options: ModelOptions::default(),
+            runner_kind: None,
         }
     }
 
     /// Names the profile, builder style.
     pub fn with_profile(mut self, name: impl Into<String>) -> Self {
         self.profile = name.into();
+        self
+    }
+
+    /// Names the kind of runner (`claude`, `openai`, `command`) for the audit, builder style.
+    pub fn with_runner_kind(mut self, kind: impl Into<String>) -> Self {
+        self.runner_kind = Some(kind.into());
         self
     }
 
@@ -109,6 +136,8 @@ impl fmt::Debug for Model {
             .field("profile", &self.profile)
             .field("validators", &self.enforcer.validators().len())
             .field("options", &self.options)
+            .field("profile", &self.profile)
+            .field("runner_kind", &self.runner_kind)
             .finish_non_exhaustive()
     }
 }
@@ -472,25 +501,29 @@ impl ServerSection {
         if let Some(d) = seconds("shutdown_grace_secs", self.shutdown_grace_secs)? {
             c.shutdown_grace = d;
         }
-        let every = seconds("audit_fsync_interval_secs", self.audit_fsync_interval_secs)?
-            .unwrap_or(Duration::from_secs(1));
-        c.audit_fsync = match self.audit_fsync.as_deref() {
-            None | Some("never") => FsyncPolicy::Never,
-            Some("always") => FsyncPolicy::Always,
-            Some("interval") => FsyncPolicy::Interval(every),
-            Some(other) => {
-                return Err(SectionError {
-                    field: "audit_fsync",
-                    message: format!("must be never, always or interval, got `{other}`"),
-                })
-            }
-        };
+        c.audit_fsync = self.fsync_policy()?;
         c.state = self
             .state
             .as_ref()
             .map(StateSection::to_config)
             .transpose()?;
         Ok(c)
+    }
+
+    /// `audit_fsync` (with `audit_fsync_interval_secs`, default 1 s) as a policy; `never`
+    /// when not given. `enforce run --audit` reads it too, so both writers sync alike.
+    pub fn fsync_policy(&self) -> Result<FsyncPolicy, SectionError> {
+        let every = seconds("audit_fsync_interval_secs", self.audit_fsync_interval_secs)?
+            .unwrap_or(Duration::from_secs(1));
+        match self.audit_fsync.as_deref() {
+            None | Some("never") => Ok(FsyncPolicy::Never),
+            Some("always") => Ok(FsyncPolicy::Always),
+            Some("interval") => Ok(FsyncPolicy::Interval(every)),
+            Some(other) => Err(SectionError {
+                field: "audit_fsync",
+                message: format!("must be never, always or interval, got `{other}`"),
+            }),
+        }
     }
 }
 

@@ -58,7 +58,7 @@ pub use audit::AuditLog;
 pub use auth::constant_time_eq;
 pub use config::{
     parse_key_list, ConcurrencyScope, FailureResponse, FsyncPolicy, Model, ModelOptions,
-    SectionError, ServerConfig, ServerSection, StateConfig, StateSection, API_KEYS_ENV,
+    SectionError, ServerConfig, ServerSection, StateConfig, StateSection, StreamMode, API_KEYS_ENV,
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;

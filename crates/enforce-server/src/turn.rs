@@ -2,7 +2,7 @@
 //! bookkeeping after it ([`Turn`]), the task running the loop ([`Job`]) and the progress it
 //! reports. The JSON handler and the streaming driver both answer through here.
 
-use crate::config::{FailureResponse, FsyncPolicy, Model};
+use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
 use crate::error::ApiError;
 use crate::metrics::{
     Metrics, ATTEMPTS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS, REQUEST_DURATION,
@@ -14,10 +14,12 @@ use crate::shared::GlobalSlot;
 use crate::state::App;
 use axum::http::StatusCode;
 use enforce_core::{
-    async_trait, Context, Event, Outcome, Reply, Request, Runner, RunnerError, Status,
+    async_trait, Attempt, AuditRecord, Context, Event, Outcome, Reply, ReplyStream, Request,
+    Runner, RunnerError, Status, StopReason,
 };
+use futures_util::StreamExt;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
@@ -37,29 +39,52 @@ pub(crate) enum Progress {
     Repaired {
         validator: String,
     },
+    /// More text of an attempt as the model writes it (only for `draft` streams).
+    Draft {
+        attempt: u32,
+        text: String,
+    },
+    /// An attempt was cut short at these codes.
+    Cut {
+        attempt: u32,
+        codes: Vec<String>,
+    },
 }
 
-fn progress_of(event: &Event<'_>) -> Option<Progress> {
+fn error_codes(issues: &[enforce_core::Issue]) -> Vec<String> {
+    let mut codes: Vec<String> = issues
+        .iter()
+        .filter(|i| i.is_error())
+        .map(|i| i.code.clone())
+        .collect();
+    codes.dedup();
+    codes
+}
+
+/// What the stream driver needs to hear of `event`; `drafts`: whether it shows attempts live.
+fn progress_of(event: &Event<'_>, drafts: bool) -> Option<Progress> {
     match *event {
         Event::Asking { attempt, .. } => Some(Progress::Asking { attempt }),
+        Event::Streamed { attempt, text } if drafts => Some(Progress::Draft {
+            attempt,
+            text: text.to_string(),
+        }),
+        Event::Cut {
+            attempt, issues, ..
+        } => Some(Progress::Cut {
+            attempt,
+            codes: error_codes(issues),
+        }),
         Event::Retrying {
             attempt,
             max_attempts,
             issues,
             ..
-        } => {
-            let mut codes: Vec<String> = issues
-                .iter()
-                .filter(|i| i.is_error())
-                .map(|i| i.code.clone())
-                .collect();
-            codes.dedup();
-            Some(Progress::Retrying {
-                attempt,
-                max_attempts,
-                codes,
-            })
-        }
+        } => Some(Progress::Retrying {
+            attempt,
+            max_attempts,
+            codes: error_codes(issues),
+        }),
         Event::Repaired { validator } => Some(Progress::Repaired {
             validator: validator.to_string(),
         }),
@@ -99,6 +124,42 @@ impl Runner for TracedRunner {
         span.in_scope(|| log_attempt(&result));
         result
     }
+
+    // The loop asks through these: without them every answer would arrive whole and nothing
+    // could be cut short.
+    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("attempt", attempt, kind = "ask", streamed = true);
+        logged(
+            span.clone(),
+            span.in_scope(|| self.inner.ask_streamed(request)),
+        )
+    }
+
+    fn follow_up_streamed<'a>(
+        &'a self,
+        request: &'a Request,
+        previous: &'a Reply,
+        feedback: &'a str,
+    ) -> ReplyStream<'a> {
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("attempt", attempt, kind = "follow_up", streamed = true);
+        let stream = span.in_scope(|| self.inner.follow_up_streamed(request, previous, feedback));
+        logged(span, stream)
+    }
+}
+
+/// Logs how a streamed attempt ended, in its span, as `log_attempt` does for a whole one.
+fn logged<'a>(span: tracing::Span, stream: ReplyStream<'a>) -> ReplyStream<'a> {
+    Box::pin(stream.inspect(move |item| {
+        span.in_scope(|| match item {
+            Ok(enforce_core::StreamEvent::Done(reply)) => {
+                tracing::debug!(bytes = reply.text.len(), "runner replied")
+            }
+            Err(e) => tracing::warn!(error = ?e.to_string(), "runner failed"),
+            Ok(_) => {}
+        })
+    }))
 }
 
 fn log_attempt(result: &Result<Reply, RunnerError>) {
@@ -109,11 +170,43 @@ fn log_attempt(result: &Result<Reply, RunnerError>) {
     }
 }
 
+/// The attempts the loop recorded so far ([`Event::Recorded`]), kept outside its task so
+/// that a deadline or a panic can still audit them.
+#[derive(Clone, Default)]
+pub(crate) struct AttemptsSoFar(Arc<Mutex<Vec<Attempt>>>);
+
+impl AttemptsSoFar {
+    fn push(&self, attempt: &Attempt) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(attempt.clone());
+    }
+
+    fn take(&self) -> Vec<Attempt> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
 /// Aborts the enforcement when the request is dropped (the client went away).
 pub(crate) struct Job {
     pub handle: JoinHandle<Outcome>,
     pub events: mpsc::UnboundedReceiver<Progress>,
     pub deadline: tokio::time::Instant,
+    pub attempts: AttemptsSoFar,
+}
+
+impl Job {
+    /// The end of a task that panicked (or was cancelled), with the attempts it recorded.
+    pub fn crashed(&self) -> Ended {
+        Ended::Crashed(self.attempts.take())
+    }
+
+    /// Stops the task at its deadline; the end with the attempts it recorded.
+    pub fn past_deadline(&self) -> Ended {
+        self.handle.abort();
+        Ended::Deadline(self.attempts.take())
+    }
 }
 
 impl Drop for Job {
@@ -155,30 +248,49 @@ pub(crate) struct Turn {
 /// How the enforcement task ended.
 pub(crate) enum Ended {
     Outcome(Box<Outcome>),
-    /// The per-request deadline passed.
-    Deadline,
-    /// The task panicked or was cancelled.
-    Crashed,
+    /// The per-request deadline passed; the attempts recorded until then.
+    Deadline(Vec<Attempt>),
+    /// The task panicked or was cancelled; the attempts recorded until then.
+    Crashed(Vec<Attempt>),
 }
 
 impl Turn {
     /// Counts a finished request and writes its audit line. With `audit_fsync: always` it waits
     /// until the line is on disk, so an answer is never acknowledged before it is audited.
-    async fn record(&self, status: &str, outcome: Option<&Outcome>, total: Duration) {
+    /// `status` is the metrics label (`deadline` and `internal_error` for outcomes cut short,
+    /// whose overhead is not observed: the attempt in flight has no runner time).
+    async fn record(&self, status: &str, outcome: &Outcome, total: Duration) {
         let (app, model) = (&self.app, self.model.id.as_str());
+        let cut_short = matches!(
+            outcome.stop_reason,
+            StopReason::DeadlineExceeded | StopReason::Panicked
+        );
         tracing::info!(
             model,
             status,
-            attempts = outcome.map_or(0, |o| o.attempts.len()),
+            request_id = %self.ids.id,
+            attempts = outcome.attempts.len(),
             // Debug-formatted: plugin and pattern codes are not ours and could hold newlines.
-            codes = ?outcome.map(|o| o.codes().join(",")).unwrap_or_default(),
+            codes = ?outcome.codes().join(","),
             total_ms = total.as_millis() as u64,
             "chat completion finished"
         );
+        if let Some(rejected) = outcome
+            .warnings
+            .iter()
+            .find(|w| w.code == enforce_core::FALLBACK_INVALID)
+        {
+            tracing::warn!(
+                model,
+                request_id = %self.ids.id,
+                // Debug-formatted: the message quotes validator messages.
+                reason = ?rejected.message,
+                "fallback failed validation and was not sent"
+            );
+        }
         let m = &app.metrics;
         m.count(&REQUESTS, &[("model", model), ("status", status)], 1);
         m.observe_seconds(&REQUEST_DURATION, &[("model", model)], total.as_secs_f64());
-        let Some(outcome) = outcome else { return };
         m.count(
             &ATTEMPTS,
             &[("model", model)],
@@ -209,15 +321,23 @@ impl Turn {
         if outcome.runner_error().is_some() {
             m.count(&RUNNER_FAILURES, &[("model", model)], 1);
         }
-        let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
-        m.observe_seconds(&OVERHEAD, &[("model", model)], overhead as f64 / 1e6);
+        if !cut_short {
+            let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
+            m.observe_seconds(&OVERHEAD, &[("model", model)], overhead as f64 / 1e6);
+        }
         if let Some(audit) = &app.audit {
+            let line = AuditRecord::new(&self.ids.id, outcome)
+                .model(self.model.id.as_str())
+                .profile(Some(self.model.profile.as_str()).filter(|p| !p.is_empty()))
+                .chat_id(self.chat_id.as_deref())
+                .runner(self.model.runner_kind.as_deref())
+                .to_json_line();
             if audit.policy() == FsyncPolicy::Always {
                 // A failed write is logged and counted by the writer; the client still gets its
                 // answer (the audit must not take the service down).
-                audit.append_durable(outcome.to_json_line()).await;
+                audit.append_durable(line).await;
             } else {
-                audit.append(outcome.to_json_line());
+                audit.append(line);
             }
         }
     }
@@ -243,8 +363,16 @@ impl Turn {
             session_id,
             params: self.chat.params.clone(),
         };
+        let attempts = AttemptsSoFar::default();
+        let recorded = attempts.clone();
+        // Drafts travel only to a stream that shows them: a held stream or a completion would
+        // just drop them.
+        let drafts = self.chat.stream && self.model.options.stream_mode == StreamMode::Draft;
         let observer = move |event: &Event<'_>| {
-            if let Some(p) = progress_of(event) {
+            if let Event::Recorded { attempt } = event {
+                recorded.push(attempt);
+            }
+            if let Some(p) = progress_of(event, drafts) {
                 // The receiver is gone only when the client left; nothing to tell then.
                 let _ = tx.send(p);
             }
@@ -261,6 +389,7 @@ impl Turn {
             handle,
             events,
             deadline: tokio::time::Instant::now() + self.app.config.request_timeout,
+            attempts,
         }
     }
 
@@ -270,8 +399,9 @@ impl Turn {
         let total = self.started.elapsed();
         let outcome = match ended {
             Ended::Outcome(outcome) => outcome,
-            Ended::Deadline => {
-                self.record("deadline", None, total).await;
+            Ended::Deadline(attempts) => {
+                let outcome = Outcome::interrupted(StopReason::DeadlineExceeded, attempts, total);
+                self.record("deadline", &outcome, total).await;
                 return Err(ApiError::new(
                     StatusCode::GATEWAY_TIMEOUT,
                     "enforcement_error",
@@ -282,8 +412,9 @@ impl Turn {
                     ),
                 ));
             }
-            Ended::Crashed => {
-                self.record("internal_error", None, total).await;
+            Ended::Crashed(attempts) => {
+                let outcome = Outcome::interrupted(StopReason::Panicked, attempts, total);
+                self.record("internal_error", &outcome, total).await;
                 return Err(ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "server_error",
@@ -292,8 +423,7 @@ impl Turn {
                 ));
             }
         };
-        self.record(outcome.status.as_str(), Some(&outcome), total)
-            .await;
+        self.record(outcome.status.as_str(), &outcome, total).await;
 
         let deliverable = deliverable(&outcome, delivery_for(&self.model));
         if deliverable.is_some() && !outcome.status.is_success() && !outcome.fallback_used {
@@ -414,11 +544,8 @@ pub(crate) async fn wait(job: &mut Job) -> Ended {
         Ok(Ok(outcome)) => Ended::Outcome(Box::new(outcome)),
         Ok(Err(join_error)) => {
             tracing::error!(error = %join_error, "enforcement task failed");
-            Ended::Crashed
+            job.crashed()
         }
-        Err(_) => {
-            job.handle.abort();
-            Ended::Deadline
-        }
+        Err(_) => job.past_deadline(),
     }
 }

@@ -9,6 +9,7 @@ use axum::Router;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -191,6 +192,7 @@ pub struct MockScript {
     chunk_gap: Duration,
     model: String,
     tool_history: ToolHistory,
+    reject_stream_options: bool,
 }
 
 impl Default for MockScript {
@@ -202,6 +204,7 @@ impl Default for MockScript {
             chunk_gap: Duration::ZERO,
             model: "mock-model".to_string(),
             tool_history: ToolHistory::Accept,
+            reject_stream_options: false,
         }
     }
 }
@@ -240,6 +243,12 @@ impl MockScript {
     /// The model name reported by `/v1/models` and in completions.
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = model.into();
+        self
+    }
+
+    /// Answer a request carrying `stream_options` with a 400 naming it, as some servers do.
+    pub fn reject_stream_options(mut self, reject: bool) -> Self {
+        self.reject_stream_options = reject;
         self
     }
 
@@ -361,6 +370,24 @@ struct Shared {
     script: Mutex<MockScript>,
     last: Mutex<Option<MockReply>>,
     requests: Mutex<Vec<RecordedRequest>>,
+    /// Streams whose client went away before the last event was sent.
+    abandoned: AtomicUsize,
+    /// Streamed chunks that carried answer text: what the "model" generated.
+    content_chunks: AtomicUsize,
+}
+
+/// Counts a stream as abandoned when it is dropped before its last event went out.
+struct StreamGuard {
+    shared: Arc<Shared>,
+    finished: bool,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.shared.abandoned.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -404,6 +431,8 @@ impl MockOpenAi {
             script: Mutex::new(script),
             last: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            abandoned: AtomicUsize::new(0),
+            content_chunks: AtomicUsize::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -449,6 +478,18 @@ impl MockOpenAi {
             .into_iter()
             .filter(|r| r.path.ends_with("/chat/completions"))
             .collect()
+    }
+
+    /// Streams the client closed before their last event: a cut or a client that left
+    /// (cancellation reached the upstream).
+    pub fn abandoned_streams(&self) -> usize {
+        self.shared.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// Streamed chunks with answer text sent so far, over all streams: with one token per chunk,
+    /// the tokens the "model" generated (a cut stream stops counting when it is closed).
+    pub fn content_chunks_sent(&self) -> usize {
+        self.shared.content_chunks.load(Ordering::SeqCst)
     }
 
     /// Queues another reply.
@@ -573,10 +614,20 @@ async fn chat(
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         == Some(true);
-    let (chunks, gap, model, tool_rule) = {
+    let (chunks, gap, model, tool_rule, reject_options) = {
         let s = lock(&shared.script);
-        (s.chunks, s.chunk_gap, s.model.clone(), s.tool_history)
+        (
+            s.chunks,
+            s.chunk_gap,
+            s.model.clone(),
+            s.tool_history,
+            s.reject_stream_options,
+        )
     };
+    if reject_options && request.get("stream_options").is_some() {
+        let message = "Unrecognized request argument supplied: stream_options";
+        return with_status(400, ErrorShape::OpenAi.body(400, message).to_string(), None);
+    }
     let messages = request
         .get("messages")
         .and_then(Value::as_array)
@@ -596,7 +647,7 @@ async fn chat(
             let text = fill(&text, &request, &last_user);
             if stream {
                 let events = stream_events(&model, &text, chunks, None, include_usage);
-                sse(events, gap, false)
+                sse(&shared, events, gap, false)
             } else {
                 axum::Json(json!({
                     "id": "chatcmpl-mock", "object": "chat.completion", "created": 0,
@@ -630,6 +681,7 @@ async fn chat(
             let text = text.map(|t| fill(&t, &request, &last_user));
             if stream {
                 sse(
+                    &shared,
                     tool_call_events(&model, text.as_deref(), &calls),
                     gap,
                     false,
@@ -659,7 +711,7 @@ async fn chat(
             let mut events = stream_events(&model, &text, chunks, None, false);
             // role chunk + the content chunks that get through
             events.truncate(1 + after_chunks);
-            sse(events, gap, true)
+            sse(&shared, events, gap, true)
         }
         MockReply::StreamError {
             text,
@@ -671,7 +723,7 @@ async fn chat(
             events.truncate(1 + after_chunks);
             events.push(ErrorShape::OpenAi.body(500, &message).to_string());
             events.push("[DONE]".to_string());
-            sse(events, gap, false)
+            sse(&shared, events, gap, false)
         }
         // Unwrapped above; kept total without a panic.
         MockReply::Delayed(_, _) => with_status(500, "nested delay".to_string(), None),
@@ -777,18 +829,28 @@ fn tool_call_events(
 }
 
 /// An SSE response sending each event `gap` apart; `cut` aborts the body after the last one.
-fn sse(events: Vec<String>, gap: Duration, cut: bool) -> Response {
+fn sse(shared: &Arc<Shared>, events: Vec<String>, gap: Duration, cut: bool) -> Response {
     let items: VecDeque<String> = events.into();
+    let guard = StreamGuard {
+        shared: Arc::clone(shared),
+        finished: false,
+    };
     let stream = futures_util::stream::unfold(
-        (items, true, cut),
-        move |(mut items, first, cut)| async move {
+        (items, true, cut, guard),
+        move |(mut items, first, cut, mut guard)| async move {
             match items.pop_front() {
                 Some(event) => {
                     if !first && !gap.is_zero() {
                         tokio::time::sleep(gap).await;
                     }
+                    if items.is_empty() {
+                        guard.finished = true;
+                    }
+                    if event.contains("\"content\":\"") {
+                        guard.shared.content_chunks.fetch_add(1, Ordering::SeqCst);
+                    }
                     let frame = Bytes::from(format!("data: {event}\n\n"));
-                    Some((Ok::<_, std::io::Error>(frame), (items, false, cut)))
+                    Some((Ok::<_, std::io::Error>(frame), (items, false, cut, guard)))
                 }
                 None if cut => {
                     // Pause first so the head and the chunks before the cut reach the client.
@@ -798,7 +860,7 @@ fn sse(events: Vec<String>, gap: Duration, cut: bool) -> Response {
                             std::io::ErrorKind::ConnectionAborted,
                             "stream cut by the script",
                         )),
-                        (items, false, false),
+                        (items, false, false, guard),
                     ))
                 }
                 None => None,

@@ -5,10 +5,12 @@
 //! (TRACE, captured in memory) the first time it runs, and the other modules then log into it
 //! too. No other test may install a global subscriber.
 
+mod audit_record;
 mod common;
 mod facts;
 mod fault_matrix;
 mod hostile_input;
 mod proxy;
 mod shared_state;
+mod streaming;
 mod tools;
