@@ -4,7 +4,7 @@ use crate::config::{LoadedConfig, ServedModelConfig};
 use clap::{Args as ClapArgs, ValueEnum};
 use enforce_config::ProfileSet;
 use enforce_core::Runner;
-use enforce_external::breaker::BreakerState;
+use enforce_external::breaker::{BreakerState, SharedBreakers, SharedError};
 use enforce_runner::{ClaudeConfig, OpenAiConfig, RunnerConfig};
 use enforce_server::{
     FailureResponse, Model, ModelOptions, Server, ServerSection, StepMark, StreamMode,
@@ -12,6 +12,7 @@ use enforce_server::{
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Address used when neither `--listen` nor `server.listen` is given: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -263,7 +264,40 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
         builder = builder.profile(name.clone(), enforcer_for(&profiles, &name)?);
     }
     let server = builder.build().map_err(|e| e.to_string())?;
+    if let Some(shared) = server.shared_state() {
+        enforce_external::breaker::share_state(Arc::new(SharedBreakerLink(shared)));
+    }
     Ok(Prepared { listen, server })
+}
+
+/// Lets the external validators' circuit breakers share their state through the proxy's
+/// shared state (Redis), so enforce-external knows no store and enforce-server no breaker.
+struct SharedBreakerLink(Arc<enforce_server::ReplicaState>);
+
+fn breaker_error(e: enforce_server::StateError) -> SharedError {
+    SharedError(e.0)
+}
+
+#[enforce_core::async_trait]
+impl SharedBreakers for SharedBreakerLink {
+    async fn opened_at(&self, name: &str) -> Result<Option<u64>, SharedError> {
+        self.0.breaker_opened_at(name).await.map_err(breaker_error)
+    }
+    async fn open(&self, name: &str, at_ms: u64) -> Result<(), SharedError> {
+        self.0
+            .breaker_open(name, at_ms)
+            .await
+            .map_err(breaker_error)
+    }
+    async fn try_probe(&self, name: &str, lease: Duration) -> Result<bool, SharedError> {
+        self.0
+            .breaker_try_probe(name, lease)
+            .await
+            .map_err(breaker_error)
+    }
+    async fn close(&self, name: &str) -> Result<(), SharedError> {
+        self.0.breaker_close(name).await.map_err(breaker_error)
+    }
 }
 
 /// Exports every external validator's circuit breaker as a gauge at each `/metrics` scrape.
@@ -317,6 +351,7 @@ fn model_from_config(
     Ok(with_upstream_model(
         Model::new(entry.id.clone(), runner, enforcer)
             .with_profile(profile)
+            .with_runner_kind(runner_config.kind())
             .with_options(ModelOptions {
                 on_unresolved: entry.on_unresolved,
                 on_unavailable: entry.on_unavailable,
@@ -432,6 +467,7 @@ fn model_from_flags(
         .unwrap_or_else(|| profile.clone());
     let model = Model::new(id, runner, enforcer)
         .with_profile(profile)
+        .with_runner_kind(runner_config.kind())
         .with_options(ModelOptions {
             on_unresolved: args.on_unresolved.into(),
             on_unavailable: args.on_unavailable.into(),

@@ -1,6 +1,7 @@
 //! The end-to-end tests of the `enforce` binary and the property tests, in one test binary
 //! (one link instead of one per file): `cargo test -p enforce --test it`.
 
+mod audit_shape;
 mod check;
 mod cli_run_demo;
 mod config_schema;
@@ -8,6 +9,8 @@ mod crash_safety;
 mod grafana;
 mod plugins;
 mod properties;
+mod prose_serve;
+mod replicas;
 mod report;
 mod serve;
 

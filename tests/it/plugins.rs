@@ -113,7 +113,7 @@ fn plugins_lists_good_plugins_and_says_why_each_bad_file_failed() {
     assert_eq!(out.status.code(), Some(1));
     let text = stdout(&out);
     assert!(
-        text.contains("plugin german-prose 0.1.0 (interface 1.0.0)"),
+        text.contains("plugin german-prose 0.1.0 (interface 1.1.0)"),
         "{text}"
     );
     assert!(text.contains("validator domain_rules:"), "{text}");
@@ -126,7 +126,7 @@ fn plugins_lists_good_plugins_and_says_why_each_bad_file_failed() {
         "{text}"
     );
     assert!(
-        text.contains("built for interface 2.0.0, this host supports 1.0.0"),
+        text.contains("built for interface 2.0.0, this host supports 1.1.0"),
         "{text}"
     );
     assert!(

@@ -21,7 +21,10 @@ impl Proxy {
         Self::start_with_env(args, std::collections::BTreeMap::new())
     }
 
-    fn start_with_env(args: &[&str], env: std::collections::BTreeMap<String, String>) -> Proxy {
+    pub(crate) fn start_with_env(
+        args: &[&str],
+        env: std::collections::BTreeMap<String, String>,
+    ) -> Proxy {
         let mut child = Command::new(env!("CARGO_BIN_EXE_enforce"))
             .arg("serve")
             // Traces only where a test asks for them.

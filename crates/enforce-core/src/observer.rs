@@ -1,6 +1,6 @@
 //! Watching the loop as it runs: [`Observer`] and [`Event`].
 
-use crate::{Issue, Status};
+use crate::{Attempt, Issue, Status};
 use std::fmt;
 use std::time::Duration;
 
@@ -23,6 +23,13 @@ pub enum Event<'a> {
         /// The new text (a delta, not the whole answer so far).
         text: &'a str,
     },
+    /// More of the model's own reasoning arrived (not part of the answer, never validated).
+    Reasoning {
+        /// Attempt number.
+        attempt: u32,
+        /// The new reasoning text (a delta).
+        text: &'a str,
+    },
     /// A streamed answer was cut short at a definite error; a re-ask follows unless a stop
     /// rule (no progress, budget) ends the loop.
     Cut {
@@ -41,6 +48,14 @@ pub enum Event<'a> {
         response: &'a str,
         /// Every issue found.
         issues: &'a [Issue],
+    },
+    /// An attempt was recorded for the audit, as it will appear in the outcome (a repair
+    /// applied later is added to the outcome's copy only). A caller that may have to stop the
+    /// loop from outside (a deadline) keeps these to audit the attempts made so far
+    /// ([`Outcome::interrupted`](crate::Outcome::interrupted)).
+    Recorded {
+        /// The attempt.
+        attempt: &'a Attempt,
     },
     /// The runner is asked again with feedback.
     Retrying {

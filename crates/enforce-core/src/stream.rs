@@ -16,6 +16,9 @@ use std::task::{Context as TaskContext, Poll};
 pub enum StreamEvent {
     /// More answer text, to be appended to what came before.
     Text(String),
+    /// More of the model's own reasoning (`reasoning_content`), which is not part of the answer:
+    /// never validated, only reported to the observer.
+    Reasoning(String),
     /// The session the answer belongs to, as soon as the runner knows it: an answer cut short
     /// is continued (`--resume`) from it.
     Session(String),

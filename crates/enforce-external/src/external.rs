@@ -724,13 +724,14 @@ impl Validator for External {
         let permit = self
             .breaker
             .acquire()
+            .await
             .map_err(|r| Unavailable::new(r.to_string()))?;
         let mut issues = Vec::new();
         for (text, line_offset) in inputs {
             let output = match self.call(text).await {
                 Ok(o) => o,
                 Err(u) => {
-                    permit.failure(&u.reason);
+                    permit.failure(&u.reason).await;
                     return Err(u);
                 }
             };
@@ -765,7 +766,7 @@ impl Validator for External {
                 issues.push(issue);
             }
         }
-        permit.success();
+        permit.success().await;
         Ok(issues)
     }
 

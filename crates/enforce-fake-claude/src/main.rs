@@ -20,11 +20,22 @@
 //! | `hang` | never answers; with `"child": true` it first starts a child that also hangs; with `"ignore_interrupt": true` both ignore SIGINT so only SIGKILL stops them |
 //!
 //! The session id defaults to the one given with `--resume`, else `fake-session-1`.
+//!
+//! With `--output-format stream-json` (which, like the real CLI, needs `--verbose`) it prints
+//! one JSON object per line: `system/init` (with the session id), then — with
+//! `--include-partial-messages` — `stream_event` lines carrying the Anthropic events
+//! (`message_start`, `content_block_start`, one `content_block_delta`/`text_delta` per chunk,
+//! `content_block_stop`, `message_delta`, `message_stop`), then `assistant` and `result`. A
+//! `success` step streams its text in chunks of `chunk_chars` characters (default 8), waiting
+//! `delay_ms` milliseconds (default 0) before each. SIGINT while it streams works as in the real
+//! CLI: it stops at once, prints a `result` with `subtype: error_during_execution` and
+//! `is_error: true`, and exits 1; it appends `{"pid", "chunks_sent"}` to `<record>.interrupted`.
 
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 fn main() -> ExitCode {
@@ -40,6 +51,10 @@ fn main() -> ExitCode {
     if !args.iter().any(|a| a == "-p" || a == "--print") {
         eprintln!("fake-claude: only print mode (-p) is supported");
         return ExitCode::from(2);
+    }
+    if output_format(&args) == Some("stream-json") && !args.iter().any(|a| a == "--verbose") {
+        eprintln!("Error: When using --print, --output-format=stream-json requires --verbose");
+        return ExitCode::from(1);
     }
     let step = match next_step() {
         Ok(step) => step,
@@ -122,6 +137,14 @@ fn main() -> ExitCode {
             print(&out.to_string());
             ExitCode::from(code(&step, 1))
         }
+        _ if output_format(&args) == Some("stream-json") => {
+            let text = step
+                .get("result")
+                .and_then(Value::as_str)
+                .unwrap_or("echo: {{stdin}}")
+                .replace("{{stdin}}", &stdin);
+            stream(&step, &args, &session, &text)
+        }
         _ => {
             let text = step
                 .get("result")
@@ -157,6 +180,132 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+fn output_format(args: &[String]) -> Option<&str> {
+    args.iter()
+        .position(|a| a == "--output-format")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+/// Set by the SIGINT handler while a stream runs.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+#[allow(unsafe_code)]
+fn catch_sigint() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
+}
+
+/// Waits `ms` milliseconds in small steps; `false` as soon as SIGINT arrived.
+fn pause(ms: u64) -> bool {
+    let until = std::time::Instant::now() + Duration::from_millis(ms);
+    while std::time::Instant::now() < until {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    !INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// The stream-json output of a successful answer, chunk by chunk, stopping at SIGINT.
+fn stream(step: &Value, args: &[String], session: &str, text: &str) -> ExitCode {
+    catch_sigint();
+    let partial = args.iter().any(|a| a == "--include-partial-messages");
+    let chunk_chars = step
+        .get("chunk_chars")
+        .and_then(Value::as_u64)
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(8)
+        .max(1);
+    let delay = step.get("delay_ms").and_then(Value::as_u64).unwrap_or(0);
+    let event = |e: Value| {
+        print(&json!({"type": "stream_event", "event": e, "session_id": session}).to_string())
+    };
+    print(&json!({"type": "system", "subtype": "init", "session_id": session}).to_string());
+    if partial {
+        event(
+            json!({"type": "message_start", "message": {"id": "msg_fake", "model": "fake",
+            "content": [], "usage": {"input_tokens": 3, "output_tokens": 1}}}),
+        );
+        event(json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}}));
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let mut sent = 0;
+    for chunk in chars.chunks(chunk_chars) {
+        if !pause(delay) {
+            return interrupted(session, sent);
+        }
+        if partial {
+            let piece: String = chunk.iter().collect();
+            event(json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": piece}}));
+        }
+        sent += 1;
+    }
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        return interrupted(session, sent);
+    }
+    let output_tokens = u64::try_from(sent).unwrap_or(u64::MAX);
+    if partial {
+        event(json!({"type": "content_block_stop", "index": 0}));
+        event(
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": output_tokens}}),
+        );
+        event(json!({"type": "message_stop"}));
+    }
+    print(
+        &json!({"type": "assistant", "session_id": session,
+        "message": {"content": [{"type": "text", "text": text}]}})
+        .to_string(),
+    );
+    let cost = step.get("cost").and_then(Value::as_f64).unwrap_or(0.001);
+    print(
+        &json!({"type": "result", "subtype": "success", "is_error": false,
+        "duration_ms": 25, "num_turns": 1, "result": text, "session_id": session,
+        "total_cost_usd": cost,
+        "usage": {"input_tokens": 3, "output_tokens": output_tokens}})
+        .to_string(),
+    );
+    ExitCode::SUCCESS
+}
+
+/// What the real CLI does on SIGINT mid-answer: an error result, then exit.
+fn interrupted(session: &str, chunks_sent: usize) -> ExitCode {
+    print(
+        &json!({"type": "result", "subtype": "error_during_execution", "is_error": true,
+        "duration_ms": 12, "num_turns": 1, "session_id": session, "total_cost_usd": 0.0005,
+        "usage": {"input_tokens": 3, "output_tokens": chunks_sent},
+        "errors": ["Request was aborted."]})
+        .to_string(),
+    );
+    if let Some(record) = std::env::var_os("FAKE_CLAUDE_RECORD") {
+        let mut path = record;
+        path.push(".interrupted");
+        let line = json!({"pid": std::process::id(), "chunks_sent": chunks_sent});
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| writeln!(f, "{line}"));
+        if let Err(e) = written {
+            eprintln!("fake-claude: cannot record the interruption: {e}");
+        }
+    }
+    ExitCode::from(1)
 }
 
 fn code(step: &Value, default: u8) -> u8 {

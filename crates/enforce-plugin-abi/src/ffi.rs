@@ -15,9 +15,16 @@ use abi_stable::{
 /// The version of the plugin interface this crate defines.
 ///
 /// It is checked when a plugin is loaded: the major number must match the host's. Minor versions
-/// only add fields at the end of [`PluginModule`] and methods at the end of [`ValidatorObject`],
-/// so a plugin built for `1.0` keeps loading in a `1.x` host.
-pub const INTERFACE_VERSION: &str = "1.0.0";
+/// only add fields at the end of [`PluginModule`] and methods (with a default) at the end of
+/// [`ValidatorObject`]. A newer plugin loads in an older 1.x host as it is; for older plugins
+/// the crate keeps each earlier minor version's root module and object types (module
+/// [`v1_0`](crate::v1_0)), which the host picks by the version in the library's header.
+///
+/// | version | adds |
+/// |---|---|
+/// | 1.0 | `describe`, `create_validator`; `validate`, `repair` |
+/// | 1.1 | [`ValidatorObject::validate_partial`] (early abort); a 1.0 plugin has none |
+pub const INTERFACE_VERSION: &str = "1.1.0";
 
 /// How much an issue matters, mirroring `enforce_core::Severity`.
 #[repr(u8)]
@@ -256,6 +263,22 @@ mod validator_object {
             context_json: RStr<'_>,
             issues: RSlice<'_, PluginIssue>,
         ) -> RResult<ROption<RString>, PluginError>;
+
+        /// Interface 1.1: checks `prefix`, the part of a streamed answer received so far, and
+        /// returns only **definite** issues, ones no continuation of the text can remove (see
+        /// `enforce_core::PartialCheck`). `RNone`: this validator has no partial check, and the
+        /// host stops asking for this answer.
+        ///
+        /// The default answers `RNone`. A plugin built for interface 1.0 has no such method at
+        /// all: the host loads it through [`v1_0`](crate::v1_0) and gives it no partial check.
+        fn validate_partial(
+            &self,
+            prefix: RStr<'_>,
+            context_json: RStr<'_>,
+        ) -> RResult<ROption<RVec<PluginIssue>>, PluginError> {
+            let _ = (prefix, context_json);
+            RResult::ROk(ROption::RNone)
+        }
     }
 }
 

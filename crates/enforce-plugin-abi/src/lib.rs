@@ -76,6 +76,7 @@
 
 mod ffi;
 pub mod sdk;
+pub mod v1_0;
 
 pub use ffi::{
     PluginDescription, PluginError, PluginErrorKind, PluginIssue, PluginModule, PluginModulePrefix,

@@ -120,6 +120,22 @@ pub trait PluginValidator: Send + Sync + 'static {
         let _ = (response, context, issues);
         None
     }
+
+    /// Checks `prefix`, the part of a streamed answer received so far, for early abort:
+    /// `Some` with only the issues no continuation can remove (a forbidden word followed by a
+    /// space, not one the next bytes could still extend), `None` (the default) when this
+    /// validator judges whole answers only.
+    ///
+    /// Each call gets the whole prefix again (the boundary keeps no state), so keep it cheap.
+    /// A wrong "definite" error throws away a good answer: when in doubt, return nothing.
+    fn validate_partial(
+        &self,
+        prefix: &str,
+        context: &Context<'_>,
+    ) -> Option<Result<Vec<PluginIssue>, PluginError>> {
+        let _ = (prefix, context);
+        None
+    }
 }
 
 /// Builds a validator from its configuration (a JSON value; `null` when the profile gives none).
@@ -198,15 +214,7 @@ impl ValidatorObject for Guarded {
         guard(|| {
             let context = Context::new(context_json.as_str());
             let issues = self.inner.validate(response.as_str(), &context)?;
-            Ok(issues
-                .into_iter()
-                .map(|mut issue| {
-                    if issue.validator.is_empty() {
-                        issue.validator = RString::from(self.name);
-                    }
-                    issue
-                })
-                .collect())
+            Ok(self.named(issues))
         })
     }
 
@@ -223,6 +231,35 @@ impl ValidatorObject for Guarded {
                 .repair(response.as_str(), &context, issues.as_slice());
             Ok(ROption::from(repaired.map(RString::from)))
         })
+    }
+
+    fn validate_partial(
+        &self,
+        prefix: RStr<'_>,
+        context_json: RStr<'_>,
+    ) -> RResult<ROption<RVec<PluginIssue>>, PluginError> {
+        guard(|| {
+            let context = Context::new(context_json.as_str());
+            match self.inner.validate_partial(prefix.as_str(), &context) {
+                None => Ok(ROption::RNone),
+                Some(issues) => Ok(ROption::RSome(self.named(issues?))),
+            }
+        })
+    }
+}
+
+impl Guarded {
+    /// The issues with this validator's name where they have none.
+    fn named(&self, issues: Vec<PluginIssue>) -> RVec<PluginIssue> {
+        issues
+            .into_iter()
+            .map(|mut issue| {
+                if issue.validator.is_empty() {
+                    issue.validator = RString::from(self.name);
+                }
+                issue
+            })
+            .collect()
     }
 }
 

@@ -1,10 +1,13 @@
 //! [`HostedValidator`]: a plugin validator behind enforce-core's [`Validator`] trait.
 
 use enforce_core::{
-    async_trait, Context, FailMode, Issue, Severity, Unavailable, Validation, Validator,
+    async_trait, Context, FailMode, Issue, PartialCheck, Severity, Unavailable, Validation,
+    Validator,
 };
 use enforce_plugin_abi::abi_stable::std_types::{ROption, RSlice, RStr, RString};
-use enforce_plugin_abi::{PluginError, PluginErrorKind, PluginIssue, PluginSeverity, ValidatorBox};
+use enforce_plugin_abi::{
+    v1_0, PluginError, PluginErrorKind, PluginIssue, PluginSeverity, ValidatorBox,
+};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,8 +61,58 @@ pub struct HostedValidator {
     name: String,
     validator: String,
     plugin: String,
-    object: Arc<ValidatorBox>,
+    object: PluginObject,
     options: CallOptions,
+}
+
+/// A plugin's validator object, of the interface version the plugin was built for.
+#[derive(Clone)]
+pub(crate) enum PluginObject {
+    /// Built for 1.0: no partial check.
+    V1_0(Arc<v1_0::ValidatorBox>),
+    /// Built for this interface.
+    Current(Arc<ValidatorBox>),
+}
+
+type Issues = enforce_plugin_abi::abi_stable::std_types::RVec<PluginIssue>;
+
+impl PluginObject {
+    fn validate(&self, response: &str, context_json: &str) -> Result<Issues, PluginError> {
+        let (response, context_json) = (RStr::from(response), RStr::from(context_json));
+        match self {
+            PluginObject::V1_0(o) => o.validate(response, context_json).into_result(),
+            PluginObject::Current(o) => o.validate(response, context_json).into_result(),
+        }
+    }
+
+    fn repair(
+        &self,
+        response: &str,
+        context_json: &str,
+        issues: &[PluginIssue],
+    ) -> Result<ROption<RString>, PluginError> {
+        let (response, context_json) = (RStr::from(response), RStr::from(context_json));
+        let issues = RSlice::from_slice(issues);
+        match self {
+            PluginObject::V1_0(o) => o.repair(response, context_json, issues).into_result(),
+            PluginObject::Current(o) => o.repair(response, context_json, issues).into_result(),
+        }
+    }
+
+    /// `None`: no partial check (a 1.0 plugin, or a validator without one).
+    fn validate_partial(
+        &self,
+        prefix: &str,
+        context_json: &str,
+    ) -> Result<Option<Issues>, PluginError> {
+        match self {
+            PluginObject::V1_0(_) => Ok(None),
+            PluginObject::Current(o) => o
+                .validate_partial(RStr::from(prefix), RStr::from(context_json))
+                .into_result()
+                .map(ROption::into_option),
+        }
+    }
 }
 
 impl std::fmt::Debug for HostedValidator {
@@ -84,14 +137,14 @@ impl HostedValidator {
         name: String,
         validator: String,
         plugin: String,
-        object: ValidatorBox,
+        object: PluginObject,
         options: CallOptions,
     ) -> Self {
         HostedValidator {
             name,
             validator,
             plugin,
-            object: Arc::new(object),
+            object,
             options,
         }
     }
@@ -117,17 +170,11 @@ impl HostedValidator {
     /// thread and the timeout.
     pub fn validate_now(&self, response: &str, context: &Context) -> Validation {
         let context_json = context_json(context);
-        let result = self
-            .object
-            .validate(RStr::from(response), RStr::from(context_json.as_str()))
-            .into_result();
+        let result = self.object.validate(response, &context_json);
         self.verdict(result)
     }
 
-    fn verdict(
-        &self,
-        result: Result<enforce_plugin_abi::abi_stable::std_types::RVec<PluginIssue>, PluginError>,
-    ) -> Validation {
+    fn verdict(&self, result: Result<Issues, PluginError>) -> Validation {
         match result {
             Ok(issues) => Ok(issues.into_iter().map(|i| self.to_core(i)).collect()),
             Err(err) if err.kind == PluginErrorKind::Panic => {
@@ -265,18 +312,11 @@ impl Validator for HostedValidator {
         if self.options.isolation == Isolation::Inline {
             return self.validate_now(response, context);
         }
-        let object = Arc::clone(&self.object);
+        let object = self.object.clone();
         let response = response.to_string();
         let context_json = context_json(context);
         let result = self
-            .isolated(move || {
-                object
-                    .validate(
-                        RStr::from(response.as_str()),
-                        RStr::from(context_json.as_str()),
-                    )
-                    .into_result()
-            })
+            .isolated(move || object.validate(&response, &context_json))
             .await;
         match result {
             Ok(result) => self.verdict(result),
@@ -291,27 +331,12 @@ impl Validator for HostedValidator {
         let plugin_issues: Vec<PluginIssue> = issues.iter().map(Self::to_plugin).collect();
         let context_json = context_json(context);
         let result = match self.options.isolation {
-            Isolation::Inline => self
-                .object
-                .repair(
-                    RStr::from(response),
-                    RStr::from(context_json.as_str()),
-                    RSlice::from_slice(&plugin_issues),
-                )
-                .into_result(),
+            Isolation::Inline => self.object.repair(response, &context_json, &plugin_issues),
             Isolation::BlockingThread => {
-                let object = Arc::clone(&self.object);
+                let object = self.object.clone();
                 let response = response.to_string();
                 on_pool_thread(
-                    move || {
-                        object
-                            .repair(
-                                RStr::from(response.as_str()),
-                                RStr::from(context_json.as_str()),
-                                RSlice::from_slice(&plugin_issues),
-                            )
-                            .into_result()
-                    },
+                    move || object.repair(&response, &context_json, &plugin_issues),
                     self.options.timeout,
                 )
                 .ok()?
@@ -322,5 +347,63 @@ impl Validator for HostedValidator {
 
     fn fail_mode(&self) -> Option<FailMode> {
         self.options.fail_mode
+    }
+
+    /// The plugin's partial check (interface 1.1). Whether it has one shows at the first call:
+    /// a validator without one (every plugin built for 1.0) answers "none" and is not asked
+    /// again for this answer.
+    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        Some(Box::new(PluginPartial {
+            validator: self,
+            context_json: context_json(context),
+            active: true,
+        }))
+    }
+}
+
+/// The partial check of a [`HostedValidator`]. The boundary keeps no state, so each call hands
+/// the plugin the whole prefix: O(prefix) per check.
+struct PluginPartial<'a> {
+    validator: &'a HostedValidator,
+    context_json: String,
+    /// `false` once the plugin said it has no partial check, or failed one.
+    active: bool,
+}
+
+impl PluginPartial<'_> {
+    async fn call(&self, prefix: &str) -> Option<Issues> {
+        let v = self.validator;
+        let result = if v.options.isolation == Isolation::Inline {
+            v.object.validate_partial(prefix, &self.context_json)
+        } else {
+            let object = v.object.clone();
+            let prefix = prefix.to_string();
+            let context_json = self.context_json.clone();
+            v.isolated(move || object.validate_partial(&prefix, &context_json))
+                .await
+                .ok()?
+        };
+        result.ok()?
+    }
+}
+
+#[async_trait]
+impl PartialCheck for PluginPartial<'_> {
+    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
+        if !self.active {
+            return Vec::new();
+        }
+        match self.call(prefix).await {
+            Some(issues) => issues
+                .into_iter()
+                .map(|i| self.validator.to_core(i))
+                .collect(),
+            // No partial check, or no verdict (a panic, an error, a timeout): a check that
+            // cannot answer never cuts an answer short.
+            None => {
+                self.active = false;
+                Vec::new()
+            }
+        }
     }
 }

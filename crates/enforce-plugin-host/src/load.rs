@@ -1,13 +1,14 @@
 //! Loading one plugin library: [`load_plugin`], [`LoadedPlugin`].
 
-use crate::adapter::{CallOptions, HostedValidator};
+use crate::adapter::{CallOptions, HostedValidator, PluginObject};
 use crate::error::{CreateError, LoadError};
 use enforce_plugin_abi::abi_stable::library::{lib_header_from_path, RootModule};
 use enforce_plugin_abi::abi_stable::std_types::RStr;
-use enforce_plugin_abi::PluginModuleRef;
+use enforce_plugin_abi::{v1_0, PluginModuleRef};
 use serde_json::Value;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// One validator a loaded plugin offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +27,14 @@ pub struct LoadedPlugin {
     pub(crate) version: String,
     pub(crate) interface_version: String,
     pub(crate) validators: Vec<ValidatorInfo>,
-    pub(crate) module: PluginModuleRef,
+    pub(crate) module: Module,
+}
+
+/// A plugin's root module, of the interface version the plugin was built for.
+#[derive(Clone, Copy)]
+pub(crate) enum Module {
+    V1_0(v1_0::PluginModuleRef),
+    Current(PluginModuleRef),
 }
 
 impl fmt::Debug for LoadedPlugin {
@@ -67,9 +75,13 @@ impl LoadedPlugin {
         &self.validators
     }
 
-    /// The raw root module, for callers that drive the ABI themselves.
-    pub fn module(&self) -> PluginModuleRef {
-        self.module
+    /// The raw root module, for callers that drive the ABI themselves; `None` for a plugin
+    /// built for an earlier minor interface version (it has that version's root module).
+    pub fn module(&self) -> Option<PluginModuleRef> {
+        match self.module {
+            Module::Current(module) => Some(module),
+            Module::V1_0(_) => None,
+        }
     }
 
     /// Builds this plugin's validator `validator` from `config` (JSON; `null` for none), named
@@ -91,11 +103,15 @@ impl LoadedPlugin {
         } else {
             config.to_string()
         };
-        let object = (self.module.create_validator())(
-            RStr::from(validator),
-            RStr::from(config_json.as_str()),
-        )
-        .into_result()
+        let (validator_name, config) = (RStr::from(validator), RStr::from(config_json.as_str()));
+        let object = match self.module {
+            Module::V1_0(m) => (m.create_validator())(validator_name, config)
+                .into_result()
+                .map(|o| PluginObject::V1_0(Arc::new(o))),
+            Module::Current(m) => (m.create_validator())(validator_name, config)
+                .into_result()
+                .map(|o| PluginObject::Current(Arc::new(o))),
+        }
         .map_err(|error| CreateError::Plugin {
             plugin: self.name.clone(),
             validator: validator.to_string(),
@@ -125,14 +141,23 @@ impl LoadedPlugin {
 pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
     let header = lib_header_from_path(path).map_err(LoadError::from_library_error)?;
     let interface_version = header.version_strings().to_string();
-    let module = header
-        .init_root_module::<PluginModuleRef>()
-        .map_err(LoadError::from_library_error)?;
-    let description = (module.describe())()
-        .into_result()
-        .map_err(|e| LoadError::InitError {
-            reason: format!("describe failed: {e}"),
-        })?;
+    // A plugin built for 1.0 is checked against 1.0's layouts: abi_stable refuses a library
+    // whose prefix types have fewer fields than the host's (see `enforce_plugin_abi::v1_0`).
+    let minor_0 = interface_version.split('.').take(2).eq(["1", "0"]);
+    let (module, describe) = if minor_0 {
+        let module = header
+            .init_root_module::<v1_0::PluginModuleRef>()
+            .map_err(LoadError::from_library_error)?;
+        (Module::V1_0(module), module.describe())
+    } else {
+        let module = header
+            .init_root_module::<PluginModuleRef>()
+            .map_err(LoadError::from_library_error)?;
+        (Module::Current(module), module.describe())
+    };
+    let description = describe().into_result().map_err(|e| LoadError::InitError {
+        reason: format!("describe failed: {e}"),
+    })?;
     Ok(LoadedPlugin {
         path: path.to_path_buf(),
         name: description.name.into_string(),

@@ -1,10 +1,20 @@
 //! The Claude Code CLI runner: `claude -p --output-format json`, prompt on stdin, follow-ups
 //! resume the session with `--resume <session_id>`.
+//!
+//! Streamed (the loop's way of asking): `--output-format stream-json --verbose
+//! --include-partial-messages`; the text arrives in `stream_event` lines
+//! (`content_block_delta`/`text_delta`), the session id in the first line (`system/init`), the
+//! answer, cost and usage in the final `result`. Dropping the stream interrupts the CLI: SIGINT
+//! to its process group, SIGKILL after `kill_grace_secs`. (The real CLI then prints a `result`
+//! with `subtype: error_during_execution` and stores the interrupted turn without the partial
+//! answer, so the feedback after a cut quotes what was wrong.)
 
 use crate::error::{duration_from_secs, ConfigError};
-use crate::process::{exit_failure, run_process, tail, ProcessSpec};
+use crate::process::{exit_failure, run_process, tail, ProcessSpec, StreamingProcess};
 use crate::prompt::render_prompt;
-use enforce_core::{async_trait, Reply, Request, Runner, RunnerError, Usage};
+use enforce_core::{
+    async_trait, Reply, ReplyStream, Request, Runner, RunnerError, StreamEvent, Usage,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -50,9 +60,13 @@ pub struct ClaudeConfig {
     pub env: BTreeMap<String, String>,
     /// Longest one call may take, in seconds (default 300).
     pub timeout_secs: f64,
-    /// After the timeout, how long the CLI gets between SIGINT and SIGKILL, in seconds
-    /// (default 2).
+    /// After the timeout or a cut, how long the CLI gets between SIGINT and SIGKILL, in
+    /// seconds (default 2).
     pub kill_grace_secs: f64,
+    /// Stream answers (`--output-format stream-json --verbose --include-partial-messages`), so
+    /// a failing answer can be cut short (default `true`). `false` for CLI versions without
+    /// stream-json: every answer is read whole.
+    pub stream: bool,
 }
 
 impl Default for ClaudeConfig {
@@ -71,6 +85,7 @@ impl Default for ClaudeConfig {
             env: BTreeMap::new(),
             timeout_secs: 300.0,
             kill_grace_secs: 2.0,
+            stream: true,
         }
     }
 }
@@ -117,8 +132,28 @@ impl ClaudeRunner {
     /// The arguments for one call: `-p --output-format json`, the options, and `--resume <id>`
     /// when continuing a session.
     pub fn args(&self, system: Option<&str>, resume: Option<&str>) -> Vec<String> {
+        self.args_with(&["json"], system, resume)
+    }
+
+    /// The arguments for one streamed call: `-p --output-format stream-json --verbose
+    /// --include-partial-messages`, then as [`args`](Self::args).
+    pub fn stream_args(&self, system: Option<&str>, resume: Option<&str>) -> Vec<String> {
+        self.args_with(
+            &["stream-json", "--verbose", "--include-partial-messages"],
+            system,
+            resume,
+        )
+    }
+
+    fn args_with(
+        &self,
+        format: &[&str],
+        system: Option<&str>,
+        resume: Option<&str>,
+    ) -> Vec<String> {
         let c = &self.config;
-        let mut args: Vec<String> = vec!["-p".into(), "--output-format".into(), "json".into()];
+        let mut args: Vec<String> = vec!["-p".into(), "--output-format".into()];
+        args.extend(format.iter().map(|a| a.to_string()));
         if let Some(id) = resume {
             args.push("--resume".into());
             args.push(id.to_string());
@@ -162,25 +197,77 @@ impl ClaudeRunner {
         args
     }
 
+    fn spec(&self, args: Vec<String>, prompt: String) -> ProcessSpec {
+        ProcessSpec {
+            program: self.config.binary.clone(),
+            args: args.into_iter().map(OsString::from).collect(),
+            env: self.config.env.clone(),
+            working_dir: self.config.working_dir.clone(),
+            stdin: prompt,
+            timeout: self.timeout,
+            kill_grace: self.kill_grace,
+        }
+    }
+
+    /// What one call sends: the system text, the session to resume and the prompt. A
+    /// follow-up with a session sends the feedback alone; without one, the conversation, the
+    /// last answer and the feedback.
+    fn what_to_send(
+        request: &Request,
+        follow_up: Option<(&Reply, &str)>,
+    ) -> (Option<String>, Option<String>, String) {
+        let rendered = render_prompt(&request.messages);
+        match follow_up {
+            Some((previous, feedback)) => match &previous.session_id {
+                Some(id) => (rendered.system, Some(id.clone()), feedback.to_string()),
+                None => {
+                    let messages =
+                        enforce_core::stateless_follow_up_messages(request, previous, feedback);
+                    let rendered = render_prompt(&messages);
+                    (rendered.system, None, rendered.prompt)
+                }
+            },
+            // Continuing an earlier conversation: the session holds the turns before.
+            None => match &request.session_id {
+                Some(id) => (
+                    rendered.system,
+                    Some(id.clone()),
+                    request.last_user_text().unwrap_or_default().to_string(),
+                ),
+                None => (rendered.system, None, rendered.prompt),
+            },
+        }
+    }
+
+    /// A streamed call, or the whole-reply call wrapped when streaming is off.
+    fn streamed<'a>(
+        &'a self,
+        request: &'a Request,
+        follow_up: Option<(&'a Reply, &'a str)>,
+    ) -> ReplyStream<'a> {
+        let (system, resume, prompt) = Self::what_to_send(request, follow_up);
+        if !self.config.stream {
+            return Box::pin(futures_util::stream::once(async move {
+                self.call(system.as_deref(), resume.as_deref(), prompt)
+                    .await
+                    .map(StreamEvent::Done)
+            }));
+        }
+        let spec = self.spec(
+            self.stream_args(system.as_deref(), resume.as_deref()),
+            prompt,
+        );
+        let program = self.config.binary.display().to_string();
+        stream_json(spec, program)
+    }
+
     async fn call(
         &self,
         system: Option<&str>,
         resume: Option<&str>,
         prompt: String,
     ) -> Result<Reply, RunnerError> {
-        let spec = ProcessSpec {
-            program: self.config.binary.clone(),
-            args: self
-                .args(system, resume)
-                .into_iter()
-                .map(OsString::from)
-                .collect(),
-            env: self.config.env.clone(),
-            working_dir: self.config.working_dir.clone(),
-            stdin: prompt,
-            timeout: self.timeout,
-            kill_grace: self.kill_grace,
-        };
+        let spec = self.spec(self.args(system, resume), prompt);
         let started = Instant::now();
         let output = run_process(&spec).await?;
         let program = self.config.binary.display().to_string();
@@ -204,18 +291,9 @@ impl ClaudeRunner {
 #[async_trait]
 impl Runner for ClaudeRunner {
     async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        let rendered = render_prompt(&request.messages);
-        match &request.session_id {
-            // Continuing an earlier conversation: the session holds the turns before.
-            Some(id) => {
-                let text = request.last_user_text().unwrap_or_default().to_string();
-                self.call(rendered.system.as_deref(), Some(id), text).await
-            }
-            None => {
-                self.call(rendered.system.as_deref(), None, rendered.prompt)
-                    .await
-            }
-        }
+        let (system, resume, prompt) = Self::what_to_send(request, None);
+        self.call(system.as_deref(), resume.as_deref(), prompt)
+            .await
     }
 
     async fn follow_up(
@@ -224,21 +302,194 @@ impl Runner for ClaudeRunner {
         previous: &Reply,
         feedback: &str,
     ) -> Result<Reply, RunnerError> {
-        let rendered = render_prompt(&request.messages);
-        match previous.session_id.as_deref() {
-            Some(id) => {
-                self.call(rendered.system.as_deref(), Some(id), feedback.to_string())
-                    .await
-            }
-            // No session to continue: send the conversation, the last answer and the feedback.
-            None => {
-                let messages =
-                    enforce_core::stateless_follow_up_messages(request, previous, feedback);
-                let rendered = render_prompt(&messages);
-                self.call(rendered.system.as_deref(), None, rendered.prompt)
-                    .await
+        let (system, resume, prompt) = Self::what_to_send(request, Some((previous, feedback)));
+        self.call(system.as_deref(), resume.as_deref(), prompt)
+            .await
+    }
+
+    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
+        self.streamed(request, None)
+    }
+
+    fn follow_up_streamed<'a>(
+        &'a self,
+        request: &'a Request,
+        previous: &'a Reply,
+        feedback: &'a str,
+    ) -> ReplyStream<'a> {
+        self.streamed(request, Some((previous, feedback)))
+    }
+}
+
+/// One line of `--output-format stream-json`, as far as enforce uses it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum StreamLine {
+    /// `system/init`: the session.
+    Session(String),
+    /// A `text_delta` of a `content_block_delta` stream event.
+    Text(String),
+    /// Usage the API reported so far (`message_start`, `message_delta`).
+    Usage {
+        /// Input tokens (with cache reads and writes), when this event carries them.
+        input_tokens: Option<u64>,
+        /// Output tokens, when this event carries them.
+        output_tokens: Option<u64>,
+    },
+    /// The final `result`.
+    Result(ClaudeResult),
+    /// Anything else (`assistant`, `user`, `system/status`, other events): ignored.
+    Other,
+}
+
+/// Reads one line of `claude -p --output-format stream-json --verbose
+/// --include-partial-messages`; `None` when it is not JSON.
+///
+/// ```
+/// use enforce_runner::{parse_stream_line, StreamLine};
+///
+/// let line = r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,
+///                "delta":{"type":"text_delta","text":"Hel"}}}"#;
+/// assert_eq!(parse_stream_line(line), Some(StreamLine::Text("Hel".into())));
+/// ```
+pub fn parse_stream_line(line: &str) -> Option<StreamLine> {
+    let v: Value = serde_json::from_str(line.trim()).ok()?;
+    let kind = v.get("type").and_then(Value::as_str).unwrap_or_default();
+    Some(match kind {
+        "result" => StreamLine::Result(from_object(&v)),
+        "system" if v.get("subtype").and_then(Value::as_str) == Some("init") => {
+            match v.get("session_id").and_then(Value::as_str) {
+                Some(id) => StreamLine::Session(id.to_string()),
+                None => StreamLine::Other,
             }
         }
+        "stream_event" => {
+            let event = v.get("event").unwrap_or(&Value::Null);
+            match event
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+            {
+                "content_block_delta" => {
+                    let delta = event.get("delta").unwrap_or(&Value::Null);
+                    match (
+                        delta.get("type").and_then(Value::as_str),
+                        delta.get("text").and_then(Value::as_str),
+                    ) {
+                        (Some("text_delta"), Some(text)) => StreamLine::Text(text.to_string()),
+                        _ => StreamLine::Other,
+                    }
+                }
+                "message_start" => match event.pointer("/message/usage") {
+                    Some(u) if u.is_object() => StreamLine::Usage {
+                        input_tokens: Some(input_tokens(u)),
+                        output_tokens: u.get("output_tokens").and_then(Value::as_u64),
+                    },
+                    _ => StreamLine::Other,
+                },
+                "message_delta" => match event.pointer("/usage/output_tokens") {
+                    Some(n) => StreamLine::Usage {
+                        input_tokens: None,
+                        output_tokens: n.as_u64(),
+                    },
+                    None => StreamLine::Other,
+                },
+                _ => StreamLine::Other,
+            }
+        }
+        _ => StreamLine::Other,
+    })
+}
+
+/// What a streamed call has seen so far.
+struct StreamState {
+    process: StreamingProcess,
+    program: String,
+    line: Vec<u8>,
+    usage: Usage,
+    started: Instant,
+    done: bool,
+}
+
+/// The stream of one `stream-json` call: deltas as the CLI prints them, then the reply from
+/// its `result`. Dropping it drops the process, which interrupts the CLI.
+fn stream_json<'a>(spec: ProcessSpec, program: String) -> ReplyStream<'a> {
+    let started = Instant::now();
+    let state = match StreamingProcess::spawn(&spec) {
+        Ok(process) => Ok(StreamState {
+            process,
+            program,
+            line: Vec::new(),
+            usage: Usage::default(),
+            started,
+            done: false,
+        }),
+        Err(error) => Err(Some(error)),
+    };
+    Box::pin(futures_util::stream::unfold(state, |state| async move {
+        match state {
+            // The spawn failed: report it once.
+            Err(error) => error.map(|e| (Err(e), Err(None))),
+            Ok(mut state) => {
+                if state.done {
+                    return None;
+                }
+                let item = next_stream_item(&mut state).await;
+                if matches!(item, Ok(StreamEvent::Done(_)) | Err(_)) {
+                    state.done = true;
+                }
+                Some((item, Ok(state)))
+            }
+        }
+    }))
+}
+
+/// Reads lines until one means something to the loop.
+async fn next_stream_item(state: &mut StreamState) -> Result<StreamEvent, RunnerError> {
+    loop {
+        if !state.process.next_line(&mut state.line).await? {
+            return Err(end_without_result(state).await);
+        }
+        let line = String::from_utf8_lossy(&state.line);
+        match parse_stream_line(&line) {
+            Some(StreamLine::Text(text)) => return Ok(StreamEvent::Text(text)),
+            Some(StreamLine::Session(id)) => return Ok(StreamEvent::Session(id)),
+            Some(StreamLine::Usage {
+                input_tokens,
+                output_tokens,
+            }) => {
+                if let Some(n) = input_tokens {
+                    state.usage.input_tokens = n;
+                }
+                if let Some(n) = output_tokens {
+                    state.usage.output_tokens = n;
+                }
+                return Ok(StreamEvent::Spent {
+                    usage: Some(state.usage),
+                    cost_usd: None,
+                });
+            }
+            Some(StreamLine::Result(result)) => {
+                let mut reply = result.into_reply()?;
+                if reply.duration.is_none() {
+                    reply.duration = Some(state.started.elapsed());
+                }
+                return Ok(StreamEvent::Done(reply));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// stdout ended without a `result`: the exit status and stderr say why.
+async fn end_without_result(state: &mut StreamState) -> RunnerError {
+    let program = state.program.clone();
+    match state.process.finish().await {
+        Ok(output) if !output.status.success() => exit_failure(&program, &output),
+        Ok(_) => RunnerError::Protocol {
+            message: format!("`{program}` printed no result object"),
+        },
+        Err(error) => error,
     }
 }
 
@@ -307,11 +558,16 @@ fn u64_field(v: &Value, key: &str) -> u64 {
     v.get(key).and_then(Value::as_u64).unwrap_or(0)
 }
 
+/// Input tokens of a usage object: cache reads and writes count, since all of them were sent.
+fn input_tokens(u: &Value) -> u64 {
+    u64_field(u, "input_tokens")
+        .saturating_add(u64_field(u, "cache_creation_input_tokens"))
+        .saturating_add(u64_field(u, "cache_read_input_tokens"))
+}
+
 fn from_object(v: &Value) -> ClaudeResult {
     let usage = v.get("usage").filter(|u| u.is_object()).map(|u| Usage {
-        input_tokens: u64_field(u, "input_tokens")
-            .saturating_add(u64_field(u, "cache_creation_input_tokens"))
-            .saturating_add(u64_field(u, "cache_read_input_tokens")),
+        input_tokens: input_tokens(u),
         output_tokens: u64_field(u, "output_tokens"),
     });
     let errors = match v.get("errors") {

@@ -1,10 +1,15 @@
 //! The command runner: any program, the prompt on stdin, the reply on stdout.
+//!
+//! Streamed (the loop's way of asking), stdout is the stream: what the program prints arrives
+//! as it prints it, so the loop can cut a failing answer short (the program then gets SIGINT,
+//! SIGKILL after `kill_grace_secs`).
 
 use crate::error::{duration_from_secs, ConfigError};
-use crate::process::{exit_failure, run_process, ProcessSpec};
+use crate::process::{exit_failure, run_process, ProcessSpec, StreamingProcess};
 use crate::prompt::{inline_system, render_prompt};
 use enforce_core::{
-    async_trait, stateless_follow_up_messages, Message, Reply, Request, Runner, RunnerError,
+    async_trait, stateless_follow_up_messages, Message, Reply, ReplyStream, Request, Runner,
+    RunnerError, StreamEvent,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -91,8 +96,8 @@ impl CommandRunner {
         })
     }
 
-    async fn call(&self, messages: &[Message]) -> Result<Reply, RunnerError> {
-        let spec = ProcessSpec {
+    fn spec(&self, messages: &[Message]) -> ProcessSpec {
+        ProcessSpec {
             program: self.config.program.clone(),
             args: self.config.args.iter().map(OsString::from).collect(),
             env: self.config.env.clone(),
@@ -100,7 +105,11 @@ impl CommandRunner {
             stdin: inline_system(render_prompt(messages)),
             timeout: self.timeout,
             kill_grace: self.kill_grace,
-        };
+        }
+    }
+
+    async fn call(&self, messages: &[Message]) -> Result<Reply, RunnerError> {
+        let spec = self.spec(messages);
         let started = Instant::now();
         let output = run_process(&spec).await?;
         if !output.status.success() {
@@ -131,5 +140,100 @@ impl Runner for CommandRunner {
     ) -> Result<Reply, RunnerError> {
         self.call(&stateless_follow_up_messages(request, previous, feedback))
             .await
+    }
+
+    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
+        self.stream(&request.messages)
+    }
+
+    fn follow_up_streamed<'a>(
+        &'a self,
+        request: &'a Request,
+        previous: &'a Reply,
+        feedback: &'a str,
+    ) -> ReplyStream<'a> {
+        self.stream(&stateless_follow_up_messages(request, previous, feedback))
+    }
+}
+
+/// Bytes read from stdout per delta, at most.
+const CHUNK_BYTES: usize = 8 * 1024;
+
+/// A streamed call's state: the process, what it printed, and an incomplete UTF-8 sequence
+/// carried to the next read.
+struct Printing {
+    process: StreamingProcess,
+    program: String,
+    text: String,
+    carry: Vec<u8>,
+    started: Instant,
+    done: bool,
+}
+
+impl CommandRunner {
+    fn stream<'a>(&self, messages: &[Message]) -> ReplyStream<'a> {
+        let started = Instant::now();
+        let state = StreamingProcess::spawn(&self.spec(messages)).map(|process| Printing {
+            process,
+            program: self.config.program.display().to_string(),
+            text: String::new(),
+            carry: Vec::new(),
+            started,
+            done: false,
+        });
+        Box::pin(futures_util::stream::unfold(
+            state.map_err(Some),
+            |state| async move {
+                match state {
+                    Err(error) => error.map(|e| (Err(e), Err(None))),
+                    Ok(mut state) => {
+                        if state.done {
+                            return None;
+                        }
+                        let item = next_printed(&mut state).await;
+                        if matches!(item, Ok(StreamEvent::Done(_)) | Err(_)) {
+                            state.done = true;
+                        }
+                        Some((item, Ok(state)))
+                    }
+                }
+            },
+        ))
+    }
+}
+
+/// The next piece of stdout as text, or (at the end) the whole reply.
+async fn next_printed(state: &mut Printing) -> Result<StreamEvent, RunnerError> {
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    loop {
+        let n = state.process.next_chunk(&mut buf).await?;
+        if n == 0 {
+            let output = state.process.finish().await?;
+            if !output.status.success() {
+                return Err(exit_failure(&state.program, &output));
+            }
+            if !state.carry.is_empty() {
+                state.text.push_str(&String::from_utf8_lossy(&state.carry));
+            }
+            return Ok(StreamEvent::Done(Reply {
+                text: state.text.trim_end().to_string(),
+                duration: Some(state.started.elapsed()),
+                ..Reply::default()
+            }));
+        }
+        state.carry.extend_from_slice(&buf[..n]);
+        // Hand over the longest valid UTF-8 prefix; keep a character cut by the read.
+        let valid = match std::str::from_utf8(&state.carry) {
+            Ok(_) => state.carry.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            // Invalid bytes (not a cut character): replaced, as a whole-reply read does.
+            Err(_) => state.carry.len(),
+        };
+        let piece = String::from_utf8_lossy(&state.carry[..valid]).into_owned();
+        state.carry.drain(..valid);
+        if !piece.is_empty() {
+            state.text.push_str(&piece);
+            return Ok(StreamEvent::Text(piece));
+        }
     }
 }

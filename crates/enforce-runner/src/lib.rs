@@ -36,7 +36,9 @@ mod process;
 mod prompt;
 mod sse;
 
-pub use claude::{parse_result, ClaudeConfig, ClaudeResult, ClaudeRunner};
+pub use claude::{
+    parse_result, parse_stream_line, ClaudeConfig, ClaudeResult, ClaudeRunner, StreamLine,
+};
 pub use command::{CommandConfig, CommandRunner};
 pub use config::RunnerConfig;
 pub use error::ConfigError;

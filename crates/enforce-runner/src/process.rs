@@ -8,8 +8,8 @@ use std::io::ErrorKind;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
 
 /// How much of stderr an error message keeps.
 const STDERR_TAIL_CHARS: usize = 2000;
@@ -93,31 +93,7 @@ impl Drop for GroupGuard {
 /// killed; on timeout the group gets SIGINT, then SIGKILL after `kill_grace`.
 pub(crate) async fn run_process(spec: &ProcessSpec) -> Result<ProcessOutput, RunnerError> {
     let program = spec.program.display().to_string();
-    let mut command = Command::new(&spec.program);
-    command
-        .args(&spec.args)
-        .envs(&spec.env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
-    if let Some(dir) = &spec.working_dir {
-        command.current_dir(dir);
-    }
-    let mut child = command.spawn().map_err(|e| RunnerError::Process {
-        message: match e.kind() {
-            ErrorKind::NotFound => format!(
-                "cannot start `{program}`: no such program (install it, put it on PATH, or set \
-                 the runner's binary path)"
-            ),
-            ErrorKind::PermissionDenied => {
-                format!("cannot start `{program}`: permission denied (is it executable?)")
-            }
-            _ => format!("cannot start `{program}`: {e}"),
-        },
-        exit_code: None,
-    })?;
+    let mut child = spawn(spec, true)?;
     let mut guard = GroupGuard { pgid: child.id() };
     let pgid = child.id();
 
@@ -192,6 +168,211 @@ pub(crate) async fn run_process(spec: &ProcessSpec) -> Result<ProcessOutput, Run
                 after_ms: u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
             })
         }
+    }
+}
+
+/// Starts `spec`'s program in its own process group with the pipes set up.
+fn spawn(spec: &ProcessSpec, kill_on_drop: bool) -> Result<Child, RunnerError> {
+    let program = spec.program.display().to_string();
+    let mut command = Command::new(&spec.program);
+    command
+        .args(&spec.args)
+        .envs(&spec.env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(kill_on_drop)
+        .process_group(0);
+    if let Some(dir) = &spec.working_dir {
+        command.current_dir(dir);
+    }
+    command.spawn().map_err(|e| RunnerError::Process {
+        message: match e.kind() {
+            ErrorKind::NotFound => format!(
+                "cannot start `{program}`: no such program (install it, put it on PATH, or set \
+                 the runner's binary path)"
+            ),
+            ErrorKind::PermissionDenied => {
+                format!("cannot start `{program}`: permission denied (is it executable?)")
+            }
+            _ => format!("cannot start `{program}`: {e}"),
+        },
+        exit_code: None,
+    })
+}
+
+/// A running process whose stdout is read while it writes it (a streamed answer).
+///
+/// Dropping it before the end cancels the call the way a person at the terminal would: SIGINT
+/// to the process group (a CLI may stop cleanly and save its session), then SIGKILL after the
+/// grace period, on a background task that also reaps the child. The timeout does the same.
+pub(crate) struct StreamingProcess {
+    program: String,
+    child: Option<Child>,
+    pgid: Option<u32>,
+    stdout: tokio::io::BufReader<tokio::io::Take<tokio::process::ChildStdout>>,
+    stderr: Option<tokio::task::JoinHandle<Vec<u8>>>,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+    kill_grace: Duration,
+    read: u64,
+}
+
+impl std::fmt::Debug for StreamingProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamingProcess")
+            .field("program", &self.program)
+            .field("pgid", &self.pgid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamingProcess {
+    /// Starts `spec`: its stdin is written on a task of its own, its stderr collected.
+    pub(crate) fn spawn(spec: &ProcessSpec) -> Result<Self, RunnerError> {
+        let mut child = spawn(spec, false)?;
+        let pgid = child.id();
+        if let Some(mut pipe) = child.stdin.take() {
+            let input = spec.stdin.clone();
+            tokio::spawn(async move {
+                // A program that exits without reading all of its input is not our failure.
+                match pipe.write_all(input.as_bytes()).await {
+                    Ok(()) | Err(_) => {}
+                }
+            });
+        }
+        let stderr = child.stderr.take().map(|pipe| {
+            tokio::spawn(async move { read_capped(Some(pipe), None).await.unwrap_or_default() })
+        });
+        let stdout = child.stdout.take().ok_or_else(|| RunnerError::Process {
+            message: "the child has no stdout".to_string(),
+            exit_code: None,
+        })?;
+        Ok(StreamingProcess {
+            program: spec.program.display().to_string(),
+            child: Some(child),
+            pgid,
+            stdout: tokio::io::BufReader::new(stdout.take(MAX_OUTPUT_BYTES + 1)),
+            stderr,
+            deadline: tokio::time::Instant::now() + spec.timeout,
+            timeout: spec.timeout,
+            kill_grace: spec.kill_grace,
+            read: 0,
+        })
+    }
+
+    /// Reads the next line of stdout into `line` (newline included); `false` at the end.
+    pub(crate) async fn next_line(&mut self, line: &mut Vec<u8>) -> Result<bool, RunnerError> {
+        line.clear();
+        let read =
+            tokio::time::timeout_at(self.deadline, self.stdout.read_until(b'\n', line)).await;
+        self.after_read(read).map(|n| n > 0)
+    }
+
+    /// Reads what stdout has now (at most `buf.len()` bytes); 0 at the end.
+    pub(crate) async fn next_chunk(&mut self, buf: &mut [u8]) -> Result<usize, RunnerError> {
+        let read = tokio::time::timeout_at(self.deadline, self.stdout.read(buf)).await;
+        self.after_read(read)
+    }
+
+    fn after_read(
+        &mut self,
+        read: Result<std::io::Result<usize>, tokio::time::error::Elapsed>,
+    ) -> Result<usize, RunnerError> {
+        match read {
+            Err(_elapsed) => {
+                self.interrupt();
+                Err(RunnerError::Timeout {
+                    after_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+                })
+            }
+            Ok(Err(e)) => Err(RunnerError::Process {
+                message: format!("`{}`: i/o error: {e}", self.program),
+                exit_code: None,
+            }),
+            Ok(Ok(n)) => {
+                self.read = self.read.saturating_add(n as u64);
+                if self.read > MAX_OUTPUT_BYTES {
+                    self.interrupt();
+                    return Err(RunnerError::Process {
+                        message: format!(
+                            "`{}` printed more than {} MiB and was stopped",
+                            self.program,
+                            MAX_OUTPUT_BYTES / (1024 * 1024)
+                        ),
+                        exit_code: None,
+                    });
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    /// After the end of stdout: waits for the exit (within the timeout) and collects stderr.
+    pub(crate) async fn finish(&mut self) -> Result<ProcessOutput, RunnerError> {
+        let Some(mut child) = self.child.take() else {
+            return Err(RunnerError::Process {
+                message: format!("`{}` was already stopped", self.program),
+                exit_code: None,
+            });
+        };
+        let status = match tokio::time::timeout_at(self.deadline, child.wait()).await {
+            Ok(status) => status.map_err(|e| RunnerError::Process {
+                message: format!("`{}`: i/o error: {e}", self.program),
+                exit_code: None,
+            })?,
+            Err(_elapsed) => {
+                self.child = Some(child);
+                self.interrupt();
+                return Err(RunnerError::Timeout {
+                    after_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+        };
+        // Descendants left in the group would outlive the call.
+        if let Some(pgid) = self.pgid {
+            signal_group(pgid, libc::SIGKILL);
+        }
+        let stderr = match self.stderr.take() {
+            Some(task) => task.await.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        Ok(ProcessOutput {
+            status,
+            stdout: String::new(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        })
+    }
+
+    /// SIGINT to the group now; SIGKILL after the grace period, and the child reaped, on a
+    /// background task (at once when there is no runtime to run it on).
+    fn interrupt(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let Some(pgid) = self.pgid else {
+            return;
+        };
+        signal_group(pgid, libc::SIGINT);
+        let grace = self.kill_grace;
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let exited = tokio::time::timeout(grace, child.wait()).await;
+                    signal_group(pgid, libc::SIGKILL);
+                    if exited.is_err() {
+                        let _reaped = child.wait().await;
+                    }
+                });
+            }
+            Err(_) => signal_group(pgid, libc::SIGKILL),
+        }
+    }
+}
+
+impl Drop for StreamingProcess {
+    fn drop(&mut self) {
+        self.interrupt();
     }
 }
 

@@ -1,5 +1,6 @@
 //! The HTTP handlers.
 
+use crate::config::ConcurrencyScope;
 use crate::error::ApiError;
 use crate::facts;
 use crate::openai::{self, CompletionId};
@@ -18,7 +19,7 @@ use enforce_core::{Context, Message, Outcome, Role};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 /// The header Open WebUI sends with `ENABLE_FORWARD_USER_INFO_HEADERS`.
@@ -93,7 +94,14 @@ pub(crate) async fn healthz(State(app): State<Arc<App>>) -> Response {
         )
             .into_response()
     } else {
-        Json(json!({"status": "ok", "models": app.model_order.len()})).into_response()
+        // A degraded replica still serves (on local state): it stays in the load balancer.
+        let state = match &app.shared {
+            None => "local",
+            Some(shared) if shared.is_degraded() => "degraded",
+            Some(_) => "shared",
+        };
+        Json(json!({"status": "ok", "models": app.model_order.len(), "state": state}))
+            .into_response()
     }
 }
 
@@ -200,24 +208,48 @@ pub(crate) async fn chat_completions(
         }
     }
     let Ok(permit) = app.limiter.clone().try_acquire_owned() else {
-        let error = ApiError {
-            retry_after: Some(app.config.retry_after_secs),
-            ..ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limit_error",
-                "too_many_requests",
-                "This proxy is busy checking other answers. Please try again in a moment.",
-            )
-        };
-        return app.reject("overloaded", error);
+        return app.reject("overloaded", overloaded(&app));
     };
 
     let header_chat = headers.get(CHAT_ID_HEADER).and_then(|v| v.to_str().ok());
     let chat_id = chat.chat_id(header_chat);
-    let session = match &chat_id {
+    let slot = match (
+        &app.shared,
+        app.config.state.as_ref().map(|s| s.concurrency),
+    ) {
+        (Some(shared), Some(ConcurrencyScope::Global)) => {
+            // Held until the end of the request, and longer than it can run.
+            let ttl = app.config.request_timeout + Duration::from_secs(30);
+            match shared
+                .try_slot(app.config.max_concurrent, ttl, chat_id.as_deref())
+                .await
+            {
+                Some(Some(slot)) => Some(slot),
+                Some(None) => return app.reject("overloaded", overloaded(&app)),
+                // Redis failing: this replica's own limit still holds.
+                None => None,
+            }
+        }
+        _ => None,
+    };
+    let mut session = match &chat_id {
         Some(id) => app.sessions.get(id).await,
         None => None,
     };
+    if let (Some(id), Some(found)) = (&chat_id, &session) {
+        match runner_session_here(&app, id, found).await {
+            Ok(true) => {}
+            // Its replica is gone: a fresh runner session with the conversation the client sent
+            // and the chat's step history.
+            Ok(false) => {
+                session = session.map(|s| SessionStatus {
+                    runner_session_id: None,
+                    ..s
+                });
+            }
+            Err(error) => return app.reject("session_on_other_replica", error),
+        }
+    }
     if model.options.hide_step_marker {
         if let (Some(session), Some(extract)) = (&session, &app.step_extractor) {
             restore_hidden_markers(&mut chat.messages, session, extract);
@@ -276,6 +308,7 @@ pub(crate) async fn chat_completions(
         started: Instant::now(),
         trace,
         _permit: permit,
+        _slot: slot,
     };
     let session_id = session.and_then(|s| s.runner_session_id);
     let job = span.in_scope(|| turn.start(session_id, context));
@@ -283,6 +316,71 @@ pub(crate) async fn chat_completions(
         stream::respond(turn, job, span)
     } else {
         respond_json(turn, job).instrument(span).await
+    }
+}
+
+fn overloaded(app: &App) -> ApiError {
+    ApiError {
+        retry_after: Some(app.config.retry_after_secs),
+        ..ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "too_many_requests",
+            "This proxy is busy checking other answers. Please try again in a moment.",
+        )
+    }
+}
+
+/// Whether the chat's runner session can be continued on this replica: `Ok(true)` when it was
+/// started here (or there is none), `Ok(false)` when the replica that started it is gone (the
+/// caller starts a fresh one), an error when that replica is alive (the load balancer sent the
+/// chat to the wrong replica) or cannot be asked. A runner session (a Claude CLI session) lives
+/// in its replica's files: resuming it elsewhere would fail or continue another conversation.
+async fn runner_session_here(
+    app: &App,
+    chat_id: &str,
+    session: &SessionStatus,
+) -> Result<bool, ApiError> {
+    let (Some(shared), Some(_), Some(owner)) = (
+        &app.shared,
+        &session.runner_session_id,
+        &session.runner_replica,
+    ) else {
+        return Ok(true);
+    };
+    if owner == shared.replica() {
+        return Ok(true);
+    }
+    let routing = "Route each chat to one replica (hash on the X-OpenWebUI-Chat-Id header), see the README's Operating section.";
+    match shared.is_alive(owner, chat_id).await {
+        Some(false) => {
+            tracing::warn!(
+                chat_id,
+                owner = %owner,
+                "the chat's runner session was on a replica that is gone: starting a fresh session with the conversation and step history"
+            );
+            Ok(false)
+        }
+        Some(true) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "invalid_request_error",
+            "session_on_other_replica",
+            format!(
+                "This chat's model session lives on the proxy replica `{owner}`, but the request reached `{}`. {routing}",
+                shared.replica()
+            ),
+        )),
+        None => Err(ApiError {
+            retry_after: Some(app.config.retry_after_secs),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "session_on_other_replica",
+                format!(
+                    "This chat's model session lives on the proxy replica `{owner}`, and whether that replica is still up cannot be checked right now (shared state unavailable). Please try again in a moment. {routing}"
+                ),
+            )
+        }),
     }
 }
 

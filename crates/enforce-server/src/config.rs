@@ -97,6 +97,8 @@ pub struct Model {
     /// The model the runner asks upstream (e.g. `llama3.2`), when known: the
     /// `gen_ai.request.model` of its trace spans (else the public id).
     pub upstream_model: Option<String>,
+    /// The kind of runner (`claude`, `openai`, `command`), for the audit log.
+    pub runner_kind: Option<String>,
 }
 
 impl Model {
@@ -109,12 +111,19 @@ impl Model {
             enforcer,
             options: ModelOptions::default(),
             upstream_model: None,
+            runner_kind: None,
         }
     }
 
     /// Names the profile, builder style.
     pub fn with_profile(mut self, name: impl Into<String>) -> Self {
         self.profile = name.into();
+        self
+    }
+
+    /// Names the kind of runner (`claude`, `openai`, `command`) for the audit, builder style.
+    pub fn with_runner_kind(mut self, kind: impl Into<String>) -> Self {
+        self.runner_kind = Some(kind.into());
         self
     }
 
@@ -139,6 +148,8 @@ impl fmt::Debug for Model {
             .field("validators", &self.enforcer.validators().len())
             .field("options", &self.options)
             .field("upstream_model", &self.upstream_model)
+            .field("profile", &self.profile)
+            .field("runner_kind", &self.runner_kind)
             .finish_non_exhaustive()
     }
 }
@@ -187,6 +198,101 @@ pub struct ServerConfig {
     /// Where to export OpenTelemetry traces; `None` (the default) exports nothing. Needs the
     /// `otel` feature.
     pub otlp: Option<OtlpConfig>,
+    /// State shared with other replicas (Redis); `None` keeps everything in this process and
+    /// its `session_dir`.
+    pub state: Option<StateConfig>,
+}
+
+/// Whether `max_concurrent` counts this replica's enforcements or those of all replicas.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConcurrencyScope {
+    /// Each replica admits up to `max_concurrent`.
+    #[default]
+    Local,
+    /// All replicas together admit up to `max_concurrent` (leases in the shared state); each
+    /// replica still admits no more than `max_concurrent` itself.
+    Global,
+}
+
+/// Where and how replicas share chat sessions, circuit breakers and the concurrency limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateConfig {
+    /// `redis://[user:password@]HOST[:PORT][/DB]`, checked when the configuration is read.
+    pub redis_url: String,
+    /// Prefix part that separates deployments sharing one Redis: keys are
+    /// `enforce:<namespace>:...` (default `default`).
+    pub namespace: String,
+    /// This replica's name, recorded as the holder of the runner sessions it starts (default:
+    /// the host name). Two replicas must never share one.
+    pub replica: String,
+    /// Scope of `max_concurrent`.
+    pub concurrency: ConcurrencyScope,
+    /// How long an untouched chat session is kept in Redis (default 30 days).
+    pub session_ttl: Duration,
+    /// Longest wait for one Redis operation (connect or command) before the request goes on
+    /// with local state (default 250 ms).
+    pub timeout: Duration,
+}
+
+impl StateConfig {
+    /// A configuration for `redis_url` with the defaults.
+    pub fn redis(redis_url: impl Into<String>) -> Self {
+        StateConfig {
+            redis_url: redis_url.into(),
+            namespace: "default".into(),
+            replica: default_replica_name(),
+            concurrency: ConcurrencyScope::Local,
+            session_ttl: Duration::from_secs(30 * 24 * 3600),
+            timeout: Duration::from_millis(250),
+        }
+    }
+}
+
+/// The host name (`HOSTNAME`, else the kernel's), else `enforce`: in a container it is the
+/// pod or container name, which differs per replica.
+fn default_replica_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "enforce".into())
+}
+
+/// Checks a Redis URL without connecting: scheme, host, database number.
+pub(crate) fn check_redis_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("redis://")
+        .ok_or_else(|| format!("`{url}` is not a redis:// URL (e.g. redis://127.0.0.1:6379/0)"))?;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map(|(h, _)| h).unwrap_or(""),
+        None => host_port.rsplit_once(':').map_or(host_port, |(h, _)| h),
+    };
+    if host.is_empty() {
+        return Err(format!(
+            "`{url}` names no host (e.g. redis://127.0.0.1:6379/0)"
+        ));
+    }
+    if let Some((_, port)) = host_port
+        .rsplit_once(':')
+        .filter(|_| !host_port.ends_with(']'))
+    {
+        if port.parse::<u16>().is_err() {
+            return Err(format!(
+                "`{url}`: the port `{port}` is not a number from 0 to 65535"
+            ));
+        }
+    }
+    if !path.is_empty() && path.parse::<u32>().is_err() {
+        return Err(format!("`{url}`: the database `{path}` is not a number"));
+    }
+    #[cfg(feature = "redis")]
+    redis::Client::open(url).map_err(|e| format!("`{url}`: {e}"))?;
+    Ok(())
 }
 
 impl Default for ServerConfig {
@@ -204,6 +310,7 @@ impl Default for ServerConfig {
             audit_fsync: FsyncPolicy::Never,
             shutdown_grace: Duration::from_secs(30),
             otlp: None,
+            state: None,
         }
     }
 }
@@ -416,6 +523,89 @@ pub struct ServerSection {
     /// Export OpenTelemetry traces over OTLP/HTTP: a span per request, per attempt and per
     /// validator run. Off when absent (unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set).
     pub otlp: Option<OtlpSection>,
+    /// State shared by replicas behind one load balancer (chat sessions, circuit breakers,
+    /// optionally the concurrency limit) in Redis. Without it everything stays in this process
+    /// and `session_dir`.
+    pub state: Option<StateSection>,
+}
+
+/// The `server.state:` section.
+///
+/// ```
+/// let section: enforce_server::ServerSection = serde_json::from_str(
+///     r#"{"state": {"redis": "redis://127.0.0.1:6379/0", "concurrency": "global",
+///                   "replica": "a"}}"#).unwrap();
+/// let state = section.to_config().unwrap().state.unwrap();
+/// assert_eq!(state.replica, "a");
+/// ```
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StateSection {
+    /// The Redis server, `redis://[user:password@]HOST[:PORT][/DB]`.
+    pub redis: Option<String>,
+    /// Separates deployments sharing one Redis: keys are `enforce:<namespace>:...` (default
+    /// `default`).
+    pub namespace: Option<String>,
+    /// This replica's name (default: the host name); must differ between replicas.
+    pub replica: Option<String>,
+    /// `local` (default): `max_concurrent` per replica; `global`: for all replicas together.
+    pub concurrency: Option<ConcurrencyScope>,
+    /// How long an untouched chat session is kept in Redis (default 30 days).
+    pub session_ttl_secs: Option<u64>,
+    /// Longest wait for one Redis operation before a request goes on with local state
+    /// (default 250).
+    pub timeout_ms: Option<u64>,
+}
+
+impl StateSection {
+    fn to_config(&self) -> Result<StateConfig, SectionError> {
+        let error = |field, message: String| SectionError { field, message };
+        let url = self
+            .redis
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| {
+                error(
+                    "state.redis",
+                    "give the Redis URL, e.g. redis://127.0.0.1:6379/0".into(),
+                )
+            })?;
+        check_redis_url(url).map_err(|m| error("state.redis", m))?;
+        let mut c = StateConfig::redis(url);
+        if let Some(ns) = &self.namespace {
+            if ns.is_empty() || ns.contains(|ch: char| ch.is_whitespace() || ch == ':') {
+                return Err(error(
+                    "state.namespace",
+                    format!("must be a non-empty word without spaces or `:`, got `{ns}`"),
+                ));
+            }
+            c.namespace = ns.clone();
+        }
+        if let Some(replica) = &self.replica {
+            if replica.trim().is_empty() {
+                return Err(error("state.replica", "must not be empty".into()));
+            }
+            c.replica = replica.trim().to_string();
+        }
+        if let Some(scope) = self.concurrency {
+            c.concurrency = scope;
+        }
+        if let Some(secs) = self.session_ttl_secs {
+            if secs == 0 {
+                return Err(error("state.session_ttl_secs", "must be at least 1".into()));
+            }
+            c.session_ttl = Duration::from_secs(secs);
+        }
+        if let Some(ms) = self.timeout_ms {
+            if ms == 0 {
+                return Err(error("state.timeout_ms", "must be at least 1".into()));
+            }
+            c.timeout = Duration::from_millis(ms);
+        }
+        Ok(c)
+    }
 }
 
 /// A `server:` value that cannot be used.
@@ -484,20 +674,29 @@ impl ServerSection {
         if let Some(d) = seconds("shutdown_grace_secs", self.shutdown_grace_secs)? {
             c.shutdown_grace = d;
         }
+        c.audit_fsync = self.fsync_policy()?;
+        c.state = self
+            .state
+            .as_ref()
+            .map(StateSection::to_config)
+            .transpose()?;
+        Ok(c)
+    }
+
+    /// `audit_fsync` (with `audit_fsync_interval_secs`, default 1 s) as a policy; `never`
+    /// when not given. `enforce run --audit` reads it too, so both writers sync alike.
+    pub fn fsync_policy(&self) -> Result<FsyncPolicy, SectionError> {
         let every = seconds("audit_fsync_interval_secs", self.audit_fsync_interval_secs)?
             .unwrap_or(Duration::from_secs(1));
-        c.audit_fsync = match self.audit_fsync.as_deref() {
-            None | Some("never") => FsyncPolicy::Never,
-            Some("always") => FsyncPolicy::Always,
-            Some("interval") => FsyncPolicy::Interval(every),
-            Some(other) => {
-                return Err(SectionError {
-                    field: "audit_fsync",
-                    message: format!("must be never, always or interval, got `{other}`"),
-                })
-            }
-        };
-        Ok(c)
+        match self.audit_fsync.as_deref() {
+            None | Some("never") => Ok(FsyncPolicy::Never),
+            Some("always") => Ok(FsyncPolicy::Always),
+            Some("interval") => Ok(FsyncPolicy::Interval(every)),
+            Some(other) => Err(SectionError {
+                field: "audit_fsync",
+                message: format!("must be never, always or interval, got `{other}`"),
+            }),
+        }
     }
 }
 
@@ -613,6 +812,43 @@ mod tests {
         let otlp = ok.to_config().unwrap().otlp.unwrap();
         assert_eq!(otlp.traces_url, "http://127.0.0.1:4318/v1/traces");
         assert_eq!(ServerSection::default().to_config().unwrap().otlp, None);
+    }
+
+    #[test]
+    fn state_section_checks_the_redis_url() {
+        let state = |json: &str| {
+            serde_json::from_str::<ServerSection>(&format!(r#"{{"state": {json}}}"#))
+                .unwrap()
+                .to_config()
+        };
+        let ok = state(r#"{"redis": "redis://127.0.0.1:6379/2", "namespace": "prod"}"#)
+            .unwrap()
+            .state
+            .unwrap();
+        assert_eq!(ok.namespace, "prod");
+        assert_eq!(ok.concurrency, ConcurrencyScope::Local);
+        assert_eq!(ok.timeout, Duration::from_millis(250));
+        assert!(state(r#"{"redis": "redis://user:pw@cache/0"}"#).is_ok());
+        for (bad, says) in [
+            (
+                r#"{"redis": "http://127.0.0.1:6379"}"#,
+                "not a redis:// URL",
+            ),
+            (r#"{"redis": "redis://:6379"}"#, "names no host"),
+            (r#"{"redis": "redis://host:99999"}"#, "port"),
+            (r#"{"redis": "redis://host/db0"}"#, "database"),
+            (r#"{}"#, "give the Redis URL"),
+            (r#"{"redis": "redis://h", "namespace": "a:b"}"#, "namespace"),
+        ] {
+            let e = state(bad).unwrap_err();
+            assert!(e.field.starts_with("state."), "{bad}: {e}");
+            assert!(e.to_string().contains(says), "{bad}: {e}");
+        }
+        assert!(ServerSection::default()
+            .to_config()
+            .unwrap()
+            .state
+            .is_none());
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub enum ServerError {
     /// The OpenTelemetry exporter could not start.
     #[error("OpenTelemetry export: {0}")]
     Tracing(String),
+    /// The shared state (`server.state`) cannot be used.
+    #[error("server.state: {0}")]
+    State(#[from] crate::shared::StateError),
     /// Serving failed.
     #[error("server I/O: {0}")]
     Io(#[from] std::io::Error),

@@ -45,7 +45,11 @@ mod facts;
 mod metrics;
 mod openai;
 mod otel;
+#[cfg(feature = "redis")]
+mod redis_state;
 mod session;
+mod session_status;
+mod shared;
 mod state;
 mod stream;
 mod tools;
@@ -54,18 +58,21 @@ mod turn;
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
 pub use config::{
-    parse_key_list, FailureResponse, FsyncPolicy, Model, ModelOptions, OtlpConfig, OtlpSection,
-    SectionError, ServerConfig, ServerSection, StreamMode, API_KEYS_ENV, DEFAULT_OTLP_TRACES_URL,
-    DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV, OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV,
-    OTLP_TRACES_ENDPOINT_ENV,
+    parse_key_list, ConcurrencyScope, FailureResponse, FsyncPolicy, Model, ModelOptions,
+    OtlpConfig, OtlpSection, SectionError, ServerConfig, ServerSection, StateConfig, StateSection,
+    StreamMode, API_KEYS_ENV, DEFAULT_OTLP_TRACES_URL, DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV,
+    OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV,
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
 pub use openai::{parse_chat_request, ChatRequest};
+#[cfg(feature = "redis")]
+pub use redis_state::RedisState;
 pub use session::{
     answer_digest, chat_dir_name, HiddenMarker, SessionStatus, SessionStore, StepRecord,
     STATUS_FILE,
 };
+pub use shared::{ReplicaState, SharedState, StateError};
 
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
@@ -107,9 +114,17 @@ pub struct ServerBuilder {
     step_extractor: Option<StepExtractor>,
     scrape_hook: Option<ScrapeHook>,
     profiles: HashMap<String, Arc<enforce_core::Enforcer>>,
+    shared_state: Option<Arc<dyn SharedState>>,
 }
 
 impl ServerBuilder {
+    /// Shares state with other replicas through `store` instead of the Redis server named in
+    /// [`ServerConfig::state`] (whose other settings still apply).
+    pub fn shared_state(mut self, store: Arc<dyn SharedState>) -> Self {
+        self.shared_state = Some(store);
+        self
+    }
+
     /// Adds a public model.
     pub fn model(mut self, model: Model) -> Self {
         self.models.push(model);
@@ -169,18 +184,35 @@ impl ServerBuilder {
             model_order.push(model.id.clone());
             models.insert(model.id.clone(), model);
         }
-        let sessions = SessionStore::new(self.config.session_dir.clone()).map_err(|source| {
-            ServerError::SessionDir {
-                path: self
-                    .config
-                    .session_dir
-                    .as_deref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-                source,
-            }
-        })?;
         let metrics = Arc::new(Metrics::new());
+        let mut sessions =
+            SessionStore::new(self.config.session_dir.clone()).map_err(|source| {
+                ServerError::SessionDir {
+                    path: self
+                        .config
+                        .session_dir
+                        .as_deref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    source,
+                }
+            })?;
+        let store = match (self.shared_state, &self.config.state) {
+            (Some(store), _) => Some(store),
+            (None, Some(state)) => Some(open_store(state)?),
+            (None, None) => None,
+        };
+        let shared = store.map(|store| {
+            let replica = self
+                .config
+                .state
+                .as_ref()
+                .map_or_else(|| "local".to_string(), |s| s.replica.clone());
+            Arc::new(ReplicaState::new(store, replica, metrics.clone()))
+        });
+        if let Some(shared) = &shared {
+            sessions = sessions.with_shared(shared.clone());
+        }
         let audit = match &self.config.audit_log {
             Some(path) => Some(Arc::new(
                 AuditLog::open_observed(path, self.config.audit_fsync, {
@@ -212,6 +244,7 @@ impl ServerBuilder {
                 scrape_hook: self.scrape_hook,
                 profiles: self.profiles,
                 sessions,
+                shared,
                 tool_checks: tools::ToolCheckCache::default(),
                 metrics,
                 audit,
@@ -249,7 +282,14 @@ impl Server {
             step_extractor: None,
             scrape_hook: None,
             profiles: HashMap::new(),
+            shared_state: None,
         }
+    }
+
+    /// The state shared with other replicas, when configured: hand it to the circuit breakers
+    /// (see `enforce serve`, which links `enforce-external`'s breakers to it).
+    pub fn shared_state(&self) -> Option<Arc<ReplicaState>> {
+        self.app.shared.clone()
     }
 
     /// The metrics registry (what `/metrics` renders).
@@ -284,6 +324,10 @@ impl Server {
         F: Future<Output = ()> + Send + 'static,
     {
         let app = self.app.clone();
+        let monitor = app.shared.clone().map(|shared| {
+            let sessions_app = app.clone();
+            tokio::spawn(shared.monitor(move |chat| sessions_app.sessions.cached(chat)))
+        });
         let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(false);
         let signal_app = app.clone();
         let signal = async move {
@@ -316,6 +360,12 @@ impl Server {
                 Ok(())
             }
         };
+        if let Some(monitor) = monitor {
+            monitor.abort();
+        }
+        if let Some(shared) = &app.shared {
+            shared.leave().await;
+        }
         if let Some(audit) = app.audit.clone() {
             if tokio::task::spawn_blocking(move || audit.close())
                 .await
@@ -338,6 +388,21 @@ impl Server {
             }
         }
         result
+    }
+}
+
+/// The store for `server.state`.
+fn open_store(state: &StateConfig) -> Result<Arc<dyn SharedState>, ServerError> {
+    #[cfg(feature = "redis")]
+    {
+        Ok(Arc::new(RedisState::new(state)?))
+    }
+    #[cfg(not(feature = "redis"))]
+    {
+        Err(ServerError::State(StateError(format!(
+            "server.state.redis is set ({}) but this build has no Redis support (feature `redis` of enforce-server)",
+            state.redis_url
+        ))))
     }
 }
 

@@ -109,6 +109,14 @@ pub(crate) const AUDIT_WRITE_FAILURES: Metric = counter(
     "enforce_audit_write_failures_total",
     "Audit lines that could not be written or synced (disk full, read-only file system).",
 );
+pub(crate) const STATE_DEGRADED: Metric = gauge(
+    "enforce_state_degraded",
+    "1 while the shared state (Redis) failed and this replica runs on its local state, until its local changes are written back.",
+);
+pub(crate) const STATE_FALLBACKS: Metric = counter(
+    "enforce_state_fallbacks_total",
+    "Shared-state (Redis) operations that failed or timed out and fell back to local state, by operation.",
+);
 
 #[derive(Debug, Default, Clone)]
 struct Histogram {
@@ -275,6 +283,17 @@ impl Metrics {
         self.gauge_add(metric.name, metric.help, labels, delta);
     }
 
+    /// Sets the declared gauge `metric` to `value`.
+    pub(crate) fn set_declared_gauge(
+        &self,
+        metric: &Metric,
+        labels: &[(&'static str, &str)],
+        value: f64,
+    ) {
+        debug_assert_eq!(metric.kind, Kind::Gauge, "{}", metric.name);
+        self.set_gauge(metric.name, metric.help, labels, value);
+    }
+
     /// Records `seconds` in the declared histogram `metric`.
     pub(crate) fn observe_seconds(
         &self,
@@ -387,6 +406,8 @@ mod tests {
             IN_FLIGHT,
             REJECTED,
             AUDIT_WRITE_FAILURES,
+            STATE_DEGRADED,
+            STATE_FALLBACKS,
         ];
         let mut names = std::collections::BTreeSet::new();
         for metric in declared {

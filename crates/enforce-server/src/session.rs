@@ -1,69 +1,23 @@
 //! Per-chat state: the runner session to continue and the step history, kept in memory and,
-//! when a directory is configured, in `<dir>/<chat>/status.json` written atomically.
+//! when a directory is configured, in `<dir>/<chat>/status.json` written atomically; with a
+//! shared state (Redis), also there, which then is the copy read first.
 
-use serde::{Deserialize, Serialize};
+pub use crate::session_status::{HiddenMarker, SessionStatus, StepRecord};
+use crate::shared::ReplicaState;
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The file each chat directory holds.
 pub const STATUS_FILE: &str = "status.json";
 
-/// One step taken from a passed answer's marker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepRecord {
-    /// The step name (e.g. `why`).
-    pub step: String,
-    /// The turn (1-based) whose answer carried it.
-    pub turn: u64,
-    /// The enforcement status of that answer (`passed` or `repaired`).
-    pub status: String,
-    /// Seconds since the Unix epoch.
-    pub at: u64,
-    /// The marker, when it was hidden from the client (`hide_step_marker`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hidden: Option<HiddenMarker>,
-}
-
-/// A step marker removed from what the client received, kept so it can be put back when the
-/// client sends the answer back as history.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HiddenMarker {
-    /// The marker as the model wrote it (`<!-- STEP: why -->`).
-    pub marker: String,
-    /// [`answer_digest`] of the answer as the client received it.
-    pub answer_digest: String,
-}
-
 /// The digest that recognizes an answer the client sends back: of its text with surrounding
 /// whitespace trimmed (clients trim).
 pub fn answer_digest(text: &str) -> String {
     fnv1a_hex(text.trim())
-}
-
-/// What is known about one chat; the content of its `status.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionStatus {
-    /// The chat id (from `X-OpenWebUI-Chat-Id`, `metadata.chat_id` or `user`).
-    pub chat_id: String,
-    /// The public model of the last turn.
-    pub model: String,
-    /// The runner session the next turn continues (e.g. a Claude CLI session id).
-    #[serde(default)]
-    pub runner_session_id: Option<String>,
-    /// Turns enforced so far.
-    pub turns: u64,
-    /// Status of the last turn.
-    #[serde(default)]
-    pub last_status: Option<String>,
-    /// Steps of the passed answers, oldest first.
-    #[serde(default)]
-    pub steps: Vec<StepRecord>,
-    /// Seconds since the Unix epoch of the last update.
-    pub updated_at: u64,
 }
 
 /// What one finished turn adds to a chat.
@@ -89,6 +43,7 @@ pub struct SessionStore {
     /// Serializes file writes so an older snapshot never replaces a newer one.
     write: tokio::sync::Mutex<()>,
     temp_counter: AtomicU64,
+    shared: Option<Arc<ReplicaState>>,
 }
 
 fn now_secs() -> u64 {
@@ -137,15 +92,36 @@ impl SessionStore {
             cache: Mutex::new(HashMap::new()),
             write: tokio::sync::Mutex::new(()),
             temp_counter: AtomicU64::new(0),
+            shared: None,
         })
+    }
+
+    /// Shares the sessions with other replicas through `shared`.
+    pub(crate) fn with_shared(mut self, shared: Arc<ReplicaState>) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
+    /// This replica's copy of the chat's state, from memory only.
+    pub(crate) fn cached(&self, chat_id: &str) -> Option<SessionStatus> {
+        self.cache().get(chat_id).cloned()
     }
 
     fn cache(&self) -> MutexGuard<'_, HashMap<String, SessionStatus>> {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The chat's state: from memory, else from its `status.json` (after a restart).
+    /// The chat's state: from the shared state when there is one and it answers, else from
+    /// memory, else from its `status.json` (after a restart).
     pub async fn get(&self, chat_id: &str) -> Option<SessionStatus> {
+        if let Some(shared) = &self.shared {
+            // Nothing shared (never stored, expired, or written here while Redis was away) or
+            // Redis failing: this replica's copy is the best there is.
+            if let Some(Some(status)) = shared.load_session(chat_id).await {
+                self.cache().insert(chat_id.to_string(), status.clone());
+                return Some(status);
+            }
+        }
         if let Some(found) = self.cache().get(chat_id) {
             return Some(found.clone());
         }
@@ -178,7 +154,8 @@ impl SessionStore {
         chat_id: &str,
         turn: TurnRecord<'_>,
     ) -> io::Result<SessionStatus> {
-        // Load a persisted chat first so a restart does not lose its history.
+        // Load a persisted or shared chat first so a restart or another replica's turns are
+        // not lost.
         let _ = self.get(chat_id).await;
         let _writing = self.write.lock().await;
         let snapshot = {
@@ -189,6 +166,7 @@ impl SessionStore {
                     chat_id: chat_id.to_string(),
                     model: turn.model.to_string(),
                     runner_session_id: None,
+                    runner_replica: None,
                     turns: 0,
                     last_status: None,
                     steps: Vec::new(),
@@ -199,6 +177,7 @@ impl SessionStore {
             entry.last_status = Some(turn.status.to_string());
             if let Some(id) = turn.runner_session_id {
                 entry.runner_session_id = Some(id.to_string());
+                entry.runner_replica = self.shared.as_ref().map(|s| s.replica().to_string());
             }
             let now = now_secs();
             if let Some(step) = turn.step {
@@ -213,15 +192,23 @@ impl SessionStore {
             entry.updated_at = now;
             entry.clone()
         };
-        if let Some(dir) = &self.dir {
-            let chat_dir = dir.join(chat_dir_name(chat_id));
-            let body = serde_json::to_vec_pretty(&snapshot).map_err(io::Error::other)?;
-            let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
-            tokio::task::spawn_blocking(move || write_atomically(&chat_dir, &body, n))
-                .await
-                .map_err(io::Error::other)??;
+        let written = match &self.dir {
+            Some(dir) => {
+                let chat_dir = dir.join(chat_dir_name(chat_id));
+                let body = serde_json::to_vec_pretty(&snapshot).map_err(io::Error::other)?;
+                let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
+                tokio::task::spawn_blocking(move || write_atomically(&chat_dir, &body, n))
+                    .await
+                    .map_err(io::Error::other)
+                    .and_then(|r| r)
+            }
+            None => Ok(()),
+        };
+        if let Some(shared) = &self.shared {
+            // Under the write lock too, so an older snapshot never replaces a newer one there.
+            shared.save_session(&snapshot).await;
         }
-        Ok(snapshot)
+        written.map(|()| snapshot)
     }
 }
 

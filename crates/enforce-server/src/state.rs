@@ -6,6 +6,7 @@ use crate::error::ApiError;
 use crate::metrics::{Metrics, REJECTED};
 use crate::otel::Telemetry;
 use crate::session::SessionStore;
+use crate::shared::ReplicaState;
 use crate::tools::ToolCheckCache;
 use crate::{ScrapeHook, StepExtractor};
 use axum::response::{IntoResponse, Response};
@@ -26,6 +27,8 @@ pub(crate) struct App {
     pub profiles: HashMap<String, Arc<enforce_core::Enforcer>>,
     pub scrape_hook: Option<ScrapeHook>,
     pub sessions: SessionStore,
+    /// State shared with other replicas, when configured.
+    pub shared: Option<Arc<ReplicaState>>,
     /// Compiled checks of the `tools` requests declare.
     pub tool_checks: ToolCheckCache,
     pub metrics: Arc<Metrics>,

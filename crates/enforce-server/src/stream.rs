@@ -242,14 +242,11 @@ async fn drive(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame>) {
                     Ok(outcome) => Ended::Outcome(Box::new(outcome)),
                     Err(e) => {
                         tracing::error!(error = %e, "enforcement task failed");
-                        Ended::Crashed
+                        job.crashed()
                     }
                 };
             }
-            () = &mut deadline => {
-                job.handle.abort();
-                break Ended::Deadline;
-            }
+            () = &mut deadline => break job.past_deadline(),
             Some(progress) = job.events.recv() => out.progress(progress).await,
             _ = ticker.tick() => out.keepalive().await,
         };

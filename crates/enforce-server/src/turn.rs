@@ -11,15 +11,16 @@ use crate::metrics::{
 use crate::openai::{self, ChatRequest, CompletionId};
 use crate::otel::RequestTrace;
 use crate::session::{answer_digest, HiddenMarker, TurnRecord};
+use crate::shared::GlobalSlot;
 use crate::state::App;
 use axum::http::StatusCode;
 use enforce_core::{
-    async_trait, Context, Event, Observer, Outcome, Reply, ReplyStream, Request, Runner,
-    RunnerError, Status,
+    async_trait, Attempt, AuditRecord, Context, Event, Observer, Outcome, Reply, ReplyStream,
+    Request, Runner, RunnerError, Status, StopReason,
 };
 use futures_util::StreamExt;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
@@ -65,10 +66,13 @@ fn error_codes(issues: &[enforce_core::Issue]) -> Vec<String> {
 fn progress_of(event: &Event<'_>, drafts: bool) -> Option<Progress> {
     match *event {
         Event::Asking { attempt, .. } => Some(Progress::Asking { attempt }),
-        Event::Streamed { attempt, text } if drafts => Some(Progress::Draft {
-            attempt,
-            text: text.to_string(),
-        }),
+        // The model's own reasoning shows like a draft: both are not the answer.
+        Event::Streamed { attempt, text } | Event::Reasoning { attempt, text } if drafts => {
+            Some(Progress::Draft {
+                attempt,
+                text: text.to_string(),
+            })
+        }
         Event::Cut {
             attempt, issues, ..
         } => Some(Progress::Cut {
@@ -98,6 +102,8 @@ struct TurnObserver {
     progress: mpsc::UnboundedSender<Progress>,
     /// The stream driver shows attempts live (see [`progress_of`]).
     drafts: bool,
+    /// Keeps the recorded attempts for a deadline or a panic.
+    recorded: AttemptsSoFar,
     trace: Option<Arc<RequestTrace>>,
 }
 
@@ -105,6 +111,9 @@ impl Observer for TurnObserver {
     fn on_event(&self, event: &Event<'_>) {
         if let Some(trace) = &self.trace {
             trace.on_event(event);
+        }
+        if let Event::Recorded { attempt } = event {
+            self.recorded.push(attempt);
         }
         if let Some(p) = progress_of(event, self.drafts) {
             // The receiver is gone only when the client left; nothing to tell then.
@@ -203,11 +212,43 @@ fn replied(trace: Option<&RequestTrace>, result: Result<&Reply, &RunnerError>) {
     }
 }
 
+/// The attempts the loop recorded so far ([`Event::Recorded`]), kept outside its task so
+/// that a deadline or a panic can still audit them.
+#[derive(Clone, Default)]
+pub(crate) struct AttemptsSoFar(Arc<Mutex<Vec<Attempt>>>);
+
+impl AttemptsSoFar {
+    fn push(&self, attempt: &Attempt) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(attempt.clone());
+    }
+
+    fn take(&self) -> Vec<Attempt> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
 /// Aborts the enforcement when the request is dropped (the client went away).
 pub(crate) struct Job {
     pub handle: JoinHandle<Outcome>,
     pub events: mpsc::UnboundedReceiver<Progress>,
     pub deadline: tokio::time::Instant,
+    pub attempts: AttemptsSoFar,
+}
+
+impl Job {
+    /// The end of a task that panicked (or was cancelled), with the attempts it recorded.
+    pub fn crashed(&self) -> Ended {
+        Ended::Crashed(self.attempts.take())
+    }
+
+    /// Stops the task at its deadline; the end with the attempts it recorded.
+    pub fn past_deadline(&self) -> Ended {
+        self.handle.abort();
+        Ended::Deadline(self.attempts.take())
+    }
 }
 
 impl Drop for Job {
@@ -243,39 +284,60 @@ pub(crate) struct Turn {
     /// The request's OpenTelemetry spans, when traces are on.
     pub trace: Option<Arc<RequestTrace>>,
     pub _permit: OwnedSemaphorePermit,
+    /// The global concurrency slot, when `max_concurrent` counts all replicas.
+    pub _slot: Option<GlobalSlot>,
     pub _in_flight: InFlight,
 }
 
 /// How the enforcement task ended.
 pub(crate) enum Ended {
     Outcome(Box<Outcome>),
-    /// The per-request deadline passed.
-    Deadline,
-    /// The task panicked or was cancelled.
-    Crashed,
+    /// The per-request deadline passed; the attempts recorded until then.
+    Deadline(Vec<Attempt>),
+    /// The task panicked or was cancelled; the attempts recorded until then.
+    Crashed(Vec<Attempt>),
 }
 
 impl Turn {
     /// Counts a finished request and writes its audit line. With `audit_fsync: always` it waits
     /// until the line is on disk, so an answer is never acknowledged before it is audited.
-    async fn record(&self, status: &str, outcome: Option<&Outcome>, total: Duration) {
+    /// `status` is the metrics label (`deadline` and `internal_error` for outcomes cut short,
+    /// whose overhead is not observed: the attempt in flight has no runner time).
+    async fn record(&self, status: &str, outcome: &Outcome, total: Duration) {
         let (app, model) = (&self.app, self.model.id.as_str());
+        let cut_short = matches!(
+            outcome.stop_reason,
+            StopReason::DeadlineExceeded | StopReason::Panicked
+        );
         tracing::info!(
             model,
             status,
-            attempts = outcome.map_or(0, |o| o.attempts.len()),
+            request_id = %self.ids.id,
+            attempts = outcome.attempts.len(),
             // Debug-formatted: plugin and pattern codes are not ours and could hold newlines.
-            codes = ?outcome.map(|o| o.codes().join(",")).unwrap_or_default(),
+            codes = ?outcome.codes().join(","),
             total_ms = total.as_millis() as u64,
             "chat completion finished"
         );
         if let Some(trace) = &self.trace {
-            trace.finish(status, outcome);
+            trace.finish(status, Some(outcome));
+        }
+        if let Some(rejected) = outcome
+            .warnings
+            .iter()
+            .find(|w| w.code == enforce_core::FALLBACK_INVALID)
+        {
+            tracing::warn!(
+                model,
+                request_id = %self.ids.id,
+                // Debug-formatted: the message quotes validator messages.
+                reason = ?rejected.message,
+                "fallback failed validation and was not sent"
+            );
         }
         let m = &app.metrics;
         m.count(&REQUESTS, &[("model", model), ("status", status)], 1);
         m.observe_seconds(&REQUEST_DURATION, &[("model", model)], total.as_secs_f64());
-        let Some(outcome) = outcome else { return };
         m.count(
             &ATTEMPTS,
             &[("model", model)],
@@ -306,15 +368,23 @@ impl Turn {
         if outcome.runner_error().is_some() {
             m.count(&RUNNER_FAILURES, &[("model", model)], 1);
         }
-        let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
-        m.observe_seconds(&OVERHEAD, &[("model", model)], overhead as f64 / 1e6);
+        if !cut_short {
+            let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
+            m.observe_seconds(&OVERHEAD, &[("model", model)], overhead as f64 / 1e6);
+        }
         if let Some(audit) = &app.audit {
+            let line = AuditRecord::new(&self.ids.id, outcome)
+                .model(self.model.id.as_str())
+                .profile(Some(self.model.profile.as_str()).filter(|p| !p.is_empty()))
+                .chat_id(self.chat_id.as_deref())
+                .runner(self.model.runner_kind.as_deref())
+                .to_json_line();
             if audit.policy() == FsyncPolicy::Always {
                 // A failed write is logged and counted by the writer; the client still gets its
                 // answer (the audit must not take the service down).
-                audit.append_durable(outcome.to_json_line()).await;
+                audit.append_durable(line).await;
             } else {
-                audit.append(outcome.to_json_line());
+                audit.append(line);
             }
         }
     }
@@ -341,12 +411,15 @@ impl Turn {
             session_id,
             params: self.chat.params.clone(),
         };
+        let attempts = AttemptsSoFar::default();
+        let recorded = attempts.clone();
         // Drafts travel only to a stream that shows them: a held stream or a completion would
         // just drop them.
         let drafts = self.chat.stream && self.model.options.stream_mode == StreamMode::Draft;
         let observer = TurnObserver {
             progress: tx,
             drafts,
+            recorded,
             trace: self.trace.clone(),
         };
         let handle = tokio::spawn(
@@ -361,6 +434,7 @@ impl Turn {
             handle,
             events,
             deadline: tokio::time::Instant::now() + self.app.config.request_timeout,
+            attempts,
         }
     }
 
@@ -370,8 +444,9 @@ impl Turn {
         let total = self.started.elapsed();
         let outcome = match ended {
             Ended::Outcome(outcome) => outcome,
-            Ended::Deadline => {
-                self.record("deadline", None, total).await;
+            Ended::Deadline(attempts) => {
+                let outcome = Outcome::interrupted(StopReason::DeadlineExceeded, attempts, total);
+                self.record("deadline", &outcome, total).await;
                 return Err(ApiError::new(
                     StatusCode::GATEWAY_TIMEOUT,
                     "enforcement_error",
@@ -382,8 +457,9 @@ impl Turn {
                     ),
                 ));
             }
-            Ended::Crashed => {
-                self.record("internal_error", None, total).await;
+            Ended::Crashed(attempts) => {
+                let outcome = Outcome::interrupted(StopReason::Panicked, attempts, total);
+                self.record("internal_error", &outcome, total).await;
                 return Err(ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "server_error",
@@ -392,8 +468,7 @@ impl Turn {
                 ));
             }
         };
-        self.record(outcome.status.as_str(), Some(&outcome), total)
-            .await;
+        self.record(outcome.status.as_str(), &outcome, total).await;
 
         let deliverable = deliverable(&outcome, delivery_for(&self.model));
         if deliverable.is_some() && !outcome.status.is_success() && !outcome.fallback_used {
@@ -514,11 +589,8 @@ pub(crate) async fn wait(job: &mut Job) -> Ended {
         Ok(Ok(outcome)) => Ended::Outcome(Box::new(outcome)),
         Ok(Err(join_error)) => {
             tracing::error!(error = %join_error, "enforcement task failed");
-            Ended::Crashed
+            job.crashed()
         }
-        Err(_) => {
-            job.handle.abort();
-            Ended::Deadline
-        }
+        Err(_) => job.past_deadline(),
     }
 }

@@ -175,6 +175,22 @@ impl FakeClaude {
         ])
     }
 
+    /// The calls interrupted by SIGINT while they streamed: (pid, chunks of text sent).
+    pub fn interrupted(&self) -> Vec<(u32, u64)> {
+        let path = self.dir.path().join("calls.jsonl.interrupted");
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .map(|v| {
+                let field = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+                (
+                    u32::try_from(field("pid")).unwrap_or(0),
+                    field("chunks_sent"),
+                )
+            })
+            .collect()
+    }
+
     /// Every call recorded so far, in order.
     pub fn calls(&self) -> Vec<FakeClaudeCall> {
         let text = std::fs::read_to_string(self.dir.path().join("calls.jsonl")).unwrap_or_default();

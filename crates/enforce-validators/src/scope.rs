@@ -509,6 +509,15 @@ impl Validator for Scoped {
         Ok(issues)
     }
 
+    fn reads_response(&self) -> bool {
+        // Pointed at a context value, under conditions on the context alone, the verdict is
+        // about the request, not the response.
+        let on_context = |source: &Source| matches!(source, Source::Context(_));
+        let about_request = self.scope.input.as_ref().is_some_and(on_context)
+            && self.scope.when.iter().all(|c| on_context(&c.source));
+        !about_request && self.inner.reads_response()
+    }
+
     /// The inner validator's partial check, when the scope can be decided before the answer
     /// is complete: the input is the whole response and every condition reads the context. A
     /// scope that reads the response's JSON waits for the whole answer.

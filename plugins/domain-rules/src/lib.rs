@@ -54,6 +54,35 @@ pub struct Rule {
     replacement: Option<String>,
 }
 
+impl Rule {
+    /// Every occurrence of this rule's forbidden phrases in `text`.
+    fn forbidden_hits(&self, text: &str, context: &Map<String, Value>, hits: &mut Vec<Hit>) {
+        for phrase in &self.forbidden {
+            let Some(phrase) = render(phrase, context) else {
+                continue;
+            };
+            for (line_index, line) in text.lines().enumerate() {
+                for start in find_all(line, &phrase, self.ignore_case) {
+                    hits.push(Hit {
+                        code: self.code.clone(),
+                        message: self.message.clone().unwrap_or_else(|| {
+                            format!("The text contains the forbidden phrase `{phrase}`.")
+                        }),
+                        hint: self.hint.clone().or_else(|| {
+                            self.replacement
+                                .as_ref()
+                                .map(|r| format!("Write `{r}` instead of `{phrase}`."))
+                        }),
+                        severity: self.severity,
+                        line: u32::try_from(line_index + 1).ok(),
+                        column: u32::try_from(line[..start].chars().count() + 1).ok(),
+                    });
+                }
+            }
+        }
+    }
+}
+
 /// One hit of [`RuleSet::check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hit {
@@ -103,29 +132,7 @@ impl RuleSet {
     pub fn check(&self, text: &str, context: &Map<String, Value>) -> Vec<Hit> {
         let mut hits = Vec::new();
         for rule in &self.rules {
-            for phrase in &rule.forbidden {
-                let Some(phrase) = render(phrase, context) else {
-                    continue;
-                };
-                for (line_index, line) in text.lines().enumerate() {
-                    for start in find_all(line, &phrase, rule.ignore_case) {
-                        hits.push(Hit {
-                            code: rule.code.clone(),
-                            message: rule.message.clone().unwrap_or_else(|| {
-                                format!("The text contains the forbidden phrase `{phrase}`.")
-                            }),
-                            hint: rule.hint.clone().or_else(|| {
-                                rule.replacement
-                                    .as_ref()
-                                    .map(|r| format!("Write `{r}` instead of `{phrase}`."))
-                            }),
-                            severity: rule.severity,
-                            line: u32::try_from(line_index + 1).ok(),
-                            column: u32::try_from(line[..start].chars().count() + 1).ok(),
-                        });
-                    }
-                }
-            }
+            rule.forbidden_hits(text, context, &mut hits);
             if !rule.required.is_empty() {
                 let phrases: Option<Vec<String>> =
                     rule.required.iter().map(|p| render(p, context)).collect();
@@ -153,6 +160,30 @@ impl RuleSet {
                         column: None,
                     });
                 }
+            }
+        }
+        hits
+    }
+
+    /// The violations already certain in `prefix`, the part of a streamed answer received so
+    /// far: forbidden phrases (of error rules without a replacement, which the repair would fix)
+    /// in lines that have ended. A phrase in an ended line stays in every continuation.
+    ///
+    /// ```
+    /// use enforce_plugin_domain_rules::RuleSet;
+    ///
+    /// let rules = RuleSet::from_config(&serde_json::json!({"rules": [
+    ///     {"code": "NO_GUARANTEE", "forbidden": ["garantiert"]}]})).unwrap();
+    /// let context = serde_json::Map::new();
+    /// assert!(rules.definite("Das ist garantiert", &context).is_empty());
+    /// assert_eq!(rules.definite("Das ist garantiert.\nUnd", &context)[0].code, "NO_GUARANTEE");
+    /// ```
+    pub fn definite(&self, prefix: &str, context: &Map<String, Value>) -> Vec<Hit> {
+        let ended = prefix.rfind('\n').map_or("", |end| &prefix[..end]);
+        let mut hits = Vec::new();
+        for rule in &self.rules {
+            if rule.replacement.is_none() && rule.severity == PluginSeverity::Error {
+                rule.forbidden_hits(ended, context, &mut hits);
             }
         }
         hits
@@ -320,6 +351,20 @@ fn find_all<'a>(
     }))
 }
 
+impl Hit {
+    fn into_issue(self) -> PluginIssue {
+        let mut issue = PluginIssue::error(self.code, self.message).with_severity(self.severity);
+        if let Some(hint) = self.hint {
+            issue = issue.with_hint(hint);
+        }
+        match (self.line, self.column) {
+            (Some(line), Some(column)) => issue.at(line, column),
+            (Some(line), None) => issue.at_line(line),
+            _ => issue,
+        }
+    }
+}
+
 impl PluginValidator for RuleSet {
     fn validate(
         &self,
@@ -329,19 +374,17 @@ impl PluginValidator for RuleSet {
         Ok(self
             .check(response, context.as_map())
             .into_iter()
-            .map(|hit| {
-                let mut issue =
-                    PluginIssue::error(hit.code, hit.message).with_severity(hit.severity);
-                if let Some(hint) = hit.hint {
-                    issue = issue.with_hint(hint);
-                }
-                match (hit.line, hit.column) {
-                    (Some(line), Some(column)) => issue.at(line, column),
-                    (Some(line), None) => issue.at_line(line),
-                    _ => issue,
-                }
-            })
+            .map(Hit::into_issue)
             .collect())
+    }
+
+    fn validate_partial(
+        &self,
+        prefix: &str,
+        context: &Context<'_>,
+    ) -> Option<Result<Vec<PluginIssue>, PluginError>> {
+        let hits = self.definite(prefix, context.as_map());
+        Some(Ok(hits.into_iter().map(Hit::into_issue).collect()))
     }
 
     fn repair(

@@ -358,7 +358,7 @@ fn every_bad_file_is_reported_with_its_reason_and_the_good_ones_load() {
         .contains("missing root module"));
     assert!(reason("future_interface")
         .to_string()
-        .contains("built for interface 2.0.0, this host supports 1.0.0"));
+        .contains("built for interface 2.0.0, this host supports 1.1.0"));
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! turns it on).
 
 mod host;
+mod interface_versions;
 #[cfg(unix)]
 mod permissions;
 #[cfg(feature = "registry")]

@@ -5,6 +5,7 @@
 //! (TRACE, captured in memory) the first time it runs, and the other modules then log into it
 //! too. No other test may install a global subscriber.
 
+mod audit_record;
 mod common;
 mod facts;
 mod fault_matrix;
@@ -12,5 +13,6 @@ mod hostile_input;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
+mod shared_state;
 mod streaming;
 mod tools;

@@ -1057,7 +1057,8 @@ async fn a_request_may_pick_another_profile_by_header() {
 
 #[tokio::test]
 async fn a_policy_fallback_is_delivered_even_in_streams() {
-    let fallback = "Sorry, no valid answer could be produced.";
+    // The fallback passes the profile's own check (it has a marker).
+    let fallback = "Sorry, no valid answer could be produced.\n<!-- STEP: done -->";
     let enforcer = marker_enforcer(false)
         .with_policy(enforce_core::Policy::builder().fallback(fallback).build());
     let runner = Arc::new(ScriptedRunner::texts([
@@ -1079,4 +1080,31 @@ async fn a_policy_fallback_is_delivered_even_in_streams() {
     let (raw, parsed) = read_stream(h.chat(user_body(true)).await).await;
     assert!(!raw.contains("FAILING"));
     assert_eq!(parsed.openai_result().unwrap(), fallback);
+}
+
+#[tokio::test]
+async fn a_fallback_that_fails_validation_is_not_delivered() {
+    // No marker: the fallback fails the very check it stands in for.
+    let fallback = "Sorry, no valid answer could be produced.";
+    let enforcer = marker_enforcer(false)
+        .with_policy(enforce_core::Policy::builder().fallback(fallback).build());
+    let runner = Arc::new(ScriptedRunner::texts(["FAILING"; 6]));
+    let server = server_with(
+        ServerConfig::default(),
+        runner,
+        enforcer,
+        unresolved(FailureResponse::Error),
+    );
+    let h = Harness::start(server).await;
+    let resp = h.chat(user_body(false)).await;
+    assert_eq!(resp.status(), 422, "an error, not the broken fallback");
+    let raw = resp.text().await.unwrap();
+    assert!(!raw.contains("Sorry"), "{raw}");
+    assert!(
+        raw.contains("FALLBACK_INVALID"),
+        "the error says why: {raw}"
+    );
+    let (raw, parsed) = read_stream(h.chat(user_body(true)).await).await;
+    assert!(!raw.contains("Sorry") && !raw.contains("FAILING"), "{raw}");
+    assert!(parsed.error().is_some());
 }
