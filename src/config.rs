@@ -65,7 +65,8 @@ pub struct ServedModelConfig {
     /// Its profile; the default profile when absent.
     #[serde(default)]
     pub profile: Option<String>,
-    /// `return` (default) or `error`: what a non-streaming client gets for an unresolved answer.
+    /// `return` (default) or `error`: what a client (streaming or not) gets for an unresolved
+    /// answer.
     #[serde(default)]
     pub on_unresolved: enforce_server::FailureResponse,
     /// `return` (default) or `error`: the same for an unavailable validator.
@@ -74,6 +75,21 @@ pub struct ServedModelConfig {
     /// Send Open WebUI status events in streams.
     #[serde(default)]
     pub status_events: bool,
+    /// Check tool calls against the request's `tools` and re-ask when they fail (default true).
+    #[serde(default = "yes")]
+    pub check_tool_calls: bool,
+    /// Remove the step marker from what the client receives; it is still recorded, and put back
+    /// on the assistant turns the client sends back (default false).
+    #[serde(default)]
+    pub hide_step_marker: bool,
+    /// What a streaming client sees while the loop works: `hold` (default: nothing unchecked)
+    /// or `draft` (attempts live as reasoning, only the checked answer as content).
+    #[serde(default)]
+    pub stream_mode: enforce_server::StreamMode,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The JSON Schema of the whole file (what `enforce config schema` prints).
@@ -202,7 +218,9 @@ mod tests {
     fn serve_example_declares_models_runners_and_server() {
         let loaded = LoadedConfig::load(Some(&example("serve.yaml"))).unwrap();
         let ids: Vec<&str> = loaded.config.models.iter().map(|m| m.id.as_str()).collect();
-        assert_eq!(ids, ["consultant", "adr-writer", "tasks"]);
+        assert_eq!(ids, ["consultant", "adr-writer", "tasks", "agent"]);
+        let consultant = &loaded.config.models[0];
+        assert!(consultant.hide_step_marker && consultant.check_tool_calls);
         assert!(loaded.config.models.iter().all(|m| m.runner.is_some()));
         let server = loaded.config.server.clone().expect("server section");
         assert_eq!(server.listen.as_deref(), Some("127.0.0.1:8080"));

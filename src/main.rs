@@ -32,6 +32,9 @@ enum Command {
     Validators(commands::validators::Args),
     /// Tools for the configuration file: `enforce config schema` prints its JSON Schema.
     Config(commands::config::Args),
+    /// Summarise audit files: outcomes over time, issue codes, re-ask fixes, spend, latency.
+    #[command(long_about = commands::report::ABOUT)]
+    Report(commands::report::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,5 +46,6 @@ fn main() -> ExitCode {
         Command::Plugins(args) => commands::plugins::run(args),
         Command::Validators(args) => commands::validators::run(args),
         Command::Config(args) => commands::config::run(args),
+        Command::Report(args) => commands::report::run(args),
     }
 }

@@ -160,7 +160,11 @@ pub fn run(args: Args) -> ExitCode {
         println!("final response:\n{}", indent(text));
     }
     if args.json {
-        println!("{}", outcome.to_json_line());
+        // The same record `enforce run --audit` and the proxy write.
+        let record = enforce_core::AuditRecord::new("demo", &outcome)
+            .profile(profile.name())
+            .runner("scripted");
+        println!("{}", record.to_json_line());
     }
     if outcome.status.is_success() {
         ExitCode::SUCCESS

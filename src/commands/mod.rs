@@ -4,6 +4,7 @@ pub mod check;
 pub mod config;
 pub mod demo;
 pub mod plugins;
+pub mod report;
 pub mod run;
 pub mod serve;
 pub mod validators;

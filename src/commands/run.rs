@@ -3,12 +3,13 @@
 use crate::config::LoadedConfig;
 use clap::{Args as ClapArgs, ValueEnum};
 use enforce_config::ProfileSet;
-use enforce_core::{Context, Outcome, Request, Status, StopReason};
+use enforce_core::{AuditRecord, Context, Outcome, Request, Status, StopReason};
 use enforce_runner::{ClaudeConfig, CommandConfig, OpenAiConfig, RunnerConfig};
+use enforce_server::FsyncPolicy;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Exit code: the response passed or was repaired.
 pub const EXIT_OK: u8 = 0;
@@ -20,6 +21,29 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_UNAVAILABLE: u8 = 3;
 /// Exit code: the runner failed.
 pub const EXIT_RUNNER: u8 = 4;
+
+/// When `--audit` syncs its line to disk (the proxy's `audit_fsync` words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuditFsync {
+    /// Leave it to the operating system.
+    Never,
+    /// Sync the line before exiting.
+    Always,
+    /// The proxy syncs at most once per interval and when it closes its log; a run writes one
+    /// line and closes, so it syncs before exiting, like `always`.
+    Interval,
+}
+
+impl From<AuditFsync> for FsyncPolicy {
+    fn from(v: AuditFsync) -> Self {
+        match v {
+            AuditFsync::Never => FsyncPolicy::Never,
+            AuditFsync::Always => FsyncPolicy::Always,
+            // The interval does not matter for one line written at exit.
+            AuditFsync::Interval => FsyncPolicy::Interval(Duration::from_secs(1)),
+        }
+    }
+}
 
 /// Which kind of runner to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -52,9 +76,16 @@ pub struct Args {
     /// when the kind matches).
     #[arg(long, value_enum)]
     pub runner: Option<RunnerKind>,
-    /// Append the audit record (one JSON line) to this file.
+    /// Append the audit record (one JSON line, the same shape as `enforce serve`'s audit log)
+    /// to this file.
     #[arg(long)]
     pub audit: Option<PathBuf>,
+    /// When the audit line is synced to disk: `never` leaves it to the operating system,
+    /// `always` and `interval` sync it before `enforce run` exits (one line, then the file is
+    /// closed, as the proxy syncs when it closes its log) [default: the configuration's
+    /// `server.audit_fsync`, else never].
+    #[arg(long, value_enum, value_name = "WHEN")]
+    pub audit_fsync: Option<AuditFsync>,
     /// Claude runner: the CLI to run.
     #[arg(long, env = "ENFORCE_CLAUDE_BIN")]
     pub claude_bin: Option<PathBuf>,
@@ -100,14 +131,30 @@ impl<E: std::fmt::Display> From<E> for UsageError {
     }
 }
 
-/// Profiles and the runner configuration, from `--config`, `./enforce.yaml`, or the built-in
-/// defaults.
-fn load(args: &Args) -> Result<(ProfileSet, Option<RunnerConfig>), UsageError> {
+/// What `enforce run` takes from the configuration.
+struct Loaded {
+    profiles: ProfileSet,
+    runner: Option<RunnerConfig>,
+    /// `server.audit_fsync`, the proxy's setting (`never` without one).
+    audit_fsync: FsyncPolicy,
+}
+
+/// Profiles, the runner configuration and the audit fsync policy, from `--config`,
+/// `./enforce.yaml`, or the built-in defaults.
+fn load(args: &Args) -> Result<Loaded, UsageError> {
     let loaded = LoadedConfig::load(args.config.as_deref())?;
     // Libraries are never unloaded, so the host need not outlive this function.
     let (registry, _host) = crate::plugin_host::registry_with_plugins(&loaded);
     let profiles = loaded.profiles(&registry, args.root.clone())?;
-    Ok((profiles, loaded.config.runner))
+    let audit_fsync = match &loaded.config.server {
+        Some(server) => server.fsync_policy()?,
+        None => FsyncPolicy::Never,
+    };
+    Ok(Loaded {
+        profiles,
+        runner: loaded.config.runner,
+        audit_fsync,
+    })
 }
 
 /// The runner configuration: the file's, switched to `--runner` if asked, with the flags laid
@@ -221,28 +268,38 @@ pub fn exit_code(outcome: &Outcome) -> u8 {
     }
 }
 
-/// The audit record: the outcome plus when, which profile and which runner.
-fn audit_line(outcome: &Outcome, profile: &str, runner: &str) -> String {
-    let mut record = serde_json::Map::new();
-    let at = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    record.insert("timestamp_ms".into(), at.into());
-    record.insert("profile".into(), profile.into());
-    record.insert("runner".into(), runner.into());
-    if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(outcome) {
-        record.extend(fields);
+/// The model a runner configuration asks, when it names one.
+fn model_of(config: &RunnerConfig) -> Option<&str> {
+    match config {
+        RunnerConfig::Claude(c) => c.model.as_deref(),
+        RunnerConfig::OpenAi(c) => Some(c.model.as_str()),
+        _ => None,
     }
-    serde_json::Value::Object(record).to_string()
 }
 
-fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
+/// An id for this run's audit record: `run-` + the start time in milliseconds and the process
+/// id, in hex (unique per machine unless two runs start in the same millisecond with one pid).
+fn request_id() -> String {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("run-{millis:x}-{:x}", std::process::id())
+}
+
+/// Appends `line` to `path`; syncs it to disk unless `policy` is `never`. Returns whether it
+/// synced.
+fn append_line(path: &Path, line: &str, policy: FsyncPolicy) -> std::io::Result<bool> {
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)?;
-    writeln!(file, "{line}")
+    // One write for the line and its newline: a crash leaves at most this line torn.
+    file.write_all(format!("{line}\n").as_bytes())?;
+    if policy == FsyncPolicy::Never {
+        return Ok(false);
+    }
+    file.sync_data()?;
+    Ok(true)
 }
 
 /// Runs `enforce run`.
@@ -259,7 +316,12 @@ pub fn run(args: Args) -> ExitCode {
 fn execute(args: &Args) -> Result<u8, UsageError> {
     let prompt = read_prompt(&args.prompt)?;
     let context = context(&args.context)?;
-    let (profiles, runner_from_file) = load(args)?;
+    let Loaded {
+        profiles,
+        runner: runner_from_file,
+        audit_fsync,
+    } = load(args)?;
+    let audit_fsync = args.audit_fsync.map_or(audit_fsync, FsyncPolicy::from);
     let profile_name = args
         .profile
         .clone()
@@ -305,10 +367,13 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         runner_config.kind()
     );
     if let Some(path) = &args.audit {
-        if let Err(e) = append_line(
-            path,
-            &audit_line(&outcome, &profile_name, runner_config.kind()),
-        ) {
+        let id = request_id();
+        let line = AuditRecord::new(&id, &outcome)
+            .model(model_of(&runner_config))
+            .profile(profile_name.as_str())
+            .runner(runner_config.kind())
+            .to_json_line();
+        if let Err(e) = append_line(path, &line, audit_fsync) {
             eprintln!(
                 "enforce run: cannot append the audit to {}: {e}",
                 path.display()
@@ -364,14 +429,32 @@ mod tests {
     }
 
     #[test]
-    fn audit_line_adds_profile_runner_and_time() {
-        let line = audit_line(&outcome("passed", "clean", false), "chat", "claude");
-        let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
-        assert!(!line.contains('\n'));
-        assert_eq!(v["profile"], "chat");
-        assert_eq!(v["runner"], "claude");
-        assert_eq!(v["status"], "passed");
-        assert!(v["timestamp_ms"].as_u64().is_some_and(|t| t > 0));
+    fn audit_lines_are_appended_and_synced_unless_never() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("audit.jsonl");
+        for (when, synced) in [
+            (AuditFsync::Never, false),
+            (AuditFsync::Always, true),
+            (AuditFsync::Interval, true),
+        ] {
+            let line = format!("{{\"n\":\"{when:?}\"}}");
+            assert_eq!(
+                append_line(&path, &line, when.into()).expect("written"),
+                synced
+            );
+        }
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(
+            text,
+            "{\"n\":\"Never\"}\n{\"n\":\"Always\"}\n{\"n\":\"Interval\"}\n"
+        );
+    }
+
+    #[test]
+    fn request_ids_name_the_run() {
+        let id = request_id();
+        assert!(id.starts_with("run-"), "{id}");
+        assert!(id.len() > 8, "{id}");
     }
 
     #[test]

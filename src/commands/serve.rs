@@ -6,7 +6,9 @@ use enforce_config::ProfileSet;
 use enforce_core::Runner;
 use enforce_external::breaker::BreakerState;
 use enforce_runner::{ClaudeConfig, OpenAiConfig, RunnerConfig};
-use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerSection};
+use enforce_server::{
+    FailureResponse, Model, ModelOptions, Server, ServerSection, StepMark, StreamMode,
+};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,7 +25,25 @@ pub enum ServeRunner {
     Claude,
 }
 
-/// What a failed enforcement becomes for non-streaming clients.
+/// What a streaming client sees while the answer is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StreamModeArg {
+    /// Nothing unchecked: keep-alives (and status events) until the answer passed.
+    Hold,
+    /// Attempts live as `reasoning_content`, the checked answer as `content`.
+    Draft,
+}
+
+impl From<StreamModeArg> for StreamMode {
+    fn from(v: StreamModeArg) -> Self {
+        match v {
+            StreamModeArg::Hold => StreamMode::Hold,
+            StreamModeArg::Draft => StreamMode::Draft,
+        }
+    }
+}
+
+/// What a failed enforcement becomes (for streaming and non-streaming clients).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnFailure {
     /// A normal completion carrying the status (`X-Enforce-Status`, `enforcement`).
@@ -81,15 +101,28 @@ pub struct Args {
     /// Public model id of the command-line model [default: --upstream-model, else the profile].
     #[arg(long)]
     pub model_id: Option<String>,
-    /// Non-streaming answer that stays unresolved: return it with its status, or an error.
+    /// An answer that stays unresolved (streamed or not): return it with its status, or an error.
     #[arg(long, value_enum, default_value = "return")]
     pub on_unresolved: OnFailure,
-    /// Non-streaming answer whose validator was unavailable: return it, or an error.
+    /// An answer whose validator was unavailable (streamed or not): return it, or an error.
     #[arg(long, value_enum, default_value = "return")]
     pub on_unavailable: OnFailure,
     /// Send Open WebUI status events in streams ("Re-asking (2/3): ...").
     #[arg(long)]
     pub status_events: bool,
+    /// Do not check tool calls against the request's `tools` (UNKNOWN_TOOL,
+    /// INVALID_TOOL_ARGUMENTS); by default they are checked and re-asked like any other error.
+    #[arg(long)]
+    pub no_tool_checks: bool,
+    /// Remove the `<!-- STEP: x -->` marker from answers (chat UIs show it as text); the step is
+    /// still recorded, and put back on the turns the client sends back.
+    #[arg(long)]
+    pub hide_step_marker: bool,
+    /// What a streaming client sees while the answer is checked: `hold` shows nothing
+    /// unchecked; `draft` streams each attempt live as reasoning (a "Thinking…" block in Open
+    /// WebUI) and only the checked answer as the message.
+    #[arg(long, value_enum, default_value = "hold")]
+    pub stream_mode: StreamModeArg,
     /// Accepted bearer key (repeatable; also `ENFORCE_API_KEYS`, comma-separated).
     #[arg(long = "api-key")]
     pub api_keys: Vec<String>,
@@ -207,7 +240,14 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     }
     let mut builder = Server::builder(config)
         .models(models)
-        .step_extractor(enforce_documents::extract_step)
+        .step_extractor(|text: &str| {
+            let marker = enforce_documents::find_last_marker(text)?;
+            let step = marker.step.to_lowercase();
+            (!step.is_empty()).then_some(StepMark {
+                step,
+                range: marker.range,
+            })
+        })
         .on_scrape(export_breaker_states);
     // Every profile can be picked per request with `X-Enforce-Profile`.
     let names: Vec<String> = profiles.names().map(str::to_string).collect();
@@ -266,13 +306,17 @@ fn model_from_config(
         .unwrap_or_else(|| profiles.default_name().to_string());
     let enforcer =
         enforcer_for(profiles, &profile).map_err(|e| format!("model '{}': {e}", entry.id))?;
-    Ok(
-        Model::new(entry.id.clone(), runner, enforcer).with_options(ModelOptions {
+    Ok(Model::new(entry.id.clone(), runner, enforcer)
+        .with_profile(profile)
+        .with_runner_kind(runner_config.kind())
+        .with_options(ModelOptions {
             on_unresolved: entry.on_unresolved,
             on_unavailable: entry.on_unavailable,
             status_events: entry.status_events,
-        }),
-    )
+            check_tool_calls: entry.check_tool_calls,
+            hide_step_marker: entry.hide_step_marker,
+            stream_mode: entry.stream_mode,
+        }))
 }
 
 /// The first model the upstream lists at `{base_url}/models` (llama.cpp and single-model servers
@@ -365,13 +409,19 @@ fn model_from_flags(
         .clone()
         .or(upstream_model)
         .unwrap_or_else(|| profile.clone());
-    Ok(Some(Model::new(id, runner, enforcer).with_options(
-        ModelOptions {
-            on_unresolved: args.on_unresolved.into(),
-            on_unavailable: args.on_unavailable.into(),
-            status_events: args.status_events,
-        },
-    )))
+    Ok(Some(
+        Model::new(id, runner, enforcer)
+            .with_profile(profile)
+            .with_runner_kind(runner_config.kind())
+            .with_options(ModelOptions {
+                on_unresolved: args.on_unresolved.into(),
+                on_unavailable: args.on_unavailable.into(),
+                status_events: args.status_events,
+                check_tool_calls: !args.no_tool_checks,
+                hide_step_marker: args.hide_step_marker,
+                stream_mode: args.stream_mode.into(),
+            }),
+    ))
 }
 
 /// Serves until `shutdown` completes.

@@ -80,6 +80,8 @@ fn demo_json_prints_the_audit_record() {
     let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(last["status"], "repaired");
     assert_eq!(last["attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(last["profile"], "adr");
+    assert!(last["ts"].as_str().is_some_and(|ts| ts.ends_with('Z')));
 }
 
 #[test]

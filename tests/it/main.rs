@@ -1,12 +1,16 @@
 //! The end-to-end tests of the `enforce` binary and the property tests, in one test binary
 //! (one link instead of one per file): `cargo test -p enforce --test it`.
 
+mod audit_shape;
 mod check;
 mod cli_run_demo;
 mod config_schema;
 mod crash_safety;
+mod grafana;
 mod plugins;
 mod properties;
+mod prose_serve;
+mod report;
 mod serve;
 
 /// The `enforce` binary under test.

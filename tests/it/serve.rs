@@ -8,16 +8,16 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const GOOD: &str = "Here is why.\n<!-- STEP: why -->";
+pub(crate) const GOOD: &str = "Here is why.\n<!-- STEP: why -->";
 
 /// A running `enforce serve`, stopped with SIGTERM (or killed) when dropped.
-struct Proxy {
+pub(crate) struct Proxy {
     child: Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Proxy {
-    fn start(args: &[&str]) -> Proxy {
+    pub(crate) fn start(args: &[&str]) -> Proxy {
         Self::start_with_env(args, std::collections::BTreeMap::new())
     }
 
@@ -60,12 +60,12 @@ impl Proxy {
         Proxy { child, base }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
     /// Sends SIGTERM and waits for the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
+    pub(crate) fn terminate(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
         for _ in 0..100 {
@@ -86,7 +86,7 @@ impl Drop for Proxy {
     }
 }
 
-fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("enforce-serve-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -94,7 +94,12 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 /// A config whose model `m` talks to `upstream` without runner-level retries.
-fn config_for(dir: &std::path::Path, upstream: &str, extra_model: &str, server: &str) -> PathBuf {
+pub(crate) fn config_for(
+    dir: &std::path::Path,
+    upstream: &str,
+    extra_model: &str,
+    server: &str,
+) -> PathBuf {
     let path = dir.join("enforce.yaml");
     let text = format!(
         "models:\n  - id: m\n    profile: chat\n    runner:\n      type: openai\n      base_url: {upstream}\n      model: mock-model\n      timeout_secs: 1\n      retry:\n        max_retries: 0\n{extra_model}{server}"
@@ -103,11 +108,11 @@ fn config_for(dir: &std::path::Path, upstream: &str, extra_model: &str, server: 
     path
 }
 
-fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
-fn body(stream: bool) -> Value {
+pub(crate) fn body(stream: bool) -> Value {
     json!({"model": "m", "messages": [{"role": "user", "content": "Why?"}], "stream": stream})
 }
 

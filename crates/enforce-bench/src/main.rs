@@ -5,6 +5,7 @@
 //! - `enforce-bench load`        the load driver against one target (prints JSON)
 //! - `enforce-bench validators`  enforce's side of scenario 1 (prints JSON)
 //! - `enforce-bench loop`        enforce's side of scenario 2 (prints JSON)
+//! - `enforce-bench stream`      scenario 4, streaming: early abort, draft mode (prints JSON)
 //! - `enforce-bench peers`       everything: installs the peers, runs every scenario, writes
 //!   BENCHMARKS.md
 
@@ -15,6 +16,7 @@ mod peers;
 mod relay;
 mod report;
 mod results;
+mod streaming;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -71,6 +73,21 @@ enum Cmd {
         #[arg(long, default_value_t = 300)]
         runs: usize,
     },
+    /// Scenario 4, streaming (enforce only: no peer cuts and re-asks).
+    Stream {
+        /// Tokens a second the paced upstream writes.
+        #[arg(long, default_value_t = 50)]
+        tokens_per_sec: u32,
+        /// Tokens in one answer.
+        #[arg(long, default_value_t = 600)]
+        answer_tokens: usize,
+        /// Requests per case and setting.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Concurrent streams in the integrity check.
+        #[arg(long, default_value_t = 512)]
+        concurrent: usize,
+    },
     /// Every scenario against every peer; writes BENCHMARKS.md.
     Peers(peers::PeersArgs),
 }
@@ -106,6 +123,25 @@ fn main() -> anyhow::Result<()> {
             runs,
         } => {
             let f = rt.block_on(inproc::looped(&ok_url, &fail_first_url, runs))?;
+            println!("{}", serde_json::to_string(&f)?);
+            Ok(())
+        }
+        Cmd::Stream {
+            tokens_per_sec,
+            answer_tokens,
+            runs,
+            concurrent,
+        } => {
+            // Hundreds of streams: a multi-threaded runtime, unlike the single-core drivers.
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let f = rt.block_on(streaming::run(streaming::StreamArgs {
+                tokens_per_sec,
+                answer_tokens,
+                runs,
+                concurrent,
+            }))?;
             println!("{}", serde_json::to_string(&f)?);
             Ok(())
         }

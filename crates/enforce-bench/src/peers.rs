@@ -49,6 +49,15 @@ pub struct PeersArgs {
     /// other task, so it takes no CPU from the targets.
     #[arg(long)]
     pub let_cores_idle: bool,
+    /// Scenario 4: tokens a second of the paced upstream.
+    #[arg(long, default_value_t = 50)]
+    pub stream_tokens_per_sec: u32,
+    /// Scenario 4: tokens per answer.
+    #[arg(long, default_value_t = 600)]
+    pub stream_answer_tokens: usize,
+    /// Scenario 4: requests per case and setting.
+    #[arg(long, default_value_t = 3)]
+    pub stream_runs: usize,
 }
 
 const PEERS_PY: &str = include_str!("../python/peers.py");
@@ -661,6 +670,24 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
                 r.unsupported
                     .insert("Python validators".into(), e.to_string());
             }
+        }
+    }
+
+    // Scenario 4: streaming (enforce only).
+    let a = vec![
+        "stream".into(),
+        "--tokens-per-sec".into(),
+        args.stream_tokens_per_sec.to_string(),
+        "--answer-tokens".into(),
+        args.stream_answer_tokens.to_string(),
+        "--runs".into(),
+        args.stream_runs.to_string(),
+    ];
+    match output_json(command(&[], &me, &a), &mut r) {
+        Ok(v) => r.streaming = Some(v),
+        Err(e) => {
+            r.unsupported
+                .insert("enforce streaming".into(), e.to_string());
         }
     }
 

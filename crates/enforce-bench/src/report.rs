@@ -363,6 +363,92 @@ pub fn render(r: &Results) -> String {
         verdict(gv, 500.0)
     ));
 
+    // Scenario 4.
+    if let Some(v) = &r.streaming {
+        let _ = writeln!(
+            o,
+            "## Scenario 4: streaming, early abort, draft mode
+"
+        );
+        let _ = writeln!(o, "enforce only (no peer cuts a failing generation and re-asks). A paced upstream (the `enforce-testkit` mock, {} tokens/s, one token per chunk, answers of {} tokens) in front of `enforce serve` with the OpenAI runner; each failing answer is answered right once the feedback names its code. p50 of {} requests per case and setting; tokens are the chunks the upstream actually generated (a cut stream stops generating when its connection closes).
+",
+            f(num(v, &["tokens_per_sec"]), 0), f(num(v, &["answer_tokens"]), 0), f(num(v, &["runs"]), 0));
+        let _ = writeln!(o, "| failure | time to valid answer, early abort off / on (ms) | ratio | tokens per valid answer, off / on | ratio | tokens wasted on failing attempts, ratio |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|");
+        let mut best_time: Option<f64> = None;
+        let mut best_tokens: Option<f64> = None;
+        for c in v["cases"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                o,
+                "| {} | {} / {} | {}× | {} / {} | {}× | {}× |",
+                c["case"].as_str().unwrap_or("?"),
+                f(num(c, &["off_valid_answer_ms_p50"]), 0),
+                f(num(c, &["on_valid_answer_ms_p50"]), 0),
+                f(num(c, &["time_ratio"]), 2),
+                f(num(c, &["off_tokens_per_valid_answer"]), 0),
+                f(num(c, &["on_tokens_per_valid_answer"]), 0),
+                f(num(c, &["token_ratio"]), 2),
+                f(num(c, &["wasted_token_ratio"]), 1),
+            );
+            if c["case"]
+                .as_str()
+                .is_some_and(|n| n.contains("near the start"))
+            {
+                let worst = |acc: Option<f64>, x: Option<f64>| match (acc, x) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                best_time = worst(best_time, num(c, &["time_ratio"]));
+                best_tokens = worst(best_tokens, num(c, &["token_ratio"]));
+            }
+        }
+        let _ = writeln!(o, "
+With one failing attempt before a valid one, the valid answer must still be generated in full, so no early abort can make time or tokens per valid answer more than 2× lower; the last column shows what the cut itself saves.
+");
+        let _ = writeln!(
+            o,
+            "Draft mode: first visible byte (`reasoning_content`) {} ms p50 against the upstream's own first token asked directly {} ms (added {} ms). {} of {} concurrent draft streams arrived whole and in order (drafts and answer).
+",
+            f(num(v, &["draft_first_byte_ms_p50"]), 2),
+            f(num(v, &["direct_ttft_ms_p50"]), 2),
+            f(num(v, &["draft_added_ms"]), 2),
+            f(num(v, &["concurrent_intact"]), 0),
+            f(num(v, &["concurrent_streams"]), 0),
+        );
+        target_rows.push(format!(
+            "| time to a valid answer, early failures, early abort on vs off | ≥ 3× lower | {} | {} |",
+            f(best_time, 2),
+            verdict(best_time, 3.0)
+        ));
+        target_rows.push(format!(
+            "| tokens per valid answer, early failures, early abort on vs off | ≥ 4× lower | {} | {} |",
+            f(best_tokens, 2),
+            verdict(best_tokens, 4.0)
+        ));
+        let added = num(v, &["draft_added_ms"]);
+        target_rows.push(format!(
+            "| draft mode first visible byte vs direct TTFT | ≤ +1 ms | {} ms | {} |",
+            f(added, 2),
+            match added {
+                Some(a) if a <= 1.0 => "**met**",
+                Some(_) => "**missed**",
+                None => "not measured",
+            }
+        ));
+        let streams = num(v, &["concurrent_streams"]);
+        let intact = num(v, &["concurrent_intact"]);
+        target_rows.push(format!(
+            "| concurrent streams with no lost or reordered chunk | all of 512 | {} of {} | {} |",
+            f(intact, 0),
+            f(streams, 0),
+            if intact.is_some() && intact == streams && streams >= Some(512.0) {
+                "**met**"
+            } else {
+                "**missed**"
+            }
+        ));
+    }
+
     // Targets summary goes near the top: rebuild the document with it inserted.
     let mut targets = String::from("| target | wanted | measured | verdict |\n|---|---|---|---|\n");
     for row in &target_rows {
@@ -454,5 +540,35 @@ mod tests {
             doc.contains("the fastest peer 833 req/s, ratio 120.0×"),
             "{doc}"
         );
+    }
+
+    #[test]
+    fn streaming_targets_are_judged_on_the_early_failures_only() {
+        let mut r = results();
+        r.streaming = Some(json!({
+            "tokens_per_sec": 50, "answer_tokens": 600, "runs": 3,
+            "cases": [
+                {"case": "forbidden term near the start", "off_valid_answer_ms_p50": 24000.0,
+                 "on_valid_answer_ms_p50": 12200.0, "off_tokens_per_valid_answer": 1200.0,
+                 "on_tokens_per_valid_answer": 610.0, "valid_answer_tokens": 600.0,
+                 "time_ratio": 1.97, "token_ratio": 1.97, "wasted_token_ratio": 60.0},
+                {"case": "missing step marker (decided at the end)",
+                 "off_valid_answer_ms_p50": 24000.0, "on_valid_answer_ms_p50": 24000.0,
+                 "off_tokens_per_valid_answer": 1200.0, "on_tokens_per_valid_answer": 1200.0,
+                 "valid_answer_tokens": 600.0, "time_ratio": 1.0, "token_ratio": 1.0,
+                 "wasted_token_ratio": 1.0}],
+            "direct_ttft_ms_p50": 20.0, "draft_first_byte_ms_p50": 20.4, "draft_added_ms": 0.4,
+            "concurrent_streams": 512, "concurrent_intact": 512
+        }));
+        let doc = render(&r);
+        assert!(doc.contains("## Scenario 4: streaming"), "{doc}");
+        assert!(doc.contains("| time to a valid answer, early failures, early abort on vs off | ≥ 3× lower | 1.97 | **missed** |"), "{doc}");
+        assert!(
+            doc.contains(
+                "| draft mode first visible byte vs direct TTFT | ≤ +1 ms | 0.40 ms | **met** |"
+            ),
+            "{doc}"
+        );
+        assert!(doc.contains("| 512 of 512 | **met** |"), "{doc}");
     }
 }

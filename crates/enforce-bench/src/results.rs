@@ -65,6 +65,8 @@ pub struct Results {
     pub validators_python: Option<Value>,
     /// library → loop figures ("enforce" included).
     pub loops: BTreeMap<String, Value>,
+    /// Scenario 4 (streaming), enforce only.
+    pub streaming: Option<Value>,
     pub pinned: bool,
     pub started: String,
     pub duration_s: f64,

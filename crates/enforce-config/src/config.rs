@@ -33,7 +33,7 @@
 //! assert!(err.to_string().starts_with("enforce.yaml:3:"), "{err}");
 //! ```
 
-use enforce_core::{Budget, FailMode, FeedbackTemplate, Language};
+use enforce_core::{AnswerFormat, Budget, FailMode, FeedbackTemplate, Language};
 use enforce_validators::BuildError;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -113,9 +113,14 @@ pub struct ProfileConfig {
     /// New bytes of a streamed answer between two partial checks (overrides `defaults`).
     pub partial_check_bytes: Option<usize>,
     /// Fallback text for unresolved responses; `{{key}}` is filled from the request context.
+    /// It must pass the profile's validators itself, else it is not used.
     pub fallback: Option<String>,
     /// File holding the fallback text, relative to the configuration file.
     pub fallback_file: Option<PathBuf>,
+    /// What the answers are: `json` fills the fallback's placeholders JSON-escaped, `text` as
+    /// they are. Default: `json` when the profile has a `json` validator on the whole
+    /// response (no `input`), else `text`.
+    pub answer_format: Option<AnswerFormat>,
 }
 
 /// Feedback settings: a built-in language, and template pieces overriding it.

@@ -34,7 +34,7 @@
 
 use crate::config::{Config, ConfigError, ConfigSource, Defaults, FeedbackConfig, ProfileConfig};
 use crate::registry::Registry;
-use enforce_core::{Enforcer, Feedback, Policy, Validator};
+use enforce_core::{AnswerFormat, Enforcer, Feedback, Policy, Validator};
 use enforce_validators::BuildEnv;
 use enforce_validators::BuildError;
 use serde_json::{json, Value};
@@ -262,6 +262,24 @@ fn build_policy(
     Ok(policy)
 }
 
+/// What a profile's answers are when it does not say: JSON when one of its validators is a
+/// `json` check of the whole response (no `input` pointing it at a part), else text.
+fn answer_format_of(validators: &[String], config: &Config) -> AnswerFormat {
+    let whole_json = |name: &String| match config.validators.get(name) {
+        Some(Value::Object(spec)) => {
+            let kind = spec.get("type").and_then(Value::as_str).unwrap_or(name);
+            kind == "json" && !spec.contains_key("input")
+        }
+        Some(Value::Null) | None => name == "json",
+        Some(_) => false,
+    };
+    if validators.iter().any(whole_json) {
+        AnswerFormat::Json
+    } else {
+        AnswerFormat::Text
+    }
+}
+
 impl ProfileSet {
     /// Only the built-in profiles, with default policy. `root` overrides the `file_refs` root
     /// (default: the current directory).
@@ -359,11 +377,14 @@ impl ProfileSet {
             for (i, v) in p.validators.iter().enumerate() {
                 list.push(get(v, &format!("{prefix}.validators[{i}]"), false)?);
             }
-            let policy = build_policy(
+            let mut policy = build_policy(
                 (&config.defaults).into(),
                 Some((p.into(), &prefix)),
                 &env.base_dir,
             )?;
+            policy.answer_format = p
+                .answer_format
+                .unwrap_or_else(|| answer_format_of(&p.validators, config));
             profiles.insert(
                 name.clone(),
                 Profile {
@@ -538,6 +559,26 @@ mod tests {
         assert!(err.message.contains("nope.txt"), "{err}");
         let err = load("defaults:\n  profile: ghost\n").unwrap_err();
         assert_eq!(err.line, Some(2));
+    }
+
+    #[test]
+    fn answers_are_json_with_a_whole_response_json_validator_or_when_told() {
+        let set = load(
+            "validators:\n  block: { type: json }\n  field: { type: json, input: { json: /a } }\n\
+             profiles:\n  whole: { validators: [step_marker, block] }\n  bare: { validators: [json] }\n\
+             \x20 part: { validators: [field] }\n  told: { validators: [field], answer_format: json }\n\
+             \x20 plain: { validators: [block], answer_format: text }\n",
+        )
+        .unwrap();
+        let format = |name: &str| set.get(name).unwrap().policy().answer_format;
+        assert_eq!(format("whole"), AnswerFormat::Json);
+        assert_eq!(format("bare"), AnswerFormat::Json);
+        assert_eq!(format("part"), AnswerFormat::Text);
+        assert_eq!(format("told"), AnswerFormat::Json);
+        assert_eq!(format("plain"), AnswerFormat::Text);
+        assert_eq!(format("chat"), AnswerFormat::Text);
+        let err = load("profiles:\n  p: { answer_format: yaml }\n").unwrap_err();
+        assert!(err.message.contains("yaml"), "{err}");
     }
 
     #[test]

@@ -293,4 +293,79 @@ mod tests {
             .unwrap();
         assert_eq!(err.key, "allowed[1]");
     }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        let mut f = std::pin::pin!(f);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        loop {
+            if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+        }
+    }
+
+    #[test]
+    fn a_validator_scoped_to_a_tool_checks_each_call_of_it_and_no_text() {
+        use enforce_core::{Context, Reply, ToolCall};
+        let r = Registry::builtin();
+        let v = r
+            .build(
+                "safe_sql",
+                &json!({"type": "pattern", "input": {"tool": "run_sql", "json": "/query"},
+                        "forbidden": [{"regex": "(?i)\\bdrop\\b", "code": "DANGEROUS_SQL"}]}),
+                &BuildEnv::default(),
+            )
+            .unwrap();
+        let reply = |text: &str, calls: &[(&str, &str)]| Reply {
+            text: text.into(),
+            tool_calls: calls
+                .iter()
+                .enumerate()
+                .map(|(i, (n, a))| ToolCall::new(format!("call_{i}"), *n, *a))
+                .collect(),
+            ..Reply::default()
+        };
+        let ctx = Context::new();
+        let codes = |reply: &Reply| -> Vec<String> {
+            block_on(v.validate_reply(reply, &ctx))
+                .unwrap()
+                .into_iter()
+                .map(|i| i.code)
+                .collect()
+        };
+        let bad = reply(
+            "I will DROP nothing in the text.",
+            &[
+                ("run_sql", r#"{"query": "select 1"}"#),
+                ("run_sql", r#"{"query": "DROP TABLE users"}"#),
+                ("other", r#"{"query": "drop"}"#),
+            ],
+        );
+        assert_eq!(codes(&bad), ["DANGEROUS_SQL"]);
+        let issues = block_on(v.validate_reply(&bad, &ctx)).unwrap();
+        assert!(
+            issues[0].message.contains("call_1 to `run_sql`"),
+            "{}",
+            issues[0].message
+        );
+        // The text is not this validator's input, and neither is a call it cannot parse.
+        assert!(codes(&reply("drop it", &[("run_sql", "not json")])).is_empty());
+        assert!(block_on(v.validate("DROP", &ctx)).unwrap().is_empty());
+
+        for (spec, key) in [
+            (json!({"tool": "", "json": "/q"}), "input.tool"),
+            (json!({"tool": "t", "json": "q"}), "input.json"),
+            (json!({"tool": "t", "context": "c"}), "input"),
+        ] {
+            let err = r
+                .build(
+                    "x",
+                    &json!({"type": "length", "max": 3, "input": spec}),
+                    &BuildEnv::default(),
+                )
+                .err()
+                .unwrap();
+            assert_eq!(err.key, key, "{err:?}");
+        }
+    }
 }

@@ -63,17 +63,63 @@ impl Context {
     /// Whitespace inside the braces is ignored. A placeholder whose key is missing is left as
     /// it is, so a template never silently loses text.
     pub fn render(&self, template: &str) -> String {
+        self.fill(template, |out, value, _| match value {
+            Value::String(s) => out.push_str(s),
+            other => out.push_str(&other.to_string()),
+        })
+    }
+
+    /// Fills `{{key}}` placeholders in a JSON `template` so that the result stays JSON:
+    /// inside a string literal a value is written JSON-escaped (a quote in a company name
+    /// becomes `\"`; numbers, booleans and lists as their JSON text, escaped); outside
+    /// strings it is written as a JSON value (a string with its quotes, a list as an array).
+    /// Missing keys are left as they are, like [`render`](Self::render).
+    ///
+    /// ```
+    /// use enforce_core::Context;
+    ///
+    /// let ctx = Context::new().with("company", "Müller \"Bau\" GmbH").with("tags", vec!["a", "b"]);
+    /// let json = ctx.render_json(r#"{"text": "Die {{company}}.", "name": {{company}}, "tags": {{tags}}}"#);
+    /// assert_eq!(json, r#"{"text": "Die Müller \"Bau\" GmbH.", "name": "Müller \"Bau\" GmbH", "tags": ["a","b"]}"#);
+    /// let back: serde_json::Value = serde_json::from_str(&json).unwrap();
+    /// assert_eq!(back["text"], "Die Müller \"Bau\" GmbH.");
+    /// ```
+    pub fn render_json(&self, template: &str) -> String {
+        self.fill(template, |out, value, in_string| {
+            if in_string {
+                let text = match value {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                // A JSON string literal of the text, without its quotes.
+                let quoted = Value::String(text).to_string();
+                out.push_str(&quoted[1..quoted.len() - 1]);
+            } else {
+                out.push_str(&value.to_string());
+            }
+        })
+    }
+
+    /// Copies `template`, handing each placeholder's value to `put` together with whether
+    /// the placeholder stands inside a JSON string literal of the template (only
+    /// [`render_json`](Self::render_json) cares).
+    fn fill(&self, template: &str, mut put: impl FnMut(&mut String, &Value, bool)) -> String {
         let mut out = String::with_capacity(template.len());
         let mut rest = template;
+        let mut strings = JsonStrings::default();
         while let Some(start) = rest.find("{{") {
+            strings.scan(&rest[..start]);
             out.push_str(&rest[..start]);
             let after = &rest[start + 2..];
             match after.find("}}") {
                 Some(end) => {
-                    let key = after[..end].trim();
-                    match self.get_text(key) {
-                        Some(value) => out.push_str(&value),
-                        None => out.push_str(&rest[start..start + 2 + end + 2]),
+                    let placeholder = &rest[start..start + 2 + end + 2];
+                    match self.get(after[..end].trim()) {
+                        Some(value) => put(&mut out, value, strings.inside),
+                        None => {
+                            strings.scan(placeholder);
+                            out.push_str(placeholder);
+                        }
                     }
                     rest = &after[end + 2..];
                 }
@@ -85,6 +131,27 @@ impl Context {
         }
         out.push_str(rest);
         out
+    }
+}
+
+/// Whether the text scanned so far ends inside a JSON string literal.
+#[derive(Default)]
+struct JsonStrings {
+    inside: bool,
+    escaped: bool,
+}
+
+impl JsonStrings {
+    fn scan(&mut self, text: &str) {
+        for b in text.bytes() {
+            if self.escaped {
+                self.escaped = false;
+            } else if self.inside && b == b'\\' {
+                self.escaped = true;
+            } else if b == b'"' {
+                self.inside = !self.inside;
+            }
+        }
     }
 }
 
@@ -104,6 +171,29 @@ mod tests {
         assert_eq!(
             ctx.render("Hello {{ company_name }}, {{n}} items, {{missing}} and {{ open"),
             "Hello ACME, 3 items, {{missing}} and {{ open"
+        );
+    }
+
+    #[test]
+    fn render_json_keeps_the_template_json() {
+        let ctx = Context::new()
+            .with("name", "A \"B\" \\ C\n")
+            .with("n", 3)
+            .with("ok", true)
+            .with("tags", vec!["x", "y\""]);
+        let template = r#"{"t": "{{name}} / {{n}} / {{tags}}", "s": "esc \" {{name}}", "v": [{{n}}, {{ok}}, {{name}}, {{tags}}]}"#;
+        let json = ctx.render_json(template);
+        let v: Value = serde_json::from_str(&json).expect(&json);
+        assert_eq!(v["t"], "A \"B\" \\ C\n / 3 / [\"x\",\"y\\\"\"]");
+        assert_eq!(v["s"], "esc \" A \"B\" \\ C\n");
+        assert_eq!(
+            v["v"],
+            serde_json::json!([3, true, "A \"B\" \\ C\n", ["x", "y\""]])
+        );
+        // A missing key stays (and is scanned: its quotes are not the template's).
+        assert_eq!(
+            ctx.render_json(r#"{"a": "{{gone}}", "b": {{n}}}"#),
+            r#"{"a": "{{gone}}", "b": 3}"#
         );
     }
 

@@ -4,11 +4,15 @@ use crate::outcome::digest;
 use crate::stream::next_event;
 use crate::validator::{push_leaves, repair_leaves, validate_leaves, Found, Leaf, Verdict};
 use crate::{
-    Attempt, BudgetKind, Context, Cut, Event, Issue, Observer, Outcome, PartialCheck, Policy,
-    Reply, ReplyStream, Request, Runner, RunnerError, Status, StopReason, StreamEvent, ToolCall,
-    Usage, Validator,
+    AnswerFormat, Attempt, BudgetKind, Context, Cut, Event, Issue, Observer, Outcome, PartialCheck,
+    Policy, Reply, ReplyStream, Request, Runner, RunnerError, Status, StopReason, StreamEvent,
+    ToolCall, Usage, Validator,
 };
 use std::time::{Duration, Instant};
+
+/// Code of the warning recorded when the policy's fallback text failed validation (or could
+/// not be validated) and was therefore not used.
+pub const FALLBACK_INVALID: &str = "FALLBACK_INVALID";
 
 /// What [`Enforcer::check`] does about errors in the text it is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -205,11 +209,13 @@ impl Enforcer {
                         Verdict::Found(found) => found,
                         Verdict::Unavailable(unavailable) => {
                             run.record(number, &reply, Vec::new(), runner_time, validation_time);
-                            return run.finish(
-                                Status::Unavailable,
-                                StopReason::ValidatorUnavailable { unavailable },
-                                Some((reply, Vec::new())),
-                            );
+                            return run
+                                .finish(
+                                    Status::Unavailable,
+                                    StopReason::ValidatorUnavailable { unavailable },
+                                    Some((reply, Vec::new())),
+                                )
+                                .await;
                         }
                     };
                     observer.on_event(&Event::Validated {
@@ -233,23 +239,25 @@ impl Enforcer {
                         bytes: reply.text.len(),
                         issues: &issues,
                     });
-                    run.record(number, &reply, issues.clone(), runner_time, checking);
-                    if let Some(attempt) = run.attempts.last_mut() {
-                        attempt.cut = Some(Cut {
-                            bytes: reply.text.len(),
-                            codes: error_codes(&issues)
-                                .into_iter()
-                                .map(str::to_string)
-                                .collect(),
-                        });
-                    }
+                    let mut attempt =
+                        Run::attempt(number, &reply, issues.clone(), runner_time, checking);
+                    attempt.cut = Some(Cut {
+                        bytes: reply.text.len(),
+                        codes: error_codes(&issues)
+                            .into_iter()
+                            .map(str::to_string)
+                            .collect(),
+                    });
+                    run.push_attempt(attempt);
                     // A cut answer is never repaired: the issues belong to no leaf's repair.
                     (reply, Found::unattributed(issues), true)
                 }
                 Err(error) => {
                     run.spent.runner += runner_time;
                     let last = previous.map(|(reply, found, _)| (reply, found.issues));
-                    return run.finish(Status::Aborted, StopReason::RunnerFailed { error }, last);
+                    return run
+                        .finish(Status::Aborted, StopReason::RunnerFailed { error }, last)
+                        .await;
                 }
             };
             let issues = &found.issues;
@@ -310,6 +318,7 @@ impl Enforcer {
                     StopReason::ValidatorUnavailable { unavailable },
                     Some((reply, Vec::new())),
                 )
+                .await
             }
             Verdict::Found(found) => {
                 let issues = &found.issues;
@@ -483,7 +492,19 @@ impl<'a> Run<'a> {
         runner_time: Duration,
         validation_time: Duration,
     ) {
-        self.attempts.push(Attempt {
+        let attempt = Self::attempt(number, reply, issues, runner_time, validation_time);
+        self.push_attempt(attempt);
+    }
+
+    /// The audit of one attempt (no repairs, not cut).
+    fn attempt(
+        number: u32,
+        reply: &Reply,
+        issues: Vec<Issue>,
+        runner_time: Duration,
+        validation_time: Duration,
+    ) -> Attempt {
+        Attempt {
             number,
             response_bytes: reply.text.len(),
             response_digest: digest(&reply.text),
@@ -495,7 +516,15 @@ impl<'a> Run<'a> {
             session_id: reply.session_id.clone(),
             repairs: Vec::new(),
             cut: None,
-        });
+        }
+    }
+
+    /// Adds `attempt` to the audit and tells the observer.
+    fn push_attempt(&mut self, attempt: Attempt) {
+        self.attempts.push(attempt);
+        if let Some(attempt) = self.attempts.last() {
+            self.observer.on_event(&Event::Recorded { attempt });
+        }
     }
 
     /// After the last attempt: pass, or repair and re-validate, or give up.
@@ -507,7 +536,9 @@ impl<'a> Run<'a> {
         try_repair: bool,
     ) -> Outcome {
         if matches!(reason, StopReason::Clean) {
-            return self.finish(Status::Passed, reason, Some((reply, found.issues)));
+            return self
+                .finish(Status::Passed, reason, Some((reply, found.issues)))
+                .await;
         }
         if try_repair {
             let (repaired, applied) = self.repair(&reply.text, &found);
@@ -523,11 +554,9 @@ impl<'a> Run<'a> {
                 };
                 if let Verdict::Found(after) = self.validate(&repaired).await {
                     if error_codes(&after.issues).is_empty() {
-                        return self.finish(
-                            Status::Repaired,
-                            reason,
-                            Some((repaired, after.issues)),
-                        );
+                        return self
+                            .finish(Status::Repaired, reason, Some((repaired, after.issues)))
+                            .await;
                     }
                 }
                 // Still failing (or no verdict): the half-repaired text is not passed on; the
@@ -540,10 +569,62 @@ impl<'a> Run<'a> {
             Status::Unresolved
         };
         self.finish(status, reason, Some((reply, found.issues)))
+            .await
     }
 
-    /// Builds the outcome; substitutes the fallback text when the status is a failure.
-    fn finish(
+    /// The fallback `template` filled from the context, if it passes every validator; else
+    /// the `FALLBACK_INVALID` warning saying why it was not used.
+    async fn checked_fallback(&self, template: &str) -> Result<String, Issue> {
+        let text = match self.enforcer.policy.answer_format {
+            AnswerFormat::Json => self.context.render_json(template),
+            _ => self.context.render(template),
+        };
+        let rejected = |why: String| {
+            Issue::warning(
+                "fallback",
+                FALLBACK_INVALID,
+                format!("The fallback text was not used: {why}."),
+            )
+            .with_hint("Fix the profile's fallback template so that it passes its own validators.")
+            .hard_abort()
+        };
+        // Checks of the request's facts alone are what sent the run here; they do not judge
+        // the fallback (see `Validator::reads_response`).
+        let judges: Vec<Leaf<'_>> = self
+            .leaves
+            .iter()
+            .filter(|leaf| leaf.validator.reads_response())
+            .copied()
+            .collect();
+        let default = self.enforcer.policy.on_unavailable;
+        let reply = Reply::text(text.clone());
+        match validate_leaves(&judges, &reply, self.context, default).await {
+            Verdict::Found(found) => {
+                let errors: Vec<String> = found
+                    .issues
+                    .iter()
+                    .filter(|i| i.is_error())
+                    .map(|i| format!("{} ({})", i.code, i.message))
+                    .collect();
+                if errors.is_empty() {
+                    Ok(text)
+                } else {
+                    Err(rejected(format!(
+                        "it fails validation: {}",
+                        errors.join("; ")
+                    )))
+                }
+            }
+            Verdict::Unavailable(u) => Err(rejected(format!(
+                "it could not be validated ({} unavailable: {})",
+                u.validator, u.reason
+            ))),
+        }
+    }
+
+    /// Builds the outcome; substitutes the fallback text when the status is a failure and
+    /// the fallback passes validation.
+    async fn finish(
         self,
         status: Status,
         stop_reason: StopReason,
@@ -553,13 +634,20 @@ impl<'a> Run<'a> {
             Some((reply, issues)) => (Some(reply.text), reply.tool_calls, issues),
             None => (None, Vec::new(), Vec::new()),
         };
-        let (issues, warnings) = split_issues(all_issues);
+        let (issues, mut warnings) = split_issues(all_issues);
         let mut fallback_used = false;
         if self.use_fallback && matches!(status, Status::Unresolved | Status::Aborted) {
             if let Some(template) = &self.enforcer.policy.fallback {
-                response = Some(self.context.render(template));
-                tool_calls.clear();
-                fallback_used = true;
+                match self.checked_fallback(template).await {
+                    Ok(text) => {
+                        response = Some(text);
+                        tool_calls.clear();
+                        fallback_used = true;
+                    }
+                    // The last response stays, with its status: a broken fallback is never
+                    // passed off as the answer.
+                    Err(rejected) => warnings.push(rejected),
+                }
             }
         }
         let session_id = self

@@ -42,6 +42,7 @@
 #![deny(missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
+mod audit;
 mod context;
 mod enforcer;
 mod feedback;
@@ -57,14 +58,15 @@ mod stream;
 mod validator;
 
 pub use async_trait::async_trait;
+pub use audit::AuditRecord;
 pub use context::Context;
-pub use enforcer::{Check, Enforcer};
+pub use enforcer::{Check, Enforcer, FALLBACK_INVALID};
 pub use feedback::{Feedback, FeedbackTemplate, Language};
 pub use issue::{Issue, Severity};
 pub use observer::{Event, Observer};
 pub use outcome::{Attempt, Cut, Outcome, Status, StopReason};
 pub use partial::PartialCheck;
-pub use policy::{Budget, BudgetKind, Policy, PolicyBuilder};
+pub use policy::{AnswerFormat, Budget, BudgetKind, Policy, PolicyBuilder};
 pub use runner::{
     follow_up_messages, stateless_follow_up_messages, Message, Reply, Request, Role, Runner,
     RunnerError, ToolCall, ToolFeedback, Usage, REJECTED_TOOL_CALL,
@@ -73,7 +75,7 @@ pub use scripted::{ScriptedCall, ScriptedRunner};
 pub use stream::{ReplyStream, StreamEvent};
 pub use validator::{
     FailMode, Unavailable, UnavailableValidator, Validation, Validator, ValidatorExt, WithFailMode,
-    VALIDATOR_UNAVAILABLE,
+    VALIDATOR_DISABLED, VALIDATOR_UNAVAILABLE,
 };
 
 /// The examples in README.md are compiled and run as doctests.

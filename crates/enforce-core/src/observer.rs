@@ -1,6 +1,6 @@
 //! Watching the loop as it runs: [`Observer`] and [`Event`].
 
-use crate::{Issue, Status};
+use crate::{Attempt, Issue, Status};
 use std::fmt;
 
 /// Something that happened in the loop. The proxy turns these into keep-alives, status events
@@ -40,6 +40,14 @@ pub enum Event<'a> {
         response: &'a str,
         /// Every issue found.
         issues: &'a [Issue],
+    },
+    /// An attempt was recorded for the audit, as it will appear in the outcome (a repair
+    /// applied later is added to the outcome's copy only). A caller that may have to stop the
+    /// loop from outside (a deadline) keeps these to audit the attempts made so far
+    /// ([`Outcome::interrupted`](crate::Outcome::interrupted)).
+    Recorded {
+        /// The attempt.
+        attempt: &'a Attempt,
     },
     /// The runner is asked again with feedback.
     Retrying {

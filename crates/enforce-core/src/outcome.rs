@@ -5,6 +5,7 @@ use crate::{BudgetKind, Issue, RunnerError, ToolCall, Usage};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
+use std::time::Duration;
 
 /// The final verdict. The strings are stable: the CLI, the proxy and dashboards use them.
 ///
@@ -22,8 +23,8 @@ pub enum Status {
     Unresolved,
     /// A required validator could not give a verdict (fail-closed).
     Unavailable,
-    /// The loop stopped early: a hard-abort error that repairs could not fix, or a runner
-    /// failure.
+    /// The loop stopped early: a hard-abort error that repairs could not fix, a runner
+    /// failure, or a stop from outside (deadline, panic).
     Aborted,
 }
 
@@ -85,6 +86,12 @@ pub enum StopReason {
     },
     /// A runner-free check: there was nobody to ask.
     CheckOnly,
+    /// The caller's deadline for the whole request passed while the loop ran (e.g. the proxy's
+    /// `request_timeout`); the attempts made until then are kept.
+    DeadlineExceeded,
+    /// The enforcement panicked (in a runner, a validator or the loop); the attempts made until
+    /// then are kept.
+    Panicked,
 }
 
 impl StopReason {
@@ -114,6 +121,8 @@ impl StopReason {
             StopReason::RunnerFailed { .. } => StopTag::RunnerFailed,
             StopReason::ValidatorUnavailable { .. } => StopTag::ValidatorUnavailable,
             StopReason::CheckOnly => StopTag::CheckOnly,
+            StopReason::DeadlineExceeded => StopTag::DeadlineExceeded,
+            StopReason::Panicked => StopTag::Panicked,
         }
     }
 }
@@ -136,6 +145,8 @@ enum StopTag {
     RunnerFailed,
     ValidatorUnavailable,
     CheckOnly,
+    DeadlineExceeded,
+    Panicked,
 }
 
 /// The audit of one attempt: one response and what the validators said about it.
@@ -300,6 +311,8 @@ impl OutcomeRecord {
             (StopTag::NoProgress, None, None) => StopReason::NoProgress,
             (StopTag::Budget { budget }, None, None) => StopReason::Budget { budget },
             (StopTag::CheckOnly, None, None) => StopReason::CheckOnly,
+            (StopTag::DeadlineExceeded, None, None) => StopReason::DeadlineExceeded,
+            (StopTag::Panicked, None, None) => StopReason::Panicked,
         };
         Ok(Outcome {
             status: r.status,
@@ -351,6 +364,41 @@ impl Serialize for Outcome {
 }
 
 impl Outcome {
+    /// The outcome of an enforcement that was stopped from outside before it finished (a
+    /// deadline, a panic): `aborted` with `stop_reason`, no response, and the `attempts`
+    /// recorded until then (see [`Event::Recorded`](crate::Event::Recorded)), whose usage,
+    /// cost and runner time are summed. `total` is the wall time until the stop.
+    pub fn interrupted(stop_reason: StopReason, attempts: Vec<Attempt>, total: Duration) -> Self {
+        let mut usage: Option<Usage> = None;
+        let mut cost_usd: Option<f64> = None;
+        let mut runner_us: u64 = 0;
+        for attempt in &attempts {
+            if let Some(u) = attempt.usage {
+                usage.get_or_insert_with(Usage::default).add(u);
+            }
+            if let Some(c) = attempt.cost_usd {
+                *cost_usd.get_or_insert(0.0) += c;
+            }
+            runner_us = runner_us.saturating_add(attempt.runner_us);
+        }
+        let session_id = attempts.iter().rev().find_map(|a| a.session_id.clone());
+        Outcome {
+            status: Status::Aborted,
+            stop_reason,
+            response: None,
+            tool_calls: Vec::new(),
+            issues: Vec::new(),
+            warnings: Vec::new(),
+            attempts,
+            fallback_used: false,
+            session_id,
+            usage,
+            cost_usd,
+            total_us: u64::try_from(total.as_micros()).unwrap_or(u64::MAX),
+            runner_us,
+        }
+    }
+
     /// The runner's failure, when the loop stopped because of it.
     pub fn runner_error(&self) -> Option<&RunnerError> {
         self.stop_reason.runner_error()
@@ -386,7 +434,21 @@ impl Outcome {
         line
     }
 
-    /// The audit record as one line of JSON.
+    /// The validators that did not check the response (their `VALIDATOR_UNAVAILABLE` or
+    /// `VALIDATOR_DISABLED` warnings), in order: a `passed` outcome with any of them was not
+    /// fully validated.
+    pub fn unchecked_validators(&self) -> Vec<&str> {
+        self.warnings
+            .iter()
+            .filter(|w| {
+                w.code == crate::VALIDATOR_UNAVAILABLE || w.code == crate::VALIDATOR_DISABLED
+            })
+            .map(|w| w.validator.as_str())
+            .collect()
+    }
+
+    /// The outcome's record as one line of JSON: what an audit line holds after its header
+    /// (see [`AuditRecord`](crate::AuditRecord), which writers of audit logs use).
     pub fn to_json_line(&self) -> String {
         // An Outcome holds only strings, numbers and enums: serialization cannot fail.
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))

@@ -41,6 +41,21 @@ pub enum BudgetKind {
     WallTime,
 }
 
+/// What a profile's answers are: decides how values from the request context are written
+/// into the fallback template ([`Context::render_json`](crate::Context::render_json) for
+/// JSON), so that the fallback keeps the answers' syntax.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum AnswerFormat {
+    /// Plain text: values are written as they are.
+    #[default]
+    Text,
+    /// JSON: values are JSON-escaped inside strings and written as JSON elsewhere.
+    Json,
+}
+
 /// The rules of the loop.
 ///
 /// Build one with [`Policy::builder`] (or start from `Policy::default()` and set fields): new
@@ -70,8 +85,12 @@ pub struct Policy {
     /// What an unavailable validator means, unless it says itself (default: fail closed).
     pub on_unavailable: FailMode,
     /// Text returned when a response stays unresolved or aborted; `{{key}}` placeholders are
-    /// filled from the request context.
+    /// filled from the request context (as [`answer_format`](Self::answer_format) says). It
+    /// is validated like an answer before it is used: a fallback with errors is not returned
+    /// (the outcome carries a `FALLBACK_INVALID` warning instead).
     pub fallback: Option<String>,
+    /// What the answers are, for filling the fallback template (default: text).
+    pub answer_format: AnswerFormat,
     /// Cut an answer short while it streams when a validator's partial check finds an error
     /// no continuation can remove, and re-ask at once (default `true`). Only when a re-ask
     /// can follow; warnings, hard aborts and errors a repair fixes never cut.
@@ -89,6 +108,7 @@ impl Default for Policy {
             budget: Budget::default(),
             on_unavailable: FailMode::Closed,
             fallback: None,
+            answer_format: AnswerFormat::Text,
             early_abort: true,
             partial_check_bytes: Policy::DEFAULT_PARTIAL_CHECK_BYTES,
         }
@@ -142,6 +162,12 @@ impl PolicyBuilder {
     /// The fallback template for unresolved and aborted runs.
     pub fn fallback(mut self, template: impl Into<String>) -> Self {
         self.policy.fallback = Some(template.into());
+        self
+    }
+
+    /// What the answers are, for filling the fallback template.
+    pub fn answer_format(mut self, format: AnswerFormat) -> Self {
+        self.policy.answer_format = format;
         self
     }
 

@@ -51,6 +51,53 @@ impl ToolCall {
             arguments: arguments.into(),
         }
     }
+
+    /// The call as OpenAI chat completions write it:
+    /// `{"id", "type": "function", "function": {"name", "arguments"}}`.
+    pub fn to_openai(&self) -> Value {
+        serde_json::json!({
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        })
+    }
+
+    /// Reads an OpenAI `tool_calls` array (`null` is no calls). Arguments sent as a JSON object
+    /// (Ollama's native shape) become their JSON text; a call without an id gets `call_<index>`.
+    /// The error says which call is malformed.
+    pub fn list_from_openai(calls: &Value) -> Result<Vec<ToolCall>, String> {
+        let Some(calls) = calls.as_array() else {
+            return if calls.is_null() {
+                Ok(Vec::new())
+            } else {
+                Err("`tool_calls` is not an array".to_string())
+            };
+        };
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| {
+                let function = call
+                    .get("function")
+                    .ok_or_else(|| format!("tool call {i} has no `function`"))?;
+                let name = function
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| format!("tool call {i} has no function name"))?;
+                let arguments = match function.get("arguments") {
+                    None | Some(Value::Null) => String::new(),
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                };
+                let id = match call.get("id").and_then(Value::as_str) {
+                    Some(id) if !id.is_empty() => id.to_string(),
+                    _ => format!("call_{i}"),
+                };
+                Ok(ToolCall::new(id, name, arguments))
+            })
+            .collect()
+    }
 }
 
 /// One message of a conversation.

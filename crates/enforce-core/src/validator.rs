@@ -11,6 +11,10 @@ use std::sync::Arc;
 /// Code of the warning recorded when a fail-open validator gives no verdict.
 pub const VALIDATOR_UNAVAILABLE: &str = "VALIDATOR_UNAVAILABLE";
 
+/// Code of the warning a validator raises when it is switched off by its configuration (e.g. an
+/// external checker with `timeout_ms: 0`): the response was not checked by it, and says so.
+pub const VALIDATOR_DISABLED: &str = "VALIDATOR_DISABLED";
+
 /// A validator that gave no verdict.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnavailableValidator {
@@ -162,6 +166,14 @@ pub trait Validator: Send + Sync {
     fn members(&self) -> Option<Vec<&dyn Validator>> {
         None
     }
+
+    /// `false` for a check of the request's facts alone, whose verdict is the same whatever
+    /// the response says (e.g. a validator pointed at a context value). The policy's fallback
+    /// text is not held to such checks: it is what answers a request that failed them. Every
+    /// other validator judges the fallback like an answer. Default `true`.
+    fn reads_response(&self) -> bool {
+        true
+    }
 }
 
 impl fmt::Debug for dyn Validator + '_ {
@@ -204,6 +216,9 @@ macro_rules! forward_validator {
             }
             fn members(&self) -> Option<Vec<&dyn Validator>> {
                 (**self).members()
+            }
+            fn reads_response(&self) -> bool {
+                (**self).reads_response()
             }
         }
     };
@@ -249,6 +264,10 @@ impl<V: Validator> Validator for Vec<V> {
     fn members(&self) -> Option<Vec<&dyn Validator>> {
         Some(self.iter().map(|v| v as &dyn Validator).collect())
     }
+
+    fn reads_response(&self) -> bool {
+        self.iter().any(Validator::reads_response)
+    }
 }
 
 /// A validator that may be left out: `None` checks nothing, `Some(v)` is `v` (same name, same
@@ -291,6 +310,10 @@ impl<V: Validator> Validator for Option<V> {
 
     fn members(&self) -> Option<Vec<&dyn Validator>> {
         Some(self.iter().map(|v| v as &dyn Validator).collect())
+    }
+
+    fn reads_response(&self) -> bool {
+        self.as_ref().is_some_and(|v| v.reads_response())
     }
 }
 
@@ -403,6 +426,10 @@ impl<V: Validator> Validator for WithFailMode<V> {
 
     fn members(&self) -> Option<Vec<&dyn Validator>> {
         self.inner.members()
+    }
+
+    fn reads_response(&self) -> bool {
+        self.inner.reads_response()
     }
 }
 

@@ -39,4 +39,4 @@ mod yaml_edit;
 #[cfg(test)]
 mod testing;
 
-pub use step_marker::extract_step;
+pub use step_marker::{extract_step, find_last_marker};

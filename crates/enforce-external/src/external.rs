@@ -44,6 +44,7 @@
 use crate::breaker::CircuitBreaker;
 use enforce_core::{
     async_trait, Context, FailMode, Issue, Severity, Unavailable, Validation, Validator,
+    VALIDATOR_DISABLED,
 };
 use enforce_validators::text::fences;
 use enforce_validators::BuildError;
@@ -708,7 +709,13 @@ impl Validator for External {
 
     async fn validate(&self, response: &str, _context: &Context) -> Validation {
         if self.timeout.is_zero() {
-            return Ok(Vec::new());
+            // Switched off, but never silently: the outcome says this check did not run.
+            return Ok(vec![Issue::warning(
+                &self.name,
+                VALIDATOR_DISABLED,
+                "not checked: the validator is switched off (timeout_ms: 0)",
+            )
+            .with_hint("the response was passed without this check")]);
         }
         let inputs = self.inputs(response);
         if inputs.is_empty() {

@@ -34,6 +34,7 @@ mod error;
 mod openai;
 mod process;
 mod prompt;
+mod sse;
 
 pub use claude::{
     parse_result, parse_stream_line, ClaudeConfig, ClaudeResult, ClaudeRunner, StreamLine,

@@ -3,12 +3,17 @@
 
 use crate::error::{duration_from_secs, ConfigError};
 use crate::process::tail;
+use crate::sse::{Chunk, SseReader, StreamFault};
 use enforce_core::{
-    async_trait, stateless_follow_up_messages, Message, Reply, Request, Runner, RunnerError, Usage,
+    async_trait, follow_up_messages, Message, Reply, ReplyStream, Request, Role, Runner,
+    RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Request fields the runner sets itself; the same keys in `params` are ignored.
@@ -81,6 +86,13 @@ pub struct OpenAiConfig {
     /// Largest response body read, in bytes (default 32 MiB); a larger body is an upstream
     /// error, so a misbehaving server cannot exhaust the proxy's memory.
     pub max_response_bytes: usize,
+    /// How a re-ask tells the model its tool calls were rejected: `tool_messages` (default; a
+    /// tool result per call, as OpenAI expects) or `user_message` (the calls written out as
+    /// text, for servers that reject tool results they did not ask for).
+    pub tool_feedback: ToolFeedback,
+    /// Ask with `stream: true` so the loop sees the answer as it is written and can cut a
+    /// failing one short (default true). `false` for servers that cannot stream.
+    pub stream: bool,
 }
 
 /// Default of [`OpenAiConfig::max_response_bytes`].
@@ -98,6 +110,8 @@ impl Default for OpenAiConfig {
             connect_timeout_secs: 10.0,
             retry: RetryConfig::default(),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            tool_feedback: ToolFeedback::default(),
+            stream: true,
         }
     }
 }
@@ -127,6 +141,8 @@ pub struct OpenAiRunner {
     /// profile.
     url: reqwest::Url,
     client: reqwest::Client,
+    /// The server refused `stream_options` once: streamed requests go without it from then on.
+    no_stream_options: Arc<AtomicBool>,
 }
 
 impl OpenAiRunner {
@@ -167,6 +183,7 @@ impl OpenAiRunner {
             config,
             api_key,
             client,
+            no_stream_options: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -178,6 +195,17 @@ impl OpenAiRunner {
     /// The JSON body for `messages`: the configured params, the request's params over them,
     /// then model, messages and `stream: false`.
     pub fn body(&self, request: &Request, messages: &[Message]) -> Value {
+        self.body_with(request, messages, false, false)
+    }
+
+    /// [`body`](Self::body), streamed or not, with `stream_options.include_usage` or without.
+    fn body_with(
+        &self,
+        request: &Request,
+        messages: &[Message],
+        stream: bool,
+        include_usage: bool,
+    ) -> Value {
         let mut body = Map::new();
         for params in [&self.config.params, &request.params] {
             for (k, v) in params {
@@ -189,25 +217,82 @@ impl OpenAiRunner {
         body.insert("model".into(), Value::String(self.config.model.clone()));
         body.insert(
             "messages".into(),
-            Value::Array(
-                messages
-                    .iter()
-                    .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
-                    .collect(),
-            ),
+            Value::Array(messages.iter().map(message_json).collect()),
         );
-        body.insert("stream".into(), Value::Bool(false));
+        body.insert("stream".into(), Value::Bool(stream));
+        if include_usage {
+            body.insert(
+                "stream_options".into(),
+                serde_json::json!({"include_usage": true}),
+            );
+        }
         Value::Object(body)
     }
 
     async fn call(&self, request: &Request, messages: &[Message]) -> Result<Reply, RunnerError> {
-        // Serialized once; a retry shares the bytes instead of copying them.
-        let body = bytes::Bytes::from(serde_json::to_vec(&self.body(request, messages)).map_err(
-            |e| RunnerError::Protocol {
-                message: format!("cannot serialize the request: {e}"),
-            },
-        )?);
         let started = Instant::now();
+        let response = self.send(&self.body(request, messages)).await?;
+        let text = read_limited(response, self.config.max_response_bytes).await?;
+        let mut reply = parse_completion(&text)?;
+        reply.duration = Some(started.elapsed());
+        Ok(reply)
+    }
+
+    /// Opens a streamed answer: `stream: true` with `stream_options.include_usage`, or without
+    /// the options once the server refused them (some do, with a 400 naming the field).
+    async fn open_stream(
+        &self,
+        request: &Request,
+        messages: &[Message],
+    ) -> Result<reqwest::Response, RunnerError> {
+        let with_usage = !self.no_stream_options.load(Ordering::Relaxed);
+        let first = self
+            .send(&self.body_with(request, messages, true, with_usage))
+            .await;
+        match first {
+            Err(RunnerError::Upstream {
+                status: Some(400),
+                message,
+            }) if with_usage && message.contains("stream_options") => {
+                self.no_stream_options.store(true, Ordering::Relaxed);
+                self.send(&self.body_with(request, messages, true, false))
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    /// A streamed ask: text deltas, usage as it is reported, then the whole reply.
+    fn stream_reply<'a>(&'a self, request: &'a Request, messages: Vec<Message>) -> ReplyStream<'a> {
+        if !self.config.stream {
+            return Box::pin(futures_util::stream::once(async move {
+                self.call(request, &messages).await.map(StreamEvent::Done)
+            }));
+        }
+        let state = Streaming {
+            runner: self,
+            request,
+            messages,
+            response: None,
+            reader: SseReader::default(),
+            text: String::new(),
+            usage: None,
+            pending: VecDeque::new(),
+            read: 0,
+            started: Instant::now(),
+            finished: false,
+        };
+        Box::pin(futures_util::stream::unfold(state, Streaming::next))
+    }
+
+    /// Posts `body`, retrying transient failures; returns the successful response, or the
+    /// error of the last try.
+    async fn send(&self, body: &Value) -> Result<reqwest::Response, RunnerError> {
+        // Serialized once; a retry shares the bytes instead of copying them.
+        let body =
+            bytes::Bytes::from(serde_json::to_vec(body).map_err(|e| RunnerError::Protocol {
+                message: format!("cannot serialize the request: {e}"),
+            })?);
         let retry = &self.config.retry;
         let mut attempt: u32 = 0;
         loop {
@@ -222,17 +307,15 @@ impl OpenAiRunner {
             let (error, retry_after) = match post.send().await {
                 Ok(response) => {
                     let status = response.status();
+                    if status.is_success() {
+                        return Ok(response);
+                    }
                     let retry_after = response
                         .headers()
                         .get(reqwest::header::RETRY_AFTER)
                         .and_then(|v| v.to_str().ok())
                         .and_then(parse_retry_after);
                     let text = read_limited(response, self.config.max_response_bytes).await?;
-                    if status.is_success() {
-                        let mut reply = parse_completion(&text)?;
-                        reply.duration = Some(started.elapsed());
-                        return Ok(reply);
-                    }
                     let error = RunnerError::Upstream {
                         status: Some(status.as_u16()),
                         message: error_message(&text)
@@ -244,16 +327,7 @@ impl OpenAiRunner {
                     }
                     (error, retry_after)
                 }
-                Err(e) if e.is_timeout() => {
-                    return Err(RunnerError::Timeout {
-                        after_ms: u64::try_from(
-                            duration_from_secs("timeout_secs", self.config.timeout_secs)
-                                .unwrap_or_default()
-                                .as_millis(),
-                        )
-                        .unwrap_or(u64::MAX),
-                    })
-                }
+                Err(e) if e.is_timeout() => return Err(self.timeout()),
                 Err(e) if e.is_connect() => (
                     RunnerError::Upstream {
                         status: None,
@@ -281,6 +355,168 @@ impl OpenAiRunner {
     }
 }
 
+impl OpenAiRunner {
+    fn timeout(&self) -> RunnerError {
+        RunnerError::Timeout {
+            after_ms: u64::try_from(
+                duration_from_secs("timeout_secs", self.config.timeout_secs)
+                    .unwrap_or_default()
+                    .as_millis(),
+            )
+            .unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// The state of one streamed answer, advanced by [`Streaming::next`].
+struct Streaming<'a> {
+    runner: &'a OpenAiRunner,
+    request: &'a Request,
+    messages: Vec<Message>,
+    /// The open response; `None` before it is opened.
+    response: Option<reqwest::Response>,
+    reader: SseReader,
+    text: String,
+    usage: Option<Usage>,
+    /// Events read but not yet yielded.
+    pending: VecDeque<Result<StreamEvent, RunnerError>>,
+    read: usize,
+    started: Instant,
+    finished: bool,
+}
+
+impl<'a> Streaming<'a> {
+    /// The next event. Dropping the stream drops the response, which closes the connection:
+    /// that is how a cut stops the generation.
+    async fn next(mut self) -> Option<(Result<StreamEvent, RunnerError>, Self)> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some((event, self));
+            }
+            if self.finished {
+                return None;
+            }
+            let Some(response) = self.response.as_mut() else {
+                match self.runner.open_stream(self.request, &self.messages).await {
+                    Ok(response) if is_event_stream(&response) => self.response = Some(response),
+                    // A server that cannot stream may answer whole: read it as a completion.
+                    Ok(response) => {
+                        let limit = self.runner.config.max_response_bytes;
+                        let whole = match read_limited(response, limit).await {
+                            Ok(body) => parse_completion(&body),
+                            Err(error) => Err(error),
+                        };
+                        match whole {
+                            Ok(mut reply) => {
+                                reply.duration = Some(self.started.elapsed());
+                                self.pending.push_back(Ok(StreamEvent::Done(reply)));
+                                self.finished = true;
+                            }
+                            Err(error) => self.fail(error),
+                        }
+                    }
+                    Err(error) => self.fail(error),
+                }
+                continue;
+            };
+            match response.chunk().await {
+                Ok(Some(bytes)) => {
+                    self.read = self.read.saturating_add(bytes.len());
+                    if self.read > self.runner.config.max_response_bytes {
+                        self.fail(too_large(200, self.runner.config.max_response_bytes));
+                        continue;
+                    }
+                    match self.reader.feed(&bytes) {
+                        Ok(chunks) => self.take(chunks),
+                        Err(StreamFault::ErrorEvent(data)) => self.fail(RunnerError::Upstream {
+                            status: Some(200),
+                            message: error_message(&data).unwrap_or_else(|| {
+                                "the stream reported an error without a message".into()
+                            }),
+                        }),
+                        Err(StreamFault::NotJson(message)) => {
+                            self.fail(RunnerError::Protocol { message })
+                        }
+                    }
+                }
+                Ok(None) => {
+                    // A stream that just stops looks like a short success: it is an error.
+                    let error = RunnerError::Upstream {
+                        status: Some(200),
+                        message: format!(
+                            "the stream ended without [DONE] after {} bytes of answer",
+                            self.text.len()
+                        ),
+                    };
+                    self.fail(error);
+                }
+                Err(e) if e.is_timeout() => {
+                    let error = self.runner.timeout();
+                    self.fail(error);
+                }
+                Err(e) => self.fail(RunnerError::Upstream {
+                    status: Some(200),
+                    message: format!("the stream broke off: {e}"),
+                }),
+            }
+        }
+    }
+
+    fn take(&mut self, chunks: Vec<Chunk>) {
+        for chunk in chunks {
+            match chunk {
+                Chunk::Text(text) => {
+                    self.text.push_str(&text);
+                    self.pending.push_back(Ok(StreamEvent::Text(text)));
+                }
+                Chunk::Usage(usage) => {
+                    self.usage = Some(usage);
+                    self.pending.push_back(Ok(StreamEvent::Spent {
+                        usage: Some(usage),
+                        cost_usd: None,
+                    }));
+                }
+                Chunk::Done => {
+                    let tool_calls = self.reader.tool_calls();
+                    if self.text.is_empty() && tool_calls.is_empty() {
+                        self.fail(RunnerError::Protocol {
+                            message: "the stream held neither text nor tool calls".to_string(),
+                        });
+                        return;
+                    }
+                    let reply = Reply {
+                        text: std::mem::take(&mut self.text),
+                        tool_calls,
+                        usage: self.usage,
+                        duration: Some(self.started.elapsed()),
+                        ..Reply::default()
+                    };
+                    self.pending.push_back(Ok(StreamEvent::Done(reply)));
+                    self.finished = true;
+                    // Nothing after [DONE] counts; let the connection go.
+                    self.response = None;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, error: RunnerError) {
+        self.pending.push_back(Err(error));
+        self.finished = true;
+        self.response = None;
+    }
+}
+
+/// `Content-Type: text/event-stream`: the server streams as asked.
+fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
+}
+
 fn with_attempts(error: RunnerError, tries: u32) -> RunnerError {
     match error {
         RunnerError::Upstream { status, message } if tries > 1 => RunnerError::Upstream {
@@ -303,9 +539,48 @@ impl Runner for OpenAiRunner {
         previous: &Reply,
         feedback: &str,
     ) -> Result<Reply, RunnerError> {
-        let messages = stateless_follow_up_messages(request, previous, feedback);
+        let messages = follow_up_messages(request, previous, feedback, self.config.tool_feedback);
         self.call(request, &messages).await
     }
+
+    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
+        self.stream_reply(request, request.messages.clone())
+    }
+
+    fn follow_up_streamed<'a>(
+        &'a self,
+        request: &'a Request,
+        previous: &'a Reply,
+        feedback: &'a str,
+    ) -> ReplyStream<'a> {
+        let messages = follow_up_messages(request, previous, feedback, self.config.tool_feedback);
+        self.stream_reply(request, messages)
+    }
+}
+
+/// One message on the wire. An assistant turn that only calls tools has `content: null`, as
+/// OpenAI writes it; a tool result carries the id of the call it answers.
+fn message_json(m: &Message) -> Value {
+    let mut out = Map::with_capacity(4);
+    out.insert("role".into(), serde_json::json!(m.role));
+    let content = if m.content.is_empty() && !m.tool_calls.is_empty() {
+        Value::Null
+    } else {
+        Value::String(m.content.clone())
+    };
+    out.insert("content".into(), content);
+    if !m.tool_calls.is_empty() {
+        out.insert(
+            "tool_calls".into(),
+            Value::Array(m.tool_calls.iter().map(ToolCall::to_openai).collect()),
+        );
+    }
+    if m.role == Role::Tool {
+        if let Some(id) = &m.tool_call_id {
+            out.insert("tool_call_id".into(), Value::String(id.clone()));
+        }
+    }
+    Value::Object(out)
 }
 
 /// A pseudo-random number for jitter: the clock mixed with a counter (splitmix64). Jitter only
@@ -527,6 +802,14 @@ pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
             message: "response has no choices".to_string(),
         })?;
     let message = choice.get("message");
+    let tool_calls = match message.and_then(|m| m.get("tool_calls")) {
+        Some(calls) => {
+            ToolCall::list_from_openai(calls).map_err(|message| RunnerError::Protocol {
+                message: format!("the model's tool calls cannot be read: {message}"),
+            })?
+        }
+        None => Vec::new(),
+    };
     let text = match message.and_then(|m| m.get("content")) {
         Some(Value::String(s)) => s.clone(),
         // Some servers send content as parts: [{"type":"text","text":"..."}].
@@ -534,14 +817,11 @@ pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
             .iter()
             .filter_map(|p| p.get("text").and_then(Value::as_str))
             .collect(),
+        // An answer that only calls tools has no content.
+        None | Some(Value::Null) if !tool_calls.is_empty() => String::new(),
         _ => {
-            let reason = if message.and_then(|m| m.get("tool_calls")).is_some() {
-                "the model answered with tool calls, not text"
-            } else {
-                "the first choice has no message content"
-            };
             return Err(RunnerError::Protocol {
-                message: reason.to_string(),
+                message: "the first choice has no message content".to_string(),
             });
         }
     };
@@ -554,6 +834,7 @@ pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
     });
     Ok(Reply {
         text,
+        tool_calls,
         usage,
         ..Reply::default()
     })
@@ -597,10 +878,55 @@ mod tests {
             parse_completion(r#"{"error":{"message":"boom"}}"#),
             Err(RunnerError::Upstream { .. })
         ));
+        // An empty list of calls and no content: nothing to deliver.
         assert!(matches!(
             parse_completion(r#"{"choices":[{"message":{"content":null,"tool_calls":[]}}]}"#),
-            Err(RunnerError::Protocol { message }) if message.contains("tool calls")
+            Err(RunnerError::Protocol { message }) if message.contains("no message content")
         ));
+        assert!(matches!(
+            parse_completion(r#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"c"}]}}]}"#),
+            Err(RunnerError::Protocol { message }) if message.contains("has no `function`")
+        ));
+    }
+
+    #[test]
+    fn tool_calls_are_read_with_or_without_text() {
+        let r = parse_completion(
+            r#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[
+                {"id":"call_a","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}},
+                {"type":"function","function":{"name":"g","arguments":{"y":2}}}]},
+                "finish_reason":"tool_calls"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.text, "");
+        assert_eq!(
+            r.tool_calls,
+            [
+                ToolCall::new("call_a", "f", r#"{"x":1}"#),
+                ToolCall::new("call_1", "g", r#"{"y":2}"#)
+            ]
+        );
+        let r = parse_completion(
+            r#"{"choices":[{"message":{"content":"Let me look.","tool_calls":[
+                {"id":"c","function":{"name":"f","arguments":"{}"}}]}}]}"#,
+        )
+        .unwrap();
+        assert_eq!((r.text.as_str(), r.tool_calls.len()), ("Let me look.", 1));
+    }
+
+    #[test]
+    fn tool_history_goes_out_as_openai_writes_it() {
+        let call = ToolCall::new("call_1", "f", "{}");
+        let assistant = message_json(&Message::assistant_calling("", vec![call]));
+        assert_eq!(
+            assistant,
+            serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})
+        );
+        assert_eq!(
+            message_json(&Message::tool("call_1", "42")),
+            serde_json::json!({"role": "tool", "content": "42", "tool_call_id": "call_1"})
+        );
     }
 
     #[test]

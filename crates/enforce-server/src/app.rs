@@ -3,6 +3,7 @@
 use crate::error::ApiError;
 use crate::facts;
 use crate::openai::{self, CompletionId};
+use crate::session::{answer_digest, SessionStatus};
 use crate::state::{unix_now, App};
 use crate::turn::{wait, InFlight, Job, Turn};
 use crate::{auth, stream, ENFORCE_STATUS_HEADER};
@@ -12,7 +13,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use enforce_core::Context;
+use enforce_core::{Context, Message, Outcome, Role};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -23,6 +24,9 @@ use tracing::Instrument;
 const CHAT_ID_HEADER: &str = "x-openwebui-chat-id";
 /// A request header naming the profile to enforce instead of the model's own.
 pub(crate) const PROFILE_HEADER: &str = "x-enforce-profile";
+/// A response header: milliseconds the proxy itself spent on the request (the request's time
+/// minus the time spent waiting for the model).
+pub(crate) const OVERHEAD_HEADER: &str = "x-enforce-overhead-ms";
 
 pub(crate) async fn require_key(
     State(app): State<Arc<App>>,
@@ -172,7 +176,10 @@ pub(crate) async fn chat_completions(
         .filter(|n| !n.is_empty())
     {
         match app.profiles.get(name) {
-            Some(enforcer) => model.enforcer = enforcer.clone(),
+            Some(enforcer) => {
+                model.enforcer = enforcer.clone();
+                model.profile = name.to_string();
+            }
             None => {
                 let mut known: Vec<&str> = app.profiles.keys().map(String::as_str).collect();
                 known.sort_unstable();
@@ -210,6 +217,11 @@ pub(crate) async fn chat_completions(
         Some(id) => app.sessions.get(id).await,
         None => None,
     };
+    if model.options.hide_step_marker {
+        if let (Some(session), Some(extract)) = (&session, &app.step_extractor) {
+            restore_hidden_markers(&mut chat.messages, session, extract);
+        }
+    }
     let facts = facts::request_facts(
         chat.enforce.take(),
         headers.get(facts::CONTEXT_HEADER).map(|v| v.as_bytes()),
@@ -259,21 +271,62 @@ pub(crate) async fn chat_completions(
     }
 }
 
+/// Puts hidden step markers back on the assistant turns a client sends back, so the model sees
+/// its answers as it wrote them and is not taught to drop the marker. A turn is recognized by
+/// the digest of what the client received; an edited turn stays as the client sent it.
+fn restore_hidden_markers(
+    messages: &mut [Message],
+    session: &SessionStatus,
+    extract: &crate::StepExtractor,
+) {
+    for message in messages.iter_mut() {
+        if message.role != Role::Assistant || extract(&message.content).is_some() {
+            continue;
+        }
+        let digest = answer_digest(&message.content);
+        let hidden = session
+            .steps
+            .iter()
+            .rev()
+            .filter_map(|s| s.hidden.as_ref())
+            .find(|h| h.answer_digest == digest);
+        if let Some(hidden) = hidden {
+            let text = message.content.trim_end();
+            message.content = format!("{text}\n\n{}", hidden.marker);
+        }
+    }
+}
+
+/// The headers that say how a completion was checked.
+fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome: &Outcome) {
+    headers.insert(
+        ENFORCE_STATUS_HEADER,
+        HeaderValue::from_static(outcome.status.as_str()),
+    );
+    headers.insert(
+        "x-enforce-attempts",
+        HeaderValue::from(outcome.attempts.len()),
+    );
+    if let Ok(profile) = HeaderValue::from_str(&turn.model.profile) {
+        if !turn.model.profile.is_empty() {
+            headers.insert(PROFILE_HEADER, profile);
+        }
+    }
+    // The request's time in the proxy minus the time spent waiting for the model.
+    let total = u64::try_from(turn.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let overhead_ms = total.saturating_sub(outcome.runner_us) as f64 / 1000.0;
+    if let Ok(value) = HeaderValue::from_str(&format!("{overhead_ms:.3}")) {
+        headers.insert(OVERHEAD_HEADER, value);
+    }
+}
+
 async fn respond_json(turn: Turn, mut job: Job) -> Response {
     let ended = wait(&mut job).await;
-    match turn.conclude(ended, false).await {
+    match turn.conclude(ended).await {
         Ok((text, outcome)) => {
             let body = turn.ids.completion(&text, &outcome);
             let mut response = Json(body).into_response();
-            let headers = response.headers_mut();
-            headers.insert(
-                ENFORCE_STATUS_HEADER,
-                HeaderValue::from_static(outcome.status.as_str()),
-            );
-            headers.insert(
-                "x-enforce-attempts",
-                HeaderValue::from(outcome.attempts.len()),
-            );
+            enforcement_headers(response.headers_mut(), &turn, &outcome);
             response
         }
         Err(error) => error.into_response(),

@@ -26,18 +26,56 @@ pub enum FailureResponse {
     Error,
 }
 
-/// Per-model behaviour of the proxy.
+/// What a streaming client sees while the loop works.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum StreamMode {
+    /// Nothing before the answer has passed (keep-alives and status events only): no
+    /// unchecked text is ever shown.
+    #[default]
+    Hold,
+    /// Every attempt streams live as `delta.reasoning_content` (chat UIs show it as a
+    /// collapsible "Thinking…" block); only the checked answer is sent as `delta.content`.
+    Draft,
+}
+
+/// Per-model behaviour of the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelOptions {
-    /// What a non-streaming client gets when a required validator gave no verdict.
+    /// What a client gets when a required validator gave no verdict: the answer with its status
+    /// (`return`), or an error. Streams too: the answer goes out with `enforcement.status`.
     pub on_unavailable: FailureResponse,
-    /// What a non-streaming client gets when the answer stayed unresolved (or was aborted by a
-    /// hard-abort issue).
+    /// What a client gets when the answer stayed unresolved (or was aborted by a hard-abort
+    /// issue).
     pub on_unresolved: FailureResponse,
     /// Send Open WebUI status events (`{"event":{"type":"status",...}}`) in streams. Generic
     /// OpenAI clients do not understand them, so they are opt-in.
     pub status_events: bool,
+    /// Check the tool calls of every answer against the `tools` its request declares
+    /// (`UNKNOWN_TOOL`, `INVALID_TOOL_ARGUMENTS`) and re-ask when they fail (default on).
+    pub check_tool_calls: bool,
+    /// Remove the `<!-- STEP: x -->` marker from what the client receives (chat UIs render it as
+    /// text). The step is still recorded, and the marker is put back on assistant turns the
+    /// client sends back, so the model keeps seeing its own markers.
+    pub hide_step_marker: bool,
+    /// What a streaming client sees while the loop works: `hold` (default) or `draft`.
+    pub stream_mode: StreamMode,
+}
+
+impl Default for ModelOptions {
+    fn default() -> Self {
+        ModelOptions {
+            on_unavailable: FailureResponse::default(),
+            on_unresolved: FailureResponse::default(),
+            status_events: false,
+            check_tool_calls: true,
+            hide_step_marker: false,
+            stream_mode: StreamMode::Hold,
+        }
+    }
 }
 
 /// One public model: the id clients send in `model`, the runner that asks the real model and the
@@ -46,12 +84,17 @@ pub struct ModelOptions {
 pub struct Model {
     /// The public model id (listed by `/v1/models`).
     pub id: String,
+    /// The name of the profile its enforcer enforces, reported in `X-Enforce-Profile` and the
+    /// audit (empty when unnamed).
+    pub profile: String,
     /// Asks the upstream model.
     pub runner: Arc<dyn Runner>,
     /// Validates, re-asks and repairs.
     pub enforcer: Arc<Enforcer>,
     /// How failures and streams are presented.
     pub options: ModelOptions,
+    /// The kind of runner (`claude`, `openai`, `command`), for the audit log.
+    pub runner_kind: Option<String>,
 }
 
 impl Model {
@@ -59,10 +102,24 @@ impl Model {
     pub fn new(id: impl Into<String>, runner: Arc<dyn Runner>, enforcer: Arc<Enforcer>) -> Self {
         Model {
             id: id.into(),
+            profile: String::new(),
             runner,
             enforcer,
             options: ModelOptions::default(),
+            runner_kind: None,
         }
+    }
+
+    /// Names the profile, builder style.
+    pub fn with_profile(mut self, name: impl Into<String>) -> Self {
+        self.profile = name.into();
+        self
+    }
+
+    /// Names the kind of runner (`claude`, `openai`, `command`) for the audit, builder style.
+    pub fn with_runner_kind(mut self, kind: impl Into<String>) -> Self {
+        self.runner_kind = Some(kind.into());
+        self
     }
 
     /// Replaces the options, builder style.
@@ -76,8 +133,11 @@ impl fmt::Debug for Model {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Model")
             .field("id", &self.id)
+            .field("profile", &self.profile)
             .field("validators", &self.enforcer.validators().len())
             .field("options", &self.options)
+            .field("profile", &self.profile)
+            .field("runner_kind", &self.runner_kind)
             .finish_non_exhaustive()
     }
 }
@@ -262,20 +322,24 @@ impl ServerSection {
         if let Some(d) = seconds("shutdown_grace_secs", self.shutdown_grace_secs)? {
             c.shutdown_grace = d;
         }
+        c.audit_fsync = self.fsync_policy()?;
+        Ok(c)
+    }
+
+    /// `audit_fsync` (with `audit_fsync_interval_secs`, default 1 s) as a policy; `never`
+    /// when not given. `enforce run --audit` reads it too, so both writers sync alike.
+    pub fn fsync_policy(&self) -> Result<FsyncPolicy, SectionError> {
         let every = seconds("audit_fsync_interval_secs", self.audit_fsync_interval_secs)?
             .unwrap_or(Duration::from_secs(1));
-        c.audit_fsync = match self.audit_fsync.as_deref() {
-            None | Some("never") => FsyncPolicy::Never,
-            Some("always") => FsyncPolicy::Always,
-            Some("interval") => FsyncPolicy::Interval(every),
-            Some(other) => {
-                return Err(SectionError {
-                    field: "audit_fsync",
-                    message: format!("must be never, always or interval, got `{other}`"),
-                })
-            }
-        };
-        Ok(c)
+        match self.audit_fsync.as_deref() {
+            None | Some("never") => Ok(FsyncPolicy::Never),
+            Some("always") => Ok(FsyncPolicy::Always),
+            Some("interval") => Ok(FsyncPolicy::Interval(every)),
+            Some(other) => Err(SectionError {
+                field: "audit_fsync",
+                message: format!("must be never, always or interval, got `{other}`"),
+            }),
+        }
     }
 }
 

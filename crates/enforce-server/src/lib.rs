@@ -16,7 +16,7 @@
 //!
 //! ```no_run
 //! use enforce_core::{Enforcer, ScriptedRunner};
-//! use enforce_server::{Model, Server, ServerConfig};
+//! use enforce_server::{Model, Server, ServerConfig, StepMark};
 //! use std::sync::Arc;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,7 +24,10 @@
 //! let model = Model::new("chat", runner, Arc::new(Enforcer::new(vec![])));
 //! let server = Server::builder(ServerConfig::default().with_env_api_keys())
 //!     .model(model)
-//!     .step_extractor(|text: &str| text.contains("<!-- STEP: done -->").then(|| "done".to_string()))
+//!     .step_extractor(|text: &str| {
+//!         let at = text.find("<!-- STEP: done -->")?;
+//!         Some(StepMark { step: "done".into(), range: at..at + "<!-- STEP: done -->".len() })
+//!     })
 //!     .build()?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! server.serve(listener, enforce_server::shutdown_signal()).await?;
@@ -44,18 +47,22 @@ mod openai;
 mod session;
 mod state;
 mod stream;
+mod tools;
 mod turn;
 
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
 pub use config::{
     parse_key_list, FailureResponse, FsyncPolicy, Model, ModelOptions, SectionError, ServerConfig,
-    ServerSection, API_KEYS_ENV,
+    ServerSection, StreamMode, API_KEYS_ENV,
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
 pub use openai::{parse_chat_request, ChatRequest};
-pub use session::{chat_dir_name, SessionStatus, SessionStore, StepRecord, STATUS_FILE};
+pub use session::{
+    answer_digest, chat_dir_name, HiddenMarker, SessionStatus, SessionStore, StepRecord,
+    STATUS_FILE,
+};
 
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
@@ -74,7 +81,17 @@ pub const ENFORCE_STATUS_HEADER: &str = "x-enforce-status";
 
 /// Reads the step of a passed answer (e.g. `why` from `<!-- STEP: why -->`) for the chat's
 /// step history. The binary wires the `step_marker` validator's extraction here.
-pub type StepExtractor = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+pub type StepExtractor = Arc<dyn Fn(&str) -> Option<StepMark> + Send + Sync>;
+
+/// A step marker found in an answer: the step, and where the marker sits, so it can be hidden
+/// from the client (`hide_step_marker`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepMark {
+    /// The step (e.g. `why`).
+    pub step: String,
+    /// The byte range of the whole marker in the answer.
+    pub range: std::ops::Range<usize>,
+}
 
 /// Called before each `/metrics` scrape to set gauges the server cannot see itself, e.g. the
 /// circuit-breaker states of external validators.
@@ -102,10 +119,11 @@ impl ServerBuilder {
         self
     }
 
-    /// Sets the function that reads a passed answer's step for the session history.
+    /// Sets the function that finds a passed answer's step marker, for the session history and
+    /// `hide_step_marker`.
     pub fn step_extractor(
         mut self,
-        extract: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+        extract: impl Fn(&str) -> Option<StepMark> + Send + Sync + 'static,
     ) -> Self {
         self.step_extractor = Some(Arc::new(extract));
         self
@@ -183,6 +201,7 @@ impl ServerBuilder {
                 scrape_hook: self.scrape_hook,
                 profiles: self.profiles,
                 sessions,
+                tool_checks: tools::ToolCheckCache::default(),
                 metrics,
                 audit,
                 limiter,

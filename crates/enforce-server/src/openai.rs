@@ -3,7 +3,7 @@
 
 use crate::error::ApiError;
 use axum::http::StatusCode;
-use enforce_core::{Issue, Message, Outcome, Role, RunnerError, Status, Usage};
+use enforce_core::{Issue, Message, Outcome, Role, RunnerError, Status, ToolCall, Usage};
 use serde_json::{json, Map, Value};
 
 /// Request fields the proxy interprets itself and does not pass to the runner.
@@ -58,8 +58,10 @@ impl ChatRequest {
 fn role_of(name: &str) -> Option<Role> {
     match name {
         "system" | "developer" => Some(Role::System),
-        "user" | "tool" | "function" => Some(Role::User),
+        // The legacy `function` result has no call id to answer: it reaches the model as text.
+        "user" | "function" => Some(Role::User),
         "assistant" => Some(Role::Assistant),
+        "tool" => Some(Role::Tool),
         _ => None,
     }
 }
@@ -121,10 +123,32 @@ pub fn parse_chat_request(body: &[u8]) -> Result<ChatRequest, ApiError> {
             )
         })?;
         let mut content = content_text(raw.get("content"))?;
-        if matches!(role_name, "tool" | "function") {
+        if role_name == "function" {
             content = format!("[tool result]\n{content}");
         }
-        messages.push(Message::new(role, content));
+        let mut message = Message::new(role, content);
+        if role == Role::Assistant {
+            if let Some(calls) = raw.get("tool_calls") {
+                message.tool_calls = ToolCall::list_from_openai(calls).map_err(|e| {
+                    ApiError::bad_request(
+                        format!("An assistant message's `tool_calls` cannot be read: {e}."),
+                        Some("messages"),
+                    )
+                })?;
+            }
+        }
+        if role == Role::Tool {
+            match raw.get("tool_call_id").and_then(Value::as_str) {
+                Some(id) if !id.is_empty() => message.tool_call_id = Some(id.to_string()),
+                _ => {
+                    return Err(ApiError::bad_request(
+                        "A `tool` message needs the `tool_call_id` of the call it answers.",
+                        Some("messages"),
+                    ))
+                }
+            }
+        }
+        messages.push(message);
     }
     if messages.is_empty() {
         return Err(ApiError::bad_request(
@@ -184,8 +208,12 @@ pub fn enforcement_json(outcome: &Outcome) -> Value {
         .iter()
         .flat_map(|a| a.repairs.iter().map(String::as_str))
         .collect();
+    let unchecked = outcome.unchecked_validators();
     json!({
         "status": outcome.status.as_str(),
+        // Passed or repaired with every check run; `false` says someone must not trust it blindly.
+        "validated": outcome.status.is_success() && !outcome.fallback_used && unchecked.is_empty(),
+        "unchecked_validators": unchecked,
         "stop_reason": outcome.stop_reason,
         "attempts": outcome.attempts.len(),
         "issues": outcome.issues.iter().map(issue_json).collect::<Vec<_>>(),
@@ -206,9 +234,27 @@ pub struct CompletionId {
     pub model: String,
 }
 
+/// `tool_calls` when the answer calls tools, else `stop`.
+pub fn finish_reason(tool_calls: &[ToolCall]) -> &'static str {
+    if tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    }
+}
+
 impl CompletionId {
-    /// A `chat.completion` with one assistant message.
+    /// A `chat.completion` with one assistant message: the text (`null` when the answer only
+    /// calls tools) and the tool calls.
     pub fn completion(&self, content: &str, outcome: &Outcome) -> Value {
+        let calls = &outcome.tool_calls;
+        let mut message = json!({"role": "assistant", "content": content});
+        if !calls.is_empty() {
+            if content.is_empty() {
+                message["content"] = Value::Null;
+            }
+            message["tool_calls"] = calls.iter().map(ToolCall::to_openai).collect();
+        }
         json!({
             "id": self.id,
             "object": "chat.completion",
@@ -216,8 +262,8 @@ impl CompletionId {
             "model": self.model,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
+                "message": message,
+                "finish_reason": finish_reason(calls),
             }],
             "usage": usage_json(outcome.usage),
             "enforcement": enforcement_json(outcome),
@@ -393,7 +439,8 @@ mod tests {
     fn uninterpreted_fields_pass_through() {
         let body = br#"{"model":"m","messages":[{"role":"developer","content":"s"},
             {"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"},{"type":"text","text":"b"}]},
-            {"role":"assistant","content":null},{"role":"tool","content":"42"}],
+            {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+            {"role":"tool","tool_call_id":"c1","content":"42"}],
             "stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":5,
             "tools":[{"type":"function"}],"x_custom":{"k":1}}"#;
         let r = parse_chat_request(body).unwrap();
@@ -401,7 +448,10 @@ mod tests {
         assert_eq!(r.messages[0].role, Role::System);
         assert_eq!(r.messages[1].content, "a\nb");
         assert_eq!(r.messages[2].content, "");
-        assert_eq!(r.messages[3].content, "[tool result]\n42");
+        assert_eq!(r.messages[2].tool_calls, [ToolCall::new("c1", "f", "{}")]);
+        assert_eq!(r.messages[3].role, Role::Tool);
+        assert_eq!(r.messages[3].content, "42");
+        assert_eq!(r.messages[3].tool_call_id.as_deref(), Some("c1"));
         assert_eq!(r.params["max_completion_tokens"], 5);
         assert_eq!(r.params["x_custom"]["k"], 1);
         assert!(r.params.contains_key("tools"));
@@ -416,6 +466,14 @@ mod tests {
             (br#"{"model":"m","messages":[]}"#, Some("messages")),
             (
                 br#"{"model":"m","messages":[{"role":"x","content":""}]}"#,
+                Some("messages"),
+            ),
+            (
+                br#"{"model":"m","messages":[{"role":"tool","content":"42"}]}"#,
+                Some("messages"),
+            ),
+            (
+                br#"{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c"}]}]}"#,
                 Some("messages"),
             ),
             (br#"[1]"#, None),

@@ -23,6 +23,25 @@ pub struct StepRecord {
     pub status: String,
     /// Seconds since the Unix epoch.
     pub at: u64,
+    /// The marker, when it was hidden from the client (`hide_step_marker`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<HiddenMarker>,
+}
+
+/// A step marker removed from what the client received, kept so it can be put back when the
+/// client sends the answer back as history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HiddenMarker {
+    /// The marker as the model wrote it (`<!-- STEP: why -->`).
+    pub marker: String,
+    /// [`answer_digest`] of the answer as the client received it.
+    pub answer_digest: String,
+}
+
+/// The digest that recognizes an answer the client sends back: of its text with surrounding
+/// whitespace trimmed (clients trim).
+pub fn answer_digest(text: &str) -> String {
+    fnv1a_hex(text.trim())
 }
 
 /// What is known about one chat; the content of its `status.json`.
@@ -58,6 +77,8 @@ pub struct TurnRecord<'a> {
     pub runner_session_id: Option<&'a str>,
     /// The step of the answer, when it passed and carried one.
     pub step: Option<String>,
+    /// The marker, when it was hidden from the client.
+    pub hidden: Option<HiddenMarker>,
 }
 
 /// The session store. Share it in an `Arc`.
@@ -186,6 +207,7 @@ impl SessionStore {
                     turn: entry.turns,
                     status: turn.status.to_string(),
                     at: now,
+                    hidden: turn.hidden,
                 });
             }
             entry.updated_at = now;
@@ -252,6 +274,7 @@ mod tests {
             status: "passed",
             runner_session_id: sid,
             step: step.map(str::to_string),
+            hidden: None,
         };
         store
             .record_turn("chat/1", turn(Some("what"), Some("s1")))

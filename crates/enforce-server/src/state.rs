@@ -5,6 +5,7 @@ use crate::config::{Model, ServerConfig};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, REJECTED};
 use crate::session::SessionStore;
+use crate::tools::ToolCheckCache;
 use crate::{ScrapeHook, StepExtractor};
 use axum::response::{IntoResponse, Response};
 use std::collections::HashMap;
@@ -24,6 +25,8 @@ pub(crate) struct App {
     pub profiles: HashMap<String, Arc<enforce_core::Enforcer>>,
     pub scrape_hook: Option<ScrapeHook>,
     pub sessions: SessionStore,
+    /// Compiled checks of the `tools` requests declare.
+    pub tool_checks: ToolCheckCache,
     pub metrics: Arc<Metrics>,
     pub audit: Option<Arc<AuditLog>>,
     pub limiter: Arc<Semaphore>,

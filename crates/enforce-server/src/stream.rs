@@ -80,9 +80,16 @@ struct Gone;
 
 struct Out {
     tx: mpsc::Sender<Frame>,
+    ids: openai::CompletionId,
     status_events: bool,
     /// A status event with `done:false` is showing and must be closed.
     status_open: bool,
+    /// The assistant's opening chunk (`role`) went out already (a draft started the message).
+    opened: bool,
+    /// The attempt whose draft is streaming.
+    drafting: Option<u32>,
+    /// The attempt cut short and its codes, until the re-ask is announced.
+    cut: Option<(u32, Vec<String>)>,
 }
 
 impl Out {
@@ -116,21 +123,56 @@ impl Out {
         })
     }
 
+    /// A `delta.reasoning_content` chunk, opening the message first when needed.
+    async fn reasoning(&mut self, text: &str) -> Result<(), Gone> {
+        if !self.opened {
+            self.opened = true;
+            let open = self
+                .ids
+                .chunk(json!({"role": "assistant", "content": ""}), None);
+            self.send(data_line(&open)).await?;
+        }
+        let chunk = self.ids.chunk(json!({"reasoning_content": text}), None);
+        self.send(data_line(&chunk)).await
+    }
+
     async fn progress(&mut self, progress: Progress) -> Result<(), Gone> {
         match progress {
             Progress::Asking { attempt: 1 } => self.status("Asking the model…").await,
             Progress::Asking { .. } => Ok(()),
+            Progress::Draft { attempt, text } => {
+                if self.drafting != Some(attempt) {
+                    let first = self.drafting.is_none();
+                    self.drafting = Some(attempt);
+                    if !first {
+                        self.reasoning(&format!("\n\n— attempt {attempt} —\n\n"))
+                            .await?;
+                    }
+                }
+                self.reasoning(&text).await
+            }
+            Progress::Cut { attempt, codes } => {
+                if self.drafting.is_some() {
+                    self.reasoning(&format!(" [stopped: {}]", codes.join(", ")))
+                        .await?;
+                }
+                self.cut = Some((attempt, codes));
+                Ok(())
+            }
             Progress::Retrying {
                 attempt,
                 max_attempts,
                 codes,
             } => {
                 self.keepalive().await?;
-                self.status(&format!(
-                    "Re-asking ({attempt}/{max_attempts}): {}",
-                    codes.join(", ")
-                ))
-                .await
+                let line = match self.cut.take() {
+                    Some((cut_attempt, cut)) => format!(
+                        "Stopped attempt {cut_attempt} at {}, re-asking ({attempt}/{max_attempts})",
+                        cut.join(", ")
+                    ),
+                    None => format!("Re-asking ({attempt}/{max_attempts}): {}", codes.join(", ")),
+                };
+                self.status(&line).await
             }
             Progress::Repaired { validator } => {
                 self.status(&format!("Repairing the answer ({validator})…"))
@@ -178,8 +220,12 @@ fn pieces(text: &str, max: usize) -> Vec<&str> {
 async fn drive(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame>) {
     let mut out = Out {
         tx,
+        ids: turn.ids.clone(),
         status_events: turn.model.options.status_events,
         status_open: false,
+        opened: false,
+        drafting: None,
+        cut: None,
     };
     // The first comment after one interval: a fast answer needs none.
     let every = turn.app.config.keepalive_interval;
@@ -196,14 +242,11 @@ async fn drive(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame>) {
                     Ok(outcome) => Ended::Outcome(Box::new(outcome)),
                     Err(e) => {
                         tracing::error!(error = %e, "enforcement task failed");
-                        Ended::Crashed
+                        job.crashed()
                     }
                 };
             }
-            () = &mut deadline => {
-                job.handle.abort();
-                break Ended::Deadline;
-            }
+            () = &mut deadline => break job.past_deadline(),
             Some(progress) = job.events.recv() => out.progress(progress).await,
             _ = ticker.tick() => out.keepalive().await,
         };
@@ -222,7 +265,7 @@ async fn drive(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame>) {
 
     // The whole tail goes out in one write: fewer packets, and a client never sees half of it.
     let mut tail = Vec::with_capacity(1024);
-    match turn.conclude(ended, true).await {
+    match turn.conclude(ended).await {
         Ok((text, outcome)) => answer_tail(&turn, &mut out, &text, &outcome, &mut tail),
         Err(error) => error_tail(&mut out, &error, &mut tail),
     }
@@ -241,14 +284,33 @@ fn answer_tail(turn: &Turn, out: &mut Out, text: &str, outcome: &Outcome, tail: 
         push_data(tail, &event);
     }
     let ids = &turn.ids;
-    push_data(
-        tail,
-        &ids.chunk(json!({"role": "assistant", "content": ""}), None),
-    );
+    let calls = &outcome.tool_calls;
+    // An answer that only calls tools has no content, as OpenAI streams it.
+    if !out.opened {
+        let opening = if text.is_empty() && !calls.is_empty() {
+            json!({"role": "assistant", "content": null})
+        } else {
+            json!({"role": "assistant", "content": ""})
+        };
+        push_data(tail, &ids.chunk(opening, None));
+    }
     for piece in pieces(text, CONTENT_PIECE) {
         push_data(tail, &ids.chunk(json!({"content": piece}), None));
     }
-    let mut finish = ids.chunk(json!({}), Some("stop"));
+    // Each call: its id and name with empty arguments first, then the arguments in pieces under
+    // the same index, as OpenAI streams them.
+    for (index, call) in calls.iter().enumerate() {
+        let head = json!({"tool_calls": [{
+            "index": index, "id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }]});
+        push_data(tail, &ids.chunk(head, None));
+        for piece in pieces(&call.arguments, CONTENT_PIECE) {
+            let more = json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]});
+            push_data(tail, &ids.chunk(more, None));
+        }
+    }
+    let mut finish = ids.chunk(json!({}), Some(openai::finish_reason(calls)));
     finish["enforcement"] = openai::enforcement_json(outcome);
     push_data(tail, &finish);
     if turn.chat.include_usage {

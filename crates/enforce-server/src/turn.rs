@@ -2,21 +2,23 @@
 //! bookkeeping after it ([`Turn`]), the task running the loop ([`Job`]) and the progress it
 //! reports. The JSON handler and the streaming driver both answer through here.
 
-use crate::config::{FailureResponse, FsyncPolicy, Model};
+use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
 use crate::error::ApiError;
 use crate::metrics::{
     Metrics, ATTEMPTS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS, REQUEST_DURATION,
     RUNNER_FAILURES, UPSTREAM_LATENCY,
 };
 use crate::openai::{self, ChatRequest, CompletionId};
-use crate::session::TurnRecord;
+use crate::session::{answer_digest, HiddenMarker, TurnRecord};
 use crate::state::App;
 use axum::http::StatusCode;
 use enforce_core::{
-    async_trait, Context, Event, Outcome, Reply, Request, Runner, RunnerError, Status,
+    async_trait, Attempt, AuditRecord, Context, Event, Outcome, Reply, ReplyStream, Request,
+    Runner, RunnerError, Status, StopReason,
 };
+use futures_util::StreamExt;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
@@ -36,29 +38,52 @@ pub(crate) enum Progress {
     Repaired {
         validator: String,
     },
+    /// More text of an attempt as the model writes it (only for `draft` streams).
+    Draft {
+        attempt: u32,
+        text: String,
+    },
+    /// An attempt was cut short at these codes.
+    Cut {
+        attempt: u32,
+        codes: Vec<String>,
+    },
 }
 
-fn progress_of(event: &Event<'_>) -> Option<Progress> {
+fn error_codes(issues: &[enforce_core::Issue]) -> Vec<String> {
+    let mut codes: Vec<String> = issues
+        .iter()
+        .filter(|i| i.is_error())
+        .map(|i| i.code.clone())
+        .collect();
+    codes.dedup();
+    codes
+}
+
+/// What the stream driver needs to hear of `event`; `drafts`: whether it shows attempts live.
+fn progress_of(event: &Event<'_>, drafts: bool) -> Option<Progress> {
     match *event {
         Event::Asking { attempt, .. } => Some(Progress::Asking { attempt }),
+        Event::Streamed { attempt, text } if drafts => Some(Progress::Draft {
+            attempt,
+            text: text.to_string(),
+        }),
+        Event::Cut {
+            attempt, issues, ..
+        } => Some(Progress::Cut {
+            attempt,
+            codes: error_codes(issues),
+        }),
         Event::Retrying {
             attempt,
             max_attempts,
             issues,
             ..
-        } => {
-            let mut codes: Vec<String> = issues
-                .iter()
-                .filter(|i| i.is_error())
-                .map(|i| i.code.clone())
-                .collect();
-            codes.dedup();
-            Some(Progress::Retrying {
-                attempt,
-                max_attempts,
-                codes,
-            })
-        }
+        } => Some(Progress::Retrying {
+            attempt,
+            max_attempts,
+            codes: error_codes(issues),
+        }),
         Event::Repaired { validator } => Some(Progress::Repaired {
             validator: validator.to_string(),
         }),
@@ -98,6 +123,42 @@ impl Runner for TracedRunner {
         span.in_scope(|| log_attempt(&result));
         result
     }
+
+    // The loop asks through these: without them every answer would arrive whole and nothing
+    // could be cut short.
+    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("attempt", attempt, kind = "ask", streamed = true);
+        logged(
+            span.clone(),
+            span.in_scope(|| self.inner.ask_streamed(request)),
+        )
+    }
+
+    fn follow_up_streamed<'a>(
+        &'a self,
+        request: &'a Request,
+        previous: &'a Reply,
+        feedback: &'a str,
+    ) -> ReplyStream<'a> {
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("attempt", attempt, kind = "follow_up", streamed = true);
+        let stream = span.in_scope(|| self.inner.follow_up_streamed(request, previous, feedback));
+        logged(span, stream)
+    }
+}
+
+/// Logs how a streamed attempt ended, in its span, as `log_attempt` does for a whole one.
+fn logged<'a>(span: tracing::Span, stream: ReplyStream<'a>) -> ReplyStream<'a> {
+    Box::pin(stream.inspect(move |item| {
+        span.in_scope(|| match item {
+            Ok(enforce_core::StreamEvent::Done(reply)) => {
+                tracing::debug!(bytes = reply.text.len(), "runner replied")
+            }
+            Err(e) => tracing::warn!(error = ?e.to_string(), "runner failed"),
+            Ok(_) => {}
+        })
+    }))
 }
 
 fn log_attempt(result: &Result<Reply, RunnerError>) {
@@ -108,11 +169,43 @@ fn log_attempt(result: &Result<Reply, RunnerError>) {
     }
 }
 
+/// The attempts the loop recorded so far ([`Event::Recorded`]), kept outside its task so
+/// that a deadline or a panic can still audit them.
+#[derive(Clone, Default)]
+pub(crate) struct AttemptsSoFar(Arc<Mutex<Vec<Attempt>>>);
+
+impl AttemptsSoFar {
+    fn push(&self, attempt: &Attempt) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(attempt.clone());
+    }
+
+    fn take(&self) -> Vec<Attempt> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
 /// Aborts the enforcement when the request is dropped (the client went away).
 pub(crate) struct Job {
     pub handle: JoinHandle<Outcome>,
     pub events: mpsc::UnboundedReceiver<Progress>,
     pub deadline: tokio::time::Instant,
+    pub attempts: AttemptsSoFar,
+}
+
+impl Job {
+    /// The end of a task that panicked (or was cancelled), with the attempts it recorded.
+    pub fn crashed(&self) -> Ended {
+        Ended::Crashed(self.attempts.take())
+    }
+
+    /// Stops the task at its deadline; the end with the attempts it recorded.
+    pub fn past_deadline(&self) -> Ended {
+        self.handle.abort();
+        Ended::Deadline(self.attempts.take())
+    }
 }
 
 impl Drop for Job {
@@ -152,30 +245,49 @@ pub(crate) struct Turn {
 /// How the enforcement task ended.
 pub(crate) enum Ended {
     Outcome(Box<Outcome>),
-    /// The per-request deadline passed.
-    Deadline,
-    /// The task panicked or was cancelled.
-    Crashed,
+    /// The per-request deadline passed; the attempts recorded until then.
+    Deadline(Vec<Attempt>),
+    /// The task panicked or was cancelled; the attempts recorded until then.
+    Crashed(Vec<Attempt>),
 }
 
 impl Turn {
     /// Counts a finished request and writes its audit line. With `audit_fsync: always` it waits
     /// until the line is on disk, so an answer is never acknowledged before it is audited.
-    async fn record(&self, status: &str, outcome: Option<&Outcome>, total: Duration) {
+    /// `status` is the metrics label (`deadline` and `internal_error` for outcomes cut short,
+    /// whose overhead is not observed: the attempt in flight has no runner time).
+    async fn record(&self, status: &str, outcome: &Outcome, total: Duration) {
         let (app, model) = (&self.app, self.model.id.as_str());
+        let cut_short = matches!(
+            outcome.stop_reason,
+            StopReason::DeadlineExceeded | StopReason::Panicked
+        );
         tracing::info!(
             model,
             status,
-            attempts = outcome.map_or(0, |o| o.attempts.len()),
+            request_id = %self.ids.id,
+            attempts = outcome.attempts.len(),
             // Debug-formatted: plugin and pattern codes are not ours and could hold newlines.
-            codes = ?outcome.map(|o| o.codes().join(",")).unwrap_or_default(),
+            codes = ?outcome.codes().join(","),
             total_ms = total.as_millis() as u64,
             "chat completion finished"
         );
+        if let Some(rejected) = outcome
+            .warnings
+            .iter()
+            .find(|w| w.code == enforce_core::FALLBACK_INVALID)
+        {
+            tracing::warn!(
+                model,
+                request_id = %self.ids.id,
+                // Debug-formatted: the message quotes validator messages.
+                reason = ?rejected.message,
+                "fallback failed validation and was not sent"
+            );
+        }
         let m = &app.metrics;
         m.count(&REQUESTS, &[("model", model), ("status", status)], 1);
         m.observe_seconds(&REQUEST_DURATION, &[("model", model)], total.as_secs_f64());
-        let Some(outcome) = outcome else { return };
         m.count(
             &ATTEMPTS,
             &[("model", model)],
@@ -206,15 +318,23 @@ impl Turn {
         if outcome.runner_error().is_some() {
             m.count(&RUNNER_FAILURES, &[("model", model)], 1);
         }
-        let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
-        m.observe_seconds(&OVERHEAD, &[("model", model)], overhead as f64 / 1e6);
+        if !cut_short {
+            let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
+            m.observe_seconds(&OVERHEAD, &[("model", model)], overhead as f64 / 1e6);
+        }
         if let Some(audit) = &app.audit {
+            let line = AuditRecord::new(&self.ids.id, outcome)
+                .model(self.model.id.as_str())
+                .profile(Some(self.model.profile.as_str()).filter(|p| !p.is_empty()))
+                .chat_id(self.chat_id.as_deref())
+                .runner(self.model.runner_kind.as_deref())
+                .to_json_line();
             if audit.policy() == FsyncPolicy::Always {
                 // A failed write is logged and counted by the writer; the client still gets its
                 // answer (the audit must not take the service down).
-                audit.append_durable(outcome.to_json_line()).await;
+                audit.append_durable(line).await;
             } else {
-                audit.append(outcome.to_json_line());
+                audit.append(line);
             }
         }
     }
@@ -227,13 +347,29 @@ impl Turn {
             attempt: AtomicU32::new(0),
         };
         let enforcer = self.model.enforcer.clone();
+        // Checks of this request's tool calls, run before the profile's own validators.
+        let tool_checks = self
+            .chat
+            .params
+            .get("tools")
+            .filter(|_| self.model.options.check_tool_calls)
+            .filter(|tools| tools.as_array().is_some_and(|t| !t.is_empty()))
+            .map(|tools| self.app.tool_checks.checks_for(tools));
         let request = Request {
             messages: self.chat.messages.clone(),
             session_id,
             params: self.chat.params.clone(),
         };
+        let attempts = AttemptsSoFar::default();
+        let recorded = attempts.clone();
+        // Drafts travel only to a stream that shows them: a held stream or a completion would
+        // just drop them.
+        let drafts = self.chat.stream && self.model.options.stream_mode == StreamMode::Draft;
         let observer = move |event: &Event<'_>| {
-            if let Some(p) = progress_of(event) {
+            if let Event::Recorded { attempt } = event {
+                recorded.push(attempt);
+            }
+            if let Some(p) = progress_of(event, drafts) {
                 // The receiver is gone only when the client left; nothing to tell then.
                 let _ = tx.send(p);
             }
@@ -241,7 +377,7 @@ impl Turn {
         let handle = tokio::spawn(
             async move {
                 enforcer
-                    .run_observed(&runner, &request, &context, &observer)
+                    .run_with(&runner, &request, &context, &observer, &tool_checks)
                     .await
             }
             .in_current_span(),
@@ -250,21 +386,19 @@ impl Turn {
             handle,
             events,
             deadline: tokio::time::Instant::now() + self.app.config.request_timeout,
+            attempts,
         }
     }
 
     /// Bookkeeping once the loop ended: metrics, audit, session. Returns the text to deliver
     /// or the error to send.
-    pub async fn conclude(
-        &self,
-        ended: Ended,
-        streaming: bool,
-    ) -> Result<(String, Box<Outcome>), ApiError> {
+    pub async fn conclude(&self, ended: Ended) -> Result<(String, Box<Outcome>), ApiError> {
         let total = self.started.elapsed();
         let outcome = match ended {
             Ended::Outcome(outcome) => outcome,
-            Ended::Deadline => {
-                self.record("deadline", None, total).await;
+            Ended::Deadline(attempts) => {
+                let outcome = Outcome::interrupted(StopReason::DeadlineExceeded, attempts, total);
+                self.record("deadline", &outcome, total).await;
                 return Err(ApiError::new(
                     StatusCode::GATEWAY_TIMEOUT,
                     "enforcement_error",
@@ -275,8 +409,9 @@ impl Turn {
                     ),
                 ));
             }
-            Ended::Crashed => {
-                self.record("internal_error", None, total).await;
+            Ended::Crashed(attempts) => {
+                let outcome = Outcome::interrupted(StopReason::Panicked, attempts, total);
+                self.record("internal_error", &outcome, total).await;
                 return Err(ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "server_error",
@@ -285,20 +420,46 @@ impl Turn {
                 ));
             }
         };
-        self.record(outcome.status.as_str(), Some(&outcome), total)
-            .await;
+        self.record(outcome.status.as_str(), &outcome, total).await;
 
-        let deliverable = deliverable(&outcome, delivery_for(&self.model, streaming));
+        let deliverable = deliverable(&outcome, delivery_for(&self.model));
+        if deliverable.is_some() && !outcome.status.is_success() && !outcome.fallback_used {
+            tracing::warn!(
+                status = outcome.status.as_str(),
+                codes = ?outcome.codes().join(","),
+                "returning unvalidated: the answer did not pass its checks"
+            );
+        } else if deliverable.is_some() && !outcome.unchecked_validators().is_empty() {
+            tracing::warn!(
+                validators = ?outcome.unchecked_validators(),
+                "returning unvalidated: some checks did not run"
+            );
+        }
+        // The step marker: recorded in the session, and cut from what the client sees when the
+        // model hides it.
+        let mark = match (&deliverable, outcome.status.is_success()) {
+            (Some(text), true) => self.app.step_extractor.as_ref().and_then(|f| f(text)),
+            _ => None,
+        };
+        let mut hidden = None;
+        let deliverable = match (deliverable, &mark) {
+            (Some(text), Some(mark)) if self.model.options.hide_step_marker => {
+                let (shown, marker) = without_marker(&text, mark.range.clone());
+                hidden = Some(HiddenMarker {
+                    marker,
+                    answer_digest: answer_digest(&shown),
+                });
+                Some(shown)
+            }
+            (deliverable, _) => deliverable,
+        };
         if let Some(chat_id) = &self.chat_id {
-            let step = match (&deliverable, outcome.status.is_success()) {
-                (Some(text), true) => self.app.step_extractor.as_ref().and_then(|f| f(text)),
-                _ => None,
-            };
             let turn = TurnRecord {
                 model: &self.model.id,
                 status: outcome.status.as_str(),
                 runner_session_id: outcome.session_id.as_deref(),
-                step,
+                step: mark.map(|m| m.step),
+                hidden,
             };
             if let Err(e) = self.app.sessions.record_turn(chat_id, turn).await {
                 tracing::error!(chat_id, error = %e, "could not persist session");
@@ -306,7 +467,7 @@ impl Turn {
         }
         match deliverable {
             // An empty answer looks like a dropped connection to every client: say so instead.
-            Some(text) if text.trim().is_empty() => {
+            Some(text) if text.trim().is_empty() && outcome.tool_calls.is_empty() => {
                 let mut error = ApiError::new(
                     StatusCode::BAD_GATEWAY,
                     "upstream_error",
@@ -323,26 +484,38 @@ impl Turn {
     }
 }
 
-/// The per-model choices as they apply to this kind of response. A stream never shows an
-/// answer that failed its checks, whatever the options say: partial trust is not possible once
-/// text is on screen.
+/// `text` without the marker at `range` (and the blank space it leaves at the end), and the
+/// marker.
+fn without_marker(text: &str, range: std::ops::Range<usize>) -> (String, String) {
+    let (Some(before), Some(marker), Some(after)) = (
+        text.get(..range.start),
+        text.get(range.clone()),
+        text.get(range.end..),
+    ) else {
+        return (text.to_string(), String::new());
+    };
+    let mut shown = before.trim_end().to_string();
+    let after = after.trim_end();
+    if !after.trim().is_empty() {
+        shown.push_str(if before.trim().is_empty() { "" } else { "\n\n" });
+        shown.push_str(after.trim_start());
+    }
+    (shown, marker.to_string())
+}
+
+/// The per-model choices for an answer that did not pass. Streams follow them too: the answer is
+/// held back until the loop ends either way, so a stream can deliver it with its status as a
+/// completion does.
 #[derive(Clone, Copy)]
 pub(crate) struct Delivery {
     on_unresolved: FailureResponse,
     on_unavailable: FailureResponse,
 }
 
-fn delivery_for(model: &Model, streaming: bool) -> Delivery {
-    if streaming {
-        Delivery {
-            on_unresolved: FailureResponse::Error,
-            on_unavailable: FailureResponse::Error,
-        }
-    } else {
-        Delivery {
-            on_unresolved: model.options.on_unresolved,
-            on_unavailable: model.options.on_unavailable,
-        }
+fn delivery_for(model: &Model) -> Delivery {
+    Delivery {
+        on_unresolved: model.options.on_unresolved,
+        on_unavailable: model.options.on_unavailable,
     }
 }
 
@@ -368,11 +541,8 @@ pub(crate) async fn wait(job: &mut Job) -> Ended {
         Ok(Ok(outcome)) => Ended::Outcome(Box::new(outcome)),
         Ok(Err(join_error)) => {
             tracing::error!(error = %join_error, "enforcement task failed");
-            Ended::Crashed
+            job.crashed()
         }
-        Err(_) => {
-            job.handle.abort();
-            Ended::Deadline
-        }
+        Err(_) => job.past_deadline(),
     }
 }

@@ -31,4 +31,6 @@ pub mod plugins;
 pub mod sse;
 
 pub use fake_claude::{fake_claude_path, process_is_gone, FakeClaude, FakeClaudeCall, ScratchDir};
-pub use mock_openai::{ErrorShape, MockOpenAi, MockReply, MockScript, RecordedRequest, Then};
+pub use mock_openai::{
+    ErrorShape, MockOpenAi, MockReply, MockScript, RecordedRequest, Then, ToolHistory,
+};

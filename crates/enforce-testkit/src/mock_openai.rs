@@ -9,6 +9,7 @@ use axum::Router;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -79,6 +80,14 @@ pub enum MockReply {
     Garbage(String),
     /// Waits, then answers.
     Delayed(Duration, Box<MockReply>),
+    /// A 200 answer calling tools, with an optional text (streamed as `delta.tool_calls`
+    /// chunks: id and name first, then the arguments in pieces, when the request streams).
+    ToolCalls {
+        /// Text beside the calls (`None`: `content: null`).
+        text: Option<String>,
+        /// `(id, name, arguments)` of each call.
+        calls: Vec<(String, String, String)>,
+    },
     /// A stream that sends `after_chunks` content chunks of `text` and then breaks off: no
     /// finish chunk, no `[DONE]`, the connection is aborted.
     StreamCut {
@@ -129,6 +138,30 @@ impl MockReply {
     pub fn delayed(self, delay: Duration) -> Self {
         MockReply::Delayed(delay, Box::new(self))
     }
+
+    /// An answer that only calls one tool.
+    pub fn tool_call(id: &str, name: &str, arguments: &str) -> Self {
+        MockReply::ToolCalls {
+            text: None,
+            calls: vec![(id.to_string(), name.to_string(), arguments.to_string())],
+        }
+    }
+}
+
+/// How strictly the mock reads tool history in requests, like the servers it stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ToolHistory {
+    /// Anything goes.
+    #[default]
+    Accept,
+    /// As OpenAI: each assistant turn's `tool_calls` must be answered, each by a `tool` message
+    /// with its `tool_call_id`, before any other message; a `tool` message must answer a call.
+    /// Otherwise 400.
+    OpenAi,
+    /// As older Ollama and llama.cpp builds: a `tool` message or an assistant message with
+    /// `content: null` is a 400.
+    NoToolMessages,
 }
 
 /// What the server answers once the scripted replies are used up.
@@ -158,6 +191,8 @@ pub struct MockScript {
     chunks: usize,
     chunk_gap: Duration,
     model: String,
+    tool_history: ToolHistory,
+    reject_stream_options: bool,
 }
 
 impl Default for MockScript {
@@ -168,6 +203,8 @@ impl Default for MockScript {
             chunks: 4,
             chunk_gap: Duration::ZERO,
             model: "mock-model".to_string(),
+            tool_history: ToolHistory::Accept,
+            reject_stream_options: false,
         }
     }
 }
@@ -207,6 +244,69 @@ impl MockScript {
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = model.into();
         self
+    }
+
+    /// Answer a request carrying `stream_options` with a 400 naming it, as some servers do.
+    pub fn reject_stream_options(mut self, reject: bool) -> Self {
+        self.reject_stream_options = reject;
+        self
+    }
+
+    /// How tool history in requests is judged (default: accepted).
+    pub fn tool_history(mut self, rule: ToolHistory) -> Self {
+        self.tool_history = rule;
+        self
+    }
+}
+
+/// Why `messages` break `rule`, if they do.
+fn tool_history_fault(rule: ToolHistory, messages: &[Value]) -> Option<String> {
+    let role = |m: &Value| {
+        m.get("role")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    match rule {
+        ToolHistory::Accept => None,
+        ToolHistory::NoToolMessages => messages.iter().find_map(|m| {
+            if role(m) == "tool" {
+                return Some("unsupported role: tool".to_string());
+            }
+            (role(m) == "assistant" && m.get("content").is_some_and(Value::is_null))
+                .then(|| "assistant message content must be a string".to_string())
+        }),
+        ToolHistory::OpenAi => {
+            let mut open: Vec<String> = Vec::new();
+            for m in messages {
+                if role(m) == "tool" {
+                    let id = m
+                        .get("tool_call_id")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    let Some(at) = open.iter().position(|o| o == id) else {
+                        return Some(format!(
+                            "Invalid parameter: messages with role 'tool' must be a response to a preceding message with 'tool_calls' (unknown id {id:?})."
+                        ));
+                    };
+                    open.remove(at);
+                    continue;
+                }
+                if !open.is_empty() {
+                    return Some(format!(
+                        "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. Missing: {}.",
+                        open.join(", ")
+                    ));
+                }
+                if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
+                    open = calls
+                        .iter()
+                        .filter_map(|c| c.get("id").and_then(Value::as_str).map(str::to_string))
+                        .collect();
+                }
+            }
+            (!open.is_empty()).then(|| format!("tool calls left unanswered: {}", open.join(", ")))
+        }
     }
 }
 
@@ -270,6 +370,24 @@ struct Shared {
     script: Mutex<MockScript>,
     last: Mutex<Option<MockReply>>,
     requests: Mutex<Vec<RecordedRequest>>,
+    /// Streams whose client went away before the last event was sent.
+    abandoned: AtomicUsize,
+    /// Streamed chunks that carried answer text: what the "model" generated.
+    content_chunks: AtomicUsize,
+}
+
+/// Counts a stream as abandoned when it is dropped before its last event went out.
+struct StreamGuard {
+    shared: Arc<Shared>,
+    finished: bool,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.shared.abandoned.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -313,6 +431,8 @@ impl MockOpenAi {
             script: Mutex::new(script),
             last: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            abandoned: AtomicUsize::new(0),
+            content_chunks: AtomicUsize::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -358,6 +478,18 @@ impl MockOpenAi {
             .into_iter()
             .filter(|r| r.path.ends_with("/chat/completions"))
             .collect()
+    }
+
+    /// Streams the client closed before their last event: a cut or a client that left
+    /// (cancellation reached the upstream).
+    pub fn abandoned_streams(&self) -> usize {
+        self.shared.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// Streamed chunks with answer text sent so far, over all streams: with one token per chunk,
+    /// the tokens the "model" generated (a cut stream stops counting when it is closed).
+    pub fn content_chunks_sent(&self) -> usize {
+        self.shared.content_chunks.load(Ordering::SeqCst)
     }
 
     /// Queues another reply.
@@ -482,10 +614,28 @@ async fn chat(
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         == Some(true);
-    let (chunks, gap, model) = {
+    let (chunks, gap, model, tool_rule, reject_options) = {
         let s = lock(&shared.script);
-        (s.chunks, s.chunk_gap, s.model.clone())
+        (
+            s.chunks,
+            s.chunk_gap,
+            s.model.clone(),
+            s.tool_history,
+            s.reject_stream_options,
+        )
     };
+    if reject_options && request.get("stream_options").is_some() {
+        let message = "Unrecognized request argument supplied: stream_options";
+        return with_status(400, ErrorShape::OpenAi.body(400, message).to_string(), None);
+    }
+    let messages = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if let Some(fault) = tool_history_fault(tool_rule, messages) {
+        return with_status(400, ErrorShape::OpenAi.body(400, &fault).to_string(), None);
+    }
     let mut reply = choose(&shared, &last_user);
     while let MockReply::Delayed(delay, inner) = reply {
         tokio::time::sleep(delay).await;
@@ -497,7 +647,7 @@ async fn chat(
             let text = fill(&text, &request, &last_user);
             if stream {
                 let events = stream_events(&model, &text, chunks, None, include_usage);
-                sse(events, gap, false)
+                sse(&shared, events, gap, false)
             } else {
                 axum::Json(json!({
                     "id": "chatcmpl-mock", "object": "chat.completion", "created": 0,
@@ -527,12 +677,41 @@ async fn chat(
             retry_after,
         ),
         MockReply::Garbage(body) => with_status(200, body, None),
+        MockReply::ToolCalls { text, calls } => {
+            let text = text.map(|t| fill(&t, &request, &last_user));
+            if stream {
+                sse(
+                    &shared,
+                    tool_call_events(&model, text.as_deref(), &calls),
+                    gap,
+                    false,
+                )
+            } else {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .map(|(id, name, arguments)| {
+                        json!({"id": id, "type": "function",
+                        "function": {"name": name, "arguments": arguments}})
+                    })
+                    .collect();
+                axum::Json(json!({
+                    "id": "chatcmpl-mock", "object": "chat.completion", "created": 0,
+                    "model": model,
+                    "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                 "message": {"role": "assistant", "content": text,
+                                             "tool_calls": calls}}],
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 10,
+                              "total_tokens": prompt_tokens + 10},
+                }))
+                .into_response()
+            }
+        }
         MockReply::StreamCut { text, after_chunks } => {
             let text = fill(&text, &request, &last_user);
             let mut events = stream_events(&model, &text, chunks, None, false);
             // role chunk + the content chunks that get through
             events.truncate(1 + after_chunks);
-            sse(events, gap, true)
+            sse(&shared, events, gap, true)
         }
         MockReply::StreamError {
             text,
@@ -544,7 +723,7 @@ async fn chat(
             events.truncate(1 + after_chunks);
             events.push(ErrorShape::OpenAi.body(500, &message).to_string());
             events.push("[DONE]".to_string());
-            sse(events, gap, false)
+            sse(&shared, events, gap, false)
         }
         // Unwrapped above; kept total without a panic.
         MockReply::Delayed(_, _) => with_status(500, "nested delay".to_string(), None),
@@ -608,19 +787,70 @@ fn stream_events(
     events
 }
 
+/// The `data:` payloads of a streamed answer that calls tools, as OpenAI streams them: a role
+/// chunk, the text, per call a chunk with id, name and empty arguments and then argument pieces
+/// under the same index, a `tool_calls` finish chunk, `[DONE]`.
+fn tool_call_events(
+    model: &str,
+    text: Option<&str>,
+    calls: &[(String, String, String)],
+) -> Vec<String> {
+    let chunk = |delta: Value, finish_reason: Value| {
+        json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
+               "model": model,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
+        .to_string()
+    };
+    let mut events = vec![chunk(
+        json!({"role": "assistant", "content": null}),
+        Value::Null,
+    )];
+    if let Some(text) = text {
+        events.push(chunk(json!({"content": text}), Value::Null));
+    }
+    for (index, (id, name, arguments)) in calls.iter().enumerate() {
+        events.push(chunk(
+            json!({"tool_calls": [{"index": index, "id": id, "type": "function",
+                                   "function": {"name": name, "arguments": ""}}]}),
+            Value::Null,
+        ));
+        let chars: Vec<char> = arguments.chars().collect();
+        for piece in chars.chunks(5) {
+            events.push(chunk(
+                json!({"tool_calls": [{"index": index,
+                    "function": {"arguments": piece.iter().collect::<String>()}}]}),
+                Value::Null,
+            ));
+        }
+    }
+    events.push(chunk(json!({}), json!("tool_calls")));
+    events.push("[DONE]".to_string());
+    events
+}
+
 /// An SSE response sending each event `gap` apart; `cut` aborts the body after the last one.
-fn sse(events: Vec<String>, gap: Duration, cut: bool) -> Response {
+fn sse(shared: &Arc<Shared>, events: Vec<String>, gap: Duration, cut: bool) -> Response {
     let items: VecDeque<String> = events.into();
+    let guard = StreamGuard {
+        shared: Arc::clone(shared),
+        finished: false,
+    };
     let stream = futures_util::stream::unfold(
-        (items, true, cut),
-        move |(mut items, first, cut)| async move {
+        (items, true, cut, guard),
+        move |(mut items, first, cut, mut guard)| async move {
             match items.pop_front() {
                 Some(event) => {
                     if !first && !gap.is_zero() {
                         tokio::time::sleep(gap).await;
                     }
+                    if items.is_empty() {
+                        guard.finished = true;
+                    }
+                    if event.contains("\"content\":\"") {
+                        guard.shared.content_chunks.fetch_add(1, Ordering::SeqCst);
+                    }
                     let frame = Bytes::from(format!("data: {event}\n\n"));
-                    Some((Ok::<_, std::io::Error>(frame), (items, false, cut)))
+                    Some((Ok::<_, std::io::Error>(frame), (items, false, cut, guard)))
                 }
                 None if cut => {
                     // Pause first so the head and the chunks before the cut reach the client.
@@ -630,7 +860,7 @@ fn sse(events: Vec<String>, gap: Duration, cut: bool) -> Response {
                             std::io::ErrorKind::ConnectionAborted,
                             "stream cut by the script",
                         )),
-                        (items, false, false),
+                        (items, false, false, guard),
                     ))
                 }
                 None => None,

@@ -159,6 +159,42 @@ impl ParsedStream {
             .collect()
     }
 
+    /// The tool calls streamed as `delta.tool_calls`, assembled the way openai-python's
+    /// stream helpers do: by `index`, id and name from the first fragment, arguments
+    /// concatenated. `(id, name, arguments)` in index order.
+    pub fn tool_calls(&self) -> Vec<(String, String, String)> {
+        let mut calls: Vec<(String, String, String)> = Vec::new();
+        for e in &self.events {
+            let Some(fragments) = e["choices"][0]["delta"]["tool_calls"].as_array() else {
+                continue;
+            };
+            for f in fragments {
+                let index = f["index"].as_u64().unwrap_or(0) as usize;
+                while calls.len() <= index {
+                    calls.push(Default::default());
+                }
+                let call = &mut calls[index];
+                if let Some(id) = f["id"].as_str() {
+                    call.0 = id.to_string();
+                }
+                if let Some(name) = f["function"]["name"].as_str() {
+                    call.1.push_str(name);
+                }
+                if let Some(arguments) = f["function"]["arguments"].as_str() {
+                    call.2.push_str(arguments);
+                }
+            }
+        }
+        calls
+    }
+
+    /// The `finish_reason` of the chunk that has one.
+    pub fn finish_reason(&self) -> Option<&str> {
+        self.events
+            .iter()
+            .find_map(|e| e["choices"][0]["finish_reason"].as_str())
+    }
+
     /// The `chat.completion.chunk` events.
     pub fn chunks(&self) -> Vec<&Value> {
         self.events

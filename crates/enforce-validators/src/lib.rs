@@ -9,6 +9,7 @@
 //! | [`Pattern`](pattern::Pattern) | [`pattern`] | configurable (default `FORBIDDEN_PATTERN`, `MISSING_PATTERN`) |
 //! | [`Length`](length::Length) | [`length`] | `TOO_SHORT`, `TOO_LONG` |
 //! | [`Terms`](terms::Terms) | [`terms`] | configurable (default `MISSING_TERM`, `FORBIDDEN_TERM`, `PREFERRED_TERM`) |
+//! | [`ToolCalls`](tool_calls::ToolCalls) | [`tool_calls`] | `UNKNOWN_TOOL`, `INVALID_TOOL_ARGUMENTS` (built per request from its `tools`) |
 //!
 //! [`scope`] points any validator at a JSON field of the response or a request-context value,
 //! or applies it only under a condition. [`text`] holds the text helpers the validator crates
@@ -48,6 +49,7 @@ pub mod pattern;
 pub mod scope;
 pub mod terms;
 pub mod text;
+pub mod tool_calls;
 
 #[cfg(test)]
 mod testing;

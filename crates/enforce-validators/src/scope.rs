@@ -16,7 +16,17 @@
 //!     type: pattern
 //!     input: { context: sanitized }                 # a request-context value instead
 //!     required: [{ regex: '^true$', code: SANITIZATION_PASSED, repairable: false }]
+//!   safe_sql:
+//!     type: pattern
+//!     input: { tool: run_sql, json: /query }        # the arguments of every call to a tool
+//!     forbidden: [{ regex: '(?i)\bdrop\b', code: DANGEROUS_SQL }]
 //! ```
+//!
+//! A validator scoped to a tool checks the arguments of each call of that tool in the reply
+//! (the whole arguments, or the value at `json` inside them) and nothing else; a reply without
+//! such a call passes. Arguments that are not JSON are left to the built-in tool checks
+//! (`INVALID_TOOL_ARGUMENTS`). Every other validator checks the text of the reply only: a reply
+//! that only calls tools passes it.
 //!
 //! The response's JSON is found as the `json` validator finds it (the whole response, a fenced
 //! block, or an object inside prose). When the selected value is missing, the validator is
@@ -27,20 +37,31 @@
 
 use crate::error::BuildError;
 use crate::text::{locate_json, JsonForm, JsonSpan};
-use enforce_core::{async_trait, Context, FailMode, Issue, PartialCheck, Validation, Validator};
+use enforce_core::{
+    async_trait, Context, FailMode, Issue, PartialCheck, Reply, Validation, Validator,
+};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// Where a scoped validator reads its input.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Source {
     /// The value at this JSON pointer inside the response's JSON.
     Json(String),
     /// The request-context value under this key.
     Context(String),
+    /// The arguments of each call of a tool (only as an `input`, not in `when`).
+    Tool {
+        /// The tool's name.
+        name: String,
+        /// A JSON pointer inside the arguments (`None`: the whole arguments).
+        pointer: Option<String>,
+    },
 }
 
-/// Where the validator reads its input: exactly one of `json` and `context`.
+/// Where the validator reads its input: exactly one of `json` and `context`, or `tool` with an
+/// optional `json` pointer into its arguments.
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[cfg_attr(
     feature = "config-schema",
@@ -48,36 +69,49 @@ pub enum Source {
         rename = "ScopeSource",
         // `key: ~` is no key to the parser: "given" means present and not null.
         extend("oneOf" = [
-            {"required": ["json"], "properties": {"json": {"type": "string"}}},
-            {"required": ["context"], "properties": {"context": {"type": "string"}}}
+            {"required": ["json"], "not": {"required": ["tool"]}, "properties": {"json": {"type": "string"}}},
+            {"required": ["context"], "properties": {"context": {"type": "string"}}},
+            {"required": ["tool"], "properties": {"tool": {"type": "string"}}}
         ])
     )
 )]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SourceSpec {
-    /// JSON pointer into the response's JSON (`/text`).
+    /// JSON pointer into the response's JSON (`/text`), or into the tool's arguments with
+    /// `tool`.
     #[cfg_attr(feature = "config-schema", schemars(extend("pattern" = "^(/|$)")))]
     json: Option<String>,
     /// Key of a request-context value.
     context: Option<String>,
+    /// A tool's name: check the arguments of each call of it.
+    #[serde(default)]
+    tool: Option<String>,
+}
+
+fn checked_pointer(pointer: String) -> Result<String, BuildError> {
+    if pointer.is_empty() || pointer.starts_with('/') {
+        Ok(pointer)
+    } else {
+        Err(BuildError::at(
+            "json",
+            format!("a JSON pointer starts with '/', e.g. '/{pointer}'"),
+        ))
+    }
 }
 
 impl SourceSpec {
     fn into_source(self) -> Result<Source, BuildError> {
-        match (self.json, self.context) {
-            (Some(pointer), None) => {
-                if !(pointer.is_empty() || pointer.starts_with('/')) {
-                    return Err(BuildError::at(
-                        "json",
-                        format!("a JSON pointer starts with '/', e.g. '/{pointer}'"),
-                    ));
-                }
-                Ok(Source::Json(pointer))
-            }
-            (None, Some(key)) => Ok(Source::Context(key)),
+        match (self.json, self.context, self.tool) {
+            (Some(pointer), None, None) => Ok(Source::Json(checked_pointer(pointer)?)),
+            (None, Some(key), None) => Ok(Source::Context(key)),
+            (pointer, None, Some(name)) if !name.trim().is_empty() => Ok(Source::Tool {
+                name,
+                pointer: pointer.map(checked_pointer).transpose()?,
+            }),
+            (_, None, Some(_)) => Err(BuildError::at("tool", "name the tool")),
             _ => Err(BuildError::new(
-                "give exactly one of 'json' (a JSON pointer) or 'context' (a context key)",
+                "give exactly one of 'json' (a JSON pointer), 'context' (a context key) or 'tool' (a tool name, with an optional 'json' pointer into its arguments)",
             )),
         }
     }
@@ -185,6 +219,7 @@ impl ConditionSpec {
         let source = SourceSpec {
             json: self.json,
             context: self.context,
+            tool: None,
         }
         .into_source()?;
         let test = match (self.equals, self.one_of, self.present) {
@@ -390,7 +425,34 @@ fn lookup(
             .get_or_insert_with(|| locate_json(response))
             .as_ref()
             .and_then(|span| span.value.pointer(pointer).cloned()),
+        // Tool arguments are not in the text; `validate_reply` reads them.
+        Source::Tool { .. } => None,
     }
+}
+
+/// The values a tool source selects in `reply`: one per call of the tool whose arguments parse
+/// and hold the pointer.
+fn tool_values(reply: &Reply, name: &str, pointer: Option<&str>) -> Vec<(String, Value)> {
+    reply
+        .tool_calls
+        .iter()
+        .filter(|call| call.name == name)
+        .filter_map(|call| {
+            let arguments: Value = serde_json::from_str(&call.arguments).ok()?;
+            let value = match pointer {
+                None => arguments,
+                Some(p) => arguments.pointer(p)?.clone(),
+            };
+            Some((call.id.clone(), value))
+        })
+        .collect()
+}
+
+/// Positions inside a selected value do not point into the response.
+fn without_position(mut issue: Issue) -> Issue {
+    issue.line = None;
+    issue.column = None;
+    issue
 }
 
 fn as_text(value: Value) -> String {
@@ -419,14 +481,41 @@ impl Validator for Scoped {
         };
         let text = as_text(value);
         let issues = self.inner.validate(&text, context).await?;
-        Ok(issues
-            .into_iter()
-            .map(|mut issue| {
-                issue.line = None;
-                issue.column = None;
+        Ok(issues.into_iter().map(without_position).collect())
+    }
+
+    async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
+        let Some(Source::Tool { name, pointer }) = &self.scope.input else {
+            if reply.only_tool_calls() {
+                return Ok(Vec::new());
+            }
+            return self.validate(&reply.text, context).await;
+        };
+        if !self.holds(&reply.text, context, &mut None) {
+            return Ok(Vec::new());
+        }
+        let mut issues = Vec::new();
+        for (call_id, value) in tool_values(reply, name, pointer.as_deref()) {
+            let found = self.inner.validate(&as_text(value), context).await?;
+            issues.extend(found.into_iter().map(|issue| {
+                let mut issue = without_position(issue);
+                issue.message = format!(
+                    "In the arguments of the call {call_id} to `{name}`: {}",
+                    issue.message
+                );
                 issue
-            })
-            .collect())
+            }));
+        }
+        Ok(issues)
+    }
+
+    fn reads_response(&self) -> bool {
+        // Pointed at a context value, under conditions on the context alone, the verdict is
+        // about the request, not the response.
+        let on_context = |source: &Source| matches!(source, Source::Context(_));
+        let about_request = self.scope.input.as_ref().is_some_and(on_context)
+            && self.scope.when.iter().all(|c| on_context(&c.source));
+        !about_request && self.inner.reads_response()
     }
 
     /// The inner validator's partial check, when the scope can be decided before the answer
@@ -458,7 +547,7 @@ impl Validator for Scoped {
             return self.inner.repair(response, context, issues);
         };
         let Source::Json(pointer) = source else {
-            return None; // a context value is not part of the response
+            return None; // a context value or a tool call is not part of the text
         };
         let mut span = json.get_or_insert_with(|| locate_json(response)).take()?;
         let field = span.value.pointer_mut(pointer)?;

@@ -1,11 +1,11 @@
-//! The audit record (`Outcome::to_json_line`, serde of `Outcome`) is a public contract: log
-//! shippers and dashboards parse it. These tests pin its exact shape (field names, order,
+//! The audit record (`AuditRecord`: its header, then `Outcome::to_json_line`, serde of
+//! `Outcome`) is a public contract: log shippers and dashboards parse it. These tests pin its exact shape (field names, order,
 //! nesting) for every kind of stop, and that it reads back into the same `Outcome`.
 
 use crate::req;
 use enforce_core::{
-    async_trait, Budget, Context, Enforcer, FailMode, Issue, Outcome, Policy, Reply, RunnerError,
-    ScriptedRunner, StopReason, Unavailable, Usage, Validation, Validator,
+    async_trait, AuditRecord, Budget, Context, Enforcer, FailMode, Issue, Outcome, Policy, Reply,
+    RunnerError, ScriptedRunner, StopReason, Unavailable, Usage, Validation, Validator,
 };
 
 /// Errors unless the text contains "title"; warns about "!"; repair prepends a title.
@@ -149,7 +149,7 @@ async fn budget_stop_with_fallback() {
         ..Budget::default()
     };
     policy.fallback = Some("Sorry, {{who}}.".into());
-    /// Fails every text with a code of its own; no repair.
+    /// Fails every text with a code of its own, except the apology; no repair.
     struct NoRepair;
     #[async_trait]
     impl Validator for NoRepair {
@@ -157,6 +157,9 @@ async fn budget_stop_with_fallback() {
             "no_repair"
         }
         async fn validate(&self, response: &str, _: &Context) -> Validation {
+            if response.starts_with("Sorry") {
+                return Ok(Vec::new());
+            }
             Ok(vec![Issue::error(
                 "no_repair",
                 format!("BAD_{}", response.len()),
@@ -180,6 +183,125 @@ async fn budget_stop_with_fallback() {
             r#""usage":null,"cost_usd":null,"total_us":0,"runner_us":0}"#,
         ),
     );
+}
+
+#[tokio::test]
+async fn a_fallback_that_fails_validation_is_reported_not_used() {
+    let runner = ScriptedRunner::texts(["no"]);
+    let mut policy = Policy::default();
+    policy.max_retries = 0;
+    /// Titled without its repair: rejects the fallback too (it has no title).
+    struct Strict;
+    #[async_trait]
+    impl Validator for Strict {
+        fn name(&self) -> &str {
+            "titled"
+        }
+        async fn validate(&self, response: &str, context: &Context) -> Validation {
+            Titled.validate(response, context).await
+        }
+    }
+    policy.fallback = Some("Sorry.".into());
+    let out = Enforcer::new(vec![Box::new(Strict)])
+        .with_policy(policy)
+        .run(&runner, &req(), &Context::new())
+        .await;
+    assert_audit(
+        &out,
+        concat!(
+            r#"{"status":"unresolved","stop_reason":{"reason":"retries_exhausted"},"response":"no","#,
+            r#""issues":[{"validator":"titled","code":"MISSING_TITLE","message":"No title.","hint":"Start with 'title:'.","severity":"error","repairable":true,"line":2,"column":5}],"#,
+            r#""warnings":[{"validator":"fallback","code":"FALLBACK_INVALID","message":"The fallback text was not used: it fails validation: MISSING_TITLE (No title.).","#,
+            r#""hint":"Fix the profile's fallback template so that it passes its own validators.","severity":"warning","repairable":false,"line":null,"column":null}],"#,
+            r#""attempts":[{"number":1,"response_bytes":2,"response_digest":"08b35907b5589afa","#,
+            r#""issues":[{"validator":"titled","code":"MISSING_TITLE","message":"No title.","hint":"Start with 'title:'.","severity":"error","repairable":true,"line":2,"column":5}],"#,
+            r#""runner_us":0,"validation_us":0,"usage":null,"cost_usd":null,"session_id":null,"repairs":[]}],"#,
+            r#""fallback_used":false,"runner_error":null,"unavailable":null,"session_id":null,"#,
+            r#""usage":null,"cost_usd":null,"total_us":0,"runner_us":0}"#,
+        ),
+    );
+}
+
+#[tokio::test]
+async fn an_interrupted_run_keeps_the_attempts_made_so_far() {
+    // What a caller that stops the loop from outside (the proxy's deadline) writes: the
+    // attempts it saw recorded, summed.
+    let runner = ScriptedRunner::new([
+        Ok(Reply {
+            usage: Some(Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+            }),
+            cost_usd: Some(0.25),
+            session_id: Some("s-9".into()),
+            ..Reply::text("no")
+        }),
+        Ok(Reply::text("title")),
+    ]);
+    let recorded = std::sync::Mutex::new(Vec::new());
+    let observer = |event: &enforce_core::Event<'_>| {
+        if let enforce_core::Event::Recorded { attempt } = event {
+            recorded.lock().unwrap().push((*attempt).clone());
+        }
+    };
+    let full = titled()
+        .run_observed(&runner, &req(), &Context::new(), &observer)
+        .await;
+    let mut attempts = recorded.into_inner().unwrap();
+    assert_eq!(
+        attempts, full.attempts,
+        "the events carry the audited attempts"
+    );
+    attempts.truncate(1);
+    for (reason, tag) in [
+        (StopReason::DeadlineExceeded, "deadline_exceeded"),
+        (StopReason::Panicked, "panicked"),
+    ] {
+        let out = Outcome::interrupted(
+            reason,
+            attempts.clone(),
+            std::time::Duration::from_millis(2),
+        );
+        let expected = format!(
+            concat!(
+                r#"{{"status":"aborted","stop_reason":{{"reason":"{}"}},"response":null,"issues":[],"warnings":[],"#,
+                r#""attempts":[{{"number":1,"response_bytes":2,"response_digest":"08b35907b5589afa","#,
+                r#""issues":[{{"validator":"titled","code":"MISSING_TITLE","message":"No title.","hint":"Start with 'title:'.","severity":"error","repairable":true,"line":2,"column":5}}],"#,
+                r#""runner_us":0,"validation_us":0,"usage":{{"input_tokens":3,"output_tokens":4}},"cost_usd":0.25,"session_id":"s-9","repairs":[]}}],"#,
+                r#""fallback_used":false,"runner_error":null,"unavailable":null,"session_id":"s-9","#,
+                r#""usage":{{"input_tokens":3,"output_tokens":4}},"cost_usd":0.25,"total_us":0,"runner_us":0}}"#,
+            ),
+            tag
+        );
+        assert_audit(&out, &expected);
+        assert_eq!(out.total_us, 2000);
+        assert_eq!(out.runner_us, attempts[0].runner_us);
+    }
+}
+
+#[tokio::test]
+async fn the_audit_record_puts_its_header_before_the_outcome() {
+    let runner = ScriptedRunner::texts(["title"]);
+    let out = titled().run(&runner, &req(), &Context::new()).await;
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_795_471_800_123);
+    let line = AuditRecord::new("chatcmpl-1", &out)
+        .at(at)
+        .model("m")
+        .profile("chat")
+        .chat_id("c-1")
+        .runner("openai")
+        .to_json_line();
+    let head = r#"{"ts":"2026-11-23T22:10:00.123Z","request_id":"chatcmpl-1","model":"m","profile":"chat","chat_id":"c-1","runner":"openai","#;
+    assert_eq!(
+        without_timings(&line),
+        format!("{head}{}", &without_timings(&out.to_json_line())[1..])
+    );
+    // Unknown model and profile: null; unknown chat and runner: left out. The outcome reads
+    // back.
+    let line = AuditRecord::new("r", &out).at(at).to_json_line();
+    assert!(line.starts_with(r#"{"ts":"2026-11-23T22:10:00.123Z","request_id":"r","model":null,"profile":null,"status":"passed","#), "{line}");
+    let back: Outcome = serde_json::from_str(&line).expect("the outcome reads back");
+    assert_eq!(back, out);
 }
 
 #[tokio::test]
@@ -256,6 +378,11 @@ fn stop_reason_on_its_own_is_its_tag() {
             r#"{"reason":"budget","budget":"wall_time"}"#,
         ),
         (StopReason::CheckOnly, r#"{"reason":"check_only"}"#),
+        (
+            StopReason::DeadlineExceeded,
+            r#"{"reason":"deadline_exceeded"}"#,
+        ),
+        (StopReason::Panicked, r#"{"reason":"panicked"}"#),
     ] {
         assert_eq!(serde_json::to_string(&reason).unwrap(), json);
     }

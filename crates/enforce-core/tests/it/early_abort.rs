@@ -291,3 +291,21 @@ async fn the_audit_records_the_cut_and_leaves_it_out_otherwise() {
     let back: enforce_core::Outcome = serde_json::from_value(record).unwrap();
     assert_eq!(back.attempts[0].cut, outcome.attempts[0].cut);
 }
+
+#[tokio::test]
+async fn recorded_events_carry_the_cut_as_audited() {
+    // What a caller keeps for an interrupted run (the proxy's deadline) matches the audit.
+    let runner = ScriptedRunner::texts([BAD, GOOD]).streamed(4);
+    let recorded = Mutex::new(Vec::new());
+    let observer = |event: &Event<'_>| {
+        if let Event::Recorded { attempt } = event {
+            recorded.lock().unwrap().push((*attempt).clone());
+        }
+    };
+    let outcome = enforcer(Forbidden::new("Acme"), every(8))
+        .run_observed(&runner, &req(), &Context::new(), &observer)
+        .await;
+    let recorded = recorded.into_inner().unwrap();
+    assert!(recorded[0].cut.is_some());
+    assert_eq!(recorded, outcome.attempts);
+}

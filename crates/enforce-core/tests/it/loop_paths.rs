@@ -204,7 +204,11 @@ async fn hard_abort_skips_remaining_retries() {
 
 #[tokio::test]
 async fn hard_abort_goes_straight_to_the_fallback_template() {
-    let hard = FnValidator::new("sanitised", |_| {
+    // The model's answers are rejected; the fallback (validated too) is not.
+    let hard = FnValidator::new("sanitised", |text| {
+        if text.ends_with("could not be described.") {
+            return Vec::new();
+        }
         vec![Issue::error("sanitised", "INVALID_SANITISATION", "bad flag").hard_abort()]
     });
     let runner = ScriptedRunner::texts(["one", "two"]);
@@ -536,6 +540,7 @@ async fn observer_sees_ask_validate_retry_repair_finish() {
                 } => format!("retry {attempt}: {}", issues[0].code),
                 Event::Repaired { validator } => format!("repaired {validator}"),
                 Event::Finished { status } => format!("finished {status}"),
+                Event::Recorded { attempt } => format!("recorded {}", attempt.number),
                 _ => "other".into(),
             };
             self.0.lock().unwrap().push(line);
@@ -551,9 +556,11 @@ async fn observer_sees_ask_validate_retry_repair_finish() {
         vec![
             "ask 1/2",
             "validated 1: 1",
+            "recorded 1",
             "retry 2: MISSING_END",
             "ask 2/2",
             "validated 2: 1",
+            "recorded 2",
             "repaired ends_with_end",
             "finished repaired"
         ]
@@ -608,4 +615,96 @@ async fn outcome_is_one_json_record() {
     let back: enforce_core::Outcome = serde_json::from_str(&line).unwrap();
     assert_eq!(back.status, Status::Passed);
     assert_eq!(out.summary(), "passed after 2 attempt(s)");
+}
+
+#[tokio::test]
+async fn a_json_fallback_stays_json_with_a_quote_in_a_fact() {
+    // Answers must be a JSON object naming the company in "text".
+    let json_only = || {
+        FnValidator::new("json", |text| {
+            match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(v)
+                    if v["text"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("Müller \"Bau\"")) =>
+                {
+                    Vec::new()
+                }
+                Ok(_) => vec![Issue::error("json", "NO_COMPANY", "no company")],
+                Err(e) => vec![Issue::error("json", "INVALID_JSON", e.to_string())],
+            }
+        })
+    };
+    let template =
+        r#"{"text": "Die {{company_name}} beschreibt {{n}} Maßnahmen.", "tags": {{tags}}}"#;
+    let ctx = Context::new()
+        .with("company_name", "Müller \"Bau\" GmbH")
+        .with("n", 3)
+        .with("tags", vec!["a", "b"]);
+    let run = |format: enforce_core::AnswerFormat| {
+        let e = with_policy(vec![Box::new(json_only())], |p| {
+            p.max_retries = 0;
+            p.fallback = Some(template.into());
+            p.answer_format = format;
+        });
+        let ctx = ctx.clone();
+        async move {
+            e.run(&ScriptedRunner::texts(["not json"]), &req(), &ctx)
+                .await
+        }
+    };
+    let out = run(enforce_core::AnswerFormat::Json).await;
+    assert!(out.fallback_used, "{:?}", out.warnings);
+    let v: serde_json::Value = serde_json::from_str(out.response.as_deref().unwrap()).unwrap();
+    assert_eq!(v["text"], "Die Müller \"Bau\" GmbH beschreibt 3 Maßnahmen.");
+    assert_eq!(v["tags"], serde_json::json!(["a", "b"]));
+    assert!(out.warnings.is_empty());
+
+    // Rendered as plain text, the quote breaks the JSON: the fallback is refused, the last
+    // answer stays with its own status and issues, and the outcome says why.
+    let out = run(enforce_core::AnswerFormat::Text).await;
+    assert!(!out.fallback_used);
+    assert_eq!(out.status, Status::Unresolved);
+    assert_eq!(out.response.as_deref(), Some("not json"));
+    assert_eq!(out.codes(), vec!["INVALID_JSON"]);
+    assert_eq!(out.warnings.len(), 1);
+    assert_eq!(out.warnings[0].code, enforce_core::FALLBACK_INVALID);
+    assert!(
+        out.warnings[0].message.contains("INVALID_JSON"),
+        "{}",
+        out.warnings[0].message
+    );
+}
+
+#[tokio::test]
+async fn a_fallback_that_cannot_be_validated_is_not_used() {
+    /// Rejects the model's answers; has no verdict on anything else (fail-closed).
+    struct DownForFallback;
+    #[async_trait]
+    impl Validator for DownForFallback {
+        fn name(&self) -> &str {
+            "checker"
+        }
+        async fn validate(&self, response: &str, _: &Context) -> Validation {
+            if response == "answer" {
+                Ok(vec![Issue::error("checker", "BAD", "bad")])
+            } else {
+                Err(Unavailable::new("checker gone"))
+            }
+        }
+    }
+    let e = with_policy(vec![Box::new(DownForFallback)], |p| {
+        p.max_retries = 0;
+        p.fallback = Some("Sorry.".into());
+    });
+    let out = e
+        .run(&ScriptedRunner::texts(["answer"]), &req(), &Context::new())
+        .await;
+    assert_eq!(out.status, Status::Unresolved);
+    assert!(!out.fallback_used);
+    assert_eq!(out.response.as_deref(), Some("answer"));
+    assert_eq!(out.warnings[0].code, enforce_core::FALLBACK_INVALID);
+    assert!(out.warnings[0]
+        .message
+        .contains("checker unavailable: checker gone"));
 }

@@ -112,9 +112,19 @@ async fn a_hanging_command_is_killed_at_the_timeout() {
 }
 
 #[tokio::test]
-async fn timeout_zero_disables_the_validator() {
+async fn timeout_zero_disables_the_validator_and_says_so() {
+    // `false` would reject everything: a disabled validator never runs it, and leaves a warning
+    // (not an error) so the outcome is marked as not fully validated.
     let v = build(json!({"type": "external", "command": ["false"], "timeout_ms": 0}));
-    assert!(v.validate("x", &Context::new()).await.unwrap().is_empty());
+    let issues = v.validate("x", &Context::new()).await.unwrap();
+    assert_eq!(issues.len(), 1);
+    assert_eq!(issues[0].code, enforce_core::VALIDATOR_DISABLED);
+    assert!(!issues[0].is_error());
+    let outcome = enforce_core::Enforcer::new(vec![v])
+        .check("x", &Context::new(), enforce_core::Check::Report)
+        .await;
+    assert_eq!(outcome.status, enforce_core::Status::Passed);
+    assert_eq!(outcome.unchecked_validators(), ["checker"]);
 }
 
 #[tokio::test]

@@ -4,4 +4,5 @@
 mod claude_cli;
 mod command_runner;
 mod openai_http;
+mod openai_stream;
 mod streaming;

@@ -5,8 +5,11 @@
 //! (TRACE, captured in memory) the first time it runs, and the other modules then log into it
 //! too. No other test may install a global subscriber.
 
+mod audit_record;
 mod common;
 mod facts;
 mod fault_matrix;
 mod hostile_input;
 mod proxy;
+mod streaming;
+mod tools;

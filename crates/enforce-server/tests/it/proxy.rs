@@ -363,30 +363,55 @@ async fn usage_chunk_only_when_asked() {
 
 #[tokio::test]
 async fn stream_holds_back_failing_content_and_sends_one_error_chunk() {
-    // on_unresolved: return applies to non-streaming only; a stream never shows failing text.
-    for mode in [FailureResponse::Return, FailureResponse::Error] {
-        let (h, _) = simple(
-            vec!["FAILING-1", "FAILING-2", "FAILING-3"],
-            marker_enforcer(false),
-            unresolved(mode),
-        )
-        .await;
-        let (raw, parsed) = read_stream(h.chat(user_body(true)).await).await;
-        assert!(!raw.contains("FAILING"), "failing content leaked: {raw}");
-        let error = parsed.error().expect("an error chunk");
-        let message = error["message"].as_str().unwrap();
-        assert!(message.contains("MISSING_STEP_MARKER"), "{message}");
-        assert!(message.contains("not shown"), "{message}");
-        let errors = parsed
-            .events
-            .iter()
-            .filter(|e| e.get("error").is_some())
-            .count();
-        assert_eq!(errors, 1);
-        assert!(parsed.chunks().is_empty(), "no content chunk at all");
-        assert!(parsed.done_last);
-        assert!(parsed.openai_result().is_err());
-    }
+    // on_unresolved: error: nothing unchecked reaches the screen, only one error chunk.
+    let (h, _) = simple(
+        vec!["FAILING-1", "FAILING-2", "FAILING-3"],
+        marker_enforcer(false),
+        unresolved(FailureResponse::Error),
+    )
+    .await;
+    let (raw, parsed) = read_stream(h.chat(user_body(true)).await).await;
+    assert!(!raw.contains("FAILING"), "failing content leaked: {raw}");
+    let error = parsed.error().expect("an error chunk");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("MISSING_STEP_MARKER"), "{message}");
+    assert!(message.contains("not shown"), "{message}");
+    let errors = parsed
+        .events
+        .iter()
+        .filter(|e| e.get("error").is_some())
+        .count();
+    assert_eq!(errors, 1);
+    assert!(parsed.chunks().is_empty(), "no content chunk at all");
+    assert!(parsed.done_last);
+    assert!(parsed.openai_result().is_err());
+}
+
+#[tokio::test]
+async fn stream_returns_an_unresolved_answer_with_its_status_when_told_to() {
+    // on_unresolved: return: the last answer, held back until the loop ended, then delivered
+    // with its status on the final chunk, as a completion would be.
+    let (h, _) = simple(
+        vec!["FAILING-1", "FAILING-2", "FAILING-3"],
+        marker_enforcer(false),
+        unresolved(FailureResponse::Return),
+    )
+    .await;
+    let (_, parsed) = read_stream(h.chat(user_body(true)).await).await;
+    assert!(parsed.error().is_none());
+    let content = parsed.openai_result().unwrap();
+    assert!(content.starts_with("FAILING-"), "{content}");
+    let finish = parsed
+        .chunks()
+        .into_iter()
+        .find(|c| c.get("enforcement").is_some())
+        .expect("the finish chunk carries the enforcement object");
+    assert_eq!(finish["enforcement"]["status"], "unresolved");
+    assert_eq!(finish["enforcement"]["validated"], false);
+    assert_eq!(
+        finish["enforcement"]["issues"][0]["code"],
+        "MISSING_STEP_MARKER"
+    );
 }
 
 #[tokio::test]
@@ -545,6 +570,10 @@ async fn status_events_only_when_enabled_and_always_closed() {
     assert_eq!(last["hidden"], true);
 
     // Failing: closed too, before the error chunk.
+    let options = ModelOptions {
+        on_unresolved: FailureResponse::Error,
+        ..options
+    };
     let (h, _) = simple(vec![BAD, BAD, BAD], marker_enforcer(false), options).await;
     let (_, parsed) = read_stream(h.chat(user_body(true)).await).await;
     assert_eq!(
@@ -1028,7 +1057,8 @@ async fn a_request_may_pick_another_profile_by_header() {
 
 #[tokio::test]
 async fn a_policy_fallback_is_delivered_even_in_streams() {
-    let fallback = "Sorry, no valid answer could be produced.";
+    // The fallback passes the profile's own check (it has a marker).
+    let fallback = "Sorry, no valid answer could be produced.\n<!-- STEP: done -->";
     let enforcer = marker_enforcer(false)
         .with_policy(enforce_core::Policy::builder().fallback(fallback).build());
     let runner = Arc::new(ScriptedRunner::texts([
@@ -1050,4 +1080,31 @@ async fn a_policy_fallback_is_delivered_even_in_streams() {
     let (raw, parsed) = read_stream(h.chat(user_body(true)).await).await;
     assert!(!raw.contains("FAILING"));
     assert_eq!(parsed.openai_result().unwrap(), fallback);
+}
+
+#[tokio::test]
+async fn a_fallback_that_fails_validation_is_not_delivered() {
+    // No marker: the fallback fails the very check it stands in for.
+    let fallback = "Sorry, no valid answer could be produced.";
+    let enforcer = marker_enforcer(false)
+        .with_policy(enforce_core::Policy::builder().fallback(fallback).build());
+    let runner = Arc::new(ScriptedRunner::texts(["FAILING"; 6]));
+    let server = server_with(
+        ServerConfig::default(),
+        runner,
+        enforcer,
+        unresolved(FailureResponse::Error),
+    );
+    let h = Harness::start(server).await;
+    let resp = h.chat(user_body(false)).await;
+    assert_eq!(resp.status(), 422, "an error, not the broken fallback");
+    let raw = resp.text().await.unwrap();
+    assert!(!raw.contains("Sorry"), "{raw}");
+    assert!(
+        raw.contains("FALLBACK_INVALID"),
+        "the error says why: {raw}"
+    );
+    let (raw, parsed) = read_stream(h.chat(user_body(true)).await).await;
+    assert!(!raw.contains("Sorry") && !raw.contains("FAILING"), "{raw}");
+    assert!(parsed.error().is_some());
 }

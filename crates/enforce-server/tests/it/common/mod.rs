@@ -103,17 +103,25 @@ pub fn server_with(
 ) -> Server {
     Server::builder(config)
         .model(Model::new("m", runner, Arc::new(enforcer)).with_options(options))
-        .step_extractor(step_of)
+        .step_extractor(step_mark)
         .build()
         .unwrap()
 }
 
 /// The last `<!-- STEP: x -->` marker's step.
 pub fn step_of(text: &str) -> Option<String> {
+    step_mark(text).map(|m| m.step)
+}
+
+/// The marker `step_of` reads, with its place.
+pub fn step_mark(text: &str) -> Option<enforce_server::StepMark> {
     let start = text.rfind("<!-- STEP:")?;
     let rest = &text[start + "<!-- STEP:".len()..];
     let end = rest.find("-->")?;
-    Some(rest[..end].trim().to_string())
+    Some(enforce_server::StepMark {
+        step: rest[..end].trim().to_string(),
+        range: start..start + "<!-- STEP:".len() + end + "-->".len(),
+    })
 }
 
 /// Requires a step marker; repairs by appending `<!-- STEP: done -->` when `repairs` is set.

@@ -1,0 +1,211 @@
+//! One line of an audit log: [`AuditRecord`], shared by every writer (`enforce run --audit`,
+//! the proxy's audit log) so that all of them write the same shape.
+
+use crate::Outcome;
+use serde::Serialize;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// One audit line: when, which request, model, profile, chat and runner, then the outcome with
+/// every attempt (the fields of [`Outcome`]'s record, flattened after these).
+///
+/// `ts` (RFC 3339, UTC, milliseconds), `request_id`, `model` and `profile` are always there
+/// (`null` when unknown); `chat_id` and `runner` only when known.
+///
+/// ```
+/// use enforce_core::{AuditRecord, Outcome};
+///
+/// let outcome: Outcome = serde_json::from_str(
+///     r#"{"status":"passed","stop_reason":{"reason":"clean"},"response":"ok","issues":[],
+///         "warnings":[],"attempts":[],"total_us":5,"runner_us":3}"#).unwrap();
+/// let line = AuditRecord::new("req-1", &outcome)
+///     .model("llama3.2")
+///     .profile("chat")
+///     .runner("openai")
+///     .to_json_line();
+/// assert!(line.starts_with(r#"{"ts":""#));
+/// assert!(line.contains(r#""request_id":"req-1","model":"llama3.2","profile":"chat","runner":"openai","status":"passed""#));
+/// // The outcome reads back from the line.
+/// let back: Outcome = serde_json::from_str(&line).unwrap();
+/// assert_eq!(back, outcome);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct AuditRecord<'a> {
+    ts: SystemTime,
+    request_id: &'a str,
+    model: Option<&'a str>,
+    profile: Option<&'a str>,
+    chat_id: Option<&'a str>,
+    runner: Option<&'a str>,
+    outcome: &'a Outcome,
+}
+
+/// The record as written: header fields first, in this order, then the outcome's fields.
+#[derive(Serialize)]
+struct AuditLine<'a> {
+    ts: String,
+    request_id: &'a str,
+    model: Option<&'a str>,
+    profile: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chat_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runner: Option<&'a str>,
+    #[serde(flatten)]
+    outcome: &'a Outcome,
+}
+
+impl<'a> AuditRecord<'a> {
+    /// A record of `outcome` for request `request_id`, stamped now.
+    pub fn new(request_id: &'a str, outcome: &'a Outcome) -> Self {
+        AuditRecord {
+            ts: SystemTime::now(),
+            request_id,
+            model: None,
+            profile: None,
+            chat_id: None,
+            runner: None,
+            outcome,
+        }
+    }
+
+    /// The time stamp (default: when the record was made).
+    pub fn at(mut self, ts: SystemTime) -> Self {
+        self.ts = ts;
+        self
+    }
+
+    /// The model asked (`null` in the record when unknown).
+    pub fn model(mut self, model: impl Into<Option<&'a str>>) -> Self {
+        self.model = model.into();
+        self
+    }
+
+    /// The profile enforced (`null` in the record when unknown).
+    pub fn profile(mut self, profile: impl Into<Option<&'a str>>) -> Self {
+        self.profile = profile.into();
+        self
+    }
+
+    /// The chat the request belongs to (left out of the record when unknown).
+    pub fn chat_id(mut self, chat_id: impl Into<Option<&'a str>>) -> Self {
+        self.chat_id = chat_id.into();
+        self
+    }
+
+    /// The kind of runner that asked (`claude`, `openai`, `command`; left out when unknown).
+    pub fn runner(mut self, runner: impl Into<Option<&'a str>>) -> Self {
+        self.runner = runner.into();
+        self
+    }
+
+    /// The record as one line of JSON (no newline).
+    pub fn to_json_line(&self) -> String {
+        // Strings, numbers and enums only: serialization cannot fail.
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+impl Serialize for AuditRecord<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        AuditLine {
+            ts: rfc3339_millis(self.ts),
+            request_id: self.request_id,
+            model: self.model,
+            profile: self.profile,
+            chat_id: self.chat_id,
+            runner: self.runner,
+            outcome: self.outcome,
+        }
+        .serialize(serializer)
+    }
+}
+
+/// `t` as RFC 3339 in UTC with milliseconds, e.g. `2026-11-23T22:10:00.123Z`. Times before
+/// 1970 are written as the epoch (a clock that far off is not worth a sign).
+pub(crate) fn rfc3339_millis(t: SystemTime) -> String {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (year, month, day) = civil_from_days(secs / 86_400);
+    let of_day = secs % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60,
+        since.subsec_millis()
+    )
+}
+
+/// The proleptic Gregorian date of `days` after 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, for non-negative days).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    // Shift the epoch to 0000-03-01, so that leap days end a year of 400-year eras.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn at(secs: u64, millis: u64) -> String {
+        rfc3339_millis(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis))
+    }
+
+    #[test]
+    fn known_dates() {
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(1_795_471_800, 123), "2026-11-23T22:10:00.123Z");
+        assert_eq!(at(86_399, 999), "1970-01-01T23:59:59.999Z");
+        // Leap years: divisible by 400 (2000) and by 4 (2024); 2100 is not one.
+        assert_eq!(at(951_782_400, 0), "2000-02-29T00:00:00.000Z");
+        assert_eq!(at(951_868_800, 0), "2000-03-01T00:00:00.000Z");
+        assert_eq!(at(1_709_251_199, 7), "2024-02-29T23:59:59.007Z");
+        assert_eq!(at(4_107_542_400, 0), "2100-03-01T00:00:00.000Z");
+        assert_eq!(at(4_107_542_400 - 86_400, 0), "2100-02-28T00:00:00.000Z");
+        assert_eq!(at(253_402_300_799, 0), "9999-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn before_the_epoch_is_the_epoch() {
+        let early = UNIX_EPOCH - Duration::from_secs(10);
+        assert_eq!(rfc3339_millis(early), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn every_day_of_four_centuries_counts_up() {
+        // Day by day from 1970 to 2370: the date always moves to the next calendar day.
+        let mut previous = civil_from_days(0);
+        for days in 1..146_097 {
+            let (y, m, d) = civil_from_days(days);
+            let (py, pm, pd) = previous;
+            let next_day = y == py && m == pm && d == pd + 1;
+            let next_month = y == py && m == pm + 1 && d == 1 && pd >= 28;
+            let next_year = y == py + 1 && m == 1 && d == 1 && pm == 12 && pd == 31;
+            assert!(
+                next_day || next_month || next_year,
+                "{previous:?} -> {:?}",
+                (y, m, d)
+            );
+            let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+            if m == 3 && d == 1 {
+                assert_eq!(pd, if leap { 29 } else { 28 }, "end of February {y}");
+            }
+            previous = (y, m, d);
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! Reading an OpenAI-compatible chat-completion stream: server-sent events (`data:` lines,
+//! blank-line separated, `:` comments) carrying `chat.completion.chunk` JSON, as OpenAI, Ollama,
+//! vLLM and llama.cpp send them, quirks included.
+
+use enforce_core::{ToolCall, Usage};
+use serde_json::Value;
+
+/// A stream that cannot go on.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StreamFault {
+    /// The server reported an error mid-stream; the event's data as sent.
+    ErrorEvent(String),
+    /// An event is not JSON; what was wrong.
+    NotJson(String),
+}
+
+/// One thing a chunk said.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Chunk {
+    /// More answer text.
+    Text(String),
+    /// Token counts (the usage chunk, or usage on a finish chunk).
+    Usage(Usage),
+    /// `data: [DONE]`: the stream is complete.
+    Done,
+}
+
+/// One tool call being assembled from `delta.tool_calls` fragments.
+#[derive(Debug, Default, Clone)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Splits a byte stream into SSE events and reads their chunks. Feed it bytes as they arrive;
+/// it keeps an incomplete line for the next feed.
+#[derive(Debug, Default)]
+pub(crate) struct SseReader {
+    /// Bytes of a line not yet ended.
+    line: Vec<u8>,
+    /// `data:` lines of the event being read, joined with `\n`.
+    data: String,
+    has_data: bool,
+    /// Tool calls by index, as the fragments build them.
+    calls: Vec<PartialCall>,
+    /// `[DONE]` was read: anything after it is ignored.
+    done: bool,
+}
+
+impl SseReader {
+    /// Reads `bytes`; returns what the complete events in them said, or the error a chunk
+    /// carried.
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> Result<Vec<Chunk>, StreamFault> {
+        let mut out = Vec::new();
+        for &b in bytes {
+            if b != b'\n' {
+                self.line.push(b);
+                continue;
+            }
+            let mut line = std::mem::take(&mut self.line);
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            self.line_done(&line, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// The tool calls assembled so far, in index order.
+    pub(crate) fn tool_calls(&self) -> Vec<ToolCall> {
+        self.calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.name.is_empty())
+            .map(|(i, c)| {
+                let id = if c.id.is_empty() {
+                    format!("call_{i}")
+                } else {
+                    c.id.clone()
+                };
+                ToolCall::new(id, c.name.clone(), c.arguments.clone())
+            })
+            .collect()
+    }
+
+    /// `[DONE]` was read.
+    #[cfg(test)]
+    pub(crate) fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn line_done(&mut self, line: &[u8], out: &mut Vec<Chunk>) -> Result<(), StreamFault> {
+        if self.done {
+            return Ok(());
+        }
+        if line.is_empty() {
+            return self.event_done(out);
+        }
+        let line = String::from_utf8_lossy(line);
+        if line.starts_with(':') {
+            return Ok(()); // a comment (keep-alive)
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line.as_ref(), ""),
+        };
+        match field {
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            // Old llama.cpp builds report a mid-stream error on a field of its own.
+            "error" => return Err(StreamFault::ErrorEvent(value.to_string())),
+            _ => {} // event:, id:, retry:
+        }
+        Ok(())
+    }
+
+    fn event_done(&mut self, out: &mut Vec<Chunk>) -> Result<(), StreamFault> {
+        if !self.has_data {
+            return Ok(());
+        }
+        self.has_data = false;
+        let data = std::mem::take(&mut self.data);
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            out.push(Chunk::Done);
+            return Ok(());
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| {
+            StreamFault::NotJson(format!(
+                "a stream event is not JSON ({e}): {}",
+                crate::process::tail(data, 200)
+            ))
+        })?;
+        // An error after the stream started: OpenAI's `{"error": {...}}` with no choices, vLLM's
+        // old top-level `{"object": "error"}`.
+        if chunk.get("error").is_some_and(|e| !e.is_null())
+            || chunk.get("object").and_then(Value::as_str) == Some("error")
+        {
+            return Err(StreamFault::ErrorEvent(data.to_string()));
+        }
+        // `choices: null` (vLLM) is no choices.
+        if let Some(choice) = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|c| c.first())
+        {
+            let delta = choice.get("delta");
+            if let Some(text) = delta.and_then(|d| d.get("content")).and_then(Value::as_str) {
+                if !text.is_empty() {
+                    out.push(Chunk::Text(text.to_string()));
+                }
+            }
+            if let Some(fragments) = delta
+                .and_then(|d| d.get("tool_calls"))
+                .and_then(Value::as_array)
+            {
+                for (position, fragment) in fragments.iter().enumerate() {
+                    self.tool_fragment(position, fragment);
+                }
+            }
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            out.push(Chunk::Usage(Usage {
+                input_tokens: usage
+                    .get("prompt_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+                output_tokens: usage
+                    .get("completion_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+            }));
+        }
+        Ok(())
+    }
+
+    fn tool_fragment(&mut self, position: usize, fragment: &Value) {
+        // Servers that omit `index` send one call per fragment list position.
+        let index = fragment
+            .get("index")
+            .and_then(Value::as_u64)
+            .map_or(position, |i| i as usize);
+        // A hostile index must not make us allocate: calls beyond a sane count are dropped.
+        if index >= 128 {
+            return;
+        }
+        if self.calls.len() <= index {
+            self.calls.resize_with(index + 1, PartialCall::default);
+        }
+        let call = &mut self.calls[index];
+        if let Some(id) = fragment.get("id").and_then(Value::as_str) {
+            if !id.is_empty() {
+                call.id = id.to_string();
+            }
+        }
+        let function = fragment.get("function");
+        if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+            call.name.push_str(name);
+        }
+        match function.and_then(|f| f.get("arguments")) {
+            Some(Value::String(part)) => call.arguments.push_str(part),
+            // Some servers send the arguments whole, as an object.
+            Some(other @ Value::Object(_)) => call.arguments.push_str(&other.to_string()),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(parts: &[&str]) -> (Vec<Chunk>, SseReader) {
+        let mut reader = SseReader::default();
+        let mut out = Vec::new();
+        for p in parts {
+            out.extend(reader.feed(p.as_bytes()).unwrap());
+        }
+        (out, reader)
+    }
+
+    fn text(chunks: &[Chunk]) -> String {
+        chunks
+            .iter()
+            .filter_map(|c| match c {
+                Chunk::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn events_split_anywhere_still_read_whole() {
+        let stream = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n: keepalive\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\r\n\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"lo\"},\"finish_reason\":null}]}\n\nevent: x\nid: 3\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n";
+        for cut in 1..stream.len() {
+            if !stream.is_char_boundary(cut) {
+                continue;
+            }
+            let (chunks, reader) = read_all(&[&stream[..cut], &stream[cut..]]);
+            assert_eq!(text(&chunks), "Hello", "cut at {cut}");
+            assert!(chunks.contains(&Chunk::Usage(Usage {
+                input_tokens: 3,
+                output_tokens: 2
+            })));
+            assert_eq!(chunks.last(), Some(&Chunk::Done));
+            assert!(reader.is_done());
+        }
+    }
+
+    #[test]
+    fn null_choices_and_multi_line_data() {
+        let (chunks, _) = read_all(&[
+            "data: {\"choices\":null}\n\n",
+            "data: {\"choices\":[{\"delta\":\ndata: {\"content\":\"x\"}}]}\n\n",
+        ]);
+        assert_eq!(text(&chunks), "x");
+    }
+
+    #[test]
+    fn mid_stream_errors_in_every_shape() {
+        for event in [
+            "data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n",
+            "data: {\"object\":\"error\",\"message\":\"overloaded\",\"type\":\"x\",\"code\":500}\n\n",
+            "error: {\"message\":\"overloaded\"}\n\n",
+        ] {
+            let mut reader = SseReader::default();
+            reader
+                .feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
+                .unwrap();
+            match reader.feed(event.as_bytes()) {
+                Err(StreamFault::ErrorEvent(data)) => {
+                    assert!(data.contains("overloaded"), "{data}")
+                }
+                other => panic!("{event}: {other:?}"),
+            }
+        }
+        let mut reader = SseReader::default();
+        assert!(matches!(
+            reader.feed(b"data: {not json\n\n"),
+            Err(StreamFault::NotJson(_))
+        ));
+    }
+
+    #[test]
+    fn tool_call_fragments_assemble_by_index() {
+        let (chunks, reader) = read_all(&[
+            "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"index\":0,\"id\":\"call_a\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"call_b\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"city\\\":\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\"Oslo\\\"}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: [DONE]\n\n",
+        ]);
+        assert_eq!(text(&chunks), "");
+        assert_eq!(
+            reader.tool_calls(),
+            [
+                ToolCall::new("call_a", "get_weather", r#"{"city":"Oslo"}"#),
+                ToolCall::new("call_b", "now", "{}"),
+            ]
+        );
+        let (_, reader) = read_all(&[
+            "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":99999999,\"function\":{\"name\":\"x\"}}]}}]}\n\n",
+        ]);
+        assert!(reader.tool_calls().is_empty());
+    }
+
+    #[test]
+    fn nothing_after_done_counts() {
+        let (chunks, _) = read_all(&[
+            "data: [DONE]\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"late\"}}]}\n\n",
+        ]);
+        assert_eq!(chunks, [Chunk::Done]);
+    }
+}

@@ -1,0 +1,291 @@
+//! The HTML report: one self-contained page (inline CSS and SVG; no script, no font, no link
+//! to anywhere), one figure per chart with its table beneath.
+
+use super::aggregate::{Report, STATUSES};
+use super::chart::{self, ChartError, Layout, Series};
+use super::tables::{self, Table};
+use enforce_core::Status;
+use plotters::style::RGBColor;
+use std::fmt::Write as _;
+
+const STYLE: &str = "\
+body{font-family:system-ui,sans-serif;color:#222;max-width:980px;margin:24px auto;padding:0 16px}\
+h1{font-size:24px}h2{font-size:18px;margin:0 0 4px}\
+figure{margin:32px 0;padding:0}svg{max-width:100%;height:auto;display:block}\
+table{border-collapse:collapse;font-size:14px;margin-top:8px}\
+th,td{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left}\
+th{background:#f4f4f4}.n{text-align:right;font-variant-numeric:tabular-nums}\
+.note{color:#555;font-size:13px;margin:4px 0}";
+
+fn status_color(status: Status) -> RGBColor {
+    match status {
+        Status::Passed => RGBColor(46, 125, 50),
+        Status::Repaired => RGBColor(129, 199, 132),
+        Status::Unresolved => RGBColor(239, 108, 0),
+        Status::Unavailable => RGBColor(142, 36, 170),
+        Status::Aborted => RGBColor(198, 40, 40),
+    }
+}
+
+const BLUE: RGBColor = RGBColor(21, 101, 192);
+const TEAL: RGBColor = RGBColor(0, 131, 143);
+const ORANGE: RGBColor = RGBColor(239, 108, 0);
+const GREY: RGBColor = RGBColor(120, 120, 120);
+
+/// Text for HTML element content and attribute values.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn write_table(out: &mut String, table: &Table) {
+    if let Some(note) = &table.note {
+        let _ = write!(out, "<p class=\"note\">{}</p>", escape(note));
+    }
+    out.push_str("<table><thead><tr>");
+    for (column, header) in table.headers.iter().enumerate() {
+        let class = if !table.is_number(column) {
+            ""
+        } else {
+            " class=\"n\""
+        };
+        let _ = write!(out, "<th{class}>{}</th>", escape(header));
+    }
+    out.push_str("</tr></thead><tbody>");
+    for row in &table.rows {
+        out.push_str("<tr>");
+        for (column, cell) in row.iter().enumerate() {
+            let class = if !table.is_number(column) {
+                ""
+            } else {
+                " class=\"n\""
+            };
+            let _ = write!(out, "<td{class}>{}</td>", escape(cell));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table>\n");
+}
+
+/// One figure: the title, the chart, the table.
+fn figure(out: &mut String, id: &str, svg: &str, table: &Table) {
+    let _ = write!(
+        out,
+        "<figure id=\"{id}\"><h2>{}</h2>\n{svg}\n",
+        escape(&table.title)
+    );
+    write_table(out, table);
+    out.push_str("</figure>\n");
+}
+
+fn status_series(counts: &[&super::aggregate::StatusCounts]) -> Vec<Series> {
+    STATUSES
+        .iter()
+        .map(|&status| Series {
+            name: status.as_str().to_string(),
+            color: status_color(status),
+            values: counts.iter().map(|c| c.get(status) as f64).collect(),
+        })
+        .collect()
+}
+
+/// The whole page. `top` cuts the longer tables and charts (time buckets are all shown).
+pub fn render(report: &Report, top: usize) -> Result<String, ChartError> {
+    let mut out = String::from(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>enforce report</title><style>",
+    );
+    out.push_str(STYLE);
+    out.push_str("</style></head><body>\n<h1>enforce report</h1>\n");
+    for line in tables::input_summary(report) {
+        let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(line.trim()));
+    }
+
+    let series = &report.over_time;
+    let labels: Vec<String> = series
+        .buckets
+        .iter()
+        .map(|b| tables::bucket_label(&b.start, series.bucket))
+        .collect();
+    let counts: Vec<_> = series.buckets.iter().map(|b| &b.outcomes).collect();
+    let svg = chart::columns(
+        "Outcomes over time",
+        "requests",
+        &labels,
+        &status_series(&counts),
+        Layout::Stacked,
+    )?;
+    figure(
+        &mut out,
+        "over-time",
+        &svg,
+        &tables::over_time(report, usize::MAX),
+    );
+
+    let labels: Vec<String> = report.profiles.iter().map(|p| p.profile.clone()).collect();
+    let counts: Vec<_> = report.profiles.iter().map(|p| &p.outcomes).collect();
+    let svg = chart::columns(
+        "Outcomes by profile",
+        "requests",
+        &labels,
+        &status_series(&counts),
+        Layout::Stacked,
+    )?;
+    figure(&mut out, "outcomes", &svg, &tables::outcomes(report));
+
+    let codes = &report.issue_codes[..report.issue_codes.len().min(top)];
+    let svg = chart::bars(
+        "Top issue codes",
+        "found (over every attempt)",
+        &codes
+            .iter()
+            .map(|c| format!("{} {}/{}", c.profile, c.validator, c.code))
+            .collect::<Vec<_>>(),
+        &codes
+            .iter()
+            .map(|c| c.occurrences as f64)
+            .collect::<Vec<_>>(),
+        ORANGE,
+        None,
+    )?;
+    figure(
+        &mut out,
+        "issue-codes",
+        &svg,
+        &tables::issue_codes(report, top),
+    );
+
+    let fixes = &report.reask_fixes[..report.reask_fixes.len().min(top)];
+    let svg = chart::bars(
+        "Re-ask fix rate",
+        "% of re-asks after which the code was gone",
+        &fixes
+            .iter()
+            .map(|f| format!("{}/{}", f.validator, f.code))
+            .collect::<Vec<_>>(),
+        &fixes.iter().map(|f| f.rate * 100.0).collect::<Vec<_>>(),
+        BLUE,
+        Some(100.0),
+    )?;
+    figure(
+        &mut out,
+        "reask-fixes",
+        &svg,
+        &tables::reask_fixes(report, top),
+    );
+
+    let repairs = &report.repairs.by_validator[..report.repairs.by_validator.len().min(top)];
+    let svg = chart::bars(
+        "Repairs applied",
+        "repairs",
+        &repairs.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
+        &repairs.iter().map(|r| r.count as f64).collect::<Vec<_>>(),
+        TEAL,
+        None,
+    )?;
+    figure(&mut out, "repairs", &svg, &tables::repairs(report, top));
+
+    let distribution = &report.attempts.distribution;
+    let svg = chart::columns(
+        "Attempts per request",
+        "requests",
+        &distribution
+            .iter()
+            .map(|d| d.attempts.to_string())
+            .collect::<Vec<_>>(),
+        &[Series {
+            name: "requests".into(),
+            color: BLUE,
+            values: distribution.iter().map(|d| d.requests as f64).collect(),
+        }],
+        Layout::Stacked,
+    )?;
+    figure(&mut out, "attempts", &svg, &tables::attempts(report));
+
+    let (first, reasks) = (&report.spend.first_attempts, &report.spend.reasks);
+    let share = |part: f64, other: f64| {
+        if part + other > 0.0 {
+            part * 100.0 / (part + other)
+        } else {
+            0.0
+        }
+    };
+    let pairs = [
+        (first.input_tokens as f64, reasks.input_tokens as f64),
+        (first.output_tokens as f64, reasks.output_tokens as f64),
+        (first.cost_usd, reasks.cost_usd),
+    ];
+    let svg = chart::columns(
+        "Spend: first attempts and re-asks",
+        "% of the total",
+        &["input tokens", "output tokens", "cost"].map(String::from),
+        &[
+            Series {
+                name: "first attempts".into(),
+                color: BLUE,
+                values: pairs.iter().map(|(f, r)| share(*f, *r)).collect(),
+            },
+            Series {
+                name: "re-asks".into(),
+                color: ORANGE,
+                values: pairs.iter().map(|(f, r)| share(*r, *f)).collect(),
+            },
+        ],
+        Layout::Stacked,
+    )?;
+    figure(&mut out, "spend", &svg, &tables::spend(report));
+
+    let l = &report.latency;
+    let as_ms = |p: &super::aggregate::Percentiles| {
+        [p.p50, p.p90, p.p99].map(|us| us as f64 / 1000.0).to_vec()
+    };
+    let svg = chart::columns(
+        "Latency percentiles",
+        "ms (logarithmic)",
+        &["p50", "p90", "p99"].map(String::from),
+        &[
+            Series {
+                name: "total".into(),
+                color: GREY,
+                values: as_ms(&l.total),
+            },
+            Series {
+                name: "upstream".into(),
+                color: BLUE,
+                values: as_ms(&l.upstream),
+            },
+            Series {
+                name: "enforce".into(),
+                color: ORANGE,
+                values: as_ms(&l.own),
+            },
+        ],
+        Layout::GroupedLog,
+    )?;
+    figure(&mut out, "latency", &svg, &tables::latency(report));
+
+    let cuts = &report.cuts.by_code[..report.cuts.by_code.len().min(top)];
+    let svg = chart::bars(
+        "Early cuts by code",
+        "attempts cut",
+        &cuts.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+        &cuts.iter().map(|c| c.count as f64).collect::<Vec<_>>(),
+        GREY,
+        None,
+    )?;
+    figure(&mut out, "cuts", &svg, &tables::cuts(report, top));
+
+    out.push_str("</body></html>\n");
+    Ok(out)
+}
