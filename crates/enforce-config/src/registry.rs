@@ -294,18 +294,8 @@ mod tests {
         assert_eq!(err.key, "allowed[1]");
     }
 
-    fn block_on<F: std::future::Future>(f: F) -> F::Output {
-        let mut f = std::pin::pin!(f);
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        loop {
-            if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                return v;
-            }
-        }
-    }
-
-    #[test]
-    fn a_validator_scoped_to_a_tool_checks_each_call_of_it_and_no_text() {
+    #[tokio::test]
+    async fn a_validator_scoped_to_a_tool_checks_each_call_of_it_and_no_text() {
         use enforce_core::{Context, Reply, ToolCall};
         let r = Registry::builtin();
         let v = r
@@ -326,12 +316,17 @@ mod tests {
             ..Reply::default()
         };
         let ctx = Context::new();
-        let codes = |reply: &Reply| -> Vec<String> {
-            block_on(v.validate_reply(reply, &ctx))
-                .unwrap()
-                .into_iter()
-                .map(|i| i.code)
-                .collect()
+        let codes = |reply: Reply| {
+            let v = &v;
+            let ctx = &ctx;
+            async move {
+                v.validate_reply(&reply, ctx)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|i| i.code)
+                    .collect::<Vec<String>>()
+            }
         };
         let bad = reply(
             "I will DROP nothing in the text.",
@@ -341,16 +336,18 @@ mod tests {
                 ("other", r#"{"query": "drop"}"#),
             ],
         );
-        assert_eq!(codes(&bad), ["DANGEROUS_SQL"]);
-        let issues = block_on(v.validate_reply(&bad, &ctx)).unwrap();
+        assert_eq!(codes(bad.clone()).await, ["DANGEROUS_SQL"]);
+        let issues = v.validate_reply(&bad, &ctx).await.unwrap();
         assert!(
             issues[0].message.contains("call_1 to `run_sql`"),
             "{}",
             issues[0].message
         );
         // The text is not this validator's input, and neither is a call it cannot parse.
-        assert!(codes(&reply("drop it", &[("run_sql", "not json")])).is_empty());
-        assert!(block_on(v.validate("DROP", &ctx)).unwrap().is_empty());
+        assert!(codes(reply("drop it", &[("run_sql", "not json")]))
+            .await
+            .is_empty());
+        assert!(v.validate("DROP", &ctx).await.unwrap().is_empty());
 
         for (spec, key) in [
             (json!({"tool": "", "json": "/q"}), "input.tool"),

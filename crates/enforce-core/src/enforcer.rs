@@ -457,6 +457,12 @@ impl<'a> Run<'a> {
                         );
                     }
                 }
+                Ok(StreamEvent::Reasoning(text)) => {
+                    self.observer.on_event(&Event::Reasoning {
+                        attempt,
+                        text: &text,
+                    });
+                }
                 Ok(StreamEvent::Session(id)) => partial.session_id = Some(id),
                 Ok(StreamEvent::Spent { usage, cost_usd }) => {
                     partial.usage = usage.or(partial.usage);

@@ -22,6 +22,13 @@ pub enum Event<'a> {
         /// The new text (a delta, not the whole answer so far).
         text: &'a str,
     },
+    /// More of the model's own reasoning arrived (not part of the answer, never validated).
+    Reasoning {
+        /// Attempt number.
+        attempt: u32,
+        /// The new reasoning text (a delta).
+        text: &'a str,
+    },
     /// A streamed answer was cut short at a definite error; a re-ask follows unless a stop
     /// rule (no progress, budget) ends the loop.
     Cut {

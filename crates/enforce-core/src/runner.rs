@@ -519,6 +519,9 @@ fn written_out_calls(reply: &Reply) -> String {
 pub enum StreamEvent {
     /// More answer text, to be appended to what came before.
     Text(String),
+    /// More of the model's own reasoning (`reasoning_content`), which is not part of the answer:
+    /// never validated, only reported to the observer.
+    Reasoning(String),
     /// The session the answer belongs to, as soon as the runner knows it: an answer cut short
     /// is continued (`--resume`) from it.
     Session(String),

@@ -469,6 +469,9 @@ impl<'a> Streaming<'a> {
                     self.text.push_str(&text);
                     self.pending.push_back(Ok(StreamEvent::Text(text)));
                 }
+                Chunk::Reasoning(text) => {
+                    self.pending.push_back(Ok(StreamEvent::Reasoning(text)));
+                }
                 Chunk::Usage(usage) => {
                     self.usage = Some(usage);
                     self.pending.push_back(Ok(StreamEvent::Spent {

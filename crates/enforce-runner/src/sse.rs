@@ -19,6 +19,9 @@ pub(crate) enum StreamFault {
 pub(crate) enum Chunk {
     /// More answer text.
     Text(String),
+    /// More of the model's own reasoning (`reasoning_content`, or `reasoning` as some servers
+    /// name it).
+    Reasoning(String),
     /// Token counts (the usage chunk, or usage on a finish chunk).
     Usage(Usage),
     /// `data: [DONE]`: the stream is complete.
@@ -152,6 +155,14 @@ impl SseReader {
             .and_then(|c| c.first())
         {
             let delta = choice.get("delta");
+            let reasoning = delta.and_then(|d| {
+                d.get("reasoning_content")
+                    .or_else(|| d.get("reasoning"))
+                    .and_then(Value::as_str)
+            });
+            if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
+                out.push(Chunk::Reasoning(text.to_string()));
+            }
             if let Some(text) = delta.and_then(|d| d.get("content")).and_then(Value::as_str) {
                 if !text.is_empty() {
                     out.push(Chunk::Text(text.to_string()));
@@ -252,6 +263,23 @@ mod tests {
             assert_eq!(chunks.last(), Some(&Chunk::Done));
             assert!(reader.is_done());
         }
+    }
+
+    #[test]
+    fn reasoning_is_told_apart_from_the_answer() {
+        let (chunks, _) = read_all(&[
+            "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"think\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"reasoning\":\"more\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"answer\"}}]}\n\n",
+        ]);
+        assert_eq!(
+            chunks,
+            [
+                Chunk::Reasoning("think".into()),
+                Chunk::Reasoning("more".into()),
+                Chunk::Text("answer".into())
+            ]
+        );
     }
 
     #[test]

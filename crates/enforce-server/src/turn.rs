@@ -64,10 +64,13 @@ fn error_codes(issues: &[enforce_core::Issue]) -> Vec<String> {
 fn progress_of(event: &Event<'_>, drafts: bool) -> Option<Progress> {
     match *event {
         Event::Asking { attempt, .. } => Some(Progress::Asking { attempt }),
-        Event::Streamed { attempt, text } if drafts => Some(Progress::Draft {
-            attempt,
-            text: text.to_string(),
-        }),
+        // The model's own reasoning shows like a draft: both are not the answer.
+        Event::Streamed { attempt, text } | Event::Reasoning { attempt, text } if drafts => {
+            Some(Progress::Draft {
+                attempt,
+                text: text.to_string(),
+            })
+        }
         Event::Cut {
             attempt, issues, ..
         } => Some(Progress::Cut {

@@ -26,11 +26,13 @@
 #![forbid(unsafe_code)]
 
 mod fake_claude;
+pub mod mock_anthropic;
 mod mock_openai;
 pub mod plugins;
 pub mod sse;
 
 pub use fake_claude::{fake_claude_path, process_is_gone, FakeClaude, FakeClaudeCall, ScratchDir};
+pub use mock_anthropic::MockAnthropic;
 pub use mock_openai::{
     ErrorShape, MockOpenAi, MockReply, MockScript, RecordedRequest, Then, ToolHistory,
 };

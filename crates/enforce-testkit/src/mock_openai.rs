@@ -80,6 +80,14 @@ pub enum MockReply {
     Garbage(String),
     /// Waits, then answers.
     Delayed(Duration, Box<MockReply>),
+    /// A 200 answer with the model's own reasoning first (`reasoning_content` deltas when
+    /// streamed, `message.reasoning_content` when not), then the text.
+    Reasoning {
+        /// The reasoning.
+        reasoning: String,
+        /// The answer.
+        text: String,
+    },
     /// A 200 answer calling tools, with an optional text (streamed as `delta.tool_calls`
     /// chunks: id and name first, then the arguments in pieces, when the request streams).
     ToolCalls {
@@ -677,6 +685,34 @@ async fn chat(
             retry_after,
         ),
         MockReply::Garbage(body) => with_status(200, body, None),
+        MockReply::Reasoning { reasoning, text } => {
+            let text = fill(&text, &request, &last_user);
+            if stream {
+                let mut events = stream_events(&model, &text, chunks, None, include_usage);
+                let chunk = |piece: String| {
+                    json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk",
+                           "created": 0, "model": model,
+                           "choices": [{"index": 0, "delta": {"reasoning_content": piece},
+                                        "finish_reason": null}]})
+                    .to_string()
+                };
+                let words: Vec<String> =
+                    reasoning.split_inclusive(' ').map(str::to_string).collect();
+                for (i, piece) in words.into_iter().enumerate() {
+                    events.insert(1 + i, chunk(piece));
+                }
+                sse(&shared, events, gap, false)
+            } else {
+                axum::Json(json!({
+                    "id": "chatcmpl-mock", "object": "chat.completion", "created": 0,
+                    "model": model,
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": text,
+                                             "reasoning_content": reasoning}}],
+                }))
+                .into_response()
+            }
+        }
         MockReply::ToolCalls { text, calls } => {
             let text = text.map(|t| fill(&t, &request, &last_user));
             if stream {

@@ -2,6 +2,7 @@
 //! file): `cargo test -p enforce-runner --test it`.
 
 mod claude_cli;
+mod claude_real;
 mod command_runner;
 mod openai_http;
 mod openai_stream;

@@ -192,3 +192,46 @@ async fn a_client_that_leaves_stops_the_upstream_generation() {
     drop(response);
     wait_abandoned(&mock, 1).await;
 }
+
+#[tokio::test]
+async fn the_models_own_reasoning_shows_in_draft_mode_and_never_in_the_answer() {
+    for (mode, shown) in [(StreamMode::Draft, true), (StreamMode::Hold, false)] {
+        let mock = MockOpenAi::start(MockScript::new().reply(MockReply::Reasoning {
+            reasoning: "Let me weigh the cases first.".into(),
+            text: GOOD.into(),
+        }))
+        .await
+        .unwrap();
+        let runner = OpenAiRunner::new(OpenAiConfig {
+            base_url: mock.url(),
+            model: "mock-model".into(),
+            ..OpenAiConfig::default()
+        })
+        .unwrap();
+        let server = server_with(
+            ServerConfig::default(),
+            Arc::new(runner),
+            no_promises(),
+            ModelOptions {
+                stream_mode: mode,
+                ..ModelOptions::default()
+            },
+        );
+        let h = Harness::start(server).await;
+        let (raw, parsed) = read_stream(h.chat(body(true)).await).await;
+        let reasoning: String = parsed
+            .chunks()
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str())
+            .collect();
+        assert_eq!(parsed.content(), GOOD, "{mode:?}");
+        if shown {
+            assert!(
+                reasoning.starts_with("Let me weigh the cases first."),
+                "{reasoning}"
+            );
+        } else {
+            assert!(!raw.contains("weigh"), "hold mode showed reasoning: {raw}");
+        }
+    }
+}

@@ -434,3 +434,41 @@ async fn completions_say_profile_and_overhead_in_headers() {
         .unwrap();
     assert_eq!(response.headers()["x-enforce-profile"], "strict");
 }
+
+#[tokio::test]
+async fn streamed_tool_calls_are_held_back_until_checked_in_draft_mode_too() {
+    let script = MockScript::new()
+        .reply(MockReply::ToolCalls {
+            text: Some("Deleting.".into()),
+            calls: vec![("call_1".into(), "delete_everything".into(), "{}".into())],
+        })
+        .reply(MockReply::ToolCalls {
+            text: Some("Looking it up.".into()),
+            calls: vec![("call_2".into(), "get_weather".into(), WEATHER.into())],
+        });
+    let (_mock, h) = harness(
+        script,
+        ToolFeedback::default(),
+        retrying(),
+        ModelOptions {
+            stream_mode: enforce_server::StreamMode::Draft,
+            ..ModelOptions::default()
+        },
+    )
+    .await;
+    let (raw, parsed) = read_stream(h.chat(ask(true)).await).await;
+    // The rejected call never reaches the client, not even as a fragment; drafts are text only.
+    assert!(!raw.contains("delete_everything"), "{raw}");
+    assert_eq!(
+        parsed.tool_calls(),
+        [("call_2".into(), "get_weather".into(), WEATHER.into())]
+    );
+    let reasoning: String = parsed
+        .chunks()
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str())
+        .collect();
+    assert!(reasoning.contains("Deleting."), "{reasoning}");
+    assert_eq!(parsed.content(), "Looking it up.");
+    assert_eq!(parsed.finish_reason(), Some("tool_calls"));
+}
