@@ -1,7 +1,7 @@
 //! The enforcement loop: [`Enforcer`].
 
 use crate::outcome::digest;
-use crate::stream::next_event;
+use crate::runner::next_event;
 use crate::validator::{
     push_leaves, repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict,
 };

@@ -54,7 +54,6 @@ mod policy;
 mod runner;
 mod scripted;
 mod serde_millis;
-mod stream;
 mod validator;
 
 pub use async_trait::async_trait;
@@ -68,11 +67,10 @@ pub use outcome::{Attempt, Cut, Outcome, Status, StopReason};
 pub use partial::PartialCheck;
 pub use policy::{AnswerFormat, Budget, BudgetKind, Policy, PolicyBuilder};
 pub use runner::{
-    follow_up_messages, stateless_follow_up_messages, Message, Reply, Request, Role, Runner,
-    RunnerError, ToolCall, ToolFeedback, Usage, REJECTED_TOOL_CALL,
+    follow_up_messages, stateless_follow_up_messages, Message, Reply, ReplyStream, Request, Role,
+    Runner, RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage, REJECTED_TOOL_CALL,
 };
 pub use scripted::{ScriptedCall, ScriptedRunner};
-pub use stream::{ReplyStream, StreamEvent};
 pub use validator::{
     FailMode, Unavailable, UnavailableValidator, Validation, Validator, ValidatorExt, WithFailMode,
     VALIDATOR_DISABLED, VALIDATOR_UNAVAILABLE,

@@ -1,14 +1,12 @@
 //! Checking an answer while it is written: [`PartialCheck`].
 
 use crate::Issue;
-#[cfg(doc)]
-use crate::Validator;
 use async_trait::async_trait;
 use std::fmt;
 
 /// Follows one answer while the model writes it, for one validator: the loop feeds it the
 /// growing text and cuts the generation short when it reports an error that no continuation can
-/// remove. Made by [`Validator::partial_check`], one per attempt.
+/// remove. Made by [`Validator::partial_check`](crate::Validator::partial_check), one per attempt.
 ///
 /// **The partial-check invariant:** an error returned for a prefix must be an error of every
 /// text that starts with that prefix — a *definite* error. A forbidden term wholly inside the

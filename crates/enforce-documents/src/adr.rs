@@ -197,11 +197,14 @@ pub fn find_adr(text: &str) -> Option<FrontMatter> {
 /// `---` line ended by a newline, so no later byte can change the block (nor make an earlier
 /// block the ADR without leaving that one unclosed, which is an error of its own).
 ///
-/// It runs [`find_adr`] only when the lines completed since the last call hold a `---`, so a
-/// check costs about the new bytes until the front matter closes.
+/// It runs [`find_adr`] only when the lines ended since the last call hold a `---`, so a check
+/// costs about the new bytes until the front matter closes.
 #[derive(Debug, Default)]
 pub(crate) struct FrontMatterWatch {
+    /// Bytes looked at.
     scanned: usize,
+    /// Where the line not yet ended starts.
+    line_start: usize,
 }
 
 impl FrontMatterWatch {
@@ -209,14 +212,13 @@ impl FrontMatterWatch {
     /// there is one.
     pub(crate) fn feed(&mut self, prefix: &str) -> Option<FrontMatter> {
         let bytes = prefix.as_bytes();
-        let from = enforce_validators::text::line_start(bytes, self.scanned.min(bytes.len()));
-        let completed = bytes[from..]
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map(|p| &bytes[from..from + p + 1])?;
-        // Only the lines completed now can hold the closing delimiter.
-        self.scanned = from + completed.len();
-        memmem::find(completed, b"---")?;
+        let new_from = self.scanned.min(bytes.len());
+        self.scanned = bytes.len();
+        // Only lines ended by the new bytes can hold the closing delimiter.
+        let last_newline = new_from + memchr::memrchr(b'\n', &bytes[new_from..])?;
+        let ended = bytes.get(self.line_start..=last_newline)?;
+        self.line_start = last_newline + 1;
+        memmem::find(ended, b"---")?;
         let fm = find_adr(prefix).filter(|fm| fm.closed)?;
         let closing_line_ended = fm
             .body

@@ -16,7 +16,9 @@
 //!   `create_validator(name, config_json)` builds one validator from its configuration.
 //! - [`ValidatorObject`], an FFI-safe trait object: `validate(response, context_json)` returns
 //!   [`PluginIssue`]s (the same fields as `enforce_core::Issue`) or a [`PluginError`];
-//!   `repair(...)` optionally returns a repaired text.
+//!   `repair(...)` optionally returns a repaired text; since interface 1.1,
+//!   `validate_partial(prefix, context_json)` optionally returns the definite issues of a
+//!   streamed answer's prefix (early abort). Plugins built for 1.0 load through [`v1_0`].
 //!
 //! Calls are synchronous. Every call into a plugin built with the SDK runs inside
 //! `catch_unwind`, so a panic comes back as a [`PluginError`] of kind
