@@ -1,7 +1,7 @@
 //! The enforcement loop: [`Enforcer`].
 
 use crate::outcome::digest;
-use crate::runner::next_event;
+use crate::runner::{next_event, WholeReply};
 use crate::validator::{
     push_leaves, repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict,
 };
@@ -182,6 +182,11 @@ impl Enforcer {
             leaves.append(&mut run.leaves);
             leaves
         };
+        run.can_cut = self.policy.early_abort
+            && run
+                .leaves
+                .iter()
+                .any(|leaf| leaf.validator.partial_check(context).is_some());
         let max_attempts = self.max_attempts();
         // The reply being improved, its issues, and the feedback about them.
         let mut previous: Option<(Reply, Found, String)> = None;
@@ -192,12 +197,20 @@ impl Enforcer {
                 attempt: number,
                 max_attempts,
             });
-            // Cutting is worth it only when a re-ask can follow.
-            let may_cut = self.policy.early_abort && number < max_attempts;
+            // Cutting is worth it only when a re-ask can follow and some validator can decide
+            // on a prefix; without that (and without anyone watching the deltas) the whole
+            // answer is asked for, as a stream would only cost.
+            let may_cut = self.policy.early_abort && number < max_attempts && run.can_cut;
             let asked = Instant::now();
-            let stream = match &previous {
-                Some((last, _, feedback)) => runner.follow_up_streamed(request, last, feedback),
-                None => runner.ask_streamed(request),
+            let stream = match (&previous, may_cut || run.show_deltas) {
+                (Some((last, _, feedback)), true) => {
+                    runner.follow_up_streamed(request, last, feedback)
+                }
+                (None, true) => runner.ask_streamed(request),
+                (Some((last, _, feedback)), false) => {
+                    WholeReply::stream(runner.follow_up(request, last, feedback))
+                }
+                (None, false) => WholeReply::stream(runner.ask(request)),
             };
             let (received, checking) = run.receive(stream, number, may_cut).await;
             let runner_time = asked.elapsed().saturating_sub(checking);
@@ -376,6 +389,10 @@ struct Run<'a> {
     observer: &'a dyn Observer,
     /// The observer wants an event per validator run (asked once, not per run).
     validator_runs: bool,
+    /// Some validator can decide on a prefix, so streaming an attempt may let the loop cut it.
+    can_cut: bool,
+    /// The observer shows answers as they arrive.
+    show_deltas: bool,
     started: Instant,
     spent: Spent,
     attempts: Vec<Attempt>,
@@ -395,6 +412,8 @@ impl<'a> Run<'a> {
             context,
             observer,
             validator_runs: observer.wants_validator_runs(),
+            can_cut: false,
+            show_deltas: observer.wants_deltas(),
             started: Instant::now(),
             spent: Spent::default(),
             attempts: Vec::new(),

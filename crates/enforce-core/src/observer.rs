@@ -144,6 +144,14 @@ pub trait Observer: Send + Sync {
     fn wants_validator_runs(&self) -> bool {
         false
     }
+
+    /// Whether this observer shows answers as they arrive ([`Event::Streamed`],
+    /// [`Event::Reasoning`]; default: no). The loop streams an attempt when this says yes or
+    /// when a partial check could cut it; otherwise it asks for the whole answer, which spares a
+    /// streaming round for nothing.
+    fn wants_deltas(&self) -> bool {
+        false
+    }
 }
 
 impl fmt::Debug for dyn Observer + '_ {

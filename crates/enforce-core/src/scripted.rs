@@ -94,7 +94,8 @@ impl ScriptedRunner {
         lock(&self.calls).clone()
     }
 
-    fn next(&self, call: ScriptedCall) -> Result<Reply, RunnerError> {
+    /// The next scripted reply; `whole`: asked for without streaming, so all of it is delivered.
+    fn next(&self, call: ScriptedCall, whole: bool) -> Result<Reply, RunnerError> {
         let number = {
             let mut calls = lock(&self.calls);
             calls.push(call);
@@ -106,12 +107,13 @@ impl ScriptedRunner {
             })
         });
         let sent = next.as_ref().map_or(0, |reply| reply.text.len());
-        lock(&self.delivered).push(if self.chunk_bytes.is_some() { 0 } else { sent });
+        let streamed = self.chunk_bytes.is_some() && !whole;
+        lock(&self.delivered).push(if streamed { 0 } else { sent });
         next
     }
 
     fn stream(&self, call: ScriptedCall) -> ReplyStream<'_> {
-        let next = self.next(call);
+        let next = self.next(call, false);
         let index = lock(&self.delivered).len().saturating_sub(1);
         let Some(chunk_bytes) = self.chunk_bytes else {
             // Not streamed: the whole reply as one item, as a runner that cannot stream.
@@ -194,9 +196,12 @@ impl Stream for Chunks<'_> {
 #[async_trait]
 impl Runner for ScriptedRunner {
     async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        self.next(ScriptedCall::Ask {
-            request: request.clone(),
-        })
+        self.next(
+            ScriptedCall::Ask {
+                request: request.clone(),
+            },
+            true,
+        )
     }
 
     async fn follow_up(
@@ -205,12 +210,15 @@ impl Runner for ScriptedRunner {
         previous: &Reply,
         feedback: &str,
     ) -> Result<Reply, RunnerError> {
-        self.next(ScriptedCall::FollowUp {
-            request: request.clone(),
-            previous: previous.text.clone(),
-            session_id: previous.session_id.clone(),
-            feedback: feedback.to_string(),
-        })
+        self.next(
+            ScriptedCall::FollowUp {
+                request: request.clone(),
+                previous: previous.text.clone(),
+                session_id: previous.session_id.clone(),
+                feedback: feedback.to_string(),
+            },
+            true,
+        )
     }
 
     fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {

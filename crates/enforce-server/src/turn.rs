@@ -125,6 +125,11 @@ impl Observer for TurnObserver {
     fn wants_validator_runs(&self) -> bool {
         self.trace.is_some()
     }
+
+    /// A draft stream shows every attempt as it is written.
+    fn wants_deltas(&self) -> bool {
+        self.drafts
+    }
 }
 
 /// Wraps a runner so each attempt gets its own tracing span (and its reply reaches the trace).

@@ -309,3 +309,61 @@ async fn recorded_events_carry_the_cut_as_audited() {
     assert!(recorded[0].cut.is_some());
     assert_eq!(recorded, outcome.attempts);
 }
+
+/// Counts the deltas it sees; `deltas` says whether it asks for them.
+struct DeltaCounter {
+    deltas: bool,
+    seen: AtomicUsize,
+}
+
+impl enforce_core::Observer for DeltaCounter {
+    fn on_event(&self, event: &Event<'_>) {
+        if let Event::Streamed { .. } = event {
+            self.seen.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn wants_deltas(&self) -> bool {
+        self.deltas
+    }
+}
+
+#[tokio::test]
+async fn the_whole_answer_is_asked_for_when_nothing_could_cut_it_and_nobody_watches() {
+    /// A check with no partial check: it can only judge whole answers.
+    struct WholeOnly;
+    #[async_trait]
+    impl Validator for WholeOnly {
+        fn name(&self) -> &str {
+            "whole_only"
+        }
+        async fn validate(&self, _: &str, _: &Context) -> Validation {
+            Ok(Vec::new())
+        }
+    }
+    for (deltas, streamed) in [(false, false), (true, true)] {
+        let runner = ScriptedRunner::texts([GOOD]).streamed(4);
+        let observer = DeltaCounter {
+            deltas,
+            seen: AtomicUsize::new(0),
+        };
+        let outcome = Enforcer::new(vec![Box::new(WholeOnly)])
+            .run_observed(&runner, &req(), &Context::new(), &observer)
+            .await;
+        assert_eq!(outcome.status, Status::Passed);
+        assert_eq!(
+            observer.seen.load(Ordering::Relaxed) > 0,
+            streamed,
+            "deltas wanted: {deltas}"
+        );
+    }
+    // A validator that can decide on a prefix makes the loop stream, watched or not.
+    let runner = ScriptedRunner::texts([GOOD]).streamed(4);
+    let observer = DeltaCounter {
+        deltas: false,
+        seen: AtomicUsize::new(0),
+    };
+    Enforcer::new(vec![Box::new(Forbidden::new("Acme"))])
+        .run_observed(&runner, &req(), &Context::new(), &observer)
+        .await;
+    assert!(observer.seen.load(Ordering::Relaxed) > 0);
+}
