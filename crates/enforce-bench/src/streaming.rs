@@ -151,7 +151,9 @@ async fn mock(
             valid: valid.concat(),
             marker: code.to_string(),
         })
-        .stream_chunks(chunks, gap);
+        .stream_chunks(chunks, gap)
+        // Without early abort the loop asks for whole answers: they take as long to write.
+        .pace_whole_answers(true);
     Ok(MockOpenAi::start(script).await?)
 }
 

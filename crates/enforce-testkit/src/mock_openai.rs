@@ -201,6 +201,7 @@ pub struct MockScript {
     model: String,
     tool_history: ToolHistory,
     reject_stream_options: bool,
+    pace_whole_answers: bool,
 }
 
 impl Default for MockScript {
@@ -213,6 +214,7 @@ impl Default for MockScript {
             model: "mock-model".to_string(),
             tool_history: ToolHistory::Accept,
             reject_stream_options: false,
+            pace_whole_answers: false,
         }
     }
 }
@@ -257,6 +259,14 @@ impl MockScript {
     /// Answer a request carrying `stream_options` with a 400 naming it, as some servers do.
     pub fn reject_stream_options(mut self, reject: bool) -> Self {
         self.reject_stream_options = reject;
+        self
+    }
+
+    /// A text answer asked for whole takes as long as its stream would (`chunks` × `gap`) and
+    /// counts its chunks as generated, like a model that writes at the same pace either way
+    /// (default: whole answers come at once).
+    pub fn pace_whole_answers(mut self, pace: bool) -> Self {
+        self.pace_whole_answers = pace;
         self
     }
 
@@ -622,7 +632,7 @@ async fn chat(
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         == Some(true);
-    let (chunks, gap, model, tool_rule, reject_options) = {
+    let (chunks, gap, model, tool_rule, reject_options, pace_whole) = {
         let s = lock(&shared.script);
         (
             s.chunks,
@@ -630,6 +640,7 @@ async fn chat(
             s.model.clone(),
             s.tool_history,
             s.reject_stream_options,
+            s.pace_whole_answers,
         )
     };
     if reject_options && request.get("stream_options").is_some() {
@@ -657,6 +668,15 @@ async fn chat(
                 let events = stream_events(&model, &text, chunks, None, include_usage);
                 sse(&shared, events, gap, false)
             } else {
+                if pace_whole {
+                    // The pieces the stream would have had, written at the same pace.
+                    let pieces = stream_events(&model, &text, chunks, None, false)
+                        .iter()
+                        .filter(|e| e.contains("\"content\":\""))
+                        .count();
+                    tokio::time::sleep(gap * u32::try_from(pieces).unwrap_or(u32::MAX)).await;
+                    shared.content_chunks.fetch_add(pieces, Ordering::SeqCst);
+                }
                 axum::Json(json!({
                     "id": "chatcmpl-mock", "object": "chat.completion", "created": 0,
                     "model": model,
