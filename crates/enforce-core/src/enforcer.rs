@@ -182,11 +182,6 @@ impl Enforcer {
             leaves.append(&mut run.leaves);
             leaves
         };
-        run.can_cut = self.policy.early_abort
-            && run
-                .leaves
-                .iter()
-                .any(|leaf| leaf.validator.partial_check(context).is_some());
         let max_attempts = self.max_attempts();
         // The reply being improved, its issues, and the feedback about them.
         let mut previous: Option<(Reply, Found, String)> = None;
@@ -200,9 +195,13 @@ impl Enforcer {
             // Cutting is worth it only when a re-ask can follow and some validator can decide
             // on a prefix; without that (and without anyone watching the deltas) the whole
             // answer is asked for, as a stream would only cost.
-            let may_cut = self.policy.early_abort && number < max_attempts && run.can_cut;
+            let checks = if self.policy.early_abort && number < max_attempts {
+                run.partial_checks()
+            } else {
+                Vec::new()
+            };
             let asked = Instant::now();
-            let stream = match (&previous, may_cut || run.show_deltas) {
+            let stream = match (&previous, !checks.is_empty() || run.show_deltas) {
                 (Some((last, _, feedback)), true) => {
                     runner.follow_up_streamed(request, last, feedback)
                 }
@@ -212,7 +211,7 @@ impl Enforcer {
                 }
                 (None, false) => WholeReply::stream(runner.ask(request)),
             };
-            let (received, checking) = run.receive(stream, number, may_cut).await;
+            let (received, checking) = run.receive(stream, number, checks).await;
             let runner_time = asked.elapsed().saturating_sub(checking);
             let (reply, found, cut) = match received {
                 Ok(Received::Whole(reply)) => {
@@ -389,8 +388,6 @@ struct Run<'a> {
     observer: &'a dyn Observer,
     /// The observer wants an event per validator run (asked once, not per run).
     validator_runs: bool,
-    /// Some validator can decide on a prefix, so streaming an attempt may let the loop cut it.
-    can_cut: bool,
     /// The observer shows answers as they arrive.
     show_deltas: bool,
     started: Instant,
@@ -412,7 +409,6 @@ impl<'a> Run<'a> {
             context,
             observer,
             validator_runs: observer.wants_validator_runs(),
-            can_cut: false,
             show_deltas: observer.wants_deltas(),
             started: Instant::now(),
             spent: Spent::default(),
@@ -444,7 +440,15 @@ impl<'a> Run<'a> {
         validate_leaves(&self.leaves, reply, self.context, default, on_ran).await
     }
 
-    /// Reads one streamed answer to its end, or, with `may_cut`, until a partial check finds
+    /// The partial checks of one attempt: one per validator that can decide on a prefix.
+    fn partial_checks(&self) -> Vec<(Leaf<'a>, Box<dyn PartialCheck + 'a>)> {
+        self.leaves
+            .iter()
+            .filter_map(|leaf| Some((*leaf, leaf.validator.partial_check(self.context)?)))
+            .collect()
+    }
+
+    /// Reads one streamed answer to its end, or, with `checks`, until a partial check finds
     /// an error a re-ask is meant to fix: then the stream is dropped (which cancels the
     /// generation) and the part received comes back with those errors. Also returns the time
     /// spent in partial checks.
@@ -452,17 +456,9 @@ impl<'a> Run<'a> {
         &self,
         mut stream: ReplyStream<'_>,
         attempt: u32,
-        may_cut: bool,
+        mut checks: Vec<(Leaf<'a>, Box<dyn PartialCheck + 'a>)>,
     ) -> (Result<Received, RunnerError>, Duration) {
         let mut checking = Duration::ZERO;
-        let mut checks: Vec<(Leaf<'_>, Box<dyn PartialCheck + '_>)> = if may_cut {
-            self.leaves
-                .iter()
-                .filter_map(|leaf| Some((*leaf, leaf.validator.partial_check(self.context)?)))
-                .collect()
-        } else {
-            Vec::new()
-        };
         let every = self.enforcer.policy.partial_check_bytes.max(1);
         // The answer so far, rebuilt from the deltas only to check it or to keep it after a cut.
         let mut partial = Reply::default();
