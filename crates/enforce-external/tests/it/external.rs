@@ -279,7 +279,7 @@ fn config_errors() {
         .unwrap();
     assert!(err.message.contains("exactly one"), "{err}");
     let err = r
-        .build("x", &json!({"type": "external", "url": "https://x"}), &env)
+        .build("x", &json!({"type": "external", "url": "ftp://x"}), &env)
         .err()
         .unwrap();
     assert_eq!(err.key, "url");
