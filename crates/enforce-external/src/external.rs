@@ -55,6 +55,8 @@
 
 use crate::breaker::CircuitBreaker;
 use crate::grpc::GrpcConfig;
+#[cfg(feature = "grpc")]
+use crate::grpc::GrpcTarget;
 use crate::http::HttpTarget;
 use enforce_core::{
     async_trait, Context, FailMode, Issue, Severity, Unavailable, Validation, Validator,
@@ -69,8 +71,6 @@ use std::process::Stdio;
 use std::sync::OnceLock;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-#[cfg(feature = "grpc")]
-use crate::grpc::GrpcTarget;
 
 /// Code: the checker rejected the input.
 pub const EXTERNAL_CHECK_FAILED: &str = "EXTERNAL_CHECK_FAILED";
@@ -291,7 +291,10 @@ impl External {
             }
         };
         if ca_pem.is_some() && matches!(target, Target::Command(_)) {
-            return Err(BuildError::at("ca_file", "a CA file is for https:// targets"));
+            return Err(BuildError::at(
+                "ca_file",
+                "a CA file is for https:// targets",
+            ));
         }
         if c.failure_threshold == 0 {
             return Err(BuildError::at("failure_threshold", "must be at least 1"));

@@ -30,8 +30,9 @@ use std::path::PathBuf;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GrpcConfig {
-    /// The server: `http://host:port` (plain HTTP/2) or `https://host:port` (TLS).
-    #[cfg_attr(feature = "config-schema", schemars(extend("pattern" = "^https?://")))]
+    /// The server: `http://host:port` (plain HTTP/2) or `https://host:port` (TLS);
+    /// `grpc://` and `grpcs://` are read as `http://` and `https://`.
+    #[cfg_attr(feature = "config-schema", schemars(extend("pattern" = "^(https?|grpcs?)://")))]
     pub(crate) url: String,
     /// The `.proto` file declaring the method, relative to the configuration file; compiled at
     /// start-up (imports are looked up beside it and in `include`).
@@ -181,7 +182,8 @@ mod client {
                         format!("cannot read {}: no such file", path.display()),
                     ));
                 }
-                let mut includes: Vec<PathBuf> = c.include.iter().map(|d| input.resolve(d)).collect();
+                let mut includes: Vec<PathBuf> =
+                    c.include.iter().map(|d| input.resolve(d)).collect();
                 if let Some(dir) = path.parent() {
                     includes.push(dir.to_path_buf());
                 }
@@ -218,38 +220,68 @@ mod client {
         }
     }
 
-    fn expected(valid: &FieldDescriptor, value: Option<&ValidValue>) -> Result<Expected, BuildError> {
+    fn expected(
+        valid: &FieldDescriptor,
+        value: Option<&ValidValue>,
+    ) -> Result<Expected, BuildError> {
         const KEY: &str = "grpc.response.valid_value";
         if valid.is_list() || valid.is_map() {
             return Err(BuildError::at(
                 "grpc.response.valid_field",
-                format!("'{}' is a {}: it must be a bool, an enum or a string", valid.name(), kind_name(valid)),
+                format!(
+                    "'{}' is a {}: it must be a bool, an enum or a string",
+                    valid.name(),
+                    kind_name(valid)
+                ),
             ));
         }
         match (valid.kind(), value) {
             (Kind::Bool, None) => Ok(Expected::Bool(true)),
             (Kind::Bool, Some(ValidValue::Bool(b))) => Ok(Expected::Bool(*b)),
-            (Kind::Bool, Some(_)) => Err(BuildError::at(KEY, format!("'{}' is a bool: give true or false, or leave valid_value out", valid.name()))),
+            (Kind::Bool, Some(_)) => Err(BuildError::at(
+                KEY,
+                format!(
+                    "'{}' is a bool: give true or false, or leave valid_value out",
+                    valid.name()
+                ),
+            )),
             (Kind::Enum(e), Some(ValidValue::Text(name))) => e
                 .get_value_by_name(name)
                 .map(|v| Expected::Enum(v.number()))
                 .ok_or_else(|| {
                     let names: Vec<String> = e.values().map(|v| v.name().to_string()).collect();
-                    BuildError::at(KEY, format!("{} has no value '{name}' (its values: {})", e.full_name(), names.join(", ")))
+                    BuildError::at(
+                        KEY,
+                        format!(
+                            "{} has no value '{name}' (its values: {})",
+                            e.full_name(),
+                            names.join(", ")
+                        ),
+                    )
                 }),
             (Kind::Enum(e), Some(ValidValue::Number(n))) => i32::try_from(*n)
                 .ok()
                 .and_then(|n| e.get_value(n))
                 .map(|v| Expected::Enum(v.number()))
-                .ok_or_else(|| BuildError::at(KEY, format!("{} has no value numbered {n}", e.full_name()))),
+                .ok_or_else(|| {
+                    BuildError::at(KEY, format!("{} has no value numbered {n}", e.full_name()))
+                }),
             (Kind::String, Some(ValidValue::Text(s))) => Ok(Expected::Text(s.clone())),
             (Kind::Enum(_) | Kind::String, _) => Err(BuildError::at(
                 KEY,
-                format!("'{}' is a {}: name the value that means valid (valid_value)", valid.name(), kind_name(valid)),
+                format!(
+                    "'{}' is a {}: name the value that means valid (valid_value)",
+                    valid.name(),
+                    kind_name(valid)
+                ),
             )),
             _ => Err(BuildError::at(
                 "grpc.response.valid_field",
-                format!("'{}' is a {}: it must be a bool, an enum or a string", valid.name(), kind_name(valid)),
+                format!(
+                    "'{}' is a {}: it must be a bool, an enum or a string",
+                    valid.name(),
+                    kind_name(valid)
+                ),
             )),
         }
     }
@@ -269,25 +301,44 @@ mod client {
                 .method
                 .trim_start_matches('/')
                 .split_once('/')
-                .ok_or_else(|| BuildError::at("grpc.method", format!("'{}' is not package.Service/Method", c.method)))?;
+                .ok_or_else(|| {
+                    BuildError::at(
+                        "grpc.method",
+                        format!("'{}' is not package.Service/Method", c.method),
+                    )
+                })?;
             let service = pool.get_service_by_name(service_name).ok_or_else(|| {
-                let known: Vec<String> = pool.services().map(|s| s.full_name().to_string()).collect();
+                let known: Vec<String> =
+                    pool.services().map(|s| s.full_name().to_string()).collect();
                 BuildError::at(
                     "grpc.method",
-                    format!("no service '{service_name}' in the descriptors (services: {})", known.join(", ")),
+                    format!(
+                        "no service '{service_name}' in the descriptors (services: {})",
+                        known.join(", ")
+                    ),
                 )
             })?;
-            let method = service.methods().find(|m| m.name() == method_name).ok_or_else(|| {
-                let known: Vec<String> = service.methods().map(|m| m.name().to_string()).collect();
-                BuildError::at(
-                    "grpc.method",
-                    format!("{service_name} has no method '{method_name}' (methods: {})", known.join(", ")),
-                )
-            })?;
+            let method = service
+                .methods()
+                .find(|m| m.name() == method_name)
+                .ok_or_else(|| {
+                    let known: Vec<String> =
+                        service.methods().map(|m| m.name().to_string()).collect();
+                    BuildError::at(
+                        "grpc.method",
+                        format!(
+                            "{service_name} has no method '{method_name}' (methods: {})",
+                            known.join(", ")
+                        ),
+                    )
+                })?;
             if method.is_client_streaming() || method.is_server_streaming() {
                 return Err(BuildError::at(
                     "grpc.method",
-                    format!("{} streams: only unary methods can check a response", method.full_name()),
+                    format!(
+                        "{} streams: only unary methods can check a response",
+                        method.full_name()
+                    ),
                 ));
             }
             let path = http::uri::PathAndQuery::try_from(format!("/{service_name}/{method_name}"))
@@ -298,25 +349,42 @@ mod client {
             if code.kind() != Kind::String || code.is_list() || code.is_map() {
                 return Err(BuildError::at(
                     "grpc.request.code_field",
-                    format!("'{}' is a {}: it must be a string", code.name(), kind_name(&code)),
+                    format!(
+                        "'{}' is a {}: it must be a string",
+                        code.name(),
+                        kind_name(&code)
+                    ),
                 ));
             }
-            if c.request.fields.contains_key(code.name()) || c.request.fields.contains_key(code.json_name()) {
+            if c.request.fields.contains_key(code.name())
+                || c.request.fields.contains_key(code.json_name())
+            {
                 return Err(BuildError::at(
                     "grpc.request.fields",
-                    format!("'{}' is the code_field: it receives the checked text", code.name()),
+                    format!(
+                        "'{}' is the code_field: it receives the checked text",
+                        code.name()
+                    ),
                 ));
             }
             let fields = serde_json::Value::Object(c.request.fields.clone().into_iter().collect());
             let template = DynamicMessage::deserialize(request.clone(), &fields).map_err(|e| {
                 BuildError::at(
                     "grpc.request.fields",
-                    format!("does not fit {}: {e} (its fields: {})", request.full_name(), field_names(&request)),
+                    format!(
+                        "does not fit {}: {e} (its fields: {})",
+                        request.full_name(),
+                        field_names(&request)
+                    ),
                 )
             })?;
 
             let response = method.output();
-            let valid = field(&response, &c.response.valid_field, "grpc.response.valid_field")?;
+            let valid = field(
+                &response,
+                &c.response.valid_field,
+                "grpc.response.valid_field",
+            )?;
             let expected = expected(&valid, c.response.valid_value.as_ref())?;
             let trace = match &c.response.trace_field {
                 None => None,
@@ -325,14 +393,23 @@ mod client {
                     if f.kind() != Kind::String || f.is_map() {
                         return Err(BuildError::at(
                             "grpc.response.trace_field",
-                            format!("'{}' is a {}: it must be a string or repeated string", f.name(), kind_name(&f)),
+                            format!(
+                                "'{}' is a {}: it must be a string or repeated string",
+                                f.name(),
+                                kind_name(&f)
+                            ),
                         ));
                     }
                     Some(f)
                 }
             };
 
-            let endpoint = Endpoint::from_shared(c.url.clone())
+            let url = match c.url.split_once("://") {
+                Some(("grpc", rest)) => format!("http://{rest}"),
+                Some(("grpcs", rest)) => format!("https://{rest}"),
+                _ => c.url.clone(),
+            };
+            let endpoint = Endpoint::from_shared(url.clone())
                 .map_err(|e| BuildError::at("grpc.url", format!("'{}': {e}", c.url)))?;
             let endpoint = match endpoint.uri().scheme_str() {
                 Some("https") => {
@@ -350,13 +427,24 @@ mod client {
                     }
                     endpoint
                 }
-                _ => return Err(BuildError::at("grpc.url", format!("'{}': only http:// and https:// URLs", c.url))),
+                _ => {
+                    return Err(BuildError::at(
+                        "grpc.url",
+                        format!(
+                            "'{}': only http://, https://, grpc:// and grpcs:// URLs",
+                            c.url
+                        ),
+                    ))
+                }
             };
             if endpoint.uri().host().is_none_or(str::is_empty) {
-                return Err(BuildError::at("grpc.url", format!("'{}' needs a host", c.url)));
+                return Err(BuildError::at(
+                    "grpc.url",
+                    format!("'{}' needs a host", c.url),
+                ));
             }
             Ok(GrpcTarget {
-                url: format!("{}{}", c.url.trim_end_matches('/'), path),
+                url: format!("{}{}", url.trim_end_matches('/'), path),
                 endpoint,
                 channel: OnceLock::new(),
                 path,
@@ -402,6 +490,18 @@ mod client {
                 .unary(request, self.path.clone(), codec)
                 .await
                 .map_err(|s| {
+                    // The server gave up at the deadline enforce sent (tonic's server says
+                    // Cancelled "Timeout expired"): the same timeout as enforce's own.
+                    let deadline = s.code() == tonic::Code::DeadlineExceeded
+                        || (s.code() == tonic::Code::Cancelled
+                            && s.message().contains("Timeout expired"));
+                    if deadline {
+                        return Unavailable::new(format!(
+                            "{} did not answer within {} ms (gRPC deadline)",
+                            self.url,
+                            timeout.as_millis()
+                        ));
+                    }
                     let mut text = format!("{}: {:?}", self.url, s.code());
                     if !s.message().is_empty() {
                         text.push_str(": ");

@@ -65,6 +65,9 @@ impl HttpTarget {
         if let Some(pem) = ca_pem {
             let certs = reqwest::Certificate::from_pem_bundle(pem)
                 .map_err(|e| BuildError::at("ca_file", format!("not a PEM certificate: {e}")))?;
+            if certs.is_empty() {
+                return Err(BuildError::at("ca_file", "no PEM certificate in it"));
+            }
             for cert in certs {
                 builder = builder.add_root_certificate(cert);
             }
@@ -186,8 +189,10 @@ mod tests {
         assert_eq!(verdict(" \n"), None);
         assert_eq!(verdict(r#"{"issues": []}"#), None);
         assert_eq!(
-            verdict(r#"{"issues":[{"message":"m","line":3,"column":2},{"message":"n","line":4},{}]}"#)
-                .as_deref(),
+            verdict(
+                r#"{"issues":[{"message":"m","line":3,"column":2},{"message":"n","line":4},{}]}"#
+            )
+            .as_deref(),
             Some("input:3:2: m\nLine 4: n\ncheck failed")
         );
         assert_eq!(verdict("Line 2: bad\n").as_deref(), Some("Line 2: bad\n"));

@@ -38,8 +38,8 @@ pub mod toy_parser;
 
 pub use fake_claude::{fake_claude_path, process_is_gone, FakeClaude, FakeClaudeCall, ScratchDir};
 pub use mock_anthropic::MockAnthropic;
-#[cfg(feature = "grpc")]
-pub use toy_parser::{ToyParser, ToyParserOptions};
 pub use mock_openai::{
     ErrorShape, MockOpenAi, MockReply, MockScript, RecordedRequest, Then, ToolHistory,
 };
+#[cfg(feature = "grpc")]
+pub use toy_parser::{ToyParser, ToyParserOptions};

@@ -144,7 +144,11 @@ impl UnaryService<ValidateRequest> for ParserService {
             Ok(Response::new(ValidateResponse {
                 valid,
                 trace,
-                verdict: if valid { Verdict::Valid } else { Verdict::Invalid } as i32,
+                verdict: if valid {
+                    Verdict::Valid
+                } else {
+                    Verdict::Invalid
+                } as i32,
                 language: request.language,
             }))
         })
@@ -214,8 +218,8 @@ impl ToyParser {
             let cert = certified.cert.pem();
             let identity =
                 tonic::transport::Identity::from_pem(&cert, certified.key_pair.serialize_pem());
-            builder = builder
-                .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
+            builder =
+                builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
             ca_pem = Some(cert);
         }
         let (tx, rx) = oneshot::channel::<()>();

@@ -53,7 +53,8 @@ fn build_error(dir: &Path, spec: &Value) -> enforce_validators::BuildError {
 }
 
 const GOOD: &str = "Here it is:\n```avap\naddVar(x, 1)\naddResult(x)\n```\n";
-const BAD: &str = "Here it is:\n```avap\naddVar(x, 1)\ngetSHA256(x)\naddResult(x)\nreturnResult(x)\n```\n";
+const BAD: &str =
+    "Here it is:\n```avap\naddVar(x, 1)\ngetSHA256(x)\naddResult(x)\nreturnResult(x)\n```\n";
 
 #[tokio::test]
 async fn valid_code_passes_and_the_fixed_fields_arrive() {
@@ -120,8 +121,8 @@ async fn an_enum_verdict_and_a_descriptor_set() {
         prost::Message::encode_to_vec(&set),
     )
     .unwrap();
-    let mut s = spec(&parser.url(), json!({}));
-    s["grpc"]["proto"] = Value::Null;
+    // `grpc://` as in the layer's AVAP_PARSER_URL: plain HTTP/2.
+    let mut s = spec(&parser.url().replace("http://", "grpc://"), json!({}));
     s["grpc"].as_object_mut().unwrap().remove("proto");
     s["grpc"]["descriptor_set"] = json!("parser.pb");
     s["grpc"]["response"] =
@@ -153,7 +154,10 @@ async fn the_deadline_makes_the_checker_unavailable_per_fail_mode() {
     .unwrap();
     let v = build_in(
         &testkit_dir(),
-        &spec(&parser.url(), json!({"timeout_ms": 200, "fail_mode": "open"})),
+        &spec(
+            &parser.url(),
+            json!({"timeout_ms": 200, "fail_mode": "open"}),
+        ),
     );
     let started = Instant::now();
     let err = v.validate(GOOD, &Context::new()).await.unwrap_err();
@@ -167,7 +171,10 @@ async fn the_deadline_makes_the_checker_unavailable_per_fail_mode() {
     assert_eq!(out.warnings[0].code, "VALIDATOR_UNAVAILABLE");
     let closed = build_in(
         &testkit_dir(),
-        &spec(&parser.url(), json!({"timeout_ms": 200, "fail_mode": "closed"})),
+        &spec(
+            &parser.url(),
+            json!({"timeout_ms": 200, "fail_mode": "closed"}),
+        ),
     );
     let out = Enforcer::new(vec![closed])
         .check(GOOD, &Context::new(), Check::Report)
@@ -371,7 +378,7 @@ fn configuration_mistakes_name_their_key() {
             "unknown scheme",
             json!({"url": "ftp://127.0.0.1:1"}),
             "grpc.url",
-            "only http:// and https://",
+            "only http://, https://",
         ),
     ];
     for (name, change, key, message) in cases {
