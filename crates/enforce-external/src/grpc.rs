@@ -105,7 +105,7 @@ mod client {
     use prost_reflect::{
         DescriptorPool, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, Value,
     };
-    use std::sync::OnceLock;
+    use std::sync::{Mutex, PoisonError};
     use std::time::Duration;
     use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
     use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
@@ -125,8 +125,9 @@ mod client {
         url: String,
         endpoint: Endpoint,
         /// Made on the first call: a tonic channel spawns its worker on the running runtime,
-        /// and configurations are built before (or without) one.
-        channel: OnceLock<Channel>,
+        /// and configurations are built before (or without) one. Made anew when that worker
+        /// is gone (its runtime ended: a CLI may run one runtime per input).
+        channel: Mutex<Option<Channel>>,
         path: http::uri::PathAndQuery,
         response: MessageDescriptor,
         /// The request with the fixed `fields`; each call clones it and sets `code`.
@@ -446,7 +447,7 @@ mod client {
             Ok(GrpcTarget {
                 url: format!("{}{}", url.trim_end_matches('/'), path),
                 endpoint,
-                channel: OnceLock::new(),
+                channel: Mutex::new(None),
                 path,
                 response,
                 template,
@@ -462,6 +463,16 @@ mod client {
             &self.url
         }
 
+        /// The channel to call through; `renew` replaces the cached one.
+        fn channel(&self, renew: bool) -> Channel {
+            let mut slot = self.channel.lock().unwrap_or_else(PoisonError::into_inner);
+            if renew {
+                *slot = None;
+            }
+            slot.get_or_insert_with(|| self.endpoint.connect_lazy())
+                .clone()
+        }
+
         /// Calls the method with `input` in the code field, with `timeout` as the gRPC
         /// deadline; `Ok(None)` = passed, `Ok(Some(trace))` = rejected, `Err` = no verdict.
         pub(crate) async fn call(
@@ -469,15 +480,15 @@ mod client {
             input: &str,
             timeout: Duration,
         ) -> Result<Option<String>, Unavailable> {
-            let channel = self
-                .channel
-                .get_or_init(|| self.endpoint.connect_lazy())
-                .clone();
-            let mut client = tonic::client::Grpc::new(channel);
-            client
-                .ready()
-                .await
-                .map_err(|e| Unavailable::new(format!("{}: not ready: {e}", self.url)))?;
+            let mut client = tonic::client::Grpc::new(self.channel(false));
+            if client.ready().await.is_err() {
+                // The cached channel's worker may have ended with an earlier runtime.
+                client = tonic::client::Grpc::new(self.channel(true));
+                client
+                    .ready()
+                    .await
+                    .map_err(|e| Unavailable::new(format!("{}: not ready: {e}", self.url)))?;
+            }
             let mut message = self.template.clone();
             message.set_field(&self.code, Value::String(input.to_string()));
             let mut request = tonic::Request::new(message);

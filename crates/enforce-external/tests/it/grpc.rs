@@ -409,3 +409,36 @@ fn configuration_mistakes_name_their_key() {
     s["grpc"]["colour"] = json!("red");
     assert!(build_error(dir.path(), &s).message.contains("colour"));
 }
+
+/// A validator outlives the runtime of its first call (a CLI may build one runtime per run):
+/// its channel, whose worker died with that runtime, is made anew.
+#[test]
+fn a_validator_outlives_the_runtime_of_its_first_call() {
+    // The parser on a runtime of its own thread, up until `stop`; it reports its call count.
+    let (url_tx, url_rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let parser = ToyParser::start().await.unwrap();
+            url_tx.send(parser.url()).unwrap();
+            let _ = stopped.await;
+            parser.calls()
+        })
+    });
+    let url = url_rx.recv().unwrap();
+    let v = build_in(&testkit_dir(), &spec(&url, json!({})));
+    for _ in 0..3 {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let issues = rt.block_on(v.validate(GOOD, &Context::new())).unwrap();
+        assert!(issues.is_empty(), "{issues:?}");
+    }
+    stop.send(()).unwrap();
+    assert_eq!(server.join().unwrap(), 3);
+}
