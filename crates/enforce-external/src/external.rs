@@ -357,7 +357,10 @@ impl External {
             Target::Command(argv) => self.run_command(argv, input).await,
             Target::Http(http) => self.within_timeout(http.post(input)).await,
             #[cfg(feature = "grpc")]
-            Target::Grpc(grpc) => self.within_timeout(grpc.call(input, self.timeout)).await,
+            Target::Grpc(grpc) => self
+                .within_timeout(grpc.call(input, self.timeout))
+                .await
+                .map(|trace| trace.map(cap_output)),
         }
     }
 
@@ -471,6 +474,19 @@ impl External {
         }
         Ok(Some(output))
     }
+}
+
+/// The first [`MAX_OUTPUT_BYTES`] of a checker's output (cut at a character boundary).
+#[cfg(feature = "grpc")]
+fn cap_output(mut output: String) -> String {
+    if output.len() > MAX_OUTPUT_BYTES {
+        let mut cut = MAX_OUTPUT_BYTES;
+        while !output.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        output.truncate(cut);
+    }
+    output
 }
 
 /// Reads a pipe to its end, keeping the first [`MAX_OUTPUT_BYTES`].

@@ -98,7 +98,6 @@ pub use client::GrpcTarget;
 #[cfg(feature = "grpc")]
 mod client {
     use super::{GrpcConfig, ValidValue};
-    use crate::external::MAX_OUTPUT_BYTES;
     use enforce_core::Unavailable;
     use enforce_validators::{BuildError, FactoryInput};
     use prost::Message;
@@ -552,13 +551,6 @@ mod client {
                     self.valid.name(),
                     describe_value(m.get_field(&self.valid).as_ref(), &self.valid)
                 );
-            }
-            if trace.len() > MAX_OUTPUT_BYTES {
-                let mut cut = MAX_OUTPUT_BYTES;
-                while !trace.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                trace.truncate(cut);
             }
             Some(trace)
         }
