@@ -58,7 +58,7 @@ mod validator;
 
 pub use async_trait::async_trait;
 pub use audit::AuditRecord;
-pub use context::Context;
+pub use context::{keys, Context};
 pub use enforcer::{Check, Enforcer, FALLBACK_INVALID};
 pub use feedback::{Feedback, FeedbackTemplate, Language};
 pub use issue::{Issue, Severity};
