@@ -2,7 +2,7 @@
 
 use enforce_core::{
     async_trait, keys, Context, ContextSource, Enforcer, FailMode, InputAction, InputStage, Issue,
-    Message, OnInputFailure, Outcome, Reformulation, Reformulator, Reply, Request, RunnerError,
+    Message, OnInputFailure, Outcome, Reformulation, Reformulator, Request, RunnerError,
     RunnerReformulator, ScriptedCall, ScriptedRunner, Status, StopReason, Unavailable, Validation,
     Validator, ValidatorExt,
 };
@@ -189,7 +189,7 @@ async fn reformulate_generates_with_the_new_question_and_context() {
         context: Some(Value::from(vec!["colour chunk"])),
     }));
     let relevance = Arc::new(Relevance::default());
-    let enforcer = Enforcer::new(vec![Box::new(ReadsRequest::default())]).with_input(
+    let enforcer = Enforcer::new(vec![Box::new(ReadsRequest)]).with_input(
         InputStage::new(vec![Box::new(Arc::clone(&relevance))])
             .on_failure(OnInputFailure::Reformulate)
             .context_source(section())
@@ -226,7 +226,6 @@ async fn reformulate_generates_with_the_new_question_and_context() {
 }
 
 /// An output validator that reads the request: it must see the reformulated question.
-#[derive(Default)]
 struct ReadsRequest;
 
 #[async_trait]
@@ -411,5 +410,4 @@ async fn output_validators_that_read_the_request_see_it_without_an_input_stage()
         .run(&runner, &Request::prompt("q"), &Context::new())
         .await;
     assert_eq!(outcome.status, Status::Passed, "{:?}", outcome.issues);
-    let _ = Reply::text("");
 }
