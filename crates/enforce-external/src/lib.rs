@@ -25,6 +25,8 @@ pub mod breaker;
 pub mod external;
 pub mod grpc;
 pub mod http;
+pub mod reformulate;
 
 pub use breaker::CircuitBreaker;
 pub use external::External;
+pub use reformulate::{CommandReformulator, HttpReformulator};

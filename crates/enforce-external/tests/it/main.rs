@@ -5,3 +5,4 @@ mod external;
 // `cargo test -p enforce-external --features grpc --test it` (the workspace build has it).
 #[cfg(feature = "grpc")]
 mod grpc;
+mod reformulate;
