@@ -104,6 +104,7 @@ mod client {
     use prost_reflect::{
         DescriptorPool, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, Value,
     };
+    use std::path::PathBuf;
     use std::sync::{Mutex, PoisonError};
     use std::time::Duration;
     use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -615,6 +616,4 @@ mod client {
                 .map_err(|e| Status::internal(format!("cannot decode the response: {e}")))
         }
     }
-
-    use std::path::PathBuf;
 }
