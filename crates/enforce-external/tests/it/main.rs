@@ -1,4 +1,6 @@
 //! The integration tests of enforce-external in one test binary, like every crate's: `cargo test -p enforce-external
 //! --test it`. New areas become modules here.
 
+mod embedding;
 mod external;
+mod judge;
