@@ -230,6 +230,52 @@ mod tests {
         }
     }
 
+    /// An `llm_judge` whose runner is configured in enforce.yaml like `runner:` is built with
+    /// the binary's runner factory and asks that runner.
+    #[tokio::test]
+    async fn an_llm_judge_builds_its_runner_from_the_config() {
+        use enforce_core::{Check, Context, Status};
+        use enforce_testkit::{MockOpenAi, MockReply, MockScript};
+        let judge = MockOpenAi::start(
+            MockScript::new()
+                .reply(MockReply::text("NO. It invents a price."))
+                .reply(MockReply::text("YES")),
+        )
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("enforce.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "validators:\n  grounded:\n    type: llm_judge\n    runner: {{type: openai, base_url: \"{}\", model: judge}}\n    prompt: \"Is {{{{response}}}} free of invented prices?\"\n    fail_mode: closed\nprofiles:\n  judged:\n    validators: [grounded]\n",
+                judge.url()
+            ),
+        )
+        .unwrap();
+        let loaded = LoadedConfig::load(Some(&file)).unwrap();
+        let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
+        let enforcer = profiles.enforcer("judged").unwrap();
+        let rejected = enforcer
+            .check("It costs 99 EUR.", &Context::new(), Check::Report)
+            .await;
+        assert_eq!(rejected.status, Status::Unresolved, "{rejected:?}");
+        let issue = &rejected.issues[0];
+        assert_eq!(issue.code, "JUDGE_REJECTED");
+        assert_eq!(issue.hint.as_deref(), Some("It invents a price."));
+        let passed = enforcer
+            .check("It costs 20 EUR.", &Context::new(), Check::Report)
+            .await;
+        assert_eq!(passed.status, Status::Passed, "{passed:?}");
+        let asked = judge.chat_requests();
+        assert_eq!(asked.len(), 2);
+        assert_eq!(asked[0].body["model"], "judge");
+        assert!(asked[0]
+            .last_user()
+            .unwrap()
+            .contains("<response>\nIt costs 99 EUR.\n</response>"));
+    }
+
     #[test]
     fn serve_example_declares_models_runners_and_server() {
         let loaded = LoadedConfig::load(Some(&example("serve.yaml"))).unwrap();
