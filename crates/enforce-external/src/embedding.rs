@@ -482,15 +482,28 @@ impl EmbeddingRelevance {
     }
 }
 
-fn norm(v: &[f32]) -> f64 {
-    v.iter()
-        .map(|x| f64::from(*x) * f64::from(*x))
-        .sum::<f64>()
-        .sqrt()
+/// The dot product of two vectors of one length. Eight independent f32 lanes let the compiler
+/// vectorise the loop (a single running sum cannot be reordered); the lanes add up in f64.
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    const LANES: usize = 8;
+    let mut lanes = [0f32; LANES];
+    let (a_body, a_tail) = a.split_at(a.len() - a.len() % LANES);
+    let (b_body, b_tail) = b.split_at(a_body.len().min(b.len()));
+    for (x, y) in a_body.chunks_exact(LANES).zip(b_body.chunks_exact(LANES)) {
+        for i in 0..LANES {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    let tail: f64 = a_tail
+        .iter()
+        .zip(b_tail)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    lanes.iter().map(|l| f64::from(*l)).sum::<f64>() + tail
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum()
+fn norm(v: &[f32]) -> f64 {
+    dot(v, v).sqrt()
 }
 
 /// The score of `target` against `chunks` by `aggregate`.
@@ -506,33 +519,33 @@ fn score(aggregate: Aggregate, target: &[f32], chunks: &[&[f32]]) -> Result<f32,
     if target_norm == 0.0 || !target_norm.is_finite() {
         return Err("the compared text's embedding is a zero vector".to_string());
     }
-    let cosine = |chunk: &[f32]| -> Option<f64> {
-        let n = norm(chunk);
-        (n > 0.0 && n.is_finite()).then(|| dot(target, chunk) / (target_norm * n))
-    };
+    let usable = |n: f64| n > 0.0 && n.is_finite();
     let value = match aggregate {
         Aggregate::Max => chunks
             .iter()
-            .filter_map(|c| cosine(c))
+            .filter_map(|chunk| {
+                let n = norm(chunk);
+                usable(n).then(|| dot(target, chunk) / (target_norm * n))
+            })
             .fold(None, |best: Option<f64>, c| Some(best.map_or(c, |b| b.max(c)))),
         Aggregate::Mean => {
-            let mut mean = vec![0f64; dimension];
+            // The sum of the unit vectors points where their mean does: no need to divide.
+            let mut sum = vec![0f32; dimension];
             let mut counted = 0usize;
             for chunk in chunks {
                 let n = norm(chunk);
-                if n == 0.0 || !n.is_finite() {
+                if !usable(n) {
                     continue;
                 }
                 counted += 1;
-                for (m, x) in mean.iter_mut().zip(chunk.iter()) {
-                    *m += f64::from(*x) / n;
+                #[allow(clippy::cast_possible_truncation)] // 1/n of a finite norm
+                let inverse = (1.0 / n) as f32;
+                for (s, x) in sum.iter_mut().zip(chunk.iter()) {
+                    *s += x * inverse;
                 }
             }
-            let mean_norm = mean.iter().map(|m| m * m).sum::<f64>().sqrt();
-            (counted > 0 && mean_norm > 0.0).then(|| {
-                let d: f64 = mean.iter().zip(target).map(|(m, t)| m * f64::from(*t)).sum();
-                d / (mean_norm * target_norm)
-            })
+            let sum_norm = norm(&sum);
+            (counted > 0 && usable(sum_norm)).then(|| dot(&sum, target) / (sum_norm * target_norm))
         }
     };
     #[allow(clippy::cast_possible_truncation)] // a cosine is within -1..1
