@@ -13,7 +13,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use enforce_core::{async_trait, keys, Context, Validator};
-use enforce_external::embedding::{EmbeddingRelevance, Embedder};
+use enforce_external::embedding::{Embedder, EmbeddingRelevance};
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -30,7 +30,12 @@ impl Embedder for Stub {
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
         texts
             .iter()
-            .map(|t| self.0.get(t).cloned().ok_or_else(|| format!("no vector for {t}")))
+            .map(|t| {
+                self.0
+                    .get(t)
+                    .cloned()
+                    .ok_or_else(|| format!("no vector for {t}"))
+            })
             .collect()
     }
 }
@@ -58,7 +63,11 @@ fn bench(c: &mut Criterion) {
     let mut vectors = HashMap::new();
     for (i, chunk) in chunks.iter().enumerate() {
         let noise = vector(i as u64 + 2);
-        let mixed = noise.iter().zip(&question_vector).map(|(n, q)| n + q).collect();
+        let mixed = noise
+            .iter()
+            .zip(&question_vector)
+            .map(|(n, q)| n + q)
+            .collect();
         vectors.insert(chunk.clone(), mixed);
     }
     vectors.insert(question.clone(), question_vector);
@@ -74,7 +83,10 @@ fn bench(c: &mut Criterion) {
     let cached = EmbeddingRelevance::new("relevance", stub.clone(), 0.5);
     let all_texts: Vec<String> = std::iter::once(question.clone()).chain(chunks).collect();
     let first = runtime.block_on(uncached.validate("answer", &context));
-    assert!(first.as_ref().is_ok_and(Vec::is_empty), "the check passes: {first:?}");
+    assert!(
+        first.as_ref().is_ok_and(Vec::is_empty),
+        "the check passes: {first:?}"
+    );
     runtime
         .block_on(cached.validate("answer", &context))
         .expect("fills the cache");

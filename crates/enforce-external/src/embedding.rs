@@ -133,7 +133,10 @@ impl Embedder for OpenAiEmbeddings {
             .map_err(|e| format!("cannot read the answer of {}: {e}", self.url))?
         {
             if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(format!("{} answered more than {MAX_ANSWER_BYTES} bytes", self.url));
+                return Err(format!(
+                    "{} answered more than {MAX_ANSWER_BYTES} bytes",
+                    self.url
+                ));
             }
             body.extend_from_slice(&chunk);
         }
@@ -206,7 +209,10 @@ fn default_cooldown_ms() -> u64 {
 
 /// Options of the `embedding_relevance` validator.
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "config-schema", schemars(rename = "EmbeddingRelevanceOptions"))]
+#[cfg_attr(
+    feature = "config-schema",
+    schemars(rename = "EmbeddingRelevanceOptions")
+)]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EmbeddingConfig {
@@ -527,7 +533,9 @@ fn score(aggregate: Aggregate, target: &[f32], chunks: &[&[f32]]) -> Result<f32,
                 let n = norm(chunk);
                 usable(n).then(|| dot(target, chunk) / (target_norm * n))
             })
-            .fold(None, |best: Option<f64>, c| Some(best.map_or(c, |b| b.max(c)))),
+            .fold(None, |best: Option<f64>, c| {
+                Some(best.map_or(c, |b| b.max(c)))
+            }),
         Aggregate::Mean => {
             // The sum of the unit vectors points where their mean does: no need to divide.
             let mut sum = vec![0f32; dimension];
@@ -661,7 +669,10 @@ mod tests {
         assert!((max - 1.0).abs() < 1e-6, "{max}");
         // Mean of the unit vectors (1,0) and (0,1) is (0.5,0.5): cosine 1/sqrt(2).
         let mean = score(Aggregate::Mean, &q, &[&on, &off]).unwrap();
-        assert!((mean - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6, "{mean}");
+        assert!(
+            (mean - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6,
+            "{mean}"
+        );
         assert!(score(Aggregate::Mean, &q, &[&[1.0, 0.0, 0.0][..]]).is_err());
         assert!(score(Aggregate::Mean, &[0.0, 0.0], &[&on]).is_err());
         assert!(score(Aggregate::Max, &q, &[&[0.0, 0.0][..]]).is_err());

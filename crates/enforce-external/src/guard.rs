@@ -161,8 +161,14 @@ mod tests {
 
     #[tokio::test]
     async fn errors_and_timeouts_open_the_breaker_and_say_why() {
-        let guard =
-            Guard::new("g", Duration::from_millis(20), 2, Duration::from_secs(60), None).unwrap();
+        let guard = Guard::new(
+            "g",
+            Duration::from_millis(20),
+            2,
+            Duration::from_secs(60),
+            None,
+        )
+        .unwrap();
         let err = guard
             .call(async { Err::<(), _>("boom".to_string()) })
             .await

@@ -210,10 +210,7 @@ impl LlmJudge {
             hint: None,
             max_quote_chars: DEFAULT_MAX_QUOTE_CHARS,
             on_missing: OnMissing::Warn,
-            guard: Guard::with_timeout(
-                name,
-                Duration::from_millis(DEFAULT_JUDGE_TIMEOUT_MS),
-            ),
+            guard: Guard::with_timeout(name, Duration::from_millis(DEFAULT_JUDGE_TIMEOUT_MS)),
         }
     }
 
@@ -437,7 +434,10 @@ pub fn parse_verdict(answer: &str) -> Option<Verdict> {
             },
             _ => return None,
         };
-        let reason = map.get("reason").and_then(Value::as_str).and_then(cap_reason);
+        let reason = map
+            .get("reason")
+            .and_then(Value::as_str)
+            .and_then(cap_reason);
         return Some(Verdict {
             answer: verdict,
             reason,
@@ -464,7 +464,23 @@ pub fn parse_verdict(answer: &str) -> Option<Verdict> {
             _ => return None,
         };
         let reason = after.trim_start_matches(|c: char| {
-            c.is_whitespace() || matches!(c, '*' | '_' | '.' | ',' | ':' | ';' | '!' | '-' | '—' | '–' | ')' | '`' | '"' | '\'')
+            c.is_whitespace()
+                || matches!(
+                    c,
+                    '*' | '_'
+                        | '.'
+                        | ','
+                        | ':'
+                        | ';'
+                        | '!'
+                        | '-'
+                        | '—'
+                        | '–'
+                        | ')'
+                        | '`'
+                        | '"'
+                        | '\''
+                )
         });
         return Some(Verdict {
             answer: verdict,
@@ -506,8 +522,7 @@ impl Validator for LlmJudge {
                 verdict.answer.word()
             ),
         };
-        let mut issue =
-            Issue::error(&self.name, &self.code, message).with_severity(self.severity);
+        let mut issue = Issue::error(&self.name, &self.code, message).with_severity(self.severity);
         if let Some(hint) = self.hint.clone().or(verdict.reason) {
             issue = issue.with_hint(hint);
         }

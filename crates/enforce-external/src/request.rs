@@ -141,7 +141,13 @@ mod tests {
         let fail = missing("j", OnMissing::Fail, "question", "X", Severity::Error).unwrap();
         assert_eq!(fail[0].code, "X");
         assert!(fail[0].is_error());
-        let gone = missing("j", OnMissing::Unavailable, "question", "X", Severity::Error);
+        let gone = missing(
+            "j",
+            OnMissing::Unavailable,
+            "question",
+            "X",
+            Severity::Error,
+        );
         assert!(gone.unwrap_err().reason.contains("no question"));
     }
 }

@@ -658,7 +658,11 @@ async fn embeddings(
         None => {}
         Some(EmbeddingsFault::Status(status)) => {
             let message = "the embeddings model failed";
-            return with_status(status, ErrorShape::OpenAi.body(status, message).to_string(), None);
+            return with_status(
+                status,
+                ErrorShape::OpenAi.body(status, message).to_string(),
+                None,
+            );
         }
         Some(EmbeddingsFault::Delay(delay)) => tokio::time::sleep(delay).await,
         Some(EmbeddingsFault::MissingVector) => {

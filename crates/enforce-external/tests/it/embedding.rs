@@ -98,7 +98,10 @@ async fn mean_and_max_aggregate_differently() {
     assert!(mean < threshold && threshold < best, "{mean} {best}");
     let by_mean = relevance(&mock, json!({"threshold": threshold}));
     let by_max = relevance(&mock, json!({"threshold": threshold, "aggregate": "max"}));
-    assert_eq!(by_mean.validate("", &ctx(&RELEVANT)).await.unwrap().len(), 1);
+    assert_eq!(
+        by_mean.validate("", &ctx(&RELEVANT)).await.unwrap().len(),
+        1
+    );
     assert!(by_max
         .validate("", &ctx(&RELEVANT))
         .await
@@ -147,7 +150,10 @@ async fn endpoint_faults_are_unavailable_and_open_the_breaker() {
     );
     let cases = [
         (EmbeddingsFault::Status(500), "HTTP status 500"),
-        (EmbeddingsFault::MissingVector, "asked for 3 embeddings, got 2"),
+        (
+            EmbeddingsFault::MissingVector,
+            "asked for 3 embeddings, got 2",
+        ),
         (EmbeddingsFault::MixedDimensions, "dimensions differ"),
         (
             EmbeddingsFault::Delay(Duration::from_millis(500)),
@@ -190,8 +196,7 @@ async fn missing_data_string_contexts_and_comparing_the_response() {
         &mock,
         json!({"threshold": 0.3, "compare": "response", "separator": "---"}),
     );
-    let context =
-        Context::new().with(keys::RETRIEVED_CONTEXT, RELEVANT.join("\n---\n").as_str());
+    let context = Context::new().with(keys::RETRIEVED_CONTEXT, RELEVANT.join("\n---\n").as_str());
     assert!(grounded
         .validate("The Pro plan costs 20 EUR per month.", &context)
         .await
@@ -214,21 +219,32 @@ async fn config_errors_and_the_api_key() {
     let mock = mock().await;
     let build = |spec: Value| Registry::builtin().build("r", &spec, &BuildEnv::default());
     let base = mock.url();
-    let err = build(json!({"type": "embedding_relevance", "base_url": base, "model": "m",
-                           "threshold": 1.5}))
+    let err = build(
+        json!({"type": "embedding_relevance", "base_url": base, "model": "m",
+                           "threshold": 1.5}),
+    )
     .unwrap_err();
     assert!(err.to_string().contains("threshold"), "{err}");
-    let err = build(json!({"type": "embedding_relevance", "base_url": "ftp://x", "model": "m",
-                           "threshold": 0.5}))
+    let err = build(
+        json!({"type": "embedding_relevance", "base_url": "ftp://x", "model": "m",
+                           "threshold": 0.5}),
+    )
     .unwrap_err();
     assert!(err.to_string().contains("base_url"), "{err}");
-    let err = build(json!({"type": "embedding_relevance", "base_url": base, "model": "m",
-                           "threshold": 0.5, "api_key_env": "ENFORCE_IT_UNSET_EMBED_KEY"}))
+    let err = build(
+        json!({"type": "embedding_relevance", "base_url": base, "model": "m",
+                           "threshold": 0.5, "api_key_env": "ENFORCE_IT_UNSET_EMBED_KEY"}),
+    )
     .unwrap_err();
-    assert!(err.to_string().contains("ENFORCE_IT_UNSET_EMBED_KEY"), "{err}");
+    assert!(
+        err.to_string().contains("ENFORCE_IT_UNSET_EMBED_KEY"),
+        "{err}"
+    );
     std::env::set_var("ENFORCE_IT_EMBED_KEY", "sk-embed");
-    let v = build(json!({"type": "embedding_relevance", "base_url": base, "model": "m",
-                         "threshold": 0.1, "api_key_env": "ENFORCE_IT_EMBED_KEY"}))
+    let v = build(
+        json!({"type": "embedding_relevance", "base_url": base, "model": "m",
+                         "threshold": 0.1, "api_key_env": "ENFORCE_IT_EMBED_KEY"}),
+    )
     .unwrap();
     v.validate("", &ctx(&RELEVANT)).await.unwrap();
     assert_eq!(

@@ -54,20 +54,20 @@ Question: {{question}}\nSources: {{context}}\nAnswer: {{response}}";
 
 #[tokio::test]
 async fn a_yes_passes_a_no_fails_with_the_reason_and_the_prompt_is_filled() {
-    let mock = MockOpenAi::start(
-        MockScript::new()
-            .reply(MockReply::text("YES"))
-            .reply(MockReply::text(
-                "**NO.** The answer names a price that is not in the sources.",
-            )),
-    )
+    let mock = MockOpenAi::start(MockScript::new().reply(MockReply::text("YES")).reply(
+        MockReply::text("**NO.** The answer names a price that is not in the sources."),
+    ))
     .await
     .unwrap();
     let v = judge(&mock, json!({"prompt": GROUNDED, "fail_mode": "open"}));
     assert!(v.reads_request());
     assert_eq!(v.fail_mode(), Some(FailMode::Open));
     let ctx = request_context();
-    assert!(v.validate("20 EUR a month.", &ctx).await.unwrap().is_empty());
+    assert!(v
+        .validate("20 EUR a month.", &ctx)
+        .await
+        .unwrap()
+        .is_empty());
     let issues = v.validate("It costs 99 EUR.", &ctx).await.unwrap();
     assert_eq!(issues.len(), 1, "{issues:?}");
     assert_eq!(issues[0].code, "JUDGE_REJECTED");
@@ -217,7 +217,10 @@ async fn missing_request_data_warns_fails_or_is_unavailable_without_a_call() {
     let issues = fail.validate("q", &Context::new()).await.unwrap();
     assert_eq!(issues[0].code, "JUDGE_REJECTED");
     assert!(issues[0].is_error());
-    let gone = judge(&mock, json!({"prompt": prompt, "on_missing": "unavailable"}));
+    let gone = judge(
+        &mock,
+        json!({"prompt": prompt, "on_missing": "unavailable"}),
+    );
     assert!(gone.validate("q", &Context::new()).await.is_err());
     assert!(mock.chat_requests().is_empty());
 }
@@ -242,7 +245,10 @@ async fn config_errors_name_the_key_and_zero_timeout_disables() {
             &BuildEnv::default(),
         )
         .unwrap_err();
-    assert!(err.to_string().contains("runners cannot be configured"), "{err}");
+    assert!(
+        err.to_string().contains("runners cannot be configured"),
+        "{err}"
+    );
     let off = judge(&mock, json!({"prompt": "{{response}}", "timeout_ms": 0}));
     let issues = off.validate("x", &Context::new()).await.unwrap();
     assert_eq!(issues[0].code, VALIDATOR_DISABLED);
