@@ -12,6 +12,7 @@
 //! - [`embedding`] (`embedding_relevance`): the cosine similarity between the question (or the
 //!   response) and the retrieved context's chunks, from an OpenAI-compatible embeddings
 //!   endpoint, against a threshold.
+//! - [`reformulate`]: the command and HTTP reformulation hooks of the input stage.
 //!
 //! The judges read the request through the [`keys`](enforce_core::keys) of the context
 //! ([`request`]), so they work as input validators (the text is the question) and as output
@@ -37,9 +38,11 @@ pub mod embedding;
 pub mod external;
 pub mod guard;
 pub mod judge;
+pub mod reformulate;
 pub mod request;
 
 pub use breaker::CircuitBreaker;
 pub use embedding::EmbeddingRelevance;
 pub use external::External;
 pub use judge::LlmJudge;
+pub use reformulate::{CommandReformulator, HttpReformulator};

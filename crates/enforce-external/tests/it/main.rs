@@ -4,3 +4,4 @@
 mod embedding;
 mod external;
 mod judge;
+mod reformulate;
