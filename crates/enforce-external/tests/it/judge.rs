@@ -277,3 +277,28 @@ async fn as_an_input_validator_it_judges_the_question_against_the_context() {
     let prompt = mock.chat_requests()[0].last_user().unwrap();
     assert!(prompt.contains("<response>\nWhat does the Pro plan cost?\n</response>"));
 }
+
+#[tokio::test]
+async fn the_loop_applies_fail_mode_to_a_judge_without_verdict() {
+    use enforce_core::{Check, Enforcer, Status, VALIDATOR_UNAVAILABLE};
+    let mock = MockOpenAi::start(MockScript::new().reply(MockReply::text("Hard to say.")))
+        .await
+        .unwrap();
+    // Fail open: the answer passes, with a warning quoting the judge.
+    let open = Enforcer::new(vec![judge(
+        &mock,
+        json!({"prompt": "Ok? {{response}}", "fail_mode": "open"}),
+    )]);
+    let outcome = open.check("text", &Context::new(), Check::Report).await;
+    assert_eq!(outcome.status, Status::Passed, "{outcome:?}");
+    let warning = &outcome.warnings[0];
+    assert_eq!(warning.code, VALIDATOR_UNAVAILABLE);
+    assert!(warning.message.contains("Hard to say."), "{warning:?}");
+    // Fail closed: nothing unchecked passes.
+    let closed = Enforcer::new(vec![judge(
+        &mock,
+        json!({"prompt": "Ok? {{response}}", "fail_mode": "closed"}),
+    )]);
+    let outcome = closed.check("text", &Context::new(), Check::Report).await;
+    assert_eq!(outcome.status, Status::Unavailable, "{outcome:?}");
+}
