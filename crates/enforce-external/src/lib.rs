@@ -5,8 +5,9 @@
 //! not called on every request, with a `fail_mode` for when it gives no verdict ([`guard`]).
 //! Runs on tokio.
 //!
-//! - [`external`]: pipes the response (or each fenced block of a language) to a command, or
-//!   POSTs it to an `http://` checker, and turns the checker's line trace into issues.
+//! - [`external`]: pipes the response (or each fenced block of a language) to a command, POSTs
+//!   it to an `http://` or `https://` checker ([`http`]), or calls a unary method of a gRPC
+//!   checker ([`grpc`], cargo feature `grpc`), and turns the checker's line trace into issues.
 //! - [`judge`] (`llm_judge`): asks a model a YES/NO question about the response, the question
 //!   and the retrieved context; the judge's reason becomes the issue.
 //! - [`embedding`] (`embedding_relevance`): the cosine similarity between the question (or the
@@ -36,7 +37,9 @@
 pub mod breaker;
 pub mod embedding;
 pub mod external;
+pub mod grpc;
 pub mod guard;
+pub mod http;
 pub mod judge;
 pub mod reformulate;
 pub mod request;

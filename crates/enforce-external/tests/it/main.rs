@@ -3,5 +3,8 @@
 
 mod embedding;
 mod external;
+// `cargo test -p enforce-external --features grpc --test it` (the workspace build has it).
+#[cfg(feature = "grpc")]
+mod grpc;
 mod judge;
 mod reformulate;
