@@ -230,6 +230,97 @@ mod tests {
         }
     }
 
+    /// An `llm_judge` whose runner is configured in enforce.yaml like `runner:` is built with
+    /// the binary's runner factory and asks that runner.
+    #[tokio::test]
+    async fn an_llm_judge_builds_its_runner_from_the_config() {
+        use enforce_core::{Check, Context, Status};
+        use enforce_testkit::{MockOpenAi, MockReply, MockScript};
+        let judge = MockOpenAi::start(
+            MockScript::new()
+                .reply(MockReply::text("NO. It invents a price."))
+                .reply(MockReply::text("YES")),
+        )
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("enforce.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "validators:\n  grounded:\n    type: llm_judge\n    runner: {{type: openai, base_url: \"{}\", model: judge}}\n    prompt: \"Is {{{{response}}}} free of invented prices?\"\n    fail_mode: closed\nprofiles:\n  judged:\n    validators: [grounded]\n",
+                judge.url()
+            ),
+        )
+        .unwrap();
+        let loaded = LoadedConfig::load(Some(&file)).unwrap();
+        let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
+        let enforcer = profiles.enforcer("judged").unwrap();
+        let rejected = enforcer
+            .check("It costs 99 EUR.", &Context::new(), Check::Report)
+            .await;
+        assert_eq!(rejected.status, Status::Unresolved, "{rejected:?}");
+        let issue = &rejected.issues[0];
+        assert_eq!(issue.code, "JUDGE_REJECTED");
+        assert_eq!(issue.hint.as_deref(), Some("It invents a price."));
+        let passed = enforcer
+            .check("It costs 20 EUR.", &Context::new(), Check::Report)
+            .await;
+        assert_eq!(passed.status, Status::Passed, "{passed:?}");
+        let asked = judge.chat_requests();
+        assert_eq!(asked.len(), 2);
+        assert_eq!(asked[0].body["model"], "judge");
+        assert!(asked[0]
+            .last_user()
+            .unwrap()
+            .contains("<response>\nIt costs 99 EUR.\n</response>"));
+    }
+
+    /// `embedding_relevance` as an input validator: irrelevant retrieved context rejects the
+    /// request before the model is asked; relevant context lets it through.
+    #[tokio::test]
+    async fn embedding_relevance_gates_the_input_stage() {
+        use enforce_core::{Context, Request, ScriptedRunner, Status, StopReason};
+        use enforce_testkit::{MockOpenAi, MockScript};
+        let embeddings = MockOpenAi::start(MockScript::new().embedding_dimensions(256))
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("enforce.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "validators:\n  context_relevant:\n    type: embedding_relevance\n    base_url: \"{}\"\n    model: embed\n    threshold: 0.3\nprofiles:\n  rag:\n    validators: []\n    input_validators: [context_relevant]\n    on_input_failure: reject\n    retrieved_context: {{fact: docs}}\n",
+                embeddings.url()
+            ),
+        )
+        .unwrap();
+        let loaded = LoadedConfig::load(Some(&file)).unwrap();
+        let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
+        let enforcer = profiles.enforcer("rag").unwrap();
+        let request = Request::prompt("What does the Pro plan cost per month?");
+        let runner = ScriptedRunner::texts(["20 EUR."]);
+        let off_topic = Context::new().with(
+            "docs",
+            serde_json::json!(["Our office dogs are named Rex.", "Lunch is at noon."]),
+        );
+        let rejected = enforcer.run(&runner, &request, &off_topic).await;
+        assert_eq!(
+            rejected.stop_reason,
+            StopReason::InputRejected,
+            "{rejected:?}"
+        );
+        assert!(runner.calls().is_empty(), "no model call");
+        let on_topic = Context::new().with(
+            "docs",
+            serde_json::json!(["The Pro plan costs 20 EUR per month."]),
+        );
+        let passed = enforcer.run(&runner, &request, &on_topic).await;
+        assert_eq!(passed.status, Status::Passed, "{passed:?}");
+        assert_eq!(passed.response.as_deref(), Some("20 EUR."));
+        assert_eq!(embeddings.embedding_requests().len(), 2);
+    }
+
     #[test]
     fn serve_example_declares_models_runners_and_server() {
         let loaded = LoadedConfig::load(Some(&example("serve.yaml"))).unwrap();

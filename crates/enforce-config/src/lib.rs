@@ -17,6 +17,8 @@
 //! | `length` | enforce-validators | `TOO_SHORT`, `TOO_LONG` |
 //! | `terms` | enforce-validators | configurable (default `MISSING_TERM`, `FORBIDDEN_TERM`, `PREFERRED_TERM`) |
 //! | `external` | enforce-external | `EXTERNAL_CHECK_FAILED` (and `VALIDATOR_UNAVAILABLE` from the loop) |
+//! | `llm_judge` | enforce-external | configurable (default `JUDGE_REJECTED`), `REQUEST_DATA_MISSING` |
+//! | `embedding_relevance` | enforce-external | configurable (default `CONTEXT_NOT_RELEVANT`), `REQUEST_DATA_MISSING` |
 //!
 //! [`schema`] generates the JSON Schema of `enforce.yaml` from these types, for editor completion
 //! and checks.
@@ -86,6 +88,16 @@ fn builtin_options() -> Vec<(&'static str, schema::OptionsSchema, bool)> {
             false,
         ),
         ("terms", terms::Terms::options_schema, false),
+        (
+            "llm_judge",
+            enforce_external::LlmJudge::options_schema,
+            false,
+        ),
+        (
+            "embedding_relevance",
+            enforce_external::EmbeddingRelevance::options_schema,
+            false,
+        ),
     ]
 }
 
@@ -123,6 +135,16 @@ fn builtin_factories() -> Vec<(&'static str, Factory)> {
         (
             "terms",
             Box::new(|i: &FactoryInput<'_>| terms::Terms::from_config(i).map(boxed)),
+        ),
+        (
+            "llm_judge",
+            Box::new(|i: &FactoryInput<'_>| enforce_external::LlmJudge::from_config(i).map(boxed)),
+        ),
+        (
+            "embedding_relevance",
+            Box::new(|i: &FactoryInput<'_>| {
+                enforce_external::EmbeddingRelevance::from_config(i).map(boxed)
+            }),
         ),
     ]
 }

@@ -5,7 +5,8 @@
 //! - [`MockOpenAi`]: an in-process OpenAI-compatible server on `127.0.0.1` (free port) with
 //!   scripted replies and faults — status codes, `Retry-After`, the error shapes of OpenAI,
 //!   Ollama, vLLM and llama.cpp, delays, SSE streaming with configurable chunking, a stream cut
-//!   mid-way, garbage — that records every request.
+//!   mid-way, garbage — that records every request; and `/v1/embeddings` with deterministic
+//!   bag-of-words vectors ([`bag_of_words_embedding`]) and faults ([`EmbeddingsFault`]).
 //! - [`sse`]: a client-side SSE parser (WHATWG rules) and [`sse::ParsedStream`], a stream read
 //!   the way openai-python and Open WebUI read it.
 //! - [`FakeClaude`]: drives the `fake-claude` executable (crate `enforce-fake-claude`), a stand-in
@@ -39,7 +40,8 @@ pub mod toy_parser;
 pub use fake_claude::{fake_claude_path, process_is_gone, FakeClaude, FakeClaudeCall, ScratchDir};
 pub use mock_anthropic::MockAnthropic;
 pub use mock_openai::{
-    ErrorShape, MockOpenAi, MockReply, MockScript, RecordedRequest, Then, ToolHistory,
+    bag_of_words_embedding, EmbeddingsFault, ErrorShape, MockOpenAi, MockReply, MockScript,
+    RecordedRequest, Then, ToolHistory, DEFAULT_EMBEDDING_DIMENSIONS,
 };
 #[cfg(feature = "grpc")]
 pub use toy_parser::{ToyParser, ToyParserOptions};

@@ -1,4 +1,8 @@
 //! An in-process OpenAI-compatible server with scripted replies and faults: [`MockOpenAi`].
+//!
+//! Besides chat completions it serves `POST /v1/embeddings` with deterministic bag-of-words
+//! vectors ([`bag_of_words_embedding`]: texts sharing words score higher), and faults for it
+//! ([`EmbeddingsFault`]).
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -156,6 +160,54 @@ impl MockReply {
     }
 }
 
+/// Default length of the mock's embedding vectors.
+pub const DEFAULT_EMBEDDING_DIMENSIONS: usize = 64;
+
+/// How the mock's `/v1/embeddings` fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EmbeddingsFault {
+    /// An error in OpenAI's shape with this status.
+    Status(u16),
+    /// Answers correctly after this delay.
+    Delay(Duration),
+    /// Answers one vector fewer than asked for.
+    MissingVector,
+    /// The last vector is one dimension shorter than the others.
+    MixedDimensions,
+}
+
+/// The mock's embedding of `text`: each word (lowercased, letters and digits, three characters
+/// or more, a few stop words left out) adds 1 to the dimension its FNV-1a hash picks, then the
+/// vector is scaled to length 1. Texts sharing words have a higher cosine; a text without
+/// words gets the first unit vector.
+pub fn bag_of_words_embedding(text: &str, dimensions: usize) -> Vec<f32> {
+    const STOP: [&str; 16] = [
+        "the", "and", "for", "are", "was", "what", "how", "does", "with", "this", "that", "you",
+        "your", "from", "which", "can",
+    ];
+    let dimensions = dimensions.max(1);
+    let mut vector = vec![0f32; dimensions];
+    let lower = text.to_lowercase();
+    for word in lower
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 3 && !STOP.contains(w))
+    {
+        let hash = word.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let slot = usize::try_from(hash % dimensions as u64).unwrap_or(0);
+        vector[slot] += 1.0;
+    }
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm == 0.0 {
+        vector[0] = 1.0;
+    } else {
+        vector.iter_mut().for_each(|x| *x /= norm);
+    }
+    vector
+}
+
 /// How strictly the mock reads tool history in requests, like the servers it stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -202,6 +254,8 @@ pub struct MockScript {
     tool_history: ToolHistory,
     reject_stream_options: bool,
     pace_whole_answers: bool,
+    embedding_dimensions: usize,
+    embeddings_fault: Option<EmbeddingsFault>,
 }
 
 impl Default for MockScript {
@@ -215,6 +269,8 @@ impl Default for MockScript {
             tool_history: ToolHistory::Accept,
             reject_stream_options: false,
             pace_whole_answers: false,
+            embedding_dimensions: DEFAULT_EMBEDDING_DIMENSIONS,
+            embeddings_fault: None,
         }
     }
 }
@@ -267,6 +323,19 @@ impl MockScript {
     /// (default: whole answers come at once).
     pub fn pace_whole_answers(mut self, pace: bool) -> Self {
         self.pace_whole_answers = pace;
+        self
+    }
+
+    /// The length of the vectors `/v1/embeddings` answers (default 64, at least 1).
+    pub fn embedding_dimensions(mut self, dimensions: usize) -> Self {
+        self.embedding_dimensions = dimensions.max(1);
+        self
+    }
+
+    /// Every `/v1/embeddings` request fails this way (see also
+    /// [`MockOpenAi::set_embeddings_fault`]).
+    pub fn embeddings_fault(mut self, fault: EmbeddingsFault) -> Self {
+        self.embeddings_fault = Some(fault);
         self
     }
 
@@ -456,6 +525,7 @@ impl MockOpenAi {
             .route("/v1/chat/completions", post(chat))
             .route("/chat/completions", post(chat))
             .route("/v1/models", get(models))
+            .route("/v1/embeddings", post(embeddings))
             .fallback(not_found)
             .with_state(Arc::clone(&shared));
         let (tx, rx) = oneshot::channel::<()>();
@@ -498,6 +568,19 @@ impl MockOpenAi {
             .collect()
     }
 
+    /// The `/v1/embeddings` requests received so far.
+    pub fn embedding_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/embeddings"))
+            .collect()
+    }
+
+    /// Makes `/v1/embeddings` fail this way from now on (`None`: answer correctly again).
+    pub fn set_embeddings_fault(&self, fault: Option<EmbeddingsFault>) {
+        lock(&self.shared.script).embeddings_fault = fault;
+    }
+
     /// Streams the client closed before their last event: a cut or a client that left
     /// (cancellation reached the upstream).
     pub fn abandoned_streams(&self) -> usize {
@@ -537,6 +620,75 @@ async fn models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
     let model = lock(&shared.script).model.clone();
     axum::Json(json!({"object": "list", "data": [
         {"id": model, "object": "model", "created": 0, "owned_by": "enforce-testkit"}]}))
+    .into_response()
+}
+
+/// `POST /v1/embeddings`: `input` is a string or a list of strings; the answer is OpenAI's
+/// `{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model",
+/// "usage"}`.
+async fn embeddings(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    record(&shared, method, uri.path(), &headers, &body);
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let inputs: Vec<String> = match request.get("input") {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_string))
+            .collect(),
+        _ => {
+            let message = "'input' must be a string or a list of strings";
+            return with_status(400, ErrorShape::OpenAi.body(400, message).to_string(), None);
+        }
+    };
+    let (dimensions, fault) = {
+        let s = lock(&shared.script);
+        (s.embedding_dimensions, s.embeddings_fault.clone())
+    };
+    let mut vectors: Vec<Vec<f32>> = inputs
+        .iter()
+        .map(|t| bag_of_words_embedding(t, dimensions))
+        .collect();
+    match fault {
+        None => {}
+        Some(EmbeddingsFault::Status(status)) => {
+            let message = "the embeddings model failed";
+            return with_status(
+                status,
+                ErrorShape::OpenAi.body(status, message).to_string(),
+                None,
+            );
+        }
+        Some(EmbeddingsFault::Delay(delay)) => tokio::time::sleep(delay).await,
+        Some(EmbeddingsFault::MissingVector) => {
+            vectors.pop();
+        }
+        Some(EmbeddingsFault::MixedDimensions) => {
+            if let Some(last) = vectors.last_mut() {
+                last.pop();
+            }
+        }
+    }
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("mock-embedding")
+        .to_string();
+    let tokens: u64 = inputs.iter().map(|t| approx_tokens(t)).sum();
+    let data: Vec<Value> = vectors
+        .into_iter()
+        .enumerate()
+        .map(|(index, embedding)| json!({"object": "embedding", "index": index, "embedding": embedding}))
+        .collect();
+    axum::Json(json!({
+        "object": "list", "data": data, "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }))
     .into_response()
 }
 

@@ -1,0 +1,198 @@
+//! What the validators that call a model or an endpoint (`llm_judge`, `embedding_relevance`)
+//! share with `external`: the same options with the same meaning — `timeout_ms` (0 switches
+//! the validator off, never silently), `failure_threshold` and `cooldown_ms` of a
+//! [`CircuitBreaker`], and `fail_mode` — wrapped around one call in a [`Guard`].
+//!
+//! A call that fails, times out or answers something unusable (no verdict, wrong vector count)
+//! counts towards the breaker and makes the validator [`Unavailable`]; the loop then applies
+//! the fail mode.
+
+use crate::breaker::CircuitBreaker;
+use enforce_core::{FailMode, Issue, Unavailable, VALIDATOR_DISABLED};
+use enforce_validators::BuildError;
+use std::future::Future;
+use std::time::Duration;
+
+/// Default `failure_threshold`: consecutive failures that open the breaker.
+pub const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
+/// Default `cooldown_ms`: how long an open breaker waits before one probe call.
+pub const DEFAULT_COOLDOWN_MS: u64 = 30_000;
+
+/// A timeout, a circuit breaker and a fail mode around the calls of one validator.
+#[derive(Debug)]
+pub struct Guard {
+    name: String,
+    timeout: Duration,
+    breaker: CircuitBreaker,
+    fail_mode: Option<FailMode>,
+}
+
+impl Guard {
+    /// A guard for validator `name`: calls end after `timeout` (zero switches the validator
+    /// off), the breaker opens after `failure_threshold` consecutive failures and probes again
+    /// after `cooldown`.
+    pub fn new(
+        name: &str,
+        timeout: Duration,
+        failure_threshold: u32,
+        cooldown: Duration,
+        fail_mode: Option<FailMode>,
+    ) -> Result<Self, BuildError> {
+        if failure_threshold == 0 {
+            return Err(BuildError::at("failure_threshold", "must be at least 1"));
+        }
+        Ok(Guard {
+            name: name.to_string(),
+            timeout,
+            breaker: CircuitBreaker::new(name, failure_threshold, cooldown),
+            fail_mode,
+        })
+    }
+
+    /// The guard of configuration options in milliseconds.
+    pub fn from_options(
+        name: &str,
+        timeout_ms: u64,
+        failure_threshold: u32,
+        cooldown_ms: u64,
+        fail_mode: Option<FailMode>,
+    ) -> Result<Self, BuildError> {
+        Self::new(
+            name,
+            Duration::from_millis(timeout_ms),
+            failure_threshold,
+            Duration::from_millis(cooldown_ms),
+            fail_mode,
+        )
+    }
+
+    /// A guard with the given timeout and the default breaker, without a fail mode of its own.
+    pub fn with_timeout(name: &str, timeout: Duration) -> Self {
+        Guard {
+            name: name.to_string(),
+            timeout,
+            breaker: CircuitBreaker::new(
+                name,
+                DEFAULT_FAILURE_THRESHOLD,
+                Duration::from_millis(DEFAULT_COOLDOWN_MS),
+            ),
+            fail_mode: None,
+        }
+    }
+
+    /// The breaker guarding the calls.
+    pub fn breaker(&self) -> &CircuitBreaker {
+        &self.breaker
+    }
+
+    /// The validator's own fail mode, if configured.
+    pub fn fail_mode(&self) -> Option<FailMode> {
+        self.fail_mode
+    }
+
+    /// The timeout of one call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The warning a switched-off validator (`timeout_ms: 0`) returns instead of a verdict, so
+    /// the outcome says this check did not run; `None` when it is on.
+    pub fn disabled_issue(&self) -> Option<Issue> {
+        self.timeout.is_zero().then(|| {
+            Issue::warning(
+                &self.name,
+                VALIDATOR_DISABLED,
+                "not checked: the validator is switched off (timeout_ms: 0)",
+            )
+            .with_hint("the response was passed without this check")
+        })
+    }
+
+    /// Runs `call` if the breaker allows it, within the timeout. An error of the call (its
+    /// text says what failed), a timeout or an open breaker make the validator unavailable;
+    /// the breaker learns how the call went.
+    pub async fn call<T, F>(&self, call: F) -> Result<T, Unavailable>
+    where
+        F: Future<Output = Result<T, String>>,
+    {
+        let permit = self
+            .breaker
+            .acquire()
+            .await
+            .map_err(|refused| Unavailable::new(refused.to_string()))?;
+        let failed = match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => {
+                permit.success().await;
+                return Ok(value);
+            }
+            Ok(Err(reason)) => format!("{}: {reason}", self.name),
+            Err(_) => format!(
+                "{} did not answer within {} ms",
+                self.name,
+                self.timeout.as_millis()
+            ),
+        };
+        permit.failure(&failed).await;
+        Err(Unavailable::new(failed))
+    }
+}
+
+/// The first `max_chars` characters of `text` and whether anything was cut.
+pub(crate) fn cap_chars(text: &str, max_chars: usize) -> (&str, bool) {
+    match text.char_indices().nth(max_chars) {
+        Some((at, _)) => (&text[..at], true),
+        None => (text, false),
+    }
+}
+
+/// `text` cut to `max_chars` characters, with `…` where it was cut; for quoting an answer in
+/// a message.
+pub(crate) fn excerpt(text: &str, max_chars: usize) -> String {
+    match cap_chars(text.trim(), max_chars) {
+        (kept, true) => format!("{kept}…"),
+        (kept, false) => kept.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::breaker::BreakerState;
+
+    #[tokio::test]
+    async fn errors_and_timeouts_open_the_breaker_and_say_why() {
+        let guard = Guard::new(
+            "g",
+            Duration::from_millis(20),
+            2,
+            Duration::from_secs(60),
+            None,
+        )
+        .unwrap();
+        let err = guard
+            .call(async { Err::<(), _>("boom".to_string()) })
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason, "g: boom");
+        let err = guard
+            .call(async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok::<_, String>(())
+            })
+            .await
+            .unwrap_err();
+        assert!(err.reason.contains("within 20 ms"), "{err}");
+        assert_eq!(guard.breaker().state(), BreakerState::Open);
+        let err = guard.call(async { Ok::<_, String>(1) }).await.unwrap_err();
+        assert!(err.reason.contains("is open"), "{err}");
+    }
+
+    #[test]
+    fn zero_threshold_is_a_config_error_and_caps_count_characters() {
+        let e = Guard::from_options("g", 1, 0, 1, None).unwrap_err();
+        assert_eq!(e.key, "failure_threshold");
+        assert_eq!(cap_chars("äöü", 2), ("äö", true));
+        assert_eq!(cap_chars("äöü", 3), ("äöü", false));
+        assert_eq!(excerpt("  abcdef ", 3), "abc…");
+    }
+}
