@@ -3,6 +3,7 @@
 use crate::input::{request_context, Staged};
 use crate::outcome::digest;
 use crate::runner::{next_event, WholeReply};
+use crate::time::micros;
 use crate::validator::{
     push_leaves, repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict,
 };
@@ -57,10 +58,6 @@ impl Spent {
         }
         self.runner += runner_time;
     }
-}
-
-pub(crate) fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn error_codes(issues: &[Issue]) -> Vec<&str> {

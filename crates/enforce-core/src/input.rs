@@ -7,6 +7,7 @@
 //! prompt and the retrieved context, found where [`ContextSource`] says.
 
 use crate::context::keys;
+use crate::time::micros;
 use crate::validator::{push_leaves, validate_leaves, Leaf, Verdict};
 use crate::{Context, FailMode, Issue, Message, Reply, Request, Role, Runner, Validator};
 use serde::{Deserialize, Serialize};
@@ -294,7 +295,7 @@ impl InputStage {
                 Err("no reformulation hook is configured".to_string()),
             ),
         };
-        let hook_us = crate::enforcer::micros(asked.elapsed());
+        let hook_us = micros(asked.elapsed());
         let result = result.and_then(|r| {
             if r.question.as_deref().is_some_and(|q| !q.trim().is_empty()) || r.context.is_some() {
                 Ok(r)
@@ -406,7 +407,7 @@ impl InputCheck {
             action,
             issues,
             reformulation: None,
-            us: crate::enforcer::micros(started.elapsed()),
+            us: micros(started.elapsed()),
         }
     }
 }

@@ -55,6 +55,7 @@ mod policy;
 mod runner;
 mod scripted;
 mod serde_millis;
+mod time;
 mod validator;
 
 pub use async_trait::async_trait;
