@@ -7,6 +7,7 @@ mod cli_run_demo;
 mod config_schema;
 mod crash_safety;
 mod grafana;
+mod per_type;
 mod plugins;
 mod properties;
 mod prose_serve;
