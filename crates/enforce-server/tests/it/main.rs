@@ -13,6 +13,7 @@ mod hostile_input;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
+mod routes;
 mod shared_state;
 mod streaming;
 mod tools;
