@@ -14,6 +14,7 @@ mod prose_serve;
 mod replicas;
 mod report;
 mod serve;
+mod serve_routes;
 
 /// The `enforce` binary under test.
 const BIN: &str = env!("CARGO_BIN_EXE_enforce");

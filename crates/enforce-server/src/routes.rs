@@ -439,7 +439,7 @@ impl Routes {
                     body.as_ref()
                         .and_then(|b| b.pointer(pointer))
                         .and_then(scalar_text)
-                        .is_some_and(|v| values.iter().any(|x| *x == v))
+                        .is_some_and(|v| values.contains(&v))
                 }
                 When::Header { name, values } => headers
                     .get_all(name)
