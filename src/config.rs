@@ -323,7 +323,13 @@ mod tests {
     fn serve_example_declares_models_runners_and_server() {
         let loaded = LoadedConfig::load(Some(&example("serve.yaml"))).unwrap();
         let ids: Vec<&str> = loaded.config.models.iter().map(|m| m.id.as_str()).collect();
-        assert_eq!(ids, ["consultant", "adr-writer", "tasks", "agent"]);
+        assert_eq!(
+            ids,
+            ["consultant", "adr-writer", "tasks", "agent", "assistant"]
+        );
+        let assistant = &loaded.config.models[4];
+        assert_eq!(assistant.routes.len(), 4);
+        assert!(assistant.classify.is_some());
         let consultant = &loaded.config.models[0];
         assert!(consultant.hide_step_marker && consultant.check_tool_calls);
         assert!(loaded.config.models.iter().all(|m| m.runner.is_some()));

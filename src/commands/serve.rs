@@ -614,3 +614,49 @@ pub async fn serve(
         .await
         .map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use enforce_config::Registry;
+
+    #[test]
+    fn the_example_s_routes_build() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/serve.yaml");
+        let loaded = LoadedConfig::load(Some(&path)).unwrap();
+        let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
+        let mut routed = 0;
+        for entry in &loaded.config.models {
+            let routes = routes_from_config(entry, &profiles)
+                .unwrap_or_else(|e| panic!("{}: {}: {}", entry.id, e.key, e.message));
+            routed += usize::from(!routes.is_empty());
+        }
+        assert_eq!(routed, 1);
+    }
+
+    #[test]
+    fn a_condition_takes_exactly_one_kind_and_scalar_values() {
+        let when = |yaml: &str| {
+            let config: WhenConfig = serde_yaml_ng::from_str(yaml).unwrap();
+            when_from_config(&config).map(|_| ()).map_err(|e| e.message)
+        };
+        assert!(when("{field: /a, equals: 1}").is_ok());
+        assert!(when("{header: X-A, one_of: [a, true]}").is_ok());
+        assert!(when("{labels: [A, B]}").is_ok());
+        for (yaml, says) in [
+            ("{}", "exactly one of"),
+            ("{field: /a, matches: x, equals: 1}", "exactly one of"),
+            ("{field: /a}", "`equals` or `one_of`"),
+            (
+                "{field: /a, equals: 1, one_of: [2]}",
+                "`equals` or `one_of`",
+            ),
+            ("{field: /a, equals: [1]}", "strings, numbers or booleans"),
+            ("{matches: x, equals: 1}", "go with `field` or `header`"),
+            ("{label: A, labels: [B]}", "not both"),
+        ] {
+            let err = when(yaml).unwrap_err();
+            assert!(err.contains(says), "{yaml}: {err}");
+        }
+    }
+}
