@@ -2,11 +2,13 @@
 //! (later) the binary's own sections.
 
 use enforce_config::config::{Config, ConfigError, ConfigSource, Defaults, ProfileConfig};
-use enforce_config::{BuildEnv, ProfileSet, Registry};
+use enforce_config::{BuildEnv, ProfileSet, Registry, RunnerFactory};
+use enforce_core::Runner;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// File looked for in the current directory when no `--config` is given.
 pub const DEFAULT_CONFIG_FILE: &str = "enforce.yaml";
@@ -282,11 +284,25 @@ impl LoadedConfig {
                 message: e.message,
             }),
             Some(source) => {
-                let env = BuildEnv::new(source.base_dir()).with_root(root);
+                let env = BuildEnv::new(source.base_dir())
+                    .with_root(root)
+                    .with_runners(Arc::new(ConfiguredRunners));
                 ProfileSet::from_config(&self.config.validation(), registry, &env)
                     .map_err(|e| source.build_error(e))
             }
         }
+    }
+}
+
+/// Builds the runners of validators that ask a model (`llm_judge`) from the same
+/// `type:`-tagged configuration as `runner:`.
+struct ConfiguredRunners;
+
+impl RunnerFactory for ConfiguredRunners {
+    fn runner(&self, config: &serde_json::Value) -> Result<Arc<dyn Runner>, String> {
+        let config: enforce_runner::RunnerConfig =
+            enforce_runner::RunnerConfig::deserialize(config).map_err(|e| e.to_string())?;
+        config.build().map(Arc::from).map_err(|e| e.to_string())
     }
 }
 

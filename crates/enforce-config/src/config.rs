@@ -122,6 +122,82 @@ pub struct ProfileConfig {
     /// they are. Default: `json` when the profile has a `json` validator on the whole
     /// response (no `input`), else `text`.
     pub answer_format: Option<AnswerFormat>,
+    /// Validators run on the request before the first model call, like `validators`. They
+    /// validate the question (the last user message) and read the system prompt and the
+    /// retrieved context from the context (`enforce.system`, `enforce.retrieved_context`).
+    pub input_validators: Vec<String>,
+    /// What an error of an input validator leads to: `reject` (default: no model call, the
+    /// outcome is `aborted` with stop reason `input_rejected`), `hint` (append `input_hint` to
+    /// the question, then generate) or `reformulate` (call the `reformulate` hook once, then
+    /// generate with its question and/or context, or with the original if it fails).
+    pub on_input_failure: Option<InputFailureAction>,
+    /// The note `on_input_failure: hint` appends to the question.
+    pub input_hint: Option<String>,
+    /// Where requests carry their retrieved context: `{fact: KEY}` (a fact of the request),
+    /// `{pointer: /metadata/context}` (a JSON pointer into the request body) or
+    /// `{section: {start: "<context>", end: "</context>"}}` (delimited, in the system prompt or
+    /// the last user message).
+    pub retrieved_context: Option<RetrievedContextConfig>,
+    /// The hook `on_input_failure: reformulate` calls.
+    pub reformulate: Option<ReformulateConfig>,
+}
+
+/// What an error of an input validator leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InputFailureAction {
+    /// No model call: the request is answered with an error.
+    Reject,
+    /// Append `input_hint` to the question, then generate.
+    Hint,
+    /// Call the `reformulate` hook once, then generate unconditionally.
+    Reformulate,
+}
+
+/// Where requests carry their retrieved context: exactly one of the three keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetrievedContextConfig {
+    /// A fact of the request (body `enforce` object or `X-Enforce-Context` header): a string
+    /// or a list of strings.
+    pub fact: Option<String>,
+    /// A JSON pointer into the request body, e.g. `/metadata/context`.
+    pub pointer: Option<String>,
+    /// The text between two delimiters.
+    pub section: Option<SectionConfig>,
+}
+
+/// Delimiters of the retrieved context in the prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SectionConfig {
+    /// Opening delimiter, e.g. `<context>`.
+    pub start: String,
+    /// Closing delimiter, e.g. `</context>`.
+    pub end: String,
+}
+
+/// The reformulation hook: exactly one of `runner` (a model asked with `prompt`), `command`
+/// or `url`.
+///
+/// A command gets the request as JSON on stdin, an endpoint as a POST body:
+/// `{question, system, context, issues: [{code, message}], facts}`; either answers
+/// `{"question": "…", "context": "…" | ["…"]}` (each optional, at least one).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReformulateConfig {
+    /// A runner (`type: openai | claude | command`, as under `runner:`) asked with `prompt`;
+    /// its answer is the new question.
+    pub runner: Option<serde_json::Value>,
+    /// The runner's prompt: `{{question}}`, `{{context}}`, `{{issues}}` and facts are filled
+    /// in. Default: asks for the question rewritten with broader terms.
+    pub prompt: Option<String>,
+    /// A command (program and arguments).
+    pub command: Option<Vec<String>>,
+    /// An `http://` or `https://` endpoint, e.g. the caller's retrieval service.
+    pub url: Option<String>,
+    /// Time limit of a command or endpoint, in milliseconds (default 10000).
+    pub timeout_ms: Option<u64>,
 }
 
 /// Feedback settings: a built-in language, and template pieces overriding it.

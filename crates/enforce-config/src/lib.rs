@@ -52,7 +52,7 @@ pub mod schema;
 mod testing;
 
 pub use config::{Config, ConfigError, ConfigSource};
-pub use enforce_validators::{BuildEnv, BuildError, DocumentFormat, FactoryInput};
+pub use enforce_validators::{BuildEnv, BuildError, DocumentFormat, FactoryInput, RunnerFactory};
 pub use profile::{Profile, ProfileSet};
 pub use registry::{Factory, Registry, RegistryError, RESERVED_KEYS};
 

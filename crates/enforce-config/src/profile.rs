@@ -33,14 +33,19 @@
 //! ```
 
 use crate::config::{Config, ConfigError, ConfigSource, Defaults, FeedbackConfig, ProfileConfig};
+use crate::config::{InputFailureAction, ReformulateConfig, RetrievedContextConfig, SectionConfig};
 use crate::registry::Registry;
-use enforce_core::{AnswerFormat, Enforcer, Feedback, Policy, Validator};
+use enforce_core::{
+    AnswerFormat, ContextSource, Enforcer, Feedback, InputStage, OnInputFailure, Policy,
+    Reformulator, RunnerReformulator, Validator,
+};
 use enforce_validators::BuildEnv;
 use enforce_validators::BuildError;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Name of the profile used when none is named and the configuration sets no default.
 pub const DEFAULT_PROFILE: &str = "chat";
@@ -59,12 +64,34 @@ pub const BUILTIN_PROFILES: &[(&str, &str, &[&str])] = &[
     ),
 ];
 
+/// The note `on_input_failure: hint` appends when the profile names none.
+pub const DEFAULT_INPUT_HINT: &str = "The retrieved context may not answer this question. \
+If it does not, say so instead of guessing.";
+
+/// The reformulation prompt of a `reformulate: {runner}` hook that names none.
+pub const DEFAULT_REFORMULATE_PROMPT: &str = "A search for the question below found no \
+relevant documents. Rewrite the question so that a search finds them: use broader terms, \
+synonyms or other phrasing, and keep its meaning. Answer with the rewritten question only.\n\n\
+Question:\n{{question}}";
+
+/// Time limit of a command or HTTP reformulation hook without `timeout_ms`.
+pub const DEFAULT_REFORMULATE_TIMEOUT_MS: u64 = 10_000;
+
 /// One built profile.
 pub struct Profile {
     name: String,
     description: Option<String>,
     validators: Vec<Arc<dyn Validator>>,
     policy: Policy,
+    input: Option<InputSpec>,
+}
+
+/// A profile's input stage, built: what [`InputStage`] is made of, shareable.
+struct InputSpec {
+    validators: Vec<Arc<dyn Validator>>,
+    on_failure: OnInputFailure,
+    source: Option<ContextSource>,
+    reformulator: Option<Arc<dyn Reformulator>>,
 }
 
 impl std::fmt::Debug for Profile {
@@ -89,6 +116,7 @@ impl Profile {
             description: None,
             validators,
             policy,
+            input: None,
         }
     }
 
@@ -117,6 +145,14 @@ impl Profile {
         &self.policy
     }
 
+    /// The input validators' names, in order (empty without an input stage).
+    pub fn input_validator_names(&self) -> Vec<&str> {
+        self.input
+            .iter()
+            .flat_map(|i| i.validators.iter().map(|v| v.name()))
+            .collect()
+    }
+
     /// An [`Enforcer`] running this profile's validators with its policy. Cheap: the
     /// validators are shared, not rebuilt.
     pub fn enforcer(&self) -> Enforcer {
@@ -125,7 +161,25 @@ impl Profile {
             .iter()
             .map(|v| Box::new(Arc::clone(v)) as Box<dyn Validator>)
             .collect();
-        Enforcer::new(validators).with_policy(self.policy.clone())
+        let enforcer = Enforcer::new(validators).with_policy(self.policy.clone());
+        match &self.input {
+            None => enforcer,
+            Some(input) => {
+                let validators = input
+                    .validators
+                    .iter()
+                    .map(|v| Box::new(Arc::clone(v)) as Box<dyn Validator>)
+                    .collect();
+                let mut stage = InputStage::new(validators).on_failure(input.on_failure.clone());
+                if let Some(source) = &input.source {
+                    stage = stage.context_source(source.clone());
+                }
+                if let Some(hook) = &input.reformulator {
+                    stage = stage.reformulator(Arc::clone(hook));
+                }
+                enforcer.with_input(stage)
+            }
+        }
     }
 }
 
@@ -189,6 +243,172 @@ fn read_fallback(base_dir: &Path, file: &Path, key: &str) -> Result<String, Buil
 }
 
 /// Lays `profile` over `defaults` into a [`Policy`]. `key` prefixes error keys.
+/// The input stage of profile `p` (keys under `prefix`), or `None` without input validators;
+/// input settings without input validators are errors, as they would do nothing.
+fn build_input(
+    p: &ProfileConfig,
+    validators: Vec<Arc<dyn Validator>>,
+    prefix: &str,
+    env: &BuildEnv,
+) -> Result<Option<InputSpec>, BuildError> {
+    if validators.is_empty() {
+        let stray = [
+            ("on_input_failure", p.on_input_failure.is_some()),
+            ("input_hint", p.input_hint.is_some()),
+            ("retrieved_context", p.retrieved_context.is_some()),
+            ("reformulate", p.reformulate.is_some()),
+        ];
+        if let Some((key, _)) = stray.iter().find(|(_, set)| *set) {
+            return Err(BuildError::at(
+                format!("{prefix}.{key}"),
+                "has no effect without `input_validators`",
+            ));
+        }
+        return Ok(None);
+    }
+    let action = p.on_input_failure.unwrap_or(InputFailureAction::Reject);
+    let on_failure = match action {
+        InputFailureAction::Reject => OnInputFailure::Reject,
+        InputFailureAction::Hint => OnInputFailure::Hint(
+            p.input_hint
+                .clone()
+                .unwrap_or_else(|| DEFAULT_INPUT_HINT.to_string()),
+        ),
+        InputFailureAction::Reformulate => OnInputFailure::Reformulate,
+    };
+    if action != InputFailureAction::Hint && p.input_hint.is_some() {
+        return Err(BuildError::at(
+            format!("{prefix}.input_hint"),
+            "is used only with `on_input_failure: hint`",
+        ));
+    }
+    let reformulator = match (action, &p.reformulate) {
+        (InputFailureAction::Reformulate, Some(hook)) => Some(build_reformulator(
+            hook,
+            &format!("{prefix}.reformulate"),
+            env,
+        )?),
+        (InputFailureAction::Reformulate, None) => {
+            return Err(BuildError::at(
+                format!("{prefix}.on_input_failure"),
+                "`reformulate` needs a `reformulate:` hook (runner, command or url)",
+            ))
+        }
+        (_, Some(_)) => {
+            return Err(BuildError::at(
+                format!("{prefix}.reformulate"),
+                "is used only with `on_input_failure: reformulate`",
+            ))
+        }
+        (_, None) => None,
+    };
+    let source = match &p.retrieved_context {
+        None => None,
+        Some(RetrievedContextConfig {
+            fact: Some(key),
+            pointer: None,
+            section: None,
+        }) => Some(ContextSource::Fact(key.clone())),
+        Some(RetrievedContextConfig {
+            fact: None,
+            pointer: Some(pointer),
+            section: None,
+        }) => {
+            if !pointer.starts_with('/') {
+                return Err(BuildError::at(
+                    format!("{prefix}.retrieved_context.pointer"),
+                    format!("'{pointer}' is not a JSON pointer (it starts with '/')"),
+                ));
+            }
+            Some(ContextSource::Pointer(pointer.clone()))
+        }
+        Some(RetrievedContextConfig {
+            fact: None,
+            pointer: None,
+            section: Some(SectionConfig { start, end }),
+        }) => {
+            if start.is_empty() || end.is_empty() {
+                return Err(BuildError::at(
+                    format!("{prefix}.retrieved_context.section"),
+                    "`start` and `end` must not be empty",
+                ));
+            }
+            Some(ContextSource::Section {
+                start: start.clone(),
+                end: end.clone(),
+            })
+        }
+        Some(_) => {
+            return Err(BuildError::at(
+                format!("{prefix}.retrieved_context"),
+                "give exactly one of `fact`, `pointer` or `section`",
+            ))
+        }
+    };
+    Ok(Some(InputSpec {
+        validators,
+        on_failure,
+        source,
+        reformulator,
+    }))
+}
+
+/// The hook of `reformulate:` (at `key`).
+fn build_reformulator(
+    hook: &ReformulateConfig,
+    key: &str,
+    env: &BuildEnv,
+) -> Result<Arc<dyn Reformulator>, BuildError> {
+    let timeout = Duration::from_millis(
+        hook.timeout_ms
+            .unwrap_or(DEFAULT_REFORMULATE_TIMEOUT_MS)
+            .max(1),
+    );
+    let at = |sub: &str, message: String| BuildError::at(format!("{key}.{sub}"), message);
+    match (&hook.runner, &hook.command, &hook.url) {
+        (Some(runner), None, None) => {
+            if hook.timeout_ms.is_some() {
+                return Err(at(
+                    "timeout_ms",
+                    "applies to `command` and `url`; a runner has its own timeout".into(),
+                ));
+            }
+            let factory = env.runners.as_ref().ok_or_else(|| {
+                at(
+                    "runner",
+                    "runners cannot be configured here (no runner factory)".into(),
+                )
+            })?;
+            let runner = factory.runner(runner).map_err(|e| at("runner", e))?;
+            let prompt = hook
+                .prompt
+                .clone()
+                .unwrap_or_else(|| DEFAULT_REFORMULATE_PROMPT.to_string());
+            Ok(Arc::new(RunnerReformulator::new(runner, prompt)))
+        }
+        (None, Some(argv), None) => {
+            if hook.prompt.is_some() {
+                return Err(at("prompt", "is used only with `runner`".into()));
+            }
+            enforce_external::CommandReformulator::new(argv.clone(), timeout)
+                .map(|h| Arc::new(h) as Arc<dyn Reformulator>)
+                .map_err(|e| at("command", e))
+        }
+        (None, None, Some(url)) => {
+            if hook.prompt.is_some() {
+                return Err(at("prompt", "is used only with `runner`".into()));
+            }
+            enforce_external::HttpReformulator::new(url, timeout)
+                .map(|h| Arc::new(h) as Arc<dyn Reformulator>)
+                .map_err(|e| at("url", e))
+        }
+        _ => Err(BuildError::at(
+            key,
+            "give exactly one of `runner`, `command` or `url`",
+        )),
+    }
+}
+
 fn build_policy(
     defaults: PolicyFields<'_>,
     profile: Option<(PolicyFields<'_>, &str)>,
@@ -368,6 +588,7 @@ impl ProfileSet {
                     description: Some(description.to_string()),
                     validators: list,
                     policy,
+                    input: None,
                 },
             );
         }
@@ -385,6 +606,11 @@ impl ProfileSet {
             policy.answer_format = p
                 .answer_format
                 .unwrap_or_else(|| answer_format_of(&p.validators, config));
+            let mut input_list = Vec::with_capacity(p.input_validators.len());
+            for (i, v) in p.input_validators.iter().enumerate() {
+                input_list.push(get(v, &format!("{prefix}.input_validators[{i}]"), false)?);
+            }
+            let input = build_input(p, input_list, &prefix, env)?;
             profiles.insert(
                 name.clone(),
                 Profile {
@@ -392,6 +618,7 @@ impl ProfileSet {
                     description: p.description.clone(),
                     validators: list,
                     policy,
+                    input,
                 },
             );
         }
@@ -444,6 +671,7 @@ impl ProfileSet {
                         "name": p.name,
                         "description": p.description,
                         "validators": p.validator_names(),
+                        "input_validators": p.input_validator_names(),
                         "max_retries": p.policy.max_retries,
                     })
                 })
@@ -549,6 +777,120 @@ mod tests {
         assert_eq!(err.key.as_deref(), Some("validators.steps.alowed"));
         assert!(err.message.contains("unknown field `alowed`"), "{err}");
         assert_eq!(err.line, Some(4));
+    }
+
+    const RAG: &str = "validators:\n  short_question:\n    type: length\n    unit: chars\n    max: 20\nprofiles:\n  rag:\n    validators: []\n    input_validators: [short_question]\n";
+
+    #[test]
+    fn input_validators_reject_before_any_model_call() {
+        let set = load(RAG).expect("loads");
+        let profile = set.get("rag").expect("rag");
+        assert_eq!(profile.input_validator_names(), vec!["short_question"]);
+        let described = set.describe();
+        let rag = described
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "rag")
+            .unwrap();
+        assert_eq!(rag["input_validators"][0], "short_question");
+        let runner = enforce_core::ScriptedRunner::texts(["answer"]);
+        let long = enforce_core::Request::prompt("a question far longer than twenty characters");
+        let outcome = block_on(profile.enforcer().run(&runner, &long, &Context::new()));
+        assert_eq!(outcome.stop_reason, enforce_core::StopReason::InputRejected);
+        assert!(runner.calls().is_empty());
+        let short = enforce_core::Request::prompt("short?");
+        let outcome = block_on(profile.enforcer().run(&runner, &short, &Context::new()));
+        assert_eq!(outcome.status, Status::Passed);
+    }
+
+    #[test]
+    fn a_hint_profile_appends_its_note() {
+        let yaml = format!("{RAG}    on_input_failure: hint\n    input_hint: Say if unsure.\n");
+        let set = load(&yaml).expect("loads");
+        let runner = enforce_core::ScriptedRunner::texts(["answer"]);
+        let long = enforce_core::Request::prompt("a question far longer than twenty characters");
+        let enforcer = set.get("rag").unwrap().enforcer();
+        let outcome = block_on(enforcer.run(&runner, &long, &Context::new()));
+        assert_eq!(outcome.status, Status::Passed);
+        let enforce_core::ScriptedCall::Ask { request } = &runner.calls()[0] else {
+            panic!("not an ask")
+        };
+        assert!(request.messages[0].content.ends_with("\n\nSay if unsure."));
+    }
+
+    #[test]
+    fn input_settings_errors_point_at_their_key() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "profiles:\n  p:\n    on_input_failure: hint\n",
+                "profiles.p.on_input_failure",
+                "without `input_validators`",
+            ),
+            (
+                "    on_input_failure: reformulate\n",
+                "profiles.rag.on_input_failure",
+                "needs a `reformulate:` hook",
+            ),
+            (
+                "    input_hint: x\n",
+                "profiles.rag.input_hint",
+                "only with `on_input_failure: hint`",
+            ),
+            (
+                "    on_input_failure: reformulate\n    reformulate:\n      command: [x]\n      url: http://x\n",
+                "profiles.rag.reformulate",
+                "exactly one of",
+            ),
+            (
+                "    on_input_failure: reformulate\n    reformulate:\n      runner: {type: openai}\n",
+                "profiles.rag.reformulate.runner",
+                "runners cannot be configured here",
+            ),
+            (
+                "    on_input_failure: reformulate\n    reformulate:\n      url: ftp://x\n",
+                "profiles.rag.reformulate.url",
+                "not an http",
+            ),
+            (
+                "    retrieved_context: {pointer: metadata}\n",
+                "profiles.rag.retrieved_context.pointer",
+                "not a JSON pointer",
+            ),
+            (
+                "    retrieved_context: {fact: docs, section: {start: a, end: b}}\n",
+                "profiles.rag.retrieved_context",
+                "exactly one of `fact`, `pointer` or `section`",
+            ),
+            (
+                "    retrieved_context: {section: {start: '', end: b}}\n",
+                "profiles.rag.retrieved_context.section",
+                "must not be empty",
+            ),
+            (
+                "    input_validators: [nope]\n",
+                "",
+                "",
+            ),
+        ];
+        for (tail, key, message) in cases {
+            let yaml = if tail.starts_with("profiles") {
+                tail.to_string()
+            } else if tail.contains("input_validators") {
+                "profiles:\n  rag:\n    input_validators: [nope]\n".to_string()
+            } else {
+                format!("{RAG}{tail}")
+            };
+            let err = load(&yaml).unwrap_err();
+            if key.is_empty() {
+                assert_eq!(err.key.as_deref(), Some("profiles.rag.input_validators[0]"));
+                assert_eq!(err.line, Some(3), "{err}");
+                continue;
+            }
+            assert_eq!(err.key.as_deref(), Some(*key), "{yaml}: {err}");
+            assert!(err.line.is_some(), "{err}");
+            assert!(err.message.contains(message), "{yaml}: {err}");
+        }
     }
 
     #[test]

@@ -214,6 +214,7 @@ impl Registry {
             base_dir: &env.base_dir,
             root: env.root.as_deref(),
             documents: crate::JSON_OR_YAML,
+            runners: env.runners.as_deref(),
         };
         let validator = factory(&input)?;
         Ok(match scope {

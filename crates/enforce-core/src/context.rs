@@ -3,6 +3,19 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// Keys under which the loop puts the request into the [`Context`] of the validators that read
+/// it: input validators, and those whose [`reads_request`](crate::Validator::reads_request) is
+/// `true`. Namespaced (`enforce.`) so that they never meet a caller's own facts.
+pub mod keys {
+    /// The last user message: the question (after a reformulation, the new one).
+    pub const QUESTION: &str = "enforce.question";
+    /// The system prompt: every system message, joined by a blank line.
+    pub const SYSTEM: &str = "enforce.system";
+    /// The retrieved context where the request carries it: a string, or a list of strings
+    /// (one per retrieved chunk).
+    pub const RETRIEVED_CONTEXT: &str = "enforce.retrieved_context";
+}
+
 /// Facts about the request that validators may use, e.g. the company name a response must
 /// mention, or the chat a proxy request belongs to.
 ///

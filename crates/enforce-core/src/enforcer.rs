@@ -1,14 +1,15 @@
 //! The enforcement loop: [`Enforcer`].
 
+use crate::input::{request_context, Staged};
 use crate::outcome::digest;
 use crate::runner::{next_event, WholeReply};
 use crate::validator::{
     push_leaves, repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict,
 };
 use crate::{
-    AnswerFormat, Attempt, BudgetKind, Context, Cut, Event, Issue, Observer, Outcome, PartialCheck,
-    Policy, Reply, ReplyStream, Request, Runner, RunnerError, Status, StopReason, StreamEvent,
-    ToolCall, Usage, Validator,
+    AnswerFormat, Attempt, BudgetKind, Context, Cut, Event, InputCheck, InputStage, Issue,
+    Observer, Outcome, PartialCheck, Policy, Reply, ReplyStream, Request, Runner, RunnerError,
+    Status, StopReason, StreamEvent, ToolCall, Usage, Validator,
 };
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,7 @@ pub enum Check {
 pub struct Enforcer {
     validators: Vec<Box<dyn Validator>>,
     policy: Policy,
+    input: Option<InputStage>,
 }
 
 /// Accumulated usage and cost over attempts.
@@ -57,7 +59,7 @@ impl Spent {
     }
 }
 
-fn micros(d: Duration) -> u64 {
+pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
@@ -82,7 +84,19 @@ impl Enforcer {
         Enforcer {
             validators,
             policy: Policy::default(),
+            input: None,
         }
+    }
+
+    /// Checks every request with `stage` before the first model call.
+    pub fn with_input(mut self, stage: InputStage) -> Self {
+        self.input = Some(stage);
+        self
+    }
+
+    /// The input stage, if requests are checked before the model call.
+    pub fn input(&self) -> Option<&InputStage> {
+        self.input.as_ref()
     }
 
     /// Replaces the policy.
@@ -175,7 +189,55 @@ impl Enforcer {
         observer: &dyn Observer,
         request_validators: &dyn Validator,
     ) -> Outcome {
+        // The input stage, and the request as the validators that read it see it: only
+        // built when a profile asks for it, so a profile without either pays one branch.
+        let staged = match &self.input {
+            Some(stage) => Some(
+                stage
+                    .run(request, context, self.policy.on_unavailable)
+                    .await,
+            ),
+            None => None,
+        };
+        let (staged_request, view, input, stopped) = match staged {
+            None => {
+                let reads_request = request_validators.reads_request()
+                    || self.validators.iter().any(|v| v.reads_request());
+                let view = reads_request.then(|| request_context(request, context, None));
+                (None, view, None, None)
+            }
+            Some(Staged::Proceed {
+                request,
+                context,
+                record,
+            }) => (request, Some(context), Some(record), None),
+            Some(Staged::Rejected { record }) => {
+                (None, None, Some(record), Some(StopReason::InputRejected))
+            }
+            Some(Staged::Unavailable {
+                record,
+                unavailable,
+            }) => (
+                None,
+                None,
+                Some(record),
+                Some(StopReason::ValidatorUnavailable { unavailable }),
+            ),
+        };
+        let request = staged_request.as_ref().unwrap_or(request);
+        let context = view.as_ref().unwrap_or(context);
         let mut run = Run::new(self, context, observer, true);
+        if let Some(check) = &input {
+            observer.on_event(&Event::InputChecked { check });
+        }
+        run.input = input;
+        if let Some(reason) = stopped {
+            let status = match reason {
+                StopReason::InputRejected => Status::Aborted,
+                _ => Status::Unavailable,
+            };
+            return run.finish(status, reason, None).await;
+        }
         run.leaves = {
             let mut leaves = Vec::with_capacity(run.leaves.len() + 1);
             push_leaves(request_validators, None, &mut leaves);
@@ -394,6 +456,8 @@ struct Run<'a> {
     spent: Spent,
     attempts: Vec<Attempt>,
     use_fallback: bool,
+    /// The input stage's record, for the outcome.
+    input: Option<InputCheck>,
 }
 
 impl<'a> Run<'a> {
@@ -414,6 +478,7 @@ impl<'a> Run<'a> {
             spent: Spent::default(),
             attempts: Vec::new(),
             use_fallback,
+            input: None,
         }
     }
 
@@ -709,6 +774,7 @@ impl<'a> Run<'a> {
             issues,
             warnings,
             attempts: self.attempts,
+            input: self.input,
             fallback_used,
             session_id,
             usage: self.spent.usage,

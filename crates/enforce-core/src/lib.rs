@@ -46,6 +46,7 @@ mod audit;
 mod context;
 mod enforcer;
 mod feedback;
+mod input;
 mod issue;
 mod observer;
 mod outcome;
@@ -58,9 +59,13 @@ mod validator;
 
 pub use async_trait::async_trait;
 pub use audit::AuditRecord;
-pub use context::Context;
+pub use context::{keys, Context};
 pub use enforcer::{Check, Enforcer, FALLBACK_INVALID};
 pub use feedback::{Feedback, FeedbackTemplate, Language};
+pub use input::{
+    retrieved_text, ContextSource, InputAction, InputCheck, InputStage, OnInputFailure,
+    Reformulation, ReformulationRecord, Reformulator, RunnerReformulator,
+};
 pub use issue::{Issue, Severity};
 pub use observer::{Event, Observer};
 pub use outcome::{Attempt, Cut, Outcome, Status, StopReason};

@@ -9,6 +9,11 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum Event<'a> {
+    /// The input stage checked the request before the first model call.
+    InputChecked {
+        /// What it found and did.
+        check: &'a crate::InputCheck,
+    },
     /// The runner is being asked (attempt numbers start at 1).
     Asking {
         /// Attempt number.

@@ -1,7 +1,7 @@
 //! What the loop returns: [`Outcome`], its [`Status`] and the audit of every [`Attempt`].
 
 use crate::validator::UnavailableValidator;
-use crate::{BudgetKind, Issue, RunnerError, ToolCall, Usage};
+use crate::{BudgetKind, InputCheck, Issue, RunnerError, ToolCall, Usage};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -89,6 +89,9 @@ pub enum StopReason {
     /// The caller's deadline for the whole request passed while the loop ran (e.g. the proxy's
     /// `request_timeout`); the attempts made until then are kept.
     DeadlineExceeded,
+    /// The input stage rejected the request: no model was asked (the outcome's `input` says
+    /// why).
+    InputRejected,
     /// The enforcement panicked (in a runner, a validator or the loop); the attempts made until
     /// then are kept.
     Panicked,
@@ -123,6 +126,7 @@ impl StopReason {
             StopReason::CheckOnly => StopTag::CheckOnly,
             StopReason::DeadlineExceeded => StopTag::DeadlineExceeded,
             StopReason::Panicked => StopTag::Panicked,
+            StopReason::InputRejected => StopTag::InputRejected,
         }
     }
 }
@@ -147,6 +151,7 @@ enum StopTag {
     CheckOnly,
     DeadlineExceeded,
     Panicked,
+    InputRejected,
 }
 
 /// The audit of one attempt: one response and what the validators said about it.
@@ -214,6 +219,9 @@ pub struct Outcome {
     pub warnings: Vec<Issue>,
     /// Every attempt, in order.
     pub attempts: Vec<Attempt>,
+    /// What the input stage found and did, for a profile with input validators (`input` in
+    /// the record, absent otherwise).
+    pub input: Option<InputCheck>,
     /// `true` when `response` is the policy's fallback text.
     pub fallback_used: bool,
     /// The last runner session id, so a later turn can continue it.
@@ -241,6 +249,8 @@ struct OutcomeRecordRef<'a> {
     issues: &'a [Issue],
     warnings: &'a [Issue],
     attempts: &'a [Attempt],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input: &'a Option<InputCheck>,
     fallback_used: bool,
     runner_error: Option<&'a RunnerError>,
     unavailable: Option<&'a UnavailableValidator>,
@@ -262,6 +272,8 @@ struct OutcomeRecord {
     issues: Vec<Issue>,
     warnings: Vec<Issue>,
     attempts: Vec<Attempt>,
+    #[serde(default)]
+    input: Option<InputCheck>,
     #[serde(default)]
     fallback_used: bool,
     #[serde(default)]
@@ -313,6 +325,7 @@ impl OutcomeRecord {
             (StopTag::CheckOnly, None, None) => StopReason::CheckOnly,
             (StopTag::DeadlineExceeded, None, None) => StopReason::DeadlineExceeded,
             (StopTag::Panicked, None, None) => StopReason::Panicked,
+            (StopTag::InputRejected, None, None) => StopReason::InputRejected,
         };
         Ok(Outcome {
             status: r.status,
@@ -322,6 +335,7 @@ impl OutcomeRecord {
             issues: r.issues,
             warnings: r.warnings,
             attempts: r.attempts,
+            input: r.input,
             fallback_used: r.fallback_used,
             session_id: r.session_id,
             usage: r.usage,
@@ -350,6 +364,7 @@ impl Serialize for Outcome {
             issues: &self.issues,
             warnings: &self.warnings,
             attempts: &self.attempts,
+            input: &self.input,
             fallback_used: self.fallback_used,
             runner_error: self.stop_reason.runner_error(),
             unavailable: self.stop_reason.unavailable(),
@@ -390,6 +405,7 @@ impl Outcome {
             issues: Vec::new(),
             warnings: Vec::new(),
             attempts,
+            input: None,
             fallback_used: false,
             session_id,
             usage,

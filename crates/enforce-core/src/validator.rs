@@ -174,6 +174,14 @@ pub trait Validator: Send + Sync {
     fn reads_response(&self) -> bool {
         true
     }
+
+    /// `true` for a validator that reads the request itself, not only the response and the
+    /// facts (an LLM judge asking whether the answer stays within the retrieved sources). The
+    /// loop then gives it a context that also holds the question, the system prompt and the
+    /// retrieved context under the [`keys`](crate::keys). Default `false`: the loop adds nothing.
+    fn reads_request(&self) -> bool {
+        false
+    }
 }
 
 impl fmt::Debug for dyn Validator + '_ {
@@ -219,6 +227,10 @@ macro_rules! forward_validator {
             }
             fn reads_response(&self) -> bool {
                 (**self).reads_response()
+            }
+
+            fn reads_request(&self) -> bool {
+                (**self).reads_request()
             }
         }
     };
@@ -268,6 +280,10 @@ impl<V: Validator> Validator for Vec<V> {
     fn reads_response(&self) -> bool {
         self.iter().any(Validator::reads_response)
     }
+
+    fn reads_request(&self) -> bool {
+        self.iter().any(Validator::reads_request)
+    }
 }
 
 /// A validator that may be left out: `None` checks nothing, `Some(v)` is `v` (same name, same
@@ -314,6 +330,10 @@ impl<V: Validator> Validator for Option<V> {
 
     fn reads_response(&self) -> bool {
         self.as_ref().is_some_and(|v| v.reads_response())
+    }
+
+    fn reads_request(&self) -> bool {
+        self.as_ref().is_some_and(|v| v.reads_request())
     }
 }
 
@@ -430,6 +450,10 @@ impl<V: Validator> Validator for WithFailMode<V> {
 
     fn reads_response(&self) -> bool {
         self.inner.reads_response()
+    }
+
+    fn reads_request(&self) -> bool {
+        self.inner.reads_request()
     }
 }
 

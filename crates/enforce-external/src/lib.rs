@@ -22,6 +22,8 @@
 
 pub mod breaker;
 pub mod external;
+pub mod reformulate;
 
 pub use breaker::CircuitBreaker;
 pub use external::External;
+pub use reformulate::{CommandReformulator, HttpReformulator};

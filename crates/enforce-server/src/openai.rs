@@ -3,7 +3,9 @@
 
 use crate::error::ApiError;
 use axum::http::StatusCode;
-use enforce_core::{Issue, Message, Outcome, Role, RunnerError, Status, ToolCall, Usage};
+use enforce_core::{
+    Issue, Message, Outcome, Role, RunnerError, Status, StopReason, ToolCall, Usage,
+};
 use serde_json::{json, Map, Value};
 
 /// Request fields the proxy interprets itself and does not pass to the runner.
@@ -209,7 +211,7 @@ pub fn enforcement_json(outcome: &Outcome) -> Value {
         .flat_map(|a| a.repairs.iter().map(String::as_str))
         .collect();
     let unchecked = outcome.unchecked_validators();
-    json!({
+    let mut object = json!({
         "status": outcome.status.as_str(),
         // Passed or repaired with every check run; `false` says someone must not trust it blindly.
         "validated": outcome.status.is_success() && !outcome.fallback_used && unchecked.is_empty(),
@@ -220,7 +222,28 @@ pub fn enforcement_json(outcome: &Outcome) -> Value {
         "warnings": outcome.warnings.iter().map(issue_json).collect::<Vec<_>>(),
         "repairs": repairs,
         "fallback_used": outcome.fallback_used,
-    })
+    });
+    // The input stage's verdict, only for profiles that have one.
+    if let (Some(input), Value::Object(map)) = (&outcome.input, &mut object) {
+        let mut check = json!({
+            "passed": input.passed,
+            "action": input.action,
+            "issues": input.issues.iter().map(issue_json).collect::<Vec<_>>(),
+        });
+        if let (Some(r), Value::Object(c)) = (&input.reformulation, &mut check) {
+            c.insert(
+                "reformulation".into(),
+                json!({
+                    "hook": r.hook,
+                    "question": r.question,
+                    "context_changed": r.context_changed,
+                    "error": r.error,
+                }),
+            );
+        }
+        map.insert("input".into(), check);
+    }
+    object
 }
 
 /// Identity of one response: the same `id`, `created` and `model` in every chunk.
@@ -392,6 +415,21 @@ pub fn outcome_failure(outcome: &Outcome) -> ApiError {
     let attempts = outcome.attempts.len();
     let mut error = if let Some(runner_error) = outcome.runner_error() {
         runner_failure(runner_error, attempts + 1)
+    } else if outcome.stop_reason == StopReason::InputRejected {
+        let errors: Vec<Issue> = outcome
+            .input
+            .iter()
+            .flat_map(|i| i.issues.iter().filter(|i| i.is_error()).cloned())
+            .collect();
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "input_rejected",
+            format!(
+                "The request was not sent to the model because it did not pass the input checks:\n{}",
+                describe_issues(&errors)
+            ),
+        )
     } else if outcome.status == Status::Unavailable {
         let (who, why) = outcome
             .unavailable()

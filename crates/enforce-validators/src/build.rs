@@ -4,9 +4,12 @@
 //! crate depends on a configuration format.
 
 use crate::error::BuildError;
+use enforce_core::Runner;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// How the files that options name (a JSON Schema file, say) are parsed. The configuration
 /// layer picks the formats it accepts: [`DocumentFormat::JSON`] by default, JSON or YAML
@@ -54,6 +57,9 @@ pub struct FactoryInput<'a> {
     pub root: Option<&'a Path>,
     /// How files that options name are parsed (see [`read_document`](Self::read_document)).
     pub documents: DocumentFormat,
+    /// Builds the runners of validators that ask a model (an LLM judge); `None` where the
+    /// configuration layer offers none (see [`runner`](Self::runner)).
+    pub runners: Option<&'a dyn RunnerFactory>,
 }
 
 impl<'a> FactoryInput<'a> {
@@ -68,6 +74,20 @@ impl<'a> FactoryInput<'a> {
             base_dir: Path::new("."),
             root: None,
             documents: DocumentFormat::JSON,
+            runners: None,
+        }
+    }
+
+    /// The runner configured by `config` (a runner configuration object, e.g.
+    /// `{type: openai, base_url: ..., model: ...}`), built by [`runners`](Self::runners). The
+    /// error says when this configuration layer cannot build runners at all.
+    pub fn runner(&self, config: &Value) -> Result<Arc<dyn Runner>, String> {
+        match self.runners {
+            Some(factory) => factory.runner(config),
+            None => Err(format!(
+                "validator '{}' asks a model, but runners cannot be configured here",
+                self.name
+            )),
         }
     }
 
@@ -97,13 +117,30 @@ impl<'a> FactoryInput<'a> {
     }
 }
 
+/// Builds a [`Runner`] from a runner configuration object, for validators that ask a model
+/// themselves (an LLM judge). The layer that knows runner types (the `enforce` binary)
+/// implements it; validator crates see only this trait.
+pub trait RunnerFactory: Send + Sync {
+    /// The runner `config` describes, or why it cannot be built.
+    fn runner(&self, config: &Value) -> Result<Arc<dyn Runner>, String>;
+}
+
+impl fmt::Debug for dyn RunnerFactory + '_ {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RunnerFactory")
+    }
+}
+
 /// Where the validators being built live.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct BuildEnv {
     /// Directory relative paths in validator options resolve against.
     pub base_dir: PathBuf,
     /// The project root chosen by the user, overriding configured roots.
     pub root: Option<PathBuf>,
+    /// Builds the runners of validators that ask a model; `None`: such validators cannot be
+    /// configured.
+    pub runners: Option<Arc<dyn RunnerFactory>>,
 }
 
 impl Default for BuildEnv {
@@ -112,6 +149,7 @@ impl Default for BuildEnv {
         BuildEnv {
             base_dir: PathBuf::from("."),
             root: None,
+            runners: None,
         }
     }
 }
@@ -122,12 +160,19 @@ impl BuildEnv {
         BuildEnv {
             base_dir: base_dir.into(),
             root: None,
+            runners: None,
         }
     }
 
     /// Sets the project root override.
     pub fn with_root(mut self, root: Option<PathBuf>) -> Self {
         self.root = root;
+        self
+    }
+
+    /// Lets validators that ask a model build their runners with `factory`.
+    pub fn with_runners(mut self, factory: Arc<dyn RunnerFactory>) -> Self {
+        self.runners = Some(factory);
         self
     }
 }

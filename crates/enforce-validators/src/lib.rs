@@ -54,6 +54,6 @@ pub mod tool_calls;
 #[cfg(test)]
 mod testing;
 
-pub use build::{BuildEnv, DocumentFormat, FactoryInput};
+pub use build::{BuildEnv, DocumentFormat, FactoryInput, RunnerFactory};
 pub use error::BuildError;
 pub use scope::{Scope, ScopeExt, Scoped};

@@ -509,6 +509,10 @@ impl Validator for Scoped {
         Ok(issues)
     }
 
+    fn reads_request(&self) -> bool {
+        self.inner.reads_request()
+    }
+
     fn reads_response(&self) -> bool {
         // Pointed at a context value, under conditions on the context alone, the verdict is
         // about the request, not the response.

@@ -711,6 +711,7 @@ mod tests {
             issues: Vec::new(),
             warnings: Vec::new(),
             attempts,
+            input: None,
             fallback_used: false,
             session_id: None,
             usage: None,

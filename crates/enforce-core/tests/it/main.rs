@@ -4,6 +4,7 @@
 mod audit_json;
 mod compose;
 mod early_abort;
+mod input_stage;
 mod loop_paths;
 mod tool_calls;
 

@@ -2,3 +2,4 @@
 //! --test it`. New areas become modules here.
 
 mod external;
+mod reformulate;

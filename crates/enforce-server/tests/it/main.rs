@@ -10,6 +10,7 @@ mod common;
 mod facts;
 mod fault_matrix;
 mod hostile_input;
+mod input_stage;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
