@@ -250,7 +250,7 @@ fn the_full_example_configuration_loads() {
     let source = ConfigSource::read(&examples().join("enforce.yaml")).unwrap();
     let profiles = ProfileSet::load(&source, &Registry::builtin(), None).unwrap();
     let names: Vec<_> = profiles.names().collect();
-    assert_eq!(names, vec!["adr", "chat", "code", "report"]);
+    assert_eq!(names, vec!["adr", "chat", "code", "report", "support"]);
     assert_eq!(profiles.get("adr").unwrap().policy().max_retries, 3);
     assert_eq!(profiles.default_name(), "chat");
 }
