@@ -328,6 +328,44 @@ fn usage_config_and_read_errors_exit_2() {
     );
 }
 
+/// The gRPC target's start-up errors name file, line and key like every configuration error:
+/// the `.proto` is compiled and the method looked up before any input is read.
+#[cfg(feature = "grpc")]
+#[test]
+fn grpc_target_errors_name_file_line_and_key() {
+    let s = Scratch::new("grpc");
+    s.write("ok.md", "text\n");
+    s.write(
+        "parser.proto",
+        "syntax = \"proto3\";\npackage avap;\nservice Parser { rpc Validate(Req) returns (Res); }\nmessage Req { string code = 1; }\nmessage Res { bool valid = 1; string trace = 2; }\n",
+    );
+    let config = |proto: &str, method: &str| {
+        format!(
+            "validators:\n  avap_parser:\n    type: external\n    grpc:\n      url: http://127.0.0.1:1\n      proto: {proto}\n      method: {method}\n      request: {{ code_field: code }}\n      response: {{ valid_field: valid, trace_field: trace }}\n"
+        )
+    };
+    let cases = [
+        (
+            config("parser.proto", "avap.Parser/Check"),
+            "grpc.yaml:7:7: validators.avap_parser.grpc.method: avap.Parser has no method 'Check' (methods: Validate)",
+        ),
+        (
+            config("missing.proto", "avap.Parser/Validate"),
+            "grpc.yaml:6:7: validators.avap_parser.grpc.proto: cannot read",
+        ),
+    ];
+    for (yaml, expected) in cases {
+        s.write("grpc.yaml", &yaml);
+        let o = enforce(&s.0, &["--config", "grpc.yaml", "ok.md"], None);
+        assert_eq!(code(&o), 2, "{}", text(&o.stderr));
+        assert!(text(&o.stderr).contains(expected), "{}", text(&o.stderr));
+    }
+    // The same configuration with a method the file declares is accepted.
+    s.write("grpc.yaml", config("parser.proto", "avap.Parser/Validate"));
+    let o = enforce(&s.0, &["--config", "grpc.yaml", "ok.md"], None);
+    assert_ne!(code(&o), 2, "{}", text(&o.stderr));
+}
+
 #[test]
 fn enforce_yaml_in_the_current_directory_is_picked_up() {
     let s = Scratch::new("auto");

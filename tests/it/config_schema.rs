@@ -331,9 +331,14 @@ const BAD: &[(&str, &str, &str)] = &[
         "validators:\n  x:\n    type: external\n    command: [sh]\n    url: 'http://127.0.0.1:1/'\n",
     ),
     (
-        "external with an https url",
+        "external with an ftp url",
         "validators.x.url",
-        "validators:\n  x:\n    type: external\n    url: 'https://example.invalid/'\n",
+        "validators:\n  x:\n    type: external\n    url: 'ftp://example.invalid/'\n",
+    ),
+    (
+        "external grpc without a method",
+        "validators.x.grpc",
+        "validators:\n  x:\n    type: external\n    grpc:\n      url: 'http://127.0.0.1:1'\n      proto: p.proto\n      request: {code_field: code}\n      response: {valid_field: valid}\n",
     ),
     (
         "external with an empty command",

@@ -1,5 +1,5 @@
 //! The `external` validator: pipes the response (or each fenced block of one language) to a
-//! command or POSTs it to an HTTP endpoint, and turns the checker's line-by-line output into
+//! command, POSTs it to an HTTP endpoint or calls a gRPC method, and turns the checker's line-by-line output into
 //! issues with lines, so the feedback tells the model exactly what failed where.
 //!
 //! ```yaml
@@ -18,15 +18,27 @@
 //!   blocks: sh
 //! remote_lint:
 //!   type: external
-//!   url: http://127.0.0.1:9000/check
+//!   url: https://lint.internal:9000/check
+//!   ca_file: certs/internal-ca.pem   # optional: a private CA (PEM), for https:// URLs
+//! avap_parser:
+//!   type: external
+//!   grpc:                   # cargo feature `grpc`; see the `grpc` module
+//!     url: http://127.0.0.1:50051
+//!     proto: protos/parser.proto
+//!     method: avap.Parser/Validate
+//!     request: { code_field: code, fields: { language: avap } }
+//!     response: { valid_field: valid, trace_field: trace }
+//!   blocks: avap
 //! ```
 //!
 //! **Command**: exit status 0 means the input passed. Any other exit status is a failed check:
 //! its stdout and stderr become issues; a command killed by a signal (a crash) gave no verdict
-//! and counts as unavailable. **HTTP** (`http://` only): the input is POSTed as
+//! and counts as unavailable. **HTTP** (`http://` or `https://`): the input is POSTed as
 //! `text/plain; charset=utf-8`; status 200 with an empty body (or `{"issues": []}`) passes,
 //! 200 with a body is a failed check (plain lines, or JSON `{"issues": [{"message", "line",
-//! "column"}]}`), any other status counts as unavailable.
+//! "column"}]}`), any other status counts as unavailable. **gRPC**: the input goes into the
+//! request's `code_field`; the response's `valid_field` says whether it passed and its
+//! `trace_field` is the checker's output; any gRPC error status counts as unavailable.
 //!
 //! Output lines understood: `Line N: message`, `file:N:col: message`, `file:N: message`,
 //! `bash: line N: message` and Python's `File "x", line N` + `SomeError: message`. Other output
@@ -37,11 +49,15 @@
 //! | `EXTERNAL_CHECK_FAILED` | the checker rejected the input |
 //! | `VALIDATOR_UNAVAILABLE` | (raised by the loop) the checker could not run, timed out, or the breaker is open, and the validator fails open |
 //!
-//! A command that does not finish within the timeout is killed. Starting failures, timeouts and
-//! HTTP errors count towards the [`CircuitBreaker`]; while it is open no call is made and the
+//! A command that does not finish within the timeout is killed; for gRPC the timeout is also
+//! sent as the call's deadline. Starting failures, timeouts and HTTP or gRPC errors count towards the [`CircuitBreaker`]; while it is open no call is made and the
 //! validator reports [`Unavailable`].
 
 use crate::breaker::CircuitBreaker;
+use crate::grpc::GrpcConfig;
+#[cfg(feature = "grpc")]
+use crate::grpc::GrpcTarget;
+use crate::http::HttpTarget;
 use enforce_core::{
     async_trait, Context, FailMode, Issue, Severity, Unavailable, Validation, Validator,
     VALIDATOR_DISABLED,
@@ -75,7 +91,7 @@ fn default_cooldown_ms() -> u64 {
     30_000
 }
 
-/// Options of the `external` validator: exactly one of `command` and `url`.
+/// Options of the `external` validator: exactly one of `command`, `url` and `grpc`.
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[cfg_attr(
     feature = "config-schema",
@@ -84,7 +100,8 @@ fn default_cooldown_ms() -> u64 {
         // `key: ~` is no key to the parser: "given" means present and not null.
         extend("oneOf" = [
             {"required": ["command"], "properties": {"command": {"type": "array"}}},
-            {"required": ["url"], "properties": {"url": {"type": "string"}}}
+            {"required": ["url"], "properties": {"url": {"type": "string"}}},
+            {"required": ["grpc"], "properties": {"grpc": {"type": "object"}}}
         ])
     )
 )]
@@ -95,9 +112,15 @@ struct ExternalConfig {
     /// else the input goes to stdin.
     #[cfg_attr(feature = "config-schema", schemars(length(min = 1)))]
     command: Option<Vec<String>>,
-    /// An `http://` endpoint the input is POSTed to.
-    #[cfg_attr(feature = "config-schema", schemars(extend("pattern" = "^http://")))]
+    /// An `http://` or `https://` endpoint the input is POSTed to.
+    #[cfg_attr(feature = "config-schema", schemars(extend("pattern" = "^https?://")))]
     url: Option<String>,
+    /// A unary method of a gRPC checker, called with the input (needs the cargo feature
+    /// `grpc`).
+    grpc: Option<GrpcConfig>,
+    /// PEM certificates of a private CA trusted for `https://` (HTTP and gRPC), relative to the
+    /// configuration file; the built-in web roots stay trusted.
+    ca_file: Option<PathBuf>,
     /// Check each fenced block of this language instead of the whole response.
     blocks: Option<String>,
     /// Suffix of the temporary file (default from `blocks`, else `.txt`).
@@ -123,47 +146,16 @@ struct ExternalConfig {
 }
 
 /// Where the check runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
+#[non_exhaustive]
 pub enum Target {
     /// A command: program and arguments (`{file}` is replaced by a temporary file).
     Command(Vec<String>),
-    /// An `http://` endpoint.
-    Http {
-        /// `host:port`
-        authority: String,
-        /// Host name for the `Host` header.
-        host: String,
-        /// Path and query.
-        path: String,
-    },
-}
-
-fn parse_http_url(url: &str) -> Result<Target, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or("only http:// URLs are supported (put a TLS-terminating proxy in front)")?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    if authority.is_empty() || authority.contains('@') {
-        return Err("the URL needs a host (without credentials)".into());
-    }
-    let host = authority.to_string();
-    let authority = if authority
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty())
-        && !authority.ends_with(']')
-    {
-        authority.to_string()
-    } else {
-        format!("{authority}:80")
-    };
-    Ok(Target::Http {
-        authority,
-        host,
-        path: path.to_string(),
-    })
+    /// An `http://` or `https://` endpoint.
+    Http(HttpTarget),
+    /// A unary gRPC method.
+    #[cfg(feature = "grpc")]
+    Grpc(Box<GrpcTarget>),
 }
 
 /// The `external` validator. See the [module docs](self).
@@ -266,8 +258,12 @@ impl External {
     /// Builds it from configuration (see the [module docs](self)).
     pub fn from_config(input: &FactoryInput<'_>) -> Result<Self, BuildError> {
         let c: ExternalConfig = input.parse()?;
-        let target = match (c.command, c.url) {
-            (Some(argv), None) => {
+        let ca_pem = match &c.ca_file {
+            Some(path) => Some(crate::http::read_ca_file(&input.resolve(path))?),
+            None => None,
+        };
+        let target = match (c.command, c.url, c.grpc) {
+            (Some(argv), None, None) => {
                 if argv.first().is_none_or(|p| p.trim().is_empty()) {
                     return Err(BuildError::at(
                         "command",
@@ -276,13 +272,30 @@ impl External {
                 }
                 Target::Command(argv)
             }
-            (None, Some(url)) => parse_http_url(&url).map_err(|m| BuildError::at("url", m))?,
+            (None, Some(url), None) => Target::Http(HttpTarget::new(&url, ca_pem.as_deref())?),
+            #[cfg(feature = "grpc")]
+            (None, None, Some(grpc)) => {
+                Target::Grpc(Box::new(GrpcTarget::new(&grpc, input, ca_pem.as_deref())?))
+            }
+            #[cfg(not(feature = "grpc"))]
+            (None, None, Some(_)) => {
+                return Err(BuildError::at(
+                    "grpc",
+                    "this enforce is built without gRPC support (cargo feature `grpc`)",
+                ))
+            }
             _ => {
                 return Err(BuildError::new(
-                    "an external validator needs exactly one of 'command' and 'url'",
+                    "an external validator needs exactly one of 'command', 'url' and 'grpc'",
                 ))
             }
         };
+        if ca_pem.is_some() && matches!(target, Target::Command(_)) {
+            return Err(BuildError::at(
+                "ca_file",
+                "a CA file is for https:// targets",
+            ));
+        }
         if c.failure_threshold == 0 {
             return Err(BuildError::at("failure_threshold", "must be at least 1"));
         }
@@ -342,21 +355,27 @@ impl External {
     async fn call(&self, input: &str) -> Result<Option<String>, Unavailable> {
         match &self.target {
             Target::Command(argv) => self.run_command(argv, input).await,
-            Target::Http {
-                authority,
-                host,
-                path,
-            } => {
-                let fut = http_post(authority, host, path, input);
-                match tokio::time::timeout(self.timeout, fut).await {
-                    Ok(r) => r,
-                    Err(_) => Err(Unavailable::new(format!(
-                        "{} did not answer within {} ms",
-                        self.name,
-                        self.timeout.as_millis()
-                    ))),
-                }
-            }
+            Target::Http(http) => self.within_timeout(http.post(input)).await,
+            #[cfg(feature = "grpc")]
+            Target::Grpc(grpc) => self
+                .within_timeout(grpc.call(input, self.timeout))
+                .await
+                .map(|trace| trace.map(cap_output)),
+        }
+    }
+
+    /// A remote call cut at the timeout (a command is killed by [`run_command`](Self::run_command)).
+    async fn within_timeout(
+        &self,
+        call: impl std::future::Future<Output = Result<Option<String>, Unavailable>>,
+    ) -> Result<Option<String>, Unavailable> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(Unavailable::new(format!(
+                "{} did not answer within {} ms",
+                self.name,
+                self.timeout.as_millis()
+            ))),
         }
     }
 
@@ -457,6 +476,19 @@ impl External {
     }
 }
 
+/// The first [`MAX_OUTPUT_BYTES`] of a checker's output (cut at a character boundary).
+#[cfg(feature = "grpc")]
+fn cap_output(mut output: String) -> String {
+    if output.len() > MAX_OUTPUT_BYTES {
+        let mut cut = MAX_OUTPUT_BYTES;
+        while !output.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        output.truncate(cut);
+    }
+    output
+}
+
 /// Reads a pipe to its end, keeping the first [`MAX_OUTPUT_BYTES`].
 async fn read_capped<R: AsyncRead + Unpin>(pipe: Option<R>) -> String {
     let Some(mut pipe) = pipe else {
@@ -506,106 +538,6 @@ impl TempFile {
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// Most response bytes read from an HTTP checker.
-const MAX_HTTP_RESPONSE: usize = 1024 * 1024;
-
-/// A minimal HTTP/1.1 POST over plain TCP (checkers run next to enforce; no TLS).
-async fn http_post(
-    authority: &str,
-    host: &str,
-    path: &str,
-    body: &str,
-) -> Result<Option<String>, Unavailable> {
-    let unavailable = |what: String| Unavailable::new(format!("http://{host}{path}: {what}"));
-    let mut stream = tokio::net::TcpStream::connect(authority)
-        .await
-        .map_err(|e| unavailable(format!("cannot connect: {e}")))?;
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\nUser-Agent: enforce\r\n\r\n",
-        body.len()
-    );
-    stream
-        .write_all(head.as_bytes())
-        .await
-        .map_err(|e| unavailable(format!("cannot send: {e}")))?;
-    stream
-        .write_all(body.as_bytes())
-        .await
-        .map_err(|e| unavailable(format!("cannot send: {e}")))?;
-    let mut raw = Vec::new();
-    (&mut stream)
-        .take(MAX_HTTP_RESPONSE as u64)
-        .read_to_end(&mut raw)
-        .await
-        .map_err(|e| unavailable(format!("cannot read the answer: {e}")))?;
-    let split = memchr::memmem::find(&raw, b"\r\n\r\n")
-        .ok_or_else(|| unavailable("malformed HTTP answer".into()))?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut body = raw[split + 4..].to_vec();
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| unavailable("malformed HTTP status line".into()))?;
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    if chunked {
-        body = dechunk(&body).ok_or_else(|| unavailable("malformed chunked body".into()))?;
-    }
-    if status != 200 {
-        return Err(unavailable(format!("HTTP status {status}")));
-    }
-    let text = String::from_utf8_lossy(&body).into_owned();
-    let trimmed = text.trim();
-    if trimmed.is_empty() {
-        return Ok(None);
-    }
-    if let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(trimmed) {
-        if let Some(serde_json::Value::Array(items)) = map.get("issues") {
-            if items.is_empty() {
-                return Ok(None);
-            }
-            // Re-encode as `Line N: message` lines so one parser handles every checker.
-            let lines: Vec<String> = items
-                .iter()
-                .map(|i| {
-                    let message = i
-                        .get("message")
-                        .and_then(|m| m.as_str())
-                        .unwrap_or("check failed");
-                    match (
-                        i.get("line").and_then(|l| l.as_u64()),
-                        i.get("column").and_then(|c| c.as_u64()),
-                    ) {
-                        (Some(l), Some(c)) => format!("input:{l}:{c}: {message}"),
-                        (Some(l), None) => format!("Line {l}: {message}"),
-                        _ => message.to_string(),
-                    }
-                })
-                .collect();
-            return Ok(Some(lines.join("\n")));
-        }
-    }
-    Ok(Some(text))
-}
-
-fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = memchr::memmem::find(body, b"\r\n")?;
-        let size_text = std::str::from_utf8(&body[..eol]).ok()?;
-        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        body = &body[eol + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(body.get(..size)?);
-        body = body.get(size + 2..)?;
     }
 }
 
@@ -806,32 +738,5 @@ mod tests {
             }]
         );
         assert!(parse_trace("just words\nno numbers").is_empty());
-    }
-
-    #[test]
-    fn urls_and_configs() {
-        assert_eq!(
-            parse_http_url("http://127.0.0.1:9000/check?x=1").unwrap(),
-            Target::Http {
-                authority: "127.0.0.1:9000".into(),
-                host: "127.0.0.1:9000".into(),
-                path: "/check?x=1".into()
-            }
-        );
-        assert_eq!(
-            parse_http_url("http://localhost").unwrap(),
-            Target::Http {
-                authority: "localhost:80".into(),
-                host: "localhost".into(),
-                path: "/".into()
-            }
-        );
-        assert!(parse_http_url("https://x").is_err());
-        assert!(parse_http_url("http://u:p@x/").is_err());
-        assert_eq!(
-            dechunk(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(),
-            b"abcde"
-        );
-        assert!(dechunk(b"zz\r\n").is_none());
     }
 }

@@ -1,7 +1,8 @@
 //! # enforce-external
 //!
 //! The `external` validator of [enforce](enforce_core): it pipes the response (or each fenced
-//! block of a language) to a command, or POSTs it to an `http://` checker, turns the checker's
+//! block of a language) to a command, POSTs it to an `http://` or `https://` checker, or calls a
+//! unary method of a gRPC checker (cargo feature `grpc`), turns the checker's
 //! line trace into issues, and guards the checker with a [`CircuitBreaker`](breaker::CircuitBreaker)
 //! so a dead checker is not called on every request. Runs on tokio.
 //!
@@ -22,6 +23,8 @@
 
 pub mod breaker;
 pub mod external;
+pub mod grpc;
+pub mod http;
 pub mod reformulate;
 
 pub use breaker::CircuitBreaker;

@@ -10,6 +10,9 @@
 //!   the way openai-python and Open WebUI read it.
 //! - [`FakeClaude`]: drives the `fake-claude` executable (crate `enforce-fake-claude`), a stand-in
 //!   for `claude -p --output-format json`, with a script and a record of every call.
+//! - [`ToyParser`] (cargo feature `grpc`): an in-process gRPC code checker implementing
+//!   `protos/parser.proto` (a toy parser that reports unknown commands line by line), with a
+//!   delay knob and optional TLS, for the gRPC target of the `external` validator.
 //! - [`plugins`]: where the plugin libraries built by `cargo xtask build-plugins` are, building
 //!   them on first use under a plain `cargo test`.
 //!
@@ -30,9 +33,13 @@ pub mod mock_anthropic;
 mod mock_openai;
 pub mod plugins;
 pub mod sse;
+#[cfg(feature = "grpc")]
+pub mod toy_parser;
 
 pub use fake_claude::{fake_claude_path, process_is_gone, FakeClaude, FakeClaudeCall, ScratchDir};
 pub use mock_anthropic::MockAnthropic;
 pub use mock_openai::{
     ErrorShape, MockOpenAi, MockReply, MockScript, RecordedRequest, Then, ToolHistory,
 };
+#[cfg(feature = "grpc")]
+pub use toy_parser::{ToyParser, ToyParserOptions};

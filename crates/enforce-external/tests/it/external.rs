@@ -181,56 +181,127 @@ async fn checker(max: usize) -> String {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         for _ in 0..max {
-            let Ok(Ok((mut sock, _))) =
+            let Ok(Ok((sock, _))) =
                 tokio::time::timeout(Duration::from_secs(10), listener.accept()).await
             else {
                 return;
             };
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            // Read head + body (Content-Length).
-            loop {
-                let n = sock.read(&mut chunk).await.unwrap_or(0);
-                if n == 0 {
-                    break;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-                let text = String::from_utf8_lossy(&buf);
-                if let Some(split) = text.find("\r\n\r\n") {
-                    let len: usize = text
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse().unwrap_or(0))
-                        })
-                        .unwrap_or(0);
-                    if buf.len() >= split + 4 + len {
-                        break;
-                    }
-                }
-            }
-            let text = String::from_utf8_lossy(&buf).into_owned();
-            let (status, body) = if text.contains("down") {
-                ("503 Service Unavailable", String::new())
-            } else if text.contains("good") {
-                ("200 OK", String::new())
-            } else if text.contains("json") {
-                (
-                    "200 OK",
-                    r#"{"issues":[{"message":"bad value","line":3,"column":2}]}"#.to_string(),
-                )
-            } else {
-                ("200 OK", "Line 2: bad\n".to_string())
-            };
-            let reply = format!(
-                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = sock.write_all(reply.as_bytes()).await;
+            answer(sock).await;
         }
     });
     format!("http://{addr}/check")
+}
+
+/// The same checker over TLS with a fresh self-signed certificate for 127.0.0.1: its
+/// `https://` URL and the certificate (PEM) to trust.
+async fn tls_checker(max: usize) -> (String, String) {
+    use tokio_rustls::rustls;
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(
+        certified.key_pair.serialize_der(),
+    ));
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![certified.cert.der().clone()], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        for _ in 0..max {
+            let Ok(Ok((sock, _))) =
+                tokio::time::timeout(Duration::from_secs(10), listener.accept()).await
+            else {
+                return;
+            };
+            // A client that does not trust the certificate aborts the handshake.
+            if let Ok(tls) = acceptor.accept(sock).await {
+                answer(tls).await;
+            }
+        }
+    });
+    (format!("https://{addr}/check"), certified.cert.pem())
+}
+
+/// Reads one request (head + Content-Length body) and answers it (see [`checker`]).
+async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut sock: S) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = sock.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf);
+        if let Some(split) = text.find("\r\n\r\n") {
+            let len: usize = text
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            if buf.len() >= split + 4 + len {
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (status, body) = if text.contains("down") {
+        ("503 Service Unavailable", String::new())
+    } else if text.contains("good") {
+        ("200 OK", String::new())
+    } else if text.contains("json") {
+        (
+            "200 OK",
+            r#"{"issues":[{"message":"bad value","line":3,"column":2}]}"#.to_string(),
+        )
+    } else {
+        ("200 OK", "Line 2: bad\n".to_string())
+    };
+    let reply = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = sock.write_all(reply.as_bytes()).await;
+    let _ = sock.shutdown().await;
+}
+
+#[tokio::test]
+async fn https_checker_with_a_private_ca() {
+    let (url, ca) = tls_checker(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), ca).unwrap();
+    let v = Registry::builtin()
+        .build(
+            "checker",
+            &json!({"type": "external", "url": url, "ca_file": "ca.pem"}),
+            &BuildEnv::new(dir.path()),
+        )
+        .unwrap();
+    assert!(v
+        .validate("good text", &Context::new())
+        .await
+        .unwrap()
+        .is_empty());
+    let issues = v.validate("a\nb", &Context::new()).await.unwrap();
+    assert_eq!(
+        (issues[0].line, issues[0].message.as_str()),
+        (Some(2), "bad")
+    );
+    // Without the CA the self-signed certificate is refused: no verdict.
+    let untrusted = build(json!({"type": "external", "url": url}));
+    let err = untrusted
+        .validate("good text", &Context::new())
+        .await
+        .unwrap_err();
+    assert!(err.reason.to_lowercase().contains("certificate"), "{err}");
 }
 
 #[tokio::test]
@@ -279,7 +350,7 @@ fn config_errors() {
         .unwrap();
     assert!(err.message.contains("exactly one"), "{err}");
     let err = r
-        .build("x", &json!({"type": "external", "url": "https://x"}), &env)
+        .build("x", &json!({"type": "external", "url": "ftp://x"}), &env)
         .err()
         .unwrap();
     assert_eq!(err.key, "url");

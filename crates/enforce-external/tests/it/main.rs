@@ -2,4 +2,7 @@
 //! --test it`. New areas become modules here.
 
 mod external;
+// `cargo test -p enforce-external --features grpc --test it` (the workspace build has it).
+#[cfg(feature = "grpc")]
+mod grpc;
 mod reformulate;
