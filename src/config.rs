@@ -55,6 +55,16 @@ pub struct RootConfig {
 ///     runner: {type: openai, base_url: "http://localhost:11434/v1", model: llama3.2}
 ///     profile: adr
 ///     on_unresolved: error
+///   - id: assistant
+///     runner: {type: openai, base_url: "http://localhost:11434/v1", model: llama3.2}
+///     profile: chat                  # when no route matches
+///     routes:                        # first match wins, before the model is asked
+///       - {profile: adr, when: {field: /metadata/type, equals: adr}}
+///       - {profile: json, when: {header: X-Request-Type, one_of: [json, api]}}
+///       - {name: code, profile: code, when: {label: CODE_GENERATION}}
+///     classify:                      # asked only when a `label` route is reached
+///       runner: {type: openai, base_url: "http://localhost:11434/v1", model: llama3.2}
+///       labels: [CODE_GENERATION, RETRIEVAL, CONVERSATIONAL]
 /// ```
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -88,6 +98,86 @@ pub struct ServedModelConfig {
     /// or `draft` (attempts live as reasoning, only the checked answer as content).
     #[serde(default)]
     pub stream_mode: enforce_server::StreamMode,
+    /// Routes picking the profile per request, tried in order before the model is asked; the
+    /// first that matches wins, none matching leaves `profile`. A request naming its profile
+    /// in `X-Enforce-Profile` is not routed.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    /// The classifier `label`/`labels` routes ask: a runner given the last user message,
+    /// answering one of `labels`. Asked at most once per request, and only when such a route
+    /// is reached; a failure, a timeout or an unknown answer matches no label route.
+    #[serde(default)]
+    pub classify: Option<ClassifyConfig>,
+}
+
+/// One entry of a model's `routes:`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The route's name in the audit and the `enforcement` object (default: its profile).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The profile enforced when the route matches.
+    pub profile: String,
+    /// When it matches: exactly one of `field`, `header`, `matches`, `label`/`labels`.
+    pub when: WhenConfig,
+}
+
+/// The condition of a route. `field` and `header` take `equals` or `one_of` (strings, or
+/// numbers and booleans, compared as JSON writes them).
+///
+/// ```yaml
+/// when: {field: /metadata/type, equals: code}          # JSON pointer into the request body
+/// when: {header: X-Request-Type, one_of: [code, sql]}  # header name in any case
+/// when: {matches: '(?i)\b(select|insert)\b'}          # regex on the last user message
+/// when: {label: CODE_GENERATION}                       # or labels: [A, B]: the classifier's
+/// ```
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WhenConfig {
+    /// A JSON pointer (RFC 6901) into the request body, e.g. `/metadata/type`.
+    pub field: Option<String>,
+    /// A request header (case-insensitive name).
+    pub header: Option<String>,
+    /// The value `field` or `header` must have.
+    pub equals: Option<serde_json::Value>,
+    /// Values `field` or `header` may have.
+    pub one_of: Option<Vec<serde_json::Value>>,
+    /// A regex the last user message must match (Rust `regex` syntax).
+    pub matches: Option<String>,
+    /// The classifier's label (one of `classify.labels`).
+    pub label: Option<String>,
+    /// Labels, any of which matches.
+    pub labels: Option<Vec<String>>,
+}
+
+/// A model's `classify:`: the runner that labels requests for `label` routes.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifyConfig {
+    /// The runner asked (same options as `models[].runner`).
+    pub runner: enforce_runner::RunnerConfig,
+    /// The prompt: `{{question}}` is the last user message (capped, between delimiters the
+    /// message cannot close), `{{labels}}` the labels. Default: a prompt asking for the label
+    /// only and telling the model the request is data.
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// The labels it may answer; anything else matches no route.
+    pub labels: Vec<String>,
+    /// How long to wait for the label, in milliseconds (default 5000).
+    #[serde(default = "default_classify_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Most characters of the question quoted in the prompt (default 2000).
+    #[serde(default = "default_classify_question_chars")]
+    pub max_question_chars: usize,
+}
+
+fn default_classify_timeout_ms() -> u64 {
+    5000
+}
+
+fn default_classify_question_chars() -> usize {
+    2000
 }
 
 fn yes() -> bool {
@@ -152,6 +242,21 @@ impl LoadedConfig {
         match &self.source {
             Some(source) => source.base_dir().join(path),
             None => path.to_path_buf(),
+        }
+    }
+
+    /// An error about the value at the dotted key path `key`, located in the file (when there
+    /// is one).
+    pub fn error_at(&self, key: &str, message: impl Into<String>) -> ConfigError {
+        match &self.source {
+            Some(source) => source.error_at(key, message),
+            None => ConfigError {
+                file: None,
+                line: None,
+                column: None,
+                key: Some(key.to_string()),
+                message: message.into(),
+            },
         }
     }
 
@@ -325,7 +430,13 @@ mod tests {
     fn serve_example_declares_models_runners_and_server() {
         let loaded = LoadedConfig::load(Some(&example("serve.yaml"))).unwrap();
         let ids: Vec<&str> = loaded.config.models.iter().map(|m| m.id.as_str()).collect();
-        assert_eq!(ids, ["consultant", "adr-writer", "tasks", "agent"]);
+        assert_eq!(
+            ids,
+            ["consultant", "adr-writer", "tasks", "agent", "assistant"]
+        );
+        let assistant = &loaded.config.models[4];
+        assert_eq!(assistant.routes.len(), 4);
+        assert!(assistant.classify.is_some());
         let consultant = &loaded.config.models[0];
         assert!(consultant.hide_step_marker && consultant.check_tool_calls);
         assert!(loaded.config.models.iter().all(|m| m.runner.is_some()));

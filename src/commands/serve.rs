@@ -1,13 +1,14 @@
 //! `enforce serve`: the OpenAI-compatible enforcement proxy.
 
-use crate::config::{LoadedConfig, ServedModelConfig};
+use crate::config::{ClassifyConfig, LoadedConfig, RouteConfig, ServedModelConfig, WhenConfig};
 use clap::{Args as ClapArgs, ValueEnum};
 use enforce_config::ProfileSet;
 use enforce_core::Runner;
 use enforce_external::breaker::{BreakerState, SharedBreakers, SharedError};
 use enforce_runner::{ClaudeConfig, OpenAiConfig, RunnerConfig};
 use enforce_server::{
-    FailureResponse, Model, ModelOptions, Server, ServerSection, StepMark, StreamMode,
+    Classifier, FailureResponse, Model, ModelOptions, Route, RouteError, Routes, Server,
+    ServerSection, StepMark, StreamMode, When,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -226,12 +227,14 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
         .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
 
     let mut models = Vec::new();
-    for entry in &loaded.config.models {
-        models.push(model_from_config(
-            entry,
-            loaded.config.runner.as_ref(),
-            &profiles,
-        )?);
+    for (index, entry) in loaded.config.models.iter().enumerate() {
+        let model = model_from_config(entry, loaded.config.runner.as_ref(), &profiles)?;
+        let routes = routes_from_config(entry, &profiles).map_err(|e| {
+            loaded
+                .error_at(&format!("models[{index}].{}", e.key), e.message)
+                .to_string()
+        })?;
+        models.push(model.with_routes(routes));
     }
     let mut upstream_model = args.upstream_model.clone();
     if upstream_model.is_none() && args.runner != Some(ServeRunner::Claude) {
@@ -362,6 +365,121 @@ fn model_from_config(
             }),
         runner_config,
     ))
+}
+
+/// The routes of a model entry. Errors carry the key below the entry (`routes[1].profile`).
+fn routes_from_config(
+    entry: &ServedModelConfig,
+    profiles: &ProfileSet,
+) -> Result<Routes, RouteError> {
+    let classifier = entry
+        .classify
+        .as_ref()
+        .map(classifier_from_config)
+        .transpose()?;
+    let mut routes = Vec::with_capacity(entry.routes.len());
+    for (index, config) in entry.routes.iter().enumerate() {
+        let within = |e: RouteError| RouteError {
+            key: format!("routes[{index}].{}", e.key),
+            message: e.message,
+        };
+        let RouteConfig {
+            name,
+            profile,
+            when,
+        } = config;
+        let enforcer = profiles.enforcer(profile).ok_or_else(|| {
+            within(RouteError {
+                key: "profile".into(),
+                message: format!(
+                    "no profile named '{profile}' (profiles: {})",
+                    profiles.names().collect::<Vec<_>>().join(", ")
+                ),
+            })
+        })?;
+        let when = when_from_config(when).map_err(within)?;
+        let name = name.clone().unwrap_or_else(|| profile.clone());
+        routes.push(Route::new(name, profile.clone(), Arc::new(enforcer), when));
+    }
+    Routes::new(routes, classifier)
+}
+
+fn classifier_from_config(config: &ClassifyConfig) -> Result<Classifier, RouteError> {
+    let runner = build_runner(&config.runner).map_err(|message| RouteError {
+        key: "classify.runner".into(),
+        message,
+    })?;
+    Classifier::new(
+        runner,
+        config.prompt.clone(),
+        config.labels.clone(),
+        Duration::from_millis(config.timeout_ms),
+        config.max_question_chars,
+    )
+}
+
+/// A route's condition; keys of errors are below the route (`when.matches`).
+fn when_from_config(when: &WhenConfig) -> Result<When, RouteError> {
+    let error = |key: &str, message: &str| RouteError {
+        key: key.into(),
+        message: message.into(),
+    };
+    let labels = match (&when.label, &when.labels) {
+        (Some(_), Some(_)) => return Err(error("when", "give `label` or `labels`, not both")),
+        (Some(label), None) => Some(vec![label.clone()]),
+        (None, labels) => labels.clone(),
+    };
+    let kinds = [
+        when.field.is_some(),
+        when.header.is_some(),
+        when.matches.is_some(),
+        labels.is_some(),
+    ];
+    if kinds.iter().filter(|k| **k).count() != 1 {
+        return Err(error(
+            "when",
+            "needs exactly one of `field`, `header`, `matches`, `label`/`labels`",
+        ));
+    }
+    let values = || -> Result<Vec<String>, RouteError> {
+        let listed = match (&when.equals, &when.one_of) {
+            (Some(one), None) => std::slice::from_ref(one),
+            (None, Some(many)) => many.as_slice(),
+            _ => {
+                return Err(error(
+                    "when",
+                    "`field` and `header` take `equals` or `one_of`",
+                ))
+            }
+        };
+        listed
+            .iter()
+            .map(|v| match v {
+                serde_json::Value::String(s) => Ok(s.clone()),
+                serde_json::Value::Number(n) => Ok(n.to_string()),
+                serde_json::Value::Bool(b) => Ok(b.to_string()),
+                _ => Err(error("when", "values are strings, numbers or booleans")),
+            })
+            .collect()
+    };
+    if (when.equals.is_some() || when.one_of.is_some())
+        && when.field.is_none()
+        && when.header.is_none()
+    {
+        return Err(error(
+            "when",
+            "`equals` and `one_of` go with `field` or `header`",
+        ));
+    }
+    if let Some(pointer) = &when.field {
+        When::field(pointer, values()?)
+    } else if let Some(name) = &when.header {
+        When::header(name, values()?)
+    } else if let Some(pattern) = &when.matches {
+        When::matches(pattern)
+    } else {
+        When::labels(labels.unwrap_or_default())
+    }
 }
 
 /// Names the model the runner asks, for the `gen_ai.request.model` of trace spans.
@@ -495,4 +613,50 @@ pub async fn serve(
         .serve(listener, shutdown)
         .await
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use enforce_config::Registry;
+
+    #[test]
+    fn the_example_s_routes_build() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/serve.yaml");
+        let loaded = LoadedConfig::load(Some(&path)).unwrap();
+        let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
+        let mut routed = 0;
+        for entry in &loaded.config.models {
+            let routes = routes_from_config(entry, &profiles)
+                .unwrap_or_else(|e| panic!("{}: {}: {}", entry.id, e.key, e.message));
+            routed += usize::from(!routes.is_empty());
+        }
+        assert_eq!(routed, 1);
+    }
+
+    #[test]
+    fn a_condition_takes_exactly_one_kind_and_scalar_values() {
+        let when = |yaml: &str| {
+            let config: WhenConfig = serde_yaml_ng::from_str(yaml).unwrap();
+            when_from_config(&config).map(|_| ()).map_err(|e| e.message)
+        };
+        assert!(when("{field: /a, equals: 1}").is_ok());
+        assert!(when("{header: X-A, one_of: [a, true]}").is_ok());
+        assert!(when("{labels: [A, B]}").is_ok());
+        for (yaml, says) in [
+            ("{}", "exactly one of"),
+            ("{field: /a, matches: x, equals: 1}", "exactly one of"),
+            ("{field: /a}", "`equals` or `one_of`"),
+            (
+                "{field: /a, equals: 1, one_of: [2]}",
+                "`equals` or `one_of`",
+            ),
+            ("{field: /a, equals: [1]}", "strings, numbers or booleans"),
+            ("{matches: x, equals: 1}", "go with `field` or `header`"),
+            ("{label: A, labels: [B]}", "not both"),
+        ] {
+            let err = when(yaml).unwrap_err();
+            assert!(err.contains(says), "{yaml}: {err}");
+        }
+    }
 }

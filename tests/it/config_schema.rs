@@ -182,6 +182,10 @@ const GOOD: &[(&str, &str)] = &[
     ("comments only", "# nothing\n"),
     ("null options", "validators:\n  step_marker:\n"),
     (
+        "environment references in number and boolean fields",
+        "defaults:\n  max_retries: ${ENFORCE_TEST_RETRIES:-2}\n  early_abort: ${ENFORCE_TEST_EARLY:-true}\n",
+    ),
+    (
         "named like a type, no `type`",
         "validators:\n  pattern:\n    forbidden: [{regex: x}]\n",
     ),

@@ -4,6 +4,7 @@
 mod audit_shape;
 mod check;
 mod cli_run_demo;
+mod config_env;
 mod config_schema;
 mod crash_safety;
 mod grafana;
@@ -14,6 +15,7 @@ mod prose_serve;
 mod replicas;
 mod report;
 mod serve;
+mod serve_routes;
 
 /// The `enforce` binary under test.
 const BIN: &str = env!("CARGO_BIN_EXE_enforce");

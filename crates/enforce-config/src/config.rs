@@ -33,6 +33,7 @@
 //! assert!(err.to_string().starts_with("enforce.yaml:3:"), "{err}");
 //! ```
 
+use crate::env::{self, Expanded};
 use enforce_core::{AnswerFormat, Budget, FailMode, FeedbackTemplate, Language};
 use enforce_validators::BuildError;
 use schemars::JsonSchema;
@@ -320,10 +321,23 @@ impl ConfigError {
 }
 
 /// The text of one configuration file, kept to locate errors found after parsing.
+///
+/// Every source is read through [`env::expand`](crate::env): `${VAR}` and `${VAR:-default}`
+/// are replaced before the YAML is parsed (see that module for the rules: comments are not
+/// expanded, `$${` is a literal `${`, a value may not change the file's shape). A reference
+/// that cannot be expanded (an unset variable without default) is the error [`parse`]
+/// returns, located at the reference.
+///
+/// [`parse`]: ConfigSource::parse
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigSource {
     path: PathBuf,
-    text: String,
+    /// The file as written: keys are located in it, so columns are the author's.
+    original: String,
+    /// The text parsed: `original` with its references expanded (same lines).
+    expanded: Expanded,
+    /// Why the references could not be expanded.
+    env_error: Option<ConfigError>,
 }
 
 impl ConfigSource {
@@ -357,17 +371,41 @@ impl ConfigSource {
                 ),
             )
         })?;
-        Ok(ConfigSource {
-            path: path.to_path_buf(),
-            text,
-        })
+        Ok(Self::from_string(path, text))
     }
 
-    /// A source from text; `path` is only used in messages and to resolve relative paths.
+    /// A source from text, its `${VAR}` references expanded from the process environment;
+    /// `path` is only used in messages and to resolve relative paths.
     pub fn from_string(path: impl Into<PathBuf>, text: impl Into<String>) -> Self {
+        Self::from_string_with_env(path, text, &env::process_env)
+    }
+
+    /// A source from text, its `${VAR}` references expanded with `lookup` (`None`: unset).
+    pub fn from_string_with_env(
+        path: impl Into<PathBuf>,
+        text: impl Into<String>,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Self {
+        let path = path.into();
+        let original = text.into();
+        let (expanded, env_error) = match env::expand(&original, lookup) {
+            Ok(expanded) => (expanded, None),
+            Err(e) => {
+                let error = ConfigError {
+                    file: Some(path.clone()),
+                    line: Some(e.line),
+                    column: Some(e.column),
+                    key: None,
+                    message: e.message,
+                };
+                (Expanded::default(), Some(error))
+            }
+        };
         ConfigSource {
-            path: path.into(),
-            text: text.into(),
+            path,
+            original,
+            expanded,
+            env_error,
         }
     }
 
@@ -376,9 +414,15 @@ impl ConfigSource {
         &self.path
     }
 
-    /// The file's text.
+    /// The text parsed: the file with its `${VAR}` references expanded (empty when they
+    /// could not be).
     pub fn text(&self) -> &str {
-        &self.text
+        &self.expanded.text
+    }
+
+    /// The file's text as written, references unexpanded.
+    pub fn original_text(&self) -> &str {
+        &self.original
     }
 
     /// The directory relative paths in the file resolve against.
@@ -392,26 +436,29 @@ impl ConfigSource {
     /// Deserializes the whole file into `T`. An empty file (or one holding only comments) is
     /// `T::default()`. Errors name the line, column and key path.
     pub fn parse<T: DeserializeOwned + Default>(&self) -> Result<T, ConfigError> {
-        if self
-            .text
+        if let Some(error) = &self.env_error {
+            return Err(error.clone());
+        }
+        let text = self.text();
+        if text
             .lines()
             .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#') || l.trim() == "---")
         {
             return Ok(T::default());
         }
-        if self.text.len() as u64 > MAX_CONFIG_BYTES {
+        if text.len() as u64 > MAX_CONFIG_BYTES {
             return Err(ConfigError::file(
                 &self.path,
                 "the configuration is too large",
             ));
         }
         if let Some(offset) = enforce_validators::text::yaml_flow_depth_exceeded(
-            &self.text,
+            text,
             enforce_validators::text::MAX_YAML_FLOW_DEPTH,
         ) {
             return Err(ConfigError {
                 file: Some(self.path.clone()),
-                line: Some(enforce_validators::text::line_of_offset(&self.text, offset) as usize),
+                line: Some(enforce_validators::text::line_of_offset(text, offset) as usize),
                 column: None,
                 key: None,
                 message: format!(
@@ -420,14 +467,17 @@ impl ConfigSource {
                 ),
             });
         }
-        let de = serde_yaml_ng::Deserializer::from_str(&self.text);
+        let de = serde_yaml_ng::Deserializer::from_str(text);
         serde_path_to_error::deserialize(de).map_err(|err| {
             let key = err.path().to_string();
             let key = (key != ".").then_some(key);
             let inner = err.into_inner();
             let (line, column) = match inner.location() {
-                Some(loc) => (Some(loc.line()), Some(loc.column())),
-                None => match key.as_deref().and_then(|k| locate_key(&self.text, k)) {
+                Some(loc) => (
+                    Some(loc.line()),
+                    Some(self.expanded.original_column(loc.line(), loc.column())),
+                ),
+                None => match key.as_deref().and_then(|k| locate_key(&self.original, k)) {
                     Some((l, c)) => (Some(l), Some(c)),
                     None => (None, None),
                 },
@@ -445,7 +495,7 @@ impl ConfigSource {
 
     /// An error about the value at the dotted key path `key`, located in this file.
     pub fn error_at(&self, key: &str, message: impl Into<String>) -> ConfigError {
-        let (line, column) = match locate_key(&self.text, key) {
+        let (line, column) = match locate_key(&self.original, key) {
             Some((l, c)) => (Some(l), Some(c)),
             None => (None, None),
         };
@@ -675,6 +725,57 @@ mod tests {
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
         assert!(err.message.contains("nesting deeper"), "{err}");
         assert_eq!(err.line, Some(2));
+    }
+
+    fn with_env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn environment_references_expand_before_parsing() {
+        let yaml = "# ${NOT_NEEDED} in a comment\ndefaults:\n  max_retries: ${RETRIES:-2}\n  partial_check_bytes: ${BYTES}\n  fallback: \"${FALLBACK}\"\n";
+        let env = with_env(&[("BYTES", "64"), ("FALLBACK", "Sorry: \"down\"")]);
+        let c = ConfigSource::from_string_with_env("c.yaml", yaml, &env)
+            .parse::<Config>()
+            .unwrap();
+        assert_eq!(c.defaults.max_retries, Some(2), "numbers stay numbers");
+        assert_eq!(c.defaults.partial_check_bytes, Some(64));
+        assert_eq!(c.defaults.fallback.as_deref(), Some("Sorry: \"down\""));
+    }
+
+    #[test]
+    fn an_unset_variable_is_an_error_at_its_reference() {
+        let yaml = "defaults:\n  max_retries: 2\n  partial_check_bytes: ${BYTES}\n";
+        let src = ConfigSource::from_string_with_env("c.yaml", yaml, &with_env(&[]));
+        let err = src.parse::<Config>().unwrap_err();
+        assert_eq!((err.line, err.column), (Some(3), Some(24)));
+        assert!(err.message.contains("`BYTES` is not set"), "{err}");
+        assert!(err.to_string().starts_with("c.yaml:3:24: "), "{err}");
+    }
+
+    #[test]
+    fn errors_after_an_expansion_keep_the_file_s_lines_and_columns() {
+        // The value is long, so the later error's column differs between texts.
+        let yaml = "defaults:\n  fallback: ${LONG_VALUE_NAME}\n  max_retries: [${N}, x]\n";
+        let env = with_env(&[("LONG_VALUE_NAME", "x"), ("N", "1")]);
+        let err = ConfigSource::from_string_with_env("c.yaml", yaml, &env)
+            .parse::<Config>()
+            .unwrap_err();
+        assert_eq!(err.line, Some(3));
+        assert_eq!(err.key.as_deref(), Some("defaults.max_retries"));
+        // A value expanded to a wrong type is reported at the reference as written.
+        let yaml = "defaults:\n  max_retries: ${RETRIES}\n";
+        let env = with_env(&[("RETRIES", "many")]);
+        let err = ConfigSource::from_string_with_env("c.yaml", yaml, &env)
+            .parse::<Config>()
+            .unwrap_err();
+        assert_eq!(err.line, Some(2));
+        assert_eq!(err.key.as_deref(), Some("defaults.max_retries"));
+        assert!(err.message.contains("many"), "{err}");
     }
 
     #[test]

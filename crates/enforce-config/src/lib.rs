@@ -45,6 +45,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod env;
 pub mod profile;
 mod registry;
 pub mod schema;

@@ -53,11 +53,50 @@ fn tidy(schema: &mut Schema) {
     if object.get("default").is_some_and(says_nothing) {
         object.remove("default");
     }
+    accept_env_references(object);
     for key in ["title", "description"] {
         if let Some(Value::String(text)) = object.get_mut(key) {
             *text = hover_text(text);
         }
     }
+}
+
+/// A `${VAR}` / `${VAR:-default}` reference, which [`crate::env`] expands before parsing.
+const ENV_REFERENCE_PATTERN: &str = r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$";
+
+/// A number or boolean may be written as one `${VAR}` reference (expanded before parsing), so
+/// editors do not flag `timeout_ms: ${TIMEOUT_MS:-2000}`: `string` joins the field's types, and
+/// `pattern` (which JSON Schema applies to strings only) admits references alone. Any other
+/// text in such a field is still an error; number bounds still hold for numbers. A string
+/// field with a pattern also admits a reference.
+fn accept_env_references(object: &mut Map<String, Value>) {
+    let scalar = |t: &Value| matches!(t.as_str(), Some("integer" | "number" | "boolean"));
+    // A string with a pattern (`url: ^http://`) may be a reference too.
+    let has_string = match object.get("type") {
+        Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
+        Some(t) => t == "string",
+        None => false,
+    };
+    if has_string {
+        if let Some(Value::String(pattern)) = object.get_mut("pattern") {
+            if !pattern.contains(ENV_REFERENCE_PATTERN) {
+                *pattern = format!("(?:{pattern})|(?:{ENV_REFERENCE_PATTERN})");
+            }
+        }
+        return;
+    }
+    let types = match object.get("type") {
+        Some(Value::Array(types)) if types.iter().any(scalar) => types.clone(),
+        Some(t) if scalar(t) => vec![t.clone()],
+        _ => return,
+    };
+    if types.iter().any(|t| t == "string") || object.contains_key("pattern") {
+        return;
+    }
+    let mut types = types;
+    types.push(json!("string"));
+    object.insert("type".into(), Value::Array(types));
+    object.insert("pattern".into(), json!(ENV_REFERENCE_PATTERN));
 }
 
 /// A doc comment as plain prose: up to its first code block, paragraphs kept, lines within a

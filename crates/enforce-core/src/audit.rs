@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// every attempt (the fields of [`Outcome`]'s record, flattened after these).
 ///
 /// `ts` (RFC 3339, UTC, milliseconds), `request_id`, `model` and `profile` are always there
-/// (`null` when unknown); `chat_id` and `runner` only when known.
+/// (`null` when unknown); `chat_id`, `runner` and `route` only when known.
 ///
 /// ```
 /// use enforce_core::{AuditRecord, Outcome};
@@ -36,6 +36,7 @@ pub struct AuditRecord<'a> {
     profile: Option<&'a str>,
     chat_id: Option<&'a str>,
     runner: Option<&'a str>,
+    route: Option<&'a serde_json::Value>,
     outcome: &'a Outcome,
 }
 
@@ -50,6 +51,8 @@ struct AuditLine<'a> {
     chat_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     runner: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    route: Option<&'a serde_json::Value>,
     #[serde(flatten)]
     outcome: &'a Outcome,
 }
@@ -64,6 +67,7 @@ impl<'a> AuditRecord<'a> {
             profile: None,
             chat_id: None,
             runner: None,
+            route: None,
             outcome,
         }
     }
@@ -98,6 +102,13 @@ impl<'a> AuditRecord<'a> {
         self
     }
 
+    /// How the request was routed to its profile (the proxy's `routes:`: route name, profile,
+    /// what matched, the classifier's verdict; left out when the model has no routes).
+    pub fn route(mut self, route: impl Into<Option<&'a serde_json::Value>>) -> Self {
+        self.route = route.into();
+        self
+    }
+
     /// The record as one line of JSON (no newline).
     pub fn to_json_line(&self) -> String {
         // Strings, numbers and enums only: serialization cannot fail.
@@ -114,6 +125,7 @@ impl Serialize for AuditRecord<'_> {
             profile: self.profile,
             chat_id: self.chat_id,
             runner: self.runner,
+            route: self.route,
             outcome: self.outcome,
         }
         .serialize(serializer)
@@ -178,6 +190,26 @@ mod tests {
         assert_eq!(at(4_107_542_400, 0), "2100-03-01T00:00:00.000Z");
         assert_eq!(at(4_107_542_400 - 86_400, 0), "2100-02-28T00:00:00.000Z");
         assert_eq!(at(253_402_300_799, 0), "9999-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn the_route_follows_the_runner_and_is_left_out_when_unknown() {
+        let outcome: Outcome = serde_json::from_str(
+            r#"{"status":"passed","stop_reason":{"reason":"clean"},"response":"ok","issues":[],
+                "warnings":[],"attempts":[],"total_us":5,"runner_us":3}"#,
+        )
+        .unwrap();
+        let route = serde_json::json!({"name": "code", "profile": "avap", "by": "field"});
+        let line = AuditRecord::new("r", &outcome)
+            .runner("openai")
+            .route(&route)
+            .to_json_line();
+        assert!(line.contains(r#""runner":"openai","route":{"#), "{line}");
+        let back: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back["route"], route);
+        assert_eq!(back["status"], "passed");
+        let line = AuditRecord::new("r", &outcome).to_json_line();
+        assert!(!line.contains("route"), "{line}");
     }
 
     #[test]

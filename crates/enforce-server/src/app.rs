@@ -210,6 +210,21 @@ pub(crate) async fn chat_completions(
     let Ok(permit) = app.limiter.clone().try_acquire_owned() else {
         return app.reject("overloaded", overloaded(&app));
     };
+    // The model's routes pick the profile before any model call (a classifier counts against
+    // the limit above). A profile the caller names in the header is not routed.
+    let route = match (model.routes.clone(), profile) {
+        (Some(routes), None) => {
+            let picked = routes
+                .pick(&bytes, &headers, &chat.messages, &model.profile)
+                .await;
+            if let Some((enforcer, name)) = picked.choice() {
+                model.enforcer = enforcer.clone();
+                model.profile = name.to_string();
+            }
+            serde_json::to_value(&picked.record).ok()
+        }
+        _ => None,
+    };
 
     let header_chat = headers.get(CHAT_ID_HEADER).and_then(|v| v.to_str().ok());
     let chat_id = chat.chat_id(header_chat);
@@ -293,7 +308,7 @@ pub(crate) async fn chat_completions(
                 upstream_model: model.upstream_model.as_deref(),
                 request_id: &ids.id,
                 chat_id: chat_id.as_deref(),
-                profile,
+                profile: profile.or(route.as_ref().map(|_| model.profile.as_str())),
                 stream,
             },
         )
@@ -307,13 +322,20 @@ pub(crate) async fn chat_completions(
         ids,
         started: Instant::now(),
         trace,
+        route,
         _permit: permit,
         _slot: slot,
     };
     let session_id = session.and_then(|s| s.runner_session_id);
     let job = span.in_scope(|| turn.start(session_id, context));
     if stream {
-        stream::respond(turn, job, span)
+        // Routing is done: a stream names its profile in its headers like a completion.
+        let profile = profile_header(&turn.model.profile);
+        let mut response = stream::respond(turn, job, span);
+        if let Some(profile) = profile {
+            response.headers_mut().insert(PROFILE_HEADER, profile);
+        }
+        response
     } else {
         respond_json(turn, job).instrument(span).await
     }
@@ -410,6 +432,13 @@ fn restore_hidden_markers(
     }
 }
 
+/// The `X-Enforce-Profile` value naming the profile enforced (none when unnamed).
+fn profile_header(profile: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(profile)
+        .ok()
+        .filter(|_| !profile.is_empty())
+}
+
 /// The headers that say how a completion was checked.
 fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome: &Outcome) {
     headers.insert(
@@ -420,10 +449,8 @@ fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome: &Outcome) 
         "x-enforce-attempts",
         HeaderValue::from(outcome.attempts.len()),
     );
-    if let Ok(profile) = HeaderValue::from_str(&turn.model.profile) {
-        if !turn.model.profile.is_empty() {
-            headers.insert(PROFILE_HEADER, profile);
-        }
+    if let Some(profile) = profile_header(&turn.model.profile) {
+        headers.insert(PROFILE_HEADER, profile);
     }
     // The request's time in the proxy minus the time spent waiting for the model.
     let total = u64::try_from(turn.started.elapsed().as_micros()).unwrap_or(u64::MAX);
@@ -437,7 +464,8 @@ async fn respond_json(turn: Turn, mut job: Job) -> Response {
     let ended = wait(&mut job).await;
     match turn.conclude(ended).await {
         Ok((text, outcome)) => {
-            let body = turn.ids.completion(&text, &outcome);
+            let mut body = turn.ids.completion(&text, &outcome);
+            turn.add_route(&mut body["enforcement"]);
             let mut response = Json(body).into_response();
             enforcement_headers(response.headers_mut(), &turn, &outcome);
             response

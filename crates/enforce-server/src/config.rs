@@ -1,6 +1,7 @@
 //! What the server is given: [`ServerConfig`], one [`Model`] per public model id, and the
 //! per-model [`ModelOptions`].
 
+use crate::routes::Routes;
 use enforce_core::{Enforcer, Runner};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -99,6 +100,8 @@ pub struct Model {
     pub upstream_model: Option<String>,
     /// The kind of runner (`claude`, `openai`, `command`), for the audit log.
     pub runner_kind: Option<String>,
+    /// Routes picking the profile per request (`None`: always `profile`, at no cost).
+    pub routes: Option<Arc<Routes>>,
 }
 
 impl Model {
@@ -112,7 +115,14 @@ impl Model {
             options: ModelOptions::default(),
             upstream_model: None,
             runner_kind: None,
+            routes: None,
         }
+    }
+
+    /// Routes the requests to profiles, builder style (no routes: none are tried).
+    pub fn with_routes(mut self, routes: Routes) -> Self {
+        self.routes = (!routes.is_empty()).then(|| Arc::new(routes));
+        self
     }
 
     /// Names the profile, builder style.
@@ -148,8 +158,8 @@ impl fmt::Debug for Model {
             .field("validators", &self.enforcer.validators().len())
             .field("options", &self.options)
             .field("upstream_model", &self.upstream_model)
-            .field("profile", &self.profile)
             .field("runner_kind", &self.runner_kind)
+            .field("routes", &self.routes)
             .finish_non_exhaustive()
     }
 }

@@ -47,6 +47,7 @@ mod openai;
 mod otel;
 #[cfg(feature = "redis")]
 mod redis_state;
+mod routes;
 mod session;
 mod session_status;
 mod shared;
@@ -68,6 +69,7 @@ pub use metrics::Metrics;
 pub use openai::{parse_chat_request, ChatRequest};
 #[cfg(feature = "redis")]
 pub use redis_state::RedisState;
+pub use routes::{Classifier, Route, RouteError, Routes, When, DEFAULT_CLASSIFY_PROMPT};
 pub use session::{
     answer_digest, chat_dir_name, HiddenMarker, SessionStatus, SessionStore, StepRecord,
     STATUS_FILE,

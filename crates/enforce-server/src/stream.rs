@@ -312,6 +312,7 @@ fn answer_tail(turn: &Turn, out: &mut Out, text: &str, outcome: &Outcome, tail: 
     }
     let mut finish = ids.chunk(json!({}), Some(openai::finish_reason(calls)));
     finish["enforcement"] = openai::enforcement_json(outcome);
+    turn.add_route(&mut finish["enforcement"]);
     push_data(tail, &finish);
     if turn.chat.include_usage {
         push_data(tail, &ids.usage_chunk(outcome.usage));

@@ -288,6 +288,8 @@ pub(crate) struct Turn {
     pub started: Instant,
     /// The request's OpenTelemetry spans, when traces are on.
     pub trace: Option<Arc<RequestTrace>>,
+    /// How the model's routes picked the profile (`None`: the model has no routes).
+    pub route: Option<serde_json::Value>,
     pub _permit: OwnedSemaphorePermit,
     /// The global concurrency slot, when `max_concurrent` counts all replicas.
     pub _slot: Option<GlobalSlot>,
@@ -383,6 +385,7 @@ impl Turn {
                 .profile(Some(self.model.profile.as_str()).filter(|p| !p.is_empty()))
                 .chat_id(self.chat_id.as_deref())
                 .runner(self.model.runner_kind.as_deref())
+                .route(self.route.as_ref())
                 .to_json_line();
             if audit.policy() == FsyncPolicy::Always {
                 // A failed write is logged and counted by the writer; the client still gets its
@@ -391,6 +394,13 @@ impl Turn {
             } else {
                 audit.append(line);
             }
+        }
+    }
+
+    /// Adds how the request was routed to an `enforcement` object (when it was routed).
+    pub fn add_route(&self, enforcement: &mut serde_json::Value) {
+        if let (Some(route), Some(object)) = (&self.route, enforcement.as_object_mut()) {
+            object.insert("route".into(), route.clone());
         }
     }
 
@@ -527,12 +537,20 @@ impl Turn {
                     "empty_answer",
                     "The model returned an empty answer. Please try again or rephrase your request.",
                 );
-                error.enforcement = Some(Box::new(openai::enforcement_json(&outcome)));
+                let mut enforcement = openai::enforcement_json(&outcome);
+                self.add_route(&mut enforcement);
+                error.enforcement = Some(Box::new(enforcement));
                 error.enforce_status = Some(outcome.status.as_str());
                 Err(error)
             }
             Some(text) => Ok((text, outcome)),
-            None => Err(openai::outcome_failure(&outcome)),
+            None => {
+                let mut error = openai::outcome_failure(&outcome);
+                if let Some(enforcement) = error.enforcement.as_deref_mut() {
+                    self.add_route(enforcement);
+                }
+                Err(error)
+            }
         }
     }
 }

@@ -14,6 +14,7 @@ mod input_stage;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
+mod routes;
 mod shared_state;
 mod streaming;
 mod tools;
