@@ -61,7 +61,7 @@ struct Layer {
     proxy: Proxy,
     upstream: MockOpenAi,
     judge: MockOpenAi,
-    parser: ToyParser,
+    parser: Option<ToyParser>,
     retrieval: Retrieval,
     audit: PathBuf,
     records: usize,
@@ -105,7 +105,7 @@ impl Layer {
             proxy,
             upstream,
             judge,
-            parser,
+            parser: Some(parser),
             retrieval,
             audit,
             records: 0,
@@ -114,7 +114,12 @@ impl Layer {
 
     /// Asks with `question` (and the RAG `system` prompt, and `metadata.type` when given);
     /// returns the response's profile header, its body and the request's audit record.
-    async fn ask(&mut self, kind: Option<&str>, system: &str, question: &str) -> (String, Value, Value) {
+    async fn ask(
+        &mut self,
+        kind: Option<&str>,
+        system: &str,
+        question: &str,
+    ) -> (String, Value, Value) {
         let mut body = json!({
             "model": "avap-assistant",
             "messages": [
@@ -126,7 +131,7 @@ impl Layer {
             body["metadata"] = json!({ "type": kind });
         }
         let resp = client()
-            .post(self.proxy.url("/v1/chat/completions"))
+            .post(self.proxy.url("/chat/completions"))
             .json(&body)
             .send()
             .await
@@ -169,8 +174,12 @@ async fn the_per_type_layer_routes_each_request_type_to_its_checks() {
 
     // CODE_GENERATION: the parser rejects getSHA256 (line 4 of the answer), the re-ask
     // carries its trace, the second answer passes.
-    layer.upstream.push(MockReply::text(avap("addVar(x, 1)\ngetSHA256(x)")));
-    layer.upstream.push(MockReply::text(avap("addVar(x, 1)\nencodeSHA256(x, h)")));
+    layer
+        .upstream
+        .push(MockReply::text(avap("addVar(x, 1)\ngetSHA256(x)")));
+    layer
+        .upstream
+        .push(MockReply::text(avap("addVar(x, 1)\nencodeSHA256(x, h)")));
     let (profile, body, record) = layer
         .ask(Some("CODE_GENERATION"), "You write AVAP.", "Hash x.")
         .await;
@@ -179,11 +188,17 @@ async fn the_per_type_layer_routes_each_request_type_to_its_checks() {
     assert_eq!(record["attempts"].as_array().unwrap().len(), 2);
     let issue = &record["attempts"][0]["issues"][0];
     assert_eq!(issue["line"], 4, "{record}");
-    assert!(issue["message"].as_str().unwrap().contains("getSHA256"), "{issue}");
+    assert!(
+        issue["message"].as_str().unwrap().contains("getSHA256"),
+        "{issue}"
+    );
     let reask = layer.upstream.chat_requests()[1].last_user().unwrap();
-    assert!(reask.contains("getSHA256"), "the trace drives the re-ask: {reask}");
+    assert!(
+        reask.contains("getSHA256"),
+        "the trace drives the re-ask: {reask}"
+    );
     assert_eq!(record["route"]["profile"], "code_generation", "{record}");
-    assert_eq!(layer.parser.calls(), 2);
+    assert_eq!(layer.parser.as_ref().unwrap().calls(), 2);
     assert!(layer.judge.chat_requests().is_empty(), "no judge for code");
 
     // CODE_GENERATION failing twice: one re-ask only (max_retries 1), returned unresolved.
@@ -195,30 +210,48 @@ async fn the_per_type_layer_routes_each_request_type_to_its_checks() {
         .await;
     assert_eq!(body["enforcement"]["status"], "unresolved", "{body}");
     assert_eq!(record["attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        record["stop_reason"]["reason"], "retries_exhausted",
+        "{record}"
+    );
 
     // RETRIEVAL with relevant context: the judge says YES, the model answers the question as
     // asked.
     layer.judge.push(MockReply::text("YES"));
-    layer.upstream.push(MockReply::text("Use addVar(name, value)."));
+    layer
+        .upstream
+        .push(MockReply::text("Use addVar(name, value)."));
     let (profile, body, record) = layer
-        .ask(Some("RETRIEVAL"), RAG_SYSTEM, "How do I set a variable with addVar?")
+        .ask(
+            Some("RETRIEVAL"),
+            RAG_SYSTEM,
+            "How do I set a variable with addVar?",
+        )
         .await;
     assert_eq!(profile, "retrieval");
     assert_eq!(body["enforcement"]["input"]["action"], "none", "{body}");
     assert_eq!(record["input"]["passed"], true);
     let judged = layer.judge.chat_requests().last().unwrap().messages();
     let prompt = &judged.last().unwrap().1;
-    assert!(prompt.contains("How do I set a variable") && prompt.contains("addVar(name, value) sets"), "{prompt}");
+    assert!(
+        prompt.contains("How do I set a variable") && prompt.contains("addVar(name, value) sets"),
+        "{prompt}"
+    );
     assert!(layer.retrieval.seen.lock().unwrap().is_empty());
 
     // RETRIEVAL with irrelevant context: the judge says NO, the retrieval service is asked once,
     // the model gets its question and documents.
     layer.judge.push(MockReply::text("NO"));
-    layer.upstream.push(MockReply::text("Use encodeSHA256(text, target)."));
+    layer
+        .upstream
+        .push(MockReply::text("Use encodeSHA256(text, target)."));
     let (_, body, record) = layer
         .ask(Some("RETRIEVAL"), RAG_SYSTEM, "How do I hash a string?")
         .await;
-    assert_eq!(body["enforcement"]["input"]["action"], "reformulated", "{body}");
+    assert_eq!(
+        body["enforcement"]["input"]["action"], "reformulated",
+        "{body}"
+    );
     assert_eq!(record["input"]["issues"][0]["code"], "CONTEXT_NOT_RELEVANT");
     assert_eq!(record["input"]["reformulation"]["hook"], "http");
     let sent = layer.retrieval.seen.lock().unwrap().clone();
@@ -226,39 +259,63 @@ async fn the_per_type_layer_routes_each_request_type_to_its_checks() {
     assert_eq!(sent[0]["question"], "How do I hash a string?");
     assert_eq!(sent[0]["context"], "addVar(name, value) sets a variable.");
     let asked = layer.upstream.chat_requests().last().unwrap().messages();
-    assert_eq!(asked.last().unwrap().1, "How do I compute a SHA-256 hash in AVAP?");
-    assert!(asked[0].1.contains("encodeSHA256(text, target) stores"), "{asked:?}");
-    assert!(!asked[0].1.contains("addVar(name, value) sets"), "{asked:?}");
+    assert_eq!(
+        asked.last().unwrap().1,
+        "How do I compute a SHA-256 hash in AVAP?"
+    );
+    assert!(
+        asked[0].1.contains("encodeSHA256(text, target) stores"),
+        "{asked:?}"
+    );
+    assert!(
+        !asked[0].1.contains("addVar(name, value) sets"),
+        "{asked:?}"
+    );
 
     // The retrieval service down: the original request is answered, and the audit says why.
     layer.retrieval.failing.store(true, Ordering::SeqCst);
     layer.judge.push(MockReply::text("NO"));
-    layer.upstream.push(MockReply::text("The documentation does not say."));
+    layer
+        .upstream
+        .push(MockReply::text("The documentation does not say."));
     let (_, body, record) = layer
         .ask(Some("RETRIEVAL"), RAG_SYSTEM, "How do I hash a string?")
         .await;
     assert_eq!(body["enforcement"]["status"], "passed");
-    assert_eq!(record["input"]["action"], "reformulation_failed", "{record}");
-    assert!(record["input"]["reformulation"]["error"].as_str().unwrap().contains("503"));
+    assert_eq!(
+        record["input"]["action"], "reformulation_failed",
+        "{record}"
+    );
+    assert!(record["input"]["reformulation"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("503"));
     let asked = layer.upstream.chat_requests().last().unwrap().messages();
     assert_eq!(asked.last().unwrap().1, "How do I hash a string?");
 
     // CONVERSATIONAL and PLATFORM: no check, no judge, no parser.
-    let (judge_calls, parser_calls) = (layer.judge.chat_requests().len(), layer.parser.calls());
+    let (judge_calls, parser_calls) = (
+        layer.judge.chat_requests().len(),
+        layer.parser.as_ref().unwrap().calls(),
+    );
     for kind in ["CONVERSATIONAL", "PLATFORM"] {
-        layer.upstream.push(MockReply::text("getSHA256 is not a command, sorry."));
+        layer
+            .upstream
+            .push(MockReply::text("getSHA256 is not a command, sorry."));
         let (profile, body, record) = layer.ask(Some(kind), "Be kind.", "Hi!").await;
         assert_eq!(profile, "conversational");
         assert_eq!(body["enforcement"]["status"], "passed");
         assert!(record.get("input").is_none(), "{record}");
     }
     assert_eq!(layer.judge.chat_requests().len(), judge_calls);
-    assert_eq!(layer.parser.calls(), parser_calls);
+    assert_eq!(layer.parser.as_ref().unwrap().calls(), parser_calls);
 
     // No type: the classifier labels it RETRIEVAL, then the relevance gate runs.
     layer.judge.push(MockReply::text("RETRIEVAL"));
     layer.judge.push(MockReply::text("YES"));
-    layer.upstream.push(MockReply::text("Use addVar(name, value)."));
+    layer
+        .upstream
+        .push(MockReply::text("Use addVar(name, value)."));
     let (profile, _, record) = layer
         .ask(None, RAG_SYSTEM, "How do I set a variable with addVar?")
         .await;
@@ -266,4 +323,21 @@ async fn the_per_type_layer_routes_each_request_type_to_its_checks() {
     assert_eq!(record["route"]["by"], "classify", "{record}");
     assert_eq!(record["route"]["name"], "classified_retrieval", "{record}");
     assert_eq!(record["input"]["passed"], true);
+
+    // The parser down: the code goes out unvalidated, marked so (the layer's PARSER_UNAVAILABLE).
+    drop(layer.parser.take());
+    layer.upstream.push(MockReply::text(avap("getSHA256(x)")));
+    let (_, body, _) = layer
+        .ask(Some("CODE_GENERATION"), "You write AVAP.", "Hash x.")
+        .await;
+    let enforcement = &body["enforcement"];
+    assert_eq!(enforcement["validated"], false, "{body}");
+    assert_eq!(
+        enforcement["unchecked_validators"][0], "avap_parser",
+        "{body}"
+    );
+    assert_eq!(
+        enforcement["warnings"][0]["code"], "VALIDATOR_UNAVAILABLE",
+        "{body}"
+    );
 }
