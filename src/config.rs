@@ -318,7 +318,7 @@ mod tests {
 
     #[test]
     fn every_shipped_example_loads_and_builds_its_profiles() {
-        for name in ["enforce.yaml", "prose.yaml", "serve.yaml"] {
+        for name in ["enforce.yaml", "prose.yaml", "serve.yaml", "per-type.yaml"] {
             let loaded =
                 LoadedConfig::load(Some(&example(name))).unwrap_or_else(|e| panic!("{name}: {e}"));
             let profiles = loaded
