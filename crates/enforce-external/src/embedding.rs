@@ -39,7 +39,7 @@
 //! | `CONTEXT_NOT_RELEVANT` (configurable `code`) | the similarity is below the threshold; the message holds the score |
 //! | `REQUEST_DATA_MISSING` | no question or no retrieved context (`on_missing: warn`) |
 
-use crate::guard::{excerpt, Guard, DEFAULT_COOLDOWN_MS, DEFAULT_FAILURE_THRESHOLD};
+use crate::guard::{excerpt, Guard};
 use crate::request::{self, OnMissing};
 use enforce_core::{
     async_trait, Context, FailMode, Issue, Severity, Unavailable, Validation, Validator,
@@ -200,12 +200,6 @@ fn default_cache_entries() -> usize {
 fn default_timeout_ms() -> u64 {
     2000
 }
-fn default_threshold() -> u32 {
-    DEFAULT_FAILURE_THRESHOLD
-}
-fn default_cooldown_ms() -> u64 {
-    DEFAULT_COOLDOWN_MS
-}
 
 /// Options of the `embedding_relevance` validator.
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
@@ -257,11 +251,11 @@ struct EmbeddingConfig {
     #[serde(default = "default_timeout_ms")]
     timeout_ms: u64,
     /// Consecutive failed calls that open the circuit breaker.
-    #[serde(default = "default_threshold")]
+    #[serde(default = "crate::guard::default_threshold")]
     #[cfg_attr(feature = "config-schema", schemars(range(min = 1)))]
     failure_threshold: u32,
     /// How long the open breaker waits before probing again, in milliseconds.
-    #[serde(default = "default_cooldown_ms")]
+    #[serde(default = "crate::guard::default_cooldown_ms")]
     cooldown_ms: u64,
     /// `open`: pass with a warning when unavailable; `closed`: stop (default: the profile's).
     fail_mode: Option<FailMode>,

@@ -57,10 +57,10 @@ use crate::breaker::CircuitBreaker;
 use crate::grpc::GrpcConfig;
 #[cfg(feature = "grpc")]
 use crate::grpc::GrpcTarget;
+use crate::guard::Guard;
 use crate::http::HttpTarget;
 use enforce_core::{
     async_trait, Context, FailMode, Issue, Severity, Unavailable, Validation, Validator,
-    VALIDATOR_DISABLED,
 };
 use enforce_validators::text::fences;
 use enforce_validators::BuildError;
@@ -83,12 +83,6 @@ const MAX_ISSUES: usize = 20;
 
 fn default_timeout_ms() -> u64 {
     2000
-}
-fn default_threshold() -> u32 {
-    3
-}
-fn default_cooldown_ms() -> u64 {
-    30_000
 }
 
 /// Options of the `external` validator: exactly one of `command`, `url` and `grpc`.
@@ -129,11 +123,11 @@ struct ExternalConfig {
     #[serde(default = "default_timeout_ms")]
     timeout_ms: u64,
     /// Consecutive failures that open the circuit breaker.
-    #[serde(default = "default_threshold")]
+    #[serde(default = "crate::guard::default_threshold")]
     #[cfg_attr(feature = "config-schema", schemars(range(min = 1)))]
     failure_threshold: u32,
     /// How long the open breaker waits before probing again, in milliseconds.
-    #[serde(default = "default_cooldown_ms")]
+    #[serde(default = "crate::guard::default_cooldown_ms")]
     cooldown_ms: u64,
     /// `open`: pass with a warning when unavailable; `closed`: stop (default: the profile's).
     fail_mode: Option<FailMode>,
@@ -165,12 +159,11 @@ pub struct External {
     target: Target,
     blocks: Option<String>,
     suffix: String,
-    timeout: Duration,
-    fail_mode: Option<FailMode>,
     severity: Severity,
     hint: Option<String>,
     working_dir: Option<PathBuf>,
-    breaker: CircuitBreaker,
+    /// Timeout, breaker and fail mode, as for every validator of this crate that calls out.
+    guard: Guard,
 }
 
 fn suffix_for(language: &str) -> &'static str {
@@ -200,17 +193,11 @@ impl External {
         }
         let name = name.into();
         Ok(External {
-            breaker: CircuitBreaker::new(
-                name.clone(),
-                default_threshold(),
-                Duration::from_millis(default_cooldown_ms()),
-            ),
+            guard: Guard::with_timeout(&name, Duration::from_millis(default_timeout_ms())),
             name,
             target: Target::Command(argv),
             blocks: None,
             suffix: ".txt".into(),
-            timeout: Duration::from_millis(default_timeout_ms()),
-            fail_mode: None,
             severity: Severity::Error,
             hint: None,
             working_dir: None,
@@ -227,25 +214,25 @@ impl External {
 
     /// Sets the timeout (zero disables the validator).
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.guard.set_timeout(timeout);
         self
     }
 
     /// Sets the breaker: open after `threshold` consecutive failures, probe after `cooldown`.
     pub fn breaker(mut self, threshold: u32, cooldown: Duration) -> Self {
-        self.breaker = CircuitBreaker::new(self.name.clone(), threshold, cooldown);
+        self.guard.set_breaker(threshold, cooldown);
         self
     }
 
     /// Sets what the loop does when this validator is unavailable.
     pub fn fail_mode(mut self, mode: FailMode) -> Self {
-        self.fail_mode = Some(mode);
+        self.guard.set_fail_mode(mode);
         self
     }
 
     /// The circuit breaker guarding the calls.
     pub fn circuit_breaker(&self) -> &CircuitBreaker {
-        &self.breaker
+        self.guard.breaker()
     }
 
     /// The JSON Schema of the options [`from_config`](Self::from_config) reads: an inline
@@ -326,16 +313,16 @@ impl External {
             target,
             blocks: language,
             suffix,
-            timeout: Duration::from_millis(c.timeout_ms),
-            fail_mode: c.fail_mode,
             severity: c.severity.unwrap_or(Severity::Error),
             hint: c.hint,
             working_dir,
-            breaker: CircuitBreaker::new(
+            guard: Guard::from_options(
                 input.name,
+                c.timeout_ms,
                 c.failure_threshold,
-                Duration::from_millis(c.cooldown_ms),
-            ),
+                c.cooldown_ms,
+                c.fail_mode,
+            )?,
         })
     }
 
@@ -355,27 +342,13 @@ impl External {
     async fn call(&self, input: &str) -> Result<Option<String>, Unavailable> {
         match &self.target {
             Target::Command(argv) => self.run_command(argv, input).await,
-            Target::Http(http) => self.within_timeout(http.post(input)).await,
+            Target::Http(http) => self.guard.within_timeout(http.post(input)).await,
             #[cfg(feature = "grpc")]
             Target::Grpc(grpc) => self
-                .within_timeout(grpc.call(input, self.timeout))
+                .guard
+                .within_timeout(grpc.call(input, self.guard.timeout()))
                 .await
                 .map(|trace| trace.map(cap_output)),
-        }
-    }
-
-    /// A remote call cut at the timeout (a command is killed by [`run_command`](Self::run_command)).
-    async fn within_timeout(
-        &self,
-        call: impl std::future::Future<Output = Result<Option<String>, Unavailable>>,
-    ) -> Result<Option<String>, Unavailable> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(r) => r,
-            Err(_) => Err(Unavailable::new(format!(
-                "{} did not answer within {} ms",
-                self.name,
-                self.timeout.as_millis()
-            ))),
         }
     }
 
@@ -437,14 +410,14 @@ impl External {
             );
             (out, err, status)
         };
-        let (out, err, status) = match tokio::time::timeout(self.timeout, run).await {
+        let (out, err, status) = match tokio::time::timeout(self.guard.timeout(), run).await {
             Ok(r) => r,
             Err(_) => {
                 // Dropping the future dropped `child`, whose kill_on_drop kills the process.
                 return Err(Unavailable::new(format!(
                     "'{}' did not finish within {} ms and was killed",
                     args[0],
-                    self.timeout.as_millis()
+                    self.guard.timeout().as_millis()
                 )));
             }
         };
@@ -640,21 +613,17 @@ impl Validator for External {
     }
 
     async fn validate(&self, response: &str, _context: &Context) -> Validation {
-        if self.timeout.is_zero() {
+        if let Some(disabled) = self.guard.disabled_issue() {
             // Switched off, but never silently: the outcome says this check did not run.
-            return Ok(vec![Issue::warning(
-                &self.name,
-                VALIDATOR_DISABLED,
-                "not checked: the validator is switched off (timeout_ms: 0)",
-            )
-            .with_hint("the response was passed without this check")]);
+            return Ok(vec![disabled]);
         }
         let inputs = self.inputs(response);
         if inputs.is_empty() {
             return Ok(Vec::new());
         }
         let permit = self
-            .breaker
+            .guard
+            .breaker()
             .acquire()
             .await
             .map_err(|r| Unavailable::new(r.to_string()))?;
@@ -703,7 +672,7 @@ impl Validator for External {
     }
 
     fn fail_mode(&self) -> Option<FailMode> {
-        self.fail_mode
+        self.guard.fail_mode()
     }
 }
 

@@ -18,6 +18,16 @@ pub const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
 /// Default `cooldown_ms`: how long an open breaker waits before one probe call.
 pub const DEFAULT_COOLDOWN_MS: u64 = 30_000;
 
+/// [`DEFAULT_FAILURE_THRESHOLD`], for serde defaults.
+pub(crate) fn default_threshold() -> u32 {
+    DEFAULT_FAILURE_THRESHOLD
+}
+
+/// [`DEFAULT_COOLDOWN_MS`], for serde defaults.
+pub(crate) fn default_cooldown_ms() -> u64 {
+    DEFAULT_COOLDOWN_MS
+}
+
 /// A timeout, a circuit breaker and a fail mode around the calls of one validator.
 #[derive(Debug)]
 pub struct Guard {
@@ -95,6 +105,43 @@ impl Guard {
         self.timeout
     }
 
+    /// Sets the timeout of one call (zero switches the validator off).
+    pub(crate) fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// Replaces the breaker: open after `threshold` consecutive failures, probe after
+    /// `cooldown`.
+    pub(crate) fn set_breaker(&mut self, threshold: u32, cooldown: Duration) {
+        self.breaker = CircuitBreaker::new(self.name.clone(), threshold, cooldown);
+    }
+
+    /// Sets the validator's own fail mode.
+    pub(crate) fn set_fail_mode(&mut self, mode: FailMode) {
+        self.fail_mode = Some(mode);
+    }
+
+    /// `call` cut at the timeout, for a validator that makes several calls under one breaker
+    /// permit (the `external` validator, one call per code block).
+    pub(crate) async fn within_timeout<T>(
+        &self,
+        call: impl Future<Output = Result<T, Unavailable>>,
+    ) -> Result<T, Unavailable> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(Unavailable::new(self.timed_out())),
+        }
+    }
+
+    /// Why a call that ran out of time gave no verdict.
+    fn timed_out(&self) -> String {
+        format!(
+            "{} did not answer within {} ms",
+            self.name,
+            self.timeout.as_millis()
+        )
+    }
+
     /// The warning a switched-off validator (`timeout_ms: 0`) returns instead of a verdict, so
     /// the outcome says this check did not run; `None` when it is on.
     pub fn disabled_issue(&self) -> Option<Issue> {
@@ -126,11 +173,7 @@ impl Guard {
                 return Ok(value);
             }
             Ok(Err(reason)) => format!("{}: {reason}", self.name),
-            Err(_) => format!(
-                "{} did not answer within {} ms",
-                self.name,
-                self.timeout.as_millis()
-            ),
+            Err(_) => self.timed_out(),
         };
         permit.failure(&failed).await;
         Err(Unavailable::new(failed))

@@ -52,7 +52,7 @@
 //! | `JUDGE_REJECTED` (configurable `code`) | the judge answered the non-passing verdict; its reason is the message, and the hint unless `hint` is set |
 //! | `REQUEST_DATA_MISSING` | the template reads the question, context or system prompt and the request has none (`on_missing: warn`) |
 
-use crate::guard::{cap_chars, excerpt, Guard, DEFAULT_COOLDOWN_MS, DEFAULT_FAILURE_THRESHOLD};
+use crate::guard::{cap_chars, excerpt, Guard};
 use crate::request::{self, OnMissing};
 use enforce_core::{
     async_trait, Context, FailMode, Issue, Message, Request, Runner, Severity, Validation,
@@ -90,12 +90,6 @@ NO, then give a one-sentence reason (or answer with the JSON object the question
 
 fn default_timeout_ms() -> u64 {
     DEFAULT_JUDGE_TIMEOUT_MS
-}
-fn default_threshold() -> u32 {
-    DEFAULT_FAILURE_THRESHOLD
-}
-fn default_cooldown_ms() -> u64 {
-    DEFAULT_COOLDOWN_MS
 }
 fn default_max_quote_chars() -> usize {
     DEFAULT_MAX_QUOTE_CHARS
@@ -167,11 +161,11 @@ struct JudgeConfig {
     #[serde(default = "default_timeout_ms")]
     timeout_ms: u64,
     /// Consecutive failed calls (errors, timeouts, no verdict) that open the circuit breaker.
-    #[serde(default = "default_threshold")]
+    #[serde(default = "crate::guard::default_threshold")]
     #[cfg_attr(feature = "config-schema", schemars(range(min = 1)))]
     failure_threshold: u32,
     /// How long the open breaker waits before probing again, in milliseconds.
-    #[serde(default = "default_cooldown_ms")]
+    #[serde(default = "crate::guard::default_cooldown_ms")]
     cooldown_ms: u64,
     /// `open`: pass with a warning when unavailable; `closed`: stop (default: the profile's).
     fail_mode: Option<FailMode>,
