@@ -124,7 +124,8 @@ pub struct ProfileConfig {
     pub answer_format: Option<AnswerFormat>,
     /// Validators run on the request before the first model call, like `validators`. They
     /// validate the question (the last user message) and read the system prompt and the
-    /// retrieved context from the context (`enforce.system`, `enforce.retrieved_context`).
+    /// retrieved context from the context (`enforce.system`, `enforce.retrieved_context`,
+    /// `enforce.history`).
     pub input_validators: Vec<String>,
     /// What an error of an input validator leads to: `reject` (default: no model call, the
     /// outcome is `aborted` with stop reason `input_rejected`), `hint` (append `input_hint` to
@@ -181,7 +182,7 @@ pub struct SectionConfig {
 /// or `url`.
 ///
 /// A command gets the request as JSON on stdin, an endpoint as a POST body:
-/// `{question, system, context, issues: [{code, message}], facts}`; either answers
+/// `{question, system, context, history, issues: [{code, message}], facts}`; either answers
 /// `{"question": "…", "context": "…" | ["…"]}` (each optional, at least one).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]

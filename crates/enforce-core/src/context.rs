@@ -14,6 +14,9 @@ pub mod keys {
     /// The retrieved context where the request carries it: a string, or a list of strings
     /// (one per retrieved chunk).
     pub const RETRIEVED_CONTEXT: &str = "enforce.retrieved_context";
+    /// The earlier turns: every message before the question except system messages, oldest
+    /// first, as `[{"role": "user" | "assistant" | "tool", "content": "…"}]`.
+    pub const HISTORY: &str = "enforce.history";
 }
 
 /// Facts about the request that validators may use, e.g. the company name a response must

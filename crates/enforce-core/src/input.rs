@@ -442,6 +442,7 @@ pub(crate) fn request_context(
     let (question, section) = split_question(request, source);
     view.insert(keys::QUESTION, question);
     view.insert(keys::SYSTEM, system_prompt(request));
+    view.insert(keys::HISTORY, history(request));
     let retrieved = match source {
         Some(ContextSource::Fact(key)) => context.get(key).cloned(),
         Some(ContextSource::Pointer(pointer)) => params_pointer(request, pointer).cloned(),
@@ -463,6 +464,18 @@ fn system_prompt(request: &Request) -> String {
         .map(|m| m.content.as_str())
         .collect::<Vec<_>>()
         .join("\n\n")
+}
+
+/// The turns before the last user message, system messages left out.
+fn history(request: &Request) -> Value {
+    let end = last_user_index(request).unwrap_or(request.messages.len());
+    Value::Array(
+        request.messages[..end]
+            .iter()
+            .filter(|m| m.role != Role::System)
+            .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
+            .collect(),
+    )
 }
 
 /// The value at `pointer` in the request's parameters.
@@ -637,6 +650,29 @@ mod tests {
             .unwrap()
             .starts_with("Answer from"));
         assert_eq!(view.get("k"), Some(&Value::from(1)));
+        assert_eq!(view.get(keys::HISTORY), Some(&serde_json::json!([])));
+    }
+
+    #[test]
+    fn the_history_holds_the_turns_before_the_question() {
+        let request = Request {
+            messages: vec![
+                Message::system("s"),
+                Message::user("first"),
+                Message::assistant("reply"),
+                Message::user("now?"),
+            ],
+            ..Request::default()
+        };
+        let view = request_context(&request, &Context::new(), None);
+        assert_eq!(
+            view.get(keys::HISTORY),
+            Some(&serde_json::json!([
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "reply"},
+            ]))
+        );
+        assert_eq!(view.get_str(keys::QUESTION), Some("now?"));
     }
 
     #[test]

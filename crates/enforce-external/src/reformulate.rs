@@ -6,6 +6,7 @@
 //!
 //! ```json
 //! {"question": "…", "system": "…", "context": "…" | ["…"] | null,
+//!  "history": [{"role": "user" | "assistant" | "tool", "content": "…"}],
 //!  "issues": [{"code": "CONTEXT_NOT_RELEVANT", "message": "…"}], "facts": {…}}
 //! ```
 //!
@@ -35,6 +36,7 @@ pub fn hook_input(context: &Context, issues: &[Issue]) -> Value {
         "question": context.get_str(keys::QUESTION).unwrap_or_default(),
         "system": context.get_str(keys::SYSTEM).unwrap_or_default(),
         "context": context.get(keys::RETRIEVED_CONTEXT).cloned().unwrap_or(Value::Null),
+        "history": context.get(keys::HISTORY).cloned().unwrap_or_else(|| json!([])),
         "issues": issues
             .iter()
             .map(|i| json!({"code": i.code, "message": i.message}))

@@ -51,7 +51,7 @@ async fn a_command_gets_the_request_and_answers_json() {
     assert_eq!(
         input,
         json!({"question": "What about colours?", "system": "Use the sources.",
-               "context": ["chunk"], "issues": [{"code": "CONTEXT_NOT_RELEVANT", "message": "off topic"}],
+               "context": ["chunk"], "history": [], "issues": [{"code": "CONTEXT_NOT_RELEVANT", "message": "off topic"}],
                "facts": {"team": "blue"}})
     );
 }
