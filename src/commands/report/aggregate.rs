@@ -152,6 +152,23 @@ pub struct Report {
     pub latency: Latency,
     /// Streamed attempts cut early.
     pub cuts: Cuts,
+    /// Requests by the route the proxy picked, most first.
+    pub routes: Vec<RouteCount>,
+    /// Requests by what the input stage did, most first.
+    pub input_checks: Vec<NamedCount>,
+}
+
+/// Requests that took one route.
+#[derive(Debug, Clone, Serialize)]
+pub struct RouteCount {
+    /// The route's name.
+    pub route: String,
+    /// The profile it picked.
+    pub profile: String,
+    /// What matched (`field`, `header`, `matches`, `classify`, `default`).
+    pub by: String,
+    /// Requests.
+    pub requests: u64,
 }
 
 /// Lines and records over all files.
@@ -381,6 +398,9 @@ pub struct Aggregator {
     own_us: Vec<u64>,
     cut_attempts: u64,
     cut_codes: BTreeMap<String, u64>,
+    /// (route, profile, by) → requests.
+    routes: BTreeMap<(String, String, String), u64>,
+    input_actions: BTreeMap<String, u64>,
     cut_bytes: Vec<u64>,
 }
 
@@ -460,6 +480,13 @@ impl Aggregator {
 
         self.count_codes(record, profile);
         self.count_fixes(record);
+        if let Some(route) = &record.route {
+            let key = (route.name.clone(), route.profile.clone(), route.by.clone());
+            *self.routes.entry(key).or_default() += 1;
+        }
+        if let Some(input) = &record.input {
+            *self.input_actions.entry(input.action.clone()).or_default() += 1;
+        }
         *self
             .attempts
             .entry(record.attempts.len() as u64)
@@ -622,6 +649,21 @@ impl Aggregator {
                 by_code: by_count_desc(self.cut_codes),
                 bytes: Percentiles::of(self.cut_bytes),
             },
+            routes: {
+                let mut routes: Vec<RouteCount> = self
+                    .routes
+                    .into_iter()
+                    .map(|((route, profile, by), requests)| RouteCount {
+                        route,
+                        profile,
+                        by,
+                        requests,
+                    })
+                    .collect();
+                routes.sort_by_key(|r| std::cmp::Reverse(r.requests));
+                routes
+            },
+            input_checks: by_count_desc(self.input_actions),
         }
     }
 
@@ -741,6 +783,67 @@ mod tests {
             .iter()
             .find(|f| f.code == code)
             .expect("the code was re-asked")
+    }
+
+    #[test]
+    fn routes_and_input_checks_are_counted() {
+        let with = |route: Option<(&str, &str, &str)>, action: Option<&str>| {
+            let mut value = serde_json::to_value(Outcome::interrupted(
+                StopReason::InputRejected,
+                Vec::new(),
+                std::time::Duration::ZERO,
+            ))
+            .expect("serializes");
+            if let Some((name, profile, by)) = route {
+                value["route"] = serde_json::json!({"name": name, "profile": profile, "by": by});
+            }
+            if let Some(action) = action {
+                value["input"] =
+                    serde_json::json!({"passed": false, "action": action, "issues": [], "us": 1});
+            }
+            serde_json::from_value::<Record>(value).expect("reads as a record")
+        };
+        let records = [
+            with(Some(("code", "code_generation", "field")), None),
+            with(Some(("code", "code_generation", "field")), None),
+            with(Some(("rag", "retrieval", "classify")), Some("reformulated")),
+            with(Some(("rag", "retrieval", "classify")), Some("none")),
+            with(Some(("rag", "retrieval", "classify")), Some("reformulated")),
+            with(None, None),
+        ];
+        let report = report_of(&records, Options::default());
+        let routes: Vec<(&str, &str, &str, u64)> = report
+            .routes
+            .iter()
+            .map(|r| {
+                (
+                    r.route.as_str(),
+                    r.profile.as_str(),
+                    r.by.as_str(),
+                    r.requests,
+                )
+            })
+            .collect();
+        assert_eq!(
+            routes,
+            vec![
+                ("rag", "retrieval", "classify", 3),
+                ("code", "code_generation", "field", 2)
+            ]
+        );
+        let actions: Vec<(&str, u64)> = report
+            .input_checks
+            .iter()
+            .map(|c| (c.name.as_str(), c.count))
+            .collect();
+        assert_eq!(actions, vec![("reformulated", 2), ("none", 1)]);
+        let table = super::super::tables::routes(&report, 10);
+        assert_eq!(table.note.as_deref(), Some("5 of 6 request(s) routed"));
+        let text = super::super::text::render(&report, 10);
+        assert!(
+            text.contains("Input checks\n  (3 request(s) checked before the model)"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -286,6 +286,43 @@ pub fn render(report: &Report, top: usize) -> Result<String, ChartError> {
     )?;
     figure(&mut out, "cuts", &svg, &tables::cuts(report, top));
 
+    let routes = &report.routes[..report.routes.len().min(top)];
+    let svg = chart::bars(
+        "Requests by route",
+        "requests",
+        &routes
+            .iter()
+            .map(|r| format!("{} → {}", r.route, r.profile))
+            .collect::<Vec<_>>(),
+        &routes.iter().map(|r| r.requests as f64).collect::<Vec<_>>(),
+        BLUE,
+        None,
+    )?;
+    figure(&mut out, "routes", &svg, &tables::routes(report, top));
+
+    let svg = chart::bars(
+        "Input checks by action",
+        "requests",
+        &report
+            .input_checks
+            .iter()
+            .map(|c| c.name.clone())
+            .collect::<Vec<_>>(),
+        &report
+            .input_checks
+            .iter()
+            .map(|c| c.count as f64)
+            .collect::<Vec<_>>(),
+        GREY,
+        None,
+    )?;
+    figure(
+        &mut out,
+        "input-checks",
+        &svg,
+        &tables::input_checks(report),
+    );
+
     out.push_str("</body></html>\n");
     Ok(out)
 }

@@ -32,7 +32,7 @@ pub enum Format {
 pub const ABOUT: &str = "\
 Summarise audit files: outcomes over time, the most frequent issue codes per validator and \
 profile, how often a re-ask fixed each code, repairs, attempts per request, tokens and cost of \
-re-asks against first attempts, latency percentiles and early cuts of streamed answers.
+re-asks against first attempts, latency percentiles, early cuts of streamed answers, the routes the proxy picked and what the input stage did.
 
 Reads the JSON-lines audit of `enforce run --audit FILE` and of `enforce serve` \
 (`server.audit_log`), from any version: lines without a time are counted but left out of the \
@@ -52,6 +52,8 @@ model) and total_us - runner_us (enforce's own: validation, repairs, bookkeeping
 
 Early cuts: attempts whose streamed answer was cut as soon as a validator failed on it (the \
 attempt's `cut` field), by code.
+
+Routes: requests by the `route` the proxy picked (name, profile, what matched). Input checks: requests of profiles with `input_validators`, by what the input stage did (`none`, `rejected`, `hinted`, `reformulated`, `reformulation_failed`).
 
 Examples:
   enforce report audit.jsonl

@@ -69,6 +69,34 @@ pub struct Record {
     /// Of that, time spent waiting on the runner, µs.
     #[serde(default)]
     pub runner_us: Option<u64>,
+    /// The route the proxy picked (`enforce serve` with `routes:`).
+    #[serde(default)]
+    pub route: Option<RouteRecord>,
+    /// The input stage's verdict (profiles with `input_validators`).
+    #[serde(default)]
+    pub input: Option<InputRecord>,
+}
+
+/// The `route` of a [`Record`]: which route picked which profile, and how.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RouteRecord {
+    /// The route's name.
+    #[serde(default)]
+    pub name: String,
+    /// The profile it picked.
+    #[serde(default)]
+    pub profile: String,
+    /// What matched: `field`, `header`, `matches`, `classify` or `default`.
+    #[serde(default)]
+    pub by: String,
+}
+
+/// The `input` of a [`Record`]: what the input stage did.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct InputRecord {
+    /// `none`, `rejected`, `hinted`, `reformulated` or `reformulation_failed`.
+    #[serde(default)]
+    pub action: String,
 }
 
 /// One attempt of a [`Record`].

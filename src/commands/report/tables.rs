@@ -339,6 +339,34 @@ pub fn cuts(report: &Report, limit: usize) -> Table {
     table
 }
 
+/// Requests by the route the proxy picked.
+pub fn routes(report: &Report, limit: usize) -> Table {
+    let routed: u64 = report.routes.iter().map(|r| r.requests).sum();
+    let note = format!("{routed} of {} request(s) routed", report.outcomes.total);
+    let mut table =
+        Table::new("Routes", &["route", "profile", "by", "requests"], 3..4).note(Some(note));
+    for r in report.routes.iter().take(limit) {
+        table.rows.push(vec![
+            r.route.clone(),
+            r.profile.clone(),
+            r.by.clone(),
+            r.requests.to_string(),
+        ]);
+    }
+    table
+}
+
+/// Requests by what the input stage did before the model call.
+pub fn input_checks(report: &Report) -> Table {
+    let checked: u64 = report.input_checks.iter().map(|c| c.count).sum();
+    let note = format!("{checked} request(s) checked before the model");
+    let mut table = Table::new("Input checks", &["action", "requests"], 1..2).note(Some(note));
+    for c in &report.input_checks {
+        table.rows.push(vec![c.name.clone(), c.count.to_string()]);
+    }
+    table
+}
+
 /// The lines above the tables: what was read, skipped and left out.
 pub fn input_summary(report: &Report) -> Vec<String> {
     let i = &report.input;

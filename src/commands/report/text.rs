@@ -21,6 +21,8 @@ pub fn render(report: &Report, top: usize) -> String {
         tables::spend(report),
         tables::latency(report),
         tables::cuts(report, top),
+        tables::routes(report, top),
+        tables::input_checks(report),
     ] {
         out.push('\n');
         write_table(&mut out, &table);
