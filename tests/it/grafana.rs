@@ -1,6 +1,6 @@
 //! `examples/grafana-dashboard.json` queries only series that `enforce serve` exports: the
 //! real binary serves requests that touch every metric (a re-ask, a repair, an upstream
-//! failure, a rejection, an open breaker, an audit log), and each metric name in the
+//! failure, a rejection, an open breaker, an audit log, a route, an input check), and each metric name in the
 //! dashboard's queries must be a sample name in the scraped `/metrics`.
 
 use super::repo;
@@ -83,11 +83,12 @@ async fn every_metric_the_dashboard_queries_is_exported() {
         .expect("mock upstream");
     let dir = temp_dir("grafana");
     let linted = format!(
-        "  - id: linted\n    profile: linted\n    runner:\n      type: openai\n      base_url: {}\n      model: mock-model\n      retry:\n        max_retries: 0\n",
+        "  - id: linted\n    profile: linted\n    runner:\n      type: openai\n      base_url: {0}\n      model: mock-model\n      retry:\n        max_retries: 0\n\
+         \x20 - id: routed\n    profile: chat\n    runner:\n      type: openai\n      base_url: {0}\n      model: mock-model\n    routes:\n      - profile: gated\n        when: {{ header: X-Kind, equals: gate }}\n",
         upstream.url()
     );
     let rest = format!(
-        "validators:\n  lint:\n    type: external\n    command: [/nonexistent/enforce-test-checker]\n    failure_threshold: 1\n    cooldown_ms: 600000\n    fail_mode: open\nprofiles:\n  linted:\n    validators: [lint]\nserver:\n  audit_log: {}\n",
+        "validators:\n  lint:\n    type: external\n    command: [/nonexistent/enforce-test-checker]\n    failure_threshold: 1\n    cooldown_ms: 600000\n    fail_mode: open\n  short_question:\n    type: length\n    unit: chars\n    max: 200\nprofiles:\n  linted:\n    validators: [lint]\n  gated:\n    validators: []\n    input_validators: [short_question]\nserver:\n  audit_log: {}\n",
         dir.join("audit.jsonl").display()
     );
     let config = config_for(&dir, &upstream.url(), &linted, &rest);
@@ -128,6 +129,20 @@ async fn every_metric_the_dashboard_queries_is_exported() {
     let mut lint = body(false);
     lint["model"] = json!("linted");
     assert_eq!(chat(lint).await, 200);
+
+    // A routed request whose profile checks the question first (routes, input checks).
+    upstream.push(MockReply::text("anything"));
+    let mut routed = body(false);
+    routed["model"] = json!("routed");
+    let status = c
+        .post(proxy.url("/chat/completions"))
+        .header("X-Kind", "gate")
+        .json(&routed)
+        .send()
+        .await
+        .expect("proxy answers")
+        .status();
+    assert_eq!(status, 200);
 
     let metrics_url = format!("{}/metrics", proxy.base.trim_end_matches("/v1"));
     let metrics = c

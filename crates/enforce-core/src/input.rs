@@ -384,6 +384,20 @@ pub enum InputAction {
     ReformulationFailed,
 }
 
+impl InputAction {
+    /// The action as the audit spells it (`none`, `rejected`, `hinted`, `reformulated`,
+    /// `reformulation_failed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InputAction::None => "none",
+            InputAction::Rejected => "rejected",
+            InputAction::Hinted => "hinted",
+            InputAction::Reformulated => "reformulated",
+            InputAction::ReformulationFailed => "reformulation_failed",
+        }
+    }
+}
+
 /// The input stage's record in the [`Outcome`](crate::Outcome) (`input` in the audit).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InputCheck {
@@ -651,6 +665,19 @@ mod tests {
             .starts_with("Answer from"));
         assert_eq!(view.get("k"), Some(&Value::from(1)));
         assert_eq!(view.get(keys::HISTORY), Some(&serde_json::json!([])));
+    }
+
+    #[test]
+    fn actions_are_spelled_as_serialized() {
+        for action in [
+            InputAction::None,
+            InputAction::Rejected,
+            InputAction::Hinted,
+            InputAction::Reformulated,
+            InputAction::ReformulationFailed,
+        ] {
+            assert_eq!(serde_json::to_value(action).unwrap(), action.as_str());
+        }
     }
 
     #[test]

@@ -118,6 +118,15 @@ pub(crate) const STATE_FALLBACKS: Metric = counter(
     "Shared-state (Redis) operations that failed or timed out and fell back to local state, by operation.",
 );
 
+pub(crate) const INPUT_CHECKS: Metric = counter(
+    "enforce_input_checks_total",
+    "Requests checked before the model call (profiles with input validators), by what the input stage did.",
+);
+pub(crate) const ROUTES: Metric = counter(
+    "enforce_routes_total",
+    "Requests of models with routes, by the route taken, its profile and what matched.",
+);
+
 #[derive(Debug, Default, Clone)]
 struct Histogram {
     buckets: Vec<u64>,
@@ -408,6 +417,8 @@ mod tests {
             AUDIT_WRITE_FAILURES,
             STATE_DEGRADED,
             STATE_FALLBACKS,
+            INPUT_CHECKS,
+            ROUTES,
         ];
         let mut names = std::collections::BTreeSet::new();
         for metric in declared {

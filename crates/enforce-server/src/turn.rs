@@ -5,8 +5,8 @@
 use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
 use crate::error::ApiError;
 use crate::metrics::{
-    Metrics, ATTEMPTS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS, REQUEST_DURATION,
-    RUNNER_FAILURES, UPSTREAM_LATENCY,
+    Metrics, ATTEMPTS, INPUT_CHECKS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS,
+    REQUEST_DURATION, ROUTES, RUNNER_FAILURES, UPSTREAM_LATENCY,
 };
 use crate::openai::{self, ChatRequest, CompletionId};
 use crate::otel::RequestTrace;
@@ -374,6 +374,26 @@ impl Turn {
         }
         if outcome.runner_error().is_some() {
             m.count(&RUNNER_FAILURES, &[("model", model)], 1);
+        }
+        if let Some(input) = &outcome.input {
+            m.count(
+                &INPUT_CHECKS,
+                &[("model", model), ("action", input.action.as_str())],
+                1,
+            );
+        }
+        if let Some(route) = &self.route {
+            let field = |key: &str| route.get(key).and_then(|v| v.as_str()).unwrap_or_default();
+            m.count(
+                &ROUTES,
+                &[
+                    ("model", model),
+                    ("route", field("name")),
+                    ("profile", field("profile")),
+                    ("by", field("by")),
+                ],
+                1,
+            );
         }
         if !cut_short {
             let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
