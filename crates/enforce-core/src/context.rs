@@ -7,6 +7,8 @@ use serde_json::{Map, Value};
 /// it: input validators, and those whose [`reads_request`](crate::Validator::reads_request) is
 /// `true`. Namespaced (`enforce.`) so that they never meet a caller's own facts.
 pub mod keys {
+    /// The prefix every key below starts with; a caller's facts never do.
+    pub const PREFIX: &str = "enforce.";
     /// The last user message: the question (after a reformulation, the new one).
     pub const QUESTION: &str = "enforce.question";
     /// The system prompt: every system message, joined by a blank line.

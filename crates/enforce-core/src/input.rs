@@ -113,19 +113,28 @@ impl RunnerReformulator {
     }
 }
 
-/// The retrieved context as text: a list of chunks joined by blank lines.
+/// One retrieved chunk as text: a string as it is; an object's `text`, `content` or
+/// `page_content` (the names RAG frameworks give it); anything else as JSON.
+pub fn chunk_text(chunk: &Value) -> String {
+    match chunk {
+        Value::String(s) => s.clone(),
+        Value::Object(map) => ["text", "content", "page_content"]
+            .iter()
+            .find_map(|k| map.get(*k).and_then(Value::as_str))
+            .map_or_else(|| chunk.to_string(), str::to_string),
+        other => other.to_string(),
+    }
+}
+
+/// The retrieved context as text: a list's chunks ([`chunk_text`]) joined by blank lines.
 pub fn retrieved_text(value: &Value) -> String {
     match value {
-        Value::String(s) => s.clone(),
         Value::Array(items) => items
             .iter()
-            .map(|item| match item {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            })
+            .map(chunk_text)
             .collect::<Vec<_>>()
             .join("\n\n"),
-        other => other.to_string(),
+        other => chunk_text(other),
     }
 }
 
@@ -242,10 +251,13 @@ impl InputStage {
         let found = match validate_leaves(&leaves, &question, &view, default, None).await {
             Verdict::Found(found) => found,
             Verdict::Unavailable(unavailable) => {
+                // No verdict is no pass: the record says the request was not cleared.
+                let mut record = InputCheck::new(InputAction::None, Vec::new(), started);
+                record.passed = false;
                 return Staged::Unavailable {
-                    record: InputCheck::new(InputAction::None, Vec::new(), started),
+                    record,
                     unavailable,
-                }
+                };
             }
         };
         let issues = found.issues;
@@ -665,6 +677,13 @@ mod tests {
             .starts_with("Answer from"));
         assert_eq!(view.get("k"), Some(&Value::from(1)));
         assert_eq!(view.get(keys::HISTORY), Some(&serde_json::json!([])));
+    }
+
+    #[test]
+    fn chunks_are_read_as_rag_frameworks_write_them() {
+        let value = serde_json::json!(["a", {"page_content": "b"}, {"text": "c"}, {"id": 4}]);
+        assert_eq!(retrieved_text(&value), "a\n\nb\n\nc\n\n{\"id\":4}");
+        assert_eq!(retrieved_text(&Value::from("plain")), "plain");
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub use context::{keys, Context};
 pub use enforcer::{Check, Enforcer, FALLBACK_INVALID};
 pub use feedback::{Feedback, FeedbackTemplate, Language};
 pub use input::{
-    retrieved_text, ContextSource, InputAction, InputCheck, InputStage, OnInputFailure,
+    chunk_text, retrieved_text, ContextSource, InputAction, InputCheck, InputStage, OnInputFailure,
     Reformulation, ReformulationRecord, Reformulator, RunnerReformulator,
 };
 pub use issue::{Issue, Severity};

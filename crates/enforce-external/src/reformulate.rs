@@ -29,7 +29,7 @@ pub fn hook_input(context: &Context, issues: &[Issue]) -> Value {
     let facts: Map<String, Value> = context
         .as_map()
         .iter()
-        .filter(|(k, _)| !k.starts_with("enforce."))
+        .filter(|(k, _)| !k.starts_with(keys::PREFIX))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     json!({

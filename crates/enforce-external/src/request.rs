@@ -69,29 +69,16 @@ pub fn system(context: &Context) -> Option<String> {
     text_at(context, keys::SYSTEM)
 }
 
-/// The text of one retrieved chunk: a string, or an object's `text`, `content` or
-/// `page_content` string (the shapes retrieval libraries use), else its JSON.
-fn chunk_text(chunk: &Value) -> String {
-    match chunk {
-        Value::String(s) => s.clone(),
-        Value::Object(map) => ["text", "content", "page_content"]
-            .iter()
-            .find_map(|k| map.get(*k).and_then(Value::as_str))
-            .map_or_else(|| chunk.to_string(), str::to_string),
-        other => other.to_string(),
-    }
-}
-
 /// The retrieved context as chunks: a list gives one chunk per item, a string is split at
 /// `separator` (an empty separator keeps it whole). Blank chunks are dropped; `None` when
 /// nothing is left.
 pub fn retrieved_chunks(context: &Context, separator: &str) -> Option<Vec<String>> {
     let chunks: Vec<String> = match context.get(keys::RETRIEVED_CONTEXT)? {
-        Value::Array(items) => items.iter().map(chunk_text).collect(),
+        Value::Array(items) => items.iter().map(enforce_core::chunk_text).collect(),
         Value::String(s) if separator.is_empty() => vec![s.clone()],
         Value::String(s) => s.split(separator).map(str::to_string).collect(),
         Value::Null => return None,
-        other => vec![chunk_text(other)],
+        other => vec![enforce_core::chunk_text(other)],
     };
     let chunks: Vec<String> = chunks
         .into_iter()

@@ -10,7 +10,9 @@
 //! answer, so the feedback after a cut quotes what was wrong.)
 
 use crate::error::{duration_from_secs, ConfigError};
-use crate::process::{exit_failure, run_process, tail, ProcessSpec, StreamingProcess};
+use crate::process::{
+    exit_failure, process_events, run_process, tail, ProcessSpec, StreamingProcess,
+};
 use crate::prompt::render_prompt;
 use enforce_core::{
     async_trait, Reply, ReplyStream, Request, Runner, RunnerError, StreamEvent, Usage,
@@ -408,40 +410,23 @@ struct StreamState {
     line: Vec<u8>,
     usage: Usage,
     started: Instant,
-    done: bool,
 }
 
 /// The stream of one `stream-json` call: deltas as the CLI prints them, then the reply from
 /// its `result`. Dropping it drops the process, which interrupts the CLI.
 fn stream_json<'a>(spec: ProcessSpec, program: String) -> ReplyStream<'a> {
     let started = Instant::now();
-    let state = match StreamingProcess::spawn(&spec) {
-        Ok(process) => Ok(StreamState {
-            process,
-            program,
-            line: Vec::new(),
-            usage: Usage::default(),
-            started,
-            done: false,
-        }),
-        Err(error) => Err(Some(error)),
-    };
-    Box::pin(futures_util::stream::unfold(state, |state| async move {
-        match state {
-            // The spawn failed: report it once.
-            Err(error) => error.map(|e| (Err(e), Err(None))),
-            Ok(mut state) => {
-                if state.done {
-                    return None;
-                }
-                let item = next_stream_item(&mut state).await;
-                if matches!(item, Ok(StreamEvent::Done(_)) | Err(_)) {
-                    state.done = true;
-                }
-                Some((item, Ok(state)))
-            }
-        }
-    }))
+    let state = StreamingProcess::spawn(&spec).map(|process| StreamState {
+        process,
+        program,
+        line: Vec::new(),
+        usage: Usage::default(),
+        started,
+    });
+    process_events(state, |mut state| async move {
+        let item = next_stream_item(&mut state).await;
+        (item, state)
+    })
 }
 
 /// Reads lines until one means something to the loop.

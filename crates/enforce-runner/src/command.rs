@@ -5,7 +5,7 @@
 //! SIGKILL after `kill_grace_secs`).
 
 use crate::error::{duration_from_secs, ConfigError};
-use crate::process::{exit_failure, run_process, ProcessSpec, StreamingProcess};
+use crate::process::{exit_failure, process_events, run_process, ProcessSpec, StreamingProcess};
 use crate::prompt::{inline_system, render_prompt};
 use enforce_core::{
     async_trait, stateless_follow_up_messages, Message, Reply, ReplyStream, Request, Runner,
@@ -167,7 +167,6 @@ struct Printing {
     text: String,
     carry: Vec<u8>,
     started: Instant,
-    done: bool,
 }
 
 impl CommandRunner {
@@ -179,26 +178,11 @@ impl CommandRunner {
             text: String::new(),
             carry: Vec::new(),
             started,
-            done: false,
         });
-        Box::pin(futures_util::stream::unfold(
-            state.map_err(Some),
-            |state| async move {
-                match state {
-                    Err(error) => error.map(|e| (Err(e), Err(None))),
-                    Ok(mut state) => {
-                        if state.done {
-                            return None;
-                        }
-                        let item = next_printed(&mut state).await;
-                        if matches!(item, Ok(StreamEvent::Done(_)) | Err(_)) {
-                            state.done = true;
-                        }
-                        Some((item, Ok(state)))
-                    }
-                }
-            },
-        ))
+        process_events(state, |mut state| async move {
+            let item = next_printed(&mut state).await;
+            (item, state)
+        })
     }
 }
 

@@ -1,7 +1,7 @@
 //! Running a child process with the prompt on stdin, a timeout, and a process-group kill so that
 //! no descendant outlives the call.
 
-use enforce_core::RunnerError;
+use enforce_core::{ReplyStream, RunnerError, StreamEvent};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::ErrorKind;
@@ -199,6 +199,52 @@ fn spawn(spec: &ProcessSpec, kill_on_drop: bool) -> Result<Child, RunnerError> {
         },
         exit_code: None,
     })
+}
+
+/// The reply stream of a streaming process: `next` reads the state (the process and what the
+/// runner keeps of its output) up to the next event. A spawn error is yielded once; after
+/// `Done` or an error nothing more is read, and the state is dropped with the stream (which
+/// interrupts a process still running).
+pub(crate) fn process_events<'a, S, F, Fut>(
+    state: Result<S, RunnerError>,
+    mut next: F,
+) -> ReplyStream<'a>
+where
+    S: Send + 'a,
+    F: FnMut(S) -> Fut + Send + 'a,
+    Fut: std::future::Future<Output = (Result<StreamEvent, RunnerError>, S)> + Send + 'a,
+{
+    /// Where the stream stands.
+    enum Step<S> {
+        Reading(S),
+        Failed(RunnerError),
+        Ended(S),
+        Over,
+    }
+    let first = match state {
+        Ok(state) => Step::Reading(state),
+        Err(error) => Step::Failed(error),
+    };
+    Box::pin(futures_util::stream::unfold(first, move |step| {
+        let read = match step {
+            Step::Reading(state) => Ok(next(state)),
+            other => Err(other),
+        };
+        async move {
+            match read {
+                Ok(read) => {
+                    let (item, state) = read.await;
+                    let step = match item {
+                        Ok(StreamEvent::Done(_)) | Err(_) => Step::Ended(state),
+                        _ => Step::Reading(state),
+                    };
+                    Some((item, step))
+                }
+                Err(Step::Failed(error)) => Some((Err(error), Step::Over)),
+                Err(_) => None,
+            }
+        }
+    }))
 }
 
 /// A running process whose stdout is read while it writes it (a streamed answer).

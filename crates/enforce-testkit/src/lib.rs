@@ -30,6 +30,7 @@
 #![forbid(unsafe_code)]
 
 mod fake_claude;
+mod loopback;
 pub mod mock_anthropic;
 mod mock_openai;
 pub mod plugins;

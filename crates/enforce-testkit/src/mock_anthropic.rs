@@ -6,6 +6,7 @@
 //! The CLI's main turn carries its own `tools`; its side calls (a title, ...) carry none. Main
 //! turns get the scripted answers in order (the last one repeats); side calls a short text.
 
+use crate::loopback::Loopback;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
@@ -14,11 +15,9 @@ use axum::routing::post;
 use axum::Router;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use tokio::sync::oneshot;
 
 struct Shared {
     answers: Mutex<VecDeque<String>>,
@@ -37,15 +36,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A running mock; it stops when dropped.
 pub struct MockAnthropic {
-    addr: SocketAddr,
+    server: Loopback,
     shared: Arc<Shared>,
-    shutdown: Option<oneshot::Sender<()>>,
 }
 
 impl std::fmt::Debug for MockAnthropic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MockAnthropic")
-            .field("addr", &self.addr)
+            .field("addr", &self.server.addr())
             .finish()
     }
 }
@@ -58,8 +56,6 @@ impl MockAnthropic {
         chunks: usize,
         gap: Duration,
     ) -> std::io::Result<MockAnthropic> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             answers: Mutex::new(answers.into_iter().map(Into::into).collect()),
             last: Mutex::new("OK".to_string()),
@@ -73,25 +69,15 @@ impl MockAnthropic {
             .route("/", axum::routing::any(|| async { StatusCode::OK }))
             .fallback(|| async { (StatusCode::NOT_FOUND, "not on the mock") })
             .with_state(Arc::clone(&shared));
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let served = axum::serve(listener, app).with_graceful_shutdown(async move {
-                let _stopped = rx.await;
-            });
-            if let Err(e) = served.await {
-                eprintln!("mock Anthropic server stopped: {e}");
-            }
-        });
         Ok(MockAnthropic {
-            addr,
+            server: Loopback::serve(app, "mock Anthropic server").await?,
             shared,
-            shutdown: Some(tx),
         })
     }
 
     /// The base URL for `ANTHROPIC_BASE_URL`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr())
     }
 
     /// The main-turn requests (those that carry `tools`), in order.
@@ -106,14 +92,6 @@ impl MockAnthropic {
     /// Main-turn streams the client closed before their end.
     pub fn abandoned_streams(&self) -> usize {
         self.shared.abandoned.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for MockAnthropic {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _already_stopped = tx.send(());
-        }
     }
 }
 

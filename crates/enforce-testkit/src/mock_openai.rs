@@ -4,6 +4,7 @@
 //! vectors ([`bag_of_words_embedding`]: texts sharing words score higher), and faults for it
 //! ([`EmbeddingsFault`]).
 
+use crate::loopback::Loopback;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
@@ -16,7 +17,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use tokio::sync::oneshot;
 
 /// Which server's error body to imitate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -496,15 +496,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// # });
 /// ```
 pub struct MockOpenAi {
-    addr: SocketAddr,
+    server: Loopback,
     shared: Arc<Shared>,
-    shutdown: Option<oneshot::Sender<()>>,
 }
 
 impl std::fmt::Debug for MockOpenAi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MockOpenAi")
-            .field("addr", &self.addr)
+            .field("addr", &self.server.addr())
             .finish()
     }
 }
@@ -512,8 +511,6 @@ impl std::fmt::Debug for MockOpenAi {
 impl MockOpenAi {
     /// Binds `127.0.0.1` on a free port and serves `script` on the current tokio runtime.
     pub async fn start(script: MockScript) -> std::io::Result<MockOpenAi> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             script: Mutex::new(script),
             last: Mutex::new(None),
@@ -528,31 +525,20 @@ impl MockOpenAi {
             .route("/v1/embeddings", post(embeddings))
             .fallback(not_found)
             .with_state(Arc::clone(&shared));
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let served = axum::serve(listener, app).with_graceful_shutdown(async move {
-                // Dropping the sender (the handle) stops the server too.
-                let _stopped = rx.await;
-            });
-            if let Err(e) = served.await {
-                eprintln!("mock OpenAI server stopped: {e}");
-            }
-        });
         Ok(MockOpenAi {
-            addr,
+            server: Loopback::serve(app, "mock OpenAI server").await?,
             shared,
-            shutdown: Some(tx),
         })
     }
 
     /// The base URL, `http://127.0.0.1:<port>/v1`.
     pub fn url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/v1", self.server.addr())
     }
 
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Every request received so far, in order.
@@ -596,14 +582,6 @@ impl MockOpenAi {
     /// Queues another reply.
     pub fn push(&self, reply: MockReply) {
         lock(&self.shared.script).replies.push_back(reply);
-    }
-}
-
-impl Drop for MockOpenAi {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _already_stopped = tx.send(());
-        }
     }
 }
 

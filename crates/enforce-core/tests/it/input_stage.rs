@@ -369,6 +369,7 @@ async fn a_fail_closed_input_validator_without_verdict_asks_no_model() {
         .await;
     assert!(runner.calls().is_empty());
     assert_eq!(outcome.status, Status::Unavailable);
+    assert_eq!(outcome.input.as_ref().map(|i| i.passed), Some(false));
     assert_eq!(
         outcome
             .stop_reason

@@ -73,6 +73,15 @@ fn body(question: &str, stream: bool) -> Value {
     })
 }
 
+async fn post(h: &Harness, body: &Value) -> reqwest::Response {
+    h.client
+        .post(h.url("/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .expect("response")
+}
+
 async fn start(on_failure: OnInputFailure) -> (Arc<ScriptedRunner>, Harness) {
     let (runner, enforcer) = harness_parts(on_failure);
     let server = server_with(
@@ -87,13 +96,7 @@ async fn start(on_failure: OnInputFailure) -> (Arc<ScriptedRunner>, Harness) {
 #[tokio::test]
 async fn a_relevant_request_passes_with_its_input_verdict() {
     let (runner, h) = start(OnInputFailure::Reject).await;
-    let resp = h
-        .client
-        .post(h.url("/v1/chat/completions"))
-        .json(&body("Explain hashing please", false))
-        .send()
-        .await
-        .expect("response");
+    let resp = post(&h, &body("Explain hashing please", false)).await;
     assert_eq!(resp.status(), 200);
     let v: Value = resp.json().await.expect("json");
     assert_eq!(v["enforcement"]["input"]["passed"], true);
@@ -105,13 +108,7 @@ async fn a_relevant_request_passes_with_its_input_verdict() {
 #[tokio::test]
 async fn a_rejected_request_is_a_400_without_a_model_call() {
     let (runner, h) = start(OnInputFailure::Reject).await;
-    let resp = h
-        .client
-        .post(h.url("/v1/chat/completions"))
-        .json(&body("What colour is the sky?", false))
-        .send()
-        .await
-        .expect("response");
+    let resp = post(&h, &body("What colour is the sky?", false)).await;
     assert_eq!(resp.status(), 400);
     let v: Value = resp.json().await.expect("json");
     assert_eq!(v["error"]["code"], "input_rejected");
@@ -126,13 +123,8 @@ async fn a_rejected_request_is_a_400_without_a_model_call() {
     assert!(runner.calls().is_empty());
 
     // Streamed: an error event, still without a model call.
-    let text = h
-        .client
-        .post(h.url("/v1/chat/completions"))
-        .json(&body("What colour is the sky?", true))
-        .send()
+    let text = post(&h, &body("What colour is the sky?", true))
         .await
-        .expect("response")
         .text()
         .await
         .expect("body");
@@ -144,13 +136,7 @@ async fn a_rejected_request_is_a_400_without_a_model_call() {
 #[tokio::test]
 async fn a_reformulated_request_reaches_the_model_rewritten() {
     let (runner, h) = start(OnInputFailure::Reformulate).await;
-    let resp = h
-        .client
-        .post(h.url("/v1/chat/completions"))
-        .json(&body("What colour is the sky?", false))
-        .send()
-        .await
-        .expect("response");
+    let resp = post(&h, &body("What colour is the sky?", false)).await;
     assert_eq!(resp.status(), 200);
     let v: Value = resp.json().await.expect("json");
     let input = &v["enforcement"]["input"];
