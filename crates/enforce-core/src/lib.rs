@@ -71,10 +71,11 @@ pub use issue::{Issue, Severity};
 pub use observer::{Event, Observer};
 pub use outcome::{Attempt, Cut, Outcome, Status, StopReason};
 pub use partial::PartialCheck;
-pub use policy::{AnswerFormat, Budget, BudgetKind, Policy, PolicyBuilder};
+pub use policy::{AnswerFormat, Budget, BudgetKind, Policy, PolicyBuilder, Reask, RepairWhen};
 pub use runner::{
-    follow_up_messages, stateless_follow_up_messages, Message, Reply, ReplyStream, Request, Role,
-    Runner, RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage, REJECTED_TOOL_CALL,
+    follow_up_messages, stateless_follow_up_messages, FinishReason, Message, Reply, ReplyStream,
+    Request, Role, Runner, RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage,
+    REJECTED_TOOL_CALL,
 };
 pub use scripted::{ScriptedCall, ScriptedRunner};
 pub use validator::{

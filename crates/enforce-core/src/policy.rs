@@ -98,6 +98,45 @@ pub struct Policy {
     /// How many new bytes of a streamed answer arrive between two partial checks (default
     /// [`Policy::DEFAULT_PARTIAL_CHECK_BYTES`]; 0 counts as 1).
     pub partial_check_bytes: usize,
+    /// How a re-ask asks (default [`Reask::Feedback`]).
+    pub reask: Reask,
+    /// When the deterministic repairs run (default [`RepairWhen::Last`]).
+    pub repair: RepairWhen,
+}
+
+/// How the loop asks again after a failed attempt.
+///
+/// Which one pays depends on the model and the contract: a small model may ignore feedback
+/// that a large one follows, and then drawing a fresh answer does better. `enforce eval`
+/// measures it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub enum Reask {
+    /// The conversation, the failed answer and feedback naming every error.
+    #[default]
+    Feedback,
+    /// The original request again, as if the first attempt had not happened. A numeric `seed`
+    /// in the request's parameters is advanced by one per attempt, so a seeded model draws a
+    /// different answer.
+    Resample,
+    /// The original request with the feedback appended, without the failed answer.
+    FeedbackFresh,
+}
+
+/// When the loop applies the validators' deterministic repairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub enum RepairWhen {
+    /// After the re-asks are spent (or a stop rule ends them).
+    #[default]
+    Last,
+    /// Before spending a re-ask: when every error of an attempt is one a repair fixes and the
+    /// repaired text is clean, it is the answer (`repaired`) and no re-ask is made.
+    First,
 }
 
 impl Default for Policy {
@@ -111,6 +150,8 @@ impl Default for Policy {
             answer_format: AnswerFormat::Text,
             early_abort: true,
             partial_check_bytes: Policy::DEFAULT_PARTIAL_CHECK_BYTES,
+            reask: Reask::Feedback,
+            repair: RepairWhen::Last,
         }
     }
 }
@@ -180,6 +221,18 @@ impl PolicyBuilder {
     /// New bytes between two partial checks of a streamed answer.
     pub fn partial_check_bytes(mut self, bytes: usize) -> Self {
         self.policy.partial_check_bytes = bytes;
+        self
+    }
+
+    /// How a re-ask asks.
+    pub fn reask(mut self, reask: Reask) -> Self {
+        self.policy.reask = reask;
+        self
+    }
+
+    /// When the deterministic repairs run.
+    pub fn repair(mut self, when: RepairWhen) -> Self {
+        self.policy.repair = when;
         self
     }
 

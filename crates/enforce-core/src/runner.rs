@@ -228,6 +228,53 @@ pub struct Reply {
     /// How long the runner took, when it measured it.
     #[serde(default, with = "crate::serde_millis::option")]
     pub duration: Option<Duration>,
+    /// Why the model stopped, when the runner says (OpenAI `finish_reason`, llama.cpp's end of
+    /// generation or token limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// Why a model stopped generating.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FinishReason {
+    /// It ended its answer (or hit a stop sequence).
+    Stop,
+    /// It hit the token limit: the answer is truncated.
+    Length,
+    /// It called tools.
+    ToolCalls,
+    /// A content filter stopped it.
+    ContentFilter,
+    /// Any other reason, in the runner's words.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl FinishReason {
+    /// Reads an OpenAI-style `finish_reason` string (`stop`, `length`, `tool_calls`,
+    /// `content_filter`; `end_turn`/`max_tokens`/`tool_use` as Anthropic spells them).
+    pub fn parse(reason: &str) -> FinishReason {
+        match reason {
+            "stop" | "end_turn" | "stop_sequence" => FinishReason::Stop,
+            "length" | "max_tokens" => FinishReason::Length,
+            "tool_calls" | "function_call" | "tool_use" => FinishReason::ToolCalls,
+            "content_filter" => FinishReason::ContentFilter,
+            other => FinishReason::Other(other.to_string()),
+        }
+    }
+
+    /// The OpenAI spelling.
+    pub fn as_str(&self) -> &str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::Other(other) => other,
+        }
+    }
 }
 
 impl Reply {
