@@ -1,4 +1,5 @@
-"""The peers' side of scenarios 1 and 2, and the TensorZero HTTP gateway launcher.
+"""The peers' side of scenarios 1 and 2 and of the real-model section, and the TensorZero HTTP
+gateway launcher.
 
 Run by `enforce-bench peers` inside each peer's virtualenv; every mode prints one JSON line.
 Traffic goes only to the mock on 127.0.0.1.
@@ -197,6 +198,92 @@ def loop(lib, ok_url, ff_url, runs):
             "ok_passed": ok_passed, "fail_first_passed_after_one_reask": ff_passed}
 
 
+def model_from_schema(schema):
+    """A Pydantic model for a flat JSON Schema object (the eval contract's), so that every
+    library validates against the same contract enforce checks."""
+    from typing import Annotated, Any, List, Optional
+    from pydantic import Field, create_model
+    kinds = {"string": str, "integer": int, "number": float, "boolean": bool, "array": List[Any],
+             "object": dict}
+    limits = {"minLength": "min_length", "maxLength": "max_length", "minimum": "ge",
+              "maximum": "le"}
+    required = set(schema.get("required", []))
+    fields = {}
+    for name, prop in schema.get("properties", {}).items():
+        kind = kinds.get(prop.get("type"), Any)
+        bounds = {limits[k]: v for k, v in prop.items() if k in limits}
+        if bounds:
+            kind = Annotated[kind, Field(**bounds)]
+        fields[name] = (kind, ...) if name in required else (Optional[kind], None)
+    return create_model(schema.get("title", "Answer"), **fields)
+
+
+def real_model(lib, url, model, dataset, schema_path, retries, seed, temperature, max_tokens):
+    """Each case of `dataset` (JSONL with `prompt`) through `lib`'s own re-ask loop against an
+    OpenAI-compatible server in text mode; one result per case, in order."""
+    import openai
+    with open(schema_path) as f:
+        Answer = model_from_schema(json.load(f))
+    cases = [json.loads(line) for line in open(dataset) if line.strip()]
+    sync = openai.OpenAI(base_url=url, api_key="sk-bench", max_retries=0, timeout=600)
+    settings = lambda i: {"temperature": temperature, "seed": seed + i, "max_tokens": max_tokens}
+    if lib == "instructor":
+        import instructor
+        client = instructor.from_openai(sync, mode=instructor.Mode.MD_JSON)
+
+        def ask(i, prompt):
+            client.chat.completions.create(model=model, response_model=Answer,
+                                           max_retries=retries,
+                                           messages=[{"role": "user", "content": prompt}],
+                                           **settings(i))
+    elif lib == "pydantic-ai":
+        from pydantic_ai import Agent, PromptedOutput
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+        agent = Agent(OpenAIChatModel(model, provider=OpenAIProvider(openai_client=openai.AsyncOpenAI(
+            base_url=url, api_key="sk-bench", max_retries=0, timeout=600))),
+            output_type=PromptedOutput(Answer), retries=retries)
+
+        def ask(i, prompt):
+            agent.run_sync(prompt, model_settings=settings(i))
+    elif lib == "guardrails":
+        from guardrails import Guard, OnFailAction
+        from guardrails.validators import (FailResult, PassResult, Validator,
+                                           register_validator)
+
+        @register_validator(name="bench/contract_json", data_type="string")
+        class ContractJson(Validator):
+            def _validate(self, value, metadata):
+                try:
+                    Answer.model_validate_json(value)
+                    return PassResult()
+                except Exception as e:
+                    return FailResult(error_message=f"not valid JSON of the schema: {e}")
+
+        guard = Guard().use(ContractJson(on_fail=OnFailAction.REASK))
+
+        def ask(i, prompt):
+            def api(messages=None, **kwargs):
+                r = sync.chat.completions.create(model=model, messages=messages, **settings(i))
+                return r.choices[0].message.content
+            out = guard(api, messages=[{"role": "user", "content": prompt}], num_reasks=retries)
+            if not out.validation_passed:
+                raise ValueError("validation failed")
+    else:
+        raise SystemExit(f"unknown library {lib}")
+    results = []
+    for i, case in enumerate(cases):
+        started = time.perf_counter()
+        try:
+            ask(i, case["prompt"])
+            valid, error = True, None
+        except Exception as e:  # the library's way to say no valid answer; recorded
+            valid, error = False, f"{type(e).__name__}: {str(e)[:200]}"
+        results.append({"id": case.get("id", f"case-{i + 1}"), "valid": valid, "error": error,
+                        "wall_ms": (time.perf_counter() - started) * 1e3})
+    return {"cases": results}
+
+
 def tensorzero_gateway(config):
     import tensorzero
     gw = tensorzero._start_http_gateway(config_file=config, clickhouse_url=None, postgres_url=None,
@@ -223,6 +310,9 @@ def main():
         res = validators(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
     elif mode == "loop":
         res = loop(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    elif mode == "real-model":
+        a = sys.argv[2:]
+        res = real_model(a[0], a[1], a[2], a[3], a[4], int(a[5]), int(a[6]), float(a[7]), int(a[8]))
     elif mode == "tensorzero-gateway":
         tensorzero_gateway(sys.argv[2])
         return

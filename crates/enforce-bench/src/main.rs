@@ -8,11 +8,14 @@
 //! - `enforce-bench stream`      scenario 4, streaming: early abort, draft mode (prints JSON)
 //! - `enforce-bench peers`       everything: installs the peers, runs every scenario, writes
 //!   BENCHMARKS.md
+//! - `enforce-bench real-model`  `enforce eval` with the local runner on every example contract,
+//!   and the peers' loops on the same model; writes the real-model section of BENCHMARKS.md
 
 mod inproc;
 mod load;
 mod mock;
 mod peers;
+mod real_model;
 mod relay;
 mod report;
 mod results;
@@ -90,6 +93,8 @@ enum Cmd {
     },
     /// Every scenario against every peer; writes BENCHMARKS.md.
     Peers(peers::PeersArgs),
+    /// The real-model section: enforce eval and the peers' loops on a local GGUF model.
+    RealModel(real_model::RealModelArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -146,5 +151,6 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Peers(args) => peers::run(args),
+        Cmd::RealModel(args) => real_model::run(args),
     }
 }

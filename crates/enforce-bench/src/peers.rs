@@ -60,7 +60,7 @@ pub struct PeersArgs {
     pub stream_runs: usize,
 }
 
-const PEERS_PY: &str = include_str!("../python/peers.py");
+pub(crate) const PEERS_PY: &str = include_str!("../python/peers.py");
 
 struct Pinning {
     sut: Vec<String>,
@@ -127,7 +127,7 @@ fn keep_cores_awake(pin: &Pinning, r: &mut Results) -> Vec<Guarded> {
     spinners
 }
 
-fn command(prefix: &[String], program: &Path, args: &[String]) -> Command {
+pub(crate) fn command(prefix: &[String], program: &Path, args: &[String]) -> Command {
     let mut cmd = match prefix.first() {
         Some(first) => {
             let mut c = Command::new(first);
@@ -140,7 +140,7 @@ fn command(prefix: &[String], program: &Path, args: &[String]) -> Command {
     cmd
 }
 
-fn describe(cmd: &Command) -> String {
+pub(crate) fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().to_string();
     for a in cmd.get_args() {
         s.push(' ');
@@ -150,7 +150,7 @@ fn describe(cmd: &Command) -> String {
 }
 
 /// A child that is killed when dropped.
-struct Guarded(Child);
+pub(crate) struct Guarded(pub(crate) Child);
 
 impl Drop for Guarded {
     fn drop(&mut self) {
@@ -159,11 +159,11 @@ impl Drop for Guarded {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn output_json(mut cmd: Command, results: &mut Results) -> anyhow::Result<Value> {
+pub(crate) fn output_json(mut cmd: Command, results: &mut Results) -> anyhow::Result<Value> {
     results.commands.push(describe(&cmd));
     eprintln!("bench: {}", describe(&cmd));
     let out = cmd
@@ -191,13 +191,13 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join(" | ")
 }
 
-fn python(work: &Path, venv: &str) -> PathBuf {
+pub(crate) fn python(work: &Path, venv: &str) -> PathBuf {
     work.join(format!("venv-{venv}")).join("bin").join("python")
 }
 
 /// Installs one peer unless its marker says the same pins are there; the error is the reason
 /// it is unsupported.
-fn install(work: &Path, peer: &Peer) -> anyhow::Result<()> {
+pub(crate) fn install(work: &Path, peer: &Peer) -> anyhow::Result<()> {
     let venv = work.join(format!("venv-{}", peer.venv));
     let reqs: Vec<String> = peer.requirements.iter().map(|r| r.to_string()).collect();
     let marker = venv.join(".bench-installed");
@@ -243,7 +243,7 @@ fn install(work: &Path, peer: &Peer) -> anyhow::Result<()> {
 }
 
 /// Environment that turns the peers' telemetry off and keeps them offline.
-fn quiet_env(cmd: &mut Command) {
+pub(crate) fn quiet_env(cmd: &mut Command) {
     for (k, v) in [
         ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
         ("LITELLM_TELEMETRY", "False"),
@@ -341,7 +341,7 @@ fn proxy_relay(
     Ok(())
 }
 
-fn wait_http(url: &str, key: Option<&str>, timeout: Duration) -> bool {
+pub(crate) fn wait_http(url: &str, key: Option<&str>, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         let mut cmd = Command::new("curl");
@@ -418,7 +418,7 @@ fn machine() -> BTreeMap<String, String> {
     m
 }
 
-fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()
         .split_whitespace()
@@ -427,7 +427,7 @@ fn loadavg() -> String {
         .join(" ")
 }
 
-fn version_of(cmd: &str, args: &[&str]) -> String {
+pub(crate) fn version_of(cmd: &str, args: &[&str]) -> String {
     Command::new(cmd)
         .args(args)
         .output()
@@ -693,7 +693,15 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
 
     r.load_after = loadavg();
     r.duration_s = started.elapsed().as_secs_f64();
-    let text = report::render(&r);
+    let mut text = report::render(&r);
+    // The real-model section is measured on its own (`--real-model`): keep the last one.
+    if let Some(section) = std::fs::read_to_string(&args.out)
+        .ok()
+        .as_deref()
+        .and_then(crate::real_model::section_of)
+    {
+        text = crate::real_model::splice(&text, section);
+    }
     std::fs::write(&args.out, text)?;
     eprintln!(
         "bench: wrote {} in {:.0} s",
