@@ -3,6 +3,7 @@
 mod commands;
 mod config;
 mod plugin_host;
+mod render;
 mod runner_options;
 
 use clap::{Parser, Subcommand};
