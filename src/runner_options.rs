@@ -146,7 +146,9 @@ mod tests {
 
     #[test]
     fn the_kind_is_guessed_from_the_flags_and_the_file_keeps_its_settings() {
-        let config = options(&["--command", "cat"]).runner_config(None).expect("ok");
+        let config = options(&["--command", "cat"])
+            .runner_config(None)
+            .expect("ok");
         assert_eq!(config.kind(), "command");
         let config = options(&["--base-url", "http://x/v1", "--model", "m"])
             .runner_config(None)

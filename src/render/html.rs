@@ -85,4 +85,3 @@ pub fn figure(out: &mut String, id: &str, svg: &str, table: &Table) {
     write_table(out, table);
     out.push_str("</figure>\n");
 }
-

@@ -2,9 +2,9 @@
 //! to anywhere), one figure per chart with its table beneath.
 
 use super::aggregate::{Report, STATUSES};
+use super::tables;
 use crate::render::chart::{self, ChartError, Layout, Series};
 use crate::render::html::{escape, figure, status_color, BLUE, GREY, ORANGE, STYLE, TEAL};
-use super::tables;
 use std::fmt::Write as _;
 
 fn status_series(counts: &[&super::aggregate::StatusCounts]) -> Vec<Series> {

@@ -29,4 +29,3 @@ pub fn render(report: &Report, top: usize) -> String {
     }
     out
 }
-
