@@ -37,6 +37,9 @@ enum Command {
     /// Summarise audit files: outcomes over time, issue codes, re-ask fixes, spend, latency.
     #[command(long_about = commands::report::ABOUT)]
     Report(commands::report::Args),
+    /// Does enforcing pay, on your model? Compare re-ask strategies (arms) on a dataset.
+    #[command(long_about = commands::eval::ABOUT)]
+    Eval(commands::eval::Args),
 }
 
 fn main() -> ExitCode {
@@ -49,5 +52,6 @@ fn main() -> ExitCode {
         Command::Validators(args) => commands::validators::run(args),
         Command::Config(args) => commands::config::run(args),
         Command::Report(args) => commands::report::run(args),
+        Command::Eval(args) => commands::eval::run(args),
     }
 }
