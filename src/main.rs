@@ -5,6 +5,7 @@ mod config;
 mod plugin_host;
 mod render;
 mod runner_options;
+mod usage;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

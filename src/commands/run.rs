@@ -2,6 +2,7 @@
 
 use crate::config::LoadedConfig;
 use crate::runner_options::{model_of, RunnerOptions};
+use crate::usage::{unknown_profile, UsageError};
 use clap::{Args as ClapArgs, ValueEnum};
 use enforce_config::ProfileSet;
 use enforce_core::{AuditRecord, Context, Outcome, Request, Status, StopReason};
@@ -89,16 +90,6 @@ pub struct Args {
     /// Print the last response on stdout even when it did not pass.
     #[arg(long)]
     pub always_print: bool,
-}
-
-/// A usage or configuration problem (exit code 2).
-#[derive(Debug)]
-struct UsageError(String);
-
-impl<E: std::fmt::Display> From<E> for UsageError {
-    fn from(e: E) -> Self {
-        UsageError(e.to_string())
-    }
 }
 
 /// What `enforce run` takes from the configuration.
@@ -213,13 +204,9 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         .profile
         .clone()
         .unwrap_or_else(|| profiles.default_name().to_string());
-    let profile = profiles.get(&profile_name).ok_or_else(|| {
-        let known: Vec<&str> = profiles.names().collect();
-        UsageError(format!(
-            "no profile named `{profile_name}` (known: {})",
-            known.join(", ")
-        ))
-    })?;
+    let profile = profiles
+        .get(&profile_name)
+        .ok_or_else(|| unknown_profile(&profiles, &profile_name, ""))?;
     let mut enforcer = profile.enforcer();
     if let Some(n) = args.max_retries {
         let mut policy = enforcer.policy().clone();

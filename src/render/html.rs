@@ -85,3 +85,18 @@ pub fn figure(out: &mut String, id: &str, svg: &str, table: &Table) {
     write_table(out, table);
     out.push_str("</figure>\n");
 }
+
+/// The page up to and including its `<h1>title</h1>`; the caller closes it with
+/// `</body></html>`.
+pub fn page_start(title: &str) -> String {
+    let title = escape(title);
+    let mut out = String::from(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
+    );
+    let _ = write!(
+        out,
+        "<title>{title}</title><style>{STYLE}</style></head><body>\n<h1>{title}</h1>\n"
+    );
+    out
+}

@@ -3,7 +3,7 @@
 
 use super::summary::{self, Summary, STATUSES};
 use crate::render::chart::{self, ChartError, Layout, Series};
-use crate::render::html::{escape, figure, status_color, write_table, BLUE, STYLE};
+use crate::render::html::{escape, figure, page_start, status_color, write_table, BLUE};
 use plotters::style::RGBColor;
 use std::fmt::Write as _;
 
@@ -20,13 +20,7 @@ fn attempt_color(k: usize) -> RGBColor {
 
 /// The page.
 pub fn render(summary: &Summary) -> Result<String, ChartError> {
-    let mut out = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>enforce eval</title><style>",
-    );
-    out.push_str(STYLE);
-    out.push_str("</style></head><body>\n<h1>enforce eval</h1>\n");
+    let mut out = page_start("enforce eval");
     let header = summary::text(summary);
     if let Some(first) = header.lines().next() {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(first));
@@ -42,12 +36,7 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
 
     // Valid answers: stacked by the attempt that produced them, so a column's height is the
     // arm's valid rate and its bottom part the first attempt's.
-    let longest = summary
-        .arms
-        .iter()
-        .map(|a| a.valid_after_attempts.len())
-        .max()
-        .unwrap_or(1);
+    let longest = summary.most_attempts();
     let series: Vec<Series> = (0..longest)
         .map(|k| Series {
             name: format!("valid at attempt {}", k + 1),
@@ -126,9 +115,9 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
     )?;
     figure(&mut out, "codes", &svg, &codes_table);
 
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "<figure id=\"pairs\"><h2>{}</h2>\n",
+        "<figure id=\"pairs\"><h2>{}</h2>",
         escape(&pairs_table.title)
     );
     write_table(&mut out, &pairs_table);

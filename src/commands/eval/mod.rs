@@ -16,6 +16,7 @@ mod trials;
 
 use crate::config::LoadedConfig;
 use crate::runner_options::{model_of, RunnerOptions};
+use crate::usage::{unknown_profile, UsageError};
 use arms::Arm;
 use clap::Args as ClapArgs;
 use enforce_core::{Enforcer, Runner};
@@ -119,16 +120,6 @@ pub struct Args {
     pub runner: RunnerOptions,
 }
 
-/// A usage or configuration problem (exit code 2).
-#[derive(Debug)]
-struct UsageError(String);
-
-impl<E: std::fmt::Display> From<E> for UsageError {
-    fn from(e: E) -> Self {
-        UsageError(e.to_string())
-    }
-}
-
 /// Runs `enforce eval`.
 pub fn run(args: Args) -> ExitCode {
     match execute(&args) {
@@ -162,16 +153,11 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     let mut enforcers = Vec::with_capacity(cases.len());
     for (case, name) in cases.iter().zip(&profile_names) {
         let profile = profiles.get(name).ok_or_else(|| {
-            let known: Vec<&str> = profiles.names().collect();
-            let whose = if case.profile.is_some() {
-                format!(" (case `{}`)", case.id)
-            } else {
-                String::new()
+            let whose = match case.profile {
+                Some(_) => format!(" (case `{}`)", case.id),
+                None => String::new(),
             };
-            UsageError(format!(
-                "no profile named `{name}`{whose} (known: {})",
-                known.join(", ")
-            ))
+            unknown_profile(&profiles, name, &whose)
         })?;
         let per_arm = (0..arms.len())
             .map(|a| {

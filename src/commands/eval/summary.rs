@@ -6,7 +6,7 @@ use super::trials::Trial;
 use crate::render::table::Table;
 use enforce_core::{Outcome, Status};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What `summary.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -19,6 +19,17 @@ pub struct Summary {
     pub issue_codes: Vec<CodeSummary>,
     /// Every pair of arms, compared trial by trial.
     pub pairs: Vec<PairSummary>,
+}
+
+impl Summary {
+    /// The most attempts any trial made (the length of `valid_after_attempts`).
+    pub fn most_attempts(&self) -> usize {
+        self.arms
+            .iter()
+            .map(|a| a.valid_after_attempts.len())
+            .max()
+            .unwrap_or(1)
+    }
 }
 
 /// The eval's setup.
@@ -67,7 +78,8 @@ pub struct ArmSummary {
     pub estimated_tokens: u64,
     /// Wall time of all trials, in milliseconds.
     pub wall_ms: f64,
-    /// Prompt tokens per valid answer (`null` without one).
+    /// Prompt tokens per valid answer (`null` without a valid answer or without any usage
+    /// reported).
     pub prompt_tokens_per_valid: Option<f64>,
     /// Completion tokens per valid answer.
     pub completion_tokens_per_valid: Option<f64>,
@@ -127,15 +139,13 @@ pub const STATUSES: [Status; 5] = [
     Status::Unavailable,
 ];
 
-fn error_codes(issues: &[enforce_core::Issue]) -> Vec<&str> {
-    let mut codes: Vec<&str> = issues
+/// The distinct codes of the errors (not warnings) among `issues`.
+fn error_codes(issues: &[enforce_core::Issue]) -> BTreeSet<&str> {
+    issues
         .iter()
         .filter(|i| i.is_error())
         .map(|i| i.code.as_str())
-        .collect();
-    codes.sort_unstable();
-    codes.dedup();
-    codes
+        .collect()
 }
 
 fn first_attempt_passed(outcome: &Outcome) -> bool {
@@ -191,8 +201,10 @@ pub fn build(setup: Setup, arms: &[String], trials: &[Trial]) -> Summary {
             .collect();
         let (mut prompt, mut completion, mut estimated, mut wall_us, mut attempts) =
             (0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut with_usage = false;
         for t in in_arm(trials, arm) {
             if let Some(u) = t.outcome.usage {
+                with_usage = true;
                 prompt += u.input_tokens;
                 completion += u.output_tokens;
             }
@@ -213,8 +225,9 @@ pub fn build(setup: Setup, arms: &[String], trials: &[Trial]) -> Summary {
             completion_tokens: completion,
             estimated_tokens: estimated,
             wall_ms,
-            prompt_tokens_per_valid: per(prompt as f64, valid),
-            completion_tokens_per_valid: per(completion as f64, valid),
+            // Without any usage reported, tokens per answer are unknown rather than 0.
+            prompt_tokens_per_valid: per(prompt as f64, valid).filter(|_| with_usage),
+            completion_tokens_per_valid: per(completion as f64, valid).filter(|_| with_usage),
             wall_ms_per_valid: per(wall_ms, valid),
         });
     }
@@ -331,12 +344,7 @@ pub struct Tables {
 
 /// The tables: arms, outcomes, tokens and time, issue codes, pairs.
 pub fn tables(summary: &Summary) -> Tables {
-    let longest = summary
-        .arms
-        .iter()
-        .map(|a| a.valid_after_attempts.len())
-        .max()
-        .unwrap_or(1);
+    let longest = summary.most_attempts();
     let mut headers = vec!["arm".to_string(), "trials".into(), "first attempt".into()];
     headers.extend((1..=longest).map(|k| format!("valid ≤{k} att.")));
     headers.push("valid".into());
@@ -464,7 +472,7 @@ pub fn tables(summary: &Summary) -> Tables {
 pub fn text(summary: &Summary) -> String {
     let s = &summary.setup;
     let mut out = format!(
-        "enforce eval: {} ({} cases × {} repeats, seed {}), profile {}, runner {}{}\n",
+        "enforce eval: {} ({} case(s) × {} repeat(s), seed {}), profile {}, runner {}{}\n",
         s.dataset,
         s.cases,
         s.repeats,

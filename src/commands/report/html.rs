@@ -4,7 +4,7 @@
 use super::aggregate::{Report, STATUSES};
 use super::tables;
 use crate::render::chart::{self, ChartError, Layout, Series};
-use crate::render::html::{escape, figure, status_color, BLUE, GREY, ORANGE, STYLE, TEAL};
+use crate::render::html::{escape, figure, page_start, status_color, BLUE, GREY, ORANGE, TEAL};
 use std::fmt::Write as _;
 
 fn status_series(counts: &[&super::aggregate::StatusCounts]) -> Vec<Series> {
@@ -20,13 +20,7 @@ fn status_series(counts: &[&super::aggregate::StatusCounts]) -> Vec<Series> {
 
 /// The whole page. `top` cuts the longer tables and charts (time buckets are all shown).
 pub fn render(report: &Report, top: usize) -> Result<String, ChartError> {
-    let mut out = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>enforce report</title><style>",
-    );
-    out.push_str(STYLE);
-    out.push_str("</style></head><body>\n<h1>enforce report</h1>\n");
+    let mut out = page_start("enforce report");
     for line in tables::input_summary(report) {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(line.trim()));
     }
