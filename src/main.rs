@@ -39,7 +39,7 @@ enum Command {
     #[command(long_about = commands::report::ABOUT)]
     Report(commands::report::Args),
     /// Does enforcing pay, on your model? Compare re-ask strategies (arms) on a dataset.
-    #[command(long_about = commands::eval::ABOUT)]
+    #[command(long_about = commands::eval::about())]
     Eval(commands::eval::Args),
 }
 

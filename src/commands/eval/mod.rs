@@ -33,22 +33,27 @@ const EXIT_USAGE: u8 = 2;
 /// Exit code: the eval stopped on an I/O error after it began.
 const EXIT_IO: u8 = 1;
 
-/// The long help.
-pub const ABOUT: &str = "\
+/// The long help; the arms' words come from [`arms::WORDS`].
+pub fn about() -> String {
+    let words: String = arms::WORDS
+        .iter()
+        .map(|(word, meaning)| format!("  {word:<13} {meaning}\n"))
+        .collect();
+    format!("{ABOUT_START}{words}{ABOUT_END}")
+}
+
+const ABOUT_START: &str = "\
 Does enforcing pay, on your model? Run a dataset through a profile once per arm (a re-ask \
 strategy) with the same seeds, and compare valid answers (passed or repaired), tokens and time.
 
 Every request carries params.seed = SEED + the index of (case, repeat), the same in every arm, \
 so with a seeded model the first attempt is identical in every arm and the arms differ only in \
-what they do after it.
+what they do after it (the openai runner sends the seed upstream; the command runner has no \
+way to pass it on).
 
-Arms (--arms, comma-separated; each arm is words joined by `+`):
-  none          no re-ask (max_retries 0); repairs still apply at the end
-  resample      re-ask with the original prompt and the next seed
-  feedback      re-ask with the failed answer and feedback naming its errors
-  fresh         re-ask with the original prompt plus the feedback, without the failed answer
-  abort         early abort: cut a streamed answer at a definite error (off in every other arm)
-  repair-first  apply deterministic repairs before spending a re-ask (alone: feedback + repair-first)
+Arms (--arms, comma-separated; each arm is words joined by `+`):\n";
+
+const ABOUT_END: &str = "\
 The arm changes only the profile's policy; its validators and max_retries stay.
 
 DATASET is JSONL, one case a line: {\"prompt\": \"...\"} or {\"messages\": [{\"role\": \"user\", \
@@ -270,7 +275,8 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     let arm_names: Vec<String> = plan.arms.iter().map(|a| a.name.clone()).collect();
     let summary = summary::build(setup, &arm_names, &trials);
     print!("{}", summary::text(&summary));
-    if let Err(message) = write_outputs(&args.output, &summary, &arm_names, &trials) {
+    let case_ids: Vec<String> = plan.cases.iter().map(|c| c.id.clone()).collect();
+    if let Err(message) = write_outputs(&args.output, &summary, &arm_names, &case_ids, &trials) {
         eprintln!("enforce eval: {message}");
         return Ok(EXIT_IO);
     }
@@ -335,6 +341,7 @@ fn write_outputs(
     dir: &Path,
     summary: &summary::Summary,
     arms: &[String],
+    cases: &[String],
     trials: &[Trial],
 ) -> Result<(), String> {
     let write = |name: &str, text: &str| {
@@ -343,7 +350,7 @@ fn write_outputs(
     };
     let json = serde_json::to_string_pretty(summary).map_err(|e| e.to_string())?;
     write("summary.json", &format!("{json}\n"))?;
-    write("junit.xml", &junit::render(arms, trials))?;
+    write("junit.xml", &junit::render(arms, cases, trials))?;
     let page = html::render(summary).map_err(|e| e.to_string())?;
     write("report.html", &page)
 }
