@@ -82,17 +82,21 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
     )?;
     figure(&mut out, "outcomes", &svg, &outcomes_table);
 
-    let per_valid: Vec<f64> = summary
+    // Arms whose tokens per valid answer are known (a valid answer, usage reported); none
+    // known draws the chart's "no data".
+    let (spend_names, per_valid): (Vec<String>, Vec<f64>) = summary
         .arms
         .iter()
-        .map(|a| {
-            a.prompt_tokens_per_valid.unwrap_or(0.0) + a.completion_tokens_per_valid.unwrap_or(0.0)
+        .filter_map(|a| {
+            let prompt = a.prompt_tokens_per_valid?;
+            let completion = a.completion_tokens_per_valid?;
+            Some((a.arm.clone(), prompt + completion))
         })
-        .collect();
+        .unzip();
     let svg = chart::bars(
         "Tokens per valid answer",
         "tokens",
-        &names,
+        &spend_names,
         &per_valid,
         BLUE,
         None,

@@ -64,7 +64,8 @@ YAML: `prompts:` with {{var}} placeholders, `tests:` with `vars` (or a `prompt` 
 Outputs, in the -o directory:
   attempts.jsonl  one audit record per trial (the shape of `enforce serve`'s audit log, plus
                   \"eval\": {arm, case, repeat, seed}); `enforce report` reads it. A rerun with the
-                  same -o resumes: the trials recorded there are not run again.
+                  same -o resumes: the trials recorded there (same arm, case id, repeat and
+                  seed) are not run again.
   summary.json    per arm: first-attempt pass rate, valid rate after each attempt with 95 % Wilson
                   intervals, outcomes, tokens and time per valid answer; per issue code how often
                   it occurs and each arm fixes it; every pair of arms compared (sign test)
