@@ -4,6 +4,7 @@
 
 use clap::{Args, ValueEnum};
 use enforce_runner::{ClaudeConfig, CommandConfig, OpenAiConfig, RunnerConfig};
+use serde_json::{Map, Value};
 use std::path::PathBuf;
 
 /// Which kind of runner to use.
@@ -120,6 +121,39 @@ impl RunnerOptions {
     }
 }
 
+/// The sampling flags, sent with a request as its `params` (`seed`, `temperature`,
+/// `max_tokens`), which a runner reads over its configured values.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SamplingOptions {
+    /// Sampling seed: with a seeded model the same seed gives the same answer (`enforce eval`:
+    /// the first seed, request i (case × repeat) gets SEED + i; default 0).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Sampling temperature.
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Most tokens per answer.
+    #[arg(long)]
+    pub max_tokens: Option<u64>,
+}
+
+impl SamplingOptions {
+    /// The request parameters of the flags given.
+    pub fn params(&self) -> Map<String, Value> {
+        let mut params = Map::new();
+        if let Some(seed) = self.seed {
+            params.insert("seed".into(), Value::from(seed));
+        }
+        if let Some(t) = self.temperature {
+            params.insert("temperature".into(), Value::from(t));
+        }
+        if let Some(n) = self.max_tokens {
+            params.insert("max_tokens".into(), Value::from(n));
+        }
+        params
+    }
+}
+
 /// The model a runner configuration asks, when it names one (the audit record's `model`).
 pub fn model_of(config: &RunnerConfig) -> Option<&str> {
     match config {
@@ -142,6 +176,26 @@ mod tests {
 
     fn options(args: &[&str]) -> RunnerOptions {
         Cli::parse_from(std::iter::once("x").chain(args.iter().copied())).runner
+    }
+
+    #[test]
+    fn sampling_flags_become_request_params() {
+        #[derive(Parser)]
+        struct Sampling {
+            #[command(flatten)]
+            sampling: SamplingOptions,
+        }
+        let parse = |args: &[&str]| {
+            Sampling::parse_from(std::iter::once("x").chain(args.iter().copied()))
+                .sampling
+                .params()
+        };
+        assert!(parse(&[]).is_empty());
+        let params = parse(&["--seed", "7", "--temperature", "0.7", "--max-tokens", "256"]);
+        assert_eq!(
+            Value::Object(params),
+            serde_json::json!({"seed": 7, "temperature": 0.7, "max_tokens": 256})
+        );
     }
 
     #[test]

@@ -15,12 +15,11 @@ mod summary;
 mod trials;
 
 use crate::config::LoadedConfig;
-use crate::runner_options::{model_of, RunnerOptions};
+use crate::runner_options::{model_of, RunnerOptions, SamplingOptions};
 use crate::usage::{unknown_profile, UsageError};
 use arms::Arm;
 use clap::Args as ClapArgs;
 use enforce_core::{Enforcer, Runner};
-use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -107,15 +106,8 @@ pub struct Args {
     /// Requests run at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub concurrency: u32,
-    /// The first seed: request i (case × repeat) gets SEED + i.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Sampling temperature sent with every request.
-    #[arg(long)]
-    pub temperature: Option<f64>,
-    /// Most tokens per answer, sent with every request.
-    #[arg(long)]
-    pub max_tokens: Option<u64>,
+    #[command(flatten)]
+    pub sampling: SamplingOptions,
     /// Directory for the results (created; an existing one is resumed).
     #[arg(long, short = 'o', value_name = "DIR", default_value = "results")]
     pub output: PathBuf,
@@ -181,20 +173,19 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     let runner_config = args.runner.runner_config(loaded.config.runner.clone())?;
     let runner: Arc<dyn Runner> = Arc::from(runner_config.build()?);
 
-    let mut params = Map::new();
-    if let Some(t) = args.temperature {
-        params.insert("temperature".into(), Value::from(t));
+    // The seed goes in per request (see `Plan::request`); without --seed the first is 0.
+    let params = SamplingOptions {
+        seed: None,
+        ..args.sampling.clone()
     }
-    if let Some(n) = args.max_tokens {
-        params.insert("max_tokens".into(), Value::from(n));
-    }
+    .params();
     let plan = Arc::new(Plan {
         cases,
         arms,
         enforcers,
         profiles: profile_names,
         repeats: args.repeats,
-        seed: args.seed,
+        seed: args.sampling.seed.unwrap_or(0),
         params,
         runner_kind: runner_config.kind().to_string(),
         model: model_of(&runner_config).map(str::to_string),
