@@ -3,6 +3,9 @@
 mod commands;
 mod config;
 mod plugin_host;
+mod render;
+mod runner_options;
+mod usage;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -35,6 +38,9 @@ enum Command {
     /// Summarise audit files: outcomes over time, issue codes, re-ask fixes, spend, latency.
     #[command(long_about = commands::report::ABOUT)]
     Report(commands::report::Args),
+    /// Does enforcing pay, on your model? Compare re-ask strategies (arms) on a dataset.
+    #[command(long_about = commands::eval::about())]
+    Eval(commands::eval::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,5 +53,6 @@ fn main() -> ExitCode {
         Command::Validators(args) => commands::validators::run(args),
         Command::Config(args) => commands::config::run(args),
         Command::Report(args) => commands::report::run(args),
+        Command::Eval(args) => commands::eval::run(args),
     }
 }

@@ -1,10 +1,12 @@
 //! `enforce run`: ask a model through a runner and enforce a profile on its answer.
 
 use crate::config::LoadedConfig;
+use crate::runner_options::{model_of, RunnerOptions};
+use crate::usage::{unknown_profile, UsageError};
 use clap::{Args as ClapArgs, ValueEnum};
 use enforce_config::ProfileSet;
 use enforce_core::{AuditRecord, Context, Outcome, Request, Status, StopReason};
-use enforce_runner::{ClaudeConfig, CommandConfig, OpenAiConfig, RunnerConfig};
+use enforce_runner::RunnerConfig;
 use enforce_server::FsyncPolicy;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -45,17 +47,6 @@ impl From<AuditFsync> for FsyncPolicy {
     }
 }
 
-/// Which kind of runner to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RunnerKind {
-    /// The Claude Code CLI (`claude -p`).
-    Claude,
-    /// An OpenAI-compatible server (OpenAI, Ollama, vLLM, llama.cpp).
-    Openai,
-    /// Any command: prompt on stdin, reply on stdout.
-    Command,
-}
-
 /// Ask a model and enforce a profile on its answer.
 ///
 /// The final response goes to stdout, a one-line summary (status, attempts, issue codes) to
@@ -72,10 +63,6 @@ pub struct Args {
     /// Profile to enforce (default: the configuration's default, else `chat`).
     #[arg(long, short = 'p')]
     pub profile: Option<String>,
-    /// Runner kind; overrides the configuration's `runner.type` (its other settings are kept
-    /// when the kind matches).
-    #[arg(long, value_enum)]
-    pub runner: Option<RunnerKind>,
     /// Append the audit record (one JSON line, the same shape as `enforce serve`'s audit log)
     /// to this file.
     #[arg(long)]
@@ -86,24 +73,8 @@ pub struct Args {
     /// `server.audit_fsync`, else never].
     #[arg(long, value_enum, value_name = "WHEN")]
     pub audit_fsync: Option<AuditFsync>,
-    /// Claude runner: the CLI to run.
-    #[arg(long, env = "ENFORCE_CLAUDE_BIN")]
-    pub claude_bin: Option<PathBuf>,
-    /// OpenAI runner: base URL up to `/v1`.
-    #[arg(long, env = "ENFORCE_BASE_URL")]
-    pub base_url: Option<String>,
-    /// Model name (Claude `--model`, or the OpenAI upstream model).
-    #[arg(long, env = "ENFORCE_MODEL")]
-    pub model: Option<String>,
-    /// OpenAI runner: environment variable holding the API key.
-    #[arg(long)]
-    pub api_key_env: Option<String>,
-    /// Command runner: the command line, run with `sh -c`.
-    #[arg(long = "command")]
-    pub command_line: Option<String>,
-    /// Runner timeout per call, in seconds.
-    #[arg(long)]
-    pub timeout: Option<f64>,
+    #[command(flatten)]
+    pub runner: RunnerOptions,
     /// Re-asks after the first attempt (overrides the profile).
     #[arg(long)]
     pub max_retries: Option<u32>,
@@ -119,16 +90,6 @@ pub struct Args {
     /// Print the last response on stdout even when it did not pass.
     #[arg(long)]
     pub always_print: bool,
-}
-
-/// A usage or configuration problem (exit code 2).
-#[derive(Debug)]
-struct UsageError(String);
-
-impl<E: std::fmt::Display> From<E> for UsageError {
-    fn from(e: E) -> Self {
-        UsageError(e.to_string())
-    }
 }
 
 /// What `enforce run` takes from the configuration.
@@ -155,80 +116,6 @@ fn load(args: &Args) -> Result<Loaded, UsageError> {
         runner: loaded.config.runner,
         audit_fsync,
     })
-}
-
-/// The runner configuration: the file's, switched to `--runner` if asked, with the flags laid
-/// over it.
-fn runner_config(args: &Args, from_file: Option<RunnerConfig>) -> Result<RunnerConfig, UsageError> {
-    let kind = args.runner.or(match &from_file {
-        Some(RunnerConfig::Claude(_)) => Some(RunnerKind::Claude),
-        Some(RunnerConfig::OpenAi(_)) => Some(RunnerKind::Openai),
-        Some(RunnerConfig::Command(_)) => Some(RunnerKind::Command),
-        None => None,
-    });
-    let kind = match kind {
-        Some(kind) => kind,
-        // Without a word on the runner, guess from the flags given.
-        None if args.command_line.is_some() => RunnerKind::Command,
-        None if args.base_url.is_some() => RunnerKind::Openai,
-        None => RunnerKind::Claude,
-    };
-    let mut config = match (kind, from_file) {
-        (RunnerKind::Claude, Some(c @ RunnerConfig::Claude(_)))
-        | (RunnerKind::Openai, Some(c @ RunnerConfig::OpenAi(_)))
-        | (RunnerKind::Command, Some(c @ RunnerConfig::Command(_))) => c,
-        (RunnerKind::Claude, _) => RunnerConfig::Claude(ClaudeConfig::default()),
-        (RunnerKind::Openai, _) => RunnerConfig::OpenAi(OpenAiConfig::default()),
-        (RunnerKind::Command, _) => RunnerConfig::Command(CommandConfig::default()),
-    };
-    match &mut config {
-        RunnerConfig::Claude(c) => {
-            if let Some(bin) = &args.claude_bin {
-                c.binary = bin.clone();
-            }
-            if let Some(model) = &args.model {
-                c.model = Some(model.clone());
-            }
-            if let Some(t) = args.timeout {
-                c.timeout_secs = t;
-            }
-        }
-        RunnerConfig::OpenAi(c) => {
-            if let Some(url) = &args.base_url {
-                c.base_url = url.clone();
-            }
-            if let Some(model) = &args.model {
-                c.model = model.clone();
-            }
-            if let Some(var) = &args.api_key_env {
-                c.api_key_env = Some(var.clone());
-            }
-            if let Some(t) = args.timeout {
-                c.timeout_secs = t;
-            }
-            if c.model.trim().is_empty() {
-                return Err(UsageError(
-                    "the openai runner needs a model: --model NAME or `runner.model`".into(),
-                ));
-            }
-        }
-        RunnerConfig::Command(c) => {
-            if let Some(line) = &args.command_line {
-                c.program = PathBuf::from("sh");
-                c.args = vec!["-c".into(), line.clone()];
-            }
-            if let Some(t) = args.timeout {
-                c.timeout_secs = t;
-            }
-            if c.program.as_os_str().is_empty() {
-                return Err(UsageError(
-                    "the command runner needs a command: --command 'CMD' or `runner.program`"
-                        .into(),
-                ));
-            }
-        }
-    }
-    Ok(config)
 }
 
 fn read_prompt(arg: &str) -> Result<String, UsageError> {
@@ -265,15 +152,6 @@ pub fn exit_code(outcome: &Outcome) -> u8 {
         Status::Unavailable => EXIT_UNAVAILABLE,
         _ if matches!(outcome.stop_reason, StopReason::RunnerFailed { .. }) => EXIT_RUNNER,
         Status::Unresolved | Status::Aborted => EXIT_UNRESOLVED,
-    }
-}
-
-/// The model a runner configuration asks, when it names one.
-fn model_of(config: &RunnerConfig) -> Option<&str> {
-    match config {
-        RunnerConfig::Claude(c) => c.model.as_deref(),
-        RunnerConfig::OpenAi(c) => Some(c.model.as_str()),
-        _ => None,
     }
 }
 
@@ -326,20 +204,16 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         .profile
         .clone()
         .unwrap_or_else(|| profiles.default_name().to_string());
-    let profile = profiles.get(&profile_name).ok_or_else(|| {
-        let known: Vec<&str> = profiles.names().collect();
-        UsageError(format!(
-            "no profile named `{profile_name}` (known: {})",
-            known.join(", ")
-        ))
-    })?;
+    let profile = profiles
+        .get(&profile_name)
+        .ok_or_else(|| unknown_profile(&profiles, &profile_name, ""))?;
     let mut enforcer = profile.enforcer();
     if let Some(n) = args.max_retries {
         let mut policy = enforcer.policy().clone();
         policy.max_retries = n;
         enforcer = enforcer.with_policy(policy);
     }
-    let runner_config = runner_config(args, runner_from_file)?;
+    let runner_config = args.runner.runner_config(runner_from_file)?;
     let runner = runner_config.build()?;
 
     let mut request = Request::prompt(prompt);

@@ -7,6 +7,7 @@ mod cli_run_demo;
 mod config_env;
 mod config_schema;
 mod crash_safety;
+mod eval;
 mod grafana;
 mod per_type;
 mod plugins;

@@ -2,91 +2,10 @@
 //! to anywhere), one figure per chart with its table beneath.
 
 use super::aggregate::{Report, STATUSES};
-use super::chart::{self, ChartError, Layout, Series};
-use super::tables::{self, Table};
-use enforce_core::Status;
-use plotters::style::RGBColor;
+use super::tables;
+use crate::render::chart::{self, ChartError, Layout, Series};
+use crate::render::html::{escape, figure, page_start, status_color, BLUE, GREY, ORANGE, TEAL};
 use std::fmt::Write as _;
-
-const STYLE: &str = "\
-body{font-family:system-ui,sans-serif;color:#222;max-width:980px;margin:24px auto;padding:0 16px}\
-h1{font-size:24px}h2{font-size:18px;margin:0 0 4px}\
-figure{margin:32px 0;padding:0}svg{max-width:100%;height:auto;display:block}\
-table{border-collapse:collapse;font-size:14px;margin-top:8px}\
-th,td{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left}\
-th{background:#f4f4f4}.n{text-align:right;font-variant-numeric:tabular-nums}\
-.note{color:#555;font-size:13px;margin:4px 0}";
-
-fn status_color(status: Status) -> RGBColor {
-    match status {
-        Status::Passed => RGBColor(46, 125, 50),
-        Status::Repaired => RGBColor(129, 199, 132),
-        Status::Unresolved => RGBColor(239, 108, 0),
-        Status::Unavailable => RGBColor(142, 36, 170),
-        Status::Aborted => RGBColor(198, 40, 40),
-    }
-}
-
-const BLUE: RGBColor = RGBColor(21, 101, 192);
-const TEAL: RGBColor = RGBColor(0, 131, 143);
-const ORANGE: RGBColor = RGBColor(239, 108, 0);
-const GREY: RGBColor = RGBColor(120, 120, 120);
-
-/// Text for HTML element content and attribute values.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn write_table(out: &mut String, table: &Table) {
-    if let Some(note) = &table.note {
-        let _ = write!(out, "<p class=\"note\">{}</p>", escape(note));
-    }
-    out.push_str("<table><thead><tr>");
-    for (column, header) in table.headers.iter().enumerate() {
-        let class = if !table.is_number(column) {
-            ""
-        } else {
-            " class=\"n\""
-        };
-        let _ = write!(out, "<th{class}>{}</th>", escape(header));
-    }
-    out.push_str("</tr></thead><tbody>");
-    for row in &table.rows {
-        out.push_str("<tr>");
-        for (column, cell) in row.iter().enumerate() {
-            let class = if !table.is_number(column) {
-                ""
-            } else {
-                " class=\"n\""
-            };
-            let _ = write!(out, "<td{class}>{}</td>", escape(cell));
-        }
-        out.push_str("</tr>");
-    }
-    out.push_str("</tbody></table>\n");
-}
-
-/// One figure: the title, the chart, the table.
-fn figure(out: &mut String, id: &str, svg: &str, table: &Table) {
-    let _ = write!(
-        out,
-        "<figure id=\"{id}\"><h2>{}</h2>\n{svg}\n",
-        escape(&table.title)
-    );
-    write_table(out, table);
-    out.push_str("</figure>\n");
-}
 
 fn status_series(counts: &[&super::aggregate::StatusCounts]) -> Vec<Series> {
     STATUSES
@@ -101,13 +20,7 @@ fn status_series(counts: &[&super::aggregate::StatusCounts]) -> Vec<Series> {
 
 /// The whole page. `top` cuts the longer tables and charts (time buckets are all shown).
 pub fn render(report: &Report, top: usize) -> Result<String, ChartError> {
-    let mut out = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>enforce report</title><style>",
-    );
-    out.push_str(STYLE);
-    out.push_str("</style></head><body>\n<h1>enforce report</h1>\n");
+    let mut out = page_start("enforce report");
     for line in tables::input_summary(report) {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(line.trim()));
     }

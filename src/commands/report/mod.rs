@@ -7,7 +7,6 @@
 //! cannot be written.
 
 mod aggregate;
-mod chart;
 mod html;
 mod read;
 mod tables;

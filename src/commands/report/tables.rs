@@ -2,41 +2,7 @@
 //! terminal (`text`) and the HTML page, where each sits under its chart.
 
 use super::aggregate::{Bucket, Percentiles, Report, StatusCounts, STATUSES};
-use std::ops::Range;
-
-/// A table: a title, an optional note, and rows of cells already formatted.
-#[derive(Debug, Clone)]
-pub struct Table {
-    pub title: String,
-    /// A line under the title: what the numbers mean, what was left out.
-    pub note: Option<String>,
-    pub headers: Vec<String>,
-    pub rows: Vec<Vec<String>>,
-    /// The columns holding numbers (right-aligned); the others are text.
-    pub numbers: Range<usize>,
-}
-
-impl Table {
-    fn new(title: &str, headers: &[&str], numbers: Range<usize>) -> Table {
-        Table {
-            title: title.to_string(),
-            note: None,
-            headers: headers.iter().map(|h| h.to_string()).collect(),
-            rows: Vec::new(),
-            numbers,
-        }
-    }
-
-    /// Whether `column` holds numbers.
-    pub fn is_number(&self, column: usize) -> bool {
-        self.numbers.contains(&column)
-    }
-
-    fn note(mut self, note: Option<String>) -> Table {
-        self.note = note;
-        self
-    }
-}
+pub use crate::render::table::Table;
 
 /// A percentage with no decimals, or `-` for an empty whole.
 pub fn percent(part: u64, whole: u64) -> String {

@@ -1,0 +1,199 @@
+//! Arms: the strategies an eval compares. Each is `+`-joined words that change only the
+//! profile's policy (how to re-ask, when to repair, early abort).
+
+use enforce_core::{Policy, Reask, RepairWhen};
+
+/// The words an arm is made of, with what each means (for `--help` and errors).
+pub const WORDS: [(&str, &str); 6] = [
+    (
+        "none",
+        "no re-ask (max_retries 0); repairs still apply at the end",
+    ),
+    (
+        "resample",
+        "re-ask with the original prompt and the next seed",
+    ),
+    (
+        "feedback",
+        "re-ask with the failed answer and feedback naming its errors",
+    ),
+    (
+        "fresh",
+        "re-ask with the original prompt plus the feedback, without the failed answer",
+    ),
+    (
+        "abort",
+        "early abort on: cut a streamed answer at a definite error (off otherwise)",
+    ),
+    (
+        "repair-first",
+        "apply deterministic repairs before spending a re-ask",
+    ),
+];
+
+/// One arm: its name as given and the policy changes it makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arm {
+    /// The arm as written (`feedback+abort`).
+    pub name: String,
+    /// `false` for `none`: the first attempt is the only one.
+    pub reasks: bool,
+    /// How a re-ask asks.
+    pub reask: Reask,
+    /// When repairs run.
+    pub repair: RepairWhen,
+    /// Early abort.
+    pub early_abort: bool,
+}
+
+impl Arm {
+    /// Parses one arm, e.g. `feedback+abort`.
+    pub fn parse(text: &str) -> Result<Arm, String> {
+        let name = text.trim();
+        if name.is_empty() {
+            return Err(format!(
+                "an empty arm in --arms (valid words: {})",
+                word_list()
+            ));
+        }
+        let mut none = false;
+        let mut reask: Option<(&str, Reask)> = None;
+        let mut repair = RepairWhen::Last;
+        let mut early_abort = false;
+        for word in name.split('+').map(str::trim) {
+            let set_reask = |current: &mut Option<(&str, Reask)>, w, r| match current {
+                Some((other, _)) => Err(format!(
+                    "arm `{name}`: `{other}` and `{w}` are two ways to re-ask; pick one"
+                )),
+                None => {
+                    *current = Some((w, r));
+                    Ok(())
+                }
+            };
+            match word {
+                "none" => none = true,
+                "resample" => set_reask(&mut reask, "resample", Reask::Resample)?,
+                "feedback" => set_reask(&mut reask, "feedback", Reask::Feedback)?,
+                "fresh" => set_reask(&mut reask, "fresh", Reask::FeedbackFresh)?,
+                "abort" => early_abort = true,
+                "repair-first" => repair = RepairWhen::First,
+                other => {
+                    return Err(format!(
+                        "arm `{name}`: unknown word `{other}` (valid words: {})",
+                        word_list()
+                    ))
+                }
+            }
+        }
+        if none {
+            if let Some((w, _)) = reask {
+                return Err(format!(
+                    "arm `{name}`: `none` makes no re-ask, so `{w}` cannot apply"
+                ));
+            }
+            if early_abort {
+                return Err(format!(
+                    "arm `{name}`: `none` makes no re-ask, and early abort cuts only an answer a re-ask follows"
+                ));
+            }
+        }
+        Ok(Arm {
+            name: name.to_string(),
+            reasks: !none,
+            // `abort` or `repair-first` alone re-ask the default way.
+            reask: reask.map_or(Reask::Feedback, |(_, r)| r),
+            repair,
+            early_abort,
+        })
+    }
+
+    /// Parses a comma-separated list; names must not repeat.
+    pub fn parse_list(text: &str) -> Result<Vec<Arm>, String> {
+        let mut arms: Vec<Arm> = Vec::new();
+        for part in text.split(',') {
+            let arm = Arm::parse(part)?;
+            if arms.iter().any(|a| a.name == arm.name) {
+                return Err(format!("arm `{}` is listed twice", arm.name));
+            }
+            arms.push(arm);
+        }
+        Ok(arms)
+    }
+
+    /// The profile's policy with this arm's changes.
+    pub fn policy(&self, profile: &Policy) -> Policy {
+        let mut policy = profile.clone();
+        if !self.reasks {
+            policy.max_retries = 0;
+        }
+        policy.reask = self.reask;
+        policy.repair = self.repair;
+        policy.early_abort = self.early_abort;
+        policy
+    }
+}
+
+fn word_list() -> String {
+    WORDS.iter().map(|(w, _)| *w).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_word_parses_into_its_policy() {
+        let base = Policy::builder().max_retries(3).early_abort(true).build();
+        let cases = [
+            ("none", 0, Reask::Feedback, RepairWhen::Last, false),
+            ("resample", 3, Reask::Resample, RepairWhen::Last, false),
+            ("feedback", 3, Reask::Feedback, RepairWhen::Last, false),
+            ("fresh", 3, Reask::FeedbackFresh, RepairWhen::Last, false),
+            ("feedback+abort", 3, Reask::Feedback, RepairWhen::Last, true),
+            ("abort", 3, Reask::Feedback, RepairWhen::Last, true),
+            ("repair-first", 3, Reask::Feedback, RepairWhen::First, false),
+            (
+                "resample + repair-first",
+                3,
+                Reask::Resample,
+                RepairWhen::First,
+                false,
+            ),
+            (
+                "none+repair-first",
+                0,
+                Reask::Feedback,
+                RepairWhen::First,
+                false,
+            ),
+        ];
+        for (text, retries, reask, repair, abort) in cases {
+            let policy = Arm::parse(text).expect(text).policy(&base);
+            assert_eq!(policy.max_retries, retries, "{text}");
+            assert_eq!(policy.reask, reask, "{text}");
+            assert_eq!(policy.repair, repair, "{text}");
+            assert_eq!(policy.early_abort, abort, "{text}");
+        }
+    }
+
+    #[test]
+    fn bad_arms_are_clear_errors() {
+        let err = Arm::parse("feedbak").expect_err("typo");
+        assert!(err.contains("unknown word `feedbak`"), "{err}");
+        for (w, _) in WORDS {
+            assert!(err.contains(w), "{err} lists {w}");
+        }
+        assert!(Arm::parse("resample+feedback")
+            .expect_err("two")
+            .contains("pick one"));
+        assert!(Arm::parse("none+feedback").is_err());
+        assert!(Arm::parse("none+abort").is_err());
+        assert!(Arm::parse_list("none,,feedback").is_err());
+        assert!(Arm::parse_list("none,none")
+            .expect_err("twice")
+            .contains("twice"));
+        let arms = Arm::parse_list("none,resample,feedback,feedback+abort,repair-first")
+            .expect("the documented list");
+        assert_eq!(arms.len(), 5);
+    }
+}

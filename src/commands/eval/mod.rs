@@ -1,0 +1,351 @@
+//! `enforce eval`: does enforcing pay, on your model? Runs a dataset through a profile once
+//! per arm (no re-ask, resample, feedback, early abort, repair first...) with the same seeds,
+//! and compares valid answers, spend and time.
+//!
+//! `dataset` reads the cases, `arms` the strategies, `trials` runs them and keeps their audit
+//! records (resume), `summary` counts, `stats` gives intervals and tests, `junit` and `html`
+//! write the other outputs.
+
+mod arms;
+mod dataset;
+mod html;
+mod junit;
+mod stats;
+mod summary;
+mod trials;
+
+use crate::config::LoadedConfig;
+use crate::runner_options::{model_of, RunnerOptions, SamplingOptions};
+use crate::usage::{unknown_profile, UsageError};
+use arms::Arm;
+use clap::Args as ClapArgs;
+use enforce_core::{Enforcer, Runner};
+use std::collections::{HashMap, HashSet};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use trials::{Plan, Sink, Trial};
+
+/// Exit code: usage or configuration error.
+const EXIT_USAGE: u8 = 2;
+/// Exit code: the eval stopped on an I/O error after it began.
+const EXIT_IO: u8 = 1;
+
+/// The long help; the arms' words come from [`arms::WORDS`].
+pub fn about() -> String {
+    let words: String = arms::WORDS
+        .iter()
+        .map(|(word, meaning)| format!("  {word:<13} {meaning}\n"))
+        .collect();
+    format!("{ABOUT_START}{words}{ABOUT_END}")
+}
+
+const ABOUT_START: &str = "\
+Does enforcing pay, on your model? Run a dataset through a profile once per arm (a re-ask \
+strategy) with the same seeds, and compare valid answers (passed or repaired), tokens and time.
+
+Every request carries params.seed = SEED + the index of (case, repeat), the same in every arm, \
+so with a seeded model the first attempt is identical in every arm and the arms differ only in \
+what they do after it (the openai runner sends the seed upstream; the command runner has no \
+way to pass it on).
+
+Arms (--arms, comma-separated; each arm is words joined by `+`):\n";
+
+const ABOUT_END: &str = "\
+The arm changes only the profile's policy; its validators and max_retries stay.
+
+DATASET is JSONL, one case a line: {\"prompt\": \"...\"} or {\"messages\": [{\"role\": \"user\", \
+\"content\": \"...\"}]}, with optional \"id\" (default case-<n>), \"context\" (an object of facts \
+for placeholders and validators) and \"profile\". A .yaml/.yml file is read as promptfoo-style \
+YAML: `prompts:` with {{var}} placeholders, `tests:` with `vars` (or a `prompt` var).
+
+Outputs, in the -o directory:
+  attempts.jsonl  one audit record per trial (the shape of `enforce serve`'s audit log, plus
+                  \"eval\": {arm, case, repeat, seed}); `enforce report` reads it. A rerun with the
+                  same -o resumes: the trials recorded there (same arm, case id, repeat and
+                  seed) are not run again.
+  summary.json    per arm: first-attempt pass rate, valid rate after each attempt with 95 % Wilson
+                  intervals, outcomes, tokens and time per valid answer; per issue code how often
+                  it occurs and each arm fixes it; every pair of arms compared (sign test)
+  junit.xml       one test case per case × arm × repeat; a failure is an answer not valid
+  report.html     one self-contained page with the charts
+The tables go to stdout, a progress bar to stderr (when it is a terminal).
+
+Example (a llama.cpp or Ollama server; see examples/eval/):
+  enforce eval examples/eval/city-json.jsonl -c examples/eval/enforce.yaml -p city_json \\
+    --arms none,resample,feedback,feedback+abort,repair-first --repeats 1 --seed 42 \\
+    --temperature 0.7 --max-tokens 256 --runner openai --base-url http://localhost:8080/v1 \\
+    --model smollm2 -o results/
+
+Exit codes: 0 the eval ran (whatever the answers), 1 it stopped writing its results, 2 usage or \
+configuration error.";
+
+/// Run a dataset through a profile once per arm and compare.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// The dataset: JSONL (one case a line) or promptfoo-style YAML.
+    pub dataset: PathBuf,
+    /// Configuration file (profiles, validators, `runner:` section); default `./enforce.yaml`
+    /// when it exists.
+    #[arg(long, short = 'c', env = "ENFORCE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Profile to enforce (default: the configuration's default, else `chat`); a case's
+    /// `profile` wins.
+    #[arg(long, short = 'p')]
+    pub profile: Option<String>,
+    /// Arms to compare, comma-separated (see above).
+    #[arg(
+        long,
+        default_value = "none,resample,feedback,feedback+abort,repair-first"
+    )]
+    pub arms: String,
+    /// Runs per case and arm (each with its own seed).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeats: u32,
+    /// Requests run at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub concurrency: u32,
+    #[command(flatten)]
+    pub sampling: SamplingOptions,
+    /// Directory for the results (created; an existing one is resumed).
+    #[arg(long, short = 'o', value_name = "DIR", default_value = "results")]
+    pub output: PathBuf,
+    /// Root for path-checking validators (default: the current directory).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    #[command(flatten)]
+    pub runner: RunnerOptions,
+}
+
+/// Runs `enforce eval`.
+pub fn run(args: Args) -> ExitCode {
+    match execute(&args) {
+        Ok(code) => ExitCode::from(code),
+        Err(UsageError(message)) => {
+            eprintln!("enforce eval: {message}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// The names of the output files.
+const ATTEMPTS: &str = "attempts.jsonl";
+
+fn execute(args: &Args) -> Result<u8, UsageError> {
+    let arms = Arm::parse_list(&args.arms)?;
+    let cases = dataset::read(&args.dataset)?;
+    let loaded = LoadedConfig::load(args.config.as_deref())?;
+    let (registry, _host) = crate::plugin_host::registry_with_plugins(&loaded);
+    let profiles = loaded.profiles(&registry, args.root.clone())?;
+    let profile_name = args
+        .profile
+        .clone()
+        .unwrap_or_else(|| profiles.default_name().to_string());
+    let profile_names: Vec<String> = cases
+        .iter()
+        .map(|c| c.profile.clone().unwrap_or_else(|| profile_name.clone()))
+        .collect();
+    // An enforcer per (profile, arm), shared by the cases.
+    let mut built: HashMap<(String, usize), Arc<Enforcer>> = HashMap::new();
+    let mut enforcers = Vec::with_capacity(cases.len());
+    for (case, name) in cases.iter().zip(&profile_names) {
+        let profile = profiles.get(name).ok_or_else(|| {
+            let whose = match case.profile {
+                Some(_) => format!(" (case `{}`)", case.id),
+                None => String::new(),
+            };
+            unknown_profile(&profiles, name, &whose)
+        })?;
+        let per_arm = (0..arms.len())
+            .map(|a| {
+                Arc::clone(built.entry((name.clone(), a)).or_insert_with(|| {
+                    Arc::new(
+                        profile
+                            .enforcer()
+                            .with_policy(arms[a].policy(profile.policy())),
+                    )
+                }))
+            })
+            .collect();
+        enforcers.push(per_arm);
+    }
+    let runner_config = args.runner.runner_config(loaded.config.runner.clone())?;
+    let runner: Arc<dyn Runner> = Arc::from(runner_config.build()?);
+
+    // The seed goes in per request (see `Plan::request`); without --seed the first is 0.
+    let params = SamplingOptions {
+        seed: None,
+        ..args.sampling.clone()
+    }
+    .params();
+    let plan = Arc::new(Plan {
+        cases,
+        arms,
+        enforcers,
+        profiles: profile_names,
+        repeats: args.repeats,
+        seed: args.sampling.seed.unwrap_or(0),
+        params,
+        runner_kind: runner_config.kind().to_string(),
+        model: model_of(&runner_config).map(str::to_string),
+    });
+
+    let attempts_path = prepare_output(&args.output)?;
+    let (mut trials, ignored) = resumed(&plan, &attempts_path)?;
+    if ignored > 0 {
+        eprintln!(
+            "enforce eval: {ignored} record(s) in {} belong to another eval (other arms, cases \
+             or seeds) and are left out of this summary",
+            attempts_path.display()
+        );
+    }
+    let done = trials::done(&trials);
+    let pending: Vec<_> = plan
+        .jobs()
+        .into_iter()
+        .filter(|&job| !done.contains(&plan.key(job)))
+        .collect();
+    if !trials.is_empty() {
+        eprintln!(
+            "enforce eval: resuming: {} trial(s) already in {}, {} to run",
+            trials.len(),
+            attempts_path.display(),
+            pending.len()
+        );
+    }
+
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&attempts_path)
+        .map_err(|e| UsageError(format!("cannot write {}: {e}", attempts_path.display())))?;
+    let progress = progress_bar(pending.len() as u64);
+    let bar = progress.clone();
+    let sink = Sink {
+        file: Some(file),
+        on_trial: Box::new(move |trial: &Trial| {
+            bar.set_message(format!("{} {}", trial.key.arm, trial.key.case));
+            bar.inc(1);
+        }),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| UsageError(format!("cannot start the async runtime: {e}")))?;
+    let concurrency = args.concurrency as usize;
+    let new = runtime.block_on(trials::run_all(
+        Arc::clone(&plan),
+        runner,
+        pending,
+        concurrency,
+        sink,
+    ));
+    progress.finish_and_clear();
+    let new = match new {
+        Ok(new) => new,
+        Err(e) => {
+            eprintln!(
+                "enforce eval: stopped: cannot record a trial in {}: {e} (rerun to resume)",
+                attempts_path.display()
+            );
+            return Ok(EXIT_IO);
+        }
+    };
+    trials.extend(new);
+
+    let setup = summary::Setup {
+        dataset: args.dataset.display().to_string(),
+        cases: plan.cases.len(),
+        repeats: plan.repeats,
+        seed: plan.seed,
+        profile: profile_name,
+        runner: plan.runner_kind.clone(),
+        model: plan.model.clone(),
+        params: plan.params.clone(),
+    };
+    let arm_names: Vec<String> = plan.arms.iter().map(|a| a.name.clone()).collect();
+    let summary = summary::build(setup, &arm_names, &trials);
+    print!("{}", summary::text(&summary));
+    let case_ids: Vec<String> = plan.cases.iter().map(|c| c.id.clone()).collect();
+    if let Err(message) = write_outputs(&args.output, &summary, &arm_names, &case_ids, &trials) {
+        eprintln!("enforce eval: {message}");
+        return Ok(EXIT_IO);
+    }
+    eprintln!(
+        "enforce eval: wrote {} (summary.json, junit.xml, report.html, {ATTEMPTS})",
+        args.output.display()
+    );
+    Ok(0)
+}
+
+/// Creates the output directory; returns the path of `attempts.jsonl` after checking that it
+/// can be written.
+fn prepare_output(dir: &Path) -> Result<PathBuf, UsageError> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        UsageError(format!(
+            "cannot create the output directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let path = dir.join(ATTEMPTS);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| UsageError(format!("cannot write {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+/// The trials of this eval already recorded (one per key, the first), and how many records
+/// belong to another eval.
+fn resumed(plan: &Plan, path: &Path) -> Result<(Vec<Trial>, usize), UsageError> {
+    let recorded = trials::resume(path)
+        .map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
+    let wanted: HashSet<_> = plan.jobs().into_iter().map(|job| plan.key(job)).collect();
+    let mut seen = HashSet::new();
+    let mut kept = Vec::new();
+    let mut ignored = 0;
+    for trial in recorded {
+        if !wanted.contains(&trial.key) {
+            ignored += 1;
+        } else if seen.insert(trial.key.clone()) {
+            kept.push(trial);
+        }
+    }
+    Ok((kept, ignored))
+}
+
+fn progress_bar(len: u64) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} trials, {elapsed} (eta {eta}) {msg}",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn write_outputs(
+    dir: &Path,
+    summary: &summary::Summary,
+    arms: &[String],
+    cases: &[String],
+    trials: &[Trial],
+) -> Result<(), String> {
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    };
+    let json = serde_json::to_string_pretty(summary).map_err(|e| e.to_string())?;
+    write("summary.json", &format!("{json}\n"))?;
+    write("junit.xml", &junit::render(arms, cases, trials))?;
+    let page = html::render(summary).map_err(|e| e.to_string())?;
+    write("report.html", &page)
+}
+
+#[cfg(test)]
+mod tests;

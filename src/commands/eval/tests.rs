@@ -1,0 +1,292 @@
+//! The eval engine on an in-process model whose answers depend only on the conversation and
+//! the seed, so every property below is checked without a real model.
+
+use super::arms::Arm;
+use super::dataset::Case;
+use super::summary;
+use super::trials::{self, Plan, Sink, Trial};
+use enforce_core::{
+    async_trait, Context, Enforcer, Issue, Message, Reply, Request, Runner, RunnerError, Usage,
+    Validation, Validator,
+};
+use serde_json::Map;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Errors `NOT_OK` unless the answer holds `OK`.
+struct NeedsOk;
+
+#[async_trait]
+impl Validator for NeedsOk {
+    fn name(&self) -> &str {
+        "needs_ok"
+    }
+    async fn validate(&self, response: &str, _: &Context) -> Validation {
+        Ok(if response.contains("OK") {
+            Vec::new()
+        } else {
+            vec![Issue::error("needs_ok", "NOT_OK", "say OK")]
+        })
+    }
+}
+
+fn mix(text: &str, seed: u64) -> u64 {
+    let mut h = seed ^ 0x9e37_79b9_7f4a_7c15;
+    for b in text.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// A seeded model: the first answer is `OK` for about a third of (prompt, seed); after
+/// feedback it answers `OK` for about half. Counts its calls.
+#[derive(Default)]
+struct SeededModel {
+    calls: AtomicUsize,
+}
+
+fn reply(text: String) -> Reply {
+    Reply {
+        usage: Some(Usage {
+            input_tokens: 10,
+            output_tokens: text.len() as u64,
+        }),
+        text,
+        ..Reply::default()
+    }
+}
+
+fn seed_of(request: &Request) -> u64 {
+    request
+        .params
+        .get("seed")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(u64::MAX)
+}
+
+#[async_trait]
+impl Runner for SeededModel {
+    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let prompt = request.last_user_text().unwrap_or_default();
+        let h = mix(prompt, seed_of(request));
+        Ok(reply(if h % 3 == 0 {
+            format!("OK {h}")
+        } else {
+            format!("no {h}")
+        }))
+    }
+
+    async fn follow_up(
+        &self,
+        request: &Request,
+        previous: &Reply,
+        feedback: &str,
+    ) -> Result<Reply, RunnerError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let h = mix(&format!("{}{feedback}", previous.text), seed_of(request));
+        Ok(reply(if h % 2 == 0 {
+            format!("OK again {h}")
+        } else {
+            format!("still no {h}")
+        }))
+    }
+}
+
+fn plan(arms: &str, cases: usize, repeats: u32, seed: u64) -> Plan {
+    let arms = Arm::parse_list(arms).expect("arms");
+    let cases: Vec<Case> = (0..cases)
+        .map(|i| Case {
+            id: format!("case-{}", i + 1),
+            messages: vec![Message::user(format!("question {i}"))],
+            context: Context::new(),
+            profile: None,
+        })
+        .collect();
+    let enforcers = cases
+        .iter()
+        .map(|_| {
+            arms.iter()
+                .map(|arm| {
+                    let base = enforce_core::Policy::default();
+                    Arc::new(Enforcer::new(vec![Box::new(NeedsOk)]).with_policy(arm.policy(&base)))
+                })
+                .collect()
+        })
+        .collect();
+    Plan {
+        profiles: vec!["test".into(); cases.len()],
+        cases,
+        arms,
+        enforcers,
+        repeats,
+        seed,
+        params: Map::new(),
+        runner_kind: "test".into(),
+        model: None,
+    }
+}
+
+fn run(plan: Plan, concurrency: usize, model: Arc<SeededModel>) -> Vec<Trial> {
+    let plan = Arc::new(plan);
+    let jobs = plan.jobs();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime
+        .block_on(trials::run_all(
+            Arc::clone(&plan),
+            model,
+            jobs,
+            concurrency,
+            Sink {
+                file: None,
+                on_trial: Box::new(|_| {}),
+            },
+        ))
+        .expect("no file, no error")
+}
+
+fn valid(trials: &[Trial], arm: &str, case: &str, repeat: u32) -> bool {
+    trials
+        .iter()
+        .find(|t| t.key.arm == arm && t.key.case == case && t.key.repeat == repeat)
+        .expect("every trial ran")
+        .outcome
+        .status
+        .is_success()
+}
+
+#[test]
+fn with_a_seeded_model_no_reasking_arm_passes_fewer_than_none() {
+    let arms = ["none", "feedback", "feedback+abort"];
+    let trials = run(plan(&arms.join(","), 30, 2, 7), 3, Arc::default());
+    assert_eq!(trials.len(), 30 * 2 * 3);
+    // The first attempt is the same answer in every arm: same seed, same prompt.
+    for t in &trials {
+        let first = |arm: &str| {
+            trials
+                .iter()
+                .find(|o| {
+                    o.key.arm == arm && o.key.case == t.key.case && o.key.repeat == t.key.repeat
+                })
+                .map(|o| o.outcome.attempts[0].response_digest.clone())
+        };
+        assert_eq!(first("none"), first(&t.key.arm), "{:?}", t.key);
+    }
+    let mut none_valid = 0;
+    let mut some_failed_first = false;
+    for case in 1..=30 {
+        for repeat in 0..2 {
+            let case = format!("case-{case}");
+            let v = valid(&trials, "none", &case, repeat);
+            none_valid += u32::from(v);
+            some_failed_first |= !v;
+            for arm in &arms[1..] {
+                assert!(
+                    !v || valid(&trials, arm, &case, repeat),
+                    "{arm} lost {case} #{repeat} that `none` passed"
+                );
+            }
+        }
+    }
+    assert!(
+        some_failed_first && none_valid > 0,
+        "the model fails some first attempts"
+    );
+    let arm_names: Vec<String> = arms.iter().map(|a| a.to_string()).collect();
+    let summary = summary::build(setup(), &arm_names, &trials);
+    let none = &summary.arms[0];
+    for arm in &summary.arms[1..] {
+        assert!(arm.valid.k >= none.valid.k, "{} vs none", arm.arm);
+        // Re-asking recovered some: the feedback answers OK half the time.
+        assert!(arm.valid.k > none.valid.k, "{}", arm.arm);
+        assert_eq!(arm.first_attempt_passed, none.first_attempt_passed);
+    }
+    // The pair none/feedback: `none` is never the only valid one.
+    let pair = &summary.pairs[0];
+    assert_eq!((pair.a.as_str(), pair.b.as_str()), ("none", "feedback"));
+    assert_eq!(pair.only_a, 0);
+    assert!(pair.only_b > 0);
+    assert_eq!(pair.paired, 60);
+}
+
+fn setup() -> summary::Setup {
+    summary::Setup {
+        dataset: "d.jsonl".into(),
+        cases: 0,
+        repeats: 1,
+        seed: 0,
+        profile: "test".into(),
+        runner: "test".into(),
+        model: None,
+        params: Map::new(),
+    }
+}
+
+#[test]
+fn seeds_are_the_same_in_every_arm_and_differ_by_case_and_repeat() {
+    let p = plan("none,feedback", 3, 2, 100);
+    let mut seen = std::collections::BTreeMap::new();
+    for job in p.jobs() {
+        let seed = trials_seed(&p, job);
+        let key = (job.case, job.repeat);
+        assert_eq!(*seen.entry(key).or_insert(seed), seed, "same in every arm");
+    }
+    let seeds: std::collections::BTreeSet<u64> = seen.values().copied().collect();
+    assert_eq!(seeds, (100..106).collect());
+}
+
+fn trials_seed(p: &Plan, job: trials::Job) -> u64 {
+    p.request(job).params["seed"]
+        .as_u64()
+        .expect("an integer seed")
+}
+
+#[test]
+fn concurrency_does_not_change_the_numbers() {
+    let model = Arc::new(SeededModel::default());
+    let one = run(plan("none,feedback", 12, 1, 3), 1, Arc::clone(&model));
+    let calls = model.calls.load(Ordering::SeqCst);
+    let many = run(plan("none,feedback", 12, 1, 3), 8, Arc::default());
+    let names = vec!["none".to_string(), "feedback".to_string()];
+    let strip = |s: summary::Summary| {
+        let mut v = serde_json::to_value(s).expect("json");
+        for arm in v["arms"].as_array_mut().expect("arms") {
+            let arm = arm.as_object_mut().expect("object");
+            arm.retain(|k, _| !k.starts_with("wall_ms"));
+        }
+        v
+    };
+    assert_eq!(
+        strip(summary::build(setup(), &names, &one)),
+        strip(summary::build(setup(), &names, &many))
+    );
+    // Every attempt is one call.
+    let attempts: usize = one.iter().map(|t| t.outcome.attempts.len()).sum();
+    assert_eq!(calls, attempts);
+}
+
+#[test]
+fn records_read_back_with_their_key_and_estimated_tokens() {
+    let p = plan("none", 1, 1, 5);
+    let trials = run(plan("none", 1, 1, 5), 1, Arc::default());
+    let job = p.jobs()[0];
+    let line = p.record_line(job, &trials[0].outcome);
+    let back = trials::parse_line(&line).expect("an eval record");
+    assert_eq!(back.key, p.key(job));
+    assert_eq!(back.outcome, trials[0].outcome);
+    assert_eq!(back.estimated_tokens, 0);
+    // An attempt whose usage is marked estimated counts.
+    let mut value: serde_json::Value = serde_json::from_str(&line).expect("json");
+    value["attempts"][0]["usage"]["estimated"] = true.into();
+    let marked = trials::parse_line(&value.to_string()).expect("still a record");
+    let usage = trials[0].outcome.attempts[0].usage.expect("usage");
+    assert_eq!(marked.estimated_tokens, usage.total());
+    assert!(
+        trials::parse_line(&line[..line.len() / 2]).is_none(),
+        "a torn line"
+    );
+}

@@ -1,0 +1,223 @@
+//! The runner flags shared by `enforce run` and `enforce eval` (flattened into both), and how
+//! they turn, with the configuration's `runner:` section, into a [`RunnerConfig`]: one place,
+//! so the two commands never drift.
+
+use clap::{Args, ValueEnum};
+use enforce_runner::{ClaudeConfig, CommandConfig, OpenAiConfig, RunnerConfig};
+use serde_json::{Map, Value};
+use std::path::PathBuf;
+
+/// Which kind of runner to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RunnerKind {
+    /// The Claude Code CLI (`claude -p`).
+    Claude,
+    /// An OpenAI-compatible server (OpenAI, Ollama, vLLM, llama.cpp).
+    Openai,
+    /// Any command: prompt on stdin, reply on stdout.
+    Command,
+}
+
+/// The runner flags.
+#[derive(Debug, Clone, Args)]
+pub struct RunnerOptions {
+    /// Runner kind; overrides the configuration's `runner.type` (its other settings are kept
+    /// when the kind matches).
+    #[arg(long, value_enum)]
+    pub runner: Option<RunnerKind>,
+    /// Claude runner: the CLI to run.
+    #[arg(long, env = "ENFORCE_CLAUDE_BIN")]
+    pub claude_bin: Option<PathBuf>,
+    /// OpenAI runner: base URL up to `/v1`.
+    #[arg(long, env = "ENFORCE_BASE_URL")]
+    pub base_url: Option<String>,
+    /// Model name (Claude `--model`, or the OpenAI upstream model).
+    #[arg(long, env = "ENFORCE_MODEL")]
+    pub model: Option<String>,
+    /// OpenAI runner: environment variable holding the API key.
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+    /// Command runner: the command line, run with `sh -c`.
+    #[arg(long = "command")]
+    pub command_line: Option<String>,
+    /// Runner timeout per call, in seconds.
+    #[arg(long)]
+    pub timeout: Option<f64>,
+}
+
+impl RunnerOptions {
+    /// The runner configuration: the file's, switched to `--runner` if asked, with the flags
+    /// laid over it. The error is a usage message.
+    pub fn runner_config(&self, from_file: Option<RunnerConfig>) -> Result<RunnerConfig, String> {
+        let kind = self.runner.or(match &from_file {
+            Some(RunnerConfig::Claude(_)) => Some(RunnerKind::Claude),
+            Some(RunnerConfig::OpenAi(_)) => Some(RunnerKind::Openai),
+            Some(RunnerConfig::Command(_)) => Some(RunnerKind::Command),
+            None => None,
+        });
+        let kind = match kind {
+            Some(kind) => kind,
+            // Without a word on the runner, guess from the flags given.
+            None if self.command_line.is_some() => RunnerKind::Command,
+            None if self.base_url.is_some() => RunnerKind::Openai,
+            None => RunnerKind::Claude,
+        };
+        let mut config = match (kind, from_file) {
+            (RunnerKind::Claude, Some(c @ RunnerConfig::Claude(_)))
+            | (RunnerKind::Openai, Some(c @ RunnerConfig::OpenAi(_)))
+            | (RunnerKind::Command, Some(c @ RunnerConfig::Command(_))) => c,
+            (RunnerKind::Claude, _) => RunnerConfig::Claude(ClaudeConfig::default()),
+            (RunnerKind::Openai, _) => RunnerConfig::OpenAi(OpenAiConfig::default()),
+            (RunnerKind::Command, _) => RunnerConfig::Command(CommandConfig::default()),
+        };
+        match &mut config {
+            RunnerConfig::Claude(c) => {
+                if let Some(bin) = &self.claude_bin {
+                    c.binary = bin.clone();
+                }
+                if let Some(model) = &self.model {
+                    c.model = Some(model.clone());
+                }
+                if let Some(t) = self.timeout {
+                    c.timeout_secs = t;
+                }
+            }
+            RunnerConfig::OpenAi(c) => {
+                if let Some(url) = &self.base_url {
+                    c.base_url = url.clone();
+                }
+                if let Some(model) = &self.model {
+                    c.model = model.clone();
+                }
+                if let Some(var) = &self.api_key_env {
+                    c.api_key_env = Some(var.clone());
+                }
+                if let Some(t) = self.timeout {
+                    c.timeout_secs = t;
+                }
+                if c.model.trim().is_empty() {
+                    return Err(
+                        "the openai runner needs a model: --model NAME or `runner.model`".into(),
+                    );
+                }
+            }
+            RunnerConfig::Command(c) => {
+                if let Some(line) = &self.command_line {
+                    c.program = PathBuf::from("sh");
+                    c.args = vec!["-c".into(), line.clone()];
+                }
+                if let Some(t) = self.timeout {
+                    c.timeout_secs = t;
+                }
+                if c.program.as_os_str().is_empty() {
+                    return Err(
+                        "the command runner needs a command: --command 'CMD' or `runner.program`"
+                            .into(),
+                    );
+                }
+            }
+        }
+        Ok(config)
+    }
+}
+
+/// The sampling flags, sent with a request as its `params` (`seed`, `temperature`,
+/// `max_tokens`), which a runner reads over its configured values.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SamplingOptions {
+    /// Sampling seed: with a seeded model the same seed gives the same answer (`enforce eval`:
+    /// the first seed, request i (case × repeat) gets SEED + i; default 0).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Sampling temperature.
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Most tokens per answer.
+    #[arg(long)]
+    pub max_tokens: Option<u64>,
+}
+
+impl SamplingOptions {
+    /// The request parameters of the flags given.
+    pub fn params(&self) -> Map<String, Value> {
+        let mut params = Map::new();
+        if let Some(seed) = self.seed {
+            params.insert("seed".into(), Value::from(seed));
+        }
+        if let Some(t) = self.temperature {
+            params.insert("temperature".into(), Value::from(t));
+        }
+        if let Some(n) = self.max_tokens {
+            params.insert("max_tokens".into(), Value::from(n));
+        }
+        params
+    }
+}
+
+/// The model a runner configuration asks, when it names one (the audit record's `model`).
+pub fn model_of(config: &RunnerConfig) -> Option<&str> {
+    match config {
+        RunnerConfig::Claude(c) => c.model.as_deref(),
+        RunnerConfig::OpenAi(c) => Some(c.model.as_str()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        runner: RunnerOptions,
+    }
+
+    fn options(args: &[&str]) -> RunnerOptions {
+        Cli::parse_from(std::iter::once("x").chain(args.iter().copied())).runner
+    }
+
+    #[test]
+    fn sampling_flags_become_request_params() {
+        #[derive(Parser)]
+        struct Sampling {
+            #[command(flatten)]
+            sampling: SamplingOptions,
+        }
+        let parse = |args: &[&str]| {
+            Sampling::parse_from(std::iter::once("x").chain(args.iter().copied()))
+                .sampling
+                .params()
+        };
+        assert!(parse(&[]).is_empty());
+        let params = parse(&["--seed", "7", "--temperature", "0.7", "--max-tokens", "256"]);
+        assert_eq!(
+            Value::Object(params),
+            serde_json::json!({"seed": 7, "temperature": 0.7, "max_tokens": 256})
+        );
+    }
+
+    #[test]
+    fn the_kind_is_guessed_from_the_flags_and_the_file_keeps_its_settings() {
+        let config = options(&["--command", "cat"])
+            .runner_config(None)
+            .expect("ok");
+        assert_eq!(config.kind(), "command");
+        let config = options(&["--base-url", "http://x/v1", "--model", "m"])
+            .runner_config(None)
+            .expect("ok");
+        assert_eq!(config.kind(), "openai");
+        assert_eq!(model_of(&config), Some("m"));
+        let err = options(&["--runner", "openai"])
+            .runner_config(None)
+            .expect_err("no model");
+        assert!(err.contains("--model"), "{err}");
+        let from_file = RunnerConfig::OpenAi(OpenAiConfig {
+            model: "from-file".into(),
+            ..OpenAiConfig::default()
+        });
+        let config = options(&[]).runner_config(Some(from_file)).expect("ok");
+        assert_eq!(model_of(&config), Some("from-file"));
+    }
+}

@@ -1,0 +1,509 @@
+//! End-to-end tests of `enforce eval` against the mock OpenAI-compatible server (answers that
+//! depend only on the conversation, so every arm sees the same first answer) and the command
+//! runner.
+
+use crate::{repo, text, BIN};
+use enforce_testkit::{MockOpenAi, MockScript, Then};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const CONFIG: &str = r#"
+validators:
+  ok_json:
+    type: json
+    schema: {type: object, required: [ok]}
+profiles:
+  j:
+    validators: [ok_json]
+    max_retries: 2
+"#;
+
+/// Two of six cases answer valid JSON at once (the mock echoes the prompt); the others only
+/// after feedback.
+const DATASET: &str = r#"{"prompt": "{\"ok\": 1}"}
+{"id": "two", "prompt": "{\"ok\": 2}"}
+{"prompt": "nope 3"}
+{"prompt": "{\"x\": 4}"}
+{"prompt": "nope 5", "context": {"n": 5}}
+{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "nope 6"}]}
+"#;
+
+fn mock_script() -> MockScript {
+    MockScript::new().then(Then::FailFirst {
+        invalid: "{{last_user}}".into(),
+        valid: "{\"ok\": true}".into(),
+        marker: "Fix these".into(),
+    })
+}
+
+fn enforce(args: &[String]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("ENFORCE_CONFIG")
+        .env_remove("ENFORCE_MODEL")
+        .env_remove("ENFORCE_BASE_URL")
+        .output()
+        .expect("the enforce binary runs")
+}
+
+/// Runs the binary off the async runtime, so the mock server keeps serving meanwhile.
+async fn enforce_async(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || enforce(&args))
+        .await
+        .expect("the blocking task finishes")
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("enforce.yaml"), CONFIG).expect("config");
+        std::fs::write(dir.path().join("cases.jsonl"), DATASET).expect("dataset");
+        Setup { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn args(&self, url: &str, out: &str, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "eval",
+            self.path("cases.jsonl").to_str().expect("utf-8"),
+            "-c",
+            self.path("enforce.yaml").to_str().expect("utf-8"),
+            "-p",
+            "j",
+            "--runner",
+            "openai",
+            "--base-url",
+            url,
+            "--model",
+            "m",
+            "--seed",
+            "40",
+            "--temperature",
+            "0.7",
+            "--max-tokens",
+            "64",
+            "-o",
+            self.path(out).to_str().expect("utf-8"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+}
+
+fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .expect("attempts.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect()
+}
+
+fn summary(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// The summary without wall times (they differ from run to run).
+fn without_times(mut summary: Value) -> Value {
+    for arm in summary["arms"].as_array_mut().expect("arms") {
+        arm.as_object_mut()
+            .expect("object")
+            .retain(|k, _| !k.starts_with("wall_ms"));
+    }
+    summary
+}
+
+fn arm<'a>(summary: &'a Value, name: &str) -> &'a Value {
+    summary["arms"]
+        .as_array()
+        .expect("arms")
+        .iter()
+        .find(|a| a["arm"] == name)
+        .expect("the arm is there")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_writes_every_output_and_its_numbers_agree_with_the_audit_records() {
+    let setup = Setup::new();
+    let mock = MockOpenAi::start(mock_script()).await.expect("mock");
+    let out = enforce_async(setup.args(
+        &mock.url(),
+        "results",
+        &[
+            "--arms",
+            "none,feedback,feedback+abort",
+            "--repeats",
+            "2",
+            "--concurrency",
+            "3",
+        ],
+    ))
+    .await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for words in [
+        "Valid answers per arm",
+        "feedback+abort",
+        "Spend per valid answer",
+        "INVALID_JSON",
+    ] {
+        assert!(stdout.contains(words), "{words} in\n{stdout}");
+    }
+    let results = setup.path("results");
+    let records = records(&results.join("attempts.jsonl"));
+    assert_eq!(records.len(), 3 * 6 * 2);
+
+    // Every request carried the seed of its (case, repeat) and the sampling options; the seed
+    // is the same in every arm.
+    let mut seeds: BTreeMap<(String, u64), BTreeSet<u64>> = BTreeMap::new();
+    for r in &records {
+        let e = &r["eval"];
+        let key = (
+            e["case"].as_str().expect("case").to_string(),
+            e["repeat"].as_u64().expect("repeat"),
+        );
+        seeds
+            .entry(key)
+            .or_default()
+            .insert(e["seed"].as_u64().expect("seed"));
+        assert_eq!(r["profile"], "j");
+        assert_eq!(r["model"], "m");
+    }
+    assert_eq!(seeds.len(), 12);
+    assert!(seeds.values().all(|s| s.len() == 1), "{seeds:?}");
+    let all: BTreeSet<u64> = seeds.values().flatten().copied().collect();
+    assert_eq!(all, (40..52).collect());
+    let sent = mock.chat_requests();
+    assert!(sent
+        .iter()
+        .all(|r| r.body["temperature"] == 0.7 && r.body["max_tokens"] == 64));
+    let sent_seeds: BTreeSet<u64> = sent
+        .iter()
+        .filter_map(|r| r.body["seed"].as_u64())
+        .collect();
+    assert!(sent_seeds.is_superset(&all), "{sent_seeds:?}");
+
+    // The summary agrees with the records, arm by arm.
+    let s = summary(&results);
+    for name in ["none", "feedback", "feedback+abort"] {
+        let mine: Vec<&Value> = records
+            .iter()
+            .filter(|r| r["eval"]["arm"] == name)
+            .collect();
+        let a = arm(&s, name);
+        assert_eq!(a["trials"], mine.len() as u64);
+        for status in ["passed", "repaired", "unresolved", "aborted", "unavailable"] {
+            let n = mine.iter().filter(|r| r["status"] == status).count() as u64;
+            assert_eq!(a["outcomes"][status], n, "{name} {status}");
+        }
+        let valid = mine
+            .iter()
+            .filter(|r| r["status"] == "passed" || r["status"] == "repaired")
+            .count() as u64;
+        assert_eq!(a["valid"]["k"], valid, "{name}");
+        let sum = |field: &str| -> u64 {
+            mine.iter()
+                .map(|r| r["usage"][field].as_u64().unwrap_or(0))
+                .sum()
+        };
+        assert_eq!(a["prompt_tokens"], sum("input_tokens"), "{name}");
+        assert_eq!(a["completion_tokens"], sum("output_tokens"), "{name}");
+        assert!(sum("output_tokens") > 0, "the mock reports usage");
+        let attempts: usize = mine
+            .iter()
+            .map(|r| r["attempts"].as_array().map_or(0, Vec::len))
+            .sum();
+        assert_eq!(a["attempts"], attempts as u64);
+        let per_valid = a["completion_tokens_per_valid"]
+            .as_f64()
+            .expect("some valid");
+        assert!((per_valid - sum("output_tokens") as f64 / valid as f64).abs() < 1e-9);
+    }
+    // Two of six cases pass at once; feedback fixes the rest.
+    assert_eq!(arm(&s, "none")["valid"]["k"], 4);
+    assert_eq!(arm(&s, "none")["first_attempt_passed"]["k"], 4);
+    assert_eq!(arm(&s, "feedback")["valid"]["k"], 12);
+    assert_eq!(arm(&s, "feedback")["valid_after_attempts"][0]["k"], 4);
+    assert_eq!(arm(&s, "feedback")["valid_after_attempts"][1]["k"], 12);
+    let pair = &s["pairs"][0];
+    assert_eq!(
+        (pair["a"].as_str(), pair["b"].as_str()),
+        (Some("none"), Some("feedback"))
+    );
+    assert_eq!(
+        (pair["only_a"].as_u64(), pair["only_b"].as_u64()),
+        (Some(0), Some(8))
+    );
+    let code = s["issue_codes"]
+        .as_array()
+        .expect("codes")
+        .iter()
+        .find(|c| c["code"] == "INVALID_JSON")
+        .expect("INVALID_JSON counted");
+    assert_eq!(code["arms"][0]["first_attempt"], 6, "{code}");
+    assert_eq!(code["arms"][0]["fixed"], 0, "{code}");
+    assert_eq!(code["arms"][1]["fixed"], 6, "{code}");
+
+    // JUnit: a test case per trial, a failure per answer that is not valid.
+    let junit = std::fs::read_to_string(results.join("junit.xml")).expect("junit.xml");
+    assert_eq!(junit.matches("<testcase ").count(), 36);
+    assert_eq!(junit.matches("<failure ").count(), 36 - 4 - 12 - 12);
+    assert!(junit.contains("INVALID_JSON"));
+
+    // One self-contained page with charts.
+    let page = std::fs::read_to_string(results.join("report.html")).expect("report.html");
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert!(page.matches("<svg").count() >= 4);
+    assert!(!page.contains("<script") && !page.contains("<link"));
+
+    // `enforce report` reads the attempts.
+    let report = enforce(&[
+        "report".into(),
+        "--format".into(),
+        "json".into(),
+        results
+            .join("attempts.jsonl")
+            .to_str()
+            .expect("utf-8")
+            .into(),
+    ]);
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let r: Value = serde_json::from_slice(&report.stdout).expect("JSON");
+    assert_eq!(r["input"]["records"], 36);
+    assert_eq!(r["input"]["invalid"], 0);
+    let passed: u64 = ["none", "feedback", "feedback+abort"]
+        .iter()
+        .map(|a| arm(&s, a)["outcomes"]["passed"].as_u64().expect("n"))
+        .sum();
+    assert_eq!(r["outcomes"]["passed"], passed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_eval_resumes_and_runs_only_what_is_missing() {
+    let setup = Setup::new();
+    let arms = ["--arms", "none,feedback", "--repeats", "2"];
+    let full_mock = MockOpenAi::start(mock_script()).await.expect("mock");
+    let full = enforce_async(setup.args(&full_mock.url(), "full", &arms)).await;
+    assert_eq!(full.status.code(), Some(0), "{}", text(&full.stderr));
+
+    // The same eval, cut off: half of its lines, then a torn one.
+    let mock = MockOpenAi::start(mock_script()).await.expect("mock");
+    let cut = enforce_async(setup.args(&mock.url(), "cut", &arms)).await;
+    assert_eq!(cut.status.code(), Some(0), "{}", text(&cut.stderr));
+    let attempts = setup.path("cut").join("attempts.jsonl");
+    let text_before = std::fs::read_to_string(&attempts).expect("attempts");
+    let lines: Vec<&str> = text_before.lines().collect();
+    let keep = lines.len() / 2;
+    let torn = &lines[keep][..lines[keep].len() / 2];
+    std::fs::write(&attempts, format!("{}\n{torn}", lines[..keep].join("\n"))).expect("cut");
+    let kept: Vec<Value> = lines[..keep]
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let key = |r: &Value| {
+        (
+            r["eval"]["arm"].as_str().expect("arm").to_string(),
+            r["eval"]["case"].as_str().expect("case").to_string(),
+            r["eval"]["repeat"].as_u64().expect("repeat"),
+        )
+    };
+    let kept_keys: BTreeSet<_> = kept.iter().map(key).collect();
+    let missing: Vec<Value> = records(&setup.path("full").join("attempts.jsonl"))
+        .into_iter()
+        .filter(|r| !kept_keys.contains(&key(r)))
+        .collect();
+    assert_eq!(missing.len(), lines.len() - keep);
+    let expected_calls: usize = missing
+        .iter()
+        .map(|r| r["attempts"].as_array().map_or(0, Vec::len))
+        .sum();
+
+    let again_mock = MockOpenAi::start(mock_script()).await.expect("mock");
+    let again = enforce_async(setup.args(&again_mock.url(), "cut", &arms)).await;
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert!(
+        text(&again.stderr).contains("resuming"),
+        "{}",
+        text(&again.stderr)
+    );
+    assert_eq!(again_mock.chat_requests().len(), expected_calls);
+    let resumed = records(&attempts);
+    assert_eq!(
+        resumed.len(),
+        lines.len(),
+        "the torn line is gone, every trial once"
+    );
+    let resumed_keys: BTreeSet<_> = resumed.iter().map(key).collect();
+    assert_eq!(resumed_keys.len(), lines.len());
+    assert_eq!(
+        without_times(summary(&setup.path("cut"))),
+        without_times(summary(&setup.path("full")))
+    );
+}
+
+fn eval_cmd(args: &[&str]) -> Output {
+    let args: Vec<String> = std::iter::once("eval")
+        .chain(args.iter().copied())
+        .map(str::to_string)
+        .collect();
+    enforce(&args)
+}
+
+#[test]
+fn bad_input_is_a_clear_usage_error() {
+    let setup = Setup::new();
+    let config = setup.path("enforce.yaml");
+    let config = config.to_str().expect("utf-8");
+    let cases = setup.path("cases.jsonl");
+    let cases = cases.to_str().expect("utf-8");
+    std::fs::write(setup.path("empty.jsonl"), "\n\n").expect("write");
+    std::fs::write(
+        setup.path("bad.jsonl"),
+        "{\"prompt\": \"a\"}\n{\"prompt\": 3}\n",
+    )
+    .expect("write");
+    std::fs::write(setup.path("file"), "").expect("write");
+    let out_dir = setup.path("out");
+    let out_dir = out_dir.to_str().expect("utf-8");
+    let unwritable = setup.path("file").join("sub");
+    let unwritable = unwritable.to_str().expect("utf-8");
+    let runner = ["--runner", "command", "--command", "cat"];
+    let cases_for = |dataset: &str, profile: &str, arms: &str, out: &str| -> Vec<String> {
+        let mut v: Vec<String> = [
+            dataset, "-c", config, "-p", profile, "--arms", arms, "-o", out,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(runner.iter().map(|s| s.to_string()));
+        v
+    };
+    let empty = setup.path("empty.jsonl");
+    let bad = setup.path("bad.jsonl");
+    let missing = setup.path("missing.jsonl");
+    for (args, words) in [
+        (
+            cases_for(missing.to_str().expect("utf-8"), "j", "none", out_dir),
+            "cannot read the dataset",
+        ),
+        (
+            cases_for(empty.to_str().expect("utf-8"), "j", "none", out_dir),
+            "has no cases",
+        ),
+        (
+            cases_for(bad.to_str().expect("utf-8"), "j", "none", out_dir),
+            "bad.jsonl:2:",
+        ),
+        (
+            cases_for(cases, "nope", "none", out_dir),
+            "no profile named `nope`",
+        ),
+        (
+            cases_for(cases, "j", "none,feedbak", out_dir),
+            "unknown word `feedbak`",
+        ),
+        (
+            cases_for(cases, "j", "none", unwritable),
+            "cannot create the output directory",
+        ),
+    ] {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = eval_cmd(&argv);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{argv:?}: {stderr}");
+        assert!(stderr.contains(words), "{words} in {stderr}");
+        assert!(stderr.starts_with("enforce eval: "), "{stderr}");
+    }
+
+    let help = eval_cmd(&["--help"]);
+    let help = text(&help.stdout);
+    for words in [
+        "--arms",
+        "repair-first",
+        "fresh",
+        "resample",
+        "attempts.jsonl",
+        "summary.json",
+        "junit.xml",
+        "report.html",
+        "--concurrency",
+        "--seed",
+        "--runner",
+        "--base-url",
+        "--temperature",
+        "--max-tokens",
+        "Example",
+        "enforce eval examples/eval/",
+    ] {
+        assert!(help.contains(words), "{words} in --help:\n{help}");
+    }
+}
+
+/// Every example dataset loads with its profile, and an answer meeting the contract passes it
+/// (the command runner prints a fixed answer: no model).
+#[test]
+fn every_example_dataset_and_profile_loads_and_a_good_answer_passes() {
+    let examples = repo().join("examples/eval");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let good = [
+        ("city-json.jsonl", "city_json", "{\"name\": \"Paris\", \"country\": \"France\", \"population\": 2100000}"),
+        ("sections.jsonl", "sections", "## Summary\nWater matters.\n\n## Details\nDrink it.\n\n## Next steps\nRefill the glass."),
+        ("python.jsonl", "python", "```python\ndef add(a, b):\n    return a + b\n```"),
+        ("step.yaml", "step", "The sky is blue.\n<!-- STEP: done -->"),
+    ];
+    let mut seen = BTreeSet::new();
+    for (dataset, profile, answer) in good {
+        seen.insert(dataset.to_string());
+        let answer_file = dir.path().join(format!("{profile}.txt"));
+        std::fs::write(&answer_file, answer).expect("answer");
+        let out_dir = dir.path().join(profile);
+        let command = format!("cat >/dev/null; cat '{}'", answer_file.display());
+        let out = eval_cmd(&[
+            examples.join(dataset).to_str().expect("utf-8"),
+            "-c",
+            examples.join("enforce.yaml").to_str().expect("utf-8"),
+            "-p",
+            profile,
+            "--arms",
+            "none",
+            "--concurrency",
+            "4",
+            "--runner",
+            "command",
+            "--command",
+            &command,
+            "-o",
+            out_dir.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{dataset}: {}",
+            text(&out.stderr)
+        );
+        let s = summary(&out_dir);
+        let none = arm(&s, "none");
+        let n = none["trials"].as_u64().expect("trials");
+        assert!(n >= 20, "{dataset} has {n} cases");
+        assert_eq!(none["first_attempt_passed"]["k"], n, "{dataset}: {s}");
+    }
+    // No dataset left untested.
+    let present: BTreeSet<String> = std::fs::read_dir(&examples)
+        .expect("examples/eval")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n != "enforce.yaml" && (n.ends_with(".jsonl") || n.ends_with(".yaml")))
+        .collect();
+    assert_eq!(present, seen);
+}
