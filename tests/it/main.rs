@@ -12,6 +12,7 @@ mod per_type;
 mod plugins;
 mod properties;
 mod prose_serve;
+mod real_answers;
 mod replicas;
 mod report;
 mod serve;

@@ -770,8 +770,14 @@ mod tests {
         assert_eq!(inherits.reask, enforce_core::Reask::Resample);
         assert_eq!(inherits.repair, enforce_core::RepairWhen::First);
         let plain = load("profiles:\n  p:\n    validators: [step_marker]\n").unwrap();
-        assert_eq!(plain.get("p").unwrap().policy().reask, enforce_core::Reask::Feedback);
-        assert_eq!(plain.get("p").unwrap().policy().repair, enforce_core::RepairWhen::Last);
+        assert_eq!(
+            plain.get("p").unwrap().policy().reask,
+            enforce_core::Reask::Feedback
+        );
+        assert_eq!(
+            plain.get("p").unwrap().policy().repair,
+            enforce_core::RepairWhen::Last
+        );
         let err = load("profiles:\n  p:\n    validators: [step_marker]\n    reask: twice\n")
             .unwrap_err()
             .to_string();
