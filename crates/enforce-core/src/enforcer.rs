@@ -160,6 +160,16 @@ impl Enforcer {
         &self.validators
     }
 
+    /// `true` when the deterministic repair of the validator that raised `issue` (found by
+    /// the issue's validator name, groups opened up) fixes it: what
+    /// [`Validator::repair_fixes`] says. Unlike [`Issue::repairable`] ("asking again may fix
+    /// it"), this is the claim that no re-ask is needed.
+    pub fn repair_fixes(&self, issue: &Issue) -> bool {
+        self.leaves().iter().any(|leaf| {
+            leaf.validator.name() == issue.validator && leaf.validator.repair_fixes(issue)
+        })
+    }
+
     /// Most attempts one enforcement may make (first ask included).
     pub fn max_attempts(&self) -> u32 {
         let by_retries = self.policy.max_retries.saturating_add(1);
@@ -415,10 +425,15 @@ impl Enforcer {
                         Run::attempt(number, &Reply::default(), Vec::new(), runner_time, checking);
                     attempt.runner_error = Some(error.clone());
                     run.push_attempt(attempt);
-                    // A failure another call may not meet is a failed attempt: ask again
-                    // (about the same previous answer) while attempts and budgets allow.
+                    // During a re-ask, a failure another call may not meet is a failed
+                    // attempt: ask again (about the same previous answer) while attempts and
+                    // budgets allow. A failed first ask ends the loop as it always did: the
+                    // runner's own retries were spent on it, and retrying a failing upstream
+                    // from here too would multiply the load on it.
                     let budget = self.budget_spent(number, &run.spent, run.started);
-                    if error.is_transient() && number < max_attempts && budget.is_none() {
+                    let reasking = previous.is_some();
+                    if reasking && error.is_transient() && number < max_attempts && budget.is_none()
+                    {
                         continue;
                     }
                     let reason = StopReason::RunnerFailed { error };

@@ -333,8 +333,8 @@ pub enum RunnerError {
 impl RunnerError {
     /// `true` for a failure another call may not meet: a timeout, a broken stream or answer
     /// (protocol), an upstream error without status or with 429 or 5xx, a process that ran
-    /// and failed. The loop counts such a failure as a failed attempt and asks again while
-    /// attempts remain. `false` for what asking again cannot change: a runner process that
+    /// and failed. The loop counts such a failure during a re-ask as a failed attempt and asks
+    /// again while attempts remain. `false` for what asking again cannot change: a runner process that
     /// could not be started, an upstream 4xx (bad request, authentication).
     pub fn is_transient(&self) -> bool {
         match self {

@@ -467,24 +467,22 @@ async fn a_runner_error_during_a_reask_is_a_failed_attempt_and_a_later_pass_wins
 }
 
 #[tokio::test]
-async fn a_runner_error_on_the_first_ask_is_retried_while_attempts_remain() {
-    let runner = ScriptedRunner::new([
-        Err(RunnerError::Upstream {
-            status: Some(503),
-            message: "busy".into(),
-        }),
-        Ok(Reply::text("title")),
-    ]);
+async fn a_runner_error_on_the_first_ask_ends_the_loop_as_before() {
+    // The runner's own retries were spent on it; the loop does not retry a failing upstream.
+    let busy = RunnerError::Upstream {
+        status: Some(503),
+        message: "busy".into(),
+    };
+    let runner = ScriptedRunner::new([Err(busy.clone()), Ok(Reply::text("title"))]);
     let out = enforcer(vec![Box::new(has_title())])
         .run(&runner, &req(), &Context::new())
         .await;
-    assert_eq!(out.status, Status::Passed);
-    assert_eq!(out.attempts.len(), 2);
-    assert!(out.attempts[0].runner_error.is_some());
-    assert!(
-        matches!(runner.calls()[1], ScriptedCall::Ask { .. }),
-        "no answer to follow up: a first ask again"
-    );
+    assert_eq!(out.status, Status::Aborted);
+    assert_eq!(out.runner_error(), Some(&busy));
+    assert_eq!(out.response, None);
+    assert_eq!(out.attempts.len(), 1, "the failed ask is audited");
+    assert_eq!(out.attempts[0].runner_error.as_ref(), Some(&busy));
+    assert_eq!(runner.calls().len(), 1);
 }
 
 #[tokio::test]
