@@ -877,7 +877,7 @@ impl<'a> Run<'a> {
         };
         error_codes(&after.issues)
             .is_empty()
-            .then(|| (repaired, after.issues))
+            .then_some((repaired, after.issues))
     }
 
     /// What a full check of `partial` (an answer cut short) finds besides the errors that cut
