@@ -4,7 +4,7 @@
 //! Every line of every `*.jsonl` file there is checked, so recorded answers added later are
 //! held to the same rules.
 
-use crate::repo;
+use crate::{block_on, repo};
 use enforce_config::{ConfigSource, ProfileSet, Registry};
 use enforce_core::{
     Check, Context, Enforcer, Issue, Policy, Request, ScriptedRunner, Status, Validator,
@@ -58,17 +58,6 @@ fn corpus() -> Vec<(String, Answer)> {
 fn profiles() -> ProfileSet {
     let source = ConfigSource::read(&corpus_dir().join("contracts.yaml")).expect("contracts");
     ProfileSet::load(&source, &Registry::builtin(), None).expect("the contracts build")
-}
-
-/// Runs a future that never waits on I/O (the built-in validators, the scripted runner).
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
 }
 
 fn errors(v: &dyn Validator, text: &str) -> Vec<Issue> {

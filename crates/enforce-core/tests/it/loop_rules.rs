@@ -89,16 +89,9 @@ async fn a_budget_stop_right_after_a_cut_never_delivers_the_fragment() {
     // with the word (nothing follows it, so only the whole check sees it); the second is cut.
     let ends_with_term = "We recommend Acme";
     let runner = ScriptedRunner::texts([ends_with_term, BAD, GOOD]).streamed(4);
-    let policy = Policy::builder()
-        .partial_check_bytes(8)
-        // The whole answer reports no usage; the cut one does: the budget ends at the cut.
-        .budget(Budget {
-            max_tokens: Some(1),
-            ..Budget::default()
-        })
-        .build();
+    // The whole answer reports no usage; the cut one does: the budget ends at the cut.
     let outcome = Enforcer::new(vec![Box::new(Forbidden::new("Acme"))])
-        .with_policy(policy)
+        .with_policy(tight)
         .run(&runner, &req(), &Context::new())
         .await;
     assert!(outcome.attempts[0].cut.is_none(), "{outcome:?}");
