@@ -67,6 +67,8 @@ struct Checked {
     source: String,
     text: String,
     outcome: Outcome,
+    /// Per issue of [`issues`](Self::issues): a validator's deterministic repair fixes it.
+    repair_fixes: Vec<bool>,
 }
 
 impl Checked {
@@ -175,11 +177,18 @@ fn run_inner(args: Args) -> ExitCode {
             }
         };
         let outcome = runtime.block_on(enforcer.check(&text, &context, check_mode));
-        results.push(Checked {
+        let mut checked = Checked {
             source: input.clone(),
             text,
             outcome,
-        });
+            repair_fixes: Vec::new(),
+        };
+        checked.repair_fixes = checked
+            .issues()
+            .iter()
+            .map(|i| enforcer.repair_fixes(i))
+            .collect();
+        results.push(checked);
     }
 
     let mut write_failed = false;
@@ -280,7 +289,9 @@ fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     result
 }
 
-fn issue_json(issue: &Issue) -> Value {
+/// One issue as JSON. `repairable` is the issue's own flag ("asking the model again may fix
+/// it"; `false` is a hard abort); `repair_fixes` says whether a deterministic repair fixes it.
+fn issue_json(issue: &Issue, repair_fixes: bool) -> Value {
     json!({
         "validator": issue.validator,
         "code": issue.code,
@@ -289,6 +300,7 @@ fn issue_json(issue: &Issue) -> Value {
         "hint": issue.hint,
         "line": issue.line,
         "repairable": issue.repairable,
+        "repair_fixes": repair_fixes,
     })
 }
 
@@ -299,7 +311,12 @@ fn print_json(results: &[Checked], fix: bool) -> std::io::Result<()> {
             let mut item = json!({
                 "source": r.source,
                 "status": r.status(),
-                "issues": r.issues().iter().map(issue_json).collect::<Vec<_>>(),
+                "issues": r
+                    .issues()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, issue)| issue_json(issue, r.repair_fixes.get(i).copied().unwrap_or(false)))
+                    .collect::<Vec<_>>(),
             });
             if fix {
                 item["repaired"] = r

@@ -108,6 +108,7 @@ fn json_output_has_exactly_the_documented_shape() {
                 "hint",
                 "line",
                 "message",
+                "repair_fixes",
                 "repairable",
                 "severity",
                 "validator"
@@ -119,11 +120,19 @@ fn json_output_has_exactly_the_documented_shape() {
     assert_eq!(step["severity"], "error");
     assert_eq!(step["line"], 10);
     assert_eq!(step["repairable"], true);
+    assert_eq!(
+        step["repair_fixes"], true,
+        "the step marker's repair sets a marker"
+    );
     let criteria = issues
         .iter()
         .find(|i| i["code"] == "INSUFFICIENT_CRITERIA")
         .unwrap();
     assert_eq!(criteria["severity"], "warning");
+    assert_eq!(
+        criteria["repair_fixes"], false,
+        "adr_structure has no repair"
+    );
     assert_eq!(results[1]["status"], "passed");
     assert_eq!(results[1]["issues"], Value::Array(vec![]));
 }

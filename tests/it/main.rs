@@ -13,6 +13,7 @@ mod per_type;
 mod plugins;
 mod properties;
 mod prose_serve;
+mod real_answers;
 mod replicas;
 mod report;
 mod serve;
@@ -29,4 +30,16 @@ fn repo() -> std::path::PathBuf {
 /// Captured stdout or stderr as text (lossy UTF-8).
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs a future that never waits on I/O (built-in validators, parsers, the scripted runner)
+/// to its end without a runtime.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
 }

@@ -4,6 +4,7 @@
 //! SSE parser. Every entry point must accept any input without panicking; the structured
 //! properties pin what the repairs may and may not change. A few hundred cases each: seconds.
 
+use crate::block_on;
 use enforce_core::{Context, Severity, Validator};
 use enforce_documents::adr::find_adr;
 use enforce_documents::extract_step;
@@ -13,16 +14,6 @@ use enforce_testkit::sse::parse_sse;
 use proptest::prelude::*;
 use serde_yaml_ng::Value as Yaml;
 use std::path::PathBuf;
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
-}
 
 /// Text built from the tokens the parsers care about, so random cases hit the interesting
 /// paths (fences, markers, delimiters, CRLF, multi-byte characters) far more often than

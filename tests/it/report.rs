@@ -253,6 +253,9 @@ fn numbers_match_the_fixture() {
         serde_json::json!([{"name": "MISSING_STEP_MARKER", "count": 1}])
     );
     assert_eq!(r["cuts"]["bytes"]["p50"], 512);
+    // What the cut attempts spent, and how much of that is enforce's own count.
+    assert_eq!(r["cuts"]["output_tokens"], 20);
+    assert_eq!(r["cuts"]["estimated_usage"], 1);
 }
 
 #[test]

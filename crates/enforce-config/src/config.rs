@@ -85,6 +85,15 @@ pub struct Defaults {
     pub early_abort: Option<bool>,
     /// New bytes of a streamed answer between two partial checks (default 32).
     pub partial_check_bytes: Option<usize>,
+    /// How a re-ask asks: `feedback` (default: the conversation, the failed answer and
+    /// feedback naming every error), `resample` (the original request again, its integer
+    /// `seed` advanced by one per attempt) or `feedback_fresh` (the original request plus the
+    /// feedback, without the failed answer).
+    pub reask: Option<enforce_core::Reask>,
+    /// When the validators' deterministic repairs run: `last` (default: after the re-asks)
+    /// or `first` (before spending a re-ask: a repair that makes the answer clean is returned
+    /// as `repaired` at once).
+    pub repair: Option<enforce_core::RepairWhen>,
     /// Text returned when a response stays unresolved; `{{key}}` is filled from the context.
     pub fallback: Option<String>,
     /// File holding the fallback text, relative to the configuration file.
@@ -113,6 +122,10 @@ pub struct ProfileConfig {
     pub early_abort: Option<bool>,
     /// New bytes of a streamed answer between two partial checks (overrides `defaults`).
     pub partial_check_bytes: Option<usize>,
+    /// How a re-ask asks: `feedback`, `resample` or `feedback_fresh` (overrides `defaults`).
+    pub reask: Option<enforce_core::Reask>,
+    /// When the deterministic repairs run: `last` or `first` (overrides `defaults`).
+    pub repair: Option<enforce_core::RepairWhen>,
     /// Fallback text for unresolved responses; `{{key}}` is filled from the request context.
     /// It must pass the profile's validators itself, else it is not used.
     pub fallback: Option<String>,

@@ -198,6 +198,8 @@ struct PolicyFields<'a> {
     on_unavailable: Option<enforce_core::FailMode>,
     early_abort: Option<bool>,
     partial_check_bytes: Option<usize>,
+    reask: Option<enforce_core::Reask>,
+    repair: Option<enforce_core::RepairWhen>,
     fallback: Option<&'a String>,
     fallback_file: Option<&'a PathBuf>,
 }
@@ -211,6 +213,8 @@ impl<'a> From<&'a Defaults> for PolicyFields<'a> {
             on_unavailable: d.on_unavailable,
             early_abort: d.early_abort,
             partial_check_bytes: d.partial_check_bytes,
+            reask: d.reask,
+            repair: d.repair,
             fallback: d.fallback.as_ref(),
             fallback_file: d.fallback_file.as_ref(),
         }
@@ -226,6 +230,8 @@ impl<'a> From<&'a ProfileConfig> for PolicyFields<'a> {
             on_unavailable: p.on_unavailable,
             early_abort: p.early_abort,
             partial_check_bytes: p.partial_check_bytes,
+            reask: p.reask,
+            repair: p.repair,
             fallback: p.fallback.as_ref(),
             fallback_file: p.fallback_file.as_ref(),
         }
@@ -432,6 +438,12 @@ fn build_policy(
     if let Some(bytes) = defaults.partial_check_bytes {
         policy.partial_check_bytes = bytes;
     }
+    if let Some(reask) = defaults.reask {
+        policy.reask = reask;
+    }
+    if let Some(when) = defaults.repair {
+        policy.repair = when;
+    }
     policy.fallback = match (defaults.fallback, defaults.fallback_file) {
         (Some(_), Some(_)) => {
             return Err(BuildError::at(
@@ -458,6 +470,12 @@ fn build_policy(
         }
         if let Some(bytes) = p.partial_check_bytes {
             policy.partial_check_bytes = bytes;
+        }
+        if let Some(reask) = p.reask {
+            policy.reask = reask;
+        }
+        if let Some(when) = p.repair {
+            policy.repair = when;
         }
         feedback = p.feedback.unwrap_or(&empty).over(&feedback);
         match (p.fallback, p.fallback_file) {
@@ -735,6 +753,36 @@ mod tests {
             &enforce_core::FeedbackTemplate::for_language(Language::De)
         );
         assert_eq!(set.get("chat").unwrap().policy().max_retries, 5);
+    }
+
+    #[test]
+    fn reask_and_repair_keys_layer_over_defaults() {
+        let set = load(
+            "defaults:\n  reask: resample\n  repair: first\n\
+             profiles:\n  fresh:\n    validators: [step_marker]\n    reask: feedback_fresh\n    \
+             repair: last\n  inherits:\n    validators: [step_marker]\n",
+        )
+        .unwrap();
+        let fresh = set.get("fresh").unwrap().policy();
+        assert_eq!(fresh.reask, enforce_core::Reask::FeedbackFresh);
+        assert_eq!(fresh.repair, enforce_core::RepairWhen::Last);
+        let inherits = set.get("inherits").unwrap().policy();
+        assert_eq!(inherits.reask, enforce_core::Reask::Resample);
+        assert_eq!(inherits.repair, enforce_core::RepairWhen::First);
+        let plain = load("profiles:\n  p:\n    validators: [step_marker]\n").unwrap();
+        assert_eq!(
+            plain.get("p").unwrap().policy().reask,
+            enforce_core::Reask::Feedback
+        );
+        assert_eq!(
+            plain.get("p").unwrap().policy().repair,
+            enforce_core::RepairWhen::Last
+        );
+        let err = load("profiles:\n  p:\n    validators: [step_marker]\n    reask: twice\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("reask"), "{err}");
+        assert!(err.contains(":4:"), "file:line: {err}");
     }
 
     #[test]

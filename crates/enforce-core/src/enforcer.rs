@@ -8,10 +8,11 @@ use crate::validator::{
     push_leaves, repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict,
 };
 use crate::{
-    AnswerFormat, Attempt, BudgetKind, Context, Cut, Event, InputCheck, InputStage, Issue,
-    Observer, Outcome, PartialCheck, Policy, Reply, ReplyStream, Request, Runner, RunnerError,
-    Status, StopReason, StreamEvent, ToolCall, Usage, Validator,
+    AnswerFormat, Attempt, BudgetKind, Context, Cut, Event, FinishReason, InputCheck, InputStage,
+    Issue, Message, Observer, Outcome, PartialCheck, Policy, Reask, RepairWhen, Reply, ReplyStream,
+    Request, Runner, RunnerError, Status, StopReason, StreamEvent, ToolCall, Usage, Validator,
 };
+use serde_json::Value;
 use std::time::{Duration, Instant};
 
 /// Code of the warning recorded when the policy's fallback text failed validation (or could
@@ -71,6 +72,53 @@ fn error_codes(issues: &[Issue]) -> Vec<&str> {
     codes
 }
 
+/// The errors of `issues` as (code, line, message), sorted, without repeats: two attempts
+/// with the same set made no progress (the same code at another place, or with another
+/// message, is a change).
+fn error_set(issues: &[Issue]) -> Vec<(&str, Option<u32>, &str)> {
+    let mut errors: Vec<_> = issues
+        .iter()
+        .filter(|i| i.is_error())
+        .map(|i| (i.code.as_str(), i.line, i.message.as_str()))
+        .collect();
+    errors.sort_unstable();
+    errors.dedup();
+    errors
+}
+
+/// Bytes of the messages' contents: what an estimate of input tokens counts.
+fn message_bytes(request: &Request) -> usize {
+    request
+        .messages
+        .iter()
+        .map(|m| m.content.len())
+        .fold(0, usize::saturating_add)
+}
+
+/// Code of the issue raised when the runner says the answer hit its token limit
+/// (`finish_reason: length`).
+pub const TRUNCATED: &str = "TRUNCATED";
+
+/// The name truncation issues carry in place of a validator's.
+pub const FINISH_REASON: &str = "finish_reason";
+
+/// The issue of an answer cut at the token limit: an error, listed first, when the answer
+/// fails anyway (so the re-ask asks for a shorter answer instead of only blaming the
+/// symptom), a warning when it passes every validator.
+fn truncated(fails: bool) -> Issue {
+    let issue = Issue::error(
+        FINISH_REASON,
+        TRUNCATED,
+        "The answer was cut at the token limit (finish_reason: length).",
+    )
+    .with_hint("cut at the token limit: answer shorter");
+    if fails {
+        issue
+    } else {
+        issue.with_severity(crate::Severity::Warning)
+    }
+}
+
 fn split_issues(issues: Vec<Issue>) -> (Vec<Issue>, Vec<Issue>) {
     issues.into_iter().partition(Issue::is_error)
 }
@@ -110,6 +158,16 @@ impl Enforcer {
     /// The validators, in the order they run.
     pub fn validators(&self) -> &[Box<dyn Validator>] {
         &self.validators
+    }
+
+    /// `true` when the deterministic repair of the validator that raised `issue` (found by
+    /// the issue's validator name, groups opened up) fixes it: what
+    /// [`Validator::repair_fixes`] says. Unlike [`Issue::repairable`] ("asking again may fix
+    /// it"), this is the claim that no re-ask is needed.
+    pub fn repair_fixes(&self, issue: &Issue) -> bool {
+        self.leaves().iter().any(|leaf| {
+            leaf.validator.name() == issue.validator && leaf.validator.repair_fixes(issue)
+        })
     }
 
     /// Most attempts one enforcement may make (first ask included).
@@ -244,6 +302,9 @@ impl Enforcer {
         let max_attempts = self.max_attempts();
         // The reply being improved, its issues, and the feedback about them.
         let mut previous: Option<(Reply, Found, String)> = None;
+        // The last answer received whole (never one cut short), with its attempt number: what
+        // the outcome carries when the loop stops right after a cut or a runner failure.
+        let mut whole: Option<(u32, Reply, Found)> = None;
 
         loop {
             let number = run.next_number();
@@ -253,32 +314,47 @@ impl Enforcer {
             });
             // Cutting is worth it only when a re-ask can follow and some validator can decide
             // on a prefix; without that (and without anyone watching the deltas) the whole
-            // answer is asked for, as a stream would only cost.
+            // answer is asked for, as a stream would only cost. So the last allowed attempt
+            // always runs to its end.
             let checks = if self.policy.early_abort && number < max_attempts {
                 run.partial_checks()
             } else {
                 Vec::new()
             };
+            // A re-ask by resampling or with fresh feedback is a new first ask.
+            let fresh = previous
+                .as_ref()
+                .and_then(|(_, _, feedback)| self.reask_request(request, number, feedback));
+            let sent_bytes = match (&fresh, &previous) {
+                (Some(fresh), _) => message_bytes(fresh),
+                (None, Some((last, _, feedback))) => message_bytes(request)
+                    .saturating_add(last.text.len())
+                    .saturating_add(feedback.len()),
+                (None, None) => message_bytes(request),
+            };
             let asked = Instant::now();
-            let stream = match (&previous, !checks.is_empty() || run.show_deltas) {
-                (Some((last, _, feedback)), true) => {
+            let streamed = !checks.is_empty() || run.show_deltas;
+            let stream = match (&fresh, &previous, streamed) {
+                (Some(fresh), _, true) => runner.ask_streamed(fresh),
+                (Some(fresh), _, false) => WholeReply::stream(runner.ask(fresh)),
+                (None, Some((last, _, feedback)), true) => {
                     runner.follow_up_streamed(request, last, feedback)
                 }
-                (None, true) => runner.ask_streamed(request),
-                (Some((last, _, feedback)), false) => {
+                (None, Some((last, _, feedback)), false) => {
                     WholeReply::stream(runner.follow_up(request, last, feedback))
                 }
-                (None, false) => WholeReply::stream(runner.ask(request)),
+                (None, None, true) => runner.ask_streamed(request),
+                (None, None, false) => WholeReply::stream(runner.ask(request)),
             };
             let (received, checking) = run.receive(stream, number, checks).await;
             let runner_time = asked.elapsed().saturating_sub(checking);
-            let (reply, found, cut) = match received {
+            let (reply, mut found, cut) = match received {
                 Ok(Received::Whole(reply)) => {
                     run.spent.add(&reply, runner_time);
                     let validating = Instant::now();
                     let verdict = run.validate(&reply, number, false).await;
                     let validation_time = validating.elapsed().saturating_add(checking);
-                    let found = match verdict {
+                    let mut found = match verdict {
                         Verdict::Found(found) => found,
                         Verdict::Unavailable(unavailable) => {
                             run.record(number, &reply, Vec::new(), runner_time, validation_time);
@@ -291,6 +367,10 @@ impl Enforcer {
                                 .await;
                         }
                     };
+                    if reply.finish_reason == Some(FinishReason::Length) {
+                        let fails = found.issues.iter().any(Issue::is_error);
+                        found.insert_first(truncated(fails));
+                    }
                     observer.on_event(&Event::Validated {
                         attempt: number,
                         response: &reply.text,
@@ -305,7 +385,20 @@ impl Enforcer {
                     );
                     (reply, found, false)
                 }
-                Ok(Received::Cut { reply, issues }) => {
+                Ok(Received::Cut {
+                    mut reply,
+                    issues,
+                    deltas,
+                }) => {
+                    // The usage report of a stream comes at its end, which a cut never
+                    // reaches: count what was received instead.
+                    let estimated = reply.usage.is_none();
+                    if estimated {
+                        reply.usage = Some(Usage {
+                            input_tokens: u64::try_from(sent_bytes.div_ceil(4)).unwrap_or(u64::MAX),
+                            output_tokens: deltas,
+                        });
+                    }
                     run.spent.add(&reply, runner_time);
                     observer.on_event(&Event::Cut {
                         attempt: number,
@@ -314,6 +407,7 @@ impl Enforcer {
                     });
                     let mut attempt =
                         Run::attempt(number, &reply, issues.clone(), runner_time, checking);
+                    attempt.usage_estimated = estimated;
                     attempt.cut = Some(Cut {
                         bytes: reply.text.len(),
                         codes: error_codes(&issues)
@@ -327,25 +421,42 @@ impl Enforcer {
                 }
                 Err(error) => {
                     run.spent.runner += runner_time;
-                    let last = previous.map(|(reply, found, _)| (reply, found.issues));
-                    return run
-                        .finish(Status::Aborted, StopReason::RunnerFailed { error }, last)
-                        .await;
+                    let mut attempt =
+                        Run::attempt(number, &Reply::default(), Vec::new(), runner_time, checking);
+                    attempt.runner_error = Some(error.clone());
+                    run.push_attempt(attempt);
+                    // During a re-ask, a failure another call may not meet is a failed
+                    // attempt: ask again (about the same previous answer) while attempts and
+                    // budgets allow. A failed first ask ends the loop as it always did: the
+                    // runner's own retries were spent on it, and retrying a failing upstream
+                    // from here too would multiply the load on it.
+                    let budget = self.budget_spent(number, &run.spent, run.started);
+                    let reasking = previous.is_some();
+                    if reasking && error.is_transient() && number < max_attempts && budget.is_none()
+                    {
+                        continue;
+                    }
+                    let reason = StopReason::RunnerFailed { error };
+                    return run.conclude_on(reason, whole).await;
                 }
             };
-            let issues = &found.issues;
 
-            let codes = error_codes(issues);
-            let stop = if codes.is_empty() {
+            let errors = error_set(&found.issues);
+            let stop = if errors.is_empty() {
                 Some(StopReason::Clean)
-            } else if issues.iter().any(|i| i.is_error() && !i.repairable) {
+            } else if found.issues.iter().any(|i| i.is_error() && !i.repairable) {
                 Some(StopReason::HardAbort)
             } else if number > self.policy.max_retries {
                 Some(StopReason::RetriesExhausted)
-            } else if previous
-                .as_ref()
-                .is_some_and(|(_, prev, _)| error_codes(&prev.issues) == codes)
+            } else if !cut
+                && self.policy.reask != Reask::Resample
+                && previous
+                    .as_ref()
+                    .is_some_and(|(_, prev, _)| error_set(&prev.issues) == errors)
             {
+                // Only a whole answer can show that asking again changes nothing: a cut one
+                // stopped before its other errors were written. Resampled answers are
+                // independent draws: the same error twice says nothing about the next.
                 Some(StopReason::NoProgress)
             } else {
                 self.budget_spent(number, &run.spent, run.started)
@@ -353,11 +464,26 @@ impl Enforcer {
             };
 
             if let Some(reason) = stop {
-                return run.conclude(reason, reply, found, true).await;
+                if cut {
+                    // The part received is never the answer: the last whole one is.
+                    return run.conclude_on(reason, whole).await;
+                }
+                return run.conclude(reason, number, reply, found, true).await;
+            }
+            if !cut && self.policy.repair == RepairWhen::First {
+                if let Some(repaired) = run.repaired(number, &reply, &mut found).await {
+                    return run
+                        .finish(Status::Repaired, StopReason::Clean, Some(repaired))
+                        .await;
+                }
             }
 
+            let issues = &found.issues;
             let feedback = if cut {
-                self.policy.feedback.build_cut(issues, &reply.text)
+                let missing = run.still_missing(&reply, issues).await;
+                self.policy
+                    .feedback
+                    .build_after_cut(issues, &missing, &reply.text)
             } else {
                 self.policy.feedback.build(issues)
             };
@@ -367,7 +493,40 @@ impl Enforcer {
                 issues,
                 feedback: &feedback,
             });
+            if !cut {
+                whole = Some((number, reply.clone(), found.clone()));
+            }
             previous = Some((reply, found, feedback));
+        }
+    }
+
+    /// The request of a re-ask that starts afresh ([`Reask::Resample`] and
+    /// [`Reask::FeedbackFresh`]); `None` for [`Reask::Feedback`], a follow-up.
+    fn reask_request(&self, request: &Request, number: u32, feedback: &str) -> Option<Request> {
+        match self.policy.reask {
+            Reask::Feedback => None,
+            Reask::Resample => {
+                let mut again = request.clone();
+                // A seeded model would draw the same answer again: advance the seed.
+                let step = number.saturating_sub(1);
+                let seed = match again.params.get("seed") {
+                    Some(Value::Number(n)) => match (n.as_u64(), n.as_i64()) {
+                        (Some(u), _) => Some(Value::from(u.wrapping_add(u64::from(step)))),
+                        (None, Some(i)) => Some(Value::from(i.wrapping_add(i64::from(step)))),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                if let Some(seed) = seed {
+                    again.params.insert("seed".to_string(), seed);
+                }
+                Some(again)
+            }
+            Reask::FeedbackFresh => {
+                let mut again = request.clone();
+                again.messages.push(Message::user(feedback));
+                Some(again)
+            }
         }
     }
 
@@ -403,7 +562,7 @@ impl Enforcer {
                 } else {
                     StopReason::CheckOnly
                 };
-                run.conclude(reason, reply, found, mode == Check::Repair)
+                run.conclude(reason, 1, reply, found, mode == Check::Repair)
                     .await
             }
         }
@@ -414,9 +573,13 @@ impl Enforcer {
 enum Received {
     /// The whole reply.
     Whole(Reply),
-    /// The answer cut short: the part received (session, usage and cost as last reported) and
-    /// the definite errors that cut it.
-    Cut { reply: Reply, issues: Vec<Issue> },
+    /// The answer cut short: the part received (session, usage and cost as last reported),
+    /// the definite errors that cut it, and how many text deltas came.
+    Cut {
+        reply: Reply,
+        issues: Vec<Issue>,
+        deltas: u64,
+    },
 }
 
 /// Runs every partial check on `partial` and returns the errors a re-ask is meant to fix:
@@ -525,6 +688,7 @@ impl<'a> Run<'a> {
         // The answer so far, rebuilt from the deltas only to check it or to keep it after a cut.
         let mut partial = Reply::default();
         let mut checked = 0;
+        let mut deltas: u64 = 0;
         while let Some(event) = next_event(&mut stream).await {
             match event {
                 Err(error) => return (Err(error), checking),
@@ -537,6 +701,7 @@ impl<'a> Run<'a> {
                     if checks.is_empty() {
                         continue;
                     }
+                    deltas = deltas.saturating_add(1);
                     partial.text.push_str(&delta);
                     if partial.text.len() - checked < every {
                         continue;
@@ -551,6 +716,7 @@ impl<'a> Run<'a> {
                             Ok(Received::Cut {
                                 reply: partial,
                                 issues: cutting,
+                                deltas,
                             }),
                             checking,
                         );
@@ -621,6 +787,9 @@ impl<'a> Run<'a> {
             session_id: reply.session_id.clone(),
             repairs: Vec::new(),
             cut: None,
+            finish_reason: reply.finish_reason.clone(),
+            usage_estimated: false,
+            runner_error: None,
         }
     }
 
@@ -632,12 +801,13 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// After the last attempt: pass, or repair and re-validate, or give up.
+    /// After the last attempt (number `number`): pass, or repair and re-validate, or give up.
     async fn conclude(
         mut self,
         reason: StopReason,
+        number: u32,
         reply: Reply,
-        found: Found,
+        mut found: Found,
         try_repair: bool,
     ) -> Outcome {
         if matches!(reason, StopReason::Clean) {
@@ -646,36 +816,86 @@ impl<'a> Run<'a> {
                 .await;
         }
         if try_repair {
-            let (repaired, applied) = self.repair(&reply.text, &found);
-            if !applied.is_empty() {
-                if let Some(last) = self.attempts.last_mut() {
-                    last.repairs = applied;
-                }
-                // Repairs change the text only; the tool calls stay as they were.
-                let repaired = Reply {
-                    text: repaired,
-                    tool_calls: reply.tool_calls.clone(),
-                    ..Reply::default()
-                };
-                let last = self.attempts.last().map_or(1, |a| a.number);
-                if let Verdict::Found(after) = self.validate(&repaired, last, true).await {
-                    if error_codes(&after.issues).is_empty() {
-                        return self
-                            .finish(Status::Repaired, reason, Some((repaired, after.issues)))
-                            .await;
-                    }
-                }
-                // Still failing (or no verdict): the half-repaired text is not passed on; the
-                // last response is returned as it came, with its own issues.
+            if let Some(repaired) = self.repaired(number, &reply, &mut found).await {
+                return self.finish(Status::Repaired, reason, Some(repaired)).await;
             }
         }
-        let status = if matches!(reason, StopReason::HardAbort) {
+        let status = if matches!(
+            reason,
+            StopReason::HardAbort | StopReason::RunnerFailed { .. }
+        ) {
             Status::Aborted
         } else {
             Status::Unresolved
         };
         self.finish(status, reason, Some((reply, found.issues)))
             .await
+    }
+
+    /// Stops right after an attempt that brought no whole answer (cut short, or the runner
+    /// failed): concludes on `whole`, the last answer received whole, or, without one, gives
+    /// up with no response. A part received is never passed on as an answer.
+    async fn conclude_on(self, reason: StopReason, whole: Option<(u32, Reply, Found)>) -> Outcome {
+        match whole {
+            Some((number, reply, found)) => self.conclude(reason, number, reply, found, true).await,
+            None => {
+                let status = if matches!(reason, StopReason::RunnerFailed { .. }) {
+                    Status::Aborted
+                } else {
+                    Status::Unresolved
+                };
+                self.finish(status, reason, None).await
+            }
+        }
+    }
+
+    /// Applies the repairs of the validators that raised errors on `reply` (attempt
+    /// `number`) and validates the result: the repaired reply and its issues when it is
+    /// clean. Records the repairs on the attempt either way; the half-repaired text of a
+    /// repair that did not make it clean is never passed on.
+    async fn repaired(
+        &mut self,
+        number: u32,
+        reply: &Reply,
+        found: &mut Found,
+    ) -> Option<(Reply, Vec<Issue>)> {
+        let (repaired, applied) = self.repair(&reply.text, found);
+        if applied.is_empty() {
+            return None;
+        }
+        if let Some(attempt) = self.attempts.iter_mut().rev().find(|a| a.number == number) {
+            attempt.repairs = applied;
+        }
+        // Repairs change the text only; the tool calls stay as they were.
+        let repaired = Reply {
+            text: repaired,
+            tool_calls: reply.tool_calls.clone(),
+            ..Reply::default()
+        };
+        let Verdict::Found(after) = self.validate(&repaired, number, true).await else {
+            return None;
+        };
+        error_codes(&after.issues)
+            .is_empty()
+            .then_some((repaired, after.issues))
+    }
+
+    /// What a full check of `partial` (an answer cut short) finds besides the errors that cut
+    /// it (`cut`): a required section or field not written yet. Errors of the codes that cut
+    /// it are left out (a broken prefix also fails its full check, for the same reason).
+    async fn still_missing(&self, partial: &Reply, cut: &[Issue]) -> Vec<Issue> {
+        let default = self.enforcer.policy.on_unavailable;
+        let Verdict::Found(found) =
+            validate_leaves(&self.leaves, partial, self.context, default, None).await
+        else {
+            return Vec::new();
+        };
+        let cut_codes = error_codes(cut);
+        found
+            .issues
+            .into_iter()
+            .filter(|i| i.is_error() && !cut_codes.contains(&i.code.as_str()))
+            .collect()
     }
 
     /// The fallback `template` filled from the context, if it passes every validator; else

@@ -104,28 +104,46 @@ impl Feedback {
 
     /// The feedback text for `issues` (errors only).
     pub fn build(&self, issues: &[Issue]) -> String {
-        self.render(issues, None)
+        let items: Vec<(&Issue, bool)> = issues
+            .iter()
+            .filter(|i| i.is_error())
+            .map(|i| (i, false))
+            .collect();
+        self.render(&items, None)
     }
 
     /// The feedback after an answer was cut short at `partial` (the text received): says it
     /// was stopped, and quotes for each error the excerpt of `partial` where it was found (its
     /// line when the issue has one, else the end of the text).
     pub fn build_cut(&self, issues: &[Issue], partial: &str) -> String {
-        self.render(issues, Some(partial))
+        self.build_after_cut(issues, &[], partial)
     }
 
-    fn render(&self, issues: &[Issue], partial: Option<&str>) -> String {
+    /// [`build_cut`](Self::build_cut), followed by `missing`: the errors a full check of
+    /// `partial` finds besides those that cut it (a required section or field not written
+    /// yet), without excerpts, so the re-ask names everything the answer still lacks.
+    pub fn build_after_cut(&self, cut: &[Issue], missing: &[Issue], partial: &str) -> String {
+        let items: Vec<(&Issue, bool)> = cut
+            .iter()
+            .filter(|i| i.is_error())
+            .map(|i| (i, true))
+            .chain(missing.iter().filter(|i| i.is_error()).map(|i| (i, false)))
+            .collect();
+        self.render(&items, Some(partial))
+    }
+
+    /// Renders `items` (each error, and whether to quote its excerpt of `partial`).
+    fn render(&self, items: &[(&Issue, bool)], partial: Option<&str>) -> String {
         let t = &self.template;
-        let errors: Vec<&Issue> = issues.iter().filter(|i| i.is_error()).collect();
         let mut out = String::new();
         let intro = if partial.is_some() {
             &t.cut_intro
         } else {
             &t.intro
         };
-        out.push_str(&intro.replace("{count}", &errors.len().to_string()));
+        out.push_str(&intro.replace("{count}", &items.len().to_string()));
         out.push('\n');
-        for issue in errors {
+        for &(issue, quote) in items {
             out.push_str(
                 &t.item
                     .replace("{code}", &issue.code)
@@ -140,7 +158,7 @@ impl Feedback {
                         .replace("{column}", &column),
                 );
             }
-            if let Some(partial) = partial {
+            if let Some(partial) = partial.filter(|_| quote) {
                 out.push_str(&t.excerpt.replace("{excerpt}", &excerpt(partial, issue)));
             }
             if let Some(hint) = &issue.hint {
@@ -263,6 +281,25 @@ mod tests {
             text.contains("- [FORBIDDEN_TERM] Forbidden term \"Acme\". (line 2)\n  Stopped at: \"We love Acme products and\""),
             "{text}"
         );
+    }
+
+    #[test]
+    fn feedback_after_a_cut_also_lists_what_the_partial_answer_still_misses() {
+        let cut = Issue::error("terms", "FORBIDDEN_TERM", "Forbidden term \"Acme\".").at(1, 9);
+        let missing = Issue::error(
+            "sections",
+            "MISSING_SECTION",
+            "Section 'Summary' is missing.",
+        )
+        .with_hint("Add a `## Summary` section.");
+        let text = Feedback::default().build_after_cut(&[cut], &[missing], "We love Acme products");
+        assert!(text.contains("these 2 error(s)"), "{text}");
+        assert!(text.contains("[FORBIDDEN_TERM]"), "{text}");
+        assert!(
+            text.contains("- [MISSING_SECTION] Section 'Summary' is missing.\n  Hint: Add"),
+            "the missing item is listed without an excerpt: {text}"
+        );
+        assert_eq!(text.matches("Stopped at").count(), 1, "{text}");
     }
 
     #[test]

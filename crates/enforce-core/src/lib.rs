@@ -61,7 +61,7 @@ mod validator;
 pub use async_trait::async_trait;
 pub use audit::AuditRecord;
 pub use context::{keys, Context};
-pub use enforcer::{Check, Enforcer, FALLBACK_INVALID};
+pub use enforcer::{Check, Enforcer, FALLBACK_INVALID, FINISH_REASON, TRUNCATED};
 pub use feedback::{Feedback, FeedbackTemplate, Language};
 pub use input::{
     chunk_text, retrieved_text, ContextSource, InputAction, InputCheck, InputStage, OnInputFailure,

@@ -1,7 +1,7 @@
 //! What the loop returns: [`Outcome`], its [`Status`] and the audit of every [`Attempt`].
 
 use crate::validator::UnavailableValidator;
-use crate::{BudgetKind, InputCheck, Issue, RunnerError, ToolCall, Usage};
+use crate::{BudgetKind, FinishReason, InputCheck, Issue, RunnerError, ToolCall, Usage};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -186,6 +186,20 @@ pub struct Attempt {
     /// the definite errors that caused it. Absent from the record otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut: Option<Cut>,
+    /// Why the model stopped, when the runner said (`length`: the answer hit the token limit
+    /// and is truncated). Absent when unknown, and for a cut answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+    /// `true` when `usage` is enforce's own estimate, not the runner's count: an answer cut
+    /// short before the runner reported its usage counts one output token per streamed text
+    /// delta and one input token per four bytes of the messages sent. Absent when `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub usage_estimated: bool,
+    /// Set when the runner failed on this attempt (timeout, upstream error, broken stream):
+    /// the attempt has no response and counts as a failed attempt; the loop goes on while
+    /// attempts remain. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_error: Option<RunnerError>,
 }
 
 /// Why and where an attempt was cut short.

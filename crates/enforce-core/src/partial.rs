@@ -9,9 +9,11 @@ use std::fmt;
 /// remove. Made by [`Validator::partial_check`](crate::Validator::partial_check), one per attempt.
 ///
 /// **The partial-check invariant:** an error returned for a prefix must be an error of every
-/// text that starts with that prefix — a *definite* error. A forbidden term wholly inside the
-/// prefix (and not at its end, where the next bytes could still turn it into a longer word) is
-/// definite; a missing closing marker is not (it may still come). When in doubt, return
+/// text that starts with that prefix — a *definite* error — **and not one the validator's
+/// repair would fix for some continuation**: the finished answer, repaired, must still fail. A
+/// forbidden term wholly inside the prefix (and not at its end, where the next bytes could
+/// still turn it into a longer word) is definite; a missing closing marker is not (it may still
+/// come), nor is a code fence around JSON that the repair strips. When in doubt, return
 /// nothing: a missed early abort costs only time, a wrong one throws away a good answer.
 ///
 /// A checker keeps what it needs between calls (how far it has looked, a parser's state), so

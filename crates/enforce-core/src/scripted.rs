@@ -54,6 +54,8 @@ pub struct ScriptedRunner {
     chunk_bytes: Option<usize>,
     /// Per call: bytes of text streamed so far.
     delivered: Mutex<Vec<usize>>,
+    /// No `Spent` reports while streaming (as an OpenAI-style server, whose usage comes last).
+    no_usage: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -75,6 +77,14 @@ impl ScriptedRunner {
     /// sent just before it, then the whole reply. Errors come as the stream's only item.
     pub fn streamed(mut self, chunk_bytes: usize) -> Self {
         self.chunk_bytes = Some(chunk_bytes.max(1));
+        self
+    }
+
+    /// Streams without [`StreamEvent::Spent`] reports, the way an OpenAI-style server sends
+    /// its usage only after the last chunk: an answer cut short then has no usage from the
+    /// runner.
+    pub fn without_usage(mut self) -> Self {
+        self.no_usage = true;
         self
     }
 
@@ -134,7 +144,7 @@ impl ScriptedRunner {
             next: Some(next),
             offset: 0,
             chunks: 0,
-            spent_reported: false,
+            spent_reported: self.no_usage,
         })
     }
 }
@@ -176,7 +186,7 @@ impl Stream for Chunks<'_> {
                     cost_usd: None,
                 })));
             }
-            this.spent_reported = false;
+            this.spent_reported = this.runner.no_usage;
             let mut end = this.offset.saturating_add(this.chunk_bytes).min(text.len());
             while !text.is_char_boundary(end) {
                 end += 1;

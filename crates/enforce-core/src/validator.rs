@@ -495,7 +495,7 @@ pub(crate) fn push_leaves<'a>(
 }
 
 /// What every leaf found in one text: the issues in leaf order, and which are whose.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Found {
     pub(crate) issues: Vec<Issue>,
     /// `issues[by_leaf[i].clone()]` came from leaf `i`.
@@ -508,6 +508,14 @@ impl Found {
         Found {
             issues,
             by_leaf: Vec::new(),
+        }
+    }
+
+    /// Puts `issue` (one of no leaf) before all others.
+    pub(crate) fn insert_first(&mut self, issue: Issue) {
+        self.issues.insert(0, issue);
+        for range in &mut self.by_leaf {
+            *range = range.start.saturating_add(1)..range.end.saturating_add(1);
         }
     }
 

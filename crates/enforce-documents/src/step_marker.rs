@@ -359,6 +359,11 @@ impl Validator for StepMarker {
         Ok(issues)
     }
 
+    /// Every issue of this validator: the repair always leaves one allowed marker at the end.
+    fn repair_fixes(&self, issue: &Issue) -> bool {
+        issue.code == MISSING_STEP_MARKER || issue.code == INVALID_STEP
+    }
+
     fn repair(&self, response: &str, _context: &Context, issues: &[Issue]) -> Option<String> {
         if issues.is_empty() {
             return None;

@@ -5,8 +5,8 @@ use crate::error::{duration_from_secs, ConfigError};
 use crate::process::tail;
 use crate::sse::{Chunk, SseReader, StreamFault};
 use enforce_core::{
-    async_trait, follow_up_messages, Message, Reply, ReplyStream, Request, Role, Runner,
-    RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage,
+    async_trait, follow_up_messages, FinishReason, Message, Reply, ReplyStream, Request, Role,
+    Runner, RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -492,6 +492,7 @@ impl<'a> Streaming<'a> {
                         tool_calls,
                         usage: self.usage,
                         duration: Some(self.started.elapsed()),
+                        finish_reason: self.reader.finish_reason(),
                         ..Reply::default()
                     };
                     self.pending.push_back(Ok(StreamEvent::Done(reply)));
@@ -784,6 +785,7 @@ fn too_large(status: u16, limit: usize) -> RunnerError {
 ///     "usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}"#).unwrap();
 /// assert_eq!(r.text, "Hi");
 /// assert_eq!(r.usage.unwrap().input_tokens, 5);
+/// assert_eq!(r.finish_reason, Some(enforce_core::FinishReason::Stop));
 /// ```
 pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
     let v: Value = serde_json::from_str(body).map_err(|e| RunnerError::Protocol {
@@ -835,10 +837,15 @@ pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
             .and_then(Value::as_u64)
             .unwrap_or(0),
     });
+    let finish_reason = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .map(FinishReason::parse);
     Ok(Reply {
         text,
         tool_calls,
         usage,
+        finish_reason,
         ..Reply::default()
     })
 }

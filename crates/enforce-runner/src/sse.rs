@@ -49,6 +49,8 @@ pub(crate) struct SseReader {
     calls: Vec<PartialCall>,
     /// `[DONE]` was read: anything after it is ignored.
     done: bool,
+    /// The first choice's `finish_reason`, once a chunk carried one.
+    finish_reason: Option<enforce_core::FinishReason>,
 }
 
 impl SseReader {
@@ -154,6 +156,9 @@ impl SseReader {
             .and_then(Value::as_array)
             .and_then(|c| c.first())
         {
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                self.finish_reason = Some(enforce_core::FinishReason::parse(reason));
+            }
             let delta = choice.get("delta");
             let reasoning = delta.and_then(|d| {
                 d.get("reasoning_content")
@@ -190,6 +195,11 @@ impl SseReader {
             }));
         }
         Ok(())
+    }
+
+    /// Why the model stopped, as the stream's finish chunk said (`None` until then).
+    pub(crate) fn finish_reason(&self) -> Option<enforce_core::FinishReason> {
+        self.finish_reason.clone()
     }
 
     fn tool_fragment(&mut self, position: usize, fragment: &Value) {
@@ -248,6 +258,21 @@ mod tests {
     }
 
     #[test]
+    fn the_finish_chunk_gives_the_finish_reason() {
+        let stream = concat!(
+            "data: {\"choices\":[{\"delta\":{\"content\":\"{\\\"a\\\": [1\"},\"finish_reason\":null}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let (chunks, reader) = read_all(&[stream]);
+        assert_eq!(text(&chunks), "{\"a\": [1");
+        assert_eq!(
+            reader.finish_reason(),
+            Some(enforce_core::FinishReason::Length)
+        );
+    }
+
+    #[test]
     fn events_split_anywhere_still_read_whole() {
         let stream = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n: keepalive\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\r\n\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"lo\"},\"finish_reason\":null}]}\n\nevent: x\nid: 3\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n";
         for cut in 1..stream.len() {
@@ -256,6 +281,7 @@ mod tests {
             }
             let (chunks, reader) = read_all(&[&stream[..cut], &stream[cut..]]);
             assert_eq!(text(&chunks), "Hello", "cut at {cut}");
+            assert_eq!(reader.finish_reason(), None, "`null` is no reason");
             assert!(chunks.contains(&Chunk::Usage(Usage {
                 input_tokens: 3,
                 output_tokens: 2

@@ -100,6 +100,9 @@ pub enum MockReply {
         /// `(id, name, arguments)` of each call.
         calls: Vec<(String, String, String)>,
     },
+    /// A 200 answer cut at the token limit: `finish_reason: "length"` (in the completion, or
+    /// in the finish chunk of the stream).
+    Truncated(String),
     /// A stream that sends `after_chunks` content chunks of `text` and then breaks off: no
     /// finish chunk, no `[DONE]`, the connection is aborted.
     StreamCut {
@@ -792,10 +795,15 @@ async fn chat(
     }
     let prompt_tokens = approx_tokens(&request.to_string());
     match reply {
-        MockReply::Text(text) => {
+        MockReply::Text(_) | MockReply::Truncated(_) => {
+            let (text, finish) = match reply {
+                MockReply::Truncated(text) => (text, "length"),
+                MockReply::Text(text) => (text, "stop"),
+                _ => unreachable!("matched above"),
+            };
             let text = fill(&text, &request, &last_user);
             if stream {
-                let events = stream_events(&model, &text, chunks, None, include_usage);
+                let events = stream_events(&model, &text, chunks, Some(finish), include_usage);
                 sse(&shared, events, gap, false)
             } else {
                 if pace_whole {
@@ -810,7 +818,7 @@ async fn chat(
                 axum::Json(json!({
                     "id": "chatcmpl-mock", "object": "chat.completion", "created": 0,
                     "model": model,
-                    "choices": [{"index": 0, "finish_reason": "stop",
+                    "choices": [{"index": 0, "finish_reason": finish,
                                  "message": {"role": "assistant", "content": text}}],
                     "usage": {"prompt_tokens": prompt_tokens,
                               "completion_tokens": approx_tokens(&text),

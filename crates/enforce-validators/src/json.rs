@@ -10,12 +10,16 @@
 //! the JSON alone.
 //!
 //! Early abort (with `bare: true`): while an answer streams, an incremental parser follows the
-//! JSON grammar over the new bytes only, and a character no continuation can make valid (`{"a":
-//! tru e`, a trailing comma before `}`, prose before the JSON) cuts the answer as `INVALID_JSON`.
-//! Once the value is complete, only whitespace may follow, so the schema is checked then and a
-//! violation is definite. Members are not judged before the value is complete: a later
-//! duplicate key would replace them. Without `bare` nothing is definite: a fenced block further
-//! on could still hold valid JSON.
+//! JSON value the answer opens with (alone, or as the first thing in a ```` ```json ```` fence,
+//! which the repair strips), over the new bytes only. A character no continuation can make
+//! valid (`{"a": tru e`, a trailing comma before `}`) cuts the answer as `INVALID_JSON`; once the
+//! value is complete, its schema is checked and a violation is definite. Members are not judged
+//! before the value is complete: a later duplicate key would replace them. Never judged: an
+//! answer that opens with prose (the JSON may come later and the repair pulls it out), text
+//! after the complete value (the repair strips it), and any JSON without `bare` (a fenced block
+//! further on could still hold valid JSON). The one continuation not waited for is a second
+//! JSON document written after a broken first one (see the partial-check invariant in
+//! ARCHITECTURE.md).
 //!
 //! ```
 //! use enforce_validators::FactoryInput;
@@ -51,6 +55,12 @@ use std::path::PathBuf;
 pub const INVALID_JSON: &str = "INVALID_JSON";
 /// Code: the JSON breaks the schema.
 pub const SCHEMA_VIOLATION: &str = "SCHEMA_VIOLATION";
+
+/// The message of the `INVALID_JSON` error of JSON in a fence (with `bare`): the repair
+/// fixes it.
+const WRAPPED_IN_FENCE: &str = "The JSON is wrapped in a code fence.";
+/// The message of the `INVALID_JSON` error of JSON inside prose: the repair fixes it.
+const SURROUNDED_BY_TEXT: &str = "The JSON is surrounded by other text.";
 
 /// Options of the `json` validator.
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
@@ -268,30 +278,103 @@ impl JsonValidator {
     }
 }
 
-/// The partial check of a bare [`JsonValidator`]: the grammar, incrementally; the whole
-/// validation once the value is complete.
+/// Where the JSON of a streamed answer starts, as far as the partial check is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lead {
+    /// Not known yet: only whitespace, or an opening fence line not ended yet.
+    Undecided,
+    /// The value starts at this byte: the answer's first character, or the first after a
+    /// JSON fence that opens the answer.
+    Value(usize),
+    /// The answer starts with something else (prose, another fence): the JSON may come
+    /// anywhere and the repair may pull it out, so nothing about it is definite.
+    Other,
+}
+
+/// Where the value of `prefix` starts (see [`Lead`]).
+fn lead(prefix: &str) -> Lead {
+    let body = prefix.trim_start();
+    let at = prefix.len() - body.len();
+    match body.chars().next() {
+        None => Lead::Undecided,
+        Some('{' | '[') => Lead::Value(at),
+        Some(c @ ('`' | '~')) => {
+            let Some(line_end) = body.find('\n') else {
+                return Lead::Undecided;
+            };
+            let line = &body[..line_end];
+            let run = line.chars().take_while(|&x| x == c).count();
+            let language = line[run..].trim().to_ascii_lowercase();
+            let json = matches!(language.as_str(), "json" | "jsonc" | "json5" | "");
+            if run < 3 || !json {
+                return Lead::Other;
+            }
+            let content = &body[line_end + 1..];
+            let inner = content.trim_start();
+            match inner.chars().next() {
+                None => Lead::Undecided,
+                Some('{' | '[') => Lead::Value(prefix.len() - inner.len()),
+                Some(_) => Lead::Other,
+            }
+        }
+        Some(_) => Lead::Other,
+    }
+}
+
+/// The partial check of a bare [`JsonValidator`]: the grammar of the value the answer opens
+/// with, incrementally; the whole validation of that value once it is complete.
+///
+/// It judges only what the repair cannot change: the value that starts the answer, alone or
+/// as the first thing in a JSON fence (the repair strips the fence, so the fence is never an
+/// error here). Text after the value (a closing fence, a remark) is not judged: the repair
+/// strips it. An answer that opens with prose is not judged at all: the JSON may come later,
+/// and the repair pulls it out of the prose.
 struct JsonCheck<'a> {
     validator: &'a JsonValidator,
     context: &'a Context,
+    lead: Lead,
     scanner: JsonPrefix,
-    /// The verdict on the complete value (only whitespace can follow it).
+    /// The verdict on the complete value.
     judged: Option<Vec<Issue>>,
 }
 
 #[async_trait]
 impl PartialCheck for JsonCheck<'_> {
     async fn check(&mut self, prefix: &str) -> Vec<Issue> {
-        if let Some(at) = self.scanner.feed(prefix) {
-            return vec![self.validator.broken_at(prefix, at)];
+        if self.lead == Lead::Undecided {
+            self.lead = lead(prefix);
+            if let Lead::Value(start) = self.lead {
+                self.scanner = JsonPrefix::starting_at(start);
+            }
         }
-        if !self.scanner.complete() {
+        let Lead::Value(start) = self.lead else {
             return Vec::new();
+        };
+        let failed = self.scanner.feed(prefix);
+        let ended = self.scanner.ended();
+        match (failed, ended) {
+            // Broken before the value ended: no continuation mends it.
+            (Some(at), None) => return vec![self.validator.broken_at(prefix, at)],
+            (_, Some(end)) => {
+                if self.judged.is_none() {
+                    let value = prefix.get(start..end).unwrap_or_default();
+                    let verdict = self.validator.validate(value, self.context).await;
+                    // The issues' lines count from the value's first line.
+                    let shift = crate::text::line_of_offset(prefix, start).saturating_sub(1);
+                    let issues = verdict
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|mut issue| {
+                            issue.line = issue.line.map(|l| l.saturating_add(shift));
+                            issue
+                        })
+                        .collect();
+                    self.judged = Some(issues);
+                }
+                self.judged.clone().unwrap_or_default()
+            }
+            (None, None) => Vec::new(),
         }
-        if self.judged.is_none() {
-            let verdict = self.validator.validate(prefix, self.context).await;
-            self.judged = Some(verdict.unwrap_or_default());
-        }
-        self.judged.clone().unwrap_or_default()
     }
 }
 
@@ -311,22 +394,14 @@ impl Validator for JsonValidator {
             JsonForm::Whole => {}
             JsonForm::Fenced if !self.bare => {}
             JsonForm::Fenced => issues.push(
-                Issue::error(
-                    &self.name,
-                    INVALID_JSON,
-                    "The JSON is wrapped in a code fence.",
-                )
-                .with_hint("Answer with the JSON alone, without a code fence.")
-                .at_line(line),
+                Issue::error(&self.name, INVALID_JSON, WRAPPED_IN_FENCE)
+                    .with_hint("Answer with the JSON alone, without a code fence.")
+                    .at_line(line),
             ),
             JsonForm::Embedded => issues.push(
-                Issue::error(
-                    &self.name,
-                    INVALID_JSON,
-                    "The JSON is surrounded by other text.",
-                )
-                .with_hint("Answer with the JSON alone, without text before or after it.")
-                .at_line(line),
+                Issue::error(&self.name, INVALID_JSON, SURROUNDED_BY_TEXT)
+                    .with_hint("Answer with the JSON alone, without text before or after it.")
+                    .at_line(line),
             ),
         }
         #[cfg(feature = "schema")]
@@ -361,9 +436,17 @@ impl Validator for JsonValidator {
         Some(Box::new(JsonCheck {
             validator: self,
             context,
+            lead: Lead::Undecided,
             scanner: JsonPrefix::new(),
             judged: None,
         }))
+    }
+
+    /// Only the wrapping (a fence, prose around the JSON): a JSON that does not parse
+    /// (a trailing comma, a missing bracket) is for the model to fix.
+    fn repair_fixes(&self, issue: &Issue) -> bool {
+        issue.code == INVALID_JSON
+            && (issue.message == WRAPPED_IN_FENCE || issue.message == SURROUNDED_BY_TEXT)
     }
 
     fn repair(&self, response: &str, _context: &Context, issues: &[Issue]) -> Option<String> {
@@ -424,6 +507,23 @@ mod tests {
         let fixed = v.repair(text, &Context::new(), &issues).unwrap();
         assert_eq!(fixed, "{\"a\": \"ü\"}");
         assert!(run(&v, &fixed).is_empty());
+    }
+
+    #[test]
+    fn the_repair_is_claimed_for_the_wrapping_only() {
+        let v = JsonValidator::new("json").bare(true);
+        let fenced = run(&v, "```json\n{\"a\": 1}\n```");
+        assert!(v.repair_fixes(&fenced[0]), "{fenced:?}");
+        let prose = run(&v, "Sure: {\"a\": 1}");
+        assert!(v.repair_fixes(&prose[0]), "{prose:?}");
+        // Issue 24, defect 7: no repair fixes a trailing comma.
+        let comma = run(&v, "{\"a\": 1,}");
+        assert!(!v.repair_fixes(&comma[0]), "{comma:?}");
+        assert_eq!(v.repair("{\"a\": 1,}", &Context::new(), &comma), None);
+        assert!(
+            comma[0].repairable,
+            "a re-ask may still fix it: no hard abort"
+        );
     }
 
     #[test]

@@ -90,6 +90,8 @@ pub(crate) struct JsonPrefix {
     scanned: usize,
     /// Byte offset of the character that broke the grammar.
     failed: Option<usize>,
+    /// Byte offset just after the character that completed the value.
+    ended: Option<usize>,
 }
 
 /// JSON's own whitespace (between tokens); the text around the value may hold any whitespace.
@@ -104,7 +106,22 @@ impl JsonPrefix {
             stack: Vec::new(),
             scanned: 0,
             failed: None,
+            ended: None,
         }
+    }
+
+    /// A scanner whose value starts at byte `offset` of the texts it is fed (what comes
+    /// before is not its business); offsets it reports stay offsets of the whole text.
+    pub(crate) fn starting_at(offset: usize) -> Self {
+        JsonPrefix {
+            scanned: offset,
+            ..JsonPrefix::new()
+        }
+    }
+
+    /// Where the value ended (just after the character that completed it), once it did.
+    pub(crate) fn ended(&self) -> Option<usize> {
+        self.ended
     }
 
     /// Scans what `text` has beyond the last call (each call's text extends the last one's).
@@ -117,15 +134,13 @@ impl JsonPrefix {
                     self.failed = Some(self.scanned + i);
                     break;
                 }
+                if self.ended.is_none() && self.mode == Mode::AfterTop {
+                    self.ended = Some(self.scanned + i + c.len_utf8());
+                }
             }
             self.scanned = text.len();
         }
         self.failed
-    }
-
-    /// The whole value has been read (only whitespace may follow).
-    pub(crate) fn complete(&self) -> bool {
-        self.mode == Mode::AfterTop
     }
 
     /// After a value ends: inside a container or at the top.

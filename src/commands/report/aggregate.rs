@@ -375,6 +375,11 @@ pub struct Cuts {
     pub by_code: Vec<NamedCount>,
     /// Bytes of the answer received when it was cut.
     pub bytes: Percentiles,
+    /// Output tokens the cut attempts generated before their cut (reported or estimated):
+    /// what early abort still spent on failing answers.
+    pub output_tokens: u64,
+    /// Of the cut attempts, those whose usage is enforce's estimate (`usage_estimated`).
+    pub estimated_usage: u64,
 }
 
 /// Gathers the numbers one record at a time.
@@ -402,6 +407,8 @@ pub struct Aggregator {
     routes: BTreeMap<(String, String, String), u64>,
     input_actions: BTreeMap<String, u64>,
     cut_bytes: Vec<u64>,
+    cut_output_tokens: u64,
+    cut_estimated: u64,
 }
 
 /// The `(validator, code)` pairs of an attempt's errors, each once.
@@ -509,6 +516,11 @@ impl Aggregator {
                     *self.cut_codes.entry(code.clone()).or_default() += 1;
                 }
                 self.cut_bytes.extend(cut.bytes);
+                if let Some(usage) = attempt.usage {
+                    self.cut_output_tokens =
+                        self.cut_output_tokens.saturating_add(usage.output_tokens);
+                }
+                self.cut_estimated += u64::from(attempt.usage_estimated);
             }
         }
         self.repaired_requests += u64::from(repaired);
@@ -648,6 +660,8 @@ impl Aggregator {
                 attempts: self.cut_attempts,
                 by_code: by_count_desc(self.cut_codes),
                 bytes: Percentiles::of(self.cut_bytes),
+                output_tokens: self.cut_output_tokens,
+                estimated_usage: self.cut_estimated,
             },
             routes: {
                 let mut routes: Vec<RouteCount> = self
@@ -740,6 +754,9 @@ mod tests {
             session_id: None,
             repairs: Vec::new(),
             cut: None,
+            finish_reason: None,
+            usage_estimated: false,
+            runner_error: None,
         }
     }
 

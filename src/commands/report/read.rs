@@ -121,6 +121,10 @@ pub struct AttemptRecord {
     /// Read leniently: a `cut` of another shape still counts as a cut, without details.
     #[serde(default, deserialize_with = "lenient_cut")]
     pub cut: Option<CutRecord>,
+    /// `true` when `usage` is enforce's own count (a cut attempt the runner had reported no
+    /// usage for); absent from older records.
+    #[serde(default)]
+    pub usage_estimated: bool,
 }
 
 /// One issue of an [`AttemptRecord`]: who raised which code.

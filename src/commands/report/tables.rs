@@ -294,8 +294,9 @@ pub fn cuts(report: &Report, limit: usize) -> Table {
         "no attempt was cut early".to_string()
     } else {
         format!(
-            "{} attempt(s) cut early, after {} bytes (p50), {} (p90)",
-            c.attempts, c.bytes.p50, c.bytes.p90
+            "{} attempt(s) cut early, after {} bytes (p50), {} (p90); {} output token(s) \
+             generated before the cuts ({} attempt(s) counted by enforce: usage_estimated)",
+            c.attempts, c.bytes.p50, c.bytes.p90, c.output_tokens, c.estimated_usage
         )
     };
     let mut table = Table::new("Early cuts", &["code", "cuts"], 1..2).note(Some(note));

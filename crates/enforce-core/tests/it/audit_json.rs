@@ -308,35 +308,43 @@ async fn the_audit_record_puts_its_header_before_the_outcome() {
 async fn runner_failure_keeps_its_error_beside_the_stop_reason() {
     let runner = ScriptedRunner::new([
         Ok(Reply::text("no")),
+        // Could not start: asking again cannot help, so the loop stops here.
         Err(RunnerError::Process {
-            message: "exit 3".into(),
-            exit_code: Some(3),
+            message: "spawn failed".into(),
+            exit_code: None,
         }),
     ]);
     let out = titled().run(&runner, &req(), &Context::new()).await;
     assert_audit(
         &out,
         concat!(
-            r#"{"status":"aborted","stop_reason":{"reason":"runner_failed"},"response":"no","#,
-            r#""issues":[{"validator":"titled","code":"MISSING_TITLE","message":"No title.","hint":"Start with 'title:'.","severity":"error","repairable":true,"line":2,"column":5}],"warnings":[],"#,
+            // The earlier answer is repaired: a valid answer, though the runner failed.
+            r#"{"status":"repaired","stop_reason":{"reason":"runner_failed"},"response":"title: no","#,
+            r#""issues":[],"warnings":[],"#,
             r#""attempts":[{"number":1,"response_bytes":2,"response_digest":"08b35907b5589afa","#,
             r#""issues":[{"validator":"titled","code":"MISSING_TITLE","message":"No title.","hint":"Start with 'title:'.","severity":"error","repairable":true,"line":2,"column":5}],"#,
-            r#""runner_us":0,"validation_us":0,"usage":null,"cost_usd":null,"session_id":null,"repairs":[]}],"#,
-            r#""fallback_used":false,"runner_error":{"kind":"process","message":"exit 3","exit_code":3},"unavailable":null,"session_id":null,"#,
+            r#""runner_us":0,"validation_us":0,"usage":null,"cost_usd":null,"session_id":null,"repairs":["titled"]},"#,
+            r#"{"number":2,"response_bytes":0,"response_digest":"cbf29ce484222325","issues":[],"#,
+            r#""runner_us":0,"validation_us":0,"usage":null,"cost_usd":null,"session_id":null,"repairs":[],"#,
+            r#""runner_error":{"kind":"process","message":"spawn failed","exit_code":null}}],"#,
+            r#""fallback_used":false,"runner_error":{"kind":"process","message":"spawn failed","exit_code":null},"unavailable":null,"session_id":null,"#,
             r#""usage":null,"cost_usd":null,"total_us":0,"runner_us":0}"#,
         ),
     );
 
     let runner = ScriptedRunner::new([Err(RunnerError::Upstream {
-        status: Some(503),
-        message: "busy".into(),
+        status: Some(401),
+        message: "bad key".into(),
     })]);
     let out = titled().run(&runner, &req(), &Context::new()).await;
     assert_audit(
         &out,
         concat!(
-            r#"{"status":"aborted","stop_reason":{"reason":"runner_failed"},"response":null,"issues":[],"warnings":[],"attempts":[],"#,
-            r#""fallback_used":false,"runner_error":{"kind":"upstream","status":503,"message":"busy"},"unavailable":null,"session_id":null,"#,
+            r#"{"status":"aborted","stop_reason":{"reason":"runner_failed"},"response":null,"issues":[],"warnings":[],"#,
+            r#""attempts":[{"number":1,"response_bytes":0,"response_digest":"cbf29ce484222325","issues":[],"#,
+            r#""runner_us":0,"validation_us":0,"usage":null,"cost_usd":null,"session_id":null,"repairs":[],"#,
+            r#""runner_error":{"kind":"upstream","status":401,"message":"bad key"}}],"#,
+            r#""fallback_used":false,"runner_error":{"kind":"upstream","status":401,"message":"bad key"},"unavailable":null,"session_id":null,"#,
             r#""usage":null,"cost_usd":null,"total_us":0,"runner_us":0}"#,
         ),
     );

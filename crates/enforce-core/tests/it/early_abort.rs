@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 /// Forbids a word. Its partial check reports the word once a character that cannot belong to
 /// the word follows it (before that, "Acme" could still become "Acmeology").
-struct Forbidden {
+pub(crate) struct Forbidden {
     word: &'static str,
     severity: Severity,
     repairable: bool,
@@ -20,7 +20,7 @@ struct Forbidden {
 }
 
 impl Forbidden {
-    fn new(word: &'static str) -> Self {
+    pub(crate) fn new(word: &'static str) -> Self {
         Forbidden {
             word,
             severity: Severity::Error,
@@ -91,9 +91,10 @@ impl PartialCheck for ForbiddenCheck<'_> {
     }
 }
 
-const BAD: &str = "Thanks for asking. We recommend Acme, which is a fine choice for a long \
+pub(crate) const BAD: &str =
+    "Thanks for asking. We recommend Acme, which is a fine choice for a long \
                    list of reasons that the model would go on to write for quite a while.";
-const GOOD: &str = "Thanks for asking. We recommend a local supplier.";
+pub(crate) const GOOD: &str = "Thanks for asking. We recommend a local supplier.";
 
 fn enforcer(validator: Forbidden, policy: Policy) -> Enforcer {
     Enforcer::new(vec![Box::new(validator)]).with_policy(policy)
@@ -220,15 +221,22 @@ async fn the_last_allowed_attempt_is_not_cut() {
 }
 
 #[tokio::test]
-async fn the_same_cut_twice_is_no_progress_and_never_passes() {
-    let runner = ScriptedRunner::texts([BAD, BAD, GOOD]).streamed(4);
+async fn the_same_cut_twice_is_not_no_progress_and_the_whole_last_answer_is_delivered() {
+    // Issue 24, defect 2: two cuts with the same code ended the loop on the fragment.
+    let runner = ScriptedRunner::texts([BAD, BAD, BAD]).streamed(4);
     let outcome = enforcer(Forbidden::new("Acme"), every(8))
         .run(&runner, &req(), &Context::new())
         .await;
     assert_eq!(outcome.status, Status::Unresolved);
-    assert_eq!(outcome.stop_reason, StopReason::NoProgress);
-    assert_eq!(outcome.attempts.len(), 2);
-    assert!(outcome.attempts.iter().all(|a| a.cut.is_some()));
+    assert_eq!(outcome.stop_reason, StopReason::RetriesExhausted);
+    assert_eq!(outcome.attempts.len(), 3);
+    assert!(outcome.attempts[..2].iter().all(|a| a.cut.is_some()));
+    assert!(
+        outcome.attempts[2].cut.is_none(),
+        "the last attempt runs uncut"
+    );
+    assert_eq!(outcome.response.as_deref(), Some(BAD), "a whole answer");
+    assert_eq!(runner.delivered()[2], BAD.len());
     assert_eq!(outcome.issues[0].code, "FORBIDDEN");
 }
 

@@ -394,24 +394,22 @@ async fn wall_time_budget_stops_the_loop() {
 }
 
 #[tokio::test]
-async fn runner_error_on_attempt_two_keeps_attempt_one() {
+async fn a_lasting_runner_error_on_attempt_two_keeps_attempt_one() {
+    // A 4xx is not something another call changes: the loop stops at once.
+    let error = RunnerError::Upstream {
+        status: Some(400),
+        message: "bad request".into(),
+    };
     let runner = ScriptedRunner::new([
         Ok(Reply {
             session_id: Some("s-1".into()),
             ..Reply::text("nothing END")
         }),
-        Err(RunnerError::Upstream {
-            status: Some(500),
-            message: "model crashed".into(),
-        }),
+        Err(error.clone()),
     ]);
     let e = enforcer(vec![Box::new(has_title())]);
     let out = e.run(&runner, &req(), &Context::new()).await;
     assert_eq!(out.status, Status::Aborted);
-    let error = RunnerError::Upstream {
-        status: Some(500),
-        message: "model crashed".into(),
-    };
     assert_eq!(
         out.stop_reason,
         StopReason::RunnerFailed {
@@ -419,26 +417,110 @@ async fn runner_error_on_attempt_two_keeps_attempt_one() {
         }
     );
     assert_eq!(out.runner_error(), Some(&error));
-    assert_eq!(out.attempts.len(), 1);
+    assert_eq!(out.attempts.len(), 2, "the failed call is audited");
     assert_eq!(out.attempts[0].issues[0].code, "MISSING_TITLE");
+    assert_eq!(out.attempts[1].runner_error.as_ref(), Some(&error));
+    assert_eq!(out.attempts[1].response_bytes, 0);
     assert_eq!(out.response.as_deref(), Some("nothing END"));
     assert_eq!(out.codes(), vec!["MISSING_TITLE"]);
     assert_eq!(out.session_id.as_deref(), Some("s-1"));
 }
 
 #[tokio::test]
-async fn runner_error_on_first_ask_has_no_response() {
-    let runner = ScriptedRunner::new([Err(RunnerError::Timeout { after_ms: 10 })]);
+async fn a_lasting_runner_error_on_the_first_ask_has_no_response() {
+    let error = RunnerError::Process {
+        message: "no such binary".into(),
+        exit_code: None,
+    };
+    let runner = ScriptedRunner::new([Err(error.clone()), Ok(Reply::text("title"))]);
     let out = enforcer(vec![Box::new(has_title())])
         .run(&runner, &req(), &Context::new())
         .await;
     assert_eq!(out.status, Status::Aborted);
     assert_eq!(out.response, None);
-    assert!(out.attempts.is_empty());
+    assert_eq!(out.attempts.len(), 1);
+    assert_eq!(out.runner_error(), Some(&error));
+    assert_eq!(runner.calls().len(), 1, "not asked again");
+}
+
+#[tokio::test]
+async fn a_runner_error_during_a_reask_is_a_failed_attempt_and_a_later_pass_wins() {
+    let runner = ScriptedRunner::new([
+        Ok(Reply::text("nothing")),
+        Err(RunnerError::Timeout { after_ms: 10 }),
+        Ok(Reply::text("title")),
+    ]);
+    let out = enforcer(vec![Box::new(has_title())])
+        .run(&runner, &req(), &Context::new())
+        .await;
+    assert_eq!(out.status, Status::Passed, "{out:?}");
+    assert_eq!(out.response.as_deref(), Some("title"));
+    assert_eq!(out.attempts.len(), 3);
     assert_eq!(
-        out.runner_error(),
-        Some(&RunnerError::Timeout { after_ms: 10 })
+        out.attempts[1].runner_error,
+        Some(RunnerError::Timeout { after_ms: 10 })
     );
+    // The third call re-asks about the answer of the first, with the same feedback.
+    let calls = runner.calls();
+    assert_eq!(calls[1].feedback(), calls[2].feedback());
+    assert!(calls[2].feedback().unwrap().contains("MISSING_TITLE"));
+}
+
+#[tokio::test]
+async fn a_runner_error_on_the_first_ask_ends_the_loop_as_before() {
+    // The runner's own retries were spent on it; the loop does not retry a failing upstream.
+    let busy = RunnerError::Upstream {
+        status: Some(503),
+        message: "busy".into(),
+    };
+    let runner = ScriptedRunner::new([Err(busy.clone()), Ok(Reply::text("title"))]);
+    let out = enforcer(vec![Box::new(has_title())])
+        .run(&runner, &req(), &Context::new())
+        .await;
+    assert_eq!(out.status, Status::Aborted);
+    assert_eq!(out.runner_error(), Some(&busy));
+    assert_eq!(out.response, None);
+    assert_eq!(out.attempts.len(), 1, "the failed ask is audited");
+    assert_eq!(out.attempts[0].runner_error.as_ref(), Some(&busy));
+    assert_eq!(runner.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn runner_errors_until_no_attempt_remains_give_the_best_earlier_answer_or_the_fallback() {
+    let script = || {
+        ScriptedRunner::new([
+            Ok(Reply::text("nothing")),
+            Err(RunnerError::Timeout { after_ms: 10 }),
+            Err(RunnerError::Protocol {
+                message: "stream broke".into(),
+            }),
+        ])
+    };
+    let broke = RunnerError::Protocol {
+        message: "stream broke".into(),
+    };
+    let out = enforcer(vec![Box::new(has_title())])
+        .run(&script(), &req(), &Context::new())
+        .await;
+    assert_eq!(out.status, Status::Aborted);
+    assert_eq!(out.runner_error(), Some(&broke));
+    assert_eq!(out.attempts.len(), 3);
+    assert_eq!(
+        out.response.as_deref(),
+        Some("nothing"),
+        "the best earlier answer"
+    );
+    assert_eq!(out.codes(), vec!["MISSING_TITLE"]);
+    assert!(!out.fallback_used);
+
+    let e = with_policy(vec![Box::new(has_title())], |p| {
+        p.fallback = Some("title: sorry".into())
+    });
+    let out = e.run(&script(), &req(), &Context::new()).await;
+    assert_eq!(out.status, Status::Aborted);
+    assert_eq!(out.runner_error(), Some(&broke));
+    assert!(out.fallback_used);
+    assert_eq!(out.response.as_deref(), Some("title: sorry"));
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ mod compose;
 mod early_abort;
 mod input_stage;
 mod loop_paths;
+mod loop_rules;
 mod tool_calls;
 
 /// The request most tests send.

@@ -2,7 +2,9 @@
 //! calls, every way a stream can go wrong, the fallbacks for servers that cannot do it, and
 //! cancellation by dropping the stream.
 
-use enforce_core::{Reply, Request, Runner, RunnerError, StreamEvent, ToolCall, Usage};
+use enforce_core::{
+    FinishReason, Reply, Request, Runner, RunnerError, StreamEvent, ToolCall, Usage,
+};
 use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_testkit::{MockOpenAi, MockReply, MockScript};
 use futures_util::StreamExt;
@@ -77,6 +79,36 @@ async fn deltas_arrive_in_order_then_the_whole_reply_with_usage() {
     let body = &mock.chat_requests()[0].body;
     assert_eq!(body["stream"], true);
     assert_eq!(body["stream_options"]["include_usage"], true);
+}
+
+#[tokio::test]
+async fn the_finish_reason_comes_with_the_reply_whole_or_streamed() {
+    for stream in [false, true] {
+        let mock = MockOpenAi::start(
+            MockScript::new()
+                .reply(MockReply::Truncated("{\"a\": [1, 2".into()))
+                .reply(MockReply::text("done"))
+                .stream_chunks(3, Duration::ZERO),
+        )
+        .await
+        .unwrap();
+        let runner = runner(&mock, stream);
+        let (events, error) = collect(&runner, &Request::prompt("Count")).await;
+        assert!(error.is_none(), "{error:?}");
+        let reply = done(&events).expect("a Done event");
+        assert_eq!(reply.text, "{\"a\": [1, 2");
+        assert_eq!(
+            reply.finish_reason,
+            Some(FinishReason::Length),
+            "stream: {stream}"
+        );
+        let reply = runner.ask(&Request::prompt("Count")).await.unwrap();
+        assert_eq!(
+            reply.finish_reason,
+            Some(FinishReason::Stop),
+            "stream: {stream}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -1,0 +1,222 @@
+//! Partial verdicts against full verdicts on every prefix of the answers under
+//! `tests/fixtures/real-answers/` (see its README): a partial check never cuts an answer whose
+//! full check passes or is repaired, and a cutting error survives the validator's own repair.
+//! Every line of every `*.jsonl` file there is checked, so recorded answers added later are
+//! held to the same rules.
+
+use crate::{block_on, repo};
+use enforce_config::{ConfigSource, ProfileSet, Registry};
+use enforce_core::{
+    Check, Context, Enforcer, Issue, Policy, Request, ScriptedRunner, Status, Validator,
+};
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// One answer of the corpus.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Answer {
+    id: String,
+    contract: String,
+    prompt: String,
+    answer: String,
+    finish_reason: String,
+    source: String,
+}
+
+fn corpus_dir() -> PathBuf {
+    repo().join("tests/fixtures/real-answers")
+}
+
+/// Every answer of every JSONL file, with the file and line it came from.
+fn corpus() -> Vec<(String, Answer)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
+        .expect("the corpus directory")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no *.jsonl under {:?}", corpus_dir());
+    let mut answers = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("readable");
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let at = format!("{}:{}", file.display(), n + 1);
+            let answer: Answer = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{at}: not an answer line: {e}"));
+            assert!(!answer.source.trim().is_empty(), "{at}: `source` is empty");
+            assert!(!answer.prompt.trim().is_empty(), "{at}: `prompt` is empty");
+            answers.push((at, answer));
+        }
+    }
+    answers
+}
+
+fn profiles() -> ProfileSet {
+    let source = ConfigSource::read(&corpus_dir().join("contracts.yaml")).expect("contracts");
+    ProfileSet::load(&source, &Registry::builtin(), None).expect("the contracts build")
+}
+
+fn errors(v: &dyn Validator, text: &str) -> Vec<Issue> {
+    block_on(v.validate(text, &Context::new()))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(Issue::is_error)
+        .collect()
+}
+
+/// The errors of `v` on `text` that its own repair leaves.
+fn errors_after_repair(v: &dyn Validator, text: &str) -> Vec<Issue> {
+    let found = errors(v, text);
+    if found.is_empty() {
+        return found;
+    }
+    match v.repair(text, &Context::new(), &found) {
+        Some(repaired) => errors(v, &repaired),
+        None => found,
+    }
+}
+
+/// The first prefix (and its cutting errors) at which `v`'s partial check would cut `text`,
+/// fed every prefix in order, as the loop feeds a streamed answer.
+fn first_cut(v: &dyn Validator, text: &str) -> Option<(usize, Vec<Issue>)> {
+    let context = Context::new();
+    let mut check = v.partial_check(&context)?;
+    for end in (1..=text.len()).filter(|&e| text.is_char_boundary(e)) {
+        let cutting: Vec<Issue> = block_on(check.check(&text[..end]))
+            .into_iter()
+            .filter(|i| i.is_error() && i.repairable && !v.repair_fixes(i))
+            .collect();
+        if !cutting.is_empty() {
+            return Some((end, cutting));
+        }
+    }
+    None
+}
+
+#[test]
+fn no_partial_check_cuts_an_answer_whose_full_check_passes_or_is_repaired() {
+    let profiles = profiles();
+    let mut cuts = 0;
+    let answers = corpus();
+    for (at, answer) in &answers {
+        let profile = profiles
+            .get(&answer.contract)
+            .unwrap_or_else(|| panic!("{at}: no contract `{}`", answer.contract));
+        let full = block_on(profile.enforcer().check(
+            &answer.answer,
+            &Context::new(),
+            Check::Repair,
+        ));
+        for v in profile.validators() {
+            let Some((end, cutting)) = first_cut(v.as_ref(), &answer.answer) else {
+                continue;
+            };
+            cuts += 1;
+            let prefix = &answer.answer[..end];
+            assert!(
+                !full.status.is_success(),
+                "{at} ({}): {} cut {prefix:?} with {cutting:?}, but the whole answer is {}",
+                answer.id,
+                v.name(),
+                full.status
+            );
+            assert!(
+                !errors_after_repair(v.as_ref(), &answer.answer).is_empty(),
+                "{at} ({}): {} cut {prefix:?}, but its repair fixes the whole answer",
+                answer.id,
+                v.name()
+            );
+        }
+    }
+    // The corpus holds answers that must be cut (a trailing comma, a schema violation): the
+    // partial checks are exercised, not only silent.
+    assert!(cuts > 0, "no answer of {} was cut", answers.len());
+}
+
+#[test]
+fn the_fenced_json_of_issue_24_is_not_cut_and_is_repaired() {
+    let profiles = profiles();
+    let answers = corpus();
+    let fenced = &answers
+        .iter()
+        .find(|(_, a)| a.id == "json-fenced")
+        .expect("the fenced answer")
+        .1;
+    let fragment = &answers
+        .iter()
+        .find(|(_, a)| a.id == "json-cut-fragment-truncated")
+        .expect("the fragment")
+        .1;
+    assert_eq!(fragment.finish_reason, "length");
+    let json = profiles.get("json_schema").expect("the JSON contract");
+    for v in json.validators() {
+        assert!(
+            first_cut(v.as_ref(), &fragment.answer).is_none(),
+            "the fragment the loop cut in issue 24 is a possible start of a repairable answer"
+        );
+    }
+    // End to end: the fenced answer streamed in small chunks with re-asks left: not cut,
+    // repaired on the spot.
+    let runner = ScriptedRunner::texts([fenced.answer.as_str()]).streamed(3);
+    let enforcer: Enforcer = json.enforcer().with_policy(
+        Policy::builder()
+            .partial_check_bytes(1)
+            .repair(enforce_core::RepairWhen::First)
+            .build(),
+    );
+    let outcome = block_on(enforcer.run(
+        &runner,
+        &Request::prompt(fenced.prompt.as_str()),
+        &Context::new(),
+    ));
+    assert_eq!(outcome.status, Status::Repaired, "{outcome:?}");
+    assert_eq!(outcome.attempts.len(), 1);
+    assert!(outcome.attempts[0].cut.is_none());
+    assert_eq!(runner.delivered(), vec![fenced.answer.len()]);
+}
+
+#[test]
+fn every_answer_streamed_through_the_loop_is_cut_only_when_it_fails() {
+    let profiles = profiles();
+    for (at, answer) in corpus() {
+        let profile = profiles.get(&answer.contract).expect("the contract");
+        let full = block_on(profile.enforcer().check(
+            &answer.answer,
+            &Context::new(),
+            Check::Repair,
+        ));
+        // One re-ask is left, so the first attempt may be cut; the re-ask gets the same text.
+        let runner =
+            ScriptedRunner::texts([answer.answer.as_str(), answer.answer.as_str()]).streamed(4);
+        let enforcer = profile.enforcer().with_policy(
+            Policy::builder()
+                .max_retries(1)
+                .partial_check_bytes(4)
+                .build(),
+        );
+        let outcome = block_on(enforcer.run(
+            &runner,
+            &Request::prompt(answer.prompt.as_str()),
+            &Context::new(),
+        ));
+        if full.status.is_success() {
+            assert!(
+                outcome.attempts[0].cut.is_none(),
+                "{at} ({}): a {} answer was cut: {:?}",
+                answer.id,
+                full.status,
+                outcome.attempts[0]
+            );
+        }
+        // Whatever happened, the answer delivered is never a cut fragment.
+        if let Some(response) = &outcome.response {
+            if outcome.status != Status::Repaired {
+                assert_eq!(response, &answer.answer, "{at} ({})", answer.id);
+            }
+        }
+    }
+}
