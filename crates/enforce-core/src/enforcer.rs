@@ -495,6 +495,7 @@ impl Enforcer {
             });
             if !cut {
                 whole = Some((number, reply.clone(), found.clone()));
+                run.reasked.push((number, reply.clone(), found.clone()));
             }
             previous = Some((reply, found, feedback));
         }
@@ -618,6 +619,9 @@ struct Run<'a> {
     use_fallback: bool,
     /// The input stage's record, for the outcome.
     input: Option<InputCheck>,
+    /// Every answer received whole that a re-ask followed, with its attempt number: the
+    /// repairs at the end try them too, newest first.
+    reasked: Vec<(u32, Reply, Found)>,
 }
 
 impl<'a> Run<'a> {
@@ -639,6 +643,7 @@ impl<'a> Run<'a> {
             attempts: Vec::new(),
             use_fallback,
             input: None,
+            reasked: Vec::new(),
         }
     }
 
@@ -818,6 +823,20 @@ impl<'a> Run<'a> {
         if try_repair {
             if let Some(repaired) = self.repaired(number, &reply, &mut found).await {
                 return self.finish(Status::Repaired, reason, Some(repaired)).await;
+            }
+            // Asking again must never end worse than not asking: when the last answer cannot
+            // be repaired, an earlier one that a repair makes clean is the answer (with
+            // `repair: first` they were tried already).
+            if self.enforcer.policy.repair == RepairWhen::Last {
+                let earlier = std::mem::take(&mut self.reasked);
+                for (n, r, mut f) in earlier.into_iter().rev() {
+                    if n == number {
+                        continue;
+                    }
+                    if let Some(repaired) = self.repaired(n, &r, &mut f).await {
+                        return self.finish(Status::Repaired, reason, Some(repaired)).await;
+                    }
+                }
             }
         }
         let status = if matches!(

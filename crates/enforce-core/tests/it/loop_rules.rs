@@ -245,6 +245,38 @@ async fn repair_first_returns_a_clean_repair_without_a_reask() {
     assert_eq!(runner.calls().len(), 2);
 }
 
+#[tokio::test]
+async fn an_earlier_answer_a_repair_makes_clean_beats_an_unresolved_last_one() {
+    // The first answer only lacks what the repair adds; the re-asks go wrong in a way no
+    // repair fixes. Asking again must not end worse than one attempt and a repair.
+    let repairs = || Requires {
+        repairs: true,
+        ..Requires::new("END")
+    };
+    let runner = ScriptedRunner::texts(["title", "x", "y"]);
+    let outcome = Enforcer::new(vec![Box::new(repairs()), Box::new(Requires::new("title"))])
+        .run(&runner, &req(), &Context::new())
+        .await;
+    assert_eq!(runner.calls().len(), 3);
+    assert_eq!(outcome.status, Status::Repaired, "{outcome:?}");
+    assert_eq!(outcome.response.as_deref(), Some("title END"));
+    assert!(outcome.issues.is_empty(), "{:?}", outcome.issues);
+    assert_eq!(
+        outcome.attempts[0].repairs,
+        vec!["requires"],
+        "the repair is audited on attempt 1"
+    );
+
+    // With nothing repairable anywhere it stays unresolved, on the last answer (the same
+    // error twice: no progress).
+    let runner = ScriptedRunner::texts(["a", "b", "c"]);
+    let outcome = Enforcer::new(vec![Box::new(Requires::new("title"))])
+        .run(&runner, &req(), &Context::new())
+        .await;
+    assert_eq!(outcome.status, Status::Unresolved);
+    assert_eq!(outcome.response.as_deref(), Some("b"));
+}
+
 fn seeded() -> Request {
     let mut request = req();
     request.params.insert("seed".into(), serde_json::json!(41));
