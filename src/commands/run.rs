@@ -3,6 +3,7 @@
 use crate::config::LoadedConfig;
 use clap::{Args as ClapArgs, ValueEnum};
 use enforce_config::ProfileSet;
+use super::session_file::{self, SessionFile};
 use enforce_core::{AuditRecord, Context, Outcome, Request, Status, StopReason};
 use enforce_runner::{ClaudeConfig, CommandConfig, OpenAiConfig, RunnerConfig};
 use enforce_server::FsyncPolicy;
@@ -119,6 +120,11 @@ pub struct Args {
     /// Print the last response on stdout even when it did not pass.
     #[arg(long)]
     pub always_print: bool,
+    /// Continue the conversation named ID across invocations (kept in
+    /// `$ENFORCE_SESSION_DIR/ID.json`, default `.enforce/sessions/`): the Claude CLI resumes its
+    /// session (`--resume`), other runners are sent the delivered turns so far.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
 }
 
 /// A usage or configuration problem (exit code 2).
@@ -342,12 +348,21 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     let runner_config = runner_config(args, runner_from_file)?;
     let runner = runner_config.build()?;
 
-    let mut request = Request::prompt(prompt);
+    let mut request = Request::prompt(prompt.clone());
     if let Some(system) = &args.system {
         request
             .messages
             .insert(0, enforce_core::Message::system(system.clone()));
     }
+    let session = match &args.session {
+        Some(id) => {
+            let path = session_file::path_of(&session_file::session_dir(), id).map_err(UsageError)?;
+            let file = SessionFile::load(&path).map_err(UsageError)?;
+            file.continue_in(&mut request, runner_config.kind() == "claude");
+            Some((path, file))
+        }
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -359,6 +374,14 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
             let mut out = std::io::stdout().lock();
             // A closed stdout (e.g. `| head`) is not worth a different exit code.
             let _ignored = writeln!(out, "{text}").and_then(|()| out.flush());
+        }
+    }
+    if let Some((path, mut file)) = session {
+        let delivered = outcome.status.is_success() || outcome.fallback_used || args.always_print;
+        file.record(&prompt, &outcome, delivered);
+        if let Err(e) = file.save(&path) {
+            eprintln!("enforce run: {e}");
+            return Ok(EXIT_USAGE);
         }
     }
     eprintln!(

@@ -10,6 +10,7 @@
 //! | type | crate | codes |
 //! |---|---|---|
 //! | `step_marker` | enforce-documents | `MISSING_STEP_MARKER`, `INVALID_STEP` |
+//! | `step_transition` | enforce-documents | `STEP_NOT_ALLOWED` |
 //! | `adr_structure` | enforce-documents | `MISSING_YAML_HEADER`, `INVALID_YAML`, `MISSING_ADR_FIELD`, `MISSING_ADR_SECTION`, `INSUFFICIENT_CRITERIA` |
 //! | `file_refs` | enforce-documents | `FILE_NOT_FOUND`, `PATH_OUTSIDE_ROOT` |
 //! | `json` | enforce-validators | `INVALID_JSON`, `SCHEMA_VIOLATION` |
@@ -59,7 +60,7 @@ pub use profile::{Profile, ProfileSet};
 pub use registry::{Factory, Registry, RegistryError, RESERVED_KEYS};
 
 use enforce_core::Validator;
-use enforce_documents::{adr, file_refs, step_marker};
+use enforce_documents::{adr, file_refs, step_marker, step_transition};
 use enforce_validators::{json, length, pattern, terms};
 
 /// Files that validator options name (a JSON Schema file) may be JSON or YAML.
@@ -78,6 +79,11 @@ fn boxed<V: Validator + 'static>(v: V) -> Box<dyn Validator> {
 fn builtin_options() -> Vec<(&'static str, schema::OptionsSchema, bool)> {
     vec![
         ("step_marker", step_marker::StepMarker::options_schema, true),
+        (
+            "step_transition",
+            step_transition::StepTransition::options_schema,
+            false,
+        ),
         ("adr_structure", adr::AdrStructure::options_schema, true),
         ("file_refs", file_refs::FileRefs::options_schema, true),
         ("json", json::JsonValidator::options_schema, true),
@@ -108,6 +114,12 @@ fn builtin_factories() -> Vec<(&'static str, Factory)> {
         (
             "step_marker",
             Box::new(|i: &FactoryInput<'_>| step_marker::StepMarker::from_config(i).map(boxed)),
+        ),
+        (
+            "step_transition",
+            Box::new(|i: &FactoryInput<'_>| {
+                step_transition::StepTransition::from_config(i).map(boxed)
+            }),
         ),
         (
             "adr_structure",

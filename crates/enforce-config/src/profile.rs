@@ -606,6 +606,18 @@ impl ProfileSet {
             policy.answer_format = p
                 .answer_format
                 .unwrap_or_else(|| answer_format_of(&p.validators, config));
+            if let Some(by) = &p.fallback_by {
+                if by.fact.trim().is_empty() || by.templates.is_empty() {
+                    return Err(BuildError::at(
+                        format!("{prefix}.fallback_by"),
+                        "name the `fact` and give at least one template",
+                    ));
+                }
+                policy.fallback_by = Some(enforce_core::FallbackBy {
+                    fact: by.fact.trim().to_string(),
+                    templates: by.templates.clone(),
+                });
+            }
             let mut input_list = Vec::with_capacity(p.input_validators.len());
             for (i, v) in p.input_validators.iter().enumerate() {
                 input_list.push(get(v, &format!("{prefix}.input_validators[{i}]"), false)?);

@@ -293,15 +293,18 @@ impl CircuitBreaker {
                 validator = %self.name, %from, %to, reason,
                 failures = inner.consecutive_failures,
                 cooldown_ms = u64::try_from(self.cooldown.as_millis()).unwrap_or(u64::MAX),
-                "circuit breaker opened"
+                "circuit OPEN: {} is skipped until the cooldown ends (answers go out unvalidated or unavailable, as its fail_mode says)",
+                self.name
             ),
             BreakerState::HalfOpen => tracing::info!(
                 target: "enforce_external::breaker",
-                validator = %self.name, %from, %to, "circuit breaker half-open: probing"
+                validator = %self.name, %from, %to,
+                "circuit HALF-OPEN: probing whether {} is reachable", self.name
             ),
             BreakerState::Closed => tracing::info!(
                 target: "enforce_external::breaker",
-                validator = %self.name, %from, %to, "circuit breaker closed"
+                validator = %self.name, %from, %to,
+                "circuit CLOSED: {} is reachable", self.name
             ),
         }
     }

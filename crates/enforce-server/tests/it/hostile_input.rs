@@ -136,7 +136,7 @@ fn no_answer_text_can_forge_sse_events() {
 }
 
 #[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -151,7 +151,7 @@ impl Write for Captured {
     }
 }
 
-fn captured_logs() -> &'static Captured {
+pub(crate) fn captured_logs() -> &'static Captured {
     static LOGS: OnceLock<Captured> = OnceLock::new();
     LOGS.get_or_init(|| {
         let logs = Captured::default();
