@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | `step_marker` | enforce-documents | `MISSING_STEP_MARKER`, `INVALID_STEP` |
 //! | `step_transition` | enforce-documents | `STEP_NOT_ALLOWED` |
+//! | `one_of` | enforce-validators | `VALUE_NOT_ALLOWED` (renamable) |
 //! | `adr_structure` | enforce-documents | `MISSING_YAML_HEADER`, `INVALID_YAML`, `MISSING_ADR_FIELD`, `MISSING_ADR_SECTION`, `INSUFFICIENT_CRITERIA` |
 //! | `file_refs` | enforce-documents | `FILE_NOT_FOUND`, `PATH_OUTSIDE_ROOT` |
 //! | `json` | enforce-validators | `INVALID_JSON`, `SCHEMA_VIOLATION` |
@@ -61,7 +62,7 @@ pub use registry::{Factory, Registry, RegistryError, RESERVED_KEYS};
 
 use enforce_core::Validator;
 use enforce_documents::{adr, file_refs, step_marker, step_transition};
-use enforce_validators::{json, length, pattern, terms};
+use enforce_validators::{json, length, one_of, pattern, terms};
 
 /// Files that validator options name (a JSON Schema file) may be JSON or YAML.
 pub const JSON_OR_YAML: DocumentFormat = DocumentFormat {
@@ -89,6 +90,7 @@ fn builtin_options() -> Vec<(&'static str, schema::OptionsSchema, bool)> {
         ("json", json::JsonValidator::options_schema, true),
         ("pattern", pattern::Pattern::options_schema, false),
         ("length", length::Length::options_schema, false),
+        ("one_of", one_of::OneOf::options_schema, false),
         (
             "external",
             enforce_external::External::options_schema,
@@ -140,6 +142,10 @@ fn builtin_factories() -> Vec<(&'static str, Factory)> {
         (
             "length",
             Box::new(|i: &FactoryInput<'_>| length::Length::from_config(i).map(boxed)),
+        ),
+        (
+            "one_of",
+            Box::new(|i: &FactoryInput<'_>| one_of::OneOf::from_config(i).map(boxed)),
         ),
         (
             "external",
