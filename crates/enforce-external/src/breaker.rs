@@ -223,6 +223,16 @@ enum Change {
 }
 
 impl CircuitBreaker {
+    /// Consecutive failures that open the breaker.
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    /// How long the open breaker waits before one probe.
+    pub fn cooldown(&self) -> Duration {
+        self.cooldown
+    }
+
     /// A closed breaker that opens after `threshold` consecutive failures (at least 1) and
     /// allows a probe after `cooldown`.
     pub fn new(name: impl Into<String>, threshold: u32, cooldown: Duration) -> Self {

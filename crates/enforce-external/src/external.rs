@@ -9,9 +9,9 @@
 //!                                                  # without it the input goes to stdin
 //!   blocks: python          # check each ```python block (lines map into the response)
 //!   require_block: true     # default with `blocks`: an answer without one is an error
-//!   timeout_ms: 2000        # default 2000; 0 disables the validator
+//!   timeout_ms: 2000        # default 2000; 0 disables the validator (or timeout_s: 2)
 //!   failure_threshold: 3    # circuit breaker: open after 3 consecutive failures
-//!   cooldown_ms: 30000      # ... and probe again after 30 s
+//!   cooldown_ms: 30000      # ... and probe again after 30 s (or cooldown_s: 30)
 //!   fail_mode: open         # open: pass with a warning when unavailable; closed: stop
 //! shell_syntax:
 //!   type: external
@@ -59,7 +59,7 @@ use crate::breaker::CircuitBreaker;
 use crate::grpc::GrpcConfig;
 #[cfg(feature = "grpc")]
 use crate::grpc::GrpcTarget;
-use crate::guard::Guard;
+use crate::guard::{millis_of, Guard};
 use crate::http::HttpTarget;
 use enforce_core::{
     async_trait, Context, FailMode, Issue, Severity, Unavailable, Validation, Validator,
@@ -128,16 +128,20 @@ struct ExternalConfig {
     require_block: Option<bool>,
     /// Suffix of the temporary file (default from `blocks`, else `.txt`).
     suffix: Option<String>,
-    /// Longest one check may take, in milliseconds; 0 disables the validator.
-    #[serde(default = "default_timeout_ms")]
-    timeout_ms: u64,
+    /// Longest one check may take, in milliseconds (default 2000); 0 disables the validator.
+    timeout_ms: Option<u64>,
+    /// The same in seconds (`timeout_s: 2`), instead of `timeout_ms`.
+    #[cfg_attr(feature = "config-schema", schemars(range(min = 0.0)))]
+    timeout_s: Option<f64>,
     /// Consecutive failures that open the circuit breaker.
     #[serde(default = "crate::guard::default_threshold")]
     #[cfg_attr(feature = "config-schema", schemars(range(min = 1)))]
     failure_threshold: u32,
-    /// How long the open breaker waits before probing again, in milliseconds.
-    #[serde(default = "crate::guard::default_cooldown_ms")]
-    cooldown_ms: u64,
+    /// How long the open breaker waits before probing again, in milliseconds (default 30000).
+    cooldown_ms: Option<u64>,
+    /// The same in seconds (`cooldown_s: 30`), instead of `cooldown_ms`.
+    #[cfg_attr(feature = "config-schema", schemars(range(min = 0.0)))]
+    cooldown_s: Option<f64>,
     /// `open`: pass with a warning when unavailable; `closed`: stop (default: the profile's).
     fail_mode: Option<FailMode>,
     /// Severity of the checker's issues (default `error`).
@@ -249,6 +253,11 @@ impl External {
         self
     }
 
+    /// The timeout of one check.
+    pub fn call_timeout(&self) -> Duration {
+        self.guard.timeout()
+    }
+
     /// The circuit breaker guarding the calls.
     pub fn circuit_breaker(&self) -> &CircuitBreaker {
         self.guard.breaker()
@@ -344,9 +353,14 @@ impl External {
             working_dir,
             guard: Guard::from_options(
                 input.name,
-                c.timeout_ms,
+                millis_of(c.timeout_ms, c.timeout_s, "timeout", default_timeout_ms())?,
                 c.failure_threshold,
-                c.cooldown_ms,
+                millis_of(
+                    c.cooldown_ms,
+                    c.cooldown_s,
+                    "cooldown",
+                    crate::guard::DEFAULT_COOLDOWN_MS,
+                )?,
                 c.fail_mode,
             )?,
         })

@@ -346,3 +346,38 @@ fn the_full_example_configuration_loads() {
     assert_eq!(profiles.get("adr").unwrap().policy().max_retries, 3);
     assert_eq!(profiles.default_name(), "chat");
 }
+
+#[tokio::test]
+async fn when_context_scopes_a_rule_to_one_fact_value() {
+    use enforce_config::BuildEnv;
+    use enforce_core::Validator;
+    // No direct address, but only in reports: a letter may address its reader.
+    let v: Box<dyn Validator> = Registry::builtin()
+        .build(
+            "formal",
+            &json!({"type": "terms", "when": {"context": "document_type", "equals": "report"},
+                    "forbidden": [{"term": "Sie", "case_sensitive": true, "code": "NO_DIRECT_ADDRESS"}]}),
+            &BuildEnv::default(),
+        )
+        .unwrap();
+    let text = "Wir danken Sie für die Zusammenarbeit.";
+    let codes = |ctx: Context| {
+        let v = &v;
+        async move {
+            v.validate(text, &ctx)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|i| i.code)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        codes(Context::new().with("document_type", "report")).await,
+        ["NO_DIRECT_ADDRESS"]
+    );
+    assert!(codes(Context::new().with("document_type", "letter"))
+        .await
+        .is_empty());
+    assert!(codes(Context::new()).await.is_empty(), "no fact: not in scope");
+}

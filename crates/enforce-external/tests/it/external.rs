@@ -298,6 +298,44 @@ async fn breaker_transitions_are_logged_open_half_open_closed() {
     assert!(text.contains("WARN"), "OPEN is a warning: {text}");
 }
 
+fn external(options: serde_json::Value) -> Result<External, enforce_config::BuildError> {
+    External::from_config(&enforce_config::FactoryInput::new("parser", &options))
+}
+
+#[test]
+fn the_documented_defaults_are_pinned() {
+    // Checker: 2 s per call; breaker: open after 3 consecutive failures, probe after 30 s.
+    let v = external(json!({"command": ["true"]})).unwrap();
+    assert_eq!(v.call_timeout(), Duration::from_secs(2));
+    assert_eq!(v.circuit_breaker().threshold(), 3);
+    assert_eq!(v.circuit_breaker().cooldown(), Duration::from_secs(30));
+    // The loop: 2 re-asks after the first attempt.
+    assert_eq!(enforce_core::Policy::default().max_retries, 2);
+    assert_eq!(Enforcer::new(vec![]).max_attempts(), 3);
+}
+
+#[test]
+fn timeouts_and_cooldowns_in_seconds_as_the_seed_environment_gives_them() {
+    // `timeout_s: ${AVAP_PARSER_TIMEOUT}` with AVAP_PARSER_TIMEOUT=2, `cooldown_s:
+    // ${PARSER_CB_COOLDOWN}` with 30: the numbers as the environment names them.
+    let v = external(json!({"command": ["true"], "timeout_s": 2, "cooldown_s": 30})).unwrap();
+    assert_eq!(v.call_timeout(), Duration::from_secs(2));
+    assert_eq!(v.circuit_breaker().cooldown(), Duration::from_secs(30));
+    let v = external(json!({"command": ["true"], "timeout_s": 0.5})).unwrap();
+    assert_eq!(v.call_timeout(), Duration::from_millis(500));
+    // 0 switches the validator off, as `timeout_ms: 0` does.
+    let v = external(json!({"command": ["true"], "timeout_s": 0})).unwrap();
+    assert_eq!(v.call_timeout(), Duration::ZERO);
+    for (bad, key) in [
+        (json!({"command": ["true"], "timeout_s": 2, "timeout_ms": 2000}), "timeout_s"),
+        (json!({"command": ["true"], "cooldown_s": 30, "cooldown_ms": 1}), "cooldown_s"),
+        (json!({"command": ["true"], "timeout_s": -1}), "timeout_s"),
+    ] {
+        let err = external(bad).err().unwrap();
+        assert_eq!(err.key, key, "{err}");
+    }
+}
+
 #[tokio::test]
 async fn fail_open_and_fail_closed_in_the_loop() {
     let missing = |mode: &str| {
