@@ -1,9 +1,9 @@
 //! `enforce run`: ask a model through a runner and enforce a profile on its answer.
 
+use super::session_file::{self, SessionFile};
 use crate::config::LoadedConfig;
 use clap::{Args as ClapArgs, ValueEnum};
 use enforce_config::ProfileSet;
-use super::session_file::{self, SessionFile};
 use enforce_core::{AuditRecord, Context, Outcome, Request, Status, StopReason};
 use enforce_runner::{ClaudeConfig, CommandConfig, OpenAiConfig, RunnerConfig};
 use enforce_server::FsyncPolicy;
@@ -356,7 +356,8 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     }
     let session = match &args.session {
         Some(id) => {
-            let path = session_file::path_of(&session_file::session_dir(), id).map_err(UsageError)?;
+            let path =
+                session_file::path_of(&session_file::session_dir(), id).map_err(UsageError)?;
             let file = SessionFile::load(&path).map_err(UsageError)?;
             file.continue_in(&mut request, runner_config.kind() == "claude");
             Some((path, file))

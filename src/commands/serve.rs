@@ -643,7 +643,8 @@ mod tests {
     #[test]
     fn draft_models_default_to_an_error_for_unresolved_answers_and_hold_models_to_return() {
         let yaml = "models:\n  - {id: ui, stream_mode: draft}\n  - {id: api}\n  - {id: ui_return, stream_mode: draft, on_unresolved: return}\nrunner: {type: openai, base_url: 'http://127.0.0.1:9/v1', model: m}\n";
-        let dir = std::env::temp_dir().join(format!("enforce-draft-default-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("enforce-draft-default-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("serve.yaml");
         std::fs::write(&path, yaml).unwrap();

@@ -128,7 +128,11 @@ mod tests {
         let mut stateless = Request::prompt("second");
         stateless.messages.insert(0, Message::system("sys"));
         session.continue_in(&mut stateless, false);
-        let texts: Vec<&str> = stateless.messages.iter().map(|m| m.content.as_str()).collect();
+        let texts: Vec<&str> = stateless
+            .messages
+            .iter()
+            .map(|m| m.content.as_str())
+            .collect();
         assert_eq!(texts, ["sys", "first", "answer", "second"]);
         assert_eq!(stateless.session_id, None);
         let mut resumed = Request::prompt("second");

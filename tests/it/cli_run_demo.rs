@@ -375,7 +375,16 @@ fn run_session_continues_the_claude_session_across_invocations() {
     let bin = fake.binary().to_str().unwrap().to_string();
     for prompt in ["I need a cache.", "For speed."] {
         let out = enforce(
-            &["run", "--runner", "claude", "--claude-bin", &bin, "--session", "adr-1", prompt],
+            &[
+                "run",
+                "--runner",
+                "claude",
+                "--claude-bin",
+                &bin,
+                "--session",
+                "adr-1",
+                prompt,
+            ],
             &env,
         );
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -401,8 +410,16 @@ async fn run_session_sends_a_stateless_runner_the_history() {
     let sessions = dir.path().join("sessions");
     for prompt in ["I need a cache.", "For speed."] {
         let args: Vec<String> = [
-            "run", "--runner", "openai", "--base-url", &mock.url(), "--model", "m",
-            "--session", "chat-9", prompt,
+            "run",
+            "--runner",
+            "openai",
+            "--base-url",
+            &mock.url(),
+            "--model",
+            "m",
+            "--session",
+            "chat-9",
+            prompt,
         ]
         .map(String::from)
         .into();
@@ -427,7 +444,10 @@ async fn run_session_sends_a_stateless_runner_the_history() {
         second,
         vec![
             ("user".into(), "I need a cache.".into()),
-            ("assistant".into(), "What do you need?\n<!-- STEP: what -->".into()),
+            (
+                "assistant".into(),
+                "What do you need?\n<!-- STEP: what -->".into()
+            ),
             ("user".into(), "For speed.".into()),
         ]
     );

@@ -698,7 +698,9 @@ impl ProfileSet {
 #[cfg(test)]
 mod reformulate_prompt_tests {
     use super::DEFAULT_REFORMULATE_PROMPT;
-    use enforce_core::{keys, Context, Reformulator, RunnerReformulator, ScriptedCall, ScriptedRunner};
+    use enforce_core::{
+        keys, Context, Reformulator, RunnerReformulator, ScriptedCall, ScriptedRunner,
+    };
     use std::sync::Arc;
 
     #[tokio::test]
@@ -707,7 +709,10 @@ mod reformulate_prompt_tests {
         let hook = RunnerReformulator::new(runner.clone(), DEFAULT_REFORMULATE_PROMPT.to_string());
         let context = Context::new().with(keys::QUESTION, "How do I loop in AVAP?");
         let done = hook.reformulate(&context, &[]).await.unwrap();
-        assert_eq!(done.question.as_deref(), Some("AVAP loops and iteration commands"));
+        assert_eq!(
+            done.question.as_deref(),
+            Some("AVAP loops and iteration commands")
+        );
         let ScriptedCall::Ask { request, .. } = &runner.calls()[0] else {
             panic!("a first ask");
         };

@@ -140,9 +140,11 @@ impl Context {
                     };
                     match (self.get(key), default) {
                         (Some(value), _) => put(&mut out, value, strings.inside),
-                        (None, Some(default)) => {
-                            put(&mut out, &Value::String(default.to_string()), strings.inside)
-                        }
+                        (None, Some(default)) => put(
+                            &mut out,
+                            &Value::String(default.to_string()),
+                            strings.inside,
+                        ),
                         (None, None) => {
                             strings.scan(placeholder);
                             out.push_str(placeholder);

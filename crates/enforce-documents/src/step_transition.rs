@@ -127,7 +127,7 @@ impl Validator for StepTransition {
             return Ok(Vec::new());
         };
         let step = marker.step.to_lowercase();
-        if next.iter().any(|s| *s == step) {
+        if next.contains(&step) {
             return Ok(Vec::new());
         }
         let shown: String = step.chars().take(40).collect();
@@ -153,7 +153,10 @@ mod tests {
         StepTransition::new(
             "flow",
             [
-                ("what".to_string(), vec!["what".to_string(), "why".to_string()]),
+                (
+                    "what".to_string(),
+                    vec!["what".to_string(), "why".to_string()],
+                ),
                 ("why".to_string(), vec!["constraints".to_string()]),
             ],
         )

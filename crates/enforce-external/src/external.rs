@@ -383,14 +383,16 @@ impl External {
     fn missing_block(&self, response: &str) -> Option<Issue> {
         let lang = self.blocks.as_deref().filter(|_| self.require_block)?;
         let others = fences(response);
-        let hint = format!(
-            "Put the code in a fenced block that starts with ```{lang} and ends with ```."
-        );
+        let hint =
+            format!("Put the code in a fenced block that starts with ```{lang} and ends with ```.");
         let issue = match others.first() {
             None => Issue::error(
                 &self.name,
                 CODE_BLOCK_MISSING,
-                format!("the answer has no ```{lang} code block for {} to check", self.name),
+                format!(
+                    "the answer has no ```{lang} code block for {} to check",
+                    self.name
+                ),
             ),
             Some(first) => {
                 let mut seen: Vec<String> = Vec::new();

@@ -360,7 +360,11 @@ impl Turn {
             .iter()
             .find(|w| w.code == enforce_core::FALLBACK_INVALID);
         if outcome.fallback_used || fallback_rejected.is_some() {
-            let applied = if outcome.fallback_used { "applied" } else { "rejected" };
+            let applied = if outcome.fallback_used {
+                "applied"
+            } else {
+                "rejected"
+            };
             app.metrics.count(
                 &FALLBACKS,
                 &[("model", model), ("profile", profile), ("outcome", applied)],

@@ -90,7 +90,10 @@ impl OneOf {
                 return Err(BuildError::at("values", "list at least one value"))
             }
             ValuesConfig::Template(t) if t.trim().is_empty() => {
-                return Err(BuildError::at("values", "give values or a {{key}} template"))
+                return Err(BuildError::at(
+                    "values",
+                    "give values or a {{key}} template",
+                ))
             }
             _ => {}
         }
@@ -199,12 +202,18 @@ mod tests {
 
     #[test]
     fn each_stated_value_must_be_in_the_catalogue_from_the_context() {
-        let v = build(json!({"type": "one_of", "values": "{{narrative_tags}}", "code": "NARRATIVE_TAGS_CONSISTENT"}));
+        let v = build(
+            json!({"type": "one_of", "values": "{{narrative_tags}}", "code": "NARRATIVE_TAGS_CONSISTENT"}),
+        );
         let ctx = Context::new().with("narrative_tags", json!(["Pionier", "Stabil"]));
         assert!(codes(&*v, r#"["Pionier"]"#, &ctx).is_empty());
         assert!(codes(&*v, "[]", &ctx).is_empty());
         assert_eq!(
-            codes(&*v, r#"["Pionier", "Erfunden", "Stabil", "Auch erfunden"]"#, &ctx),
+            codes(
+                &*v,
+                r#"["Pionier", "Erfunden", "Stabil", "Auch erfunden"]"#,
+                &ctx
+            ),
             ["NARRATIVE_TAGS_CONSISTENT", "NARRATIVE_TAGS_CONSISTENT"]
         );
         assert_eq!(codes(&*v, r#""pionier""#, &ctx).len(), 1, "case-sensitive");
@@ -217,7 +226,10 @@ mod tests {
         let v = build(json!({"type": "one_of", "values": ["a", "b"], "case_sensitive": false}));
         assert!(codes(&*v, r#"["A", "b"]"#, &Context::new()).is_empty());
         assert_eq!(codes(&*v, "c", &Context::new()), [VALUE_NOT_ALLOWED]);
-        for bad in [json!({"type": "one_of", "values": []}), json!({"type": "one_of"})] {
+        for bad in [
+            json!({"type": "one_of", "values": []}),
+            json!({"type": "one_of"}),
+        ] {
             assert!(Registry::builtin()
                 .build("x", &bad, &BuildEnv::default())
                 .is_err());

@@ -290,7 +290,10 @@ async fn the_fallback_template_follows_the_block_type_and_the_facts() {
     // `{{document_type|Compliance}}`: the fact when given, else its default.
     let intro = fallback_for(context().with("block_type", "introduction")).await;
     assert!(
-        intro["text"].as_str().unwrap().contains("Compliance-Dokumentation"),
+        intro["text"]
+            .as_str()
+            .unwrap()
+            .contains("Compliance-Dokumentation"),
         "{intro}"
     );
     let dsfa = fallback_for(
@@ -300,7 +303,10 @@ async fn the_fallback_template_follows_the_block_type_and_the_facts() {
     )
     .await;
     assert!(
-        dsfa["text"].as_str().unwrap().contains("DSFA-Dokumentation"),
+        dsfa["text"]
+            .as_str()
+            .unwrap()
+            .contains("DSFA-Dokumentation"),
         "{dsfa}"
     );
     for kind in ["conclusion", "appreciation"] {
@@ -334,7 +340,10 @@ async fn asserted_tags_must_come_from_the_catalogue() {
     );
     // The schema checks the shape of the assertions.
     let found = codes(&asserting(json!("Pionier")), &ctx).await;
-    assert!(has(&found, "SCHEMA_VIOLATION", Severity::Error), "{found:?}");
+    assert!(
+        has(&found, "SCHEMA_VIOLATION", Severity::Error),
+        "{found:?}"
+    );
 }
 
 #[test]
@@ -379,5 +388,8 @@ async fn when_context_scopes_a_rule_to_one_fact_value() {
     assert!(codes(Context::new().with("document_type", "letter"))
         .await
         .is_empty());
-    assert!(codes(Context::new()).await.is_empty(), "no fact: not in scope");
+    assert!(
+        codes(Context::new()).await.is_empty(),
+        "no fact: not in scope"
+    );
 }

@@ -57,7 +57,10 @@ async fn a_code_answer_without_the_expected_block_is_an_error_with_a_hint() {
     assert!(issues[0].is_error());
     assert!(issues[0].message.contains("```avap"), "{issues:?}");
     assert!(
-        issues[0].hint.as_deref().is_some_and(|h| h.contains("```avap")),
+        issues[0]
+            .hint
+            .as_deref()
+            .is_some_and(|h| h.contains("```avap")),
         "{issues:?}"
     );
     // A block in another language is named as such, at its line.
@@ -96,10 +99,8 @@ async fn require_block_false_lets_an_answer_without_a_block_pass() {
 #[tokio::test]
 async fn a_missing_block_is_re_asked_and_the_next_answer_is_checked() {
     let v = build(json!({"type": "external", "command": ["sh", "-n"], "blocks": "sh"}));
-    let runner = enforce_core::ScriptedRunner::texts([
-        "Run echo hi in your shell.",
-        "```sh\necho hi\n```",
-    ]);
+    let runner =
+        enforce_core::ScriptedRunner::texts(["Run echo hi in your shell.", "```sh\necho hi\n```"]);
     let outcome = Enforcer::new(vec![v])
         .run(
             &runner,
@@ -112,7 +113,9 @@ async fn a_missing_block_is_re_asked_and_the_next_answer_is_checked() {
     assert_eq!(outcome.attempts[0].issues[0].code, "CODE_BLOCK_MISSING");
     let calls = runner.calls();
     assert!(
-        calls[1].feedback().is_some_and(|f| f.contains("CODE_BLOCK_MISSING")),
+        calls[1]
+            .feedback()
+            .is_some_and(|f| f.contains("CODE_BLOCK_MISSING")),
         "{:?}",
         calls[1].feedback()
     );
@@ -327,8 +330,14 @@ fn timeouts_and_cooldowns_in_seconds_as_the_seed_environment_gives_them() {
     let v = external(json!({"command": ["true"], "timeout_s": 0})).unwrap();
     assert_eq!(v.call_timeout(), Duration::ZERO);
     for (bad, key) in [
-        (json!({"command": ["true"], "timeout_s": 2, "timeout_ms": 2000}), "timeout_s"),
-        (json!({"command": ["true"], "cooldown_s": 30, "cooldown_ms": 1}), "cooldown_s"),
+        (
+            json!({"command": ["true"], "timeout_s": 2, "timeout_ms": 2000}),
+            "timeout_s",
+        ),
+        (
+            json!({"command": ["true"], "cooldown_s": 30, "cooldown_ms": 1}),
+            "cooldown_s",
+        ),
         (json!({"command": ["true"], "timeout_s": -1}), "timeout_s"),
     ] {
         let err = external(bad).err().unwrap();

@@ -85,8 +85,16 @@ async fn one_warning_per_failed_attempt_then_returning_unvalidated() {
     let failed = logs.lines_with("failed: MISSING_STEP_MARKER");
     assert_eq!(failed.len(), 2, "{}", logs.text());
     assert!(failed[0].contains("WARN"), "{}", failed[0]);
-    assert!(failed[0].contains("attempt 1/3 failed: MISSING_STEP_MARKER"), "{}", failed[0]);
-    assert!(failed[1].contains("attempt 2/3 failed: MISSING_STEP_MARKER"), "{}", failed[1]);
+    assert!(
+        failed[0].contains("attempt 1/3 failed: MISSING_STEP_MARKER"),
+        "{}",
+        failed[0]
+    );
+    assert!(
+        failed[1].contains("attempt 2/3 failed: MISSING_STEP_MARKER"),
+        "{}",
+        failed[1]
+    );
     let unvalidated = logs.lines_with("returning unvalidated");
     assert_eq!(unvalidated.len(), 1, "{}", logs.text());
     assert!(unvalidated[0].contains("WARN"), "{}", unvalidated[0]);

@@ -153,7 +153,13 @@ async fn validation_status_is_in_the_enforcement_object_and_a_header() {
         ..ModelOptions::default()
     };
     let cases: Vec<(Vec<&'static str>, Enforcer, ModelOptions, u16, &str)> = vec![
-        (vec![GOOD], marker_enforcer(false), ModelOptions::default(), 200, ""),
+        (
+            vec![GOOD],
+            marker_enforcer(false),
+            ModelOptions::default(),
+            200,
+            "",
+        ),
         (
             vec![BAD, "b", "c"],
             marker_enforcer(true),
@@ -870,7 +876,11 @@ impl enforce_core::Validator for SeesPreviousStep {
     fn name(&self) -> &str {
         "step_marker"
     }
-    async fn validate(&self, response: &str, context: &enforce_core::Context) -> enforce_core::Validation {
+    async fn validate(
+        &self,
+        response: &str,
+        context: &enforce_core::Context,
+    ) -> enforce_core::Validation {
         self.seen
             .lock()
             .unwrap()
@@ -878,7 +888,11 @@ impl enforce_core::Validator for SeesPreviousStep {
         Ok(if response.contains("<!-- STEP:") {
             vec![]
         } else {
-            vec![enforce_core::Issue::error("step_marker", "MISSING_STEP_MARKER", "no marker")]
+            vec![enforce_core::Issue::error(
+                "step_marker",
+                "MISSING_STEP_MARKER",
+                "no marker",
+            )]
         })
     }
 }
@@ -916,7 +930,10 @@ async fn a_failed_turn_records_the_unknown_step_and_the_next_turn_sees_it() {
     assert_eq!(s["steps"][0]["status"], "unresolved", "{s}");
     // The next turn's validators read `previous_step: unknown`, and its own step follows.
     assert_eq!(h.chat(body).await.headers()["x-enforce-status"], "passed");
-    assert_eq!(seen.lock().unwrap().last().cloned().flatten().as_deref(), Some("unknown"));
+    assert_eq!(
+        seen.lock().unwrap().last().cloned().flatten().as_deref(),
+        Some("unknown")
+    );
     let s = session(&h).await;
     let steps: Vec<&str> = s["steps"]
         .as_array()
@@ -927,7 +944,10 @@ async fn a_failed_turn_records_the_unknown_step_and_the_next_turn_sees_it() {
     assert_eq!(steps, ["unknown", "why"]);
     // The audit lines carry the step too.
     let log = std::fs::read_to_string(&audit).unwrap();
-    let lines: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines[0]["step"], "unknown");
     assert_eq!(lines[1]["step"], "why");
     let _ = std::fs::remove_dir_all(&dir);
