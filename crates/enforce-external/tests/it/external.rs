@@ -230,27 +230,7 @@ async fn breaker_opens_then_probes_then_closes() {
 
 /// Every log line of this test process (one process-wide subscriber: thread-scoped ones miss
 /// events of callsites first hit by other tests' threads).
-#[derive(Clone, Default)]
-struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-    }
-}
+type Logs = enforce_testkit::LogBuffer;
 
 fn captured_logs() -> &'static Logs {
     static LOGS: std::sync::OnceLock<Logs> = std::sync::OnceLock::new();

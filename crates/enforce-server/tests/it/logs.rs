@@ -6,42 +6,12 @@
 use crate::common::*;
 use enforce_core::{Enforcer, FailMode, Policy, ScriptedRunner};
 use enforce_server::{FailureResponse, ModelOptions, ServerConfig};
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 const GOOD: &str = "Because it is faster.\n<!-- STEP: why -->";
 const BAD: &str = "Because it is faster.";
 
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-    }
-
-    /// The lines holding `needle`.
-    fn lines_with(&self, needle: &str) -> Vec<String> {
-        self.text()
-            .lines()
-            .filter(|l| l.contains(needle))
-            .map(String::from)
-            .collect()
-    }
-}
+type Logs = enforce_testkit::LogBuffer;
 
 /// Serves `texts` under `enforcer` and `options`, sends one request, returns the logs.
 async fn logs_of(texts: Vec<&'static str>, enforcer: Enforcer, options: ModelOptions) -> Logs {
