@@ -77,10 +77,12 @@ pub struct ServedModelConfig {
     /// Its profile; the default profile when absent.
     #[serde(default)]
     pub profile: Option<String>,
-    /// `return` (default) or `error`: what a client (streaming or not) gets for an unresolved
-    /// answer.
+    /// `return` or `error`: what a client (streaming or not) gets for an unresolved answer.
+    /// Default by audience: `error` with `stream_mode: draft` (a chat UI shows the enforcement
+    /// error, not the failed text), `return` with `hold` (the answer and its status, for API
+    /// clients).
     #[serde(default)]
-    pub on_unresolved: enforce_server::FailureResponse,
+    pub on_unresolved: Option<enforce_server::FailureResponse>,
     /// `return` (default) or `error`: the same for an unavailable validator.
     #[serde(default)]
     pub on_unavailable: enforce_server::FailureResponse,

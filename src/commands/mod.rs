@@ -8,4 +8,5 @@ pub mod plugins;
 pub mod report;
 pub mod run;
 pub mod serve;
+pub mod session_file;
 pub mod validators;

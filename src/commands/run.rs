@@ -1,5 +1,6 @@
 //! `enforce run`: ask a model through a runner and enforce a profile on its answer.
 
+use super::session_file::{self, SessionFile};
 use crate::config::LoadedConfig;
 use crate::runner_options::{model_of, RunnerOptions};
 use crate::usage::{unknown_profile, UsageError};
@@ -90,6 +91,11 @@ pub struct Args {
     /// Print the last response on stdout even when it did not pass.
     #[arg(long)]
     pub always_print: bool,
+    /// Continue the conversation named ID across invocations (kept in
+    /// `$ENFORCE_SESSION_DIR/ID.json`, default `.enforce/sessions/`): the Claude CLI resumes its
+    /// session (`--resume`), other runners are sent the delivered turns so far.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
 }
 
 /// What `enforce run` takes from the configuration.
@@ -216,12 +222,22 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     let runner_config = args.runner.runner_config(runner_from_file)?;
     let runner = runner_config.build()?;
 
-    let mut request = Request::prompt(prompt);
+    let mut request = Request::prompt(prompt.clone());
     if let Some(system) = &args.system {
         request
             .messages
             .insert(0, enforce_core::Message::system(system.clone()));
     }
+    let session = match &args.session {
+        Some(id) => {
+            let path =
+                session_file::path_of(&session_file::session_dir(), id).map_err(UsageError)?;
+            let file = SessionFile::load(&path).map_err(UsageError)?;
+            file.continue_in(&mut request, runner_config.kind() == "claude");
+            Some((path, file))
+        }
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -233,6 +249,14 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
             let mut out = std::io::stdout().lock();
             // A closed stdout (e.g. `| head`) is not worth a different exit code.
             let _ignored = writeln!(out, "{text}").and_then(|()| out.flush());
+        }
+    }
+    if let Some((path, mut file)) = session {
+        let delivered = outcome.status.is_success() || outcome.fallback_used || args.always_print;
+        file.record(&prompt, &outcome, delivered);
+        if let Err(e) = file.save(&path) {
+            eprintln!("enforce run: {e}");
+            return Ok(EXIT_USAGE);
         }
     }
     eprintln!(

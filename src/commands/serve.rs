@@ -103,9 +103,10 @@ pub struct Args {
     /// Public model id of the command-line model [default: --upstream-model, else the profile].
     #[arg(long)]
     pub model_id: Option<String>,
-    /// An answer that stays unresolved (streamed or not): return it with its status, or an error.
-    #[arg(long, value_enum, default_value = "return")]
-    pub on_unresolved: OnFailure,
+    /// An answer that stays unresolved (streamed or not): return it with its status, or an error
+    /// [default: error with --stream-mode draft (a chat UI shows the error), else return].
+    #[arg(long, value_enum)]
+    pub on_unresolved: Option<OnFailure>,
     /// An answer whose validator was unavailable (streamed or not): return it, or an error.
     #[arg(long, value_enum, default_value = "return")]
     pub on_unavailable: OnFailure,
@@ -356,7 +357,9 @@ fn model_from_config(
             .with_profile(profile)
             .with_runner_kind(runner_config.kind())
             .with_options(ModelOptions {
-                on_unresolved: entry.on_unresolved,
+                on_unresolved: entry
+                    .on_unresolved
+                    .unwrap_or_else(|| entry.stream_mode.default_on_unresolved()),
                 on_unavailable: entry.on_unavailable,
                 status_events: entry.status_events,
                 check_tool_calls: entry.check_tool_calls,
@@ -587,7 +590,10 @@ fn model_from_flags(
         .with_profile(profile)
         .with_runner_kind(runner_config.kind())
         .with_options(ModelOptions {
-            on_unresolved: args.on_unresolved.into(),
+            on_unresolved: args.on_unresolved.map_or_else(
+                || StreamMode::from(args.stream_mode).default_on_unresolved(),
+                FailureResponse::from,
+            ),
             on_unavailable: args.on_unavailable.into(),
             status_events: args.status_events,
             check_tool_calls: !args.no_tool_checks,
@@ -632,6 +638,38 @@ mod tests {
             routed += usize::from(!routes.is_empty());
         }
         assert_eq!(routed, 1);
+    }
+
+    #[test]
+    fn draft_models_default_to_an_error_for_unresolved_answers_and_hold_models_to_return() {
+        let yaml = "models:\n  - {id: ui, stream_mode: draft}\n  - {id: api}\n  - {id: ui_return, stream_mode: draft, on_unresolved: return}\nrunner: {type: openai, base_url: 'http://127.0.0.1:9/v1', model: m}\n";
+        let dir =
+            std::env::temp_dir().join(format!("enforce-draft-default-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("serve.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let loaded = LoadedConfig::load(Some(&path)).unwrap();
+        let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
+        let on_unresolved: Vec<FailureResponse> = loaded
+            .config
+            .models
+            .iter()
+            .map(|e| {
+                model_from_config(e, loaded.config.runner.as_ref(), &profiles)
+                    .unwrap()
+                    .options
+                    .on_unresolved
+            })
+            .collect();
+        assert_eq!(
+            on_unresolved,
+            [
+                FailureResponse::Error,
+                FailureResponse::Return,
+                FailureResponse::Return
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -361,3 +361,97 @@ fn an_unavailable_required_validator_exits_3() {
     assert!(out.stdout.is_empty());
     assert_eq!(audit_records(&audit)[0]["status"], "unavailable");
 }
+
+#[test]
+fn run_session_continues_the_claude_session_across_invocations() {
+    let fake = FakeClaude::new(json!([
+        {"result": "What do you need?\n<!-- STEP: what -->", "session_id": "sess-7"},
+        {"result": "Why?\n<!-- STEP: why -->", "session_id": "sess-7"},
+    ]))
+    .unwrap();
+    let mut env = fake.env();
+    let sessions = fake.dir().join("sessions");
+    env.insert("ENFORCE_SESSION_DIR".into(), sessions.display().to_string());
+    let bin = fake.binary().to_str().unwrap().to_string();
+    for prompt in ["I need a cache.", "For speed."] {
+        let out = enforce(
+            &[
+                "run",
+                "--runner",
+                "claude",
+                "--claude-bin",
+                &bin,
+                "--session",
+                "adr-1",
+                prompt,
+            ],
+            &env,
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].resume_id(), None);
+    // The second invocation resumed the first one's session and sent only its own prompt.
+    assert_eq!(calls[1].resume_id(), Some("sess-7"));
+    assert_eq!(calls[1].stdin, "For speed.");
+    let stored: Value =
+        serde_json::from_slice(&std::fs::read(sessions.join("adr-1.json")).unwrap()).unwrap();
+    assert_eq!(stored["runner_session_id"], "sess-7");
+    assert_eq!(stored["messages"].as_array().unwrap().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_session_sends_a_stateless_runner_the_history() {
+    let mock = MockOpenAi::start(MockScript::new()).await.unwrap();
+    mock.push(MockReply::text("What do you need?\n<!-- STEP: what -->"));
+    mock.push(MockReply::text("Why?\n<!-- STEP: why -->"));
+    let dir = ScratchDir::new("run-session").unwrap();
+    let sessions = dir.path().join("sessions");
+    for prompt in ["I need a cache.", "For speed."] {
+        let args: Vec<String> = [
+            "run",
+            "--runner",
+            "openai",
+            "--base-url",
+            &mock.url(),
+            "--model",
+            "m",
+            "--session",
+            "chat-9",
+            prompt,
+        ]
+        .map(String::from)
+        .into();
+        let sessions = sessions.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let env = BTreeMap::from([(
+                "ENFORCE_SESSION_DIR".to_string(),
+                sessions.display().to_string(),
+            )]);
+            enforce(&args, &env)
+        })
+        .await
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let sent = mock.chat_requests();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0].messages().len(), 1);
+    let second = sent[1].messages();
+    assert_eq!(
+        second,
+        vec![
+            ("user".into(), "I need a cache.".into()),
+            (
+                "assistant".into(),
+                "What do you need?\n<!-- STEP: what -->".into()
+            ),
+            ("user".into(), "For speed.".into()),
+        ]
+    );
+    // A bad id is a usage error before any model call.
+    let out = enforce(&["run", "--session", "../x", "q"], &BTreeMap::new());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}

@@ -1,6 +1,6 @@
 //! `examples/grafana-dashboard.json` queries only series that `enforce serve` exports: the
 //! real binary serves requests that touch every metric (a re-ask, a repair, an upstream
-//! failure, a rejection, an open breaker, an audit log, a route, an input check), and each metric name in the
+//! failure, a rejection, an open breaker, an audit log, a route, an input check, a fallback), and each metric name in the
 //! dashboard's queries must be a sample name in the scraped `/metrics`.
 
 use super::repo;
@@ -84,11 +84,12 @@ async fn every_metric_the_dashboard_queries_is_exported() {
     let dir = temp_dir("grafana");
     let linted = format!(
         "  - id: linted\n    profile: linted\n    runner:\n      type: openai\n      base_url: {0}\n      model: mock-model\n      retry:\n        max_retries: 0\n\
-         \x20 - id: routed\n    profile: chat\n    runner:\n      type: openai\n      base_url: {0}\n      model: mock-model\n    routes:\n      - profile: gated\n        when: {{ header: X-Kind, equals: gate }}\n",
+         \x20 - id: routed\n    profile: chat\n    runner:\n      type: openai\n      base_url: {0}\n      model: mock-model\n    routes:\n      - profile: gated\n        when: {{ header: X-Kind, equals: gate }}\n\
+         \x20 - id: fallback\n    profile: with_fallback\n    runner:\n      type: openai\n      base_url: {0}\n      model: mock-model\n",
         upstream.url()
     );
     let rest = format!(
-        "validators:\n  lint:\n    type: external\n    command: [/nonexistent/enforce-test-checker]\n    failure_threshold: 1\n    cooldown_ms: 600000\n    fail_mode: open\n  short_question:\n    type: length\n    unit: chars\n    max: 200\nprofiles:\n  linted:\n    validators: [lint]\n  gated:\n    validators: []\n    input_validators: [short_question]\nserver:\n  audit_log: {}\n",
+        "validators:\n  lint:\n    type: external\n    command: [/nonexistent/enforce-test-checker]\n    failure_threshold: 1\n    cooldown_ms: 600000\n    fail_mode: open\n  short_question:\n    type: length\n    unit: chars\n    max: 200\n  no_forbidden:\n    type: pattern\n    forbidden:\n      - regex: FORBIDDEN\n        code: FORBIDDEN_WORD\nprofiles:\n  with_fallback:\n    validators: [no_forbidden]\n    max_retries: 0\n    fallback: A safe answer.\n  linted:\n    validators: [lint]\n  gated:\n    validators: []\n    input_validators: [short_question]\nserver:\n  audit_log: {}\n",
         dir.join("audit.jsonl").display()
     );
     let config = config_for(&dir, &upstream.url(), &linted, &rest);
@@ -143,6 +144,12 @@ async fn every_metric_the_dashboard_queries_is_exported() {
         .expect("proxy answers")
         .status();
     assert_eq!(status, 200);
+
+    // An answer that fails its only attempt: the profile's fallback goes out.
+    upstream.push(MockReply::text("FORBIDDEN"));
+    let mut fallback = body(false);
+    fallback["model"] = json!("fallback");
+    assert_eq!(chat(fallback).await, 200);
 
     let metrics_url = format!("{}/metrics", proxy.base.trim_end_matches("/v1"));
     let metrics = c

@@ -87,6 +87,9 @@ impl Layer {
                 ToyParser::proto_path().display().to_string(),
             ),
             ("RETRIEVAL_URL", retrieval_url),
+            // Seed-style: seconds, as the per-type layer names them.
+            ("AVAP_PARSER_TIMEOUT", "2".to_string()),
+            ("PARSER_CB_COOLDOWN", "30".to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

@@ -169,7 +169,7 @@ async fn all_twelve_prose_rules_through_the_proxy_with_facts_in_the_request() {
             ),
             "NO_DISALLOWED_TOPICS",
         ),
-        ("6 words", long_transition, "TOO_LONG"),
+        ("6 words", long_transition, "WORD_COUNT_IN_RANGE"),
         (
             "7 address",
             block(
@@ -249,7 +249,7 @@ async fn all_twelve_prose_rules_through_the_proxy_with_facts_in_the_request() {
                 "Die Nordlicht Spedition GmbH der Branche Logistik arbeitet pragmatisch.",
                 &[],
             ),
-            "TOO_SHORT",
+            "WORD_COUNT_IN_RANGE",
         ),
     ];
     for (i, (rule, bad, code)) in warnings.into_iter().enumerate() {

@@ -100,6 +100,25 @@ pub struct Defaults {
     pub fallback_file: Option<PathBuf>,
 }
 
+/// A profile's fallback templates per kind of request.
+///
+/// ```yaml
+/// fallback_by:
+///   fact: block_type
+///   templates:
+///     introduction: 'Die {{company_name}} dokumentiert ...'
+///     transition: 'Auf Grundlage der vorstehenden Daten ...'
+/// fallback: '...'   # any other block_type, or none given
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FallbackByConfig {
+    /// The request fact (context key) whose value picks the template.
+    pub fact: String,
+    /// The template for each value of the fact; filled and validated like `fallback`.
+    pub templates: BTreeMap<String, String>,
+}
+
 /// One profile: an ordered list of validators plus policy.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -131,6 +150,9 @@ pub struct ProfileConfig {
     pub fallback: Option<String>,
     /// File holding the fallback text, relative to the configuration file.
     pub fallback_file: Option<PathBuf>,
+    /// Fallback templates per kind of request: the request fact `fact` (e.g. `block_type`)
+    /// picks a template from `templates`; `fallback` is the default for any other value.
+    pub fallback_by: Option<FallbackByConfig>,
     /// What the answers are: `json` fills the fallback's placeholders JSON-escaped, `text` as
     /// they are. Default: `json` when the profile has a `json` validator on the whole
     /// response (no `input`), else `text`.

@@ -10,6 +10,8 @@
 //! | type | crate | codes |
 //! |---|---|---|
 //! | `step_marker` | enforce-documents | `MISSING_STEP_MARKER`, `INVALID_STEP` |
+//! | `step_transition` | enforce-documents | `STEP_NOT_ALLOWED` |
+//! | `one_of` | enforce-validators | `VALUE_NOT_ALLOWED` (renamable) |
 //! | `adr_structure` | enforce-documents | `MISSING_YAML_HEADER`, `INVALID_YAML`, `MISSING_ADR_FIELD`, `MISSING_ADR_SECTION`, `INSUFFICIENT_CRITERIA` |
 //! | `file_refs` | enforce-documents | `FILE_NOT_FOUND`, `PATH_OUTSIDE_ROOT` |
 //! | `json` | enforce-validators | `INVALID_JSON`, `SCHEMA_VIOLATION` |
@@ -59,8 +61,8 @@ pub use profile::{Profile, ProfileSet};
 pub use registry::{Factory, Registry, RegistryError, RESERVED_KEYS};
 
 use enforce_core::Validator;
-use enforce_documents::{adr, file_refs, step_marker};
-use enforce_validators::{json, length, pattern, terms};
+use enforce_documents::{adr, file_refs, step_marker, step_transition};
+use enforce_validators::{json, length, one_of, pattern, terms};
 
 /// Files that validator options name (a JSON Schema file) may be JSON or YAML.
 pub const JSON_OR_YAML: DocumentFormat = DocumentFormat {
@@ -78,11 +80,17 @@ fn boxed<V: Validator + 'static>(v: V) -> Box<dyn Validator> {
 fn builtin_options() -> Vec<(&'static str, schema::OptionsSchema, bool)> {
     vec![
         ("step_marker", step_marker::StepMarker::options_schema, true),
+        (
+            "step_transition",
+            step_transition::StepTransition::options_schema,
+            false,
+        ),
         ("adr_structure", adr::AdrStructure::options_schema, true),
         ("file_refs", file_refs::FileRefs::options_schema, true),
         ("json", json::JsonValidator::options_schema, true),
         ("pattern", pattern::Pattern::options_schema, false),
         ("length", length::Length::options_schema, false),
+        ("one_of", one_of::OneOf::options_schema, false),
         (
             "external",
             enforce_external::External::options_schema,
@@ -110,6 +118,12 @@ fn builtin_factories() -> Vec<(&'static str, Factory)> {
             Box::new(|i: &FactoryInput<'_>| step_marker::StepMarker::from_config(i).map(boxed)),
         ),
         (
+            "step_transition",
+            Box::new(|i: &FactoryInput<'_>| {
+                step_transition::StepTransition::from_config(i).map(boxed)
+            }),
+        ),
+        (
             "adr_structure",
             Box::new(|i: &FactoryInput<'_>| adr::AdrStructure::from_config(i).map(boxed)),
         ),
@@ -128,6 +142,10 @@ fn builtin_factories() -> Vec<(&'static str, Factory)> {
         (
             "length",
             Box::new(|i: &FactoryInput<'_>| length::Length::from_config(i).map(boxed)),
+        ),
+        (
+            "one_of",
+            Box::new(|i: &FactoryInput<'_>| one_of::OneOf::from_config(i).map(boxed)),
         ),
         (
             "external",

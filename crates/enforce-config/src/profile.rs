@@ -68,10 +68,13 @@ pub const BUILTIN_PROFILES: &[(&str, &str, &[&str])] = &[
 pub const DEFAULT_INPUT_HINT: &str = "The retrieved context may not answer this question. \
 If it does not, say so instead of guessing.";
 
-/// The reformulation prompt of a `reformulate: {runner}` hook that names none.
-pub const DEFAULT_REFORMULATE_PROMPT: &str = "A search for the question below found no \
-relevant documents. Rewrite the question so that a search finds them: use broader terms, \
-synonyms or other phrasing, and keep its meaning. Answer with the rewritten question only.\n\n\
+/// The reformulation prompt of a `reformulate: {runner}` hook that names none. It opens with
+/// the explicit `[CONTEXT_INSUFFICIENT]` hint, so the rewrite differs in substance (broader
+/// terms, other phrasing) instead of repeating the question.
+pub const DEFAULT_REFORMULATE_PROMPT: &str = "[CONTEXT_INSUFFICIENT]\n\
+The retrieval did not return relevant context for the question below. Rewrite the question \
+so that a search finds it: use broader terms, synonyms or other phrasing, and keep its \
+meaning. Answer with the rewritten question only.\n\n\
 Question:\n{{question}}";
 
 /// Time limit of a command or HTTP reformulation hook without `timeout_ms`.
@@ -624,6 +627,18 @@ impl ProfileSet {
             policy.answer_format = p
                 .answer_format
                 .unwrap_or_else(|| answer_format_of(&p.validators, config));
+            if let Some(by) = &p.fallback_by {
+                if by.fact.trim().is_empty() || by.templates.is_empty() {
+                    return Err(BuildError::at(
+                        format!("{prefix}.fallback_by"),
+                        "name the `fact` and give at least one template",
+                    ));
+                }
+                policy.fallback_by = Some(enforce_core::FallbackBy {
+                    fact: by.fact.trim().to_string(),
+                    templates: by.templates.clone(),
+                });
+            }
             let mut input_list = Vec::with_capacity(p.input_validators.len());
             for (i, v) in p.input_validators.iter().enumerate() {
                 input_list.push(get(v, &format!("{prefix}.input_validators[{i}]"), false)?);
@@ -695,6 +710,34 @@ impl ProfileSet {
                 })
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod reformulate_prompt_tests {
+    use super::DEFAULT_REFORMULATE_PROMPT;
+    use enforce_core::{
+        keys, Context, Reformulator, RunnerReformulator, ScriptedCall, ScriptedRunner,
+    };
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn the_default_reformulation_says_the_context_was_insufficient() {
+        let runner = Arc::new(ScriptedRunner::texts(["AVAP loops and iteration commands"]));
+        let hook = RunnerReformulator::new(runner.clone(), DEFAULT_REFORMULATE_PROMPT.to_string());
+        let context = Context::new().with(keys::QUESTION, "How do I loop in AVAP?");
+        let done = hook.reformulate(&context, &[]).await.unwrap();
+        assert_eq!(
+            done.question.as_deref(),
+            Some("AVAP loops and iteration commands")
+        );
+        let ScriptedCall::Ask { request, .. } = &runner.calls()[0] else {
+            panic!("a first ask");
+        };
+        let prompt = &request.messages[0].content;
+        assert!(prompt.starts_with("[CONTEXT_INSUFFICIENT]\n"), "{prompt}");
+        assert!(prompt.contains("How do I loop in AVAP?"), "{prompt}");
+        assert!(prompt.contains("broader terms"), "{prompt}");
     }
 }
 

@@ -37,6 +37,7 @@ pub struct AuditRecord<'a> {
     chat_id: Option<&'a str>,
     runner: Option<&'a str>,
     route: Option<&'a serde_json::Value>,
+    step: Option<&'a str>,
     outcome: &'a Outcome,
 }
 
@@ -53,6 +54,8 @@ struct AuditLine<'a> {
     runner: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     route: Option<&'a serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<&'a str>,
     #[serde(flatten)]
     outcome: &'a Outcome,
 }
@@ -68,6 +71,7 @@ impl<'a> AuditRecord<'a> {
             chat_id: None,
             runner: None,
             route: None,
+            step: None,
             outcome,
         }
     }
@@ -109,6 +113,13 @@ impl<'a> AuditRecord<'a> {
         self
     }
 
+    /// The workflow step the turn recorded for its chat (the answer's step marker, or
+    /// `unknown` for a turn that delivered no checked answer; left out when none).
+    pub fn step(mut self, step: impl Into<Option<&'a str>>) -> Self {
+        self.step = step.into();
+        self
+    }
+
     /// The record as one line of JSON (no newline).
     pub fn to_json_line(&self) -> String {
         // Strings, numbers and enums only: serialization cannot fail.
@@ -126,6 +137,7 @@ impl Serialize for AuditRecord<'_> {
             chat_id: self.chat_id,
             runner: self.runner,
             route: self.route,
+            step: self.step,
             outcome: self.outcome,
         }
         .serialize(serializer)

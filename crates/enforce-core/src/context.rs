@@ -78,8 +78,9 @@ impl Context {
 
     /// Fills `{{key}}` placeholders in `template` from this context.
     ///
-    /// Whitespace inside the braces is ignored. A placeholder whose key is missing is left as
-    /// it is, so a template never silently loses text.
+    /// Whitespace inside the braces is ignored. `{{key|default}}` writes `default` when the
+    /// key is missing; a placeholder without default whose key is missing is left as it is, so
+    /// a template never silently loses text.
     pub fn render(&self, template: &str) -> String {
         self.fill(template, |out, value, _| match value {
             Value::String(s) => out.push_str(s),
@@ -132,9 +133,19 @@ impl Context {
             match after.find("}}") {
                 Some(end) => {
                     let placeholder = &rest[start..start + 2 + end + 2];
-                    match self.get(after[..end].trim()) {
-                        Some(value) => put(&mut out, value, strings.inside),
-                        None => {
+                    // `{{key|default}}`: the default stands in for a missing key.
+                    let (key, default) = match after[..end].split_once('|') {
+                        Some((key, default)) => (key.trim(), Some(default.trim())),
+                        None => (after[..end].trim(), None),
+                    };
+                    match (self.get(key), default) {
+                        (Some(value), _) => put(&mut out, value, strings.inside),
+                        (None, Some(default)) => put(
+                            &mut out,
+                            &Value::String(default.to_string()),
+                            strings.inside,
+                        ),
+                        (None, None) => {
                             strings.scan(placeholder);
                             out.push_str(placeholder);
                         }
@@ -189,6 +200,19 @@ mod tests {
         assert_eq!(
             ctx.render("Hello {{ company_name }}, {{n}} items, {{missing}} and {{ open"),
             "Hello ACME, 3 items, {{missing}} and {{ open"
+        );
+    }
+
+    #[test]
+    fn a_placeholder_default_stands_in_for_a_missing_key() {
+        let ctx = Context::new().with("company_name", "ACME");
+        assert_eq!(
+            ctx.render("{{company_name|Unbekannt}}: {{ document_type | Compliance }}-Bericht"),
+            "ACME: Compliance-Bericht"
+        );
+        assert_eq!(
+            ctx.render_json(r#"{"t": "{{document_type|Compliance}}", "n": {{n|x}}}"#),
+            r#"{"t": "Compliance", "n": "x"}"#
         );
     }
 

@@ -983,7 +983,7 @@ impl<'a> Run<'a> {
         let (issues, mut warnings) = split_issues(all_issues);
         let mut fallback_used = false;
         if self.use_fallback && matches!(status, Status::Unresolved | Status::Aborted) {
-            if let Some(template) = &self.enforcer.policy.fallback {
+            if let Some(template) = self.enforcer.policy.fallback_for(self.context) {
                 match self.checked_fallback(template).await {
                     Ok(text) => {
                         response = Some(text);

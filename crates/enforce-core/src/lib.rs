@@ -71,7 +71,9 @@ pub use issue::{Issue, Severity};
 pub use observer::{Event, Observer};
 pub use outcome::{Attempt, Cut, Outcome, Status, StopReason};
 pub use partial::PartialCheck;
-pub use policy::{AnswerFormat, Budget, BudgetKind, Policy, PolicyBuilder, Reask, RepairWhen};
+pub use policy::{
+    AnswerFormat, Budget, BudgetKind, FallbackBy, Policy, PolicyBuilder, Reask, RepairWhen,
+};
 pub use runner::{
     follow_up_messages, stateless_follow_up_messages, FinishReason, Message, Reply, ReplyStream,
     Request, Role, Runner, RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage,

@@ -102,6 +102,34 @@ pub struct Policy {
     pub reask: Reask,
     /// When the deterministic repairs run (default [`RepairWhen::Last`]).
     pub repair: RepairWhen,
+    /// Fallback templates per kind of request: the template under the value of one context
+    /// fact (e.g. `block_type`); `fallback` is the default when the fact is absent or has no
+    /// template of its own.
+    pub fallback_by: Option<FallbackBy>,
+}
+
+/// Fallback templates chosen by the value of a request fact (see [`Policy::fallback_by`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FallbackBy {
+    /// The context key whose value picks the template (e.g. `block_type`).
+    pub fact: String,
+    /// Template per value of the fact.
+    pub templates: std::collections::BTreeMap<String, String>,
+}
+
+impl Policy {
+    /// The fallback template for a run with `context`: the one for the value of
+    /// [`fallback_by`](Policy::fallback_by)'s fact, else [`fallback`](Policy::fallback).
+    pub fn fallback_for(&self, context: &crate::Context) -> Option<&str> {
+        self.fallback_by
+            .as_ref()
+            .and_then(|by| {
+                let value = context.get_text(&by.fact)?;
+                by.templates.get(&value)
+            })
+            .or(self.fallback.as_ref())
+            .map(String::as_str)
+    }
 }
 
 /// How the loop asks again after a failed attempt.
@@ -152,6 +180,7 @@ impl Default for Policy {
             partial_check_bytes: Policy::DEFAULT_PARTIAL_CHECK_BYTES,
             reask: Reask::Feedback,
             repair: RepairWhen::Last,
+            fallback_by: None,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! | validator | module | codes |
 //! |---|---|---|
 //! | [`StepMarker`](step_marker::StepMarker) | [`step_marker`] | `MISSING_STEP_MARKER`, `INVALID_STEP` |
+//! | [`StepTransition`](step_transition::StepTransition) | [`step_transition`] | `STEP_NOT_ALLOWED` |
 //! | [`AdrStructure`](adr::AdrStructure) | [`adr`] | `MISSING_YAML_HEADER`, `INVALID_YAML`, `MISSING_ADR_FIELD`, `MISSING_ADR_SECTION`, `INSUFFICIENT_CRITERIA` |
 //! | [`FileRefs`](file_refs::FileRefs) | [`file_refs`] | `FILE_NOT_FOUND`, `PATH_OUTSIDE_ROOT` |
 //!
@@ -34,6 +35,7 @@
 pub mod adr;
 pub mod file_refs;
 pub mod step_marker;
+pub mod step_transition;
 mod yaml_edit;
 
 #[cfg(test)]

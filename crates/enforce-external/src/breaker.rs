@@ -223,6 +223,16 @@ enum Change {
 }
 
 impl CircuitBreaker {
+    /// Consecutive failures that open the breaker.
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    /// How long the open breaker waits before one probe.
+    pub fn cooldown(&self) -> Duration {
+        self.cooldown
+    }
+
     /// A closed breaker that opens after `threshold` consecutive failures (at least 1) and
     /// allows a probe after `cooldown`.
     pub fn new(name: impl Into<String>, threshold: u32, cooldown: Duration) -> Self {
@@ -293,15 +303,18 @@ impl CircuitBreaker {
                 validator = %self.name, %from, %to, reason,
                 failures = inner.consecutive_failures,
                 cooldown_ms = u64::try_from(self.cooldown.as_millis()).unwrap_or(u64::MAX),
-                "circuit breaker opened"
+                "circuit OPEN: {} is skipped until the cooldown ends (answers go out unvalidated or unavailable, as its fail_mode says)",
+                self.name
             ),
             BreakerState::HalfOpen => tracing::info!(
                 target: "enforce_external::breaker",
-                validator = %self.name, %from, %to, "circuit breaker half-open: probing"
+                validator = %self.name, %from, %to,
+                "circuit HALF-OPEN: probing whether {} is reachable", self.name
             ),
             BreakerState::Closed => tracing::info!(
                 target: "enforce_external::breaker",
-                validator = %self.name, %from, %to, "circuit breaker closed"
+                validator = %self.name, %from, %to,
+                "circuit CLOSED: {} is reachable", self.name
             ),
         }
     }

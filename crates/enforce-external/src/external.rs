@@ -8,9 +8,10 @@
 //!   command: [python3, -m, py_compile, "{file}"]   # {file}: the input in a temporary file;
 //!                                                  # without it the input goes to stdin
 //!   blocks: python          # check each ```python block (lines map into the response)
-//!   timeout_ms: 2000        # default 2000; 0 disables the validator
+//!   require_block: true     # default with `blocks`: an answer without one is an error
+//!   timeout_ms: 2000        # default 2000; 0 disables the validator (or timeout_s: 2)
 //!   failure_threshold: 3    # circuit breaker: open after 3 consecutive failures
-//!   cooldown_ms: 30000      # ... and probe again after 30 s
+//!   cooldown_ms: 30000      # ... and probe again after 30 s (or cooldown_s: 30)
 //!   fail_mode: open         # open: pass with a warning when unavailable; closed: stop
 //! shell_syntax:
 //!   type: external
@@ -47,6 +48,7 @@
 //! | code | when |
 //! |---|---|
 //! | `EXTERNAL_CHECK_FAILED` | the checker rejected the input |
+//! | `CODE_BLOCK_MISSING` | `blocks` is set, `require_block` is on (the default) and the answer has no block of that language; when it has blocks of another language (or none named) the message says which |
 //! | `VALIDATOR_UNAVAILABLE` | (raised by the loop) the checker could not run, timed out, or the breaker is open, and the validator fails open |
 //!
 //! A command that does not finish within the timeout is killed; for gRPC the timeout is also
@@ -57,7 +59,7 @@ use crate::breaker::CircuitBreaker;
 use crate::grpc::GrpcConfig;
 #[cfg(feature = "grpc")]
 use crate::grpc::GrpcTarget;
-use crate::guard::Guard;
+use crate::guard::{millis_of, Guard};
 use crate::http::HttpTarget;
 use enforce_core::{
     async_trait, Context, FailMode, Issue, Severity, Unavailable, Validation, Validator,
@@ -74,6 +76,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// Code: the checker rejected the input.
 pub const EXTERNAL_CHECK_FAILED: &str = "EXTERNAL_CHECK_FAILED";
+
+/// Code: `blocks` names a language, `require_block` is on, and the answer has no such block.
+pub const CODE_BLOCK_MISSING: &str = "CODE_BLOCK_MISSING";
 
 /// Most output kept from a checker (the rest is read and dropped).
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
@@ -117,18 +122,26 @@ struct ExternalConfig {
     ca_file: Option<PathBuf>,
     /// Check each fenced block of this language instead of the whole response.
     blocks: Option<String>,
+    /// With `blocks`: an answer without a block of that language is an error
+    /// (`CODE_BLOCK_MISSING`, re-asked like any other), so no code answer skips the checker.
+    /// Default `true`; `false` lets an answer without such a block pass unchecked.
+    require_block: Option<bool>,
     /// Suffix of the temporary file (default from `blocks`, else `.txt`).
     suffix: Option<String>,
-    /// Longest one check may take, in milliseconds; 0 disables the validator.
-    #[serde(default = "default_timeout_ms")]
-    timeout_ms: u64,
+    /// Longest one check may take, in milliseconds (default 2000); 0 disables the validator.
+    timeout_ms: Option<u64>,
+    /// The same in seconds (`timeout_s: 2`), instead of `timeout_ms`.
+    #[cfg_attr(feature = "config-schema", schemars(range(min = 0.0)))]
+    timeout_s: Option<f64>,
     /// Consecutive failures that open the circuit breaker.
     #[serde(default = "crate::guard::default_threshold")]
     #[cfg_attr(feature = "config-schema", schemars(range(min = 1)))]
     failure_threshold: u32,
-    /// How long the open breaker waits before probing again, in milliseconds.
-    #[serde(default = "crate::guard::default_cooldown_ms")]
-    cooldown_ms: u64,
+    /// How long the open breaker waits before probing again, in milliseconds (default 30000).
+    cooldown_ms: Option<u64>,
+    /// The same in seconds (`cooldown_s: 30`), instead of `cooldown_ms`.
+    #[cfg_attr(feature = "config-schema", schemars(range(min = 0.0)))]
+    cooldown_s: Option<f64>,
     /// `open`: pass with a warning when unavailable; `closed`: stop (default: the profile's).
     fail_mode: Option<FailMode>,
     /// Severity of the checker's issues (default `error`).
@@ -158,6 +171,8 @@ pub struct External {
     name: String,
     target: Target,
     blocks: Option<String>,
+    /// With `blocks`: no block of that language is an error.
+    require_block: bool,
     suffix: String,
     severity: Severity,
     hint: Option<String>,
@@ -197,6 +212,7 @@ impl External {
             name,
             target: Target::Command(argv),
             blocks: None,
+            require_block: true,
             suffix: ".txt".into(),
             severity: Severity::Error,
             hint: None,
@@ -209,6 +225,13 @@ impl External {
         let language = language.to_ascii_lowercase();
         self.suffix = suffix_for(&language).into();
         self.blocks = Some(language);
+        self
+    }
+
+    /// Whether an answer without a block of the [`blocks`](Self::blocks) language is an error
+    /// (`CODE_BLOCK_MISSING`; the default) or passes unchecked.
+    pub fn require_block(mut self, required: bool) -> Self {
+        self.require_block = required;
         self
     }
 
@@ -228,6 +251,11 @@ impl External {
     pub fn fail_mode(mut self, mode: FailMode) -> Self {
         self.guard.set_fail_mode(mode);
         self
+    }
+
+    /// The timeout of one check.
+    pub fn call_timeout(&self) -> Duration {
+        self.guard.timeout()
     }
 
     /// The circuit breaker guarding the calls.
@@ -290,6 +318,12 @@ impl External {
         if language.as_deref().is_some_and(str::is_empty) {
             return Err(BuildError::at("blocks", "name a language, e.g. python"));
         }
+        if c.require_block.is_some() && language.is_none() {
+            return Err(BuildError::at(
+                "require_block",
+                "only applies with 'blocks' (the whole answer is checked otherwise)",
+            ));
+        }
         let suffix = c
             .suffix
             .unwrap_or_else(|| language.as_deref().map_or(".txt", suffix_for).to_string());
@@ -312,15 +346,21 @@ impl External {
             name: input.name.to_string(),
             target,
             blocks: language,
+            require_block: c.require_block.unwrap_or(true),
             suffix,
             severity: c.severity.unwrap_or(Severity::Error),
             hint: c.hint,
             working_dir,
             guard: Guard::from_options(
                 input.name,
-                c.timeout_ms,
+                millis_of(c.timeout_ms, c.timeout_s, "timeout", default_timeout_ms())?,
                 c.failure_threshold,
-                c.cooldown_ms,
+                millis_of(
+                    c.cooldown_ms,
+                    c.cooldown_s,
+                    "cooldown",
+                    crate::guard::DEFAULT_COOLDOWN_MS,
+                )?,
                 c.fail_mode,
             )?,
         })
@@ -336,6 +376,48 @@ impl External {
                 .map(|f| (&response[f.content.clone()], f.open_line))
                 .collect(),
         }
+    }
+
+    /// The issue of an answer without a block of the expected language, or `None` when one is
+    /// not required. Blocks in other languages are named, so the model learns what it did.
+    fn missing_block(&self, response: &str) -> Option<Issue> {
+        let lang = self.blocks.as_deref().filter(|_| self.require_block)?;
+        let others = fences(response);
+        let hint =
+            format!("Put the code in a fenced block that starts with ```{lang} and ends with ```.");
+        let issue = match others.first() {
+            None => Issue::error(
+                &self.name,
+                CODE_BLOCK_MISSING,
+                format!(
+                    "the answer has no ```{lang} code block for {} to check",
+                    self.name
+                ),
+            ),
+            Some(first) => {
+                let mut seen: Vec<String> = Vec::new();
+                for f in &others {
+                    let l = if f.language.is_empty() {
+                        "(no language)".to_string()
+                    } else {
+                        f.language.clone()
+                    };
+                    if !seen.contains(&l) {
+                        seen.push(l);
+                    }
+                }
+                Issue::error(
+                    &self.name,
+                    CODE_BLOCK_MISSING,
+                    format!(
+                        "expected a ```{lang} code block, found a block in another language: {}",
+                        seen.join(", ")
+                    ),
+                )
+                .at_line(first.open_line)
+            }
+        };
+        Some(issue.with_hint(hint))
     }
 
     /// Runs the check once; `Ok(None)` = passed, `Ok(Some(output))` = rejected with output.
@@ -619,7 +701,9 @@ impl Validator for External {
         }
         let inputs = self.inputs(response);
         if inputs.is_empty() {
-            return Ok(Vec::new());
+            // With `blocks` and `require_block`, no block is an error: a code answer never
+            // passes without the checker having seen code.
+            return Ok(self.missing_block(response).into_iter().collect());
         }
         let permit = self
             .guard

@@ -28,6 +28,32 @@ pub(crate) fn default_cooldown_ms() -> u64 {
     DEFAULT_COOLDOWN_MS
 }
 
+/// Milliseconds from a key in milliseconds or its twin in seconds (`timeout_ms` /
+/// `timeout_s`): at most one may be given; `default` when neither is. Seconds may be
+/// fractional (`0.5`); they suit deployments whose environment speaks seconds
+/// (`timeout_s: ${AVAP_PARSER_TIMEOUT:-2}`).
+pub(crate) fn millis_of(
+    ms: Option<u64>,
+    seconds: Option<f64>,
+    key: &str,
+    default: u64,
+) -> Result<u64, BuildError> {
+    match (ms, seconds) {
+        (Some(_), Some(_)) => Err(BuildError::at(
+            format!("{key}_s"),
+            format!("give either '{key}_ms' or '{key}_s', not both"),
+        )),
+        (Some(ms), None) => Ok(ms),
+        (None, Some(s)) if !s.is_finite() || s < 0.0 => Err(BuildError::at(
+            format!("{key}_s"),
+            "seconds must be a number of at least 0",
+        )),
+        // Rounded to whole milliseconds; at most u64::MAX ms (`as` saturates).
+        (None, Some(s)) => Ok((s * 1000.0).round() as u64),
+        (None, None) => Ok(default),
+    }
+}
+
 /// A timeout, a circuit breaker and a fail mode around the calls of one validator.
 #[derive(Debug)]
 pub struct Guard {

@@ -445,6 +445,9 @@ fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome: &Outcome) 
         ENFORCE_STATUS_HEADER,
         HeaderValue::from_static(outcome.status.as_str()),
     );
+    if let Ok(value) = HeaderValue::from_str(&crate::openai::validation_status(outcome)) {
+        headers.insert(crate::VALIDATION_STATUS_HEADER, value);
+    }
     headers.insert(
         "x-enforce-attempts",
         HeaderValue::from(outcome.attempts.len()),

@@ -43,6 +43,18 @@ pub enum StreamMode {
     Draft,
 }
 
+impl StreamMode {
+    /// The `on_unresolved` of a model in this mode that configures none: a chat UI (`draft`)
+    /// shows the enforcement error as the answer, since it does not display the status that
+    /// travels in the last chunk; `hold` (API clients) returns the answer with its status.
+    pub fn default_on_unresolved(self) -> FailureResponse {
+        match self {
+            StreamMode::Hold => FailureResponse::Return,
+            StreamMode::Draft => FailureResponse::Error,
+        }
+    }
+}
+
 /// Per-model behaviour of the proxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -132,6 +132,14 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static(status),
             );
         }
+        let validation_status = self
+            .enforcement
+            .as_deref()
+            .and_then(|e| e["validation_status"].as_str())
+            .and_then(|v| HeaderValue::from_str(v).ok());
+        if let Some(value) = validation_status {
+            headers.insert(crate::VALIDATION_STATUS_HEADER, value);
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }

@@ -66,7 +66,7 @@ pub use config::{
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
-pub use openai::{parse_chat_request, ChatRequest};
+pub use openai::{parse_chat_request, validation_status, ChatRequest};
 #[cfg(feature = "redis")]
 pub use redis_state::RedisState;
 pub use routes::{Classifier, Route, RouteError, Routes, When, DEFAULT_CLASSIFY_PROMPT};
@@ -90,6 +90,10 @@ use tokio::sync::Semaphore;
 
 /// The response header carrying the enforcement status of a non-streaming answer.
 pub const ENFORCE_STATUS_HEADER: &str = "x-enforce-status";
+
+/// The response header carrying the per-type layer's `validation_status` (`""`,
+/// `INVALID_UNRESOLVED`, `<VALIDATOR>_UNAVAILABLE`), as in the `enforcement` object.
+pub const VALIDATION_STATUS_HEADER: &str = "x-enforce-validation-status";
 
 /// Reads the step of a passed answer (e.g. `why` from `<!-- STEP: why -->`) for the chat's
 /// step history. The binary wires the `step_marker` validator's extraction here.

@@ -122,6 +122,10 @@ pub(crate) const INPUT_CHECKS: Metric = counter(
     "enforce_input_checks_total",
     "Requests checked before the model call (profiles with input validators), by what the input stage did.",
 );
+pub(crate) const FALLBACKS: Metric = counter(
+    "enforce_fallbacks_total",
+    "Answers that failed every attempt and met the profile's fallback, by model, profile and outcome (applied: the fallback text was sent; rejected: it failed its own validators and the last answer went out instead).",
+);
 pub(crate) const ROUTES: Metric = counter(
     "enforce_routes_total",
     "Requests of models with routes, by the route taken, its profile and what matched.",

@@ -203,6 +203,30 @@ fn issue_json(issue: &Issue) -> Value {
     })
 }
 
+/// The per-type layer's `validation_status` of an outcome, one value per case (documented in
+/// README's "How each answer was checked"):
+///
+/// | value | when |
+/// |---|---|
+/// | `""` | passed or repaired, every check ran |
+/// | `<NAME>_UNAVAILABLE` | a validator gave no verdict (failed open or closed, switched off, breaker open): its configured name upper-cased, e.g. `PARSER_UNAVAILABLE` for `parser` |
+/// | `INVALID_UNRESOLVED` | the checks ran and the answer still failed them (unresolved, aborted, or replaced by a fallback) |
+pub fn validation_status(outcome: &Outcome) -> String {
+    let unavailable = |name: &str| format!("{}_UNAVAILABLE", name.to_ascii_uppercase());
+    if outcome.status == Status::Unavailable {
+        return outcome
+            .unavailable()
+            .map_or_else(|| unavailable("VALIDATOR"), |u| unavailable(&u.validator));
+    }
+    if outcome.status.is_success() && !outcome.fallback_used {
+        return outcome
+            .unchecked_validators()
+            .first()
+            .map_or_else(String::new, |name| unavailable(name));
+    }
+    "INVALID_UNRESOLVED".to_string()
+}
+
 /// The `enforcement` object added to completions, finish chunks and errors.
 pub fn enforcement_json(outcome: &Outcome) -> Value {
     let repairs: Vec<&str> = outcome
@@ -222,6 +246,7 @@ pub fn enforcement_json(outcome: &Outcome) -> Value {
         "warnings": outcome.warnings.iter().map(issue_json).collect::<Vec<_>>(),
         "repairs": repairs,
         "fallback_used": outcome.fallback_used,
+        "validation_status": validation_status(outcome),
     });
     // The input stage's verdict, only for profiles that have one.
     if let (Some(input), Value::Object(map)) = (&outcome.input, &mut object) {

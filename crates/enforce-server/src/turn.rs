@@ -5,7 +5,7 @@
 use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
 use crate::error::ApiError;
 use crate::metrics::{
-    Metrics, ATTEMPTS, INPUT_CHECKS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS,
+    Metrics, ATTEMPTS, FALLBACKS, INPUT_CHECKS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS,
     REQUEST_DURATION, ROUTES, RUNNER_FAILURES, UPSTREAM_LATENCY,
 };
 use crate::openai::{self, ChatRequest, CompletionId};
@@ -105,6 +105,8 @@ struct TurnObserver {
     /// Keeps the recorded attempts for a deadline or a panic.
     recorded: AttemptsSoFar,
     trace: Option<Arc<RequestTrace>>,
+    /// Most attempts the enforcement may make, for the per-attempt log line.
+    max_attempts: u32,
 }
 
 impl Observer for TurnObserver {
@@ -114,6 +116,24 @@ impl Observer for TurnObserver {
         }
         if let Event::Recorded { attempt } = event {
             self.recorded.push(attempt);
+            let mut codes: Vec<String> = Vec::new();
+            for issue in attempt.issues.iter().filter(|i| i.is_error()) {
+                // Escaped: a plugin's code could hold a line break and forge a log line.
+                let code = issue.code.escape_debug().to_string();
+                if !codes.contains(&code) {
+                    codes.push(code);
+                }
+            }
+            if !codes.is_empty() {
+                tracing::warn!(
+                    attempt = attempt.number,
+                    max_attempts = self.max_attempts,
+                    "attempt {}/{} failed: {}",
+                    attempt.number,
+                    self.max_attempts,
+                    codes.join(", ")
+                );
+            }
         }
         if let Some(p) = progress_of(event, self.drafts) {
             // The receiver is gone only when the client left; nothing to tell then.
@@ -310,7 +330,7 @@ impl Turn {
     /// until the line is on disk, so an answer is never acknowledged before it is audited.
     /// `status` is the metrics label (`deadline` and `internal_error` for outcomes cut short,
     /// whose overhead is not observed: the attempt in flight has no runner time).
-    async fn record(&self, status: &str, outcome: &Outcome, total: Duration) {
+    async fn record(&self, status: &str, outcome: &Outcome, total: Duration, step: Option<&str>) {
         let (app, model) = (&self.app, self.model.id.as_str());
         let cut_short = matches!(
             outcome.stop_reason,
@@ -329,11 +349,49 @@ impl Turn {
         if let Some(trace) = &self.trace {
             trace.finish(status, Some(outcome));
         }
-        if let Some(rejected) = outcome
+        let profile = self
+            .route
+            .as_ref()
+            .and_then(|r| r.get("profile"))
+            .and_then(|p| p.as_str())
+            .unwrap_or(self.model.profile.as_str());
+        let fallback_rejected = outcome
             .warnings
             .iter()
-            .find(|w| w.code == enforce_core::FALLBACK_INVALID)
-        {
+            .find(|w| w.code == enforce_core::FALLBACK_INVALID);
+        if outcome.fallback_used || fallback_rejected.is_some() {
+            let applied = if outcome.fallback_used {
+                "applied"
+            } else {
+                "rejected"
+            };
+            app.metrics.count(
+                &FALLBACKS,
+                &[("model", model), ("profile", profile), ("outcome", applied)],
+                1,
+            );
+        }
+        if outcome.fallback_used {
+            // The fallback passed its checks: the codes it stands in for are the last attempt's.
+            let codes: Vec<String> = outcome
+                .attempts
+                .last()
+                .map(|a| {
+                    a.issues
+                        .iter()
+                        .map(|i| i.code.escape_debug().to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            tracing::info!(
+                model,
+                profile,
+                request_id = %self.ids.id,
+                "applied fallback for issues: {}",
+                codes.join(", ")
+            );
+        }
+        if let Some(rejected) = fallback_rejected {
             tracing::warn!(
                 model,
                 request_id = %self.ids.id,
@@ -406,6 +464,8 @@ impl Turn {
                 .chat_id(self.chat_id.as_deref())
                 .runner(self.model.runner_kind.as_deref())
                 .route(self.route.as_ref())
+                // The step belongs to a chat's history: only for requests of a chat.
+                .step(step.filter(|_| self.chat_id.is_some()))
                 .to_json_line();
             if audit.policy() == FsyncPolicy::Always {
                 // A failed write is logged and counted by the writer; the client still gets its
@@ -456,6 +516,7 @@ impl Turn {
             drafts,
             recorded,
             trace: self.trace.clone(),
+            max_attempts: enforcer.max_attempts(),
         };
         let handle = tokio::spawn(
             async move {
@@ -481,7 +542,10 @@ impl Turn {
             Ended::Outcome(outcome) => outcome,
             Ended::Deadline(attempts) => {
                 let outcome = Outcome::interrupted(StopReason::DeadlineExceeded, attempts, total);
-                self.record("deadline", &outcome, total).await;
+                self.record("deadline", &outcome, total, self.unknown_step())
+                    .await;
+                self.record_session(&outcome, self.unknown_step().map(String::from), None)
+                    .await;
                 return Err(ApiError::new(
                     StatusCode::GATEWAY_TIMEOUT,
                     "enforcement_error",
@@ -494,7 +558,10 @@ impl Turn {
             }
             Ended::Crashed(attempts) => {
                 let outcome = Outcome::interrupted(StopReason::Panicked, attempts, total);
-                self.record("internal_error", &outcome, total).await;
+                self.record("internal_error", &outcome, total, self.unknown_step())
+                    .await;
+                self.record_session(&outcome, self.unknown_step().map(String::from), None)
+                    .await;
                 return Err(ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "server_error",
@@ -503,8 +570,6 @@ impl Turn {
                 ));
             }
         };
-        self.record(outcome.status.as_str(), &outcome, total).await;
-
         let deliverable = deliverable(&outcome, delivery_for(&self.model));
         if deliverable.is_some() && !outcome.status.is_success() && !outcome.fallback_used {
             tracing::warn!(
@@ -520,10 +585,21 @@ impl Turn {
         }
         // The step marker: recorded in the session, and cut from what the client sees when the
         // model hides it.
-        let mark = match (&deliverable, outcome.status.is_success()) {
+        let checked = outcome.status.is_success() && !outcome.fallback_used;
+        let mark = match (&deliverable, checked) {
             (Some(text), true) => self.app.step_extractor.as_ref().and_then(|f| f(text)),
             _ => None,
         };
+        // A turn without a checked answer still takes a place in the step history: `unknown`,
+        // so the next turn's `previous_step` says the flow lost track instead of repeating a
+        // step the user never saw confirmed.
+        let step = match &mark {
+            Some(m) => Some(m.step.clone()),
+            None if !checked => self.unknown_step().map(String::from),
+            None => None,
+        };
+        self.record(outcome.status.as_str(), &outcome, total, step.as_deref())
+            .await;
         let mut hidden = None;
         let deliverable = match (deliverable, &mark) {
             (Some(text), Some(mark)) if self.model.options.hide_step_marker => {
@@ -536,18 +612,7 @@ impl Turn {
             }
             (deliverable, _) => deliverable,
         };
-        if let Some(chat_id) = &self.chat_id {
-            let turn = TurnRecord {
-                model: &self.model.id,
-                status: outcome.status.as_str(),
-                runner_session_id: outcome.session_id.as_deref(),
-                step: mark.map(|m| m.step),
-                hidden,
-            };
-            if let Err(e) = self.app.sessions.record_turn(chat_id, turn).await {
-                tracing::error!(chat_id, error = %e, "could not persist session");
-            }
-        }
+        self.record_session(&outcome, step, hidden).await;
         match deliverable {
             // An empty answer looks like a dropped connection to every client: say so instead.
             Some(text) if text.trim().is_empty() && outcome.tool_calls.is_empty() => {
@@ -574,6 +639,40 @@ impl Turn {
         }
     }
 }
+
+impl Turn {
+    /// The step a turn without a checked answer records: `unknown` where steps are tracked
+    /// (a step extractor is configured), else none.
+    fn unknown_step(&self) -> Option<&'static str> {
+        self.app.step_extractor.as_ref().map(|_| UNKNOWN_STEP)
+    }
+
+    /// Records the turn in its chat's session (when the request belongs to a chat).
+    async fn record_session(
+        &self,
+        outcome: &Outcome,
+        step: Option<String>,
+        hidden: Option<HiddenMarker>,
+    ) {
+        let Some(chat_id) = &self.chat_id else {
+            return;
+        };
+        let turn = TurnRecord {
+            model: &self.model.id,
+            status: outcome.status.as_str(),
+            runner_session_id: outcome.session_id.as_deref(),
+            step,
+            hidden,
+        };
+        if let Err(e) = self.app.sessions.record_turn(chat_id, turn).await {
+            tracing::error!(chat_id, error = %e, "could not persist session");
+        }
+    }
+}
+
+/// The step recorded for a turn that delivered no checked answer with a marker (unresolved,
+/// an error to the client, aborted, cut short).
+pub(crate) const UNKNOWN_STEP: &str = "unknown";
 
 /// `text` without the marker at `range` (and the blank space it leaves at the end), and the
 /// marker.

@@ -30,6 +30,7 @@
 #![forbid(unsafe_code)]
 
 mod fake_claude;
+mod logs;
 mod loopback;
 pub mod mock_anthropic;
 mod mock_openai;
@@ -39,6 +40,7 @@ pub mod sse;
 pub mod toy_parser;
 
 pub use fake_claude::{fake_claude_path, process_is_gone, FakeClaude, FakeClaudeCall, ScratchDir};
+pub use logs::LogBuffer;
 pub use mock_anthropic::MockAnthropic;
 pub use mock_openai::{
     bag_of_words_embedding, EmbeddingsFault, ErrorShape, MockOpenAi, MockReply, MockScript,

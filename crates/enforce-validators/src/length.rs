@@ -14,6 +14,9 @@
 //! | `TOO_SHORT` | fewer than `min` |
 //! | `TOO_LONG` | more than `max` |
 //!
+//! Either code can be renamed per bound (`max: {value: 80, code: WORD_COUNT_IN_RANGE}`), as
+//! `schema_code` renames the `json` validator's code.
+//!
 //! Words are runs of non-whitespace; characters are Unicode scalar values.
 //!
 //! Early abort: `TOO_LONG` is definite as soon as the text received has more than `max` (counts
@@ -83,6 +86,9 @@ pub struct Bound {
     pub message: Option<String>,
     /// Hint override.
     pub hint: Option<String>,
+    /// Code override (default `TOO_SHORT` for `min`, `TOO_LONG` for `max`), so a pipeline keeps
+    /// its own rule names, as `schema_code` does for `json`.
+    pub code: Option<String>,
 }
 
 impl Bound {
@@ -93,6 +99,7 @@ impl Bound {
             severity: Severity::Error,
             message: None,
             hint: None,
+            code: None,
         }
     }
 }
@@ -112,6 +119,8 @@ struct BoundConfig {
     message: Option<String>,
     /// Hint override.
     hint: Option<String>,
+    /// Code override (default `TOO_SHORT` / `TOO_LONG`).
+    code: Option<String>,
 }
 
 /// A limit: a number, or `{value, severity, message, hint}`.
@@ -167,6 +176,7 @@ fn parse_bound(value: &serde_json::Value, key: &str) -> Result<Bound, BuildError
         severity: c.severity.unwrap_or(Severity::Error),
         message: c.message,
         hint: c.hint,
+        code: c.code,
     })
 }
 
@@ -250,7 +260,7 @@ impl Length {
         };
         Issue::error(
             &self.name,
-            code,
+            bound.code.as_deref().unwrap_or(code),
             bound.message.as_deref().map_or(default, fill),
         )
         .with_severity(bound.severity)
@@ -376,6 +386,31 @@ mod tests {
         assert!(codes(&*v, "äöü").is_empty());
         let issues = block_on(v.validate("äöüß", &Context::new())).unwrap();
         assert_eq!(issues[0].message, "4>3 characters");
+    }
+
+    #[test]
+    fn each_bound_s_code_can_be_renamed() {
+        let v = Registry::builtin()
+            .build(
+                "l",
+                &json!({"type": "length", "min": {"value": 2, "code": "WORD_COUNT_IN_RANGE", "severity": "warning"},
+                        "max": {"value": 3, "code": "WORD_COUNT_IN_RANGE"}}),
+                &BuildEnv::default(),
+            )
+            .unwrap();
+        assert_eq!(
+            codes(&*v, "one"),
+            vec![("WORD_COUNT_IN_RANGE".into(), Severity::Warning)]
+        );
+        assert_eq!(
+            codes(&*v, "a b c d"),
+            vec![("WORD_COUNT_IN_RANGE".into(), Severity::Error)]
+        );
+        // The early check of a streamed answer reports the renamed code too.
+        let context = Context::new();
+        let mut check = v.partial_check(&context).unwrap();
+        let cut = block_on(check.check("a b c d e "));
+        assert_eq!(cut[0].code, "WORD_COUNT_IN_RANGE");
     }
 
     #[test]

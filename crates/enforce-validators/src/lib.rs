@@ -8,6 +8,7 @@
 //! | [`JsonValidator`](json::JsonValidator) | [`json`] | `INVALID_JSON`, `SCHEMA_VIOLATION` |
 //! | [`Pattern`](pattern::Pattern) | [`pattern`] | configurable (default `FORBIDDEN_PATTERN`, `MISSING_PATTERN`) |
 //! | [`Length`](length::Length) | [`length`] | `TOO_SHORT`, `TOO_LONG` |
+//! | [`OneOf`](one_of::OneOf) | [`one_of`] | `VALUE_NOT_ALLOWED` |
 //! | [`Terms`](terms::Terms) | [`terms`] | configurable (default `MISSING_TERM`, `FORBIDDEN_TERM`, `PREFERRED_TERM`) |
 //! | [`ToolCalls`](tool_calls::ToolCalls) | [`tool_calls`] | `UNKNOWN_TOOL`, `INVALID_TOOL_ARGUMENTS` (built per request from its `tools`) |
 //!
@@ -44,6 +45,7 @@ mod error;
 pub mod json;
 mod json_prefix;
 pub mod length;
+pub mod one_of;
 mod partial;
 pub mod pattern;
 pub mod scope;

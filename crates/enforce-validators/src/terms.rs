@@ -387,7 +387,7 @@ fn sole_placeholder(template: &str) -> Option<&str> {
 
 /// The values a template stands for in `context`: each item when it is one `{{key}}` holding a
 /// list, else the rendered text. `None` when a placeholder is not in the context.
-fn values_of(template: &str, context: &Context) -> Option<Vec<String>> {
+pub(crate) fn values_of(template: &str, context: &Context) -> Option<Vec<String>> {
     if let Some(Value::Array(items)) = sole_placeholder(template).and_then(|k| context.get(k)) {
         return Some(
             items

@@ -37,6 +37,7 @@ impl Registry {
         Ok(match kind.as_str() {
             "json" => Box::new(crate::json::JsonValidator::from_config(&input)?),
             "length" => Box::new(crate::length::Length::from_config(&input)?),
+            "one_of" => Box::new(crate::one_of::OneOf::from_config(&input)?),
             "pattern" => Box::new(crate::pattern::Pattern::from_config(&input)?),
             "terms" => Box::new(crate::terms::Terms::from_config(&input)?),
             other => return Err(crate::BuildError::new(format!("no type '{other}' here"))),

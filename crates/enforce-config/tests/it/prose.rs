@@ -90,7 +90,7 @@ async fn word_limits_depend_on_the_block_type() {
     // 7 words: a warning for an introduction (min 30), also for a transition (min 10) ...
     assert!(has(
         &codes(&block("introduction", short, &[]), &context()).await,
-        "TOO_SHORT",
+        "WORD_COUNT_IN_RANGE",
         Severity::Warning
     ));
     // ... and 85 words are too long for a transition (max 80) but fine for an introduction.
@@ -99,12 +99,16 @@ async fn word_limits_depend_on_the_block_type() {
         "wächst stetig ".repeat(39)
     );
     let found = codes(&block("transition", &long, &[]), &context()).await;
-    assert!(has(&found, "TOO_LONG", Severity::Error), "{found:?}");
+    // The pipeline's own rule name (`code:` on each bound), not TOO_LONG.
+    assert!(
+        has(&found, "WORD_COUNT_IN_RANGE", Severity::Error),
+        "{found:?}"
+    );
     let found = codes(&block("introduction", &long, &[]), &context()).await;
     assert!(
         !found
             .iter()
-            .any(|(c, _, _)| c == "TOO_LONG" || c == "TOO_SHORT"),
+            .any(|(c, _, _)| c == "WORD_COUNT_IN_RANGE" || c == "TOO_LONG" || c == "TOO_SHORT"),
         "{found:?}"
     );
 }
@@ -243,6 +247,103 @@ async fn repairable_errors_are_re_asked_in_german_and_then_pass() {
     let feedback = runner.calls()[1].feedback().unwrap().to_string();
     assert!(feedback.contains("NO_NUMERIC_SCORES"), "{feedback}");
     assert!(feedback.contains("Behebe"), "German feedback: {feedback}");
+    // The repair prompt's fixed rules, from the profile's feedback settings.
+    for rule in [
+        "keine Fakten ändern",
+        "keine direkte Ansprache",
+        "keine Prozentwerte",
+    ] {
+        assert!(feedback.contains(rule), "{rule}: {feedback}");
+    }
+}
+
+/// Runs one hard-aborting request (facts not sanitised) and returns the fallback sent.
+async fn fallback_for(ctx: Context) -> serde_json::Value {
+    let ctx = ctx.with("sanitized", "false");
+    let runner = ScriptedRunner::texts([block("introduction", GOOD_TEXT, &[])]);
+    let out = prose()
+        .run(&runner, &Request::prompt("Schreibe den Block."), &ctx)
+        .await;
+    assert!(out.fallback_used, "{:?}", out.warnings);
+    serde_json::from_str(out.response.as_deref().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn the_fallback_template_follows_the_block_type_and_the_facts() {
+    let transition = fallback_for(
+        context()
+            .with("block_type", "transition")
+            .with("block_id", "t-7"),
+    )
+    .await;
+    assert_eq!(transition["blockType"], "transition");
+    assert_eq!(transition["blockId"], "t-7");
+    assert!(transition["text"]
+        .as_str()
+        .unwrap()
+        .contains("Muster Logistik GmbH"));
+    // A kind without a template of its own, and no block facts: the default template, with
+    // the placeholder defaults.
+    let default = fallback_for(context().with("block_type", "summary")).await;
+    assert_eq!(default["blockType"], "introduction");
+    assert_eq!(default["blockId"], "fallback");
+    // `{{document_type|Compliance}}`: the fact when given, else its default.
+    let intro = fallback_for(context().with("block_type", "introduction")).await;
+    assert!(
+        intro["text"]
+            .as_str()
+            .unwrap()
+            .contains("Compliance-Dokumentation"),
+        "{intro}"
+    );
+    let dsfa = fallback_for(
+        context()
+            .with("block_type", "introduction")
+            .with("document_type", "DSFA"),
+    )
+    .await;
+    assert!(
+        dsfa["text"]
+            .as_str()
+            .unwrap()
+            .contains("DSFA-Dokumentation"),
+        "{dsfa}"
+    );
+    for kind in ["conclusion", "appreciation"] {
+        let sent = fallback_for(context().with("block_type", kind)).await;
+        assert_eq!(sent["blockType"], kind);
+    }
+}
+
+#[tokio::test]
+async fn asserted_tags_must_come_from_the_catalogue() {
+    let ctx = context()
+        .with("narrative_tags", json!(["Pionier", "Stabil"]))
+        .with("expected_tags", json!(["Pionier"]));
+    let asserting = |tags: serde_json::Value| {
+        json!({
+            "blockId": "b1", "blockType": "introduction", "language": "de", "text": GOOD_TEXT,
+            "assertions": {"companyNameUsed": true, "narrativeTagsUsed": tags},
+            "forbiddenContentDetected": [],
+        })
+        .to_string()
+    };
+    assert!(codes(&asserting(json!(["Pionier"])), &ctx).await.is_empty());
+    let found = codes(&asserting(json!(["Pionier", "Visionär"])), &ctx).await;
+    assert_eq!(
+        found,
+        vec![(
+            "NARRATIVE_TAGS_CONSISTENT".to_string(),
+            Severity::Error,
+            true
+        )]
+    );
+    // The schema checks the shape of the assertions.
+    let found = codes(&asserting(json!("Pionier")), &ctx).await;
+    assert!(
+        has(&found, "SCHEMA_VIOLATION", Severity::Error),
+        "{found:?}"
+    );
 }
 
 #[test]
@@ -253,4 +354,42 @@ fn the_full_example_configuration_loads() {
     assert_eq!(names, vec!["adr", "chat", "code", "report", "support"]);
     assert_eq!(profiles.get("adr").unwrap().policy().max_retries, 3);
     assert_eq!(profiles.default_name(), "chat");
+}
+
+#[tokio::test]
+async fn when_context_scopes_a_rule_to_one_fact_value() {
+    use enforce_config::BuildEnv;
+    use enforce_core::Validator;
+    // No direct address, but only in reports: a letter may address its reader.
+    let v: Box<dyn Validator> = Registry::builtin()
+        .build(
+            "formal",
+            &json!({"type": "terms", "when": {"context": "document_type", "equals": "report"},
+                    "forbidden": [{"term": "Sie", "case_sensitive": true, "code": "NO_DIRECT_ADDRESS"}]}),
+            &BuildEnv::default(),
+        )
+        .unwrap();
+    let text = "Wir danken Sie für die Zusammenarbeit.";
+    let codes = |ctx: Context| {
+        let v = &v;
+        async move {
+            v.validate(text, &ctx)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|i| i.code)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        codes(Context::new().with("document_type", "report")).await,
+        ["NO_DIRECT_ADDRESS"]
+    );
+    assert!(codes(Context::new().with("document_type", "letter"))
+        .await
+        .is_empty());
+    assert!(
+        codes(Context::new()).await.is_empty(),
+        "no fact: not in scope"
+    );
 }

@@ -39,12 +39,86 @@ async fn python_blocks_are_compiled_and_errors_map_to_response_lines() {
     assert_eq!(issues[0].code, "EXTERNAL_CHECK_FAILED");
     assert_eq!(issues[0].line, Some(5), "{issues:?}"); // `def f(:` is line 5 of the response
     assert!(issues[0].message.contains("SyntaxError"), "{issues:?}");
-    // No python block: nothing to check.
+    // No python block: an error, never an unchecked pass.
+    let issues = v.validate("plain text", &Context::new()).await.unwrap();
+    assert_eq!(issues[0].code, "CODE_BLOCK_MISSING", "{issues:?}");
+}
+
+#[tokio::test]
+async fn a_code_answer_without_the_expected_block_is_an_error_with_a_hint() {
+    // `false` rejects every input: the check must not even be reached for these answers.
+    let v = build(json!({"type": "external", "command": ["false"], "blocks": "avap"}));
+    let issues = v
+        .validate("Here is the code: addVar(x, 1)", &Context::new())
+        .await
+        .unwrap();
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    assert_eq!(issues[0].code, "CODE_BLOCK_MISSING");
+    assert!(issues[0].is_error());
+    assert!(issues[0].message.contains("```avap"), "{issues:?}");
+    assert!(
+        issues[0]
+            .hint
+            .as_deref()
+            .is_some_and(|h| h.contains("```avap")),
+        "{issues:?}"
+    );
+    // A block in another language is named as such, at its line.
+    let issues = v
+        .validate("Sure:\n\n```python\nprint(1)\n```\n", &Context::new())
+        .await
+        .unwrap();
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    assert_eq!(issues[0].code, "CODE_BLOCK_MISSING");
+    assert!(issues[0].message.contains("python"), "{issues:?}");
+    assert_eq!(issues[0].line, Some(3));
+}
+
+#[tokio::test]
+async fn require_block_false_lets_an_answer_without_a_block_pass() {
+    let v = build(
+        json!({"type": "external", "command": ["false"], "blocks": "avap", "require_block": false}),
+    );
     assert!(v
-        .validate("plain text", &Context::new())
+        .validate("no code here", &Context::new())
         .await
         .unwrap()
         .is_empty());
+    // Without `blocks` the key means nothing: refused.
+    let err = Registry::builtin()
+        .build(
+            "checker",
+            &json!({"type": "external", "command": ["false"], "require_block": true}),
+            &BuildEnv::default(),
+        )
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("require_block"), "{err}");
+}
+
+#[tokio::test]
+async fn a_missing_block_is_re_asked_and_the_next_answer_is_checked() {
+    let v = build(json!({"type": "external", "command": ["sh", "-n"], "blocks": "sh"}));
+    let runner =
+        enforce_core::ScriptedRunner::texts(["Run echo hi in your shell.", "```sh\necho hi\n```"]);
+    let outcome = Enforcer::new(vec![v])
+        .run(
+            &runner,
+            &enforce_core::Request::prompt("a shell command"),
+            &Context::new(),
+        )
+        .await;
+    assert_eq!(outcome.status, Status::Passed);
+    assert_eq!(outcome.attempts.len(), 2);
+    assert_eq!(outcome.attempts[0].issues[0].code, "CODE_BLOCK_MISSING");
+    let calls = runner.calls();
+    assert!(
+        calls[1]
+            .feedback()
+            .is_some_and(|f| f.contains("CODE_BLOCK_MISSING")),
+        "{:?}",
+        calls[1].feedback()
+    );
 }
 
 #[tokio::test]
@@ -152,6 +226,103 @@ async fn breaker_opens_then_probes_then_closes() {
     assert!(v.validate("x", &Context::new()).await.unwrap().is_empty());
     assert_eq!(v.circuit_breaker().state(), BreakerState::Closed);
     let _ = std::fs::remove_file(&marker);
+}
+
+/// Every log line of this test process (one process-wide subscriber: thread-scoped ones miss
+/// events of callsites first hit by other tests' threads).
+type Logs = enforce_testkit::LogBuffer;
+
+fn captured_logs() -> &'static Logs {
+    static LOGS: std::sync::OnceLock<Logs> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        logs
+    })
+}
+
+#[tokio::test]
+async fn breaker_transitions_are_logged_open_half_open_closed() {
+    let logs = captured_logs();
+    let marker = std::env::temp_dir().join(format!("enforce-breaker-log-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let script = format!("test -e {} || sleep 5", marker.display());
+    // A generous timeout: the probe must pass on a loaded machine too.
+    let v = External::command("logged_parser", vec!["sh".into(), "-c".into(), script])
+        .unwrap()
+        .timeout(Duration::from_millis(1500))
+        .breaker(1, Duration::from_millis(200));
+    assert!(v.validate("x", &Context::new()).await.is_err());
+    std::fs::write(&marker, "").unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(v.validate("x", &Context::new()).await.unwrap().is_empty());
+    let _ = std::fs::remove_file(&marker);
+    // Only this test's validator: other tests log into the same buffer.
+    let text: String = logs
+        .text()
+        .lines()
+        .filter(|l| l.contains("logged_parser"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in the log:\n{text}"))
+    };
+    let open = at("circuit OPEN: logged_parser");
+    let half_open = at("circuit HALF-OPEN: probing whether logged_parser");
+    let closed = at("circuit CLOSED: logged_parser is reachable");
+    assert!(open < half_open && half_open < closed, "{text}");
+    assert!(text[open..].starts_with("circuit OPEN"), "{text}");
+    assert!(text.contains("WARN"), "OPEN is a warning: {text}");
+}
+
+fn external(options: serde_json::Value) -> Result<External, enforce_config::BuildError> {
+    External::from_config(&enforce_config::FactoryInput::new("parser", &options))
+}
+
+#[test]
+fn the_documented_defaults_are_pinned() {
+    // Checker: 2 s per call; breaker: open after 3 consecutive failures, probe after 30 s.
+    let v = external(json!({"command": ["true"]})).unwrap();
+    assert_eq!(v.call_timeout(), Duration::from_secs(2));
+    assert_eq!(v.circuit_breaker().threshold(), 3);
+    assert_eq!(v.circuit_breaker().cooldown(), Duration::from_secs(30));
+    // The loop: 2 re-asks after the first attempt.
+    assert_eq!(enforce_core::Policy::default().max_retries, 2);
+    assert_eq!(Enforcer::new(vec![]).max_attempts(), 3);
+}
+
+#[test]
+fn timeouts_and_cooldowns_in_seconds_as_the_seed_environment_gives_them() {
+    // `timeout_s: ${AVAP_PARSER_TIMEOUT}` with AVAP_PARSER_TIMEOUT=2, `cooldown_s:
+    // ${PARSER_CB_COOLDOWN}` with 30: the numbers as the environment names them.
+    let v = external(json!({"command": ["true"], "timeout_s": 2, "cooldown_s": 30})).unwrap();
+    assert_eq!(v.call_timeout(), Duration::from_secs(2));
+    assert_eq!(v.circuit_breaker().cooldown(), Duration::from_secs(30));
+    let v = external(json!({"command": ["true"], "timeout_s": 0.5})).unwrap();
+    assert_eq!(v.call_timeout(), Duration::from_millis(500));
+    // 0 switches the validator off, as `timeout_ms: 0` does.
+    let v = external(json!({"command": ["true"], "timeout_s": 0})).unwrap();
+    assert_eq!(v.call_timeout(), Duration::ZERO);
+    for (bad, key) in [
+        (
+            json!({"command": ["true"], "timeout_s": 2, "timeout_ms": 2000}),
+            "timeout_s",
+        ),
+        (
+            json!({"command": ["true"], "cooldown_s": 30, "cooldown_ms": 1}),
+            "cooldown_s",
+        ),
+        (json!({"command": ["true"], "timeout_s": -1}), "timeout_s"),
+    ] {
+        let err = external(bad).err().unwrap();
+        assert_eq!(err.key, key, "{err}");
+    }
 }
 
 #[tokio::test]

@@ -66,12 +66,9 @@ async fn valid_code_passes_and_the_fixed_fields_arrive() {
     assert_eq!(requests.len(), 1);
     assert_eq!(requests[0].code, "addVar(x, 1)\naddResult(x)\n");
     assert_eq!(requests[0].language, "avap");
-    // No block of the language: nothing to check, no call.
-    assert!(v
-        .validate("no code here", &Context::new())
-        .await
-        .unwrap()
-        .is_empty());
+    // No block of the language: CODE_BLOCK_MISSING, and no call.
+    let issues = v.validate("no code here", &Context::new()).await.unwrap();
+    assert_eq!(issues[0].code, "CODE_BLOCK_MISSING", "{issues:?}");
     assert_eq!(parser.calls(), 1);
 }
 

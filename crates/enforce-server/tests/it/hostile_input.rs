@@ -14,8 +14,7 @@ use enforce_testkit::{ErrorShape, MockOpenAi, MockReply, MockScript, Then};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 /// Answers with the last user message, as it is.
 struct Echo;
@@ -135,23 +134,10 @@ fn no_answer_text_can_forge_sse_events() {
         .expect("property holds");
 }
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+/// The process-wide log capture (installed on first use).
+pub(crate) type Captured = enforce_testkit::LogBuffer;
 
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn captured_logs() -> &'static Captured {
+pub(crate) fn captured_logs() -> &'static Captured {
     static LOGS: OnceLock<Captured> = OnceLock::new();
     LOGS.get_or_init(|| {
         let logs = Captured::default();
@@ -258,8 +244,7 @@ async fn issue_text_and_keys_cannot_leak_or_forge_lines() {
     for line in audit_text.lines() {
         serde_json::from_str::<Value>(line).expect("each audit line is one JSON object");
     }
-    let log_text =
-        String::from_utf8_lossy(&logs.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+    let log_text = logs.text();
     assert!(
         log_text.contains("runner failed"),
         "the log was captured: {log_text}"

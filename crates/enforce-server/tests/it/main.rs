@@ -3,7 +3,7 @@
 //!
 //! One process for all of them: `hostile_input` installs the process-wide tracing subscriber
 //! (TRACE, captured in memory) the first time it runs, and the other modules then log into it
-//! too. No other test may install a global subscriber.
+//! too. No other test may install a global subscriber (`logs` uses thread-scoped ones).
 
 mod audit_record;
 mod common;
@@ -11,6 +11,7 @@ mod facts;
 mod fault_matrix;
 mod hostile_input;
 mod input_stage;
+mod logs;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;

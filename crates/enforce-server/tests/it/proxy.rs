@@ -145,6 +145,77 @@ async fn unavailable_validator_modes() {
 }
 
 #[tokio::test]
+async fn validation_status_is_in_the_enforcement_object_and_a_header() {
+    use enforce_core::{FailMode, Policy};
+    // (answers, enforcer, options, HTTP status, validation_status)
+    let unavailable_in = |mode| ModelOptions {
+        on_unavailable: mode,
+        ..ModelOptions::default()
+    };
+    let cases: Vec<(Vec<&'static str>, Enforcer, ModelOptions, u16, &str)> = vec![
+        (
+            vec![GOOD],
+            marker_enforcer(false),
+            ModelOptions::default(),
+            200,
+            "",
+        ),
+        (
+            vec![BAD, "b", "c"],
+            marker_enforcer(true),
+            ModelOptions::default(),
+            200,
+            "",
+        ),
+        (
+            vec![BAD, "b", "c"],
+            marker_enforcer(false),
+            unresolved(FailureResponse::Return),
+            200,
+            "INVALID_UNRESOLVED",
+        ),
+        (
+            vec![BAD, "b", "c"],
+            marker_enforcer(false),
+            unresolved(FailureResponse::Error),
+            422,
+            "INVALID_UNRESOLVED",
+        ),
+        // Fail-closed validator without verdict: its configured name.
+        (
+            vec![GOOD],
+            Enforcer::new(vec![Box::new(Down)]),
+            unavailable_in(FailureResponse::Error),
+            503,
+            "EXTERNAL_UNAVAILABLE",
+        ),
+        // Fail-open: passed, but unvalidated, and the status says which check did not run.
+        (
+            vec![GOOD],
+            Enforcer::new(vec![Box::new(Down)])
+                .with_policy(Policy::builder().on_unavailable(FailMode::Open).build()),
+            ModelOptions::default(),
+            200,
+            "EXTERNAL_UNAVAILABLE",
+        ),
+    ];
+    for (texts, enforcer, options, status, expected) in cases {
+        let (h, _) = simple(texts, enforcer, options).await;
+        let resp = h.chat(user_body(false)).await;
+        assert_eq!(resp.status(), status, "{expected}");
+        assert_eq!(
+            resp.headers()["x-enforce-validation-status"],
+            expected,
+            "{status}"
+        );
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["enforcement"]["validation_status"], expected, "{body}");
+        // Additive: the existing fields are still there.
+        assert!(body["enforcement"]["status"].is_string(), "{body}");
+    }
+}
+
+#[tokio::test]
 async fn upstream_failures_become_openai_errors() {
     let cases = [
         (
@@ -795,33 +866,91 @@ async fn sessions_continue_and_keep_the_step_history() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Needs the marker, and remembers the `previous_step` each check saw.
+struct SeesPreviousStep {
+    seen: Arc<std::sync::Mutex<Vec<Option<String>>>>,
+}
+
+#[enforce_core::async_trait]
+impl enforce_core::Validator for SeesPreviousStep {
+    fn name(&self) -> &str {
+        "step_marker"
+    }
+    async fn validate(
+        &self,
+        response: &str,
+        context: &enforce_core::Context,
+    ) -> enforce_core::Validation {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(context.get_str("previous_step").map(String::from));
+        Ok(if response.contains("<!-- STEP:") {
+            vec![]
+        } else {
+            vec![enforce_core::Issue::error(
+                "step_marker",
+                "MISSING_STEP_MARKER",
+                "no marker",
+            )]
+        })
+    }
+}
+
 #[tokio::test]
-async fn failed_turns_add_no_step() {
-    let runner = Arc::new(ScriptedRunner::texts([BAD, BAD, BAD]));
-    let server = server_with(
-        ServerConfig::default(),
-        runner,
-        marker_enforcer(false),
-        ModelOptions::default(),
-    );
+async fn a_failed_turn_records_the_unknown_step_and_the_next_turn_sees_it() {
+    let dir = temp_dir("unknown-step");
+    let audit = dir.join("audit.jsonl");
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let runner = Arc::new(ScriptedRunner::texts([BAD, BAD, BAD, GOOD]));
+    let config = ServerConfig {
+        audit_log: Some(audit.clone()),
+        audit_fsync: FsyncPolicy::Always,
+        ..ServerConfig::default()
+    };
+    let enforcer = Enforcer::new(vec![Box::new(SeesPreviousStep { seen: seen.clone() })]);
+    let server = server_with(config, runner, enforcer, ModelOptions::default());
     let h = Harness::start(server).await;
     let mut body = user_body(false);
     body["user"] = json!("u1");
     assert_eq!(
-        h.chat(body).await.headers()["x-enforce-status"],
+        h.chat(body.clone()).await.headers()["x-enforce-status"],
         "unresolved"
     );
-    let s: Value = h
-        .client
-        .get(h.url("/v1/sessions/u1"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let session = |h: &Harness| {
+        let (client, url) = (h.client.clone(), h.url("/v1/sessions/u1"));
+        async move {
+            let s: Value = client.get(url).send().await.unwrap().json().await.unwrap();
+            s
+        }
+    };
+    let s = session(&h).await;
     assert_eq!(s["last_status"], "unresolved");
-    assert_eq!(s["steps"], json!([]));
+    assert_eq!(s["steps"][0]["step"], "unknown", "{s}");
+    assert_eq!(s["steps"][0]["status"], "unresolved", "{s}");
+    // The next turn's validators read `previous_step: unknown`, and its own step follows.
+    assert_eq!(h.chat(body).await.headers()["x-enforce-status"], "passed");
+    assert_eq!(
+        seen.lock().unwrap().last().cloned().flatten().as_deref(),
+        Some("unknown")
+    );
+    let s = session(&h).await;
+    let steps: Vec<&str> = s["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["unknown", "why"]);
+    // The audit lines carry the step too.
+    let log = std::fs::read_to_string(&audit).unwrap();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["step"], "unknown");
+    assert_eq!(lines[1]["step"], "why");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // ------------------------------------------------------------------ observability and shutdown
