@@ -4,7 +4,7 @@ use crate::config::LoadedConfig;
 use clap::{Args as ClapArgs, ValueEnum};
 use enforce_config::ProfileSet;
 use enforce_core::{AuditRecord, Context, Outcome, Request, Status, StopReason};
-use enforce_runner::{ClaudeConfig, CommandConfig, OpenAiConfig, RunnerConfig};
+use enforce_runner::{ClaudeConfig, CommandConfig, LocalConfig, OpenAiConfig, RunnerConfig};
 use enforce_server::FsyncPolicy;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -54,6 +54,9 @@ pub enum RunnerKind {
     Openai,
     /// Any command: prompt on stdin, reply on stdout.
     Command,
+    /// A GGUF model in this process through llama.cpp (`--model PATH.gguf`; a build with
+    /// `--features local`).
+    Local,
 }
 
 /// Ask a model and enforce a profile on its answer.
@@ -92,9 +95,23 @@ pub struct Args {
     /// OpenAI runner: base URL up to `/v1`.
     #[arg(long, env = "ENFORCE_BASE_URL")]
     pub base_url: Option<String>,
-    /// Model name (Claude `--model`, or the OpenAI upstream model).
+    /// Model name (Claude `--model`, or the OpenAI upstream model), or the local runner's GGUF
+    /// file (a path ending in `.gguf` picks the local runner when `--runner` is not given).
     #[arg(long, env = "ENFORCE_MODEL")]
     pub model: Option<String>,
+    /// Local runner: CPU threads per generation [default: 1].
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Sampling temperature (local runner; sent as `temperature` to an OpenAI server).
+    #[arg(long)]
+    pub temperature: Option<f32>,
+    /// Sampling seed: the same seed gives the same answer (local runner; sent as `seed` to an
+    /// OpenAI server).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Most tokens per answer (local runner; sent as `max_tokens` to an OpenAI server).
+    #[arg(long)]
+    pub max_tokens: Option<u32>,
     /// OpenAI runner: environment variable holding the API key.
     #[arg(long)]
     pub api_key_env: Option<String>,
@@ -164,6 +181,7 @@ fn runner_config(args: &Args, from_file: Option<RunnerConfig>) -> Result<RunnerC
         Some(RunnerConfig::Claude(_)) => Some(RunnerKind::Claude),
         Some(RunnerConfig::OpenAi(_)) => Some(RunnerKind::Openai),
         Some(RunnerConfig::Command(_)) => Some(RunnerKind::Command),
+        Some(RunnerConfig::Local(_)) => Some(RunnerKind::Local),
         None => None,
     });
     let kind = match kind {
@@ -171,15 +189,18 @@ fn runner_config(args: &Args, from_file: Option<RunnerConfig>) -> Result<RunnerC
         // Without a word on the runner, guess from the flags given.
         None if args.command_line.is_some() => RunnerKind::Command,
         None if args.base_url.is_some() => RunnerKind::Openai,
+        None if args.model.as_deref().is_some_and(|m| m.ends_with(".gguf")) => RunnerKind::Local,
         None => RunnerKind::Claude,
     };
     let mut config = match (kind, from_file) {
         (RunnerKind::Claude, Some(c @ RunnerConfig::Claude(_)))
         | (RunnerKind::Openai, Some(c @ RunnerConfig::OpenAi(_)))
-        | (RunnerKind::Command, Some(c @ RunnerConfig::Command(_))) => c,
+        | (RunnerKind::Command, Some(c @ RunnerConfig::Command(_)))
+        | (RunnerKind::Local, Some(c @ RunnerConfig::Local(_))) => c,
         (RunnerKind::Claude, _) => RunnerConfig::Claude(ClaudeConfig::default()),
         (RunnerKind::Openai, _) => RunnerConfig::OpenAi(OpenAiConfig::default()),
         (RunnerKind::Command, _) => RunnerConfig::Command(CommandConfig::default()),
+        (RunnerKind::Local, _) => RunnerConfig::Local(LocalConfig::default()),
     };
     match &mut config {
         RunnerConfig::Claude(c) => {
@@ -206,6 +227,16 @@ fn runner_config(args: &Args, from_file: Option<RunnerConfig>) -> Result<RunnerC
             if let Some(t) = args.timeout {
                 c.timeout_secs = t;
             }
+            let sampling = [
+                ("temperature", args.temperature.map(serde_json::Value::from)),
+                ("seed", args.seed.map(serde_json::Value::from)),
+                ("max_tokens", args.max_tokens.map(serde_json::Value::from)),
+            ];
+            for (key, value) in sampling {
+                if let Some(value) = value {
+                    c.params.insert(key.into(), value);
+                }
+            }
             if c.model.trim().is_empty() {
                 return Err(UsageError(
                     "the openai runner needs a model: --model NAME or `runner.model`".into(),
@@ -223,6 +254,21 @@ fn runner_config(args: &Args, from_file: Option<RunnerConfig>) -> Result<RunnerC
             if c.program.as_os_str().is_empty() {
                 return Err(UsageError(
                     "the command runner needs a command: --command 'CMD' or `runner.program`"
+                        .into(),
+                ));
+            }
+        }
+        RunnerConfig::Local(c) => {
+            if let Some(model) = &args.model {
+                c.model = PathBuf::from(model);
+            }
+            c.threads = args.threads.unwrap_or(c.threads);
+            c.temperature = args.temperature.unwrap_or(c.temperature);
+            c.seed = args.seed.or(c.seed);
+            c.max_tokens = args.max_tokens.unwrap_or(c.max_tokens);
+            if c.model.as_os_str().is_empty() {
+                return Err(UsageError(
+                    "the local runner needs a model file: --model PATH.gguf or `runner.model`"
                         .into(),
                 ));
             }
@@ -273,6 +319,7 @@ fn model_of(config: &RunnerConfig) -> Option<&str> {
     match config {
         RunnerConfig::Claude(c) => c.model.as_deref(),
         RunnerConfig::OpenAi(c) => Some(c.model.as_str()),
+        RunnerConfig::Local(c) => c.model.file_name().and_then(|name| name.to_str()),
         _ => None,
     }
 }

@@ -8,6 +8,7 @@ mod config_env;
 mod config_schema;
 mod crash_safety;
 mod grafana;
+mod local;
 mod per_type;
 mod plugins;
 mod properties;
