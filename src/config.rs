@@ -383,6 +383,50 @@ mod tests {
             .contains("<response>\nIt costs 99 EUR.\n</response>"));
     }
 
+    /// An `llm_judge` can ask a local GGUF model (a small judge with nothing to install). With
+    /// the feature `local` and the test model, the judge really asks it; a grammar keeps the
+    /// small model's verdict to YES or NO. Without the feature, the profile does not build and
+    /// the error says how to get the runner.
+    #[tokio::test]
+    async fn an_llm_judge_can_ask_a_local_model() {
+        use enforce_core::{Check, Context, Status};
+        let gguf = enforce_testkit::models::test_gguf();
+        let model = gguf.clone().unwrap_or_else(|| "absent.gguf".into());
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("enforce.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "validators:\n  polite:\n    type: llm_judge\n    runner: {{type: local, model: \"{}\", temperature: 0, max_tokens: 4, grammar: 'root ::= \"YES\" | \"NO\"'}}\n    prompt: \"Is this answer polite? {{{{response}}}} Answer YES or NO.\"\n    fail_mode: closed\nprofiles:\n  judged:\n    validators: [polite]\n",
+                model.display()
+            ),
+        )
+        .unwrap();
+        let loaded = LoadedConfig::load(Some(&file)).unwrap();
+        let profiles = loaded.profiles(&Registry::builtin(), None);
+        #[cfg(not(feature = "local"))]
+        {
+            let err = profiles
+                .err()
+                .expect("no local runner in this build")
+                .to_string();
+            assert!(err.contains("--features local"), "{err}");
+        }
+        #[cfg(feature = "local")]
+        if gguf.is_some() {
+            let enforcer = profiles.unwrap().enforcer("judged").unwrap();
+            let outcome = enforcer
+                .check("Thank you, happy to help.", &Context::new(), Check::Report)
+                .await;
+            // Either verdict is the model's to give; no verdict at all would be `unavailable`.
+            match outcome.status {
+                Status::Passed => {}
+                Status::Unresolved => assert_eq!(outcome.issues[0].code, "JUDGE_REJECTED"),
+                other => panic!("the judge gave no verdict: {other:?} {outcome:?}"),
+            }
+        }
+    }
+
     /// `embedding_relevance` as an input validator: irrelevant retrieved context rejects the
     /// request before the model is asked; relevant context lets it through.
     #[tokio::test]

@@ -3,7 +3,7 @@
 //! so the two commands never drift.
 
 use clap::{Args, ValueEnum};
-use enforce_runner::{ClaudeConfig, CommandConfig, OpenAiConfig, RunnerConfig};
+use enforce_runner::{ClaudeConfig, CommandConfig, LocalConfig, OpenAiConfig, RunnerConfig};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 
@@ -16,6 +16,9 @@ pub enum RunnerKind {
     Openai,
     /// Any command: prompt on stdin, reply on stdout.
     Command,
+    /// A GGUF model in this process through llama.cpp (`--model PATH.gguf`; a build with
+    /// `--features local`).
+    Local,
 }
 
 /// The runner flags.
@@ -31,9 +34,13 @@ pub struct RunnerOptions {
     /// OpenAI runner: base URL up to `/v1`.
     #[arg(long, env = "ENFORCE_BASE_URL")]
     pub base_url: Option<String>,
-    /// Model name (Claude `--model`, or the OpenAI upstream model).
+    /// Model name (Claude `--model`, or the OpenAI upstream model), or the local runner's GGUF
+    /// file (a path ending in `.gguf` picks the local runner when `--runner` is not given).
     #[arg(long, env = "ENFORCE_MODEL")]
     pub model: Option<String>,
+    /// Local runner: CPU threads per generation [default: 1].
+    #[arg(long)]
+    pub threads: Option<u32>,
     /// OpenAI runner: environment variable holding the API key.
     #[arg(long)]
     pub api_key_env: Option<String>,
@@ -53,6 +60,7 @@ impl RunnerOptions {
             Some(RunnerConfig::Claude(_)) => Some(RunnerKind::Claude),
             Some(RunnerConfig::OpenAi(_)) => Some(RunnerKind::Openai),
             Some(RunnerConfig::Command(_)) => Some(RunnerKind::Command),
+            Some(RunnerConfig::Local(_)) => Some(RunnerKind::Local),
             None => None,
         });
         let kind = match kind {
@@ -60,15 +68,20 @@ impl RunnerOptions {
             // Without a word on the runner, guess from the flags given.
             None if self.command_line.is_some() => RunnerKind::Command,
             None if self.base_url.is_some() => RunnerKind::Openai,
+            None if self.model.as_deref().is_some_and(|m| m.ends_with(".gguf")) => {
+                RunnerKind::Local
+            }
             None => RunnerKind::Claude,
         };
         let mut config = match (kind, from_file) {
             (RunnerKind::Claude, Some(c @ RunnerConfig::Claude(_)))
             | (RunnerKind::Openai, Some(c @ RunnerConfig::OpenAi(_)))
-            | (RunnerKind::Command, Some(c @ RunnerConfig::Command(_))) => c,
+            | (RunnerKind::Command, Some(c @ RunnerConfig::Command(_)))
+            | (RunnerKind::Local, Some(c @ RunnerConfig::Local(_))) => c,
             (RunnerKind::Claude, _) => RunnerConfig::Claude(ClaudeConfig::default()),
             (RunnerKind::Openai, _) => RunnerConfig::OpenAi(OpenAiConfig::default()),
             (RunnerKind::Command, _) => RunnerConfig::Command(CommandConfig::default()),
+            (RunnerKind::Local, _) => RunnerConfig::Local(LocalConfig::default()),
         };
         match &mut config {
             RunnerConfig::Claude(c) => {
@@ -116,6 +129,18 @@ impl RunnerOptions {
                     );
                 }
             }
+            RunnerConfig::Local(c) => {
+                if let Some(model) = &self.model {
+                    c.model = PathBuf::from(model);
+                }
+                c.threads = self.threads.unwrap_or(c.threads);
+                if c.model.as_os_str().is_empty() {
+                    return Err(
+                        "the local runner needs a model file: --model PATH.gguf or `runner.model`"
+                            .into(),
+                    );
+                }
+            }
         }
         Ok(config)
     }
@@ -159,6 +184,7 @@ pub fn model_of(config: &RunnerConfig) -> Option<&str> {
     match config {
         RunnerConfig::Claude(c) => c.model.as_deref(),
         RunnerConfig::OpenAi(c) => Some(c.model.as_str()),
+        RunnerConfig::Local(c) => c.model.file_name().and_then(|name| name.to_str()),
         _ => None,
     }
 }

@@ -2,7 +2,7 @@
 
 use super::session_file::{self, SessionFile};
 use crate::config::LoadedConfig;
-use crate::runner_options::{model_of, RunnerOptions};
+use crate::runner_options::{model_of, RunnerOptions, SamplingOptions};
 use crate::usage::{unknown_profile, UsageError};
 use clap::{Args as ClapArgs, ValueEnum};
 use enforce_config::ProfileSet;
@@ -76,6 +76,10 @@ pub struct Args {
     pub audit_fsync: Option<AuditFsync>,
     #[command(flatten)]
     pub runner: RunnerOptions,
+    /// `--seed`, `--temperature`, `--max-tokens`: sent with the request as its parameters
+    /// (the local runner reads them; an OpenAI server gets them as request fields).
+    #[command(flatten)]
+    pub sampling: SamplingOptions,
     /// Re-asks after the first attempt (overrides the profile).
     #[arg(long)]
     pub max_retries: Option<u32>,
@@ -223,6 +227,7 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     let runner = runner_config.build()?;
 
     let mut request = Request::prompt(prompt.clone());
+    request.params = args.sampling.params();
     if let Some(system) = &args.system {
         request
             .messages

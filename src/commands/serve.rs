@@ -492,6 +492,10 @@ fn with_upstream_model(model: Model, runner: &RunnerConfig) -> Model {
         RunnerConfig::Claude(ClaudeConfig { model: Some(m), .. }) => {
             model.with_upstream_model(m.clone())
         }
+        RunnerConfig::Local(c) => match c.model.file_name().and_then(|n| n.to_str()) {
+            Some(file) => model.with_upstream_model(file.to_string()),
+            None => model,
+        },
         _ => model,
     }
 }
@@ -625,6 +629,51 @@ pub async fn serve(
 mod tests {
     use super::*;
     use enforce_config::Registry;
+
+    /// A `models:` entry with a local runner: built into a served model (which answers, when
+    /// the test model is installed) with the feature `local`; a configuration error saying how
+    /// to build it without.
+    #[tokio::test]
+    async fn a_served_model_can_run_a_local_gguf() {
+        let gguf = enforce_testkit::models::test_gguf();
+        let model = gguf.clone().unwrap_or_else(|| "absent.gguf".into());
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("enforce.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "models:\n  - id: smol\n    runner: {{type: local, model: \"{}\", max_tokens: 8, seed: 1}}\n",
+                model.display()
+            ),
+        )
+        .unwrap();
+        let loaded = LoadedConfig::load(Some(&file)).unwrap();
+        let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
+        let built = model_from_config(&loaded.config.models[0], None, &profiles);
+        #[cfg(not(feature = "local"))]
+        {
+            let err = built.err().expect("no local runner in this build");
+            assert!(
+                err.contains("model 'smol'") && err.contains("--features local"),
+                "{err}"
+            );
+        }
+        #[cfg(feature = "local")]
+        {
+            let served = built.expect("builds without touching the file");
+            assert_eq!(served.runner_kind.as_deref(), Some("local"));
+            if gguf.is_some() {
+                let request = enforce_core::Request::prompt("Say hello.");
+                let reply = served
+                    .runner
+                    .ask(&request)
+                    .await
+                    .expect("the model answers");
+                assert_eq!(reply.usage.map(|u| u.output_tokens <= 8), Some(true));
+                assert!(!reply.text.is_empty());
+            }
+        }
+    }
 
     #[test]
     fn the_example_s_routes_build() {

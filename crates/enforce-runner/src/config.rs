@@ -3,6 +3,7 @@
 use crate::error::ConfigError;
 use crate::{ClaudeConfig, ClaudeRunner, CommandConfig, CommandRunner, OpenAiConfig, OpenAiRunner};
 use enforce_core::Runner;
+use enforce_runner_local::LocalConfig;
 use serde::{Deserialize, Serialize};
 
 /// Which runner to build, and how; tagged by `type` in config files.
@@ -28,15 +29,19 @@ pub enum RunnerConfig {
     OpenAi(OpenAiConfig),
     /// Any command: prompt on stdin, reply on stdout.
     Command(CommandConfig),
+    /// A GGUF model run in this process through llama.cpp (needs a build with the feature
+    /// `local`).
+    Local(LocalConfig),
 }
 
 impl RunnerConfig {
-    /// `claude`, `openai` or `command`.
+    /// `claude`, `openai`, `command` or `local`.
     pub fn kind(&self) -> &'static str {
         match self {
             RunnerConfig::Claude(_) => "claude",
             RunnerConfig::OpenAi(_) => "openai",
             RunnerConfig::Command(_) => "command",
+            RunnerConfig::Local(_) => "local",
         }
     }
 
@@ -46,8 +51,24 @@ impl RunnerConfig {
             RunnerConfig::Claude(c) => Box::new(ClaudeRunner::new(c.clone())?),
             RunnerConfig::OpenAi(c) => Box::new(OpenAiRunner::new(c.clone())?),
             RunnerConfig::Command(c) => Box::new(CommandRunner::new(c.clone())?),
+            RunnerConfig::Local(c) => local_runner(c)?,
         })
     }
+}
+
+/// The local runner, in a build that has it.
+#[cfg(feature = "local")]
+fn local_runner(config: &LocalConfig) -> Result<Box<dyn Runner>, ConfigError> {
+    Ok(Box::new(enforce_runner_local::LocalRunner::new(
+        config.clone(),
+    )?))
+}
+
+/// Without the feature `local` there is no llama.cpp to run it with: the error says how to
+/// build it.
+#[cfg(not(feature = "local"))]
+fn local_runner(_: &LocalConfig) -> Result<Box<dyn Runner>, ConfigError> {
+    Err(enforce_runner_local::LocalConfigError::NotBuilt.into())
 }
 
 #[cfg(test)]
@@ -87,5 +108,37 @@ mod tests {
             Some(ConfigError::InvalidBaseUrl(_))
         ));
         assert!(serde_json::from_str::<RunnerConfig>(r#"{"type":"claude","nope":1}"#).is_err());
+    }
+
+    /// `type: local` always parses; it builds (without touching the model file) only with the
+    /// feature `local`, and otherwise says how to get it. Bad settings are config errors.
+    #[test]
+    fn the_local_kind_parses_in_every_build() {
+        let c: RunnerConfig =
+            serde_json::from_str(r#"{"type":"local","model":"/nonexistent/m.gguf","threads":2}"#)
+                .unwrap();
+        assert_eq!(c.kind(), "local");
+        let built = c.build();
+        #[cfg(feature = "local")]
+        assert!(built.is_ok(), "{:?}", built.err());
+        #[cfg(not(feature = "local"))]
+        {
+            let err = built
+                .err()
+                .expect("no local runner in this build")
+                .to_string();
+            assert!(err.contains("--features local"), "{err}");
+        }
+        let c: RunnerConfig = serde_json::from_str(r#"{"type":"local","model":""}"#).unwrap();
+        #[cfg(feature = "local")]
+        assert!(matches!(
+            c.build().err(),
+            Some(ConfigError::Local(
+                enforce_runner_local::LocalConfigError::MissingModel
+            ))
+        ));
+        #[cfg(not(feature = "local"))]
+        assert!(c.build().is_err());
+        assert!(serde_json::from_str::<RunnerConfig>(r#"{"type":"local","modle":"m"}"#).is_err());
     }
 }

@@ -36,6 +36,9 @@ pub enum ConfigError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     HttpClient(String),
+    /// The local runner's settings cannot be used, or this build has no local runner.
+    #[error("local runner: {0}")]
+    Local(#[from] enforce_runner_local::LocalConfigError),
 }
 
 /// A duration in seconds from a config file, checked.

@@ -8,6 +8,9 @@
 //!   llama.cpp); stateless follow-ups carrying exactly one earlier answer; bounded retries with
 //!   jittered backoff that honour `Retry-After`.
 //! - [`CommandRunner`]: any program, prompt on stdin, reply on stdout.
+//! - `LocalRunner` (feature `local`, from enforce-runner-local): a GGUF model in this process
+//!   through llama.cpp. Its [`LocalConfig`] is here in every build, so `type: local` always
+//!   parses; without the feature, building it is a [`ConfigError`] that says how to get it.
 //!
 //! Processes run in their own process group: on timeout the group is interrupted, then killed,
 //! so no child outlives the call. [`RunnerConfig`] builds any of them from a config file.
@@ -41,6 +44,9 @@ pub use claude::{
 };
 pub use command::{CommandConfig, CommandRunner};
 pub use config::RunnerConfig;
+#[cfg(feature = "local")]
+pub use enforce_runner_local::LocalRunner;
+pub use enforce_runner_local::{LocalConfig, LocalConfigError};
 pub use error::ConfigError;
 pub use openai::{
     backoff_delay, error_message, parse_completion, parse_retry_after, OpenAiConfig, OpenAiRunner,

@@ -425,6 +425,17 @@ pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
                 message.trim().trim_end_matches('.')
             ),
         ),
+        // The model cannot serve this at all (missing or broken model file, a prompt longer
+        // than its context): retrying will not help, the operator or the client must act.
+        RunnerError::Unavailable { message } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "upstream_error",
+            "model_unavailable",
+            format!(
+                "The model cannot answer this request{when}: {}.",
+                message.trim().trim_end_matches('.')
+            ),
+        ),
         // A kind of failure enforce-core learns later: still the runner's fault, in its words.
         other => ApiError::new(
             StatusCode::BAD_GATEWAY,
@@ -497,6 +508,23 @@ pub fn outcome_failure(outcome: &Outcome) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A model that cannot serve the request (the local runner's missing file) is a 503 that
+    /// names what is missing, not a generic failure.
+    #[test]
+    fn an_unavailable_model_is_a_503_naming_the_cause() {
+        let error = RunnerError::Unavailable {
+            message: "model file /m/x.gguf not found".into(),
+        };
+        let api = runner_failure(&error, 1);
+        assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(api.code, "model_unavailable");
+        assert!(
+            api.message.contains("/m/x.gguf not found"),
+            "{}",
+            api.message
+        );
+    }
 
     #[test]
     fn uninterpreted_fields_pass_through() {

@@ -14,6 +14,7 @@
 //! - [`ToyParser`] (cargo feature `grpc`): an in-process gRPC code checker implementing
 //!   `protos/parser.proto` (a toy parser that reports unknown commands line by line), with a
 //!   delay knob and optional TLS, for the gRPC target of the `external` validator.
+//! - [`models`]: where the real-model tests find their GGUF model ([`models::test_gguf`]).
 //! - [`plugins`]: where the plugin libraries built by `cargo xtask build-plugins` are, building
 //!   them on first use under a plain `cargo test`.
 //!
@@ -34,6 +35,7 @@ mod logs;
 mod loopback;
 pub mod mock_anthropic;
 mod mock_openai;
+pub mod models;
 pub mod plugins;
 pub mod sse;
 #[cfg(feature = "grpc")]

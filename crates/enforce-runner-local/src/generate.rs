@@ -1,0 +1,316 @@
+//! One generation: prompt → tokens → context → sampled tokens, each handed out as it comes.
+//! Runs on its own thread; the only way in from outside is the cancel flag, read before every
+//! token.
+
+use crate::model::{unavailable, LoadedModel};
+use enforce_core::{FinishReason, Message, Reply, RunnerError, StreamEvent, Usage};
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::DecodeError;
+use serde_json::Value;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Prompt tokens decoded per llama.cpp call.
+const BATCH: usize = 512;
+
+/// What constrains the tokens an answer may have.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Grammar {
+    /// A GBNF grammar with a `root` rule.
+    Gbnf(String),
+    /// A JSON Schema, turned into a grammar by llama.cpp.
+    Schema(Value),
+}
+
+/// The sampling settings of one request: the configuration with the request's params laid
+/// over it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Sampling {
+    pub(crate) threads: u32,
+    pub(crate) temperature: f32,
+    pub(crate) top_k: u32,
+    pub(crate) top_p: f32,
+    pub(crate) min_p: f32,
+    /// `None`: llama.cpp picks a random seed.
+    pub(crate) seed: Option<u64>,
+    pub(crate) max_tokens: u32,
+    pub(crate) context_size: u32,
+    pub(crate) grammar: Option<Grammar>,
+}
+
+impl Sampling {
+    /// The seed as llama.cpp's sampler takes it. `u32::MAX` means "random" to llama.cpp, so
+    /// seeds wrap below it.
+    fn seed(&self) -> u32 {
+        match self.seed {
+            Some(seed) => (seed % u64::from(u32::MAX)) as u32,
+            None => u32::MAX,
+        }
+    }
+
+    /// The sampler chain: the grammar first (it removes what may not follow), then
+    /// llama-server's filters, temperature and a seeded draw; greedy at temperature 0.
+    fn sampler(&self, model: &LoadedModel) -> Result<LlamaSampler, RunnerError> {
+        let mut chain = Vec::with_capacity(6);
+        if let Some(grammar) = &self.grammar {
+            chain.push(grammar_sampler(model, grammar)?);
+        }
+        if self.temperature <= 0.0 {
+            chain.push(LlamaSampler::greedy());
+        } else {
+            if self.top_k > 0 {
+                chain.push(LlamaSampler::top_k(
+                    i32::try_from(self.top_k).unwrap_or(i32::MAX),
+                ));
+            }
+            if self.top_p < 1.0 {
+                chain.push(LlamaSampler::top_p(self.top_p, 1));
+            }
+            if self.min_p > 0.0 {
+                chain.push(LlamaSampler::min_p(self.min_p, 1));
+            }
+            chain.push(LlamaSampler::temp(self.temperature));
+            chain.push(LlamaSampler::dist(self.seed()));
+        }
+        Ok(LlamaSampler::chain_simple(chain))
+    }
+}
+
+fn grammar_sampler(model: &LoadedModel, grammar: &Grammar) -> Result<LlamaSampler, RunnerError> {
+    let gbnf = match grammar {
+        Grammar::Gbnf(text) => text.clone(),
+        Grammar::Schema(schema) => {
+            let schema = match schema {
+                Value::Bool(true) => "{}".to_string(),
+                other => other.to_string(),
+            };
+            llama_cpp_2::json_schema_to_grammar(&schema).map_err(|e| {
+                unavailable(format!(
+                    "llama.cpp cannot turn the JSON schema into a grammar ({e}); it supports \
+                     the common keywords (type, properties, required, items, enum, pattern)"
+                ))
+            })?
+        }
+    };
+    LlamaSampler::grammar(&model.model, &gbnf, "root").map_err(|e| {
+        unavailable(format!(
+            "the grammar cannot be used ({e}); it needs a `root` rule in llama.cpp's GBNF"
+        ))
+    })
+}
+
+/// Where a generation sends what it produces. `false` from `send` means nobody listens any
+/// more.
+pub(crate) trait Sink {
+    fn send(&mut self, event: StreamEvent) -> bool;
+}
+
+/// Text pieces of tokens, handed out as whole UTF-8 characters (a character may span tokens).
+#[derive(Debug, Default)]
+struct Utf8Pieces {
+    pending: Vec<u8>,
+}
+
+impl Utf8Pieces {
+    /// Adds a token's bytes and returns the text that is complete now.
+    fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let complete = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            // Bytes that can never become valid are given out as U+FFFD now.
+            Err(e) if e.error_len().is_some() => self.pending.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        let rest = self.pending.split_off(complete);
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending = rest;
+        text
+    }
+
+    /// What is left at the end (an unfinished character, as U+FFFD).
+    fn finish(&mut self) -> String {
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        text
+    }
+}
+
+/// Generates the answer to `messages`. Returns `None` when cancelled (nobody waits for a
+/// reply then).
+pub(crate) fn generate(
+    model: &LoadedModel,
+    messages: &[Message],
+    sampling: &Sampling,
+    cancel: &AtomicBool,
+    generated_total: &AtomicU64,
+    sink: &mut dyn Sink,
+) -> Result<Option<Reply>, RunnerError> {
+    let started = Instant::now();
+    if messages.is_empty() {
+        return Err(unavailable("the request has no messages"));
+    }
+    let prompt = model.prompt(messages)?;
+    let vocab = model.model.vocab();
+    let tokens = vocab.tokenize(prompt.as_bytes(), true, true);
+    let limit = sampling.context_size.min(model.trained_context().max(1));
+    let prompt_tokens = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
+    if tokens.is_empty() {
+        return Err(unavailable("the prompt is empty"));
+    }
+    if prompt_tokens >= limit {
+        return Err(unavailable(format!(
+            "the prompt is {prompt_tokens} tokens, but the context of {} holds {limit} \
+             (context_size {}, the model was trained for {}): shorten the conversation",
+            model.path.display(),
+            sampling.context_size,
+            model.trained_context()
+        )));
+    }
+    // The context holds this prompt and its longest answer, no more: a smaller KV cache is
+    // faster to allocate.
+    let wanted = prompt_tokens.saturating_add(sampling.max_tokens).min(limit);
+    let threads = i32::try_from(sampling.threads).unwrap_or(1);
+    let batch_size = BATCH.min(wanted as usize);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(wanted))
+        .with_n_batch(batch_size as u32)
+        .with_n_ubatch(batch_size as u32)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads);
+    let mut ctx = model.context(params)?;
+    // llama.cpp may round the context up; the limit is what was asked for.
+    let context_tokens = wanted.min(ctx.n_ctx());
+    let mut sampler = sampling.sampler(model)?;
+    let mut batch = LlamaBatch::new(batch_size, 1);
+
+    // The prompt, in batches; only its last token's logits are needed.
+    let mut position: i32 = 0;
+    for chunk in tokens.chunks(batch_size) {
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        batch.clear();
+        for token in chunk {
+            let last = position as usize == tokens.len() - 1;
+            batch
+                .add(*token, position, &[0], last)
+                .map_err(|e| process(format!("batch: {e}")))?;
+            position += 1;
+        }
+        ctx.decode(&mut batch).map_err(decode_error)?;
+    }
+
+    let usage = |generated: u32| Usage {
+        input_tokens: u64::from(prompt_tokens),
+        output_tokens: u64::from(generated),
+    };
+    let mut text = String::new();
+    let mut pieces = Utf8Pieces::default();
+    let mut generated: u32 = 0;
+    let mut piece = Vec::with_capacity(16);
+    let finish = loop {
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let token = sampler.sample(&ctx, batch.n_tokens() - 1);
+        generated += 1;
+        generated_total.fetch_add(1, Ordering::Relaxed);
+        if vocab.is_eog(token) {
+            break FinishReason::Stop;
+        }
+        piece.clear();
+        vocab.token_to_piece_into(token, &mut piece, false, None);
+        let new_text = pieces.push(&piece);
+        if !new_text.is_empty() {
+            text.push_str(&new_text);
+            if !sink.send(StreamEvent::Text(new_text)) {
+                return Ok(None);
+            }
+        }
+        let spent = StreamEvent::Spent {
+            usage: Some(usage(generated)),
+            cost_usd: None,
+        };
+        if !sink.send(spent) {
+            return Ok(None);
+        }
+        if generated >= sampling.max_tokens || position as u32 >= context_tokens {
+            break FinishReason::Length;
+        }
+        batch.clear();
+        batch
+            .add(token, position, &[0], true)
+            .map_err(|e| process(format!("batch: {e}")))?;
+        position += 1;
+        ctx.decode(&mut batch).map_err(decode_error)?;
+    };
+    let rest = pieces.finish();
+    if !rest.is_empty() {
+        text.push_str(&rest);
+        if !sink.send(StreamEvent::Text(rest)) {
+            return Ok(None);
+        }
+    }
+    Ok(Some(Reply {
+        text,
+        usage: Some(usage(generated)),
+        duration: Some(started.elapsed()),
+        finish_reason: Some(finish),
+        ..Reply::default()
+    }))
+}
+
+fn process(message: String) -> RunnerError {
+    RunnerError::Process {
+        message,
+        exit_code: None,
+    }
+}
+
+fn decode_error(e: DecodeError) -> RunnerError {
+    match e {
+        DecodeError::NoKvCacheSlot => unavailable("llama.cpp's context is full (no KV cache slot)"),
+        other => process(format!("llama.cpp decode failed: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn characters_split_across_tokens_come_out_whole() {
+        let mut p = Utf8Pieces::default();
+        let euro = "€".as_bytes();
+        assert_eq!(p.push(b"a"), "a");
+        assert_eq!(p.push(&euro[..1]), "");
+        assert_eq!(p.push(&euro[1..]), "€");
+        assert_eq!(p.push(&[0xff, b'b']), "\u{fffd}b");
+        assert_eq!(p.push(&euro[..2]), "");
+        assert_eq!(p.finish(), "\u{fffd}");
+        assert_eq!(p.finish(), "");
+    }
+
+    #[test]
+    fn seeds_wrap_below_the_random_seed() {
+        let mut s = Sampling {
+            threads: 1,
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            seed: Some(7),
+            max_tokens: 1,
+            context_size: 64,
+            grammar: None,
+        };
+        assert_eq!(s.seed(), 7);
+        s.seed = Some(u64::from(u32::MAX));
+        assert_eq!(s.seed(), 0);
+        s.seed = None;
+        assert_eq!(s.seed(), u32::MAX);
+    }
+}

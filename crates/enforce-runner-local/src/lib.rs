@@ -1,0 +1,33 @@
+//! # enforce-runner-local
+//!
+//! A [`Runner`](enforce_core::Runner) for [enforce](enforce_core) that needs no model server:
+//! [`LocalRunner`] runs a GGUF model in this process through llama.cpp (the `llama-cpp-2`
+//! crate, which builds a vendored llama.cpp with cmake), on the CPU, streamed token by token so
+//! the loop's early abort stops the generation for real.
+//!
+//! [`LocalConfig`] is always compiled, so configuration files and their JSON Schema know
+//! `type: local` in every build; the runner itself needs the default feature `llama`. This is
+//! the only crate of the workspace that touches llama.cpp (FFI); enforce-core stays free of it.
+//!
+//! What the runner guarantees (details on [`LocalRunner`]):
+//!
+//! - the model's own chat template; `seed`, `temperature`, `max_tokens` and `response_format`
+//!   of a request's `params` over the configuration;
+//! - exact prompt and completion token counts; `finish_reason` `stop` or `length`;
+//! - optional grammar-constrained generation (a GBNF grammar, or a JSON Schema turned into
+//!   one);
+//! - a missing, corrupt or oversized model and a prompt longer than the context are
+//!   [`RunnerError::Unavailable`](enforce_core::RunnerError::Unavailable), never a crash.
+#![deny(missing_docs)]
+
+mod config;
+#[cfg(feature = "llama")]
+mod generate;
+#[cfg(feature = "llama")]
+mod model;
+#[cfg(feature = "llama")]
+mod runner;
+
+pub use config::{LocalConfig, LocalConfigError, DEFAULT_CONTEXT_SIZE, DEFAULT_MAX_TOKENS};
+#[cfg(feature = "llama")]
+pub use runner::LocalRunner;
