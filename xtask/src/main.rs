@@ -32,6 +32,10 @@ Commands:
   bench-peers [ARGS]
                   side-by-side benchmarks against TensorZero, LiteLLM, Guardrails AI,
                   Instructor and Pydantic AI; writes BENCHMARKS.md (manual, ~15 min)
+  bench-peers --real-model [ARGS]
+                  the real-model section of BENCHMARKS.md only: `enforce eval` with the local
+                  runner (SmolLM2) on every contract of examples/eval, every arm, and the
+                  Instructor, Pydantic AI and Guardrails loops on the same model (manual)
 ";
 
 type Result<T> = std::result::Result<T, String>;
@@ -504,6 +508,11 @@ fn build_and_copy_cdylibs(mut cmd: Command, dir: &Path) -> Result<usize> {
 /// Builds the bench harness and the `enforce` binary in release mode, then runs the harness,
 /// which installs the peers, runs every scenario and writes `BENCHMARKS.md`.
 fn bench_peers(extra: &[String]) -> Result<()> {
+    if let Some(i) = extra.iter().position(|a| a == "--real-model") {
+        let mut rest = extra.to_vec();
+        rest.remove(i);
+        return bench_real_model(&rest);
+    }
     let mut build = cargo();
     build
         .args(["build", "--release", "-p", "enforce", "-p", "enforce-bench"])
@@ -518,6 +527,35 @@ fn bench_peers(extra: &[String]) -> Result<()> {
         .arg("peers")
         .arg("--enforce-bin")
         .arg(target.join("release").join("enforce"))
+        .arg("--work-dir")
+        .arg(target.join("bench-peers"))
+        .arg("--out")
+        .arg(root().join("BENCHMARKS.md"))
+        .args(extra);
+    run(harness)
+}
+
+/// `bench-peers --real-model`: the real-model section of BENCHMARKS.md (enforce eval with the
+/// local runner on every example contract, and the peers' loops on the same model).
+fn bench_real_model(extra: &[String]) -> Result<()> {
+    let gguf = test_model()?;
+    let mut build = cargo();
+    build
+        .args(["build", "--release", "-p", "enforce", "-p", "enforce-bench"])
+        .args(WITH_LOCAL)
+        .args(locked());
+    run(build)?;
+    let target = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    let mut harness = Command::new(target.join("release").join("enforce-bench"));
+    harness
+        .current_dir(root())
+        .arg("real-model")
+        .arg("--enforce-bin")
+        .arg(target.join("release").join("enforce"))
+        .arg("--gguf")
+        .arg(gguf)
         .arg("--work-dir")
         .arg(target.join("bench-peers"))
         .arg("--out")

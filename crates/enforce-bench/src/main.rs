@@ -19,6 +19,7 @@ mod real_model;
 mod relay;
 mod report;
 mod results;
+mod section;
 mod streaming;
 
 use clap::{Parser, Subcommand};

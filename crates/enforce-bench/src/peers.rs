@@ -698,9 +698,9 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
     if let Some(section) = std::fs::read_to_string(&args.out)
         .ok()
         .as_deref()
-        .and_then(crate::real_model::section_of)
+        .and_then(crate::section::section_of)
     {
-        text = crate::real_model::splice(&text, section);
+        text = crate::section::splice(&text, section);
     }
     std::fs::write(&args.out, text)?;
     eprintln!(

@@ -7,18 +7,13 @@
 
 use crate::peers::{self, Guarded};
 use crate::results::PEERS;
+use crate::section::{splice, BEGIN, END};
 use anyhow::{anyhow, Context as _};
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Where the section starts and ends in BENCHMARKS.md, so that each run (this one and the full
-/// `peers` run) replaces only its own part.
-pub const BEGIN: &str = "<!-- real-model:begin -->";
-/// See [`BEGIN`].
-pub const END: &str = "<!-- real-model:end -->";
 
 /// Options of the real-model run.
 #[derive(Debug, Clone, clap::Args)]
@@ -66,6 +61,9 @@ pub struct RealModelArgs {
     /// Skip the peers (enforce's eval only).
     #[arg(long)]
     pub no_peers: bool,
+    /// Only the first N cases of every dataset (all by default).
+    #[arg(long)]
+    pub cases: Option<usize>,
 }
 
 /// One contract of `examples/eval/`: its dataset and profile.
@@ -200,9 +198,10 @@ fn eval(args: &RealModelArgs, work: &Path, contract: &'static Contract) -> anyho
     if out.exists() {
         std::fs::remove_dir_all(&out)?;
     }
+    let dataset = dataset_in(args, work, contract.dataset)?;
     let mut cmd = Command::new(&args.enforce_bin);
     cmd.arg("eval")
-        .arg(args.eval_dir.join(contract.dataset))
+        .arg(&dataset)
         .arg("--config")
         .arg(args.eval_dir.join("enforce.yaml"))
         .arg("--profile")
@@ -247,6 +246,30 @@ fn eval(args: &RealModelArgs, work: &Path, contract: &'static Contract) -> anyho
         command,
         wall_s: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The dataset `name` of the examples, or its first `--cases` cases written to the work dir.
+fn dataset_in(args: &RealModelArgs, work: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let path = args.eval_dir.join(name);
+    let Some(n) = args.cases else {
+        return Ok(path);
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let subset = if name.ends_with(".jsonl") {
+        let mut kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        kept.truncate(n);
+        kept.join("\n") + "\n"
+    } else {
+        let mut yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text)?;
+        if let Some(tests) = yaml.get_mut("tests").and_then(|t| t.as_sequence_mut()) {
+            tests.truncate(n);
+        }
+        serde_yaml_ng::to_string(&yaml)?
+    };
+    let out = work.join(format!("first-{n}-{name}"));
+    std::fs::write(&out, subset)?;
+    Ok(out)
 }
 
 /// Completion tokens and runner seconds of every attempt that ran to its end: the local
@@ -309,7 +332,7 @@ fn run_peers(args: &RealModelArgs, work: &Path) -> anyhow::Result<Vec<PeerRun>> 
     std::fs::write(&script, peers::PEERS_PY)?;
     let schema = work.join("real-model-schema.json");
     std::fs::write(&schema, serde_json::to_vec_pretty(&json_schema(args)?)?)?;
-    let dataset = absolute(&args.eval_dir.join(CONTRACTS[0].dataset))?;
+    let dataset = absolute(&dataset_in(args, work, CONTRACTS[0].dataset)?)?;
     let config = work.join("real-model-relay.yaml");
     std::fs::write(&config, RELAY_CONFIG)?;
     let mut runs = Vec::new();
@@ -636,65 +659,9 @@ fn render(
     s
 }
 
-/// `old` with its real-model section replaced by `section` (appended when it had none).
-pub fn splice(old: &str, section: &str) -> String {
-    match (old.find(BEGIN), old.find(END)) {
-        (Some(b), Some(e)) if b < e => {
-            let rest = &old[e + END.len()..];
-            format!(
-                "{}{}{}",
-                &old[..b],
-                section.trim_end(),
-                rest.strip_prefix('\n')
-                    .map_or(rest.to_string(), |r| format!("\n{r}"))
-            )
-        }
-        _ => {
-            let mut s = old.trim_end().to_string();
-            if !s.is_empty() {
-                s.push_str("\n\n");
-            }
-            s.push_str(section);
-            s
-        }
-    }
-}
-
-/// The real-model section of `old`, to keep when the full run rewrites the rest.
-pub fn section_of(old: &str) -> Option<&str> {
-    let b = old.find(BEGIN)?;
-    let e = old.find(END)?;
-    (b < e).then(|| &old[b..e + END.len()])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn splice_replaces_only_the_section() {
-        let old = format!("# B\n\nabove\n\n{BEGIN}\nold figures\n{END}\n\nbelow\n");
-        let new = splice(&old, &format!("{BEGIN}\nnew figures\n{END}\n"));
-        assert!(
-            new.contains("new figures") && !new.contains("old figures"),
-            "{new}"
-        );
-        assert!(
-            new.starts_with("# B\n\nabove\n\n") && new.ends_with("\nbelow\n"),
-            "{new}"
-        );
-        assert_eq!(
-            section_of(&new),
-            Some(&*format!("{BEGIN}\nnew figures\n{END}"))
-        );
-    }
-
-    #[test]
-    fn splice_appends_when_there_is_no_section() {
-        let new = splice("# B\n\nabove\n", &format!("{BEGIN}\nx\n{END}\n"));
-        assert_eq!(new, format!("# B\n\nabove\n\n{BEGIN}\nx\n{END}\n"));
-        assert_eq!(section_of("# B"), None);
-    }
 
     #[test]
     fn throughput_counts_whole_measured_attempts_only() {
