@@ -343,13 +343,15 @@ impl RunnerError {
     /// `true` for a failure another call may not meet: a timeout, a broken stream or answer
     /// (protocol), an upstream error without status or with 429 or 5xx, a process that ran
     /// and failed. The loop counts such a failure during a re-ask as a failed attempt and asks
-    /// again while attempts remain. `false` for what asking again cannot change: a runner process that
-    /// could not be started, an upstream 4xx (bad request, authentication).
+    /// again while attempts remain. `false` for what asking again cannot change: a runner
+    /// process that could not be started, an upstream 4xx (bad request, authentication), a
+    /// model that is missing or does not fit (a re-ask's longer prompt fits no better).
     pub fn is_transient(&self) -> bool {
         match self {
             RunnerError::Timeout { .. } | RunnerError::Protocol { .. } => true,
             RunnerError::Upstream { status, .. } => status.is_none_or(|s| s == 429 || s >= 500),
             RunnerError::Process { exit_code, .. } => exit_code.is_some(),
+            RunnerError::Unavailable { .. } => false,
         }
     }
 }
