@@ -131,9 +131,13 @@ fn test(extra: &[String]) -> Result<()> {
             "xtask: skipped: redis-server not found: the Redis shared-state tests (tests/it/replicas.rs) pass without running; install the Debian package redis-server"
         );
     }
+    let (local, skipped) = local_runner_flags();
+    if let Some(why) = &skipped {
+        say_local_skipped(why);
+    }
     let mut cmd = cargo();
     cmd.args(["test", "--workspace"])
-        .args(WITH_LOCAL)
+        .args(local)
         .args(locked())
         .args(extra)
         .env("ENFORCE_TEST_PLUGIN_DIR", &plugin_dir);
@@ -153,6 +157,55 @@ fn test(extra: &[String]) -> Result<()> {
 
 /// The `local` runner (llama.cpp, built with cmake) is part of what the tests and clippy check.
 const WITH_LOCAL: &[&str] = &["--features", "enforce/local"];
+
+/// Without cmake or libclang (what llama.cpp's build needs) the local runner's crate cannot
+/// build: leave it out, and say so, instead of failing the whole run on a fresh machine.
+const WITHOUT_LOCAL: &[&str] = &["--exclude", "enforce-runner-local"];
+
+/// The cargo flags that build the local runner where it can be built, with the reason when it
+/// cannot (`.ci/run` installs both, so CI always builds it).
+fn local_runner_flags() -> (&'static [&'static str], Option<String>) {
+    let cmake = Command::new("cmake")
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let libclang = env::var_os("LIBCLANG_PATH").is_some()
+        || ["/usr/lib", "/usr/lib64", "/usr/local/lib"]
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+            .any(|entry| {
+                let path = entry.path();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                name.starts_with("libclang")
+                    || (name.starts_with("llvm-")
+                        && std::fs::read_dir(path.join("lib"))
+                            .into_iter()
+                            .flatten()
+                            .flatten()
+                            .any(|f| f.file_name().to_string_lossy().starts_with("libclang")))
+                    || (name.ends_with("-linux-gnu")
+                        && std::fs::read_dir(&path)
+                            .into_iter()
+                            .flatten()
+                            .flatten()
+                            .any(|f| f.file_name().to_string_lossy().starts_with("libclang")))
+            });
+    match (cmake, libclang) {
+        (true, true) => (WITH_LOCAL, None),
+        (false, _) => (WITHOUT_LOCAL, Some("cmake not found".into())),
+        (true, false) => (WITHOUT_LOCAL, Some("libclang not found".into())),
+    }
+}
+
+/// Tells why the local runner is left out, where it is seen.
+fn say_local_skipped(why: &str) {
+    eprintln!(
+        "xtask: skipped: {why}: the local runner (crates/enforce-runner-local, llama.cpp) is not \
+         built or tested; install the Debian packages cmake and libclang-dev"
+    );
+}
 
 /// Where the tests look for the GGUF model (see crates/enforce-runner-local/tests/it).
 const TEST_GGUF_VAR: &str = "ENFORCE_TEST_GGUF";
@@ -238,10 +291,14 @@ fn ci() -> Result<()> {
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--", "--check"]);
     run(fmt)?;
+    let (local, skipped) = local_runner_flags();
+    if let Some(why) = &skipped {
+        say_local_skipped(why);
+    }
     let mut clippy = cargo();
     clippy
         .args(["clippy", "--workspace", "--all-targets"])
-        .args(WITH_LOCAL)
+        .args(local)
         .args(locked())
         .args(["--", "-D", "warnings"]);
     run(clippy)?;
