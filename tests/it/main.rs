@@ -15,6 +15,7 @@ mod plugins;
 mod properties;
 mod prose_serve;
 mod real_answers;
+mod real_model;
 mod replicas;
 mod report;
 mod serve;
