@@ -570,36 +570,24 @@ fn bench_peers(extra: &[String]) -> Result<()> {
         rest.remove(i);
         return bench_real_model(&rest);
     }
-    let mut build = cargo();
-    build
-        .args(["build", "--release", "-p", "enforce", "-p", "enforce-bench"])
-        .args(locked());
-    run(build)?;
-    let target = env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
-    let mut harness = Command::new(target.join("release").join("enforce-bench"));
-    harness
-        .current_dir(root())
-        .arg("peers")
-        .arg("--enforce-bin")
-        .arg(target.join("release").join("enforce"))
-        .arg("--work-dir")
-        .arg(target.join("bench-peers"))
-        .arg("--out")
-        .arg(root().join("BENCHMARKS.md"))
-        .args(extra);
-    run(harness)
+    run_harness("peers", &[], &[], extra)
 }
 
 /// `bench-peers --real-model`: the real-model section of BENCHMARKS.md (enforce eval with the
 /// local runner on every example contract, and the peers' loops on the same model).
 fn bench_real_model(extra: &[String]) -> Result<()> {
     let gguf = test_model()?;
+    let gguf = gguf.to_string_lossy().into_owned();
+    run_harness("real-model", WITH_LOCAL, &["--gguf", &gguf], extra)
+}
+
+/// Builds `enforce` (with `features`) and `enforce-bench` in release, then runs the harness's
+/// `subcommand` with the binary, the work directory and BENCHMARKS.md, then `args` and `extra`.
+fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[String]) -> Result<()> {
     let mut build = cargo();
     build
         .args(["build", "--release", "-p", "enforce", "-p", "enforce-bench"])
-        .args(WITH_LOCAL)
+        .args(features)
         .args(locked());
     run(build)?;
     let target = env::var_os("CARGO_TARGET_DIR")
@@ -608,11 +596,10 @@ fn bench_real_model(extra: &[String]) -> Result<()> {
     let mut harness = Command::new(target.join("release").join("enforce-bench"));
     harness
         .current_dir(root())
-        .arg("real-model")
+        .arg(subcommand)
         .arg("--enforce-bin")
         .arg(target.join("release").join("enforce"))
-        .arg("--gguf")
-        .arg(gguf)
+        .args(args)
         .arg("--work-dir")
         .arg(target.join("bench-peers"))
         .arg("--out")
