@@ -140,11 +140,31 @@ pub(crate) fn command(prefix: &[String], program: &Path, args: &[String]) -> Com
     cmd
 }
 
+/// A command as BENCHMARKS.md shows it, runnable from a checkout (see [`repo_relative`]).
 pub(crate) fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().to_string();
     for a in cmd.get_args() {
         s.push(' ');
         s.push_str(&a.to_string_lossy());
+    }
+    repo_relative(&s)
+}
+
+/// `text` with the paths of this machine made relative: the target directory (where the
+/// harness itself runs from, `<target>/release/enforce-bench`) as `target/`, the repository
+/// (the working directory) as nothing.
+pub(crate) fn repo_relative(text: &str) -> String {
+    let mut s = text.to_string();
+    let target = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.to_path_buf()));
+    if let Some(target) = target {
+        s = s.replace(&format!("{}/", target.display()), "target/");
+    }
+    if let Ok(root) = std::env::current_dir() {
+        s = s
+            .replace(&format!("{}/", root.display()), "")
+            .replace(&root.display().to_string(), ".");
     }
     s
 }
@@ -918,4 +938,20 @@ fn proxy_litellm(
         child.0.id(),
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_show_paths_relative_to_the_repository() {
+        let root = std::env::current_dir().unwrap();
+        let mut cmd = Command::new(root.join("examples").join("x"));
+        cmd.arg("--config")
+            .arg(root.join("a.yaml"))
+            .arg("--root")
+            .arg(&root);
+        assert_eq!(describe(&cmd), "examples/x --config a.yaml --root .");
+    }
 }

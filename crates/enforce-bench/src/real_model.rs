@@ -474,6 +474,25 @@ fn per_valid(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".into(), |x| format!("{x:.digits$}"))
 }
 
+/// The arms of an eval's summary.json.
+fn arms_of(summary: &Value) -> impl Iterator<Item = &Value> {
+    summary
+        .get("arms")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+/// Completion tokens, prompt tokens and seconds per valid answer: three table cells.
+fn spend_cells(arm: &Value) -> String {
+    format!(
+        "{} | {} | {}",
+        per_valid(num(arm, "/completion_tokens_per_valid"), 0),
+        per_valid(num(arm, "/prompt_tokens_per_valid"), 0),
+        per_valid(num(arm, "/wall_ms_per_valid").map(|ms| ms / 1e3), 1)
+    )
+}
+
 fn arm_valid(summary: &Value, arm: &str) -> Option<(f64, f64)> {
     let arms = summary.get("arms")?.as_array()?;
     let a = arms
@@ -528,22 +547,14 @@ fn render(
         let _ = writeln!(s, "`{}` ({:.0} s)\n", run.command, run.wall_s);
         let _ = writeln!(s, "| arm | first attempt valid | valid in the end | completion tokens / valid | prompt tokens / valid | s / valid | of which estimated (cut) tokens |");
         let _ = writeln!(s, "|---|---|---|---|---|---|---|");
-        for arm in run
-            .summary
-            .get("arms")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for arm in arms_of(&run.summary) {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} |",
                 arm.get("arm").and_then(Value::as_str).unwrap_or("?"),
                 rate_cell(arm.get("first_attempt_passed")),
                 rate_cell(arm.get("valid")),
-                per_valid(num(arm, "/completion_tokens_per_valid"), 0),
-                per_valid(num(arm, "/prompt_tokens_per_valid"), 0),
-                per_valid(num(arm, "/wall_ms_per_valid").map(|ms| ms / 1e3), 1),
+                spend_cells(arm),
                 num(arm, "/estimated_tokens").map_or("–".into(), |x| format!("{x:.0}")),
             );
         }
@@ -623,22 +634,14 @@ fn render(
             );
         }
         if let Some(json) = evals.first() {
-            for arm in json
-                .summary
-                .get("arms")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+            for arm in arms_of(&json.summary) {
                 let _ = writeln!(
                     s,
-                    "| enforce `{}` | {} | {} | {} | {} | {} | |",
+                    "| enforce `{}` | {} | {} | {} | |",
                     arm.get("arm").and_then(Value::as_str).unwrap_or("?"),
                     rate_cell(arm.get("valid")),
                     num(arm, "/attempts").map_or("–".into(), |x| format!("{x:.0}")),
-                    per_valid(num(arm, "/completion_tokens_per_valid"), 0),
-                    per_valid(num(arm, "/prompt_tokens_per_valid"), 0),
-                    per_valid(num(arm, "/wall_ms_per_valid").map(|ms| ms / 1e3), 1),
+                    spend_cells(arm),
                 );
             }
         }
