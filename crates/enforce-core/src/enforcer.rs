@@ -302,9 +302,6 @@ impl Enforcer {
         let max_attempts = self.max_attempts();
         // The reply being improved, its issues, and the feedback about them.
         let mut previous: Option<(Reply, Found, String)> = None;
-        // The last answer received whole (never one cut short), with its attempt number: what
-        // the outcome carries when the loop stops right after a cut or a runner failure.
-        let mut whole: Option<(u32, Reply, Found)> = None;
 
         loop {
             let number = run.next_number();
@@ -437,7 +434,7 @@ impl Enforcer {
                         continue;
                     }
                     let reason = StopReason::RunnerFailed { error };
-                    return run.conclude_on(reason, whole).await;
+                    return run.conclude_on(reason).await;
                 }
             };
 
@@ -466,7 +463,7 @@ impl Enforcer {
             if let Some(reason) = stop {
                 if cut {
                     // The part received is never the answer: the last whole one is.
-                    return run.conclude_on(reason, whole).await;
+                    return run.conclude_on(reason).await;
                 }
                 return run.conclude(reason, number, reply, found, true).await;
             }
@@ -494,7 +491,6 @@ impl Enforcer {
                 feedback: &feedback,
             });
             if !cut {
-                whole = Some((number, reply.clone(), found.clone()));
                 run.reasked.push((number, reply.clone(), found.clone()));
             }
             previous = Some((reply, found, feedback));
@@ -852,10 +848,11 @@ impl<'a> Run<'a> {
     }
 
     /// Stops right after an attempt that brought no whole answer (cut short, or the runner
-    /// failed): concludes on `whole`, the last answer received whole, or, without one, gives
-    /// up with no response. A part received is never passed on as an answer.
-    async fn conclude_on(self, reason: StopReason, whole: Option<(u32, Reply, Found)>) -> Outcome {
-        match whole {
+    /// failed): concludes on the last answer received whole (the newest re-asked one), or,
+    /// without one, gives up with no response. A part received is never passed on as an
+    /// answer.
+    async fn conclude_on(mut self, reason: StopReason) -> Outcome {
+        match self.reasked.pop() {
             Some((number, reply, found)) => self.conclude(reason, number, reply, found, true).await,
             None => {
                 let status = if matches!(reason, StopReason::RunnerFailed { .. }) {

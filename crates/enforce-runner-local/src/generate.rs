@@ -215,6 +215,11 @@ pub(crate) fn generate(
         if cancel.load(Ordering::Relaxed) {
             return Ok(None);
         }
+        // A token sampled now would need slot `position`: with the context full, the answer
+        // ends here, so prompt and answer never count more than the context holds.
+        if position as u32 >= context_tokens {
+            break FinishReason::Length;
+        }
         let token = sampler.sample(&ctx, batch.n_tokens() - 1);
         generated += 1;
         generated_total.fetch_add(1, Ordering::Relaxed);
@@ -237,7 +242,7 @@ pub(crate) fn generate(
         if !sink.send(spent) {
             return Ok(None);
         }
-        if generated >= sampling.max_tokens || position as u32 >= context_tokens {
+        if generated >= sampling.max_tokens {
             break FinishReason::Length;
         }
         batch.clear();
