@@ -5,11 +5,12 @@
 //! held to the same rules.
 
 use crate::{block_on, repo};
-use enforce_config::{ConfigSource, ProfileSet, Registry};
+use enforce_config::{ConfigSource, Profile, ProfileSet, Registry};
 use enforce_core::{
     Check, Context, Enforcer, Issue, Policy, Request, ScriptedRunner, Status, Validator,
 };
 use serde::Deserialize;
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// One answer of the corpus.
@@ -22,6 +23,13 @@ struct Answer {
     answer: String,
     finish_reason: String,
     source: String,
+    /// The configuration the contract is a profile of, relative to the repository (an answer
+    /// recorded by `enforce eval`); `contracts.yaml` here when absent.
+    #[serde(default)]
+    config: Option<String>,
+    /// Set by `enforce eval` on the part of an answer early abort cut: not an answer.
+    #[serde(default)]
+    cut: bool,
 }
 
 fn corpus_dir() -> PathBuf {
@@ -49,10 +57,49 @@ fn corpus() -> Vec<(String, Answer)> {
                 .unwrap_or_else(|e| panic!("{at}: not an answer line: {e}"));
             assert!(!answer.source.trim().is_empty(), "{at}: `source` is empty");
             assert!(!answer.prompt.trim().is_empty(), "{at}: `prompt` is empty");
+            assert!(
+                !answer.cut,
+                "{at}: a cut answer is only the part received before early abort, not an answer"
+            );
             answers.push((at, answer));
         }
     }
     answers
+}
+
+/// The contracts: the profiles of `contracts.yaml` and of every other configuration an
+/// answer names.
+struct Contracts(HashMap<Option<String>, ProfileSet>);
+
+impl Contracts {
+    fn load(answers: &[(String, Answer)]) -> Self {
+        let mut sets = HashMap::new();
+        for config in std::iter::once(None).chain(answers.iter().map(|(_, a)| a.config.clone())) {
+            sets.entry(config.clone()).or_insert_with(|| {
+                let path = match &config {
+                    Some(path) => repo().join(path),
+                    None => corpus_dir().join("contracts.yaml"),
+                };
+                let source =
+                    ConfigSource::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                ProfileSet::load(&source, &Registry::builtin(), None)
+                    .unwrap_or_else(|e| panic!("{}: the contracts build: {e}", path.display()))
+            });
+        }
+        Contracts(sets)
+    }
+
+    fn of(&self, at: &str, answer: &Answer) -> &Profile {
+        self.0
+            .get(&answer.config)
+            .and_then(|set| set.get(&answer.contract))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{at}: no contract `{}` in {:?}",
+                    answer.contract, answer.config
+                )
+            })
+    }
 }
 
 fn profiles() -> ProfileSet {
@@ -99,13 +146,11 @@ fn first_cut(v: &dyn Validator, text: &str) -> Option<(usize, Vec<Issue>)> {
 
 #[test]
 fn no_partial_check_cuts_an_answer_whose_full_check_passes_or_is_repaired() {
-    let profiles = profiles();
     let mut cuts = 0;
     let answers = corpus();
+    let contracts = Contracts::load(&answers);
     for (at, answer) in &answers {
-        let profile = profiles
-            .get(&answer.contract)
-            .unwrap_or_else(|| panic!("{at}: no contract `{}`", answer.contract));
+        let profile = contracts.of(at, answer);
         let full = block_on(profile.enforcer().check(
             &answer.answer,
             &Context::new(),
@@ -181,9 +226,10 @@ fn the_fenced_json_of_issue_24_is_not_cut_and_is_repaired() {
 
 #[test]
 fn every_answer_streamed_through_the_loop_is_cut_only_when_it_fails() {
-    let profiles = profiles();
-    for (at, answer) in corpus() {
-        let profile = profiles.get(&answer.contract).expect("the contract");
+    let answers = corpus();
+    let contracts = Contracts::load(&answers);
+    for (at, answer) in &answers {
+        let profile = contracts.of(at, answer);
         let full = block_on(profile.enforcer().check(
             &answer.answer,
             &Context::new(),

@@ -94,6 +94,11 @@ pub struct Defaults {
     /// or `first` (before spending a re-ask: a repair that makes the answer clean is returned
     /// as `repaired` at once).
     pub repair: Option<enforce_core::RepairWhen>,
+    /// Issue codes whose repair runs before a re-ask even with `repair: last`: an attempt
+    /// whose every error has one of these codes, and which a repair makes clean, is returned
+    /// as `repaired` at once (e.g. `[INVALID_JSON]`: a fence around JSON is not worth a model
+    /// call, a missing field still is).
+    pub repair_first_codes: Option<Vec<String>>,
     /// Text returned when a response stays unresolved; `{{key}}` is filled from the context.
     pub fallback: Option<String>,
     /// File holding the fallback text, relative to the configuration file.
@@ -145,6 +150,8 @@ pub struct ProfileConfig {
     pub reask: Option<enforce_core::Reask>,
     /// When the deterministic repairs run: `last` or `first` (overrides `defaults`).
     pub repair: Option<enforce_core::RepairWhen>,
+    /// Issue codes whose repair runs before a re-ask (overrides `defaults`).
+    pub repair_first_codes: Option<Vec<String>>,
     /// Fallback text for unresolved responses; `{{key}}` is filled from the request context.
     /// It must pass the profile's validators itself, else it is not used.
     pub fallback: Option<String>,

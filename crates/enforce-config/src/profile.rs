@@ -203,6 +203,7 @@ struct PolicyFields<'a> {
     partial_check_bytes: Option<usize>,
     reask: Option<enforce_core::Reask>,
     repair: Option<enforce_core::RepairWhen>,
+    repair_first_codes: Option<&'a Vec<String>>,
     fallback: Option<&'a String>,
     fallback_file: Option<&'a PathBuf>,
 }
@@ -218,6 +219,7 @@ impl<'a> From<&'a Defaults> for PolicyFields<'a> {
             partial_check_bytes: d.partial_check_bytes,
             reask: d.reask,
             repair: d.repair,
+            repair_first_codes: d.repair_first_codes.as_ref(),
             fallback: d.fallback.as_ref(),
             fallback_file: d.fallback_file.as_ref(),
         }
@@ -235,6 +237,7 @@ impl<'a> From<&'a ProfileConfig> for PolicyFields<'a> {
             partial_check_bytes: p.partial_check_bytes,
             reask: p.reask,
             repair: p.repair,
+            repair_first_codes: p.repair_first_codes.as_ref(),
             fallback: p.fallback.as_ref(),
             fallback_file: p.fallback_file.as_ref(),
         }
@@ -447,6 +450,9 @@ fn build_policy(
     if let Some(when) = defaults.repair {
         policy.repair = when;
     }
+    if let Some(codes) = defaults.repair_first_codes {
+        policy.repair_first_codes = codes.clone();
+    }
     policy.fallback = match (defaults.fallback, defaults.fallback_file) {
         (Some(_), Some(_)) => {
             return Err(BuildError::at(
@@ -479,6 +485,9 @@ fn build_policy(
         }
         if let Some(when) = p.repair {
             policy.repair = when;
+        }
+        if let Some(codes) = p.repair_first_codes {
+            policy.repair_first_codes = codes.clone();
         }
         feedback = p.feedback.unwrap_or(&empty).over(&feedback);
         match (p.fallback, p.fallback_file) {
@@ -801,17 +810,22 @@ mod tests {
     #[test]
     fn reask_and_repair_keys_layer_over_defaults() {
         let set = load(
-            "defaults:\n  reask: resample\n  repair: first\n\
+            "defaults:\n  reask: resample\n  repair: first\n  repair_first_codes: [INVALID_JSON]\n\
              profiles:\n  fresh:\n    validators: [step_marker]\n    reask: feedback_fresh\n    \
-             repair: last\n  inherits:\n    validators: [step_marker]\n",
+             repair: last\n    repair_first_codes: []\n  inherits:\n    validators: [step_marker]\n",
         )
         .unwrap();
         let fresh = set.get("fresh").unwrap().policy();
         assert_eq!(fresh.reask, enforce_core::Reask::FeedbackFresh);
         assert_eq!(fresh.repair, enforce_core::RepairWhen::Last);
+        assert!(fresh.repair_first_codes.is_empty());
         let inherits = set.get("inherits").unwrap().policy();
         assert_eq!(inherits.reask, enforce_core::Reask::Resample);
         assert_eq!(inherits.repair, enforce_core::RepairWhen::First);
+        assert_eq!(
+            inherits.repair_first_codes,
+            vec!["INVALID_JSON".to_string()]
+        );
         let plain = load("profiles:\n  p:\n    validators: [step_marker]\n").unwrap();
         assert_eq!(
             plain.get("p").unwrap().policy().reask,

@@ -467,7 +467,7 @@ impl Enforcer {
                 }
                 return run.conclude(reason, number, reply, found, true).await;
             }
-            if !cut && self.policy.repair == RepairWhen::First {
+            if !cut && self.policy.repairs_first(&found.issues) {
                 if let Some(repaired) = run.repaired(number, &reply, &mut found).await {
                     return run
                         .finish(Status::Repaired, StopReason::Clean, Some(repaired))

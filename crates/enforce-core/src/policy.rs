@@ -1,6 +1,6 @@
 //! How hard the loop tries: [`Policy`] and [`Budget`].
 
-use crate::{FailMode, Feedback};
+use crate::{FailMode, Feedback, Issue};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -102,6 +102,11 @@ pub struct Policy {
     pub reask: Reask,
     /// When the deterministic repairs run (default [`RepairWhen::Last`]).
     pub repair: RepairWhen,
+    /// Issue codes whose repair runs first even when [`repair`](Policy::repair) is `Last`:
+    /// an attempt whose every error has one of these codes, and which a repair makes clean,
+    /// is the answer without a re-ask (a cosmetic error, like a fence around JSON, is not
+    /// worth a model call; a missing field still is).
+    pub repair_first_codes: Vec<String>,
     /// Fallback templates per kind of request: the template under the value of one context
     /// fact (e.g. `block_type`); `fallback` is the default when the fact is absent or has no
     /// template of its own.
@@ -180,12 +185,26 @@ impl Default for Policy {
             partial_check_bytes: Policy::DEFAULT_PARTIAL_CHECK_BYTES,
             reask: Reask::Feedback,
             repair: RepairWhen::Last,
+            repair_first_codes: Vec::new(),
             fallback_by: None,
         }
     }
 }
 
 impl Policy {
+    /// Whether the repairs run before a re-ask of an attempt with these issues: always with
+    /// [`RepairWhen::First`], else when every error has a code of
+    /// [`repair_first_codes`](Policy::repair_first_codes).
+    pub fn repairs_first(&self, issues: &[Issue]) -> bool {
+        match self.repair {
+            RepairWhen::First => true,
+            _ => {
+                let mut errors = issues.iter().filter(|i| i.is_error()).peekable();
+                errors.peek().is_some() && errors.all(|i| self.repair_first_codes.contains(&i.code))
+            }
+        }
+    }
+
     /// The default of [`partial_check_bytes`](Policy::partial_check_bytes): about eight
     /// tokens, so a failure is caught within a fraction of a second of generation while the
     /// checks stay a small cost per chunk.
@@ -262,6 +281,15 @@ impl PolicyBuilder {
     /// When the deterministic repairs run.
     pub fn repair(mut self, when: RepairWhen) -> Self {
         self.policy.repair = when;
+        self
+    }
+
+    /// Issue codes whose repair runs before a re-ask whatever [`repair`](Self::repair) says.
+    pub fn repair_first_codes<S: Into<String>>(
+        mut self,
+        codes: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.policy.repair_first_codes = codes.into_iter().map(Into::into).collect();
         self
     }
 

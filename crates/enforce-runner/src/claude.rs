@@ -15,7 +15,7 @@ use crate::process::{
 };
 use crate::prompt::render_prompt;
 use enforce_core::{
-    async_trait, Reply, ReplyStream, Request, Runner, RunnerError, StreamEvent, Usage,
+    async_trait, FinishReason, Reply, ReplyStream, Request, Runner, RunnerError, StreamEvent, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -337,6 +337,9 @@ pub enum StreamLine {
         input_tokens: Option<u64>,
         /// Output tokens, when this event carries them.
         output_tokens: Option<u64>,
+        /// Why the model stopped (`message_delta`'s `delta.stop_reason`: `end_turn`,
+        /// `max_tokens`, `tool_use`...), when this event says.
+        stop_reason: Option<String>,
     },
     /// The final `result`.
     Result(ClaudeResult),
@@ -386,16 +389,28 @@ pub fn parse_stream_line(line: &str) -> Option<StreamLine> {
                     Some(u) if u.is_object() => StreamLine::Usage {
                         input_tokens: Some(input_tokens(u)),
                         output_tokens: u.get("output_tokens").and_then(Value::as_u64),
+                        stop_reason: None,
                     },
                     _ => StreamLine::Other,
                 },
-                "message_delta" => match event.pointer("/usage/output_tokens") {
-                    Some(n) => StreamLine::Usage {
-                        input_tokens: None,
-                        output_tokens: n.as_u64(),
-                    },
-                    None => StreamLine::Other,
-                },
+                "message_delta" => {
+                    let output_tokens = event
+                        .pointer("/usage/output_tokens")
+                        .and_then(Value::as_u64);
+                    let stop_reason = event
+                        .pointer("/delta/stop_reason")
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
+                    if output_tokens.is_none() && stop_reason.is_none() {
+                        StreamLine::Other
+                    } else {
+                        StreamLine::Usage {
+                            input_tokens: None,
+                            output_tokens,
+                            stop_reason,
+                        }
+                    }
+                }
                 _ => StreamLine::Other,
             }
         }
@@ -409,6 +424,8 @@ struct StreamState {
     program: String,
     line: Vec<u8>,
     usage: Usage,
+    /// The API's last `stop_reason`: the CLI's result does not carry one.
+    stop_reason: Option<String>,
     started: Instant,
 }
 
@@ -421,6 +438,7 @@ fn stream_json<'a>(spec: ProcessSpec, program: String) -> ReplyStream<'a> {
         program,
         line: Vec::new(),
         usage: Usage::default(),
+        stop_reason: None,
         started,
     });
     process_events(state, |mut state| async move {
@@ -442,7 +460,11 @@ async fn next_stream_item(state: &mut StreamState) -> Result<StreamEvent, Runner
             Some(StreamLine::Usage {
                 input_tokens,
                 output_tokens,
+                stop_reason,
             }) => {
+                if stop_reason.is_some() {
+                    state.stop_reason = stop_reason;
+                }
                 if let Some(n) = input_tokens {
                     state.usage.input_tokens = n;
                 }
@@ -458,6 +480,9 @@ async fn next_stream_item(state: &mut StreamState) -> Result<StreamEvent, Runner
                 let mut reply = result.into_reply()?;
                 if reply.duration.is_none() {
                     reply.duration = Some(state.started.elapsed());
+                }
+                if reply.finish_reason.is_none() {
+                    reply.finish_reason = state.stop_reason.as_deref().map(FinishReason::parse);
                 }
                 return Ok(StreamEvent::Done(reply));
             }
@@ -497,6 +522,8 @@ pub struct ClaudeResult {
     pub duration: Option<Duration>,
     /// `errors`, as text.
     pub errors: Vec<String>,
+    /// `stop_reason`, where the CLI's result carries one.
+    pub stop_reason: Option<String>,
 }
 
 impl ClaudeResult {
@@ -534,6 +561,7 @@ impl ClaudeResult {
             usage: self.usage,
             cost_usd: self.cost_usd,
             duration: self.duration,
+            finish_reason: self.stop_reason.as_deref().map(FinishReason::parse),
             ..Reply::default()
         })
     }
@@ -589,6 +617,10 @@ fn from_object(v: &Value) -> ClaudeResult {
             .and_then(Value::as_u64)
             .map(Duration::from_millis),
         errors,
+        stop_reason: v
+            .get("stop_reason")
+            .and_then(Value::as_str)
+            .map(str::to_string),
     }
 }
 
@@ -636,6 +668,28 @@ pub fn parse_result(stdout: &str) -> Result<ClaudeResult, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn message_delta_carries_the_stop_reason_and_a_truncated_answer_reads_as_length() {
+        let line = r#"{"type":"stream_event","event":{"type":"message_delta",
+            "delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":256}}}"#;
+        assert_eq!(
+            super::parse_stream_line(&line.replace('\n', " ")),
+            Some(super::StreamLine::Usage {
+                input_tokens: None,
+                output_tokens: Some(256),
+                stop_reason: Some("max_tokens".into()),
+            })
+        );
+        let result = super::from_object(&serde_json::json!({
+            "type": "result", "result": "cut", "stop_reason": "max_tokens"
+        }));
+        let reply = result.into_reply().expect("a reply");
+        assert_eq!(
+            reply.finish_reason,
+            Some(enforce_core::FinishReason::Length)
+        );
+    }
+
     use super::*;
 
     #[test]

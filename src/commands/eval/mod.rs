@@ -6,6 +6,7 @@
 //! records (resume), `summary` counts, `stats` gives intervals and tests, `junit` and `html`
 //! write the other outputs.
 
+mod answers;
 mod arms;
 mod dataset;
 mod html;
@@ -68,6 +69,10 @@ Outputs, in the -o directory:
   summary.json    per arm: first-attempt pass rate, valid rate after each attempt with 95 % Wilson
                   intervals, outcomes, tokens and time per valid answer; per issue code how often
                   it occurs and each arm fixes it; every pair of arms compared (sign test)
+  answers.jsonl   every attempt's answer as the model wrote it (before repairs; `cut`: the part
+                  received before early abort), one line each in the format of
+                  tests/fixtures/real-answers/ (id arm/case/repeat/attempt, contract = the
+                  profile, config, prompt, answer, finish_reason, source)
   junit.xml       one test case per case × arm × repeat; a failure is an answer not valid
   report.html     one self-contained page with the charts
 The tables go to stdout, a progress bar to stderr (when it is a terminal).
@@ -131,6 +136,7 @@ pub fn run(args: Args) -> ExitCode {
 
 /// The names of the output files.
 const ATTEMPTS: &str = "attempts.jsonl";
+const ANSWERS: &str = "answers.jsonl";
 
 fn execute(args: &Args) -> Result<u8, UsageError> {
     let arms = Arm::parse_list(&args.arms)?;
@@ -189,6 +195,10 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         params,
         runner_kind: runner_config.kind().to_string(),
         model: model_of(&runner_config).map(str::to_string),
+        config: loaded
+            .source
+            .as_ref()
+            .map(|s| s.path().display().to_string()),
     });
 
     let attempts_path = prepare_output(&args.output)?;
@@ -220,10 +230,17 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         .append(true)
         .open(&attempts_path)
         .map_err(|e| UsageError(format!("cannot write {}: {e}", attempts_path.display())))?;
+    let answers_path = args.output.join(ANSWERS);
+    let answers = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&answers_path)
+        .map_err(|e| UsageError(format!("cannot write {}: {e}", answers_path.display())))?;
     let progress = progress_bar(pending.len() as u64);
     let bar = progress.clone();
     let sink = Sink {
         file: Some(file),
+        answers: Some(answers),
         on_trial: Box::new(move |trial: &Trial| {
             bar.set_message(format!("{} {}", trial.key.arm, trial.key.case));
             bar.inc(1);
@@ -273,7 +290,7 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         return Ok(EXIT_IO);
     }
     eprintln!(
-        "enforce eval: wrote {} (summary.json, junit.xml, report.html, {ATTEMPTS})",
+        "enforce eval: wrote {} (summary.json, junit.xml, report.html, {ATTEMPTS}, {ANSWERS})",
         args.output.display()
     );
     Ok(0)

@@ -124,6 +124,7 @@ fn plan(arms: &str, cases: usize, repeats: u32, seed: u64) -> Plan {
         params: Map::new(),
         runner_kind: "test".into(),
         model: None,
+        config: None,
     }
 }
 
@@ -143,6 +144,7 @@ fn run(plan: Plan, concurrency: usize, model: Arc<SeededModel>) -> Vec<Trial> {
             concurrency,
             Sink {
                 file: None,
+                answers: None,
                 on_trial: Box::new(|_| {}),
             },
         ))
@@ -289,4 +291,55 @@ fn records_read_back_with_their_key_and_estimated_tokens() {
         trials::parse_line(&line[..line.len() / 2]).is_none(),
         "a torn line"
     );
+}
+
+#[test]
+fn answers_jsonl_has_one_line_per_attempt_with_the_text_the_model_wrote() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("answers.jsonl");
+    let file = std::fs::File::create(&path).expect("created");
+    let plan = Arc::new(plan("none,feedback", 6, 1, 11));
+    let jobs = plan.jobs();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let trials = runtime
+        .block_on(trials::run_all(
+            Arc::clone(&plan),
+            Arc::new(SeededModel::default()),
+            jobs,
+            2,
+            Sink {
+                file: None,
+                answers: Some(file),
+                on_trial: Box::new(|_| {}),
+            },
+        ))
+        .expect("written");
+    let text = std::fs::read_to_string(&path).expect("read back");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let attempts: usize = trials.iter().map(|t| t.outcome.attempts.len()).sum();
+    assert_eq!(lines.len(), attempts);
+    assert!(attempts > trials.len(), "some trial was re-asked");
+    for trial in &trials {
+        let id = format!("{}/{}/{}", trial.key.arm, trial.key.case, trial.key.repeat);
+        for attempt in &trial.outcome.attempts {
+            let line = lines
+                .iter()
+                .find(|l| l["id"] == format!("{id}/{}", attempt.number))
+                .unwrap_or_else(|| panic!("no line for {id} attempt {}", attempt.number));
+            let answer = line["answer"].as_str().expect("text");
+            assert_eq!(answer.len(), attempt.response_bytes, "{id}");
+            assert_eq!(line["contract"], "test");
+            assert!(line["prompt"]
+                .as_str()
+                .expect("text")
+                .starts_with("question "));
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! Running the trials of an eval (arm × case × repeat) and their audit records in
 //! `attempts.jsonl`: written as each trial ends, read back to resume an interrupted eval.
 
+use super::answers::{self, Provenance, Recorder};
 use super::arms::Arm;
 use super::dataset::Case;
 use enforce_core::{AuditRecord, Enforcer, Outcome, Request, Runner};
@@ -58,6 +59,8 @@ pub struct Plan {
     pub runner_kind: String,
     /// The model, for the record.
     pub model: Option<String>,
+    /// The configuration file, as given, for the answers' lines.
+    pub config: Option<String>,
 }
 
 /// One trial to run: indices into the plan.
@@ -116,12 +119,37 @@ impl Plan {
         }
     }
 
-    /// Runs one job.
-    pub async fn run(&self, runner: &dyn Runner, job: Job) -> Outcome {
+    /// Runs one job; returns its outcome and the lines of its answers (`answers.jsonl`).
+    pub async fn run(&self, runner: &Arc<dyn Runner>, job: Job) -> (Outcome, String) {
         let enforcer = &self.enforcers[job.case][job.arm];
-        enforcer
-            .run(runner, &self.request(job), &self.cases[job.case].context)
-            .await
+        let request = self.request(job);
+        let recorder = Recorder::new(Arc::clone(runner));
+        let outcome = enforcer
+            .run(&recorder, &request, &self.cases[job.case].context)
+            .await;
+        let key = self.key(job);
+        let provenance = Provenance {
+            trial: &format!("{}/{}/{}", key.arm, key.case, key.repeat),
+            profile: &self.profiles[job.case],
+            config: self.config.as_deref(),
+            source: &self.source(key.seed),
+        };
+        let lines = answers::lines(&recorder.answers(), &request, &provenance);
+        (outcome, lines)
+    }
+
+    /// Where an answer of this eval comes from, in words: the runner, the model and the
+    /// sampling, as a `source` of `tests/fixtures/real-answers/` says it.
+    fn source(&self, seed: u64) -> String {
+        let mut words = format!("{} runner", self.runner_kind);
+        if let Some(model) = &self.model {
+            words.push_str(&format!(", model {model}"));
+        }
+        for (key, value) in &self.params {
+            words.push_str(&format!(", {key} {value}"));
+        }
+        words.push_str(&format!(", seed {seed} (enforce eval)"));
+        words
     }
 
     /// The audit line of a finished job: `enforce serve`'s record plus the `eval` object.
@@ -209,10 +237,13 @@ pub fn resume(path: &Path) -> std::io::Result<Vec<Trial>> {
 }
 
 /// Where finished trials go: the audit file (one line each, written as soon as the trial
-/// ends, so an interruption loses only the trials running) and a callback for progress.
+/// ends, so an interruption loses only the trials running), the answers' file and a callback
+/// for progress.
 pub struct Sink<'a> {
     /// The open `attempts.jsonl`, appended to.
     pub file: Option<std::fs::File>,
+    /// The open `answers.jsonl`, appended to.
+    pub answers: Option<std::fs::File>,
     /// Called once per finished trial.
     pub on_trial: Box<dyn Fn(&Trial) + Send + 'a>,
 }
@@ -247,7 +278,7 @@ pub async fn run_all(
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&job) = jobs.get(i) else { break };
-                let outcome = plan.run(runner.as_ref(), job).await;
+                let (outcome, answer_lines) = plan.run(&runner, job).await;
                 let line = plan.record_line(job, &outcome);
                 let Ok(mut guard) = state.lock() else { break };
                 let (sink, trials, error) = &mut *guard;
@@ -257,6 +288,12 @@ pub async fn run_all(
                 if let Some(file) = &mut sink.file {
                     // One write per line: an interruption tears at most the line being written.
                     if let Err(e) = file.write_all(format!("{line}\n").as_bytes()) {
+                        *error = Some(e);
+                        break;
+                    }
+                }
+                if let Some(file) = &mut sink.answers {
+                    if let Err(e) = file.write_all(answer_lines.as_bytes()) {
                         *error = Some(e);
                         break;
                     }

@@ -246,6 +246,46 @@ async fn repair_first_returns_a_clean_repair_without_a_reask() {
 }
 
 #[tokio::test]
+async fn repair_first_codes_repair_those_codes_before_a_reask_and_only_those() {
+    let repairs = || Requires {
+        repairs: true,
+        ..Requires::new("END")
+    };
+    let first_for = |codes: &[&str]| {
+        Policy::builder()
+            .repair_first_codes(codes.iter().copied())
+            .build()
+    };
+    // The attempt's only error has a listed code: repaired at once, with `repair: last`.
+    let runner = ScriptedRunner::texts(["text", "text END"]);
+    let outcome = Enforcer::new(vec![Box::new(repairs())])
+        .with_policy(first_for(&["MISSING_WORD"]))
+        .run(&runner, &req(), &Context::new())
+        .await;
+    assert_eq!(outcome.status, Status::Repaired);
+    assert_eq!(runner.calls().len(), 1, "no re-ask");
+
+    // Another code is listed: the loop re-asks as `last` does.
+    let runner = ScriptedRunner::texts(["text", "text END"]);
+    let outcome = Enforcer::new(vec![Box::new(repairs())])
+        .with_policy(first_for(&["INVALID_JSON"]))
+        .run(&runner, &req(), &Context::new())
+        .await;
+    assert_eq!(outcome.status, Status::Passed);
+    assert_eq!(runner.calls().len(), 2);
+
+    // An error with a code not listed beside it: re-asked, though the listed one repairs.
+    let other = Forbidden::new("Acme");
+    let runner = ScriptedRunner::texts(["text Acme", "text END"]);
+    let outcome = Enforcer::new(vec![Box::new(repairs()), Box::new(other)])
+        .with_policy(first_for(&["MISSING_WORD"]))
+        .run(&runner, &req(), &Context::new())
+        .await;
+    assert_eq!(outcome.status, Status::Passed);
+    assert_eq!(runner.calls().len(), 2);
+}
+
+#[tokio::test]
 async fn an_earlier_answer_a_repair_makes_clean_beats_an_unresolved_last_one() {
     // The first answer only lacks what the repair adds; the re-asks go wrong in a way no
     // repair fixes. Asking again must not end worse than one attempt and a repair.

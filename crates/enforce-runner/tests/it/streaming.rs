@@ -105,6 +105,8 @@ async fn claude_streams_deltas_then_the_reply_from_the_result() {
     assert_eq!(reply.session_id.as_deref(), Some("sess-s"));
     assert_eq!(reply.cost_usd, Some(0.02));
     assert_eq!(reply.usage.unwrap().output_tokens, 5);
+    // The API's `stop_reason` (the result object has none) is the reply's finish reason.
+    assert_eq!(reply.finish_reason, Some(enforce_core::FinishReason::Stop));
     let call = &fake.calls()[0];
     assert_eq!(
         &call.args[..5],
