@@ -42,6 +42,7 @@ mod auth;
 mod config;
 mod error;
 mod facts;
+pub mod messages;
 mod metrics;
 mod openai;
 mod otel;

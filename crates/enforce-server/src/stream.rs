@@ -198,7 +198,7 @@ fn summary_line(outcome: &Outcome) -> Option<String> {
 }
 
 /// Splits `text` into pieces of at most `max` bytes on character boundaries.
-fn pieces(text: &str, max: usize) -> Vec<&str> {
+pub(crate) fn pieces(text: &str, max: usize) -> Vec<&str> {
     let mut out = Vec::new();
     let mut rest = text;
     while !rest.is_empty() {
