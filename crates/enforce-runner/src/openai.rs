@@ -563,11 +563,14 @@ impl Runner for OpenAiRunner {
 }
 
 /// One message on the wire. An assistant turn that only calls tools has `content: null`, as
-/// OpenAI writes it; a tool result carries the id of the call it answers.
+/// OpenAI writes it; a tool result carries the id of the call it answers; a message with
+/// content parts beyond text (an image) sends those parts.
 fn message_json(m: &Message) -> Value {
     let mut out = Map::with_capacity(4);
     out.insert("role".into(), serde_json::json!(m.role));
-    let content = if m.content.is_empty() && !m.tool_calls.is_empty() {
+    let content = if !m.parts.is_empty() {
+        Value::Array(m.parts.clone())
+    } else if m.content.is_empty() && !m.tool_calls.is_empty() {
         Value::Null
     } else {
         Value::String(m.content.clone())

@@ -45,6 +45,7 @@ mod facts;
 mod metrics;
 mod openai;
 mod otel;
+mod pipeline;
 #[cfg(feature = "redis")]
 mod redis_state;
 mod routes;
@@ -55,6 +56,7 @@ mod state;
 mod stream;
 mod tools;
 mod turn;
+mod verdict;
 
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
@@ -66,7 +68,7 @@ pub use config::{
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
-pub use openai::{parse_chat_request, validation_status, ChatRequest};
+pub use verdict::validation_status;
 #[cfg(feature = "redis")]
 pub use redis_state::RedisState;
 pub use routes::{Classifier, Route, RouteError, Routes, When, DEFAULT_CLASSIFY_PROMPT};
@@ -308,7 +310,10 @@ impl Server {
         let authed = Router::new()
             .route("/v1/models", get(app::list_models))
             .route("/v1/models/{id}", get(app::get_model))
-            .route("/v1/chat/completions", post(app::chat_completions))
+            .route(
+                "/v1/chat/completions",
+                post(pipeline::serve::<openai::Chat>),
+            )
             .route("/v1/sessions/{id}", get(app::get_session))
             .route_layer(axum::middleware::from_fn_with_state(
                 self.app.clone(),

@@ -2,14 +2,12 @@
 
 use crate::audit::AuditLog;
 use crate::config::{Model, ServerConfig};
-use crate::error::ApiError;
 use crate::metrics::{Metrics, REJECTED};
 use crate::otel::Telemetry;
 use crate::session::SessionStore;
 use crate::shared::ReplicaState;
 use crate::tools::ToolCheckCache;
 use crate::{ScrapeHook, StepExtractor};
-use axum::response::{IntoResponse, Response};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
@@ -49,9 +47,8 @@ pub(crate) fn unix_now() -> u64 {
 }
 
 impl App {
-    /// Refuses a request before any enforcement, counted by `reason`.
-    pub fn reject(&self, reason: &'static str, error: ApiError) -> Response {
+    /// Counts a request refused before any enforcement, by `reason`.
+    pub fn count_rejection(&self, reason: &'static str) {
         self.metrics.count(&REJECTED, &[("reason", reason)], 1);
-        error.into_response()
     }
 }
