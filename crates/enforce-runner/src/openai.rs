@@ -927,6 +927,22 @@ mod tests {
         assert_eq!((r.text.as_str(), r.tool_calls.len()), ("Let me look.", 1));
     }
 
+    /// An image the client sent reaches the upstream as the parts array, not only its text.
+    #[test]
+    fn content_parts_go_out_instead_of_the_text() {
+        let parts = vec![
+            serde_json::json!({"type": "text", "text": "What is it?"}),
+            serde_json::json!({"type": "image_url", "image_url": {"url": "https://x/a.png"}}),
+        ];
+        let mut message = Message::new(Role::User, "What is it?");
+        message.parts = parts.clone();
+        assert_eq!(message_json(&message)["content"], Value::Array(parts));
+        assert_eq!(
+            message_json(&Message::new(Role::User, "hi"))["content"],
+            "hi"
+        );
+    }
+
     #[test]
     fn tool_history_goes_out_as_openai_writes_it() {
         let call = ToolCall::new("call_1", "f", "{}");

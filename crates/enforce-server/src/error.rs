@@ -112,6 +112,25 @@ impl ApiError {
                 kind: self.kind,
                 param: self.param,
                 code: self.code,
+                status: None,
+            },
+            enforcement: self.enforcement.as_deref(),
+        }
+    }
+
+    /// [`body`](Self::body) as a stream's error chunk, whose HTTP status was already sent: the
+    /// `error` also carries `status`, the status it stands for. `@ai-sdk/openai` maps an
+    /// in-stream error to a status by that field (else by words in `code`/`type`, else 500)
+    /// and retries 408, 409, 429 and 5xx: without it, an answer that failed its checks (422)
+    /// would be asked for again, whole, twice more.
+    pub fn streamed_body(&self) -> impl serde::Serialize + '_ {
+        OpenAiErrorBody {
+            error: OpenAiError {
+                message: &self.message,
+                kind: self.kind,
+                param: self.param,
+                code: self.code,
+                status: Some(self.status.as_u16()),
             },
             enforcement: self.enforcement.as_deref(),
         }
@@ -157,6 +176,8 @@ struct OpenAiError<'a> {
     kind: &'a str,
     param: Option<&'a str>,
     code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
 }
 
 /// The OpenAI envelope (what the chat-completions and Responses surfaces and the model and

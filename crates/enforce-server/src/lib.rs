@@ -254,6 +254,7 @@ impl ServerBuilder {
                 sessions,
                 shared,
                 tool_checks: tools::ToolCheckCache::default(),
+                format_checks: tools::FormatCheckCache::default(),
                 metrics,
                 audit,
                 limiter,
@@ -323,6 +324,8 @@ impl Server {
             .merge(authed)
             .route("/healthz", get(app::healthz))
             .route("/metrics", get(app::metrics))
+            .fallback(app::unknown_route)
+            .method_not_allowed_fallback(app::wrong_method)
             .with_state(self.app.clone())
     }
 

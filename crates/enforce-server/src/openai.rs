@@ -382,7 +382,7 @@ impl StreamWriter for ChatWriter {
     fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>) {
         let description = format!("Answer not shown: {}", error.code);
         self.close_status(Some(&description), out);
-        push_data(out, &error.body());
+        push_data(out, &error.streamed_body());
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {
@@ -391,7 +391,7 @@ impl StreamWriter for ChatWriter {
 
     fn unfinished() -> Bytes {
         let mut tail = Vec::new();
-        push_data(&mut tail, &stream::interrupted().body());
+        push_data(&mut tail, &stream::interrupted().streamed_body());
         tail.extend_from_slice(DONE);
         Bytes::from(tail)
     }

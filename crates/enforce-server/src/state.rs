@@ -6,7 +6,7 @@ use crate::metrics::{Metrics, REJECTED};
 use crate::otel::Telemetry;
 use crate::session::SessionStore;
 use crate::shared::ReplicaState;
-use crate::tools::ToolCheckCache;
+use crate::tools::{FormatCheckCache, ToolCheckCache};
 use crate::{ScrapeHook, StepExtractor};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -29,6 +29,8 @@ pub(crate) struct App {
     pub shared: Option<Arc<ReplicaState>>,
     /// Compiled checks of the `tools` requests declare.
     pub tool_checks: ToolCheckCache,
+    /// Compiled checks of the `response_format` requests declare.
+    pub format_checks: FormatCheckCache,
     pub metrics: Arc<Metrics>,
     pub audit: Option<Arc<AuditLog>>,
     pub limiter: Arc<Semaphore>,

@@ -16,7 +16,7 @@ use crate::state::App;
 use axum::http::StatusCode;
 use enforce_core::{
     async_trait, Attempt, AuditRecord, Context, Event, Observer, Outcome, Reply, ReplyStream,
-    Message, Request, Runner, RunnerError, Status, StopReason,
+    Message, Request, Runner, RunnerError, Status, StopReason, Validator,
 };
 use serde_json::{Map, Value};
 use futures_util::StreamExt;
@@ -516,12 +516,22 @@ impl Turn {
             trace: self.trace.clone(),
         };
         let enforcer = self.model.enforcer.clone();
-        // Checks of this request's tool calls, run before the profile's own validators.
-        let tool_checks = params
+        // Checks of this request's own contract, run before the profile's validators: its tool
+        // calls against `tools`, and its answer against `response_format` (whatever the profile).
+        let mut request_checks: Vec<Arc<dyn Validator>> = Vec::new();
+        if let Some(tools) = params
             .get("tools")
             .filter(|_| self.model.options.check_tool_calls)
             .filter(|tools| tools.as_array().is_some_and(|t| !t.is_empty()))
-            .map(|tools| self.app.tool_checks.checks_for(tools));
+        {
+            request_checks.push(self.app.tool_checks.checks_for(tools));
+        }
+        if let Some(format) = params
+            .get("response_format")
+            .and_then(|f| self.app.format_checks.check_for(f))
+        {
+            request_checks.push(format);
+        }
         let request = Request {
             messages,
             session_id,
@@ -542,7 +552,7 @@ impl Turn {
         let handle = tokio::spawn(
             async move {
                 enforcer
-                    .run_with(&runner, &request, &context, &observer, &tool_checks)
+                    .run_with(&runner, &request, &context, &observer, &request_checks)
                     .await
             }
             .in_current_span(),

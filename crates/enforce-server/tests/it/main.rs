@@ -7,6 +7,7 @@
 
 mod audit_record;
 mod common;
+mod dropin;
 mod facts;
 mod fault_matrix;
 mod hostile_input;
