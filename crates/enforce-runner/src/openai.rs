@@ -269,11 +269,14 @@ impl Runner for OpenAiRunner {
 }
 
 /// One message on the wire. An assistant turn that only calls tools has `content: null`, as
-/// OpenAI writes it; a tool result carries the id of the call it answers.
+/// OpenAI writes it; a tool result carries the id of the call it answers; a message with
+/// content parts beyond text (an image) sends those parts.
 fn message_json(m: &Message) -> Value {
     let mut out = Map::with_capacity(4);
     out.insert("role".into(), serde_json::json!(m.role));
-    let content = if m.content.is_empty() && !m.tool_calls.is_empty() {
+    let content = if !m.parts.is_empty() {
+        Value::Array(m.parts.clone())
+    } else if m.content.is_empty() && !m.tool_calls.is_empty() {
         Value::Null
     } else {
         Value::String(m.content.clone())
@@ -421,6 +424,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!((r.text.as_str(), r.tool_calls.len()), ("Let me look.", 1));
+    }
+
+    /// An image the client sent reaches the upstream as the parts array, not only its text.
+    #[test]
+    fn content_parts_go_out_instead_of_the_text() {
+        let parts = vec![
+            serde_json::json!({"type": "text", "text": "What is it?"}),
+            serde_json::json!({"type": "image_url", "image_url": {"url": "https://x/a.png"}}),
+        ];
+        let mut message = Message::new(Role::User, "What is it?");
+        message.parts = parts.clone();
+        assert_eq!(message_json(&message)["content"], Value::Array(parts));
+        assert_eq!(
+            message_json(&Message::new(Role::User, "hi"))["content"],
+            "hi"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! [`StepExtractor`] that reads the step marker of a passed answer for the session history.
 //!
 //! Routes: `GET /v1/models`, `GET /v1/models/{id}`, `POST /v1/chat/completions`,
+//! `POST /v1/messages` (the Anthropic Messages API; `x-api-key` accepted as the key),
 //! `GET /v1/sessions/{id}` (bearer auth when keys are configured), `GET /healthz` and
 //! `GET /metrics` (Prometheus text, no auth).
 //!
@@ -42,10 +43,11 @@ mod auth;
 mod config;
 mod error;
 mod facts;
-pub mod messages;
+mod messages;
 mod metrics;
 mod openai;
 mod otel;
+mod pipeline;
 #[cfg(feature = "redis")]
 mod redis_state;
 mod routes;
@@ -56,6 +58,7 @@ mod state;
 mod stream;
 mod tools;
 mod turn;
+mod verdict;
 
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
@@ -67,7 +70,7 @@ pub use config::{
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
-pub use openai::{parse_chat_request, validation_status, ChatRequest};
+pub use verdict::validation_status;
 #[cfg(feature = "redis")]
 pub use redis_state::RedisState;
 pub use routes::{Classifier, Route, RouteError, Routes, When, DEFAULT_CLASSIFY_PROMPT};
@@ -253,6 +256,7 @@ impl ServerBuilder {
                 sessions,
                 shared,
                 tool_checks: tools::ToolCheckCache::default(),
+                format_checks: tools::FormatCheckCache::default(),
                 metrics,
                 audit,
                 limiter,
@@ -309,7 +313,11 @@ impl Server {
         let authed = Router::new()
             .route("/v1/models", get(app::list_models))
             .route("/v1/models/{id}", get(app::get_model))
-            .route("/v1/chat/completions", post(app::chat_completions))
+            .route(
+                "/v1/chat/completions",
+                post(pipeline::serve::<openai::Chat>),
+            )
+            .route("/v1/messages", post(pipeline::serve::<messages::Messages>))
             .route("/v1/sessions/{id}", get(app::get_session))
             .route_layer(axum::middleware::from_fn_with_state(
                 self.app.clone(),
@@ -319,6 +327,8 @@ impl Server {
             .merge(authed)
             .route("/healthz", get(app::healthz))
             .route("/metrics", get(app::metrics))
+            .fallback(app::unknown_route)
+            .method_not_allowed_fallback(app::wrong_method)
             .with_state(self.app.clone())
     }
 

@@ -11,13 +11,123 @@
 //! upstream are listed in [`MessagesRequest::ignored`], never dropped unsaid.
 
 use crate::error::ApiError;
-use crate::openai::enforcement_json;
-use axum::body::Body;
+use crate::pipeline::{Ask, Surface};
+use crate::stream::StreamWriter;
+use crate::turn::Turn;
+use crate::verdict::enforcement_json;
+use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use enforce_core::{Message, Outcome, Role, ToolCall, Usage};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
+
+/// The Messages surface of the request pipeline: `POST /v1/messages`.
+pub(crate) struct Messages;
+
+impl Surface for Messages {
+    const NAME: &'static str = "messages";
+    const ID_PREFIX: &'static str = "msg_";
+    /// The fields the request held that could not be carried (the `fields_ignored` warning).
+    type Kept = Vec<String>;
+    type Writer = MessagesWriter;
+
+    fn parse(body: &[u8]) -> Result<(Ask, Vec<String>), ApiError> {
+        let request = parse_messages_request(body)?;
+        let chat_hint = request.chat_id(None);
+        let ask = Ask {
+            model: request.model,
+            messages: request.messages,
+            params: request.params,
+            stream: request.stream,
+            // Messages streams always end with the usage (in `message_delta`).
+            include_usage: true,
+            enforce: request.enforce,
+            chat_hint,
+        };
+        Ok((ask, request.ignored))
+    }
+
+    fn refuse(error: ApiError) -> Response {
+        error_response(error)
+    }
+
+    fn answer(turn: &Turn, ignored: &Vec<String>, text: &str, outcome: &Outcome) -> Value {
+        let mut body = message_json(&turn.id.id, &turn.id.model, text, outcome);
+        turn.add_route(&mut body["enforcement"]);
+        add_warnings(&mut body, ignored);
+        body
+    }
+
+    fn writer(turn: &Turn, ignored: Vec<String>) -> MessagesWriter {
+        MessagesWriter {
+            events: MessagesEvents::new(turn.id.id.clone(), turn.id.model.clone()),
+            ignored,
+        }
+    }
+}
+
+/// `warnings: [{"code": "fields_ignored", ...}]` when the request held fields that could not be
+/// carried to the upstream.
+fn add_warnings(body: &mut Value, ignored: &[String]) {
+    if ignored.is_empty() {
+        return;
+    }
+    if let Some(object) = body.as_object_mut() {
+        object.insert(
+            "warnings".into(),
+            json!([{
+                "code": "fields_ignored",
+                "message": format!(
+                    "These request fields could not be carried to the model and were ignored: {}.",
+                    ignored.join(", ")
+                ),
+                "fields": ignored,
+            }]),
+        );
+    }
+}
+
+/// The [`StreamWriter`] of the Messages surface: [`MessagesEvents`] and the warnings to report.
+#[derive(Debug)]
+pub(crate) struct MessagesWriter {
+    events: MessagesEvents,
+    ignored: Vec<String>,
+}
+
+impl StreamWriter for MessagesWriter {
+    fn open(&mut self, out: &mut Vec<u8>) {
+        self.events.open(out);
+    }
+
+    fn draft(&mut self, text: &str, out: &mut Vec<u8>) {
+        self.events.draft(text, out);
+    }
+
+    fn answer(
+        &mut self,
+        turn: &Turn,
+        text: &str,
+        outcome: &Outcome,
+        _summary: Option<&str>,
+        out: &mut Vec<u8>,
+    ) {
+        let mut enforcement = enforcement_json(outcome);
+        turn.add_route(&mut enforcement);
+        let mut warnings = json!({});
+        add_warnings(&mut warnings, &self.ignored);
+        self.events
+            .finish(text, outcome, enforcement, warnings.get("warnings"), out);
+    }
+
+    fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>) {
+        self.events.fail(error, out);
+    }
+
+    fn unfinished() -> Bytes {
+        Bytes::from(unfinished_tail())
+    }
+}
 
 /// Body fields read here; every other field is listed as ignored.
 const READ: &[&str] = &[
@@ -177,10 +287,24 @@ fn read_turn(turn: &Value, request: &mut MessagesRequest) -> Result<(), ApiError
         }
     };
     let mut texts: Vec<&str> = Vec::new();
+    // The content as chat parts, kept when it holds an image (as chat keeps `image_url`).
+    let mut parts: Vec<Value> = Vec::new();
+    let mut has_image = false;
     let mut calls = Vec::new();
     for block in blocks {
         match block.get("type").and_then(Value::as_str).unwrap_or("") {
-            "text" => texts.push(block.get("text").and_then(Value::as_str).unwrap_or("")),
+            "text" => {
+                let text = block.get("text").and_then(Value::as_str).unwrap_or("");
+                texts.push(text);
+                parts.push(json!({"type": "text", "text": text}));
+            }
+            "image" if role == Role::User => match image_part(block) {
+                Some(part) => {
+                    has_image = true;
+                    parts.push(part);
+                }
+                None => request.ignore("messages.content.image"),
+            },
             "tool_use" if role == Role::Assistant => calls.push(tool_call(block)?),
             "tool_result" if role == Role::User => {
                 let id = block
@@ -212,7 +336,7 @@ fn read_turn(turn: &Value, request: &mut MessagesRequest) -> Result<(), ApiError
             // The model's own reasoning sent back: not answer text (and enforce's drafts carry
             // no signature an upstream would take).
             "thinking" | "redacted_thinking" if role == Role::Assistant => {}
-            "image" | "document" | "search_result" => {
+            "document" | "search_result" => {
                 request.ignore(format!(
                     "messages.content.{}",
                     block["type"].as_str().unwrap_or("")
@@ -231,13 +355,33 @@ fn read_turn(turn: &Value, request: &mut MessagesRequest) -> Result<(), ApiError
     }
     // Tool results (pushed above) come before the turn's text, as the API orders them.
     let text = texts.join("\n");
-    if !text.is_empty() || !calls.is_empty() {
-        request.messages.push(match role {
+    if !text.is_empty() || !calls.is_empty() || has_image {
+        let mut message = match role {
             Role::Assistant => Message::assistant_calling(text, calls),
             _ => Message::user(text),
-        });
+        };
+        if has_image {
+            message.parts = parts;
+        }
+        request.messages.push(message);
     }
     Ok(())
+}
+
+/// An `image` block as a chat `image_url` part: a base64 source as a `data:` URL, a `url`
+/// source as it is; `None` for a source it cannot say (a file id).
+fn image_part(block: &Value) -> Option<Value> {
+    let source = block.get("source")?;
+    let url = match source.get("type").and_then(Value::as_str)? {
+        "base64" => format!(
+            "data:{};base64,{}",
+            source.get("media_type").and_then(Value::as_str)?,
+            source.get("data").and_then(Value::as_str)?
+        ),
+        "url" => source.get("url").and_then(Value::as_str)?.to_string(),
+        _ => return None,
+    };
+    Some(json!({"type": "image_url", "image_url": {"url": url}}))
 }
 
 /// The text of text blocks (`system`, a tool result's content), joined with `\n`; other
@@ -491,12 +635,16 @@ pub fn error_body(error: &ApiError) -> String {
 }
 
 /// An error response in Anthropic's shape, with the headers every surface sends with an error
-/// (`Retry-After`, `X-Enforce-Status`, `X-Enforce-Validation-Status`): those come from
-/// [`ApiError`]'s own response, whose body is replaced.
+/// (`Retry-After`, `X-Enforce-Status`, `X-Enforce-Validation-Status`).
 pub fn error_response(error: ApiError) -> Response {
-    let body = error_body(&error);
-    let (parts, _) = error.into_response().into_parts();
-    Response::from_parts(parts, Body::from(body))
+    let mut response = (
+        error.status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        error_body(&error),
+    )
+        .into_response();
+    error.headers(response.headers_mut());
+    response
 }
 
 /// Writes the SSE events of one Messages stream. Nothing of the answer (text, tool calls) goes
@@ -539,7 +687,8 @@ impl MessagesEvents {
     }
 
     /// `message_start` (once): the message with empty `content`. Clients show a message from
-    /// here, so an error that follows has one to belong to.
+    /// here, so an error that follows has one to belong to. (Keep-alives are the driver's
+    /// `: keepalive` comments, which Anthropic's SDKs skip like `ping` events.)
     pub fn open(&mut self, out: &mut Vec<u8>) {
         if self.opened {
             return;
@@ -553,11 +702,6 @@ impl MessagesEvents {
                 "content": [], "stop_reason": null, "stop_sequence": null,
                 "usage": {"input_tokens": 0, "output_tokens": 0}}}),
         );
-    }
-
-    /// A `ping` event: the keep-alive while the loop works.
-    pub fn ping(out: &mut Vec<u8>) {
-        push_event(out, "ping", &json!({"type": "ping"}));
     }
 
     /// More draft text (`stream_mode: draft`) in the `thinking` block, opened on first use.
@@ -606,6 +750,7 @@ impl MessagesEvents {
         text: &str,
         outcome: &Outcome,
         enforcement: Value,
+        warnings: Option<&Value>,
         out: &mut Vec<u8>,
     ) {
         self.open(out);
@@ -658,14 +803,14 @@ impl MessagesEvents {
             );
         }
         let usage = outcome.usage.unwrap_or_default();
-        push_event(
-            out,
-            "message_delta",
-            &json!({"type": "message_delta",
-                    "delta": {"stop_reason": stop_reason(&outcome.tool_calls), "stop_sequence": null},
-                    "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
-                    "enforcement": enforcement}),
-        );
+        let mut delta = json!({"type": "message_delta",
+                "delta": {"stop_reason": stop_reason(&outcome.tool_calls), "stop_sequence": null},
+                "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+                "enforcement": enforcement});
+        if let Some(warnings) = warnings {
+            delta["warnings"] = warnings.clone();
+        }
+        push_event(out, "message_delta", &delta);
         push_event(out, "message_stop", &json!({"type": "message_stop"}));
     }
 
@@ -687,12 +832,7 @@ impl MessagesEvents {
 
 /// What ends a Messages stream whose driver vanished without finishing it: an `error` event.
 pub fn unfinished_tail() -> Vec<u8> {
-    let error = ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "server_error",
-        "stream_interrupted",
-        "The proxy stopped before a checked answer was ready, so nothing was shown. Please try again.",
-    );
+    let error = crate::stream::interrupted();
     let mut out = Vec::new();
     MessagesEvents::new("", "").fail(&error, &mut out);
     out
@@ -768,14 +908,25 @@ mod tests {
     }
 
     #[test]
-    fn text_blocks_join_as_chat_text_parts_do_and_images_are_reported() {
+    fn text_blocks_join_as_chat_text_parts_do_and_images_become_chat_parts() {
         let request = parse(json!({"model": "m", "messages": [{"role": "user", "content": [
             {"type": "text", "text": "one"},
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}},
-            {"type": "text", "text": "two"}]}]}))
+            {"type": "text", "text": "two"},
+            {"type": "image", "source": {"type": "file", "file_id": "f"}},
+            {"type": "document", "source": {"type": "text", "data": "d"}}]}]}))
         .unwrap();
-        assert_eq!(request.messages, [Message::user("one\ntwo")]);
-        assert_eq!(request.ignored, ["messages.content.image"]);
+        let mut expected = Message::user("one\ntwo");
+        expected.parts = vec![
+            json!({"type": "text", "text": "one"}),
+            json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}),
+            json!({"type": "text", "text": "two"}),
+        ];
+        assert_eq!(request.messages, [expected]);
+        assert_eq!(
+            request.ignored,
+            ["messages.content.image", "messages.content.document"]
+        );
         assert!(!request.stream);
         assert!(request.params.is_empty());
         let request = parse(json!({"model": "m", "messages": [
@@ -886,14 +1037,12 @@ mod tests {
         let mut writer = MessagesEvents::new("msg_1", "m");
         let mut out = Vec::new();
         writer.open(&mut out);
-        MessagesEvents::ping(&mut out);
-        writer.finish("Sunny.", &outcome, enforcement_json(&outcome), &mut out);
+        writer.finish("Sunny.", &outcome, enforcement_json(&outcome), None, &mut out);
         let names: Vec<String> = parse_events(&out).into_iter().map(|(n, _)| n).collect();
         assert_eq!(
             names,
             [
                 "message_start",
-                "ping",
                 "content_block_start",
                 "content_block_delta",
                 "content_block_stop",
@@ -906,17 +1055,17 @@ mod tests {
         );
         let events = parse_events(&out);
         assert_eq!(events[0].1["message"]["id"], "msg_1");
-        assert_eq!(events[3].1["delta"], json!({"type": "text_delta", "text": "Sunny."}));
-        assert_eq!(events[5].1["index"], 1);
-        assert_eq!(events[5].1["content_block"]["name"], "get_weather");
-        let partial = events[6].1["delta"]["partial_json"].as_str().unwrap();
+        assert_eq!(events[2].1["delta"], json!({"type": "text_delta", "text": "Sunny."}));
+        assert_eq!(events[4].1["index"], 1);
+        assert_eq!(events[4].1["content_block"]["name"], "get_weather");
+        let partial = events[5].1["delta"]["partial_json"].as_str().unwrap();
         assert_eq!(
             serde_json::from_str::<Value>(partial).unwrap(),
             json!({"city": "Oslo"})
         );
-        assert_eq!(events[8].1["delta"]["stop_reason"], "tool_use");
-        assert_eq!(events[8].1["usage"]["output_tokens"], 7);
-        assert_eq!(events[8].1["enforcement"]["status"], "passed");
+        assert_eq!(events[7].1["delta"]["stop_reason"], "tool_use");
+        assert_eq!(events[7].1["usage"]["output_tokens"], 7);
+        assert_eq!(events[7].1["enforcement"]["status"], "passed");
     }
 
     #[test]
@@ -926,7 +1075,7 @@ mod tests {
         let mut out = Vec::new();
         writer.draft("first try", &mut out);
         writer.draft(" more", &mut out);
-        writer.finish("Sunny.", &outcome, enforcement_json(&outcome), &mut out);
+        writer.finish("Sunny.", &outcome, enforcement_json(&outcome), None, &mut out);
         let events = parse_events(&out);
         assert_eq!(events[0].0, "message_start");
         assert_eq!(events[1].1["content_block"]["type"], "thinking");

@@ -7,11 +7,13 @@
 
 mod audit_record;
 mod common;
+mod dropin;
 mod facts;
 mod fault_matrix;
 mod hostile_input;
 mod input_stage;
 mod logs;
+mod messages;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
