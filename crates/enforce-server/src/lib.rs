@@ -70,7 +70,6 @@ pub use config::{
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
-pub use verdict::validation_status;
 #[cfg(feature = "redis")]
 pub use redis_state::RedisState;
 pub use routes::{Classifier, Route, RouteError, Routes, When, DEFAULT_CLASSIFY_PROMPT};
@@ -79,6 +78,7 @@ pub use session::{
     STATUS_FILE,
 };
 pub use shared::{ReplicaState, SharedState, StateError};
+pub use verdict::validation_status;
 
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;

@@ -28,6 +28,8 @@ pub(crate) struct Messages;
 impl Surface for Messages {
     const NAME: &'static str = "messages";
     const ID_PREFIX: &'static str = "msg_";
+    /// The anthropic SDKs read `request-id` (their `_request_id`).
+    const REQUEST_ID_HEADERS: &'static [&'static str] = &["x-request-id", "request-id"];
     /// The fields the request held that could not be carried (the `fields_ignored` warning).
     type Kept = Vec<String>;
     type Writer = MessagesWriter;
@@ -213,7 +215,10 @@ pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> 
     let mut request = MessagesRequest {
         model,
         messages: Vec::new(),
-        stream: fields.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        stream: fields
+            .get("stream")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         enforce: fields.remove("enforce"),
         params: Map::new(),
         ignored: Vec::new(),
@@ -346,7 +351,11 @@ fn read_turn(turn: &Value, request: &mut MessagesRequest) -> Result<(), ApiError
                 return Err(bad(
                     format!(
                         "A `{}` message cannot hold a `{other}` content block here.",
-                        if role == Role::User { "user" } else { "assistant" }
+                        if role == Role::User {
+                            "user"
+                        } else {
+                            "assistant"
+                        }
                     ),
                     "messages",
                 ))
@@ -485,7 +494,10 @@ fn read_params(fields: &Map<String, Value>, request: &mut MessagesRequest) -> Re
             Some("none") => json!("none"),
             Some("tool") => {
                 let name = choice.get("name").and_then(Value::as_str).ok_or_else(|| {
-                    bad("`tool_choice` of type `tool` needs a `name`.", "tool_choice")
+                    bad(
+                        "`tool_choice` of type `tool` needs a `name`.",
+                        "tool_choice",
+                    )
                 })?;
                 json!({"type": "function", "function": {"name": name}})
             }
@@ -497,7 +509,11 @@ fn read_params(fields: &Map<String, Value>, request: &mut MessagesRequest) -> Re
             }
         };
         params.insert("tool_choice".into(), openai);
-        if choice.get("disable_parallel_tool_use").and_then(Value::as_bool) == Some(true) {
+        if choice
+            .get("disable_parallel_tool_use")
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
             params.insert("parallel_tool_calls".into(), Value::Bool(false));
         }
     }
@@ -523,7 +539,12 @@ fn function_of(tool: &Value) -> Result<Value, ApiError> {
         .get("input_schema")
         .filter(|s| s.is_object())
         .cloned()
-        .ok_or_else(|| bad(format!("The tool `{name}` needs an `input_schema` object."), "tools"))?;
+        .ok_or_else(|| {
+            bad(
+                format!("The tool `{name}` needs an `input_schema` object."),
+                "tools",
+            )
+        })?;
     function.insert("parameters".into(), schema);
     Ok(json!({"type": "function", "function": function}))
 }
@@ -884,7 +905,11 @@ mod tests {
                 Message::user("Weather in Oslo?"),
                 Message::assistant_calling(
                     "Looking.",
-                    vec![ToolCall::new("toolu_1", "get_weather", r#"{"city":"Oslo"}"#)]
+                    vec![ToolCall::new(
+                        "toolu_1",
+                        "get_weather",
+                        r#"{"city":"Oslo"}"#
+                    )]
                 ),
                 Message::tool("toolu_1", "12 C"),
                 Message::user("And tomorrow?"),
@@ -939,22 +964,55 @@ mod tests {
     #[test]
     fn malformed_requests_are_400s_naming_the_field() {
         for (body, param) in [
-            (json!({"messages": [{"role": "user", "content": "x"}]}), "model"),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}]}),
+                "model",
+            ),
             (json!({"model": "m"}), "messages"),
             (json!({"model": "m", "messages": []}), "messages"),
-            (json!({"model": "m", "messages": [{"role": "system", "content": "x"}]}), "messages"),
-            (json!({"model": "m", "messages": [{"role": "user", "content": 5}]}), "messages"),
-            (json!({"model": "m", "messages": [{"role": "user", "content": [
-                {"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]}), "messages"),
-            (json!({"model": "m", "messages": [{"role": "user", "content": [
-                {"type": "tool_result", "content": "x"}]}]}), "messages"),
-            (json!({"model": "m", "messages": [{"role": "assistant", "content": [
-                {"type": "tool_use", "name": "f", "input": {}}]}]}), "messages"),
-            (json!({"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}), "max_tokens"),
-            (json!({"model": "m", "system": 3, "messages": [{"role": "user", "content": "x"}]}), "system"),
-            (json!({"model": "m", "stop_sequences": "END", "messages": [{"role": "user", "content": "x"}]}), "stop_sequences"),
-            (json!({"model": "m", "tools": [{"name": "f"}], "messages": [{"role": "user", "content": "x"}]}), "tools"),
-            (json!({"model": "m", "tool_choice": {"type": "maybe"}, "messages": [{"role": "user", "content": "x"}]}), "tool_choice"),
+            (
+                json!({"model": "m", "messages": [{"role": "system", "content": "x"}]}),
+                "messages",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "user", "content": 5}]}),
+                "messages",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "user", "content": [
+                {"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]}),
+                "messages",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "user", "content": [
+                {"type": "tool_result", "content": "x"}]}]}),
+                "messages",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "assistant", "content": [
+                {"type": "tool_use", "name": "f", "input": {}}]}]}),
+                "messages",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}),
+                "max_tokens",
+            ),
+            (
+                json!({"model": "m", "system": 3, "messages": [{"role": "user", "content": "x"}]}),
+                "system",
+            ),
+            (
+                json!({"model": "m", "stop_sequences": "END", "messages": [{"role": "user", "content": "x"}]}),
+                "stop_sequences",
+            ),
+            (
+                json!({"model": "m", "tools": [{"name": "f"}], "messages": [{"role": "user", "content": "x"}]}),
+                "tools",
+            ),
+            (
+                json!({"model": "m", "tool_choice": {"type": "maybe"}, "messages": [{"role": "user", "content": "x"}]}),
+                "tool_choice",
+            ),
         ] {
             let error = parse(body.clone()).expect_err(&body.to_string());
             assert_eq!(error.status, StatusCode::BAD_REQUEST, "{body}");
@@ -992,7 +1050,11 @@ mod tests {
 
     #[test]
     fn an_answer_renders_as_a_message_with_enforcement() {
-        let calls = vec![ToolCall::new("toolu_1", "get_weather", r#"{"city":"Oslo"}"#)];
+        let calls = vec![ToolCall::new(
+            "toolu_1",
+            "get_weather",
+            r#"{"city":"Oslo"}"#,
+        )];
         let message = message_json("msg_1", "m", "Sunny.", &outcome(Status::Passed, calls));
         assert_eq!(message["type"], "message");
         assert_eq!(message["role"], "assistant");
@@ -1003,7 +1065,10 @@ mod tests {
                     "input": {"city": "Oslo"}}])
         );
         assert_eq!(message["stop_reason"], "tool_use");
-        assert_eq!(message["usage"], json!({"input_tokens": 20, "output_tokens": 7}));
+        assert_eq!(
+            message["usage"],
+            json!({"input_tokens": 20, "output_tokens": 7})
+        );
         assert_eq!(message["enforcement"]["status"], "passed");
         let message = message_json("msg_2", "m", "", &outcome(Status::Repaired, vec![]));
         assert_eq!(message["content"], json!([]));
@@ -1032,12 +1097,22 @@ mod tests {
 
     #[test]
     fn a_stream_holds_everything_until_the_verdict_then_writes_it_whole() {
-        let calls = vec![ToolCall::new("toolu_1", "get_weather", r#"{ "city" : "Oslo" }"#)];
+        let calls = vec![ToolCall::new(
+            "toolu_1",
+            "get_weather",
+            r#"{ "city" : "Oslo" }"#,
+        )];
         let outcome = outcome(Status::Passed, calls);
         let mut writer = MessagesEvents::new("msg_1", "m");
         let mut out = Vec::new();
         writer.open(&mut out);
-        writer.finish("Sunny.", &outcome, enforcement_json(&outcome), None, &mut out);
+        writer.finish(
+            "Sunny.",
+            &outcome,
+            enforcement_json(&outcome),
+            None,
+            &mut out,
+        );
         let names: Vec<String> = parse_events(&out).into_iter().map(|(n, _)| n).collect();
         assert_eq!(
             names,
@@ -1055,7 +1130,10 @@ mod tests {
         );
         let events = parse_events(&out);
         assert_eq!(events[0].1["message"]["id"], "msg_1");
-        assert_eq!(events[2].1["delta"], json!({"type": "text_delta", "text": "Sunny."}));
+        assert_eq!(
+            events[2].1["delta"],
+            json!({"type": "text_delta", "text": "Sunny."})
+        );
         assert_eq!(events[4].1["index"], 1);
         assert_eq!(events[4].1["content_block"]["name"], "get_weather");
         let partial = events[5].1["delta"]["partial_json"].as_str().unwrap();
@@ -1075,13 +1153,22 @@ mod tests {
         let mut out = Vec::new();
         writer.draft("first try", &mut out);
         writer.draft(" more", &mut out);
-        writer.finish("Sunny.", &outcome, enforcement_json(&outcome), None, &mut out);
+        writer.finish(
+            "Sunny.",
+            &outcome,
+            enforcement_json(&outcome),
+            None,
+            &mut out,
+        );
         let events = parse_events(&out);
         assert_eq!(events[0].0, "message_start");
         assert_eq!(events[1].1["content_block"]["type"], "thinking");
         assert_eq!(events[2].1["delta"]["thinking"], "first try");
         assert_eq!(events[3].1["delta"]["thinking"], " more");
-        assert_eq!(events[4].1, json!({"type": "content_block_stop", "index": 0}));
+        assert_eq!(
+            events[4].1,
+            json!({"type": "content_block_stop", "index": 0})
+        );
         assert_eq!(events[5].1["index"], 1);
         assert_eq!(events[5].1["content_block"]["type"], "text");
 

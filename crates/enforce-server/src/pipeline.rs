@@ -73,6 +73,9 @@ pub(crate) trait Surface: Send + Sync + 'static {
     const NAME: &'static str;
     /// The prefix of the ids it hands out (`chatcmpl-`, `resp_`, `msg_`).
     const ID_PREFIX: &'static str;
+    /// The headers that carry the request's id: `x-request-id`, and where the surface's SDKs
+    /// read another (Anthropic's `request-id`), that one too.
+    const REQUEST_ID_HEADERS: &'static [&'static str] = &[REQUEST_ID_HEADER];
     /// What the surface keeps of its request for rendering (echoed fields, options).
     type Kept: Send + Sync + 'static;
     /// Renders a stream.
@@ -212,7 +215,9 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
             headers.insert(PROFILE_HEADER, profile);
         }
         if let Some(id) = request_id {
-            headers.insert(REQUEST_ID_HEADER, id);
+            for name in S::REQUEST_ID_HEADERS {
+                headers.insert(*name, id.clone());
+            }
         }
         return response;
     }
@@ -227,7 +232,9 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
             Err(error) => S::refuse(error),
         };
         if let Ok(id) = HeaderValue::from_str(&turn.id.id) {
-            response.headers_mut().insert(REQUEST_ID_HEADER, id);
+            for name in S::REQUEST_ID_HEADERS {
+                response.headers_mut().insert(*name, id.clone());
+            }
         }
         response
     }

@@ -5,6 +5,7 @@
 //! (TRACE, captured in memory) the first time it runs, and the other modules then log into it
 //! too. No other test may install a global subscriber (`logs` uses thread-scoped ones).
 
+mod anthropic_sdk;
 mod audit_record;
 mod common;
 mod dropin;

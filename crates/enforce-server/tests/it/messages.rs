@@ -5,9 +5,7 @@
 
 use crate::common::{marker_enforcer, marker_enforcer_retries, server_with, Harness};
 use enforce_core::Enforcer;
-use enforce_runner::{
-    AnthropicConfig, AnthropicRunner, OpenAiConfig, OpenAiRunner, RetryConfig,
-};
+use enforce_runner::{AnthropicConfig, AnthropicRunner, OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_server::{FailureResponse, ModelOptions, ServerConfig};
 use enforce_testkit::sse::parse_sse;
 use enforce_testkit::{AnthropicReply, MockAnthropic, MockOpenAi, MockReply, MockScript};
@@ -115,8 +113,13 @@ async fn a_passing_contract_answers_as_a_message() {
     let response = post(&h, &ask(false)).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["x-enforce-status"], "passed");
-    let id = response.headers()["x-request-id"].to_str().unwrap().to_string();
+    let id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
     assert!(id.starts_with("msg_"), "{id}");
+    // Anthropic's SDKs read the id from `request-id`.
+    assert_eq!(response.headers()["request-id"], id.as_str());
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["id"], id.as_str());
     assert_eq!(body["type"], "message");
@@ -174,12 +177,7 @@ async fn an_unresolved_answer_is_delivered_marked_by_default() {
         let enforcement = if stream {
             let events = events(response).await;
             assert_eq!(streamed_text(&events), BAD);
-            events
-                .iter()
-                .find(|(n, _)| n == "message_delta")
-                .unwrap()
-                .1["enforcement"]
-                .clone()
+            events.iter().find(|(n, _)| n == "message_delta").unwrap().1["enforcement"].clone()
         } else {
             assert_eq!(response.headers()["x-enforce-status"], "unresolved");
             let body: Value = response.json().await.unwrap();
@@ -208,7 +206,11 @@ async fn an_unresolved_answer_is_an_anthropic_error_streamed_or_not() {
         let error = if stream {
             let events = events(response).await;
             assert_eq!(events[0].0, "message_start");
-            assert_eq!(streamed_text(&events), "", "nothing of the failed answer shown");
+            assert_eq!(
+                streamed_text(&events),
+                "",
+                "nothing of the failed answer shown"
+            );
             let (name, error) = events.last().unwrap().clone();
             assert_eq!(name, "error");
             error
@@ -217,7 +219,9 @@ async fn an_unresolved_answer_is_an_anthropic_error_streamed_or_not() {
             assert_eq!(response.headers()["x-enforce-status"], "unresolved");
             let text = response.text().await.unwrap();
             assert!(
-                text.starts_with(r#"{"type":"error","error":{"type":"invalid_request_error","message":"#),
+                text.starts_with(
+                    r#"{"type":"error","error":{"type":"invalid_request_error","message":"#
+                ),
                 "the message comes first: {text}"
             );
             serde_json::from_str(&text).unwrap()
@@ -236,7 +240,11 @@ async fn an_unresolved_answer_is_an_anthropic_error_streamed_or_not() {
 async fn a_tool_call_goes_out_as_a_tool_use_block_streamed_or_not() {
     for stream in [false, true] {
         let (mock, h) = harness(
-            vec![MockReply::tool_call("call_1", "get_weather", r#"{"city": "Oslo"}"#)],
+            vec![MockReply::tool_call(
+                "call_1",
+                "get_weather",
+                r#"{"city": "Oslo"}"#,
+            )],
             Enforcer::new(vec![]),
             ServerConfig::default(),
         )
@@ -272,8 +280,10 @@ async fn a_tool_call_goes_out_as_a_tool_use_block_streamed_or_not() {
         };
         assert_eq!(
             blocks,
-            [json!({"type": "tool_use", "id": "call_1", "name": "get_weather",
-                    "input": {"city": "Oslo"}})],
+            [
+                json!({"type": "tool_use", "id": "call_1", "name": "get_weather",
+                    "input": {"city": "Oslo"}})
+            ],
             "stream: {stream}"
         );
         assert_eq!(stop_reason, "tool_use");
@@ -295,9 +305,7 @@ async fn a_tool_call_against_the_declared_schema_is_reasked() {
             MockReply::tool_call("call_1", "get_weather", r#"{"town": "Oslo"}"#),
             MockReply::tool_call("call_2", "get_weather", r#"{"city": "Oslo"}"#),
         ],
-        Enforcer::new(vec![]).with_policy(
-            enforce_core::Policy::builder().max_retries(2).build(),
-        ),
+        Enforcer::new(vec![]).with_policy(enforce_core::Policy::builder().max_retries(2).build()),
         ServerConfig::default(),
     )
     .await;
