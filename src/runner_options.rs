@@ -138,8 +138,7 @@ impl RunnerOptions {
                 }
                 if c.model.trim().is_empty() {
                     return Err(
-                        "the anthropic runner needs a model: --model NAME or `runner.model`"
-                            .into(),
+                        "the anthropic runner needs a model: --model NAME or `runner.model`".into(),
                     );
                 }
             }

@@ -487,9 +487,7 @@ fn text_blocks(text: &str) -> Vec<Value> {
 /// model wrote broken JSON, often why the answer failed) go back as `{}` after a text block
 /// that quotes them, so the re-ask still shows the model what it wrote.
 fn tool_use_blocks(call: &ToolCall) -> Vec<Value> {
-    let block = |input: Value| {
-        json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input})
-    };
+    let block = |input: Value| json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input});
     match serde_json::from_str::<Value>(&call.arguments) {
         Ok(input @ Value::Object(_)) => vec![block(input)],
         _ if call.arguments.trim().is_empty() => vec![block(json!({}))],
@@ -525,12 +523,12 @@ pub fn parse_message(body: &str) -> Result<Reply, RunnerError> {
     {
         return Err(error_of(body, Some(200)));
     }
-    let blocks = v
-        .get("content")
-        .and_then(Value::as_array)
-        .ok_or_else(|| RunnerError::Protocol {
-            message: "the response has no `content` blocks".to_string(),
-        })?;
+    let blocks =
+        v.get("content")
+            .and_then(Value::as_array)
+            .ok_or_else(|| RunnerError::Protocol {
+                message: "the response has no `content` blocks".to_string(),
+            })?;
     let mut text = String::new();
     let mut tool_calls = Vec::new();
     for (i, block) in blocks.iter().enumerate() {
@@ -692,7 +690,11 @@ mod tests {
         assert_eq!(r.text, "Let me look.");
         assert_eq!(
             r.tool_calls,
-            [ToolCall::new("toolu_9", "get_weather", r#"{"city":"Oslo"}"#)]
+            [ToolCall::new(
+                "toolu_9",
+                "get_weather",
+                r#"{"city":"Oslo"}"#
+            )]
         );
         assert_eq!(
             r.usage,

@@ -14,10 +14,14 @@ const MAX_BLOCKS: usize = 128;
 /// Tokens sent, as Anthropic counts them: `input_tokens` leaves out the prompt-cache reads and
 /// writes, which were sent (and billed) too.
 pub(crate) fn input_usage(usage: &Value) -> u64 {
-    ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"]
-        .iter()
-        .filter_map(|k| usage.get(*k).and_then(Value::as_u64))
-        .fold(0u64, u64::saturating_add)
+    [
+        "input_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+    ]
+    .iter()
+    .filter_map(|k| usage.get(*k).and_then(Value::as_u64))
+    .fold(0u64, u64::saturating_add)
 }
 
 /// Anthropic's `stop_reason` as a [`FinishReason`]: `end_turn` and `stop_sequence` stop,
@@ -179,8 +183,7 @@ impl MessagesReader {
                 }
             }
             "message_delta" => {
-                if let Some(reason) = event.pointer("/delta/stop_reason").and_then(Value::as_str)
-                {
+                if let Some(reason) = event.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     self.finish_reason = Some(stop_reason(reason));
                 }
                 if let Some(usage) = event.get("usage").filter(|u| u.is_object()) {
@@ -300,7 +303,11 @@ mod tests {
             assert!(reader.is_done());
             assert_eq!(
                 reader.tool_calls(),
-                [ToolCall::new("toolu_01", "get_weather", r#"{"city": "Oslo"}"#)]
+                [ToolCall::new(
+                    "toolu_01",
+                    "get_weather",
+                    r#"{"city": "Oslo"}"#
+                )]
             );
             assert_eq!(reader.finish_reason(), Some(FinishReason::ToolCalls));
         }
@@ -312,7 +319,8 @@ mod tests {
         reader
             .feed(event("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}}"#).as_bytes())
             .unwrap();
-        let error = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let error =
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         assert_eq!(
             reader.feed(event("error", error).as_bytes()),
             Err(StreamFault::ErrorEvent(error.to_string()))

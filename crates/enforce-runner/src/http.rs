@@ -6,7 +6,9 @@
 use crate::error::{duration_from_secs, ConfigError};
 use crate::process::tail;
 use crate::sse::{Chunk, EventReader, StreamFault};
-use enforce_core::{async_trait, Message, Reply, ReplyStream, Request, RunnerError, StreamEvent, Usage};
+use enforce_core::{
+    async_trait, Message, Reply, ReplyStream, Request, RunnerError, StreamEvent, Usage,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -207,9 +209,7 @@ pub(crate) async fn ask_whole<S: StreamSource>(
 ) -> Result<Reply, RunnerError> {
     let started = Instant::now();
     let endpoint = source.http();
-    let response = endpoint
-        .post(&source.whole_body(request, messages))
-        .await?;
+    let response = endpoint.post(&source.whole_body(request, messages)).await?;
     let text = endpoint.read(response).await?;
     let mut reply = source.parse_whole(&text)?;
     reply.duration = Some(started.elapsed());
@@ -414,9 +414,7 @@ pub(crate) fn api_key(
 }
 
 /// A header value for a secret (marked sensitive, so it is never logged).
-pub(crate) fn secret_header(
-    value: &str,
-) -> Result<reqwest::header::HeaderValue, ConfigError> {
+pub(crate) fn secret_header(value: &str) -> Result<reqwest::header::HeaderValue, ConfigError> {
     let mut value = reqwest::header::HeaderValue::from_str(value).map_err(|_| {
         ConfigError::HttpClient("the API key holds characters a header cannot carry".into())
     })?;

@@ -20,7 +20,6 @@ use std::sync::Arc;
 /// Request fields the runner sets itself; the same keys in `params` are ignored.
 const OWN_FIELDS: [&str; 4] = ["model", "messages", "stream", "stream_options"];
 
-
 /// How the OpenAI-compatible server is reached.
 ///
 /// ```
@@ -296,7 +295,6 @@ fn message_json(m: &Message) -> Value {
     Value::Object(out)
 }
 
-
 /// Reads a chat completion: the first choice's message content and the usage. An error object
 /// in a 200 response, missing or `null` choices, or a choice without text are errors.
 ///
@@ -456,5 +454,4 @@ mod tests {
             serde_json::json!({"role": "tool", "content": "42", "tool_call_id": "call_1"})
         );
     }
-
 }

@@ -308,10 +308,7 @@ mod tests {
         );
         let (chunks, reader) = read_all(&[stream]);
         assert_eq!(text(&chunks), "{\"a\": [1");
-        assert_eq!(
-            reader.finish_reason(),
-            Some(FinishReason::Length)
-        );
+        assert_eq!(reader.finish_reason(), Some(FinishReason::Length));
     }
 
     #[test]

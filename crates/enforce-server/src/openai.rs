@@ -56,12 +56,7 @@ fn chat_hint(params: &Map<String, Value>) -> Option<String> {
         .and_then(|m| m.get("chat_id"))
         .and_then(Value::as_str)
         .and_then(non_empty)
-        .or_else(|| {
-            params
-                .get("user")
-                .and_then(Value::as_str)
-                .and_then(non_empty)
-        })
+        .or_else(|| params.get("user").and_then(Value::as_str).and_then(non_empty))
 }
 
 fn role_of(name: &str) -> Option<Role> {
@@ -335,10 +330,7 @@ impl StreamWriter for ChatWriter {
             let open = chunk(&self.id, json!({"role": "assistant", "content": ""}), None);
             push_data(out, &open);
         }
-        push_data(
-            out,
-            &chunk(&self.id, json!({"reasoning_content": text}), None),
-        );
+        push_data(out, &chunk(&self.id, json!({"reasoning_content": text}), None));
     }
 
     fn answer(

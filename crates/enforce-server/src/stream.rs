@@ -87,12 +87,7 @@ enum Frame {
 }
 
 /// Starts the driver and returns the `text/event-stream` response.
-pub(crate) fn respond<W: StreamWriter>(
-    turn: Turn,
-    job: Job,
-    span: tracing::Span,
-    writer: W,
-) -> Response {
+pub(crate) fn respond<W: StreamWriter>(turn: Turn, job: Job, span: tracing::Span, writer: W) -> Response {
     let (tx, rx) = mpsc::channel::<Frame>(32);
     tokio::spawn(drive(turn, job, tx, writer).instrument(span));
     let body = futures_util::stream::unfold((rx, false), |(mut rx, finished)| async move {
@@ -315,4 +310,5 @@ mod tests {
         assert_eq!(p.concat(), text);
         assert!(pieces("", 3).is_empty());
     }
+
 }

@@ -4,6 +4,7 @@
 
 use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
 use crate::error::ApiError;
+use crate::verdict;
 use crate::metrics::{
     Metrics, ATTEMPTS, FALLBACKS, INPUT_CHECKS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS,
     REQUEST_DURATION, ROUTES, RUNNER_FAILURES, UPSTREAM_LATENCY,
@@ -12,14 +13,13 @@ use crate::otel::RequestTrace;
 use crate::session::{answer_digest, HiddenMarker, TurnRecord};
 use crate::shared::GlobalSlot;
 use crate::state::App;
-use crate::verdict;
 use axum::http::StatusCode;
 use enforce_core::{
-    async_trait, Attempt, AuditRecord, Context, Event, Message, Observer, Outcome, Reply,
-    ReplyStream, Request, Runner, RunnerError, Status, StopReason, Validator,
+    async_trait, Attempt, AuditRecord, Context, Event, Observer, Outcome, Reply, ReplyStream,
+    Message, Request, Runner, RunnerError, Status, StopReason, Validator,
 };
-use futures_util::StreamExt;
 use serde_json::{Map, Value};
+use futures_util::StreamExt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};

@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use enforce_core::{Issue, Outcome, RunnerError, Status, StopReason};
 use serde_json::{json, Value};
 
+
 fn issue_json(issue: &Issue) -> Value {
     json!({
         "validator": issue.validator,
@@ -260,4 +261,5 @@ mod tests {
             api.message
         );
     }
+
 }

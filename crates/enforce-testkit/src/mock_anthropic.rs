@@ -95,7 +95,11 @@ impl AnthropicReply {
 
     /// 429 `rate_limit_error` with `retry-after: secs`.
     pub fn rate_limited(secs: u64) -> Self {
-        let mut reply = Self::error(429, "rate_limit_error", "Number of requests has exceeded your rate limit");
+        let mut reply = Self::error(
+            429,
+            "rate_limit_error",
+            "Number of requests has exceeded your rate limit",
+        );
         if let ReplyKind::Error { retry_after, .. } = &mut reply.kind {
             *retry_after = Some(secs.to_string());
         }
@@ -313,11 +317,7 @@ pub fn last_user_text(body: &Value) -> String {
     }
 }
 
-async fn messages(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     lock(&shared.requests).push(RecordedMessages {
         headers: headers
@@ -413,7 +413,10 @@ async fn scripted_reply(shared: &Arc<Shared>, request: &Value, reply: AnthropicR
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
-    let model = request["model"].as_str().unwrap_or("claude-mock").to_string();
+    let model = request["model"]
+        .as_str()
+        .unwrap_or("claude-mock")
+        .to_string();
     let (text, tool) = match reply.kind {
         ReplyKind::Error {
             status,
@@ -440,7 +443,10 @@ async fn scripted_reply(shared: &Arc<Shared>, request: &Value, reply: AnthropicR
     };
     let tool_input = tool.as_ref().map_or("", |(_, _, input)| input.as_str());
     let output_tokens = mock_output_tokens(&text, tool_input);
-    let stop_reason = reply.stop_reason.clone().unwrap_or_else(|| "end_turn".into());
+    let stop_reason = reply
+        .stop_reason
+        .clone()
+        .unwrap_or_else(|| "end_turn".into());
     let usage = json!({"input_tokens": MOCK_INPUT_TOKENS,
                        "cache_read_input_tokens": MOCK_CACHE_READ_TOKENS,
                        "cache_creation_input_tokens": 0});
@@ -476,9 +482,18 @@ async fn scripted_reply(shared: &Arc<Shared>, request: &Value, reply: AnthropicR
     events.push_back(("ping".into(), json!({"type": "ping"})));
     let mut index = 0;
     if let Some(thinking) = &reply.thinking {
-        events.push_back(block_start(index, json!({"type": "thinking", "thinking": ""})));
-        events.push_back(block_delta(index, json!({"type": "thinking_delta", "thinking": thinking})));
-        events.push_back(block_delta(index, json!({"type": "signature_delta", "signature": "sig"})));
+        events.push_back(block_start(
+            index,
+            json!({"type": "thinking", "thinking": ""}),
+        ));
+        events.push_back(block_delta(
+            index,
+            json!({"type": "thinking_delta", "thinking": thinking}),
+        ));
+        events.push_back(block_delta(
+            index,
+            json!({"type": "signature_delta", "signature": "sig"}),
+        ));
         events.push_back(block_stop(index));
         index += 1;
     }
@@ -487,7 +502,10 @@ async fn scripted_reply(shared: &Arc<Shared>, request: &Value, reply: AnthropicR
         let chars: Vec<char> = text.chars().collect();
         for piece in chars.chunks(chars.len().div_ceil(shared.chunks).max(1)) {
             let piece: String = piece.iter().collect();
-            events.push_back(block_delta(index, json!({"type": "text_delta", "text": piece})));
+            events.push_back(block_delta(
+                index,
+                json!({"type": "text_delta", "text": piece}),
+            ));
         }
         events.push_back(block_stop(index));
         index += 1;

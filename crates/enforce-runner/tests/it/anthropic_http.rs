@@ -164,7 +164,9 @@ async fn tool_use_streamed_and_whole_with_thinking_kept_apart() {
             json!([{"type": "function", "function": {"name": "get_weather",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]),
         );
-        request.params.insert("tool_choice".into(), json!("required"));
+        request
+            .params
+            .insert("tool_choice".into(), json!("required"));
         let (events, error) = collect(&runner(&mock, stream, 0), &request).await;
         assert!(error.is_none(), "{error:?}");
         let reply = done(&events);
@@ -172,7 +174,10 @@ async fn tool_use_streamed_and_whole_with_thinking_kept_apart() {
         assert_eq!(reply.finish_reason, Some(FinishReason::ToolCalls));
         assert_eq!(reply.tool_calls.len(), 1);
         let call = &reply.tool_calls[0];
-        assert_eq!((call.id.as_str(), call.name.as_str()), ("toolu_01", "get_weather"));
+        assert_eq!(
+            (call.id.as_str(), call.name.as_str()),
+            ("toolu_01", "get_weather")
+        );
         let arguments: serde_json::Value = serde_json::from_str(&call.arguments).unwrap();
         assert_eq!(arguments, json!({"city": "Oslo", "unit": "celsius"}));
         if stream {
@@ -272,7 +277,12 @@ async fn overloaded_and_server_errors_are_retried_then_reported() {
     assert_eq!(mock.requests().len(), 2);
 
     // Always overloaded: every try is spent, and the error says so.
-    let mock = scripted(vec![AnthropicReply::error(529, "overloaded_error", "Overloaded")]).await;
+    let mock = scripted(vec![AnthropicReply::error(
+        529,
+        "overloaded_error",
+        "Overloaded",
+    )])
+    .await;
     let (_, error) = collect(&runner(&mock, true, 2), &Request::prompt("x")).await;
     let error = error.expect("an error");
     assert_eq!(
@@ -309,7 +319,11 @@ async fn a_rate_limit_waits_for_retry_after() {
         .await
         .unwrap();
     assert_eq!(reply.text, "ok");
-    assert!(started.elapsed() >= Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
 
     // A retry-after beyond max_retry_after_secs ends the retries at once, as a 429.
     let mock = scripted(vec![AnthropicReply::rate_limited(3600)]).await;
@@ -363,7 +377,10 @@ async fn a_stream_without_message_stop_is_an_error_not_a_short_success() {
 
 #[tokio::test]
 async fn timeouts_and_an_unreachable_server() {
-    let mock = scripted(vec![AnthropicReply::text("late").delayed(Duration::from_secs(3))]).await;
+    let mock = scripted(vec![
+        AnthropicReply::text("late").delayed(Duration::from_secs(3))
+    ])
+    .await;
     let runner = AnthropicRunner::new(AnthropicConfig {
         timeout_secs: 0.3,
         ..config(&mock, true, 0)
