@@ -48,6 +48,7 @@ mod otel;
 mod pipeline;
 #[cfg(feature = "redis")]
 mod redis_state;
+mod responses;
 mod routes;
 mod session;
 mod session_status;
@@ -68,7 +69,6 @@ pub use config::{
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
-pub use verdict::validation_status;
 #[cfg(feature = "redis")]
 pub use redis_state::RedisState;
 pub use routes::{Classifier, Route, RouteError, Routes, When, DEFAULT_CLASSIFY_PROMPT};
@@ -77,6 +77,7 @@ pub use session::{
     STATUS_FILE,
 };
 pub use shared::{ReplicaState, SharedState, StateError};
+pub use verdict::validation_status;
 
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
@@ -315,6 +316,11 @@ impl Server {
                 "/v1/chat/completions",
                 post(pipeline::serve::<openai::Chat>),
             )
+            .route(
+                "/v1/responses",
+                post(pipeline::serve::<responses::Responses>),
+            )
+            .route("/v1/responses/{id}", get(app::get_response))
             .route("/v1/sessions/{id}", get(app::get_session))
             .route_layer(axum::middleware::from_fn_with_state(
                 self.app.clone(),

@@ -64,6 +64,11 @@ pub(crate) struct Ask {
     /// The chat this request belongs to, as the body names it (the surface knows which field);
     /// the `X-OpenWebUI-Chat-Id` header comes first.
     pub chat_hint: Option<String>,
+    /// A stored answer whose conversation this request continues (Responses'
+    /// `previous_response_id`): the session stage puts it before the new input.
+    pub continues: Option<String>,
+    /// Keep the answer for a later request to continue or read back (Responses' `store`).
+    pub store: bool,
 }
 
 /// One API surface: its wire format at the edges of the pipeline. Implement it on a unit type
@@ -169,8 +174,17 @@ async fn admit<S: Surface>(
             },
         )
     });
+    // What a stored answer continues from: the conversation without its system messages.
+    let conversation = ask.store.then(|| {
+        ask.messages
+            .iter()
+            .filter(|m| m.role != Role::System)
+            .cloned()
+            .collect()
+    });
     let turn = Turn {
         _in_flight: InFlight::new(app.metrics.clone()),
+        conversation,
         app: app.clone(),
         model,
         stream: ask.stream,
@@ -220,7 +234,9 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         let ended = wait(&mut job).await;
         let mut response = match turn.conclude(ended).await {
             Ok((text, outcome)) => {
-                let mut response = Json(S::answer(&turn, &kept, &text, &outcome)).into_response();
+                let body = S::answer(&turn, &kept, &text, &outcome);
+                turn.store(&body, &text, &outcome).await;
+                let mut response = Json(body).into_response();
                 enforcement_headers(response.headers_mut(), &turn, &outcome);
                 response
             }
@@ -386,6 +402,10 @@ async fn open_session(
         }
         _ => None,
     };
+    let chat_id = match continued(app, ask).await? {
+        Some(earlier) => chat_id.or(Some(earlier)),
+        None => chat_id,
+    };
     let mut found = match &chat_id {
         Some(id) => app.sessions.get(id).await,
         None => None,
@@ -414,6 +434,36 @@ async fn open_session(
         slot,
         found,
     })
+}
+
+/// Puts the stored conversation the request continues before its new input (after the new
+/// request's system messages, which replace the stored ones); the chat the stored answer
+/// belonged to.
+async fn continued(app: &App, ask: &mut Ask) -> Result<Option<String>, Rejection> {
+    let Some(id) = ask.continues.as_deref() else {
+        return Ok(None);
+    };
+    let Some(stored) = app.sessions.stored_response(id).await else {
+        let error = ApiError {
+            param: Some("previous_response_id"),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "previous_response_not_found",
+                format!("Previous response with id '{id}' not found: it was not stored (`store: false`), has expired, or never existed."),
+            )
+        };
+        return Err(rejected("unknown_response")(error));
+    };
+    let system = ask
+        .messages
+        .iter()
+        .take_while(|m| m.role == Role::System)
+        .count();
+    let new_input = ask.messages.split_off(system);
+    ask.messages.extend(stored.conversation);
+    ask.messages.extend(new_input);
+    Ok(stored.chat_id)
 }
 
 /// A trimmed, non-empty string.

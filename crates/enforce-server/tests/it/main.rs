@@ -16,6 +16,7 @@ mod logs;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
+mod responses;
 mod routes;
 mod shared_state;
 mod streaming;
