@@ -100,11 +100,15 @@ pub(crate) trait Surface: Send + Sync + 'static {
 /// the error.
 pub(crate) struct Rejection {
     reason: &'static str,
-    error: ApiError,
+    /// Boxed: the stages' `Result`s stay small on the happy path.
+    error: Box<ApiError>,
 }
 
 fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
-    move |error| Rejection { reason, error }
+    move |error| Rejection {
+        reason,
+        error: Box::new(error),
+    }
 }
 
 /// Serves one request of surface `S` through every stage.
@@ -117,7 +121,7 @@ pub(crate) async fn serve<S: Surface>(
         Ok(admitted) => respond::<S>(admitted).await,
         Err(Rejection { reason, error }) => {
             app.count_rejection(reason);
-            S::refuse(error)
+            S::refuse(*error)
         }
     }
 }
@@ -259,14 +263,13 @@ pub(crate) async fn read_body(
     body: Body,
 ) -> Result<Bytes, Rejection> {
     let limit = app.config.max_body_bytes;
-    let too_large = || Rejection {
-        reason: "body_too_large",
-        error: ApiError::new(
+    let too_large = || {
+        rejected("body_too_large")(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "invalid_request_error",
             "request_too_large",
             format!("The request body is larger than this proxy accepts ({limit} bytes)."),
-        ),
+        ))
     };
     let declared = headers
         .get(header::CONTENT_LENGTH)
