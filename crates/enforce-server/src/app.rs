@@ -129,11 +129,27 @@ pub(crate) async fn get_session(State(app): State<Arc<App>>, Path(id): Path<Stri
     }
 }
 
+/// A stored Responses answer, as it was sent.
+pub(crate) async fn get_response(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
+    match app.sessions.stored_response(&id).await {
+        Some(stored) => Json(stored.response).into_response(),
+        None => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "response_not_found",
+            format!("No response with id '{id}' is stored on this proxy (it was sent with `store: false`, has expired, or never existed)."),
+        )
+        .into_response(),
+    }
+}
+
 /// What this proxy serves, for the error that answers any other route or method. A surface's
 /// routes are listed here when `Server::router` mounts them.
 pub(crate) const ENDPOINTS: &[(&str, &str)] = &[
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/messages"),
+    ("POST", "/v1/responses"),
+    ("GET", "/v1/responses/{id}"),
     ("GET", "/v1/models"),
     ("GET", "/v1/models/{id}"),
     ("GET", "/v1/sessions/{id}"),

@@ -50,6 +50,7 @@ mod otel;
 mod pipeline;
 #[cfg(feature = "redis")]
 mod redis_state;
+mod responses;
 mod routes;
 mod session;
 mod session_status;
@@ -318,6 +319,11 @@ impl Server {
                 post(pipeline::serve::<openai::Chat>),
             )
             .route("/v1/messages", post(pipeline::serve::<messages::Messages>))
+            .route(
+                "/v1/responses",
+                post(pipeline::serve::<responses::Responses>),
+            )
+            .route("/v1/responses/{id}", get(app::get_response))
             .route("/v1/sessions/{id}", get(app::get_session))
             .route_layer(axum::middleware::from_fn_with_state(
                 self.app.clone(),

@@ -46,6 +46,9 @@ impl Surface for Messages {
             include_usage: true,
             enforce: request.enforce,
             chat_hint,
+            // The Messages API is stateless: the client sends the whole conversation.
+            continues: None,
+            store: false,
         };
         Ok((ask, request.ignored))
     }

@@ -56,7 +56,12 @@ fn chat_hint(params: &Map<String, Value>) -> Option<String> {
         .and_then(|m| m.get("chat_id"))
         .and_then(Value::as_str)
         .and_then(non_empty)
-        .or_else(|| params.get("user").and_then(Value::as_str).and_then(non_empty))
+        .or_else(|| {
+            params
+                .get("user")
+                .and_then(Value::as_str)
+                .and_then(non_empty)
+        })
 }
 
 fn role_of(name: &str) -> Option<Role> {
@@ -204,6 +209,8 @@ pub(crate) fn parse_chat_request(body: &[u8]) -> Result<Ask, ApiError> {
         enforce,
         chat_hint: chat_hint(&fields),
         params: fields,
+        continues: None,
+        store: false,
     })
 }
 
@@ -330,7 +337,10 @@ impl StreamWriter for ChatWriter {
             let open = chunk(&self.id, json!({"role": "assistant", "content": ""}), None);
             push_data(out, &open);
         }
-        push_data(out, &chunk(&self.id, json!({"reasoning_content": text}), None));
+        push_data(
+            out,
+            &chunk(&self.id, json!({"reasoning_content": text}), None),
+        );
     }
 
     fn answer(

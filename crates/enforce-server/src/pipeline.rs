@@ -64,6 +64,11 @@ pub(crate) struct Ask {
     /// The chat this request belongs to, as the body names it (the surface knows which field);
     /// the `X-OpenWebUI-Chat-Id` header comes first.
     pub chat_hint: Option<String>,
+    /// A stored answer whose conversation this request continues (Responses'
+    /// `previous_response_id`): the session stage puts it before the new input.
+    pub continues: Option<String>,
+    /// Keep the answer for a later request to continue or read back (Responses' `store`).
+    pub store: bool,
 }
 
 /// One API surface: its wire format at the edges of the pipeline. Implement it on a unit type
@@ -98,11 +103,15 @@ pub(crate) trait Surface: Send + Sync + 'static {
 /// the error.
 pub(crate) struct Rejection {
     reason: &'static str,
-    error: ApiError,
+    /// Boxed: the stages' `Result`s stay small on the happy path.
+    error: Box<ApiError>,
 }
 
 fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
-    move |error| Rejection { reason, error }
+    move |error| Rejection {
+        reason,
+        error: Box::new(error),
+    }
 }
 
 /// Serves one request of surface `S` through every stage.
@@ -115,7 +124,7 @@ pub(crate) async fn serve<S: Surface>(
         Ok(admitted) => respond::<S>(admitted).await,
         Err(Rejection { reason, error }) => {
             app.count_rejection(reason);
-            S::refuse(error)
+            S::refuse(*error)
         }
     }
 }
@@ -172,8 +181,17 @@ async fn admit<S: Surface>(
             },
         )
     });
+    // What a stored answer continues from: the conversation without its system messages.
+    let conversation = ask.store.then(|| {
+        ask.messages
+            .iter()
+            .filter(|m| m.role != Role::System)
+            .cloned()
+            .collect()
+    });
     let turn = Turn {
         _in_flight: InFlight::new(app.metrics.clone()),
+        conversation,
         app: app.clone(),
         model,
         stream: ask.stream,
@@ -225,7 +243,9 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         let ended = wait(&mut job).await;
         let mut response = match turn.conclude(ended).await {
             Ok((text, outcome)) => {
-                let mut response = Json(S::answer(&turn, &kept, &text, &outcome)).into_response();
+                let body = S::answer(&turn, &kept, &text, &outcome);
+                turn.store(&body, &text, &outcome).await;
+                let mut response = Json(body).into_response();
                 enforcement_headers(response.headers_mut(), &turn, &outcome);
                 response
             }
@@ -250,14 +270,13 @@ pub(crate) async fn read_body(
     body: Body,
 ) -> Result<Bytes, Rejection> {
     let limit = app.config.max_body_bytes;
-    let too_large = || Rejection {
-        reason: "body_too_large",
-        error: ApiError::new(
+    let too_large = || {
+        rejected("body_too_large")(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "invalid_request_error",
             "request_too_large",
             format!("The request body is larger than this proxy accepts ({limit} bytes)."),
-        ),
+        ))
     };
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -393,6 +412,10 @@ async fn open_session(
         }
         _ => None,
     };
+    let chat_id = match continued(app, ask).await? {
+        Some(earlier) => chat_id.or(Some(earlier)),
+        None => chat_id,
+    };
     let mut found = match &chat_id {
         Some(id) => app.sessions.get(id).await,
         None => None,
@@ -421,6 +444,36 @@ async fn open_session(
         slot,
         found,
     })
+}
+
+/// Puts the stored conversation the request continues before its new input (after the new
+/// request's system messages, which replace the stored ones); the chat the stored answer
+/// belonged to.
+async fn continued(app: &App, ask: &mut Ask) -> Result<Option<String>, Rejection> {
+    let Some(id) = ask.continues.as_deref() else {
+        return Ok(None);
+    };
+    let Some(stored) = app.sessions.stored_response(id).await else {
+        let error = ApiError {
+            param: Some("previous_response_id"),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "previous_response_not_found",
+                format!("Previous response with id '{id}' not found: it was not stored (`store: false`), has expired, or never existed."),
+            )
+        };
+        return Err(rejected("unknown_response")(error));
+    };
+    let system = ask
+        .messages
+        .iter()
+        .take_while(|m| m.role == Role::System)
+        .count();
+    let new_input = ask.messages.split_off(system);
+    ask.messages.extend(stored.conversation);
+    ask.messages.extend(new_input);
+    Ok(stored.chat_id)
 }
 
 /// A trimmed, non-empty string.

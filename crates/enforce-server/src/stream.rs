@@ -53,6 +53,12 @@ pub(crate) trait StreamWriter: Send + Sync + 'static {
     /// The error that stands instead of an answer.
     fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>);
 
+    /// The answer as it is kept for a later request (the surface's whole object), when the
+    /// request asked to store it; taken once, after [`answer`](Self::answer).
+    fn stored(&mut self) -> Option<serde_json::Value> {
+        None
+    }
+
     /// The stream's last bytes after the answer or the error (chat's `data: [DONE]`).
     fn end(&mut self, _out: &mut Vec<u8>) {}
 
@@ -87,7 +93,12 @@ enum Frame {
 }
 
 /// Starts the driver and returns the `text/event-stream` response.
-pub(crate) fn respond<W: StreamWriter>(turn: Turn, job: Job, span: tracing::Span, writer: W) -> Response {
+pub(crate) fn respond<W: StreamWriter>(
+    turn: Turn,
+    job: Job,
+    span: tracing::Span,
+    writer: W,
+) -> Response {
     let (tx, rx) = mpsc::channel::<Frame>(32);
     tokio::spawn(drive(turn, job, tx, writer).instrument(span));
     let body = futures_util::stream::unfold((rx, false), |(mut rx, finished)| async move {
@@ -291,6 +302,10 @@ async fn drive<W: StreamWriter>(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame
             let summary = summary_line(&outcome);
             out.writer
                 .answer(&turn, &text, &outcome, summary.as_deref(), &mut tail);
+            // Stored before the client hears of it, so it can continue at once.
+            if let Some(body) = out.writer.stored() {
+                turn.store(&body, &text, &outcome).await;
+            }
         }
         Err(error) => out.writer.refusal(&error, &mut tail),
     }
@@ -310,5 +325,4 @@ mod tests {
         assert_eq!(p.concat(), text);
         assert!(pieces("", 3).is_empty());
     }
-
 }

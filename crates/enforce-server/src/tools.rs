@@ -132,3 +132,60 @@ fn response_format_check(format: &Value) -> JsonValidator {
         base()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use enforce_core::{Context, Validator};
+    use serde_json::json;
+
+    #[test]
+    fn one_compile_per_distinct_tool_set() {
+        let cache = ToolCheckCache::default();
+        let a = json!([{"type": "function", "function": {"name": "a"}}]);
+        let b = json!([{"type": "function", "function": {"name": "b"}}]);
+        let first = cache.checks_for(&a);
+        assert!(Arc::ptr_eq(&first, &cache.checks_for(&a.clone())));
+        let other = cache.checks_for(&b);
+        assert_eq!(other.names().collect::<Vec<_>>(), ["b"]);
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn response_formats_check_json_and_their_schema_and_text_checks_nothing() {
+        let cache = FormatCheckCache::default();
+        assert!(cache.check_for(&json!({"type": "text"})).is_none());
+        let schema = json!({"type": "json_schema", "json_schema": {"name": "U", "schema": {
+            "type": "object", "required": ["a"]}}});
+        let check = cache.check_for(&schema).unwrap();
+        assert!(Arc::ptr_eq(&check, &cache.check_for(&schema).unwrap()));
+        let context = Context::new();
+        assert!(check
+            .validate(r#"{"a": 1}"#, &context)
+            .await
+            .unwrap()
+            .is_empty());
+        let issues = check.validate(r#"{"b": 1}"#, &context).await.unwrap();
+        assert_eq!(issues[0].validator, RESPONSE_FORMAT);
+        let object = cache.check_for(&json!({"type": "json_object"})).unwrap();
+        assert!(object.validate("[1]", &context).await.unwrap().is_empty());
+        assert!(!object
+            .validate("Sure: {}", &context)
+            .await
+            .unwrap()
+            .is_empty());
+        // A schema that does not compile still asks for JSON.
+        let broken = json!({"type": "json_schema", "json_schema": {"schema": {"type": 12}}});
+        let loose = cache.check_for(&broken).unwrap();
+        assert!(!loose
+            .validate("no json", &context)
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(loose
+            .validate(r#"{"x": 1}"#, &context)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+}

@@ -4,22 +4,22 @@
 
 use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
 use crate::error::ApiError;
-use crate::verdict;
 use crate::metrics::{
     Metrics, ATTEMPTS, FALLBACKS, INPUT_CHECKS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS,
     REQUEST_DURATION, ROUTES, RUNNER_FAILURES, UPSTREAM_LATENCY,
 };
 use crate::otel::RequestTrace;
-use crate::session::{answer_digest, HiddenMarker, TurnRecord};
+use crate::session::{answer_digest, HiddenMarker, StoredResponse, TurnRecord};
 use crate::shared::GlobalSlot;
 use crate::state::App;
+use crate::verdict;
 use axum::http::StatusCode;
 use enforce_core::{
-    async_trait, Attempt, AuditRecord, Context, Event, Observer, Outcome, Reply, ReplyStream,
-    Message, Request, Runner, RunnerError, Status, StopReason, Validator,
+    async_trait, Attempt, AuditRecord, Context, Event, Message, Observer, Outcome, Reply,
+    ReplyStream, Request, Runner, RunnerError, Status, StopReason, Validator,
 };
-use serde_json::{Map, Value};
 use futures_util::StreamExt;
+use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -321,6 +321,8 @@ pub(crate) struct Turn {
     pub include_usage: bool,
     pub chat_id: Option<String>,
     pub id: TurnId,
+    /// The conversation, kept when the answer is to be stored (Responses' `store`).
+    pub conversation: Option<Vec<Message>>,
     pub started: Instant,
     /// The request's OpenTelemetry spans, when traces are on.
     pub trace: Option<Arc<RequestTrace>>,
@@ -490,6 +492,24 @@ impl Turn {
             } else {
                 audit.append(line);
             }
+        }
+    }
+
+    /// Stores the delivered answer (`body`, as the client received it) with its conversation,
+    /// when the request asked for it: for `GET /v1/responses/{id}` and `previous_response_id`.
+    pub async fn store(&self, body: &Value, text: &str, outcome: &Outcome) {
+        let Some(conversation) = &self.conversation else {
+            return;
+        };
+        let mut conversation = conversation.clone();
+        conversation.push(Message::assistant_calling(text, outcome.tool_calls.clone()));
+        let stored = StoredResponse {
+            response: body.clone(),
+            conversation,
+            chat_id: self.chat_id.clone(),
+        };
+        if let Err(e) = self.app.sessions.store_response(&self.id.id, stored).await {
+            tracing::error!(response_id = %self.id.id, error = %e, "could not store the response");
         }
     }
 

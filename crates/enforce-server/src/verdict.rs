@@ -7,7 +7,6 @@ use axum::http::StatusCode;
 use enforce_core::{Issue, Outcome, RunnerError, Status, StopReason};
 use serde_json::{json, Value};
 
-
 fn issue_json(issue: &Issue) -> Value {
     json!({
         "validator": issue.validator,
@@ -261,5 +260,4 @@ mod tests {
             api.message
         );
     }
-
 }

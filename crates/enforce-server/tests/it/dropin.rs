@@ -99,8 +99,10 @@ async fn n_above_one_is_refused_before_the_model_is_asked() {
 #[tokio::test]
 async fn content_parts_reach_the_runner_and_validators_see_the_text() {
     let (h, runner) = scripted(vec![GOOD], marker_enforcer(false), ModelOptions::default()).await;
-    let image = json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}});
-    let audio = json!({"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}});
+    let image =
+        json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}});
+    let audio =
+        json!({"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}});
     let resp = h
         .chat(json!({
             "model": "m",
@@ -129,7 +131,11 @@ async fn the_requests_response_format_is_checked_whatever_the_profile() {
     });
     let format = json!({"type": "json_schema", "json_schema": {"name": "U", "schema": schema, "strict": true}});
     let (h, runner) = scripted(
-        vec![r#"{"name": "Al", "#, r#"{"name": "Al"}"#, r#"{"name": "Al", "age": 3}"#],
+        vec![
+            r#"{"name": "Al", "#,
+            r#"{"name": "Al"}"#,
+            r#"{"name": "Al", "age": 3}"#,
+        ],
         Enforcer::new(vec![]),
         ModelOptions::default(),
     )
@@ -255,7 +261,12 @@ async fn x_request_id_is_the_completion_id_and_the_audit_request_id() {
     let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
     let ids: Vec<String> = audit
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["request_id"].as_str().unwrap().to_string())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["request_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     assert_eq!(ids, [header, streamed, failed]);
 }

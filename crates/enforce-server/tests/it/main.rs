@@ -18,6 +18,7 @@ mod messages;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
+mod responses;
 mod routes;
 mod shared_state;
 mod streaming;
