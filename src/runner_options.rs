@@ -3,7 +3,9 @@
 //! so the two commands never drift.
 
 use clap::{Args, ValueEnum};
-use enforce_runner::{ClaudeConfig, CommandConfig, LocalConfig, OpenAiConfig, RunnerConfig};
+use enforce_runner::{
+    AnthropicConfig, ClaudeConfig, CommandConfig, LocalConfig, OpenAiConfig, RunnerConfig,
+};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 
@@ -14,6 +16,9 @@ pub enum RunnerKind {
     Claude,
     /// An OpenAI-compatible server (OpenAI, Ollama, vLLM, llama.cpp).
     Openai,
+    /// The Anthropic Messages API (key from `ANTHROPIC_API_KEY`; `--base-url` without `/v1`
+    /// for a compatible server).
+    Anthropic,
     /// Any command: prompt on stdin, reply on stdout.
     Command,
     /// A GGUF model in this process through llama.cpp (`--model PATH.gguf`; a build with
@@ -31,17 +36,18 @@ pub struct RunnerOptions {
     /// Claude runner: the CLI to run.
     #[arg(long, env = "ENFORCE_CLAUDE_BIN")]
     pub claude_bin: Option<PathBuf>,
-    /// OpenAI runner: base URL up to `/v1`.
+    /// OpenAI runner: base URL up to `/v1`; Anthropic runner: base URL without `/v1`
+    /// [default: https://api.anthropic.com].
     #[arg(long, env = "ENFORCE_BASE_URL")]
     pub base_url: Option<String>,
-    /// Model name (Claude `--model`, or the OpenAI upstream model), or the local runner's GGUF
+    /// Model name (Claude `--model`, the OpenAI or Anthropic upstream model), or the local runner's GGUF
     /// file (a path ending in `.gguf` picks the local runner when `--runner` is not given).
     #[arg(long, env = "ENFORCE_MODEL")]
     pub model: Option<String>,
     /// Local runner: CPU threads per generation [default: 1].
     #[arg(long)]
     pub threads: Option<u32>,
-    /// OpenAI runner: environment variable holding the API key.
+    /// OpenAI and Anthropic runners: environment variable holding the API key.
     #[arg(long)]
     pub api_key_env: Option<String>,
     /// Command runner: the command line, run with `sh -c`.
@@ -59,6 +65,7 @@ impl RunnerOptions {
         let kind = self.runner.or(match &from_file {
             Some(RunnerConfig::Claude(_)) => Some(RunnerKind::Claude),
             Some(RunnerConfig::OpenAi(_)) => Some(RunnerKind::Openai),
+            Some(RunnerConfig::Anthropic(_)) => Some(RunnerKind::Anthropic),
             Some(RunnerConfig::Command(_)) => Some(RunnerKind::Command),
             Some(RunnerConfig::Local(_)) => Some(RunnerKind::Local),
             None => None,
@@ -76,10 +83,12 @@ impl RunnerOptions {
         let mut config = match (kind, from_file) {
             (RunnerKind::Claude, Some(c @ RunnerConfig::Claude(_)))
             | (RunnerKind::Openai, Some(c @ RunnerConfig::OpenAi(_)))
+            | (RunnerKind::Anthropic, Some(c @ RunnerConfig::Anthropic(_)))
             | (RunnerKind::Command, Some(c @ RunnerConfig::Command(_)))
             | (RunnerKind::Local, Some(c @ RunnerConfig::Local(_))) => c,
             (RunnerKind::Claude, _) => RunnerConfig::Claude(ClaudeConfig::default()),
             (RunnerKind::Openai, _) => RunnerConfig::OpenAi(OpenAiConfig::default()),
+            (RunnerKind::Anthropic, _) => RunnerConfig::Anthropic(AnthropicConfig::default()),
             (RunnerKind::Command, _) => RunnerConfig::Command(CommandConfig::default()),
             (RunnerKind::Local, _) => RunnerConfig::Local(LocalConfig::default()),
         };
@@ -111,6 +120,25 @@ impl RunnerOptions {
                 if c.model.trim().is_empty() {
                     return Err(
                         "the openai runner needs a model: --model NAME or `runner.model`".into(),
+                    );
+                }
+            }
+            RunnerConfig::Anthropic(c) => {
+                if let Some(url) = &self.base_url {
+                    c.base_url = url.clone();
+                }
+                if let Some(model) = &self.model {
+                    c.model = model.clone();
+                }
+                if let Some(var) = &self.api_key_env {
+                    c.api_key_env = Some(var.clone());
+                }
+                if let Some(t) = self.timeout {
+                    c.timeout_secs = t;
+                }
+                if c.model.trim().is_empty() {
+                    return Err(
+                        "the anthropic runner needs a model: --model NAME or `runner.model`".into(),
                     );
                 }
             }
@@ -184,6 +212,7 @@ pub fn model_of(config: &RunnerConfig) -> Option<&str> {
     match config {
         RunnerConfig::Claude(c) => c.model.as_deref(),
         RunnerConfig::OpenAi(c) => Some(c.model.as_str()),
+        RunnerConfig::Anthropic(c) => Some(c.model.as_str()),
         RunnerConfig::Local(c) => c.model.file_name().and_then(|name| name.to_str()),
         _ => None,
     }
@@ -245,5 +274,33 @@ mod tests {
         });
         let config = options(&[]).runner_config(Some(from_file)).expect("ok");
         assert_eq!(model_of(&config), Some("from-file"));
+    }
+
+    #[test]
+    fn the_anthropic_runner_takes_the_flags_and_needs_a_model() {
+        let config = options(&[
+            "--runner",
+            "anthropic",
+            "--model",
+            "claude-x",
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--api-key-env",
+            "MY_KEY",
+        ])
+        .runner_config(None)
+        .expect("ok");
+        let RunnerConfig::Anthropic(c) = &config else {
+            panic!("{config:?}")
+        };
+        assert_eq!(
+            (c.base_url.as_str(), c.api_key_env.as_deref()),
+            ("http://127.0.0.1:9", Some("MY_KEY"))
+        );
+        assert_eq!(model_of(&config), Some("claude-x"));
+        let err = options(&["--runner", "anthropic"])
+            .runner_config(None)
+            .expect_err("no model");
+        assert!(err.contains("anthropic runner needs a model"), "{err}");
     }
 }

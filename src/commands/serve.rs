@@ -489,6 +489,7 @@ fn when_from_config(when: &WhenConfig) -> Result<When, RouteError> {
 fn with_upstream_model(model: Model, runner: &RunnerConfig) -> Model {
     match runner {
         RunnerConfig::OpenAi(c) => model.with_upstream_model(c.model.clone()),
+        RunnerConfig::Anthropic(c) => model.with_upstream_model(c.model.clone()),
         RunnerConfig::Claude(ClaudeConfig { model: Some(m), .. }) => {
             model.with_upstream_model(m.clone())
         }

@@ -114,6 +114,12 @@ pub struct Message {
     /// The call a [`Role::Tool`] message answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// The message's content parts in the OpenAI chat shape, when it holds more than text
+    /// (`image_url`, `input_audio`, `file`), text parts included: a runner whose upstream takes
+    /// parts sends these instead of `content`. `content` still holds the text parts, which is
+    /// what validators and text-only runners see. Empty for a text message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<serde_json::Value>,
 }
 
 impl Message {
@@ -124,6 +130,7 @@ impl Message {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            parts: Vec::new(),
         }
     }
     /// An assistant turn calling `tool_calls`, with its text (may be empty).

@@ -1,7 +1,10 @@
 //! Runner configuration as it appears in config files: [`RunnerConfig`].
 
 use crate::error::ConfigError;
-use crate::{ClaudeConfig, ClaudeRunner, CommandConfig, CommandRunner, OpenAiConfig, OpenAiRunner};
+use crate::{
+    AnthropicConfig, AnthropicRunner, ClaudeConfig, ClaudeRunner, CommandConfig, CommandRunner,
+    OpenAiConfig, OpenAiRunner,
+};
 use enforce_core::Runner;
 use enforce_runner_local::LocalConfig;
 use serde::{Deserialize, Serialize};
@@ -27,6 +30,8 @@ pub enum RunnerConfig {
     /// An OpenAI-compatible HTTP server (OpenAI, Ollama, vLLM, llama.cpp, ...).
     #[serde(rename = "openai")]
     OpenAi(OpenAiConfig),
+    /// The Anthropic Messages API (or a server compatible with it).
+    Anthropic(AnthropicConfig),
     /// Any command: prompt on stdin, reply on stdout.
     Command(CommandConfig),
     /// A GGUF model run in this process through llama.cpp (needs a build with the feature
@@ -35,11 +40,12 @@ pub enum RunnerConfig {
 }
 
 impl RunnerConfig {
-    /// `claude`, `openai`, `command` or `local`.
+    /// `claude`, `openai`, `anthropic`, `command` or `local`.
     pub fn kind(&self) -> &'static str {
         match self {
             RunnerConfig::Claude(_) => "claude",
             RunnerConfig::OpenAi(_) => "openai",
+            RunnerConfig::Anthropic(_) => "anthropic",
             RunnerConfig::Command(_) => "command",
             RunnerConfig::Local(_) => "local",
         }
@@ -50,6 +56,7 @@ impl RunnerConfig {
         Ok(match self {
             RunnerConfig::Claude(c) => Box::new(ClaudeRunner::new(c.clone())?),
             RunnerConfig::OpenAi(c) => Box::new(OpenAiRunner::new(c.clone())?),
+            RunnerConfig::Anthropic(c) => Box::new(AnthropicRunner::new(c.clone())?),
             RunnerConfig::Command(c) => Box::new(CommandRunner::new(c.clone())?),
             RunnerConfig::Local(c) => local_runner(c)?,
         })
@@ -82,6 +89,10 @@ mod tests {
             (
                 r#"{"type":"openai","base_url":"http://127.0.0.1:1/v1","model":"m"}"#,
                 "openai",
+            ),
+            (
+                r#"{"type":"anthropic","base_url":"http://127.0.0.1:1","model":"m","api_key":"k"}"#,
+                "anthropic",
             ),
             (r#"{"type":"command","program":"cat"}"#, "command"),
         ] {

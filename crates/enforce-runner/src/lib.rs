@@ -1,12 +1,15 @@
 //! # enforce-runner
 //!
-//! How [enforce](enforce_core) asks a model. Three [`Runner`](enforce_core::Runner)s:
+//! How [enforce](enforce_core) asks a model. The [`Runner`](enforce_core::Runner)s:
 //!
 //! - [`ClaudeRunner`]: the Claude Code CLI (`claude -p --output-format json`, prompt on stdin);
 //!   follow-ups resume the session with `--resume <id>` and send only the feedback.
 //! - [`OpenAiRunner`]: any OpenAI-compatible chat completions server (OpenAI, Ollama, vLLM,
 //!   llama.cpp); stateless follow-ups carrying exactly one earlier answer; bounded retries with
 //!   jittered backoff that honour `Retry-After`.
+//! - [`AnthropicRunner`]: the Anthropic Messages API (`/v1/messages`, or a compatible server),
+//!   streamed, with tool use, the same retries and typed errors as the OpenAI runner; the key
+//!   from `ANTHROPIC_API_KEY` unless configured.
 //! - [`CommandRunner`]: any program, prompt on stdin, reply on stdout.
 //! - `LocalRunner` (feature `local`, from enforce-runner-local): a GGUF model in this process
 //!   through llama.cpp. Its [`LocalConfig`] is here in every build, so `type: local` always
@@ -30,15 +33,22 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod anthropic;
+mod anthropic_events;
 mod claude;
 mod command;
 mod config;
 mod error;
+mod http;
 mod openai;
 mod process;
 mod prompt;
 mod sse;
 
+pub use anthropic::{
+    anthropic_error_status, parse_message, AnthropicConfig, AnthropicRunner, ANTHROPIC_API_KEY_ENV,
+    DEFAULT_ANTHROPIC_VERSION,
+};
 pub use claude::{
     parse_result, parse_stream_line, ClaudeConfig, ClaudeResult, ClaudeRunner, StreamLine,
 };
@@ -48,8 +58,8 @@ pub use config::RunnerConfig;
 pub use enforce_runner_local::LocalRunner;
 pub use enforce_runner_local::{LocalConfig, LocalConfigError};
 pub use error::ConfigError;
-pub use openai::{
-    backoff_delay, error_message, parse_completion, parse_retry_after, OpenAiConfig, OpenAiRunner,
-    RetryConfig, DEFAULT_MAX_RESPONSE_BYTES,
+pub use http::{
+    backoff_delay, error_message, parse_retry_after, RetryConfig, DEFAULT_MAX_RESPONSE_BYTES,
 };
+pub use openai::{parse_completion, OpenAiConfig, OpenAiRunner};
 pub use prompt::{render_prompt, PromptText};

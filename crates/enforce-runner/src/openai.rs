@@ -1,56 +1,24 @@
 //! The OpenAI-compatible HTTP runner: `POST {base_url}/chat/completions`, stateless follow-ups,
 //! bounded retries with jittered exponential backoff that honour `Retry-After`.
 
-use crate::error::{duration_from_secs, ConfigError};
+use crate::error::ConfigError;
+use crate::http::{
+    answer, api_key, ask_whole, error_message, secret_header, EndpointSettings, HttpEndpoint,
+    RetryConfig, StreamSource, DEFAULT_MAX_RESPONSE_BYTES,
+};
 use crate::process::tail;
-use crate::sse::{Chunk, SseReader, StreamFault};
+use crate::sse::SseReader;
 use enforce_core::{
     async_trait, follow_up_messages, FinishReason, Message, Reply, ReplyStream, Request, Role,
-    Runner, RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage,
+    Runner, RunnerError, ToolCall, ToolFeedback, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::collections::VecDeque;
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Request fields the runner sets itself; the same keys in `params` are ignored.
 const OWN_FIELDS: [&str; 4] = ["model", "messages", "stream", "stream_options"];
-
-/// How transient failures are retried.
-///
-/// ```
-/// use enforce_runner::RetryConfig;
-/// let r = RetryConfig::default();
-/// assert_eq!(r.max_retries, 3);
-/// ```
-#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetryConfig {
-    /// Retries after the first try, for connect errors, 408, 429 and 5xx (default 3).
-    pub max_retries: u32,
-    /// Backoff before the first retry, in milliseconds; doubles each time (default 500).
-    pub initial_backoff_ms: u64,
-    /// Longest backoff, in milliseconds (default 8000).
-    pub max_backoff_ms: u64,
-    /// A `Retry-After` longer than this many seconds ends the retries at once rather than
-    /// waiting (default 60).
-    pub max_retry_after_secs: u64,
-}
-
-impl Default for RetryConfig {
-    fn default() -> Self {
-        RetryConfig {
-            max_retries: 3,
-            initial_backoff_ms: 500,
-            max_backoff_ms: 8000,
-            max_retry_after_secs: 60,
-        }
-    }
-}
 
 /// How the OpenAI-compatible server is reached.
 ///
@@ -95,9 +63,6 @@ pub struct OpenAiConfig {
     pub stream: bool,
 }
 
-/// Default of [`OpenAiConfig::max_response_bytes`].
-pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
-
 impl Default for OpenAiConfig {
     fn default() -> Self {
         OpenAiConfig {
@@ -136,11 +101,8 @@ impl Default for OpenAiConfig {
 #[derive(Debug, Clone)]
 pub struct OpenAiRunner {
     config: OpenAiConfig,
-    api_key: Option<String>,
-    /// The chat completions URL, parsed once: parsing it per request showed up in the proxy's
-    /// profile.
-    url: reqwest::Url,
-    client: reqwest::Client,
+    /// `{base_url}/chat/completions`, with the key and the retries.
+    endpoint: HttpEndpoint,
     /// The server refused `stream_options` once: streamed requests go without it from then on.
     no_stream_options: Arc<AtomicBool>,
 }
@@ -148,48 +110,33 @@ pub struct OpenAiRunner {
 impl OpenAiRunner {
     /// A runner with this configuration; checks the URL, the timeouts and the key variable.
     pub fn new(config: OpenAiConfig) -> Result<Self, ConfigError> {
-        let base = config.base_url.trim().trim_end_matches('/').to_string();
-        if base.is_empty() {
-            return Err(ConfigError::Missing { field: "base_url" });
-        }
-        let https = base.starts_with("https://");
-        if !https && !base.starts_with("http://") {
-            return Err(ConfigError::InvalidBaseUrl(config.base_url.clone()));
-        }
-        if https && !cfg!(feature = "rustls") {
-            return Err(ConfigError::TlsUnavailable(config.base_url.clone()));
-        }
+        let mut endpoint = HttpEndpoint::new(EndpointSettings {
+            base_url: &config.base_url,
+            path: "/chat/completions",
+            timeout_secs: config.timeout_secs,
+            connect_timeout_secs: config.connect_timeout_secs,
+            retry: &config.retry,
+            max_response_bytes: config.max_response_bytes,
+        })?;
         if config.model.trim().is_empty() {
             return Err(ConfigError::Missing { field: "model" });
         }
-        let timeout = duration_from_secs("timeout_secs", config.timeout_secs)?;
-        let connect = duration_from_secs("connect_timeout_secs", config.connect_timeout_secs)?;
-        let api_key = match (&config.api_key, &config.api_key_env) {
-            (Some(key), _) => Some(key.clone()),
-            (None, Some(var)) => {
-                Some(std::env::var(var).map_err(|_| ConfigError::MissingApiKeyEnv(var.clone()))?)
-            }
-            (None, None) => None,
-        };
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(connect)
-            .build()
-            .map_err(|e| ConfigError::HttpClient(e.to_string()))?;
-        let url = reqwest::Url::parse(&format!("{base}/chat/completions"))
-            .map_err(|_| ConfigError::InvalidBaseUrl(config.base_url.clone()))?;
+        if let Some(key) = api_key(config.api_key.as_ref(), config.api_key_env.as_ref(), None)? {
+            endpoint.set_header(
+                reqwest::header::AUTHORIZATION,
+                secret_header(&format!("Bearer {key}"))?,
+            );
+        }
         Ok(OpenAiRunner {
-            url,
+            endpoint,
             config,
-            api_key,
-            client,
             no_stream_options: Arc::new(AtomicBool::new(false)),
         })
     }
 
     /// The chat completions URL this runner posts to.
     pub fn endpoint(&self) -> &str {
-        self.url.as_str()
+        self.endpoint.url().as_str()
     }
 
     /// The JSON body for `messages`: the configured params, the request's params over them,
@@ -229,15 +176,6 @@ impl OpenAiRunner {
         Value::Object(body)
     }
 
-    async fn call(&self, request: &Request, messages: &[Message]) -> Result<Reply, RunnerError> {
-        let started = Instant::now();
-        let response = self.send(&self.body(request, messages)).await?;
-        let text = read_limited(response, self.config.max_response_bytes).await?;
-        let mut reply = parse_completion(&text)?;
-        reply.duration = Some(started.elapsed());
-        Ok(reply)
-    }
-
     /// Opens a streamed answer: `stream: true` with `stream_options.include_usage`, or without
     /// the options once the server refused them (some do, with a 400 naming the field).
     async fn open_stream(
@@ -247,7 +185,8 @@ impl OpenAiRunner {
     ) -> Result<reqwest::Response, RunnerError> {
         let with_usage = !self.no_stream_options.load(Ordering::Relaxed);
         let first = self
-            .send(&self.body_with(request, messages, true, with_usage))
+            .endpoint
+            .post(&self.body_with(request, messages, true, with_usage))
             .await;
         match first {
             Err(RunnerError::Upstream {
@@ -255,286 +194,52 @@ impl OpenAiRunner {
                 message,
             }) if with_usage && message.contains("stream_options") => {
                 self.no_stream_options.store(true, Ordering::Relaxed);
-                self.send(&self.body_with(request, messages, true, false))
+                self.endpoint
+                    .post(&self.body_with(request, messages, true, false))
                     .await
             }
             other => other,
         }
     }
-
-    /// A streamed ask: text deltas, usage as it is reported, then the whole reply.
-    fn stream_reply<'a>(&'a self, request: &'a Request, messages: Vec<Message>) -> ReplyStream<'a> {
-        if !self.config.stream {
-            return Box::pin(futures_util::stream::once(async move {
-                self.call(request, &messages).await.map(StreamEvent::Done)
-            }));
-        }
-        let state = Streaming {
-            runner: self,
-            request,
-            messages,
-            response: None,
-            reader: SseReader::default(),
-            text: String::new(),
-            usage: None,
-            pending: VecDeque::new(),
-            read: 0,
-            started: Instant::now(),
-            finished: false,
-        };
-        Box::pin(futures_util::stream::unfold(state, Streaming::next))
-    }
-
-    /// Posts `body`, retrying transient failures; returns the successful response, or the
-    /// error of the last try.
-    async fn send(&self, body: &Value) -> Result<reqwest::Response, RunnerError> {
-        // Serialized once; a retry shares the bytes instead of copying them.
-        let body =
-            bytes::Bytes::from(serde_json::to_vec(body).map_err(|e| RunnerError::Protocol {
-                message: format!("cannot serialize the request: {e}"),
-            })?);
-        let retry = &self.config.retry;
-        let mut attempt: u32 = 0;
-        loop {
-            let mut post = self
-                .client
-                .post(self.url.clone())
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.clone());
-            if let Some(key) = &self.api_key {
-                post = post.bearer_auth(key);
-            }
-            let (error, retry_after) = match post.send().await {
-                Ok(response) => {
-                    let status = response.status();
-                    if status.is_success() {
-                        return Ok(response);
-                    }
-                    let retry_after = response
-                        .headers()
-                        .get(reqwest::header::RETRY_AFTER)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(parse_retry_after);
-                    let text = read_limited(response, self.config.max_response_bytes).await?;
-                    let error = RunnerError::Upstream {
-                        status: Some(status.as_u16()),
-                        message: error_message(&text)
-                            .unwrap_or_else(|| format!("HTTP {status} with an empty body")),
-                    };
-                    let code = status.as_u16();
-                    if !(code == 408 || code == 429 || status.is_server_error()) {
-                        return Err(error);
-                    }
-                    (error, retry_after)
-                }
-                Err(e) if e.is_timeout() => return Err(self.timeout()),
-                Err(e) if e.is_connect() => (
-                    RunnerError::Upstream {
-                        status: None,
-                        message: format!("cannot connect to {}: {e}", self.url),
-                    },
-                    None,
-                ),
-                Err(e) => {
-                    return Err(RunnerError::Upstream {
-                        status: None,
-                        message: format!("request to {} failed: {e}", self.url),
-                    })
-                }
-            };
-            if attempt >= retry.max_retries {
-                return Err(with_attempts(error, attempt + 1));
-            }
-            if retry_after.is_some_and(|d| d > Duration::from_secs(retry.max_retry_after_secs)) {
-                return Err(with_attempts(error, attempt + 1));
-            }
-            let delay = backoff_delay(retry, attempt, retry_after);
-            tokio::time::sleep(delay).await;
-            attempt += 1;
-        }
-    }
 }
 
-impl OpenAiRunner {
-    fn timeout(&self) -> RunnerError {
-        RunnerError::Timeout {
-            after_ms: u64::try_from(
-                duration_from_secs("timeout_secs", self.config.timeout_secs)
-                    .unwrap_or_default()
-                    .as_millis(),
-            )
-            .unwrap_or(u64::MAX),
+#[async_trait]
+impl StreamSource for OpenAiRunner {
+    type Reader = SseReader;
+
+    fn http(&self) -> &HttpEndpoint {
+        &self.endpoint
+    }
+
+    async fn open(
+        &self,
+        request: &Request,
+        messages: &[Message],
+    ) -> Result<reqwest::Response, RunnerError> {
+        self.open_stream(request, messages).await
+    }
+
+    fn whole_body(&self, request: &Request, messages: &[Message]) -> Value {
+        self.body(request, messages)
+    }
+
+    fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {
+        parse_completion(body)
+    }
+
+    fn stream_error(&self, data: &str) -> RunnerError {
+        RunnerError::Upstream {
+            status: Some(200),
+            message: error_message(data)
+                .unwrap_or_else(|| "the stream reported an error without a message".into()),
         }
-    }
-}
-
-/// The state of one streamed answer, advanced by [`Streaming::next`].
-struct Streaming<'a> {
-    runner: &'a OpenAiRunner,
-    request: &'a Request,
-    messages: Vec<Message>,
-    /// The open response; `None` before it is opened.
-    response: Option<reqwest::Response>,
-    reader: SseReader,
-    text: String,
-    usage: Option<Usage>,
-    /// Events read but not yet yielded.
-    pending: VecDeque<Result<StreamEvent, RunnerError>>,
-    read: usize,
-    started: Instant,
-    finished: bool,
-}
-
-impl<'a> Streaming<'a> {
-    /// The next event. Dropping the stream drops the response, which closes the connection:
-    /// that is how a cut stops the generation.
-    async fn next(mut self) -> Option<(Result<StreamEvent, RunnerError>, Self)> {
-        loop {
-            if let Some(event) = self.pending.pop_front() {
-                return Some((event, self));
-            }
-            if self.finished {
-                return None;
-            }
-            let Some(response) = self.response.as_mut() else {
-                match self.runner.open_stream(self.request, &self.messages).await {
-                    Ok(response) if is_event_stream(&response) => self.response = Some(response),
-                    // A server that cannot stream may answer whole: read it as a completion.
-                    Ok(response) => {
-                        let limit = self.runner.config.max_response_bytes;
-                        let whole = match read_limited(response, limit).await {
-                            Ok(body) => parse_completion(&body),
-                            Err(error) => Err(error),
-                        };
-                        match whole {
-                            Ok(mut reply) => {
-                                reply.duration = Some(self.started.elapsed());
-                                self.pending.push_back(Ok(StreamEvent::Done(reply)));
-                                self.finished = true;
-                            }
-                            Err(error) => self.fail(error),
-                        }
-                    }
-                    Err(error) => self.fail(error),
-                }
-                continue;
-            };
-            match response.chunk().await {
-                Ok(Some(bytes)) => {
-                    self.read = self.read.saturating_add(bytes.len());
-                    if self.read > self.runner.config.max_response_bytes {
-                        self.fail(too_large(200, self.runner.config.max_response_bytes));
-                        continue;
-                    }
-                    match self.reader.feed(&bytes) {
-                        Ok(chunks) => self.take(chunks),
-                        Err(StreamFault::ErrorEvent(data)) => self.fail(RunnerError::Upstream {
-                            status: Some(200),
-                            message: error_message(&data).unwrap_or_else(|| {
-                                "the stream reported an error without a message".into()
-                            }),
-                        }),
-                        Err(StreamFault::NotJson(message)) => {
-                            self.fail(RunnerError::Protocol { message })
-                        }
-                    }
-                }
-                Ok(None) => {
-                    // A stream that just stops looks like a short success: it is an error.
-                    let error = RunnerError::Upstream {
-                        status: Some(200),
-                        message: format!(
-                            "the stream ended without [DONE] after {} bytes of answer",
-                            self.text.len()
-                        ),
-                    };
-                    self.fail(error);
-                }
-                Err(e) if e.is_timeout() => {
-                    let error = self.runner.timeout();
-                    self.fail(error);
-                }
-                Err(e) => self.fail(RunnerError::Upstream {
-                    status: Some(200),
-                    message: format!("the stream broke off: {e}"),
-                }),
-            }
-        }
-    }
-
-    fn take(&mut self, chunks: Vec<Chunk>) {
-        for chunk in chunks {
-            match chunk {
-                Chunk::Text(text) => {
-                    self.text.push_str(&text);
-                    self.pending.push_back(Ok(StreamEvent::Text(text)));
-                }
-                Chunk::Reasoning(text) => {
-                    self.pending.push_back(Ok(StreamEvent::Reasoning(text)));
-                }
-                Chunk::Usage(usage) => {
-                    self.usage = Some(usage);
-                    self.pending.push_back(Ok(StreamEvent::Spent {
-                        usage: Some(usage),
-                        cost_usd: None,
-                    }));
-                }
-                Chunk::Done => {
-                    let tool_calls = self.reader.tool_calls();
-                    if self.text.is_empty() && tool_calls.is_empty() {
-                        self.fail(RunnerError::Protocol {
-                            message: "the stream held neither text nor tool calls".to_string(),
-                        });
-                        return;
-                    }
-                    let reply = Reply {
-                        text: std::mem::take(&mut self.text),
-                        tool_calls,
-                        usage: self.usage,
-                        duration: Some(self.started.elapsed()),
-                        finish_reason: self.reader.finish_reason(),
-                        ..Reply::default()
-                    };
-                    self.pending.push_back(Ok(StreamEvent::Done(reply)));
-                    self.finished = true;
-                    // Nothing after [DONE] counts; let the connection go.
-                    self.response = None;
-                    return;
-                }
-            }
-        }
-    }
-
-    fn fail(&mut self, error: RunnerError) {
-        self.pending.push_back(Err(error));
-        self.finished = true;
-        self.response = None;
-    }
-}
-
-/// `Content-Type: text/event-stream`: the server streams as asked.
-fn is_event_stream(response: &reqwest::Response) -> bool {
-    response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
-}
-
-fn with_attempts(error: RunnerError, tries: u32) -> RunnerError {
-    match error {
-        RunnerError::Upstream { status, message } if tries > 1 => RunnerError::Upstream {
-            status,
-            message: format!("{message} (gave up after {tries} tries)"),
-        },
-        other => other,
     }
 }
 
 #[async_trait]
 impl Runner for OpenAiRunner {
     async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        self.call(request, &request.messages).await
+        ask_whole(self, request, &request.messages).await
     }
 
     async fn follow_up(
@@ -544,11 +249,11 @@ impl Runner for OpenAiRunner {
         feedback: &str,
     ) -> Result<Reply, RunnerError> {
         let messages = follow_up_messages(request, previous, feedback, self.config.tool_feedback);
-        self.call(request, &messages).await
+        ask_whole(self, request, &messages).await
     }
 
     fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        self.stream_reply(request, request.messages.clone())
+        answer(self, request, request.messages.clone(), self.config.stream)
     }
 
     fn follow_up_streamed<'a>(
@@ -558,16 +263,19 @@ impl Runner for OpenAiRunner {
         feedback: &'a str,
     ) -> ReplyStream<'a> {
         let messages = follow_up_messages(request, previous, feedback, self.config.tool_feedback);
-        self.stream_reply(request, messages)
+        answer(self, request, messages, self.config.stream)
     }
 }
 
 /// One message on the wire. An assistant turn that only calls tools has `content: null`, as
-/// OpenAI writes it; a tool result carries the id of the call it answers.
+/// OpenAI writes it; a tool result carries the id of the call it answers; a message with
+/// content parts beyond text (an image) sends those parts.
 fn message_json(m: &Message) -> Value {
     let mut out = Map::with_capacity(4);
     out.insert("role".into(), serde_json::json!(m.role));
-    let content = if m.content.is_empty() && !m.tool_calls.is_empty() {
+    let content = if !m.parts.is_empty() {
+        Value::Array(m.parts.clone())
+    } else if m.content.is_empty() && !m.tool_calls.is_empty() {
         Value::Null
     } else {
         Value::String(m.content.clone())
@@ -585,194 +293,6 @@ fn message_json(m: &Message) -> Value {
         }
     }
     Value::Object(out)
-}
-
-/// A pseudo-random number for jitter: the clock mixed with a counter (splitmix64). Jitter only
-/// has to keep clients from retrying in lockstep, not be unpredictable.
-fn jitter_seed() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let mut z = nanos
-        .wrapping_add(COUNTER.fetch_add(1, Ordering::Relaxed))
-        .wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The wait before retry number `attempt + 1`: exponential (`initial * 2^attempt`, capped at
-/// `max_backoff_ms`), with "equal jitter" (between half and all of it), and never shorter than
-/// the server's `Retry-After`.
-pub fn backoff_delay(retry: &RetryConfig, attempt: u32, retry_after: Option<Duration>) -> Duration {
-    let exp = retry
-        .initial_backoff_ms
-        .saturating_mul(1u64.checked_shl(attempt.min(32)).unwrap_or(u64::MAX))
-        .min(retry.max_backoff_ms);
-    let half = exp / 2;
-    let jittered = half
-        + if half > 0 {
-            jitter_seed() % (half + 1)
-        } else {
-            0
-        };
-    let delay = Duration::from_millis(jittered);
-    match retry_after {
-        Some(after) if after > delay => after,
-        _ => delay,
-    }
-}
-
-/// Parses `Retry-After`: seconds (`120`, also `1.5`) or an HTTP date (`Sun, 06 Nov 1994
-/// 08:49:37 GMT`), as a wait from now.
-///
-/// ```
-/// use enforce_runner::parse_retry_after;
-/// use std::time::Duration;
-/// assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
-/// assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
-/// assert_eq!(parse_retry_after("soon"), None);
-/// ```
-pub fn parse_retry_after(value: &str) -> Option<Duration> {
-    let value = value.trim();
-    if let Ok(secs) = value.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).ok();
-    }
-    let at = parse_http_date(value)?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
-    Some(Duration::from_secs(at.saturating_sub(now)))
-}
-
-/// Seconds since the epoch of an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
-fn parse_http_date(value: &str) -> Option<u64> {
-    let parts: Vec<&str> = value.split_whitespace().collect();
-    let [_weekday, day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    let day: u64 = day.parse().ok()?;
-    let month = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ]
-    .iter()
-    .position(|m| m == month)? as u64
-        + 1;
-    let year: i64 = year.parse().ok()?;
-    let hms: Vec<u64> = time.split(':').filter_map(|p| p.parse().ok()).collect();
-    let [h, m, s] = hms.as_slice() else {
-        return None;
-    };
-    if !(1..=31).contains(&day) || *h > 23 || *m > 59 || *s > 60 {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + (*h as i64) * 3600 + (*m as i64) * 60 + *s as i64;
-    u64::try_from(secs).ok()
-}
-
-/// The message of an error body, from any of the shapes servers use: OpenAI, Ollama and
-/// llama.cpp (`{"error": {"message": ...}}` or `{"error": "..."}`), vLLM before 0.10.1 (a
-/// top-level `{"object": "error", "message": ...}`); any other body is returned as text (cut).
-/// `None` for an empty body.
-///
-/// ```
-/// use enforce_runner::error_message;
-/// assert_eq!(error_message(r#"{"error":{"message":"bad model","type":"invalid_request_error"}}"#)
-///            .as_deref(), Some("bad model (type: invalid_request_error)"));
-/// assert_eq!(error_message(r#"{"object":"error","message":"too long","type":"BadRequestError",
-///                              "code":400}"#).as_deref(),
-///            Some("too long (type: BadRequestError, code: 400)"));
-/// ```
-pub fn error_message(body: &str) -> Option<String> {
-    let body = body.trim();
-    if body.is_empty() {
-        return None;
-    }
-    let Ok(v) = serde_json::from_str::<Value>(body) else {
-        return Some(tail(body, 500));
-    };
-    let described = |obj: &Value| -> Option<String> {
-        let message = obj.get("message").and_then(Value::as_str)?;
-        let mut extra = Vec::new();
-        if let Some(t) = obj.get("type").and_then(Value::as_str) {
-            extra.push(format!("type: {t}"));
-        }
-        match obj.get("code") {
-            Some(Value::String(c)) => extra.push(format!("code: {c}")),
-            Some(Value::Number(c)) => extra.push(format!("code: {c}")),
-            _ => {}
-        }
-        Some(if extra.is_empty() {
-            message.to_string()
-        } else {
-            format!("{message} ({})", extra.join(", "))
-        })
-    };
-    match v.get("error") {
-        Some(Value::String(s)) => return Some(s.clone()),
-        Some(obj @ Value::Object(_)) => {
-            if let Some(m) = described(obj) {
-                return Some(m);
-            }
-        }
-        _ => {}
-    }
-    if let Some(m) = described(&v) {
-        return Some(m);
-    }
-    if let Some(d) = v.get("detail") {
-        return Some(match d {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
-    }
-    Some(tail(body, 500))
-}
-
-/// Reads a body of at most `limit` bytes, chunk by chunk, so an enormous or endless body is
-/// refused after `limit` bytes instead of being buffered whole.
-async fn read_limited(
-    mut response: reqwest::Response,
-    limit: usize,
-) -> Result<String, RunnerError> {
-    let status = response.status().as_u16();
-    if response.content_length().is_some_and(|n| n > limit as u64) {
-        return Err(too_large(status, limit));
-    }
-    let mut body = Vec::new();
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > limit {
-                    return Err(too_large(status, limit));
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => break,
-            Err(e) => {
-                return Err(RunnerError::Upstream {
-                    status: Some(status),
-                    message: format!("reading the response failed: {e}"),
-                })
-            }
-        }
-    }
-    Ok(String::from_utf8_lossy(&body).into_owned())
-}
-
-fn too_large(status: u16, limit: usize) -> RunnerError {
-    RunnerError::Upstream {
-        status: Some(status),
-        message: format!("the response is larger than the limit of {limit} bytes"),
-    }
 }
 
 /// Reads a chat completion: the first choice's message content and the usage. An error object
@@ -855,26 +375,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn error_shapes() {
-        assert_eq!(
-            error_message(r#"{"error":"model 'x' not found"}"#).as_deref(),
-            Some("model 'x' not found")
-        );
-        assert_eq!(
-            error_message(
-                r#"{"error":{"code":500,"message":"context full","type":"server_error"}}"#
-            )
-            .as_deref(),
-            Some("context full (type: server_error, code: 500)")
-        );
-        assert_eq!(
-            error_message("<html>bad gateway</html>").as_deref(),
-            Some("<html>bad gateway</html>")
-        );
-        assert_eq!(error_message("  "), None);
-    }
-
-    #[test]
     fn completion_faults() {
         assert!(matches!(
             parse_completion(r#"{"choices":null}"#),
@@ -924,6 +424,22 @@ mod tests {
         assert_eq!((r.text.as_str(), r.tool_calls.len()), ("Let me look.", 1));
     }
 
+    /// An image the client sent reaches the upstream as the parts array, not only its text.
+    #[test]
+    fn content_parts_go_out_instead_of_the_text() {
+        let parts = vec![
+            serde_json::json!({"type": "text", "text": "What is it?"}),
+            serde_json::json!({"type": "image_url", "image_url": {"url": "https://x/a.png"}}),
+        ];
+        let mut message = Message::new(Role::User, "What is it?");
+        message.parts = parts.clone();
+        assert_eq!(message_json(&message)["content"], Value::Array(parts));
+        assert_eq!(
+            message_json(&Message::new(Role::User, "hi"))["content"],
+            "hi"
+        );
+    }
+
     #[test]
     fn tool_history_goes_out_as_openai_writes_it() {
         let call = ToolCall::new("call_1", "f", "{}");
@@ -937,33 +453,5 @@ mod tests {
             message_json(&Message::tool("call_1", "42")),
             serde_json::json!({"role": "tool", "content": "42", "tool_call_id": "call_1"})
         );
-    }
-
-    #[test]
-    fn backoff_grows_is_bounded_and_honours_retry_after() {
-        let r = RetryConfig {
-            max_retries: 5,
-            initial_backoff_ms: 100,
-            max_backoff_ms: 400,
-            max_retry_after_secs: 60,
-        };
-        for attempt in 0..6 {
-            let d = backoff_delay(&r, attempt, None).as_millis() as u64;
-            let full = (100u64 << attempt).min(400);
-            assert!(d >= full / 2 && d <= full, "attempt {attempt}: {d}");
-        }
-        assert_eq!(
-            backoff_delay(&r, 0, Some(Duration::from_secs(3))),
-            Duration::from_secs(3)
-        );
-    }
-
-    #[test]
-    fn http_date() {
-        assert_eq!(
-            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
-            Some(784_111_777)
-        );
-        assert_eq!(parse_http_date("Sun, 06 Foo 1994 08:49:37 GMT"), None);
     }
 }

@@ -1,8 +1,9 @@
-//! Reading an OpenAI-compatible chat-completion stream: server-sent events (`data:` lines,
-//! blank-line separated, `:` comments) carrying `chat.completion.chunk` JSON, as OpenAI, Ollama,
-//! vLLM and llama.cpp send them, quirks included.
+//! Server-sent events as model servers send them: [`SseFramer`] splits a byte stream into
+//! events (`data:` lines, blank-line separated, `:` comments); [`SseReader`] reads OpenAI-style
+//! `chat.completion.chunk` JSON from them, as OpenAI, Ollama, vLLM and llama.cpp send it, quirks
+//! included. The Anthropic Messages reader (`anthropic_events.rs`) reads the same frames.
 
-use enforce_core::{ToolCall, Usage};
+use enforce_core::{FinishReason, ToolCall, Usage};
 use serde_json::Value;
 
 /// A stream that cannot go on.
@@ -10,53 +11,62 @@ use serde_json::Value;
 pub(crate) enum StreamFault {
     /// The server reported an error mid-stream; the event's data as sent.
     ErrorEvent(String),
-    /// An event is not JSON; what was wrong.
+    /// An event is not JSON, or not what the wire format allows; what was wrong.
     NotJson(String),
 }
 
-/// One thing a chunk said.
+/// One thing an event said.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Chunk {
     /// More answer text.
     Text(String),
     /// More of the model's own reasoning (`reasoning_content`, or `reasoning` as some servers
-    /// name it).
+    /// name it; Anthropic's `thinking` blocks).
     Reasoning(String),
     /// Token counts (the usage chunk, or usage on a finish chunk).
     Usage(Usage),
-    /// `data: [DONE]`: the stream is complete.
+    /// The end of the answer (`data: [DONE]`, Anthropic's `message_stop`).
     Done,
 }
 
-/// One tool call being assembled from `delta.tool_calls` fragments.
-#[derive(Debug, Default, Clone)]
-struct PartialCall {
-    id: String,
-    name: String,
-    arguments: String,
+/// Reads the events of one streamed answer: what the shared stream driver
+/// (`http::Streaming`) needs of a wire format.
+pub(crate) trait EventReader: Default + Send {
+    /// What ends a complete stream, named in the error of a stream that stops before it.
+    const END: &'static str;
+    /// Reads `bytes`; returns what the complete events in them said, or why the stream cannot
+    /// go on.
+    fn feed(&mut self, bytes: &[u8]) -> Result<Vec<Chunk>, StreamFault>;
+    /// The tool calls assembled so far, in order.
+    fn tool_calls(&self) -> Vec<ToolCall>;
+    /// Why the model stopped, once an event said so.
+    fn finish_reason(&self) -> Option<FinishReason>;
 }
 
-/// Splits a byte stream into SSE events and reads their chunks. Feed it bytes as they arrive;
-/// it keeps an incomplete line for the next feed.
+/// One complete event.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Frame {
+    /// The event's `data:` lines, joined with `\n`.
+    Data(String),
+    /// An `error:` field, which old llama.cpp builds send for a mid-stream error.
+    Error(String),
+}
+
+/// Splits a byte stream into SSE events. Feed it bytes as they arrive; it keeps an incomplete
+/// line for the next feed. `event:`, `id:` and `retry:` are ignored: in both wire formats read
+/// here the data names its own type.
 #[derive(Debug, Default)]
-pub(crate) struct SseReader {
+pub(crate) struct SseFramer {
     /// Bytes of a line not yet ended.
     line: Vec<u8>,
     /// `data:` lines of the event being read, joined with `\n`.
     data: String,
     has_data: bool,
-    /// Tool calls by index, as the fragments build them.
-    calls: Vec<PartialCall>,
-    /// `[DONE]` was read: anything after it is ignored.
-    done: bool,
-    /// The first choice's `finish_reason`, once a chunk carried one.
-    finish_reason: Option<enforce_core::FinishReason>,
 }
 
-impl SseReader {
-    /// Reads `bytes`; returns what the complete events in them said, or the error a chunk
-    /// carried.
-    pub(crate) fn feed(&mut self, bytes: &[u8]) -> Result<Vec<Chunk>, StreamFault> {
+impl SseFramer {
+    /// The events that `bytes` complete, in order.
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> Vec<Frame> {
         let mut out = Vec::new();
         for &b in bytes {
             if b != b'\n' {
@@ -67,13 +77,79 @@ impl SseReader {
             if line.last() == Some(&b'\r') {
                 line.pop();
             }
-            self.line_done(&line, &mut out)?;
+            self.line_done(&line, &mut out);
+        }
+        out
+    }
+
+    fn line_done(&mut self, line: &[u8], out: &mut Vec<Frame>) {
+        if line.is_empty() {
+            if self.has_data {
+                self.has_data = false;
+                out.push(Frame::Data(std::mem::take(&mut self.data)));
+            }
+            return;
+        }
+        let line = String::from_utf8_lossy(line);
+        if line.starts_with(':') {
+            return; // a comment (keep-alive)
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line.as_ref(), ""),
+        };
+        match field {
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            "error" => out.push(Frame::Error(value.to_string())),
+            _ => {} // event:, id:, retry:
+        }
+    }
+}
+
+/// One tool call being assembled from `delta.tool_calls` fragments.
+#[derive(Debug, Default, Clone)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Reads OpenAI `chat.completion.chunk` events.
+#[derive(Debug, Default)]
+pub(crate) struct SseReader {
+    framer: SseFramer,
+    /// Tool calls by index, as the fragments build them.
+    calls: Vec<PartialCall>,
+    /// `[DONE]` was read: anything after it is ignored.
+    done: bool,
+    /// The first choice's `finish_reason`, once a chunk carried one.
+    finish_reason: Option<FinishReason>,
+}
+
+impl EventReader for SseReader {
+    const END: &'static str = "[DONE]";
+
+    fn feed(&mut self, bytes: &[u8]) -> Result<Vec<Chunk>, StreamFault> {
+        let mut out = Vec::new();
+        for frame in self.framer.feed(bytes) {
+            if self.done {
+                break;
+            }
+            match frame {
+                Frame::Data(data) => self.event_done(&data, &mut out)?,
+                Frame::Error(value) => return Err(StreamFault::ErrorEvent(value)),
+            }
         }
         Ok(out)
     }
 
-    /// The tool calls assembled so far, in index order.
-    pub(crate) fn tool_calls(&self) -> Vec<ToolCall> {
+    fn tool_calls(&self) -> Vec<ToolCall> {
         self.calls
             .iter()
             .enumerate()
@@ -89,48 +165,19 @@ impl SseReader {
             .collect()
     }
 
+    fn finish_reason(&self) -> Option<FinishReason> {
+        self.finish_reason.clone()
+    }
+}
+
+impl SseReader {
     /// `[DONE]` was read.
     #[cfg(test)]
     pub(crate) fn is_done(&self) -> bool {
         self.done
     }
 
-    fn line_done(&mut self, line: &[u8], out: &mut Vec<Chunk>) -> Result<(), StreamFault> {
-        if self.done {
-            return Ok(());
-        }
-        if line.is_empty() {
-            return self.event_done(out);
-        }
-        let line = String::from_utf8_lossy(line);
-        if line.starts_with(':') {
-            return Ok(()); // a comment (keep-alive)
-        }
-        let (field, value) = match line.split_once(':') {
-            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-            None => (line.as_ref(), ""),
-        };
-        match field {
-            "data" => {
-                if self.has_data {
-                    self.data.push('\n');
-                }
-                self.data.push_str(value);
-                self.has_data = true;
-            }
-            // Old llama.cpp builds report a mid-stream error on a field of its own.
-            "error" => return Err(StreamFault::ErrorEvent(value.to_string())),
-            _ => {} // event:, id:, retry:
-        }
-        Ok(())
-    }
-
-    fn event_done(&mut self, out: &mut Vec<Chunk>) -> Result<(), StreamFault> {
-        if !self.has_data {
-            return Ok(());
-        }
-        self.has_data = false;
-        let data = std::mem::take(&mut self.data);
+    fn event_done(&mut self, data: &str, out: &mut Vec<Chunk>) -> Result<(), StreamFault> {
         let data = data.trim();
         if data == "[DONE]" {
             self.done = true;
@@ -157,7 +204,7 @@ impl SseReader {
             .and_then(|c| c.first())
         {
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                self.finish_reason = Some(enforce_core::FinishReason::parse(reason));
+                self.finish_reason = Some(FinishReason::parse(reason));
             }
             let delta = choice.get("delta");
             let reasoning = delta.and_then(|d| {
@@ -195,11 +242,6 @@ impl SseReader {
             }));
         }
         Ok(())
-    }
-
-    /// Why the model stopped, as the stream's finish chunk said (`None` until then).
-    pub(crate) fn finish_reason(&self) -> Option<enforce_core::FinishReason> {
-        self.finish_reason.clone()
     }
 
     fn tool_fragment(&mut self, position: usize, fragment: &Value) {
@@ -266,10 +308,7 @@ mod tests {
         );
         let (chunks, reader) = read_all(&[stream]);
         assert_eq!(text(&chunks), "{\"a\": [1");
-        assert_eq!(
-            reader.finish_reason(),
-            Some(enforce_core::FinishReason::Length)
-        );
+        assert_eq!(reader.finish_reason(), Some(FinishReason::Length));
     }
 
     #[test]

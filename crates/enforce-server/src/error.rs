@@ -1,9 +1,9 @@
 //! Errors: [`ServerError`] for starting and running the server, [`ApiError`] for what a client
 //! receives in the OpenAI error shape.
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// Why the server could not be built or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -102,27 +102,43 @@ impl ApiError {
         }
     }
 
-    /// The `{"error":{...}}` object (also used as a stream's error chunk).
-    pub fn error_object(&self) -> Value {
-        json!({
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.code,
-            }
-        })
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut body = self.error_object();
-        if let (Some(enforcement), Some(obj)) = (&self.enforcement, body.as_object_mut()) {
-            obj.insert("enforcement".into(), (**enforcement).clone());
+    /// The OpenAI error body, `{"error":{"message","type","param","code"},"enforcement":…}`
+    /// (also a stream's error chunk), `error` first: SDKs print the body as it is, and the
+    /// person reading should meet the message before the details.
+    pub fn body(&self) -> impl serde::Serialize + '_ {
+        OpenAiErrorBody {
+            error: OpenAiError {
+                message: &self.message,
+                kind: self.kind,
+                param: self.param,
+                code: self.code,
+                status: None,
+            },
+            enforcement: self.enforcement.as_deref(),
         }
-        let mut response = (self.status, axum::Json(body)).into_response();
-        let headers = response.headers_mut();
+    }
+
+    /// [`body`](Self::body) as a stream's error chunk, whose HTTP status was already sent: the
+    /// `error` also carries `status`, the status it stands for. `@ai-sdk/openai` maps an
+    /// in-stream error to a status by that field (else by words in `code`/`type`, else 500)
+    /// and retries 408, 409, 429 and 5xx: without it, an answer that failed its checks (422)
+    /// would be asked for again, whole, twice more.
+    pub fn streamed_body(&self) -> impl serde::Serialize + '_ {
+        OpenAiErrorBody {
+            error: OpenAiError {
+                message: &self.message,
+                kind: self.kind,
+                param: self.param,
+                code: self.code,
+                status: Some(self.status.as_u16()),
+            },
+            enforcement: self.enforcement.as_deref(),
+        }
+    }
+
+    /// The headers every surface sends with this error: `Retry-After`, the enforcement status
+    /// headers when an enforcement ran, `WWW-Authenticate` with a 401.
+    pub fn headers(&self, headers: &mut HeaderMap) {
         if let Some(secs) = self.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
@@ -143,6 +159,33 @@ impl IntoResponse for ApiError {
         if self.status == StatusCode::UNAUTHORIZED {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct OpenAiErrorBody<'a> {
+    error: OpenAiError<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enforcement: Option<&'a Value>,
+}
+
+#[derive(serde::Serialize)]
+struct OpenAiError<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    param: Option<&'a str>,
+    code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
+}
+
+/// The OpenAI envelope (what the chat-completions and Responses surfaces and the model and
+/// session endpoints answer with).
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        self.headers(response.headers_mut());
         response
     }
 }

@@ -11,6 +11,7 @@
 //! [`StepExtractor`] that reads the step marker of a passed answer for the session history.
 //!
 //! Routes: `GET /v1/models`, `GET /v1/models/{id}`, `POST /v1/chat/completions`,
+//! `POST /v1/messages` (the Anthropic Messages API; `x-api-key` accepted as the key),
 //! `GET /v1/sessions/{id}` (bearer auth when keys are configured), `GET /healthz` and
 //! `GET /metrics` (Prometheus text, no auth).
 //!
@@ -42,11 +43,14 @@ mod auth;
 mod config;
 mod error;
 mod facts;
+mod messages;
 mod metrics;
 mod openai;
 mod otel;
+mod pipeline;
 #[cfg(feature = "redis")]
 mod redis_state;
+mod responses;
 mod routes;
 mod session;
 mod session_status;
@@ -55,6 +59,7 @@ mod state;
 mod stream;
 mod tools;
 mod turn;
+mod verdict;
 
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
@@ -66,7 +71,6 @@ pub use config::{
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
-pub use openai::{parse_chat_request, validation_status, ChatRequest};
 #[cfg(feature = "redis")]
 pub use redis_state::RedisState;
 pub use routes::{Classifier, Route, RouteError, Routes, When, DEFAULT_CLASSIFY_PROMPT};
@@ -75,6 +79,7 @@ pub use session::{
     STATUS_FILE,
 };
 pub use shared::{ReplicaState, SharedState, StateError};
+pub use verdict::validation_status;
 
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
@@ -252,6 +257,7 @@ impl ServerBuilder {
                 sessions,
                 shared,
                 tool_checks: tools::ToolCheckCache::default(),
+                format_checks: tools::FormatCheckCache::default(),
                 metrics,
                 audit,
                 limiter,
@@ -308,7 +314,16 @@ impl Server {
         let authed = Router::new()
             .route("/v1/models", get(app::list_models))
             .route("/v1/models/{id}", get(app::get_model))
-            .route("/v1/chat/completions", post(app::chat_completions))
+            .route(
+                "/v1/chat/completions",
+                post(pipeline::serve::<openai::Chat>),
+            )
+            .route("/v1/messages", post(pipeline::serve::<messages::Messages>))
+            .route(
+                "/v1/responses",
+                post(pipeline::serve::<responses::Responses>),
+            )
+            .route("/v1/responses/{id}", get(app::get_response))
             .route("/v1/sessions/{id}", get(app::get_session))
             .route_layer(axum::middleware::from_fn_with_state(
                 self.app.clone(),
@@ -318,6 +333,8 @@ impl Server {
             .merge(authed)
             .route("/healthz", get(app::healthz))
             .route("/metrics", get(app::metrics))
+            .fallback(app::unknown_route)
+            .method_not_allowed_fallback(app::wrong_method)
             .with_state(self.app.clone())
     }
 

@@ -1,60 +1,67 @@
-//! The OpenAI chat-completions wire format: parsing requests, building completions, chunks and
-//! the `enforcement` object, and wording failures for people.
+//! The OpenAI chat-completions surface (`POST /v1/chat/completions`): its request parsed into
+//! the shared [`Ask`], its completion, chunks, Open WebUI status events and error envelope.
 
 use crate::error::ApiError;
-use axum::http::StatusCode;
-use enforce_core::{
-    Issue, Message, Outcome, Role, RunnerError, Status, StopReason, ToolCall, Usage,
-};
+use crate::pipeline::{non_empty, Ask, Surface};
+use crate::stream::{self, push_data, StreamWriter, CONTENT_PIECE};
+use crate::turn::{Turn, TurnId};
+use crate::verdict::enforcement_json;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use enforce_core::{Message, Outcome, Role, ToolCall, Usage};
 use serde_json::{json, Map, Value};
 
 /// Request fields the proxy interprets itself and does not pass to the runner.
 /// `enforce` holds the request's facts for the proxy itself and is never forwarded upstream.
 const INTERPRETED: &[&str] = &["model", "messages", "stream", "stream_options", "enforce"];
 
-/// A parsed `POST /v1/chat/completions` body.
-#[derive(Debug, Clone)]
-pub struct ChatRequest {
-    /// The public model id.
-    pub model: String,
-    /// The conversation.
-    pub messages: Vec<Message>,
-    /// `stream: true`.
-    pub stream: bool,
-    /// `stream_options.include_usage: true`.
-    pub include_usage: bool,
-    /// The proxy's own `enforce` field (facts in `enforce.context`), as sent; checked by the
-    /// handler against the configured size.
-    pub enforce: Option<Value>,
-    /// Every field the proxy does not interpret, passed on to the runner unchanged
-    /// (`temperature`, `tools`, `max_tokens`, `max_completion_tokens`, `metadata`, `user`, ...).
-    pub params: Map<String, Value>,
+/// The chat-completions surface.
+pub(crate) struct Chat;
+
+impl Surface for Chat {
+    const NAME: &'static str = "chat";
+    const ID_PREFIX: &'static str = "chatcmpl-";
+    type Kept = ();
+    type Writer = ChatWriter;
+
+    fn parse(body: &[u8]) -> Result<(Ask, ()), ApiError> {
+        parse_chat_request(body).map(|ask| (ask, ()))
+    }
+
+    fn refuse(error: ApiError) -> Response {
+        error.into_response()
+    }
+
+    fn answer(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Value {
+        let mut body = completion(&turn.id, text, outcome);
+        turn.add_route(&mut body["enforcement"]);
+        body
+    }
+
+    fn writer(turn: &Turn, _: ()) -> ChatWriter {
+        ChatWriter {
+            id: turn.id.clone(),
+            status_events: turn.model.options.status_events,
+            include_usage: turn.include_usage,
+            status_open: false,
+            opened: false,
+        }
+    }
 }
 
-impl ChatRequest {
-    /// The chat this request belongs to: the `X-OpenWebUI-Chat-Id` header, else
-    /// `metadata.chat_id`, else `user`.
-    pub fn chat_id(&self, header: Option<&str>) -> Option<String> {
-        let non_empty = |s: &str| {
-            let s = s.trim();
-            (!s.is_empty()).then(|| s.to_string())
-        };
-        header
-            .and_then(non_empty)
-            .or_else(|| {
-                self.params
-                    .get("metadata")
-                    .and_then(|m| m.get("chat_id"))
-                    .and_then(Value::as_str)
-                    .and_then(non_empty)
-            })
-            .or_else(|| {
-                self.params
-                    .get("user")
-                    .and_then(Value::as_str)
-                    .and_then(non_empty)
-            })
-    }
+/// The chat a chat-completions body names: `metadata.chat_id`, else `user`.
+fn chat_hint(params: &Map<String, Value>) -> Option<String> {
+    params
+        .get("metadata")
+        .and_then(|m| m.get("chat_id"))
+        .and_then(Value::as_str)
+        .and_then(non_empty)
+        .or_else(|| {
+            params
+                .get("user")
+                .and_then(Value::as_str)
+                .and_then(non_empty)
+        })
 }
 
 fn role_of(name: &str) -> Option<Role> {
@@ -89,8 +96,9 @@ fn content_text(content: Option<&Value>) -> Result<String, ApiError> {
     }
 }
 
-/// Parses a request body.
-pub fn parse_chat_request(body: &[u8]) -> Result<ChatRequest, ApiError> {
+/// Parses a request body; every field it does not interpret goes to the runner unchanged
+/// (`temperature`, `tools`, `max_tokens`, `max_completion_tokens`, `metadata`, `user`, ...).
+pub(crate) fn parse_chat_request(body: &[u8]) -> Result<Ask, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
     })?;
@@ -129,6 +137,16 @@ pub fn parse_chat_request(body: &[u8]) -> Result<ChatRequest, ApiError> {
             content = format!("[tool result]\n{content}");
         }
         let mut message = Message::new(role, content);
+        // Parts beyond text (an image, audio, a file) go to the upstream as they came; the
+        // validators see the text parts.
+        if let Some(Value::Array(parts)) = raw.get("content") {
+            if parts
+                .iter()
+                .any(|p| p.get("type").and_then(Value::as_str) != Some("text"))
+            {
+                message.parts = parts.clone();
+            }
+        }
         if role == Role::Assistant {
             if let Some(calls) = raw.get("tool_calls") {
                 message.tool_calls = ToolCall::list_from_openai(calls).map_err(|e| {
@@ -158,6 +176,18 @@ pub fn parse_chat_request(body: &[u8]) -> Result<ChatRequest, ApiError> {
             Some("messages"),
         ));
     }
+    // One checked answer per request: choices the proxy would not check are refused, not
+    // generated and dropped.
+    match fields.get("n") {
+        None | Some(Value::Null) => {}
+        Some(n) if n.as_u64() == Some(1) => {}
+        Some(n) => {
+            return Err(ApiError::bad_request(
+                format!("This proxy checks one answer per request, so `n` must be 1 (it was {n}). Send {n} requests to get {n} checked answers."),
+                Some("n"),
+            ))
+        }
+    }
     let stream = fields
         .get("stream")
         .and_then(Value::as_bool)
@@ -171,19 +201,22 @@ pub fn parse_chat_request(body: &[u8]) -> Result<ChatRequest, ApiError> {
     for key in INTERPRETED {
         fields.remove(*key);
     }
-    Ok(ChatRequest {
+    Ok(Ask {
         model,
         messages,
         stream,
         include_usage,
         enforce,
+        chat_hint: chat_hint(&fields),
         params: fields,
+        continues: None,
+        store: false,
     })
 }
 
 /// OpenAI `usage` from the tokens summed over all attempts (zeros when the runner reported
 /// none).
-pub fn usage_json(usage: Option<Usage>) -> Value {
+pub(crate) fn usage_json(usage: Option<Usage>) -> Value {
     let u = usage.unwrap_or_default();
     json!({
         "prompt_tokens": u.input_tokens,
@@ -192,98 +225,8 @@ pub fn usage_json(usage: Option<Usage>) -> Value {
     })
 }
 
-fn issue_json(issue: &Issue) -> Value {
-    json!({
-        "validator": issue.validator,
-        "code": issue.code,
-        "message": issue.message,
-        "hint": issue.hint,
-        "severity": issue.severity.as_str(),
-        "line": issue.line,
-    })
-}
-
-/// The per-type layer's `validation_status` of an outcome, one value per case (documented in
-/// README's "How each answer was checked"):
-///
-/// | value | when |
-/// |---|---|
-/// | `""` | passed or repaired, every check ran |
-/// | `<NAME>_UNAVAILABLE` | a validator gave no verdict (failed open or closed, switched off, breaker open): its configured name upper-cased, e.g. `PARSER_UNAVAILABLE` for `parser` |
-/// | `INVALID_UNRESOLVED` | the checks ran and the answer still failed them (unresolved, aborted, or replaced by a fallback) |
-pub fn validation_status(outcome: &Outcome) -> String {
-    let unavailable = |name: &str| format!("{}_UNAVAILABLE", name.to_ascii_uppercase());
-    if outcome.status == Status::Unavailable {
-        return outcome
-            .unavailable()
-            .map_or_else(|| unavailable("VALIDATOR"), |u| unavailable(&u.validator));
-    }
-    if outcome.status.is_success() && !outcome.fallback_used {
-        return outcome
-            .unchecked_validators()
-            .first()
-            .map_or_else(String::new, |name| unavailable(name));
-    }
-    "INVALID_UNRESOLVED".to_string()
-}
-
-/// The `enforcement` object added to completions, finish chunks and errors.
-pub fn enforcement_json(outcome: &Outcome) -> Value {
-    let repairs: Vec<&str> = outcome
-        .attempts
-        .iter()
-        .flat_map(|a| a.repairs.iter().map(String::as_str))
-        .collect();
-    let unchecked = outcome.unchecked_validators();
-    let mut object = json!({
-        "status": outcome.status.as_str(),
-        // Passed or repaired with every check run; `false` says someone must not trust it blindly.
-        "validated": outcome.status.is_success() && !outcome.fallback_used && unchecked.is_empty(),
-        "unchecked_validators": unchecked,
-        "stop_reason": outcome.stop_reason,
-        "attempts": outcome.attempts.len(),
-        "issues": outcome.issues.iter().map(issue_json).collect::<Vec<_>>(),
-        "warnings": outcome.warnings.iter().map(issue_json).collect::<Vec<_>>(),
-        "repairs": repairs,
-        "fallback_used": outcome.fallback_used,
-        "validation_status": validation_status(outcome),
-    });
-    // The input stage's verdict, only for profiles that have one.
-    if let (Some(input), Value::Object(map)) = (&outcome.input, &mut object) {
-        let mut check = json!({
-            "passed": input.passed,
-            "action": input.action,
-            "issues": input.issues.iter().map(issue_json).collect::<Vec<_>>(),
-        });
-        if let (Some(r), Value::Object(c)) = (&input.reformulation, &mut check) {
-            c.insert(
-                "reformulation".into(),
-                json!({
-                    "hook": r.hook,
-                    "question": r.question,
-                    "context_changed": r.context_changed,
-                    "error": r.error,
-                }),
-            );
-        }
-        map.insert("input".into(), check);
-    }
-    object
-}
-
-/// Identity of one response: the same `id`, `created` and `model` in every chunk.
-#[derive(Debug, Clone)]
-pub struct CompletionId {
-    /// `chatcmpl-...`.
-    pub id: String,
-    /// Unix seconds.
-    pub created: u64,
-    /// The public model id.
-    pub model: String,
-}
-
 /// `tool_calls` when the answer calls tools, else `stop`.
-pub fn finish_reason(tool_calls: &[ToolCall]) -> &'static str {
+pub(crate) fn finish_reason(tool_calls: &[ToolCall]) -> &'static str {
     if tool_calls.is_empty() {
         "stop"
     } else {
@@ -291,59 +234,57 @@ pub fn finish_reason(tool_calls: &[ToolCall]) -> &'static str {
     }
 }
 
-impl CompletionId {
-    /// A `chat.completion` with one assistant message: the text (`null` when the answer only
-    /// calls tools) and the tool calls.
-    pub fn completion(&self, content: &str, outcome: &Outcome) -> Value {
-        let calls = &outcome.tool_calls;
-        let mut message = json!({"role": "assistant", "content": content});
-        if !calls.is_empty() {
-            if content.is_empty() {
-                message["content"] = Value::Null;
-            }
-            message["tool_calls"] = calls.iter().map(ToolCall::to_openai).collect();
+/// A `chat.completion` with one assistant message: the text (`null` when the answer only calls
+/// tools) and the tool calls.
+fn completion(id: &TurnId, content: &str, outcome: &Outcome) -> Value {
+    let calls = &outcome.tool_calls;
+    let mut message = json!({"role": "assistant", "content": content});
+    if !calls.is_empty() {
+        if content.is_empty() {
+            message["content"] = Value::Null;
         }
-        json!({
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{
-                "index": 0,
-                "message": message,
-                "finish_reason": finish_reason(calls),
-            }],
-            "usage": usage_json(outcome.usage),
-            "enforcement": enforcement_json(outcome),
-        })
+        message["tool_calls"] = calls.iter().map(ToolCall::to_openai).collect();
     }
+    json!({
+        "id": id.id,
+        "object": "chat.completion",
+        "created": id.created,
+        "model": id.model,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "finish_reason": finish_reason(calls),
+        }],
+        "usage": usage_json(outcome.usage),
+        "enforcement": enforcement_json(outcome),
+    })
+}
 
-    /// A `chat.completion.chunk` with one choice.
-    pub fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Value {
-        json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-        })
-    }
+/// A `chat.completion.chunk` with one choice.
+fn chunk(id: &TurnId, delta: Value, finish_reason: Option<&str>) -> Value {
+    json!({
+        "id": id.id,
+        "object": "chat.completion.chunk",
+        "created": id.created,
+        "model": id.model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    })
+}
 
-    /// The usage chunk: no choices, only `usage`.
-    pub fn usage_chunk(&self, usage: Option<Usage>) -> Value {
-        json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [],
-            "usage": usage_json(usage),
-        })
-    }
+/// The usage chunk: no choices, only `usage`.
+fn usage_chunk(id: &TurnId, usage: Option<Usage>) -> Value {
+    json!({
+        "id": id.id,
+        "object": "chat.completion.chunk",
+        "created": id.created,
+        "model": id.model,
+        "choices": [],
+        "usage": usage_json(usage),
+    })
 }
 
 /// An Open WebUI status event.
-pub fn status_event(description: &str, done: bool, hidden: bool) -> Value {
+fn status_event(description: &str, done: bool, hidden: bool) -> Value {
     let mut data = json!({"description": description, "done": done});
     if hidden {
         data["hidden"] = Value::Bool(true);
@@ -351,180 +292,125 @@ pub fn status_event(description: &str, done: bool, hidden: bool) -> Value {
     json!({"event": {"type": "status", "data": data}})
 }
 
-fn describe_issues(issues: &[Issue]) -> String {
-    let mut lines = Vec::with_capacity(issues.len());
-    for issue in issues {
-        let mut line = format!("- {}: {}", issue.code, issue.message.trim_end_matches('.'));
-        if let Some(l) = issue.line {
-            line.push_str(&format!(" (line {l})"));
-        }
-        line.push('.');
-        if let Some(hint) = &issue.hint {
-            line.push_str(&format!(" {}", hint.trim()));
-        }
-        lines.push(line);
-    }
-    lines.join("\n")
+const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// Writes a chat-completions stream: Open WebUI status events (when the model's
+/// `status_events` is on), drafts as `delta.reasoning_content`, then the content and tool-call
+/// chunks, the finish chunk with `enforcement`, the usage chunk when asked for, `[DONE]`.
+pub(crate) struct ChatWriter {
+    id: TurnId,
+    status_events: bool,
+    include_usage: bool,
+    /// A status event with `done:false` is showing and must be closed.
+    status_open: bool,
+    /// The assistant's opening chunk (`role`) went out already (a draft started the message).
+    opened: bool,
 }
 
-/// What a runner failure means for the person waiting, and the HTTP status it maps to.
-pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
-    let when = if attempt > 1 {
-        format!(" while re-asking (attempt {attempt})")
-    } else {
-        String::new()
-    };
-    match error {
-        RunnerError::Timeout { after_ms } => ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            "upstream_error",
-            "upstream_timeout",
-            format!(
-                "The model did not answer in time{when} (gave up after {:.1} s). Please try again; if it keeps happening, ask for a shorter answer.",
-                *after_ms as f64 / 1000.0
-            ),
-        ),
-        // A success status with a broken body: the connection dropped mid-answer.
-        RunnerError::Upstream {
-            status: Some(200..=299),
-            message,
-        } => ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            "upstream_cut_off",
-            format!(
-                "The model's answer was cut off before it was complete{when} ({}). Please try again.",
-                message.trim().trim_end_matches('.')
-            ),
-        ),
-        RunnerError::Upstream { status, message } => ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            "upstream_error",
-            format!(
-                "The model server reported an error{when}{}: {}. Please try again in a moment.",
-                status.map(|s| format!(" (HTTP {s})")).unwrap_or_default(),
-                message.trim().trim_end_matches('.')
-            ),
-        ),
-        RunnerError::Process { message, .. } => ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            "runner_failed",
-            format!(
-                "The model could not be run{when}: {}. Please tell the administrator of this proxy.",
-                message.trim().trim_end_matches('.')
-            ),
-        ),
-        RunnerError::Protocol { message } => ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            "upstream_protocol_error",
-            format!(
-                "The model's reply was cut off or could not be read{when}: {}. Please try again.",
-                message.trim().trim_end_matches('.')
-            ),
-        ),
-        // The model cannot serve this at all (missing or broken model file, a prompt longer
-        // than its context): retrying will not help, the operator or the client must act.
-        RunnerError::Unavailable { message } => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "upstream_error",
-            "model_unavailable",
-            format!(
-                "The model cannot answer this request{when}: {}.",
-                message.trim().trim_end_matches('.')
-            ),
-        ),
-        // A kind of failure enforce-core learns later: still the runner's fault, in its words.
-        other => ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            "runner_failed",
-            format!("The model could not answer{when}: {other}. Please try again."),
-        ),
+impl ChatWriter {
+    /// The event closing a showing status line: a final description, or hidden when there is
+    /// nothing worth keeping on screen.
+    fn close_status(&mut self, description: Option<&str>, out: &mut Vec<u8>) {
+        if !self.status_events || !self.status_open {
+            return;
+        }
+        self.status_open = false;
+        let event = match description {
+            Some(d) => status_event(d, true, false),
+            None => status_event("", true, true),
+        };
+        push_data(out, &event);
     }
 }
 
-/// The error for an enforcement that ended without a deliverable answer.
-pub fn outcome_failure(outcome: &Outcome) -> ApiError {
-    let attempts = outcome.attempts.len();
-    let mut error = if let Some(runner_error) = outcome.runner_error() {
-        runner_failure(runner_error, attempts + 1)
-    } else if outcome.stop_reason == StopReason::InputRejected {
-        let errors: Vec<Issue> = outcome
-            .input
-            .iter()
-            .flat_map(|i| i.issues.iter().filter(|i| i.is_error()).cloned())
-            .collect();
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "input_rejected",
-            format!(
-                "The request was not sent to the model because it did not pass the input checks:\n{}",
-                describe_issues(&errors)
-            ),
-        )
-    } else if outcome.status == Status::Unavailable {
-        let (who, why) = outcome
-            .unavailable()
-            .map(|u| (u.validator.as_str(), u.reason.as_str()))
-            .unwrap_or(("a validator", "no verdict"));
-        ApiError {
-            retry_after: Some(5),
-            ..ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "enforcement_error",
-                "validator_unavailable",
-                format!(
-                    "The answer could not be checked because the check `{who}` is unavailable ({why}), so it was not shown. Please try again in a moment."
-                ),
-            )
+impl StreamWriter for ChatWriter {
+    fn status(&mut self, description: &str, out: &mut Vec<u8>) {
+        if self.status_events {
+            self.status_open = true;
+            push_data(out, &status_event(description, false, false));
         }
-    } else if outcome.response.is_none() {
-        ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            "no_answer",
-            "The model gave no answer. Please try again.",
-        )
-    } else {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "enforcement_error",
-            "enforcement_unresolved",
-            format!(
-                "The model's answer still broke the required format after {attempts} attempt(s), so it was not shown. What was wrong:\n{}\nPlease try again or rephrase your request.",
-                describe_issues(&outcome.issues)
-            ),
-        )
-    };
-    error.enforcement = Some(Box::new(enforcement_json(outcome)));
-    error.enforce_status = Some(outcome.status.as_str());
-    error
+    }
+
+    fn draft(&mut self, text: &str, out: &mut Vec<u8>) {
+        if !self.opened {
+            self.opened = true;
+            let open = chunk(&self.id, json!({"role": "assistant", "content": ""}), None);
+            push_data(out, &open);
+        }
+        push_data(
+            out,
+            &chunk(&self.id, json!({"reasoning_content": text}), None),
+        );
+    }
+
+    fn answer(
+        &mut self,
+        turn: &Turn,
+        text: &str,
+        outcome: &Outcome,
+        summary: Option<&str>,
+        out: &mut Vec<u8>,
+    ) {
+        self.close_status(summary, out);
+        let id = &self.id;
+        let calls = &outcome.tool_calls;
+        // An answer that only calls tools has no content, as OpenAI streams it.
+        if !self.opened {
+            let opening = if text.is_empty() && !calls.is_empty() {
+                json!({"role": "assistant", "content": null})
+            } else {
+                json!({"role": "assistant", "content": ""})
+            };
+            push_data(out, &chunk(id, opening, None));
+        }
+        for piece in stream::pieces(text, CONTENT_PIECE) {
+            push_data(out, &chunk(id, json!({"content": piece}), None));
+        }
+        // Each call: its id and name with empty arguments first, then the arguments in pieces
+        // under the same index, as OpenAI streams them.
+        for (index, call) in calls.iter().enumerate() {
+            let head = json!({"tool_calls": [{
+                "index": index, "id": call.id, "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }]});
+            push_data(out, &chunk(id, head, None));
+            for piece in stream::pieces(&call.arguments, CONTENT_PIECE) {
+                let more =
+                    json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]});
+                push_data(out, &chunk(id, more, None));
+            }
+        }
+        let mut finish = chunk(id, json!({}), Some(finish_reason(calls)));
+        finish["enforcement"] = enforcement_json(outcome);
+        turn.add_route(&mut finish["enforcement"]);
+        push_data(out, &finish);
+        if self.include_usage {
+            push_data(out, &usage_chunk(id, outcome.usage));
+        }
+    }
+
+    fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>) {
+        let description = format!("Answer not shown: {}", error.code);
+        self.close_status(Some(&description), out);
+        push_data(out, &error.streamed_body());
+    }
+
+    fn end(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(DONE);
+    }
+
+    fn unfinished() -> Bytes {
+        let mut tail = Vec::new();
+        push_data(&mut tail, &stream::interrupted().streamed_body());
+        tail.extend_from_slice(DONE);
+        Bytes::from(tail)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A model that cannot serve the request (the local runner's missing file) is a 503 that
-    /// names what is missing, not a generic failure.
-    #[test]
-    fn an_unavailable_model_is_a_503_naming_the_cause() {
-        let error = RunnerError::Unavailable {
-            message: "model file /m/x.gguf not found".into(),
-        };
-        let api = runner_failure(&error, 1);
-        assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(api.code, "model_unavailable");
-        assert!(
-            api.message.contains("/m/x.gguf not found"),
-            "{}",
-            api.message
-        );
-    }
+    use axum::http::StatusCode;
 
     #[test]
     fn uninterpreted_fields_pass_through() {
@@ -577,17 +463,26 @@ mod tests {
     }
 
     #[test]
-    fn chat_id_prefers_header_then_metadata_then_user() {
+    fn chat_hint_prefers_metadata_then_user() {
         let r = parse_chat_request(
             br#"{"model":"m","messages":[{"role":"user","content":"q"}],"metadata":{"chat_id":"meta"},"user":"u"}"#,
         )
         .unwrap();
-        assert_eq!(r.chat_id(Some("hdr")).as_deref(), Some("hdr"));
-        assert_eq!(r.chat_id(Some(" ")).as_deref(), Some("meta"));
+        assert_eq!(r.chat_hint.as_deref(), Some("meta"));
         let r = parse_chat_request(
-            br#"{"model":"m","messages":[{"role":"user","content":"q"}],"user":"u"}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"q"},{"role":"user","content":"q"}],"metadata":{"chat_id":" "},"user":"u"}"#,
         )
         .unwrap();
-        assert_eq!(r.chat_id(None).as_deref(), Some("u"));
+        assert_eq!(r.chat_hint.as_deref(), Some("u"));
+    }
+
+    #[test]
+    fn an_unfinished_stream_ends_in_an_error_chunk_then_done() {
+        let tail = String::from_utf8(ChatWriter::unfinished().to_vec()).unwrap();
+        let lines: Vec<&str> = tail.lines().filter(|l| l.starts_with("data:")).collect();
+        assert_eq!(lines.len(), 2);
+        let chunk: Value = serde_json::from_str(&lines[0]["data: ".len()..]).unwrap();
+        assert!(chunk.get("error").is_some() && chunk.get("choices").is_none());
+        assert_eq!(lines[1], "data: [DONE]");
     }
 }

@@ -203,6 +203,23 @@ impl SharedState for RedisState {
         self.run::<()>("SET", Self::query(set)).await
     }
 
+    async fn save_response(&self, id: &str, body: &[u8]) -> Result<(), StateError> {
+        let key = self.key(&["response", &chat_dir_name(id)]);
+        let mut set = redis::cmd("SET");
+        set.arg(&key)
+            .arg(body)
+            .arg("PX")
+            .arg(millis(self.session_ttl));
+        self.run::<()>("SET", Self::query(set)).await
+    }
+
+    async fn load_response(&self, id: &str) -> Result<Option<Vec<u8>>, StateError> {
+        let key = self.key(&["response", &chat_dir_name(id)]);
+        let mut get = redis::cmd("GET");
+        get.arg(&key);
+        self.run::<Option<Vec<u8>>>("GET", Self::query(get)).await
+    }
+
     async fn try_slot(&self, slot: &str, limit: usize, ttl: Duration) -> Result<bool, StateError> {
         let now = unix_ms();
         let (key, script) = (self.key(&["slots"]), self.try_slot.clone());

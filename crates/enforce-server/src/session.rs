@@ -35,11 +35,37 @@ pub struct TurnRecord<'a> {
     pub hidden: Option<HiddenMarker>,
 }
 
+/// Stored Responses answers kept in memory, newest last; the oldest go first (a directory or
+/// the shared state keeps them all).
+const KEPT_RESPONSES: usize = 1024;
+
+/// The directory under the session directory that holds stored responses.
+const RESPONSES_DIR: &str = "responses";
+
+/// A response kept for `GET /v1/responses/{id}` and `previous_response_id`: the object as it
+/// was sent, and the conversation up to and including its answer.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct StoredResponse {
+    /// The `response` object.
+    pub response: serde_json::Value,
+    /// The conversation it answered (without system messages) and its answer, for the turn
+    /// that continues it.
+    pub conversation: Vec<enforce_core::Message>,
+    /// The chat it belonged to, which a continuation inherits.
+    #[serde(default)]
+    pub chat_id: Option<String>,
+}
+
 /// The session store. Share it in an `Arc`.
 #[derive(Debug)]
 pub struct SessionStore {
     dir: Option<PathBuf>,
     cache: Mutex<HashMap<String, SessionStatus>>,
+    /// Stored responses by id, and their ids oldest first.
+    responses: Mutex<(
+        HashMap<String, StoredResponse>,
+        std::collections::VecDeque<String>,
+    )>,
     /// Serializes file writes so an older snapshot never replaces a newer one.
     write: tokio::sync::Mutex<()>,
     temp_counter: AtomicU64,
@@ -90,6 +116,7 @@ impl SessionStore {
         Ok(SessionStore {
             dir,
             cache: Mutex::new(HashMap::new()),
+            responses: Mutex::new(Default::default()),
             write: tokio::sync::Mutex::new(()),
             temp_counter: AtomicU64::new(0),
             shared: None,
@@ -212,16 +239,93 @@ impl SessionStore {
     }
 }
 
+impl SessionStore {
+    /// Keeps a response: in memory (the newest [`KEPT_RESPONSES`]), under the session directory
+    /// (`responses/<id>/response.json`) and in the shared state, when they are configured.
+    pub(crate) async fn store_response(&self, id: &str, stored: StoredResponse) -> io::Result<()> {
+        let body = serde_json::to_vec(&stored).map_err(io::Error::other)?;
+        {
+            let mut kept = self
+                .responses
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let (by_id, order) = &mut *kept;
+            if by_id.insert(id.to_string(), stored).is_none() {
+                order.push_back(id.to_string());
+            }
+            while order.len() > KEPT_RESPONSES {
+                if let Some(oldest) = order.pop_front() {
+                    by_id.remove(&oldest);
+                }
+            }
+        }
+        if let Some(shared) = &self.shared {
+            shared.save_response(id, &body).await;
+        }
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        let dir = dir.join(RESPONSES_DIR).join(chat_dir_name(id));
+        let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
+        tokio::task::spawn_blocking(move || write_file_atomically(&dir, "response.json", &body, n))
+            .await
+            .map_err(io::Error::other)?
+    }
+
+    /// A stored response: from the shared state, else memory, else the session directory.
+    pub(crate) async fn stored_response(&self, id: &str) -> Option<StoredResponse> {
+        let read = |body: &[u8]| match serde_json::from_slice::<StoredResponse>(body) {
+            Ok(stored) if stored.response.get("id").and_then(|v| v.as_str()) == Some(id) => {
+                Some(stored)
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(response_id = id, error = %e, "unreadable stored response");
+                None
+            }
+        };
+        if let Some(shared) = &self.shared {
+            if let Some(Some(body)) = shared.load_response(id).await {
+                if let Some(stored) = read(&body) {
+                    return Some(stored);
+                }
+            }
+        }
+        let cached = self
+            .responses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .get(id)
+            .cloned();
+        if cached.is_some() {
+            return cached;
+        }
+        let path = self
+            .dir
+            .as_ref()?
+            .join(RESPONSES_DIR)
+            .join(chat_dir_name(id))
+            .join("response.json");
+        read(&tokio::fs::read(&path).await.ok()?)
+    }
+}
+
 /// Writes `status.json` in `dir` so that readers see the old or the new file, never a torn
 /// one: a temp file in the same directory, fsync, rename, fsync of the directory.
 fn write_atomically(dir: &Path, body: &[u8], n: u64) -> io::Result<()> {
+    write_file_atomically(dir, STATUS_FILE, body, n)
+}
+
+/// Writes `name` in `dir` atomically (see [`write_atomically`]).
+fn write_file_atomically(dir: &Path, name: &str, body: &[u8], n: u64) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let temp = dir.join(format!(".{STATUS_FILE}.{}.{n}.tmp", std::process::id()));
+    let temp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
     let result = (|| {
         let mut file = std::fs::File::create(&temp)?;
         file.write_all(body)?;
         file.sync_all()?;
-        std::fs::rename(&temp, dir.join(STATUS_FILE))?;
+        std::fs::rename(&temp, dir.join(name))?;
         // The rename is durable only once the directory entry is.
         if let Ok(d) = std::fs::File::open(dir) {
             let _ = d.sync_all();

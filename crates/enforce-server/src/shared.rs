@@ -59,6 +59,18 @@ pub trait SharedState: Send + Sync {
     ) -> Result<bool, StateError>;
     /// Marks breaker `name` closed and ends its probe.
     async fn breaker_close(&self, name: &str) -> Result<(), StateError>;
+    /// Keeps a stored Responses answer (`body`: its JSON) under its `id`, with the sessions'
+    /// expiry. The default keeps nothing (a store that shares no responses: each replica
+    /// then reads its own copies).
+    async fn save_response(&self, id: &str, body: &[u8]) -> Result<(), StateError> {
+        let _ = (id, body);
+        Ok(())
+    }
+    /// A stored Responses answer's JSON, if the store has it. The default has none.
+    async fn load_response(&self, id: &str) -> Result<Option<Vec<u8>>, StateError> {
+        let _ = id;
+        Ok(None)
+    }
 }
 
 /// How often the monitor checks the store, renews the heartbeat and, after an outage, resyncs.
@@ -167,6 +179,20 @@ impl ReplicaState {
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(status.chat_id.clone());
         }
+    }
+
+    /// Keeps a stored response in the store (a failure is logged and counted; the local copy
+    /// stays).
+    pub(crate) async fn save_response(&self, id: &str, body: &[u8]) {
+        let _ = self
+            .attempt("save_response", None, self.store.save_response(id, body))
+            .await;
+    }
+
+    /// A stored response's JSON; `None` when the store has none or failed.
+    pub(crate) async fn load_response(&self, id: &str) -> Option<Option<Vec<u8>>> {
+        self.attempt("load_response", None, self.store.load_response(id))
+            .await
     }
 
     /// Takes a global concurrency slot: `Some(Some(slot))` taken, `Some(None)` all taken,

@@ -2,14 +2,12 @@
 
 use crate::audit::AuditLog;
 use crate::config::{Model, ServerConfig};
-use crate::error::ApiError;
 use crate::metrics::{Metrics, REJECTED};
 use crate::otel::Telemetry;
 use crate::session::SessionStore;
 use crate::shared::ReplicaState;
-use crate::tools::ToolCheckCache;
+use crate::tools::{FormatCheckCache, ToolCheckCache};
 use crate::{ScrapeHook, StepExtractor};
-use axum::response::{IntoResponse, Response};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
@@ -31,6 +29,8 @@ pub(crate) struct App {
     pub shared: Option<Arc<ReplicaState>>,
     /// Compiled checks of the `tools` requests declare.
     pub tool_checks: ToolCheckCache,
+    /// Compiled checks of the `response_format` requests declare.
+    pub format_checks: FormatCheckCache,
     pub metrics: Arc<Metrics>,
     pub audit: Option<Arc<AuditLog>>,
     pub limiter: Arc<Semaphore>,
@@ -49,9 +49,8 @@ pub(crate) fn unix_now() -> u64 {
 }
 
 impl App {
-    /// Refuses a request before any enforcement, counted by `reason`.
-    pub fn reject(&self, reason: &'static str, error: ApiError) -> Response {
+    /// Counts a request refused before any enforcement, by `reason`.
+    pub fn count_rejection(&self, reason: &'static str) {
         self.metrics.count(&REJECTED, &[("reason", reason)], 1);
-        error.into_response()
     }
 }

@@ -1,58 +1,106 @@
-//! Streaming responses (`stream: true`): hold the answer back until it has passed, keep the
-//! connection alive while the loop works, then send the content, or one error chunk.
+//! Streaming responses (`stream: true`), for every surface: hold the answer back until it has
+//! passed, keep the connection alive while the loop works, then send the content, or one error.
+//! The driver here is surface-free; a surface's [`StreamWriter`] turns what it has to say into
+//! its own events.
 //!
-//! Every stream ends with `data: [DONE]` after either content or an error chunk: the body is
+//! Every stream ends in its surface's terminator after either content or an error: the body is
 //! wrapped so that even a driver that stops without saying why (a panic, a bug) ends in an
-//! error chunk, never in what looks like an empty success.
+//! error, never in what looks like an empty success.
 
 use crate::error::ApiError;
-use crate::openai;
 use crate::turn::{Ended, Job, Progress, Turn};
 use axum::body::Body;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use enforce_core::{Outcome, Status};
-use serde_json::{json, Value};
 use std::convert::Infallible;
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tracing::Instrument;
 
 /// A comment line: ignored by every SSE client, keeps proxies and clients from timing out.
-const KEEPALIVE: &[u8] = b": keepalive\n\n";
-const DONE: &[u8] = b"data: [DONE]\n\n";
+pub(crate) const KEEPALIVE: &[u8] = b": keepalive\n\n";
 /// Content is sent in pieces of at most this many bytes (cut on character boundaries).
-const CONTENT_PIECE: usize = 2048;
+pub(crate) const CONTENT_PIECE: usize = 2048;
+
+/// How a surface writes a stream. Each method appends whole SSE events to `out` (the driver
+/// sends what was appended as one write); the wording of progress is the driver's, the same on
+/// every surface.
+pub(crate) trait StreamWriter: Send + Sync + 'static {
+    /// The stream's first bytes, sent at once (e.g. Responses' `response.created`).
+    fn open(&mut self, _out: &mut Vec<u8>) {}
+
+    /// A progress line for people ("Re-asking (2/3): …"); a surface without a place for it
+    /// writes nothing.
+    fn status(&mut self, _description: &str, _out: &mut Vec<u8>) {}
+
+    /// More text of a draft or of the model's reasoning (only for `stream_mode: draft`): shown
+    /// as thinking, never as the answer.
+    fn draft(&mut self, text: &str, out: &mut Vec<u8>);
+
+    /// The checked answer, after the stream's status line is closed with `summary` (none when
+    /// there is nothing worth keeping on screen).
+    fn answer(
+        &mut self,
+        turn: &Turn,
+        text: &str,
+        outcome: &Outcome,
+        summary: Option<&str>,
+        out: &mut Vec<u8>,
+    );
+
+    /// The error that stands instead of an answer.
+    fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>);
+
+    /// The answer as it is kept for a later request (the surface's whole object), when the
+    /// request asked to store it; taken once, after [`answer`](Self::answer).
+    fn stored(&mut self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// The stream's last bytes after the answer or the error (chat's `data: [DONE]`).
+    fn end(&mut self, _out: &mut Vec<u8>) {}
+
+    /// The whole tail of a stream whose driver vanished without finishing it: an error, then
+    /// the end.
+    fn unfinished() -> Bytes;
+}
+
+/// Appends one `data:` line holding `value`.
+pub(crate) fn push_data(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+    out.extend_from_slice(b"data: ");
+    // Serializing a JSON value into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+    out.extend_from_slice(b"\n\n");
+}
+
+/// The error a stream ends with when its driver vanished.
+pub(crate) fn interrupted() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        "server_error",
+        "stream_interrupted",
+        "The proxy stopped before a checked answer was ready, so nothing was shown. Please try again.",
+    )
+}
 
 /// What the driver hands the body.
 enum Frame {
     Data(Bytes),
-    /// The end of the stream (`[DONE]`); nothing follows.
+    /// The end of the stream; nothing follows.
     Last(Bytes),
 }
 
-fn data_line(value: &Value) -> Bytes {
-    Bytes::from(format!("data: {value}\n\n"))
-}
-
-/// The tail sent when the driver vanished without finishing the stream.
-fn unfinished_tail() -> Bytes {
-    let error = ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "server_error",
-        "stream_interrupted",
-        "The proxy stopped before a checked answer was ready, so nothing was shown. Please try again.",
-    );
-    let mut tail = format!("data: {}\n\n", error.error_object()).into_bytes();
-    tail.extend_from_slice(DONE);
-    Bytes::from(tail)
-}
-
 /// Starts the driver and returns the `text/event-stream` response.
-pub(crate) fn respond(turn: Turn, job: Job, span: tracing::Span) -> Response {
+pub(crate) fn respond<W: StreamWriter>(
+    turn: Turn,
+    job: Job,
+    span: tracing::Span,
+    writer: W,
+) -> Response {
     let (tx, rx) = mpsc::channel::<Frame>(32);
-    tokio::spawn(drive(turn, job, tx).instrument(span));
+    tokio::spawn(drive(turn, job, tx, writer).instrument(span));
     let body = futures_util::stream::unfold((rx, false), |(mut rx, finished)| async move {
         if finished {
             return None;
@@ -60,7 +108,7 @@ pub(crate) fn respond(turn: Turn, job: Job, span: tracing::Span) -> Response {
         let (bytes, finished) = match rx.recv().await {
             Some(Frame::Data(bytes)) => (bytes, false),
             Some(Frame::Last(bytes)) => (bytes, true),
-            None => (unfinished_tail(), true),
+            None => (W::unfinished(), true),
         };
         Some((Ok::<Bytes, Infallible>(bytes), (rx, finished)))
     });
@@ -78,62 +126,44 @@ pub(crate) fn respond(turn: Turn, job: Job, span: tracing::Span) -> Response {
 /// The client is gone.
 struct Gone;
 
-struct Out {
+/// The driver's side of the stream: the wording of progress, handed to the surface's writer.
+struct Out<W> {
     tx: mpsc::Sender<Frame>,
-    ids: openai::CompletionId,
-    status_events: bool,
-    /// A status event with `done:false` is showing and must be closed.
-    status_open: bool,
-    /// The assistant's opening chunk (`role`) went out already (a draft started the message).
-    opened: bool,
+    writer: W,
     /// The attempt whose draft is streaming.
     drafting: Option<u32>,
     /// The attempt cut short and its codes, until the re-ask is announced.
     cut: Option<(u32, Vec<String>)>,
 }
 
-impl Out {
-    async fn send(&self, bytes: Bytes) -> Result<(), Gone> {
-        self.tx.send(Frame::Data(bytes)).await.map_err(|_| Gone)
+impl<W: StreamWriter> Out<W> {
+    async fn send(&self, bytes: Vec<u8>) -> Result<(), Gone> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.tx
+            .send(Frame::Data(Bytes::from(bytes)))
+            .await
+            .map_err(|_| Gone)
     }
 
     async fn keepalive(&self) -> Result<(), Gone> {
-        self.send(Bytes::from_static(KEEPALIVE)).await
+        self.tx
+            .send(Frame::Data(Bytes::from_static(KEEPALIVE)))
+            .await
+            .map_err(|_| Gone)
     }
 
     async fn status(&mut self, description: &str) -> Result<(), Gone> {
-        if !self.status_events {
-            return Ok(());
-        }
-        self.status_open = true;
-        self.send(data_line(&openai::status_event(description, false, false)))
-            .await
+        let mut out = Vec::new();
+        self.writer.status(description, &mut out);
+        self.send(out).await
     }
 
-    /// The event closing a showing status line: a final description, or hidden when there is
-    /// nothing worth keeping on screen. `None` when no status line is showing.
-    fn closing_status(&mut self, description: Option<&str>) -> Option<Value> {
-        if !self.status_events || !self.status_open {
-            return None;
-        }
-        self.status_open = false;
-        Some(match description {
-            Some(d) => openai::status_event(d, true, false),
-            None => openai::status_event("", true, true),
-        })
-    }
-
-    /// A `delta.reasoning_content` chunk, opening the message first when needed.
-    async fn reasoning(&mut self, text: &str) -> Result<(), Gone> {
-        if !self.opened {
-            self.opened = true;
-            let open = self
-                .ids
-                .chunk(json!({"role": "assistant", "content": ""}), None);
-            self.send(data_line(&open)).await?;
-        }
-        let chunk = self.ids.chunk(json!({"reasoning_content": text}), None);
-        self.send(data_line(&chunk)).await
+    async fn draft(&mut self, text: &str) -> Result<(), Gone> {
+        let mut out = Vec::new();
+        self.writer.draft(text, &mut out);
+        self.send(out).await
     }
 
     async fn progress(&mut self, progress: Progress) -> Result<(), Gone> {
@@ -145,15 +175,15 @@ impl Out {
                     let first = self.drafting.is_none();
                     self.drafting = Some(attempt);
                     if !first {
-                        self.reasoning(&format!("\n\n— attempt {attempt} —\n\n"))
+                        self.draft(&format!("\n\n— attempt {attempt} —\n\n"))
                             .await?;
                     }
                 }
-                self.reasoning(&text).await
+                self.draft(&text).await
             }
             Progress::Cut { attempt, codes } => {
                 if self.drafting.is_some() {
-                    self.reasoning(&format!(" [stopped: {}]", codes.join(", ")))
+                    self.draft(&format!(" [stopped: {}]", codes.join(", ")))
                         .await?;
                 }
                 self.cut = Some((attempt, codes));
@@ -198,7 +228,7 @@ fn summary_line(outcome: &Outcome) -> Option<String> {
 }
 
 /// Splits `text` into pieces of at most `max` bytes on character boundaries.
-fn pieces(text: &str, max: usize) -> Vec<&str> {
+pub(crate) fn pieces(text: &str, max: usize) -> Vec<&str> {
     let mut out = Vec::new();
     let mut rest = text;
     while !rest.is_empty() {
@@ -217,16 +247,18 @@ fn pieces(text: &str, max: usize) -> Vec<&str> {
     out
 }
 
-async fn drive(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame>) {
+async fn drive<W: StreamWriter>(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame>, writer: W) {
     let mut out = Out {
         tx,
-        ids: turn.ids.clone(),
-        status_events: turn.model.options.status_events,
-        status_open: false,
-        opened: false,
+        writer,
         drafting: None,
         cut: None,
     };
+    let mut opening = Vec::new();
+    out.writer.open(&mut opening);
+    if out.send(opening).await.is_err() {
+        return;
+    }
     // The first comment after one interval: a fast answer needs none.
     let every = turn.app.config.keepalive_interval;
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -266,69 +298,19 @@ async fn drive(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame>) {
     // The whole tail goes out in one write: fewer packets, and a client never sees half of it.
     let mut tail = Vec::with_capacity(1024);
     match turn.conclude(ended).await {
-        Ok((text, outcome)) => answer_tail(&turn, &mut out, &text, &outcome, &mut tail),
-        Err(error) => error_tail(&mut out, &error, &mut tail),
-    }
-    tail.extend_from_slice(DONE);
-    out.last(Bytes::from(tail)).await;
-}
-
-fn push_data(tail: &mut Vec<u8>, value: &Value) {
-    tail.extend_from_slice(b"data: ");
-    tail.extend_from_slice(value.to_string().as_bytes());
-    tail.extend_from_slice(b"\n\n");
-}
-
-fn answer_tail(turn: &Turn, out: &mut Out, text: &str, outcome: &Outcome, tail: &mut Vec<u8>) {
-    if let Some(event) = out.closing_status(summary_line(outcome).as_deref()) {
-        push_data(tail, &event);
-    }
-    let ids = &turn.ids;
-    let calls = &outcome.tool_calls;
-    // An answer that only calls tools has no content, as OpenAI streams it.
-    if !out.opened {
-        let opening = if text.is_empty() && !calls.is_empty() {
-            json!({"role": "assistant", "content": null})
-        } else {
-            json!({"role": "assistant", "content": ""})
-        };
-        push_data(tail, &ids.chunk(opening, None));
-    }
-    for piece in pieces(text, CONTENT_PIECE) {
-        push_data(tail, &ids.chunk(json!({"content": piece}), None));
-    }
-    // Each call: its id and name with empty arguments first, then the arguments in pieces under
-    // the same index, as OpenAI streams them.
-    for (index, call) in calls.iter().enumerate() {
-        let head = json!({"tool_calls": [{
-            "index": index, "id": call.id, "type": "function",
-            "function": {"name": call.name, "arguments": ""},
-        }]});
-        push_data(tail, &ids.chunk(head, None));
-        for piece in pieces(&call.arguments, CONTENT_PIECE) {
-            let more = json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]});
-            push_data(tail, &ids.chunk(more, None));
+        Ok((text, outcome)) => {
+            let summary = summary_line(&outcome);
+            out.writer
+                .answer(&turn, &text, &outcome, summary.as_deref(), &mut tail);
+            // Stored before the client hears of it, so it can continue at once.
+            if let Some(body) = out.writer.stored() {
+                turn.store(&body, &text, &outcome).await;
+            }
         }
+        Err(error) => out.writer.refusal(&error, &mut tail),
     }
-    let mut finish = ids.chunk(json!({}), Some(openai::finish_reason(calls)));
-    finish["enforcement"] = openai::enforcement_json(outcome);
-    turn.add_route(&mut finish["enforcement"]);
-    push_data(tail, &finish);
-    if turn.chat.include_usage {
-        push_data(tail, &ids.usage_chunk(outcome.usage));
-    }
-}
-
-fn error_tail(out: &mut Out, error: &ApiError, tail: &mut Vec<u8>) {
-    let description = format!("Answer not shown: {}", error.code);
-    if let Some(event) = out.closing_status(Some(&description)) {
-        push_data(tail, &event);
-    }
-    let mut chunk = error.error_object();
-    if let Some(enforcement) = &error.enforcement {
-        chunk["enforcement"] = (**enforcement).clone();
-    }
-    push_data(tail, &chunk);
+    out.writer.end(&mut tail);
+    out.last(Bytes::from(tail)).await;
 }
 
 #[cfg(test)]
@@ -342,15 +324,5 @@ mod tests {
         assert!(p.iter().all(|s| s.len() <= 3));
         assert_eq!(p.concat(), text);
         assert!(pieces("", 3).is_empty());
-    }
-
-    #[test]
-    fn tail_is_an_error_chunk_then_done() {
-        let tail = String::from_utf8(unfinished_tail().to_vec()).unwrap();
-        let lines: Vec<&str> = tail.lines().filter(|l| l.starts_with("data:")).collect();
-        assert_eq!(lines.len(), 2);
-        let chunk: Value = serde_json::from_str(&lines[0]["data: ".len()..]).unwrap();
-        assert!(chunk.get("error").is_some() && chunk.get("choices").is_none());
-        assert_eq!(lines[1], "data: [DONE]");
     }
 }

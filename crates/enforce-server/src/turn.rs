@@ -8,17 +8,18 @@ use crate::metrics::{
     Metrics, ATTEMPTS, FALLBACKS, INPUT_CHECKS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS,
     REQUEST_DURATION, ROUTES, RUNNER_FAILURES, UPSTREAM_LATENCY,
 };
-use crate::openai::{self, ChatRequest, CompletionId};
 use crate::otel::RequestTrace;
-use crate::session::{answer_digest, HiddenMarker, TurnRecord};
+use crate::session::{answer_digest, HiddenMarker, StoredResponse, TurnRecord};
 use crate::shared::GlobalSlot;
 use crate::state::App;
+use crate::verdict;
 use axum::http::StatusCode;
 use enforce_core::{
-    async_trait, Attempt, AuditRecord, Context, Event, Observer, Outcome, Reply, ReplyStream,
-    Request, Runner, RunnerError, Status, StopReason,
+    async_trait, Attempt, AuditRecord, Context, Event, Message, Observer, Outcome, Reply,
+    ReplyStream, Request, Runner, RunnerError, Status, StopReason, Validator,
 };
 use futures_util::StreamExt;
+use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -298,13 +299,30 @@ impl Drop for InFlight {
     }
 }
 
-/// One accepted chat request with everything needed to answer it.
+/// Identity of one answer: the same `id`, `created` and `model` in every chunk or event of it;
+/// the `id` is the audit's `request_id` and the `x-request-id` header.
+#[derive(Debug, Clone)]
+pub(crate) struct TurnId {
+    /// The surface's prefix and a per-process number (`chatcmpl-enf…`, `resp_enf…`).
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The public model id.
+    pub model: String,
+}
+
+/// One accepted request, whatever its surface, with everything needed to answer it.
 pub(crate) struct Turn {
     pub app: Arc<App>,
     pub model: Model,
-    pub chat: ChatRequest,
+    /// The answer is streamed.
+    pub stream: bool,
+    /// A streamed answer ends with a usage chunk.
+    pub include_usage: bool,
     pub chat_id: Option<String>,
-    pub ids: CompletionId,
+    pub id: TurnId,
+    /// The conversation, kept when the answer is to be stored (Responses' `store`).
+    pub conversation: Option<Vec<Message>>,
     pub started: Instant,
     /// The request's OpenTelemetry spans, when traces are on.
     pub trace: Option<Arc<RequestTrace>>,
@@ -339,7 +357,7 @@ impl Turn {
         tracing::info!(
             model,
             status,
-            request_id = %self.ids.id,
+            request_id = %self.id.id,
             attempts = outcome.attempts.len(),
             // Debug-formatted: plugin and pattern codes are not ours and could hold newlines.
             codes = ?outcome.codes().join(","),
@@ -386,7 +404,7 @@ impl Turn {
             tracing::info!(
                 model,
                 profile,
-                request_id = %self.ids.id,
+                request_id = %self.id.id,
                 "applied fallback for issues: {}",
                 codes.join(", ")
             );
@@ -394,7 +412,7 @@ impl Turn {
         if let Some(rejected) = fallback_rejected {
             tracing::warn!(
                 model,
-                request_id = %self.ids.id,
+                request_id = %self.id.id,
                 // Debug-formatted: the message quotes validator messages.
                 reason = ?rejected.message,
                 "fallback failed validation and was not sent"
@@ -458,7 +476,7 @@ impl Turn {
             m.observe_seconds(&OVERHEAD, &[("model", model)], overhead as f64 / 1e6);
         }
         if let Some(audit) = &app.audit {
-            let line = AuditRecord::new(&self.ids.id, outcome)
+            let line = AuditRecord::new(&self.id.id, outcome)
                 .model(self.model.id.as_str())
                 .profile(Some(self.model.profile.as_str()).filter(|p| !p.is_empty()))
                 .chat_id(self.chat_id.as_deref())
@@ -477,6 +495,24 @@ impl Turn {
         }
     }
 
+    /// Stores the delivered answer (`body`, as the client received it) with its conversation,
+    /// when the request asked for it: for `GET /v1/responses/{id}` and `previous_response_id`.
+    pub async fn store(&self, body: &Value, text: &str, outcome: &Outcome) {
+        let Some(conversation) = &self.conversation else {
+            return;
+        };
+        let mut conversation = conversation.clone();
+        conversation.push(Message::assistant_calling(text, outcome.tool_calls.clone()));
+        let stored = StoredResponse {
+            response: body.clone(),
+            conversation,
+            chat_id: self.chat_id.clone(),
+        };
+        if let Err(e) = self.app.sessions.store_response(&self.id.id, stored).await {
+            tracing::error!(response_id = %self.id.id, error = %e, "could not store the response");
+        }
+    }
+
     /// Adds how the request was routed to an `enforcement` object (when it was routed).
     pub fn add_route(&self, enforcement: &mut serde_json::Value) {
         if let (Some(route), Some(object)) = (&self.route, enforcement.as_object_mut()) {
@@ -484,8 +520,15 @@ impl Turn {
         }
     }
 
-    /// Starts the enforcement on its own task.
-    pub fn start(&self, session_id: Option<String>, context: Context) -> Job {
+    /// Starts the enforcement of `messages` (with `params` for the runner, in the
+    /// chat-completions dialect) on its own task.
+    pub fn start(
+        &self,
+        messages: Vec<Message>,
+        params: Map<String, Value>,
+        session_id: Option<String>,
+        context: Context,
+    ) -> Job {
         let (tx, events) = mpsc::unbounded_channel();
         let runner = TracedRunner {
             inner: self.model.runner.clone(),
@@ -493,24 +536,32 @@ impl Turn {
             trace: self.trace.clone(),
         };
         let enforcer = self.model.enforcer.clone();
-        // Checks of this request's tool calls, run before the profile's own validators.
-        let tool_checks = self
-            .chat
-            .params
+        // Checks of this request's own contract, run before the profile's validators: its tool
+        // calls against `tools`, and its answer against `response_format` (whatever the profile).
+        let mut request_checks: Vec<Arc<dyn Validator>> = Vec::new();
+        if let Some(tools) = params
             .get("tools")
             .filter(|_| self.model.options.check_tool_calls)
             .filter(|tools| tools.as_array().is_some_and(|t| !t.is_empty()))
-            .map(|tools| self.app.tool_checks.checks_for(tools));
+        {
+            request_checks.push(self.app.tool_checks.checks_for(tools));
+        }
+        if let Some(format) = params
+            .get("response_format")
+            .and_then(|f| self.app.format_checks.check_for(f))
+        {
+            request_checks.push(format);
+        }
         let request = Request {
-            messages: self.chat.messages.clone(),
+            messages,
             session_id,
-            params: self.chat.params.clone(),
+            params,
         };
         let attempts = AttemptsSoFar::default();
         let recorded = attempts.clone();
         // Drafts travel only to a stream that shows them: a held stream or a completion would
         // just drop them.
-        let drafts = self.chat.stream && self.model.options.stream_mode == StreamMode::Draft;
+        let drafts = self.stream && self.model.options.stream_mode == StreamMode::Draft;
         let observer = TurnObserver {
             progress: tx,
             drafts,
@@ -521,7 +572,7 @@ impl Turn {
         let handle = tokio::spawn(
             async move {
                 enforcer
-                    .run_with(&runner, &request, &context, &observer, &tool_checks)
+                    .run_with(&runner, &request, &context, &observer, &request_checks)
                     .await
             }
             .in_current_span(),
@@ -622,7 +673,7 @@ impl Turn {
                     "empty_answer",
                     "The model returned an empty answer. Please try again or rephrase your request.",
                 );
-                let mut enforcement = openai::enforcement_json(&outcome);
+                let mut enforcement = verdict::enforcement_json(&outcome);
                 self.add_route(&mut enforcement);
                 error.enforcement = Some(Box::new(enforcement));
                 error.enforce_status = Some(outcome.status.as_str());
@@ -630,7 +681,7 @@ impl Turn {
             }
             Some(text) => Ok((text, outcome)),
             None => {
-                let mut error = openai::outcome_failure(&outcome);
+                let mut error = verdict::outcome_failure(&outcome);
                 if let Some(enforcement) = error.enforcement.as_deref_mut() {
                     self.add_route(enforcement);
                 }

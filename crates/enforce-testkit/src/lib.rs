@@ -7,6 +7,9 @@
 //!   Ollama, vLLM and llama.cpp, delays, SSE streaming with configurable chunking, a stream cut
 //!   mid-way, garbage — that records every request; and `/v1/embeddings` with deterministic
 //!   bag-of-words vectors ([`bag_of_words_embedding`]) and faults ([`EmbeddingsFault`]).
+//! - [`MockAnthropic`]: an in-process Anthropic Messages API (`/v1/messages`), for the real
+//!   Claude CLI or, scripted with [`AnthropicReply`]s, for the `anthropic` runner: text, tool
+//!   use, thinking, errors in Anthropic's shape, an error event mid-stream, a stream cut short.
 //! - [`sse`]: a client-side SSE parser (WHATWG rules) and [`sse::ParsedStream`], a stream read
 //!   the way openai-python and Open WebUI read it.
 //! - [`FakeClaude`]: drives the `fake-claude` executable (crate `enforce-fake-claude`), a stand-in
@@ -43,7 +46,7 @@ pub mod toy_parser;
 
 pub use fake_claude::{fake_claude_path, process_is_gone, FakeClaude, FakeClaudeCall, ScratchDir};
 pub use logs::LogBuffer;
-pub use mock_anthropic::MockAnthropic;
+pub use mock_anthropic::{AnthropicReply, MockAnthropic, RecordedMessages};
 pub use mock_openai::{
     bag_of_words_embedding, EmbeddingsFault, ErrorShape, MockOpenAi, MockReply, MockScript,
     RecordedRequest, Then, ToolHistory, DEFAULT_EMBEDDING_DIMENSIONS,

@@ -5,11 +5,17 @@
 //!
 //! The CLI's main turn carries its own `tools`; its side calls (a title, ...) carry none. Main
 //! turns get the scripted answers in order (the last one repeats); side calls a short text.
+//!
+//! [`MockAnthropic::scripted`] answers every request from a script of [`AnthropicReply`]s
+//! instead: text, `tool_use` (streamed as `input_json_delta` fragments), `thinking`, HTTP
+//! errors in Anthropic's shape (`{"type":"error","error":{"type","message"}}`, `retry-after`),
+//! an `error` event mid-stream, a stream that stops before `message_stop`, delays. Every
+//! request is recorded with its headers ([`MockAnthropic::requests`]).
 
 use crate::loopback::Loopback;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
@@ -19,13 +25,173 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+/// One scripted answer of [`MockAnthropic::scripted`].
+#[derive(Debug, Clone)]
+pub struct AnthropicReply {
+    kind: ReplyKind,
+    thinking: Option<String>,
+    stop_reason: Option<String>,
+    delay: Duration,
+}
+
+#[derive(Debug, Clone)]
+enum ReplyKind {
+    /// Text, then optionally one tool call (id, name, input JSON text as streamed).
+    Answer {
+        text: String,
+        tool: Option<(String, String, String)>,
+    },
+    /// An HTTP error before any event.
+    Error {
+        status: u16,
+        kind: String,
+        message: String,
+        retry_after: Option<String>,
+    },
+    /// `text` streamed, then an `error` event.
+    ErrorEvent {
+        text: String,
+        kind: String,
+        message: String,
+    },
+    /// `text` streamed, then the stream just ends (no `message_delta`, no `message_stop`).
+    CutShort { text: String },
+}
+
+impl AnthropicReply {
+    /// A text answer (`end_turn`).
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::of(ReplyKind::Answer {
+            text: text.into(),
+            tool: None,
+        })
+    }
+
+    /// `text` (may be empty) and one `tool_use` block whose input is `input_json` (streamed in
+    /// fragments as written, so it may be broken JSON; whole, it is parsed, `{}` if broken);
+    /// `stop_reason` `tool_use`.
+    pub fn tool_use(
+        text: impl Into<String>,
+        id: impl Into<String>,
+        name: impl Into<String>,
+        input_json: impl Into<String>,
+    ) -> Self {
+        Self::of(ReplyKind::Answer {
+            text: text.into(),
+            tool: Some((id.into(), name.into(), input_json.into())),
+        })
+        .stop_reason("tool_use")
+    }
+
+    /// An HTTP error with Anthropic's error body: `status`, error `type` `kind`, `message`.
+    pub fn error(status: u16, kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::of(ReplyKind::Error {
+            status,
+            kind: kind.into(),
+            message: message.into(),
+            retry_after: None,
+        })
+    }
+
+    /// 429 `rate_limit_error` with `retry-after: secs`.
+    pub fn rate_limited(secs: u64) -> Self {
+        let mut reply = Self::error(
+            429,
+            "rate_limit_error",
+            "Number of requests has exceeded your rate limit",
+        );
+        if let ReplyKind::Error { retry_after, .. } = &mut reply.kind {
+            *retry_after = Some(secs.to_string());
+        }
+        reply
+    }
+
+    /// A 200 stream that writes `text`, then an `error` event of type `kind`.
+    pub fn error_event(
+        text: impl Into<String>,
+        kind: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self::of(ReplyKind::ErrorEvent {
+            text: text.into(),
+            kind: kind.into(),
+            message: message.into(),
+        })
+    }
+
+    /// A 200 stream that writes `text` and ends without `message_stop`.
+    pub fn cut_short(text: impl Into<String>) -> Self {
+        Self::of(ReplyKind::CutShort { text: text.into() })
+    }
+
+    /// A `thinking` block before the answer.
+    pub fn with_thinking(mut self, thinking: impl Into<String>) -> Self {
+        self.thinking = Some(thinking.into());
+        self
+    }
+
+    /// The `stop_reason` (default `end_turn`, `tool_use` for [`tool_use`](Self::tool_use)).
+    pub fn stop_reason(mut self, reason: impl Into<String>) -> Self {
+        self.stop_reason = Some(reason.into());
+        self
+    }
+
+    /// Waits `delay` before answering (the headers too).
+    pub fn delayed(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    fn of(kind: ReplyKind) -> Self {
+        AnthropicReply {
+            kind,
+            thinking: None,
+            stop_reason: None,
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+/// Tokens the mock reports as sent: `input_tokens` plus the cache reads it also reports.
+pub const MOCK_INPUT_TOKENS: u64 = 12;
+/// Cache reads the mock reports besides [`MOCK_INPUT_TOKENS`].
+pub const MOCK_CACHE_READ_TOKENS: u64 = 3;
+
+/// Output tokens the mock reports for an answer: one per four characters of text and tool
+/// input, at least one.
+pub fn mock_output_tokens(text: &str, tool_input: &str) -> u64 {
+    ((text.chars().count() + tool_input.chars().count()).div_ceil(4)).max(1) as u64
+}
+
+/// One request the mock received.
+#[derive(Debug, Clone)]
+pub struct RecordedMessages {
+    /// Its headers, names in lower case.
+    pub headers: Vec<(String, String)>,
+    /// Its JSON body (`null` if it was not JSON).
+    pub body: Value,
+}
+
+impl RecordedMessages {
+    /// The value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 struct Shared {
+    /// The script of [`MockAnthropic::scripted`], which answers every request.
+    script: Option<Mutex<(VecDeque<AnthropicReply>, Option<AnthropicReply>)>>,
     answers: Mutex<VecDeque<String>>,
     last: Mutex<String>,
     chunks: usize,
     gap: Duration,
-    /// Bodies of every `POST /v1/messages`, in order.
-    requests: Mutex<Vec<Value>>,
+    /// Every `POST /v1/messages`, in order.
+    requests: Mutex<Vec<RecordedMessages>>,
     /// Main-turn streams the client closed before their end (a cut).
     abandoned: AtomicUsize,
 }
@@ -56,14 +222,39 @@ impl MockAnthropic {
         chunks: usize,
         gap: Duration,
     ) -> std::io::Result<MockAnthropic> {
-        let shared = Arc::new(Shared {
+        Self::serve(Shared {
+            script: None,
             answers: Mutex::new(answers.into_iter().map(Into::into).collect()),
             last: Mutex::new("OK".to_string()),
             chunks: chunks.max(1),
             gap,
             requests: Mutex::new(Vec::new()),
             abandoned: AtomicUsize::new(0),
-        });
+        })
+        .await
+    }
+
+    /// Answers every request with the next of `replies` (the last one repeats), streamed in
+    /// `chunks` text deltas `gap` apart when the request asks for a stream.
+    pub async fn scripted(
+        replies: impl IntoIterator<Item = AnthropicReply>,
+        chunks: usize,
+        gap: Duration,
+    ) -> std::io::Result<MockAnthropic> {
+        Self::serve(Shared {
+            script: Some(Mutex::new((replies.into_iter().collect(), None))),
+            answers: Mutex::new(VecDeque::new()),
+            last: Mutex::new("OK".to_string()),
+            chunks: chunks.max(1),
+            gap,
+            requests: Mutex::new(Vec::new()),
+            abandoned: AtomicUsize::new(0),
+        })
+        .await
+    }
+
+    async fn serve(shared: Shared) -> std::io::Result<MockAnthropic> {
+        let shared = Arc::new(shared);
         let app = Router::new()
             .route("/v1/messages", post(messages))
             .route("/", axum::routing::any(|| async { StatusCode::OK }))
@@ -84,12 +275,17 @@ impl MockAnthropic {
     pub fn main_turns(&self) -> Vec<Value> {
         lock(&self.shared.requests)
             .iter()
-            .filter(|b| is_main_turn(b))
-            .cloned()
+            .filter(|r| is_main_turn(&r.body))
+            .map(|r| r.body.clone())
             .collect()
     }
 
-    /// Main-turn streams the client closed before their end.
+    /// Every request, in order.
+    pub fn requests(&self) -> Vec<RecordedMessages> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// Main-turn streams (with a script: any streams) the client closed before their end.
     pub fn abandoned_streams(&self) -> usize {
         self.shared.abandoned.load(Ordering::SeqCst)
     }
@@ -121,9 +317,34 @@ pub fn last_user_text(body: &Value) -> String {
     }
 }
 
-async fn messages(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    lock(&shared.requests).push(request.clone());
+    lock(&shared.requests).push(RecordedMessages {
+        headers: headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_ascii_lowercase(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: request.clone(),
+    });
+    if let Some(script) = &shared.script {
+        let reply = {
+            let mut script = lock(script);
+            match script.0.pop_front() {
+                Some(next) => {
+                    script.1 = Some(next.clone());
+                    Some(next)
+                }
+                None => script.1.clone(),
+            }
+        };
+        let reply = reply.unwrap_or_else(|| AnthropicReply::text("OK"));
+        return scripted_reply(&shared, &request, reply).await;
+    }
     let main = is_main_turn(&request);
     let text = if main {
         let next = lock(&shared.answers).pop_front();
@@ -184,8 +405,177 @@ async fn messages(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
         "usage": {"output_tokens": chars.len().div_ceil(4)}}),
     ));
     events.push_back(("message_stop".into(), json!({"type": "message_stop"})));
+    sse_response(events, gap, main.then(|| Arc::clone(&shared)))
+}
+
+/// The answer to one request of a scripted mock.
+async fn scripted_reply(shared: &Arc<Shared>, request: &Value, reply: AnthropicReply) -> Response {
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let model = request["model"]
+        .as_str()
+        .unwrap_or("claude-mock")
+        .to_string();
+    let (text, tool) = match reply.kind {
+        ReplyKind::Error {
+            status,
+            kind,
+            message,
+            retry_after,
+        } => {
+            let body = json!({"type": "error", "error": {"type": kind, "message": message},
+                              "request_id": "req_mock"});
+            let mut response = (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                axum::Json(body),
+            )
+                .into_response();
+            if let Some(secs) = retry_after.and_then(|s| HeaderValue::from_str(&s).ok()) {
+                response.headers_mut().insert("retry-after", secs);
+            }
+            return response;
+        }
+        ReplyKind::Answer { ref text, ref tool } => (text.clone(), tool.clone()),
+        ReplyKind::ErrorEvent { ref text, .. } | ReplyKind::CutShort { ref text } => {
+            (text.clone(), None)
+        }
+    };
+    let tool_input = tool.as_ref().map_or("", |(_, _, input)| input.as_str());
+    let output_tokens = mock_output_tokens(&text, tool_input);
+    let stop_reason = reply
+        .stop_reason
+        .clone()
+        .unwrap_or_else(|| "end_turn".into());
+    let usage = json!({"input_tokens": MOCK_INPUT_TOKENS,
+                       "cache_read_input_tokens": MOCK_CACHE_READ_TOKENS,
+                       "cache_creation_input_tokens": 0});
+    if request["stream"] != true {
+        let mut content = Vec::new();
+        if let Some(thinking) = &reply.thinking {
+            content.push(json!({"type": "thinking", "thinking": thinking, "signature": "sig"}));
+        }
+        if !text.is_empty() {
+            content.push(json!({"type": "text", "text": text}));
+        }
+        if let Some((id, name, input)) = &tool {
+            let input: Value = serde_json::from_str(input).unwrap_or_else(|_| json!({}));
+            content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+        }
+        let mut usage = usage;
+        usage["output_tokens"] = json!(output_tokens);
+        return axum::Json(json!({
+            "id": "msg_mock", "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": stop_reason, "stop_sequence": null,
+            "usage": usage}))
+        .into_response();
+    }
+    let mut start_usage = usage;
+    start_usage["output_tokens"] = json!(1);
+    let mut events: VecDeque<(String, Value)> = VecDeque::new();
+    events.push_back((
+        "message_start".into(),
+        json!({"type": "message_start", "message": {
+            "id": "msg_mock", "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": null, "stop_sequence": null, "usage": start_usage}}),
+    ));
+    events.push_back(("ping".into(), json!({"type": "ping"})));
+    let mut index = 0;
+    if let Some(thinking) = &reply.thinking {
+        events.push_back(block_start(
+            index,
+            json!({"type": "thinking", "thinking": ""}),
+        ));
+        events.push_back(block_delta(
+            index,
+            json!({"type": "thinking_delta", "thinking": thinking}),
+        ));
+        events.push_back(block_delta(
+            index,
+            json!({"type": "signature_delta", "signature": "sig"}),
+        ));
+        events.push_back(block_stop(index));
+        index += 1;
+    }
+    if !text.is_empty() {
+        events.push_back(block_start(index, json!({"type": "text", "text": ""})));
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(chars.len().div_ceil(shared.chunks).max(1)) {
+            let piece: String = piece.iter().collect();
+            events.push_back(block_delta(
+                index,
+                json!({"type": "text_delta", "text": piece}),
+            ));
+        }
+        events.push_back(block_stop(index));
+        index += 1;
+    }
+    match reply.kind {
+        ReplyKind::ErrorEvent { kind, message, .. } => {
+            events.push_back((
+                "error".into(),
+                json!({"type": "error", "error": {"type": kind, "message": message}}),
+            ));
+        }
+        ReplyKind::CutShort { .. } => {}
+        _ => {
+            if let Some((id, name, input)) = &tool {
+                events.push_back(block_start(
+                    index,
+                    json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+                ));
+                let chars: Vec<char> = input.chars().collect();
+                for piece in chars.chunks(chars.len().div_ceil(3).max(1)) {
+                    let piece: String = piece.iter().collect();
+                    events.push_back(block_delta(
+                        index,
+                        json!({"type": "input_json_delta", "partial_json": piece}),
+                    ));
+                }
+                events.push_back(block_stop(index));
+            }
+            events.push_back((
+                "message_delta".into(),
+                json!({"type": "message_delta",
+                       "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+                       "usage": {"output_tokens": output_tokens}}),
+            ));
+            events.push_back(("message_stop".into(), json!({"type": "message_stop"})));
+        }
+    }
+    sse_response(events, shared.gap, Some(Arc::clone(shared)))
+}
+
+fn block_start(index: usize, block: Value) -> (String, Value) {
+    (
+        "content_block_start".into(),
+        json!({"type": "content_block_start", "index": index, "content_block": block}),
+    )
+}
+
+fn block_delta(index: usize, delta: Value) -> (String, Value) {
+    (
+        "content_block_delta".into(),
+        json!({"type": "content_block_delta", "index": index, "delta": delta}),
+    )
+}
+
+fn block_stop(index: usize) -> (String, Value) {
+    (
+        "content_block_stop".into(),
+        json!({"type": "content_block_stop", "index": index}),
+    )
+}
+
+/// `events` as an SSE response, each text delta after the first `gap` later; a stream dropped
+/// before its last event counts as abandoned (when `shared` is given).
+fn sse_response(
+    events: VecDeque<(String, Value)>,
+    gap: Duration,
+    shared: Option<Arc<Shared>>,
+) -> Response {
     let guard = Abandoned {
-        shared: main.then(|| Arc::clone(&shared)),
+        shared,
         finished: false,
     };
     let stream = futures_util::stream::unfold(

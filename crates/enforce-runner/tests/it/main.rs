@@ -1,6 +1,7 @@
 //! The integration tests of enforce-runner in one test binary (one link instead of one per
 //! file): `cargo test -p enforce-runner --test it`.
 
+mod anthropic_http;
 mod claude_cli;
 mod claude_real;
 mod command_runner;

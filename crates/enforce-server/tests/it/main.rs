@@ -5,16 +5,20 @@
 //! (TRACE, captured in memory) the first time it runs, and the other modules then log into it
 //! too. No other test may install a global subscriber (`logs` uses thread-scoped ones).
 
+mod anthropic_sdk;
 mod audit_record;
 mod common;
+mod dropin;
 mod facts;
 mod fault_matrix;
 mod hostile_input;
 mod input_stage;
 mod logs;
+mod messages;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
+mod responses;
 mod routes;
 mod shared_state;
 mod streaming;

@@ -1,0 +1,716 @@
+//! What the HTTP runners share: one endpoint posted to with bounded retries and jittered
+//! exponential backoff that honour `Retry-After` ([`HttpEndpoint`]), bodies read with a size
+//! limit, error bodies in every shape servers send ([`error_message`]), and the driver of a
+//! streamed answer ([`Streaming`]) over any wire format's [`EventReader`].
+
+use crate::error::{duration_from_secs, ConfigError};
+use crate::process::tail;
+use crate::sse::{Chunk, EventReader, StreamFault};
+use enforce_core::{
+    async_trait, Message, Reply, ReplyStream, Request, RunnerError, StreamEvent, Usage,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Default of the HTTP runners' `max_response_bytes` (32 MiB).
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
+
+/// Where an HTTP runner posts, and how: the URL parsed once (parsing it per request showed up
+/// in the proxy's profile), the client with its timeouts, the headers every request carries
+/// (the API key), the retries and the body limit.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpEndpoint {
+    url: reqwest::Url,
+    client: reqwest::Client,
+    headers: reqwest::header::HeaderMap,
+    retry: RetryConfig,
+    max_response_bytes: usize,
+    timeout: Duration,
+}
+
+/// The settings an [`HttpEndpoint`] is made of, as the runner configs spell them.
+pub(crate) struct EndpointSettings<'a> {
+    /// The configured base URL (checked: `http://` or `https://`).
+    pub base_url: &'a str,
+    /// The path after the base URL (`/chat/completions`, `/v1/messages`).
+    pub path: &'a str,
+    /// `timeout_secs`.
+    pub timeout_secs: f64,
+    /// `connect_timeout_secs`.
+    pub connect_timeout_secs: f64,
+    /// `retry`.
+    pub retry: &'a RetryConfig,
+    /// `max_response_bytes`.
+    pub max_response_bytes: usize,
+}
+
+impl HttpEndpoint {
+    /// Checks the base URL and the timeouts and builds the client.
+    pub(crate) fn new(settings: EndpointSettings<'_>) -> Result<Self, ConfigError> {
+        let base = settings.base_url.trim().trim_end_matches('/').to_string();
+        if base.is_empty() {
+            return Err(ConfigError::Missing { field: "base_url" });
+        }
+        let https = base.starts_with("https://");
+        if !https && !base.starts_with("http://") {
+            return Err(ConfigError::InvalidBaseUrl(settings.base_url.to_string()));
+        }
+        if https && !cfg!(feature = "rustls") {
+            return Err(ConfigError::TlsUnavailable(settings.base_url.to_string()));
+        }
+        let timeout = duration_from_secs("timeout_secs", settings.timeout_secs)?;
+        let connect = duration_from_secs("connect_timeout_secs", settings.connect_timeout_secs)?;
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(connect)
+            .build()
+            .map_err(|e| ConfigError::HttpClient(e.to_string()))?;
+        let url = reqwest::Url::parse(&format!("{base}{}", settings.path))
+            .map_err(|_| ConfigError::InvalidBaseUrl(settings.base_url.to_string()))?;
+        Ok(HttpEndpoint {
+            url,
+            client,
+            headers: reqwest::header::HeaderMap::new(),
+            retry: settings.retry.clone(),
+            max_response_bytes: settings.max_response_bytes,
+            timeout,
+        })
+    }
+
+    /// Sends `value` as header `name` with every request.
+    pub(crate) fn set_header(
+        &mut self,
+        name: impl reqwest::header::IntoHeaderName,
+        value: reqwest::header::HeaderValue,
+    ) {
+        self.headers.insert(name, value);
+    }
+
+    /// The URL posted to.
+    pub(crate) fn url(&self) -> &reqwest::Url {
+        &self.url
+    }
+
+    /// The largest body read.
+    pub(crate) fn max_response_bytes(&self) -> usize {
+        self.max_response_bytes
+    }
+
+    /// Posts `body`, retrying connect errors, 408, 429 and 5xx (Anthropic's 529 too); returns
+    /// the successful response, or the error of the last try with the server's own message.
+    pub(crate) async fn post(&self, body: &Value) -> Result<reqwest::Response, RunnerError> {
+        // Serialized once; a retry shares the bytes instead of copying them.
+        let body =
+            bytes::Bytes::from(serde_json::to_vec(body).map_err(|e| RunnerError::Protocol {
+                message: format!("cannot serialize the request: {e}"),
+            })?);
+        let retry = &self.retry;
+        let mut attempt: u32 = 0;
+        loop {
+            let post = self
+                .client
+                .post(self.url.clone())
+                .headers(self.headers.clone())
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone());
+            let (error, retry_after) = match post.send().await {
+                Ok(response) => {
+                    let status = response.status();
+                    if status.is_success() {
+                        return Ok(response);
+                    }
+                    let retry_after = response
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(parse_retry_after);
+                    let text = self.read(response).await?;
+                    let error = RunnerError::Upstream {
+                        status: Some(status.as_u16()),
+                        message: error_message(&text)
+                            .unwrap_or_else(|| format!("HTTP {status} with an empty body")),
+                    };
+                    let code = status.as_u16();
+                    if !(code == 408 || code == 429 || status.is_server_error()) {
+                        return Err(error);
+                    }
+                    (error, retry_after)
+                }
+                Err(e) if e.is_timeout() => return Err(self.timeout_error()),
+                Err(e) if e.is_connect() => (
+                    RunnerError::Upstream {
+                        status: None,
+                        message: format!("cannot connect to {}: {e}", self.url),
+                    },
+                    None,
+                ),
+                Err(e) => {
+                    return Err(RunnerError::Upstream {
+                        status: None,
+                        message: format!("request to {} failed: {e}", self.url),
+                    })
+                }
+            };
+            if attempt >= retry.max_retries {
+                return Err(with_attempts(error, attempt + 1));
+            }
+            if retry_after.is_some_and(|d| d > Duration::from_secs(retry.max_retry_after_secs)) {
+                return Err(with_attempts(error, attempt + 1));
+            }
+            let delay = backoff_delay(retry, attempt, retry_after);
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+        }
+    }
+
+    /// Reads a whole body within the limit.
+    pub(crate) async fn read(&self, response: reqwest::Response) -> Result<String, RunnerError> {
+        read_limited(response, self.max_response_bytes).await
+    }
+
+    /// The error of a call that ran out of time.
+    pub(crate) fn timeout_error(&self) -> RunnerError {
+        RunnerError::Timeout {
+            after_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// What a streamed answer needs of its runner: the endpoint, how to open the stream, how to
+/// read an answer the server sent whole, and what an error event means.
+#[async_trait]
+pub(crate) trait StreamSource: Sync {
+    /// The wire format's event reader.
+    type Reader: EventReader;
+    /// The endpoint the answers come from.
+    fn http(&self) -> &HttpEndpoint;
+    /// Posts the streamed request for `messages`.
+    async fn open(
+        &self,
+        request: &Request,
+        messages: &[Message],
+    ) -> Result<reqwest::Response, RunnerError>;
+    /// The body of a request not streamed.
+    fn whole_body(&self, request: &Request, messages: &[Message]) -> Value;
+    /// Reads a whole answer (asked without streaming, or a server that cannot stream).
+    fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError>;
+    /// The error an error event's data carries.
+    fn stream_error(&self, data: &str) -> RunnerError;
+}
+
+/// Asks without streaming: posts the whole body, reads and parses the answer.
+pub(crate) async fn ask_whole<S: StreamSource>(
+    source: &S,
+    request: &Request,
+    messages: &[Message],
+) -> Result<Reply, RunnerError> {
+    let started = Instant::now();
+    let endpoint = source.http();
+    let response = endpoint.post(&source.whole_body(request, messages)).await?;
+    let text = endpoint.read(response).await?;
+    let mut reply = source.parse_whole(&text)?;
+    reply.duration = Some(started.elapsed());
+    Ok(reply)
+}
+
+/// An answer as a [`ReplyStream`]: streamed ([`stream_reply`]), or with `stream` off the whole
+/// answer as one event.
+pub(crate) fn answer<'a, S: StreamSource>(
+    source: &'a S,
+    request: &'a Request,
+    messages: Vec<Message>,
+    stream: bool,
+) -> ReplyStream<'a> {
+    if !stream {
+        return Box::pin(futures_util::stream::once(async move {
+            ask_whole(source, request, &messages)
+                .await
+                .map(StreamEvent::Done)
+        }));
+    }
+    stream_reply(source, request, messages)
+}
+
+/// A streamed ask: text deltas, usage as it is reported, then the whole reply. Dropping the
+/// stream drops the response, which closes the connection: that is how a cut stops the
+/// generation.
+fn stream_reply<'a, S: StreamSource>(
+    source: &'a S,
+    request: &'a Request,
+    messages: Vec<Message>,
+) -> ReplyStream<'a> {
+    let state = Streaming {
+        source,
+        request,
+        messages,
+        response: None,
+        reader: S::Reader::default(),
+        text: String::new(),
+        usage: None,
+        pending: VecDeque::new(),
+        read: 0,
+        started: Instant::now(),
+        finished: false,
+    };
+    Box::pin(futures_util::stream::unfold(state, Streaming::next))
+}
+
+/// The state of one streamed answer, advanced by [`Streaming::next`].
+struct Streaming<'a, S: StreamSource> {
+    source: &'a S,
+    request: &'a Request,
+    messages: Vec<Message>,
+    /// The open response; `None` before it is opened.
+    response: Option<reqwest::Response>,
+    reader: S::Reader,
+    text: String,
+    usage: Option<Usage>,
+    /// Events read but not yet yielded.
+    pending: VecDeque<Result<StreamEvent, RunnerError>>,
+    read: usize,
+    started: Instant,
+    finished: bool,
+}
+
+impl<'a, S: StreamSource> Streaming<'a, S> {
+    /// The next event.
+    async fn next(mut self) -> Option<(Result<StreamEvent, RunnerError>, Self)> {
+        let endpoint = self.source.http();
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some((event, self));
+            }
+            if self.finished {
+                return None;
+            }
+            let Some(response) = self.response.as_mut() else {
+                match self.source.open(self.request, &self.messages).await {
+                    Ok(response) if is_event_stream(&response) => self.response = Some(response),
+                    // A server that cannot stream may answer whole: read it so.
+                    Ok(response) => {
+                        let whole = match endpoint.read(response).await {
+                            Ok(body) => self.source.parse_whole(&body),
+                            Err(error) => Err(error),
+                        };
+                        match whole {
+                            Ok(mut reply) => {
+                                reply.duration = Some(self.started.elapsed());
+                                self.pending.push_back(Ok(StreamEvent::Done(reply)));
+                                self.finished = true;
+                            }
+                            Err(error) => self.fail(error),
+                        }
+                    }
+                    Err(error) => self.fail(error),
+                }
+                continue;
+            };
+            match response.chunk().await {
+                Ok(Some(bytes)) => {
+                    self.read = self.read.saturating_add(bytes.len());
+                    if self.read > endpoint.max_response_bytes() {
+                        self.fail(too_large(200, endpoint.max_response_bytes()));
+                        continue;
+                    }
+                    match self.reader.feed(&bytes) {
+                        Ok(chunks) => self.take(chunks),
+                        Err(StreamFault::ErrorEvent(data)) => {
+                            let error = self.source.stream_error(&data);
+                            self.fail(error)
+                        }
+                        Err(StreamFault::NotJson(message)) => {
+                            self.fail(RunnerError::Protocol { message })
+                        }
+                    }
+                }
+                Ok(None) => {
+                    // A stream that just stops looks like a short success: it is an error.
+                    let error = RunnerError::Upstream {
+                        status: Some(200),
+                        message: format!(
+                            "the stream ended without {} after {} bytes of answer",
+                            S::Reader::END,
+                            self.text.len()
+                        ),
+                    };
+                    self.fail(error);
+                }
+                Err(e) if e.is_timeout() => self.fail(endpoint.timeout_error()),
+                Err(e) => self.fail(RunnerError::Upstream {
+                    status: Some(200),
+                    message: format!("the stream broke off: {e}"),
+                }),
+            }
+        }
+    }
+
+    fn take(&mut self, chunks: Vec<Chunk>) {
+        for chunk in chunks {
+            match chunk {
+                Chunk::Text(text) => {
+                    self.text.push_str(&text);
+                    self.pending.push_back(Ok(StreamEvent::Text(text)));
+                }
+                Chunk::Reasoning(text) => {
+                    self.pending.push_back(Ok(StreamEvent::Reasoning(text)));
+                }
+                Chunk::Usage(usage) => {
+                    self.usage = Some(usage);
+                    self.pending.push_back(Ok(StreamEvent::Spent {
+                        usage: Some(usage),
+                        cost_usd: None,
+                    }));
+                }
+                Chunk::Done => {
+                    let tool_calls = self.reader.tool_calls();
+                    if self.text.is_empty() && tool_calls.is_empty() {
+                        self.fail(RunnerError::Protocol {
+                            message: "the stream held neither text nor tool calls".to_string(),
+                        });
+                        return;
+                    }
+                    let reply = Reply {
+                        text: std::mem::take(&mut self.text),
+                        tool_calls,
+                        usage: self.usage,
+                        duration: Some(self.started.elapsed()),
+                        finish_reason: self.reader.finish_reason(),
+                        ..Reply::default()
+                    };
+                    self.pending.push_back(Ok(StreamEvent::Done(reply)));
+                    self.finished = true;
+                    // Nothing after the end counts; let the connection go.
+                    self.response = None;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, error: RunnerError) {
+        self.pending.push_back(Err(error));
+        self.finished = true;
+        self.response = None;
+    }
+}
+
+/// The API key of a runner config: `api_key`, else the variable `api_key_env` names (which
+/// must be set), else the variable `default_env` when it is set.
+pub(crate) fn api_key(
+    key: Option<&String>,
+    key_env: Option<&String>,
+    default_env: Option<&str>,
+) -> Result<Option<String>, ConfigError> {
+    match (key, key_env) {
+        (Some(key), _) => Ok(Some(key.clone())),
+        (None, Some(var)) => std::env::var(var)
+            .map(Some)
+            .map_err(|_| ConfigError::MissingApiKeyEnv(var.clone())),
+        (None, None) => Ok(default_env.and_then(|var| std::env::var(var).ok())),
+    }
+}
+
+/// A header value for a secret (marked sensitive, so it is never logged).
+pub(crate) fn secret_header(value: &str) -> Result<reqwest::header::HeaderValue, ConfigError> {
+    let mut value = reqwest::header::HeaderValue::from_str(value).map_err(|_| {
+        ConfigError::HttpClient("the API key holds characters a header cannot carry".into())
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+/// How transient failures are retried.
+///
+/// ```
+/// use enforce_runner::RetryConfig;
+/// let r = RetryConfig::default();
+/// assert_eq!(r.max_retries, 3);
+/// ```
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Retries after the first try, for connect errors, 408, 429 and 5xx (default 3).
+    pub max_retries: u32,
+    /// Backoff before the first retry, in milliseconds; doubles each time (default 500).
+    pub initial_backoff_ms: u64,
+    /// Longest backoff, in milliseconds (default 8000).
+    pub max_backoff_ms: u64,
+    /// A `Retry-After` longer than this many seconds ends the retries at once rather than
+    /// waiting (default 60).
+    pub max_retry_after_secs: u64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_retries: 3,
+            initial_backoff_ms: 500,
+            max_backoff_ms: 8000,
+            max_retry_after_secs: 60,
+        }
+    }
+}
+
+/// A pseudo-random number for jitter: the clock mixed with a counter (splitmix64). Jitter only
+/// has to keep clients from retrying in lockstep, not be unpredictable.
+fn jitter_seed() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut z = nanos
+        .wrapping_add(COUNTER.fetch_add(1, Ordering::Relaxed))
+        .wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The wait before retry number `attempt + 1`: exponential (`initial * 2^attempt`, capped at
+/// `max_backoff_ms`), with "equal jitter" (between half and all of it), and never shorter than
+/// the server's `Retry-After`.
+pub fn backoff_delay(retry: &RetryConfig, attempt: u32, retry_after: Option<Duration>) -> Duration {
+    let exp = retry
+        .initial_backoff_ms
+        .saturating_mul(1u64.checked_shl(attempt.min(32)).unwrap_or(u64::MAX))
+        .min(retry.max_backoff_ms);
+    let half = exp / 2;
+    let jittered = half
+        + if half > 0 {
+            jitter_seed() % (half + 1)
+        } else {
+            0
+        };
+    let delay = Duration::from_millis(jittered);
+    match retry_after {
+        Some(after) if after > delay => after,
+        _ => delay,
+    }
+}
+
+/// Parses `Retry-After`: seconds (`120`, also `1.5`) or an HTTP date (`Sun, 06 Nov 1994
+/// 08:49:37 GMT`), as a wait from now.
+///
+/// ```
+/// use enforce_runner::parse_retry_after;
+/// use std::time::Duration;
+/// assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
+/// assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
+/// assert_eq!(parse_retry_after("soon"), None);
+/// ```
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    let at = parse_http_date(value)?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
+    Some(Duration::from_secs(at.saturating_sub(now)))
+}
+
+/// Seconds since the epoch of an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
+fn parse_http_date(value: &str) -> Option<u64> {
+    let parts: Vec<&str> = value.split_whitespace().collect();
+    let [_weekday, day, month, year, time, "GMT"] = parts.as_slice() else {
+        return None;
+    };
+    let day: u64 = day.parse().ok()?;
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| m == month)? as u64
+        + 1;
+    let year: i64 = year.parse().ok()?;
+    let hms: Vec<u64> = time.split(':').filter_map(|p| p.parse().ok()).collect();
+    let [h, m, s] = hms.as_slice() else {
+        return None;
+    };
+    if !(1..=31).contains(&day) || *h > 23 || *m > 59 || *s > 60 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + (*h as i64) * 3600 + (*m as i64) * 60 + *s as i64;
+    u64::try_from(secs).ok()
+}
+
+/// The message of an error body, from any of the shapes servers use: OpenAI, Ollama and
+/// llama.cpp (`{"error": {"message": ...}}` or `{"error": "..."}`), vLLM before 0.10.1 (a
+/// top-level `{"object": "error", "message": ...}`); any other body is returned as text (cut).
+/// `None` for an empty body.
+///
+/// ```
+/// use enforce_runner::error_message;
+/// assert_eq!(error_message(r#"{"error":{"message":"bad model","type":"invalid_request_error"}}"#)
+///            .as_deref(), Some("bad model (type: invalid_request_error)"));
+/// assert_eq!(error_message(r#"{"object":"error","message":"too long","type":"BadRequestError",
+///                              "code":400}"#).as_deref(),
+///            Some("too long (type: BadRequestError, code: 400)"));
+/// ```
+pub fn error_message(body: &str) -> Option<String> {
+    let body = body.trim();
+    if body.is_empty() {
+        return None;
+    }
+    let Ok(v) = serde_json::from_str::<Value>(body) else {
+        return Some(tail(body, 500));
+    };
+    let described = |obj: &Value| -> Option<String> {
+        let message = obj.get("message").and_then(Value::as_str)?;
+        let mut extra = Vec::new();
+        if let Some(t) = obj.get("type").and_then(Value::as_str) {
+            extra.push(format!("type: {t}"));
+        }
+        match obj.get("code") {
+            Some(Value::String(c)) => extra.push(format!("code: {c}")),
+            Some(Value::Number(c)) => extra.push(format!("code: {c}")),
+            _ => {}
+        }
+        Some(if extra.is_empty() {
+            message.to_string()
+        } else {
+            format!("{message} ({})", extra.join(", "))
+        })
+    };
+    match v.get("error") {
+        Some(Value::String(s)) => return Some(s.clone()),
+        Some(obj @ Value::Object(_)) => {
+            if let Some(m) = described(obj) {
+                return Some(m);
+            }
+        }
+        _ => {}
+    }
+    if let Some(m) = described(&v) {
+        return Some(m);
+    }
+    if let Some(d) = v.get("detail") {
+        return Some(match d {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    }
+    Some(tail(body, 500))
+}
+
+/// Reads a body of at most `limit` bytes, chunk by chunk, so an enormous or endless body is
+/// refused after `limit` bytes instead of being buffered whole.
+async fn read_limited(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<String, RunnerError> {
+    let status = response.status().as_u16();
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(too_large(status, limit));
+    }
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > limit {
+                    return Err(too_large(status, limit));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) => {
+                return Err(RunnerError::Upstream {
+                    status: Some(status),
+                    message: format!("reading the response failed: {e}"),
+                })
+            }
+        }
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+fn too_large(status: u16, limit: usize) -> RunnerError {
+    RunnerError::Upstream {
+        status: Some(status),
+        message: format!("the response is larger than the limit of {limit} bytes"),
+    }
+}
+
+/// `Content-Type: text/event-stream`: the server streams as asked.
+fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
+}
+
+fn with_attempts(error: RunnerError, tries: u32) -> RunnerError {
+    match error {
+        RunnerError::Upstream { status, message } if tries > 1 => RunnerError::Upstream {
+            status,
+            message: format!("{message} (gave up after {tries} tries)"),
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_shapes() {
+        assert_eq!(
+            error_message(r#"{"error":"model 'x' not found"}"#).as_deref(),
+            Some("model 'x' not found")
+        );
+        assert_eq!(
+            error_message(
+                r#"{"error":{"code":500,"message":"context full","type":"server_error"}}"#
+            )
+            .as_deref(),
+            Some("context full (type: server_error, code: 500)")
+        );
+        assert_eq!(
+            error_message("<html>bad gateway</html>").as_deref(),
+            Some("<html>bad gateway</html>")
+        );
+        assert_eq!(error_message("  "), None);
+    }
+
+    #[test]
+    fn backoff_grows_is_bounded_and_honours_retry_after() {
+        let r = RetryConfig {
+            max_retries: 5,
+            initial_backoff_ms: 100,
+            max_backoff_ms: 400,
+            max_retry_after_secs: 60,
+        };
+        for attempt in 0..6 {
+            let d = backoff_delay(&r, attempt, None).as_millis() as u64;
+            let full = (100u64 << attempt).min(400);
+            assert!(d >= full / 2 && d <= full, "attempt {attempt}: {d}");
+        }
+        assert_eq!(
+            backoff_delay(&r, 0, Some(Duration::from_secs(3))),
+            Duration::from_secs(3)
+        );
+    }
+
+    #[test]
+    fn http_date() {
+        assert_eq!(
+            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(parse_http_date("Sun, 06 Foo 1994 08:49:37 GMT"), None);
+    }
+}

@@ -1,0 +1,631 @@
+//! The request pipeline every API surface shares. A surface ([`Surface`]) parses its request
+//! body into an [`Ask`] (the surface-neutral turn) and renders the outcome in its own format;
+//! everything between runs once, here, in this order:
+//!
+//! 1. admission: body size ([`read_body`]), then parse (the surface), then the concurrency
+//!    permit ([`take_permit`]); auth runs before, as the router's middleware;
+//! 2. model and profile resolution ([`resolve_model`]: the model id, `X-Enforce-Profile`);
+//! 3. routing ([`route`]: the model's routes pick the profile);
+//! 4. session ([`open_session`]: chat id, global slot, session and replica check, hidden
+//!    markers put back), facts and context ([`context`]);
+//! 5. enforcement ([`Turn::start`] on its own task, [`Turn::conclude`] after it);
+//! 6. rendering (the surface: [`Surface::answer`] or its [`StreamWriter`], [`Surface::refuse`]),
+//!    with the enforcement headers set here for every surface ([`enforcement_headers`]).
+
+use crate::config::{ConcurrencyScope, Model};
+use crate::error::ApiError;
+use crate::facts;
+use crate::otel::RequestInfo;
+use crate::session::{answer_digest, SessionStatus};
+use crate::shared::GlobalSlot;
+use crate::state::{unix_now, App};
+use crate::stream::{self, StreamWriter};
+use crate::turn::{wait, InFlight, Turn, TurnId};
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use enforce_core::{Context, Message, Outcome, Role};
+use serde_json::{Map, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
+
+/// The header Open WebUI sends with `ENABLE_FORWARD_USER_INFO_HEADERS`.
+const CHAT_ID_HEADER: &str = "x-openwebui-chat-id";
+/// A request header naming the profile to enforce instead of the model's own.
+pub(crate) const PROFILE_HEADER: &str = "x-enforce-profile";
+/// A response header: milliseconds the proxy itself spent on the request (the request's time
+/// minus the time spent waiting for the model).
+pub(crate) const OVERHEAD_HEADER: &str = "x-enforce-overhead-ms";
+/// The response header carrying the request's id (the completion id, the audit's `request_id`),
+/// which the OpenAI SDKs show as `_request_id` / `request_id`.
+pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// What every surface parses its request into: the surface-neutral turn.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Ask {
+    /// The public model id.
+    pub model: String,
+    /// The conversation (a surface's `system`/`instructions` folded in as [`Role::System`]).
+    pub messages: Vec<Message>,
+    /// Everything passed on to the runner, in the chat-completions dialect (runners forward it
+    /// upstream as it is): `tools`, `temperature`, `max_tokens`, `response_format`, ...
+    pub params: Map<String, Value>,
+    /// The answer is streamed.
+    pub stream: bool,
+    /// A streamed answer ends with a usage chunk (chat's `stream_options.include_usage`).
+    pub include_usage: bool,
+    /// The proxy's own `enforce` field (facts in `enforce.context`), as sent.
+    pub enforce: Option<Value>,
+    /// The chat this request belongs to, as the body names it (the surface knows which field);
+    /// the `X-OpenWebUI-Chat-Id` header comes first.
+    pub chat_hint: Option<String>,
+    /// A stored answer whose conversation this request continues (Responses'
+    /// `previous_response_id`): the session stage puts it before the new input.
+    pub continues: Option<String>,
+    /// Keep the answer for a later request to continue or read back (Responses' `store`).
+    pub store: bool,
+}
+
+/// One API surface: its wire format at the edges of the pipeline. Implement it on a unit type
+/// in the surface's own module and mount `post(serve::<YourSurface>)` in `Server::router`.
+pub(crate) trait Surface: Send + Sync + 'static {
+    /// The surface's name in spans and logs (`chat`, `responses`, `messages`).
+    const NAME: &'static str;
+    /// The prefix of the ids it hands out (`chatcmpl-`, `resp_`, `msg_`).
+    const ID_PREFIX: &'static str;
+    /// The headers that carry the request's id: `x-request-id`, and where the surface's SDKs
+    /// read another (Anthropic's `request-id`), that one too.
+    const REQUEST_ID_HEADERS: &'static [&'static str] = &[REQUEST_ID_HEADER];
+    /// What the surface keeps of its request for rendering (echoed fields, options).
+    type Kept: Send + Sync + 'static;
+    /// Renders a stream.
+    type Writer: StreamWriter;
+
+    /// Parses a request body (at most `max_body_bytes`) into the shared turn.
+    fn parse(body: &[u8]) -> Result<(Ask, Self::Kept), ApiError>;
+
+    /// The error in this surface's envelope, with the shared headers ([`ApiError::headers`]).
+    fn refuse(error: ApiError) -> Response;
+
+    /// The answer as one JSON body (the pipeline sends it with the enforcement headers).
+    fn answer(turn: &Turn, kept: &Self::Kept, text: &str, outcome: &Outcome) -> Value;
+
+    /// The writer of a streamed answer.
+    fn writer(turn: &Turn, kept: Self::Kept) -> Self::Writer;
+}
+
+/// A request refused before its enforcement started: the `enforce_rejected_total` reason and
+/// the error.
+pub(crate) struct Rejection {
+    reason: &'static str,
+    /// Boxed: the stages' `Result`s stay small on the happy path.
+    error: Box<ApiError>,
+}
+
+fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
+    move |error| Rejection {
+        reason,
+        error: Box::new(error),
+    }
+}
+
+/// Serves one request of surface `S` through every stage.
+pub(crate) async fn serve<S: Surface>(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match admit::<S>(&app, &headers, body).await {
+        Ok(admitted) => respond::<S>(admitted).await,
+        Err(Rejection { reason, error }) => {
+            app.count_rejection(reason);
+            S::refuse(*error)
+        }
+    }
+}
+
+/// A request through admission, resolution, routing and session, its enforcement started.
+struct Admitted<S: Surface> {
+    turn: Turn,
+    job: crate::turn::Job,
+    kept: S::Kept,
+    span: tracing::Span,
+}
+
+async fn admit<S: Surface>(
+    app: &Arc<App>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Admitted<S>, Rejection> {
+    let bytes = read_body(app, headers, body).await?;
+    let (mut ask, kept) = S::parse(&bytes).map_err(rejected("bad_request"))?;
+    let (mut model, header_profile) = resolve_model(app, &ask.model, headers)?;
+    let permit = take_permit(app)?;
+    let route = match header_profile {
+        Some(_) => None,
+        None => route(&mut model, &bytes, headers, &ask.messages).await,
+    };
+    let session = open_session(app, headers, &mut ask, &model).await?;
+    let context = context(app, headers, ask.enforce.take(), &model, &session)?;
+    let n = app.next_id.fetch_add(1, Ordering::Relaxed);
+    let id = TurnId {
+        id: format!("{}enf{:x}{n:06x}", S::ID_PREFIX, app.started),
+        created: unix_now(),
+        model: model.id.clone(),
+    };
+    let span = tracing::info_span!(
+        "chat_completion",
+        surface = S::NAME,
+        model = %model.id,
+        id = %id.id,
+        chat_id = session.chat_id.as_deref().unwrap_or(""),
+        stream = ask.stream,
+    );
+    let trace = app.telemetry.as_ref().map(|telemetry| {
+        telemetry.request(
+            headers,
+            RequestInfo {
+                model: &model.id,
+                upstream_model: model.upstream_model.as_deref(),
+                request_id: &id.id,
+                chat_id: session.chat_id.as_deref(),
+                profile: header_profile
+                    .as_deref()
+                    .or(route.as_ref().map(|_| model.profile.as_str())),
+                stream: ask.stream,
+            },
+        )
+    });
+    // What a stored answer continues from: the conversation without its system messages.
+    let conversation = ask.store.then(|| {
+        ask.messages
+            .iter()
+            .filter(|m| m.role != Role::System)
+            .cloned()
+            .collect()
+    });
+    let turn = Turn {
+        _in_flight: InFlight::new(app.metrics.clone()),
+        conversation,
+        app: app.clone(),
+        model,
+        stream: ask.stream,
+        include_usage: ask.include_usage,
+        chat_id: session.chat_id,
+        id,
+        started: Instant::now(),
+        trace,
+        route,
+        _permit: permit,
+        _slot: session.slot,
+    };
+    let runner_session = session.found.and_then(|s| s.runner_session_id);
+    let job = span.in_scope(|| turn.start(ask.messages, ask.params, runner_session, context));
+    Ok(Admitted {
+        turn,
+        job,
+        kept,
+        span,
+    })
+}
+
+/// Rendering: the surface's JSON answer or stream, or its error envelope.
+async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
+    let Admitted {
+        turn,
+        mut job,
+        kept,
+        span,
+    } = admitted;
+    if turn.stream {
+        // Routing is done: a stream names its profile in its headers like a completion.
+        let profile = profile_header(&turn.model.profile);
+        let request_id = HeaderValue::from_str(&turn.id.id).ok();
+        let writer = S::writer(&turn, kept);
+        let mut response = stream::respond(turn, job, span, writer);
+        let headers = response.headers_mut();
+        if let Some(profile) = profile {
+            headers.insert(PROFILE_HEADER, profile);
+        }
+        if let Some(id) = request_id {
+            for name in S::REQUEST_ID_HEADERS {
+                headers.insert(*name, id.clone());
+            }
+        }
+        return response;
+    }
+    async move {
+        let ended = wait(&mut job).await;
+        let mut response = match turn.conclude(ended).await {
+            Ok((text, outcome)) => {
+                let body = S::answer(&turn, &kept, &text, &outcome);
+                turn.store(&body, &text, &outcome).await;
+                let mut response = Json(body).into_response();
+                enforcement_headers(response.headers_mut(), &turn, &outcome);
+                response
+            }
+            Err(error) => S::refuse(error),
+        };
+        if let Ok(id) = HeaderValue::from_str(&turn.id.id) {
+            for name in S::REQUEST_ID_HEADERS {
+                response.headers_mut().insert(*name, id.clone());
+            }
+        }
+        response
+    }
+    .instrument(span)
+    .await
+}
+
+/// Admission: the body, at most `max_body_bytes` (refused from `Content-Length` before reading
+/// when it says more).
+pub(crate) async fn read_body(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, Rejection> {
+    let limit = app.config.max_body_bytes;
+    let too_large = || {
+        rejected("body_too_large")(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "request_too_large",
+            format!("The request body is larger than this proxy accepts ({limit} bytes)."),
+        ))
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())
+}
+
+/// Resolution: the model, with the profile `X-Enforce-Profile` names instead of its own (that
+/// name is returned: a named profile is not routed).
+fn resolve_model(
+    app: &App,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<(Model, Option<String>), Rejection> {
+    let Some(model) = app.models.get(id) else {
+        let error = ApiError {
+            param: Some("model"),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "model_not_found",
+                format!(
+                    "The model `{id}` does not exist on this proxy. Available: {}.",
+                    app.model_order.join(", ")
+                ),
+            )
+        };
+        return Err(rejected("unknown_model")(error));
+    };
+    let mut model = model.clone();
+    let profile = headers
+        .get(PROFILE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|n| !n.is_empty());
+    let Some(name) = profile else {
+        return Ok((model, None));
+    };
+    match app.profiles.get(name) {
+        Some(enforcer) => {
+            model.enforcer = enforcer.clone();
+            model.profile = name.to_string();
+            Ok((model, Some(name.to_string())))
+        }
+        None => {
+            let mut known: Vec<&str> = app.profiles.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            let error = ApiError::bad_request(
+                format!(
+                    "Unknown profile `{name}` in {PROFILE_HEADER}. Known profiles: {}.",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+                None,
+            );
+            Err(rejected("unknown_profile")(error))
+        }
+    }
+}
+
+/// Admission: this replica's concurrency permit (a 429 when none is free).
+fn take_permit(app: &App) -> Result<OwnedSemaphorePermit, Rejection> {
+    app.limiter
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| rejected("overloaded")(overloaded(app)))
+}
+
+/// Routing: the model's routes pick the profile before any model call (a classifier counts
+/// against the permit taken before). How it was routed, for the `enforcement` object, the
+/// audit and the metrics (`None`: the model has no routes).
+async fn route(
+    model: &mut Model,
+    body: &[u8],
+    headers: &HeaderMap,
+    messages: &[Message],
+) -> Option<Value> {
+    let routes = model.routes.clone()?;
+    let picked = routes.pick(body, headers, messages, &model.profile).await;
+    if let Some((enforcer, name)) = picked.choice() {
+        model.enforcer = enforcer.clone();
+        model.profile = name.to_string();
+    }
+    serde_json::to_value(&picked.record).ok()
+}
+
+/// The request's chat, its global slot and its session.
+struct SessionStage {
+    chat_id: Option<String>,
+    slot: Option<GlobalSlot>,
+    found: Option<SessionStatus>,
+}
+
+/// Session: the chat id (the `X-OpenWebUI-Chat-Id` header, else what the surface read from the
+/// body), the global concurrency slot, the chat's session (checked to live on this replica),
+/// and the hidden step markers put back on the assistant turns sent back.
+async fn open_session(
+    app: &App,
+    headers: &HeaderMap,
+    ask: &mut Ask,
+    model: &Model,
+) -> Result<SessionStage, Rejection> {
+    let chat_id = headers
+        .get(CHAT_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(non_empty)
+        .or_else(|| ask.chat_hint.take());
+    let slot = match (
+        &app.shared,
+        app.config.state.as_ref().map(|s| s.concurrency),
+    ) {
+        (Some(shared), Some(ConcurrencyScope::Global)) => {
+            // Held until the end of the request, and longer than it can run.
+            let ttl = app.config.request_timeout + Duration::from_secs(30);
+            match shared
+                .try_slot(app.config.max_concurrent, ttl, chat_id.as_deref())
+                .await
+            {
+                Some(Some(slot)) => Some(slot),
+                Some(None) => return Err(rejected("overloaded")(overloaded(app))),
+                // Redis failing: this replica's own limit still holds.
+                None => None,
+            }
+        }
+        _ => None,
+    };
+    let chat_id = match continued(app, ask).await? {
+        Some(earlier) => chat_id.or(Some(earlier)),
+        None => chat_id,
+    };
+    let mut found = match &chat_id {
+        Some(id) => app.sessions.get(id).await,
+        None => None,
+    };
+    if let (Some(id), Some(session)) = (&chat_id, &found) {
+        match runner_session_here(app, id, session).await {
+            Ok(true) => {}
+            // Its replica is gone: a fresh runner session with the conversation the client sent
+            // and the chat's step history.
+            Ok(false) => {
+                found = found.map(|s| SessionStatus {
+                    runner_session_id: None,
+                    ..s
+                });
+            }
+            Err(error) => return Err(rejected("session_on_other_replica")(error)),
+        }
+    }
+    if model.options.hide_step_marker {
+        if let (Some(session), Some(extract)) = (&found, &app.step_extractor) {
+            restore_hidden_markers(&mut ask.messages, session, extract);
+        }
+    }
+    Ok(SessionStage {
+        chat_id,
+        slot,
+        found,
+    })
+}
+
+/// Puts the stored conversation the request continues before its new input (after the new
+/// request's system messages, which replace the stored ones); the chat the stored answer
+/// belonged to.
+async fn continued(app: &App, ask: &mut Ask) -> Result<Option<String>, Rejection> {
+    let Some(id) = ask.continues.as_deref() else {
+        return Ok(None);
+    };
+    let Some(stored) = app.sessions.stored_response(id).await else {
+        let error = ApiError {
+            param: Some("previous_response_id"),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "previous_response_not_found",
+                format!("Previous response with id '{id}' not found: it was not stored (`store: false`), has expired, or never existed."),
+            )
+        };
+        return Err(rejected("unknown_response")(error));
+    };
+    let system = ask
+        .messages
+        .iter()
+        .take_while(|m| m.role == Role::System)
+        .count();
+    let new_input = ask.messages.split_off(system);
+    ask.messages.extend(stored.conversation);
+    ask.messages.extend(new_input);
+    Ok(stored.chat_id)
+}
+
+/// A trimmed, non-empty string.
+pub(crate) fn non_empty(s: &str) -> Option<String> {
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+/// The validators' context: the request's facts (the body's `enforce` field and the
+/// `X-Enforce-Context` header), the model, the chat and its previous step.
+fn context(
+    app: &App,
+    headers: &HeaderMap,
+    enforce: Option<Value>,
+    model: &Model,
+    session: &SessionStage,
+) -> Result<Context, Rejection> {
+    let facts = facts::request_facts(
+        enforce,
+        headers.get(facts::CONTEXT_HEADER).map(|v| v.as_bytes()),
+        app.config.max_context_bytes,
+    )
+    .map_err(rejected("bad_request"))?;
+    let mut context = Context::from(facts);
+    context.insert("model", model.id.clone());
+    if let Some(id) = &session.chat_id {
+        context.insert("chat_id", id.clone());
+    }
+    if let Some(last) = session.found.as_ref().and_then(|s| s.steps.last()) {
+        context.insert("previous_step", last.step.clone());
+    }
+    Ok(context)
+}
+
+fn overloaded(app: &App) -> ApiError {
+    ApiError {
+        retry_after: Some(app.config.retry_after_secs),
+        ..ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "too_many_requests",
+            "This proxy is busy checking other answers. Please try again in a moment.",
+        )
+    }
+}
+
+/// Whether the chat's runner session can be continued on this replica: `Ok(true)` when it was
+/// started here (or there is none), `Ok(false)` when the replica that started it is gone (the
+/// caller starts a fresh one), an error when that replica is alive (the load balancer sent the
+/// chat to the wrong replica) or cannot be asked. A runner session (a Claude CLI session) lives
+/// in its replica's files: resuming it elsewhere would fail or continue another conversation.
+async fn runner_session_here(
+    app: &App,
+    chat_id: &str,
+    session: &SessionStatus,
+) -> Result<bool, ApiError> {
+    let (Some(shared), Some(_), Some(owner)) = (
+        &app.shared,
+        &session.runner_session_id,
+        &session.runner_replica,
+    ) else {
+        return Ok(true);
+    };
+    if owner == shared.replica() {
+        return Ok(true);
+    }
+    let routing = "Route each chat to one replica (hash on the X-OpenWebUI-Chat-Id header), see the README's Operating section.";
+    match shared.is_alive(owner, chat_id).await {
+        Some(false) => {
+            tracing::warn!(
+                chat_id,
+                owner = %owner,
+                "the chat's runner session was on a replica that is gone: starting a fresh session with the conversation and step history"
+            );
+            Ok(false)
+        }
+        Some(true) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "invalid_request_error",
+            "session_on_other_replica",
+            format!(
+                "This chat's model session lives on the proxy replica `{owner}`, but the request reached `{}`. {routing}",
+                shared.replica()
+            ),
+        )),
+        None => Err(ApiError {
+            retry_after: Some(app.config.retry_after_secs),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "session_on_other_replica",
+                format!(
+                    "This chat's model session lives on the proxy replica `{owner}`, and whether that replica is still up cannot be checked right now (shared state unavailable). Please try again in a moment. {routing}"
+                ),
+            )
+        }),
+    }
+}
+
+/// Puts hidden step markers back on the assistant turns a client sends back, so the model sees
+/// its answers as it wrote them and is not taught to drop the marker. A turn is recognized by
+/// the digest of what the client received; an edited turn stays as the client sent it.
+fn restore_hidden_markers(
+    messages: &mut [Message],
+    session: &SessionStatus,
+    extract: &crate::StepExtractor,
+) {
+    for message in messages.iter_mut() {
+        if message.role != Role::Assistant || extract(&message.content).is_some() {
+            continue;
+        }
+        let digest = answer_digest(&message.content);
+        let hidden = session
+            .steps
+            .iter()
+            .rev()
+            .filter_map(|s| s.hidden.as_ref())
+            .find(|h| h.answer_digest == digest);
+        if let Some(hidden) = hidden {
+            let text = message.content.trim_end();
+            message.content = format!("{text}\n\n{}", hidden.marker);
+        }
+    }
+}
+
+/// The `X-Enforce-Profile` value naming the profile enforced (none when unnamed).
+fn profile_header(profile: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(profile)
+        .ok()
+        .filter(|_| !profile.is_empty())
+}
+
+/// The headers that say how an answer was checked, the same on every surface.
+pub(crate) fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome: &Outcome) {
+    headers.insert(
+        crate::ENFORCE_STATUS_HEADER,
+        HeaderValue::from_static(outcome.status.as_str()),
+    );
+    if let Ok(value) = HeaderValue::from_str(&crate::verdict::validation_status(outcome)) {
+        headers.insert(crate::VALIDATION_STATUS_HEADER, value);
+    }
+    headers.insert(
+        "x-enforce-attempts",
+        HeaderValue::from(outcome.attempts.len()),
+    );
+    if let Some(profile) = profile_header(&turn.model.profile) {
+        headers.insert(PROFILE_HEADER, profile);
+    }
+    // The request's time in the proxy minus the time spent waiting for the model.
+    let total = u64::try_from(turn.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let overhead_ms = total.saturating_sub(outcome.runner_us) as f64 / 1000.0;
+    if let Ok(value) = HeaderValue::from_str(&format!("{overhead_ms:.3}")) {
+        headers.insert(OVERHEAD_HEADER, value);
+    }
+}

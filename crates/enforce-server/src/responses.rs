@@ -1,0 +1,769 @@
+//! The OpenAI Responses surface (`POST /v1/responses`, `GET /v1/responses/{id}`): a Responses
+//! request translated into the shared [`Ask`] (in the chat-completions dialect the runners
+//! speak), the `response` object, its typed stream events with `sequence_number`, and the
+//! OpenAI error envelope.
+//!
+//! Translation: `instructions` → a system message; `input` (a string, or items: messages with
+//! `input_text`/`output_text`/`input_image`/`input_file` parts, `function_call` and
+//! `function_call_output`) → messages; function `tools` → chat tools; `text.format` →
+//! `response_format`; `max_output_tokens` → `max_tokens`; `reasoning.effort` →
+//! `reasoning_effort`. What cannot be carried is refused with a 400 naming the field.
+
+use crate::error::ApiError;
+use crate::pipeline::{non_empty, Ask, Surface};
+use crate::stream::{self, StreamWriter, CONTENT_PIECE};
+use crate::turn::{Turn, TurnId};
+use crate::verdict::enforcement_json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use enforce_core::{Message, Outcome, Role, ToolCall, Usage};
+use serde_json::{json, Map, Value};
+
+/// The Responses surface.
+pub(crate) struct Responses;
+
+/// Request fields echoed in the `response` object, as the client sent them.
+const ECHOED: &[&str] = &[
+    "instructions",
+    "tools",
+    "tool_choice",
+    "text",
+    "temperature",
+    "top_p",
+    "max_output_tokens",
+    "metadata",
+    "previous_response_id",
+    "parallel_tool_calls",
+    "store",
+    "truncation",
+    "user",
+    "reasoning",
+];
+
+/// Request fields this proxy cannot carry to a chat-completions upstream: refused, never
+/// dropped.
+const REFUSED: &[(&str, &str)] = &[
+    (
+        "background",
+        "background responses are not supported by this proxy",
+    ),
+    (
+        "conversation",
+        "conversations are not supported by this proxy; use `previous_response_id`",
+    ),
+    ("prompt", "stored prompts are not supported by this proxy"),
+];
+
+/// What the Responses surface keeps of its request for rendering: the echoed fields.
+pub(crate) struct Kept {
+    echo: Map<String, Value>,
+}
+
+impl Surface for Responses {
+    const NAME: &'static str = "responses";
+    const ID_PREFIX: &'static str = "resp_";
+    type Kept = Kept;
+    type Writer = ResponsesWriter;
+
+    fn parse(body: &[u8]) -> Result<(Ask, Kept), ApiError> {
+        parse_responses_request(body)
+    }
+
+    fn refuse(error: ApiError) -> Response {
+        error.into_response()
+    }
+
+    fn answer(turn: &Turn, kept: &Kept, text: &str, outcome: &Outcome) -> Value {
+        let mut enforcement = enforcement_json(outcome);
+        turn.add_route(&mut enforcement);
+        let output = output_items(&turn.id, text, &outcome.tool_calls);
+        response_object(
+            &turn.id,
+            &kept.echo,
+            "completed",
+            output,
+            outcome.usage,
+            enforcement,
+        )
+    }
+
+    fn writer(turn: &Turn, kept: Kept) -> ResponsesWriter {
+        ResponsesWriter {
+            id: turn.id.clone(),
+            echo: kept.echo,
+            sequence: 0,
+            reasoning: None,
+            next_index: 0,
+            completed: None,
+        }
+    }
+}
+
+fn invalid(message: impl Into<String>, param: &'static str) -> ApiError {
+    ApiError::bad_request(message, Some(param))
+}
+
+/// The text of a Responses `content` (a string, or parts); the parts that are not text
+/// (images, files, audio) in the chat dialect, passed on to the upstream.
+fn content_of(content: &Value) -> Result<(String, Vec<Value>), ApiError> {
+    let parts = match content {
+        Value::Null => return Ok((String::new(), Vec::new())),
+        Value::String(s) => return Ok((s.clone(), Vec::new())),
+        Value::Array(parts) => parts,
+        _ => {
+            return Err(invalid(
+                "An input message's `content` must be a string or an array of content parts.",
+                "input",
+            ))
+        }
+    };
+    let mut texts = Vec::new();
+    let mut other = Vec::new();
+    for part in parts {
+        match part.get("type").and_then(Value::as_str).unwrap_or("") {
+            "input_text" | "output_text" | "text" | "summary_text" => {
+                if let Some(text) = part.get("text").and_then(Value::as_str) {
+                    texts.push(text);
+                }
+            }
+            "refusal" => {
+                if let Some(text) = part.get("refusal").and_then(Value::as_str) {
+                    texts.push(text);
+                }
+            }
+            "input_image" => {
+                let url = part
+                    .get("image_url")
+                    .cloned()
+                    .or_else(|| part.get("file_id").map(|id| json!(format!("file:{id}"))))
+                    .unwrap_or(Value::Null);
+                let mut image = json!({"url": url});
+                if let Some(detail) = part.get("detail") {
+                    image["detail"] = detail.clone();
+                }
+                other.push(json!({"type": "image_url", "image_url": image}));
+            }
+            "input_file" => {
+                let mut file = Map::new();
+                for key in ["file_id", "file_data", "filename"] {
+                    if let Some(v) = part.get(key) {
+                        file.insert(key.into(), v.clone());
+                    }
+                }
+                other.push(json!({"type": "file", "file": file}));
+            }
+            "input_audio" => {
+                let audio = part.get("input_audio").cloned().unwrap_or(Value::Null);
+                other.push(json!({"type": "input_audio", "input_audio": audio}));
+            }
+            kind => {
+                return Err(invalid(
+                    format!("Content parts of type `{kind}` are not supported by this proxy."),
+                    "input",
+                ))
+            }
+        }
+    }
+    Ok((texts.join("\n"), other))
+}
+
+/// A message from text and the other parts: the parts (text first) are kept for the upstream.
+fn message_with_parts(role: Role, text: String, other: Vec<Value>) -> Message {
+    let mut message = Message::new(role, text);
+    if !other.is_empty() {
+        let mut parts = Vec::with_capacity(other.len() + 1);
+        if !message.content.is_empty() {
+            parts.push(json!({"type": "text", "text": message.content}));
+        }
+        parts.extend(other);
+        message.parts = parts;
+    }
+    message
+}
+
+/// The `input` items as messages.
+fn input_messages(input: &Value, messages: &mut Vec<Message>) -> Result<(), ApiError> {
+    let items = match input {
+        Value::String(text) => {
+            messages.push(Message::new(Role::User, text.clone()));
+            return Ok(());
+        }
+        Value::Array(items) => items,
+        _ => {
+            return Err(invalid(
+                "`input` must be a string or an array of input items.",
+                "input",
+            ))
+        }
+    };
+    for item in items {
+        let kind = item
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("message");
+        match kind {
+            "message" => {
+                let role = match item.get("role").and_then(Value::as_str).unwrap_or("") {
+                    "user" => Role::User,
+                    "assistant" => Role::Assistant,
+                    "system" | "developer" => Role::System,
+                    other => {
+                        return Err(invalid(
+                            format!("Unknown input message role `{other}`."),
+                            "input",
+                        ))
+                    }
+                };
+                let (text, other) = content_of(item.get("content").unwrap_or(&Value::Null))?;
+                messages.push(message_with_parts(role, text, other));
+            }
+            "function_call" => {
+                let field = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
+                let (call_id, name) = (field("call_id"), field("name"));
+                if call_id.is_empty() || name.is_empty() {
+                    return Err(invalid(
+                        "A `function_call` input item needs a `call_id` and a `name`.",
+                        "input",
+                    ));
+                }
+                let arguments = match item.get("arguments") {
+                    Some(Value::String(s)) => s.clone(),
+                    None | Some(Value::Null) => String::new(),
+                    Some(other) => other.to_string(),
+                };
+                let call = ToolCall::new(call_id, name, arguments);
+                // Calls of one turn follow each other: they belong to one assistant message.
+                match messages.last_mut() {
+                    Some(last) if last.role == Role::Assistant && last.parts.is_empty() => {
+                        last.tool_calls.push(call)
+                    }
+                    _ => messages.push(Message::assistant_calling("", vec![call])),
+                }
+            }
+            "function_call_output" => {
+                let call_id = item.get("call_id").and_then(Value::as_str).unwrap_or("");
+                if call_id.is_empty() {
+                    return Err(invalid(
+                        "A `function_call_output` input item needs the `call_id` of the call it answers.",
+                        "input",
+                    ));
+                }
+                let (output, _) = content_of(item.get("output").unwrap_or(&Value::Null))?;
+                messages.push(Message::tool(call_id, output));
+            }
+            // The model's reasoning of an earlier turn is not part of the conversation a chat
+            // upstream takes.
+            "reasoning" => {}
+            other => {
+                return Err(invalid(
+                    format!("Input items of type `{other}` are not supported by this proxy."),
+                    "input",
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Function tools in the chat dialect; any other tool type is refused.
+fn chat_tools(tools: &Value) -> Result<Value, ApiError> {
+    let Some(tools) = tools.as_array() else {
+        return Err(invalid("`tools` must be an array.", "tools"));
+    };
+    let mut out = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let kind = tool.get("type").and_then(Value::as_str).unwrap_or("");
+        if kind != "function" {
+            return Err(invalid(
+                format!("Tools of type `{kind}` are not supported by this proxy (only `function` tools)."),
+                "tools",
+            ));
+        }
+        let mut function = Map::new();
+        for key in ["name", "description", "parameters", "strict"] {
+            if let Some(v) = tool.get(key).filter(|v| !v.is_null()) {
+                function.insert(key.into(), v.clone());
+            }
+        }
+        out.push(json!({"type": "function", "function": function}));
+    }
+    Ok(Value::Array(out))
+}
+
+/// `text.format` as a chat `response_format` (none for plain text).
+fn response_format(text: &Value) -> Result<Option<Value>, ApiError> {
+    let Some(format) = text.get("format").filter(|f| !f.is_null()) else {
+        return Ok(None);
+    };
+    match format.get("type").and_then(Value::as_str).unwrap_or("") {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(json!({"type": "json_object"}))),
+        "json_schema" => {
+            let mut schema = Map::new();
+            for key in ["name", "description", "schema", "strict"] {
+                if let Some(v) = format.get(key).filter(|v| !v.is_null()) {
+                    schema.insert(key.into(), v.clone());
+                }
+            }
+            Ok(Some(json!({"type": "json_schema", "json_schema": schema})))
+        }
+        other => Err(invalid(
+            format!("`text.format` of type `{other}` is not supported by this proxy."),
+            "text",
+        )),
+    }
+}
+
+/// Parses a `POST /v1/responses` body.
+pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
+    })?;
+    let Value::Object(mut fields) = value else {
+        return Err(ApiError::bad_request(
+            "The request body must be a JSON object.",
+            None,
+        ));
+    };
+    let model = match fields.remove("model") {
+        Some(Value::String(m)) if !m.is_empty() => m,
+        _ => {
+            return Err(invalid(
+                "The request needs a `model` (one of the ids listed by /v1/models).",
+                "model",
+            ))
+        }
+    };
+    for (key, why) in REFUSED {
+        if fields
+            .get(*key)
+            .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+        {
+            return Err(invalid(format!("`{key}`: {why}."), key));
+        }
+    }
+    let mut echo = Map::new();
+    for key in ECHOED {
+        if let Some(v) = fields.get(*key) {
+            echo.insert((*key).to_string(), v.clone());
+        }
+    }
+    let mut messages = Vec::new();
+    if let Some(instructions) = fields.remove("instructions") {
+        match instructions {
+            Value::String(s) if !s.is_empty() => messages.push(Message::system(s)),
+            Value::String(_) | Value::Null => {}
+            _ => return Err(invalid("`instructions` must be a string.", "instructions")),
+        }
+    }
+    match fields.remove("input") {
+        Some(input) => input_messages(&input, &mut messages)?,
+        None => return Err(invalid("The request needs an `input`.", "input")),
+    }
+    if !messages.iter().any(|m| m.role != Role::System) {
+        return Err(invalid("`input` must hold at least one item.", "input"));
+    }
+    let continues = match fields.remove("previous_response_id") {
+        Some(Value::String(id)) if !id.is_empty() => Some(id),
+        None | Some(Value::Null) => None,
+        Some(_) => {
+            return Err(invalid(
+                "`previous_response_id` must be a response id.",
+                "previous_response_id",
+            ))
+        }
+    };
+    let store = fields.remove("store").and_then(|v| v.as_bool());
+    let stream = fields
+        .remove("stream")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    let enforce = fields.remove("enforce");
+    let chat_hint = fields
+        .get("metadata")
+        .and_then(|m| m.get("chat_id"))
+        .and_then(Value::as_str)
+        .and_then(non_empty)
+        .or_else(|| {
+            fields
+                .get("user")
+                .or_else(|| fields.get("safety_identifier"))
+                .and_then(Value::as_str)
+                .and_then(non_empty)
+        });
+    // What the upstream gets, in the chat-completions dialect.
+    let mut params = Map::new();
+    if let Some(tools) = fields.remove("tools").filter(|t| !t.is_null()) {
+        params.insert("tools".into(), chat_tools(&tools)?);
+    }
+    if let Some(choice) = fields.remove("tool_choice").filter(|c| !c.is_null()) {
+        let choice = match choice.get("name").and_then(Value::as_str) {
+            Some(name) if choice.get("type").and_then(Value::as_str) == Some("function") => {
+                json!({"type": "function", "function": {"name": name}})
+            }
+            _ => choice,
+        };
+        params.insert("tool_choice".into(), choice);
+    }
+    if let Some(text) = fields.remove("text") {
+        if let Some(format) = response_format(&text)? {
+            params.insert("response_format".into(), format);
+        }
+    }
+    if let Some(max) = fields.remove("max_output_tokens").filter(|m| !m.is_null()) {
+        params.insert("max_tokens".into(), max);
+    }
+    if let Some(effort) = fields
+        .remove("reasoning")
+        .and_then(|r| r.get("effort").cloned())
+        .filter(|e| !e.is_null())
+    {
+        params.insert("reasoning_effort".into(), effort);
+    }
+    for key in [
+        "temperature",
+        "top_p",
+        "parallel_tool_calls",
+        "user",
+        "metadata",
+        "safety_identifier",
+        "service_tier",
+        "seed",
+        "stop",
+    ] {
+        if let Some(v) = fields.remove(key).filter(|v| !v.is_null()) {
+            params.insert(key.into(), v);
+        }
+    }
+    let ask = Ask {
+        model,
+        messages,
+        params,
+        stream,
+        // A Responses answer always carries its usage.
+        include_usage: true,
+        enforce,
+        chat_hint,
+        continues,
+        // Stored unless the client says not to, as OpenAI does.
+        store: store != Some(false),
+    };
+    Ok((ask, Kept { echo }))
+}
+
+/// The id suffix shared by an answer's output items (`msg_…`, `fc_…`, `rs_…`).
+fn item_id(id: &TurnId, prefix: &str) -> String {
+    let suffix = id.id.strip_prefix(Responses::ID_PREFIX).unwrap_or(&id.id);
+    format!("{prefix}{suffix}")
+}
+
+fn message_item(id: &TurnId, text: &str, status: &str) -> Value {
+    let content = if status == "completed" {
+        vec![json!({"type": "output_text", "text": text, "annotations": []})]
+    } else {
+        Vec::new()
+    };
+    json!({
+        "id": item_id(id, "msg_"),
+        "type": "message",
+        "status": status,
+        "role": "assistant",
+        "content": content,
+    })
+}
+
+fn call_item(id: &TurnId, index: usize, call: &ToolCall, arguments: &str, status: &str) -> Value {
+    json!({
+        "id": format!("{}_{index}", item_id(id, "fc_")),
+        "type": "function_call",
+        "status": status,
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": arguments,
+    })
+}
+
+/// The output items of an answer: its text as one `message` (none when it only calls tools),
+/// then one `function_call` per call.
+fn output_items(id: &TurnId, text: &str, calls: &[ToolCall]) -> Vec<Value> {
+    let mut items = Vec::with_capacity(calls.len() + 1);
+    if !text.is_empty() || calls.is_empty() {
+        items.push(message_item(id, text, "completed"));
+    }
+    for (index, call) in calls.iter().enumerate() {
+        items.push(call_item(id, index, call, &call.arguments, "completed"));
+    }
+    items
+}
+
+fn usage_json(usage: Option<Usage>) -> Value {
+    let u = usage.unwrap_or_default();
+    json!({
+        "input_tokens": u.input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": u.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": u.total(),
+    })
+}
+
+/// A `response` object.
+fn response_object(
+    id: &TurnId,
+    echo: &Map<String, Value>,
+    status: &str,
+    output: Vec<Value>,
+    usage: Option<Usage>,
+    enforcement: Value,
+) -> Value {
+    let mut object = json!({
+        "id": id.id,
+        "object": "response",
+        "created_at": id.created,
+        "status": status,
+        "model": id.model,
+        "output": output,
+        "error": null,
+        "incomplete_details": null,
+        "parallel_tool_calls": true,
+        "tool_choice": "auto",
+        "tools": [],
+        "text": {"format": {"type": "text"}},
+        "metadata": {},
+        "store": true,
+    });
+    if let Value::Object(map) = &mut object {
+        for (key, value) in echo {
+            map.insert(key.clone(), value.clone());
+        }
+        if status != "in_progress" {
+            map.insert("usage".into(), usage_json(usage));
+        }
+        if !enforcement.is_null() {
+            map.insert("enforcement".into(), enforcement);
+        }
+    }
+    object
+}
+
+/// Writes a Responses stream: `response.created` and `response.in_progress` at once, drafts
+/// as a `reasoning` item's summary text (what clients show as thinking), then the answer's
+/// items with their delta and done events, and `response.completed`, or `response.failed`.
+/// Every event carries its `sequence_number`.
+pub(crate) struct ResponsesWriter {
+    id: TurnId,
+    echo: Map<String, Value>,
+    sequence: u64,
+    /// The reasoning item showing drafts: its output index and text so far.
+    reasoning: Option<(usize, String)>,
+    /// The output index of the next item.
+    next_index: usize,
+    /// The completed response, until it is taken for storing.
+    completed: Option<Value>,
+}
+
+impl ResponsesWriter {
+    fn event(&mut self, kind: &str, mut body: Value, out: &mut Vec<u8>) {
+        if let Value::Object(map) = &mut body {
+            map.insert("type".into(), Value::String(kind.to_string()));
+            map.insert("sequence_number".into(), Value::from(self.sequence));
+        }
+        self.sequence += 1;
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(kind.as_bytes());
+        out.push(b'\n');
+        stream::push_data(out, &body);
+    }
+
+    /// Closes the reasoning item of the drafts, if one is open.
+    fn close_reasoning(&mut self, out: &mut Vec<u8>) {
+        let Some((index, text)) = self.reasoning.take() else {
+            return;
+        };
+        let item_id = item_id(&self.id, "rs_");
+        let part = json!({"type": "summary_text", "text": text});
+        let at = json!({"item_id": item_id, "output_index": index, "summary_index": 0});
+        let mut done = at.clone();
+        done["text"] = Value::String(text.clone());
+        self.event("response.reasoning_summary_text.done", done, out);
+        let mut part_done = at;
+        part_done["part"] = part.clone();
+        self.event("response.reasoning_summary_part.done", part_done, out);
+        let item = json!({"id": item_id, "type": "reasoning", "summary": [part]});
+        self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+            out,
+        );
+    }
+
+    fn text_item(&mut self, text: &str, out: &mut Vec<u8>) {
+        let index = self.next_index;
+        self.next_index += 1;
+        let item_id = item_id(&self.id, "msg_");
+        let added =
+            json!({"output_index": index, "item": message_item(&self.id, "", "in_progress")});
+        self.event("response.output_item.added", added, out);
+        let at = json!({"item_id": item_id, "output_index": index, "content_index": 0});
+        let empty = json!({"type": "output_text", "text": "", "annotations": []});
+        let mut part_added = at.clone();
+        part_added["part"] = empty;
+        self.event("response.content_part.added", part_added, out);
+        for piece in stream::pieces(text, CONTENT_PIECE) {
+            let mut delta = at.clone();
+            delta["delta"] = Value::String(piece.to_string());
+            delta["logprobs"] = json!([]);
+            self.event("response.output_text.delta", delta, out);
+        }
+        let mut done = at.clone();
+        done["text"] = Value::String(text.to_string());
+        done["logprobs"] = json!([]);
+        self.event("response.output_text.done", done, out);
+        let mut part_done = at;
+        part_done["part"] = json!({"type": "output_text", "text": text, "annotations": []});
+        self.event("response.content_part.done", part_done, out);
+        let item = message_item(&self.id, text, "completed");
+        self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+            out,
+        );
+    }
+
+    fn call_item(&mut self, number: usize, call: &ToolCall, out: &mut Vec<u8>) {
+        let index = self.next_index;
+        self.next_index += 1;
+        let item = call_item(&self.id, number, call, "", "in_progress");
+        let item_id = item["id"].clone();
+        self.event(
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+            out,
+        );
+        for piece in stream::pieces(&call.arguments, CONTENT_PIECE) {
+            let delta = json!({"item_id": item_id, "output_index": index, "delta": piece});
+            self.event("response.function_call_arguments.delta", delta, out);
+        }
+        let done = json!({
+            "item_id": item_id, "output_index": index,
+            "name": call.name, "arguments": call.arguments,
+        });
+        self.event("response.function_call_arguments.done", done, out);
+        let item = call_item(&self.id, number, call, &call.arguments, "completed");
+        self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+            out,
+        );
+    }
+}
+
+impl StreamWriter for ResponsesWriter {
+    fn open(&mut self, out: &mut Vec<u8>) {
+        let response = response_object(
+            &self.id,
+            &self.echo,
+            "in_progress",
+            Vec::new(),
+            None,
+            Value::Null,
+        );
+        self.event(
+            "response.created",
+            json!({"response": response.clone()}),
+            out,
+        );
+        self.event("response.in_progress", json!({"response": response}), out);
+    }
+
+    fn draft(&mut self, text: &str, out: &mut Vec<u8>) {
+        let item_id = item_id(&self.id, "rs_");
+        let index = match &self.reasoning {
+            Some((index, _)) => *index,
+            None => {
+                let index = self.next_index;
+                self.next_index += 1;
+                self.reasoning = Some((index, String::new()));
+                let item = json!({"id": item_id, "type": "reasoning", "summary": []});
+                self.event(
+                    "response.output_item.added",
+                    json!({"output_index": index, "item": item}),
+                    out,
+                );
+                let part = json!({
+                    "item_id": item_id, "output_index": index, "summary_index": 0,
+                    "part": {"type": "summary_text", "text": ""},
+                });
+                self.event("response.reasoning_summary_part.added", part, out);
+                index
+            }
+        };
+        if let Some((_, shown)) = &mut self.reasoning {
+            shown.push_str(text);
+        }
+        let delta = json!({
+            "item_id": item_id, "output_index": index, "summary_index": 0, "delta": text,
+        });
+        self.event("response.reasoning_summary_text.delta", delta, out);
+    }
+
+    fn answer(
+        &mut self,
+        turn: &Turn,
+        text: &str,
+        outcome: &Outcome,
+        _summary: Option<&str>,
+        out: &mut Vec<u8>,
+    ) {
+        self.close_reasoning(out);
+        let calls = &outcome.tool_calls;
+        if !text.is_empty() || calls.is_empty() {
+            self.text_item(text, out);
+        }
+        for (number, call) in calls.iter().enumerate() {
+            self.call_item(number, call, out);
+        }
+        let kept = Kept {
+            echo: std::mem::take(&mut self.echo),
+        };
+        let response = Responses::answer(turn, &kept, text, outcome);
+        self.event("response.completed", json!({"response": &response}), out);
+        self.completed = Some(response);
+    }
+
+    fn stored(&mut self) -> Option<Value> {
+        self.completed.take()
+    }
+
+    fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>) {
+        self.close_reasoning(out);
+        let mut response = response_object(
+            &self.id,
+            &self.echo,
+            "failed",
+            Vec::new(),
+            None,
+            error.enforcement.as_deref().cloned().unwrap_or(Value::Null),
+        );
+        response["error"] = json!({"code": error.code, "message": error.message});
+        // The HTTP status the error stands for: SDKs that map stream errors to one
+        // (`@ai-sdk/openai`) then do not retry an answer that failed its checks.
+        let body = json!({"response": response, "status": error.status.as_u16()});
+        self.event("response.failed", body, out);
+    }
+
+    fn unfinished() -> Bytes {
+        let error = stream::interrupted();
+        let body = json!({
+            "type": "error",
+            "code": error.code,
+            "message": error.message,
+            "param": null,
+            "status": StatusCode::INTERNAL_SERVER_ERROR.as_u16(),
+        });
+        let mut tail = b"event: error\n".to_vec();
+        stream::push_data(&mut tail, &body);
+        Bytes::from(tail)
+    }
+}

@@ -1,0 +1,263 @@
+//! The verdict in words and data, the same on every surface: the `enforcement` object, the
+//! `validation_status` and what a failure means for the person waiting ([`outcome_failure`],
+//! [`runner_failure`]). A surface only wraps these in its own envelope.
+
+use crate::error::ApiError;
+use axum::http::StatusCode;
+use enforce_core::{Issue, Outcome, RunnerError, Status, StopReason};
+use serde_json::{json, Value};
+
+fn issue_json(issue: &Issue) -> Value {
+    json!({
+        "validator": issue.validator,
+        "code": issue.code,
+        "message": issue.message,
+        "hint": issue.hint,
+        "severity": issue.severity.as_str(),
+        "line": issue.line,
+    })
+}
+
+/// The per-type layer's `validation_status` of an outcome, one value per case (documented in
+/// README's "How each answer was checked"):
+///
+/// | value | when |
+/// |---|---|
+/// | `""` | passed or repaired, every check ran |
+/// | `<NAME>_UNAVAILABLE` | a validator gave no verdict (failed open or closed, switched off, breaker open): its configured name upper-cased, e.g. `PARSER_UNAVAILABLE` for `parser` |
+/// | `INVALID_UNRESOLVED` | the checks ran and the answer still failed them (unresolved, aborted, or replaced by a fallback) |
+pub fn validation_status(outcome: &Outcome) -> String {
+    let unavailable = |name: &str| format!("{}_UNAVAILABLE", name.to_ascii_uppercase());
+    if outcome.status == Status::Unavailable {
+        return outcome
+            .unavailable()
+            .map_or_else(|| unavailable("VALIDATOR"), |u| unavailable(&u.validator));
+    }
+    if outcome.status.is_success() && !outcome.fallback_used {
+        return outcome
+            .unchecked_validators()
+            .first()
+            .map_or_else(String::new, |name| unavailable(name));
+    }
+    "INVALID_UNRESOLVED".to_string()
+}
+
+/// The `enforcement` object added to completions, finish chunks and errors.
+pub fn enforcement_json(outcome: &Outcome) -> Value {
+    let repairs: Vec<&str> = outcome
+        .attempts
+        .iter()
+        .flat_map(|a| a.repairs.iter().map(String::as_str))
+        .collect();
+    let unchecked = outcome.unchecked_validators();
+    let mut object = json!({
+        "status": outcome.status.as_str(),
+        // Passed or repaired with every check run; `false` says someone must not trust it blindly.
+        "validated": outcome.status.is_success() && !outcome.fallback_used && unchecked.is_empty(),
+        "unchecked_validators": unchecked,
+        "stop_reason": outcome.stop_reason,
+        "attempts": outcome.attempts.len(),
+        "issues": outcome.issues.iter().map(issue_json).collect::<Vec<_>>(),
+        "warnings": outcome.warnings.iter().map(issue_json).collect::<Vec<_>>(),
+        "repairs": repairs,
+        "fallback_used": outcome.fallback_used,
+        "validation_status": validation_status(outcome),
+    });
+    // The input stage's verdict, only for profiles that have one.
+    if let (Some(input), Value::Object(map)) = (&outcome.input, &mut object) {
+        let mut check = json!({
+            "passed": input.passed,
+            "action": input.action,
+            "issues": input.issues.iter().map(issue_json).collect::<Vec<_>>(),
+        });
+        if let (Some(r), Value::Object(c)) = (&input.reformulation, &mut check) {
+            c.insert(
+                "reformulation".into(),
+                json!({
+                    "hook": r.hook,
+                    "question": r.question,
+                    "context_changed": r.context_changed,
+                    "error": r.error,
+                }),
+            );
+        }
+        map.insert("input".into(), check);
+    }
+    object
+}
+
+fn describe_issues(issues: &[Issue]) -> String {
+    let mut lines = Vec::with_capacity(issues.len());
+    for issue in issues {
+        let mut line = format!("- {}: {}", issue.code, issue.message.trim_end_matches('.'));
+        if let Some(l) = issue.line {
+            line.push_str(&format!(" (line {l})"));
+        }
+        line.push('.');
+        if let Some(hint) = &issue.hint {
+            line.push_str(&format!(" {}", hint.trim()));
+        }
+        lines.push(line);
+    }
+    lines.join("\n")
+}
+
+/// What a runner failure means for the person waiting, and the HTTP status it maps to.
+pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
+    let when = if attempt > 1 {
+        format!(" while re-asking (attempt {attempt})")
+    } else {
+        String::new()
+    };
+    match error {
+        RunnerError::Timeout { after_ms } => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_error",
+            "upstream_timeout",
+            format!(
+                "The model did not answer in time{when} (gave up after {:.1} s). Please try again; if it keeps happening, ask for a shorter answer.",
+                *after_ms as f64 / 1000.0
+            ),
+        ),
+        // A success status with a broken body: the connection dropped mid-answer.
+        RunnerError::Upstream {
+            status: Some(200..=299),
+            message,
+        } => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_cut_off",
+            format!(
+                "The model's answer was cut off before it was complete{when} ({}). Please try again.",
+                message.trim().trim_end_matches('.')
+            ),
+        ),
+        RunnerError::Upstream { status, message } => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_error",
+            format!(
+                "The model server reported an error{when}{}: {}. Please try again in a moment.",
+                status.map(|s| format!(" (HTTP {s})")).unwrap_or_default(),
+                message.trim().trim_end_matches('.')
+            ),
+        ),
+        RunnerError::Process { message, .. } => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "runner_failed",
+            format!(
+                "The model could not be run{when}: {}. Please tell the administrator of this proxy.",
+                message.trim().trim_end_matches('.')
+            ),
+        ),
+        RunnerError::Protocol { message } => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_protocol_error",
+            format!(
+                "The model's reply was cut off or could not be read{when}: {}. Please try again.",
+                message.trim().trim_end_matches('.')
+            ),
+        ),
+        // The model cannot serve this at all (missing or broken model file, a prompt longer
+        // than its context): retrying will not help, the operator or the client must act.
+        RunnerError::Unavailable { message } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "upstream_error",
+            "model_unavailable",
+            format!(
+                "The model cannot answer this request{when}: {}.",
+                message.trim().trim_end_matches('.')
+            ),
+        ),
+        // A kind of failure enforce-core learns later: still the runner's fault, in its words.
+        other => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "runner_failed",
+            format!("The model could not answer{when}: {other}. Please try again."),
+        ),
+    }
+}
+
+/// The error for an enforcement that ended without a deliverable answer.
+pub fn outcome_failure(outcome: &Outcome) -> ApiError {
+    let attempts = outcome.attempts.len();
+    let mut error = if let Some(runner_error) = outcome.runner_error() {
+        runner_failure(runner_error, attempts + 1)
+    } else if outcome.stop_reason == StopReason::InputRejected {
+        let errors: Vec<Issue> = outcome
+            .input
+            .iter()
+            .flat_map(|i| i.issues.iter().filter(|i| i.is_error()).cloned())
+            .collect();
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "input_rejected",
+            format!(
+                "The request was not sent to the model because it did not pass the input checks:\n{}",
+                describe_issues(&errors)
+            ),
+        )
+    } else if outcome.status == Status::Unavailable {
+        let (who, why) = outcome
+            .unavailable()
+            .map(|u| (u.validator.as_str(), u.reason.as_str()))
+            .unwrap_or(("a validator", "no verdict"));
+        ApiError {
+            retry_after: Some(5),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "enforcement_error",
+                "validator_unavailable",
+                format!(
+                    "The answer could not be checked because the check `{who}` is unavailable ({why}), so it was not shown. Please try again in a moment."
+                ),
+            )
+        }
+    } else if outcome.response.is_none() {
+        ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "no_answer",
+            "The model gave no answer. Please try again.",
+        )
+    } else {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "enforcement_error",
+            "enforcement_unresolved",
+            format!(
+                "The model's answer still broke the required format after {attempts} attempt(s), so it was not shown. What was wrong:\n{}\nPlease try again or rephrase your request.",
+                describe_issues(&outcome.issues)
+            ),
+        )
+    };
+    error.enforcement = Some(Box::new(enforcement_json(outcome)));
+    error.enforce_status = Some(outcome.status.as_str());
+    error
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model that cannot serve the request (the local runner's missing file) is a 503 that
+    /// names what is missing, not a generic failure.
+    #[test]
+    fn an_unavailable_model_is_a_503_naming_the_cause() {
+        let error = RunnerError::Unavailable {
+            message: "model file /m/x.gguf not found".into(),
+        };
+        let api = runner_failure(&error, 1);
+        assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(api.code, "model_unavailable");
+        assert!(
+            api.message.contains("/m/x.gguf not found"),
+            "{}",
+            api.message
+        );
+    }
+}

@@ -1,0 +1,139 @@
+"""Drives the real anthropic Python SDK against a server speaking the Messages API and prints
+one JSON line per case: what the SDK made of the answer (its own types), or the exception it
+raised. The Rust test (anthropic_sdk.rs) starts the server, runs this with the SDK installed
+into a venv under target/, and asserts on the lines.
+
+Usage: python anthropic_sdk.py BASE_URL MODEL
+"""
+
+import json
+import sys
+
+import anthropic
+
+BASE_URL, MODEL = sys.argv[1], sys.argv[2]
+client = anthropic.Anthropic(base_url=BASE_URL, api_key="sk-ant-test", max_retries=0)
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+
+
+def blocks(message):
+    out = []
+    for block in message.content:
+        if block.type == "text":
+            out.append({"type": "text", "text": block.text})
+        elif block.type == "tool_use":
+            out.append({"type": "tool_use", "name": block.name, "input": block.input})
+        else:
+            out.append({"type": block.type})
+    return out
+
+
+def enforcement(message):
+    extra = getattr(message, "model_extra", None) or {}
+    return extra.get("enforcement", {}).get("status")
+
+
+def case(name, run):
+    try:
+        result = run()
+        result["ok"] = True
+    except anthropic.APIStatusError as e:
+        result = {
+            "ok": False,
+            "error": type(e).__name__,
+            "status": e.status_code,
+            "message": str(e),
+        }
+    except Exception as e:  # anything else is a failure of the server's wire format
+        result = {"ok": False, "error": type(e).__name__, "message": str(e)}
+    result["case"] = name
+    print(json.dumps(result), flush=True)
+
+
+def create_text():
+    m = client.messages.create(
+        model=MODEL,
+        max_tokens=64,
+        system="Be brief.",
+        messages=[{"role": "user", "content": "Say hello"}],
+    )
+    return {
+        "blocks": blocks(m),
+        "stop_reason": m.stop_reason,
+        "usage": [m.usage.input_tokens, m.usage.output_tokens],
+        "enforcement": enforcement(m),
+        "request_id": m._request_id,
+    }
+
+
+def stream_text():
+    with client.messages.stream(
+        model=MODEL,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Say hello"}],
+    ) as stream:
+        deltas = list(stream.text_stream)
+        m = stream.get_final_message()
+    return {
+        "deltas": deltas,
+        "blocks": blocks(m),
+        "stop_reason": m.stop_reason,
+        "usage": [m.usage.input_tokens, m.usage.output_tokens],
+    }
+
+
+def create_tool():
+    m = client.messages.create(
+        model=MODEL,
+        max_tokens=64,
+        tools=[WEATHER],
+        messages=[{"role": "user", "content": "What is the weather in Oslo?"}],
+    )
+    return {"blocks": blocks(m), "stop_reason": m.stop_reason}
+
+
+def stream_tool():
+    with client.messages.stream(
+        model=MODEL,
+        max_tokens=64,
+        tools=[WEATHER],
+        messages=[{"role": "user", "content": "What is the weather in Oslo?"}],
+    ) as stream:
+        m = stream.get_final_message()
+    return {"blocks": blocks(m), "stop_reason": m.stop_reason}
+
+
+def create_unresolved():
+    m = client.messages.create(
+        model=MODEL,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Break the contract"}],
+    )
+    return {"blocks": blocks(m)}
+
+
+def stream_unresolved():
+    with client.messages.stream(
+        model=MODEL,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Break the contract"}],
+    ) as stream:
+        m = stream.get_final_message()
+    return {"blocks": blocks(m)}
+
+
+case("create_text", create_text)
+case("stream_text", stream_text)
+case("create_tool", create_tool)
+case("stream_tool", stream_tool)
+case("create_unresolved", create_unresolved)
+case("stream_unresolved", stream_unresolved)

@@ -1,0 +1,191 @@
+//! The real anthropic Python SDK against `POST /v1/messages`: `messages.create` and
+//! `messages.stream`, text and a tool, and an unresolved answer, which the SDK must raise as
+//! its own error type with enforce's message in it. The SDK installs itself into a venv under
+//! the target directory on first use (PyPI); without python3 the test says "skipped".
+
+use crate::common::{marker_enforcer_retries, server_with, Harness};
+use enforce_core::{async_trait, Reply, Request, Runner, RunnerError, ToolCall};
+use enforce_server::{FailureResponse, ModelOptions, ServerConfig};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+/// An answer the step-marker profile passes.
+const GOOD_MARKED: &str = "Because it is faster.\n<!-- STEP: why -->";
+
+/// Answers by the question: a tool call for the weather, an answer without the step marker
+/// for "Break", else a passing answer.
+struct ByQuestion;
+
+impl ByQuestion {
+    fn reply(request: &Request) -> Reply {
+        let question = request.last_user_text().unwrap_or("");
+        if question.contains("weather") {
+            Reply {
+                tool_calls: vec![ToolCall::new(
+                    "toolu_1",
+                    "get_weather",
+                    r#"{"city": "Oslo"}"#,
+                )],
+                ..Reply::default()
+            }
+        } else if question.contains("Break") {
+            Reply::text("No marker here.")
+        } else {
+            Reply::text(GOOD_MARKED)
+        }
+    }
+}
+
+#[async_trait]
+impl Runner for ByQuestion {
+    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+        Ok(Self::reply(request))
+    }
+    async fn follow_up(&self, request: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
+        Ok(Self::reply(request))
+    }
+}
+
+/// The venv's python with the anthropic SDK, installed on first use; `None` (and why) when it
+/// cannot be had.
+fn sdk_python() -> Result<PathBuf, String> {
+    let target = option_env!("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let venv = target.join("py-anthropic");
+    let python = venv.join("bin/python");
+    let has_sdk = |python: &Path| {
+        Command::new(python)
+            .args(["-c", "import anthropic"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if python.exists() && has_sdk(&python) {
+        return Ok(python);
+    }
+    if Command::new("python3").arg("--version").output().is_err() {
+        return Err("python3 not found".into());
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .map_err(|e| format!("python3 -m venv failed: {e}"))?;
+    if !made.status.success() {
+        return Err(format!(
+            "python3 -m venv failed: {}",
+            String::from_utf8_lossy(&made.stderr)
+        ));
+    }
+    let installed = Command::new(venv.join("bin/pip"))
+        .args(["install", "-q", "anthropic>=2.10,<3"])
+        .output()
+        .map_err(|e| format!("pip failed: {e}"))?;
+    if !installed.status.success() || !has_sdk(&python) {
+        return Err(format!(
+            "pip could not install anthropic: {}",
+            String::from_utf8_lossy(&installed.stderr)
+        ));
+    }
+    Ok(python)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_anthropic_python_sdk_reads_answers_tools_and_errors() {
+    let python = match tokio::task::spawn_blocking(sdk_python).await.unwrap() {
+        Ok(python) => python,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let server = server_with(
+        ServerConfig::default(),
+        Arc::new(ByQuestion),
+        marker_enforcer_retries(false, 1),
+        ModelOptions {
+            on_unresolved: FailureResponse::Error,
+            ..ModelOptions::default()
+        },
+    );
+    let h = Harness::start(server).await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/anthropic_sdk.py");
+    let base = h.base.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(python).arg(script).arg(base).arg("m").output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let cases: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let case = |name: &str| {
+        cases
+            .iter()
+            .find(|c| c["case"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+            .clone()
+    };
+
+    let text = case("create_text");
+    assert_eq!(text["ok"], true, "{text}");
+    assert_eq!(text["blocks"][0]["text"], GOOD_MARKED);
+    assert_eq!(text["stop_reason"], "end_turn");
+    assert_eq!(
+        text["enforcement"], "passed",
+        "the SDK keeps the extra field"
+    );
+    assert!(text["request_id"].as_str().unwrap().starts_with("msg_"));
+
+    let streamed = case("stream_text");
+    assert_eq!(streamed["ok"], true, "{streamed}");
+    assert_eq!(
+        streamed["deltas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<String>(),
+        GOOD_MARKED
+    );
+    assert_eq!(streamed["blocks"][0]["text"], GOOD_MARKED);
+
+    for name in ["create_tool", "stream_tool"] {
+        let tool = case(name);
+        assert_eq!(tool["ok"], true, "{tool}");
+        assert_eq!(
+            tool["blocks"],
+            serde_json::json!([{"type": "tool_use", "name": "get_weather",
+                                "input": {"city": "Oslo"}}]),
+            "{name}"
+        );
+        assert_eq!(tool["stop_reason"], "tool_use");
+    }
+
+    // The SDK's own error types, with enforce's message in what it prints.
+    let failed = case("create_unresolved");
+    assert_eq!(failed["ok"], false);
+    assert_eq!(failed["error"], "UnprocessableEntityError", "{failed}");
+    assert_eq!(failed["status"], 422);
+    assert!(failed["message"]
+        .as_str()
+        .unwrap()
+        .contains("MISSING_STEP_MARKER"));
+    let failed = case("stream_unresolved");
+    assert_eq!(failed["ok"], false);
+    assert_eq!(failed["error"], "APIStatusError", "{failed}");
+    assert!(failed["message"]
+        .as_str()
+        .unwrap()
+        .contains("MISSING_STEP_MARKER"));
+}
