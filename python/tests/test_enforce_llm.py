@@ -202,7 +202,9 @@ def streaming_model(state):
             finally:
                 state["closed"] = True
 
-        return chunks()
+        # Kept alive here, so only an explicit close() (not garbage collection) closes it.
+        state["stream"] = chunks()
+        return state["stream"]
 
     return model
 
@@ -220,16 +222,16 @@ def test_early_abort_stops_consuming_a_streamed_answer(config):
 
 
 def test_early_abort_stops_an_async_stream(config):
-    state = {"calls": 0, "consumed_after_secret": 0, "closed": False}
+    state = {"calls": 0, "consumed_after_secret": 0, "closed": False, "streams": []}
 
     def model(messages):
         state["calls"] += 1
 
-        async def chunks():
+        async def chunks(call):
+            if call > 1:
+                yield "All clear."
+                return
             try:
-                if state["calls"] > 1:
-                    yield "All clear."
-                    return
                 yield "The code is SECRET-42 "
                 for _ in range(1000):
                     state["consumed_after_secret"] += 1
@@ -237,12 +239,20 @@ def test_early_abort_stops_an_async_stream(config):
             finally:
                 state["closed"] = True
 
-        return chunks()
+        state["streams"].append(chunks(state["calls"]))
+        return state["streams"][-1]
 
     enforcer = enforce_llm.Enforcer(profile="strict", model=model, config=config)
-    outcome = asyncio.run(enforcer.arun("What is the code?"))
+
+    async def main():
+        outcome = await enforcer.arun("What is the code?")
+        # Before asyncio.run's shutdown closes every async generator left open.
+        return outcome, state["closed"]
+
+    outcome, closed = asyncio.run(main())
     assert outcome.status == "passed", outcome
-    assert state["consumed_after_secret"] < 5 and state["closed"], state
+    assert closed, "the cut async stream was not closed"
+    assert state["consumed_after_secret"] < 5, state
 
 
 def test_a_failing_model_is_a_failed_attempt():
