@@ -90,6 +90,13 @@ fn root() -> PathBuf {
 fn cargo() -> Command {
     let mut cmd = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(root());
+    without_package_env(&mut cmd);
+    cmd
+}
+
+/// Removes from `cmd`'s environment what `cargo run` set for xtask's own package, for a command
+/// that runs cargo (cargo itself, maturin).
+fn without_package_env(cmd: &mut Command) {
     // `cargo run` gave xtask its own package variables. Build scripts that watch one of them
     // (ring watches CARGO_MANIFEST_DIR) would see a change between `cargo xtask …` and a plain
     // `cargo build`, and rebuild half the tree each time one follows the other.
@@ -105,7 +112,6 @@ fn cargo() -> Command {
             cmd.env_remove(key);
         }
     }
-    cmd
 }
 
 fn run(mut cmd: Command) -> Result<()> {

@@ -7,7 +7,7 @@
 //! maturin and pytest come from PyPI, installed by these steps into `target/python-venv`.
 //! Without python3, its venv module or pip, the Python tests print "skipped: ..." and pass.
 
-use crate::{root, run, Result};
+use crate::{root, run, without_package_env, Result};
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -93,6 +93,7 @@ fn pip_install(probe: &str, requirements: &[&str]) -> Result<()> {
 fn build_wheel(project: &str, release: bool) -> Result<PathBuf> {
     let out = target_dir().join("wheels");
     let mut maturin = Command::new(venv_bin("maturin"));
+    without_package_env(&mut maturin);
     maturin
         .current_dir(root().join(project))
         .args(["build", "--quiet", "--out"])
