@@ -22,7 +22,9 @@ import time
 
 import enforce_llm
 
-EMAIL_REGEX = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}"
+# The regex rule and the strings of bench-peers' scenario 1.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "crates", "enforce-bench", "python"))
+from peers import EMAIL_REGEX, strings  # noqa: E402
 
 CONFIG = f"""\
 validators:
@@ -48,17 +50,6 @@ profiles:
     validators: [person]
     max_retries: 2
 """
-
-
-def strings(n):
-    """The strings of bench-peers' scenario 1 (crates/enforce-bench/python/peers.py)."""
-    out = []
-    for i in range(n):
-        if i % 3 == 0:
-            out.append(f"Message {i}: please write to user{i}@example.com about the invoice.")
-        else:
-            out.append(f"Message {i}: the invoice for order {i} is attached, thank you.")
-    return out
 
 
 def per_call_ns(fn, items, repeat=5):

@@ -164,8 +164,7 @@ fn check(
     config: Option<PathBuf>,
     context: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Outcome> {
-    let loaded = load::profile(py, profile.as_deref(), config.as_deref())?;
-    check_text(py, &loaded.enforcer, text, context, Check::Report)
+    check_profile(py, text, profile, config, context, Check::Report)
 }
 
 /// Validates `text` and applies the repairs. See `Profile.repair`.
@@ -178,8 +177,20 @@ fn repair(
     config: Option<PathBuf>,
     context: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Outcome> {
+    check_profile(py, text, profile, config, context, Check::Repair)
+}
+
+/// `check` and `repair`: the profile loaded (or taken from the cache), then `check_text`.
+fn check_profile(
+    py: Python<'_>,
+    text: String,
+    profile: Option<String>,
+    config: Option<PathBuf>,
+    context: Option<&Bound<'_, PyAny>>,
+    mode: Check,
+) -> PyResult<Outcome> {
     let loaded = load::profile(py, profile.as_deref(), config.as_deref())?;
-    check_text(py, &loaded.enforcer, text, context, Check::Repair)
+    check_text(py, &loaded.enforcer, text, context, mode)
 }
 
 fn check_text(
