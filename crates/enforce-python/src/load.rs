@@ -1,0 +1,172 @@
+//! Profiles as the CLI loads them: `enforce.yaml` (or the built-in profiles), the plugins of the
+//! usual directories, errors with file:line:key. Loaded profiles are kept per (file, profile)
+//! and loaded again when the file changes, so a call per check costs a `stat`, not a parse.
+
+use crate::ConfigError as PyConfigError;
+use enforce_config::config::{Config, ConfigError, ConfigSource, Defaults, ProfileConfig};
+use enforce_config::{BuildEnv, ProfileSet, Registry};
+use enforce_core::Enforcer;
+use enforce_plugin_host::{plugin_search_path_from_env, PluginHost};
+use pyo3::exceptions::PyRuntimeWarning;
+use pyo3::prelude::*;
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// The file the CLI reads when no configuration is named.
+const DEFAULT_CONFIG_FILE: &str = "enforce.yaml";
+
+/// `enforce.yaml` as this package reads it: enforce-config's validation sections (copied as
+/// its documentation asks, so unknown keys stay errors with their line), and the sections of
+/// the `enforce` binary (`runner`, `models`, `server`) accepted unread, so one file serves the
+/// CLI, the proxy and Python.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ConfigFile {
+    plugin_dirs: Vec<PathBuf>,
+    defaults: Defaults,
+    validators: BTreeMap<String, serde_json::Value>,
+    profiles: BTreeMap<String, ProfileConfig>,
+    runner: IgnoredAny,
+    models: IgnoredAny,
+    server: IgnoredAny,
+}
+
+/// One profile, ready to use.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Its name.
+    pub name: String,
+    /// Its validators, policy and loop.
+    pub enforcer: Arc<Enforcer>,
+}
+
+/// What a loaded profile was built from: the file's modification time and size.
+type Stamp = Option<(SystemTime, u64)>;
+
+type Key = (Option<PathBuf>, Option<String>);
+
+/// The profiles loaded so far, with the stamp of the file each came from.
+type Cache = Mutex<HashMap<Key, (Stamp, Arc<Loaded>)>>;
+
+fn cache() -> &'static Cache {
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+fn stamp(path: &Path) -> Stamp {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+/// The profile `profile` of `config` (see `Profile` in lib.rs for the defaults), from the
+/// cache while the file is unchanged. Plugin load failures and name clashes are Python
+/// `RuntimeWarning`s, as the CLI prints them as warnings.
+pub fn profile(
+    py: Python<'_>,
+    profile: Option<&str>,
+    config: Option<&Path>,
+) -> PyResult<Arc<Loaded>> {
+    let file = match config {
+        Some(path) => Some(path.to_path_buf()),
+        None => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|p| p.exists()),
+    };
+    // The same relative name means another file after a change of directory.
+    let file = file.map(|f| std::path::absolute(&f).unwrap_or(f));
+    let key = (file.clone(), profile.map(str::to_string));
+    let stamp = file.as_deref().and_then(stamp);
+    if let Some((seen, loaded)) = cache().lock().ok().and_then(|c| c.get(&key).cloned()) {
+        if seen == stamp {
+            return Ok(loaded);
+        }
+    }
+    let mut warnings = Vec::new();
+    let loaded = load(profile, file.as_deref(), &mut warnings);
+    for warning in warnings {
+        let message = CString::new(warning.replace('\0', " ")).unwrap_or_default();
+        PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1)?;
+    }
+    let loaded = Arc::new(loaded.map_err(|e| PyConfigError::new_err(e.to_string()))?);
+    if let Ok(mut cache) = cache().lock() {
+        cache.insert(key, (stamp, Arc::clone(&loaded)));
+    }
+    Ok(loaded)
+}
+
+fn load(
+    profile: Option<&str>,
+    file: Option<&Path>,
+    warnings: &mut Vec<String>,
+) -> Result<Loaded, ConfigError> {
+    let (source, parsed) = match file {
+        Some(path) => {
+            let source = ConfigSource::read(path)?;
+            let parsed: ConfigFile = source.parse()?;
+            (Some(source), parsed)
+        }
+        None => (None, ConfigFile::default()),
+    };
+    let base = source.as_ref().map(ConfigSource::base_dir);
+    let plugin_dirs: Vec<PathBuf> = parsed
+        .plugin_dirs
+        .iter()
+        .map(|d| match &base {
+            Some(base) if d.is_relative() => base.join(d),
+            _ => d.clone(),
+        })
+        .collect();
+    let host = PluginHost::load_dirs(&plugin_search_path_from_env(&plugin_dirs));
+    for failure in host.failures() {
+        warnings.push(format!(
+            "plugin {} not loaded: {}",
+            failure.path.display(),
+            failure.error
+        ));
+    }
+    let mut registry = Registry::builtin();
+    for conflict in host.register_into(&mut registry) {
+        warnings.push(conflict.to_string());
+    }
+    let profiles = match &source {
+        None => ProfileSet::builtin(&registry, None).map_err(|e| ConfigError {
+            file: None,
+            line: None,
+            column: None,
+            key: Some(e.key),
+            message: e.message,
+        })?,
+        Some(source) => {
+            let config = Config {
+                plugin_dirs: parsed.plugin_dirs,
+                defaults: parsed.defaults,
+                validators: parsed.validators,
+                profiles: parsed.profiles,
+            };
+            ProfileSet::from_config(&config, &registry, &BuildEnv::new(source.base_dir()))
+                .map_err(|e| source.build_error(e))?
+        }
+    };
+    let name = profile
+        .unwrap_or_else(|| profiles.default_name())
+        .to_string();
+    let Some(found) = profiles.get(&name) else {
+        return Err(ConfigError {
+            file: file.map(Path::to_path_buf),
+            line: None,
+            column: None,
+            key: None,
+            message: format!(
+                "no profile named '{name}' (profiles: {})",
+                profiles.names().collect::<Vec<_>>().join(", ")
+            ),
+        });
+    };
+    Ok(Loaded {
+        enforcer: Arc::new(found.enforcer()),
+        name,
+    })
+}

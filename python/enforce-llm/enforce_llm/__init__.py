@@ -1,0 +1,221 @@
+"""enforce in Python: make LLM output meet a contract, in-process.
+
+Validators, re-asks with feedback, deterministic repairs and a typed outcome, run by the same
+Rust code as the ``enforce`` CLI and proxy::
+
+    import enforce_llm
+
+    outcome = enforce_llm.check("Which database?", profile="chat")
+    outcome.status          # "unresolved"
+    outcome.issues[0].code  # "MISSING_STEP_MARKER"
+
+    def model(messages):    # your own client: openai, litellm, LangChain, ...
+        return client.chat.completions.create(model="gpt-4o-mini", messages=messages)\\
+            .choices[0].message.content
+
+    outcome = enforce_llm.Enforcer(profile="chat", model=model).run("Which database?")
+
+Profiles come from ``config`` (an ``enforce.yaml``; default ``./enforce.yaml`` when it exists)
+or the built-in ones (``chat``, ``adr``); plugins load from the usual directories, as for the
+CLI. A bad file raises :class:`ConfigError` with the CLI's ``file:line:column: key: message``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import threading
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Union,
+)
+
+from ._native import ConfigError, Issue, Outcome, Profile, __version__, check, repair
+
+__all__ = [
+    "ConfigError",
+    "Enforcer",
+    "Issue",
+    "Message",
+    "Model",
+    "Outcome",
+    "Profile",
+    "check",
+    "repair",
+    "__version__",
+]
+
+Message = Dict[str, Any]
+"""One message: ``{"role": "system" | "user" | "assistant" | "tool", "content": str}``."""
+
+ModelAnswer = Union[str, Iterator[str], AsyncIterator[str], Awaitable[Any]]
+
+Model = Callable[[List[Message]], ModelAnswer]
+"""A model: called with the conversation, returns the answer as a string, an iterator or an
+async iterator of string chunks, or an awaitable of either (an ``async def`` function)."""
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Enforcer:
+    """A profile and a model: the re-ask loop with your own client as the model.
+
+    ``model(messages)`` receives the conversation as a list of message dicts. On a re-ask it
+    holds the original messages, the previous answer (``assistant``) and a ``user`` message with
+    the feedback naming every error (code, message, line, hint). It returns the answer as a
+    string, or an iterator of string chunks (streaming: an early abort stops consuming it and
+    closes it); it may be an ``async def`` function or return an async iterator.
+
+    The loop, the validators and the repairs run in Rust with the GIL released; only the calls
+    of ``model`` take it.
+    """
+
+    def __init__(
+        self,
+        profile: Optional[str] = None,
+        model: Optional[Model] = None,
+        config: Optional[PathLike] = None,
+    ) -> None:
+        self._profile = Profile(profile, _path(config))
+        self._model = model
+
+    @property
+    def profile(self) -> Profile:
+        """The loaded profile."""
+        return self._profile
+
+    def check(self, text: str, context: Optional[Mapping[str, Any]] = None) -> Outcome:
+        """Validates ``text`` without asking the model."""
+        return self._profile.check(text, _dict(context))
+
+    def repair(self, text: str, context: Optional[Mapping[str, Any]] = None) -> Outcome:
+        """Validates ``text`` and applies the deterministic repairs."""
+        return self._profile.repair(text, _dict(context))
+
+    def run(
+        self,
+        prompt_or_messages: Union[str, Sequence[Message]],
+        context: Optional[Mapping[str, Any]] = None,
+    ) -> Outcome:
+        """Asks the model, validates, re-asks with feedback, repairs; returns the outcome.
+
+        An ``async`` model is run on an event loop of this call's own; inside a running event
+        loop, use :meth:`arun`.
+        """
+        model = self._require_model()
+        loop: Optional[asyncio.AbstractEventLoop] = None
+
+        def call(messages: List[Message]) -> Union[str, Iterator[str]]:
+            nonlocal loop
+            answer = model(messages)
+            if inspect.isawaitable(answer) or hasattr(answer, "__aiter__"):
+                if loop is None:
+                    loop = asyncio.new_event_loop()
+                return _on_loop(answer, loop.run_until_complete)
+            return answer
+
+        try:
+            return self._profile.run(_messages(prompt_or_messages), call, _dict(context))
+        finally:
+            if loop is not None:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+    async def arun(
+        self,
+        prompt_or_messages: Union[str, Sequence[Message]],
+        context: Optional[Mapping[str, Any]] = None,
+    ) -> Outcome:
+        """:meth:`run` for async code: the loop runs on a worker thread, and the model's
+        coroutines and async iterators run on the caller's event loop, which stays free."""
+        model = self._require_model()
+        loop = asyncio.get_running_loop()
+
+        def on_caller_loop(awaitable: Awaitable[Any]) -> Any:
+            return asyncio.run_coroutine_threadsafe(_await(awaitable), loop).result()
+
+        def call(messages: List[Message]) -> Union[str, Iterator[str]]:
+            answer = model(messages)
+            if inspect.isawaitable(answer) or hasattr(answer, "__aiter__"):
+                return _on_loop(answer, on_caller_loop)
+            return answer
+
+        messages = _messages(prompt_or_messages)
+        return await loop.run_in_executor(
+            None, self._profile.run, messages, call, _dict(context)
+        )
+
+    def _require_model(self) -> Model:
+        if self._model is None:
+            raise TypeError("this Enforcer has no model: pass model=... to ask one")
+        return self._model
+
+    def __repr__(self) -> str:
+        return f"Enforcer(profile={self._profile.name!r}, model={self._model!r})"
+
+
+def _on_loop(answer: Any, wait: Callable[[Awaitable[Any]], Any]) -> Union[str, Iterator[str]]:
+    """An awaitable or async iterator as what the native loop takes: a string or a plain
+    iterator, each step waited for with ``wait``."""
+    if inspect.isawaitable(answer):
+        answer = wait(answer)
+    if hasattr(answer, "__aiter__"):
+        return _AsyncChunks(answer.__aiter__(), wait)
+    return answer
+
+
+class _AsyncChunks:
+    """An async iterator read as a plain one; ``close()`` (called by the loop when it stops
+    consuming) closes the async iterator too."""
+
+    def __init__(self, chunks: AsyncIterator[str], wait: Callable[[Awaitable[Any]], Any]):
+        self._chunks = chunks
+        self._wait = wait
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> "_AsyncChunks":
+        return self
+
+    def __next__(self) -> str:
+        try:
+            return self._wait(self._chunks.__anext__())
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        aclose = getattr(self._chunks, "aclose", None)
+        if aclose is not None:
+            self._wait(aclose())
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def _path(config: Optional[PathLike]) -> Optional[str]:
+    return None if config is None else os.fspath(config)
+
+
+def _dict(context: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    return None if context is None else dict(context)
+
+
+def _messages(prompt_or_messages: Union[str, Sequence[Message]]) -> Union[str, List[Message]]:
+    if isinstance(prompt_or_messages, str):
+        return prompt_or_messages
+    return [dict(m) for m in prompt_or_messages]

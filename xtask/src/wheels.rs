@@ -1,0 +1,191 @@
+//! The Python packages: `cargo xtask wheels` builds both wheels with maturin, and `cargo xtask
+//! test` builds the library wheel, installs it into a venv under target/ and runs pytest.
+//!
+//! - `python/enforce-llm`: the library (PyO3, abi3), crate `crates/enforce-python`.
+//! - `python/enforce-cli`: the `enforce` binary (`bindings = "bin"`), the root package.
+//!
+//! maturin and pytest come from PyPI, installed by these steps into `target/python-venv`.
+//! Without python3, its venv module or pip, the Python tests print "skipped: ..." and pass.
+
+use crate::{root, run, without_package_env, Result};
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// What the venv gets from PyPI (maturin's floor: the first to set
+/// `PYO3_BUILD_EXTENSION_MODULE`, which PyO3 0.26+ needs instead of a feature).
+const MATURIN: &str = "maturin>=1.9.4,<2";
+const PYTEST: &str = "pytest>=7";
+
+/// The two wheels: the folder of each pyproject.toml, below the repository.
+const LIBRARY: &str = "python/enforce-llm";
+const CLI: &str = "python/enforce-cli";
+
+fn target_dir() -> PathBuf {
+    env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+fn venv_dir() -> PathBuf {
+    target_dir().join("python-venv")
+}
+
+fn venv_bin(name: &str) -> PathBuf {
+    venv_dir().join("bin").join(name)
+}
+
+/// Why Python tests cannot run here, or `None` when a venv with pip is (now) in
+/// target/python-venv.
+fn ensure_venv() -> Option<String> {
+    let python = venv_bin("python");
+    if python.is_file() && quiet(Command::new(&python).args(["-m", "pip", "--version"])) {
+        return None;
+    }
+    if !quiet(Command::new("python3").arg("--version")) {
+        return Some("python3 not found".into());
+    }
+    // A venv without pip (Debian's python3 without python3-venv/ensurepip) is of no use.
+    let _ = std::fs::remove_dir_all(venv_dir());
+    let created = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(venv_dir())
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !created || !quiet(Command::new(&python).args(["-m", "pip", "--version"])) {
+        let _ = std::fs::remove_dir_all(venv_dir());
+        return Some(
+            "python3 cannot make a venv with pip (install the Debian package python3-venv)".into(),
+        );
+    }
+    None
+}
+
+/// `true` when `cmd` runs and succeeds (its output discarded).
+fn quiet(cmd: &mut Command) -> bool {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Installs `requirements` into the venv unless `probe` (a module name) imports already.
+fn pip_install(probe: &str, requirements: &[&str]) -> Result<()> {
+    let python = venv_bin("python");
+    if quiet(Command::new(&python).args(["-c", &format!("import {probe}")])) {
+        return Ok(());
+    }
+    let mut pip = Command::new(&python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ])
+    .args(requirements);
+    run(pip)
+}
+
+/// Builds the wheel of `project` (a folder with a pyproject.toml) into target/wheels and
+/// returns its path.
+fn build_wheel(project: &str, release: bool) -> Result<PathBuf> {
+    let out = target_dir().join("wheels");
+    let mut maturin = Command::new(venv_bin("maturin"));
+    without_package_env(&mut maturin);
+    maturin
+        .current_dir(root().join(project))
+        .args(["build", "--quiet", "--out"])
+        .arg(&out)
+        .arg("--interpreter")
+        .arg(venv_bin("python"))
+        .env("CARGO_TARGET_DIR", target_dir());
+    if release {
+        maturin.arg("--release");
+    }
+    if env::var_os("CI").is_some() {
+        maturin.arg("--locked");
+    }
+    run(maturin)?;
+    newest_wheel(&out, &distribution(project))
+}
+
+/// The distribution's file-name prefix: `python/enforce-llm` → `enforce_llm-`.
+fn distribution(project: &str) -> String {
+    let name = Path::new(project)
+        .file_name()
+        .map(|n| n.to_string_lossy().replace('-', "_"))
+        .unwrap_or_default();
+    format!("{name}-")
+}
+
+fn newest_wheel(dir: &Path, prefix: &str) -> Result<PathBuf> {
+    std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(prefix) && name.ends_with(".whl")
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .map(|e| e.path())
+        .ok_or_else(|| format!("no {prefix}*.whl in {}", dir.display()))
+}
+
+/// `cargo xtask wheels [--dev]`: both wheels into target/wheels (release builds; `--dev`
+/// builds the debug profile, quicker, for trying them out).
+pub fn wheels(args: &[String]) -> Result<()> {
+    let release = match args {
+        [] => true,
+        [flag] if flag == "--dev" => false,
+        _ => return Err("usage: cargo xtask wheels [--dev]".into()),
+    };
+    if let Some(why) = ensure_venv() {
+        return Err(format!("{why}: maturin cannot be installed"));
+    }
+    pip_install("maturin", &[MATURIN])?;
+    for project in [LIBRARY, CLI] {
+        let wheel = build_wheel(project, release)?;
+        println!("{}", wheel.display());
+    }
+    Ok(())
+}
+
+/// Part of `cargo xtask test`: the library wheel (debug build) installed into the venv and
+/// the pytest suite in python/tests run against it. Prints why and passes when Python, its
+/// venv module or PyPI are missing.
+pub fn pytest() -> Result<()> {
+    if let Some(why) = ensure_venv() {
+        eprintln!("xtask: skipped: {why}: the Python package tests (python/tests) did not run");
+        return Ok(());
+    }
+    if let Err(e) = pip_install("maturin, pytest", &[MATURIN, PYTEST]) {
+        eprintln!(
+            "xtask: skipped: maturin and pytest could not be installed from PyPI ({e}): the \
+             Python package tests (python/tests) did not run"
+        );
+        return Ok(());
+    }
+    let wheel = build_wheel(LIBRARY, false)?;
+    let mut install = Command::new(venv_bin("python"));
+    install
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--force-reinstall",
+        ])
+        .arg(&wheel);
+    run(install)?;
+    let mut pytest = Command::new(venv_bin("python"));
+    pytest
+        .current_dir(root())
+        .args(["-m", "pytest", "-q", "python/tests"])
+        // The suite tests the installed wheel, never a source tree on the path.
+        .env_remove("PYTHONPATH");
+    run(pytest)
+}
