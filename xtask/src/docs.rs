@@ -13,6 +13,8 @@
 use crate::{root, Result};
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
+#[cfg(test)]
+use std::path::Path;
 use std::path::PathBuf;
 
 /// The pattern the schema gives string fields that may hold a `${VAR}` reference instead of a
@@ -353,10 +355,209 @@ fn cell(text: &str) -> String {
         .replace('|', "\\|")
 }
 
+/// README.md is the front door, not the manual (issue 27): at most this many lines.
+pub(crate) const README_MAX_LINES: usize = 250;
+
+/// Book chapters other branches add (linked from the README before they land); the lead removes
+/// an entry when its file is merged.
+#[cfg(test)]
+const PENDING_PAGES: &[&str] = &["docs/python.md"];
+
+/// The Markdown files whose links are checked: the front door, the book, the guides.
+#[cfg(test)]
+fn checked_markdown() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = [
+        "README.md",
+        "ARCHITECTURE.md",
+        "CONTRIBUTING.md",
+        "RELIABILITY.md",
+        "SECURITY.md",
+        "BENCHMARKS.md",
+        "plugins/README.md",
+        "plugins/template/README.md",
+    ]
+    .iter()
+    .map(|f| root().join(f))
+    .collect();
+    for dir in ["docs", "docs/reference"] {
+        let entries = std::fs::read_dir(root().join(dir))
+            .into_iter()
+            .flatten()
+            .flatten();
+        files.extend(
+            entries
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "md")),
+        );
+    }
+    files.sort();
+    files
+}
+
+/// The `[text](target)` links of a Markdown text outside code blocks and code spans.
+#[cfg(test)]
+fn links(markdown: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut in_block = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if in_block {
+            continue;
+        }
+        // Code spans may hold `](`; drop them first.
+        let mut prose = String::new();
+        for (i, part) in line.split('`').enumerate() {
+            if i % 2 == 0 {
+                prose.push_str(part);
+            }
+        }
+        let mut rest = prose.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            found.push(after[..end].to_string());
+            rest = &after[end..];
+        }
+    }
+    found
+}
+
+/// GitHub's anchor of a heading: lower case, spaces to `-`, punctuation dropped.
+#[cfg(test)]
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+fn anchors(markdown: &str) -> Vec<String> {
+    let mut in_block = false;
+    let mut found = Vec::new();
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+        } else if !in_block && line.starts_with('#') {
+            found.push(anchor(line.trim_start_matches('#')));
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_readme_is_a_front_door() {
+        let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+        let lines = readme.lines().count();
+        assert!(
+            lines <= README_MAX_LINES,
+            "README.md has {lines} lines, more than {README_MAX_LINES}: move the detail into a \
+             chapter of docs/ and link it"
+        );
+    }
+
+    /// Every relative link of the front door, the book and the guides leads to a file of the
+    /// repository (and to a heading of it when it names one); none leads outside it.
+    #[test]
+    fn links_in_the_docs_resolve_inside_the_repository() {
+        let mut broken = Vec::new();
+        for file in checked_markdown() {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let dir = file.parent().unwrap();
+            for link in links(&text) {
+                let shown = file.strip_prefix(root()).unwrap().display().to_string();
+                if link.contains("://") || link.starts_with("mailto:") {
+                    broken.push(format!("{shown}: {link} points outside the repository"));
+                    continue;
+                }
+                let (path, fragment) = link.split_once('#').unwrap_or((link.as_str(), ""));
+                let target = if path.is_empty() {
+                    file.clone()
+                } else {
+                    dir.join(path)
+                };
+                let relative = normalised(&target);
+                if !target.exists() {
+                    if !PENDING_PAGES.contains(&relative.as_str()) {
+                        broken.push(format!("{shown}: {link} does not exist"));
+                    }
+                    continue;
+                }
+                if !fragment.is_empty() && target.extension().is_some_and(|e| e == "md") {
+                    let headings = anchors(&std::fs::read_to_string(&target).unwrap());
+                    if !headings.iter().any(|h| h == fragment) {
+                        broken.push(format!("{shown}: {link} names no heading of {relative}"));
+                    }
+                }
+            }
+        }
+        assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    }
+
+    /// `target` relative to the repository, with `..` resolved: `docs/python.md`.
+    fn normalised(target: &Path) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        let relative = target.strip_prefix(root()).unwrap_or(target);
+        for component in relative.components() {
+            match component {
+                std::path::Component::ParentDir => {
+                    parts.pop();
+                }
+                std::path::Component::Normal(p) => parts.push(p.to_string_lossy().into_owned()),
+                _ => {}
+            }
+        }
+        parts.join("/")
+    }
+
+    /// A crate README is the crate's page on the registry, where a relative link leads nowhere.
+    #[test]
+    fn publishable_crate_readmes_have_no_relative_links() {
+        let mut found = Vec::new();
+        for package in crate::package::publishable().unwrap() {
+            let manifest = crate::package::manifest_of(&package.name).unwrap();
+            let text = std::fs::read_to_string(&manifest).unwrap();
+            let readme = text
+                .lines()
+                .find_map(|l| l.strip_prefix("readme = "))
+                .map(|r| r.trim_matches('"').to_string())
+                .unwrap_or_else(|| "README.md".into());
+            let path = manifest.parent().unwrap().join(readme);
+            let Ok(readme) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            for link in links(&readme) {
+                if !link.starts_with('#') {
+                    found.push(format!("{}: {link}", path.display()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "links that break on a registry page:\n{}",
+            found.join("\n")
+        );
+    }
+
+    #[test]
+    fn links_and_anchors_are_read_as_github_does() {
+        let text = "# Early abort: stop a `failing` answer\n[a](x.md#y) `[no](z)` and [b](#c)\n```\n[no](w)\n```\n";
+        assert_eq!(links(text), ["x.md#y", "#c"]);
+        assert_eq!(anchors(text), ["early-abort-stop-a-failing-answer"]);
+    }
 
     #[test]
     fn types_read_as_words_and_links() {

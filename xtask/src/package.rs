@@ -41,6 +41,16 @@ pub(crate) fn publishable() -> Result<Vec<Publishable>> {
     Ok(publishable_in(&meta))
 }
 
+/// The manifest of the workspace package `name`.
+#[cfg(test)]
+pub(crate) fn manifest_of(name: &str) -> Result<std::path::PathBuf> {
+    crate::workspace_packages()?
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, manifest)| manifest)
+        .ok_or_else(|| format!("no workspace package {name}"))
+}
+
 /// The publishable packages of a `cargo metadata` document: `publish` is `null` for "anywhere"
 /// and a list of registries otherwise (`[]` for `publish = false`).
 fn publishable_in(meta: &serde_json::Value) -> Vec<Publishable> {

@@ -124,6 +124,8 @@ fn list_source(text: &str) -> Vec<String> {
     let mut container = Container::None;
     // The header of the current `impl` block, printed before its first public method.
     let mut pending_impl: Option<String> = None;
+    // The next top-level item carries `#[cfg(test)]` or `#[cfg(doctest)]`.
+    let mut only_in_tests = false;
     let mut i = 0;
     while i < lines.len() {
         let line = lines[i];
@@ -136,6 +138,9 @@ fn list_source(text: &str) -> Vec<String> {
                 break;
             }
         }
+        if indent == 0 && (trimmed == "#[cfg(doctest)]" || trimmed == "#[cfg(test)]") {
+            only_in_tests = true;
+        }
         if trimmed.is_empty() || trimmed.starts_with("//") || trimmed.starts_with('#') {
             i += 1;
             continue;
@@ -144,7 +149,9 @@ fn list_source(text: &str) -> Vec<String> {
             let (decl, next) = declaration(&lines, i, false);
             container = Container::None;
             pending_impl = None;
-            if let Some(rest) = trimmed.strip_prefix("macro_rules! ") {
+            if std::mem::take(&mut only_in_tests) {
+                // Not part of the API: an item that exists only in test or doctest builds.
+            } else if let Some(rest) = trimmed.strip_prefix("macro_rules! ") {
                 items.push(format!("macro_rules! {}", rest.trim_end_matches(" {")));
             } else if trimmed.starts_with("pub ") {
                 container = if decl.starts_with("pub enum ") {
@@ -342,6 +349,10 @@ where
 {
     value
 }
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 #[macro_export]
 macro_rules! export_plugin {
