@@ -356,7 +356,8 @@ fn cell(text: &str) -> String {
 }
 
 /// README.md is the front door, not the manual (issue 27): at most this many lines.
-pub(crate) const README_MAX_LINES: usize = 250;
+#[cfg(test)]
+const README_MAX_LINES: usize = 250;
 
 /// Book chapters other branches add (linked from the README before they land); the lead removes
 /// an entry when its file is merged.
