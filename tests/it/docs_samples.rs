@@ -64,7 +64,10 @@ fn every_yaml_sample_of_the_docs_is_valid_configuration() {
             }
         }
     }
-    assert!(checked > 10, "only {checked} YAML samples found: is the book where it was?");
+    assert!(
+        checked > 10,
+        "only {checked} YAML samples found: is the book where it was?"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 

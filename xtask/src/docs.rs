@@ -508,6 +508,21 @@ mod tests {
         assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
     }
 
+    /// Commands in the docs are relative to the repository: no page holds the path of the
+    /// checkout it was written in (as generated figures once did).
+    #[test]
+    fn the_docs_hold_no_path_of_this_checkout() {
+        let checkout = root().display().to_string();
+        for file in checked_markdown() {
+            let text = std::fs::read_to_string(&file).unwrap();
+            assert!(
+                !text.contains(&checkout),
+                "{} holds the absolute path {checkout}: write it relative to the repository",
+                file.display()
+            );
+        }
+    }
+
     /// `target` relative to the repository, with `..` resolved: `docs/python.md`.
     fn normalised(target: &Path) -> String {
         let mut parts: Vec<String> = Vec::new();

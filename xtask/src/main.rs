@@ -35,6 +35,8 @@ Commands:
   package         cargo package (and its verification build) of every publishable crate
   public-api      regenerate crates/*/public-api.txt, the recorded public APIs
   docs            regenerate docs/reference/*.md from schema/enforce.schema.json
+  plugin-template build plugins/template outside the workspace and use it with the enforce
+                  binary of target/debug (the last step of `test`)
   cycles          fail when modules of one crate import each other in a loop
   build-plugins   build every crate under plugins/ and copy the libraries to target/plugins
   bench [ARGS]    run the criterion benches (short measurement) and print a summary;
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         Some("package") => package::check(),
         Some("public-api") => public_api::write(),
         Some("docs") => docs::write(),
+        Some("plugin-template") => template::check(),
         Some("cycles") => workspace_packages().and_then(|p| module_cycles::check(&p)),
         Some("build-plugins") => build_plugins().map(|dir| println!("{}", dir.display())),
         Some("bench") => bench(&args[1..]),
