@@ -172,7 +172,9 @@ fn check_unpacked(packages: &[Publishable]) -> Result<()> {
         let name = format!("{}-{version}", p.name);
         let file = packaged.join(format!("{name}.crate"));
         let mut tar = std::process::Command::new("tar");
-        tar.arg("-xzf").arg(&file).arg("-C").arg(&dir);
+        // `-m`: the files get the time of unpacking, not the archive's, so cargo never takes
+        // a changed package for one it checked before.
+        tar.arg("-xmzf").arg(&file).arg("-C").arg(&dir);
         run(tar)?;
         members.push((p.name.clone(), name));
     }
