@@ -14,6 +14,7 @@
 
 mod bench_summary;
 mod docs;
+mod generated;
 mod module_cycles;
 mod package;
 mod public_api;
@@ -472,8 +473,8 @@ fn bench(extra: &[String]) -> Result<()> {
     }
 }
 
-/// Every workspace package: (name, manifest path).
-fn workspace_packages() -> Result<Vec<(String, PathBuf)>> {
+/// `cargo metadata --no-deps` of the workspace.
+fn workspace_metadata() -> Result<serde_json::Value> {
     let out = cargo()
         .args(["metadata", "--format-version", "1", "--no-deps"])
         .output()
@@ -484,8 +485,20 @@ fn workspace_packages() -> Result<Vec<(String, PathBuf)>> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))
+}
+
+/// The target directory cargo builds into: `CARGO_TARGET_DIR`, else `target/`.
+fn target_dir() -> PathBuf {
+    env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+/// Every workspace package: (name, manifest path).
+fn workspace_packages() -> Result<Vec<(String, PathBuf)>> {
+    let meta = workspace_metadata()?;
     let mut packages = Vec::new();
     for pkg in meta["packages"].as_array().into_iter().flatten() {
         if let (Some(name), Some(manifest)) = (pkg["name"].as_str(), pkg["manifest_path"].as_str())
@@ -510,9 +523,7 @@ fn plugin_packages() -> Result<Vec<String>> {
 
 /// Builds every plugin crate and copies its `cdylib` into `target/plugins`; returns that directory.
 fn build_plugins() -> Result<PathBuf> {
-    let target = env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
+    let target = target_dir();
     let dir = target.join("plugins");
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let packages = plugin_packages()?;
@@ -610,9 +621,7 @@ fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[Stri
         .args(features)
         .args(locked());
     run(build)?;
-    let target = env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
+    let target = target_dir();
     let mut harness = Command::new(target.join("release").join("enforce-bench"));
     harness
         .current_dir(root())

@@ -26,19 +26,7 @@ pub(crate) struct Publishable {
 
 /// The workspace packages without `publish = false`, from `cargo metadata`.
 pub(crate) fn publishable() -> Result<Vec<Publishable>> {
-    let out = cargo()
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .output()
-        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
-    Ok(publishable_in(&meta))
+    Ok(publishable_in(&crate::workspace_metadata()?))
 }
 
 /// The manifest of the workspace package `name`.
@@ -159,10 +147,7 @@ fn with_workspace_profile(cmd: &mut std::process::Command) {
 /// Unpacks the `.crate` files into `target/package/unpacked` as one workspace and runs `cargo
 /// check` on it.
 fn check_unpacked(packages: &[Publishable]) -> Result<()> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
-    let packaged = target.join("package");
+    let packaged = crate::target_dir().join("package");
     let dir = packaged.join("unpacked");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;

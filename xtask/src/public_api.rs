@@ -9,6 +9,7 @@
 //! `impl` block and the exported macros, each as its declaration without a body. It lists a
 //! `pub` item of a private module too, and no trait implementations: enough to see a change.
 
+use crate::generated::{self, Generated};
 use crate::{root, Result};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,33 +17,17 @@ use std::path::{Path, PathBuf};
 /// The crates whose public API is recorded.
 pub(crate) const RECORDED: &[&str] = &["enforce-core", "enforce-validators", "enforce-plugin-abi"];
 
-/// The file a crate's list is kept in.
-fn list_path(krate: &str) -> PathBuf {
-    root().join("crates").join(krate).join("public-api.txt")
+/// Every crate's list: (path relative to the repository, content).
+fn lists() -> Result<Vec<Generated>> {
+    RECORDED
+        .iter()
+        .map(|krate| Ok((format!("crates/{krate}/public-api.txt"), list_crate(krate)?)))
+        .collect()
 }
 
 /// Writes every crate's list.
 pub(crate) fn write() -> Result<()> {
-    for krate in RECORDED {
-        let path = list_path(krate);
-        std::fs::write(&path, list_crate(krate)?)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        eprintln!("xtask: wrote {}", path.display());
-    }
-    Ok(())
-}
-
-/// The crates whose checked-in list differs from their sources.
-#[cfg(test)]
-pub(crate) fn outdated() -> Result<Vec<&'static str>> {
-    let mut stale = Vec::new();
-    for krate in RECORDED {
-        let recorded = std::fs::read_to_string(list_path(krate)).unwrap_or_default();
-        if recorded != list_crate(krate)? {
-            stale.push(*krate);
-        }
-    }
-    Ok(stale)
+    generated::write(&lists()?)
 }
 
 /// The list of one crate: its `src/` files in path order, each with its public items.
@@ -407,7 +392,7 @@ mod tests {
     /// change, run `cargo xtask public-api` and commit the lists with the change.
     #[test]
     fn recorded_public_apis_are_current() {
-        let stale = outdated().expect("sources readable");
+        let stale = generated::stale(&lists().expect("sources readable"));
         assert!(
             stale.is_empty(),
             "the public API of {stale:?} changed: review the change against docs/stability.md, \

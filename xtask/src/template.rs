@@ -9,8 +9,8 @@
 //! directory and dev profile settings, so the dependencies the plugins were built with are
 //! reused.
 
-use crate::{cargo, root, Result};
-use std::path::{Path, PathBuf};
+use crate::{cargo, root, target_dir, Result};
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// The SDK dependency as the template declares it (right for `plugins/template`).
@@ -23,12 +23,6 @@ fn library_name() -> String {
         std::env::consts::DLL_PREFIX,
         std::env::consts::DLL_SUFFIX
     )
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
 }
 
 /// Copies, tests, builds and uses the template; removes the copy when it passed.
