@@ -24,7 +24,7 @@ fn committed_schema() -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn validator() -> jsonschema::Validator {
+pub(crate) fn validator() -> jsonschema::Validator {
     jsonschema::validator_for(&committed_schema()).unwrap()
 }
 
@@ -44,7 +44,7 @@ fn schema_errors(validator: &jsonschema::Validator, yaml: &str) -> Vec<(String, 
 }
 
 /// The schema's verdict on a YAML text: `Err` lists the violations.
-fn schema_verdict(validator: &jsonschema::Validator, yaml: &str) -> Result<(), String> {
+pub(crate) fn schema_verdict(validator: &jsonschema::Validator, yaml: &str) -> Result<(), String> {
     let errors = schema_errors(validator, yaml);
     if errors.is_empty() {
         return Ok(());

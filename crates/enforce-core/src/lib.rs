@@ -89,3 +89,15 @@ pub use validator::{
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The Rust examples of the repository's README.md and of the book's library chapter, compiled
+/// and run as doctests. Only in the repository: a packaged crate has no such files, and the
+/// `cfg` drops the item (and its `include_str!`) from every other build.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct RepositoryReadmeDoctests;
+
+/// See `RepositoryReadmeDoctests`.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/library.md")]
+pub struct LibraryChapterDoctests;

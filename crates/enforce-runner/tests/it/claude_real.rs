@@ -3,7 +3,8 @@
 //! re-ask resumes the session with feedback naming the code, and passes.
 //!
 //! The CLI is installed into the target directory with npm the first time; without npm the test
-//! says "skipped: npm not found" and passes.
+//! says "skipped: npm not found" and passes, and so it does, naming the registry, when npm's
+//! registry cannot be reached (a machine without network).
 
 use enforce_core::{Context, Enforcer, Policy, Request, Status};
 use enforce_runner::{ClaudeConfig, ClaudeRunner};
@@ -33,6 +34,10 @@ fn claude_cli() -> Option<PathBuf> {
         );
         return None;
     }
+    if let Err(why) = npm_registry_reachable() {
+        eprintln!("skipped: {why} (the real Claude Code CLI test installs {PACKAGE} from it)");
+        return None;
+    }
     std::fs::create_dir_all(&dir).expect("install directory");
     let status = Command::new("npm")
         .args([
@@ -49,6 +54,39 @@ fn claude_cli() -> Option<PathBuf> {
     assert!(status.success(), "npm install {PACKAGE} failed");
     assert!(bin.exists(), "npm installed no {}", bin.display());
     Some(bin)
+}
+
+/// Whether a TCP connection to npm's configured registry opens within a few seconds, so that a
+/// machine without network skips the test instead of failing in `npm install`.
+fn npm_registry_reachable() -> Result<(), String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let out = Command::new("npm")
+        .args(["config", "get", "registry"])
+        .output()
+        .map_err(|e| format!("npm config get registry failed: {e}"))?;
+    let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (default_port, rest) = match url.split_once("://") {
+        Some(("http", rest)) => (80, rest),
+        Some((_, rest)) => (443, rest),
+        None => (443, url.as_str()),
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let address = if authority.contains(':') {
+        authority.to_string()
+    } else {
+        format!("{authority}:{default_port}")
+    };
+    let unreachable =
+        |e: &dyn std::fmt::Display| format!("the npm registry {url} is unreachable ({e})");
+    let addrs = address.to_socket_addrs().map_err(|e| unreachable(&e))?;
+    let mut last = String::from("no address");
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(unreachable(&last))
 }
 
 const BAD: &str = "This is guaranteed to work. Here is a long explanation of why it always works, in every case, written slowly so the cut comes long before the end.";
