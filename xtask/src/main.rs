@@ -507,11 +507,14 @@ fn workspace_metadata() -> Result<serde_json::Value> {
         .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))
 }
 
-/// The target directory cargo builds into: `CARGO_TARGET_DIR`, else `target/`.
+/// The target directory cargo builds into: `CARGO_TARGET_DIR`, else `target/`; absolute, so
+/// that a cargo started in another directory (the plugin template's copy, the unpacked
+/// packages) builds into the same one.
 fn target_dir() -> PathBuf {
-    env::var_os("CARGO_TARGET_DIR")
+    let dir = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
+        .unwrap_or_else(|| root().join("target"));
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 /// Every workspace package: (name, manifest path).

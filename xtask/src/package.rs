@@ -184,6 +184,7 @@ fn check_unpacked(packages: &[Publishable]) -> Result<()> {
     check
         .current_dir(&dir)
         .args(["check", "--workspace", "--offline"])
+        .env("CARGO_TARGET_DIR", crate::target_dir())
         .args(feature_args(packages));
     with_workspace_profile(&mut check);
     run(check)
