@@ -211,6 +211,7 @@ pub(crate) fn parse_chat_request(body: &[u8]) -> Result<Ask, ApiError> {
         params: fields,
         continues: None,
         store: false,
+        ignored: Vec::new(),
     })
 }
 
