@@ -507,6 +507,27 @@ async fn continued(app: &App, ask: &mut Ask) -> Result<Option<String>, Rejection
     Ok(stored.chat_id)
 }
 
+/// The start every surface's parser shares: the body as a JSON object, and its `model`
+/// (taken out of it).
+pub(crate) fn json_body(body: &[u8]) -> Result<(Map<String, Value>, String), ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
+    })?;
+    let Value::Object(mut fields) = value else {
+        return Err(ApiError::bad_request(
+            "The request body must be a JSON object.",
+            None,
+        ));
+    };
+    match fields.remove("model") {
+        Some(Value::String(model)) if !model.is_empty() => Ok((fields, model)),
+        _ => Err(ApiError::bad_request(
+            "The request needs a `model` (one of the ids listed by /v1/models).",
+            Some("model"),
+        )),
+    }
+}
+
 /// A trimmed, non-empty string.
 pub(crate) fn non_empty(s: &str) -> Option<String> {
     let s = s.trim();

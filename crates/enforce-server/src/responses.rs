@@ -10,7 +10,7 @@
 //! `reasoning_effort`. What cannot be carried is refused with a 400 naming the field.
 
 use crate::error::ApiError;
-use crate::pipeline::{non_empty, Ask, Surface};
+use crate::pipeline::{json_body, non_empty, Ask, Surface};
 use crate::stream::{self, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
 use crate::verdict::enforcement_json;
@@ -325,24 +325,7 @@ fn response_format(text: &Value) -> Result<Option<Value>, ApiError> {
 
 /// Parses a `POST /v1/responses` body.
 pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
-    })?;
-    let Value::Object(mut fields) = value else {
-        return Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-            None,
-        ));
-    };
-    let model = match fields.remove("model") {
-        Some(Value::String(m)) if !m.is_empty() => m,
-        _ => {
-            return Err(invalid(
-                "The request needs a `model` (one of the ids listed by /v1/models).",
-                "model",
-            ))
-        }
-    };
+    let (mut fields, model) = json_body(body)?;
     for (key, why) in REFUSED {
         if fields
             .get(*key)
