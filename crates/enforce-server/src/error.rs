@@ -106,16 +106,7 @@ impl ApiError {
     /// (also a stream's error chunk), `error` first: SDKs print the body as it is, and the
     /// person reading should meet the message before the details.
     pub fn body(&self) -> impl serde::Serialize + '_ {
-        OpenAiErrorBody {
-            error: OpenAiError {
-                message: &self.message,
-                kind: self.kind,
-                param: self.param,
-                code: self.code,
-                status: None,
-            },
-            enforcement: self.enforcement.as_deref(),
-        }
+        self.body_with_status(None)
     }
 
     /// [`body`](Self::body) as a stream's error chunk, whose HTTP status was already sent: the
@@ -124,13 +115,17 @@ impl ApiError {
     /// and retries 408, 409, 429 and 5xx: without it, an answer that failed its checks (422)
     /// would be asked for again, whole, twice more.
     pub fn streamed_body(&self) -> impl serde::Serialize + '_ {
+        self.body_with_status(Some(self.status.as_u16()))
+    }
+
+    fn body_with_status(&self, status: Option<u16>) -> OpenAiErrorBody<'_> {
         OpenAiErrorBody {
             error: OpenAiError {
                 message: &self.message,
                 kind: self.kind,
                 param: self.param,
                 code: self.code,
-                status: Some(self.status.as_u16()),
+                status,
             },
             enforcement: self.enforcement.as_deref(),
         }

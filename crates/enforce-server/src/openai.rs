@@ -2,7 +2,7 @@
 //! the shared [`Ask`], its completion, chunks, Open WebUI status events and error envelope.
 
 use crate::error::ApiError;
-use crate::pipeline::{non_empty, Ask, Surface};
+use crate::pipeline::{json_body, non_empty, Ask, Surface};
 use crate::stream::{self, push_data, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
 use crate::verdict::enforcement_json;
@@ -99,24 +99,7 @@ fn content_text(content: Option<&Value>) -> Result<String, ApiError> {
 /// Parses a request body; every field it does not interpret goes to the runner unchanged
 /// (`temperature`, `tools`, `max_tokens`, `max_completion_tokens`, `metadata`, `user`, ...).
 pub(crate) fn parse_chat_request(body: &[u8]) -> Result<Ask, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
-    })?;
-    let Value::Object(mut fields) = value else {
-        return Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-            None,
-        ));
-    };
-    let model = match fields.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        _ => {
-            return Err(ApiError::bad_request(
-                "The request needs a `model` (one of the ids listed by /v1/models).",
-                Some("model"),
-            ))
-        }
-    };
+    let (mut fields, model) = json_body(body)?;
     let Some(Value::Array(raw_messages)) = fields.get("messages") else {
         return Err(ApiError::bad_request(
             "The request needs `messages`, an array of chat messages.",
@@ -211,6 +194,7 @@ pub(crate) fn parse_chat_request(body: &[u8]) -> Result<Ask, ApiError> {
         params: fields,
         continues: None,
         store: false,
+        ignored: Vec::new(),
     })
 }
 

@@ -41,6 +41,9 @@ pub(crate) const PROFILE_HEADER: &str = "x-enforce-profile";
 /// A response header: milliseconds the proxy itself spent on the request (the request's time
 /// minus the time spent waiting for the model).
 pub(crate) const OVERHEAD_HEADER: &str = "x-enforce-overhead-ms";
+/// A response header naming what the proxy did not carry out of the request, by warning code:
+/// `fields_ignored=include,truncation`.
+pub(crate) const WARNINGS_HEADER: &str = "x-enforce-warnings";
 /// The response header carrying the request's id (the completion id, the audit's `request_id`),
 /// which the OpenAI SDKs show as `_request_id` / `request_id`.
 pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
@@ -69,6 +72,9 @@ pub(crate) struct Ask {
     pub continues: Option<String>,
     /// Keep the answer for a later request to continue or read back (Responses' `store`).
     pub store: bool,
+    /// Request fields the surface could not carry to the upstream and left out: named in
+    /// the `X-Enforce-Warnings` header and the answer's `warnings` (code `fields_ignored`).
+    pub ignored: Vec<String>,
 }
 
 /// One API surface: its wire format at the edges of the pipeline. Implement it on a unit type
@@ -196,6 +202,7 @@ async fn admit<S: Surface>(
         model,
         stream: ask.stream,
         include_usage: ask.include_usage,
+        ignored: std::mem::take(&mut ask.ignored),
         chat_id: session.chat_id,
         id,
         started: Instant::now(),
@@ -226,6 +233,7 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         // Routing is done: a stream names its profile in its headers like a completion.
         let profile = profile_header(&turn.model.profile);
         let request_id = HeaderValue::from_str(&turn.id.id).ok();
+        let warnings = warnings_header(&turn);
         let writer = S::writer(&turn, kept);
         let mut response = stream::respond(turn, job, span, writer);
         let headers = response.headers_mut();
@@ -236,6 +244,9 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
             for name in S::REQUEST_ID_HEADERS {
                 headers.insert(*name, id.clone());
             }
+        }
+        if let Some(warnings) = warnings {
+            headers.insert(WARNINGS_HEADER, warnings);
         }
         return response;
     }
@@ -256,10 +267,37 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
                 response.headers_mut().insert(*name, id.clone());
             }
         }
+        if let Some(warnings) = warnings_header(&turn) {
+            response.headers_mut().insert(WARNINGS_HEADER, warnings);
+        }
         response
     }
     .instrument(span)
     .await
+}
+
+/// The `X-Enforce-Warnings` value of a turn, when something was left out of its request.
+fn warnings_header(turn: &Turn) -> Option<HeaderValue> {
+    if turn.ignored.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&format!("fields_ignored={}", turn.ignored.join(","))).ok()
+}
+
+/// The `warnings` a surface puts in its answer for what was left out of the request (none
+/// when nothing was): `[{"code": "fields_ignored", "fields": [...], "message": ...}]`.
+pub(crate) fn warnings_json(turn: &Turn) -> Option<Value> {
+    if turn.ignored.is_empty() {
+        return None;
+    }
+    Some(serde_json::json!([{
+        "code": "fields_ignored",
+        "fields": turn.ignored,
+        "message": format!(
+            "This proxy did not pass these request fields to the model: {}.",
+            turn.ignored.join(", ")
+        ),
+    }]))
 }
 
 /// Admission: the body, at most `max_body_bytes` (refused from `Content-Length` before reading
@@ -474,6 +512,27 @@ async fn continued(app: &App, ask: &mut Ask) -> Result<Option<String>, Rejection
     ask.messages.extend(stored.conversation);
     ask.messages.extend(new_input);
     Ok(stored.chat_id)
+}
+
+/// The start every surface's parser shares: the body as a JSON object, and its `model`
+/// (taken out of it).
+pub(crate) fn json_body(body: &[u8]) -> Result<(Map<String, Value>, String), ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
+    })?;
+    let Value::Object(mut fields) = value else {
+        return Err(ApiError::bad_request(
+            "The request body must be a JSON object.",
+            None,
+        ));
+    };
+    match fields.remove("model") {
+        Some(Value::String(model)) if !model.is_empty() => Ok((fields, model)),
+        _ => Err(ApiError::bad_request(
+            "The request needs a `model` (one of the ids listed by /v1/models).",
+            Some("model"),
+        )),
+    }
 }
 
 /// A trimmed, non-empty string.

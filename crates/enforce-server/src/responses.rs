@@ -10,7 +10,7 @@
 //! `reasoning_effort`. What cannot be carried is refused with a 400 naming the field.
 
 use crate::error::ApiError;
-use crate::pipeline::{non_empty, Ask, Surface};
+use crate::pipeline::{json_body, non_empty, Ask, Surface};
 use crate::stream::{self, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
 use crate::verdict::enforcement_json;
@@ -55,6 +55,10 @@ const REFUSED: &[(&str, &str)] = &[
     ("prompt", "stored prompts are not supported by this proxy"),
 ];
 
+/// Request fields a chat-completions upstream has no use for: left out, and named in the
+/// answer's `warnings` and the `X-Enforce-Warnings` header (`fields_ignored`).
+const IGNORED: &[&str] = &["include", "truncation", "max_tool_calls", "top_logprobs"];
+
 /// What the Responses surface keeps of its request for rendering: the echoed fields.
 pub(crate) struct Kept {
     echo: Map<String, Value>,
@@ -78,14 +82,18 @@ impl Surface for Responses {
         let mut enforcement = enforcement_json(outcome);
         turn.add_route(&mut enforcement);
         let output = output_items(&turn.id, text, &outcome.tool_calls);
-        response_object(
+        let mut object = response_object(
             &turn.id,
             &kept.echo,
             "completed",
             output,
             outcome.usage,
             enforcement,
-        )
+        );
+        if let Some(warnings) = crate::pipeline::warnings_json(turn) {
+            object["warnings"] = warnings;
+        }
+        object
     }
 
     fn writer(turn: &Turn, kept: Kept) -> ResponsesWriter {
@@ -317,24 +325,7 @@ fn response_format(text: &Value) -> Result<Option<Value>, ApiError> {
 
 /// Parses a `POST /v1/responses` body.
 pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
-    })?;
-    let Value::Object(mut fields) = value else {
-        return Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-            None,
-        ));
-    };
-    let model = match fields.remove("model") {
-        Some(Value::String(m)) if !m.is_empty() => m,
-        _ => {
-            return Err(invalid(
-                "The request needs a `model` (one of the ids listed by /v1/models).",
-                "model",
-            ))
-        }
-    };
+    let (mut fields, model) = json_body(body)?;
     for (key, why) in REFUSED {
         if fields
             .get(*key)
@@ -392,6 +383,18 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
                 .and_then(Value::as_str)
                 .and_then(non_empty)
         });
+    // Asked for, but nothing a chat-completions upstream can do: left out, and said so.
+    let ignored: Vec<String> = IGNORED
+        .iter()
+        .filter(|key| {
+            fields.get(**key).is_some_and(|v| match v {
+                Value::Null => false,
+                Value::Array(a) => !a.is_empty(),
+                _ => true,
+            })
+        })
+        .map(|key| (*key).to_string())
+        .collect();
     // What the upstream gets, in the chat-completions dialect.
     let mut params = Map::new();
     if let Some(tools) = fields.remove("tools").filter(|t| !t.is_null()) {
@@ -448,6 +451,7 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
         continues,
         // Stored unless the client says not to, as OpenAI does.
         store: store != Some(false),
+        ignored,
     };
     Ok((ask, Kept { echo }))
 }

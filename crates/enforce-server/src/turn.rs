@@ -321,6 +321,8 @@ pub(crate) struct Turn {
     pub include_usage: bool,
     pub chat_id: Option<String>,
     pub id: TurnId,
+    /// Request fields the surface left out (see [`Ask::ignored`](crate::pipeline::Ask)).
+    pub ignored: Vec<String>,
     /// The conversation, kept when the answer is to be stored (Responses' `store`).
     pub conversation: Option<Vec<Message>>,
     pub started: Instant,

@@ -601,3 +601,35 @@ async fn one_contract_gets_the_same_verdict_on_every_surface() {
         }
     }
 }
+
+/// Fields a chat upstream has no use for are left out, and the answer says which.
+#[tokio::test]
+async fn fields_left_out_are_named_in_warnings_and_a_header() {
+    let (_mock, h) = against_mock(
+        vec![MockReply::text(GOOD), MockReply::text(GOOD)],
+        marker_enforcer(false),
+        ModelOptions::default(),
+    )
+    .await;
+    let resp = post(
+        &h,
+        json!({"model": "m", "input": "Why?", "include": ["reasoning.encrypted_content"],
+               "truncation": "auto"}),
+    )
+    .await;
+    assert_eq!(
+        resp.headers()["x-enforce-warnings"],
+        "fields_ignored=include,truncation"
+    );
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["warnings"][0]["code"], "fields_ignored");
+    assert_eq!(
+        body["warnings"][0]["fields"],
+        json!(["include", "truncation"])
+    );
+    // An empty `include` (the Agents SDK sends one) asks for nothing.
+    let resp = post(&h, json!({"model": "m", "input": "Why?", "include": []})).await;
+    assert!(resp.headers().get("x-enforce-warnings").is_none());
+    let body: Value = resp.json().await.unwrap();
+    assert!(body.get("warnings").is_none());
+}
