@@ -99,15 +99,7 @@ fn content_text(content: Option<&Value>) -> Result<String, ApiError> {
 /// Parses a request body; every field it does not interpret goes to the runner unchanged
 /// (`temperature`, `tools`, `max_tokens`, `max_completion_tokens`, `metadata`, `user`, ...).
 pub(crate) fn parse_chat_request(body: &[u8]) -> Result<Ask, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
-    })?;
-    let Value::Object(mut fields) = value else {
-        return Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-            None,
-        ));
-    };
+    let mut fields = crate::pipeline::body_object(body)?;
     let model = match fields.get("model") {
         Some(Value::String(m)) if !m.is_empty() => m.clone(),
         _ => {

@@ -317,15 +317,7 @@ fn response_format(text: &Value) -> Result<Option<Value>, ApiError> {
 
 /// Parses a `POST /v1/responses` body.
 pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
-    })?;
-    let Value::Object(mut fields) = value else {
-        return Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-            None,
-        ));
-    };
+    let mut fields = crate::pipeline::body_object(body)?;
     let model = match fields.remove("model") {
         Some(Value::String(m)) if !m.is_empty() => m,
         _ => {
