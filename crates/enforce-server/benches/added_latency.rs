@@ -9,6 +9,9 @@
 //! asked directly versus through the proxy (`OpenAiRunner` → mock), so added latency includes
 //! the runner's HTTP client hop.
 //!
+//! Both API surfaces are measured: `/v1/chat/completions` and `/v1/responses` (the same
+//! pipeline; the Responses rows add its translation, its event stream and the stored response).
+//!
 //! Then it opens 1,000 streaming requests whose runner waits until released, and reports the
 //! process RSS (server and client share the process, so this is an upper bound for the server).
 //!
@@ -144,8 +147,38 @@ fn client() -> reqwest::Client {
         .expect("client")
 }
 
+/// The API surface a request goes to.
+#[derive(Clone, Copy)]
+enum Api {
+    Chat,
+    Responses,
+}
+
+impl Api {
+    /// The surface's URL on a proxy whose chat URL is `chat_url`.
+    fn url(self, chat_url: &str) -> String {
+        match self {
+            Api::Chat => chat_url.to_string(),
+            Api::Responses => chat_url.replace("/v1/chat/completions", "/v1/responses"),
+        }
+    }
+
+    fn body(self, stream: bool) -> serde_json::Value {
+        match self {
+            Api::Chat => {
+                json!({"model":"m","messages":[{"role":"user","content":"Why?"}],"stream":stream})
+            }
+            Api::Responses => json!({"model":"m","input":"Why?","stream":stream}),
+        }
+    }
+}
+
 async fn one(client: &reqwest::Client, url: &str, stream: bool) -> Duration {
-    let body = json!({"model":"m","messages":[{"role":"user","content":"Why?"}],"stream":stream});
+    one_on(client, url, Api::Chat, stream).await
+}
+
+async fn one_on(client: &reqwest::Client, url: &str, api: Api, stream: bool) -> Duration {
+    let body = api.body(stream);
     let start = Instant::now();
     let resp = client.post(url).json(&body).send().await.expect("send");
     let bytes = resp.bytes().await.expect("body");
@@ -155,9 +188,13 @@ async fn one(client: &reqwest::Client, url: &str, stream: bool) -> Duration {
 }
 
 async fn run(url: &str, stream: bool, concurrency: usize) -> Vec<Duration> {
+    run_on(url, Api::Chat, stream, concurrency).await
+}
+
+async fn run_on(url: &str, api: Api, stream: bool, concurrency: usize) -> Vec<Duration> {
     let client = client();
     for _ in 0..200 {
-        one(&client, url, stream).await;
+        one_on(&client, url, api, stream).await;
     }
     let per = N / concurrency;
     let tasks: Vec<_> = (0..concurrency)
@@ -167,7 +204,7 @@ async fn run(url: &str, stream: bool, concurrency: usize) -> Vec<Duration> {
             tokio::spawn(async move {
                 let mut times = Vec::with_capacity(per);
                 for _ in 0..per {
-                    times.push(one(&client, &url, stream).await);
+                    times.push(one_on(&client, &url, api, stream).await);
                 }
                 times
             })
@@ -235,8 +272,13 @@ fn main() {
             let floor = run(&bare, false, c).await;
             let (f50, f99) = (pct(&floor, 0.5), pct(&floor, 0.99));
             println!("bare_http c={c:<2}            {f50:8.1} {f99:8.1}");
-            for (name, stream) in [("proxy_json", false), ("proxy_stream", true)] {
-                let t = run(&proxy, stream, c).await;
+            for (name, api, stream) in [
+                ("proxy_json", Api::Chat, false),
+                ("proxy_stream", Api::Chat, true),
+                ("responses_json", Api::Responses, false),
+                ("responses_strm", Api::Responses, true),
+            ] {
+                let t = run_on(&api.url(&proxy), api, stream, c).await;
                 let (p50, p99) = (pct(&t, 0.5), pct(&t, 0.99));
                 println!(
                     "{name:<13} c={c:<2}        {p50:8.1} {p99:8.1}   {:9.1}   {:9.1}",
@@ -274,6 +316,15 @@ fn main() {
                 p50 - f50,
                 p99 - f99
             );
+            for (name, stream) in [("via_responses_json", false), ("via_responses_strm", true)] {
+                let t = run_on(&Api::Responses.url(&via), Api::Responses, stream, c).await;
+                let (p50, p99) = (pct(&t, 0.5), pct(&t, 0.99));
+                println!(
+                    "{name} c={c:<2} {p50:8.1} {p99:8.1}   {:9.1}   {:9.1}",
+                    p50 - f50,
+                    p99 - f99
+                );
+            }
         }
 
         // What the proxy says about itself: X-Enforce-Overhead-Ms (its time minus the runner's
