@@ -104,44 +104,20 @@ impl RunnerOptions {
                     c.timeout_secs = t;
                 }
             }
-            RunnerConfig::OpenAi(c) => {
-                if let Some(url) = &self.base_url {
-                    c.base_url = url.clone();
-                }
-                if let Some(model) = &self.model {
-                    c.model = model.clone();
-                }
-                if let Some(var) = &self.api_key_env {
-                    c.api_key_env = Some(var.clone());
-                }
-                if let Some(t) = self.timeout {
-                    c.timeout_secs = t;
-                }
-                if c.model.trim().is_empty() {
-                    return Err(
-                        "the openai runner needs a model: --model NAME or `runner.model`".into(),
-                    );
-                }
-            }
-            RunnerConfig::Anthropic(c) => {
-                if let Some(url) = &self.base_url {
-                    c.base_url = url.clone();
-                }
-                if let Some(model) = &self.model {
-                    c.model = model.clone();
-                }
-                if let Some(var) = &self.api_key_env {
-                    c.api_key_env = Some(var.clone());
-                }
-                if let Some(t) = self.timeout {
-                    c.timeout_secs = t;
-                }
-                if c.model.trim().is_empty() {
-                    return Err(
-                        "the anthropic runner needs a model: --model NAME or `runner.model`".into(),
-                    );
-                }
-            }
+            RunnerConfig::OpenAi(c) => self.http_flags(
+                "openai",
+                &mut c.base_url,
+                &mut c.model,
+                &mut c.api_key_env,
+                &mut c.timeout_secs,
+            )?,
+            RunnerConfig::Anthropic(c) => self.http_flags(
+                "anthropic",
+                &mut c.base_url,
+                &mut c.model,
+                &mut c.api_key_env,
+                &mut c.timeout_secs,
+            )?,
             RunnerConfig::Command(c) => {
                 if let Some(line) = &self.command_line {
                     c.program = PathBuf::from("sh");
@@ -171,6 +147,35 @@ impl RunnerOptions {
             }
         }
         Ok(config)
+    }
+
+    /// The flags of the HTTP runners laid over their settings; the model is required.
+    fn http_flags(
+        &self,
+        kind: &str,
+        base_url: &mut String,
+        model: &mut String,
+        api_key_env: &mut Option<String>,
+        timeout_secs: &mut f64,
+    ) -> Result<(), String> {
+        if let Some(url) = &self.base_url {
+            base_url.clone_from(url);
+        }
+        if let Some(m) = &self.model {
+            model.clone_from(m);
+        }
+        if let Some(var) = &self.api_key_env {
+            *api_key_env = Some(var.clone());
+        }
+        if let Some(t) = self.timeout {
+            *timeout_secs = t;
+        }
+        if model.trim().is_empty() {
+            return Err(format!(
+                "the {kind} runner needs a model: --model NAME or `runner.model`"
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -4,7 +4,7 @@
 //! `message_stop`, `ping`, `error`) on the frames [`SseFramer`] splits.
 
 use crate::process::tail;
-use crate::sse::{Chunk, EventReader, Frame, SseFramer, StreamFault};
+use crate::sse::{Chunk, EventReader, SseFramer, StreamFault};
 use enforce_core::{FinishReason, ToolCall, Usage};
 use serde_json::Value;
 
@@ -68,18 +68,16 @@ pub(crate) struct MessagesReader {
 impl EventReader for MessagesReader {
     const END: &'static str = "message_stop";
 
-    fn feed(&mut self, bytes: &[u8]) -> Result<Vec<Chunk>, StreamFault> {
-        let mut out = Vec::new();
-        for frame in self.framer.feed(bytes) {
-            if self.done {
-                break;
-            }
-            match frame {
-                Frame::Data(data) => self.event(&data, &mut out)?,
-                Frame::Error(value) => return Err(StreamFault::ErrorEvent(value)),
-            }
-        }
-        Ok(out)
+    fn framer(&mut self) -> &mut SseFramer {
+        &mut self.framer
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn event(&mut self, data: &str, out: &mut Vec<Chunk>) -> Result<(), StreamFault> {
+        self.read_event(data, out)
     }
 
     fn tool_calls(&self) -> Vec<ToolCall> {
@@ -119,7 +117,7 @@ impl EventReader for MessagesReader {
 }
 
 impl MessagesReader {
-    fn event(&mut self, data: &str, out: &mut Vec<Chunk>) -> Result<(), StreamFault> {
+    fn read_event(&mut self, data: &str, out: &mut Vec<Chunk>) -> Result<(), StreamFault> {
         let event: Value = serde_json::from_str(data.trim()).map_err(|e| {
             StreamFault::NotJson(format!(
                 "a stream event is not JSON ({e}): {}",
@@ -218,12 +216,6 @@ impl MessagesReader {
             self.blocks.resize_with(index + 1, Block::default);
         }
         Some(index)
-    }
-
-    /// `message_stop` was read.
-    #[cfg(test)]
-    fn is_done(&self) -> bool {
-        self.done
     }
 }
 

@@ -34,9 +34,29 @@ pub(crate) enum Chunk {
 pub(crate) trait EventReader: Default + Send {
     /// What ends a complete stream, named in the error of a stream that stops before it.
     const END: &'static str;
+    /// The reader's framer.
+    fn framer(&mut self) -> &mut SseFramer;
+    /// The end was read: nothing after it counts.
+    fn is_done(&self) -> bool;
+    /// Reads one event's data into `out`.
+    fn event(&mut self, data: &str, out: &mut Vec<Chunk>) -> Result<(), StreamFault>;
+
     /// Reads `bytes`; returns what the complete events in them said, or why the stream cannot
     /// go on.
-    fn feed(&mut self, bytes: &[u8]) -> Result<Vec<Chunk>, StreamFault>;
+    fn feed(&mut self, bytes: &[u8]) -> Result<Vec<Chunk>, StreamFault> {
+        let frames = self.framer().feed(bytes);
+        let mut out = Vec::new();
+        for frame in frames {
+            if self.is_done() {
+                break;
+            }
+            match frame {
+                Frame::Data(data) => self.event(&data, &mut out)?,
+                Frame::Error(value) => return Err(StreamFault::ErrorEvent(value)),
+            }
+        }
+        Ok(out)
+    }
     /// The tool calls assembled so far, in order.
     fn tool_calls(&self) -> Vec<ToolCall>;
     /// Why the model stopped, once an event said so.
@@ -135,18 +155,16 @@ pub(crate) struct SseReader {
 impl EventReader for SseReader {
     const END: &'static str = "[DONE]";
 
-    fn feed(&mut self, bytes: &[u8]) -> Result<Vec<Chunk>, StreamFault> {
-        let mut out = Vec::new();
-        for frame in self.framer.feed(bytes) {
-            if self.done {
-                break;
-            }
-            match frame {
-                Frame::Data(data) => self.event_done(&data, &mut out)?,
-                Frame::Error(value) => return Err(StreamFault::ErrorEvent(value)),
-            }
-        }
-        Ok(out)
+    fn framer(&mut self) -> &mut SseFramer {
+        &mut self.framer
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn event(&mut self, data: &str, out: &mut Vec<Chunk>) -> Result<(), StreamFault> {
+        self.event_done(data, out)
     }
 
     fn tool_calls(&self) -> Vec<ToolCall> {
@@ -171,12 +189,6 @@ impl EventReader for SseReader {
 }
 
 impl SseReader {
-    /// `[DONE]` was read.
-    #[cfg(test)]
-    pub(crate) fn is_done(&self) -> bool {
-        self.done
-    }
-
     fn event_done(&mut self, data: &str, out: &mut Vec<Chunk>) -> Result<(), StreamFault> {
         let data = data.trim();
         if data == "[DONE]" {

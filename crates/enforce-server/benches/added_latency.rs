@@ -9,8 +9,9 @@
 //! asked directly versus through the proxy (`OpenAiRunner` → mock), so added latency includes
 //! the runner's HTTP client hop.
 //!
-//! Both API surfaces are measured: `/v1/chat/completions` and `/v1/responses` (the same
-//! pipeline; the Responses rows add its translation, its event stream and the stored response).
+//! Every API surface is measured: `/v1/chat/completions`, `/v1/responses` and `/v1/messages`
+//! (the same pipeline; the Responses rows add its translation, its event stream and the stored
+//! response, the Messages rows their translation and event stream).
 //!
 //! Then it opens 1,000 streaming requests whose runner waits until released, and reports the
 //! process RSS (server and client share the process, so this is an upper bound for the server).
@@ -152,6 +153,7 @@ fn client() -> reqwest::Client {
 enum Api {
     Chat,
     Responses,
+    Messages,
 }
 
 impl Api {
@@ -160,6 +162,7 @@ impl Api {
         match self {
             Api::Chat => chat_url.to_string(),
             Api::Responses => chat_url.replace("/v1/chat/completions", "/v1/responses"),
+            Api::Messages => chat_url.replace("/v1/chat/completions", "/v1/messages"),
         }
     }
 
@@ -169,6 +172,8 @@ impl Api {
                 json!({"model":"m","messages":[{"role":"user","content":"Why?"}],"stream":stream})
             }
             Api::Responses => json!({"model":"m","input":"Why?","stream":stream}),
+            Api::Messages => json!({"model":"m","max_tokens":256,
+                                    "messages":[{"role":"user","content":"Why?"}],"stream":stream}),
         }
     }
 }
@@ -277,6 +282,8 @@ fn main() {
                 ("proxy_stream", Api::Chat, true),
                 ("responses_json", Api::Responses, false),
                 ("responses_strm", Api::Responses, true),
+                ("messages_json", Api::Messages, false),
+                ("messages_strm", Api::Messages, true),
             ] {
                 let t = run_on(&api.url(&proxy), api, stream, c).await;
                 let (p50, p99) = (pct(&t, 0.5), pct(&t, 0.99));
@@ -316,8 +323,13 @@ fn main() {
                 p50 - f50,
                 p99 - f99
             );
-            for (name, stream) in [("via_responses_json", false), ("via_responses_strm", true)] {
-                let t = run_on(&Api::Responses.url(&via), Api::Responses, stream, c).await;
+            for (name, api, stream) in [
+                ("via_responses_json", Api::Responses, false),
+                ("via_responses_strm", Api::Responses, true),
+                ("via_messages_json ", Api::Messages, false),
+                ("via_messages_strm ", Api::Messages, true),
+            ] {
+                let t = run_on(&api.url(&via), api, stream, c).await;
                 let (p50, p99) = (pct(&t, 0.5), pct(&t, 0.99));
                 println!(
                     "{name} c={c:<2} {p50:8.1} {p99:8.1}   {:9.1}   {:9.1}",

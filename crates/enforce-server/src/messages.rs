@@ -197,15 +197,7 @@ fn bad(message: impl Into<String>, param: &'static str) -> ApiError {
 
 /// Parses a request body. Errors are 400s naming the field; [`error_response`] renders them.
 pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
-    })?;
-    let Value::Object(mut fields) = value else {
-        return Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-            None,
-        ));
-    };
+    let mut fields = crate::pipeline::body_object(body)?;
     let model = match fields.get("model") {
         Some(Value::String(m)) if !m.is_empty() => m.clone(),
         _ => {

@@ -77,6 +77,20 @@ pub(crate) struct Ask {
     pub ignored: Vec<String>,
 }
 
+/// A request body as the JSON object every surface's body is; a 400 otherwise.
+pub(crate) fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
+    })?;
+    match value {
+        Value::Object(fields) => Ok(fields),
+        _ => Err(ApiError::bad_request(
+            "The request body must be a JSON object.",
+            None,
+        )),
+    }
+}
+
 /// One API surface: its wire format at the edges of the pipeline. Implement it on a unit type
 /// in the surface's own module and mount `post(serve::<YourSurface>)` in `Server::router`.
 pub(crate) trait Surface: Send + Sync + 'static {
@@ -517,15 +531,7 @@ async fn continued(app: &App, ask: &mut Ask) -> Result<Option<String>, Rejection
 /// The start every surface's parser shares: the body as a JSON object, and its `model`
 /// (taken out of it).
 pub(crate) fn json_body(body: &[u8]) -> Result<(Map<String, Value>, String), ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
-    })?;
-    let Value::Object(mut fields) = value else {
-        return Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-            None,
-        ));
-    };
+    let mut fields = body_object(body)?;
     match fields.remove("model") {
         Some(Value::String(model)) if !model.is_empty() => Ok((fields, model)),
         _ => Err(ApiError::bad_request(

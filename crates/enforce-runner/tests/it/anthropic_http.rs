@@ -2,10 +2,10 @@
 //! body it sends, streamed and whole answers, tool use, thinking, every error type, retries,
 //! timeouts, and the early abort closing the stream.
 
+use crate::common::{collect, texts, NoAcme};
 use enforce_core::{
-    async_trait, Context, Enforcer, FinishReason, Issue, Message, PartialCheck, Policy, Reply,
-    Request, Runner, RunnerError, Severity, Status, StreamEvent, ToolCall, Usage, Validation,
-    Validator,
+    Context, Enforcer, FinishReason, Message, Policy, Reply, Request, Runner, RunnerError, Status,
+    StreamEvent, ToolCall, Usage,
 };
 use enforce_runner::{AnthropicConfig, AnthropicRunner, RetryConfig};
 use enforce_testkit::mock_anthropic::{
@@ -42,32 +42,6 @@ async fn scripted(replies: Vec<AnthropicReply>) -> MockAnthropic {
     MockAnthropic::scripted(replies, 3, Duration::ZERO)
         .await
         .unwrap()
-}
-
-/// Every event of a streamed ask, or the error that ended it.
-async fn collect(
-    runner: &AnthropicRunner,
-    request: &Request,
-) -> (Vec<StreamEvent>, Option<RunnerError>) {
-    let mut stream = runner.ask_streamed(request);
-    let mut events = Vec::new();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(event) => events.push(event),
-            Err(error) => return (events, Some(error)),
-        }
-    }
-    (events, None)
-}
-
-fn texts(events: &[StreamEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            StreamEvent::Text(t) => Some(t.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 fn done(events: &[StreamEvent]) -> &Reply {
@@ -413,49 +387,6 @@ async fn timeouts_and_an_unreachable_server() {
     assert!(error.is_transient());
 }
 
-/// Forbids "Acme" once a character after it settles the word.
-struct NoAcme;
-
-struct NoAcmeCheck;
-
-fn acme_issue() -> Issue {
-    Issue::new(Severity::Error, "FORBIDDEN_TERM", "The text names 'Acme'.")
-}
-
-#[async_trait]
-impl PartialCheck for NoAcmeCheck {
-    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
-        let definite = prefix.match_indices("Acme").any(|(at, _)| {
-            prefix[at + 4..]
-                .chars()
-                .next()
-                .is_some_and(|c| !c.is_alphanumeric())
-        });
-        if definite {
-            vec![acme_issue()]
-        } else {
-            Vec::new()
-        }
-    }
-}
-
-#[async_trait]
-impl Validator for NoAcme {
-    fn name(&self) -> &str {
-        "no_acme"
-    }
-    async fn validate(&self, response: &str, _: &Context) -> Validation {
-        Ok(if response.contains("Acme") {
-            vec![acme_issue()]
-        } else {
-            Vec::new()
-        })
-    }
-    fn partial_check(&self, _: &Context) -> Option<Box<dyn PartialCheck>> {
-        Some(Box::new(NoAcmeCheck))
-    }
-}
-
 #[tokio::test]
 async fn an_early_abort_closes_the_stream_and_the_reask_carries_the_feedback() {
     let long = "We recommend Acme for this, because it is cheap and near and reliable and \
@@ -472,7 +403,6 @@ async fn an_early_abort_closes_the_stream_and_the_reask_carries_the_feedback() {
     .unwrap();
     let enforcer = Enforcer::new(vec![Box::new(NoAcme)])
         .with_policy(Policy::builder().partial_check_bytes(4).build());
-    let started = Instant::now();
     let outcome = enforcer
         .run(
             &runner(&mock, true, 0),
@@ -492,8 +422,6 @@ async fn an_early_abort_closes_the_stream_and_the_reask_carries_the_feedback() {
         outcome.attempts[0].usage.map(|u| u.input_tokens),
         Some(MOCK_INPUT_TOKENS + MOCK_CACHE_READ_TOKENS)
     );
-    let full_answer = Duration::from_millis(15 * 40);
-    assert!(started.elapsed() < full_answer, "{:?}", started.elapsed());
     // The mock saw the stream closed before its end.
     for _ in 0..100 {
         if mock.abandoned_streams() == 1 {

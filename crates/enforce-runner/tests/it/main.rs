@@ -5,6 +5,7 @@ mod anthropic_http;
 mod claude_cli;
 mod claude_real;
 mod command_runner;
+mod common;
 mod openai_http;
 mod openai_stream;
 mod streaming;

@@ -2,6 +2,7 @@
 //! calls, every way a stream can go wrong, the fallbacks for servers that cannot do it, and
 //! cancellation by dropping the stream.
 
+use crate::common::{collect, texts};
 use enforce_core::{
     FinishReason, Reply, Request, Runner, RunnerError, StreamEvent, ToolCall, Usage,
 };
@@ -23,32 +24,6 @@ fn runner(mock: &MockOpenAi, stream: bool) -> OpenAiRunner {
         ..OpenAiConfig::default()
     })
     .unwrap()
-}
-
-/// Every event of a streamed ask, or the error that ended it.
-async fn collect(
-    runner: &OpenAiRunner,
-    request: &Request,
-) -> (Vec<StreamEvent>, Option<RunnerError>) {
-    let mut stream = runner.ask_streamed(request);
-    let mut events = Vec::new();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(event) => events.push(event),
-            Err(error) => return (events, Some(error)),
-        }
-    }
-    (events, None)
-}
-
-fn texts(events: &[StreamEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            StreamEvent::Text(t) => Some(t.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 fn done(events: &[StreamEvent]) -> Option<&Reply> {

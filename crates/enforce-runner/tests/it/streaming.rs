@@ -1,9 +1,9 @@
 //! Streamed answers from the Claude CLI (`fake-claude`'s stream-json) and from commands, cut
 //! short by the loop's early abort.
 
+use crate::common::NoAcme;
 use enforce_core::{
-    async_trait, Context, Enforcer, Issue, PartialCheck, Policy, Reply, Request, Runner,
-    RunnerError, Severity, Status, StreamEvent, Validation, Validator,
+    Context, Enforcer, Policy, Reply, Request, Runner, RunnerError, Status, StreamEvent,
 };
 use enforce_runner::{
     parse_stream_line, ClaudeConfig, ClaudeRunner, CommandConfig, CommandRunner, StreamLine,
@@ -12,49 +12,6 @@ use enforce_testkit::FakeClaude;
 use futures_util::StreamExt;
 use serde_json::json;
 use std::time::{Duration, Instant};
-
-/// Forbids "Acme" once a character after it settles the word.
-struct NoAcme;
-
-struct NoAcmeCheck;
-
-fn acme_issue() -> Issue {
-    Issue::new(Severity::Error, "FORBIDDEN_TERM", "The text names 'Acme'.")
-}
-
-#[async_trait]
-impl PartialCheck for NoAcmeCheck {
-    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
-        let definite = prefix.match_indices("Acme").any(|(at, _)| {
-            prefix[at + 4..]
-                .chars()
-                .next()
-                .is_some_and(|c| !c.is_alphanumeric())
-        });
-        if definite {
-            vec![acme_issue()]
-        } else {
-            Vec::new()
-        }
-    }
-}
-
-#[async_trait]
-impl Validator for NoAcme {
-    fn name(&self) -> &str {
-        "no_acme"
-    }
-    async fn validate(&self, response: &str, _: &Context) -> Validation {
-        Ok(if response.contains("Acme") {
-            vec![acme_issue()]
-        } else {
-            Vec::new()
-        })
-    }
-    fn partial_check<'a>(&'a self, _: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
-        Some(Box::new(NoAcmeCheck))
-    }
-}
 
 fn claude(fake: &FakeClaude, timeout_secs: f64) -> ClaudeRunner {
     ClaudeRunner::new(ClaudeConfig {

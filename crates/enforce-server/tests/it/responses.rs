@@ -537,9 +537,9 @@ async fn verdict_of(surface: &str, stream: bool, texts: [&'static str; 3]) -> Ve
                 parse_sse(&raw)
                     .events
                     .iter()
+                    .rev()
                     .filter_map(|e| serde_json::from_str::<Value>(&e.data).ok())
-                    .filter_map(|data| data.get("enforcement").cloned())
-                    .last()
+                    .find_map(|data| data.get("enforcement").cloned())
                     .unwrap_or(Value::Null)
             } else {
                 let body: Value = response.json().await.unwrap();
