@@ -30,11 +30,10 @@ impl Surface for Messages {
     const ID_PREFIX: &'static str = "msg_";
     /// The anthropic SDKs read `request-id` (their `_request_id`).
     const REQUEST_ID_HEADERS: &'static [&'static str] = &["x-request-id", "request-id"];
-    /// The fields the request held that could not be carried (the `fields_ignored` warning).
-    type Kept = Vec<String>;
+    type Kept = ();
     type Writer = MessagesWriter;
 
-    fn parse(body: &[u8]) -> Result<(Ask, Vec<String>), ApiError> {
+    fn parse(body: &[u8]) -> Result<(Ask, ()), ApiError> {
         let request = parse_messages_request(body)?;
         let chat_hint = request.chat_id(None);
         let ask = Ask {
@@ -49,55 +48,36 @@ impl Surface for Messages {
             // The Messages API is stateless: the client sends the whole conversation.
             continues: None,
             store: false,
+            // Named in `warnings` and `X-Enforce-Warnings` by the pipeline.
+            ignored: request.ignored,
         };
-        Ok((ask, request.ignored))
+        Ok((ask, ()))
     }
 
     fn refuse(error: ApiError) -> Response {
         error_response(error)
     }
 
-    fn answer(turn: &Turn, ignored: &Vec<String>, text: &str, outcome: &Outcome) -> Value {
+    fn answer(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Value {
         let mut body = message_json(&turn.id.id, &turn.id.model, text, outcome);
         turn.add_route(&mut body["enforcement"]);
-        add_warnings(&mut body, ignored);
+        if let Some(warnings) = crate::pipeline::warnings_json(turn) {
+            body["warnings"] = warnings;
+        }
         body
     }
 
-    fn writer(turn: &Turn, ignored: Vec<String>) -> MessagesWriter {
+    fn writer(turn: &Turn, _: ()) -> MessagesWriter {
         MessagesWriter {
             events: MessagesEvents::new(turn.id.id.clone(), turn.id.model.clone()),
-            ignored,
         }
     }
 }
 
-/// `warnings: [{"code": "fields_ignored", ...}]` when the request held fields that could not be
-/// carried to the upstream.
-fn add_warnings(body: &mut Value, ignored: &[String]) {
-    if ignored.is_empty() {
-        return;
-    }
-    if let Some(object) = body.as_object_mut() {
-        object.insert(
-            "warnings".into(),
-            json!([{
-                "code": "fields_ignored",
-                "message": format!(
-                    "These request fields could not be carried to the model and were ignored: {}.",
-                    ignored.join(", ")
-                ),
-                "fields": ignored,
-            }]),
-        );
-    }
-}
-
-/// The [`StreamWriter`] of the Messages surface: [`MessagesEvents`] and the warnings to report.
+/// The [`StreamWriter`] of the Messages surface: [`MessagesEvents`].
 #[derive(Debug)]
 pub(crate) struct MessagesWriter {
     events: MessagesEvents,
-    ignored: Vec<String>,
 }
 
 impl StreamWriter for MessagesWriter {
@@ -119,10 +99,9 @@ impl StreamWriter for MessagesWriter {
     ) {
         let mut enforcement = enforcement_json(outcome);
         turn.add_route(&mut enforcement);
-        let mut warnings = json!({});
-        add_warnings(&mut warnings, &self.ignored);
+        let warnings = crate::pipeline::warnings_json(turn);
         self.events
-            .finish(text, outcome, enforcement, warnings.get("warnings"), out);
+            .finish(text, outcome, enforcement, warnings.as_ref(), out);
     }
 
     fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>) {
