@@ -389,6 +389,7 @@ mod tests {
     /// the error says how to get the runner.
     #[tokio::test]
     async fn an_llm_judge_can_ask_a_local_model() {
+        #[cfg(feature = "local")]
         use enforce_core::{Check, Context, Status};
         let gguf = enforce_testkit::models::test_gguf();
         let model = gguf.clone().unwrap_or_else(|| "absent.gguf".into());
@@ -406,10 +407,10 @@ mod tests {
         let profiles = loaded.profiles(&Registry::builtin(), None);
         #[cfg(not(feature = "local"))]
         {
-            let err = profiles
-                .err()
-                .expect("no local runner in this build")
-                .to_string();
+            let Err(err) = profiles else {
+                panic!("no local runner in this build")
+            };
+            let err = err.to_string();
             assert!(err.contains("--features local"), "{err}");
         }
         #[cfg(feature = "local")]

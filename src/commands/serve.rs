@@ -653,7 +653,9 @@ mod tests {
         let built = model_from_config(&loaded.config.models[0], None, &profiles);
         #[cfg(not(feature = "local"))]
         {
-            let err = built.err().expect("no local runner in this build");
+            let Err(err) = built else {
+                panic!("no local runner in this build")
+            };
             assert!(
                 err.contains("model 'smol'") && err.contains("--features local"),
                 "{err}"

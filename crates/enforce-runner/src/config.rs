@@ -134,10 +134,10 @@ mod tests {
         assert!(built.is_ok(), "{:?}", built.err());
         #[cfg(not(feature = "local"))]
         {
-            let err = built
-                .err()
-                .expect("no local runner in this build")
-                .to_string();
+            let Err(err) = built else {
+                panic!("no local runner in this build")
+            };
+            let err = err.to_string();
             assert!(err.contains("--features local"), "{err}");
         }
         let c: RunnerConfig = serde_json::from_str(r#"{"type":"local","model":""}"#).unwrap();
