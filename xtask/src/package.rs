@@ -174,6 +174,11 @@ fn check_unpacked(packages: &[Publishable]) -> Result<()> {
     for (name, dir_name) in &members {
         manifest.push_str(&format!("{name} = {{ path = \"{dir_name}\" }}\n"));
     }
+    // The root's own patches (vendor/) too, so the lock file copied below resolves as it does
+    // in the workspace.
+    for (name, path) in root_patches()? {
+        manifest.push_str(&format!("{name} = {{ path = {:?} }}\n", root().join(path)));
+    }
     std::fs::write(dir.join("Cargo.toml"), manifest)
         .map_err(|e| format!("cannot write the unpacked workspace: {e}"))?;
     // The workspace's lock file: the same dependency versions as every other build, nothing
@@ -188,6 +193,27 @@ fn check_unpacked(packages: &[Publishable]) -> Result<()> {
         .args(feature_args(packages));
     with_workspace_profile(&mut check);
     run(check)
+}
+
+/// The root manifest's `[patch.crates-io]` entries: crate name and path, relative to the root.
+fn root_patches() -> Result<Vec<(String, String)>> {
+    let text = std::fs::read_to_string(root().join("Cargo.toml"))
+        .map_err(|e| format!("cannot read Cargo.toml: {e}"))?;
+    Ok(patches_in(&text))
+}
+
+fn patches_in(manifest: &str) -> Vec<(String, String)> {
+    manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[patch.crates-io]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once('=')?;
+            let path = rest.split("path = \"").nth(1)?.split('"').next()?;
+            Some((name.trim().to_string(), path.to_string()))
+        })
+        .collect()
 }
 
 /// `[workspace.package] version`, which every publishable crate uses.
@@ -230,6 +256,19 @@ mod tests {
             feature_args(&packages),
             ["--no-default-features", "--features", "enforce/default"]
         );
+    }
+
+    #[test]
+    fn the_root_patches_are_read_from_their_section_only() {
+        let manifest = "[workspace]\nmembers = []\n\n[patch.crates-io]\n# why\nfoo = { path = \"vendor/foo\" }\nbar-baz = { path = \"vendor/bar\", version = \"1\" }\n\n[profile.dev]\ndebug = { path = \"no\" }\n";
+        assert_eq!(
+            patches_in(manifest),
+            [
+                ("foo".to_string(), "vendor/foo".to_string()),
+                ("bar-baz".to_string(), "vendor/bar".to_string())
+            ]
+        );
+        assert!(patches_in("[workspace]\n").is_empty());
     }
 
     /// The crates a Rust user would depend on are publishable, the test-only ones are not.

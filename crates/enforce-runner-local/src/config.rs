@@ -53,7 +53,8 @@ pub struct LocalConfig {
     pub context_size: u32,
     /// A llama.cpp grammar (GBNF, root rule `root`) every answer must follow.
     pub grammar: Option<String>,
-    /// A JSON Schema every answer must follow, turned into a llama.cpp grammar. A request's
+    /// A JSON Schema every answer must follow, turned into a llama.cpp grammar (its shape;
+    /// `pattern`, `format` and numeric bounds are left to the validators). A request's
     /// `response_format` (`json_schema` or `json_object`) replaces it for that request.
     pub json_schema: Option<Value>,
 }

@@ -21,7 +21,7 @@ const BATCH: usize = 512;
 pub(crate) enum Grammar {
     /// A GBNF grammar with a `root` rule.
     Gbnf(String),
-    /// A JSON Schema, turned into a grammar by llama.cpp.
+    /// A JSON Schema, turned into a grammar by [`crate::json_schema_to_gbnf`].
     Schema(Value),
 }
 
@@ -82,18 +82,11 @@ impl Sampling {
 fn grammar_sampler(model: &LoadedModel, grammar: &Grammar) -> Result<LlamaSampler, RunnerError> {
     let gbnf = match grammar {
         Grammar::Gbnf(text) => text.clone(),
-        Grammar::Schema(schema) => {
-            let schema = match schema {
-                Value::Bool(true) => "{}".to_string(),
-                other => other.to_string(),
-            };
-            llama_cpp_2::json_schema_to_grammar(&schema).map_err(|e| {
-                unavailable(format!(
-                    "llama.cpp cannot turn the JSON schema into a grammar ({e}); it supports \
-                     the common keywords (type, properties, required, items, enum, pattern)"
-                ))
-            })?
-        }
+        Grammar::Schema(schema) => crate::json_schema_to_gbnf(schema).map_err(|e| {
+            unavailable(format!(
+                "the JSON schema cannot be turned into a grammar: {e}"
+            ))
+        })?,
     };
     LlamaSampler::grammar(&model.model, &gbnf, "root").map_err(|e| {
         unavailable(format!(

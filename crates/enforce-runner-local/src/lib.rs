@@ -27,7 +27,9 @@ mod generate;
 mod model;
 #[cfg(feature = "llama")]
 mod runner;
+mod schema_grammar;
 
 pub use config::{LocalConfig, LocalConfigError, DEFAULT_CONTEXT_SIZE, DEFAULT_MAX_TOKENS};
 #[cfg(feature = "llama")]
 pub use runner::LocalRunner;
+pub use schema_grammar::{json_schema_to_gbnf, SchemaGrammarError};

@@ -1,0 +1,1004 @@
+//! JSON Schema → GBNF, the grammar language of llama.cpp's sampler.
+//!
+//! Written here rather than taken from llama.cpp's `common` library: that library is most of
+//! llama.cpp's build time (an HTTP client, argument parsing, chat parsers) and this conversion
+//! is the only thing the runner needed from it.
+//!
+//! The grammar constrains the *shape* of the answer (types, properties, required keys, items,
+//! enums, constants, string and array lengths). Value constraints a grammar would need a regex
+//! or arithmetic engine for (`pattern`, `format`, `minimum`/`maximum`, `multipleOf`) are not in
+//! the grammar; the validators still check the whole schema after generation, so such an
+//! answer fails with a precise issue instead of being impossible to generate.
+
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Why a JSON Schema cannot be turned into a grammar.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchemaGrammarError {
+    /// A `$ref` that does not point into this schema's `$defs` or `definitions`.
+    #[error("`$ref` {0:?} does not name an entry of this schema's `$defs` or `definitions`")]
+    UnresolvedRef(String),
+    /// A keyword or value the conversion does not support (the message says which).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// The rules every grammar may use. Whitespace is bounded so a model cannot spend its token
+/// budget on blank lines inside a JSON value.
+const BASE_RULES: &[(&str, &str)] = &[
+    ("space", r#"| " " | "\n" [ \t]{0,20}"#),
+    ("boolean", r#"("true" | "false") space"#),
+    ("null", r#""null" space"#),
+    ("integral-part", r#"[0] | [1-9] [0-9]{0,15}"#),
+    ("decimal-part", r#"[0-9]{1,16}"#),
+    ("integer", r#"("-"? integral-part) space"#),
+    (
+        "number",
+        r#"("-"? integral-part) ("." decimal-part)? ([eE] [-+]? integral-part)? space"#,
+    ),
+    (
+        "char",
+        r#"[^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" [0-9a-fA-F]{4})"#,
+    ),
+    ("string", r#""\"" char* "\"" space"#),
+    (
+        "value",
+        r#"object | array | string | number | boolean | null"#,
+    ),
+    (
+        "object",
+        r#""{" space ( string ":" space value ("," space string ":" space value)* )? "}" space"#,
+    ),
+    (
+        "array",
+        r#""[" space ( value ("," space value)* )? "]" space"#,
+    ),
+];
+
+/// Turns a JSON Schema into a GBNF grammar whose `root` rule accepts JSON text of that shape.
+///
+/// Supported: `type` (one or a list), `properties`, `required`, `additionalProperties`,
+/// `items`, `prefixItems`, `minItems`/`maxItems`, `minLength`/`maxLength`, `enum`, `const`,
+/// `anyOf`/`oneOf`, `allOf` of object schemas, `$ref` into `$defs`/`definitions` (recursive
+/// ones too), `true` and `{}`. Properties come in key order, required ones first.
+///
+/// # Errors
+/// [`SchemaGrammarError`] for a schema no JSON value satisfies (`false`, an empty `enum`), a
+/// `$ref` outside the schema, or a keyword combination the conversion does not support.
+pub fn json_schema_to_gbnf(schema: &Value) -> Result<String, SchemaGrammarError> {
+    let mut builder = Builder {
+        root: schema,
+        rules: BTreeMap::new(),
+        refs: BTreeMap::new(),
+    };
+    let body = builder.visit(schema, "root")?;
+    builder.rules.insert("root".into(), body);
+    let mut out = String::new();
+    for (name, body) in &builder.rules {
+        let _ = writeln!(out, "{name} ::= {body}");
+    }
+    // All base rules, used or not: llama.cpp accepts unused rules.
+    for (name, body) in BASE_RULES {
+        let _ = writeln!(out, "{name} ::= {body}");
+    }
+    Ok(out)
+}
+
+struct Builder<'s> {
+    root: &'s Value,
+    /// Named rules made for this schema, by name.
+    rules: BTreeMap<String, String>,
+    /// `$ref` target → its rule name (made before the target is visited, so recursion ends).
+    refs: BTreeMap<String, String>,
+}
+
+impl<'s> Builder<'s> {
+    /// The GBNF expression for `schema`; `name` is a readable stem for the rules it adds.
+    fn visit(&mut self, schema: &Value, name: &str) -> Result<String, SchemaGrammarError> {
+        let schema = match schema {
+            Value::Bool(true) => return Ok("value".into()),
+            Value::Bool(false) => {
+                return Err(SchemaGrammarError::Unsupported(format!(
+                    "`{name}` is `false`: no JSON value matches it"
+                )))
+            }
+            Value::Object(map) => map,
+            other => {
+                return Err(SchemaGrammarError::Unsupported(format!(
+                    "`{name}` is {other}, not a schema (an object or a boolean)"
+                )))
+            }
+        };
+        if let Some(reference) = schema.get("$ref") {
+            return self.reference(reference);
+        }
+        if let Some(value) = schema.get("const") {
+            return Ok(format!("{} space", literal(value)));
+        }
+        if let Some(values) = schema.get("enum") {
+            let Some(values) = values.as_array().filter(|v| !v.is_empty()) else {
+                return Err(SchemaGrammarError::Unsupported(format!(
+                    "`{name}.enum` must be a non-empty list"
+                )));
+            };
+            let choices: Vec<String> = values.iter().map(literal).collect();
+            return Ok(format!("({}) space", choices.join(" | ")));
+        }
+        for keyword in ["anyOf", "oneOf"] {
+            if let Some(options) = schema.get(keyword) {
+                return self.alternatives(options, &format!("{name}-{keyword}"));
+            }
+        }
+        if let Some(parts) = schema.get("allOf") {
+            let merged = merge_all_of(parts, name)?;
+            return self.visit(&merged, name);
+        }
+        match schema.get("type") {
+            None => self.untyped(schema, name),
+            Some(Value::String(kind)) => self.typed(kind, schema, name),
+            Some(Value::Array(kinds)) => {
+                let mut choices = Vec::with_capacity(kinds.len());
+                for kind in kinds {
+                    let Some(kind) = kind.as_str() else {
+                        return Err(SchemaGrammarError::Unsupported(format!(
+                            "`{name}.type` lists {kind}, not a type name"
+                        )));
+                    };
+                    let rule =
+                        self.add(&format!("{name}-{kind}"), |b| b.typed(kind, schema, name))?;
+                    choices.push(rule);
+                }
+                Ok(format!("({})", choices.join(" | ")))
+            }
+            Some(other) => Err(SchemaGrammarError::Unsupported(format!(
+                "`{name}.type` is {other}, not a type name or a list of them"
+            ))),
+        }
+    }
+
+    /// A schema without `type`: what its keywords imply, else any value.
+    fn untyped(
+        &mut self,
+        schema: &Map<String, Value>,
+        name: &str,
+    ) -> Result<String, SchemaGrammarError> {
+        if schema.contains_key("properties") || schema.contains_key("additionalProperties") {
+            self.typed("object", schema, name)
+        } else if schema.contains_key("items") || schema.contains_key("prefixItems") {
+            self.typed("array", schema, name)
+        } else {
+            Ok("value".into())
+        }
+    }
+
+    fn typed(
+        &mut self,
+        kind: &str,
+        schema: &Map<String, Value>,
+        name: &str,
+    ) -> Result<String, SchemaGrammarError> {
+        match kind {
+            "object" => self.object(schema, name),
+            "array" => self.array(schema, name),
+            "string" => string_rule(schema, name),
+            "integer" => Ok("integer".into()),
+            "number" => Ok("number".into()),
+            "boolean" => Ok("boolean".into()),
+            "null" => Ok("null".into()),
+            other => Err(SchemaGrammarError::Unsupported(format!(
+                "`{name}.type` {other:?} is not a JSON Schema type"
+            ))),
+        }
+    }
+
+    fn alternatives(&mut self, options: &Value, name: &str) -> Result<String, SchemaGrammarError> {
+        let Some(options) = options.as_array().filter(|o| !o.is_empty()) else {
+            return Err(SchemaGrammarError::Unsupported(format!(
+                "`{name}` must be a non-empty list of schemas"
+            )));
+        };
+        let mut choices = Vec::with_capacity(options.len());
+        for (i, option) in options.iter().enumerate() {
+            let stem = format!("{name}-{i}");
+            choices.push(self.add(&stem, |b| b.visit(option, &stem))?);
+        }
+        Ok(format!("({})", choices.join(" | ")))
+    }
+
+    fn reference(&mut self, reference: &Value) -> Result<String, SchemaGrammarError> {
+        let Some(target) = reference.as_str() else {
+            return Err(SchemaGrammarError::UnresolvedRef(reference.to_string()));
+        };
+        if let Some(rule) = self.refs.get(target) {
+            return Ok(rule.clone());
+        }
+        let resolved = ["#/$defs/", "#/definitions/"].iter().find_map(|prefix| {
+            let key = target.strip_prefix(prefix)?;
+            self.root.get(&prefix[2..prefix.len() - 1])?.get(key)
+        });
+        let Some(resolved) = resolved else {
+            return Err(SchemaGrammarError::UnresolvedRef(target.into()));
+        };
+        let rule = self.unique(&format!(
+            "ref-{}",
+            target.rsplit('/').next().unwrap_or("def")
+        ));
+        self.refs.insert(target.into(), rule.clone());
+        // Reserved before the visit, so a recursive reference finds the name.
+        self.rules.insert(rule.clone(), String::new());
+        let body = self.visit(resolved, &rule)?;
+        self.rules.insert(rule.clone(), body);
+        Ok(rule)
+    }
+
+    fn object(
+        &mut self,
+        schema: &Map<String, Value>,
+        name: &str,
+    ) -> Result<String, SchemaGrammarError> {
+        let properties = match schema.get("properties") {
+            None => None,
+            Some(Value::Object(p)) => Some(p),
+            Some(other) => {
+                return Err(SchemaGrammarError::Unsupported(format!(
+                    "`{name}.properties` is {other}, not an object"
+                )))
+            }
+        };
+        let required: Vec<&str> = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let extra = match schema.get("additionalProperties") {
+            None | Some(Value::Bool(false)) if properties.is_some() => None,
+            None | Some(Value::Bool(true)) => Some("value".to_string()),
+            Some(Value::Bool(false)) => return Ok(r#""{" space "}" space"#.into()),
+            Some(extra) => {
+                let stem = format!("{name}-additional");
+                Some(self.add(&stem, |b| b.visit(extra, &stem))?)
+            }
+        };
+        let Some(properties) = properties else {
+            // Only additional properties: any keys, each value of that schema.
+            let value = extra.unwrap_or_else(|| "value".into());
+            if value == "value" {
+                return Ok("object".into());
+            }
+            let pair = format!("string \":\" space {value}");
+            return Ok(format!(
+                r#""{{" space ( {pair} ("," space {pair})* )? "}}" space"#
+            ));
+        };
+        let mut pairs_required = Vec::new();
+        let mut pairs_optional = Vec::new();
+        for key in required.iter().copied().chain(
+            properties
+                .keys()
+                .map(String::as_str)
+                .filter(|k| !required.contains(k)),
+        ) {
+            let Some(property) = properties.get(key) else {
+                // Required but undeclared: any value under that key.
+                pairs_required.push(format!(
+                    "{} space \":\" space value",
+                    literal(&Value::from(key))
+                ));
+                continue;
+            };
+            let stem = format!("{name}-{}", rule_safe(key));
+            let value = self.add(&stem, |b| b.visit(property, &stem))?;
+            let pair = format!("{} space \":\" space {value}", literal(&Value::from(key)));
+            if required.contains(&key) {
+                pairs_required.push(pair);
+            } else {
+                pairs_optional.push(pair);
+            }
+        }
+        if let Some(extra) = &extra {
+            pairs_optional.push(format!("string \":\" space {extra}"));
+        }
+        let repeat_last = extra.is_some();
+        let body = if pairs_required.is_empty() {
+            self.optional_only(&pairs_optional, repeat_last, name)
+        } else {
+            let mut body = pairs_required.join(r#" "," space "#);
+            for (i, pair) in pairs_optional.iter().enumerate() {
+                let star = if repeat_last && i + 1 == pairs_optional.len() {
+                    "*"
+                } else {
+                    "?"
+                };
+                let _ = write!(body, r#" ("," space {pair}){star}"#);
+            }
+            body
+        };
+        Ok(format!(r#""{{" space {body} "}}" space"#))
+    }
+
+    /// Optional pairs in order, any subset, commas only between them: rule `from-i` starts
+    /// at pair `i` or later.
+    fn optional_only(&mut self, pairs: &[String], repeat_last: bool, name: &str) -> String {
+        if pairs.is_empty() {
+            return String::new();
+        }
+        let stem = self.unique(&format!("{name}-rest"));
+        let mut next_rest = String::new();
+        let mut next_start = String::new();
+        for (i, pair) in pairs.iter().enumerate().rev() {
+            let rest = format!("{stem}-{i}");
+            let start = format!("{stem}-start-{i}");
+            let (tail, begin) = if i + 1 == pairs.len() {
+                // The last pair: once, or (for additional properties) any number of times.
+                let mark = if repeat_last { "*" } else { "?" };
+                let begin = if repeat_last {
+                    format!("{pair} {rest}")
+                } else {
+                    pair.clone()
+                };
+                (format!(r#"("," space {pair}){mark}"#), begin)
+            } else {
+                (
+                    format!(r#"("," space {pair})? {next_rest}"#),
+                    format!("{pair} {next_rest} | {next_start}"),
+                )
+            };
+            self.rules.insert(rest.clone(), tail);
+            self.rules.insert(start.clone(), begin);
+            next_rest = rest;
+            next_start = start;
+        }
+        format!("({next_start})?")
+    }
+
+    fn array(
+        &mut self,
+        schema: &Map<String, Value>,
+        name: &str,
+    ) -> Result<String, SchemaGrammarError> {
+        if let Some(prefix) = schema.get("prefixItems") {
+            let Some(prefix) = prefix.as_array() else {
+                return Err(SchemaGrammarError::Unsupported(format!(
+                    "`{name}.prefixItems` must be a list of schemas"
+                )));
+            };
+            let mut items = Vec::with_capacity(prefix.len());
+            for (i, item) in prefix.iter().enumerate() {
+                let stem = format!("{name}-{i}");
+                items.push(self.add(&stem, |b| b.visit(item, &stem))?);
+            }
+            return Ok(format!(
+                r#""[" space {} "]" space"#,
+                items.join(r#" "," space "#)
+            ));
+        }
+        let item = match schema.get("items") {
+            None => "value".to_string(),
+            Some(item) => {
+                let stem = format!("{name}-item");
+                self.add(&stem, |b| b.visit(item, &stem))?
+            }
+        };
+        let min = count(schema, "minItems", name)?.unwrap_or(0);
+        let max = count(schema, "maxItems", name)?;
+        if max.is_some_and(|max| max < min) {
+            return Err(SchemaGrammarError::Unsupported(format!(
+                "`{name}`: maxItems is below minItems, no array matches"
+            )));
+        }
+        let inner = match (min, max) {
+            (_, Some(0)) => String::new(),
+            (0, max) => format!(
+                r#"( {item} ("," space {item}){} )?"#,
+                repeat(0, max.map(|m| m - 1))
+            ),
+            (min, max) => format!(
+                r#"{item} ("," space {item}){}"#,
+                repeat(min - 1, max.map(|m| m - 1))
+            ),
+        };
+        Ok(format!(r#""[" space {inner} "]" space"#))
+    }
+
+    /// Adds a named rule for `body` unless it is a single rule name already; returns the name.
+    fn add(
+        &mut self,
+        stem: &str,
+        body: impl FnOnce(&mut Self) -> Result<String, SchemaGrammarError>,
+    ) -> Result<String, SchemaGrammarError> {
+        let body = body(self)?;
+        if is_rule_name(&body) {
+            return Ok(body);
+        }
+        let name = self.unique(stem);
+        self.rules.insert(name.clone(), body);
+        Ok(name)
+    }
+
+    /// `stem`, or `stem-N` when taken, as a GBNF rule name.
+    fn unique(&self, stem: &str) -> String {
+        let stem = rule_safe(stem);
+        let taken = |n: &str| self.rules.contains_key(n) || BASE_RULES.iter().any(|(b, _)| *b == n);
+        if !taken(&stem) {
+            return stem;
+        }
+        (2..)
+            .map(|i| format!("{stem}-{i}"))
+            .find(|n| !taken(n))
+            .unwrap_or(stem)
+    }
+}
+
+fn string_rule(schema: &Map<String, Value>, name: &str) -> Result<String, SchemaGrammarError> {
+    let min = count(schema, "minLength", name)?;
+    let max = count(schema, "maxLength", name)?;
+    match (min, max) {
+        (None, None) => Ok("string".into()),
+        (min, max) => {
+            let min = min.unwrap_or(0);
+            if max.is_some_and(|max| max < min) {
+                return Err(SchemaGrammarError::Unsupported(format!(
+                    "`{name}`: maxLength is below minLength, no string matches"
+                )));
+            }
+            Ok(format!(r#""\"" char{} "\"" space"#, repeat(min, max)))
+        }
+    }
+}
+
+/// A non-negative integer keyword, if present.
+fn count(
+    schema: &Map<String, Value>,
+    key: &str,
+    name: &str,
+) -> Result<Option<u64>, SchemaGrammarError> {
+    match schema.get(key) {
+        None => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            SchemaGrammarError::Unsupported(format!(
+                "`{name}.{key}` is {v}, not a non-negative integer"
+            ))
+        }),
+    }
+}
+
+/// GBNF repetition `{min,max}` (`{min,}` without a maximum).
+fn repeat(min: u64, max: Option<u64>) -> String {
+    match max {
+        Some(max) => format!("{{{min},{max}}}"),
+        None => format!("{{{min},}}"),
+    }
+}
+
+/// `allOf` of object schemas as one object schema: properties and `required` united, the
+/// strictest `additionalProperties` kept.
+fn merge_all_of(parts: &Value, name: &str) -> Result<Value, SchemaGrammarError> {
+    let Some(parts) = parts.as_array().filter(|p| !p.is_empty()) else {
+        return Err(SchemaGrammarError::Unsupported(format!(
+            "`{name}.allOf` must be a non-empty list of schemas"
+        )));
+    };
+    if let [only] = parts.as_slice() {
+        return Ok(only.clone());
+    }
+    let mut properties = Map::new();
+    let mut required: Vec<Value> = Vec::new();
+    let mut closed = false;
+    for part in parts {
+        let is_object = part.get("properties").is_some()
+            || part.get("type").and_then(Value::as_str) == Some("object");
+        if !is_object {
+            return Err(SchemaGrammarError::Unsupported(format!(
+                "`{name}.allOf` combines schemas other than objects; only objects can be merged into a grammar"
+            )));
+        }
+        if let Some(p) = part.get("properties").and_then(Value::as_object) {
+            properties.extend(p.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        for r in part
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if !required.contains(r) {
+                required.push(r.clone());
+            }
+        }
+        closed |= part.get("additionalProperties") == Some(&Value::Bool(false));
+    }
+    let mut merged = Map::new();
+    merged.insert("type".into(), "object".into());
+    merged.insert("properties".into(), Value::Object(properties));
+    merged.insert("required".into(), Value::Array(required));
+    if closed {
+        merged.insert("additionalProperties".into(), false.into());
+    }
+    Ok(Value::Object(merged))
+}
+
+/// A GBNF string literal matching exactly the JSON text of `value`.
+fn literal(value: &Value) -> String {
+    let json = value.to_string();
+    let mut out = String::with_capacity(json.len() + 2);
+    out.push('"');
+    for c in json.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\x{:02X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A rule name from any text: letters, digits and `-` only.
+fn rule_safe(text: &str) -> String {
+    let mut name: String = text
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    if name.is_empty() {
+        name.push('r');
+    }
+    name
+}
+
+fn is_rule_name(body: &str) -> bool {
+    !body.is_empty() && body.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A tiny GBNF matcher for the grammars this module writes, so the tests check what a
+    /// grammar accepts, not how it is spelled.
+    mod gbnf {
+        use std::collections::HashMap;
+
+        #[derive(Debug, Clone)]
+        enum Node {
+            Lit(Vec<char>),
+            Class {
+                negated: bool,
+                ranges: Vec<(char, char)>,
+            },
+            Rule(String),
+            Seq(Vec<Node>),
+            Alt(Vec<Node>),
+            Repeat(Box<Node>, usize, Option<usize>),
+        }
+
+        pub struct Grammar(HashMap<String, Node>);
+
+        impl Grammar {
+            pub fn parse(text: &str) -> Grammar {
+                let mut rules = HashMap::new();
+                for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                    let (name, body) = line.split_once("::=").expect("a rule");
+                    let chars: Vec<char> = body.chars().collect();
+                    let mut p = Parser { s: &chars, i: 0 };
+                    let node = p.alt();
+                    p.ws();
+                    assert_eq!(p.i, chars.len(), "unparsed rest in {line}");
+                    rules.insert(name.trim().to_string(), node);
+                }
+                Grammar(rules)
+            }
+
+            pub fn accepts(&self, text: &str) -> bool {
+                let chars: Vec<char> = text.chars().collect();
+                self.ends(&Node::Rule("root".into()), &chars, 0, 0)
+                    .contains(&chars.len())
+            }
+
+            /// Every position where `node` can end when started at `at`.
+            fn ends(&self, node: &Node, s: &[char], at: usize, depth: usize) -> Vec<usize> {
+                assert!(depth < 400, "grammar recursion too deep");
+                let mut out = match node {
+                    Node::Lit(l) => {
+                        if s[at..].starts_with(l) {
+                            vec![at + l.len()]
+                        } else {
+                            vec![]
+                        }
+                    }
+                    Node::Class { negated, ranges } => match s.get(at) {
+                        Some(c) if ranges.iter().any(|(a, b)| a <= c && c <= b) != *negated => {
+                            vec![at + 1]
+                        }
+                        _ => vec![],
+                    },
+                    Node::Rule(name) => {
+                        let rule = self.0.get(name).unwrap_or_else(|| panic!("no rule {name}"));
+                        self.ends(rule, s, at, depth + 1)
+                    }
+                    Node::Seq(items) => {
+                        let mut here = vec![at];
+                        for item in items {
+                            let mut next = Vec::new();
+                            for p in here {
+                                next.extend(self.ends(item, s, p, depth + 1));
+                            }
+                            next.sort_unstable();
+                            next.dedup();
+                            here = next;
+                        }
+                        here
+                    }
+                    Node::Alt(options) => options
+                        .iter()
+                        .flat_map(|o| self.ends(o, s, at, depth + 1))
+                        .collect(),
+                    Node::Repeat(inner, min, max) => {
+                        let mut all = Vec::new();
+                        let mut here = vec![at];
+                        let mut n = 0;
+                        loop {
+                            if n >= *min {
+                                all.extend(here.iter().copied());
+                            }
+                            if max.is_some_and(|m| n >= m) || here.is_empty() {
+                                break;
+                            }
+                            let mut next: Vec<usize> = here
+                                .iter()
+                                .flat_map(|p| self.ends(inner, s, *p, depth + 1))
+                                .collect();
+                            next.sort_unstable();
+                            next.dedup();
+                            if next == here && n >= *min {
+                                break;
+                            }
+                            here = next;
+                            n += 1;
+                            if n > s.len() + 2 {
+                                break;
+                            }
+                        }
+                        all
+                    }
+                };
+                out.sort_unstable();
+                out.dedup();
+                out
+            }
+        }
+
+        struct Parser<'a> {
+            s: &'a [char],
+            i: usize,
+        }
+
+        impl Parser<'_> {
+            fn ws(&mut self) {
+                while self.s.get(self.i).is_some_and(|c| c.is_whitespace()) {
+                    self.i += 1;
+                }
+            }
+            fn alt(&mut self) -> Node {
+                let mut options = vec![self.seq()];
+                loop {
+                    self.ws();
+                    if self.s.get(self.i) == Some(&'|') {
+                        self.i += 1;
+                        options.push(self.seq());
+                    } else {
+                        return Node::Alt(options);
+                    }
+                }
+            }
+            fn seq(&mut self) -> Node {
+                let mut items = Vec::new();
+                loop {
+                    self.ws();
+                    match self.s.get(self.i) {
+                        None | Some('|') | Some(')') => return Node::Seq(items),
+                        _ => {
+                            let atom = self.atom();
+                            items.push(self.postfix(atom));
+                        }
+                    }
+                }
+            }
+            fn postfix(&mut self, atom: Node) -> Node {
+                match self.s.get(self.i) {
+                    Some('?') => {
+                        self.i += 1;
+                        Node::Repeat(Box::new(atom), 0, Some(1))
+                    }
+                    Some('*') => {
+                        self.i += 1;
+                        Node::Repeat(Box::new(atom), 0, None)
+                    }
+                    Some('+') => {
+                        self.i += 1;
+                        Node::Repeat(Box::new(atom), 1, None)
+                    }
+                    Some('{') => {
+                        self.i += 1;
+                        let mut text = String::new();
+                        while self.s[self.i] != '}' {
+                            text.push(self.s[self.i]);
+                            self.i += 1;
+                        }
+                        self.i += 1;
+                        let (min, max) = match text.split_once(',') {
+                            Some((a, "")) => (a.parse().unwrap(), None),
+                            Some((a, b)) => (a.parse().unwrap(), Some(b.parse().unwrap())),
+                            None => (text.parse().unwrap(), Some(text.parse().unwrap())),
+                        };
+                        Node::Repeat(Box::new(atom), min, max)
+                    }
+                    _ => atom,
+                }
+            }
+            fn escaped(&mut self) -> char {
+                let c = self.s[self.i];
+                self.i += 1;
+                if c != '\\' {
+                    return c;
+                }
+                let e = self.s[self.i];
+                self.i += 1;
+                match e {
+                    'n' => '\n',
+                    'r' => '\r',
+                    't' => '\t',
+                    'x' | 'u' => {
+                        let len = if e == 'x' { 2 } else { 4 };
+                        let hex: String = self.s[self.i..self.i + len].iter().collect();
+                        self.i += len;
+                        char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap()
+                    }
+                    other => other,
+                }
+            }
+            fn atom(&mut self) -> Node {
+                match self.s[self.i] {
+                    '"' => {
+                        self.i += 1;
+                        let mut lit = Vec::new();
+                        while self.s[self.i] != '"' {
+                            lit.push(self.escaped());
+                        }
+                        self.i += 1;
+                        Node::Lit(lit)
+                    }
+                    '[' => {
+                        self.i += 1;
+                        let negated = self.s[self.i] == '^';
+                        if negated {
+                            self.i += 1;
+                        }
+                        let mut ranges = Vec::new();
+                        while self.s[self.i] != ']' {
+                            let a = self.escaped();
+                            if self.s[self.i] == '-' && self.s[self.i + 1] != ']' {
+                                self.i += 1;
+                                let b = self.escaped();
+                                ranges.push((a, b));
+                            } else {
+                                ranges.push((a, a));
+                            }
+                        }
+                        self.i += 1;
+                        Node::Class { negated, ranges }
+                    }
+                    '(' => {
+                        self.i += 1;
+                        let inner = self.alt();
+                        self.ws();
+                        assert_eq!(self.s[self.i], ')');
+                        self.i += 1;
+                        inner
+                    }
+                    _ => {
+                        let start = self.i;
+                        while self
+                            .s
+                            .get(self.i)
+                            .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '-')
+                        {
+                            self.i += 1;
+                        }
+                        assert!(self.i > start, "unexpected {:?}", self.s[self.i]);
+                        Node::Rule(self.s[start..self.i].iter().collect())
+                    }
+                }
+            }
+        }
+    }
+
+    fn grammar(schema: Value) -> gbnf::Grammar {
+        let text = json_schema_to_gbnf(&schema).expect("a grammar");
+        gbnf::Grammar::parse(&text)
+    }
+
+    #[test]
+    fn an_object_with_required_and_optional_properties() {
+        let g = grammar(json!({
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 5},
+                "population": {"type": "integer"},
+                "note": {"type": "string"}
+            },
+            "required": ["city", "population"],
+            "additionalProperties": false
+        }));
+        assert!(g.accepts(r#"{"city": "Tokyo", "population": 37}"#));
+        assert!(g.accepts(r#"{"city":"Oslo","population":-1,"note":"x"}"#));
+        assert!(
+            !g.accepts(r#"{"city": "Tokyo"}"#),
+            "a required key is missing"
+        );
+        assert!(
+            !g.accepts(r#"{"city": "Yokohama", "population": 3}"#),
+            "longer than maxLength"
+        );
+        assert!(
+            !g.accepts(r#"{"city": "Oslo", "population": 1.5}"#),
+            "not an integer"
+        );
+        assert!(
+            !g.accepts(r#"{"city": "Oslo", "population": 1, "x": 1}"#),
+            "closed object"
+        );
+        assert!(
+            !g.accepts(r#"Sure! {"city": "Oslo", "population": 1}"#),
+            "prose before"
+        );
+    }
+
+    #[test]
+    fn optional_only_properties_take_any_subset_in_order() {
+        let g = grammar(json!({
+            "type": "object",
+            "properties": {"a": {"type": "boolean"}, "b": {"type": "null"}, "c": {"type": "number"}}
+        }));
+        for ok in [
+            r#"{}"#,
+            r#"{"a": true}"#,
+            r#"{"b": null}"#,
+            r#"{"a": false, "c": 2.5e3}"#,
+            r#"{"a":true,"b":null,"c":0}"#,
+        ] {
+            assert!(g.accepts(ok), "{ok}");
+        }
+        for bad in [
+            r#"{,"a": true}"#,
+            r#"{"a": true,}"#,
+            r#"{"c": 1, "a": true}"#,
+            r#"{"d": 1}"#,
+        ] {
+            assert!(!g.accepts(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn additional_properties_given_as_a_schema_or_allowed() {
+        let g = grammar(json!({"type": "object", "additionalProperties": {"type": "integer"}}));
+        assert!(g.accepts(r#"{"x": 1, "y": 2}"#));
+        assert!(!g.accepts(r#"{"x": "1"}"#));
+        let g = grammar(
+            json!({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": true}),
+        );
+        assert!(g.accepts(r#"{"a": 1, "b": [true, {"c": null}], "d": "e"}"#));
+        assert!(g.accepts(r#"{"a": 1}"#));
+    }
+
+    #[test]
+    fn arrays_enums_consts_and_alternatives() {
+        let g = grammar(json!({
+            "type": "array",
+            "items": {"enum": ["red", "green", 3]},
+            "minItems": 1,
+            "maxItems": 2
+        }));
+        assert!(g.accepts(r#"["red"]"#));
+        assert!(g.accepts(r#"["green", 3]"#));
+        assert!(!g.accepts(r#"[]"#), "minItems");
+        assert!(!g.accepts(r#"["red", "red", "red"]"#), "maxItems");
+        assert!(!g.accepts(r#"["blue"]"#), "not in the enum");
+
+        let g = grammar(json!({"anyOf": [{"type": "string"}, {"const": {"k": [1, "\"q\""]}}]}));
+        assert!(g.accepts(r#""any""#));
+        assert!(g.accepts(r#"{"k":[1,"\"q\""]}"#));
+        assert!(!g.accepts("12"));
+
+        let g = grammar(json!({"type": ["integer", "null"]}));
+        assert!(g.accepts("null") && g.accepts("-12") && !g.accepts("true"));
+
+        let g = grammar(json!({"prefixItems": [{"type": "string"}, {"type": "boolean"}]}));
+        assert!(g.accepts(r#"["a", false]"#) && !g.accepts(r#"[false, "a"]"#));
+    }
+
+    #[test]
+    fn strings_escape_and_refuse_raw_control_characters() {
+        let g = grammar(json!({"type": "string"}));
+        assert!(g.accepts(r#""a \"quoted\" \\ \u00e9 line\nbreak""#));
+        assert!(!g.accepts("\"raw\nnewline\""));
+        assert!(!g.accepts(r#""unterminated"#));
+    }
+
+    #[test]
+    fn refs_resolve_including_recursive_ones() {
+        let g = grammar(json!({
+            "$defs": {"node": {"type": "object", "properties": {
+                "name": {"type": "string"},
+                "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}
+            }, "required": ["name"]}},
+            "$ref": "#/$defs/node"
+        }));
+        assert!(g.accepts(
+            r#"{"name": "a", "children": [{"name": "b"}, {"name": "c", "children": []}]}"#
+        ));
+        assert!(!g.accepts(r#"{"name": "a", "children": [{"children": []}]}"#));
+    }
+
+    #[test]
+    fn all_of_objects_merge() {
+        let g = grammar(json!({"allOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            {"properties": {"b": {"type": "string"}}, "required": ["b"], "additionalProperties": false}
+        ]}));
+        assert!(g.accepts(r#"{"a": 1, "b": "x"}"#));
+        assert!(!g.accepts(r#"{"a": 1}"#));
+    }
+
+    #[test]
+    fn any_schema_and_empty_schema_accept_any_json() {
+        for schema in [json!(true), json!({})] {
+            let g = grammar(schema);
+            assert!(g.accepts(r#"{"x": [1, 2.5, "s", null, true]}"#));
+            assert!(g.accepts("[]"));
+            assert!(!g.accepts("{x}"));
+        }
+    }
+
+    #[test]
+    fn impossible_or_unknown_schemas_are_typed_errors() {
+        let cases = [
+            (json!(false), "no JSON value"),
+            (json!({"enum": []}), "non-empty"),
+            (json!({"$ref": "https://example.com/s.json"}), "$ref"),
+            (json!({"type": "decimal"}), "not a JSON Schema type"),
+            (
+                json!({"type": "array", "minItems": 3, "maxItems": 1}),
+                "maxItems",
+            ),
+            (
+                json!({"allOf": [{"type": "string"}, {"type": "object"}]}),
+                "other than objects",
+            ),
+            (json!(3), "not a schema"),
+        ];
+        for (schema, expected) in cases {
+            let message = json_schema_to_gbnf(&schema).unwrap_err().to_string();
+            assert!(message.contains(expected), "{schema}: {message}");
+        }
+    }
+
+    #[test]
+    fn rule_names_from_odd_property_names_stay_valid() {
+        let g = grammar(json!({
+            "type": "object",
+            "properties": {"naïve key": {"type": "string"}, "a_b": {"enum": [1]}, "": {"type": "integer"}},
+            "required": ["naïve key", "a_b", ""]
+        }));
+        assert!(g.accepts(r#"{"naïve key": "x", "a_b": 1, "": 2}"#));
+    }
+}
