@@ -88,10 +88,14 @@ fn pip_install(probe: &str, requirements: &[&str]) -> Result<()> {
     run(pip)
 }
 
-/// Builds the wheel of `project` (a folder with a pyproject.toml) into target/wheels and
-/// returns its path.
+/// Builds the wheel of `project` (a folder with a pyproject.toml) into target/wheels (a debug
+/// build into target/wheels/debug: the two have the same file name) and returns its path.
 fn build_wheel(project: &str, release: bool) -> Result<PathBuf> {
-    let out = target_dir().join("wheels");
+    let out = if release {
+        target_dir().join("wheels")
+    } else {
+        target_dir().join("wheels").join("debug")
+    };
     let mut maturin = Command::new(venv_bin("maturin"));
     without_package_env(&mut maturin);
     maturin
@@ -134,22 +138,33 @@ fn newest_wheel(dir: &Path, prefix: &str) -> Result<PathBuf> {
 }
 
 /// `cargo xtask wheels [--dev]`: both wheels into target/wheels (release builds; `--dev`
-/// builds the debug profile, quicker, for trying them out).
+/// builds the debug profile into target/wheels/debug, quicker, for trying them out).
 pub fn wheels(args: &[String]) -> Result<()> {
     let release = match args {
         [] => true,
         [flag] if flag == "--dev" => false,
         _ => return Err("usage: cargo xtask wheels [--dev]".into()),
     };
-    if let Some(why) = ensure_venv() {
-        return Err(format!("{why}: maturin cannot be installed"));
-    }
-    pip_install("maturin", &[MATURIN])?;
+    maturin_ready()?;
     for project in [LIBRARY, CLI] {
         let wheel = build_wheel(project, release)?;
         println!("{}", wheel.display());
     }
     Ok(())
+}
+
+/// The library wheel, release build, for `cargo xtask bench-peers --python`.
+pub fn release_library_wheel() -> Result<PathBuf> {
+    maturin_ready()?;
+    build_wheel(LIBRARY, true)
+}
+
+/// The venv with maturin in it, or why there cannot be one.
+fn maturin_ready() -> Result<()> {
+    if let Some(why) = ensure_venv() {
+        return Err(format!("{why}: maturin cannot be installed"));
+    }
+    pip_install("maturin", &[MATURIN])
 }
 
 /// Part of `cargo xtask test`: both wheels (debug builds) installed into the venv and the
