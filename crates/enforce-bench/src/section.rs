@@ -1,41 +1,69 @@
-//! The real-model section of BENCHMARKS.md: its markers, and how a run replaces it (the
-//! real-model run) or keeps it (the full peers run, which rewrites everything else).
+//! The sections of BENCHMARKS.md measured on their own (the real-model one, the Python one):
+//! their markers, and how a run replaces its section or keeps it (the full peers run, which
+//! rewrites everything else).
 
-/// Where the section starts and ends in BENCHMARKS.md, so that each run (this one and the full
+/// Where a section starts and ends in BENCHMARKS.md, so that each run (its own and the full
 /// `peers` run) replaces only its own part.
-pub const BEGIN: &str = "<!-- real-model:begin -->";
+#[derive(Debug, Clone, Copy)]
+pub struct Markers {
+    pub begin: &'static str,
+    pub end: &'static str,
+}
+
+/// `cargo xtask bench-peers --real-model`.
+pub const REAL_MODEL: Markers = Markers {
+    begin: "<!-- real-model:begin -->",
+    end: "<!-- real-model:end -->",
+};
+
+/// `cargo xtask bench-peers --python`.
+pub const PYTHON: Markers = Markers {
+    begin: "<!-- python:begin -->",
+    end: "<!-- python:end -->",
+};
+
+/// The real-model section's markers, as the real-model run writes them.
+pub const BEGIN: &str = REAL_MODEL.begin;
 /// See [`BEGIN`].
-pub const END: &str = "<!-- real-model:end -->";
+pub const END: &str = REAL_MODEL.end;
 
 /// `old` with its real-model section replaced by `section` (appended when it had none).
 pub fn splice(old: &str, section: &str) -> String {
-    match (old.find(BEGIN), old.find(END)) {
-        (Some(b), Some(e)) if b < e => {
-            let rest = &old[e + END.len()..];
-            format!(
-                "{}{}{}",
-                &old[..b],
-                section.trim_end(),
-                rest.strip_prefix('\n')
-                    .map_or(rest.to_string(), |r| format!("\n{r}"))
-            )
-        }
-        _ => {
-            let mut s = old.trim_end().to_string();
-            if !s.is_empty() {
-                s.push_str("\n\n");
-            }
-            s.push_str(section);
-            s
-        }
-    }
+    REAL_MODEL.splice(old, section)
 }
 
-/// The real-model section of `old`, to keep when the full run rewrites the rest.
-pub fn section_of(old: &str) -> Option<&str> {
-    let b = old.find(BEGIN)?;
-    let e = old.find(END)?;
-    (b < e).then(|| &old[b..e + END.len()])
+impl Markers {
+    /// `old` with this section replaced by `section` (appended when it had none).
+    pub fn splice(&self, old: &str, section: &str) -> String {
+        let (begin, end) = (self.begin, self.end);
+        match (old.find(begin), old.find(end)) {
+            (Some(b), Some(e)) if b < e => {
+                let rest = &old[e + end.len()..];
+                format!(
+                    "{}{}{}",
+                    &old[..b],
+                    section.trim_end(),
+                    rest.strip_prefix('\n')
+                        .map_or(rest.to_string(), |r| format!("\n{r}"))
+                )
+            }
+            _ => {
+                let mut s = old.trim_end().to_string();
+                if !s.is_empty() {
+                    s.push_str("\n\n");
+                }
+                s.push_str(section);
+                s
+            }
+        }
+    }
+
+    /// This section of `old`, to keep when the full run rewrites the rest.
+    pub fn section_of<'a>(&self, old: &'a str) -> Option<&'a str> {
+        let b = old.find(self.begin)?;
+        let e = old.find(self.end)?;
+        (b < e).then(|| &old[b..e + self.end.len()])
+    }
 }
 
 #[cfg(test)]
@@ -55,15 +83,26 @@ mod tests {
             "{new}"
         );
         assert_eq!(
-            section_of(&new),
+            REAL_MODEL.section_of(&new),
             Some(&*format!("{BEGIN}\nnew figures\n{END}"))
         );
+    }
+
+    #[test]
+    fn each_section_is_replaced_alone() {
+        let python = |x: &str| format!("{}\n{x}\n{}\n", PYTHON.begin, PYTHON.end);
+        let real = format!("{BEGIN}\nreal\n{END}\n");
+        let doc = PYTHON.splice(&splice("# B\n", &real), &python("py 1"));
+        let doc = PYTHON.splice(&doc, &python("py 2"));
+        assert_eq!(REAL_MODEL.section_of(&doc), Some(real.trim_end()));
+        assert_eq!(PYTHON.section_of(&doc), Some(python("py 2").trim_end()));
+        assert!(!doc.contains("py 1"), "{doc}");
     }
 
     #[test]
     fn splice_appends_when_there_is_no_section() {
         let new = splice("# B\n\nabove\n", &format!("{BEGIN}\nx\n{END}\n"));
         assert_eq!(new, format!("# B\n\nabove\n\n{BEGIN}\nx\n{END}\n"));
-        assert_eq!(section_of("# B"), None);
+        assert_eq!(REAL_MODEL.section_of("# B"), None);
     }
 }

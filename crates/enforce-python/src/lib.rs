@@ -61,6 +61,11 @@ fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
 /// from the configuration's `plugin_dirs`, `ENFORCE_PLUGIN_PATH` and the per-user directory,
 /// as for the CLI. A file is read again when it changes.
 ///
+/// `judge` is the model of the profile's `llm_judge` validators (their `runner:` is what the
+/// CLI and the proxy ask): a callable `judge(messages) -> str` (or an iterator of `str`), given
+/// the judge's question as a list of message dicts. Without it such a validator is a
+/// `ConfigError`.
+///
 /// Raises `ConfigError` with the CLI's `file:line:column: key: message`.
 #[pyclass(frozen, module = "enforce_llm._native")]
 struct Profile {
@@ -70,10 +75,15 @@ struct Profile {
 #[pymethods]
 impl Profile {
     #[new]
-    #[pyo3(signature = (profile = None, config = None))]
-    fn new(py: Python<'_>, profile: Option<String>, config: Option<PathBuf>) -> PyResult<Self> {
+    #[pyo3(signature = (profile = None, config = None, judge = None))]
+    fn new(
+        py: Python<'_>,
+        profile: Option<String>,
+        config: Option<PathBuf>,
+        judge: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
         Ok(Profile {
-            loaded: load::profile(py, profile.as_deref(), config.as_deref())?,
+            loaded: load::profile(py, profile.as_deref(), config.as_deref(), judge)?,
         })
     }
 
@@ -153,44 +163,35 @@ impl Profile {
     }
 }
 
-/// Validates `text` against a profile without a model. See `Profile` for `profile`, `config`
-/// and `context`.
+/// Validates `text` against a profile without a model. See `Profile` for `profile`, `config`,
+/// `context` and `judge` (with a `judge`, the file is loaded on each call: keep a `Profile`).
 #[pyfunction]
-#[pyo3(signature = (text, profile = None, config = None, context = None))]
+#[pyo3(signature = (text, profile = None, config = None, context = None, judge = None))]
 fn check(
     py: Python<'_>,
     text: String,
     profile: Option<String>,
     config: Option<PathBuf>,
     context: Option<&Bound<'_, PyAny>>,
+    judge: Option<Py<PyAny>>,
 ) -> PyResult<Outcome> {
-    check_profile(py, text, profile, config, context, Check::Report)
+    let loaded = load::profile(py, profile.as_deref(), config.as_deref(), judge)?;
+    check_text(py, &loaded.enforcer, text, context, Check::Report)
 }
 
-/// Validates `text` and applies the repairs. See `Profile.repair`.
+/// Validates `text` and applies the repairs. See `Profile.repair` and `check`.
 #[pyfunction]
-#[pyo3(signature = (text, profile = None, config = None, context = None))]
+#[pyo3(signature = (text, profile = None, config = None, context = None, judge = None))]
 fn repair(
     py: Python<'_>,
     text: String,
     profile: Option<String>,
     config: Option<PathBuf>,
     context: Option<&Bound<'_, PyAny>>,
+    judge: Option<Py<PyAny>>,
 ) -> PyResult<Outcome> {
-    check_profile(py, text, profile, config, context, Check::Repair)
-}
-
-/// `check` and `repair`: the profile loaded (or taken from the cache), then `check_text`.
-fn check_profile(
-    py: Python<'_>,
-    text: String,
-    profile: Option<String>,
-    config: Option<PathBuf>,
-    context: Option<&Bound<'_, PyAny>>,
-    mode: Check,
-) -> PyResult<Outcome> {
-    let loaded = load::profile(py, profile.as_deref(), config.as_deref())?;
-    check_text(py, &loaded.enforcer, text, context, mode)
+    let loaded = load::profile(py, profile.as_deref(), config.as_deref(), judge)?;
+    check_text(py, &loaded.enforcer, text, context, Check::Repair)
 }
 
 fn check_text(

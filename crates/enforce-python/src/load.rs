@@ -1,13 +1,18 @@
 //! Profiles as the CLI loads them: `enforce.yaml` (or the built-in profiles), the plugins of the
 //! usual directories, errors with file:line:key. Loaded profiles are kept per (file, profile)
 //! and loaded again when the file changes, so a call per check costs a `stat`, not a parse.
+//!
+//! The runners of validators that ask a model (`llm_judge`) live in crates this package does
+//! not link: from Python, the judge is a callable (`judge=`), the runner of every such
+//! validator of the profile; without one, such a validator is a `ConfigError` that says so.
 
+use crate::model::PyModel;
 use crate::ConfigError as PyConfigError;
 use enforce_config::config::{Config, ConfigError, ConfigSource, Defaults, ProfileConfig};
-use enforce_config::{BuildEnv, ProfileSet, Registry};
-use enforce_core::Enforcer;
+use enforce_config::{BuildEnv, ProfileSet, Registry, RunnerFactory};
+use enforce_core::{Enforcer, Runner};
 use enforce_plugin_host::{plugin_search_path_from_env, PluginHost};
-use pyo3::exceptions::PyRuntimeWarning;
+use pyo3::exceptions::{PyRuntimeWarning, PyTypeError};
 use pyo3::prelude::*;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -63,14 +68,61 @@ fn stamp(path: &Path) -> Stamp {
     Some((meta.modified().ok()?, meta.len()))
 }
 
+/// The runners of `llm_judge` validators: the Python callable given as `judge=`, or, without
+/// one, an error that says how to give it.
+struct JudgeRunners(Option<Py<PyAny>>);
+
+impl RunnerFactory for JudgeRunners {
+    fn runner(&self, _config: &serde_json::Value) -> Result<Arc<dyn Runner>, String> {
+        match &self.0 {
+            Some(judge) => Ok(Arc::new(PyModel::new(Python::attach(|py| {
+                judge.clone_ref(py)
+            })))),
+            None => Err(
+                "this validator asks a model, and from Python its `runner:` is not built \
+                 (the runners are not part of the package): pass `judge=`, a callable \
+                 `judge(messages) -> str`, to Profile, Enforcer, check or repair"
+                    .into(),
+            ),
+        }
+    }
+}
+
+/// A judge is called from inside a check, where no event loop of the caller's can be waited
+/// on: an `async def` judge is refused at once rather than failing every verdict later.
+fn refuse_async_judge(py: Python<'_>, judge: &Bound<'_, PyAny>) -> PyResult<()> {
+    if !judge.is_callable() {
+        return Err(PyTypeError::new_err(
+            "judge must be a callable judge(messages) -> str",
+        ));
+    }
+    let is_async: bool = py
+        .import("inspect")?
+        .call_method1("iscoroutinefunction", (judge,))?
+        .extract()?;
+    if is_async {
+        return Err(PyTypeError::new_err(
+            "judge must be a plain function returning str (or an iterator of str), not an \
+             `async def` function: llm_judge verdicts are asked from inside the check",
+        ));
+    }
+    Ok(())
+}
+
 /// The profile `profile` of `config` (see `Profile` in lib.rs for the defaults), from the
 /// cache while the file is unchanged. Plugin load failures and name clashes are Python
-/// `RuntimeWarning`s, as the CLI prints them as warnings.
+/// `RuntimeWarning`s, as the CLI prints them as warnings. With a `judge`, the profile is built
+/// for it and not cached (the caller keeps it: a `Profile` or an `Enforcer`).
 pub fn profile(
     py: Python<'_>,
     profile: Option<&str>,
     config: Option<&Path>,
+    judge: Option<Py<PyAny>>,
 ) -> PyResult<Arc<Loaded>> {
+    let judge = judge.filter(|j| !j.is_none(py));
+    if let Some(judge) = &judge {
+        refuse_async_judge(py, judge.bind(py))?;
+    }
     let file = match config {
         Some(path) => Some(path.to_path_buf()),
         None => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|p| p.exists()),
@@ -79,20 +131,28 @@ pub fn profile(
     let file = file.map(|f| std::path::absolute(&f).unwrap_or(f));
     let key = (file.clone(), profile.map(str::to_string));
     let stamp = file.as_deref().and_then(stamp);
-    if let Some((seen, loaded)) = cache().lock().ok().and_then(|c| c.get(&key).cloned()) {
+    let cached = judge.is_none();
+    if let Some((seen, loaded)) = cache()
+        .lock()
+        .ok()
+        .and_then(|c| c.get(&key).cloned())
+        .filter(|_| cached)
+    {
         if seen == stamp {
             return Ok(loaded);
         }
     }
     let mut warnings = Vec::new();
-    let loaded = load(profile, file.as_deref(), &mut warnings);
+    let loaded = load(profile, file.as_deref(), JudgeRunners(judge), &mut warnings);
     for warning in warnings {
         let message = CString::new(warning.replace('\0', " ")).unwrap_or_default();
         PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1)?;
     }
     let loaded = Arc::new(loaded.map_err(|e| PyConfigError::new_err(e.to_string()))?);
-    if let Ok(mut cache) = cache().lock() {
-        cache.insert(key, (stamp, Arc::clone(&loaded)));
+    if cached {
+        if let Ok(mut cache) = cache().lock() {
+            cache.insert(key, (stamp, Arc::clone(&loaded)));
+        }
     }
     Ok(loaded)
 }
@@ -100,6 +160,7 @@ pub fn profile(
 fn load(
     profile: Option<&str>,
     file: Option<&Path>,
+    judges: JudgeRunners,
     warnings: &mut Vec<String>,
 ) -> Result<Loaded, ConfigError> {
     let (source, parsed) = match file {
@@ -146,8 +207,8 @@ fn load(
                 validators: parsed.validators,
                 profiles: parsed.profiles,
             };
-            ProfileSet::from_config(&config, &registry, &BuildEnv::new(source.base_dir()))
-                .map_err(|e| source.build_error(e))?
+            let env = BuildEnv::new(source.base_dir()).with_runners(Arc::new(judges));
+            ProfileSet::from_config(&config, &registry, &env).map_err(|e| source.build_error(e))?
         }
     };
     let name = profile

@@ -46,6 +46,7 @@ __all__ = [
     "ConfigError",
     "Enforcer",
     "Issue",
+    "Judge",
     "Message",
     "Model",
     "Outcome",
@@ -64,6 +65,11 @@ Model = Callable[[List[Message]], ModelAnswer]
 """A model: called with the conversation, returns the answer as a string, an iterator or an
 async iterator of string chunks, or an awaitable of either (an ``async def`` function)."""
 
+Judge = Callable[[List[Message]], Union[str, Iterator[str]]]
+"""The model of ``llm_judge`` validators: called with the judge's question as messages, returns
+its verdict (``YES``/``NO`` and a reason, or the JSON form) as a string or an iterator of string
+chunks. A plain function: an ``async def`` judge is refused with ``TypeError``."""
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -77,7 +83,11 @@ class Enforcer:
     closes it); it may be an ``async def`` function or return an async iterator.
 
     The loop, the validators and the repairs run in Rust with the GIL released; only the calls
-    of ``model`` take it.
+    of ``model`` (and ``judge``) take it.
+
+    ``judge`` is the model of the profile's ``llm_judge`` validators (in the CLI and the proxy,
+    their ``runner:``): a plain function ``judge(messages) -> str`` given the judge's question;
+    without it such a validator raises :class:`ConfigError`.
     """
 
     def __init__(
@@ -85,8 +95,9 @@ class Enforcer:
         profile: Optional[str] = None,
         model: Optional[Model] = None,
         config: Optional[PathLike] = None,
+        judge: Optional[Judge] = None,
     ) -> None:
-        self._profile = Profile(profile, _path(config))
+        self._profile = Profile(profile, _path(config), judge)
         self._model = model
 
     @property

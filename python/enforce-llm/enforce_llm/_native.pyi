@@ -6,6 +6,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
 _Path = Union[str, "os.PathLike[str]"]
 _Messages = Union[str, List[Dict[str, Any]]]
 _Context = Optional[Mapping[str, Any]]
+_Judge = Optional[Callable[[List[Dict[str, Any]]], Union[str, Iterator[str]]]]
 
 __version__: str
 
@@ -81,7 +82,10 @@ class Outcome:
 class Profile:
     """A loaded profile: validators, policy and the loop."""
 
-    def __init__(self, profile: Optional[str] = None, config: Optional[_Path] = None) -> None: ...
+    def __init__(
+        self, profile: Optional[str] = None, config: Optional[_Path] = None, judge: _Judge = None
+    ) -> None:
+        """``judge``: the model of the profile's ``llm_judge`` validators (a plain function)."""
     @property
     def name(self) -> str:
         """The profile's name."""
@@ -105,6 +109,7 @@ def check(
     profile: Optional[str] = None,
     config: Optional[_Path] = None,
     context: _Context = None,
+    judge: _Judge = None,
 ) -> Outcome:
     """Validates ``text`` against a profile without a model."""
 
@@ -113,5 +118,6 @@ def repair(
     profile: Optional[str] = None,
     config: Optional[_Path] = None,
     context: _Context = None,
+    judge: _Judge = None,
 ) -> Outcome:
     """Validates ``text`` and applies the deterministic repairs."""
