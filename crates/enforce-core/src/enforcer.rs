@@ -8,9 +8,10 @@ use crate::validator::{
     push_leaves, repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict,
 };
 use crate::{
-    AnswerFormat, Attempt, Budget, BudgetKind, Context, Cut, Event, FinishReason, InputCheck, InputStage,
-    Issue, Message, Observer, Outcome, PartialCheck, Policy, Reask, RepairWhen, Reply, ReplyStream,
-    Request, Runner, RunnerError, Status, StopReason, StreamEvent, ToolCall, Usage, Validator,
+    AnswerFormat, Attempt, Budget, BudgetKind, Context, Cut, Event, FinishReason, InputCheck,
+    InputStage, Issue, Message, Observer, Outcome, PartialCheck, Policy, Reask, RepairWhen, Reply,
+    ReplyStream, Request, Runner, RunnerError, Status, StopReason, StreamEvent, ToolCall, Usage,
+    Validator,
 };
 use serde_json::Value;
 use std::sync::Arc;

@@ -808,7 +808,11 @@ impl ServerSection {
                 _ => return Err(at("", "give exactly one of `key` or `key_env`".into())),
             };
             if key.is_empty() {
-                let which = if spec.key.is_some() { ".key" } else { ".key_env" };
+                let which = if spec.key.is_some() {
+                    ".key"
+                } else {
+                    ".key_env"
+                };
                 return Err(at(which, "the key is empty".into()));
             }
             for (list, what) in [(&spec.models, "models"), (&spec.profiles, "profiles")] {

@@ -113,7 +113,9 @@ fn limit<T: std::str::FromStr + PartialOrd + From<u8>>(
         _ => {
             let shown: String = text.chars().take(40).collect();
             let error = ApiError::bad_request(
-                format!("The header {shown_name} must be a whole number from {min} up, got `{shown}`."),
+                format!(
+                    "The header {shown_name} must be a whole number from {min} up, got `{shown}`."
+                ),
                 None,
             );
             Err(rejected("bad_request")(error))
