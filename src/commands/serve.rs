@@ -252,7 +252,8 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
         model.options.request_limits = section.allow_request_limits.unwrap_or(false);
         models.push(model);
     }
-    check_key_grants(&loaded, &section, &models, &profiles)?;
+    let served: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
+    check_key_grants(&loaded, &section, &served, &profiles)?;
     if models.is_empty() {
         return Err(
             "no model to serve: give --upstream-url URL [--upstream-model NAME], or --runner claude, or a config with a `models:` list".into(),
@@ -338,7 +339,7 @@ fn enforcer_for(profiles: &ProfileSet, name: &str) -> Result<Arc<enforce_core::E
 }
 
 /// A `server:` error, located in the file (`server.api_keys[1].key_env`).
-fn section_error(loaded: &LoadedConfig, e: enforce_server::SectionError) -> String {
+pub(crate) fn section_error(loaded: &LoadedConfig, e: enforce_server::SectionError) -> String {
     loaded
         .error_at(&format!("server.{}", e.field), e.message)
         .to_string()
@@ -346,21 +347,20 @@ fn section_error(loaded: &LoadedConfig, e: enforce_server::SectionError) -> Stri
 
 /// Every model and profile a `server.api_keys` entry lists exists (a typo would lock the key
 /// out of what it was meant to use, silently).
-fn check_key_grants(
+pub(crate) fn check_key_grants(
     loaded: &LoadedConfig,
     section: &ServerSection,
-    models: &[Model],
+    served: &[&str],
     profiles: &ProfileSet,
 ) -> Result<(), String> {
     for (index, entry) in section.api_keys.iter().enumerate() {
         let enforce_server::ApiKeyEntry::Scoped(spec) = entry else {
             continue;
         };
-        let served: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
         let known: Vec<&str> = profiles.names().collect();
         for (list, what, kind, names) in [
-            (&spec.models, "models", "served model", &served),
-            (&spec.profiles, "profiles", "profile", &known),
+            (&spec.models, "models", "served model", served),
+            (&spec.profiles, "profiles", "profile", known.as_slice()),
         ] {
             for (i, name) in list.iter().flatten().enumerate() {
                 if !names.contains(&name.as_str()) {
