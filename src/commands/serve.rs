@@ -774,6 +774,30 @@ mod tests {
     }
 
     #[test]
+    fn request_limits_follow_the_model_else_the_server_else_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("serve.yaml");
+        std::fs::write(&path, "models:\n  - {id: inherits}\n  - {id: closed, allow_request_limits: false}\n  - {id: open, allow_request_limits: true}\nrunner: {type: openai, base_url: 'http://127.0.0.1:9/v1', model: m}\n").unwrap();
+        let loaded = LoadedConfig::load(Some(&path)).unwrap();
+        let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
+        let allowed = |server: bool| -> Vec<bool> {
+            loaded
+                .config
+                .models
+                .iter()
+                .map(|e| {
+                    model_from_config(e, loaded.config.runner.as_ref(), &profiles, server)
+                        .unwrap()
+                        .options
+                        .request_limits
+                })
+                .collect()
+        };
+        assert_eq!(allowed(false), [false, false, true]);
+        assert_eq!(allowed(true), [true, false, true]);
+    }
+
+    #[test]
     fn a_condition_takes_exactly_one_kind_and_scalar_values() {
         let when = |yaml: &str| {
             let config: WhenConfig = serde_yaml_ng::from_str(yaml).unwrap();

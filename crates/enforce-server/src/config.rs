@@ -1074,6 +1074,72 @@ mod tests {
     }
 
     #[test]
+    fn api_keys_take_plain_keys_and_limited_entries() {
+        let section: ServerSection = serde_json::from_value(serde_json::json!({"api_keys": [
+            "plain-1",
+            {"name": "app", "key_env": "APP_KEY", "models": ["m"]},
+            {"key": " inline ", "profiles": ["p"]},
+            {"name": "unlimited", "key": "k-all"},
+        ]}))
+        .unwrap();
+        let env = vars(&[("APP_KEY", "from-env")]);
+        let (plain, grants) = section.keys(&env).unwrap();
+        assert_eq!(plain, ["plain-1", "k-all"]);
+        assert_eq!(grants.len(), 2);
+        assert_eq!(
+            (grants[0].name.as_str(), grants[0].key.as_str()),
+            ("app", "from-env")
+        );
+        assert!(grants[0].allows_model("m") && !grants[0].allows_model("n"));
+        assert!(grants[0].allows_profile("anything"));
+        assert_eq!(
+            (grants[1].name.as_str(), grants[1].key.as_str()),
+            ("api_keys[2]", "inline")
+        );
+        assert!(grants[1].allows_model("n") && !grants[1].allows_profile("q"));
+        assert!(
+            !format!("{:?}", grants[0]).contains("from-env"),
+            "no key in Debug"
+        );
+        for (entry, field, says) in [
+            (
+                serde_json::json!({"key_env": "UNSET"}),
+                "api_keys[0].key_env",
+                "`UNSET` is not set",
+            ),
+            (
+                serde_json::json!({"key": "a", "key_env": "APP_KEY"}),
+                "api_keys[0]",
+                "exactly one",
+            ),
+            (
+                serde_json::json!({"models": ["m"]}),
+                "api_keys[0]",
+                "exactly one",
+            ),
+            (
+                serde_json::json!({"key": "a", "models": [" "]}),
+                "api_keys[0].models[0]",
+                "empty",
+            ),
+            (serde_json::json!(" "), "api_keys[0]", "empty"),
+        ] {
+            let section: ServerSection =
+                serde_json::from_value(serde_json::json!({"api_keys": [entry]})).unwrap();
+            let e = section.keys(&env).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.message.contains(says), "{e}");
+        }
+        let typo = serde_json::from_value::<ServerSection>(
+            serde_json::json!({"api_keys": [{"key": "a", "model": ["m"]}]}),
+        );
+        assert!(typo
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field `model`"));
+    }
+
+    #[test]
     fn options_parse_from_config_words() {
         let o: ModelOptions =
             serde_json::from_str(r#"{"on_unresolved":"error","status_events":true}"#).unwrap();
