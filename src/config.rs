@@ -105,6 +105,11 @@ pub struct ServedModelConfig {
     /// in `X-Enforce-Profile` is not routed.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// Let requests lower this model's limits with `X-Enforce-Max-Retries` and
+    /// `X-Enforce-Token-Budget` (never above the profile's); default: `server.allow_request_limits`,
+    /// else false (such a request gets a 400).
+    #[serde(default)]
+    pub allow_request_limits: Option<bool>,
     /// The classifier `label`/`labels` routes ask: a runner given the last user message,
     /// answering one of `labels`. Asked at most once per request, and only when such a route
     /// is reached; a failure, a timeout or an unknown answer matches no label route.

@@ -1,7 +1,8 @@
 //! `enforce config`: tools for the configuration file. `enforce config schema` prints the JSON
-//! Schema of `enforce.yaml`.
+//! Schema of `enforce.yaml`; `enforce config explain` the resolved contract of a served model
+//! (see [`super::explain`]).
 //!
-//! Exit codes: 0 printed, 2 the output could not be written.
+//! Exit codes of `schema`: 0 printed, 2 the output could not be written.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -19,6 +20,9 @@ enum Command {
     /// Print the JSON Schema of enforce.yaml (for editor completion and checks).
     #[command(long_about = SCHEMA_ABOUT)]
     Schema(SchemaArgs),
+    /// Print the contract a served model enforces and where each value comes from.
+    #[command(long_about = super::explain::EXPLAIN_ABOUT)]
+    Explain(super::explain::ExplainArgs),
 }
 
 const SCHEMA_ABOUT: &str = "\
@@ -51,6 +55,7 @@ struct SchemaArgs {}
 pub fn run(args: Args) -> ExitCode {
     match args.command {
         Command::Schema(SchemaArgs {}) => print_schema(),
+        Command::Explain(args) => super::explain::run(args),
     }
 }
 

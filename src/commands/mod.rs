@@ -4,6 +4,7 @@ pub mod check;
 pub mod config;
 pub mod demo;
 pub mod eval;
+pub mod explain;
 pub mod plugins;
 pub mod report;
 pub mod run;

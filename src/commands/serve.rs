@@ -201,7 +201,7 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
         .map_err(|e| e.to_string())?;
 
     let section: ServerSection = loaded.config.server.clone().unwrap_or_default();
-    let mut config = section.to_config().map_err(|e| e.to_string())?;
+    let mut config = section.to_config().map_err(|e| section_error(&loaded, e))?;
     // Paths in the file are relative to the file, like plugin_dirs.
     config.session_dir = config.session_dir.map(|p| loaded.resolve(&p));
     config.audit_log = config.audit_log.map(|p| loaded.resolve(&p));
@@ -229,7 +229,12 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
 
     let mut models = Vec::new();
     for (index, entry) in loaded.config.models.iter().enumerate() {
-        let model = model_from_config(entry, loaded.config.runner.as_ref(), &profiles)?;
+        let model = model_from_config(
+            entry,
+            loaded.config.runner.as_ref(),
+            &profiles,
+            section.allow_request_limits.unwrap_or(false),
+        )?;
         let routes = routes_from_config(entry, &profiles).map_err(|e| {
             loaded
                 .error_at(&format!("models[{index}].{}", e.key), e.message)
@@ -243,9 +248,12 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
             upstream_model = Some(discover_model(url, args.upstream_key.as_deref()).await?);
         }
     }
-    if let Some(model) = model_from_flags(args, upstream_model, &profiles)? {
+    if let Some(mut model) = model_from_flags(args, upstream_model, &profiles)? {
+        model.options.request_limits = section.allow_request_limits.unwrap_or(false);
         models.push(model);
     }
+    let served: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
+    check_key_grants(&loaded, &section, &served, &profiles)?;
     if models.is_empty() {
         return Err(
             "no model to serve: give --upstream-url URL [--upstream-model NAME], or --runner claude, or a config with a `models:` list".into(),
@@ -330,14 +338,53 @@ fn enforcer_for(profiles: &ProfileSet, name: &str) -> Result<Arc<enforce_core::E
     })
 }
 
+/// A `server:` error, located in the file (`server.api_keys[1].key_env`).
+pub(crate) fn section_error(loaded: &LoadedConfig, e: enforce_server::SectionError) -> String {
+    loaded
+        .error_at(&format!("server.{}", e.field), e.message)
+        .to_string()
+}
+
+/// Every model and profile a `server.api_keys` entry lists exists (a typo would lock the key
+/// out of what it was meant to use, silently).
+pub(crate) fn check_key_grants(
+    loaded: &LoadedConfig,
+    section: &ServerSection,
+    served: &[&str],
+    profiles: &ProfileSet,
+) -> Result<(), String> {
+    for (index, entry) in section.api_keys.iter().enumerate() {
+        let enforce_server::ApiKeyEntry::Scoped(spec) = entry else {
+            continue;
+        };
+        let known: Vec<&str> = profiles.names().collect();
+        for (list, what, kind, names) in [
+            (&spec.models, "models", "served model", served),
+            (&spec.profiles, "profiles", "profile", known.as_slice()),
+        ] {
+            for (i, name) in list.iter().flatten().enumerate() {
+                if !names.contains(&name.as_str()) {
+                    let key = format!("server.api_keys[{index}].{what}[{i}]");
+                    let message = format!("no {kind} `{name}` (known: {})", names.join(", "));
+                    return Err(loaded.error_at(&key, message).to_string());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn build_runner(config: &RunnerConfig) -> Result<Arc<dyn Runner>, String> {
     config.build().map(Arc::from).map_err(|e| e.to_string())
 }
 
-fn model_from_config(
+/// The served model of a `models:` entry; `server_allows_limits` is
+/// `server.allow_request_limits`, which the entry's own setting overrides.
+pub(crate) fn model_from_config(
     entry: &ServedModelConfig,
     default_runner: Option<&RunnerConfig>,
     profiles: &ProfileSet,
+    server_allows_limits: bool,
 ) -> Result<Model, String> {
     let runner_config = entry.runner.as_ref().or(default_runner).ok_or_else(|| {
         format!(
@@ -365,6 +412,7 @@ fn model_from_config(
                 check_tool_calls: entry.check_tool_calls,
                 hide_step_marker: entry.hide_step_marker,
                 stream_mode: entry.stream_mode,
+                request_limits: entry.allow_request_limits.unwrap_or(server_allows_limits),
             }),
         runner_config,
     ))
@@ -604,6 +652,7 @@ fn model_from_flags(
             check_tool_calls: !args.no_tool_checks,
             hide_step_marker: args.hide_step_marker,
             stream_mode: args.stream_mode.into(),
+            request_limits: false,
         });
     Ok(Some(with_upstream_model(model, &runner_config)))
 }
@@ -650,7 +699,7 @@ mod tests {
         .unwrap();
         let loaded = LoadedConfig::load(Some(&file)).unwrap();
         let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
-        let built = model_from_config(&loaded.config.models[0], None, &profiles);
+        let built = model_from_config(&loaded.config.models[0], None, &profiles, false);
         #[cfg(not(feature = "local"))]
         {
             let Err(err) = built else {
@@ -707,7 +756,7 @@ mod tests {
             .models
             .iter()
             .map(|e| {
-                model_from_config(e, loaded.config.runner.as_ref(), &profiles)
+                model_from_config(e, loaded.config.runner.as_ref(), &profiles, false)
                     .unwrap()
                     .options
                     .on_unresolved
@@ -722,6 +771,30 @@ mod tests {
             ]
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn request_limits_follow_the_model_else_the_server_else_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("serve.yaml");
+        std::fs::write(&path, "models:\n  - {id: inherits}\n  - {id: closed, allow_request_limits: false}\n  - {id: open, allow_request_limits: true}\nrunner: {type: openai, base_url: 'http://127.0.0.1:9/v1', model: m}\n").unwrap();
+        let loaded = LoadedConfig::load(Some(&path)).unwrap();
+        let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
+        let allowed = |server: bool| -> Vec<bool> {
+            loaded
+                .config
+                .models
+                .iter()
+                .map(|e| {
+                    model_from_config(e, loaded.config.runner.as_ref(), &profiles, server)
+                        .unwrap()
+                        .options
+                        .request_limits
+                })
+                .collect()
+        };
+        assert_eq!(allowed(false), [false, false, true]);
+        assert_eq!(allowed(true), [true, false, true]);
     }
 
     #[test]

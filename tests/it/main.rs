@@ -5,6 +5,7 @@ mod audit_shape;
 mod check;
 mod cli_run_demo;
 mod config_env;
+mod config_explain;
 mod config_schema;
 mod crash_safety;
 mod docs_samples;

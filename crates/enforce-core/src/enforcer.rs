@@ -8,11 +8,13 @@ use crate::validator::{
     push_leaves, repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict,
 };
 use crate::{
-    AnswerFormat, Attempt, BudgetKind, Context, Cut, Event, FinishReason, InputCheck, InputStage,
-    Issue, Message, Observer, Outcome, PartialCheck, Policy, Reask, RepairWhen, Reply, ReplyStream,
-    Request, Runner, RunnerError, Status, StopReason, StreamEvent, ToolCall, Usage, Validator,
+    AnswerFormat, Attempt, Budget, BudgetKind, Context, Cut, Event, FinishReason, InputCheck,
+    InputStage, Issue, Message, Observer, Outcome, PartialCheck, Policy, Reask, RepairWhen, Reply,
+    ReplyStream, Request, Runner, RunnerError, Status, StopReason, StreamEvent, ToolCall, Usage,
+    Validator,
 };
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Code of the warning recorded when the policy's fallback text failed validation (or could
@@ -36,9 +38,10 @@ pub enum Check {
 /// per-request state.
 #[derive(Debug)]
 pub struct Enforcer {
-    validators: Vec<Box<dyn Validator>>,
+    // Shared, so that a per-request narrowing ([`Enforcer::narrowed`]) copies no validator.
+    validators: Arc<[Box<dyn Validator>]>,
     policy: Policy,
-    input: Option<InputStage>,
+    input: Option<Arc<InputStage>>,
 }
 
 /// Accumulated usage and cost over attempts.
@@ -127,7 +130,7 @@ impl Enforcer {
     /// An enforcer running `validators` in order, with the default [`Policy`].
     pub fn new(validators: Vec<Box<dyn Validator>>) -> Self {
         Enforcer {
-            validators,
+            validators: validators.into(),
             policy: Policy::default(),
             input: None,
         }
@@ -135,19 +138,61 @@ impl Enforcer {
 
     /// Checks every request with `stage` before the first model call.
     pub fn with_input(mut self, stage: InputStage) -> Self {
-        self.input = Some(stage);
+        self.input = Some(Arc::new(stage));
         self
     }
 
     /// The input stage, if requests are checked before the model call.
     pub fn input(&self) -> Option<&InputStage> {
-        self.input.as_ref()
+        self.input.as_deref()
     }
 
     /// Replaces the policy.
     pub fn with_policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self
+    }
+
+    /// This enforcer with limits that are at most `max_retries` re-asks and `budget`: each
+    /// limit given is lowered to it, never raised above the policy's own (a `None` keeps the
+    /// policy's value). For a caller that narrows one run, e.g. a proxy honouring a client's
+    /// request for fewer re-asks; the validators and input stage are shared, not rebuilt.
+    ///
+    /// ```
+    /// use enforce_core::{Budget, Enforcer, Policy};
+    ///
+    /// let profile = Enforcer::new(vec![]).with_policy(
+    ///     Policy::builder().max_retries(3).budget(Budget { max_tokens: Some(500), ..Budget::default() }).build(),
+    /// );
+    /// let one = profile.narrowed(Some(1), &Budget { max_tokens: Some(9_000), ..Budget::default() });
+    /// assert_eq!(one.policy().max_retries, 1);
+    /// assert_eq!(one.policy().budget.max_tokens, Some(500)); // never raised
+    /// assert_eq!(profile.narrowed(Some(7), &Budget::default()).policy().max_retries, 3);
+    /// ```
+    pub fn narrowed(&self, max_retries: Option<u32>, budget: &Budget) -> Enforcer {
+        fn lower<T: PartialOrd + Copy>(own: Option<T>, asked: Option<T>) -> Option<T> {
+            match (own, asked) {
+                (Some(own), Some(asked)) if asked < own => Some(asked),
+                (Some(own), _) => Some(own),
+                (None, asked) => asked,
+            }
+        }
+        let mut policy = self.policy.clone();
+        if let Some(n) = max_retries {
+            policy.max_retries = policy.max_retries.min(n);
+        }
+        let own = self.policy.budget;
+        policy.budget = Budget {
+            max_attempts: lower(own.max_attempts, budget.max_attempts),
+            max_tokens: lower(own.max_tokens, budget.max_tokens),
+            max_cost_usd: lower(own.max_cost_usd, budget.max_cost_usd),
+            max_wall_ms: lower(own.max_wall_ms, budget.max_wall_ms),
+        };
+        Enforcer {
+            validators: Arc::clone(&self.validators),
+            policy,
+            input: self.input.clone(),
+        }
     }
 
     /// The policy in use.
@@ -182,7 +227,7 @@ impl Enforcer {
     /// The validators the loop runs one by one: groups opened up into their members.
     fn leaves(&self) -> Vec<Leaf<'_>> {
         let mut leaves = Vec::with_capacity(self.validators.len());
-        for validator in &self.validators {
+        for validator in self.validators.iter() {
             push_leaves(validator.as_ref(), None, &mut leaves);
         }
         leaves

@@ -6,7 +6,7 @@
 use crate::auth;
 use crate::error::ApiError;
 use crate::state::App;
-use axum::extract::{Path, Request as HttpRequest, State};
+use axum::extract::{Extension, Path, Request as HttpRequest, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -17,10 +17,11 @@ use std::sync::Arc;
 
 pub(crate) async fn require_key(
     State(app): State<Arc<App>>,
-    request: HttpRequest,
+    mut request: HttpRequest,
     next: Next,
 ) -> Response {
-    if !app.config.api_keys.is_empty() {
+    let (plain, grants) = (&app.config.api_keys, &app.config.key_grants);
+    if !plain.is_empty() || !grants.is_empty() {
         // `Authorization: Bearer` (OpenAI clients) or `x-api-key` (Anthropic clients).
         let presented = request
             .headers()
@@ -33,8 +34,15 @@ pub(crate) async fn require_key(
                     .get("x-api-key")
                     .and_then(|v| v.to_str().ok())
             });
-        let ok = presented.is_some_and(|key| auth::key_matches(&app.config.api_keys, key));
-        if !ok {
+        let keys = plain
+            .iter()
+            .map(String::as_str)
+            .chain(grants.iter().map(|g| g.key.as_str()));
+        let found = presented.and_then(|key| auth::matching_key(keys, key));
+        if let Some(grant) = found.and_then(|i| i.checked_sub(plain.len())) {
+            request.extensions_mut().insert(auth::Granted(grant));
+        }
+        if found.is_none() {
             let mut error = ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_request_error",
@@ -53,10 +61,15 @@ pub(crate) async fn require_key(
     next.run(request).await
 }
 
-pub(crate) async fn list_models(State(app): State<Arc<App>>) -> Json<Value> {
+pub(crate) async fn list_models(
+    State(app): State<Arc<App>>,
+    granted: Option<Extension<auth::Granted>>,
+) -> Json<Value> {
+    let grant = crate::controls::grant(&app, granted.map(|Extension(g)| g));
     let data: Vec<Value> = app
         .model_order
         .iter()
+        .filter(|id| grant.is_none_or(|g| g.allows_model(id)))
         .map(|id| model_object(&app, id))
         .collect();
     Json(json!({"object": "list", "data": data}))
@@ -66,7 +79,15 @@ fn model_object(app: &App, id: &str) -> Value {
     json!({"id": id, "object": "model", "created": app.started, "owned_by": "enforce"})
 }
 
-pub(crate) async fn get_model(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
+pub(crate) async fn get_model(
+    State(app): State<Arc<App>>,
+    granted: Option<Extension<auth::Granted>>,
+    Path(id): Path<String>,
+) -> Response {
+    let grant = crate::controls::grant(&app, granted.map(|Extension(g)| g));
+    if let Some(grant) = grant.filter(|g| !g.allows_model(&id)) {
+        return crate::controls::model_forbidden(grant, &id).into_response();
+    }
     if app.models.contains_key(&id) {
         Json(model_object(&app, &id)).into_response()
     } else {

@@ -14,15 +14,22 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
-/// `true` when `presented` equals one of `keys`. Every key is compared, so the time does not
-/// reveal which one matched.
-pub fn key_matches(keys: &[String], presented: &str) -> bool {
-    let mut found = false;
-    for key in keys {
-        found |= constant_time_eq(key.as_bytes(), presented.as_bytes());
+/// The index of the key in `keys` that `presented` equals, if any. Every key is compared
+/// whole, whether one matched before or not, so the time does not reveal which one matched.
+pub fn matching_key<'k>(keys: impl IntoIterator<Item = &'k str>, presented: &str) -> Option<usize> {
+    let mut found = None;
+    for (index, key) in keys.into_iter().enumerate() {
+        let equal = constant_time_eq(key.as_bytes(), presented.as_bytes());
+        found = if equal { Some(index) } else { found };
     }
     found
 }
+
+/// The request extension naming the [`KeyGrant`](crate::KeyGrant) (by its index in
+/// `ServerConfig::key_grants`) whose key the request presented; absent for a key that may
+/// use everything, or when there are no keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Granted(pub usize);
 
 /// The token of an `Authorization: Bearer <token>` header value.
 pub fn bearer_token(header: &str) -> Option<&str> {
@@ -43,9 +50,10 @@ mod tests {
         assert!(!constant_time_eq(b"secret", b"secreT"));
         assert!(!constant_time_eq(b"secret", b"secret2"));
         assert!(!constant_time_eq(b"", b"x"));
-        let keys = vec!["k1".to_string(), "k2".to_string()];
-        assert!(key_matches(&keys, "k2"));
-        assert!(!key_matches(&keys, "k3"));
+        let keys = ["k1", "k2", "k3"];
+        assert_eq!(matching_key(keys, "k2"), Some(1));
+        assert_eq!(matching_key(keys, "k3"), Some(2));
+        assert_eq!(matching_key(keys, "k"), None);
     }
 
     #[test]

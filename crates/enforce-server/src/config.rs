@@ -77,6 +77,11 @@ pub struct ModelOptions {
     pub hide_step_marker: bool,
     /// What a streaming client sees while the loop works: `hold` (default) or `draft`.
     pub stream_mode: StreamMode,
+    /// Let a request lower this model's limits for itself with `X-Enforce-Max-Retries` and
+    /// `X-Enforce-Token-Budget` (never above the profile's own). Off by default: the
+    /// configuration is the contract, and a request sending either header is refused (400)
+    /// rather than served with limits it did not get.
+    pub request_limits: bool,
 }
 
 impl Default for ModelOptions {
@@ -88,6 +93,7 @@ impl Default for ModelOptions {
             check_tool_calls: true,
             hide_step_marker: false,
             stream_mode: StreamMode::Hold,
+            request_limits: false,
         }
     }
 }
@@ -188,11 +194,57 @@ pub enum FsyncPolicy {
     Interval(Duration),
 }
 
+/// A key that may use only some models and profiles (a `server.api_keys` entry with
+/// `models:` or `profiles:`). A request with it for another model, or enforced with another
+/// profile, is refused with 403; `/v1/models` lists only its models.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyGrant {
+    /// The name logs and `enforce config explain` show for it (never the key).
+    pub name: String,
+    /// The key itself.
+    pub key: String,
+    /// The public model ids it may use; `None`: every model.
+    pub models: Option<Vec<String>>,
+    /// The profiles its requests may be enforced with (the model's own, a route's or
+    /// `X-Enforce-Profile`'s); `None`: every profile.
+    pub profiles: Option<Vec<String>>,
+}
+
+impl KeyGrant {
+    /// Whether this key may use model `id`.
+    pub fn allows_model(&self, id: &str) -> bool {
+        self.models
+            .as_ref()
+            .is_none_or(|models| models.iter().any(|m| m == id))
+    }
+
+    /// Whether this key's requests may be enforced with profile `name`.
+    pub fn allows_profile(&self, name: &str) -> bool {
+        self.profiles
+            .as_ref()
+            .is_none_or(|profiles| profiles.iter().any(|p| p == name))
+    }
+}
+
+impl fmt::Debug for KeyGrant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The key stays out of logs and panics.
+        f.debug_struct("KeyGrant")
+            .field("name", &self.name)
+            .field("models", &self.models)
+            .field("profiles", &self.profiles)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Server-wide settings. `Default` gives the documented defaults.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Accepted bearer keys; empty means no authentication.
+    /// Accepted bearer keys that may use everything; when this and
+    /// [`key_grants`](Self::key_grants) are both empty, there is no authentication.
     pub api_keys: Vec<String>,
+    /// Accepted keys limited to some models and profiles.
+    pub key_grants: Vec<KeyGrant>,
     /// Largest accepted request body in bytes (default 10 MB).
     pub max_body_bytes: usize,
     /// Largest JSON of facts a request may carry, per source (`enforce.context` in the body,
@@ -321,6 +373,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             api_keys: Vec::new(),
+            key_grants: Vec::new(),
             max_body_bytes: 10 * 1024 * 1024,
             max_context_bytes: 16 * 1024,
             max_concurrent: 64,
@@ -397,7 +450,7 @@ impl OtlpConfig {
     pub fn to_endpoint(endpoint: &str) -> Result<Self, SectionError> {
         Ok(OtlpConfig {
             traces_url: traces_url(endpoint, true).map_err(|message| SectionError {
-                field: "otlp.endpoint",
+                field: "otlp.endpoint".into(),
                 message,
             })?,
             ..OtlpConfig::default()
@@ -421,7 +474,12 @@ impl OtlpConfig {
         if section.is_none() && traces_env.is_none() && base_env.is_none() {
             return Ok(None);
         }
-        let bad = |field: &'static str| move |message| SectionError { field, message };
+        let bad = |field: &'static str| {
+            move |message| SectionError {
+                field: field.into(),
+                message,
+            }
+        };
         let traces_url = match (
             section.and_then(|s| s.endpoint.as_deref()),
             traces_env,
@@ -514,8 +572,14 @@ pub struct OtlpSection {
 pub struct ServerSection {
     /// Address to listen on (the command line's `--listen` wins).
     pub listen: Option<String>,
-    /// Accepted bearer keys (added to `ENFORCE_API_KEYS`).
-    pub api_keys: Vec<String>,
+    /// Accepted keys (added to `ENFORCE_API_KEYS`): a key as a string may use every model;
+    /// an entry `{name, key | key_env, models, profiles}` only the models and profiles it
+    /// lists (403 otherwise).
+    pub api_keys: Vec<ApiKeyEntry>,
+    /// Let requests lower their model's limits with `X-Enforce-Max-Retries` and
+    /// `X-Enforce-Token-Budget` (default false: such a request gets a 400). A model's own
+    /// `allow_request_limits` wins.
+    pub allow_request_limits: Option<bool>,
     /// Largest request body in bytes.
     pub max_body_bytes: Option<usize>,
     /// Largest JSON of facts per request source (`enforce.context`, `X-Enforce-Context`).
@@ -582,7 +646,10 @@ pub struct StateSection {
 
 impl StateSection {
     fn to_config(&self) -> Result<StateConfig, SectionError> {
-        let error = |field, message: String| SectionError { field, message };
+        let error = |field: &str, message: String| SectionError {
+            field: field.into(),
+            message,
+        };
         let url = self
             .redis
             .as_deref()
@@ -634,8 +701,8 @@ impl StateSection {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("server.{field}: {message}")]
 pub struct SectionError {
-    /// The field.
-    pub field: &'static str,
+    /// The field, below `server.` (`api_keys[1].key_env`).
+    pub field: String,
     /// What is wrong.
     pub message: String,
 }
@@ -644,7 +711,7 @@ fn seconds(field: &'static str, value: Option<f64>) -> Result<Option<Duration>, 
     value
         .map(|v| {
             Duration::try_from_secs_f64(v).map_err(|_| SectionError {
-                field,
+                field: field.into(),
                 message: format!("must be a non-negative number of seconds, got {v}"),
             })
         })
@@ -654,8 +721,10 @@ fn seconds(field: &'static str, value: Option<f64>) -> Result<Option<Duration>, 
 impl ServerSection {
     /// The settings, on top of the defaults.
     pub fn to_config(&self) -> Result<ServerConfig, SectionError> {
+        let (api_keys, key_grants) = self.keys(|name| std::env::var(name).ok())?;
         let mut c = ServerConfig {
-            api_keys: self.api_keys.clone(),
+            api_keys,
+            key_grants,
             session_dir: self.session_dir.clone(),
             audit_log: self.audit_log.clone(),
             ..ServerConfig::default()
@@ -672,7 +741,7 @@ impl ServerSection {
         if let Some(v) = self.max_concurrent {
             if v == 0 {
                 return Err(SectionError {
-                    field: "max_concurrent",
+                    field: "max_concurrent".into(),
                     message: "must be at least 1".into(),
                 });
             }
@@ -687,7 +756,7 @@ impl ServerSection {
         if let Some(d) = seconds("keepalive_secs", self.keepalive_secs)? {
             if d.is_zero() {
                 return Err(SectionError {
-                    field: "keepalive_secs",
+                    field: "keepalive_secs".into(),
                     message: "must be more than 0".into(),
                 });
             }
@@ -705,6 +774,70 @@ impl ServerSection {
         Ok(c)
     }
 
+    /// The keys of `api_keys`: the plain ones, and those limited to some models or profiles
+    /// (their `key_env` read through `var`).
+    pub fn keys(
+        &self,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<(Vec<String>, Vec<KeyGrant>), SectionError> {
+        let mut plain = Vec::new();
+        let mut grants = Vec::new();
+        for (index, entry) in self.api_keys.iter().enumerate() {
+            let at = |key: &str, message: String| SectionError {
+                field: format!("api_keys[{index}]{key}"),
+                message,
+            };
+            let spec = match entry {
+                ApiKeyEntry::Key(key) if key.trim().is_empty() => {
+                    return Err(at("", "is empty".into()))
+                }
+                ApiKeyEntry::Key(key) => {
+                    plain.push(key.trim().to_string());
+                    continue;
+                }
+                ApiKeyEntry::Scoped(spec) => spec,
+            };
+            let key = match (&spec.key, &spec.key_env) {
+                (Some(key), None) => key.trim().to_string(),
+                (None, Some(name)) => var(name).map(|v| v.trim().to_string()).ok_or_else(|| {
+                    at(
+                        ".key_env",
+                        format!("the environment variable `{name}` is not set"),
+                    )
+                })?,
+                _ => return Err(at("", "give exactly one of `key` or `key_env`".into())),
+            };
+            if key.is_empty() {
+                let which = if spec.key.is_some() {
+                    ".key"
+                } else {
+                    ".key_env"
+                };
+                return Err(at(which, "the key is empty".into()));
+            }
+            for (list, what) in [(&spec.models, "models"), (&spec.profiles, "profiles")] {
+                if let Some(i) = list.iter().flatten().position(|n| n.trim().is_empty()) {
+                    return Err(at(&format!(".{what}[{i}]"), "is empty".into()));
+                }
+            }
+            if spec.models.is_none() && spec.profiles.is_none() {
+                // Same as a plain key; kept under its name.
+                plain.push(key);
+                continue;
+            }
+            grants.push(KeyGrant {
+                name: spec
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| format!("api_keys[{index}]")),
+                key,
+                models: spec.models.clone(),
+                profiles: spec.profiles.clone(),
+            });
+        }
+        Ok((plain, grants))
+    }
+
     /// `audit_fsync` (with `audit_fsync_interval_secs`, default 1 s) as a policy; `never`
     /// when not given. `enforce run --audit` reads it too, so both writers sync alike.
     pub fn fsync_policy(&self) -> Result<FsyncPolicy, SectionError> {
@@ -715,11 +848,78 @@ impl ServerSection {
             Some("always") => Ok(FsyncPolicy::Always),
             Some("interval") => Ok(FsyncPolicy::Interval(every)),
             Some(other) => Err(SectionError {
-                field: "audit_fsync",
+                field: "audit_fsync".into(),
                 message: format!("must be never, always or interval, got `{other}`"),
             }),
         }
     }
+}
+
+/// One entry of `server.api_keys`: a key as a string, or a key with what it may use.
+///
+/// ```yaml
+/// server:
+///   api_keys:
+///     - sk-admin-1                      # every model and profile
+///     - name: support-app
+///       key_env: SUPPORT_APP_KEY        # or key: "..."
+///       models: [support]               # 403 for any other model
+///       profiles: [support, support-json]
+/// ```
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ApiKeyEntry {
+    /// A key that may use every model and profile.
+    Key(String),
+    /// A key with a name, limited to some models or profiles.
+    Scoped(ApiKeySpec),
+}
+
+impl<'de> Deserialize<'de> for ApiKeyEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{self, MapAccess, Visitor};
+        // By hand rather than `untagged`, so that a wrong field in a mapping is reported by
+        // name instead of as "matches no variant".
+        struct Entry;
+        impl<'de> Visitor<'de> for Entry {
+            type Value = ApiKeyEntry;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key, or a mapping with `key` or `key_env` and `models`/`profiles`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ApiKeyEntry, E> {
+                Ok(ApiKeyEntry::Key(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ApiKeyEntry, E> {
+                Ok(ApiKeyEntry::Key(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ApiKeyEntry, E> {
+                Ok(ApiKeyEntry::Key(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ApiKeyEntry, A::Error> {
+                ApiKeySpec::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(ApiKeyEntry::Scoped)
+            }
+        }
+        deserializer.deserialize_any(Entry)
+    }
+}
+
+/// A `server.api_keys` entry given as a mapping.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiKeySpec {
+    /// Its name in logs and `enforce config explain` (default `api_keys[N]`).
+    pub name: Option<String>,
+    /// The key (prefer `key_env`: a key in a file is a key in backups).
+    pub key: Option<String>,
+    /// The environment variable holding the key.
+    pub key_env: Option<String>,
+    /// The model ids it may use (default: all).
+    pub models: Option<Vec<String>>,
+    /// The profiles its requests may be enforced with (default: all).
+    pub profiles: Option<Vec<String>>,
 }
 
 /// Splits a comma-separated key list, trimming blanks and dropping empty entries.
@@ -871,6 +1071,72 @@ mod tests {
             .unwrap()
             .state
             .is_none());
+    }
+
+    #[test]
+    fn api_keys_take_plain_keys_and_limited_entries() {
+        let section: ServerSection = serde_json::from_value(serde_json::json!({"api_keys": [
+            "plain-1",
+            {"name": "app", "key_env": "APP_KEY", "models": ["m"]},
+            {"key": " inline ", "profiles": ["p"]},
+            {"name": "unlimited", "key": "k-all"},
+        ]}))
+        .unwrap();
+        let env = vars(&[("APP_KEY", "from-env")]);
+        let (plain, grants) = section.keys(&env).unwrap();
+        assert_eq!(plain, ["plain-1", "k-all"]);
+        assert_eq!(grants.len(), 2);
+        assert_eq!(
+            (grants[0].name.as_str(), grants[0].key.as_str()),
+            ("app", "from-env")
+        );
+        assert!(grants[0].allows_model("m") && !grants[0].allows_model("n"));
+        assert!(grants[0].allows_profile("anything"));
+        assert_eq!(
+            (grants[1].name.as_str(), grants[1].key.as_str()),
+            ("api_keys[2]", "inline")
+        );
+        assert!(grants[1].allows_model("n") && !grants[1].allows_profile("q"));
+        assert!(
+            !format!("{:?}", grants[0]).contains("from-env"),
+            "no key in Debug"
+        );
+        for (entry, field, says) in [
+            (
+                serde_json::json!({"key_env": "UNSET"}),
+                "api_keys[0].key_env",
+                "`UNSET` is not set",
+            ),
+            (
+                serde_json::json!({"key": "a", "key_env": "APP_KEY"}),
+                "api_keys[0]",
+                "exactly one",
+            ),
+            (
+                serde_json::json!({"models": ["m"]}),
+                "api_keys[0]",
+                "exactly one",
+            ),
+            (
+                serde_json::json!({"key": "a", "models": [" "]}),
+                "api_keys[0].models[0]",
+                "empty",
+            ),
+            (serde_json::json!(" "), "api_keys[0]", "empty"),
+        ] {
+            let section: ServerSection =
+                serde_json::from_value(serde_json::json!({"api_keys": [entry]})).unwrap();
+            let e = section.keys(&env).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.message.contains(says), "{e}");
+        }
+        let typo = serde_json::from_value::<ServerSection>(
+            serde_json::json!({"api_keys": [{"key": "a", "model": ["m"]}]}),
+        );
+        assert!(typo
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field `model`"));
     }
 
     #[test]

@@ -41,6 +41,7 @@ mod app;
 mod audit;
 mod auth;
 mod config;
+mod controls;
 mod error;
 mod facts;
 mod messages;
@@ -64,10 +65,11 @@ mod verdict;
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
 pub use config::{
-    parse_key_list, ConcurrencyScope, FailureResponse, FsyncPolicy, Model, ModelOptions,
-    OtlpConfig, OtlpSection, SectionError, ServerConfig, ServerSection, StateConfig, StateSection,
-    StreamMode, API_KEYS_ENV, DEFAULT_OTLP_TRACES_URL, DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV,
-    OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV,
+    parse_key_list, ApiKeyEntry, ApiKeySpec, ConcurrencyScope, FailureResponse, FsyncPolicy,
+    KeyGrant, Model, ModelOptions, OtlpConfig, OtlpSection, SectionError, ServerConfig,
+    ServerSection, StateConfig, StateSection, StreamMode, API_KEYS_ENV, DEFAULT_OTLP_TRACES_URL,
+    DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV, OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV,
+    OTLP_TRACES_ENDPOINT_ENV,
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;

@@ -12,7 +12,9 @@
 //! 6. rendering (the surface: [`Surface::answer`] or its [`StreamWriter`], [`Surface::refuse`]),
 //!    with the enforcement headers set here for every surface ([`enforcement_headers`]).
 
+use crate::auth::Granted;
 use crate::config::{ConcurrencyScope, Model};
+use crate::controls;
 use crate::error::ApiError;
 use crate::facts;
 use crate::otel::RequestInfo;
@@ -22,7 +24,7 @@ use crate::state::{unix_now, App};
 use crate::stream::{self, StreamWriter};
 use crate::turn::{wait, InFlight, Turn, TurnId};
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -127,7 +129,7 @@ pub(crate) struct Rejection {
     error: Box<ApiError>,
 }
 
-fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
+pub(crate) fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
     move |error| Rejection {
         reason,
         error: Box::new(error),
@@ -137,10 +139,12 @@ fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
 /// Serves one request of surface `S` through every stage.
 pub(crate) async fn serve<S: Surface>(
     State(app): State<Arc<App>>,
+    granted: Option<Extension<Granted>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match admit::<S>(&app, &headers, body).await {
+    let granted = granted.map(|Extension(g)| g);
+    match admit::<S>(&app, granted, &headers, body).await {
         Ok(admitted) => respond::<S>(admitted).await,
         Err(Rejection { reason, error }) => {
             app.count_rejection(reason);
@@ -159,17 +163,21 @@ struct Admitted<S: Surface> {
 
 async fn admit<S: Surface>(
     app: &Arc<App>,
+    granted: Option<Granted>,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Admitted<S>, Rejection> {
     let bytes = read_body(app, headers, body).await?;
     let (mut ask, kept) = S::parse(&bytes).map_err(rejected("bad_request"))?;
+    let grant = controls::grant(app, granted);
+    controls::admit_model(grant, &ask.model)?;
     let (mut model, header_profile) = resolve_model(app, &ask.model, headers)?;
     let permit = take_permit(app)?;
     let route = match header_profile {
         Some(_) => None,
         None => route(&mut model, &bytes, headers, &ask.messages).await,
     };
+    controls::apply(grant, &mut model, headers)?;
     let session = open_session(app, headers, &mut ask, &model).await?;
     let context = context(app, headers, ask.enforce.take(), &model, &session)?;
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);

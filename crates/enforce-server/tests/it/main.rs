@@ -8,6 +8,7 @@
 mod anthropic_sdk;
 mod audit_record;
 mod common;
+mod controls;
 mod dropin;
 mod facts;
 mod fault_matrix;

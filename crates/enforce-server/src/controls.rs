@@ -1,0 +1,124 @@
+//! Per-request control, as far as the configuration allows it: what a key may use
+//! ([`KeyGrant`], 403 otherwise) and the limits a request may lower for itself
+//! (`X-Enforce-Max-Retries`, `X-Enforce-Token-Budget`, when its model has
+//! [`request_limits`](crate::ModelOptions::request_limits)). Two pipeline stages call in here:
+//! [`admit_model`] before the model is resolved, [`apply`] once the profile is known.
+
+use crate::auth::Granted;
+use crate::config::{KeyGrant, Model};
+use crate::error::ApiError;
+use crate::pipeline::{rejected, Rejection};
+use crate::state::App;
+use axum::http::{HeaderMap, StatusCode};
+use enforce_core::Budget;
+use std::sync::Arc;
+
+/// A request header lowering the re-asks of this request (at most the profile's own).
+pub(crate) const MAX_RETRIES_HEADER: &str = "x-enforce-max-retries";
+/// A request header capping the tokens (input + output, summed over every attempt) this
+/// request may spend; the loop stops re-asking once they are spent (at most the profile's own
+/// `budget.max_tokens`).
+pub(crate) const TOKEN_BUDGET_HEADER: &str = "x-enforce-token-budget";
+
+/// The grant of the key the request presented (`None`: a key that may use everything, or no
+/// keys at all).
+pub(crate) fn grant(app: &App, granted: Option<Granted>) -> Option<&KeyGrant> {
+    granted.and_then(|Granted(index)| app.config.key_grants.get(index))
+}
+
+/// The 403 of a key asking for a model outside its list. It names the models the key may use
+/// (not the others: a limited key does not learn what else this proxy serves).
+pub(crate) fn model_forbidden(grant: &KeyGrant, id: &str) -> ApiError {
+    let allowed = grant.models.as_deref().unwrap_or_default().join(", ");
+    ApiError {
+        param: Some("model"),
+        ..ApiError::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "model_not_allowed",
+            format!(
+                "This API key ({}) may not use the model `{id}`. It may use: {allowed}.",
+                grant.name
+            ),
+        )
+    }
+}
+
+/// Access, before the model is resolved: the key may use model `id`.
+pub(crate) fn admit_model(grant: Option<&KeyGrant>, id: &str) -> Result<(), Rejection> {
+    match grant {
+        Some(grant) if !grant.allows_model(id) => {
+            Err(rejected("forbidden")(model_forbidden(grant, id)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Once the profile is known (the model's, a route's or `X-Enforce-Profile`'s): the key may
+/// use it, and the limits the request asks for are applied to this request's enforcer.
+pub(crate) fn apply(
+    grant: Option<&KeyGrant>,
+    model: &mut Model,
+    headers: &HeaderMap,
+) -> Result<(), Rejection> {
+    if let Some(grant) = grant.filter(|g| !g.allows_profile(&model.profile)) {
+        let allowed = grant.profiles.as_deref().unwrap_or_default().join(", ");
+        let error = ApiError::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "profile_not_allowed",
+            format!(
+                "This API key ({}) may not use the profile `{}` (the model `{}` enforces it for this request). It may use: {allowed}.",
+                grant.name, model.profile, model.id
+            ),
+        );
+        return Err(rejected("forbidden")(error));
+    }
+    let max_retries = limit::<u32>(headers, MAX_RETRIES_HEADER, "X-Enforce-Max-Retries", 0)?;
+    let max_tokens = limit::<u64>(headers, TOKEN_BUDGET_HEADER, "X-Enforce-Token-Budget", 1)?;
+    if max_retries.is_none() && max_tokens.is_none() {
+        return Ok(());
+    }
+    if !model.options.request_limits {
+        let error = ApiError::bad_request(
+            format!(
+                "The model `{}` does not take per-request limits (X-Enforce-Max-Retries, X-Enforce-Token-Budget): its configuration sets them. The operator can allow them with `allow_request_limits: true` (under `server:` or on the model).",
+                model.id
+            ),
+            None,
+        );
+        return Err(rejected("bad_request")(error));
+    }
+    let budget = Budget {
+        max_tokens,
+        ..Budget::default()
+    };
+    model.enforcer = Arc::new(model.enforcer.narrowed(max_retries, &budget));
+    Ok(())
+}
+
+/// A limit header's value: a whole number of at least `min`, or a 400 naming the header.
+fn limit<T: std::str::FromStr + PartialOrd + From<u8>>(
+    headers: &HeaderMap,
+    name: &'static str,
+    shown_name: &str,
+    min: u8,
+) -> Result<Option<T>, Rejection> {
+    let Some(value) = headers.get(name) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("").trim();
+    match text.parse::<T>() {
+        Ok(n) if n >= T::from(min) => Ok(Some(n)),
+        _ => {
+            let shown: String = text.chars().take(40).collect();
+            let error = ApiError::bad_request(
+                format!(
+                    "The header {shown_name} must be a whole number from {min} up, got `{shown}`."
+                ),
+                None,
+            );
+            Err(rejected("bad_request")(error))
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! Per-request control: keys limited to models and profiles (403 in each surface's error
+//! shape), and `X-Enforce-Max-Retries` / `X-Enforce-Token-Budget` lowering a model's limits
+//! where its configuration allows them.
+
+use crate::common::*;
+use enforce_core::{
+    async_trait, Budget, Enforcer, Policy, Reask, Reply, Request, Runner, RunnerError, Usage,
+};
+use enforce_server::{KeyGrant, Model, ModelOptions, Server, ServerConfig};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Answers every call with `text`, reporting 10 input and 40 output tokens, and counts calls.
+struct Always {
+    text: &'static str,
+    calls: AtomicUsize,
+}
+
+impl Always {
+    fn new(text: &'static str) -> Arc<Always> {
+        Arc::new(Always {
+            text,
+            calls: AtomicUsize::new(0),
+        })
+    }
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+    fn reply(&self) -> Result<Reply, RunnerError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Ok(Reply {
+            usage: Some(Usage {
+                input_tokens: 10,
+                output_tokens: 40,
+            }),
+            ..Reply::text(self.text)
+        })
+    }
+}
+
+#[async_trait]
+impl Runner for Always {
+    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
+        self.reply()
+    }
+    async fn follow_up(&self, _: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
+        self.reply()
+    }
+}
+
+const BAD: &str = "Because it is faster.";
+const GOOD: &str = "Because it is faster.\n<!-- STEP: why -->";
+
+fn strict(max_retries: u32, budget: Budget) -> Enforcer {
+    marker_enforcer(false).with_policy(
+        Policy::builder()
+            .max_retries(max_retries)
+            .budget(budget)
+            // Independent draws: the same error twice is not "no progress".
+            .reask(Reask::Resample)
+            .build(),
+    )
+}
+
+fn limits_allowed(allowed: bool) -> ModelOptions {
+    ModelOptions {
+        request_limits: allowed,
+        ..ModelOptions::default()
+    }
+}
+
+async fn post(h: &Harness, path: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Value) {
+    let mut request = h.client.post(h.url(path)).json(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+/// One request body per surface, for model `model`.
+fn bodies(model: &str) -> [(&'static str, Value); 3] {
+    [
+        (
+            "/v1/chat/completions",
+            json!({"model": model, "messages": [{"role": "user", "content": "Explain it."}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": model, "input": "Explain it."}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": model, "max_tokens": 100,
+                   "messages": [{"role": "user", "content": "Explain it."}]}),
+        ),
+    ]
+}
+
+/// The error's type and message in the surface's own shape (Anthropic's for /v1/messages).
+fn error_of(path: &str, body: &Value) -> (String, String) {
+    if path == "/v1/messages" {
+        assert_eq!(body["type"], "error", "{body}");
+    }
+    let kind = body["error"]["type"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let message = body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(!message.is_empty(), "{body}");
+    (kind, message)
+}
+
+#[tokio::test]
+async fn max_retries_header_lowers_the_profile_limit_and_never_raises_it() {
+    let runner = Always::new(BAD);
+    let server = server_with(
+        ServerConfig::default(),
+        runner.clone(),
+        strict(3, Budget::default()),
+        limits_allowed(true),
+    );
+    let h = Harness::start(server).await;
+    // Asked for, profile allows 3 re-asks: attempts made (0 re-asks = 1 attempt).
+    for (asked, attempts) in [("0", 1), ("1", 2), (" 2 ", 3), ("9", 4)] {
+        let before = runner.calls();
+        let (status, body) = post(
+            &h,
+            "/v1/chat/completions",
+            &bodies("m")[0].1,
+            &[("X-Enforce-Max-Retries", asked)],
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["enforcement"]["status"], "unresolved", "{body}");
+        assert_eq!(
+            body["enforcement"]["attempts"], attempts,
+            "asked {asked}: {body}"
+        );
+        assert_eq!(runner.calls() - before, attempts, "asked {asked}");
+    }
+    // Without the header: the profile's own limit.
+    let (_, body) = post(&h, "/v1/chat/completions", &bodies("m")[0].1, &[]).await;
+    assert_eq!(body["enforcement"]["attempts"], 4, "{body}");
+}
+
+#[tokio::test]
+async fn token_budget_header_stops_the_reasks_with_a_budget_outcome_in_every_surface() {
+    // 50 tokens per attempt: a budget of 120 is spent after the third attempt.
+    let runner = Always::new(BAD);
+    let server = server_with(
+        ServerConfig::default(),
+        runner.clone(),
+        strict(5, Budget::default()),
+        limits_allowed(true),
+    );
+    let h = Harness::start(server).await;
+    let (status, body) = post(
+        &h,
+        "/v1/chat/completions",
+        &bodies("m")[0].1,
+        &[("X-Enforce-Token-Budget", "120")],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["enforcement"]["attempts"], 3, "{body}");
+    assert_eq!(
+        body["enforcement"]["stop_reason"],
+        json!({"reason": "budget", "budget": "tokens"}),
+        "{body}"
+    );
+    for (path, request) in &bodies("m")[1..] {
+        let (status, body) = post(&h, path, request, &[("X-Enforce-Token-Budget", "120")]).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        assert_eq!(body["enforcement"]["attempts"], 3, "{path}: {body}");
+        assert_eq!(
+            body["enforcement"]["stop_reason"]["budget"], "tokens",
+            "{path}: {body}"
+        );
+    }
+
+    // A profile budget below the header's wins: the header never raises it.
+    let runner = Always::new(BAD);
+    let server = server_with(
+        ServerConfig::default(),
+        runner.clone(),
+        strict(
+            5,
+            Budget {
+                max_tokens: Some(60),
+                ..Budget::default()
+            },
+        ),
+        limits_allowed(true),
+    );
+    let h = Harness::start(server).await;
+    let (_, body) = post(
+        &h,
+        "/v1/chat/completions",
+        &bodies("m")[0].1,
+        &[("X-Enforce-Token-Budget", "100000")],
+    )
+    .await;
+    assert_eq!(body["enforcement"]["attempts"], 2, "{body}");
+    assert_eq!(body["enforcement"]["stop_reason"]["budget"], "tokens");
+}
+
+#[tokio::test]
+async fn bad_or_unallowed_limit_headers_are_a_400_in_each_surface_shape() {
+    let runner = Always::new(GOOD);
+    let server = server_with(
+        ServerConfig::default(),
+        runner.clone(),
+        strict(2, Budget::default()),
+        limits_allowed(true),
+    );
+    let h = Harness::start(server).await;
+    for (header, value) in [
+        ("X-Enforce-Max-Retries", "two"),
+        ("X-Enforce-Max-Retries", "-1"),
+        ("X-Enforce-Max-Retries", "99999999999"),
+        ("X-Enforce-Token-Budget", "0"),
+        ("X-Enforce-Token-Budget", "1.5"),
+        ("X-Enforce-Token-Budget", ""),
+    ] {
+        for (path, request) in bodies("m") {
+            let (status, body) = post(&h, path, &request, &[(header, value)]).await;
+            assert_eq!(status, 400, "{header}: {value} on {path}: {body}");
+            let (kind, message) = error_of(path, &body);
+            assert_eq!(kind, "invalid_request_error", "{body}");
+            assert!(message.contains(header), "{message}");
+        }
+    }
+    assert_eq!(runner.calls(), 0);
+
+    // Not allowed by the configuration: refused, not silently ignored.
+    let server = server_with(
+        ServerConfig::default(),
+        runner.clone(),
+        strict(2, Budget::default()),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    for header in ["X-Enforce-Max-Retries", "X-Enforce-Token-Budget"] {
+        for (path, request) in bodies("m") {
+            let (status, body) = post(&h, path, &request, &[(header, "1")]).await;
+            assert_eq!(status, 400, "{path}: {body}");
+            let (_, message) = error_of(path, &body);
+            assert!(message.contains("allow_request_limits"), "{message}");
+        }
+    }
+    assert_eq!(runner.calls(), 0);
+    let (status, _) = post(&h, "/v1/chat/completions", &bodies("m")[0].1, &[]).await;
+    assert_eq!(status, 200);
+}
+
+/// Models `m` (profile `chat`) and `other` (profile `strict`); `k-admin` may use everything,
+/// `k-app` only `m` with `chat`.
+fn granted_server(runner: Arc<Always>) -> Server {
+    let enforcer = || Arc::new(strict(0, Budget::default()));
+    let config = ServerConfig {
+        api_keys: vec!["k-admin".into()],
+        key_grants: vec![KeyGrant {
+            name: "app".into(),
+            key: "k-app".into(),
+            models: Some(vec!["m".into()]),
+            profiles: Some(vec!["chat".into()]),
+        }],
+        ..ServerConfig::default()
+    };
+    Server::builder(config)
+        .model(Model::new("m", runner.clone(), enforcer()).with_profile("chat"))
+        .model(Model::new("other", runner, enforcer()).with_profile("strict"))
+        .profile("chat", enforcer())
+        .profile("strict", enforcer())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_key_outside_its_models_or_profiles_gets_403_in_every_surface_shape() {
+    let runner = Always::new(GOOD);
+    let h = Harness::start(granted_server(runner.clone())).await;
+    let app_key = |path: &str| {
+        if path == "/v1/messages" {
+            ("x-api-key", "k-app".to_string())
+        } else {
+            ("authorization", "Bearer k-app".to_string())
+        }
+    };
+    for (path, request) in bodies("other") {
+        let (name, value) = app_key(path);
+        let (status, body) = post(&h, path, &request, &[(name, &value)]).await;
+        assert_eq!(status, 403, "{path}: {body}");
+        let (kind, message) = error_of(path, &body);
+        assert_eq!(kind, "permission_error", "{body}");
+        assert!(
+            message.contains("`other`") && message.contains("app"),
+            "{message}"
+        );
+        if path != "/v1/messages" {
+            assert_eq!(body["error"]["code"], "model_not_allowed", "{body}");
+        }
+        // A model that does not exist is forbidden too: the key learns nothing more.
+        let unknown = bodies("nope")
+            .into_iter()
+            .find(|(p, _)| *p == path)
+            .unwrap()
+            .1;
+        let (status, body) = post(&h, path, &unknown, &[(name, &value)]).await;
+        assert_eq!(status, 403, "{path}: {body}");
+    }
+    for (path, request) in bodies("m") {
+        let (name, value) = app_key(path);
+        let (status, body) = post(
+            &h,
+            path,
+            &request,
+            &[(name, &value), ("X-Enforce-Profile", "strict")],
+        )
+        .await;
+        assert_eq!(status, 403, "{path}: {body}");
+        let (kind, message) = error_of(path, &body);
+        assert_eq!(kind, "permission_error", "{body}");
+        assert!(message.contains("`strict`"), "{message}");
+    }
+    assert_eq!(runner.calls(), 0, "nothing forbidden reached the model");
+    for (path, request) in bodies("m") {
+        let (name, value) = app_key(path);
+        let (status, body) = post(&h, path, &request, &[(name, &value)]).await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    for (path, request) in bodies("other") {
+        let (status, body) = post(&h, path, &request, &[("authorization", "Bearer k-admin")]).await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    let (status, _) = post(
+        &h,
+        "/v1/chat/completions",
+        &bodies("other")[0].1,
+        &[("authorization", "Bearer k-other")],
+    )
+    .await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn the_model_list_shows_a_limited_key_only_its_models() {
+    let h = Harness::start(granted_server(Always::new(GOOD))).await;
+    let list = |key: &'static str| {
+        let request = h.client.get(h.url("/v1/models")).bearer_auth(key);
+        async move {
+            let body: Value = request.send().await.unwrap().json().await.unwrap();
+            body["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["id"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(list("k-app").await, ["m"]);
+    assert_eq!(list("k-admin").await, ["m", "other"]);
+    let one = |key: &'static str, id: &'static str| {
+        let request = h
+            .client
+            .get(h.url(&format!("/v1/models/{id}")))
+            .bearer_auth(key);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(one("k-app", "m").await, 200);
+    assert_eq!(one("k-app", "other").await, 403);
+    assert_eq!(one("k-admin", "other").await, 200);
+}

@@ -1,0 +1,502 @@
+//! `enforce config explain --model M [--key K]`: the contract a served model enforces, as
+//! `enforce serve` would resolve it from the same file, and where each value comes from (a
+//! built-in default, `defaults:`, the profile, the model entry, a route, `server:`).
+//!
+//! Exit codes: 0 explained, 1 the key may not use the model (the contract is still printed),
+//! 2 the configuration, the model or the key is wrong.
+
+use crate::config::{LoadedConfig, ServedModelConfig, WhenConfig};
+use enforce_server::{ApiKeyEntry, FailureResponse, ServerSection, StreamMode};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `enforce config explain`.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// The public model id (an `id` of `models:`).
+    #[arg(long, short = 'm')]
+    model: String,
+    /// Also say what this API key may use: its `name` in `server.api_keys`, or the key itself
+    /// (a key from `ENFORCE_API_KEYS` too).
+    #[arg(long, short = 'k')]
+    key: Option<String>,
+    /// Configuration file; default `./enforce.yaml` when it exists.
+    #[arg(long, short = 'c', env = "ENFORCE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print JSON (`{"model", "contract": {KEY: {"value", "from"}}, "access"}`) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub const EXPLAIN_ABOUT: &str = "\
+Print the contract a served model enforces, resolved as `enforce serve` resolves it from the \
+same file: its runner, profile and routes, the validators with their options, the limits \
+(re-asks, budgets, timeouts, per-request limits), on_unresolved / on_unavailable, the \
+streaming mode, and for each value where it came from: a built-in default, `defaults:`, the \
+profile (`profiles.NAME`), the model entry (`models[N]`), a route, or `server:`.
+
+With --key, also what that key may use (its models and profiles in `server.api_keys`); the \
+exit code is 1 when it may not use this model or its profile.
+
+  enforce config explain --model support
+  enforce config explain --model support --key support-app --json";
+
+/// One resolved value and where it came from.
+struct Item {
+    key: String,
+    value: Value,
+    from: String,
+}
+
+/// The resolved contract, in printing order.
+#[derive(Default)]
+struct Contract {
+    items: Vec<Item>,
+}
+
+impl Contract {
+    fn push(&mut self, key: impl Into<String>, value: impl Into<Value>, from: impl Into<String>) {
+        self.items.push(Item {
+            key: key.into(),
+            value: value.into(),
+            from: from.into(),
+        });
+    }
+}
+
+const BUILT_IN: &str = "built-in default";
+
+/// Runs `enforce config explain`.
+pub fn run(args: ExplainArgs) -> ExitCode {
+    match explain(&args) {
+        Ok((text, allowed)) => {
+            print!("{text}");
+            if allowed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The explanation as printed, and whether the key (if any) may use the model.
+fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
+    let loaded = LoadedConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
+    let (registry, _host) = crate::plugin_host::registry_with_plugins(&loaded);
+    let profiles = loaded
+        .profiles(&registry, None)
+        .map_err(|e| e.to_string())?;
+    let section = loaded.config.server.clone().unwrap_or_default();
+    let server = section
+        .to_config()
+        .map_err(|e| super::serve::section_error(&loaded, e))?;
+    let served: Vec<&str> = loaded.config.models.iter().map(|m| m.id.as_str()).collect();
+    super::serve::check_key_grants(&loaded, &section, &served, &profiles)?;
+    // What the file itself sets (a value equal to the default still came from the file).
+    let raw: Value = match &loaded.source {
+        Some(source) => source.parse().map_err(|e| e.to_string())?,
+        None => Value::Null,
+    };
+    let Some(index) = served.iter().position(|id| *id == args.model) else {
+        return Err(format!(
+            "no model `{}` in the configuration's `models:` (models: {}). A model given by `enforce serve --upstream-url` flags is not in the file.",
+            args.model,
+            if served.is_empty() { "none".to_string() } else { served.join(", ") }
+        ));
+    };
+    let entry = &loaded.config.models[index];
+    let at = format!("models[{index}]");
+    let set = |pointer: &str| raw.pointer(pointer).is_some();
+    let mut c = Contract::default();
+
+    // The runner, without its secrets.
+    let (runner, runner_from) = match (&entry.runner, &loaded.config.runner) {
+        (Some(r), _) => (Some(r), format!("{at}.runner")),
+        (None, Some(r)) => (Some(r), "runner".to_string()),
+        (None, None) => (None, "none: `enforce serve` refuses this model".to_string()),
+    };
+    let runner_json = runner.map(|r| redact(serde_json::to_value(r).unwrap_or(Value::Null)));
+    c.push(
+        "runner",
+        runner_json.clone().unwrap_or(Value::Null),
+        &runner_from,
+    );
+
+    // The profile.
+    let (profile, profile_from) = match (&entry.profile, &loaded.config.defaults.profile) {
+        (Some(p), _) => (p.clone(), format!("{at}.profile")),
+        (None, Some(p)) => (p.clone(), "defaults.profile".to_string()),
+        (None, None) => (profiles.default_name().to_string(), BUILT_IN.to_string()),
+    };
+    c.push("profile", profile.as_str(), profile_from);
+    for (i, route) in entry.routes.iter().enumerate() {
+        let name = route.name.clone().unwrap_or_else(|| route.profile.clone());
+        c.push(
+            format!("routes[{i}]"),
+            json!({"name": name, "profile": route.profile, "when": describe_when(&route.when)}),
+            format!("{at}.routes[{i}]"),
+        );
+    }
+    c.push(
+        "profile_header",
+        "X-Enforce-Profile may name any profile instead (limited by the key's `profiles`)",
+        "enforce serve (every profile can be named)",
+    );
+    let built = profiles
+        .get(&profile)
+        .ok_or_else(|| format!("{at}: no profile named `{profile}`"))?;
+    let in_file = set(&format!("/profiles/{profile}"));
+    let list_from = if in_file {
+        format!("profiles.{profile}.validators")
+    } else {
+        format!("built-in profile `{profile}`")
+    };
+    for name in built.validator_names() {
+        let (options, from) = match loaded.config.validators.get(name) {
+            Some(spec) => (
+                spec.clone(),
+                format!("validators.{name} (listed in {list_from})"),
+            ),
+            None => (
+                json!({"type": name}),
+                format!("built-in type, default options (listed in {list_from})"),
+            ),
+        };
+        c.push(format!("validators.{name}"), options, from);
+    }
+    for name in built.input_validator_names() {
+        c.push(
+            format!("input_validators.{name}"),
+            loaded
+                .config
+                .validators
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| json!({"type": name})),
+            format!("profiles.{profile}.input_validators"),
+        );
+    }
+
+    // The policy: the profile's value over `defaults:` over the built-in default.
+    let policy = built.policy();
+    let layer = |key: &str| {
+        if in_file && set(&format!("/profiles/{profile}/{key}")) {
+            format!("profiles.{profile}.{key}")
+        } else if set(&format!("/defaults/{key}")) {
+            format!("defaults.{key}")
+        } else {
+            BUILT_IN.to_string()
+        }
+    };
+    c.push("max_retries", policy.max_retries, layer("max_retries"));
+    let budget = serde_json::to_value(policy.budget).unwrap_or(Value::Null);
+    c.push("budget", budget, layer("budget"));
+    for (key, value) in [
+        ("reask", serde_json::to_value(policy.reask)),
+        ("repair", serde_json::to_value(policy.repair)),
+        ("early_abort", Ok(Value::from(policy.early_abort))),
+        (
+            "on_unavailable_validator",
+            serde_json::to_value(policy.on_unavailable),
+        ),
+    ] {
+        let file_key = key.trim_end_matches("_validator");
+        c.push(key, value.unwrap_or(Value::Null), layer(file_key));
+    }
+
+    // Timeouts and per-request limits.
+    let secs = server.request_timeout.as_secs_f64();
+    let server_or_default = |key: &str| {
+        if set(&format!("/server/{key}")) {
+            format!("server.{key}")
+        } else {
+            BUILT_IN.to_string()
+        }
+    };
+    c.push(
+        "request_timeout_secs",
+        secs,
+        server_or_default("request_timeout_secs"),
+    );
+    if let Some(timeout) = runner_json.as_ref().and_then(|r| r.get("timeout_secs")) {
+        let from = if set(&format!(
+            "/{}/timeout_secs",
+            runner_from.replace(['[', '.'], "/").replace(']', "")
+        )) {
+            format!("{runner_from}.timeout_secs")
+        } else {
+            format!(
+                "{BUILT_IN} of the {} runner",
+                runner.map_or("", |r| r.kind())
+            )
+        };
+        c.push("runner_timeout_secs", timeout.clone(), from);
+    }
+    let (limits, limits_from) = match (entry.allow_request_limits, section.allow_request_limits) {
+        (Some(yes), _) => (yes, format!("{at}.allow_request_limits")),
+        (None, Some(yes)) => (yes, "server.allow_request_limits".to_string()),
+        (None, None) => (false, BUILT_IN.to_string()),
+    };
+    c.push(
+        "request_limits",
+        if limits {
+            "X-Enforce-Max-Retries and X-Enforce-Token-Budget may lower max_retries and budget.max_tokens per request"
+        } else {
+            "none: X-Enforce-Max-Retries / X-Enforce-Token-Budget are refused (400)"
+        },
+        limits_from,
+    );
+
+    // How answers reach the client.
+    model_options(&mut c, entry, &at, &set);
+
+    let access = args
+        .key
+        .as_deref()
+        .map(|key| access(key, &section, &server, &args.model, &profile, entry))
+        .transpose()?;
+    let allowed = access.as_ref().is_none_or(|a| a["allowed"] == true);
+    let text = if args.json {
+        let mut contract = serde_json::Map::new();
+        for item in &c.items {
+            contract.insert(
+                item.key.clone(),
+                json!({"value": item.value, "from": item.from}),
+            );
+        }
+        let mut out = json!({"model": args.model, "contract": contract});
+        if let Some(access) = access {
+            out["access"] = access;
+        }
+        format!(
+            "{}\n",
+            serde_json::to_string_pretty(&out).unwrap_or_default()
+        )
+    } else {
+        render_text(&args.model, &c, access.as_ref())
+    };
+    Ok((text, allowed))
+}
+
+/// The entry's presentation options and where they come from.
+fn model_options(
+    c: &mut Contract,
+    entry: &ServedModelConfig,
+    at: &str,
+    set: &dyn Fn(&str) -> bool,
+) {
+    let from = |key: &str| {
+        let pointer = format!("/{}/{key}", at.replace('[', "/").replace(']', ""));
+        if set(&pointer) {
+            format!("{at}.{key}")
+        } else {
+            BUILT_IN.to_string()
+        }
+    };
+    let word = |v: FailureResponse| serde_json::to_value(v).unwrap_or(Value::Null);
+    let mode = match entry.stream_mode {
+        StreamMode::Draft => "draft",
+        _ => "hold",
+    };
+    c.push("stream_mode", mode, from("stream_mode"));
+    let on_unresolved = entry
+        .on_unresolved
+        .unwrap_or_else(|| entry.stream_mode.default_on_unresolved());
+    let unresolved_from = match entry.on_unresolved {
+        Some(_) => format!("{at}.on_unresolved"),
+        None => format!("{BUILT_IN} for stream_mode {mode}"),
+    };
+    c.push("on_unresolved", word(on_unresolved), unresolved_from);
+    c.push(
+        "on_unavailable",
+        word(entry.on_unavailable),
+        from("on_unavailable"),
+    );
+    c.push("status_events", entry.status_events, from("status_events"));
+    c.push(
+        "check_tool_calls",
+        entry.check_tool_calls,
+        from("check_tool_calls"),
+    );
+    c.push(
+        "hide_step_marker",
+        entry.hide_step_marker,
+        from("hide_step_marker"),
+    );
+}
+
+/// What key `key` (a name in `server.api_keys`, or the key itself) may use, and whether that
+/// covers this model and its profiles.
+fn access(
+    key: &str,
+    section: &ServerSection,
+    server: &enforce_server::ServerConfig,
+    model: &str,
+    profile: &str,
+    entry: &ServedModelConfig,
+) -> Result<Value, String> {
+    let grant = server
+        .key_grants
+        .iter()
+        .find(|g| g.name == key || g.key == key);
+    let plain_index = section.api_keys.iter().position(|e| match e {
+        ApiKeyEntry::Key(k) => k.trim() == key,
+        ApiKeyEntry::Scoped(spec) => {
+            spec.name.as_deref() == Some(key) && spec.models.is_none() && spec.profiles.is_none()
+        }
+    });
+    let from_env = std::env::var(enforce_server::API_KEYS_ENV)
+        .ok()
+        .is_some_and(|v| enforce_server::parse_key_list(&v).iter().any(|k| k == key));
+    let Some(grant) = grant else {
+        let from = match plain_index {
+            Some(i) => format!("server.api_keys[{i}]"),
+            None if from_env => enforce_server::API_KEYS_ENV.to_string(),
+            None => {
+                let configured = !section.api_keys.is_empty() || from_env;
+                return Err(if configured {
+                    format!("no key `{key}` in server.api_keys or {} (give its `name` or the key itself)", enforce_server::API_KEYS_ENV)
+                } else {
+                    format!("no keys are configured (server.api_keys, {}): this proxy accepts every request without a key", enforce_server::API_KEYS_ENV)
+                });
+            }
+        };
+        return Ok(
+            json!({"key": key_label(key, plain_index.and_then(|i| match &section.api_keys[i] {
+            ApiKeyEntry::Scoped(s) => s.name.clone(),
+            ApiKeyEntry::Key(_) => None,
+        })), "from": from, "models": "all", "profiles": "all", "allowed": true}),
+        );
+    };
+    let index = section
+        .api_keys
+        .iter()
+        .position(|e| matches!(e, ApiKeyEntry::Scoped(s) if s.name.as_deref() == Some(grant.name.as_str())))
+        .map(|i| format!("server.api_keys[{i}]"))
+        .unwrap_or_else(|| grant.name.clone());
+    let mut denied = Vec::new();
+    if !grant.allows_model(model) {
+        denied.push(format!("the model `{model}` (403 model_not_allowed)"));
+    }
+    if !grant.allows_profile(profile) {
+        denied.push(format!("the profile `{profile}` (403 profile_not_allowed)"));
+    }
+    let routed: Vec<&str> = entry
+        .routes
+        .iter()
+        .map(|r| r.profile.as_str())
+        .filter(|p| !grant.allows_profile(p))
+        .collect();
+    Ok(json!({
+        "key": grant.name,
+        "from": index,
+        "models": grant.models.clone().map_or(json!("all"), Value::from),
+        "profiles": grant.profiles.clone().map_or(json!("all"), Value::from),
+        "allowed": denied.is_empty(),
+        "denied": denied,
+        "routes_denied": routed,
+    }))
+}
+
+/// A key shown by its name, never by its value.
+fn key_label(key: &str, name: Option<String>) -> String {
+    name.unwrap_or_else(|| {
+        let shown: String = key.chars().take(4).collect();
+        format!("{shown}…")
+    })
+}
+
+/// A route's condition in one line.
+fn describe_when(when: &WhenConfig) -> String {
+    let values = match (&when.equals, &when.one_of) {
+        (Some(v), _) => format!("equals {v}"),
+        (None, Some(vs)) => format!("one of {}", Value::from(vs.clone())),
+        _ => String::new(),
+    };
+    if let Some(field) = &when.field {
+        format!("field {field} {values}")
+    } else if let Some(header) = &when.header {
+        format!("header {header} {values}")
+    } else if let Some(pattern) = &when.matches {
+        format!("last user message matches {pattern}")
+    } else if let Some(label) = &when.label {
+        format!("classifier label {label}")
+    } else {
+        format!(
+            "classifier label one of {}",
+            when.labels.clone().unwrap_or_default().join(", ")
+        )
+    }
+}
+
+/// Runner options with secrets replaced (any field whose name ends in `key`).
+fn redact(mut value: Value) -> Value {
+    if let Value::Object(fields) = &mut value {
+        for (name, v) in fields.iter_mut() {
+            if name.ends_with("key") && !v.is_null() {
+                *v = json!("(set)");
+            }
+        }
+        fields.retain(|_, v| !v.is_null());
+    }
+    value
+}
+
+fn render_text(model: &str, c: &Contract, access: Option<&Value>) -> String {
+    let mut out = format!("model {model}\n");
+    let width = c.items.iter().map(|i| i.key.len()).max().unwrap_or(0);
+    for item in &c.items {
+        let value = match &item.value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        out.push_str(&format!(
+            "  {:width$}  {value}\n  {:width$}    from: {}\n",
+            item.key, "", item.from
+        ));
+    }
+    if let Some(access) = access {
+        out.push_str(&format!(
+            "key {} ({})\n  models: {}\n  profiles: {}\n",
+            access["key"].as_str().unwrap_or(""),
+            access["from"].as_str().unwrap_or(""),
+            list(&access["models"]),
+            list(&access["profiles"]),
+        ));
+        if access["allowed"] == true {
+            out.push_str(&format!("  may use {model}\n"));
+        } else {
+            for denied in access["denied"].as_array().into_iter().flatten() {
+                out.push_str(&format!(
+                    "  may NOT use {}\n",
+                    denied.as_str().unwrap_or("")
+                ));
+            }
+        }
+        for profile in access["routes_denied"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  a request routed to the profile `{}` is refused (403)\n",
+                profile.as_str().unwrap_or("")
+            ));
+        }
+    }
+    out
+}
+
+fn list(value: &Value) -> String {
+    match value {
+        Value::Array(items) => items
+            .iter()
+            .map(|v| v.as_str().unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}

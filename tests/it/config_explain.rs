@@ -1,0 +1,278 @@
+//! `enforce config explain`: the resolved contract of a served model with the source of each
+//! value, a key's access, and `server.api_keys` misuse located at file:line:key.
+
+use crate::{text, BIN};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const CONFIG: &str = "\
+defaults:
+  max_retries: 3
+  budget: {max_tokens: 5000}
+validators:
+  steps:
+    type: step_marker
+    allowed: [ask, answer]
+profiles:
+  support:
+    validators: [steps]
+    max_retries: 1
+  loose:
+    validators: []
+runner: {type: openai, base_url: \"http://127.0.0.1:9/v1\", model: m, api_key: sk-upstream}
+models:
+  - id: support
+    profile: support
+    allow_request_limits: true
+    stream_mode: draft
+  - id: other
+    profile: loose
+    routes:
+      - {profile: support, when: {header: X-Kind, equals: s}}
+server:
+  request_timeout_secs: 60
+  api_keys:
+    - admin-key
+    - name: support-app
+      key_env: ENFORCE_TEST_SUPPORT_KEY
+      models: [support]
+      profiles: [support]
+";
+
+const KEY_ENV: &str = "ENFORCE_TEST_SUPPORT_KEY";
+
+fn write(dir: &Path, name: &str, yaml: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+fn explain(config: &Path, args: &[&str], key_env: Option<&str>) -> Output {
+    let mut command = Command::new(BIN);
+    command
+        .args(["config", "explain", "--config"])
+        .arg(config)
+        .args(args)
+        .env_remove(KEY_ENV)
+        .env_remove("ENFORCE_API_KEYS")
+        .env_remove("ENFORCE_CONFIG");
+    if let Some(value) = key_env {
+        command.env(KEY_ENV, value);
+    }
+    command.output().unwrap()
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&output.stdout), text(&output.stderr)))
+}
+
+/// `(value, from)` of a contract entry.
+fn entry<'a>(explained: &'a Value, key: &str) -> (&'a Value, &'a str) {
+    let item = &explained["contract"][key];
+    (
+        &item["value"],
+        item["from"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {key}: {explained}")),
+    )
+}
+
+#[test]
+fn explain_names_each_value_and_where_it_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(dir.path(), "enforce.yaml", CONFIG);
+    let out = explain(&config, &["--model", "support", "--json"], Some("sek"));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let support = json(&out);
+    assert_eq!(
+        entry(&support, "profile"),
+        (&"support".into(), "models[0].profile")
+    );
+    assert_eq!(
+        entry(&support, "max_retries"),
+        (&1.into(), "profiles.support.max_retries")
+    );
+    let (budget, from) = entry(&support, "budget");
+    assert_eq!(
+        (&budget["max_tokens"], from),
+        (&5000.into(), "defaults.budget")
+    );
+    let (steps, from) = entry(&support, "validators.steps");
+    assert_eq!(steps["allowed"], serde_json::json!(["ask", "answer"]));
+    assert!(from.starts_with("validators.steps"), "{from}");
+    assert_eq!(
+        entry(&support, "request_timeout_secs").1,
+        "server.request_timeout_secs"
+    );
+    assert_eq!(
+        entry(&support, "request_limits").1,
+        "models[0].allow_request_limits"
+    );
+    assert_eq!(
+        entry(&support, "stream_mode"),
+        (&"draft".into(), "models[0].stream_mode")
+    );
+    let (on_unresolved, from) = entry(&support, "on_unresolved");
+    assert_eq!(on_unresolved, "error");
+    assert!(from.contains("draft"), "{from}");
+    let (runner, from) = entry(&support, "runner");
+    assert_eq!(from, "runner");
+    assert_eq!(
+        runner["api_key"], "(set)",
+        "the upstream key is not printed"
+    );
+    assert!(!text(&out.stdout).contains("sk-upstream"));
+
+    let out = explain(&config, &["--model", "other", "--json"], Some("sek"));
+    let other = json(&out);
+    assert_eq!(
+        entry(&other, "max_retries"),
+        (&3.into(), "defaults.max_retries")
+    );
+    assert_eq!(entry(&other, "request_limits").1, "built-in default");
+    assert_eq!(entry(&other, "on_unresolved").0, "return");
+    let (route, from) = entry(&other, "routes[0]");
+    assert_eq!(
+        (&route["profile"], from),
+        (&"support".into(), "models[1].routes[0]")
+    );
+
+    // Readable text by default, the same values.
+    let out = explain(&config, &["--model", "support"], Some("sek"));
+    let shown = text(&out.stdout);
+    assert!(shown.starts_with("model support\n"), "{shown}");
+    assert!(
+        shown.contains("from: profiles.support.max_retries"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn explain_with_a_key_says_what_it_may_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(dir.path(), "enforce.yaml", CONFIG);
+    // By name or by the key itself.
+    for key in ["support-app", "sek"] {
+        let out = explain(
+            &config,
+            &["-m", "support", "--key", key, "--json"],
+            Some("sek"),
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let access = &json(&out)["access"];
+        assert_eq!(access["key"], "support-app");
+        assert_eq!(access["from"], "server.api_keys[1]");
+        assert_eq!(access["allowed"], true);
+    }
+    let out = explain(
+        &config,
+        &["-m", "other", "--key", "support-app"],
+        Some("sek"),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a key refused for the model: exit 1"
+    );
+    let shown = text(&out.stdout);
+    assert!(shown.contains("may NOT use the model `other`"), "{shown}");
+    assert!(shown.contains("may NOT use the profile `loose`"), "{shown}");
+    assert!(!shown.contains("sek"), "the key is never printed: {shown}");
+    let out = explain(
+        &config,
+        &["-m", "other", "--key", "admin-key", "--json"],
+        Some("sek"),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(json(&out)["access"]["models"], "all");
+
+    for (args, says) in [
+        (vec!["-m", "nope"], "no model `nope`"),
+        (
+            vec!["-m", "support", "--key", "stranger"],
+            "no key `stranger`",
+        ),
+    ] {
+        let out = explain(&config, &args, Some("sek"));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(text(&out.stderr).contains(says), "{}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn api_key_misuse_is_located_at_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = write(dir.path(), "ok.yaml", CONFIG);
+    let unset = explain(&ok, &["-m", "support"], None);
+    let cases = [
+        (
+            CONFIG.replace("models: [support]", "models: [nope]"),
+            ":30:",
+            "server.api_keys[1].models[0]",
+            "no served model `nope`",
+        ),
+        (
+            CONFIG.replace("profiles: [support]", "profiles: [support, ghost]"),
+            ":31:",
+            "server.api_keys[1].profiles[1]",
+            "no profile `ghost`",
+        ),
+        (
+            CONFIG.replace("      models: [support]", "      modles: [support]"),
+            ":30:",
+            "server.api_keys[1].modles",
+            "unknown field `modles`",
+        ),
+        (
+            CONFIG.replace(
+                "      key_env: ENFORCE_TEST_SUPPORT_KEY\n",
+                "      key_env: ENFORCE_TEST_SUPPORT_KEY\n      key: inline\n",
+            ),
+            ":28:",
+            "server.api_keys[1]",
+            "exactly one of `key` or `key_env`",
+        ),
+        (
+            CONFIG.replace("allow_request_limits: true", "allow_request_limits: maybe"),
+            ":18:",
+            "models[0].allow_request_limits",
+            "expected a boolean",
+        ),
+    ];
+    for (i, (yaml, line, key, says)) in cases.iter().enumerate() {
+        let config = write(dir.path(), &format!("bad{i}.yaml"), yaml);
+        let out = explain(&config, &["-m", "support"], Some("sek"));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let at = format!("{}{line}", config.display());
+        assert!(
+            stderr.contains(&at) && stderr.contains(key) && stderr.contains(says),
+            "{key}: {stderr}"
+        );
+    }
+    // An unset key_env is an error at its key, for `enforce serve` alike.
+    let stderr = text(&unset.stderr);
+    assert_eq!(unset.status.code(), Some(2));
+    assert!(
+        stderr.contains(&format!("{}:29:", ok.display())),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("server.api_keys[1].key_env") && stderr.contains(KEY_ENV),
+        "{stderr}"
+    );
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&ok)
+        .env_remove(KEY_ENV)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("server.api_keys[1].key_env"),
+        "{}",
+        text(&out.stderr)
+    );
+}
