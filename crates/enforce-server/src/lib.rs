@@ -41,6 +41,7 @@ mod app;
 mod audit;
 mod auth;
 mod config;
+mod count_tokens;
 mod error;
 mod facts;
 mod messages;
@@ -320,6 +321,10 @@ impl Server {
             )
             .route("/v1/messages", post(pipeline::serve::<messages::Messages>))
             .route(
+                "/v1/messages/count_tokens",
+                post(count_tokens::count_tokens),
+            )
+            .route(
                 "/v1/responses",
                 post(pipeline::serve::<responses::Responses>),
             )
@@ -331,6 +336,7 @@ impl Server {
             ));
         Router::new()
             .merge(authed)
+            .route("/", get(app::root))
             .route("/healthz", get(app::healthz))
             .route("/metrics", get(app::metrics))
             .fallback(app::unknown_route)

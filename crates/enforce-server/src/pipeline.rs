@@ -19,7 +19,7 @@ use crate::otel::RequestInfo;
 use crate::session::{answer_digest, SessionStatus};
 use crate::shared::GlobalSlot;
 use crate::state::{unix_now, App};
-use crate::stream::{self, StreamWriter};
+use crate::stream::{self, Start, StreamWriter};
 use crate::turn::{wait, InFlight, Turn, TurnId};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -125,6 +125,13 @@ pub(crate) struct Rejection {
     reason: &'static str,
     /// Boxed: the stages' `Result`s stay small on the happy path.
     error: Box<ApiError>,
+}
+
+impl Rejection {
+    /// The error, for a handler outside the pipeline that shares its stages.
+    pub(crate) fn into_error(self) -> ApiError {
+        *self.error
+    }
 }
 
 fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
@@ -249,7 +256,14 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         let request_id = HeaderValue::from_str(&turn.id.id).ok();
         let warnings = warnings_header(&turn);
         let writer = S::writer(&turn, kept);
-        let mut response = stream::respond(turn, job, span, writer);
+        let mut response = match stream::respond(turn, job, span, writer).await {
+            Start::Refused(error) => S::refuse(error),
+            Start::Whole(mut response, turn, outcome) => {
+                enforcement_headers(response.headers_mut(), &turn, &outcome);
+                response
+            }
+            Start::Streaming(response) => response,
+        };
         let headers = response.headers_mut();
         if let Some(profile) = profile {
             headers.insert(PROFILE_HEADER, profile);

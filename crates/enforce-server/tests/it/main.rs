@@ -9,12 +9,14 @@ mod anthropic_sdk;
 mod audit_record;
 mod common;
 mod dropin;
+mod early_errors;
 mod facts;
 mod fault_matrix;
 mod hostile_input;
 mod input_stage;
 mod logs;
 mod messages;
+mod messages_extras;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
