@@ -21,6 +21,7 @@ mod messages_extras;
 mod otel;
 mod proxy;
 mod responses;
+mod responses_extras;
 mod routes;
 mod shared_state;
 mod streaming;
