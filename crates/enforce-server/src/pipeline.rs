@@ -175,7 +175,7 @@ async fn admit<S: Surface>(
     let permit = take_permit(app)?;
     let route = match header_profile {
         Some(_) => None,
-        None => route(&mut model, &bytes, headers, &ask.messages).await,
+        None => route(&mut model, &bytes, &ask.params, headers, &ask.messages).await,
     };
     let session = open_session(app, headers, &mut ask, &model).await?;
     let context = context(app, headers, ask.enforce.take(), &model, &session)?;
@@ -426,11 +426,14 @@ fn take_permit(app: &App) -> Result<OwnedSemaphorePermit, Rejection> {
 async fn route(
     model: &mut Model,
     body: &[u8],
+    params: &Map<String, Value>,
     headers: &HeaderMap,
     messages: &[Message],
 ) -> Option<Value> {
     let routes = model.routes.clone()?;
-    let picked = routes.pick(body, headers, messages, &model.profile).await;
+    let picked = routes
+        .pick(body, params, headers, messages, &model.profile)
+        .await;
     if let Some((enforcer, name)) = picked.choice() {
         model.enforcer = enforcer.clone();
         model.profile = name.to_string();

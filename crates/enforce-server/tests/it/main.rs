@@ -23,6 +23,7 @@ mod proxy;
 mod responses;
 mod responses_extras;
 mod routes;
+mod routes_surfaces;
 mod shared_state;
 mod streaming;
 mod tools;
