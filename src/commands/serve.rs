@@ -5,7 +5,7 @@ use clap::{Args as ClapArgs, ValueEnum};
 use enforce_config::ProfileSet;
 use enforce_core::Runner;
 use enforce_external::breaker::{BreakerState, SharedBreakers, SharedError};
-use enforce_runner::{ClaudeConfig, OpenAiConfig, RunnerConfig};
+use enforce_runner::{AnthropicConfig, ClaudeConfig, OpenAiConfig, RunnerConfig};
 use enforce_server::{
     Classifier, FailureResponse, Model, ModelOptions, Route, RouteError, Routes, Server,
     ServerSection, StepMark, StreamMode, When,
@@ -25,6 +25,10 @@ pub enum ServeRunner {
     Openai,
     /// The Claude Code CLI (`claude -p`), sessions continued with `--resume`.
     Claude,
+    /// The Anthropic Messages API: `--upstream-model` names the model, `--upstream-url` is a
+    /// compatible server's base URL without `/v1` [default: https://api.anthropic.com], the key
+    /// is `--upstream-key`, else `ANTHROPIC_API_KEY`.
+    Anthropic,
 }
 
 /// What a streaming client sees while the answer is checked.
@@ -63,10 +67,12 @@ impl From<OnFailure> for FailureResponse {
     }
 }
 
-/// Serve the OpenAI-compatible enforcement proxy (`/v1/chat/completions`, `/v1/models`).
+/// Serve the enforcement proxy (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`,
+/// `/v1/models`).
 ///
 /// Without a config file: `enforce serve --upstream-url http://localhost:11434/v1
-/// --upstream-model llama3.2 --profile chat`, or `--runner claude`. With `--config`, the
+/// --upstream-model llama3.2 --profile chat`, or `--runner claude`, or `--runner anthropic
+/// --upstream-model claude-sonnet-4-5` (key from `ANTHROPIC_API_KEY`). With `--config`, the
 /// `models:` list maps each public model id to a runner and a profile, and `server:` sets
 /// limits, sessions and the audit log.
 #[derive(Debug, ClapArgs)]
@@ -81,7 +87,8 @@ pub struct Args {
     /// Runner of the command-line model [default: openai when --upstream-url is given].
     #[arg(long, value_enum)]
     pub runner: Option<ServeRunner>,
-    /// Base URL of the OpenAI-compatible upstream, up to `/v1`.
+    /// Base URL of the OpenAI-compatible upstream, up to `/v1` (with `--runner anthropic`:
+    /// the server without `/v1`).
     #[arg(long, env = "ENFORCE_UPSTREAM_URL")]
     pub upstream_url: Option<String>,
     /// Upstream model name (Claude `--model` with `--runner claude`) [default: the first model
@@ -243,7 +250,7 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
         models.push(model.with_routes(routes));
     }
     let mut upstream_model = args.upstream_model.clone();
-    if upstream_model.is_none() && args.runner != Some(ServeRunner::Claude) {
+    if upstream_model.is_none() && args.runner.is_none_or(|r| r == ServeRunner::Openai) {
         if let Some(url) = &args.upstream_url {
             upstream_model = Some(discover_model(url, args.upstream_key.as_deref()).await?);
         }
@@ -256,7 +263,7 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     check_key_grants(&loaded, &section, &served, &profiles)?;
     if models.is_empty() {
         return Err(
-            "no model to serve: give --upstream-url URL [--upstream-model NAME], or --runner claude, or a config with a `models:` list".into(),
+            "no model to serve: give --upstream-url URL [--upstream-model NAME], or --runner claude, or --runner anthropic --upstream-model NAME, or a config with a `models:` list".into(),
         );
     }
     let mut builder = Server::builder(config)
@@ -614,6 +621,23 @@ fn model_from_flags(
             }
             RunnerConfig::OpenAi(c)
         }
+        ServeRunner::Anthropic => {
+            let model = upstream_model.clone().ok_or(
+                "--runner anthropic needs --upstream-model (the Anthropic model name, e.g. claude-sonnet-4-5)",
+            )?;
+            let mut c = AnthropicConfig {
+                model,
+                api_key: args.upstream_key.clone(),
+                ..AnthropicConfig::default()
+            };
+            if let Some(url) = &args.upstream_url {
+                c.base_url.clone_from(url);
+            }
+            if let Some(t) = args.upstream_timeout {
+                c.timeout_secs = t;
+            }
+            RunnerConfig::Anthropic(c)
+        }
         ServeRunner::Claude => {
             let mut c = ClaudeConfig {
                 model: upstream_model.clone(),
@@ -725,6 +749,42 @@ mod tests {
                 assert!(!reply.text.is_empty());
             }
         }
+    }
+
+    fn serve_args(args: &[&str]) -> Args {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: Args,
+        }
+        <Cli as clap::Parser>::parse_from(std::iter::once("enforce").chain(args.iter().copied()))
+            .serve
+    }
+
+    #[test]
+    fn serve_takes_the_anthropic_runner_from_the_flags() {
+        let profiles = ProfileSet::builtin(&Registry::builtin(), None).unwrap();
+        let args = serve_args(&[
+            "--runner",
+            "anthropic",
+            "--upstream-model",
+            "claude-x",
+            "--upstream-url",
+            "http://127.0.0.1:9",
+            "--upstream-key",
+            "k",
+        ]);
+        let model = model_from_flags(&args, args.upstream_model.clone(), &profiles)
+            .expect("builds")
+            .expect("a model");
+        assert_eq!(model.runner_kind.as_deref(), Some("anthropic"));
+        assert_eq!(model.id, "claude-x");
+        assert_eq!(model.upstream_model.as_deref(), Some("claude-x"));
+        let args = serve_args(&["--runner", "anthropic"]);
+        let err = model_from_flags(&args, None, &profiles)
+            .err()
+            .expect("no model name");
+        assert!(err.contains("--upstream-model"), "{err}");
     }
 
     #[test]

@@ -447,3 +447,99 @@ fn a_bad_redis_url_is_a_clear_configuration_error() {
         "{stderr}"
     );
 }
+
+/// Posts one Responses request; status code and body.
+async fn respond(proxy: &Proxy, body: Value) -> (u16, Value) {
+    let response = client()
+        .post(proxy.url("/responses"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (
+        response.status().as_u16(),
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// Stored Responses answers in the shared Redis: written by one replica (under
+/// `enforce:<ns>:response:<id>`), read back and continued (`previous_response_id`) on the
+/// other; `store: false` keeps nothing, and an unknown id is OpenAI's 404 on either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_responses_are_shared_by_the_replicas_through_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let upstream = MockOpenAi::start(MockScript::new()).await.unwrap();
+    let dir = temp_dir("replicas-responses");
+    let model = openai_model(&upstream.url(), "chat");
+    let a = start(&replica_config(&dir, "a", &model, &redis.url(), ""));
+    let b = start(&replica_config(&dir, "b", &model, &redis.url(), ""));
+
+    upstream.push(MockReply::text("Paris.\n<!-- STEP: what -->"));
+    let (code, first) = respond(&a, json!({"model": "m", "input": "Capital of France?"})).await;
+    assert_eq!(code, 200, "{first}");
+    let id = first["id"].as_str().unwrap().to_string();
+    assert!(
+        redis
+            .command(&["EXISTS", &format!("enforce:default:response:{id}")])
+            .is_some_and(|r| r == ":1"),
+        "the response is in Redis"
+    );
+    // The other replica reads it back as it was sent...
+    let read = get_json(&b, &format!("/responses/{id}")).await;
+    assert_eq!(read["id"], id.as_str());
+    assert_eq!(read["output"], first["output"]);
+    // ... and continues its conversation: the upstream gets the stored turns first.
+    upstream.push(MockReply::text("About 2.1 million.\n<!-- STEP: why -->"));
+    let (code, second) = respond(
+        &b,
+        json!({"model": "m", "input": "How many people live there?", "previous_response_id": id}),
+    )
+    .await;
+    assert_eq!(code, 200, "{second}");
+    let asked = upstream.chat_requests().last().unwrap().body.clone();
+    let contents: Vec<&str> = asked["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert_eq!(
+        contents,
+        [
+            "Capital of France?",
+            "Paris.\n<!-- STEP: what -->",
+            "How many people live there?"
+        ]
+    );
+
+    // `store: false`: nothing kept, on either replica.
+    upstream.push(MockReply::text("Berlin.\n<!-- STEP: what -->"));
+    let (code, unstored) = respond(
+        &a,
+        json!({"model": "m", "input": "Capital of Germany?", "store": false}),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let unstored = unstored["id"].as_str().unwrap().to_string();
+    for replica in [&a, &b] {
+        let response = client()
+            .get(replica.url(&format!("/responses/{unstored}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404);
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["code"], "response_not_found");
+    }
+    let (code, error) = respond(
+        &b,
+        json!({"model": "m", "input": "And?", "previous_response_id": unstored}),
+    )
+    .await;
+    assert_eq!(code, 404);
+    assert_eq!(error["error"]["param"], "previous_response_id");
+    drop(redis);
+}

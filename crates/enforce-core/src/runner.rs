@@ -335,6 +335,19 @@ pub enum RunnerError {
         /// The server's error message.
         message: String,
     },
+    /// The model server is busy: it rate-limited the request (429) or is overloaded (503,
+    /// Anthropic's 529), still after the runner's own retries. Asking later may succeed; the
+    /// proxy passes the server's `Retry-After` on to its client.
+    #[error("upstream busy (status {status}): {message}")]
+    Busy {
+        /// HTTP status (429, 503 or 529).
+        status: u16,
+        /// The server's error message.
+        message: String,
+        /// How long the server asked to wait (its `Retry-After`), in whole seconds rounded up.
+        #[serde(default)]
+        retry_after_secs: Option<u64>,
+    },
     /// The model cannot serve the request at all, and asking again will not change that: its
     /// file is missing, corrupt or too large for the memory, or the request does not fit (a
     /// prompt longer than the context, a grammar the model cannot follow). The message names
@@ -355,7 +368,9 @@ impl RunnerError {
     /// model that is missing or does not fit (a re-ask's longer prompt fits no better).
     pub fn is_transient(&self) -> bool {
         match self {
-            RunnerError::Timeout { .. } | RunnerError::Protocol { .. } => true,
+            RunnerError::Timeout { .. }
+            | RunnerError::Protocol { .. }
+            | RunnerError::Busy { .. } => true,
             RunnerError::Upstream { status, .. } => status.is_none_or(|s| s == 429 || s >= 500),
             RunnerError::Process { exit_code, .. } => exit_code.is_some(),
             RunnerError::Unavailable { .. } => false,
@@ -451,6 +466,12 @@ pub trait Runner: Send + Sync {
     ) -> ReplyStream<'a> {
         WholeReply::stream(self.follow_up(request, previous, feedback))
     }
+
+    /// The input tokens `request` would take, as the model's server counts them (the
+    /// Anthropic API's `count_tokens`); `None` (the default) when this runner cannot ask.
+    async fn count_tokens(&self, _request: &Request) -> Option<Result<u64, RunnerError>> {
+        None
+    }
 }
 
 impl fmt::Debug for dyn Runner + '_ {
@@ -483,6 +504,9 @@ impl<R: Runner + ?Sized> Runner for Box<R> {
     ) -> ReplyStream<'a> {
         (**self).follow_up_streamed(request, previous, feedback)
     }
+    async fn count_tokens(&self, request: &Request) -> Option<Result<u64, RunnerError>> {
+        (**self).count_tokens(request).await
+    }
 }
 
 #[async_trait]
@@ -508,6 +532,9 @@ impl<R: Runner + ?Sized> Runner for std::sync::Arc<R> {
         feedback: &'a str,
     ) -> ReplyStream<'a> {
         (**self).follow_up_streamed(request, previous, feedback)
+    }
+    async fn count_tokens(&self, request: &Request) -> Option<Result<u64, RunnerError>> {
+        (**self).count_tokens(request).await
     }
 }
 

@@ -128,6 +128,8 @@ pub struct AnthropicRunner {
     config: AnthropicConfig,
     /// `{base_url}/v1/messages`, with the key, the version and the retries.
     endpoint: HttpEndpoint,
+    /// `{base_url}/v1/messages/count_tokens`, with the same headers.
+    count_endpoint: HttpEndpoint,
 }
 
 impl AnthropicRunner {
@@ -165,7 +167,22 @@ impl AnthropicRunner {
         if let Some(key) = key {
             endpoint.set_header("x-api-key", secret_header(&key)?);
         }
-        Ok(AnthropicRunner { config, endpoint })
+        let count_endpoint = endpoint.extended("/count_tokens")?;
+        Ok(AnthropicRunner {
+            config,
+            endpoint,
+            count_endpoint,
+        })
+    }
+
+    /// The body of a `count_tokens` request: what the Messages API counts (model, system,
+    /// messages, tools, tool choice, thinking), none of the sampling fields it refuses there.
+    fn count_body(&self, request: &Request) -> Value {
+        let Value::Object(mut body) = self.body(request, &request.messages) else {
+            return Value::Null;
+        };
+        body.retain(|key, _| COUNTED_FIELDS.contains(&key.as_str()));
+        Value::Object(body)
     }
 
     /// The messages URL this runner posts to.
@@ -284,7 +301,35 @@ impl Runner for AnthropicRunner {
         let messages = follow_up_messages(request, previous, feedback, ToolFeedback::ToolMessages);
         answer(self, request, messages, self.config.stream)
     }
+
+    /// Asks `{base_url}/v1/messages/count_tokens` (with the runner's retries).
+    async fn count_tokens(&self, request: &Request) -> Option<Result<u64, RunnerError>> {
+        let counted = async {
+            let response = self.count_endpoint.post(&self.count_body(request)).await?;
+            let text = self.count_endpoint.read(response).await?;
+            serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| v.get("input_tokens").and_then(Value::as_u64))
+                .ok_or_else(|| RunnerError::Protocol {
+                    message: format!(
+                        "count_tokens answered without `input_tokens`: {}",
+                        tail(&text, 200)
+                    ),
+                })
+        };
+        Some(counted.await)
+    }
 }
+
+/// The fields of a Messages request that `count_tokens` takes.
+const COUNTED_FIELDS: [&str; 6] = [
+    "model",
+    "system",
+    "messages",
+    "tools",
+    "tool_choice",
+    "thinking",
+];
 
 /// The HTTP status an Anthropic error `type` stands for (the Messages API's table), so an
 /// error event mid-stream is as typed as one before it: `overloaded_error` is a 529 and is
@@ -319,10 +364,14 @@ fn error_of(data: &str, status: Option<u16>) -> RunnerError {
             .and_then(Value::as_str)
             .and_then(anthropic_error_status)
     });
-    RunnerError::Upstream {
-        status: typed.or(status),
-        message: error_message(data)
-            .unwrap_or_else(|| "the server reported an error without a message".into()),
+    let message = error_message(data)
+        .unwrap_or_else(|| "the server reported an error without a message".into());
+    match typed.or(status) {
+        Some(status) => crate::http::upstream_error(status, message, None),
+        None => RunnerError::Upstream {
+            status: None,
+            message,
+        },
     }
 }
 
@@ -723,9 +772,10 @@ mod tests {
             parse_message(
                 r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
             ),
-            Err(RunnerError::Upstream {
-                status: Some(529),
-                message: "Overloaded (type: overloaded_error)".into()
+            Err(RunnerError::Busy {
+                status: 529,
+                message: "Overloaded (type: overloaded_error)".into(),
+                retry_after_secs: None,
             })
         );
         assert!(matches!(

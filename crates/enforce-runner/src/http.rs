@@ -89,6 +89,17 @@ impl HttpEndpoint {
         self.headers.insert(name, value);
     }
 
+    /// The same endpoint (client, headers, retries) at its URL followed by `suffix`
+    /// (`/v1/messages` + `/count_tokens`).
+    pub(crate) fn extended(&self, suffix: &str) -> Result<Self, ConfigError> {
+        let url = reqwest::Url::parse(&format!("{}{suffix}", self.url))
+            .map_err(|_| ConfigError::InvalidBaseUrl(self.url.to_string()))?;
+        Ok(HttpEndpoint {
+            url,
+            ..self.clone()
+        })
+    }
+
     /// The URL posted to.
     pub(crate) fn url(&self) -> &reqwest::Url {
         &self.url
@@ -128,11 +139,12 @@ impl HttpEndpoint {
                         .and_then(|v| v.to_str().ok())
                         .and_then(parse_retry_after);
                     let text = self.read(response).await?;
-                    let error = RunnerError::Upstream {
-                        status: Some(status.as_u16()),
-                        message: error_message(&text)
+                    let error = upstream_error(
+                        status.as_u16(),
+                        error_message(&text)
                             .unwrap_or_else(|| format!("HTTP {status} with an empty body")),
-                    };
+                        retry_after,
+                    );
                     let code = status.as_u16();
                     if !(code == 408 || code == 429 || status.is_server_error()) {
                         return Err(error);
@@ -652,11 +664,43 @@ fn is_event_stream(response: &reqwest::Response) -> bool {
         .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
 }
 
+/// The error of an upstream's error answer: [`RunnerError::Busy`] for a server that
+/// rate-limits (429) or is overloaded (503, Anthropic's 529), with its `Retry-After`;
+/// [`RunnerError::Upstream`] for any other status.
+pub(crate) fn upstream_error(
+    status: u16,
+    message: String,
+    retry_after: Option<Duration>,
+) -> RunnerError {
+    match status {
+        429 | 503 | 529 => RunnerError::Busy {
+            status,
+            message,
+            // Rounded up: a client told to wait 0 s after 0.5 s would come back too early.
+            retry_after_secs: retry_after.map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0)),
+        },
+        _ => RunnerError::Upstream {
+            status: Some(status),
+            message,
+        },
+    }
+}
+
 fn with_attempts(error: RunnerError, tries: u32) -> RunnerError {
+    let gave_up = |message: String| format!("{message} (gave up after {tries} tries)");
     match error {
         RunnerError::Upstream { status, message } if tries > 1 => RunnerError::Upstream {
             status,
-            message: format!("{message} (gave up after {tries} tries)"),
+            message: gave_up(message),
+        },
+        RunnerError::Busy {
+            status,
+            message,
+            retry_after_secs,
+        } if tries > 1 => RunnerError::Busy {
+            status,
+            message: gave_up(message),
+            retry_after_secs,
         },
         other => other,
     }

@@ -104,6 +104,21 @@ pub(crate) async fn get_model(
     }
 }
 
+/// `GET /` (and `HEAD /`, which clients such as the Claude CLI send to see that the base URL
+/// answers): what this is and what it serves, without a key.
+pub(crate) async fn root() -> Json<Value> {
+    let endpoints: Vec<String> = ENDPOINTS
+        .iter()
+        .map(|(method, path)| format!("{method} {path}"))
+        .collect();
+    Json(json!({
+        "name": "enforce",
+        "version": env!("CARGO_PKG_VERSION"),
+        "description": "An enforcement proxy: answers are checked against their contract before they are sent.",
+        "endpoints": endpoints,
+    }))
+}
+
 pub(crate) async fn healthz(State(app): State<Arc<App>>) -> Response {
     if app.draining.load(Ordering::Relaxed) {
         (
@@ -169,11 +184,13 @@ pub(crate) async fn get_response(State(app): State<Arc<App>>, Path(id): Path<Str
 pub(crate) const ENDPOINTS: &[(&str, &str)] = &[
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/count_tokens"),
     ("POST", "/v1/responses"),
     ("GET", "/v1/responses/{id}"),
     ("GET", "/v1/models"),
     ("GET", "/v1/models/{id}"),
     ("GET", "/v1/sessions/{id}"),
+    ("GET", "/"),
     ("GET", "/healthz"),
     ("GET", "/metrics"),
 ];

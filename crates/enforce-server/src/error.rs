@@ -131,6 +131,16 @@ impl ApiError {
         }
     }
 
+    /// Whether a stream whose outcome is known before its first byte answers with this error
+    /// as a plain HTTP error, as a request not streamed does, rather than as a `200` stream
+    /// holding it: a 4xx (an answer that failed its checks is a 422, which the SDKs raise as
+    /// their own error type and do not retry), or an error that says when to come back
+    /// (`Retry-After`, which the SDKs' retries honour). Other 5xx stay in the stream: the SDKs
+    /// would send the whole enforced request again at once.
+    pub(crate) fn refuses_a_stream(&self) -> bool {
+        self.status.is_client_error() || self.retry_after.is_some()
+    }
+
     /// The headers every surface sends with this error: `Retry-After`, the enforcement status
     /// headers when an enforcement ran, `WWW-Authenticate` with a 401.
     pub fn headers(&self, headers: &mut HeaderMap) {

@@ -42,6 +42,7 @@ mod audit;
 mod auth;
 mod config;
 mod controls;
+mod count_tokens;
 mod error;
 mod facts;
 mod messages;
@@ -322,6 +323,10 @@ impl Server {
             )
             .route("/v1/messages", post(pipeline::serve::<messages::Messages>))
             .route(
+                "/v1/messages/count_tokens",
+                post(count_tokens::count_tokens),
+            )
+            .route(
                 "/v1/responses",
                 post(pipeline::serve::<responses::Responses>),
             )
@@ -333,6 +338,7 @@ impl Server {
             ));
         Router::new()
             .merge(authed)
+            .route("/", get(app::root))
             .route("/healthz", get(app::healthz))
             .route("/metrics", get(app::metrics))
             .fallback(app::unknown_route)

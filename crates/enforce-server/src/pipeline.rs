@@ -21,7 +21,7 @@ use crate::otel::RequestInfo;
 use crate::session::{answer_digest, SessionStatus};
 use crate::shared::GlobalSlot;
 use crate::state::{unix_now, App};
-use crate::stream::{self, StreamWriter};
+use crate::stream::{self, Start, StreamWriter};
 use crate::turn::{wait, InFlight, Turn, TurnId};
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, State};
@@ -129,6 +129,13 @@ pub(crate) struct Rejection {
     error: Box<ApiError>,
 }
 
+impl Rejection {
+    /// The error, for a handler outside the pipeline that shares its stages.
+    pub(crate) fn into_error(self) -> ApiError {
+        *self.error
+    }
+}
+
 pub(crate) fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
     move |error| Rejection {
         reason,
@@ -175,7 +182,7 @@ async fn admit<S: Surface>(
     let permit = take_permit(app)?;
     let route = match header_profile {
         Some(_) => None,
-        None => route(&mut model, &bytes, headers, &ask.messages).await,
+        None => route(&mut model, &bytes, &ask.params, headers, &ask.messages).await,
     };
     controls::apply(grant, &mut model, headers)?;
     let session = open_session(app, headers, &mut ask, &model).await?;
@@ -257,7 +264,14 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         let request_id = HeaderValue::from_str(&turn.id.id).ok();
         let warnings = warnings_header(&turn);
         let writer = S::writer(&turn, kept);
-        let mut response = stream::respond(turn, job, span, writer);
+        let mut response = match stream::respond(turn, job, span, writer).await {
+            Start::Refused(error) => S::refuse(error),
+            Start::Whole(mut response, turn, outcome) => {
+                enforcement_headers(response.headers_mut(), &turn, &outcome);
+                response
+            }
+            Start::Streaming(response) => response,
+        };
         let headers = response.headers_mut();
         if let Some(profile) = profile {
             headers.insert(PROFILE_HEADER, profile);
@@ -420,11 +434,14 @@ fn take_permit(app: &App) -> Result<OwnedSemaphorePermit, Rejection> {
 async fn route(
     model: &mut Model,
     body: &[u8],
+    params: &Map<String, Value>,
     headers: &HeaderMap,
     messages: &[Message],
 ) -> Option<Value> {
     let routes = model.routes.clone()?;
-    let picked = routes.pick(body, headers, messages, &model.profile).await;
+    let picked = routes
+        .pick(body, params, headers, messages, &model.profile)
+        .await;
     if let Some((enforcer, name)) = picked.choice() {
         model.enforcer = enforcer.clone();
         model.profile = name.to_string();

@@ -82,14 +82,18 @@ impl Surface for Responses {
         let mut enforcement = enforcement_json(outcome);
         turn.add_route(&mut enforcement);
         let output = output_items(&turn.id, text, &outcome.tool_calls);
+        let cut = cut_at_token_limit(outcome);
         let mut object = response_object(
             &turn.id,
             &kept.echo,
-            "completed",
+            if cut { "incomplete" } else { "completed" },
             output,
             outcome.usage,
             enforcement,
         );
+        if cut {
+            object["incomplete_details"] = json!({"reason": "max_output_tokens"});
+        }
         if let Some(warnings) = crate::pipeline::warnings_json(turn) {
             object["warnings"] = warnings;
         }
@@ -106,6 +110,16 @@ impl Surface for Responses {
             completed: None,
         }
     }
+}
+
+/// The delivered answer (the last attempt's) stopped at the token limit (the upstream's
+/// `finish_reason: length`): the response is `incomplete`, as OpenAI's is at
+/// `max_output_tokens`.
+fn cut_at_token_limit(outcome: &Outcome) -> bool {
+    outcome
+        .attempts
+        .last()
+        .is_some_and(|a| a.finish_reason == Some(enforce_core::FinishReason::Length))
 }
 
 fn invalid(message: impl Into<String>, param: &'static str) -> ApiError {
@@ -732,7 +746,13 @@ impl StreamWriter for ResponsesWriter {
             echo: std::mem::take(&mut self.echo),
         };
         let response = Responses::answer(turn, &kept, text, outcome);
-        self.event("response.completed", json!({"response": &response}), out);
+        // `response.incomplete` for an answer cut at the token limit, as OpenAI streams it.
+        let event = if response["status"] == "incomplete" {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        self.event(event, json!({"response": &response}), out);
         self.completed = Some(response);
     }
 

@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, HeaderName};
 use enforce_core::{Enforcer, Message, Request, Role, Runner};
 use regex::Regex;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -415,9 +415,16 @@ impl Routes {
     /// The first route `body`, `headers` and `messages` match, asking the classifier at most
     /// once and only when a label route is reached. `default_profile` is what the record
     /// names when no route matches.
+    ///
+    /// A field route reads its pointer in the body as the surface sent it, else in `params`,
+    /// the request in the chat-completions dialect every surface is read into: a route written
+    /// for chat's fields (`/user`, `/max_tokens`, `/response_format/type`, `/metadata/…`)
+    /// routes a Responses or Messages request the same way (their `user` or
+    /// `metadata.user_id`, `max_output_tokens` or `max_tokens`, `text.format`).
     pub(crate) async fn pick(
         &self,
         body: &[u8],
+        params: &Map<String, Value>,
         headers: &HeaderMap,
         messages: &[Message],
         default_profile: &str,
@@ -436,10 +443,11 @@ impl Routes {
                 When::Field { pointer, values } => {
                     let body = parsed_body
                         .get_or_insert_with(|| serde_json::from_slice::<Value>(body).ok());
-                    body.as_ref()
-                        .and_then(|b| b.pointer(pointer))
-                        .and_then(scalar_text)
-                        .is_some_and(|v| values.contains(&v))
+                    let is_one = |v: Option<&Value>| {
+                        v.and_then(scalar_text).is_some_and(|v| values.contains(&v))
+                    };
+                    is_one(body.as_ref().and_then(|b| b.pointer(pointer)))
+                        || is_one(pointer_in(params, pointer))
                 }
                 When::Header { name, values } => headers
                     .get_all(name)
@@ -482,6 +490,22 @@ impl Routes {
                 classify: verdict,
             },
         }
+    }
+}
+
+/// The value at an RFC 6901 `pointer` in `map` (as [`Value::pointer`] on the object, without
+/// building one); `None` for the empty pointer.
+fn pointer_in<'a>(map: &'a Map<String, Value>, pointer: &str) -> Option<&'a Value> {
+    let rest = pointer.strip_prefix('/')?;
+    let (first, tail) = match rest.split_once('/') {
+        Some((first, tail)) => (first, Some(tail)),
+        None => (rest, None),
+    };
+    let key = first.replace("~1", "/").replace("~0", "~");
+    let value = map.get(&key)?;
+    match tail {
+        Some(tail) => value.pointer(&format!("/{tail}")),
+        None => Some(value),
     }
 }
 

@@ -92,27 +92,120 @@ enum Frame {
     Last(Bytes),
 }
 
-/// Starts the driver and returns the `text/event-stream` response.
-pub(crate) fn respond<W: StreamWriter>(
+/// How a stream starts.
+pub(crate) enum Start {
+    /// The outcome was known before the stream's first byte was due, and it is an error a
+    /// client takes best as a plain HTTP error ([`ApiError::refuses_a_stream`]): the surface
+    /// sends it as it would to a request not streamed.
+    Refused(ApiError),
+    /// The outcome was known before the first byte was due: the whole stream in one body,
+    /// with the turn and its outcome for the enforcement headers.
+    Whole(Response, Box<Turn>, Box<Outcome>),
+    /// The stream goes on while the loop works (its driver runs on its own task).
+    Streaming(Response),
+}
+
+/// Starts a stream. Nothing goes out until something must: the outcome, the first keep-alive
+/// (one `keepalive_interval` in), or a draft to show. Until then progress is kept, and sent
+/// first when the stream goes on; an outcome known by then answers the request whole, or as a
+/// plain error (see [`Start`]).
+pub(crate) async fn respond<W: StreamWriter>(
     turn: Turn,
-    job: Job,
+    mut job: Job,
     span: tracing::Span,
     writer: W,
-) -> Response {
-    let (tx, rx) = mpsc::channel::<Frame>(32);
-    tokio::spawn(drive(turn, job, tx, writer).instrument(span));
-    let body = futures_util::stream::unfold((rx, false), |(mut rx, finished)| async move {
-        if finished {
-            return None;
+) -> Start {
+    let mut out = Out {
+        writer,
+        drafting: None,
+        cut: None,
+        pending: Vec::new(),
+    };
+    out.writer.open(&mut out.pending);
+    let first_due = tokio::time::Instant::now() + turn.app.config.keepalive_interval;
+    let ended = async {
+        let deadline = tokio::time::sleep_until(job.deadline);
+        let first = tokio::time::sleep_until(first_due);
+        tokio::pin!(deadline, first);
+        loop {
+            tokio::select! {
+                biased;
+                joined = &mut job.handle => break Some(ended_of(joined, &job)),
+                () = &mut deadline => break Some(job.past_deadline()),
+                Some(progress) = job.events.recv() => {
+                    let draft = matches!(progress, Progress::Draft { .. });
+                    out.progress(progress);
+                    if draft {
+                        break None;
+                    }
+                }
+                () = &mut first => break None,
+            }
         }
-        let (bytes, finished) = match rx.recv().await {
-            Some(Frame::Data(bytes)) => (bytes, false),
-            Some(Frame::Last(bytes)) => (bytes, true),
-            None => (W::unfinished(), true),
-        };
-        Some((Ok::<Bytes, Infallible>(bytes), (rx, finished)))
-    });
-    let mut response = Body::from_stream(body).into_response();
+    }
+    .instrument(span.clone())
+    .await;
+    let Some(ended) = ended else {
+        let (tx, rx) = mpsc::channel::<Frame>(32);
+        tokio::spawn(drive(turn, job, tx, out).instrument(span));
+        let body = futures_util::stream::unfold((rx, false), |(mut rx, finished)| async move {
+            if finished {
+                return None;
+            }
+            let (bytes, finished) = match rx.recv().await {
+                Some(Frame::Data(bytes)) => (bytes, false),
+                Some(Frame::Last(bytes)) => (bytes, true),
+                None => (W::unfinished(), true),
+            };
+            Some((Ok::<Bytes, Infallible>(bytes), (rx, finished)))
+        });
+        return Start::Streaming(event_stream(Body::from_stream(body)));
+    };
+    // Events sent just before the loop ended (a repair) still belong on screen.
+    while let Ok(progress) = job.events.try_recv() {
+        out.progress(progress);
+    }
+    let concluded = async {
+        match turn.conclude(ended).await {
+            Ok((text, outcome)) => {
+                out.answer(&turn, &text, &outcome).await;
+                Ok(outcome)
+            }
+            Err(error) if error.refuses_a_stream() => Err(error),
+            Err(error) => {
+                out.writer.refusal(&error, &mut out.pending);
+                out.writer.end(&mut out.pending);
+                Err(error)
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+    match concluded {
+        Err(error) if error.refuses_a_stream() => Start::Refused(error),
+        Err(_) => Start::Streaming(event_stream(Body::from(out.pending))),
+        Ok(outcome) => Start::Whole(
+            event_stream(Body::from(out.pending)),
+            Box::new(turn),
+            outcome,
+        ),
+    }
+}
+
+/// The end of the enforcement task as it was joined.
+fn ended_of(joined: Result<Outcome, tokio::task::JoinError>, job: &Job) -> Ended {
+    match joined {
+        Ok(outcome) => Ended::Outcome(Box::new(outcome)),
+        Err(e) => {
+            tracing::error!(error = %e, "enforcement task failed");
+            job.crashed()
+        }
+    }
+}
+
+/// A `text/event-stream` response of `body`.
+fn event_stream(body: Body) -> Response {
+    let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -126,75 +219,62 @@ pub(crate) fn respond<W: StreamWriter>(
 /// The client is gone.
 struct Gone;
 
-/// The driver's side of the stream: the wording of progress, handed to the surface's writer.
+/// The stream's writing side: the wording of progress, handed to the surface's writer, and
+/// the bytes not sent yet.
 struct Out<W> {
-    tx: mpsc::Sender<Frame>,
     writer: W,
     /// The attempt whose draft is streaming.
     drafting: Option<u32>,
     /// The attempt cut short and its codes, until the re-ask is announced.
     cut: Option<(u32, Vec<String>)>,
+    /// Written, not sent yet.
+    pending: Vec<u8>,
 }
 
 impl<W: StreamWriter> Out<W> {
-    async fn send(&self, bytes: Vec<u8>) -> Result<(), Gone> {
-        if bytes.is_empty() {
+    /// Sends what is pending.
+    async fn flush(&mut self, tx: &mpsc::Sender<Frame>) -> Result<(), Gone> {
+        if self.pending.is_empty() {
             return Ok(());
         }
-        self.tx
-            .send(Frame::Data(Bytes::from(bytes)))
-            .await
-            .map_err(|_| Gone)
+        let bytes = Bytes::from(std::mem::take(&mut self.pending));
+        tx.send(Frame::Data(bytes)).await.map_err(|_| Gone)
     }
 
-    async fn keepalive(&self) -> Result<(), Gone> {
-        self.tx
-            .send(Frame::Data(Bytes::from_static(KEEPALIVE)))
-            .await
-            .map_err(|_| Gone)
+    fn status(&mut self, description: &str) {
+        self.writer.status(description, &mut self.pending);
     }
 
-    async fn status(&mut self, description: &str) -> Result<(), Gone> {
-        let mut out = Vec::new();
-        self.writer.status(description, &mut out);
-        self.send(out).await
+    fn draft(&mut self, text: &str) {
+        self.writer.draft(text, &mut self.pending);
     }
 
-    async fn draft(&mut self, text: &str) -> Result<(), Gone> {
-        let mut out = Vec::new();
-        self.writer.draft(text, &mut out);
-        self.send(out).await
-    }
-
-    async fn progress(&mut self, progress: Progress) -> Result<(), Gone> {
+    fn progress(&mut self, progress: Progress) {
         match progress {
-            Progress::Asking { attempt: 1 } => self.status("Asking the model…").await,
-            Progress::Asking { .. } => Ok(()),
+            Progress::Asking { attempt: 1 } => self.status("Asking the model…"),
+            Progress::Asking { .. } => {}
             Progress::Draft { attempt, text } => {
                 if self.drafting != Some(attempt) {
                     let first = self.drafting.is_none();
                     self.drafting = Some(attempt);
                     if !first {
-                        self.draft(&format!("\n\n— attempt {attempt} —\n\n"))
-                            .await?;
+                        self.draft(&format!("\n\n— attempt {attempt} —\n\n"));
                     }
                 }
-                self.draft(&text).await
+                self.draft(&text);
             }
             Progress::Cut { attempt, codes } => {
                 if self.drafting.is_some() {
-                    self.draft(&format!(" [stopped: {}]", codes.join(", ")))
-                        .await?;
+                    self.draft(&format!(" [stopped: {}]", codes.join(", ")));
                 }
                 self.cut = Some((attempt, codes));
-                Ok(())
             }
             Progress::Retrying {
                 attempt,
                 max_attempts,
                 codes,
             } => {
-                self.keepalive().await?;
+                self.pending.extend_from_slice(KEEPALIVE);
                 let line = match self.cut.take() {
                     Some((cut_attempt, cut)) => format!(
                         "Stopped attempt {cut_attempt} at {}, re-asking ({attempt}/{max_attempts})",
@@ -202,18 +282,24 @@ impl<W: StreamWriter> Out<W> {
                     ),
                     None => format!("Re-asking ({attempt}/{max_attempts}): {}", codes.join(", ")),
                 };
-                self.status(&line).await
+                self.status(&line);
             }
             Progress::Repaired { validator } => {
-                self.status(&format!("Repairing the answer ({validator})…"))
-                    .await
+                self.status(&format!("Repairing the answer ({validator})…"));
             }
         }
     }
 
-    async fn last(&self, bytes: Bytes) {
-        // Nobody left to tell if this fails.
-        let _ = self.tx.send(Frame::Last(bytes)).await;
+    /// The checked answer and the stream's end, pending; the answer stored (before the client
+    /// hears of it, so it can continue at once) when the request asked for it.
+    async fn answer(&mut self, turn: &Turn, text: &str, outcome: &Outcome) {
+        let summary = summary_line(outcome);
+        self.writer
+            .answer(turn, text, outcome, summary.as_deref(), &mut self.pending);
+        if let Some(body) = self.writer.stored() {
+            turn.store(&body, text, outcome).await;
+        }
+        self.writer.end(&mut self.pending);
     }
 }
 
@@ -247,21 +333,20 @@ pub(crate) fn pieces(text: &str, max: usize) -> Vec<&str> {
     out
 }
 
-async fn drive<W: StreamWriter>(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame>, writer: W) {
-    let mut out = Out {
-        tx,
-        writer,
-        drafting: None,
-        cut: None,
-    };
-    let mut opening = Vec::new();
-    out.writer.open(&mut opening);
-    if out.send(opening).await.is_err() {
+/// The stream of a loop still working: what [`respond`] kept first, keep-alives and progress
+/// while it works, then the whole tail in one write.
+async fn drive<W: StreamWriter>(
+    turn: Turn,
+    mut job: Job,
+    tx: mpsc::Sender<Frame>,
+    mut out: Out<W>,
+) {
+    if out.flush(&tx).await.is_err() {
         return;
     }
-    // The first comment after one interval: a fast answer needs none.
+    // The first comment is due now (or a draft started the stream): then one per interval.
     let every = turn.app.config.keepalive_interval;
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let deadline = tokio::time::sleep_until(job.deadline);
     tokio::pin!(deadline);
@@ -269,18 +354,16 @@ async fn drive<W: StreamWriter>(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame
     let ended = loop {
         let step = tokio::select! {
             biased;
-            joined = &mut job.handle => {
-                break match joined {
-                    Ok(outcome) => Ended::Outcome(Box::new(outcome)),
-                    Err(e) => {
-                        tracing::error!(error = %e, "enforcement task failed");
-                        job.crashed()
-                    }
-                };
-            }
+            joined = &mut job.handle => break ended_of(joined, &job),
             () = &mut deadline => break job.past_deadline(),
-            Some(progress) = job.events.recv() => out.progress(progress).await,
-            _ = ticker.tick() => out.keepalive().await,
+            Some(progress) = job.events.recv() => {
+                out.progress(progress);
+                out.flush(&tx).await
+            }
+            _ = ticker.tick() => tx
+                .send(Frame::Data(Bytes::from_static(KEEPALIVE)))
+                .await
+                .map_err(|_| Gone),
         };
         if step.is_err() {
             // The client left: dropping the job aborts the enforcement.
@@ -290,27 +373,21 @@ async fn drive<W: StreamWriter>(turn: Turn, mut job: Job, tx: mpsc::Sender<Frame
     };
     // Events sent just before the loop ended (a repair) still belong on screen.
     while let Ok(progress) = job.events.try_recv() {
-        if out.progress(progress).await.is_err() {
-            return;
-        }
+        out.progress(progress);
     }
 
     // The whole tail goes out in one write: fewer packets, and a client never sees half of it.
-    let mut tail = Vec::with_capacity(1024);
     match turn.conclude(ended).await {
-        Ok((text, outcome)) => {
-            let summary = summary_line(&outcome);
-            out.writer
-                .answer(&turn, &text, &outcome, summary.as_deref(), &mut tail);
-            // Stored before the client hears of it, so it can continue at once.
-            if let Some(body) = out.writer.stored() {
-                turn.store(&body, &text, &outcome).await;
-            }
+        Ok((text, outcome)) => out.answer(&turn, &text, &outcome).await,
+        Err(error) => {
+            out.writer.refusal(&error, &mut out.pending);
+            out.writer.end(&mut out.pending);
         }
-        Err(error) => out.writer.refusal(&error, &mut tail),
     }
-    out.writer.end(&mut tail);
-    out.last(Bytes::from(tail)).await;
+    // Nobody left to tell if this fails.
+    let _ = tx
+        .send(Frame::Last(Bytes::from(std::mem::take(&mut out.pending))))
+        .await;
 }
 
 #[cfg(test)]

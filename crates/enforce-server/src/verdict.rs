@@ -142,6 +142,46 @@ pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
                 message.trim().trim_end_matches('.')
             ),
         ),
+        // Busy: the client is told so with the upstream's own wait, and its SDK's retry (429
+        // and 503 with `Retry-After`) comes back when the upstream can answer. Anthropic's 529
+        // is a 503 here: clients that are not Anthropic's know no 529.
+        RunnerError::Busy {
+            status,
+            message,
+            retry_after_secs,
+        } => {
+            let (http, kind, code, what) = if *status == 429 {
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    "upstream_rate_limited",
+                    "is limiting how often it may be asked",
+                )
+            } else {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "upstream_error",
+                    "upstream_overloaded",
+                    "is overloaded",
+                )
+            };
+            let wait = match retry_after_secs {
+                Some(secs) => format!(" after {secs} s"),
+                None => " in a moment".to_string(),
+            };
+            ApiError {
+                retry_after: *retry_after_secs,
+                ..ApiError::new(
+                    http,
+                    kind,
+                    code,
+                    format!(
+                        "The model server {what} (HTTP {status}){when}: {}. Please try again{wait}.",
+                        message.trim().trim_end_matches('.')
+                    ),
+                )
+            }
+        }
         RunnerError::Process { message, .. } => ApiError::new(
             StatusCode::BAD_GATEWAY,
             "upstream_error",

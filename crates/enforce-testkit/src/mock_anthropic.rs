@@ -95,15 +95,20 @@ impl AnthropicReply {
 
     /// 429 `rate_limit_error` with `retry-after: secs`.
     pub fn rate_limited(secs: u64) -> Self {
-        let mut reply = Self::error(
+        Self::error(
             429,
             "rate_limit_error",
             "Number of requests has exceeded your rate limit",
-        );
-        if let ReplyKind::Error { retry_after, .. } = &mut reply.kind {
+        )
+        .retry_after(secs)
+    }
+
+    /// This error reply with a `retry-after: secs` header (other replies are unchanged).
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        if let ReplyKind::Error { retry_after, .. } = &mut self.kind {
             *retry_after = Some(secs.to_string());
         }
-        reply
+        self
     }
 
     /// A 200 stream that writes `text`, then an `error` event of type `kind`.
@@ -194,6 +199,8 @@ struct Shared {
     requests: Mutex<Vec<RecordedMessages>>,
     /// Main-turn streams the client closed before their end (a cut).
     abandoned: AtomicUsize,
+    /// Every `POST /v1/messages/count_tokens` body, in order.
+    counted: Mutex<Vec<Value>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -230,6 +237,7 @@ impl MockAnthropic {
             gap,
             requests: Mutex::new(Vec::new()),
             abandoned: AtomicUsize::new(0),
+            counted: Mutex::new(Vec::new()),
         })
         .await
     }
@@ -249,6 +257,7 @@ impl MockAnthropic {
             gap,
             requests: Mutex::new(Vec::new()),
             abandoned: AtomicUsize::new(0),
+            counted: Mutex::new(Vec::new()),
         })
         .await
     }
@@ -257,6 +266,7 @@ impl MockAnthropic {
         let shared = Arc::new(shared);
         let app = Router::new()
             .route("/v1/messages", post(messages))
+            .route("/v1/messages/count_tokens", post(count_tokens))
             .route("/", axum::routing::any(|| async { StatusCode::OK }))
             .fallback(|| async { (StatusCode::NOT_FOUND, "not on the mock") })
             .with_state(Arc::clone(&shared));
@@ -283,6 +293,11 @@ impl MockAnthropic {
     /// Every request, in order.
     pub fn requests(&self) -> Vec<RecordedMessages> {
         lock(&self.shared.requests).clone()
+    }
+
+    /// Every `count_tokens` request body, in order.
+    pub fn count_requests(&self) -> Vec<Value> {
+        lock(&self.shared.counted).clone()
     }
 
     /// Main-turn streams (with a script: any streams) the client closed before their end.
@@ -315,6 +330,40 @@ pub fn last_user_text(body: &Value) -> String {
             .join("\n"),
         _ => String::new(),
     }
+}
+
+/// The fields `count_tokens` takes; the API refuses any other (`max_tokens`, `stream`, ...).
+const COUNTED_FIELDS: [&str; 6] = [
+    "model",
+    "system",
+    "messages",
+    "tools",
+    "tool_choice",
+    "thinking",
+];
+
+/// `POST /v1/messages/count_tokens`: `input_tokens` is the length of the JSON of `system`,
+/// `messages` and `tools` divided by 4 (the mock's own tokenizer); a field the API does not
+/// take there is a 400, as the API answers it.
+async fn count_tokens(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    lock(&shared.counted).push(request.clone());
+    let extra = request.as_object().and_then(|o| {
+        o.keys()
+            .find(|k| !COUNTED_FIELDS.contains(&k.as_str()))
+            .cloned()
+    });
+    if let Some(field) = extra {
+        let body = json!({"type": "error", "error": {"type": "invalid_request_error",
+                          "message": format!("{field}: Extra inputs are not permitted")}});
+        return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+    }
+    let counted: usize = ["system", "messages", "tools"]
+        .iter()
+        .filter_map(|k| request.get(*k))
+        .map(|v| v.to_string().len())
+        .sum();
+    axum::Json(json!({"input_tokens": counted / 4})).into_response()
 }
 
 async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {

@@ -261,9 +261,10 @@ async fn overloaded_and_server_errors_are_retried_then_reported() {
     let error = error.expect("an error");
     assert_eq!(
         error,
-        RunnerError::Upstream {
-            status: Some(529),
-            message: "Overloaded (type: overloaded_error) (gave up after 3 tries)".into()
+        RunnerError::Busy {
+            status: 529,
+            message: "Overloaded (type: overloaded_error) (gave up after 3 tries)".into(),
+            retry_after_secs: None,
         }
     );
     assert!(error.is_transient());
@@ -308,7 +309,7 @@ async fn a_rate_limit_waits_for_retry_after() {
         .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(
-        matches!(&error, RunnerError::Upstream { status: Some(429), message } if message.contains("rate_limit_error")),
+        matches!(&error, RunnerError::Busy { status: 429, message, retry_after_secs: Some(3600) } if message.contains("rate_limit_error")),
         "{error:?}"
     );
     assert!(error.is_transient());
@@ -328,9 +329,10 @@ async fn an_error_event_mid_stream_is_typed_by_its_error_type() {
     let error = error.expect("an error");
     assert_eq!(
         error,
-        RunnerError::Upstream {
-            status: Some(529),
-            message: "Overloaded (type: overloaded_error)".into()
+        RunnerError::Busy {
+            status: 529,
+            message: "Overloaded (type: overloaded_error)".into(),
+            retry_after_secs: None,
         }
     );
     assert!(error.is_transient());

@@ -127,13 +127,18 @@ async fn too_long_retry_after_is_not_waited_for() {
         .unwrap();
     let started = Instant::now();
     let result = runner(&mock, 3).ask(&Request::prompt("q")).await;
-    assert!(matches!(
-        result,
-        Err(RunnerError::Upstream {
-            status: Some(429),
-            ..
-        })
-    ));
+    // Busy, with the server's wait, which the proxy passes on as its own `Retry-After`.
+    assert!(
+        matches!(
+            result,
+            Err(RunnerError::Busy {
+                status: 429,
+                retry_after_secs: Some(3600),
+                ..
+            })
+        ),
+        "{result:?}"
+    );
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(mock.chat_requests().len(), 1);
 }

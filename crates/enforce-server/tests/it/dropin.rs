@@ -214,12 +214,14 @@ async fn an_error_body_starts_with_the_error_and_its_message() {
 /// `code`/`type`) and retries what maps to 5xx: an unresolved answer must say 422.
 #[tokio::test]
 async fn an_in_stream_error_carries_the_status_it_stands_for() {
-    let (h, _) = scripted(
-        vec!["a", "b", "c"],
+    // A stream that started before the verdict: the error is in it.
+    let server = server_with(
+        streams_start_at_once(ServerConfig::default()),
+        Arc::new(late(ScriptedRunner::texts(["a", "b", "c"]))),
         marker_enforcer(false),
         failing_stays_an_error(),
-    )
-    .await;
+    );
+    let h = Harness::start(server).await;
     let (_, parsed) = read_stream(h.chat(user_body(true)).await).await;
     let error = parsed.error().expect("an error chunk");
     assert_eq!(error["code"], "enforcement_unresolved");

@@ -87,14 +87,27 @@ async fn check_row(name: &str, h: &Harness, dir: &tempfile::TempDir, seen: Seen,
         "{name}: a message for a person: {message}"
     );
 
-    let raw = h.chat(body(true)).await.text().await.expect("stream body");
-    let stream = ParsedStream::parse(&raw);
-    assert!(stream.done_last, "{name}: [DONE] ends the stream: {raw}");
-    let error = stream
-        .error()
-        .unwrap_or_else(|| panic!("{name}: no error chunk in {raw}"));
-    assert_eq!(error["code"], seen.code, "{name}: {raw}");
-    assert_eq!(stream.content(), "", "{name}: nothing unchecked was shown");
+    // Streamed: a 4xx known before the first byte is the same plain error; other errors end
+    // the stream (an SDK would send the whole request again at once on a 5xx).
+    let resp = h.chat(body(true)).await;
+    if seen.status < 500 {
+        assert_eq!(
+            resp.status().as_u16(),
+            seen.status,
+            "{name}: streamed status"
+        );
+        let json: Value = resp.json().await.expect("an OpenAI error body");
+        assert_eq!(json["error"]["code"], seen.code, "{name}: {json}");
+    } else {
+        let raw = resp.text().await.expect("stream body");
+        let stream = ParsedStream::parse(&raw);
+        assert!(stream.done_last, "{name}: [DONE] ends the stream: {raw}");
+        let error = stream
+            .error()
+            .unwrap_or_else(|| panic!("{name}: no error chunk in {raw}"));
+        assert_eq!(error["code"], seen.code, "{name}: {raw}");
+        assert_eq!(stream.content(), "", "{name}: nothing unchecked was shown");
+    }
 
     let counted: f64 = [
         "aborted",
@@ -154,18 +167,26 @@ async fn upstream_faults() {
     let mock_rows: Vec<(&str, MockReply, Seen)> = vec![
         (
             "upstream 5xx (retried, then reported)",
-            MockReply::error(enforce_testkit::ErrorShape::OpenAi, 503, "overloaded"),
+            MockReply::error(enforce_testkit::ErrorShape::OpenAi, 500, "broken"),
             Seen {
                 status: 502,
                 code: "upstream_error",
             },
         ),
         (
-            "upstream 429 beyond the retry budget",
+            "upstream overloaded (503, retried, then passed on)",
+            MockReply::error(enforce_testkit::ErrorShape::OpenAi, 503, "overloaded"),
+            Seen {
+                status: 503,
+                code: "upstream_overloaded",
+            },
+        ),
+        (
+            "upstream 429 beyond the retry budget (passed on with its Retry-After)",
             MockReply::rate_limited(1),
             Seen {
-                status: 502,
-                code: "upstream_error",
+                status: 429,
+                code: "upstream_rate_limited",
             },
         ),
         (
@@ -385,7 +406,7 @@ async fn external_validator_hang_and_crash_trip_the_breaker_and_it_recovers() {
         assert_eq!(run_count(), 2, "{name}: both failing calls ran the command");
         // Open: refused at once, the command is not run.
         let started = Instant::now();
-        let raw = h.chat(body(true)).await.text().await.expect("stream");
+        let resp = h.chat(body(true)).await;
         assert!(
             started.elapsed() < COOLDOWN,
             "{name}: open breaker answers before the cooldown ends"
@@ -395,13 +416,14 @@ async fn external_validator_hang_and_crash_trip_the_breaker_and_it_recovers() {
             2,
             "{name}: the open breaker did not run the command"
         );
-        let stream = ParsedStream::parse(&raw);
+        // Known before the stream's first byte, with a Retry-After: a plain 503.
+        assert_eq!(resp.status(), 503, "{name}");
+        assert!(resp.headers().get("retry-after").is_some(), "{name}");
+        let error: Value = resp.json().await.expect("an error body");
         assert_eq!(
-            stream.error().map(|e| e["code"].clone()),
-            Some(json!("validator_unavailable")),
-            "{name}: {raw}"
+            error["error"]["code"], "validator_unavailable",
+            "{name}: {error}"
         );
-        assert!(stream.done_last);
         // Cooldown passes, the command is healthy again: the probe succeeds and closes it.
         std::fs::write(&marker, "").expect("marker");
         tokio::time::sleep(COOLDOWN + Duration::from_millis(100)).await;

@@ -2,7 +2,7 @@
 //! characters and SSE syntax cannot forge SSE events, audit lines or log lines; API keys (the
 //! proxy's own and the upstream's) never reach the logs or the audit records.
 
-use crate::common::{server_with, Harness};
+use crate::common::{server_with, streams_start_at_once, Harness};
 use enforce_core::{
     async_trait, Context, Enforcer, Issue, Policy, Reply, Request, Runner, RunnerError, Validation,
     Validator,
@@ -166,7 +166,11 @@ async fn issue_text_and_keys_cannot_leak_or_forge_lines() {
     let wrong_key = "sk-wrong-SECRET-3333";
     let mock = MockOpenAi::start(
         MockScript::new()
-            .reply(MockReply::text(format!("answer{FORGED}")))
+            // Late: the stream starts before the verdict, so the error goes out inside it.
+            .reply(
+                MockReply::text(format!("answer{FORGED}"))
+                    .delayed(std::time::Duration::from_millis(50)),
+            )
             .reply(MockReply::error(
                 ErrorShape::OpenAi,
                 400,
@@ -199,6 +203,7 @@ async fn issue_text_and_keys_cannot_leak_or_forge_lines() {
         on_unresolved: FailureResponse::Error,
         ..ModelOptions::default()
     };
+    let config = streams_start_at_once(config);
     let h = Harness::start(server_with(config, Arc::new(runner), enforcer, options)).await;
     let send = |key: &'static str, stream: bool| {
         h.client

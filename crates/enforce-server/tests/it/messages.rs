@@ -3,7 +3,9 @@
 //! runner): passing and failing contracts, streamed and not, a tool call, an unresolved
 //! answer, errors in Anthropic's shape, `x-api-key`.
 
-use crate::common::{marker_enforcer, marker_enforcer_retries, server_with, Harness};
+use crate::common::{
+    marker_enforcer, marker_enforcer_retries, server_with, streams_start_at_once, Harness,
+};
 use enforce_core::Enforcer;
 use enforce_runner::{AnthropicConfig, AnthropicRunner, OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_server::{FailureResponse, ModelOptions, ServerConfig};
@@ -192,10 +194,12 @@ async fn an_unresolved_answer_is_delivered_marked_by_default() {
 #[tokio::test]
 async fn an_unresolved_answer_is_an_anthropic_error_streamed_or_not() {
     for stream in [false, true] {
+        // The stream starts before the verdict, so the error is an event in it (a verdict
+        // before the first byte is the plain 422: early_errors.rs).
         let (_mock, h) = harness_with(
-            vec![MockReply::text(BAD)],
+            vec![MockReply::text(BAD).delayed(std::time::Duration::from_millis(50))],
             marker_enforcer_retries(false, 1),
-            ServerConfig::default(),
+            streams_start_at_once(ServerConfig::default()),
             ModelOptions {
                 on_unresolved: FailureResponse::Error,
                 ..ModelOptions::default()

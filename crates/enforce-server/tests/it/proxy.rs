@@ -434,13 +434,19 @@ async fn usage_chunk_only_when_asked() {
 
 #[tokio::test]
 async fn stream_holds_back_failing_content_and_sends_one_error_chunk() {
-    // on_unresolved: error: nothing unchecked reaches the screen, only one error chunk.
-    let (h, _) = simple(
-        vec!["FAILING-1", "FAILING-2", "FAILING-3"],
+    // on_unresolved: error: nothing unchecked reaches the screen, only one error chunk (in a
+    // stream that started before the verdict; see early_errors.rs for one that did not).
+    let server = server_with(
+        streams_start_at_once(ServerConfig::default()),
+        Arc::new(late(ScriptedRunner::texts([
+            "FAILING-1",
+            "FAILING-2",
+            "FAILING-3",
+        ]))),
         marker_enforcer(false),
         unresolved(FailureResponse::Error),
-    )
-    .await;
+    );
+    let h = Harness::start(server).await;
     let (raw, parsed) = read_stream(h.chat(user_body(true)).await).await;
     assert!(!raw.contains("FAILING"), "failing content leaked: {raw}");
     let error = parsed.error().expect("an error chunk");
@@ -640,12 +646,18 @@ async fn status_events_only_when_enabled_and_always_closed() {
     assert_eq!(last["done"], true);
     assert_eq!(last["hidden"], true);
 
-    // Failing: closed too, before the error chunk.
+    // Failing in a stream that started before the verdict: closed too, before the error chunk.
     let options = ModelOptions {
         on_unresolved: FailureResponse::Error,
         ..options
     };
-    let (h, _) = simple(vec![BAD, BAD, BAD], marker_enforcer(false), options).await;
+    let server = server_with(
+        streams_start_at_once(ServerConfig::default()),
+        Arc::new(late(ScriptedRunner::texts([BAD, BAD, BAD]))),
+        marker_enforcer(false),
+        options,
+    );
+    let h = Harness::start(server).await;
     let (_, parsed) = read_stream(h.chat(user_body(true)).await).await;
     assert_eq!(
         parsed.status_events().last().unwrap()["event"]["data"]["done"],
@@ -1233,7 +1245,10 @@ async fn a_fallback_that_fails_validation_is_not_delivered() {
         raw.contains("FALLBACK_INVALID"),
         "the error says why: {raw}"
     );
-    let (raw, parsed) = read_stream(h.chat(user_body(true)).await).await;
+    // Streamed, the verdict came before the first byte: the same plain 422.
+    let resp = h.chat(user_body(true)).await;
+    assert_eq!(resp.status(), 422);
+    let raw = resp.text().await.unwrap();
     assert!(!raw.contains("Sorry") && !raw.contains("FAILING"), "{raw}");
-    assert!(parsed.error().is_some());
+    assert!(raw.contains("FALLBACK_INVALID"), "{raw}");
 }

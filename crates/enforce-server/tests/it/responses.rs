@@ -319,19 +319,22 @@ async fn a_draft_stream_shows_attempts_as_reasoning_and_the_answer_as_text() {
 
 #[tokio::test]
 async fn an_unresolved_stream_ends_in_response_failed_with_its_status() {
-    let (_mock, h) = against_mock(
-        vec![
-            MockReply::text(BAD),
-            MockReply::text(BAD),
-            MockReply::text(BAD),
-        ],
+    // A stream that started before the verdict (a verdict before the first byte is a plain
+    // 422: early_errors.rs).
+    let late = || MockReply::text(BAD).delayed(std::time::Duration::from_millis(50));
+    let mock = MockOpenAi::start(MockScript::new().replies([late(), late(), late()]))
+        .await
+        .unwrap();
+    let server = server_with(
+        streams_start_at_once(ServerConfig::default()),
+        upstream(&mock),
         marker_enforcer(false),
         ModelOptions {
             on_unresolved: FailureResponse::Error,
             ..ModelOptions::default()
         },
-    )
-    .await;
+    );
+    let h = Harness::start(server).await;
     let events =
         events(post(&h, json!({"model": "m", "input": "Why?", "stream": true})).await).await;
     assert!(named(&events, "response.output_text.delta").is_empty());
@@ -507,10 +510,14 @@ async fn verdict_of(surface: &str, stream: bool, texts: [&'static str; 3]) -> Ve
             body["enforcement"].clone()
         }
         ("chat", true) => {
-            let (_, parsed) = read_stream(h.chat(user_body(true)).await).await;
-            match parsed.error() {
-                Some(_) => parsed.events.last().unwrap()["enforcement"].clone(),
-                None => parsed.chunks().last().unwrap()["enforcement"].clone(),
+            let response = h.chat(user_body(true)).await;
+            // A verdict known before the first byte: a plain error (here an unresolved answer).
+            if response.status() == 422 {
+                let body: Value = response.json().await.unwrap();
+                body["enforcement"].clone()
+            } else {
+                let (_, parsed) = read_stream(response).await;
+                parsed.chunks().last().unwrap()["enforcement"].clone()
             }
         }
         ("responses", false) => {
@@ -531,7 +538,7 @@ async fn verdict_of(surface: &str, stream: bool, texts: [&'static str; 3]) -> Ve
                 .send()
                 .await
                 .unwrap();
-            if stream {
+            if stream && response.status() == 200 {
                 let raw = response.text().await.unwrap();
                 // The enforcement rides on `message_delta`, or on the `error` event.
                 parse_sse(&raw)
@@ -547,15 +554,18 @@ async fn verdict_of(surface: &str, stream: bool, texts: [&'static str; 3]) -> Ve
             }
         }
         _ => {
-            let events = events(
-                post(
-                    &h,
-                    json!({"model": "m", "input": "Explain it.", "stream": true}),
-                )
-                .await,
+            let response = post(
+                &h,
+                json!({"model": "m", "input": "Explain it.", "stream": true}),
             )
             .await;
-            events.last().unwrap().1["response"]["enforcement"].clone()
+            if response.status() == 422 {
+                let body: Value = response.json().await.unwrap();
+                body["enforcement"].clone()
+            } else {
+                let events = events(response).await;
+                events.last().unwrap().1["response"]["enforcement"].clone()
+            }
         }
     };
     let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();

@@ -196,6 +196,25 @@ impl<R: Runner> Runner for Slow<R> {
     }
 }
 
+/// Streams that start at once: the first keep-alive is due after 1 ms, so with a runner
+/// slower than that ([`late`]) an error reaches the client inside the `200` stream, as it does
+/// for a loop that takes longer than a keep-alive interval (an outcome known before the first
+/// byte is a plain HTTP error instead).
+pub fn streams_start_at_once(config: ServerConfig) -> ServerConfig {
+    ServerConfig {
+        keepalive_interval: Duration::from_millis(1),
+        ..config
+    }
+}
+
+/// `runner`, answering 50 ms late: after [`streams_start_at_once`]'s first keep-alive.
+pub fn late<R: Runner>(runner: R) -> Slow<R> {
+    Slow {
+        inner: runner,
+        delay: Duration::from_millis(50),
+    }
+}
+
 /// Answers each call only after the test released one permit of `gate`.
 pub struct Gated<R> {
     pub inner: R,

@@ -1,0 +1,79 @@
+//! The Responses surface beyond the basics: an answer cut at the token limit is `incomplete`
+//! (`incomplete_details.reason: max_output_tokens`), streamed (`response.incomplete`) or not.
+
+use crate::common::*;
+use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
+use enforce_server::{ModelOptions, ServerConfig};
+use enforce_testkit::sse::parse_sse;
+use enforce_testkit::{MockOpenAi, MockReply, MockScript};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+const GOOD: &str = "Because it is faster.\n<!-- STEP: why -->";
+
+async fn harness(replies: Vec<MockReply>) -> (MockOpenAi, Harness) {
+    let mock = MockOpenAi::start(MockScript::new().replies(replies))
+        .await
+        .unwrap();
+    let runner = OpenAiRunner::new(OpenAiConfig {
+        base_url: mock.url(),
+        model: "mock-model".into(),
+        retry: RetryConfig {
+            max_retries: 0,
+            ..RetryConfig::default()
+        },
+        ..OpenAiConfig::default()
+    })
+    .unwrap();
+    let server = server_with(
+        ServerConfig::default(),
+        Arc::new(runner),
+        marker_enforcer(false),
+        ModelOptions::default(),
+    );
+    (mock, Harness::start(server).await)
+}
+
+async fn post(h: &Harness, body: Value) -> reqwest::Response {
+    h.client
+        .post(h.url("/v1/responses"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_answer_cut_at_the_token_limit_is_incomplete_streamed_or_not() {
+    let (_mock, h) = harness(vec![
+        MockReply::Truncated(GOOD.into()),
+        MockReply::Truncated(GOOD.into()),
+        MockReply::text(GOOD),
+    ])
+    .await;
+    let ask = |stream: bool| json!({"model": "m", "input": "Why?", "max_output_tokens": 16, "stream": stream});
+
+    let body: Value = post(&h, ask(false)).await.json().await.unwrap();
+    assert_eq!(body["status"], "incomplete", "{body}");
+    assert_eq!(body["incomplete_details"]["reason"], "max_output_tokens");
+    assert_eq!(body["output"][0]["content"][0]["text"], GOOD);
+
+    let raw = post(&h, ask(true)).await.text().await.unwrap();
+    let events: Vec<Value> = parse_sse(&raw)
+        .events
+        .iter()
+        .filter_map(|e| serde_json::from_str(&e.data).ok())
+        .collect();
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "response.incomplete", "{raw}");
+    assert_eq!(last["response"]["status"], "incomplete");
+    assert_eq!(
+        last["response"]["incomplete_details"]["reason"],
+        "max_output_tokens"
+    );
+
+    // An answer that ended on its own is `completed`, with no details.
+    let body: Value = post(&h, ask(false)).await.json().await.unwrap();
+    assert_eq!(body["status"], "completed", "{body}");
+    assert!(body["incomplete_details"].is_null());
+}
