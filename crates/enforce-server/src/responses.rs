@@ -750,9 +750,9 @@ impl StreamWriter for ResponsesWriter {
             None,
             error.enforcement.as_deref().cloned().unwrap_or(Value::Null),
         );
-        response["error"] = json!({"code": error.code, "message": error.message});
-        // The HTTP status the error stands for: SDKs that map stream errors to one
-        // (`@ai-sdk/openai`) then do not retry an answer that failed its checks.
+        // The code SDKs map to an HTTP status (`@ai-sdk/openai` reads only `code` here), so
+        // that an answer that failed its checks is not asked for again.
+        response["error"] = json!({"code": error.streamed_code(), "message": error.message});
         let body = json!({"response": response, "status": error.status.as_u16()});
         self.event("response.failed", body, out);
     }

@@ -5,6 +5,7 @@
 //! (TRACE, captured in memory) the first time it runs, and the other modules then log into it
 //! too. No other test may install a global subscriber (`logs` uses thread-scoped ones).
 
+mod ai_sdk;
 mod anthropic_sdk;
 mod audit_record;
 mod common;
@@ -15,11 +16,13 @@ mod hostile_input;
 mod input_stage;
 mod logs;
 mod messages;
+mod openai_clients;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
 mod responses;
 mod routes;
+mod sdk;
 mod shared_state;
 mod streaming;
 mod tools;
