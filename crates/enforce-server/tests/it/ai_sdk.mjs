@@ -63,9 +63,9 @@ async function readStream(result) {
   return { deltas, kinds, error };
 }
 
-for (const [api, model] of [
-  ["responses", openai(modelName)],
-  ["chat", openai.chat(modelName)],
+for (const [api, model, draft] of [
+  ["responses", openai(modelName), openai("draft")],
+  ["chat", openai.chat(modelName), openai.chat("draft")],
 ]) {
   await runCase(`${api}_generate_text`, async (tag) => {
     const r = await generateText({ model, prompt: `Say hello ${tag}` });
@@ -81,6 +81,13 @@ for (const [api, model] of [
     const { deltas, error } = await readStream(r);
     if (error !== undefined) return describe(error);
     return { deltas, text: await r.text, finishReason: await r.finishReason };
+  });
+  await runCase(`${api}_stream_draft`, async (tag) => {
+    // The model "draft" streams every attempt as reasoning; the first one breaks the contract.
+    const r = streamText({ model: draft, prompt: `Mend the answer ${tag}` });
+    const { deltas, kinds, error } = await readStream(r);
+    if (error !== undefined) return describe(error);
+    return { deltas, kinds: [...new Set(kinds)], reasoning: await r.reasoningText, text: await r.text };
   });
   await runCase(`${api}_tool`, async (tag) => {
     const r = await generateText({

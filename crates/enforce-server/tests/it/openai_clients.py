@@ -5,6 +5,7 @@ target/ and asserts on the lines. Every case names itself in its question, so th
 can count how often each one reached the model.
 
 Usage: python openai_clients.py BASE_URL MODEL FAMILY   (FAMILY: openai | langchain | agents)
+The server also serves the model "draft", which streams every attempt as reasoning.
 """
 
 import asyncio
@@ -192,7 +193,45 @@ def openai_family():
                 return {"ok": False, "error": type(event).__name__, "message": event.message}
         return {"text": "no failure seen"}
 
+    def responses_mended(tag):
+        # The first answer breaks the contract; the client sees only the re-asked one.
+        r = client.responses.create(model=MODEL, input=f"Mend the answer {tag}")
+        extra = r.model_extra["enforcement"]
+        return {"text": r.output_text, "status": r.status, "attempts": extra.get("attempts")}
+
+    def responses_stream_draft(tag):
+        with client.responses.stream(model="draft", input=f"Mend the answer {tag}") as stream:
+            kinds = [event.type for event in stream]
+            final = stream.get_final_response()
+        reasoning = [
+            "".join(part.text for part in item.summary)
+            for item in final.output
+            if item.type == "reasoning"
+        ]
+        return {
+            "events": kinds,
+            "items": [item.type for item in final.output],
+            "reasoning": reasoning,
+            "text": final.output_text,
+        }
+
+    def responses_continued(tag):
+        first = client.responses.create(model=MODEL, input=f"Say hello {tag}")
+        second = client.responses.create(
+            model=MODEL, input=f"Say hello again {tag}", previous_response_id=first.id
+        )
+        again = client.responses.retrieve(first.id)
+        return {
+            "text": second.output_text,
+            "previous": second.previous_response_id,
+            "retrieved": again.output_text,
+            "first_id": first.id,
+        }
+
     case("responses_text", responses_text)
+    case("responses_mended", responses_mended)
+    case("responses_stream_draft", responses_stream_draft)
+    case("responses_continued", responses_continued)
     case("responses_stream_text", responses_stream_text)
     case("responses_tool", responses_tool)
     case("responses_stream_tool", responses_stream_tool)
@@ -253,7 +292,13 @@ def langchain_family():
         person = llm.with_structured_output(Person).invoke(f"Break: who is Ada? {tag}")
         return {"parsed": person.model_dump()}
 
+    def stream_draft(tag):
+        # Drafts travel as `reasoning_content`, which is not the answer's content.
+        draft = ChatOpenAI(model="draft", base_url=API, api_key="sk-test", max_retries=0)
+        return {"chunks": [c.content for c in draft.stream(f"Mend the answer {tag}")]}
+
     case("invoke", invoke)
+    case("stream_draft", stream_draft)
     case("stream", stream)
     case("structured", structured)
     case("tools", tools)
@@ -313,7 +358,14 @@ def agents_family():
 
     case("run_tool", run_tool)
     case("run_streamed", run_streamed)
+    async def run_streamed_unresolved(tag):
+        result = Runner.run_streamed(agent, f"Break the contract {tag}")
+        async for _ in result.stream_events():
+            pass
+        return {"final_output": result.final_output}
+
     case("run_unresolved", run_unresolved)
+    case("run_streamed_unresolved", run_streamed_unresolved)
 
 
 {"openai": openai_family, "langchain": langchain_family, "agents": agents_family}[FAMILY]()

@@ -55,6 +55,26 @@ async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() 
         "x-request-id is the response id"
     );
 
+    // A re-ask the client never notices.
+    let mended = cases.ok("responses_mended");
+    assert_eq!(mended["text"], HELLO);
+    assert_eq!(mended["attempts"], 2);
+    assert_eq!(upstream.calls("(responses_mended)"), 2);
+
+    // Drafts as a reasoning item, which the SDK's stream helper keeps in the final response.
+    let draft = cases.ok("responses_stream_draft");
+    assert_eq!(draft["items"], json!(["reasoning", "message"]), "{draft}");
+    assert!(
+        draft["reasoning"][0].as_str().unwrap().contains("BROKEN"),
+        "{draft}"
+    );
+    assert_eq!(draft["text"], HELLO);
+
+    let continued = cases.ok("responses_continued");
+    assert_eq!(continued["text"], HELLO);
+    assert_eq!(continued["previous"], continued["first_id"]);
+    assert_eq!(continued["retrieved"], HELLO);
+
     let streamed = cases.ok("responses_stream_text");
     let deltas: String = streamed["deltas"]
         .as_array()
@@ -142,6 +162,14 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
         cases.ok("tools")["tool_calls"],
         json!([{"name": "get_weather", "args": {"city": "Oslo"}}])
     );
+    // Drafts travel as `reasoning_content`, which LangChain does not put into the content.
+    let draft: String = cases.ok("stream_draft")["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(draft, HELLO);
     let responses = cases.ok("responses_api");
     assert_eq!(responses["text"], HELLO);
 
@@ -179,5 +207,8 @@ async fn the_openai_agents_sdk_runs_an_agent_with_a_tool_and_raises() {
     );
     let failed = cases.failed("run_unresolved", "UnprocessableEntityError", BROKEN_CODE);
     assert_eq!(failed["status"], 422);
+    // Streamed, the SDK raises its own error for a `response.failed` event.
+    cases.failed("run_streamed_unresolved", "ModelBehaviorError", BROKEN_CODE);
     assert_eq!(upstream.calls("(run_unresolved)"), 2);
+    assert_eq!(upstream.calls("(run_streamed_unresolved)"), 2);
 }

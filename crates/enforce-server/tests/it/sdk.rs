@@ -5,10 +5,10 @@
 //! case.
 
 use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Policy, Reply, Request, Role, Runner, RunnerError,
-    ToolCall, Usage, Validation, Validator,
+    async_trait, Context, Enforcer, Issue, Policy, Reply, ReplyStream, Request, Role, Runner,
+    RunnerError, StreamEvent, ToolCall, Usage, Validation, Validator,
 };
-use enforce_server::{FailureResponse, ModelOptions, Server, ServerConfig};
+use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerConfig, StreamMode};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -157,8 +157,9 @@ impl Validator for NoBrokenWord {
 
 /// The upstream, answering by the question: the weather tool's call when tools are offered
 /// and "weather" is asked (and a sentence once its result came back), JSON when a format is
-/// asked for (missing `age` for a "Break" question), else a sentence ("BROKEN" for "Break").
-/// It records every question it was asked, so a test can count a case's calls.
+/// asked for (missing `age` for a "Break" question), else a sentence ("BROKEN" for "Break",
+/// and for "Mend" until it is asked again). It records every question it was asked, so a
+/// test can count a case's calls.
 #[derive(Default)]
 pub struct ByQuestion {
     asked: Mutex<Vec<String>>,
@@ -175,9 +176,9 @@ impl ByQuestion {
             .count()
     }
 
-    fn reply(&self, request: &Request) -> Reply {
+    fn reply(&self, request: &Request, again: bool) -> Reply {
         let question = request.last_user_text().unwrap_or("").to_string();
-        let broken = question.contains("Break");
+        let broken = question.contains("Break") || (question.contains("Mend") && !again);
         let after_tool = request
             .messages
             .last()
@@ -211,29 +212,56 @@ impl ByQuestion {
     }
 }
 
+/// A reply as a model streams it: its text in words, then the whole reply.
+fn streamed(reply: Reply) -> ReplyStream<'static> {
+    let mut events: Vec<_> = reply
+        .text
+        .split_inclusive(' ')
+        .map(|word| Ok(StreamEvent::Text(word.to_string())))
+        .collect();
+    events.push(Ok(StreamEvent::Done(reply)));
+    Box::pin(futures_util::stream::iter(events))
+}
+
 #[async_trait]
 impl Runner for ByQuestion {
     async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        Ok(self.reply(request))
+        Ok(self.reply(request, false))
     }
     async fn follow_up(&self, request: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        Ok(self.reply(request))
+        Ok(self.reply(request, true))
+    }
+    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
+        streamed(self.reply(request, false))
+    }
+    fn follow_up_streamed<'a>(
+        &'a self,
+        request: &'a Request,
+        _: &'a Reply,
+        _: &'a str,
+    ) -> ReplyStream<'a> {
+        streamed(self.reply(request, true))
     }
 }
 
-/// Model `m`: the no-"BROKEN" contract with one re-ask, an unresolved answer as an error.
+/// Two models on one upstream, both with the no-"BROKEN" contract, one re-ask and an
+/// unresolved answer as an error: `m` holds a stream until its answer passed, `draft` shows
+/// every attempt as it comes, as reasoning.
 pub fn server(upstream: Arc<ByQuestion>) -> Server {
-    let enforcer = Enforcer::new(vec![Box::new(NoBrokenWord)])
-        .with_policy(Policy::builder().max_retries(1).build());
-    crate::common::server_with(
-        ServerConfig::default(),
-        upstream,
-        enforcer,
-        ModelOptions {
+    let model = |id: &str, stream_mode: StreamMode| {
+        let enforcer = Enforcer::new(vec![Box::new(NoBrokenWord)])
+            .with_policy(Policy::builder().max_retries(1).build());
+        Model::new(id, upstream.clone(), Arc::new(enforcer)).with_options(ModelOptions {
             on_unresolved: FailureResponse::Error,
+            stream_mode,
             ..ModelOptions::default()
-        },
-    )
+        })
+    };
+    Server::builder(ServerConfig::default())
+        .model(model("m", StreamMode::Hold))
+        .model(model("draft", StreamMode::Draft))
+        .build()
+        .unwrap()
 }
 
 /// The cases a client script printed, one JSON object per line, by their `case` name.
