@@ -50,17 +50,20 @@ async function runCase(name, run) {
   console.log(JSON.stringify(result));
 }
 
-/** Reads a `streamText` to its end: the text deltas, the parts' types and the first error. */
+/** Reads a `streamText` to its end: the text deltas, the reasoning, the parts' types and the
+ * first error. */
 async function readStream(result) {
   const deltas = [];
   const kinds = [];
+  let reasoning = "";
   let error;
   for await (const part of result.fullStream) {
     kinds.push(part.type);
     if (part.type === "text-delta") deltas.push(part.text);
+    if (part.type === "reasoning-delta") reasoning += part.text;
     if (part.type === "error" && error === undefined) error = part.error;
   }
-  return { deltas, kinds, error };
+  return { deltas, kinds, reasoning, error };
 }
 
 for (const [api, model, draft] of [
@@ -85,9 +88,15 @@ for (const [api, model, draft] of [
   await runCase(`${api}_stream_draft`, async (tag) => {
     // The model "draft" streams every attempt as reasoning; the first one breaks the contract.
     const r = streamText({ model: draft, prompt: `Mend the answer ${tag}` });
-    const { deltas, kinds, error } = await readStream(r);
+    const { deltas, kinds, reasoning, error } = await readStream(r);
     if (error !== undefined) return describe(error);
-    return { deltas, kinds: [...new Set(kinds)], reasoning: await r.reasoningText, text: await r.text };
+    return { deltas, kinds: [...new Set(kinds)], reasoning, text: await r.text };
+  });
+  await runCase(`${api}_stream_draft_unresolved`, async (tag) => {
+    const r = streamText({ model: draft, prompt: `Break the contract ${tag}` });
+    const { deltas, reasoning, error } = await readStream(r);
+    if (error !== undefined) return { ...describe(error), deltas, reasoning };
+    return { text: deltas.join("") };
   });
   await runCase(`${api}_tool`, async (tag) => {
     const r = await generateText({

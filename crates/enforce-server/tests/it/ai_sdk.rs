@@ -90,7 +90,25 @@ async fn the_vercel_ai_sdk_reads_both_openai_apis_tools_objects_and_errors() {
             assert_eq!(failed["status"], 422, "{failed}");
             assert_eq!(failed["retryable"], false, "{failed}");
         }
-        for name in ["text_unresolved", "object_unresolved", "stream_unresolved"] {
+        // After drafts, the failure comes inside the stream: the Responses model saw output
+        // (the reasoning) before it and reports a StreamProviderError; the chat model, which
+        // reads no reasoning, an APICallError. Either way 422, not retried.
+        let error = if api == "responses" {
+            "StreamProviderError"
+        } else {
+            "APICallError"
+        };
+        let failed = cases.failed(&case("stream_draft_unresolved"), error, BROKEN_CODE);
+        assert_eq!(failed["status"], 422, "{failed}");
+        assert_eq!(failed["retryable"], false, "{failed}");
+        assert_eq!(failed["deltas"], json!([]), "nothing unchecked as text");
+
+        for name in [
+            "text_unresolved",
+            "object_unresolved",
+            "stream_unresolved",
+            "stream_draft_unresolved",
+        ] {
             let tag = format!("({})", case(name));
             assert_eq!(upstream.calls(&tag), 2, "{tag}: no retry by the SDK");
         }

@@ -123,18 +123,14 @@ def openai_family():
         question = f"What is the weather in Oslo? {tag}"
         first = client.responses.create(model=MODEL, input=question, tools=[tool])
         call = next(i for i in first.output if i.type == "function_call")
-        # The tool loop: the call and its output go back as input items.
+        # The tool loop as the SDK's docs write it: the answer's output items go back as they
+        # came (with their ids and status), then the call's output.
         second = client.responses.create(
             model=MODEL,
             tools=[tool],
             input=[
                 {"role": "user", "content": question},
-                {
-                    "type": "function_call",
-                    "call_id": call.call_id,
-                    "name": call.name,
-                    "arguments": call.arguments,
-                },
+                *first.output,
                 {"type": "function_call_output", "call_id": call.call_id, "output": "12 C"},
             ],
         )
@@ -282,6 +278,16 @@ def langchain_family():
         ).invoke(f"Say hello {tag}")
         return {"type": type(m).__name__, "text": m.text}
 
+    def structured_by_tool(tag):
+        # The model is made to call a tool named after the schema (`tool_choice`).
+        structured = llm.with_structured_output(Person, method="function_calling")
+        person = structured.invoke(f"Who is Ada? {tag}")
+        return {"parsed": person.model_dump(), "type": type(person).__name__}
+
+    def structured_by_tool_unresolved(tag):
+        structured = llm.with_structured_output(Person, method="function_calling")
+        return {"parsed": structured.invoke(f"Break: who is Ada? {tag}").model_dump()}
+
     def invoke_unresolved(tag):
         return {"text": llm.invoke(f"Break the contract {tag}").content}
 
@@ -301,6 +307,8 @@ def langchain_family():
     case("stream_draft", stream_draft)
     case("stream", stream)
     case("structured", structured)
+    case("structured_by_tool", structured_by_tool)
+    case("structured_by_tool_unresolved", structured_by_tool_unresolved)
     case("tools", tools)
     case("responses_api", responses_api)
     case("invoke_unresolved", invoke_unresolved)

@@ -158,6 +158,7 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
         .collect();
     assert_eq!(text, HELLO);
     assert_person(cases.ok("structured"));
+    assert_person(cases.ok("structured_by_tool"));
     assert_eq!(
         cases.ok("tools")["tool_calls"],
         json!([{"name": "get_weather", "args": {"city": "Oslo"}}])
@@ -178,10 +179,17 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
     assert_eq!(failed["status"], 422);
     cases.failed("stream_unresolved", "APIError", BROKEN_CODE);
     cases.failed("structured_unresolved", "UnprocessableEntityError", "age");
+    // The tool's arguments are checked against its schema: the re-asked call still broke it.
+    cases.failed(
+        "structured_by_tool_unresolved",
+        "UnprocessableEntityError",
+        "INVALID_TOOL_ARGUMENTS",
+    );
     for tag in [
         "(invoke_unresolved)",
         "(stream_unresolved)",
         "(structured_unresolved)",
+        "(structured_by_tool_unresolved)",
     ] {
         assert_eq!(upstream.calls(tag), 2, "{tag}");
     }

@@ -156,9 +156,10 @@ impl Validator for NoBrokenWord {
 }
 
 /// The upstream, answering by the question: the weather tool's call when tools are offered
-/// and "weather" is asked (and a sentence once its result came back), JSON when a format is
-/// asked for (missing `age` for a "Break" question), else a sentence ("BROKEN" for "Break",
-/// and for "Mend" until it is asked again). It records every question it was asked, so a
+/// and "weather" is asked (and a sentence once its result came back), a call of the tool that
+/// `tool_choice` names with JSON arguments, JSON when a format is asked for (missing `age`
+/// for a "Break" question, in both), else a sentence ("BROKEN" for "Break", and for "Mend"
+/// until it is asked again). It records every question it was asked, so a
 /// test can count a case's calls.
 #[derive(Default)]
 pub struct ByQuestion {
@@ -184,6 +185,12 @@ impl ByQuestion {
             .last()
             .is_some_and(|m| m.role == Role::Tool);
         self.asked.lock().unwrap().push(question.clone());
+        let person = if broken { r#"{"name": "Ada"}"# } else { PERSON };
+        let forced_tool = request
+            .params
+            .get("tool_choice")
+            .and_then(|c| c.pointer("/function/name"))
+            .and_then(|n| n.as_str());
         let reply = if after_tool {
             Reply::text(AFTER_TOOL)
         } else if question.contains("weather") && request.params.contains_key("tools") {
@@ -195,8 +202,13 @@ impl ByQuestion {
                 )],
                 ..Reply::default()
             }
+        } else if let Some(name) = forced_tool {
+            Reply {
+                tool_calls: vec![ToolCall::new("call_forced_1", name, person)],
+                ..Reply::default()
+            }
         } else if request.params.contains_key("response_format") {
-            Reply::text(if broken { r#"{"name": "Ada"}"# } else { PERSON })
+            Reply::text(person)
         } else if broken {
             Reply::text("This answer is BROKEN.")
         } else {
