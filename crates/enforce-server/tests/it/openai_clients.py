@@ -4,7 +4,8 @@ The Rust test (openai_clients.rs) starts the server, runs this in the shared ven
 target/ and asserts on the lines. Every case names itself in its question, so the server side
 can count how often each one reached the model.
 
-Usage: python openai_clients.py BASE_URL MODEL FAMILY   (FAMILY: openai | langchain | agents)
+Usage: python openai_clients.py BASE_URL MODEL FAMILY[,FAMILY...]
+       (FAMILY: openai | langchain | agents; one run for several saves their shared imports)
 The server also serves the model "draft", which streams every attempt as reasoning.
 """
 
@@ -376,4 +377,6 @@ def agents_family():
     case("run_streamed_unresolved", run_streamed_unresolved)
 
 
-{"openai": openai_family, "langchain": langchain_family, "agents": agents_family}[FAMILY]()
+FAMILIES = {"openai": openai_family, "langchain": langchain_family, "agents": agents_family}
+for family in FAMILY.split(","):
+    FAMILIES[family]()

@@ -3,8 +3,8 @@
 //! `chat.completions.parse` with a Pydantic model), LangChain's `ChatOpenAI` (invoke, stream,
 //! `with_structured_output`, tools, the Responses API) and the OpenAI Agents SDK (one agent,
 //! one function tool, by model name). An answer that stays broken must reach each client as
-//! its own error type with enforce's message in it. One script run per client family; the
-//! clients install themselves into the shared venv under the target directory.
+//! its own error type with enforce's message in it. One script run serves the three tests;
+//! the clients install themselves into the shared venv under the target directory.
 
 use crate::common::Harness;
 use crate::sdk::{self, ByQuestion, Cases, AFTER_TOOL, BROKEN_CODE, HELLO};
@@ -13,21 +13,28 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-/// Starts the proxy and runs the script's `family` against it.
-async fn run_family(family: &str) -> Option<(Cases, Arc<ByQuestion>)> {
-    let python = sdk::or_skip(
-        tokio::task::spawn_blocking(sdk::python_clients)
-            .await
-            .unwrap(),
-    )?;
-    let upstream = Arc::new(ByQuestion::default());
-    let h = Harness::start(sdk::server(upstream.clone())).await;
-    let mut command = Command::new(python);
-    command
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/openai_clients.py"))
-        .args([h.base.as_str(), "m", family])
-        .env("OPENAI_AGENTS_DISABLE_TRACING", "1");
-    Some((Cases::run(command).await, upstream))
+/// The cases of every family, from one script run (importing the openai SDK, which all three
+/// build on, is most of a run's time), and the upstream that answered them; `None` when the
+/// clients cannot be installed. The first test to ask runs it; the others wait for it.
+async fn python_cases() -> Option<&'static (Cases, Arc<ByQuestion>)> {
+    static RUN: tokio::sync::OnceCell<Option<(Cases, Arc<ByQuestion>)>> =
+        tokio::sync::OnceCell::const_new();
+    RUN.get_or_init(|| async {
+        let python = sdk::or_skip(
+            tokio::task::spawn_blocking(sdk::python_clients)
+                .await
+                .unwrap(),
+        )?;
+        let upstream = Arc::new(ByQuestion::default());
+        let h = Harness::start(sdk::server(upstream.clone())).await;
+        let mut command = Command::new(python);
+        command
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/openai_clients.py"))
+            .args([h.base.as_str(), "m", "openai,langchain,agents"]);
+        Some((Cases::run(command).await, upstream))
+    })
+    .await
+    .as_ref()
 }
 
 /// The JSON `{name, age}` answer parsed into the client's own model class.
@@ -38,7 +45,7 @@ fn assert_person(case: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() {
-    let Some((cases, upstream)) = run_family("openai").await else {
+    let Some((cases, upstream)) = python_cases().await else {
         return;
     };
 
@@ -141,7 +148,7 @@ async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
-    let Some((cases, upstream)) = run_family("langchain").await else {
+    let Some((cases, upstream)) = python_cases().await else {
         return;
     };
 
@@ -197,7 +204,7 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_agents_sdk_runs_an_agent_with_a_tool_and_raises() {
-    let Some((cases, upstream)) = run_family("agents").await else {
+    let Some((cases, upstream)) = python_cases().await else {
         return;
     };
     for name in ["run_tool", "run_streamed"] {
