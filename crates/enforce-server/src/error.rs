@@ -106,26 +106,21 @@ impl ApiError {
     /// (also a stream's error chunk), `error` first: SDKs print the body as it is, and the
     /// person reading should meet the message before the details.
     pub fn body(&self) -> impl serde::Serialize + '_ {
-        self.body_with_status(None)
+        OpenAiErrorBody {
+            error: self.error_object(),
+            enforcement: self.enforcement.as_deref(),
+        }
     }
 
     /// [`body`](Self::body) as a stream's error chunk, whose HTTP status was already sent: the
-    /// `error` also carries `status`, the status it stands for. `@ai-sdk/openai` maps an
-    /// in-stream error to a status by that field (else by words in `code`/`type`, else 500)
-    /// and retries 408, 409, 429 and 5xx: without it, an answer that failed its checks (422)
-    /// would be asked for again, whole, twice more.
+    /// `error` also carries `status`, the status it stands for, and its `code` is
+    /// [`streamed_code`](Self::streamed_code).
     pub fn streamed_body(&self) -> impl serde::Serialize + '_ {
-        self.body_with_status(Some(self.status.as_u16()))
-    }
-
-    fn body_with_status(&self, status: Option<u16>) -> OpenAiErrorBody<'_> {
         OpenAiErrorBody {
             error: OpenAiError {
-                message: &self.message,
-                kind: self.kind,
-                param: self.param,
-                code: self.code,
-                status,
+                code: self.streamed_code(),
+                status: Some(self.status.as_u16()),
+                ..self.error_object()
             },
             enforcement: self.enforcement.as_deref(),
         }
@@ -139,6 +134,32 @@ impl ApiError {
     /// would send the whole enforced request again at once.
     pub(crate) fn refuses_a_stream(&self) -> bool {
         self.status.is_client_error() || self.retry_after.is_some()
+    }
+
+    /// The `code` of this error inside a stream, whose HTTP status was already sent: the
+    /// status itself (`"422"`) for a client error that asking again cannot mend, else
+    /// [`code`](Self::code). `@ai-sdk/openai` maps an in-stream error to a status by a
+    /// numeric `code` first, then by words in `code`/`type`, else 500, and retries 408, 409,
+    /// 429 and 5xx: with `enforcement_unresolved` it took an unresolved answer for a 500 and
+    /// ran the whole enforcement twice more. What failed stays in `type` and `enforcement`.
+    pub(crate) fn streamed_code(&self) -> std::borrow::Cow<'static, str> {
+        let status = self.status.as_u16();
+        let retryable = matches!(status, 408 | 409 | 429) || status >= 500;
+        if self.status.is_client_error() && !retryable {
+            std::borrow::Cow::Owned(status.to_string())
+        } else {
+            std::borrow::Cow::Borrowed(self.code)
+        }
+    }
+
+    fn error_object(&self) -> OpenAiError<'_> {
+        OpenAiError {
+            message: &self.message,
+            kind: self.kind,
+            param: self.param,
+            code: std::borrow::Cow::Borrowed(self.code),
+            status: None,
+        }
     }
 
     /// The headers every surface sends with this error: `Retry-After`, the enforcement status
@@ -180,7 +201,7 @@ struct OpenAiError<'a> {
     #[serde(rename = "type")]
     kind: &'a str,
     param: Option<&'a str>,
-    code: &'a str,
+    code: std::borrow::Cow<'a, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<u16>,
 }

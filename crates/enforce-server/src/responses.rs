@@ -106,6 +106,7 @@ impl Surface for Responses {
             echo: kept.echo,
             sequence: 0,
             reasoning: None,
+            shown_reasoning: None,
             next_index: 0,
             completed: None,
         }
@@ -575,6 +576,9 @@ pub(crate) struct ResponsesWriter {
     sequence: u64,
     /// The reasoning item showing drafts: its output index and text so far.
     reasoning: Option<(usize, String)>,
+    /// The reasoning item once closed, with its output index: the final `response` lists it
+    /// too, so that its `output` matches the items the events announced.
+    shown_reasoning: Option<(usize, Value)>,
     /// The output index of the next item.
     next_index: usize,
     /// The completed response, until it is taken for storing.
@@ -611,9 +615,21 @@ impl ResponsesWriter {
         let item = json!({"id": item_id, "type": "reasoning", "summary": [part]});
         self.event(
             "response.output_item.done",
-            json!({"output_index": index, "item": item}),
+            json!({"output_index": index, "item": item.clone()}),
             out,
         );
+        self.shown_reasoning = Some((index, item));
+    }
+
+    /// Puts the reasoning item the stream showed into a final `response`'s `output`, at its
+    /// output index.
+    fn with_reasoning(&self, response: &mut Value) {
+        if let (Some((index, item)), Some(output)) = (
+            &self.shown_reasoning,
+            response.get_mut("output").and_then(Value::as_array_mut),
+        ) {
+            output.insert((*index).min(output.len()), item.clone());
+        }
     }
 
     fn text_item(&mut self, text: &str, out: &mut Vec<u8>) {
@@ -745,7 +761,8 @@ impl StreamWriter for ResponsesWriter {
         let kept = Kept {
             echo: std::mem::take(&mut self.echo),
         };
-        let response = Responses::answer(turn, &kept, text, outcome);
+        let mut response = Responses::answer(turn, &kept, text, outcome);
+        self.with_reasoning(&mut response);
         // `response.incomplete` for an answer cut at the token limit, as OpenAI streams it.
         let event = if response["status"] == "incomplete" {
             "response.incomplete"
@@ -770,9 +787,10 @@ impl StreamWriter for ResponsesWriter {
             None,
             error.enforcement.as_deref().cloned().unwrap_or(Value::Null),
         );
-        response["error"] = json!({"code": error.code, "message": error.message});
-        // The HTTP status the error stands for: SDKs that map stream errors to one
-        // (`@ai-sdk/openai`) then do not retry an answer that failed its checks.
+        // The code SDKs map to an HTTP status (`@ai-sdk/openai` reads only `code` here), so
+        // that an answer that failed its checks is not asked for again.
+        response["error"] = json!({"code": error.streamed_code(), "message": error.message});
+        self.with_reasoning(&mut response);
         let body = json!({"response": response, "status": error.status.as_u16()});
         self.event("response.failed", body, out);
     }

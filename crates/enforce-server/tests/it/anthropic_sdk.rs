@@ -1,13 +1,14 @@
 //! The real anthropic Python SDK against `POST /v1/messages`: `messages.create` and
 //! `messages.stream`, text and a tool, and an unresolved answer, which the SDK must raise as
-//! its own error type with enforce's message in it. The SDK installs itself into a venv under
-//! the target directory on first use (PyPI); without python3 the test says "skipped".
+//! its own error type with enforce's message in it. The SDK installs itself into the shared
+//! venv of the Python clients under the target directory on first use (PyPI, see `sdk`);
+//! without python3 the test says "skipped".
 
 use crate::common::{marker_enforcer_retries, server_with, Harness};
 use enforce_core::{async_trait, Reply, Request, Runner, RunnerError, ToolCall};
 use enforce_server::{FailureResponse, ModelOptions, ServerConfig};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -48,58 +49,14 @@ impl Runner for ByQuestion {
     }
 }
 
-/// The venv's python with the anthropic SDK, installed on first use; `None` (and why) when it
-/// cannot be had.
-fn sdk_python() -> Result<PathBuf, String> {
-    let target = option_env!("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    let venv = target.join("py-anthropic");
-    let python = venv.join("bin/python");
-    let has_sdk = |python: &Path| {
-        Command::new(python)
-            .args(["-c", "import anthropic"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if python.exists() && has_sdk(&python) {
-        return Ok(python);
-    }
-    if Command::new("python3").arg("--version").output().is_err() {
-        return Err("python3 not found".into());
-    }
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .output()
-        .map_err(|e| format!("python3 -m venv failed: {e}"))?;
-    if !made.status.success() {
-        return Err(format!(
-            "python3 -m venv failed: {}",
-            String::from_utf8_lossy(&made.stderr)
-        ));
-    }
-    let installed = Command::new(venv.join("bin/pip"))
-        .args(["install", "-q", "anthropic>=2.10,<3"])
-        .output()
-        .map_err(|e| format!("pip failed: {e}"))?;
-    if !installed.status.success() || !has_sdk(&python) {
-        return Err(format!(
-            "pip could not install anthropic: {}",
-            String::from_utf8_lossy(&installed.stderr)
-        ));
-    }
-    Ok(python)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_anthropic_python_sdk_reads_answers_tools_and_errors() {
-    let python = match tokio::task::spawn_blocking(sdk_python).await.unwrap() {
-        Ok(python) => python,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(python) = crate::sdk::or_skip(
+        tokio::task::spawn_blocking(crate::sdk::python_clients)
+            .await
+            .unwrap(),
+    ) else {
+        return;
     };
     let server = server_with(
         ServerConfig::default(),

@@ -210,8 +210,9 @@ async fn an_error_body_starts_with_the_error_and_its_message() {
     assert_eq!(body["enforcement"]["status"], "unresolved");
 }
 
-/// `@ai-sdk/openai` maps an in-stream error to an HTTP status (`error.status`, else words in
-/// `code`/`type`) and retries what maps to 5xx: an unresolved answer must say 422.
+/// `@ai-sdk/openai` maps an in-stream error to an HTTP status by a numeric `code` (else by
+/// words in `code`/`type`, else 500) and retries what maps to 5xx: an unresolved answer must
+/// say 422 there (`error.status` alone was not read, and the SDK asked three times).
 #[tokio::test]
 async fn an_in_stream_error_carries_the_status_it_stands_for() {
     // A stream that started before the verdict: the error is in it.
@@ -224,7 +225,8 @@ async fn an_in_stream_error_carries_the_status_it_stands_for() {
     let h = Harness::start(server).await;
     let (_, parsed) = read_stream(h.chat(user_body(true)).await).await;
     let error = parsed.error().expect("an error chunk");
-    assert_eq!(error["code"], "enforcement_unresolved");
+    assert_eq!(error["code"], "422");
+    assert_eq!(error["type"], "enforcement_error");
     assert_eq!(error["status"], 422);
 }
 

@@ -5,6 +5,7 @@
 //! (TRACE, captured in memory) the first time it runs, and the other modules then log into it
 //! too. No other test may install a global subscriber (`logs` uses thread-scoped ones).
 
+mod ai_sdk;
 mod anthropic_sdk;
 mod audit_record;
 mod common;
@@ -18,6 +19,7 @@ mod input_stage;
 mod logs;
 mod messages;
 mod messages_extras;
+mod openai_clients;
 #[cfg(feature = "otel")]
 mod otel;
 mod proxy;
@@ -25,6 +27,7 @@ mod responses;
 mod responses_extras;
 mod routes;
 mod routes_surfaces;
+mod sdk;
 mod shared_state;
 mod streaming;
 mod tools;

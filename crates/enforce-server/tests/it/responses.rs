@@ -315,6 +315,20 @@ async fn a_draft_stream_shows_attempts_as_reasoning_and_the_answer_as_text() {
         .position(|n| *n == "response.content_part.added")
         .unwrap();
     assert!(closed < text_at, "{names:?}");
+    // The final response lists every item the events announced, at their output indexes
+    // (openai-python's stream helper rebuilds the answer from it).
+    let completed = &named(&events, "response.completed")[0]["response"];
+    let output = completed["output"].as_array().unwrap();
+    let types: Vec<&str> = output.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["reasoning", "message"]);
+    for added in named(&events, "response.output_item.added") {
+        let index = added["output_index"].as_u64().unwrap() as usize;
+        assert_eq!(output[index]["id"], added["item"]["id"], "{added}");
+    }
+    assert!(output[0]["summary"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("UNCHECKED"));
 }
 
 #[tokio::test]
@@ -342,10 +356,8 @@ async fn an_unresolved_stream_ends_in_response_failed_with_its_status() {
     assert_eq!(failed.len(), 1, "{events:?}");
     assert_eq!(failed[0]["status"], 422);
     assert_eq!(failed[0]["response"]["status"], "failed");
-    assert_eq!(
-        failed[0]["response"]["error"]["code"],
-        "enforcement_unresolved"
-    );
+    // The code `@ai-sdk/openai` maps to a status it does not retry (it reads only `code`).
+    assert_eq!(failed[0]["response"]["error"]["code"], "422");
     assert_eq!(failed[0]["response"]["enforcement"]["status"], "unresolved");
     assert_eq!(events.last().unwrap().0, "response.failed");
 }

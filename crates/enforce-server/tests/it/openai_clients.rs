@@ -1,0 +1,229 @@
+//! The real OpenAI-flavoured Python clients against the proxy: the openai SDK
+//! (`responses.create` streamed and not, a function tool and its loop, `responses.parse`,
+//! `chat.completions.parse` with a Pydantic model), LangChain's `ChatOpenAI` (invoke, stream,
+//! `with_structured_output`, tools, the Responses API) and the OpenAI Agents SDK (one agent,
+//! one function tool, by model name). An answer that stays broken must reach each client as
+//! its own error type with enforce's message in it. One script run serves the three tests;
+//! the clients install themselves into the shared venv under the target directory.
+
+use crate::common::Harness;
+use crate::sdk::{self, ByQuestion, Cases, AFTER_TOOL, BROKEN_CODE, HELLO};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+/// The cases of every family, from one script run (importing the openai SDK, which all three
+/// build on, is most of a run's time), and the upstream that answered them; `None` when the
+/// clients cannot be installed. The first test to ask runs it; the others wait for it.
+async fn python_cases() -> Option<&'static (Cases, Arc<ByQuestion>)> {
+    static RUN: tokio::sync::OnceCell<Option<(Cases, Arc<ByQuestion>)>> =
+        tokio::sync::OnceCell::const_new();
+    RUN.get_or_init(|| async {
+        let python = sdk::or_skip(
+            tokio::task::spawn_blocking(sdk::python_clients)
+                .await
+                .unwrap(),
+        )?;
+        let upstream = Arc::new(ByQuestion::default());
+        let h = Harness::start(sdk::server(upstream.clone())).await;
+        let mut command = Command::new(python);
+        command
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/openai_clients.py"))
+            .args([h.base.as_str(), "m", "openai,langchain,agents"]);
+        Some((Cases::run(command).await, upstream))
+    })
+    .await
+    .as_ref()
+}
+
+/// The JSON `{name, age}` answer parsed into the client's own model class.
+fn assert_person(case: &Value) {
+    assert_eq!(case["parsed"], json!({"name": "Ada", "age": 36}), "{case}");
+    assert_eq!(case["type"], "Person", "{case}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() {
+    let Some((cases, upstream)) = python_cases().await else {
+        return;
+    };
+
+    let text = cases.ok("responses_text");
+    assert_eq!(text["text"], HELLO);
+    assert_eq!(text["status"], "completed");
+    assert_eq!(text["usage"], json!([11, 7]));
+    assert_eq!(
+        text["enforcement"], "passed",
+        "the SDK keeps the extra field"
+    );
+    assert_eq!(
+        text["request_id"], text["id"],
+        "x-request-id is the response id"
+    );
+
+    // A re-ask the client never notices.
+    let mended = cases.ok("responses_mended");
+    assert_eq!(mended["text"], HELLO);
+    assert_eq!(mended["attempts"], 2);
+    assert_eq!(upstream.calls("(responses_mended)"), 2);
+
+    // Drafts as a reasoning item, which the SDK's stream helper keeps in the final response.
+    let draft = cases.ok("responses_stream_draft");
+    assert_eq!(draft["items"], json!(["reasoning", "message"]), "{draft}");
+    assert!(
+        draft["reasoning"][0].as_str().unwrap().contains("BROKEN"),
+        "{draft}"
+    );
+    assert_eq!(draft["text"], HELLO);
+
+    let continued = cases.ok("responses_continued");
+    assert_eq!(continued["text"], HELLO);
+    assert_eq!(continued["previous"], continued["first_id"]);
+    assert_eq!(continued["retrieved"], HELLO);
+
+    let streamed = cases.ok("responses_stream_text");
+    let deltas: String = streamed["deltas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(deltas, HELLO);
+    assert_eq!(streamed["text"], HELLO);
+    let events = &streamed["events"];
+    assert_eq!(events[0], "response.created", "{events}");
+    assert_eq!(
+        events.as_array().unwrap().last().unwrap(),
+        "response.completed"
+    );
+
+    let tool = cases.ok("responses_tool");
+    assert_eq!(tool["first"][0]["type"], "function_call", "{tool}");
+    assert_eq!(tool["first"][0]["name"], "get_weather");
+    assert_eq!(tool["first"][0]["arguments"], json!({"city": "Oslo"}));
+    assert_eq!(tool["text"], AFTER_TOOL, "the call's output went back");
+
+    let streamed_tool = cases.ok("responses_stream_tool");
+    assert_eq!(
+        streamed_tool["items"],
+        json!([{"type": "function_call", "name": "get_weather",
+                "arguments": {"city": "Oslo"}, "call_id": "call_weather_1"}]),
+    );
+    assert!(streamed_tool["events"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("response.function_call_arguments.done")));
+
+    assert_person(cases.ok("responses_parse"));
+    let parsed = cases.ok("chat_parse");
+    assert_person(parsed);
+    assert_eq!(parsed["finish_reason"], "stop");
+
+    // Unresolved: the SDK's own error types, with enforce's message in what they print.
+    let failed = cases.failed(
+        "responses_unresolved",
+        "UnprocessableEntityError",
+        BROKEN_CODE,
+    );
+    assert_eq!(failed["status"], 422);
+    // The request's JSON Schema is checked whatever the profile: a missing field is refused.
+    let failed = cases.failed("chat_parse_unresolved", "UnprocessableEntityError", "age");
+    assert_eq!(failed["status"], 422);
+    let failed = cases.failed(
+        "responses_stream_unresolved",
+        "ResponseFailedEvent",
+        BROKEN_CODE,
+    );
+    assert_eq!(failed["code"], "422", "a status the AI SDK does not retry");
+    // One ask and one re-ask each: no client retried an unresolved answer.
+    for tag in [
+        "(responses_unresolved)",
+        "(chat_parse_unresolved)",
+        "(responses_stream_unresolved)",
+    ] {
+        assert_eq!(upstream.calls(tag), 2, "{tag}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
+    let Some((cases, upstream)) = python_cases().await else {
+        return;
+    };
+
+    let invoked = cases.ok("invoke");
+    assert_eq!(invoked["type"], "AIMessage");
+    assert_eq!(invoked["text"], HELLO);
+    assert_eq!(invoked["finish_reason"], "stop");
+    let streamed = cases.ok("stream");
+    let text: String = streamed["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(text, HELLO);
+    assert_person(cases.ok("structured"));
+    assert_person(cases.ok("structured_by_tool"));
+    assert_eq!(
+        cases.ok("tools")["tool_calls"],
+        json!([{"name": "get_weather", "args": {"city": "Oslo"}}])
+    );
+    // Drafts travel as `reasoning_content`, which LangChain does not put into the content.
+    let draft: String = cases.ok("stream_draft")["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(draft, HELLO);
+    let responses = cases.ok("responses_api");
+    assert_eq!(responses["text"], HELLO);
+
+    // LangChain raises the openai SDK's errors as they are.
+    let failed = cases.failed("invoke_unresolved", "UnprocessableEntityError", BROKEN_CODE);
+    assert_eq!(failed["status"], 422);
+    cases.failed("stream_unresolved", "APIError", BROKEN_CODE);
+    cases.failed("structured_unresolved", "UnprocessableEntityError", "age");
+    // The tool's arguments are checked against its schema: the re-asked call still broke it.
+    cases.failed(
+        "structured_by_tool_unresolved",
+        "UnprocessableEntityError",
+        "INVALID_TOOL_ARGUMENTS",
+    );
+    for tag in [
+        "(invoke_unresolved)",
+        "(stream_unresolved)",
+        "(structured_unresolved)",
+        "(structured_by_tool_unresolved)",
+    ] {
+        assert_eq!(upstream.calls(tag), 2, "{tag}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_agents_sdk_runs_an_agent_with_a_tool_and_raises() {
+    let Some((cases, upstream)) = python_cases().await else {
+        return;
+    };
+    for name in ["run_tool", "run_streamed"] {
+        let run = cases.ok(name);
+        assert_eq!(run["final_output"], AFTER_TOOL, "{run}");
+        assert_eq!(run["cities"], json!(["Oslo"]), "the tool ran once: {run}");
+    }
+    assert_eq!(
+        cases.ok("run_tool")["items"],
+        json!([
+            "tool_call_item",
+            "tool_call_output_item",
+            "message_output_item"
+        ])
+    );
+    let failed = cases.failed("run_unresolved", "UnprocessableEntityError", BROKEN_CODE);
+    assert_eq!(failed["status"], 422);
+    // Streamed, the SDK raises its own error for a `response.failed` event.
+    cases.failed("run_streamed_unresolved", "ModelBehaviorError", BROKEN_CODE);
+    assert_eq!(upstream.calls("(run_unresolved)"), 2);
+    assert_eq!(upstream.calls("(run_streamed_unresolved)"), 2);
+}
