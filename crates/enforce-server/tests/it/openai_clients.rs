@@ -130,12 +130,13 @@ async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() 
     // The request's JSON Schema is checked whatever the profile: a missing field is refused.
     let failed = cases.failed("chat_parse_unresolved", "UnprocessableEntityError", "age");
     assert_eq!(failed["status"], 422);
+    // Streamed, the verdict is known before the first byte: the same plain 422.
     let failed = cases.failed(
         "responses_stream_unresolved",
-        "ResponseFailedEvent",
+        "UnprocessableEntityError",
         BROKEN_CODE,
     );
-    assert_eq!(failed["code"], "422", "a status the AI SDK does not retry");
+    assert_eq!(failed["status"], 422);
     // One ask and one re-ask each: no client retried an unresolved answer.
     for tag in [
         "(responses_unresolved)",
@@ -184,7 +185,7 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
     // LangChain raises the openai SDK's errors as they are.
     let failed = cases.failed("invoke_unresolved", "UnprocessableEntityError", BROKEN_CODE);
     assert_eq!(failed["status"], 422);
-    cases.failed("stream_unresolved", "APIError", BROKEN_CODE);
+    cases.failed("stream_unresolved", "UnprocessableEntityError", BROKEN_CODE);
     cases.failed("structured_unresolved", "UnprocessableEntityError", "age");
     // The tool's arguments are checked against its schema: the re-asked call still broke it.
     cases.failed(
@@ -223,7 +224,7 @@ async fn the_openai_agents_sdk_runs_an_agent_with_a_tool_and_raises() {
     let failed = cases.failed("run_unresolved", "UnprocessableEntityError", BROKEN_CODE);
     assert_eq!(failed["status"], 422);
     // Streamed, the SDK raises its own error for a `response.failed` event.
-    cases.failed("run_streamed_unresolved", "ModelBehaviorError", BROKEN_CODE);
+    cases.failed("run_streamed_unresolved", "UnprocessableEntityError", BROKEN_CODE);
     assert_eq!(upstream.calls("(run_unresolved)"), 2);
     assert_eq!(upstream.calls("(run_streamed_unresolved)"), 2);
 }
