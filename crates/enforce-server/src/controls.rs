@@ -54,6 +54,57 @@ pub(crate) fn admit_model(grant: Option<&KeyGrant>, id: &str) -> Result<(), Reje
     }
 }
 
+/// Whether a key may read (or continue) a stored answer: one of a model it may use.
+pub(crate) fn may_read(grant: Option<&KeyGrant>, response: &serde_json::Value) -> bool {
+    grant.is_none_or(|g| {
+        response
+            .get("model")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|model| g.allows_model(model))
+    })
+}
+
+/// Access, before the session stage: a request continuing a stored answer
+/// (`previous_response_id`) continues one of a model its key may use; else the answer is
+/// as unknown to it as one never stored (404, like the session stage's own).
+pub(crate) async fn admit_continuation(
+    app: &App,
+    grant: Option<&KeyGrant>,
+    continues: Option<&str>,
+) -> Result<(), Rejection> {
+    let (Some(_), Some(id)) = (grant, continues) else {
+        return Ok(());
+    };
+    match app.sessions.stored_response(id).await {
+        Some(stored) if !may_read(grant, &stored.response) => {
+            let error = ApiError {
+                param: Some("previous_response_id"),
+                ..ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "invalid_request_error",
+                    "previous_response_not_found",
+                    format!("Previous response with id '{id}' not found."),
+                )
+            };
+            Err(rejected("unknown_response")(error))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The 403 of a limited key reading `/v1/sessions/{id}` (a session names no model to check).
+pub(crate) fn sessions_forbidden(grant: &KeyGrant) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "permission_error",
+        "sessions_not_allowed",
+        format!(
+            "This API key ({}) is limited to some models and may not read sessions; use a key without `models`/`profiles` limits.",
+            grant.name
+        ),
+    )
+}
+
 /// Once the profile is known (the model's, a route's or `X-Enforce-Profile`'s): the key may
 /// use it, and the limits the request asks for are applied to this request's enforcer.
 pub(crate) fn apply(

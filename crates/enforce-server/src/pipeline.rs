@@ -178,6 +178,7 @@ async fn admit<S: Surface>(
         None => route(&mut model, &bytes, headers, &ask.messages).await,
     };
     controls::apply(grant, &mut model, headers)?;
+    controls::admit_continuation(app, grant, ask.continues.as_deref()).await?;
     let session = open_session(app, headers, &mut ask, &model).await?;
     let context = context(app, headers, ask.enforce.take(), &model, &session)?;
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);

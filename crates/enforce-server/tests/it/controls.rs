@@ -377,3 +377,48 @@ async fn the_model_list_shows_a_limited_key_only_its_models() {
     assert_eq!(one("k-app", "other").await, 403);
     assert_eq!(one("k-admin", "other").await, 200);
 }
+
+#[tokio::test]
+async fn a_limited_key_reads_and_continues_only_its_models_stored_answers() {
+    let runner = Always::new(GOOD);
+    let h = Harness::start(granted_server(runner.clone())).await;
+    let app = [("authorization", "Bearer k-app")];
+    let admin = [("authorization", "Bearer k-admin")];
+    let responses = |model: &str| json!({"model": model, "input": "Explain it."});
+    let (_, mine) = post(&h, "/v1/responses", &responses("m"), &app).await;
+    let (_, theirs) = post(&h, "/v1/responses", &responses("other"), &admin).await;
+    let get = |id: &str, key: &'static str| {
+        let request = h
+            .client
+            .get(h.url(&format!("/v1/responses/{id}")))
+            .bearer_auth(key);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    let (mine, theirs) = (mine["id"].as_str().unwrap(), theirs["id"].as_str().unwrap());
+    assert_eq!(get(mine, "k-app").await, 200);
+    assert_eq!(
+        get(theirs, "k-app").await,
+        404,
+        "as unknown as one never stored"
+    );
+    assert_eq!(get(theirs, "k-admin").await, 200);
+    let calls = runner.calls();
+    let continuing = json!({"model": "m", "input": "And then?", "previous_response_id": theirs});
+    let (status, body) = post(&h, "/v1/responses", &continuing, &app).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "previous_response_not_found");
+    assert_eq!(
+        runner.calls(),
+        calls,
+        "the other model's conversation reached no model"
+    );
+    let continuing = json!({"model": "m", "input": "And then?", "previous_response_id": mine});
+    let (status, body) = post(&h, "/v1/responses", &continuing, &app).await;
+    assert_eq!(status, 200, "{body}");
+    let session = |key: &'static str| {
+        let request = h.client.get(h.url("/v1/sessions/any")).bearer_auth(key);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(session("k-app").await, 403);
+    assert_eq!(session("k-admin").await, 404);
+}
