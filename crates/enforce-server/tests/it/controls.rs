@@ -147,6 +147,20 @@ async fn max_retries_header_lowers_the_profile_limit_and_never_raises_it() {
     // Without the header: the profile's own limit.
     let (_, body) = post(&h, "/v1/chat/completions", &bodies("m")[0].1, &[]).await;
     assert_eq!(body["enforcement"]["attempts"], 4, "{body}");
+    // Streamed alike: the last chunk reports the attempts made.
+    let before = runner.calls();
+    let response = h
+        .client
+        .post(h.url("/v1/chat/completions"))
+        .header("X-Enforce-Max-Retries", "1")
+        .json(&user_body(true))
+        .send()
+        .await
+        .unwrap();
+    let (_, parsed) = read_stream(response).await;
+    let last = parsed.chunks().last().copied().cloned().unwrap();
+    assert_eq!(last["enforcement"]["attempts"], 2, "{last}");
+    assert_eq!(runner.calls() - before, 2);
 }
 
 #[tokio::test]
