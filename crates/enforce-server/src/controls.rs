@@ -44,14 +44,45 @@ pub(crate) fn model_forbidden(grant: &KeyGrant, id: &str) -> ApiError {
     }
 }
 
-/// Access, before the model is resolved: the key may use model `id`.
-pub(crate) fn admit_model(grant: Option<&KeyGrant>, id: &str) -> Result<(), Rejection> {
-    match grant {
-        Some(grant) if !grant.allows_model(id) => {
-            Err(rejected("forbidden")(model_forbidden(grant, id)))
-        }
+/// Access, before the model is resolved: the key may use model `id` and the profile
+/// `X-Enforce-Profile` names, if any (checked here, so that a limited key learns nothing about
+/// models and profiles outside its lists from a 404 or 400).
+pub(crate) fn admit_model(
+    grant: Option<&KeyGrant>,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<(), Rejection> {
+    let Some(grant) = grant else {
+        return Ok(());
+    };
+    if !grant.allows_model(id) {
+        return Err(rejected("forbidden")(model_forbidden(grant, id)));
+    }
+    let named = headers
+        .get(crate::pipeline::PROFILE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|n| !n.is_empty());
+    match named {
+        Some(profile) if !grant.allows_profile(profile) => Err(rejected("forbidden")(
+            profile_forbidden(grant, profile, "X-Enforce-Profile names it"),
+        )),
         _ => Ok(()),
     }
+}
+
+/// The 403 of a key whose request would be enforced with a profile outside its list.
+fn profile_forbidden(grant: &KeyGrant, profile: &str, why: &str) -> ApiError {
+    let allowed = grant.profiles.as_deref().unwrap_or_default().join(", ");
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "permission_error",
+        "profile_not_allowed",
+        format!(
+            "This API key ({}) may not use the profile `{profile}` ({why}). It may use: {allowed}.",
+            grant.name
+        ),
+    )
 }
 
 /// Whether a key may read (or continue) a stored answer: one of a model it may use.
@@ -113,16 +144,8 @@ pub(crate) fn apply(
     headers: &HeaderMap,
 ) -> Result<(), Rejection> {
     if let Some(grant) = grant.filter(|g| !g.allows_profile(&model.profile)) {
-        let allowed = grant.profiles.as_deref().unwrap_or_default().join(", ");
-        let error = ApiError::new(
-            StatusCode::FORBIDDEN,
-            "permission_error",
-            "profile_not_allowed",
-            format!(
-                "This API key ({}) may not use the profile `{}` (the model `{}` enforces it for this request). It may use: {allowed}.",
-                grant.name, model.profile, model.id
-            ),
-        );
+        let why = format!("the model `{}` enforces it for this request", model.id);
+        let error = profile_forbidden(grant, &model.profile, &why);
         return Err(rejected("forbidden")(error));
     }
     let max_retries = limit::<u32>(headers, MAX_RETRIES_HEADER, "X-Enforce-Max-Retries", 0)?;

@@ -170,7 +170,7 @@ async fn admit<S: Surface>(
     let bytes = read_body(app, headers, body).await?;
     let (mut ask, kept) = S::parse(&bytes).map_err(rejected("bad_request"))?;
     let grant = controls::grant(app, granted);
-    controls::admit_model(grant, &ask.model)?;
+    controls::admit_model(grant, &ask.model, headers)?;
     let (mut model, header_profile) = resolve_model(app, &ask.model, headers)?;
     let permit = take_permit(app)?;
     let route = match header_profile {

@@ -6,7 +6,7 @@ use crate::common::*;
 use enforce_core::{
     async_trait, Budget, Enforcer, Policy, Reask, Reply, Request, Runner, RunnerError, Usage,
 };
-use enforce_server::{KeyGrant, Model, ModelOptions, Server, ServerConfig};
+use enforce_server::{KeyGrant, Model, ModelOptions, Route, Routes, Server, ServerConfig, When};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -287,8 +287,15 @@ fn granted_server(runner: Arc<Always>) -> Server {
         }],
         ..ServerConfig::default()
     };
+    // `X-Kind: s` routes `m`'s requests to `strict`.
+    let when = When::header("X-Kind", vec!["s".into()]).unwrap();
+    let routes = Routes::new(vec![Route::new("s", "strict", enforcer(), when)], None).unwrap();
     Server::builder(config)
-        .model(Model::new("m", runner.clone(), enforcer()).with_profile("chat"))
+        .model(
+            Model::new("m", runner.clone(), enforcer())
+                .with_profile("chat")
+                .with_routes(routes),
+        )
         .model(Model::new("other", runner, enforcer()).with_profile("strict"))
         .profile("chat", enforcer())
         .profile("strict", enforcer())
@@ -342,6 +349,21 @@ async fn a_key_outside_its_models_or_profiles_gets_403_in_every_surface_shape() 
         let (kind, message) = error_of(path, &body);
         assert_eq!(kind, "permission_error", "{body}");
         assert!(message.contains("`strict`"), "{message}");
+        // Routed to a profile outside the key's list: refused once the route is known.
+        let (status, body) = post(&h, path, &request, &[(name, &value), ("X-Kind", "s")]).await;
+        assert_eq!(status, 403, "{path}: {body}");
+        let (_, message) = error_of(path, &body);
+        assert!(message.contains("`strict`"), "{message}");
+        // A profile that does not exist: forbidden too, not a 400 listing every profile.
+        let (status, body) = post(
+            &h,
+            path,
+            &request,
+            &[(name, &value), ("X-Enforce-Profile", "secret-profile")],
+        )
+        .await;
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(!body.to_string().contains("strict"), "{body}");
     }
     assert_eq!(runner.calls(), 0, "nothing forbidden reached the model");
     for (path, request) in bodies("m") {
