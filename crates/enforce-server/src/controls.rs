@@ -7,11 +7,19 @@
 use crate::auth::Granted;
 use crate::config::{KeyGrant, Model};
 use crate::error::ApiError;
-use crate::pipeline::{rejected, Rejection};
 use crate::state::App;
 use axum::http::{HeaderMap, StatusCode};
 use enforce_core::Budget;
 use std::sync::Arc;
+
+/// A request refused by a stage here: the `enforce_rejected_total` reason and the error (the
+/// pipeline turns it into its rejection).
+/// Boxed: the stages' `Result`s stay small on the happy path.
+pub(crate) struct Refused(pub &'static str, pub Box<ApiError>);
+
+fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Refused {
+    move |error| Refused(reason, Box::new(error))
+}
 
 /// A request header lowering the re-asks of this request (at most the profile's own).
 pub(crate) const MAX_RETRIES_HEADER: &str = "x-enforce-max-retries";
@@ -51,7 +59,7 @@ pub(crate) fn admit_model(
     grant: Option<&KeyGrant>,
     id: &str,
     headers: &HeaderMap,
-) -> Result<(), Rejection> {
+) -> Result<(), Refused> {
     let Some(grant) = grant else {
         return Ok(());
     };
@@ -59,7 +67,7 @@ pub(crate) fn admit_model(
         return Err(rejected("forbidden")(model_forbidden(grant, id)));
     }
     let named = headers
-        .get(crate::pipeline::PROFILE_HEADER)
+        .get(crate::PROFILE_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|n| !n.is_empty());
@@ -102,7 +110,7 @@ pub(crate) async fn admit_continuation(
     app: &App,
     grant: Option<&KeyGrant>,
     continues: Option<&str>,
-) -> Result<(), Rejection> {
+) -> Result<(), Refused> {
     let (Some(_), Some(id)) = (grant, continues) else {
         return Ok(());
     };
@@ -142,7 +150,7 @@ pub(crate) fn apply(
     grant: Option<&KeyGrant>,
     model: &mut Model,
     headers: &HeaderMap,
-) -> Result<(), Rejection> {
+) -> Result<(), Refused> {
     if let Some(grant) = grant.filter(|g| !g.allows_profile(&model.profile)) {
         let why = format!("the model `{}` enforces it for this request", model.id);
         let error = profile_forbidden(grant, &model.profile, &why);
@@ -177,7 +185,7 @@ fn limit<T: std::str::FromStr + PartialOrd + From<u8>>(
     name: &'static str,
     shown_name: &str,
     min: u8,
-) -> Result<Option<T>, Rejection> {
+) -> Result<Option<T>, Refused> {
     let Some(value) = headers.get(name) else {
         return Ok(None);
     };

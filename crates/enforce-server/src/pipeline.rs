@@ -23,6 +23,7 @@ use crate::shared::GlobalSlot;
 use crate::state::{unix_now, App};
 use crate::stream::{self, StreamWriter};
 use crate::turn::{wait, InFlight, Turn, TurnId};
+use crate::PROFILE_HEADER;
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -38,8 +39,6 @@ use tracing::Instrument;
 
 /// The header Open WebUI sends with `ENABLE_FORWARD_USER_INFO_HEADERS`.
 const CHAT_ID_HEADER: &str = "x-openwebui-chat-id";
-/// A request header naming the profile to enforce instead of the model's own.
-pub(crate) const PROFILE_HEADER: &str = "x-enforce-profile";
 /// A response header: milliseconds the proxy itself spent on the request (the request's time
 /// minus the time spent waiting for the model).
 pub(crate) const OVERHEAD_HEADER: &str = "x-enforce-overhead-ms";
@@ -129,7 +128,14 @@ pub(crate) struct Rejection {
     error: Box<ApiError>,
 }
 
-pub(crate) fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
+/// A stage outside this module refuses with its `enforce_rejected_total` reason and error.
+impl From<controls::Refused> for Rejection {
+    fn from(controls::Refused(reason, error): controls::Refused) -> Self {
+        Rejection { reason, error }
+    }
+}
+
+fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
     move |error| Rejection {
         reason,
         error: Box::new(error),
