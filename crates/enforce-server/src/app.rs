@@ -152,7 +152,15 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
-pub(crate) async fn get_session(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
+pub(crate) async fn get_session(
+    State(app): State<Arc<App>>,
+    granted: Option<Extension<auth::Granted>>,
+    Path(id): Path<String>,
+) -> Response {
+    // A session holds no model id to check a limited key against: such keys may not read them.
+    if let Some(grant) = crate::controls::grant(&app, granted.map(|Extension(g)| g)) {
+        return crate::controls::sessions_forbidden(grant).into_response();
+    }
     match app.sessions.get(&id).await {
         Some(status) => Json(status).into_response(),
         None => ApiError::new(
@@ -166,8 +174,15 @@ pub(crate) async fn get_session(State(app): State<Arc<App>>, Path(id): Path<Stri
 }
 
 /// A stored Responses answer, as it was sent.
-pub(crate) async fn get_response(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
-    match app.sessions.stored_response(&id).await {
+pub(crate) async fn get_response(
+    State(app): State<Arc<App>>,
+    granted: Option<Extension<auth::Granted>>,
+    Path(id): Path<String>,
+) -> Response {
+    let grant = crate::controls::grant(&app, granted.map(|Extension(g)| g));
+    let stored = app.sessions.stored_response(&id).await;
+    // Another model's answer is not there for a key limited to other models.
+    match stored.filter(|s| crate::controls::may_read(grant, &s.response)) {
         Some(stored) => Json(stored.response).into_response(),
         None => ApiError::new(
             StatusCode::NOT_FOUND,

@@ -7,11 +7,19 @@
 use crate::auth::Granted;
 use crate::config::{KeyGrant, Model};
 use crate::error::ApiError;
-use crate::pipeline::{rejected, Rejection};
 use crate::state::App;
 use axum::http::{HeaderMap, StatusCode};
 use enforce_core::Budget;
 use std::sync::Arc;
+
+/// A request refused by a stage here: the `enforce_rejected_total` reason and the error (the
+/// pipeline turns it into its rejection).
+/// Boxed: the stages' `Result`s stay small on the happy path.
+pub(crate) struct Refused(pub &'static str, pub Box<ApiError>);
+
+fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Refused {
+    move |error| Refused(reason, Box::new(error))
+}
 
 /// A request header lowering the re-asks of this request (at most the profile's own).
 pub(crate) const MAX_RETRIES_HEADER: &str = "x-enforce-max-retries";
@@ -44,14 +52,96 @@ pub(crate) fn model_forbidden(grant: &KeyGrant, id: &str) -> ApiError {
     }
 }
 
-/// Access, before the model is resolved: the key may use model `id`.
-pub(crate) fn admit_model(grant: Option<&KeyGrant>, id: &str) -> Result<(), Rejection> {
-    match grant {
-        Some(grant) if !grant.allows_model(id) => {
-            Err(rejected("forbidden")(model_forbidden(grant, id)))
+/// Access, before the model is resolved: the key may use model `id` and the profile
+/// `X-Enforce-Profile` names, if any (checked here, so that a limited key learns nothing about
+/// models and profiles outside its lists from a 404 or 400).
+pub(crate) fn admit_model(
+    grant: Option<&KeyGrant>,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<(), Refused> {
+    let Some(grant) = grant else {
+        return Ok(());
+    };
+    if !grant.allows_model(id) {
+        return Err(rejected("forbidden")(model_forbidden(grant, id)));
+    }
+    let named = headers
+        .get(crate::PROFILE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|n| !n.is_empty());
+    match named {
+        Some(profile) if !grant.allows_profile(profile) => Err(rejected("forbidden")(
+            profile_forbidden(grant, profile, "X-Enforce-Profile names it"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The 403 of a key whose request would be enforced with a profile outside its list.
+fn profile_forbidden(grant: &KeyGrant, profile: &str, why: &str) -> ApiError {
+    let allowed = grant.profiles.as_deref().unwrap_or_default().join(", ");
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "permission_error",
+        "profile_not_allowed",
+        format!(
+            "This API key ({}) may not use the profile `{profile}` ({why}). It may use: {allowed}.",
+            grant.name
+        ),
+    )
+}
+
+/// Whether a key may read (or continue) a stored answer: one of a model it may use.
+pub(crate) fn may_read(grant: Option<&KeyGrant>, response: &serde_json::Value) -> bool {
+    grant.is_none_or(|g| {
+        response
+            .get("model")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|model| g.allows_model(model))
+    })
+}
+
+/// Access, before the session stage: a request continuing a stored answer
+/// (`previous_response_id`) continues one of a model its key may use; else the answer is
+/// as unknown to it as one never stored (404, like the session stage's own).
+pub(crate) async fn admit_continuation(
+    app: &App,
+    grant: Option<&KeyGrant>,
+    continues: Option<&str>,
+) -> Result<(), Refused> {
+    let (Some(_), Some(id)) = (grant, continues) else {
+        return Ok(());
+    };
+    match app.sessions.stored_response(id).await {
+        Some(stored) if !may_read(grant, &stored.response) => {
+            let error = ApiError {
+                param: Some("previous_response_id"),
+                ..ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "invalid_request_error",
+                    "previous_response_not_found",
+                    format!("Previous response with id '{id}' not found."),
+                )
+            };
+            Err(rejected("unknown_response")(error))
         }
         _ => Ok(()),
     }
+}
+
+/// The 403 of a limited key reading `/v1/sessions/{id}` (a session names no model to check).
+pub(crate) fn sessions_forbidden(grant: &KeyGrant) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "permission_error",
+        "sessions_not_allowed",
+        format!(
+            "This API key ({}) is limited to some models and may not read sessions; use a key without `models`/`profiles` limits.",
+            grant.name
+        ),
+    )
 }
 
 /// Once the profile is known (the model's, a route's or `X-Enforce-Profile`'s): the key may
@@ -60,18 +150,10 @@ pub(crate) fn apply(
     grant: Option<&KeyGrant>,
     model: &mut Model,
     headers: &HeaderMap,
-) -> Result<(), Rejection> {
+) -> Result<(), Refused> {
     if let Some(grant) = grant.filter(|g| !g.allows_profile(&model.profile)) {
-        let allowed = grant.profiles.as_deref().unwrap_or_default().join(", ");
-        let error = ApiError::new(
-            StatusCode::FORBIDDEN,
-            "permission_error",
-            "profile_not_allowed",
-            format!(
-                "This API key ({}) may not use the profile `{}` (the model `{}` enforces it for this request). It may use: {allowed}.",
-                grant.name, model.profile, model.id
-            ),
-        );
+        let why = format!("the model `{}` enforces it for this request", model.id);
+        let error = profile_forbidden(grant, &model.profile, &why);
         return Err(rejected("forbidden")(error));
     }
     let max_retries = limit::<u32>(headers, MAX_RETRIES_HEADER, "X-Enforce-Max-Retries", 0)?;
@@ -103,7 +185,7 @@ fn limit<T: std::str::FromStr + PartialOrd + From<u8>>(
     name: &'static str,
     shown_name: &str,
     min: u8,
-) -> Result<Option<T>, Rejection> {
+) -> Result<Option<T>, Refused> {
     let Some(value) = headers.get(name) else {
         return Ok(None);
     };

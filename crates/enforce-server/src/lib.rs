@@ -99,6 +99,10 @@ use tokio::sync::Semaphore;
 /// The response header carrying the enforcement status of a non-streaming answer.
 pub const ENFORCE_STATUS_HEADER: &str = "x-enforce-status";
 
+/// A request header naming the profile to enforce instead of the model's own (and the response
+/// header naming the profile enforced).
+pub(crate) const PROFILE_HEADER: &str = "x-enforce-profile";
+
 /// The response header carrying the per-type layer's `validation_status` (`""`,
 /// `INVALID_UNRESOLVED`, `<VALIDATOR>_UNAVAILABLE`), as in the `enforcement` object.
 pub const VALIDATION_STATUS_HEADER: &str = "x-enforce-validation-status";

@@ -23,6 +23,7 @@ use crate::shared::GlobalSlot;
 use crate::state::{unix_now, App};
 use crate::stream::{self, Start, StreamWriter};
 use crate::turn::{wait, InFlight, Turn, TurnId};
+use crate::PROFILE_HEADER;
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -38,8 +39,6 @@ use tracing::Instrument;
 
 /// The header Open WebUI sends with `ENABLE_FORWARD_USER_INFO_HEADERS`.
 const CHAT_ID_HEADER: &str = "x-openwebui-chat-id";
-/// A request header naming the profile to enforce instead of the model's own.
-pub(crate) const PROFILE_HEADER: &str = "x-enforce-profile";
 /// A response header: milliseconds the proxy itself spent on the request (the request's time
 /// minus the time spent waiting for the model).
 pub(crate) const OVERHEAD_HEADER: &str = "x-enforce-overhead-ms";
@@ -136,7 +135,14 @@ impl Rejection {
     }
 }
 
-pub(crate) fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
+/// A stage outside this module refuses with its `enforce_rejected_total` reason and error.
+impl From<controls::Refused> for Rejection {
+    fn from(controls::Refused(reason, error): controls::Refused) -> Self {
+        Rejection { reason, error }
+    }
+}
+
+fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
     move |error| Rejection {
         reason,
         error: Box::new(error),
@@ -177,7 +183,7 @@ async fn admit<S: Surface>(
     let bytes = read_body(app, headers, body).await?;
     let (mut ask, kept) = S::parse(&bytes).map_err(rejected("bad_request"))?;
     let grant = controls::grant(app, granted);
-    controls::admit_model(grant, &ask.model)?;
+    controls::admit_model(grant, &ask.model, headers)?;
     let (mut model, header_profile) = resolve_model(app, &ask.model, headers)?;
     let permit = take_permit(app)?;
     let route = match header_profile {
@@ -185,6 +191,7 @@ async fn admit<S: Surface>(
         None => route(&mut model, &bytes, &ask.params, headers, &ask.messages).await,
     };
     controls::apply(grant, &mut model, headers)?;
+    controls::admit_continuation(app, grant, ask.continues.as_deref()).await?;
     let session = open_session(app, headers, &mut ask, &model).await?;
     let context = context(app, headers, ask.enforce.take(), &model, &session)?;
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);

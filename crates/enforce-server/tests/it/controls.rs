@@ -6,7 +6,7 @@ use crate::common::*;
 use enforce_core::{
     async_trait, Budget, Enforcer, Policy, Reask, Reply, Request, Runner, RunnerError, Usage,
 };
-use enforce_server::{KeyGrant, Model, ModelOptions, Server, ServerConfig};
+use enforce_server::{KeyGrant, Model, ModelOptions, Route, Routes, Server, ServerConfig, When};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -147,6 +147,20 @@ async fn max_retries_header_lowers_the_profile_limit_and_never_raises_it() {
     // Without the header: the profile's own limit.
     let (_, body) = post(&h, "/v1/chat/completions", &bodies("m")[0].1, &[]).await;
     assert_eq!(body["enforcement"]["attempts"], 4, "{body}");
+    // Streamed alike: the last chunk reports the attempts made.
+    let before = runner.calls();
+    let response = h
+        .client
+        .post(h.url("/v1/chat/completions"))
+        .header("X-Enforce-Max-Retries", "1")
+        .json(&user_body(true))
+        .send()
+        .await
+        .unwrap();
+    let (_, parsed) = read_stream(response).await;
+    let last = parsed.chunks().last().copied().cloned().unwrap();
+    assert_eq!(last["enforcement"]["attempts"], 2, "{last}");
+    assert_eq!(runner.calls() - before, 2);
 }
 
 #[tokio::test]
@@ -273,8 +287,15 @@ fn granted_server(runner: Arc<Always>) -> Server {
         }],
         ..ServerConfig::default()
     };
+    // `X-Kind: s` routes `m`'s requests to `strict`.
+    let when = When::header("X-Kind", vec!["s".into()]).unwrap();
+    let routes = Routes::new(vec![Route::new("s", "strict", enforcer(), when)], None).unwrap();
     Server::builder(config)
-        .model(Model::new("m", runner.clone(), enforcer()).with_profile("chat"))
+        .model(
+            Model::new("m", runner.clone(), enforcer())
+                .with_profile("chat")
+                .with_routes(routes),
+        )
         .model(Model::new("other", runner, enforcer()).with_profile("strict"))
         .profile("chat", enforcer())
         .profile("strict", enforcer())
@@ -328,6 +349,21 @@ async fn a_key_outside_its_models_or_profiles_gets_403_in_every_surface_shape() 
         let (kind, message) = error_of(path, &body);
         assert_eq!(kind, "permission_error", "{body}");
         assert!(message.contains("`strict`"), "{message}");
+        // Routed to a profile outside the key's list: refused once the route is known.
+        let (status, body) = post(&h, path, &request, &[(name, &value), ("X-Kind", "s")]).await;
+        assert_eq!(status, 403, "{path}: {body}");
+        let (_, message) = error_of(path, &body);
+        assert!(message.contains("`strict`"), "{message}");
+        // A profile that does not exist: forbidden too, not a 400 listing every profile.
+        let (status, body) = post(
+            &h,
+            path,
+            &request,
+            &[(name, &value), ("X-Enforce-Profile", "secret-profile")],
+        )
+        .await;
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(!body.to_string().contains("strict"), "{body}");
     }
     assert_eq!(runner.calls(), 0, "nothing forbidden reached the model");
     for (path, request) in bodies("m") {
@@ -376,4 +412,49 @@ async fn the_model_list_shows_a_limited_key_only_its_models() {
     assert_eq!(one("k-app", "m").await, 200);
     assert_eq!(one("k-app", "other").await, 403);
     assert_eq!(one("k-admin", "other").await, 200);
+}
+
+#[tokio::test]
+async fn a_limited_key_reads_and_continues_only_its_models_stored_answers() {
+    let runner = Always::new(GOOD);
+    let h = Harness::start(granted_server(runner.clone())).await;
+    let app = [("authorization", "Bearer k-app")];
+    let admin = [("authorization", "Bearer k-admin")];
+    let responses = |model: &str| json!({"model": model, "input": "Explain it."});
+    let (_, mine) = post(&h, "/v1/responses", &responses("m"), &app).await;
+    let (_, theirs) = post(&h, "/v1/responses", &responses("other"), &admin).await;
+    let get = |id: &str, key: &'static str| {
+        let request = h
+            .client
+            .get(h.url(&format!("/v1/responses/{id}")))
+            .bearer_auth(key);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    let (mine, theirs) = (mine["id"].as_str().unwrap(), theirs["id"].as_str().unwrap());
+    assert_eq!(get(mine, "k-app").await, 200);
+    assert_eq!(
+        get(theirs, "k-app").await,
+        404,
+        "as unknown as one never stored"
+    );
+    assert_eq!(get(theirs, "k-admin").await, 200);
+    let calls = runner.calls();
+    let continuing = json!({"model": "m", "input": "And then?", "previous_response_id": theirs});
+    let (status, body) = post(&h, "/v1/responses", &continuing, &app).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "previous_response_not_found");
+    assert_eq!(
+        runner.calls(),
+        calls,
+        "the other model's conversation reached no model"
+    );
+    let continuing = json!({"model": "m", "input": "And then?", "previous_response_id": mine});
+    let (status, body) = post(&h, "/v1/responses", &continuing, &app).await;
+    assert_eq!(status, 200, "{body}");
+    let session = |key: &'static str| {
+        let request = h.client.get(h.url("/v1/sessions/any")).bearer_auth(key);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(session("k-app").await, 403);
+    assert_eq!(session("k-admin").await, 404);
 }
