@@ -10,12 +10,10 @@
 
 use crate::config_schema::{schema_verdict, validator};
 use crate::repo;
-use enforce_config::config::{Config, ConfigSource, Defaults, ProfileConfig};
+use enforce_config::config::{Config, ConfigSource, ValidationSections};
 use enforce_config::{BuildEnv, ProfileSet, Registry, RunnerFactory};
 use enforce_core::Runner;
-use serde::de::IgnoredAny;
 use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -81,21 +79,6 @@ fn every_yaml_sample_of_the_docs_is_valid_configuration() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// A sample as enforce-config reads it: its four sections (copied as its documentation asks,
-/// so unknown keys stay errors with their line), and the binary's own sections (`runner`,
-/// `models`, `server`), which the schema test above checks, accepted unread.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct Sample {
-    plugin_dirs: Vec<PathBuf>,
-    defaults: Defaults,
-    validators: BTreeMap<String, serde_json::Value>,
-    profiles: BTreeMap<String, ProfileConfig>,
-    runner: IgnoredAny,
-    models: IgnoredAny,
-    server: IgnoredAny,
-}
-
 /// The runners of `llm_judge` samples, built as the binary builds them (no request is sent).
 struct SampleRunners;
 
@@ -112,13 +95,9 @@ impl RunnerFactory for SampleRunners {
 /// build them. `${VAR}` references read `sample-value` (the docs name variables the reader sets).
 fn loader_verdict(shown: &str, yaml: &str) -> Result<(), String> {
     let source = ConfigSource::from_string_with_env(shown, yaml, &|_| Some("sample-value".into()));
-    let sample: Sample = source.parse().map_err(|e| e.to_string())?;
-    let config = Config {
-        plugin_dirs: sample.plugin_dirs,
-        defaults: sample.defaults,
-        validators: sample.validators,
-        profiles: sample.profiles,
-    };
+    // The binary's own sections (`runner`, `models`, `server`) are the schema test's.
+    let sample: ValidationSections = source.parse().map_err(|e| e.to_string())?;
+    let config = Config::from(sample);
     // Relative paths in samples (schemas, glossaries) are the repository's.
     let env = BuildEnv::new(repo()).with_runners(Arc::new(SampleRunners));
     ProfileSet::from_config(&config, &Registry::builtin(), &env)

@@ -66,6 +66,33 @@ pub struct Config {
     pub profiles: BTreeMap<String, ProfileConfig>,
 }
 
+/// A whole `enforce.yaml` read for its validation sections alone: the four sections of
+/// [`Config`] (unknown keys stay errors with their line), and the `enforce` binary's own
+/// sections (`runner`, `models`, `server`) accepted and not read, so that one file serves the
+/// CLI, the proxy and a reader that only validates (the Python package, the docs' sample test).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ValidationSections {
+    plugin_dirs: Vec<PathBuf>,
+    defaults: Defaults,
+    validators: BTreeMap<String, serde_json::Value>,
+    profiles: BTreeMap<String, ProfileConfig>,
+    runner: serde::de::IgnoredAny,
+    models: serde::de::IgnoredAny,
+    server: serde::de::IgnoredAny,
+}
+
+impl From<ValidationSections> for Config {
+    fn from(file: ValidationSections) -> Self {
+        Config {
+            plugin_dirs: file.plugin_dirs,
+            defaults: file.defaults,
+            validators: file.validators,
+            profiles: file.profiles,
+        }
+    }
+}
+
 /// Policy defaults shared by all profiles, and the default profile's name.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]

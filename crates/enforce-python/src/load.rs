@@ -8,15 +8,13 @@
 
 use crate::model::PyModel;
 use crate::ConfigError as PyConfigError;
-use enforce_config::config::{Config, ConfigError, ConfigSource, Defaults, ProfileConfig};
+use enforce_config::config::{Config, ConfigError, ConfigSource, ValidationSections};
 use enforce_config::{BuildEnv, ProfileSet, Registry, RunnerFactory};
 use enforce_core::{Enforcer, Runner};
 use enforce_plugin_host::{plugin_search_path_from_env, PluginHost};
 use pyo3::exceptions::{PyRuntimeWarning, PyTypeError};
 use pyo3::prelude::*;
-use serde::de::IgnoredAny;
-use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -24,22 +22,6 @@ use std::time::SystemTime;
 
 /// The file the CLI reads when no configuration is named.
 const DEFAULT_CONFIG_FILE: &str = "enforce.yaml";
-
-/// `enforce.yaml` as this package reads it: enforce-config's validation sections (copied as
-/// its documentation asks, so unknown keys stay errors with their line), and the sections of
-/// the `enforce` binary (`runner`, `models`, `server`) accepted unread, so one file serves the
-/// CLI, the proxy and Python.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct ConfigFile {
-    plugin_dirs: Vec<PathBuf>,
-    defaults: Defaults,
-    validators: BTreeMap<String, serde_json::Value>,
-    profiles: BTreeMap<String, ProfileConfig>,
-    runner: IgnoredAny,
-    models: IgnoredAny,
-    server: IgnoredAny,
-}
 
 /// One profile, ready to use.
 #[derive(Debug)]
@@ -163,16 +145,18 @@ fn load(
     judges: JudgeRunners,
     warnings: &mut Vec<String>,
 ) -> Result<Loaded, ConfigError> {
-    let (source, parsed) = match file {
+    // The binary's own sections (`runner`, `models`, `server`) are accepted unread, so one
+    // file serves the CLI, the proxy and Python.
+    let (source, config) = match file {
         Some(path) => {
             let source = ConfigSource::read(path)?;
-            let parsed: ConfigFile = source.parse()?;
-            (Some(source), parsed)
+            let parsed: ValidationSections = source.parse()?;
+            (Some(source), Config::from(parsed))
         }
-        None => (None, ConfigFile::default()),
+        None => (None, Config::default()),
     };
     let base = source.as_ref().map(ConfigSource::base_dir);
-    let plugin_dirs: Vec<PathBuf> = parsed
+    let plugin_dirs: Vec<PathBuf> = config
         .plugin_dirs
         .iter()
         .map(|d| match &base {
@@ -201,12 +185,6 @@ fn load(
             message: e.message,
         })?,
         Some(source) => {
-            let config = Config {
-                plugin_dirs: parsed.plugin_dirs,
-                defaults: parsed.defaults,
-                validators: parsed.validators,
-                profiles: parsed.profiles,
-            };
             let env = BuildEnv::new(source.base_dir()).with_runners(Arc::new(judges));
             ProfileSet::from_config(&config, &registry, &env).map_err(|e| source.build_error(e))?
         }
