@@ -54,6 +54,9 @@ Commands:
   bench-peers [ARGS]
                   side-by-side benchmarks against TensorZero, LiteLLM, Guardrails AI,
                   Instructor and Pydantic AI; writes BENCHMARKS.md (manual, ~15 min)
+  bench-peers --surfaces [ARGS]
+                  the surfaces section of BENCHMARKS.md only: the proxy's added latency above
+                  the relay floor on chat completions, responses and messages at c=1 (manual)
   bench-peers --real-model [ARGS]
                   the real-model section of BENCHMARKS.md only: `enforce eval` with the local
                   runner (SmolLM2) on every contract of examples/eval, every arm, and the
@@ -621,6 +624,11 @@ fn bench_peers(extra: &[String]) -> Result<()> {
         let mut rest = extra.to_vec();
         rest.remove(i);
         return bench_real_model(&rest);
+    }
+    if let Some(i) = extra.iter().position(|a| a == "--surfaces") {
+        let mut rest = extra.to_vec();
+        rest.remove(i);
+        return run_harness("surfaces", &[], &[], &rest);
     }
     run_harness("peers", &[], &[], extra)
 }

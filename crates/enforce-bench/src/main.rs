@@ -21,6 +21,7 @@ mod report;
 mod results;
 mod section;
 mod streaming;
+mod surfaces;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -96,6 +97,8 @@ enum Cmd {
     Peers(peers::PeersArgs),
     /// The real-model section: enforce eval and the peers' loops on a local GGUF model.
     RealModel(real_model::RealModelArgs),
+    /// The surfaces section: the proxy's added latency on every API surface at c=1.
+    Surfaces(surfaces::SurfacesArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -153,5 +156,6 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Peers(args) => peers::run(args),
         Cmd::RealModel(args) => real_model::run(args),
+        Cmd::Surfaces(args) => surfaces::run(args),
     }
 }

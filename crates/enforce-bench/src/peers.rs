@@ -62,13 +62,14 @@ pub struct PeersArgs {
 
 pub(crate) const PEERS_PY: &str = include_str!("../python/peers.py");
 
-struct Pinning {
-    sut: Vec<String>,
-    driver: Vec<String>,
+/// Where the target (`sut`) and the driver run: one core each when `taskset` can pin.
+pub(crate) struct Pinning {
+    pub(crate) sut: Vec<String>,
+    pub(crate) driver: Vec<String>,
 }
 
 impl Pinning {
-    fn detect() -> (Self, bool) {
+    pub(crate) fn detect() -> (Self, bool) {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
@@ -100,7 +101,7 @@ impl Pinning {
 /// One `SCHED_IDLE` busy loop on each pinned core (see `PeersArgs::let_cores_idle`), started
 /// with the same pinning as the processes it keeps company; the guards stop them when the run
 /// ends.
-fn keep_cores_awake(pin: &Pinning, r: &mut Results) -> Vec<Guarded> {
+pub(crate) fn keep_cores_awake(pin: &Pinning, r: &mut Results) -> Vec<Guarded> {
     let chrt = Command::new("chrt")
         .arg("--version")
         .output()
@@ -283,11 +284,11 @@ pub(crate) fn quiet_env(cmd: &mut Command) {
         .env_remove("https_proxy");
 }
 
-fn start_mock(
+pub(crate) fn start_mock(
     me: &Path,
     pin: &[String],
     mode: &str,
-    args: &PeersArgs,
+    (chunks, gap_ms): (usize, u64),
     results: &mut Results,
 ) -> anyhow::Result<(Guarded, String)> {
     let (child, addr) = start_printing_address(
@@ -298,9 +299,9 @@ fn start_mock(
             "--mode".into(),
             mode.into(),
             "--chunks".into(),
-            args.chunks.to_string(),
+            chunks.to_string(),
             "--gap-ms".into(),
-            args.gap_ms.to_string(),
+            gap_ms.to_string(),
         ],
         results,
     )?;
@@ -308,7 +309,7 @@ fn start_mock(
 }
 
 /// Starts an `enforce-bench` server that prints its address on its first line.
-fn start_printing_address(
+pub(crate) fn start_printing_address(
     me: &Path,
     pin: &[String],
     args: &[String],
@@ -406,7 +407,7 @@ fn read_first_line(child: &mut Child, timeout: Duration) -> anyhow::Result<Strin
         .map_err(|_| anyhow!("no output within {timeout:?}"))
 }
 
-fn machine() -> BTreeMap<String, String> {
+pub(crate) fn machine() -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
     let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     if let Some(model) = cpu
@@ -514,8 +515,15 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
     }
     r.commands.clear();
 
-    let (_ok_mock, ok_url) = start_mock(&me, &pin.driver, "ok", &args, &mut r)?;
-    let (_ff_mock, ff_url) = start_mock(&me, &pin.driver, "fail-first", &args, &mut r)?;
+    let (_ok_mock, ok_url) =
+        start_mock(&me, &pin.driver, "ok", (args.chunks, args.gap_ms), &mut r)?;
+    let (_ff_mock, ff_url) = start_mock(
+        &me,
+        &pin.driver,
+        "fail-first",
+        (args.chunks, args.gap_ms),
+        &mut r,
+    )?;
     let ok_pid = _ok_mock.0.id();
 
     // Mock capacity: the mock alone, at c=10, measured by the same driver. `cores` is where the
@@ -714,13 +722,30 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
     r.load_after = loadavg();
     r.duration_s = started.elapsed().as_secs_f64();
     let mut text = report::render(&r);
+    let old = std::fs::read_to_string(&args.out).unwrap_or_default();
     // The real-model section is measured on its own (`--real-model`): keep the last one.
-    if let Some(section) = std::fs::read_to_string(&args.out)
-        .ok()
-        .as_deref()
-        .and_then(crate::section::section_of)
-    {
+    if let Some(section) = crate::section::section_of(&old) {
         text = crate::section::splice(&text, section);
+    }
+    // Every surface's added latency (the last measured one when this run cannot measure it).
+    drop(_spinners);
+    let surfaces = crate::surfaces::section(&crate::surfaces::SurfacesArgs {
+        enforce_bin: args.enforce_bin.clone(),
+        work_dir: work.clone(),
+        out: args.out.clone(),
+        rounds: 5,
+        sequential: 400,
+        let_cores_idle: args.let_cores_idle,
+    });
+    let markers = (crate::section::SURFACES_BEGIN, crate::section::SURFACES_END);
+    match surfaces {
+        Ok(section) => text = crate::section::splice_between(&text, &section, markers),
+        Err(e) => {
+            eprintln!("bench: the surfaces section was not measured: {e}");
+            if let Some(section) = crate::section::section_between(&old, markers) {
+                text = crate::section::splice_between(&text, section, markers);
+            }
+        }
     }
     std::fs::write(&args.out, text)?;
     eprintln!(
@@ -779,6 +804,28 @@ fn proxy_enforce(
     r: &mut Results,
     drive: &Drive<'_>,
 ) -> anyhow::Result<()> {
+    let (child, base) = start_enforce(&args.enforce_bin, pin, ok_url, work, r)?;
+    drive_both(
+        r,
+        drive,
+        "enforce",
+        &format!("{base}/v1/chat/completions"),
+        "mock",
+        "sk-bench",
+        child.0.id(),
+    );
+    Ok(())
+}
+
+/// Starts `enforce serve` on the SUT core in front of the `ok` mock (model `mock`, profile
+/// `person`, key `sk-bench`); the process and its base URL (without `/v1`), once healthy.
+pub(crate) fn start_enforce(
+    enforce_bin: &Path,
+    pin: &Pinning,
+    ok_url: &str,
+    work: &Path,
+    r: &mut Results,
+) -> anyhow::Result<(Guarded, String)> {
     let cfg = work.join("enforce-bench.yaml");
     std::fs::write(&cfg, PERSON_CONFIG)?;
     let port = free_port()?;
@@ -801,7 +848,7 @@ fn proxy_enforce(
         "--api-key".into(),
         "sk-bench".into(),
     ];
-    let mut cmd = command(&pin.sut, &args.enforce_bin, &a);
+    let mut cmd = command(&pin.sut, enforce_bin, &a);
     cmd.env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(
@@ -815,16 +862,7 @@ fn proxy_enforce(
             "enforce serve did not become healthy (see enforce-serve.log)"
         ));
     }
-    drive_both(
-        r,
-        drive,
-        "enforce",
-        &format!("{base}/v1/chat/completions"),
-        "mock",
-        "sk-bench",
-        child.0.id(),
-    );
-    Ok(())
+    Ok((child, base))
 }
 
 fn proxy_tensorzero(

@@ -1,5 +1,6 @@
-//! The real-model section of BENCHMARKS.md: its markers, and how a run replaces it (the
-//! real-model run) or keeps it (the full peers run, which rewrites everything else).
+//! The sections of BENCHMARKS.md measured by runs of their own (the real-model section, the
+//! surfaces section): their markers, and how a run replaces its section or keeps the others
+//! (the full peers run rewrites everything else).
 
 /// Where the section starts and ends in BENCHMARKS.md, so that each run (this one and the full
 /// `peers` run) replaces only its own part.
@@ -7,11 +8,22 @@ pub const BEGIN: &str = "<!-- real-model:begin -->";
 /// See [`BEGIN`].
 pub const END: &str = "<!-- real-model:end -->";
 
+/// Where the surfaces section (`cargo xtask bench-peers --surfaces`) starts and ends.
+pub const SURFACES_BEGIN: &str = "<!-- surfaces:begin -->";
+/// See [`SURFACES_BEGIN`].
+pub const SURFACES_END: &str = "<!-- surfaces:end -->";
+
 /// `old` with its real-model section replaced by `section` (appended when it had none).
 pub fn splice(old: &str, section: &str) -> String {
-    match (old.find(BEGIN), old.find(END)) {
+    splice_between(old, section, (BEGIN, END))
+}
+
+/// `old` with the section between the markers `(begin, end)` replaced by `section`
+/// (appended when it had none).
+pub fn splice_between(old: &str, section: &str, (begin, end): (&str, &str)) -> String {
+    match (old.find(begin), old.find(end)) {
         (Some(b), Some(e)) if b < e => {
-            let rest = &old[e + END.len()..];
+            let rest = &old[e + end.len()..];
             format!(
                 "{}{}{}",
                 &old[..b],
@@ -33,9 +45,14 @@ pub fn splice(old: &str, section: &str) -> String {
 
 /// The real-model section of `old`, to keep when the full run rewrites the rest.
 pub fn section_of(old: &str) -> Option<&str> {
-    let b = old.find(BEGIN)?;
-    let e = old.find(END)?;
-    (b < e).then(|| &old[b..e + END.len()])
+    section_between(old, (BEGIN, END))
+}
+
+/// The section of `old` between the markers `(begin, end)`.
+pub fn section_between<'a>(old: &'a str, (begin, end): (&str, &str)) -> Option<&'a str> {
+    let b = old.find(begin)?;
+    let e = old.find(end)?;
+    (b < e).then(|| &old[b..e + end.len()])
 }
 
 #[cfg(test)]
