@@ -311,7 +311,8 @@ async fn config_models_sessions_auth_and_on_unresolved_error() {
     assert_eq!(steps, ["what", "why"]);
     assert!(dir.join("sessions/chat-e2e/status.json").is_file());
 
-    // `strict` turns an unresolved answer into a 422; its stream ends with a closed status.
+    // `strict` turns an unresolved answer into a 422, streamed or not: the verdict comes before
+    // the stream's first byte, so the stream is answered with the same plain 422.
     upstream.push(MockReply::text("never a marker"));
     let mut request = body(false);
     request["model"] = json!("strict");
@@ -324,19 +325,17 @@ async fn config_models_sessions_auth_and_on_unresolved_error() {
         .unwrap();
     assert_eq!(resp.status(), 422);
     request["stream"] = json!(true);
-    let raw = c
+    let resp = c
         .post(proxy.url("/chat/completions"))
         .bearer_auth("secret-key")
         .json(&request)
         .send()
         .await
-        .unwrap()
-        .text()
-        .await
         .unwrap();
+    assert_eq!(resp.status(), 422);
+    let raw = resp.text().await.unwrap();
     assert!(!raw.contains("never a marker"));
-    assert!(raw.contains("\"done\":true"), "{raw}");
-    assert!(stream_error(&raw).is_some());
+    assert!(raw.contains("enforcement_unresolved"), "{raw}");
 
     let metrics = c
         .get(format!("{}/metrics", proxy.base.trim_end_matches("/v1")))
