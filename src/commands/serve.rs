@@ -781,9 +781,9 @@ mod tests {
         assert_eq!(model.id, "claude-x");
         assert_eq!(model.upstream_model.as_deref(), Some("claude-x"));
         let args = serve_args(&["--runner", "anthropic"]);
-        let err = model_from_flags(&args, None, &profiles)
-            .err()
-            .expect("no model name");
+        let Err(err) = model_from_flags(&args, None, &profiles) else {
+            panic!("a model without a name")
+        };
         assert!(err.contains("--upstream-model"), "{err}");
     }
 

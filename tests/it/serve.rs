@@ -311,7 +311,8 @@ async fn config_models_sessions_auth_and_on_unresolved_error() {
     assert_eq!(steps, ["what", "why"]);
     assert!(dir.join("sessions/chat-e2e/status.json").is_file());
 
-    // `strict` turns an unresolved answer into a 422; its stream ends with a closed status.
+    // `strict` turns an unresolved answer into a 422, streamed or not: the verdict comes before
+    // the stream's first byte, so the stream is answered with the same plain 422.
     upstream.push(MockReply::text("never a marker"));
     let mut request = body(false);
     request["model"] = json!("strict");

@@ -59,6 +59,9 @@ Commands:
                   the Python section of BENCHMARKS.md only: the enforce-llm wheel (release,
                   built first) against Guardrails and Instructor: a check's cost from Python,
                   Guard.validate on the same rule, the JSON-schema re-ask loop (manual, ~2 min)
+  bench-peers --surfaces [ARGS]
+                  the surfaces section of BENCHMARKS.md only: the proxy's added latency above
+                  the relay floor on chat completions, responses and messages at c=1 (manual)
   bench-peers --real-model [ARGS]
                   the real-model section of BENCHMARKS.md only: `enforce eval` with the local
                   runner (SmolLM2) on every contract of examples/eval, every arm, and the
@@ -631,6 +634,11 @@ fn bench_peers(extra: &[String]) -> Result<()> {
         let mut rest = extra.to_vec();
         rest.remove(i);
         return bench_python(&rest);
+    }
+    if let Some(i) = extra.iter().position(|a| a == "--surfaces") {
+        let mut rest = extra.to_vec();
+        rest.remove(i);
+        return run_harness("surfaces", &[], &[], &rest);
     }
     run_harness("peers", &[], &[], extra)
 }

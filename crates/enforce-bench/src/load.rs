@@ -11,12 +11,69 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The API a request speaks: its body's shape (the URL names the route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Surface {
+    /// `POST /v1/chat/completions`.
+    Chat,
+    /// `POST /v1/responses`.
+    Responses,
+    /// `POST /v1/messages`.
+    Messages,
+}
+
+impl Surface {
+    /// Every surface, in the order the report lists them.
+    pub const ALL: [Surface; 3] = [Surface::Chat, Surface::Responses, Surface::Messages];
+
+    /// The route, after the base URL's `/v1`.
+    pub fn path(self) -> &'static str {
+        match self {
+            Surface::Chat => "/chat/completions",
+            Surface::Responses => "/responses",
+            Surface::Messages => "/messages",
+        }
+    }
+
+    /// The name on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Surface::Chat => "chat",
+            Surface::Responses => "responses",
+            Surface::Messages => "messages",
+        }
+    }
+
+    /// The benchmark's one question, in this surface's request shape.
+    fn body(self, model: &str, stream: bool) -> serde_json::Value {
+        const QUESTION: &str = "Who is Ada? Answer as JSON.";
+        match self {
+            Surface::Chat => json!({
+                "model": model,
+                "messages": [{"role": "user", "content": QUESTION}],
+                "stream": stream,
+            }),
+            Surface::Responses => json!({"model": model, "input": QUESTION, "stream": stream}),
+            Surface::Messages => json!({
+                "model": model,
+                "max_tokens": 256,
+                "messages": [{"role": "user", "content": QUESTION}],
+                "stream": stream,
+            }),
+        }
+    }
+}
+
 /// What to drive.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadArgs {
-    /// Chat completions URL.
+    /// The URL posted to (`…/v1/chat/completions`, `…/v1/responses`, `…/v1/messages`).
     #[arg(long)]
     pub url: String,
+    /// The request body's API.
+    #[arg(long, value_enum, default_value = "chat")]
+    pub surface: Surface,
     /// Model name sent in the body.
     #[arg(long, default_value = "mock")]
     pub model: String,
@@ -169,12 +226,7 @@ fn summarize(samples: &[Sample], wall: Duration, cpu: Option<f64>) -> Phase {
 
 /// Runs the plan against one target.
 pub async fn run(args: LoadArgs) -> anyhow::Result<LoadReport> {
-    let body = json!({
-        "model": args.model,
-        "messages": [{"role": "user", "content": "Who is Ada? Answer as JSON."}],
-        "stream": args.stream,
-    })
-    .to_string();
+    let body = args.surface.body(&args.model, args.stream).to_string();
     let args = Arc::new(args);
     let single = reqwest::Client::builder()
         .pool_max_idle_per_host(1)

@@ -24,6 +24,7 @@ mod report;
 mod results;
 mod section;
 mod streaming;
+mod surfaces;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -101,6 +102,8 @@ enum Cmd {
     RealModel(real_model::RealModelArgs),
     /// The Python section: enforce-llm's check and loop against Guardrails and Instructor.
     Python(python_api::PythonArgs),
+    /// The surfaces section: the proxy's added latency on every API surface at c=1.
+    Surfaces(surfaces::SurfacesArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -159,5 +162,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Peers(args) => peers::run(args),
         Cmd::RealModel(args) => real_model::run(args),
         Cmd::Python(args) => python_api::run(args),
+        Cmd::Surfaces(args) => surfaces::run(args),
     }
 }

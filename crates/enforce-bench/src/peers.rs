@@ -62,6 +62,7 @@ pub struct PeersArgs {
 
 pub(crate) const PEERS_PY: &str = include_str!("../python/peers.py");
 
+/// Where the target (`sut`) and the driver run: one core each when `taskset` can pin.
 pub(crate) struct Pinning {
     pub(crate) sut: Vec<String>,
     pub(crate) driver: Vec<String>,
@@ -100,7 +101,7 @@ impl Pinning {
 /// One `SCHED_IDLE` busy loop on each pinned core (see `PeersArgs::let_cores_idle`), started
 /// with the same pinning as the processes it keeps company; the guards stop them when the run
 /// ends.
-fn keep_cores_awake(pin: &Pinning, r: &mut Results) -> Vec<Guarded> {
+pub(crate) fn keep_cores_awake(pin: &Pinning, r: &mut Results) -> Vec<Guarded> {
     let chrt = Command::new("chrt")
         .arg("--version")
         .output()
@@ -283,11 +284,11 @@ pub(crate) fn quiet_env(cmd: &mut Command) {
         .env_remove("https_proxy");
 }
 
-fn start_mock(
+pub(crate) fn start_mock(
     me: &Path,
     pin: &[String],
     mode: &str,
-    args: &PeersArgs,
+    (chunks, gap_ms): (usize, u64),
     results: &mut Results,
 ) -> anyhow::Result<(Guarded, String)> {
     let (child, addr) = start_printing_address(
@@ -298,9 +299,9 @@ fn start_mock(
             "--mode".into(),
             mode.into(),
             "--chunks".into(),
-            args.chunks.to_string(),
+            chunks.to_string(),
             "--gap-ms".into(),
-            args.gap_ms.to_string(),
+            gap_ms.to_string(),
         ],
         results,
     )?;
@@ -406,7 +407,7 @@ fn read_first_line(child: &mut Child, timeout: Duration) -> anyhow::Result<Strin
         .map_err(|_| anyhow!("no output within {timeout:?}"))
 }
 
-fn machine() -> BTreeMap<String, String> {
+pub(crate) fn machine() -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
     let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     if let Some(model) = cpu
@@ -514,8 +515,15 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
     }
     r.commands.clear();
 
-    let (_ok_mock, ok_url) = start_mock(&me, &pin.driver, "ok", &args, &mut r)?;
-    let (_ff_mock, ff_url) = start_mock(&me, &pin.driver, "fail-first", &args, &mut r)?;
+    let (_ok_mock, ok_url) =
+        start_mock(&me, &pin.driver, "ok", (args.chunks, args.gap_ms), &mut r)?;
+    let (_ff_mock, ff_url) = start_mock(
+        &me,
+        &pin.driver,
+        "fail-first",
+        (args.chunks, args.gap_ms),
+        &mut r,
+    )?;
     let ok_pid = _ok_mock.0.id();
 
     // Mock capacity: the mock alone, at c=10, measured by the same driver. `cores` is where the
@@ -722,6 +730,26 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
             text = markers.splice(&text, section);
         }
     }
+    // Every surface's added latency (the last measured one when this run cannot measure it).
+    drop(_spinners);
+    let surfaces = crate::surfaces::section(&crate::surfaces::SurfacesArgs {
+        enforce_bin: args.enforce_bin.clone(),
+        work_dir: work.clone(),
+        out: args.out.clone(),
+        rounds: 5,
+        sequential: 400,
+        let_cores_idle: args.let_cores_idle,
+    });
+    let markers = crate::section::SURFACES;
+    match surfaces {
+        Ok(section) => text = markers.splice(&text, &section),
+        Err(e) => {
+            eprintln!("bench: the surfaces section was not measured: {e}");
+            if let Some(section) = markers.section_of(&old) {
+                text = markers.splice(&text, section);
+            }
+        }
+    }
     std::fs::write(&args.out, text)?;
     eprintln!(
         "bench: wrote {} in {:.0} s",
@@ -779,6 +807,28 @@ fn proxy_enforce(
     r: &mut Results,
     drive: &Drive<'_>,
 ) -> anyhow::Result<()> {
+    let (child, base) = start_enforce(&args.enforce_bin, pin, ok_url, work, r)?;
+    drive_both(
+        r,
+        drive,
+        "enforce",
+        &format!("{base}/v1/chat/completions"),
+        "mock",
+        "sk-bench",
+        child.0.id(),
+    );
+    Ok(())
+}
+
+/// Starts `enforce serve` on the SUT core in front of the `ok` mock (model `mock`, profile
+/// `person`, key `sk-bench`); the process and its base URL (without `/v1`), once healthy.
+pub(crate) fn start_enforce(
+    enforce_bin: &Path,
+    pin: &Pinning,
+    ok_url: &str,
+    work: &Path,
+    r: &mut Results,
+) -> anyhow::Result<(Guarded, String)> {
     let cfg = work.join("enforce-bench.yaml");
     std::fs::write(&cfg, PERSON_CONFIG)?;
     let port = free_port()?;
@@ -801,7 +851,7 @@ fn proxy_enforce(
         "--api-key".into(),
         "sk-bench".into(),
     ];
-    let mut cmd = command(&pin.sut, &args.enforce_bin, &a);
+    let mut cmd = command(&pin.sut, enforce_bin, &a);
     cmd.env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(
@@ -815,16 +865,7 @@ fn proxy_enforce(
             "enforce serve did not become healthy (see enforce-serve.log)"
         ));
     }
-    drive_both(
-        r,
-        drive,
-        "enforce",
-        &format!("{base}/v1/chat/completions"),
-        "mock",
-        "sk-bench",
-        child.0.id(),
-    );
-    Ok(())
+    Ok((child, base))
 }
 
 fn proxy_tensorzero(

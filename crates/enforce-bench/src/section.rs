@@ -1,4 +1,4 @@
-//! The sections of BENCHMARKS.md measured on their own (the real-model one, the Python one):
+//! The sections of BENCHMARKS.md measured on their own (the real-model, Python and surfaces ones):
 //! their markers, and how a run replaces its section or keeps it (the full peers run, which
 //! rewrites everything else).
 
@@ -26,6 +26,12 @@ pub const PYTHON: Markers = Markers {
 pub const BEGIN: &str = REAL_MODEL.begin;
 /// See [`BEGIN`].
 pub const END: &str = REAL_MODEL.end;
+
+/// `cargo xtask bench-peers --surfaces` (and the full peers run, which measures it too).
+pub const SURFACES: Markers = Markers {
+    begin: "<!-- surfaces:begin -->",
+    end: "<!-- surfaces:end -->",
+};
 
 /// `old` with its real-model section replaced by `section` (appended when it had none).
 pub fn splice(old: &str, section: &str) -> String {

@@ -89,6 +89,19 @@ impl HttpEndpoint {
         self.headers.insert(name, value);
     }
 
+    /// The same endpoint (client, headers, retries) with `path` at the end of its URL replaced
+    /// by `by` (`/chat/completions` by `/responses`).
+    pub(crate) fn replaced(&self, path: &str, by: &str) -> Result<Self, ConfigError> {
+        let url = self.url.as_str();
+        let base = url.strip_suffix(path).unwrap_or(url);
+        let url = reqwest::Url::parse(&format!("{base}{by}"))
+            .map_err(|_| ConfigError::InvalidBaseUrl(self.url.to_string()))?;
+        Ok(HttpEndpoint {
+            url,
+            ..self.clone()
+        })
+    }
+
     /// The same endpoint (client, headers, retries) at its URL followed by `suffix`
     /// (`/v1/messages` + `/count_tokens`).
     pub(crate) fn extended(&self, suffix: &str) -> Result<Self, ConfigError> {

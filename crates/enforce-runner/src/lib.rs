@@ -41,6 +41,7 @@ mod config;
 mod error;
 mod http;
 mod openai;
+mod openai_responses;
 mod process;
 mod prompt;
 mod sse;
@@ -61,5 +62,5 @@ pub use error::ConfigError;
 pub use http::{
     backoff_delay, error_message, parse_retry_after, RetryConfig, DEFAULT_MAX_RESPONSE_BYTES,
 };
-pub use openai::{parse_completion, OpenAiConfig, OpenAiRunner};
+pub use openai::{parse_completion, OpenAiApi, OpenAiConfig, OpenAiRunner};
 pub use prompt::{render_prompt, PromptText};

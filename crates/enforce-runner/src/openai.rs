@@ -6,6 +6,7 @@ use crate::http::{
     answer, api_key, ask_whole, error_message, secret_header, EndpointSettings, HttpEndpoint,
     RetryConfig, StreamSource, DEFAULT_MAX_RESPONSE_BYTES,
 };
+use crate::openai_responses::ResponsesApi;
 use crate::process::tail;
 use crate::sse::SseReader;
 use enforce_core::{
@@ -61,6 +62,24 @@ pub struct OpenAiConfig {
     /// Ask with `stream: true` so the loop sees the answer as it is written and can cut a
     /// failing one short (default true). `false` for servers that cannot stream.
     pub stream: bool,
+    /// The upstream API asked: `chat` (`{base_url}/chat/completions`, the default) or
+    /// `responses` (`{base_url}/responses`, the OpenAI Responses API, for upstreams that speak
+    /// it natively).
+    pub api: OpenAiApi,
+}
+
+/// Which API an `openai` runner asks.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OpenAiApi {
+    /// `POST {base_url}/chat/completions`.
+    #[default]
+    Chat,
+    /// `POST {base_url}/responses`: the request translated into the Responses API's
+    /// `instructions`, `input` items and fields, its `response` (or stream events) read back.
+    Responses,
 }
 
 impl Default for OpenAiConfig {
@@ -77,6 +96,7 @@ impl Default for OpenAiConfig {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             tool_feedback: ToolFeedback::default(),
             stream: true,
+            api: OpenAiApi::Chat,
         }
     }
 }
@@ -105,6 +125,8 @@ pub struct OpenAiRunner {
     endpoint: HttpEndpoint,
     /// The server refused `stream_options` once: streamed requests go without it from then on.
     no_stream_options: Arc<AtomicBool>,
+    /// With `api: responses`: the Responses API asked instead of chat completions.
+    responses: Option<ResponsesApi>,
 }
 
 impl OpenAiRunner {
@@ -127,16 +149,28 @@ impl OpenAiRunner {
                 secret_header(&format!("Bearer {key}"))?,
             );
         }
+        let responses = match config.api {
+            OpenAiApi::Chat => None,
+            OpenAiApi::Responses => Some(ResponsesApi {
+                endpoint: endpoint.replaced("/chat/completions", "/responses")?,
+                model: config.model.clone(),
+                params: config.params.clone(),
+            }),
+        };
         Ok(OpenAiRunner {
             endpoint,
             config,
             no_stream_options: Arc::new(AtomicBool::new(false)),
+            responses,
         })
     }
 
-    /// The chat completions URL this runner posts to.
+    /// The URL this runner posts to (chat completions, or the Responses API's).
     pub fn endpoint(&self) -> &str {
-        self.endpoint.url().as_str()
+        match &self.responses {
+            Some(api) => api.endpoint.url().as_str(),
+            None => self.endpoint.url().as_str(),
+        }
     }
 
     /// The JSON body for `messages`: the configured params, the request's params over them,
@@ -239,7 +273,10 @@ impl StreamSource for OpenAiRunner {
 #[async_trait]
 impl Runner for OpenAiRunner {
     async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        ask_whole(self, request, &request.messages).await
+        match &self.responses {
+            Some(api) => ask_whole(api, request, &request.messages).await,
+            None => ask_whole(self, request, &request.messages).await,
+        }
     }
 
     async fn follow_up(
@@ -249,11 +286,18 @@ impl Runner for OpenAiRunner {
         feedback: &str,
     ) -> Result<Reply, RunnerError> {
         let messages = follow_up_messages(request, previous, feedback, self.config.tool_feedback);
-        ask_whole(self, request, &messages).await
+        match &self.responses {
+            Some(api) => ask_whole(api, request, &messages).await,
+            None => ask_whole(self, request, &messages).await,
+        }
     }
 
     fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        answer(self, request, request.messages.clone(), self.config.stream)
+        let messages = request.messages.clone();
+        match &self.responses {
+            Some(api) => answer(api, request, messages, self.config.stream),
+            None => answer(self, request, messages, self.config.stream),
+        }
     }
 
     fn follow_up_streamed<'a>(
@@ -263,7 +307,10 @@ impl Runner for OpenAiRunner {
         feedback: &'a str,
     ) -> ReplyStream<'a> {
         let messages = follow_up_messages(request, previous, feedback, self.config.tool_feedback);
-        answer(self, request, messages, self.config.stream)
+        match &self.responses {
+            Some(api) => answer(api, request, messages, self.config.stream),
+            None => answer(self, request, messages, self.config.stream),
+        }
     }
 }
 

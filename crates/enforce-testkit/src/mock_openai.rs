@@ -524,6 +524,7 @@ impl MockOpenAi {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/chat/completions", post(chat))
+            .route("/v1/responses", post(responses))
             .route("/v1/models", get(models))
             .route("/v1/embeddings", post(embeddings))
             .fallback(not_found)
@@ -1071,4 +1072,142 @@ fn sse(shared: &Arc<Shared>, events: Vec<String>, gap: Duration, cut: bool) -> R
         HeaderValue::from_static("no-cache"),
     );
     response
+}
+
+/// `POST /v1/responses`: the same script answered in the Responses API's shapes, for runners
+/// that speak it (`api: responses`): text (`Truncated`: `status: incomplete` with
+/// `incomplete_details.reason: max_output_tokens`), tool calls (`function_call` items) and
+/// errors; streamed as typed events (`response.created`, `response.output_text.delta`...,
+/// `response.output_item.done`, then `response.completed` or `response.incomplete`) when the
+/// request streams. Other replies are a 500 naming them.
+async fn responses(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    record(&shared, method, uri.path(), &headers, &body);
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let last_user = match request.get("input") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .rev()
+            .find(|i| i.get("role").and_then(Value::as_str) == Some("user"))
+            .and_then(|i| i.get("content").and_then(Value::as_str))
+            .unwrap_or_default()
+            .to_string(),
+        _ => String::new(),
+    };
+    let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
+    let (chunks, gap, model) = {
+        let s = lock(&shared.script);
+        (s.chunks, s.chunk_gap, s.model.clone())
+    };
+    let mut reply = choose(&shared, &last_user);
+    while let MockReply::Delayed(delay, inner) = reply {
+        tokio::time::sleep(delay).await;
+        reply = *inner;
+    }
+    let (text, calls, incomplete) = match reply {
+        MockReply::Text(text) => (Some(fill(&text, &request, &last_user)), Vec::new(), false),
+        MockReply::Truncated(text) => (Some(fill(&text, &request, &last_user)), Vec::new(), true),
+        MockReply::ToolCalls { text, calls } => {
+            (text.map(|t| fill(&t, &request, &last_user)), calls, false)
+        }
+        MockReply::Status {
+            status,
+            body,
+            retry_after,
+        } => return with_status(status, body, retry_after),
+        MockReply::Error {
+            shape,
+            status,
+            message,
+            retry_after,
+        } => {
+            return with_status(
+                status,
+                shape.body(status, &message).to_string(),
+                retry_after,
+            )
+        }
+        other => {
+            let message = format!("the mock's /v1/responses does not play {other:?}");
+            return with_status(
+                500,
+                ErrorShape::OpenAi.body(500, &message).to_string(),
+                None,
+            );
+        }
+    };
+    let mut output = Vec::new();
+    if let Some(text) = &text {
+        output.push(
+            json!({"id": "msg_mock", "type": "message", "status": "completed",
+                           "role": "assistant",
+                           "content": [{"type": "output_text", "text": text, "annotations": []}]}),
+        );
+    }
+    for (index, (id, name, arguments)) in calls.iter().enumerate() {
+        output.push(
+            json!({"id": format!("fc_mock_{index}"), "type": "function_call",
+                           "status": "completed", "call_id": id, "name": name,
+                           "arguments": arguments}),
+        );
+    }
+    let input_tokens = approx_tokens(&request.to_string());
+    let output_tokens = approx_tokens(text.as_deref().unwrap_or_default());
+    let response = json!({
+        "id": "resp_mock", "object": "response", "created_at": 0, "model": model,
+        "status": if incomplete { "incomplete" } else { "completed" },
+        "incomplete_details": if incomplete { json!({"reason": "max_output_tokens"}) } else { Value::Null },
+        "error": null,
+        "output": output,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                  "total_tokens": input_tokens + output_tokens},
+    });
+    if !stream {
+        return axum::Json(response).into_response();
+    }
+    let mut events = Vec::new();
+    let mut in_progress = response.clone();
+    in_progress["status"] = json!("in_progress");
+    in_progress["output"] = json!([]);
+    events.push(json!({"type": "response.created", "response": in_progress}).to_string());
+    for (index, item) in output.iter().enumerate() {
+        match item["type"].as_str() {
+            Some("message") => {
+                let text = text.as_deref().unwrap_or_default();
+                let chars: Vec<char> = text.chars().collect();
+                let per = chars.len().div_ceil(chunks.max(1)).max(1);
+                for piece in chars.chunks(per) {
+                    events.push(
+                        json!({"type": "response.output_text.delta", "item_id": "msg_mock",
+                               "output_index": index, "content_index": 0,
+                               "delta": piece.iter().collect::<String>()})
+                        .to_string(),
+                    );
+                }
+            }
+            _ => events.push(
+                json!({"type": "response.function_call_arguments.delta",
+                       "item_id": item["id"], "output_index": index,
+                       "delta": item["arguments"]})
+                .to_string(),
+            ),
+        }
+        events.push(
+            json!({"type": "response.output_item.done", "output_index": index, "item": item})
+                .to_string(),
+        );
+    }
+    let end = if incomplete {
+        "response.incomplete"
+    } else {
+        "response.completed"
+    };
+    events.push(json!({"type": end, "response": response}).to_string());
+    sse(&shared, events, gap, false)
 }

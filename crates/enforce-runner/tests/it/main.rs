@@ -7,5 +7,6 @@ mod claude_real;
 mod command_runner;
 mod common;
 mod openai_http;
+mod openai_responses_api;
 mod openai_stream;
 mod streaming;

@@ -77,3 +77,59 @@ async fn an_answer_cut_at_the_token_limit_is_incomplete_streamed_or_not() {
     assert_eq!(body["status"], "completed", "{body}");
     assert!(body["incomplete_details"].is_null());
 }
+
+/// The native Responses passthrough: a model whose `openai` runner asks the upstream's
+/// `/v1/responses` (`api: responses`) serves every surface, and the upstream's token limit
+/// still ends the answer `incomplete`.
+#[tokio::test]
+async fn an_upstream_that_speaks_responses_is_asked_natively() {
+    let mock = MockOpenAi::start(
+        MockScript::new().replies([MockReply::text(GOOD), MockReply::Truncated(GOOD.into())]),
+    )
+    .await
+    .unwrap();
+    let runner = OpenAiRunner::new(OpenAiConfig {
+        base_url: mock.url(),
+        model: "mock-model".into(),
+        api: enforce_runner::OpenAiApi::Responses,
+        retry: RetryConfig {
+            max_retries: 0,
+            ..RetryConfig::default()
+        },
+        ..OpenAiConfig::default()
+    })
+    .unwrap();
+    let server = server_with(
+        ServerConfig::default(),
+        Arc::new(runner),
+        marker_enforcer(false),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    let chat: Value = h.chat(user_body(false)).await.json().await.unwrap();
+    assert_eq!(chat["choices"][0]["message"]["content"], GOOD);
+    let body: Value = post(
+        &h,
+        json!({"model": "m", "input": "Why?", "instructions": "Be brief.", "max_output_tokens": 16}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(body["status"], "incomplete", "{body}");
+    let asked: Vec<_> = mock
+        .requests()
+        .into_iter()
+        .map(|r| (r.path, r.body))
+        .collect();
+    assert!(
+        asked.iter().all(|(path, _)| path == "/v1/responses"),
+        "{asked:?}"
+    );
+    assert_eq!(asked[1].1["instructions"], "Be brief.");
+    assert_eq!(
+        asked[1].1["input"],
+        json!([{"role": "user", "content": "Why?"}])
+    );
+    assert_eq!(asked[1].1["max_output_tokens"], 16);
+}

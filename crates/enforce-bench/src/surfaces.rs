@@ -1,0 +1,268 @@
+//! `enforce-bench surfaces`: the proxy's added latency on every API surface (chat
+//! completions, responses, messages) at c=1, above the relay floor. Writes its own section of
+//! BENCHMARKS.md (`cargo xtask bench-peers --surfaces`); the full peers run measures it too.
+//!
+//! One mock, one byte relay and one `enforce serve` stay up for the whole run; each round
+//! measures the relay and then every surface (plain and streamed), each with `sequential`
+//! requests on one keep-alive connection, and the figures are the medians of the rounds' p50s:
+//! interleaved rounds spread a passing disturbance of the machine over every target instead of
+//! landing on one.
+
+use crate::load::Surface;
+use crate::peers::{
+    command, keep_cores_awake, loadavg, machine, output_json, start_enforce, start_mock,
+    start_printing_address, Pinning,
+};
+use crate::results::Results;
+use crate::section::SURFACES;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// The bound on the proxy's added latency above the relay floor, per surface, at c=1 (ms).
+pub const TARGET_ABOVE_FLOOR_MS: f64 = 0.05;
+
+/// Options of the surfaces run.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SurfacesArgs {
+    /// The `enforce` binary (release build).
+    #[arg(long)]
+    pub enforce_bin: PathBuf,
+    /// Where configs and logs go.
+    #[arg(long)]
+    pub work_dir: PathBuf,
+    /// The report whose surfaces section is replaced.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    pub out: PathBuf,
+    /// Measuring rounds (each: the relay, then every surface plain and streamed).
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    /// Sequential requests per target and round.
+    #[arg(long, default_value_t = 400)]
+    pub sequential: usize,
+    /// Let idle cores halt (see `enforce-bench peers --help`).
+    #[arg(long)]
+    pub let_cores_idle: bool,
+}
+
+/// What one surfaces run measured.
+struct Measured {
+    /// The relay's p50 per round (ms).
+    relay: Vec<f64>,
+    /// `(surface, stream)` → the p50 per round (ms).
+    enforce: Vec<((Surface, bool), Vec<f64>)>,
+    commands: Vec<String>,
+    cores_awake: String,
+    pinned: bool,
+    load_before: String,
+    load_after: String,
+    seconds: f64,
+}
+
+/// Runs the measurement and replaces the surfaces section of `args.out`.
+pub fn run(args: SurfacesArgs) -> anyhow::Result<()> {
+    let section = section(&args)?;
+    let old = std::fs::read_to_string(&args.out).unwrap_or_default();
+    std::fs::write(
+        &args.out,
+        SURFACES.splice(&old, &section),
+    )?;
+    eprintln!(
+        "bench: wrote the surfaces section of {}",
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// Measures and renders the section (with its markers).
+pub fn section(args: &SurfacesArgs) -> anyhow::Result<String> {
+    let measured = measure(args)?;
+    Ok(render(args, &measured))
+}
+
+fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
+    let started = Instant::now();
+    let me = std::env::current_exe()?;
+    std::fs::create_dir_all(&args.work_dir)?;
+    let (pin, pinned) = Pinning::detect();
+    let mut r = Results {
+        load_before: loadavg(),
+        ..Results::default()
+    };
+    let _spinners = if pinned && !args.let_cores_idle {
+        keep_cores_awake(&pin, &mut r)
+    } else {
+        r.cores_awake = "no".into();
+        Vec::new()
+    };
+    let load_before = loadavg();
+    let (_mock, ok_url) = start_mock(&me, &pin.driver, "ok", (10, 1), &mut r)?;
+    let upstream = ok_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_string();
+    let (relay, relay_addr) = start_printing_address(
+        &me,
+        &pin.sut,
+        &["relay".into(), "--upstream".into(), upstream],
+        &mut r,
+    )?;
+    let (enforce, base) = start_enforce(&args.enforce_bin, &pin, &ok_url, &args.work_dir, &mut r)?;
+    let drive = |r: &mut Results, url: &str, surface: Surface, stream: bool, pid: u32| {
+        let mut a: Vec<String> = [
+            "load",
+            "--url",
+            url,
+            "--surface",
+            surface.name(),
+            "--model",
+            "mock",
+            "--key",
+            "sk-bench",
+            "--pid",
+        ]
+        .map(String::from)
+        .to_vec();
+        a.push(pid.to_string());
+        a.extend(["--sequential".into(), args.sequential.to_string()]);
+        a.extend(["--concurrency", "0", "--rate", "0"].map(String::from));
+        if stream {
+            a.push("--stream".into());
+        }
+        let report = output_json(command(&pin.driver, &me, &a), r)?;
+        p50_of(&report)
+    };
+    let mut relay_p50 = Vec::new();
+    let mut enforce_p50: Vec<((Surface, bool), Vec<f64>)> = Surface::ALL
+        .iter()
+        .flat_map(|s| [false, true].map(|stream| ((*s, stream), Vec::new())))
+        .collect();
+    let relay_url = format!("http://{relay_addr}/v1/chat/completions");
+    for _ in 0..args.rounds.max(1) {
+        relay_p50.push(drive(
+            &mut r,
+            &relay_url,
+            Surface::Chat,
+            false,
+            relay.0.id(),
+        )?);
+        for ((surface, stream), p50s) in &mut enforce_p50 {
+            let url = format!("{base}/v1{}", surface.path());
+            p50s.push(drive(&mut r, &url, *surface, *stream, enforce.0.id())?);
+        }
+    }
+    // The commands once: every round repeats them.
+    let mut commands = Vec::new();
+    for c in r.commands {
+        if !commands.contains(&c) {
+            commands.push(c);
+        }
+    }
+    Ok(Measured {
+        relay: relay_p50,
+        enforce: enforce_p50,
+        commands,
+        cores_awake: r.cores_awake,
+        pinned,
+        load_before,
+        load_after: loadavg(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The sequential phase's p50 of a load report; an error when a request failed.
+fn p50_of(report: &Value) -> anyhow::Result<f64> {
+    let phase = &report["sequential"];
+    if phase["errors"].as_u64().unwrap_or(0) > 0 {
+        anyhow::bail!("requests failed: {}", phase["first_error"]);
+    }
+    phase["p50_ms"]
+        .as_f64()
+        .ok_or_else(|| anyhow::anyhow!("no p50 in {report}"))
+}
+
+/// The median of `values` (which are not empty).
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn render(args: &SurfacesArgs, m: &Measured) -> String {
+    let floor = median(&m.relay);
+    let mut s = format!("{}\n## The proxy on every surface\n\n", SURFACES.begin);
+    s.push_str(&format!(
+        "`cargo xtask bench-peers --surfaces` (and the full run): `enforce serve` with the `person` profile (the same JSON Schema check as scenario 3) in front of the same mock, asked in each API's own request shape at c=1: {} rounds, each {} sequential requests on one keep-alive connection (after 30 warm-up requests) to the relay and then to every surface, plain and streamed; the figures are the medians of the rounds' p50s. *Above the floor* = the surface's p50 − the relay's p50 (the relay passes the chat request to the mock untouched; every surface makes that same chat exchange with the mock). Streamed rows are held until the answer passed, so their exchange is the same as the plain ones'.\n\n",
+        args.rounds.max(1),
+        args.sequential
+    ));
+    s.push_str(&format!(
+        "Load average before / after: {} / {} ({} cores{}; pinned: {}; cores kept awake: {}). Run time {:.0} s.\n\n",
+        m.load_before,
+        m.load_after,
+        machine().get("cores").cloned().unwrap_or_default(),
+        machine()
+            .get("cpu")
+            .map(|c| format!(", {c}"))
+            .unwrap_or_default(),
+        if m.pinned { "yes" } else { "no" },
+        m.cores_awake.split(':').next().unwrap_or_default(),
+        m.seconds
+    ));
+    s.push_str("| target | stream | c=1 p50 ms (rounds) | above the floor ms | target | verdict |\n|---|---|---|---|---|---|\n");
+    let rounds = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.3}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    s.push_str(&format!(
+        "| relay (floor) | no | {floor:.3} ({}) | 0 | – | – |\n",
+        rounds(&m.relay)
+    ));
+    for ((surface, stream), p50s) in &m.enforce {
+        let p50 = median(p50s);
+        let above = p50 - floor;
+        let verdict = if above <= TARGET_ABOVE_FLOOR_MS {
+            "met"
+        } else {
+            "**missed**"
+        };
+        s.push_str(&format!(
+            "| enforce {} (`{}`) | {} | {p50:.3} ({}) | {above:.3} | ≤ {TARGET_ABOVE_FLOOR_MS} | {verdict} |\n",
+            surface.name(),
+            surface.path(),
+            if *stream { "yes" } else { "no" },
+            rounds(p50s),
+        ));
+    }
+    s.push_str("\nCommands:\n\n```sh\n");
+    for c in &m.commands {
+        s.push_str(c);
+        s.push('\n');
+    }
+    s.push_str("```\n");
+    s.push_str(SURFACES.end);
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+}
