@@ -171,6 +171,14 @@ def openai_family():
         )
         return {"parsed": c.choices[0].message.parsed.model_dump()}
 
+    def chat_stream_unresolved(tag):
+        stream = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": f"Break the contract {tag}"}],
+            stream=True,
+        )
+        return {"chunks": [c.choices[0].delta.content for c in stream if c.choices]}
+
     def responses_unresolved(tag):
         r = client.responses.create(model=MODEL, input=f"Break the contract {tag}")
         return {"text": r.output_text}
@@ -235,6 +243,7 @@ def openai_family():
     case("responses_parse", responses_parse)
     case("chat_parse", chat_parse)
     case("chat_parse_unresolved", chat_parse_unresolved)
+    case("chat_stream_unresolved", chat_stream_unresolved)
     case("responses_unresolved", responses_unresolved)
     case("responses_stream_unresolved", responses_stream_unresolved)
 

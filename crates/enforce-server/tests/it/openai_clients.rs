@@ -130,6 +130,8 @@ async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() 
     // The request's JSON Schema is checked whatever the profile: a missing field is refused.
     let failed = cases.failed("chat_parse_unresolved", "UnprocessableEntityError", "age");
     assert_eq!(failed["status"], 422);
+    // A chat stream's error chunk: the SDK raises its APIError.
+    cases.failed("chat_stream_unresolved", "APIError", BROKEN_CODE);
     let failed = cases.failed(
         "responses_stream_unresolved",
         "ResponseFailedEvent",
@@ -141,6 +143,7 @@ async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() 
         "(responses_unresolved)",
         "(chat_parse_unresolved)",
         "(responses_stream_unresolved)",
+        "(chat_stream_unresolved)",
     ] {
         assert_eq!(upstream.calls(tag), 2, "{tag}");
     }
