@@ -7,7 +7,7 @@
 
 use crate::common::Harness;
 use crate::sdk::{self, ByQuestion, Cases, AFTER_TOOL, BROKEN_CODE, HELLO};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -36,12 +36,7 @@ async fn the_vercel_ai_sdk_reads_both_openai_apis_tools_objects_and_errors() {
         assert_eq!(text["enforceStatus"], "passed", "{text}");
 
         let streamed = cases.ok(&case("stream_text"));
-        let deltas: String = streamed["deltas"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
+        let deltas = sdk::joined(&streamed["deltas"]);
         assert_eq!(deltas, HELLO, "{streamed}");
         assert_eq!(streamed["text"], HELLO);
         assert_eq!(streamed["finishReason"], "stop");
@@ -109,8 +104,7 @@ async fn the_vercel_ai_sdk_reads_both_openai_apis_tools_objects_and_errors() {
             "stream_unresolved",
             "stream_draft_unresolved",
         ] {
-            let tag = format!("({})", case(name));
-            assert_eq!(upstream.calls(&tag), 2, "{tag}: no retry by the SDK");
+            upstream.assert_not_retried(&[&format!("({})", case(name))]);
         }
     }
 }

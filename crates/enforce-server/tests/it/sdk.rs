@@ -202,6 +202,14 @@ impl ByQuestion {
             .count()
     }
 
+    /// Asserts that each case named by a tag reached the upstream twice (one ask and one
+    /// re-ask): no client asked again for an unresolved answer.
+    pub fn assert_not_retried(&self, tags: &[&str]) {
+        for tag in tags {
+            assert_eq!(self.calls(tag), 2, "{tag}: asked again by the client?");
+        }
+    }
+
     fn reply(&self, request: &Request, again: bool) -> Reply {
         let question = request.last_user_text().unwrap_or("").to_string();
         let broken = question.contains("Break") || (question.contains("Mend") && !again);
@@ -355,6 +363,14 @@ impl Cases {
         assert!(message.contains(needle), "{name}: {case}");
         case
     }
+}
+
+/// The strings of a JSON array joined: streamed deltas as the answer they make.
+pub fn joined(pieces: &Value) -> String {
+    pieces
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
 }
 
 /// `Some(value)` of a `Result` from an installer, or prints why the test is skipped.
