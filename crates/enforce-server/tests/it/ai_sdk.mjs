@@ -14,7 +14,8 @@ import { pathToFileURL } from "node:url";
 const [prefix, baseUrl, modelName] = process.argv.slice(2);
 const from = createRequire(pathToFileURL(`${prefix}/package.json`));
 const load = (name) => import(pathToFileURL(from.resolve(name)).href);
-const { generateText, streamText, generateObject, tool, stepCountIs } = await load("ai");
+const { generateText, streamText, generateObject, streamObject, tool, stepCountIs } =
+  await load("ai");
 const { createOpenAI } = await load("@ai-sdk/openai");
 const { z } = await load("zod");
 
@@ -124,6 +125,12 @@ for (const [api, model, draft] of [
   await runCase(`${api}_generate_object`, async (tag) => {
     const r = await generateObject({ model, schema: Person, prompt: `Who is Ada? ${tag}` });
     return { object: r.object, finishReason: r.finishReason };
+  });
+  await runCase(`${api}_stream_object`, async (tag) => {
+    const r = streamObject({ model, schema: Person, prompt: `Who is Ada? ${tag}` });
+    const partials = [];
+    for await (const partial of r.partialObjectStream) partials.push(partial);
+    return { object: await r.object, partials: partials.length };
   });
   await runCase(`${api}_text_unresolved`, async (tag) => {
     const r = await generateText({ model, prompt: `Break the contract ${tag}` });

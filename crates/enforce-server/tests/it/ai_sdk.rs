@@ -68,12 +68,14 @@ async fn the_vercel_ai_sdk_reads_both_openai_apis_tools_objects_and_errors() {
             assert_eq!(run["steps"], 2);
         }
 
-        let object = cases.ok(&case("generate_object"));
-        assert_eq!(
-            object["object"],
-            json!({"name": "Ada", "age": 36}),
-            "{object}"
-        );
+        for name in ["generate_object", "stream_object"] {
+            let object = cases.ok(&case(name));
+            assert_eq!(
+                object["object"],
+                json!({"name": "Ada", "age": 36}),
+                "{object}"
+            );
+        }
 
         // Unresolved: the SDK's APICallError with enforce's status and message, not retried.
         for (name, needle) in [

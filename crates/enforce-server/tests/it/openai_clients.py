@@ -298,6 +298,27 @@ def langchain_family():
         structured = llm.with_structured_output(Person, method="function_calling")
         return {"parsed": structured.invoke(f"Break: who is Ada? {tag}").model_dump()}
 
+    responses_llm = ChatOpenAI(
+        model=MODEL, base_url=API, api_key="sk-test", max_retries=0, use_responses_api=True
+    )
+
+    def responses_api_stream(tag):
+        return {"chunks": [c.text for c in responses_llm.stream(f"Say hello {tag}")]}
+
+    def responses_api_structured(tag):
+        person = responses_llm.with_structured_output(Person).invoke(f"Who is Ada? {tag}")
+        return {"parsed": person.model_dump(), "type": type(person).__name__}
+
+    def responses_api_tools(tag):
+        m = responses_llm.bind_tools([get_weather]).invoke(f"What is the weather in Oslo? {tag}")
+        return {"tool_calls": [{"name": c["name"], "args": c["args"]} for c in m.tool_calls]}
+
+    def responses_api_unresolved(tag):
+        return {"text": responses_llm.invoke(f"Break the contract {tag}").text}
+
+    def responses_api_stream_unresolved(tag):
+        return {"chunks": [c.text for c in responses_llm.stream(f"Break the contract {tag}")]}
+
     def invoke_unresolved(tag):
         return {"text": llm.invoke(f"Break the contract {tag}").content}
 
@@ -321,6 +342,11 @@ def langchain_family():
     case("structured_by_tool_unresolved", structured_by_tool_unresolved)
     case("tools", tools)
     case("responses_api", responses_api)
+    case("responses_api_stream", responses_api_stream)
+    case("responses_api_structured", responses_api_structured)
+    case("responses_api_tools", responses_api_tools)
+    case("responses_api_unresolved", responses_api_unresolved)
+    case("responses_api_stream_unresolved", responses_api_stream_unresolved)
     case("invoke_unresolved", invoke_unresolved)
     case("stream_unresolved", stream_unresolved)
     case("structured_unresolved", structured_unresolved)

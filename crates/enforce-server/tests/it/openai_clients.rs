@@ -164,14 +164,31 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
     // Drafts travel as `reasoning_content`, which LangChain does not put into the content.
     let draft = sdk::joined(&cases.ok("stream_draft")["chunks"]);
     assert_eq!(draft, HELLO);
+    // The same through the Responses API.
     let responses = cases.ok("responses_api");
     assert_eq!(responses["text"], HELLO);
+    assert_eq!(
+        sdk::joined(&cases.ok("responses_api_stream")["chunks"]),
+        HELLO
+    );
+    assert_person(cases.ok("responses_api_structured"));
+    assert_eq!(
+        cases.ok("responses_api_tools")["tool_calls"],
+        json!([{"name": "get_weather", "args": {"city": "Oslo"}}])
+    );
 
     // LangChain raises the openai SDK's errors as they are.
     let failed = cases.failed("invoke_unresolved", "UnprocessableEntityError", BROKEN_CODE);
     assert_eq!(failed["status"], 422);
     cases.failed("stream_unresolved", "APIError", BROKEN_CODE);
     cases.failed("structured_unresolved", "UnprocessableEntityError", "age");
+    cases.failed(
+        "responses_api_unresolved",
+        "UnprocessableEntityError",
+        BROKEN_CODE,
+    );
+    // LangChain raises a `response.failed` event's error as a ValueError.
+    cases.failed("responses_api_stream_unresolved", "ValueError", BROKEN_CODE);
     // The tool's arguments are checked against its schema: the re-asked call still broke it.
     cases.failed(
         "structured_by_tool_unresolved",
@@ -183,6 +200,8 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
         "(stream_unresolved)",
         "(structured_unresolved)",
         "(structured_by_tool_unresolved)",
+        "(responses_api_unresolved)",
+        "(responses_api_stream_unresolved)",
     ]);
 }
 
