@@ -146,6 +146,14 @@ def openai_family():
             final = stream.get_final_response()
         return {"events": kinds, "items": items(final), "status": final.status}
 
+    def responses_stream_draft_tool(tag):
+        with client.responses.stream(
+            model="draft", input=f"What is the weather in Oslo? {tag}", tools=[tool]
+        ) as stream:
+            kinds = [event.type for event in stream]
+            final = stream.get_final_response()
+        return {"events": kinds, "items": items(final)}
+
     def responses_parse(tag):
         r = client.responses.parse(model=MODEL, input=f"Who is Ada? {tag}", text_format=Person)
         return {"parsed": r.output_parsed.model_dump(), "type": type(r.output_parsed).__name__}
@@ -240,6 +248,7 @@ def openai_family():
     case("responses_stream_text", responses_stream_text)
     case("responses_tool", responses_tool)
     case("responses_stream_tool", responses_stream_tool)
+    case("responses_stream_draft_tool", responses_stream_draft_tool)
     case("responses_parse", responses_parse)
     case("chat_parse", chat_parse)
     case("chat_parse_unresolved", chat_parse_unresolved)
@@ -396,6 +405,12 @@ def agents_family():
         kinds = [event.type async for event in result.stream_events()]
         return {"final_output": result.final_output, "cities": list(cities), "saw": sorted(set(kinds))}
 
+    async def run_structured(tag):
+        # `output_type`: the SDK asks for `text.format` (a strict JSON Schema).
+        typed = Agent(name="people", instructions="Answer briefly.", model=MODEL, output_type=Person)
+        result = await Runner.run(typed, f"Who is Ada? {tag}")
+        return {"parsed": result.final_output.model_dump(), "type": type(result.final_output).__name__}
+
     async def run_unresolved(tag):
         result = await Runner.run(agent, f"Break the contract {tag}")
         return {"final_output": result.final_output}
@@ -408,6 +423,7 @@ def agents_family():
             pass
         return {"final_output": result.final_output}
 
+    case("run_structured", run_structured)
     case("run_unresolved", run_unresolved)
     case("run_streamed_unresolved", run_streamed_unresolved)
 

@@ -110,6 +110,10 @@ async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() 
         .unwrap()
         .contains(&json!("response.function_call_arguments.done")));
 
+    // A tool call in draft mode: no text to show as a draft, the call's events as held.
+    let draft_tool = cases.ok("responses_stream_draft_tool");
+    assert_eq!(draft_tool["items"], streamed_tool["items"], "{draft_tool}");
+
     assert_person(cases.ok("responses_parse"));
     let parsed = cases.ok("chat_parse");
     assert_person(parsed);
@@ -223,6 +227,7 @@ async fn the_openai_agents_sdk_runs_an_agent_with_a_tool_and_raises() {
             "message_output_item"
         ])
     );
+    assert_person(cases.ok("run_structured"));
     let failed = cases.failed("run_unresolved", "UnprocessableEntityError", BROKEN_CODE);
     assert_eq!(failed["status"], 422);
     // Streamed, the SDK raises its own error for a `response.failed` event.
