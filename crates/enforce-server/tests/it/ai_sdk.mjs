@@ -84,7 +84,13 @@ for (const [api, model, draft] of [
     const r = streamText({ model, prompt: `Say hello ${tag}` });
     const { deltas, error } = await readStream(r);
     if (error !== undefined) return describe(error);
-    return { deltas, text: await r.text, finishReason: await r.finishReason };
+    const usage = await r.usage;
+    return {
+      deltas,
+      text: await r.text,
+      finishReason: await r.finishReason,
+      usage: [usage.inputTokens, usage.outputTokens],
+    };
   });
   await runCase(`${api}_stream_draft`, async (tag) => {
     // The model "draft" streams every attempt as reasoning; the first one breaks the contract.
@@ -107,7 +113,7 @@ for (const [api, model, draft] of [
       prompt: `What is the weather in Oslo? ${tag}`,
     });
     const calls = r.steps[0].toolCalls.map((c) => ({ name: c.toolName, input: c.input }));
-    return { calls, text: r.text, steps: r.steps.length };
+    return { calls, text: r.text, steps: r.steps.length, firstFinish: r.steps[0].finishReason };
   });
   await runCase(`${api}_stream_tool`, async (tag) => {
     const r = streamText({
@@ -120,7 +126,7 @@ for (const [api, model, draft] of [
     if (error !== undefined) return describe(error);
     const steps = await r.steps;
     const calls = steps[0].toolCalls.map((c) => ({ name: c.toolName, input: c.input }));
-    return { calls, text: await r.text, steps: steps.length };
+    return { calls, text: await r.text, steps: steps.length, firstFinish: steps[0].finishReason };
   });
   await runCase(`${api}_generate_object`, async (tag) => {
     const r = await generateObject({ model, schema: Person, prompt: `Who is Ada? ${tag}` });

@@ -40,6 +40,7 @@ async fn the_vercel_ai_sdk_reads_both_openai_apis_tools_objects_and_errors() {
         assert_eq!(deltas, HELLO, "{streamed}");
         assert_eq!(streamed["text"], HELLO);
         assert_eq!(streamed["finishReason"], "stop");
+        assert_eq!(streamed["usage"], json!([11, 7]), "{streamed}");
 
         // The model "draft" streams each attempt as reasoning: the Responses model shows it
         // as the SDK's reasoning; the chat model does not read `reasoning_content`.
@@ -66,6 +67,7 @@ async fn the_vercel_ai_sdk_reads_both_openai_apis_tools_objects_and_errors() {
             );
             assert_eq!(run["text"], AFTER_TOOL, "{api} {name}: {run}");
             assert_eq!(run["steps"], 2);
+            assert_eq!(run["firstFinish"], "tool-calls", "{api} {name}: {run}");
         }
 
         for name in ["generate_object", "stream_object"] {
