@@ -179,32 +179,40 @@ def openai_family():
         )
         return {"parsed": c.choices[0].message.parsed.model_dump()}
 
-    def chat_stream_unresolved(tag):
-        stream = client.chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": f"Break the contract {tag}"}],
-            stream=True,
-        )
-        return {"chunks": [c.choices[0].delta.content for c in stream if c.choices]}
+    def chat_stream_unresolved(model):
+        def run(tag):
+            stream = client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": f"Break the contract {tag}"}],
+                stream=True,
+            )
+            return {"chunks": [c.choices[0].delta.content for c in stream if c.choices]}
+
+        return run
 
     def responses_unresolved(tag):
         r = client.responses.create(model=MODEL, input=f"Break the contract {tag}")
         return {"text": r.output_text}
 
-    def responses_stream_unresolved(tag):
-        # A stream that already began reports the failure as its own event type.
-        stream = client.responses.create(model=MODEL, input=f"Break the contract {tag}", stream=True)
-        for event in stream:
-            if event.type == "response.failed":
-                return {
-                    "ok": False,
-                    "error": type(event).__name__,
-                    "message": event.response.error.message,
-                    "code": event.response.error.code,
-                }
-            if event.type == "error":
-                return {"ok": False, "error": type(event).__name__, "message": event.message}
-        return {"text": "no failure seen"}
+    def responses_stream_unresolved(model):
+        def run(tag):
+            # A stream that already began reports the failure as its own event type.
+            stream = client.responses.create(
+                model=model, input=f"Break the contract {tag}", stream=True
+            )
+            for event in stream:
+                if event.type == "response.failed":
+                    return {
+                        "ok": False,
+                        "error": type(event).__name__,
+                        "message": event.response.error.message,
+                        "code": event.response.error.code,
+                    }
+                if event.type == "error":
+                    return {"ok": False, "error": type(event).__name__, "message": event.message}
+            return {"text": "no failure seen"}
+
+        return run
 
     def responses_mended(tag):
         # The first answer breaks the contract; the client sees only the re-asked one.
@@ -252,9 +260,11 @@ def openai_family():
     case("responses_parse", responses_parse)
     case("chat_parse", chat_parse)
     case("chat_parse_unresolved", chat_parse_unresolved)
-    case("chat_stream_unresolved", chat_stream_unresolved)
+    case("chat_stream_unresolved", chat_stream_unresolved(MODEL))
+    case("chat_stream_draft_unresolved", chat_stream_unresolved("draft"))
     case("responses_unresolved", responses_unresolved)
-    case("responses_stream_unresolved", responses_stream_unresolved)
+    case("responses_stream_unresolved", responses_stream_unresolved(MODEL))
+    case("responses_stream_draft_unresolved", responses_stream_unresolved("draft"))
 
 
 # --- LangChain --------------------------------------------------------------------------------
@@ -265,6 +275,9 @@ def langchain_family():
     from langchain_openai import ChatOpenAI
 
     llm = ChatOpenAI(model=MODEL, base_url=API, api_key="sk-test", max_retries=0)
+
+    def draft(**options):
+        return ChatOpenAI(model="draft", base_url=API, api_key="sk-test", max_retries=0, **options)
 
     @lc_tool
     def get_weather(city: str) -> str:
@@ -325,14 +338,15 @@ def langchain_family():
     def responses_api_unresolved(tag):
         return {"text": responses_llm.invoke(f"Break the contract {tag}").text}
 
-    def responses_api_stream_unresolved(tag):
-        return {"chunks": [c.text for c in responses_llm.stream(f"Break the contract {tag}")]}
+    def streamed_unresolved(chat_model):
+        def run(tag):
+            return {"chunks": [c.text for c in chat_model.stream(f"Break the contract {tag}")]}
+
+        return run
+
 
     def invoke_unresolved(tag):
         return {"text": llm.invoke(f"Break the contract {tag}").content}
-
-    def stream_unresolved(tag):
-        return {"chunks": [c.content for c in llm.stream(f"Break the contract {tag}")]}
 
     def structured_unresolved(tag):
         person = llm.with_structured_output(Person).invoke(f"Break: who is Ada? {tag}")
@@ -340,8 +354,7 @@ def langchain_family():
 
     def stream_draft(tag):
         # Drafts travel as `reasoning_content`, which is not the answer's content.
-        draft = ChatOpenAI(model="draft", base_url=API, api_key="sk-test", max_retries=0)
-        return {"chunks": [c.content for c in draft.stream(f"Mend the answer {tag}")]}
+        return {"chunks": [c.content for c in draft().stream(f"Mend the answer {tag}")]}
 
     case("invoke", invoke)
     case("stream_draft", stream_draft)
@@ -355,9 +368,14 @@ def langchain_family():
     case("responses_api_structured", responses_api_structured)
     case("responses_api_tools", responses_api_tools)
     case("responses_api_unresolved", responses_api_unresolved)
-    case("responses_api_stream_unresolved", responses_api_stream_unresolved)
+    case("responses_api_stream_unresolved", streamed_unresolved(responses_llm))
+    case(
+        "responses_api_stream_draft_unresolved",
+        streamed_unresolved(draft(use_responses_api=True)),
+    )
     case("invoke_unresolved", invoke_unresolved)
-    case("stream_unresolved", stream_unresolved)
+    case("stream_unresolved", streamed_unresolved(llm))
+    case("stream_draft_unresolved", streamed_unresolved(draft()))
     case("structured_unresolved", structured_unresolved)
 
 
@@ -415,17 +433,23 @@ def agents_family():
         result = await Runner.run(agent, f"Break the contract {tag}")
         return {"final_output": result.final_output}
 
+    def run_streamed_unresolved(model):
+        streaming = agent.clone(model=model)
+
+        async def run(tag):
+            result = Runner.run_streamed(streaming, f"Break the contract {tag}")
+            async for _ in result.stream_events():
+                pass
+            return {"final_output": result.final_output}
+
+        return run
+
     case("run_tool", run_tool)
     case("run_streamed", run_streamed)
-    async def run_streamed_unresolved(tag):
-        result = Runner.run_streamed(agent, f"Break the contract {tag}")
-        async for _ in result.stream_events():
-            pass
-        return {"final_output": result.final_output}
-
     case("run_structured", run_structured)
     case("run_unresolved", run_unresolved)
-    case("run_streamed_unresolved", run_streamed_unresolved)
+    case("run_streamed_unresolved", run_streamed_unresolved(MODEL))
+    case("run_streamed_draft_unresolved", run_streamed_unresolved("draft"))
 
 
 FAMILIES = {"openai": openai_family, "langchain": langchain_family, "agents": agents_family}

@@ -129,20 +129,35 @@ async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() 
     // The request's JSON Schema is checked whatever the profile: a missing field is refused.
     let failed = cases.failed("chat_parse_unresolved", "UnprocessableEntityError", "age");
     assert_eq!(failed["status"], 422);
-    // A chat stream's error chunk: the SDK raises its APIError.
-    cases.failed("chat_stream_unresolved", "APIError", BROKEN_CODE);
+    // In a stream that began (with drafts): a chat stream's error chunk is the SDK's
+    // APIError, a Responses stream ends in its ResponseFailedEvent.
+    cases.failed("chat_stream_draft_unresolved", "APIError", BROKEN_CODE);
     let failed = cases.failed(
-        "responses_stream_unresolved",
+        "responses_stream_draft_unresolved",
         "ResponseFailedEvent",
         BROKEN_CODE,
     );
     assert_eq!(failed["code"], "422", "a status the AI SDK does not retry");
+    // A held stream: the same in the stream, or a plain 422 before its first byte.
+    let held = ["UnprocessableEntityError"];
+    cases.failed_as_one_of(
+        "chat_stream_unresolved",
+        &["APIError", held[0]],
+        BROKEN_CODE,
+    );
+    cases.failed_as_one_of(
+        "responses_stream_unresolved",
+        &["ResponseFailedEvent", held[0]],
+        BROKEN_CODE,
+    );
     // One ask and one re-ask each: no client retried an unresolved answer.
     upstream.assert_not_retried(&[
         "(responses_unresolved)",
         "(chat_parse_unresolved)",
         "(responses_stream_unresolved)",
         "(chat_stream_unresolved)",
+        "(responses_stream_draft_unresolved)",
+        "(chat_stream_draft_unresolved)",
     ]);
 }
 
@@ -184,7 +199,12 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
     // LangChain raises the openai SDK's errors as they are.
     let failed = cases.failed("invoke_unresolved", "UnprocessableEntityError", BROKEN_CODE);
     assert_eq!(failed["status"], 422);
-    cases.failed("stream_unresolved", "APIError", BROKEN_CODE);
+    cases.failed("stream_draft_unresolved", "APIError", BROKEN_CODE);
+    cases.failed_as_one_of(
+        "stream_unresolved",
+        &["APIError", "UnprocessableEntityError"],
+        BROKEN_CODE,
+    );
     cases.failed("structured_unresolved", "UnprocessableEntityError", "age");
     cases.failed(
         "responses_api_unresolved",
@@ -192,7 +212,16 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
         BROKEN_CODE,
     );
     // LangChain raises a `response.failed` event's error as a ValueError.
-    cases.failed("responses_api_stream_unresolved", "ValueError", BROKEN_CODE);
+    cases.failed(
+        "responses_api_stream_draft_unresolved",
+        "ValueError",
+        BROKEN_CODE,
+    );
+    cases.failed_as_one_of(
+        "responses_api_stream_unresolved",
+        &["ValueError", "UnprocessableEntityError"],
+        BROKEN_CODE,
+    );
     // The tool's arguments are checked against its schema: the re-asked call still broke it.
     cases.failed(
         "structured_by_tool_unresolved",
@@ -206,6 +235,8 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
         "(structured_by_tool_unresolved)",
         "(responses_api_unresolved)",
         "(responses_api_stream_unresolved)",
+        "(stream_draft_unresolved)",
+        "(responses_api_stream_draft_unresolved)",
     ]);
 }
 
@@ -231,6 +262,19 @@ async fn the_openai_agents_sdk_runs_an_agent_with_a_tool_and_raises() {
     let failed = cases.failed("run_unresolved", "UnprocessableEntityError", BROKEN_CODE);
     assert_eq!(failed["status"], 422);
     // Streamed, the SDK raises its own error for a `response.failed` event.
-    cases.failed("run_streamed_unresolved", "ModelBehaviorError", BROKEN_CODE);
-    upstream.assert_not_retried(&["(run_unresolved)", "(run_streamed_unresolved)"]);
+    cases.failed(
+        "run_streamed_draft_unresolved",
+        "ModelBehaviorError",
+        BROKEN_CODE,
+    );
+    cases.failed_as_one_of(
+        "run_streamed_unresolved",
+        &["ModelBehaviorError", "UnprocessableEntityError"],
+        BROKEN_CODE,
+    );
+    upstream.assert_not_retried(&[
+        "(run_unresolved)",
+        "(run_streamed_unresolved)",
+        "(run_streamed_draft_unresolved)",
+    ]);
 }
