@@ -166,11 +166,18 @@ fn test(extra: &[String]) -> Result<()> {
     let plugin_dir = build_plugins()?;
     // The shared-state tests start their own redis-server; say up front when they cannot, since
     // cargo test hides the skipped tests' own message.
-    let redis_found = env::var_os("PATH")
-        .is_some_and(|path| env::split_paths(&path).any(|d| d.join("redis-server").is_file()));
-    if !redis_found {
+    let on_path = |name: &str| {
+        env::var_os("PATH")
+            .is_some_and(|path| env::split_paths(&path).any(|d| d.join(name).is_file()))
+    };
+    if !on_path("redis-server") {
         eprintln!(
             "xtask: skipped: redis-server not found: the Redis shared-state tests (tests/it/replicas.rs) pass without running; install the Debian package redis-server"
+        );
+    }
+    if !on_path("node") || !on_path("npm") {
+        eprintln!(
+            "xtask: skipped: node or npm not found: the Vercel AI SDK test (crates/enforce-server/tests/it/ai_sdk.rs) passes without running; install the Debian package npm"
         );
     }
     let (local, skipped) = local_runner_flags();

@@ -14,7 +14,8 @@ import { pathToFileURL } from "node:url";
 const [prefix, baseUrl, modelName] = process.argv.slice(2);
 const from = createRequire(pathToFileURL(`${prefix}/package.json`));
 const load = (name) => import(pathToFileURL(from.resolve(name)).href);
-const { generateText, streamText, generateObject, tool, stepCountIs } = await load("ai");
+const { generateText, streamText, generateObject, streamObject, tool, stepCountIs } =
+  await load("ai");
 const { createOpenAI } = await load("@ai-sdk/openai");
 const { z } = await load("zod");
 
@@ -83,7 +84,13 @@ for (const [api, model, draft] of [
     const r = streamText({ model, prompt: `Say hello ${tag}` });
     const { deltas, error } = await readStream(r);
     if (error !== undefined) return describe(error);
-    return { deltas, text: await r.text, finishReason: await r.finishReason };
+    const usage = await r.usage;
+    return {
+      deltas,
+      text: await r.text,
+      finishReason: await r.finishReason,
+      usage: [usage.inputTokens, usage.outputTokens],
+    };
   });
   await runCase(`${api}_stream_draft`, async (tag) => {
     // The model "draft" streams every attempt as reasoning; the first one breaks the contract.
@@ -106,7 +113,7 @@ for (const [api, model, draft] of [
       prompt: `What is the weather in Oslo? ${tag}`,
     });
     const calls = r.steps[0].toolCalls.map((c) => ({ name: c.toolName, input: c.input }));
-    return { calls, text: r.text, steps: r.steps.length };
+    return { calls, text: r.text, steps: r.steps.length, firstFinish: r.steps[0].finishReason };
   });
   await runCase(`${api}_stream_tool`, async (tag) => {
     const r = streamText({
@@ -119,11 +126,17 @@ for (const [api, model, draft] of [
     if (error !== undefined) return describe(error);
     const steps = await r.steps;
     const calls = steps[0].toolCalls.map((c) => ({ name: c.toolName, input: c.input }));
-    return { calls, text: await r.text, steps: steps.length };
+    return { calls, text: await r.text, steps: steps.length, firstFinish: steps[0].finishReason };
   });
   await runCase(`${api}_generate_object`, async (tag) => {
     const r = await generateObject({ model, schema: Person, prompt: `Who is Ada? ${tag}` });
     return { object: r.object, finishReason: r.finishReason };
+  });
+  await runCase(`${api}_stream_object`, async (tag) => {
+    const r = streamObject({ model, schema: Person, prompt: `Who is Ada? ${tag}` });
+    const partials = [];
+    for await (const partial of r.partialObjectStream) partials.push(partial);
+    return { object: await r.object, partials: partials.length };
   });
   await runCase(`${api}_text_unresolved`, async (tag) => {
     const r = await generateText({ model, prompt: `Break the contract ${tag}` });

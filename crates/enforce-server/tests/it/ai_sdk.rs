@@ -7,7 +7,7 @@
 
 use crate::common::Harness;
 use crate::sdk::{self, ByQuestion, Cases, AFTER_TOOL, BROKEN_CODE, HELLO};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -36,15 +36,11 @@ async fn the_vercel_ai_sdk_reads_both_openai_apis_tools_objects_and_errors() {
         assert_eq!(text["enforceStatus"], "passed", "{text}");
 
         let streamed = cases.ok(&case("stream_text"));
-        let deltas: String = streamed["deltas"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
+        let deltas = sdk::joined(&streamed["deltas"]);
         assert_eq!(deltas, HELLO, "{streamed}");
         assert_eq!(streamed["text"], HELLO);
         assert_eq!(streamed["finishReason"], "stop");
+        assert_eq!(streamed["usage"], json!([11, 7]), "{streamed}");
 
         // The model "draft" streams each attempt as reasoning: the Responses model shows it
         // as the SDK's reasoning; the chat model does not read `reasoning_content`.
@@ -71,14 +67,17 @@ async fn the_vercel_ai_sdk_reads_both_openai_apis_tools_objects_and_errors() {
             );
             assert_eq!(run["text"], AFTER_TOOL, "{api} {name}: {run}");
             assert_eq!(run["steps"], 2);
+            assert_eq!(run["firstFinish"], "tool-calls", "{api} {name}: {run}");
         }
 
-        let object = cases.ok(&case("generate_object"));
-        assert_eq!(
-            object["object"],
-            json!({"name": "Ada", "age": 36}),
-            "{object}"
-        );
+        for name in ["generate_object", "stream_object"] {
+            let object = cases.ok(&case(name));
+            assert_eq!(
+                object["object"],
+                json!({"name": "Ada", "age": 36}),
+                "{object}"
+            );
+        }
 
         // Unresolved: the SDK's APICallError with enforce's status and message, not retried.
         for (name, needle) in [
@@ -105,8 +104,7 @@ async fn the_vercel_ai_sdk_reads_both_openai_apis_tools_objects_and_errors() {
             "stream_unresolved",
             "stream_draft_unresolved",
         ] {
-            let tag = format!("({})", case(name));
-            assert_eq!(upstream.calls(&tag), 2, "{tag}: no retry by the SDK");
+            upstream.assert_not_retried(&[&format!("({})", case(name))]);
         }
     }
 }

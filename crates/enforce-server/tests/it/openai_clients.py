@@ -146,6 +146,14 @@ def openai_family():
             final = stream.get_final_response()
         return {"events": kinds, "items": items(final), "status": final.status}
 
+    def responses_stream_draft_tool(tag):
+        with client.responses.stream(
+            model="draft", input=f"What is the weather in Oslo? {tag}", tools=[tool]
+        ) as stream:
+            kinds = [event.type for event in stream]
+            final = stream.get_final_response()
+        return {"events": kinds, "items": items(final)}
+
     def responses_parse(tag):
         r = client.responses.parse(model=MODEL, input=f"Who is Ada? {tag}", text_format=Person)
         return {"parsed": r.output_parsed.model_dump(), "type": type(r.output_parsed).__name__}
@@ -171,24 +179,40 @@ def openai_family():
         )
         return {"parsed": c.choices[0].message.parsed.model_dump()}
 
+    def chat_stream_unresolved(model):
+        def run(tag):
+            stream = client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": f"Break the contract {tag}"}],
+                stream=True,
+            )
+            return {"chunks": [c.choices[0].delta.content for c in stream if c.choices]}
+
+        return run
+
     def responses_unresolved(tag):
         r = client.responses.create(model=MODEL, input=f"Break the contract {tag}")
         return {"text": r.output_text}
 
-    def responses_stream_unresolved(tag):
-        # A stream that already began reports the failure as its own event type.
-        stream = client.responses.create(model=MODEL, input=f"Break the contract {tag}", stream=True)
-        for event in stream:
-            if event.type == "response.failed":
-                return {
-                    "ok": False,
-                    "error": type(event).__name__,
-                    "message": event.response.error.message,
-                    "code": event.response.error.code,
-                }
-            if event.type == "error":
-                return {"ok": False, "error": type(event).__name__, "message": event.message}
-        return {"text": "no failure seen"}
+    def responses_stream_unresolved(model):
+        def run(tag):
+            # A stream that already began reports the failure as its own event type.
+            stream = client.responses.create(
+                model=model, input=f"Break the contract {tag}", stream=True
+            )
+            for event in stream:
+                if event.type == "response.failed":
+                    return {
+                        "ok": False,
+                        "error": type(event).__name__,
+                        "message": event.response.error.message,
+                        "code": event.response.error.code,
+                    }
+                if event.type == "error":
+                    return {"ok": False, "error": type(event).__name__, "message": event.message}
+            return {"text": "no failure seen"}
+
+        return run
 
     def responses_mended(tag):
         # The first answer breaks the contract; the client sees only the re-asked one.
@@ -232,11 +256,15 @@ def openai_family():
     case("responses_stream_text", responses_stream_text)
     case("responses_tool", responses_tool)
     case("responses_stream_tool", responses_stream_tool)
+    case("responses_stream_draft_tool", responses_stream_draft_tool)
     case("responses_parse", responses_parse)
     case("chat_parse", chat_parse)
     case("chat_parse_unresolved", chat_parse_unresolved)
+    case("chat_stream_unresolved", chat_stream_unresolved(MODEL))
+    case("chat_stream_draft_unresolved", chat_stream_unresolved("draft"))
     case("responses_unresolved", responses_unresolved)
-    case("responses_stream_unresolved", responses_stream_unresolved)
+    case("responses_stream_unresolved", responses_stream_unresolved(MODEL))
+    case("responses_stream_draft_unresolved", responses_stream_unresolved("draft"))
 
 
 # --- LangChain --------------------------------------------------------------------------------
@@ -247,6 +275,9 @@ def langchain_family():
     from langchain_openai import ChatOpenAI
 
     llm = ChatOpenAI(model=MODEL, base_url=API, api_key="sk-test", max_retries=0)
+
+    def draft(**options):
+        return ChatOpenAI(model="draft", base_url=API, api_key="sk-test", max_retries=0, **options)
 
     @lc_tool
     def get_weather(city: str) -> str:
@@ -289,11 +320,33 @@ def langchain_family():
         structured = llm.with_structured_output(Person, method="function_calling")
         return {"parsed": structured.invoke(f"Break: who is Ada? {tag}").model_dump()}
 
+    responses_llm = ChatOpenAI(
+        model=MODEL, base_url=API, api_key="sk-test", max_retries=0, use_responses_api=True
+    )
+
+    def responses_api_stream(tag):
+        return {"chunks": [c.text for c in responses_llm.stream(f"Say hello {tag}")]}
+
+    def responses_api_structured(tag):
+        person = responses_llm.with_structured_output(Person).invoke(f"Who is Ada? {tag}")
+        return {"parsed": person.model_dump(), "type": type(person).__name__}
+
+    def responses_api_tools(tag):
+        m = responses_llm.bind_tools([get_weather]).invoke(f"What is the weather in Oslo? {tag}")
+        return {"tool_calls": [{"name": c["name"], "args": c["args"]} for c in m.tool_calls]}
+
+    def responses_api_unresolved(tag):
+        return {"text": responses_llm.invoke(f"Break the contract {tag}").text}
+
+    def streamed_unresolved(chat_model):
+        def run(tag):
+            return {"chunks": [c.text for c in chat_model.stream(f"Break the contract {tag}")]}
+
+        return run
+
+
     def invoke_unresolved(tag):
         return {"text": llm.invoke(f"Break the contract {tag}").content}
-
-    def stream_unresolved(tag):
-        return {"chunks": [c.content for c in llm.stream(f"Break the contract {tag}")]}
 
     def structured_unresolved(tag):
         person = llm.with_structured_output(Person).invoke(f"Break: who is Ada? {tag}")
@@ -301,8 +354,7 @@ def langchain_family():
 
     def stream_draft(tag):
         # Drafts travel as `reasoning_content`, which is not the answer's content.
-        draft = ChatOpenAI(model="draft", base_url=API, api_key="sk-test", max_retries=0)
-        return {"chunks": [c.content for c in draft.stream(f"Mend the answer {tag}")]}
+        return {"chunks": [c.content for c in draft().stream(f"Mend the answer {tag}")]}
 
     case("invoke", invoke)
     case("stream_draft", stream_draft)
@@ -312,8 +364,18 @@ def langchain_family():
     case("structured_by_tool_unresolved", structured_by_tool_unresolved)
     case("tools", tools)
     case("responses_api", responses_api)
+    case("responses_api_stream", responses_api_stream)
+    case("responses_api_structured", responses_api_structured)
+    case("responses_api_tools", responses_api_tools)
+    case("responses_api_unresolved", responses_api_unresolved)
+    case("responses_api_stream_unresolved", streamed_unresolved(responses_llm))
+    case(
+        "responses_api_stream_draft_unresolved",
+        streamed_unresolved(draft(use_responses_api=True)),
+    )
     case("invoke_unresolved", invoke_unresolved)
-    case("stream_unresolved", stream_unresolved)
+    case("stream_unresolved", streamed_unresolved(llm))
+    case("stream_draft_unresolved", streamed_unresolved(draft()))
     case("structured_unresolved", structured_unresolved)
 
 
@@ -361,20 +423,33 @@ def agents_family():
         kinds = [event.type async for event in result.stream_events()]
         return {"final_output": result.final_output, "cities": list(cities), "saw": sorted(set(kinds))}
 
+    async def run_structured(tag):
+        # `output_type`: the SDK asks for `text.format` (a strict JSON Schema).
+        typed = Agent(name="people", instructions="Answer briefly.", model=MODEL, output_type=Person)
+        result = await Runner.run(typed, f"Who is Ada? {tag}")
+        return {"parsed": result.final_output.model_dump(), "type": type(result.final_output).__name__}
+
     async def run_unresolved(tag):
         result = await Runner.run(agent, f"Break the contract {tag}")
         return {"final_output": result.final_output}
 
+    def run_streamed_unresolved(model):
+        streaming = agent.clone(model=model)
+
+        async def run(tag):
+            result = Runner.run_streamed(streaming, f"Break the contract {tag}")
+            async for _ in result.stream_events():
+                pass
+            return {"final_output": result.final_output}
+
+        return run
+
     case("run_tool", run_tool)
     case("run_streamed", run_streamed)
-    async def run_streamed_unresolved(tag):
-        result = Runner.run_streamed(agent, f"Break the contract {tag}")
-        async for _ in result.stream_events():
-            pass
-        return {"final_output": result.final_output}
-
+    case("run_structured", run_structured)
     case("run_unresolved", run_unresolved)
-    case("run_streamed_unresolved", run_streamed_unresolved)
+    case("run_streamed_unresolved", run_streamed_unresolved(MODEL))
+    case("run_streamed_draft_unresolved", run_streamed_unresolved("draft"))
 
 
 FAMILIES = {"openai": openai_family, "langchain": langchain_family, "agents": agents_family}

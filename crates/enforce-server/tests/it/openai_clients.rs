@@ -83,12 +83,7 @@ async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() 
     assert_eq!(continued["retrieved"], HELLO);
 
     let streamed = cases.ok("responses_stream_text");
-    let deltas: String = streamed["deltas"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let deltas = sdk::joined(&streamed["deltas"]);
     assert_eq!(deltas, HELLO);
     assert_eq!(streamed["text"], HELLO);
     let events = &streamed["events"];
@@ -115,6 +110,10 @@ async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() 
         .unwrap()
         .contains(&json!("response.function_call_arguments.done")));
 
+    // A tool call in draft mode: no text to show as a draft, the call's events as held.
+    let draft_tool = cases.ok("responses_stream_draft_tool");
+    assert_eq!(draft_tool["items"], streamed_tool["items"], "{draft_tool}");
+
     assert_person(cases.ok("responses_parse"));
     let parsed = cases.ok("chat_parse");
     assert_person(parsed);
@@ -130,21 +129,36 @@ async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() 
     // The request's JSON Schema is checked whatever the profile: a missing field is refused.
     let failed = cases.failed("chat_parse_unresolved", "UnprocessableEntityError", "age");
     assert_eq!(failed["status"], 422);
-    // Streamed, the verdict is known before the first byte: the same plain 422.
+    // In a stream that began (with drafts): a chat stream's error chunk is the SDK's
+    // APIError, a Responses stream ends in its ResponseFailedEvent.
+    cases.failed("chat_stream_draft_unresolved", "APIError", BROKEN_CODE);
     let failed = cases.failed(
-        "responses_stream_unresolved",
-        "UnprocessableEntityError",
+        "responses_stream_draft_unresolved",
+        "ResponseFailedEvent",
         BROKEN_CODE,
     );
-    assert_eq!(failed["status"], 422);
+    assert_eq!(failed["code"], "422", "a status the AI SDK does not retry");
+    // A held stream: the same in the stream, or a plain 422 before its first byte.
+    let held = ["UnprocessableEntityError"];
+    cases.failed_as_one_of(
+        "chat_stream_unresolved",
+        &["APIError", held[0]],
+        BROKEN_CODE,
+    );
+    cases.failed_as_one_of(
+        "responses_stream_unresolved",
+        &["ResponseFailedEvent", held[0]],
+        BROKEN_CODE,
+    );
     // One ask and one re-ask each: no client retried an unresolved answer.
-    for tag in [
+    upstream.assert_not_retried(&[
         "(responses_unresolved)",
         "(chat_parse_unresolved)",
         "(responses_stream_unresolved)",
-    ] {
-        assert_eq!(upstream.calls(tag), 2, "{tag}");
-    }
+        "(chat_stream_unresolved)",
+        "(responses_stream_draft_unresolved)",
+        "(chat_stream_draft_unresolved)",
+    ]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,12 +172,7 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
     assert_eq!(invoked["text"], HELLO);
     assert_eq!(invoked["finish_reason"], "stop");
     let streamed = cases.ok("stream");
-    let text: String = streamed["chunks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let text = sdk::joined(&streamed["chunks"]);
     assert_eq!(text, HELLO);
     assert_person(cases.ok("structured"));
     assert_person(cases.ok("structured_by_tool"));
@@ -172,35 +181,63 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
         json!([{"name": "get_weather", "args": {"city": "Oslo"}}])
     );
     // Drafts travel as `reasoning_content`, which LangChain does not put into the content.
-    let draft: String = cases.ok("stream_draft")["chunks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let draft = sdk::joined(&cases.ok("stream_draft")["chunks"]);
     assert_eq!(draft, HELLO);
+    // The same through the Responses API.
     let responses = cases.ok("responses_api");
     assert_eq!(responses["text"], HELLO);
+    assert_eq!(
+        sdk::joined(&cases.ok("responses_api_stream")["chunks"]),
+        HELLO
+    );
+    assert_person(cases.ok("responses_api_structured"));
+    assert_eq!(
+        cases.ok("responses_api_tools")["tool_calls"],
+        json!([{"name": "get_weather", "args": {"city": "Oslo"}}])
+    );
 
     // LangChain raises the openai SDK's errors as they are.
     let failed = cases.failed("invoke_unresolved", "UnprocessableEntityError", BROKEN_CODE);
     assert_eq!(failed["status"], 422);
-    cases.failed("stream_unresolved", "UnprocessableEntityError", BROKEN_CODE);
+    cases.failed("stream_draft_unresolved", "APIError", BROKEN_CODE);
+    cases.failed_as_one_of(
+        "stream_unresolved",
+        &["APIError", "UnprocessableEntityError"],
+        BROKEN_CODE,
+    );
     cases.failed("structured_unresolved", "UnprocessableEntityError", "age");
+    cases.failed(
+        "responses_api_unresolved",
+        "UnprocessableEntityError",
+        BROKEN_CODE,
+    );
+    // LangChain raises a `response.failed` event's error as a ValueError.
+    cases.failed(
+        "responses_api_stream_draft_unresolved",
+        "ValueError",
+        BROKEN_CODE,
+    );
+    cases.failed_as_one_of(
+        "responses_api_stream_unresolved",
+        &["ValueError", "UnprocessableEntityError"],
+        BROKEN_CODE,
+    );
     // The tool's arguments are checked against its schema: the re-asked call still broke it.
     cases.failed(
         "structured_by_tool_unresolved",
         "UnprocessableEntityError",
         "INVALID_TOOL_ARGUMENTS",
     );
-    for tag in [
+    upstream.assert_not_retried(&[
         "(invoke_unresolved)",
         "(stream_unresolved)",
         "(structured_unresolved)",
         "(structured_by_tool_unresolved)",
-    ] {
-        assert_eq!(upstream.calls(tag), 2, "{tag}");
-    }
+        "(responses_api_unresolved)",
+        "(responses_api_stream_unresolved)",
+        "(stream_draft_unresolved)",
+        "(responses_api_stream_draft_unresolved)",
+    ]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,10 +258,23 @@ async fn the_openai_agents_sdk_runs_an_agent_with_a_tool_and_raises() {
             "message_output_item"
         ])
     );
+    assert_person(cases.ok("run_structured"));
     let failed = cases.failed("run_unresolved", "UnprocessableEntityError", BROKEN_CODE);
     assert_eq!(failed["status"], 422);
     // Streamed, the SDK raises its own error for a `response.failed` event.
-    cases.failed("run_streamed_unresolved", "UnprocessableEntityError", BROKEN_CODE);
-    assert_eq!(upstream.calls("(run_unresolved)"), 2);
-    assert_eq!(upstream.calls("(run_streamed_unresolved)"), 2);
+    cases.failed(
+        "run_streamed_draft_unresolved",
+        "ModelBehaviorError",
+        BROKEN_CODE,
+    );
+    cases.failed_as_one_of(
+        "run_streamed_unresolved",
+        &["ModelBehaviorError", "UnprocessableEntityError"],
+        BROKEN_CODE,
+    );
+    upstream.assert_not_retried(&[
+        "(run_unresolved)",
+        "(run_streamed_unresolved)",
+        "(run_streamed_draft_unresolved)",
+    ]);
 }
