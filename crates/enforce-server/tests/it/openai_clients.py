@@ -286,15 +286,25 @@ def langchain_family():
 
     def invoke(tag):
         m = llm.invoke(f"Say hello {tag}")
+        usage = m.usage_metadata or {}
         return {
             "type": type(m).__name__,
             "text": m.content,
             "finish_reason": m.response_metadata.get("finish_reason"),
+            "usage": [usage.get("input_tokens"), usage.get("output_tokens")],
         }
 
     def stream(tag):
-        chunks = [c.content for c in llm.stream(f"Say hello {tag}")]
-        return {"chunks": chunks}
+        # LangChain asks for a stream's usage (`stream_options`) unasked only from OpenAI itself.
+        counted = ChatOpenAI(
+            model=MODEL, base_url=API, api_key="sk-test", max_retries=0, stream_usage=True
+        )
+        chunks = list(counted.stream(f"Say hello {tag}"))
+        usage = sum(chunks[1:], chunks[0]).usage_metadata or {}
+        return {
+            "chunks": [c.content for c in chunks],
+            "usage": [usage.get("input_tokens"), usage.get("output_tokens")],
+        }
 
     def structured(tag):
         person = llm.with_structured_output(Person).invoke(f"Who is Ada? {tag}")

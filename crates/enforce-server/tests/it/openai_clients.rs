@@ -171,9 +171,15 @@ async fn langchain_chat_openai_invokes_streams_structures_and_raises() {
     assert_eq!(invoked["type"], "AIMessage");
     assert_eq!(invoked["text"], HELLO);
     assert_eq!(invoked["finish_reason"], "stop");
+    assert_eq!(invoked["usage"], json!([11, 7]));
     let streamed = cases.ok("stream");
     let text = sdk::joined(&streamed["chunks"]);
     assert_eq!(text, HELLO);
+    assert_eq!(
+        streamed["usage"],
+        json!([11, 7]),
+        "the stream's usage chunk"
+    );
     assert_person(cases.ok("structured"));
     assert_person(cases.ok("structured_by_tool"));
     assert_eq!(
