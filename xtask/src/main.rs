@@ -23,6 +23,7 @@ mod template;
 mod wheels;
 
 use std::env;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -652,19 +653,7 @@ fn bench_python(extra: &[String]) -> Result<()> {
         .args(["build", "--release", "-p", "enforce-bench"])
         .args(locked());
     run(build)?;
-    let target = target_dir();
-    let mut harness = Command::new(target.join("release").join("enforce-bench"));
-    harness
-        .current_dir(root())
-        .arg("python")
-        .arg("--wheel")
-        .arg(wheel)
-        .arg("--work-dir")
-        .arg(target.join("bench-peers"))
-        .arg("--out")
-        .arg(root().join("BENCHMARKS.md"))
-        .args(extra);
-    run(harness)
+    start_harness("python", &["--wheel".into(), wheel.into()], extra)
 }
 
 /// Builds `enforce` (with `features`) and `enforce-bench` in release, then runs the harness's
@@ -676,13 +665,22 @@ fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[Stri
         .args(features)
         .args(locked());
     run(build)?;
+    let mut all = vec![
+        OsString::from("--enforce-bin"),
+        target_dir().join("release").join("enforce").into(),
+    ];
+    all.extend(args.iter().map(OsString::from));
+    start_harness(subcommand, &all, extra)
+}
+
+/// Runs the built harness's `subcommand` with `args`, the work directory and BENCHMARKS.md,
+/// then `extra`.
+fn start_harness(subcommand: &str, args: &[OsString], extra: &[String]) -> Result<()> {
     let target = target_dir();
     let mut harness = Command::new(target.join("release").join("enforce-bench"));
     harness
         .current_dir(root())
         .arg(subcommand)
-        .arg("--enforce-bin")
-        .arg(target.join("release").join("enforce"))
         .args(args)
         .arg("--work-dir")
         .arg(target.join("bench-peers"))
