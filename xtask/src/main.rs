@@ -59,7 +59,8 @@ Commands:
   bench-peers --python [ARGS]
                   the Python section of BENCHMARKS.md only: the enforce-llm wheel (release,
                   built first) against Guardrails and Instructor: a check's cost from Python,
-                  Guard.validate on the same rule, the JSON-schema re-ask loop (manual, ~2 min)
+                  Guard.validate on the same rule, the JSON-schema re-ask loop (manual; ~5 min
+                  with the peers' installs)
   bench-peers --real-model [ARGS]
                   the real-model section of BENCHMARKS.md only: `enforce eval` with the local
                   runner (SmolLM2) on every contract of examples/eval, every arm, and the
