@@ -23,6 +23,7 @@ mod template;
 mod wheels;
 
 use std::env;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -58,7 +59,8 @@ Commands:
   bench-peers --python [ARGS]
                   the Python section of BENCHMARKS.md only: the enforce-llm wheel (release,
                   built first) against Guardrails and Instructor: a check's cost from Python,
-                  Guard.validate on the same rule, the JSON-schema re-ask loop (manual, ~2 min)
+                  Guard.validate on the same rule, the JSON-schema re-ask loop (manual; ~5 min
+                  with the peers' installs)
   bench-peers --surfaces [ARGS]
                   the surfaces section of BENCHMARKS.md only: the proxy's added latency above
                   the relay floor on chat completions, responses and messages at c=1 (manual)
@@ -667,19 +669,7 @@ fn bench_python(extra: &[String]) -> Result<()> {
         .args(["build", "--release", "-p", "enforce-bench"])
         .args(locked());
     run(build)?;
-    let target = target_dir();
-    let mut harness = Command::new(target.join("release").join("enforce-bench"));
-    harness
-        .current_dir(root())
-        .arg("python")
-        .arg("--wheel")
-        .arg(wheel)
-        .arg("--work-dir")
-        .arg(target.join("bench-peers"))
-        .arg("--out")
-        .arg(root().join("BENCHMARKS.md"))
-        .args(extra);
-    run(harness)
+    start_harness("python", &["--wheel".into(), wheel.into()], extra)
 }
 
 /// Builds `enforce` (with `features`) and `enforce-bench` in release, then runs the harness's
@@ -691,13 +681,22 @@ fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[Stri
         .args(features)
         .args(locked());
     run(build)?;
+    let mut all = vec![
+        OsString::from("--enforce-bin"),
+        target_dir().join("release").join("enforce").into(),
+    ];
+    all.extend(args.iter().map(OsString::from));
+    start_harness(subcommand, &all, extra)
+}
+
+/// Runs the built harness's `subcommand` with `args`, the work directory and BENCHMARKS.md,
+/// then `extra`.
+fn start_harness(subcommand: &str, args: &[OsString], extra: &[String]) -> Result<()> {
     let target = target_dir();
     let mut harness = Command::new(target.join("release").join("enforce-bench"));
     harness
         .current_dir(root())
         .arg(subcommand)
-        .arg("--enforce-bin")
-        .arg(target.join("release").join("enforce"))
         .args(args)
         .arg("--work-dir")
         .arg(target.join("bench-peers"))
