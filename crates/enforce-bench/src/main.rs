@@ -159,7 +159,16 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&f)?);
             Ok(())
         }
-        Cmd::Peers(args) => peers::run(args),
+        Cmd::Peers(args) => {
+            // Every surface's added latency too; when it cannot be measured, the section of
+            // the last measured run stays.
+            let surfaces = surfaces::SurfacesArgs::after_peers(&args);
+            peers::run(args)?;
+            if let Err(e) = surfaces::run(surfaces) {
+                eprintln!("bench: the surfaces section was not measured: {e}");
+            }
+            Ok(())
+        }
         Cmd::RealModel(args) => real_model::run(args),
         Cmd::Python(args) => python_api::run(args),
         Cmd::Surfaces(args) => surfaces::run(args),

@@ -722,34 +722,19 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
     r.load_after = loadavg();
     r.duration_s = started.elapsed().as_secs_f64();
     let mut text = report::render(&r);
-    // The real-model and Python sections are measured on their own (`--real-model`,
-    // `--python`): keep the last ones.
+    // The real-model, Python and surfaces sections are measured by runs of their own (the
+    // surfaces one right after this run, by main): keep the last ones.
     let old = std::fs::read_to_string(&args.out).unwrap_or_default();
-    for markers in [crate::section::REAL_MODEL, crate::section::PYTHON] {
+    for markers in [
+        crate::section::REAL_MODEL,
+        crate::section::PYTHON,
+        crate::section::SURFACES,
+    ] {
         if let Some(section) = markers.section_of(&old) {
             text = markers.splice(&text, section);
         }
     }
-    // Every surface's added latency (the last measured one when this run cannot measure it).
     drop(_spinners);
-    let surfaces = crate::surfaces::section(&crate::surfaces::SurfacesArgs {
-        enforce_bin: args.enforce_bin.clone(),
-        work_dir: work.clone(),
-        out: args.out.clone(),
-        rounds: 5,
-        sequential: 400,
-        let_cores_idle: args.let_cores_idle,
-    });
-    let markers = crate::section::SURFACES;
-    match surfaces {
-        Ok(section) => text = markers.splice(&text, &section),
-        Err(e) => {
-            eprintln!("bench: the surfaces section was not measured: {e}");
-            if let Some(section) = markers.section_of(&old) {
-                text = markers.splice(&text, section);
-            }
-        }
-    }
     std::fs::write(&args.out, text)?;
     eprintln!(
         "bench: wrote {} in {:.0} s",

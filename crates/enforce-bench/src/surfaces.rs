@@ -22,6 +22,20 @@ use std::time::Instant;
 /// The bound on the proxy's added latency above the relay floor, per surface, at c=1 (ms).
 pub const TARGET_ABOVE_FLOOR_MS: f64 = 0.05;
 
+impl SurfacesArgs {
+    /// The surfaces run that follows a full peers run, on its binary, folders and cores.
+    pub fn after_peers(peers: &crate::peers::PeersArgs) -> Self {
+        SurfacesArgs {
+            enforce_bin: peers.enforce_bin.clone(),
+            work_dir: peers.work_dir.clone(),
+            out: peers.out.clone(),
+            rounds: 5,
+            sequential: 400,
+            let_cores_idle: peers.let_cores_idle,
+        }
+    }
+}
+
 /// Options of the surfaces run.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SurfacesArgs {
@@ -63,10 +77,7 @@ struct Measured {
 pub fn run(args: SurfacesArgs) -> anyhow::Result<()> {
     let section = section(&args)?;
     let old = std::fs::read_to_string(&args.out).unwrap_or_default();
-    std::fs::write(
-        &args.out,
-        SURFACES.splice(&old, &section),
-    )?;
+    std::fs::write(&args.out, SURFACES.splice(&old, &section))?;
     eprintln!(
         "bench: wrote the surfaces section of {}",
         args.out.display()
