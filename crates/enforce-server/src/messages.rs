@@ -523,12 +523,15 @@ fn function_of(tool: &Value) -> Result<Value, ApiError> {
     Ok(json!({"type": "function", "function": function}))
 }
 
-/// `tool_use` when the answer calls tools, else `end_turn` (as chat's `finish_reason`).
-pub fn stop_reason(tool_calls: &[ToolCall]) -> &'static str {
-    if tool_calls.is_empty() {
-        "end_turn"
-    } else {
+/// `tool_use` when the answer calls tools, `max_tokens` when it was cut at the token limit,
+/// else `end_turn` (as chat's `finish_reason`).
+pub fn stop_reason(outcome: &Outcome) -> &'static str {
+    if !outcome.tool_calls.is_empty() {
         "tool_use"
+    } else if crate::verdict::cut_at_token_limit(outcome) {
+        "max_tokens"
+    } else {
+        "end_turn"
     }
 }
 
@@ -565,7 +568,7 @@ pub fn message_json(id: &str, model: &str, text: &str, outcome: &Outcome) -> Val
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": stop_reason(&outcome.tool_calls),
+        "stop_reason": stop_reason(outcome),
         "stop_sequence": null,
         "usage": usage_json(outcome.usage),
         "enforcement": enforcement_json(outcome),
@@ -799,7 +802,7 @@ impl MessagesEvents {
         }
         let usage = outcome.usage.unwrap_or_default();
         let mut delta = json!({"type": "message_delta",
-                "delta": {"stop_reason": stop_reason(&outcome.tool_calls), "stop_sequence": null},
+                "delta": {"stop_reason": stop_reason(outcome), "stop_sequence": null},
                 "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
                 "enforcement": enforcement});
         if let Some(warnings) = warnings {

@@ -5,7 +5,7 @@ use crate::error::ApiError;
 use crate::pipeline::{json_body, non_empty, Ask, Surface};
 use crate::stream::{self, push_data, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
-use crate::verdict::enforcement_json;
+use crate::verdict::{cut_at_token_limit, enforcement_json};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use enforce_core::{Message, Outcome, Role, ToolCall, Usage};
@@ -209,12 +209,15 @@ pub(crate) fn usage_json(usage: Option<Usage>) -> Value {
     })
 }
 
-/// `tool_calls` when the answer calls tools, else `stop`.
-pub(crate) fn finish_reason(tool_calls: &[ToolCall]) -> &'static str {
-    if tool_calls.is_empty() {
-        "stop"
-    } else {
+/// `tool_calls` when the answer calls tools, `length` when it was cut at the token limit,
+/// else `stop`.
+pub(crate) fn finish_reason(outcome: &Outcome) -> &'static str {
+    if !outcome.tool_calls.is_empty() {
         "tool_calls"
+    } else if cut_at_token_limit(outcome) {
+        "length"
+    } else {
+        "stop"
     }
 }
 
@@ -237,7 +240,7 @@ fn completion(id: &TurnId, content: &str, outcome: &Outcome) -> Value {
         "choices": [{
             "index": 0,
             "message": message,
-            "finish_reason": finish_reason(calls),
+            "finish_reason": finish_reason(outcome),
         }],
         "usage": usage_json(outcome.usage),
         "enforcement": enforcement_json(outcome),
@@ -364,7 +367,7 @@ impl StreamWriter for ChatWriter {
                 push_data(out, &chunk(id, more, None));
             }
         }
-        let mut finish = chunk(id, json!({}), Some(finish_reason(calls)));
+        let mut finish = chunk(id, json!({}), Some(finish_reason(outcome)));
         finish["enforcement"] = enforcement_json(outcome);
         turn.add_route(&mut finish["enforcement"]);
         push_data(out, &finish);

@@ -13,7 +13,7 @@ use crate::error::ApiError;
 use crate::pipeline::{json_body, non_empty, Ask, Surface};
 use crate::stream::{self, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
-use crate::verdict::enforcement_json;
+use crate::verdict::{cut_at_token_limit, enforcement_json};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -81,7 +81,7 @@ impl Surface for Responses {
     fn answer(turn: &Turn, kept: &Kept, text: &str, outcome: &Outcome) -> Value {
         let mut enforcement = enforcement_json(outcome);
         turn.add_route(&mut enforcement);
-        let output = output_items(&turn.id, text, &outcome.tool_calls);
+        let output = output_items(&turn.id, text, &outcome.tool_calls, item_status(outcome));
         let cut = cut_at_token_limit(outcome);
         let mut object = response_object(
             &turn.id,
@@ -108,19 +108,20 @@ impl Surface for Responses {
             reasoning: None,
             shown_reasoning: None,
             next_index: 0,
+            item_status: "completed",
             completed: None,
         }
     }
 }
 
-/// The delivered answer (the last attempt's) stopped at the token limit (the upstream's
-/// `finish_reason: length`): the response is `incomplete`, as OpenAI's is at
-/// `max_output_tokens`.
-fn cut_at_token_limit(outcome: &Outcome) -> bool {
-    outcome
-        .attempts
-        .last()
-        .is_some_and(|a| a.finish_reason == Some(enforce_core::FinishReason::Length))
+/// The status of the answer's output items: `incomplete` when the answer was cut at the token
+/// limit, as OpenAI's items are at `max_output_tokens`.
+fn item_status(outcome: &Outcome) -> &'static str {
+    if cut_at_token_limit(outcome) {
+        "incomplete"
+    } else {
+        "completed"
+    }
 }
 
 fn invalid(message: impl Into<String>, param: &'static str) -> ApiError {
@@ -477,8 +478,9 @@ fn item_id(id: &TurnId, prefix: &str) -> String {
     format!("{prefix}{suffix}")
 }
 
+/// A `message` item; an item still `in_progress` (just added to a stream) has no content yet.
 fn message_item(id: &TurnId, text: &str, status: &str) -> Value {
-    let content = if status == "completed" {
+    let content = if status != "in_progress" {
         vec![json!({"type": "output_text", "text": text, "annotations": []})]
     } else {
         Vec::new()
@@ -505,13 +507,13 @@ fn call_item(id: &TurnId, index: usize, call: &ToolCall, arguments: &str, status
 
 /// The output items of an answer: its text as one `message` (none when it only calls tools),
 /// then one `function_call` per call.
-fn output_items(id: &TurnId, text: &str, calls: &[ToolCall]) -> Vec<Value> {
+fn output_items(id: &TurnId, text: &str, calls: &[ToolCall], status: &str) -> Vec<Value> {
     let mut items = Vec::with_capacity(calls.len() + 1);
     if !text.is_empty() || calls.is_empty() {
-        items.push(message_item(id, text, "completed"));
+        items.push(message_item(id, text, status));
     }
     for (index, call) in calls.iter().enumerate() {
-        items.push(call_item(id, index, call, &call.arguments, "completed"));
+        items.push(call_item(id, index, call, &call.arguments, status));
     }
     items
 }
@@ -581,6 +583,8 @@ pub(crate) struct ResponsesWriter {
     shown_reasoning: Option<(usize, Value)>,
     /// The output index of the next item.
     next_index: usize,
+    /// The status the answer's items end with (`incomplete` when cut at the token limit).
+    item_status: &'static str,
     /// The completed response, until it is taken for storing.
     completed: Option<Value>,
 }
@@ -657,7 +661,7 @@ impl ResponsesWriter {
         let mut part_done = at;
         part_done["part"] = json!({"type": "output_text", "text": text, "annotations": []});
         self.event("response.content_part.done", part_done, out);
-        let item = message_item(&self.id, text, "completed");
+        let item = message_item(&self.id, text, self.item_status);
         self.event(
             "response.output_item.done",
             json!({"output_index": index, "item": item}),
@@ -684,7 +688,7 @@ impl ResponsesWriter {
             "name": call.name, "arguments": call.arguments,
         });
         self.event("response.function_call_arguments.done", done, out);
-        let item = call_item(&self.id, number, call, &call.arguments, "completed");
+        let item = call_item(&self.id, number, call, &call.arguments, self.item_status);
         self.event(
             "response.output_item.done",
             json!({"output_index": index, "item": item}),
@@ -751,6 +755,7 @@ impl StreamWriter for ResponsesWriter {
         out: &mut Vec<u8>,
     ) {
         self.close_reasoning(out);
+        self.item_status = item_status(outcome);
         let calls = &outcome.tool_calls;
         if !text.is_empty() || calls.is_empty() {
             self.text_item(text, out);

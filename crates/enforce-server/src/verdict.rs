@@ -7,6 +7,17 @@ use axum::http::StatusCode;
 use enforce_core::{Issue, Outcome, RunnerError, Status, StopReason};
 use serde_json::{json, Value};
 
+/// The delivered answer (the last attempt's) stopped at the token limit (the upstream's
+/// `finish_reason: length`): every surface says so in its own words (chat `length`, Responses
+/// `incomplete`, Messages `max_tokens`), repaired or not, since its text ends where the limit
+/// cut it.
+pub(crate) fn cut_at_token_limit(outcome: &Outcome) -> bool {
+    outcome
+        .attempts
+        .last()
+        .is_some_and(|a| a.finish_reason == Some(enforce_core::FinishReason::Length))
+}
+
 fn issue_json(issue: &Issue) -> Value {
     json!({
         "validator": issue.validator,
