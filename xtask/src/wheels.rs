@@ -7,7 +7,7 @@
 //! maturin and pytest come from PyPI, installed by these steps into `target/python-venv`.
 //! Without python3, its venv module or pip, the Python tests print "skipped: ..." and pass.
 
-use crate::{root, run, without_package_env, Result};
+use crate::{root, run, target_dir, without_package_env, Result};
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -20,12 +20,6 @@ const PYTEST: &str = "pytest>=7";
 /// The two wheels: the folder of each pyproject.toml, below the repository.
 const LIBRARY: &str = "python/enforce-llm";
 const CLI: &str = "python/enforce-cli";
-
-fn target_dir() -> PathBuf {
-    env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
-}
 
 fn venv_dir() -> PathBuf {
     target_dir().join("python-venv")

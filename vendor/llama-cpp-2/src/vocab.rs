@@ -216,8 +216,9 @@ impl<'model> LlamaVocab<'model> {
     /// Tokenize a string of text.
     ///
     /// ```no_run
-    /// # let vocab: llama_cpp_2::vocab::LlamaVocab<'_> = todo!();
+    /// # fn example(vocab: llama_cpp_2::vocab::LlamaVocab<'_>) {
     /// let tokens = vocab.tokenize("Hello, World!".as_bytes(), true, true);
+    /// # }
     /// ```
     pub fn tokenize(&self, text: &[u8], add_special: bool, parse_special: bool) -> Vec<LlamaToken> {
         let tokens_estimation = std::cmp::max(8, (text.len() / 2) + usize::from(add_special));
@@ -344,11 +345,11 @@ impl<'model> LlamaVocab<'model> {
     /// [`token_to_piece`][Self::token_to_piece] instead.
     ///
     /// ```no_run
-    /// # let tokens: Vec<llama_cpp_2::token::LlamaToken> = todo!();
-    /// # let vocab: llama_cpp_2::vocab::LlamaVocab<'_> = todo!();
+    /// # fn example(tokens: Vec<llama_cpp_2::token::LlamaToken>, vocab: llama_cpp_2::vocab::LlamaVocab<'_>) {
     /// let token_bytes = vocab.detokenize(&tokens, true, true);
     /// let (token_string, _had_errors) = encoding_rs::UTF_8.decode_without_bom_handling(&token_bytes);
     /// print!("{token_string}");
+    /// # }
     /// ```
     pub fn detokenize_into(
         &self,
@@ -450,8 +451,7 @@ impl<'model> LlamaVocab<'model> {
     /// decoding (such as for emoji support) and reusing buffers.
     ///
     /// ```no_run
-    /// # let tokens: Vec<llama_cpp_2::token::LlamaToken> = todo!();
-    /// # let vocab: llama_cpp_2::vocab::LlamaVocab<'_> = todo!();
+    /// # fn example(tokens: Vec<llama_cpp_2::token::LlamaToken>, vocab: llama_cpp_2::vocab::LlamaVocab<'_>) {
     /// let mut buffer = Vec::new();
     /// let mut decoder = encoding_rs::UTF_8.new_decoder();
     /// let mut token_string = String::new();
@@ -478,6 +478,7 @@ impl<'model> LlamaVocab<'model> {
     ///     // Print the resulting partially decoded token.
     ///     println!("{token} --> {token_string}");
     /// }
+    /// # }
     /// ```
     pub fn token_to_piece_into(
         &self,
