@@ -30,8 +30,9 @@ const POOL_IDLE: Duration = Duration::from_secs(90);
 /// Where a request goes out.
 #[derive(Debug, Clone)]
 pub(crate) enum Transport {
-    /// hyper's pooled HTTP/1 client, for a plain-HTTP URL without a proxy.
-    Direct(hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>),
+    /// hyper's pooled HTTP/1 client, for a plain-HTTP URL without a proxy (boxed: it is much
+    /// larger than reqwest's handle).
+    Direct(Box<hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>>),
     /// reqwest: TLS, proxies from the environment.
     Reqwest(reqwest::Client),
 }
@@ -68,7 +69,7 @@ impl Transport {
             .pool_idle_timeout(POOL_IDLE)
             .pool_timer(TokioTimer::new())
             .build(connector);
-        Transport::Direct(client)
+        Transport::Direct(Box::new(client))
     }
 
     /// Whether requests go through hyper directly.
