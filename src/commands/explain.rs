@@ -345,12 +345,10 @@ fn access(
         .key_grants
         .iter()
         .find(|g| g.name == key || g.key == key);
-    let plain_index = section.api_keys.iter().position(|e| match e {
-        ApiKeyEntry::Key(k) => k.trim() == key,
-        ApiKeyEntry::Scoped(spec) => {
-            spec.name.as_deref() == Some(key) && spec.models.is_none() && spec.profiles.is_none()
-        }
-    });
+    let plain_index = section
+        .api_keys
+        .iter()
+        .position(|e| matches!(e, ApiKeyEntry::Key(k) if k.trim() == key));
     let from_env = std::env::var(enforce_server::API_KEYS_ENV)
         .ok()
         .is_some_and(|v| enforce_server::parse_key_list(&v).iter().any(|k| k == key));
@@ -368,10 +366,7 @@ fn access(
             }
         };
         return Ok(
-            json!({"key": key_label(key, plain_index.and_then(|i| match &section.api_keys[i] {
-            ApiKeyEntry::Scoped(s) => s.name.clone(),
-            ApiKeyEntry::Key(_) => None,
-        })), "from": from, "models": "all", "profiles": "all", "allowed": true}),
+            json!({"key": key_label(key), "from": from, "models": "all", "profiles": "all", "allowed": true}),
         );
     };
     let index = section
@@ -404,12 +399,10 @@ fn access(
     }))
 }
 
-/// A key shown by its name, never by its value.
-fn key_label(key: &str, name: Option<String>) -> String {
-    name.unwrap_or_else(|| {
-        let shown: String = key.chars().take(4).collect();
-        format!("{shown}…")
-    })
+/// An anonymous key, shown by its first characters, never whole.
+fn key_label(key: &str) -> String {
+    let shown: String = key.chars().take(4).collect();
+    format!("{shown}…")
 }
 
 /// A route's condition in one line.

@@ -199,9 +199,10 @@ pub enum FsyncPolicy {
     Interval(Duration),
 }
 
-/// A key that may use only some models and profiles (a `server.api_keys` entry with
-/// `models:` or `profiles:`). A request with it for another model, or enforced with another
-/// profile, is refused with 403; `/v1/models` lists only its models.
+/// A named key (a `server.api_keys` entry given as a mapping), which the audit record names,
+/// and which may be limited to some models and profiles (`models:`, `profiles:`). A request
+/// with a limited key for another model, or enforced with another profile, is refused with
+/// 403; `/v1/models` lists only its models.
 #[derive(Clone, PartialEq, Eq)]
 pub struct KeyGrant {
     /// The name logs and `enforce config explain` show for it (never the key).
@@ -216,6 +217,12 @@ pub struct KeyGrant {
 }
 
 impl KeyGrant {
+    /// Whether it is limited to some models or profiles (else it may use everything, like an
+    /// anonymous key, and is kept for its name).
+    pub fn is_limited(&self) -> bool {
+        self.models.is_some() || self.profiles.is_some()
+    }
+
     /// Whether this key may use model `id`.
     pub fn allows_model(&self, id: &str) -> bool {
         self.models
@@ -248,7 +255,7 @@ pub struct ServerConfig {
     /// Accepted bearer keys that may use everything; when this and
     /// [`key_grants`](Self::key_grants) are both empty, there is no authentication.
     pub api_keys: Vec<String>,
-    /// Accepted keys limited to some models and profiles.
+    /// Accepted named keys, some limited to some models and profiles.
     pub key_grants: Vec<KeyGrant>,
     /// Largest accepted request body in bytes (default 10 MB).
     pub max_body_bytes: usize,
@@ -631,8 +638,8 @@ impl ServerSection {
         Ok(c)
     }
 
-    /// The keys of `api_keys`: the plain ones, and those limited to some models or profiles
-    /// (their `key_env` read through `var`).
+    /// The keys of `api_keys`: the plain ones, and the named ones, some limited to some
+    /// models or profiles (their `key_env` read through `var`).
     pub fn keys(
         &self,
         var: impl Fn(&str) -> Option<String>,
@@ -676,11 +683,6 @@ impl ServerSection {
                 if let Some(i) = list.iter().flatten().position(|n| n.trim().is_empty()) {
                     return Err(at(&format!(".{what}[{i}]"), "is empty".into()));
                 }
-            }
-            if spec.models.is_none() && spec.profiles.is_none() {
-                // Same as a plain key; kept under its name.
-                plain.push(key);
-                continue;
             }
             grants.push(KeyGrant {
                 name: spec
@@ -729,7 +731,8 @@ impl ServerSection {
 pub enum ApiKeyEntry {
     /// A key that may use every model and profile.
     Key(String),
-    /// A key with a name, limited to some models or profiles.
+    /// A key with a name (the audit record shows it), possibly limited to some models or
+    /// profiles.
     Scoped(ApiKeySpec),
 }
 
@@ -767,7 +770,7 @@ impl<'de> Deserialize<'de> for ApiKeyEntry {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApiKeySpec {
-    /// Its name in logs and `enforce config explain` (default `api_keys[N]`).
+    /// Its name in the audit record, logs and `enforce config explain` (default `api_keys[N]`).
     pub name: Option<String>,
     /// The key (prefer `key_env`: a key in a file is a key in backups).
     pub key: Option<String>,
@@ -870,8 +873,8 @@ mod tests {
         .unwrap();
         let env = vars(&[("APP_KEY", "from-env")]);
         let (plain, grants) = section.keys(&env).unwrap();
-        assert_eq!(plain, ["plain-1", "k-all"]);
-        assert_eq!(grants.len(), 2);
+        assert_eq!(plain, ["plain-1"]);
+        assert_eq!(grants.len(), 3);
         assert_eq!(
             (grants[0].name.as_str(), grants[0].key.as_str()),
             ("app", "from-env")
@@ -883,6 +886,10 @@ mod tests {
             ("api_keys[2]", "inline")
         );
         assert!(grants[1].allows_model("n") && !grants[1].allows_profile("q"));
+        // A named key without limits is kept for its name (the audit names it).
+        assert_eq!(grants[2].name, "unlimited");
+        assert!(grants[0].is_limited() && grants[1].is_limited() && !grants[2].is_limited());
+        assert!(grants[2].allows_model("n") && grants[2].allows_profile("q"));
         assert!(
             !format!("{:?}", grants[0]).contains("from-env"),
             "no key in Debug"

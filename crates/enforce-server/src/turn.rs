@@ -2,7 +2,9 @@
 //! bookkeeping after it ([`Turn`]), the task running the loop ([`Job`]) and the progress it
 //! reports. The JSON handler and the streaming driver both answer through here.
 
+use crate::auth::Granted;
 use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
+use crate::controls;
 use crate::error::ApiError;
 use crate::metrics::{
     Metrics, ATTEMPTS, FALLBACKS, INPUT_CHECKS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS,
@@ -330,6 +332,10 @@ pub(crate) struct Turn {
     pub trace: Option<Arc<RequestTrace>>,
     /// How the model's routes picked the profile (`None`: the model has no routes).
     pub route: Option<serde_json::Value>,
+    /// The named key the request presented (the audit record names it).
+    pub key: Option<Granted>,
+    /// What the request's limit headers applied ([`controls::apply`]), for the audit record.
+    pub request_limits: Option<Value>,
     pub _permit: OwnedSemaphorePermit,
     /// The global concurrency slot, when `max_concurrent` counts all replicas.
     pub _slot: Option<GlobalSlot>,
@@ -482,8 +488,10 @@ impl Turn {
                 .model(self.model.id.as_str())
                 .profile(Some(self.model.profile.as_str()).filter(|p| !p.is_empty()))
                 .chat_id(self.chat_id.as_deref())
+                .key(self.key_name())
                 .runner(self.model.runner_kind.as_deref())
                 .route(self.route.as_ref())
+                .request_limits(self.request_limits.as_ref())
                 // The step belongs to a chat's history: only for requests of a chat.
                 .step(step.filter(|_| self.chat_id.is_some()))
                 .to_json_line();
@@ -495,6 +503,11 @@ impl Turn {
                 audit.append(line);
             }
         }
+    }
+
+    /// The configured name of the key the request presented (never the key itself).
+    pub fn key_name(&self) -> Option<&str> {
+        controls::grant(&self.app, self.key).map(|g| g.name.as_str())
     }
 
     /// Stores the delivered answer (`body`, as the client received it) with its conversation,
