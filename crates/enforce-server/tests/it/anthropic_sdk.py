@@ -1,15 +1,18 @@
 """Drives the real anthropic Python SDK against a server speaking the Messages API and prints
 one JSON line per case: what the SDK made of the answer (its own types), or the exception it
 raised. The Rust test (anthropic_sdk.rs) starts the server, runs this with the SDK installed
-into a venv under target/, and asserts on the lines.
+into the shared venv under target/, and asserts on the lines. Every case names itself in its
+question, so the server side can count how often each one reached the model.
 
 Usage: python anthropic_sdk.py BASE_URL MODEL
 """
 
-import json
 import sys
 
 import anthropic
+
+import client_cases
+from client_cases import enforcement
 
 BASE_URL, MODEL = sys.argv[1], sys.argv[2]
 client = anthropic.Anthropic(base_url=BASE_URL, api_key="sk-ant-test", max_retries=0)
@@ -37,34 +40,16 @@ def blocks(message):
     return out
 
 
-def enforcement(message):
-    extra = getattr(message, "model_extra", None) or {}
-    return extra.get("enforcement", {}).get("status")
-
-
 def case(name, run):
-    try:
-        result = run()
-        result["ok"] = True
-    except anthropic.APIStatusError as e:
-        result = {
-            "ok": False,
-            "error": type(e).__name__,
-            "status": e.status_code,
-            "message": str(e),
-        }
-    except Exception as e:  # anything else is a failure of the server's wire format
-        result = {"ok": False, "error": type(e).__name__, "message": str(e)}
-    result["case"] = name
-    print(json.dumps(result), flush=True)
+    client_cases.case(name, run, anthropic.APIStatusError)
 
 
-def create_text():
+def create_text(tag):
     m = client.messages.create(
         model=MODEL,
         max_tokens=64,
         system="Be brief.",
-        messages=[{"role": "user", "content": "Say hello"}],
+        messages=[{"role": "user", "content": f"Say hello {tag}"}],
     )
     return {
         "blocks": blocks(m),
@@ -75,11 +60,11 @@ def create_text():
     }
 
 
-def stream_text():
+def stream_text(tag):
     with client.messages.stream(
         model=MODEL,
         max_tokens=64,
-        messages=[{"role": "user", "content": "Say hello"}],
+        messages=[{"role": "user", "content": f"Say hello {tag}"}],
     ) as stream:
         deltas = list(stream.text_stream)
         m = stream.get_final_message()
@@ -91,41 +76,41 @@ def stream_text():
     }
 
 
-def create_tool():
+def create_tool(tag):
     m = client.messages.create(
         model=MODEL,
         max_tokens=64,
         tools=[WEATHER],
-        messages=[{"role": "user", "content": "What is the weather in Oslo?"}],
+        messages=[{"role": "user", "content": f"What is the weather in Oslo? {tag}"}],
     )
     return {"blocks": blocks(m), "stop_reason": m.stop_reason}
 
 
-def stream_tool():
+def stream_tool(tag):
     with client.messages.stream(
         model=MODEL,
         max_tokens=64,
         tools=[WEATHER],
-        messages=[{"role": "user", "content": "What is the weather in Oslo?"}],
+        messages=[{"role": "user", "content": f"What is the weather in Oslo? {tag}"}],
     ) as stream:
         m = stream.get_final_message()
     return {"blocks": blocks(m), "stop_reason": m.stop_reason}
 
 
-def create_unresolved():
+def create_unresolved(tag):
     m = client.messages.create(
         model=MODEL,
         max_tokens=64,
-        messages=[{"role": "user", "content": "Break the contract"}],
+        messages=[{"role": "user", "content": f"Break the contract {tag}"}],
     )
     return {"blocks": blocks(m)}
 
 
-def stream_unresolved():
+def stream_unresolved(tag):
     with client.messages.stream(
         model=MODEL,
         max_tokens=64,
-        messages=[{"role": "user", "content": "Break the contract"}],
+        messages=[{"role": "user", "content": f"Break the contract {tag}"}],
     ) as stream:
         m = stream.get_final_message()
     return {"blocks": blocks(m)}
