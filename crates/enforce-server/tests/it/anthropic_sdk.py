@@ -44,13 +44,25 @@ def case(name, run):
     client_cases.case(name, run, anthropic.APIStatusError)
 
 
+def request(question, **extra):
+    """The arguments of one `messages.create` / `messages.stream` call asking `question`."""
+    return {
+        "model": MODEL,
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": question}],
+        **extra,
+    }
+
+
+def streamed(question, **extra):
+    """`messages.stream`: the text deltas as they came, and the final message."""
+    with client.messages.stream(**request(question, **extra)) as stream:
+        deltas = list(stream.text_stream)
+        return deltas, stream.get_final_message()
+
+
 def create_text(tag):
-    m = client.messages.create(
-        model=MODEL,
-        max_tokens=64,
-        system="Be brief.",
-        messages=[{"role": "user", "content": f"Say hello {tag}"}],
-    )
+    m = client.messages.create(**request(f"Say hello {tag}", system="Be brief."))
     return {
         "blocks": blocks(m),
         "stop_reason": m.stop_reason,
@@ -61,13 +73,7 @@ def create_text(tag):
 
 
 def stream_text(tag):
-    with client.messages.stream(
-        model=MODEL,
-        max_tokens=64,
-        messages=[{"role": "user", "content": f"Say hello {tag}"}],
-    ) as stream:
-        deltas = list(stream.text_stream)
-        m = stream.get_final_message()
+    deltas, m = streamed(f"Say hello {tag}")
     return {
         "deltas": deltas,
         "blocks": blocks(m),
@@ -77,42 +83,21 @@ def stream_text(tag):
 
 
 def create_tool(tag):
-    m = client.messages.create(
-        model=MODEL,
-        max_tokens=64,
-        tools=[WEATHER],
-        messages=[{"role": "user", "content": f"What is the weather in Oslo? {tag}"}],
-    )
+    m = client.messages.create(**request(f"What is the weather in Oslo? {tag}", tools=[WEATHER]))
     return {"blocks": blocks(m), "stop_reason": m.stop_reason}
 
 
 def stream_tool(tag):
-    with client.messages.stream(
-        model=MODEL,
-        max_tokens=64,
-        tools=[WEATHER],
-        messages=[{"role": "user", "content": f"What is the weather in Oslo? {tag}"}],
-    ) as stream:
-        m = stream.get_final_message()
+    _, m = streamed(f"What is the weather in Oslo? {tag}", tools=[WEATHER])
     return {"blocks": blocks(m), "stop_reason": m.stop_reason}
 
 
 def create_unresolved(tag):
-    m = client.messages.create(
-        model=MODEL,
-        max_tokens=64,
-        messages=[{"role": "user", "content": f"Break the contract {tag}"}],
-    )
-    return {"blocks": blocks(m)}
+    return {"blocks": blocks(client.messages.create(**request(f"Break the contract {tag}")))}
 
 
 def stream_unresolved(tag):
-    with client.messages.stream(
-        model=MODEL,
-        max_tokens=64,
-        messages=[{"role": "user", "content": f"Break the contract {tag}"}],
-    ) as stream:
-        m = stream.get_final_message()
+    _, m = streamed(f"Break the contract {tag}")
     return {"blocks": blocks(m)}
 
 
