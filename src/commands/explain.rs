@@ -52,8 +52,7 @@ exit code is 1 when it may not use this model or its profile.
 
   enforce config explain --model support
   enforce config explain --model support --key support-app --json
-  enforce config explain --model llama3.2 --upstream-url http://localhost:11434/v1 \
-      --upstream-model llama3.2 --profile chat";
+  enforce config explain -m local --model-id local --upstream-url http://localhost:8080/v1";
 
 /// One resolved value and where it came from.
 struct Item {

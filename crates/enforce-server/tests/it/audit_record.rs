@@ -223,6 +223,9 @@ async fn deadline_and_panic_still_write_the_record_with_the_attempts_so_far() {
     }
 }
 
+/// The limit headers a request sends.
+type LimitHeaders = &'static [(&'static str, &'static str)];
+
 #[tokio::test]
 async fn the_record_names_the_key_and_the_limits_the_request_set_on_every_surface() {
     let dir = tempfile::tempdir().unwrap();
@@ -269,7 +272,7 @@ async fn the_record_names_the_key_and_the_limits_the_request_set_on_every_surfac
     for surface in SURFACES {
         for stream in [false, true] {
             let (url, body) = surface_request(surface, "m", stream);
-            let cases: [(&str, &[(&str, &str)], Value); 3] = [
+            let cases: [(&str, LimitHeaders, Value); 3] = [
                 (
                     "k-secret-app",
                     &[
