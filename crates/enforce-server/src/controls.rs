@@ -240,3 +240,29 @@ fn limit<T: std::str::FromStr + PartialOrd + From<u8>>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applied_limits_say_whether_the_request_or_the_profile_set_them() {
+        // Asked for less than the profile: the request's values apply.
+        assert_eq!(
+            applied_limits(Some((1, 1)), Some((500, Some(500)))),
+            json!({"max_retries": {"asked": 1, "applied": 1, "from": "request"},
+                   "token_budget": {"asked": 500, "applied": 500, "from": "request"}})
+        );
+        // Asked for more: the profile's own limits stay.
+        assert_eq!(
+            applied_limits(Some((9, 2)), Some((100_000, Some(60)))),
+            json!({"max_retries": {"asked": 9, "applied": 2, "from": "profile"},
+                   "token_budget": {"asked": 100_000, "applied": 60, "from": "profile"}})
+        );
+        // Only what was sent.
+        assert_eq!(
+            applied_limits(None, Some((7, Some(7)))),
+            json!({"token_budget": {"asked": 7, "applied": 7, "from": "request"}})
+        );
+    }
+}
