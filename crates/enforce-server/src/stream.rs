@@ -8,7 +8,7 @@
 //! error, never in what looks like an empty success.
 
 use crate::error::ApiError;
-use crate::turn::{Ended, Job, Progress, Turn};
+use crate::turn::{Job, Progress, Turn};
 use axum::body::Body;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -130,8 +130,8 @@ pub(crate) async fn respond<W: StreamWriter>(
         loop {
             tokio::select! {
                 biased;
-                joined = &mut job.handle => break Some(ended_of(joined, &job)),
-                () = &mut deadline => break Some(job.past_deadline()),
+                ended = job.running.ended() => break Some(ended),
+                () = &mut deadline => break Some(job.running.past_deadline()),
                 Some(progress) = job.events.recv() => {
                     let draft = matches!(progress, Progress::Draft { .. });
                     out.progress(progress);
@@ -189,17 +189,6 @@ pub(crate) async fn respond<W: StreamWriter>(
             Box::new(turn),
             outcome,
         ),
-    }
-}
-
-/// The end of the enforcement task as it was joined.
-fn ended_of(joined: Result<Outcome, tokio::task::JoinError>, job: &Job) -> Ended {
-    match joined {
-        Ok(outcome) => Ended::Outcome(Box::new(outcome)),
-        Err(e) => {
-            tracing::error!(error = %e, "enforcement task failed");
-            job.crashed()
-        }
     }
 }
 
@@ -354,8 +343,8 @@ async fn drive<W: StreamWriter>(
     let ended = loop {
         let step = tokio::select! {
             biased;
-            joined = &mut job.handle => break ended_of(joined, &job),
-            () = &mut deadline => break job.past_deadline(),
+            ended = job.running.ended() => break ended,
+            () = &mut deadline => break job.running.past_deadline(),
             Some(progress) = job.events.recv() => {
                 out.progress(progress);
                 out.flush(&tx).await

@@ -20,13 +20,12 @@ use enforce_core::{
     async_trait, Attempt, AuditRecord, Context, Event, Message, Observer, Outcome, Reply,
     ReplyStream, Request, Runner, RunnerError, Status, StopReason, Validator,
 };
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
-use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 /// Progress of the loop as the stream driver sees it, sent from the [`Observer`](enforce_core::Observer).
@@ -258,30 +257,58 @@ impl AttemptsSoFar {
     }
 }
 
-/// Aborts the enforcement when the request is dropped (the client went away).
+/// The enforcement loop of one request, polled by whoever waits for it: the JSON handler or
+/// the stream's first task, and the stream's driver after that. Not a task of its own: a
+/// spawned task cost the proxy's hot path a copy of this large future, a hand-off to the
+/// scheduler and back, and a join (see `BENCHMARKS.md`, the proxy on every surface). Dropping
+/// the job stops the enforcement (the client went away).
 pub(crate) struct Job {
-    pub handle: JoinHandle<Outcome>,
+    /// The loop itself.
+    pub running: Running,
     pub events: mpsc::UnboundedReceiver<Progress>,
     pub deadline: tokio::time::Instant,
-    pub attempts: AttemptsSoFar,
 }
 
-impl Job {
-    /// The end of a task that panicked (or was cancelled), with the attempts it recorded.
-    pub fn crashed(&self) -> Ended {
-        Ended::Crashed(self.attempts.take())
+/// The loop of a [`Job`], with the attempts it recorded so far.
+pub(crate) struct Running {
+    /// The loop, with a panic in it caught (as a task would); `None` once stopped.
+    work: Option<Work>,
+    attempts: AttemptsSoFar,
+}
+
+type Work = futures_util::future::CatchUnwind<
+    std::panic::AssertUnwindSafe<
+        std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>,
+    >,
+>;
+
+impl Running {
+    /// How the loop ended, once it has: its outcome, or its recorded attempts after a panic.
+    /// Pending forever once the loop was stopped.
+    pub async fn ended(&mut self) -> Ended {
+        let Some(work) = self.work.as_mut() else {
+            return std::future::pending().await;
+        };
+        let result = work.await;
+        self.work = None;
+        match result {
+            Ok(outcome) => Ended::Outcome(Box::new(outcome)),
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(panic = ?message, "the enforcement panicked");
+                Ended::Crashed(self.attempts.take())
+            }
+        }
     }
 
-    /// Stops the task at its deadline; the end with the attempts it recorded.
-    pub fn past_deadline(&self) -> Ended {
-        self.handle.abort();
+    /// Stops the loop at its deadline; the end with the attempts it recorded.
+    pub fn past_deadline(&mut self) -> Ended {
+        self.work = None;
         Ended::Deadline(self.attempts.take())
-    }
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        self.handle.abort();
     }
 }
 
@@ -535,8 +562,8 @@ impl Turn {
         }
     }
 
-    /// Starts the enforcement of `messages` (with `params` for the runner, in the
-    /// chat-completions dialect) on its own task.
+    /// The enforcement of `messages` (with `params` for the runner, in the chat-completions
+    /// dialect), to be polled by the caller ([`Job::ended`]).
     pub fn start(
         &self,
         messages: Vec<Message>,
@@ -584,7 +611,7 @@ impl Turn {
             trace: self.trace.clone(),
             max_attempts: enforcer.max_attempts(),
         };
-        let handle = tokio::spawn(
+        let work: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> = Box::pin(
             async move {
                 enforcer
                     .run_with(&runner, &request, &context, &observer, &request_checks)
@@ -593,10 +620,12 @@ impl Turn {
             .in_current_span(),
         );
         Job {
-            handle,
+            running: Running {
+                work: Some(std::panic::AssertUnwindSafe(work).catch_unwind()),
+                attempts,
+            },
             events,
             deadline: tokio::time::Instant::now() + self.app.config.request_timeout,
-            attempts,
         }
     }
 
@@ -793,12 +822,9 @@ fn deliverable(outcome: &Outcome, delivery: Delivery) -> Option<String> {
 
 /// Waits for the job, bounded by its deadline.
 pub(crate) async fn wait(job: &mut Job) -> Ended {
-    match tokio::time::timeout_at(job.deadline, &mut job.handle).await {
-        Ok(Ok(outcome)) => Ended::Outcome(Box::new(outcome)),
-        Ok(Err(join_error)) => {
-            tracing::error!(error = %join_error, "enforcement task failed");
-            job.crashed()
-        }
-        Err(_) => job.past_deadline(),
+    let deadline = job.deadline;
+    match tokio::time::timeout_at(deadline, job.running.ended()).await {
+        Ok(ended) => ended,
+        Err(_) => job.running.past_deadline(),
     }
 }

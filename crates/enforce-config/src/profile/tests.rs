@@ -1,0 +1,283 @@
+use super::*;
+use crate::testing::block_on;
+use enforce_core::{AnswerFormat, Context, FailMode, Language, Status};
+
+fn load(yaml: &str) -> Result<ProfileSet, ConfigError> {
+    ProfileSet::load(
+        &ConfigSource::from_string("t.yaml", yaml),
+        &Registry::builtin(),
+        None,
+    )
+}
+
+#[test]
+fn builtin_profiles_work_without_config() {
+    let set = ProfileSet::builtin(&Registry::builtin(), None).unwrap();
+    assert_eq!(
+        set.get("chat").unwrap().validator_names(),
+        vec!["step_marker"]
+    );
+    assert_eq!(
+        set.get("adr").unwrap().validator_names(),
+        vec!["step_marker", "adr_structure", "file_refs"]
+    );
+    assert_eq!(set.default_profile().unwrap().name(), "chat");
+    let out = block_on(set.enforcer("chat").unwrap().check(
+        "hi",
+        &Context::new(),
+        enforce_core::Check::Report,
+    ));
+    assert_eq!(out.status, Status::Unresolved);
+    assert_eq!(out.codes(), vec!["MISSING_STEP_MARKER"]);
+}
+
+#[test]
+fn profile_policy_layers_over_defaults() {
+    let set = load(
+        "defaults:\n  max_retries: 5\n  on_unavailable: open\n  feedback: { language: de }\n  fallback: 'Hallo {{company_name}}'\n\
+         profiles:\n  p:\n    validators: [step_marker]\n    max_retries: 1\n    budget: { max_attempts: 2 }\n",
+    )
+    .unwrap();
+    let p = set.get("p").unwrap();
+    assert_eq!(p.policy().max_retries, 1);
+    assert_eq!(p.policy().budget.max_attempts, Some(2));
+    assert_eq!(p.policy().on_unavailable, FailMode::Open);
+    assert_eq!(
+        p.policy().fallback.as_deref(),
+        Some("Hallo {{company_name}}")
+    );
+    assert_eq!(
+        p.policy().feedback.template(),
+        &enforce_core::FeedbackTemplate::for_language(Language::De)
+    );
+    assert_eq!(set.get("chat").unwrap().policy().max_retries, 5);
+}
+
+#[test]
+fn reask_and_repair_keys_layer_over_defaults() {
+    let set = load(
+        "defaults:\n  reask: resample\n  repair: first\n  repair_first_codes: [INVALID_JSON]\n\
+         profiles:\n  fresh:\n    validators: [step_marker]\n    reask: feedback_fresh\n    \
+         repair: last\n    repair_first_codes: []\n  inherits:\n    validators: [step_marker]\n",
+    )
+    .unwrap();
+    let fresh = set.get("fresh").unwrap().policy();
+    assert_eq!(fresh.reask, enforce_core::Reask::FeedbackFresh);
+    assert_eq!(fresh.repair, enforce_core::RepairWhen::Last);
+    assert!(fresh.repair_first_codes.is_empty());
+    let inherits = set.get("inherits").unwrap().policy();
+    assert_eq!(inherits.reask, enforce_core::Reask::Resample);
+    assert_eq!(inherits.repair, enforce_core::RepairWhen::First);
+    assert_eq!(
+        inherits.repair_first_codes,
+        vec!["INVALID_JSON".to_string()]
+    );
+    let plain = load("profiles:\n  p:\n    validators: [step_marker]\n").unwrap();
+    assert_eq!(
+        plain.get("p").unwrap().policy().reask,
+        enforce_core::Reask::Feedback
+    );
+    assert_eq!(
+        plain.get("p").unwrap().policy().repair,
+        enforce_core::RepairWhen::Last
+    );
+    let err = load("profiles:\n  p:\n    validators: [step_marker]\n    reask: twice\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("reask"), "{err}");
+    assert!(err.contains(":4:"), "file:line: {err}");
+}
+
+#[test]
+fn early_abort_keys_layer_over_defaults() {
+    let set = load(
+        "defaults:\n  early_abort: false\n  partial_check_bytes: 100\n\
+         profiles:\n  on:\n    validators: [step_marker]\n    early_abort: true\n  \
+         off:\n    validators: [step_marker]\n",
+    )
+    .unwrap();
+    let on = set.get("on").unwrap().policy();
+    assert!(on.early_abort);
+    assert_eq!(on.partial_check_bytes, 100);
+    assert!(!set.get("off").unwrap().policy().early_abort);
+    let default = load("profiles:\n  p:\n    validators: [step_marker]\n").unwrap();
+    assert!(
+        default.get("p").unwrap().policy().early_abort,
+        "on by default"
+    );
+}
+
+#[test]
+fn unknown_validator_names_point_at_the_list_entry() {
+    let err = load("profiles:\n  p:\n    validators:\n      - step_marker\n      - stepmarker\n")
+        .unwrap_err();
+    assert_eq!(err.line, Some(5));
+    assert_eq!(err.key.as_deref(), Some("profiles.p.validators[1]"));
+    assert!(err.message.contains("'stepmarker'"), "{err}");
+}
+
+#[test]
+fn validator_option_errors_point_at_the_option() {
+    let err = load("validators:\n  steps:\n    type: step_marker\n    allowed: []\n").unwrap_err();
+    assert_eq!(err.key.as_deref(), Some("validators.steps.allowed"));
+    assert_eq!(err.line, Some(4));
+    let err = load("validators:\n  steps:\n    type: step_marker\n    alowed: [a]\n").unwrap_err();
+    assert_eq!(err.key.as_deref(), Some("validators.steps.alowed"));
+    assert!(err.message.contains("unknown field `alowed`"), "{err}");
+    assert_eq!(err.line, Some(4));
+}
+
+const RAG: &str = "validators:\n  short_question:\n    type: length\n    unit: chars\n    max: 20\nprofiles:\n  rag:\n    validators: []\n    input_validators: [short_question]\n";
+
+#[test]
+fn input_validators_reject_before_any_model_call() {
+    let set = load(RAG).expect("loads");
+    let profile = set.get("rag").expect("rag");
+    assert_eq!(profile.input_validator_names(), vec!["short_question"]);
+    let described = set.describe();
+    let rag = described
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "rag")
+        .unwrap();
+    assert_eq!(rag["input_validators"][0], "short_question");
+    let runner = enforce_core::ScriptedRunner::texts(["answer"]);
+    let long = enforce_core::Request::prompt("a question far longer than twenty characters");
+    let outcome = block_on(profile.enforcer().run(&runner, &long, &Context::new()));
+    assert_eq!(outcome.stop_reason, enforce_core::StopReason::InputRejected);
+    assert!(runner.calls().is_empty());
+    let short = enforce_core::Request::prompt("short?");
+    let outcome = block_on(profile.enforcer().run(&runner, &short, &Context::new()));
+    assert_eq!(outcome.status, Status::Passed);
+}
+
+#[test]
+fn a_hint_profile_appends_its_note() {
+    let yaml = format!("{RAG}    on_input_failure: hint\n    input_hint: Say if unsure.\n");
+    let set = load(&yaml).expect("loads");
+    let runner = enforce_core::ScriptedRunner::texts(["answer"]);
+    let long = enforce_core::Request::prompt("a question far longer than twenty characters");
+    let enforcer = set.get("rag").unwrap().enforcer();
+    let outcome = block_on(enforcer.run(&runner, &long, &Context::new()));
+    assert_eq!(outcome.status, Status::Passed);
+    let enforce_core::ScriptedCall::Ask { request } = &runner.calls()[0] else {
+        panic!("not an ask")
+    };
+    assert!(request.messages[0].content.ends_with("\n\nSay if unsure."));
+}
+
+#[test]
+fn input_settings_errors_point_at_their_key() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "profiles:\n  p:\n    on_input_failure: hint\n",
+            "profiles.p.on_input_failure",
+            "without `input_validators`",
+        ),
+        (
+            "    on_input_failure: reformulate\n",
+            "profiles.rag.on_input_failure",
+            "needs a `reformulate:` hook",
+        ),
+        (
+            "    input_hint: x\n",
+            "profiles.rag.input_hint",
+            "only with `on_input_failure: hint`",
+        ),
+        (
+            "    on_input_failure: reformulate\n    reformulate:\n      command: [x]\n      url: http://x\n",
+            "profiles.rag.reformulate",
+            "exactly one of",
+        ),
+        (
+            "    on_input_failure: reformulate\n    reformulate:\n      runner: {type: openai}\n",
+            "profiles.rag.reformulate.runner",
+            "runners cannot be configured here",
+        ),
+        (
+            "    on_input_failure: reformulate\n    reformulate:\n      url: ftp://x\n",
+            "profiles.rag.reformulate.url",
+            "not an http",
+        ),
+        (
+            "    retrieved_context: {pointer: metadata}\n",
+            "profiles.rag.retrieved_context.pointer",
+            "not a JSON pointer",
+        ),
+        (
+            "    retrieved_context: {fact: docs, section: {start: a, end: b}}\n",
+            "profiles.rag.retrieved_context",
+            "exactly one of `fact`, `pointer` or `section`",
+        ),
+        (
+            "    retrieved_context: {section: {start: '', end: b}}\n",
+            "profiles.rag.retrieved_context.section",
+            "must not be empty",
+        ),
+        (
+            "    input_validators: [nope]\n",
+            "",
+            "",
+        ),
+    ];
+    for (tail, key, message) in cases {
+        let yaml = if tail.starts_with("profiles") {
+            tail.to_string()
+        } else if tail.contains("input_validators") {
+            "profiles:\n  rag:\n    input_validators: [nope]\n".to_string()
+        } else {
+            format!("{RAG}{tail}")
+        };
+        let err = load(&yaml).unwrap_err();
+        if key.is_empty() {
+            assert_eq!(err.key.as_deref(), Some("profiles.rag.input_validators[0]"));
+            assert_eq!(err.line, Some(3), "{err}");
+            continue;
+        }
+        assert_eq!(err.key.as_deref(), Some(*key), "{yaml}: {err}");
+        assert!(err.line.is_some(), "{err}");
+        assert!(err.message.contains(message), "{yaml}: {err}");
+    }
+}
+
+#[test]
+fn missing_fallback_file_and_default_profile_are_errors() {
+    let err = load("profiles:\n  p:\n    fallback_file: nope.txt\n").unwrap_err();
+    assert_eq!(err.key.as_deref(), Some("profiles.p.fallback_file"));
+    assert_eq!(err.line, Some(3));
+    assert!(err.message.contains("nope.txt"), "{err}");
+    let err = load("defaults:\n  profile: ghost\n").unwrap_err();
+    assert_eq!(err.line, Some(2));
+}
+
+#[test]
+fn answers_are_json_with_a_whole_response_json_validator_or_when_told() {
+    let set = load(
+        "validators:\n  block: { type: json }\n  field: { type: json, input: { json: /a } }\n\
+         profiles:\n  whole: { validators: [step_marker, block] }\n  bare: { validators: [json] }\n\
+         \x20 part: { validators: [field] }\n  told: { validators: [field], answer_format: json }\n\
+         \x20 plain: { validators: [block], answer_format: text }\n",
+    )
+    .unwrap();
+    let format = |name: &str| set.get(name).unwrap().policy().answer_format;
+    assert_eq!(format("whole"), AnswerFormat::Json);
+    assert_eq!(format("bare"), AnswerFormat::Json);
+    assert_eq!(format("part"), AnswerFormat::Text);
+    assert_eq!(format("told"), AnswerFormat::Json);
+    assert_eq!(format("plain"), AnswerFormat::Text);
+    assert_eq!(format("chat"), AnswerFormat::Text);
+    let err = load("profiles:\n  p: { answer_format: yaml }\n").unwrap_err();
+    assert!(err.message.contains("yaml"), "{err}");
+}
+
+#[test]
+fn validators_are_shared_between_profiles() {
+    let set = load(
+        "profiles:\n  a:\n    validators: [step_marker]\n  b:\n    validators: [step_marker]\n",
+    )
+    .unwrap();
+    let a = &set.get("a").unwrap().validators()[0];
+    let b = &set.get("b").unwrap().validators()[0];
+    assert!(Arc::ptr_eq(a, b));
+}

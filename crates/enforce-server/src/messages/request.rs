@@ -1,0 +1,417 @@
+//! Reading a Messages request: the conversation (text, image, `tool_use` and `tool_result`
+//! blocks) and the params the runners forward, every unread field listed as ignored.
+
+use crate::error::ApiError;
+use enforce_core::{Message, Role, ToolCall};
+use serde_json::{json, Map, Value};
+
+/// Body fields read here; every other field is listed as ignored.
+const READ: &[&str] = &[
+    "model",
+    "messages",
+    "system",
+    "max_tokens",
+    "stop_sequences",
+    "temperature",
+    "top_p",
+    "top_k",
+    "tools",
+    "tool_choice",
+    "metadata",
+    "stream",
+    "enforce",
+];
+
+/// A parsed `POST /v1/messages` body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessagesRequest {
+    /// The public model id.
+    pub model: String,
+    /// The conversation: `system` first (as a system message), then the turns; tool results
+    /// as tool messages.
+    pub messages: Vec<Message>,
+    /// `stream: true`.
+    pub stream: bool,
+    /// The proxy's own `enforce` field, as sent.
+    pub enforce: Option<Value>,
+    /// What the runners forward, in the chat-completions dialect they take: `max_tokens`,
+    /// `stop` (from `stop_sequences`), `temperature`, `top_p`, `top_k`, `tools` (as functions),
+    /// `tool_choice`, `parallel_tool_calls`, `user` (from `metadata.user_id`).
+    pub params: Map<String, Value>,
+    /// Fields (or parts) the proxy cannot carry to the upstream, by name (`thinking`,
+    /// `messages.content.image`, `tools.web_search_20250305`, ...): reported as a warning.
+    pub ignored: Vec<String>,
+}
+
+impl MessagesRequest {
+    /// The chat this request belongs to: the `X-OpenWebUI-Chat-Id` header, else
+    /// `metadata.user_id` (the one metadata field the Messages API has).
+    pub fn chat_id(&self, header: Option<&str>) -> Option<String> {
+        header
+            .or_else(|| self.params.get("user").and_then(Value::as_str))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    }
+
+    fn ignore(&mut self, what: impl Into<String>) {
+        let what = what.into();
+        if !self.ignored.contains(&what) {
+            self.ignored.push(what);
+        }
+    }
+}
+
+fn bad(message: impl Into<String>, param: &'static str) -> ApiError {
+    ApiError::bad_request(message, Some(param))
+}
+
+/// Parses a request body. Errors are 400s naming the field; [`error_response`](super::error_response)
+/// renders them.
+pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> {
+    let mut fields = crate::pipeline::body_object(body)?;
+    let model = match fields.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        _ => {
+            return Err(bad(
+                "The request needs a `model` (one of the ids listed by /v1/models).",
+                "model",
+            ))
+        }
+    };
+    let mut request = MessagesRequest {
+        model,
+        messages: Vec::new(),
+        stream: fields
+            .get("stream")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        enforce: fields.remove("enforce"),
+        params: Map::new(),
+        ignored: Vec::new(),
+    };
+    if let Some(system) = fields.get("system") {
+        let text = match system {
+            Value::Null => String::new(),
+            Value::String(s) => s.clone(),
+            Value::Array(blocks) => text_of_blocks(blocks, "system", &mut request)?,
+            _ => {
+                return Err(bad(
+                    "`system` must be a string or an array of text blocks.",
+                    "system",
+                ))
+            }
+        };
+        if !text.is_empty() {
+            request.messages.push(Message::system(text));
+        }
+    }
+    let Some(Value::Array(turns)) = fields.get("messages") else {
+        return Err(bad(
+            "The request needs `messages`, an array of user and assistant turns.",
+            "messages",
+        ));
+    };
+    if turns.is_empty() {
+        return Err(bad(
+            "`messages` must hold at least one message.",
+            "messages",
+        ));
+    }
+    for turn in turns {
+        read_turn(turn, &mut request)?;
+    }
+    read_params(&fields, &mut request)?;
+    for key in fields.keys() {
+        if !READ.contains(&key.as_str()) {
+            request.ignore(key.clone());
+        }
+    }
+    Ok(request)
+}
+
+/// One turn of `messages`: its text, tool calls (assistant) and tool results (user).
+fn read_turn(turn: &Value, request: &mut MessagesRequest) -> Result<(), ApiError> {
+    let role = match turn.get("role").and_then(Value::as_str) {
+        Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        other => {
+            return Err(bad(
+                format!(
+                    "A message's `role` must be `user` or `assistant`, got {}.",
+                    other.map_or_else(|| "none".to_string(), |r| format!("`{r}`"))
+                ),
+                "messages",
+            ))
+        }
+    };
+    let blocks = match turn.get("content") {
+        Some(Value::String(s)) => {
+            request.messages.push(Message::new(role, s.clone()));
+            return Ok(());
+        }
+        Some(Value::Array(blocks)) => blocks,
+        _ => {
+            return Err(bad(
+                "A message's `content` must be a string or an array of content blocks.",
+                "messages",
+            ))
+        }
+    };
+    let mut texts: Vec<&str> = Vec::new();
+    // The content as chat parts, kept when it holds an image (as chat keeps `image_url`).
+    let mut parts: Vec<Value> = Vec::new();
+    let mut has_image = false;
+    let mut calls = Vec::new();
+    for block in blocks {
+        match block.get("type").and_then(Value::as_str).unwrap_or("") {
+            "text" => {
+                let text = block.get("text").and_then(Value::as_str).unwrap_or("");
+                texts.push(text);
+                parts.push(json!({"type": "text", "text": text}));
+            }
+            "image" if role == Role::User => match image_part(block) {
+                Some(part) => {
+                    has_image = true;
+                    parts.push(part);
+                }
+                None => request.ignore("messages.content.image"),
+            },
+            "tool_use" if role == Role::Assistant => calls.push(tool_call(block)?),
+            "tool_result" if role == Role::User => {
+                let id = block
+                    .get("tool_use_id")
+                    .and_then(Value::as_str)
+                    .filter(|id| !id.is_empty())
+                    .ok_or_else(|| {
+                        bad(
+                            "A `tool_result` block needs the `tool_use_id` of the call it answers.",
+                            "messages",
+                        )
+                    })?;
+                let mut content = match block.get("content") {
+                    None | Some(Value::Null) => String::new(),
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(parts)) => text_of_blocks(parts, "messages", request)?,
+                    Some(_) => {
+                        return Err(bad(
+                            "A `tool_result`'s `content` must be a string or text blocks.",
+                            "messages",
+                        ))
+                    }
+                };
+                if block.get("is_error").and_then(Value::as_bool) == Some(true) {
+                    content = format!("[tool error]\n{content}");
+                }
+                request.messages.push(Message::tool(id, content));
+            }
+            // The model's own reasoning sent back: not answer text (and enforce's drafts carry
+            // no signature an upstream would take).
+            "thinking" | "redacted_thinking" if role == Role::Assistant => {}
+            "document" | "search_result" => {
+                request.ignore(format!(
+                    "messages.content.{}",
+                    block["type"].as_str().unwrap_or("")
+                ));
+            }
+            other => {
+                return Err(bad(
+                    format!(
+                        "A `{}` message cannot hold a `{other}` content block here.",
+                        if role == Role::User {
+                            "user"
+                        } else {
+                            "assistant"
+                        }
+                    ),
+                    "messages",
+                ))
+            }
+        }
+    }
+    // Tool results (pushed above) come before the turn's text, as the API orders them.
+    let text = texts.join("\n");
+    if !text.is_empty() || !calls.is_empty() || has_image {
+        let mut message = match role {
+            Role::Assistant => Message::assistant_calling(text, calls),
+            _ => Message::user(text),
+        };
+        if has_image {
+            message.parts = parts;
+        }
+        request.messages.push(message);
+    }
+    Ok(())
+}
+
+/// An `image` block as a chat `image_url` part: a base64 source as a `data:` URL, a `url`
+/// source as it is; `None` for a source it cannot say (a file id).
+fn image_part(block: &Value) -> Option<Value> {
+    let source = block.get("source")?;
+    let url = match source.get("type").and_then(Value::as_str)? {
+        "base64" => format!(
+            "data:{};base64,{}",
+            source.get("media_type").and_then(Value::as_str)?,
+            source.get("data").and_then(Value::as_str)?
+        ),
+        "url" => source.get("url").and_then(Value::as_str)?.to_string(),
+        _ => return None,
+    };
+    Some(json!({"type": "image_url", "image_url": {"url": url}}))
+}
+
+/// The text of text blocks (`system`, a tool result's content), joined with `\n`; other
+/// blocks are listed as ignored.
+fn text_of_blocks(
+    blocks: &[Value],
+    field: &'static str,
+    request: &mut MessagesRequest,
+) -> Result<String, ApiError> {
+    let mut texts = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => texts.push(block.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some(other) => request.ignore(format!("{field}.content.{other}")),
+            None => return Err(bad("A content block needs a `type`.", field)),
+        }
+    }
+    Ok(texts.join("\n"))
+}
+
+fn tool_call(block: &Value) -> Result<ToolCall, ApiError> {
+    let name = block
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| bad("A `tool_use` block needs a `name`.", "messages"))?;
+    let id = block
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| bad("A `tool_use` block needs an `id`.", "messages"))?;
+    let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
+    Ok(ToolCall::new(id, name, input.to_string()))
+}
+
+/// The sampling fields, tools and metadata, in the chat-completions dialect.
+fn read_params(fields: &Map<String, Value>, request: &mut MessagesRequest) -> Result<(), ApiError> {
+    let params = &mut request.params;
+    if let Some(max) = fields.get("max_tokens") {
+        match max.as_u64() {
+            Some(n) if n > 0 => {
+                params.insert("max_tokens".into(), Value::from(n));
+            }
+            _ => {
+                return Err(bad(
+                    "`max_tokens` must be a positive integer.",
+                    "max_tokens",
+                ))
+            }
+        }
+    }
+    for key in ["temperature", "top_p", "top_k"] {
+        if let Some(v) = fields.get(key).filter(|v| !v.is_null()) {
+            params.insert(key.into(), v.clone());
+        }
+    }
+    match fields.get("stop_sequences") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(stops)) if stops.iter().all(Value::is_string) => {
+            if !stops.is_empty() {
+                params.insert("stop".into(), Value::Array(stops.clone()));
+            }
+        }
+        Some(_) => {
+            return Err(bad(
+                "`stop_sequences` must be an array of strings.",
+                "stop_sequences",
+            ))
+        }
+    }
+    if let Some(user) = fields
+        .get("metadata")
+        .and_then(|m| m.get("user_id"))
+        .and_then(Value::as_str)
+    {
+        params.insert("user".into(), Value::String(user.to_string()));
+    }
+    let mut ignored = Vec::new();
+    match fields.get("tools") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(tools)) => {
+            let mut functions = Vec::with_capacity(tools.len());
+            for tool in tools {
+                match tool.get("type").and_then(Value::as_str) {
+                    None | Some("custom") => functions.push(function_of(tool)?),
+                    // Server tools (web search, code execution, ...) run at Anthropic only.
+                    Some(other) => ignored.push(format!("tools.{other}")),
+                }
+            }
+            if !functions.is_empty() {
+                params.insert("tools".into(), Value::Array(functions));
+            }
+        }
+        Some(_) => return Err(bad("`tools` must be an array of tools.", "tools")),
+    }
+    if let Some(choice) = fields.get("tool_choice").filter(|c| !c.is_null()) {
+        let kind = choice.get("type").and_then(Value::as_str);
+        let openai = match kind {
+            Some("auto") => json!("auto"),
+            Some("any") => json!("required"),
+            Some("none") => json!("none"),
+            Some("tool") => {
+                let name = choice.get("name").and_then(Value::as_str).ok_or_else(|| {
+                    bad(
+                        "`tool_choice` of type `tool` needs a `name`.",
+                        "tool_choice",
+                    )
+                })?;
+                json!({"type": "function", "function": {"name": name}})
+            }
+            _ => {
+                return Err(bad(
+                    "`tool_choice` must be an object of type `auto`, `any`, `tool` or `none`.",
+                    "tool_choice",
+                ))
+            }
+        };
+        params.insert("tool_choice".into(), openai);
+        if choice
+            .get("disable_parallel_tool_use")
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            params.insert("parallel_tool_calls".into(), Value::Bool(false));
+        }
+    }
+    for what in ignored {
+        request.ignore(what);
+    }
+    Ok(())
+}
+
+/// An Anthropic tool (`{name, description, input_schema}`) as a chat-completions function.
+fn function_of(tool: &Value) -> Result<Value, ApiError> {
+    let name = tool
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| bad("A tool needs a `name`.", "tools"))?;
+    let mut function = Map::new();
+    function.insert("name".into(), Value::String(name.to_string()));
+    if let Some(d) = tool.get("description").and_then(Value::as_str) {
+        function.insert("description".into(), Value::String(d.to_string()));
+    }
+    let schema = tool
+        .get("input_schema")
+        .filter(|s| s.is_object())
+        .cloned()
+        .ok_or_else(|| {
+            bad(
+                format!("The tool `{name}` needs an `input_schema` object."),
+                "tools",
+            )
+        })?;
+    function.insert("parameters".into(), schema);
+    Ok(json!({"type": "function", "function": function}))
+}

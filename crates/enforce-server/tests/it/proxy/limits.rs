@@ -1,0 +1,122 @@
+//! Limits and auth: bearer keys, the body limit, the concurrency limit.
+
+use super::GOOD;
+use crate::common::*;
+use enforce_core::ScriptedRunner;
+use enforce_server::{ModelOptions, ServerConfig};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+#[tokio::test]
+async fn bearer_auth_guards_the_api() {
+    let runner = Arc::new(ScriptedRunner::texts([GOOD]));
+    let config = ServerConfig {
+        api_keys: vec!["k-one".into(), "k-two".into()],
+        ..ServerConfig::default()
+    };
+    let server = server_with(
+        config,
+        runner,
+        marker_enforcer(false),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    for key in [None, Some("wrong"), Some("k-one-but-longer")] {
+        let mut req = h
+            .client
+            .post(h.url("/v1/chat/completions"))
+            .json(&user_body(false));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 401);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid_api_key");
+        assert!(body["error"]["message"].is_string());
+    }
+    let resp = h.client.get(h.url("/v1/models")).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let resp = h
+        .client
+        .post(h.url("/v1/chat/completions"))
+        .bearer_auth("k-two")
+        .json(&user_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = h.client.get(h.url("/healthz")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test]
+async fn body_limit_is_enforced() {
+    let runner = Arc::new(ScriptedRunner::texts([GOOD]));
+    let config = ServerConfig {
+        max_body_bytes: 2_000,
+        ..ServerConfig::default()
+    };
+    let server = server_with(
+        config,
+        runner,
+        marker_enforcer(false),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    let big = json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(5_000)}]});
+    let resp = h.chat(big).await;
+    assert_eq!(resp.status(), 413);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "request_too_large");
+    // Chunked upload without Content-Length is cut off too.
+    let stream = futures_util::stream::iter(
+        (0..10).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b' '; 500]))),
+    );
+    let resp = h
+        .client
+        .post(h.url("/v1/chat/completions"))
+        .body(reqwest::Body::wrap_stream(stream))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 413);
+    assert_eq!(h.chat(user_body(false)).await.status(), 200);
+}
+
+#[tokio::test]
+async fn concurrency_limit_answers_429_with_retry_after() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let runner = Arc::new(Gated {
+        inner: ScriptedRunner::texts([GOOD, GOOD]),
+        gate: gate.clone(),
+    });
+    let config = ServerConfig {
+        max_concurrent: 1,
+        retry_after_secs: 2,
+        ..ServerConfig::default()
+    };
+    let server = server_with(
+        config,
+        runner,
+        marker_enforcer(false),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    let first = {
+        let client = h.client.clone();
+        let url = h.url("/v1/chat/completions");
+        tokio::spawn(async move { client.post(url).json(&user_body(false)).send().await })
+    };
+    h.wait_in_flight(1).await;
+    let second = h.chat(user_body(false)).await;
+    assert_eq!(second.status(), 429);
+    assert_eq!(second.headers()["retry-after"], "2");
+    let body: Value = second.json().await.unwrap();
+    assert!(body["error"]["message"].is_string());
+    gate.add_permits(1);
+    assert_eq!(first.await.unwrap().unwrap().status(), 200);
+    // The slot is free again.
+    gate.add_permits(1);
+    assert_eq!(h.chat(user_body(false)).await.status(), 200);
+}
