@@ -6,6 +6,7 @@
 use crate::error::{duration_from_secs, ConfigError};
 use crate::process::tail;
 use crate::sse::{Chunk, EventReader, StreamFault};
+use crate::transport::{SendError, Transport};
 use enforce_core::{
     async_trait, Message, Reply, ReplyStream, Request, RunnerError, StreamEvent, Usage,
 };
@@ -19,16 +20,25 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 
 /// Where an HTTP runner posts, and how: the URL parsed once (parsing it per request showed up
-/// in the proxy's profile), the client with its timeouts, the headers every request carries
-/// (the API key), the retries and the body limit.
+/// in the proxy's profile), the transport with its timeouts, the headers every request carries
+/// (the API key, the content type), the retries and the body limit.
 #[derive(Debug, Clone)]
 pub(crate) struct HttpEndpoint {
     url: reqwest::Url,
-    client: reqwest::Client,
+    /// `url` as hyper takes it.
+    uri: http::Uri,
+    transport: Transport,
     headers: reqwest::header::HeaderMap,
     retry: RetryConfig,
     max_response_bytes: usize,
     timeout: Duration,
+}
+
+/// `url` as hyper takes it (`configured`: the base URL as the config spells it, for the error).
+fn uri_of(url: &reqwest::Url, configured: &str) -> Result<http::Uri, ConfigError> {
+    url.as_str()
+        .parse()
+        .map_err(|_| ConfigError::InvalidBaseUrl(configured.to_string()))
 }
 
 /// The settings an [`HttpEndpoint`] is made of, as the runner configs spell them.
@@ -64,16 +74,28 @@ impl HttpEndpoint {
         let timeout = duration_from_secs("timeout_secs", settings.timeout_secs)?;
         let connect = duration_from_secs("connect_timeout_secs", settings.connect_timeout_secs)?;
         let client = reqwest::Client::builder()
-            .timeout(timeout)
             .connect_timeout(connect)
             .build()
             .map_err(|e| ConfigError::HttpClient(e.to_string()))?;
         let url = reqwest::Url::parse(&format!("{base}{}", settings.path))
             .map_err(|_| ConfigError::InvalidBaseUrl(settings.base_url.to_string()))?;
+        let uri = uri_of(&url, settings.base_url)?;
+        let transport = Transport::for_url(&url, connect, |name| std::env::var(name).ok(), client);
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            reqwest::header::HeaderValue::from_static("application/json"),
+        );
+        // What reqwest sends by default, so both transports send the same.
+        headers.insert(
+            reqwest::header::ACCEPT,
+            reqwest::header::HeaderValue::from_static("*/*"),
+        );
         Ok(HttpEndpoint {
             url,
-            client,
-            headers: reqwest::header::HeaderMap::new(),
+            uri,
+            transport,
+            headers,
             retry: settings.retry.clone(),
             max_response_bytes: settings.max_response_bytes,
             timeout,
@@ -96,10 +118,7 @@ impl HttpEndpoint {
         let base = url.strip_suffix(path).unwrap_or(url);
         let url = reqwest::Url::parse(&format!("{base}{by}"))
             .map_err(|_| ConfigError::InvalidBaseUrl(self.url.to_string()))?;
-        Ok(HttpEndpoint {
-            url,
-            ..self.clone()
-        })
+        self.at(url)
     }
 
     /// The same endpoint (client, headers, retries) at its URL followed by `suffix`
@@ -107,7 +126,13 @@ impl HttpEndpoint {
     pub(crate) fn extended(&self, suffix: &str) -> Result<Self, ConfigError> {
         let url = reqwest::Url::parse(&format!("{}{suffix}", self.url))
             .map_err(|_| ConfigError::InvalidBaseUrl(self.url.to_string()))?;
+        self.at(url)
+    }
+
+    /// The same endpoint at `url` (same scheme and host: the transport stays right for it).
+    fn at(&self, url: reqwest::Url) -> Result<Self, ConfigError> {
         Ok(HttpEndpoint {
+            uri: uri_of(&url, url.as_str())?,
             url,
             ..self.clone()
         })
@@ -134,13 +159,12 @@ impl HttpEndpoint {
         let retry = &self.retry;
         let mut attempt: u32 = 0;
         loop {
-            let post = self
-                .client
-                .post(self.url.clone())
-                .headers(self.headers.clone())
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.clone());
-            let (error, retry_after) = match post.send().await {
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            let sent = self
+                .transport
+                .post(&self.url, &self.uri, &self.headers, body.clone(), deadline)
+                .await;
+            let (error, retry_after) = match sent {
                 Ok(response) => {
                     let status = response.status();
                     if status.is_success() {
@@ -164,15 +188,15 @@ impl HttpEndpoint {
                     }
                     (error, retry_after)
                 }
-                Err(e) if e.is_timeout() => return Err(self.timeout_error()),
-                Err(e) if e.is_connect() => (
+                Err(SendError::Timeout) => return Err(self.timeout_error()),
+                Err(SendError::Connect(e)) => (
                     RunnerError::Upstream {
                         status: None,
                         message: format!("cannot connect to {}: {e}", self.url),
                     },
                     None,
                 ),
-                Err(e) => {
+                Err(SendError::Other(e)) => {
                     return Err(RunnerError::Upstream {
                         status: None,
                         message: format!("request to {} failed: {e}", self.url),

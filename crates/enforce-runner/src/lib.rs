@@ -45,6 +45,7 @@ mod openai_responses;
 mod process;
 mod prompt;
 mod sse;
+mod transport;
 
 pub use anthropic::{
     anthropic_error_status, parse_message, AnthropicConfig, AnthropicRunner, ANTHROPIC_API_KEY_ENV,

@@ -5,10 +5,11 @@ use crate::error::ApiError;
 use crate::pipeline::{json_body, non_empty, Ask, Surface};
 use crate::stream::{self, push_data, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
-use crate::verdict::{cut_at_token_limit, enforcement_json};
+use crate::verdict::{cut_at_token_limit, enforcement_json, Enforcement};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use enforce_core::{Message, Outcome, Role, ToolCall, Usage};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 /// Request fields the proxy interprets itself and does not pass to the runner.
@@ -33,9 +34,11 @@ impl Surface for Chat {
     }
 
     fn answer(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Value {
-        let mut body = completion(&turn.id, text, outcome);
-        turn.add_route(&mut body["enforcement"]);
-        body
+        serde_json::to_value(Completion::of(turn, text, outcome)).unwrap_or_default()
+    }
+
+    fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
+        serde_json::to_vec(&Completion::of(turn, text, outcome)).unwrap_or_default()
     }
 
     fn writer(turn: &Turn, _: ()) -> ChatWriter {
@@ -201,12 +204,7 @@ pub(crate) fn parse_chat_request(body: &[u8]) -> Result<Ask, ApiError> {
 /// OpenAI `usage` from the tokens summed over all attempts (zeros when the runner reported
 /// none).
 pub(crate) fn usage_json(usage: Option<Usage>) -> Value {
-    let u = usage.unwrap_or_default();
-    json!({
-        "prompt_tokens": u.input_tokens,
-        "completion_tokens": u.output_tokens,
-        "total_tokens": u.total(),
-    })
+    serde_json::to_value(ChatUsage::of(usage)).unwrap_or_default()
 }
 
 /// `tool_calls` when the answer calls tools, `length` when it was cut at the token limit,
@@ -222,29 +220,76 @@ pub(crate) fn finish_reason(outcome: &Outcome) -> &'static str {
 }
 
 /// A `chat.completion` with one assistant message: the text (`null` when the answer only calls
-/// tools) and the tool calls.
-fn completion(id: &TurnId, content: &str, outcome: &Outcome) -> Value {
-    let calls = &outcome.tool_calls;
-    let mut message = json!({"role": "assistant", "content": content});
-    if !calls.is_empty() {
-        if content.is_empty() {
-            message["content"] = Value::Null;
+/// tools) and the tool calls. Typed, so the answer is written straight to bytes; fields in the
+/// order a `Value` writes them (sorted), so both forms are the same bytes.
+#[derive(Serialize)]
+struct Completion<'a> {
+    choices: [Choice<'a>; 1],
+    created: u64,
+    enforcement: Enforcement<'a>,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+    usage: ChatUsage,
+}
+
+#[derive(Serialize)]
+struct Choice<'a> {
+    finish_reason: &'static str,
+    index: u32,
+    message: AssistantMessage<'a>,
+}
+
+#[derive(Serialize)]
+struct AssistantMessage<'a> {
+    content: Option<&'a str>,
+    role: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<Value>>,
+}
+
+/// OpenAI `usage` (see [`usage_json`]).
+#[derive(Serialize)]
+struct ChatUsage {
+    completion_tokens: u64,
+    prompt_tokens: u64,
+    total_tokens: u64,
+}
+
+impl ChatUsage {
+    fn of(usage: Option<Usage>) -> Self {
+        let u = usage.unwrap_or_default();
+        ChatUsage {
+            completion_tokens: u.output_tokens,
+            prompt_tokens: u.input_tokens,
+            total_tokens: u.total(),
         }
-        message["tool_calls"] = calls.iter().map(ToolCall::to_openai).collect();
     }
-    json!({
-        "id": id.id,
-        "object": "chat.completion",
-        "created": id.created,
-        "model": id.model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "finish_reason": finish_reason(outcome),
-        }],
-        "usage": usage_json(outcome.usage),
-        "enforcement": enforcement_json(outcome),
-    })
+}
+
+impl<'a> Completion<'a> {
+    fn of(turn: &'a Turn, content: &'a str, outcome: &'a Outcome) -> Self {
+        let calls = &outcome.tool_calls;
+        let message = AssistantMessage {
+            content: (calls.is_empty() || !content.is_empty()).then_some(content),
+            role: "assistant",
+            tool_calls: (!calls.is_empty())
+                .then(|| calls.iter().map(ToolCall::to_openai).collect()),
+        };
+        Completion {
+            choices: [Choice {
+                finish_reason: finish_reason(outcome),
+                index: 0,
+                message,
+            }],
+            created: turn.id.created,
+            enforcement: Enforcement::of(outcome).routed(turn.route.as_ref()),
+            id: &turn.id.id,
+            model: &turn.id.model,
+            object: "chat.completion",
+            usage: ChatUsage::of(outcome.usage),
+        }
+    }
 }
 
 /// A `chat.completion.chunk` with one choice.

@@ -116,6 +116,13 @@ pub(crate) trait Surface: Send + Sync + 'static {
     /// The answer as one JSON body (the pipeline sends it with the enforcement headers).
     fn answer(turn: &Turn, kept: &Self::Kept, text: &str, outcome: &Outcome) -> Value;
 
+    /// The same answer as the bytes of its body, for an answer that is not stored. The default
+    /// writes [`Surface::answer`]; a surface writes it typed, without building a `Value`, to
+    /// keep the proxy's added latency down.
+    fn answer_bytes(turn: &Turn, kept: &Self::Kept, text: &str, outcome: &Outcome) -> Vec<u8> {
+        serde_json::to_vec(&Self::answer(turn, kept, text, outcome)).unwrap_or_default()
+    }
+
     /// The writer of a streamed answer.
     fn writer(turn: &Turn, kept: Self::Kept) -> Self::Writer;
 }
@@ -299,9 +306,18 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         let ended = wait(&mut job).await;
         let mut response = match turn.conclude(ended).await {
             Ok((text, outcome)) => {
-                let body = S::answer(&turn, &kept, &text, &outcome);
-                turn.store(&body, &text, &outcome).await;
-                let mut response = Json(body).into_response();
+                let mut response = if turn.conversation.is_some() {
+                    let body = S::answer(&turn, &kept, &text, &outcome);
+                    turn.store(&body, &text, &outcome).await;
+                    Json(body).into_response()
+                } else {
+                    let body = S::answer_bytes(&turn, &kept, &text, &outcome);
+                    (
+                        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+                        body,
+                    )
+                        .into_response()
+                };
                 enforcement_headers(response.headers_mut(), &turn, &outcome);
                 response
             }

@@ -5,6 +5,7 @@
 use crate::error::ApiError;
 use axum::http::StatusCode;
 use enforce_core::{Issue, Outcome, RunnerError, Status, StopReason};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 /// The delivered answer (the last attempt's) stopped at the token limit (the upstream's
@@ -19,14 +20,32 @@ pub(crate) fn cut_at_token_limit(outcome: &Outcome) -> bool {
 }
 
 fn issue_json(issue: &Issue) -> Value {
-    json!({
-        "validator": issue.validator,
-        "code": issue.code,
-        "message": issue.message,
-        "hint": issue.hint,
-        "severity": issue.severity.as_str(),
-        "line": issue.line,
-    })
+    serde_json::to_value(IssueBody::of(issue)).unwrap_or_default()
+}
+
+/// An issue as the `enforcement` object lists it (fields in the order a `Value` writes them,
+/// so the typed and the `Value` form are the same bytes).
+#[derive(Serialize)]
+struct IssueBody<'a> {
+    code: &'a str,
+    hint: &'a Option<String>,
+    line: Option<u32>,
+    message: &'a str,
+    severity: &'static str,
+    validator: &'a str,
+}
+
+impl<'a> IssueBody<'a> {
+    fn of(issue: &'a Issue) -> Self {
+        IssueBody {
+            code: &issue.code,
+            hint: &issue.hint,
+            line: issue.line,
+            message: &issue.message,
+            severity: issue.severity.as_str(),
+            validator: &issue.validator,
+        }
+    }
 }
 
 /// The per-type layer's `validation_status` of an outcome, one value per case (documented in
@@ -55,46 +74,79 @@ pub fn validation_status(outcome: &Outcome) -> String {
 
 /// The `enforcement` object added to completions, finish chunks and errors.
 pub fn enforcement_json(outcome: &Outcome) -> Value {
-    let repairs: Vec<&str> = outcome
-        .attempts
-        .iter()
-        .flat_map(|a| a.repairs.iter().map(String::as_str))
-        .collect();
-    let unchecked = outcome.unchecked_validators();
-    let mut object = json!({
-        "status": outcome.status.as_str(),
-        // Passed or repaired with every check run; `false` says someone must not trust it blindly.
-        "validated": outcome.status.is_success() && !outcome.fallback_used && unchecked.is_empty(),
-        "unchecked_validators": unchecked,
-        "stop_reason": outcome.stop_reason,
-        "attempts": outcome.attempts.len(),
-        "issues": outcome.issues.iter().map(issue_json).collect::<Vec<_>>(),
-        "warnings": outcome.warnings.iter().map(issue_json).collect::<Vec<_>>(),
-        "repairs": repairs,
-        "fallback_used": outcome.fallback_used,
-        "validation_status": validation_status(outcome),
-    });
-    // The input stage's verdict, only for profiles that have one.
-    if let (Some(input), Value::Object(map)) = (&outcome.input, &mut object) {
-        let mut check = json!({
-            "passed": input.passed,
-            "action": input.action,
-            "issues": input.issues.iter().map(issue_json).collect::<Vec<_>>(),
-        });
-        if let (Some(r), Value::Object(c)) = (&input.reformulation, &mut check) {
-            c.insert(
-                "reformulation".into(),
-                json!({
-                    "hook": r.hook,
-                    "question": r.question,
-                    "context_changed": r.context_changed,
-                    "error": r.error,
-                }),
-            );
+    serde_json::to_value(Enforcement::of(outcome)).unwrap_or_default()
+}
+
+/// The `enforcement` object, typed: an answer body serializes it straight to bytes instead of
+/// building a `Value` first (that cost the proxy's hot path more than its JSON parsing). Its
+/// fields are in the order a `Value` writes them (sorted), so both forms are the same bytes.
+#[derive(Serialize)]
+pub(crate) struct Enforcement<'a> {
+    attempts: usize,
+    fallback_used: bool,
+    /// The input stage's verdict, only for profiles that have one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input: Option<Value>,
+    issues: Vec<IssueBody<'a>>,
+    repairs: Vec<&'a str>,
+    /// How the request was routed, when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    route: Option<&'a Value>,
+    status: &'static str,
+    stop_reason: &'a StopReason,
+    unchecked_validators: Vec<&'a str>,
+    /// Passed or repaired with every check run; `false` says someone must not trust it blindly.
+    validated: bool,
+    validation_status: String,
+    warnings: Vec<IssueBody<'a>>,
+}
+
+impl<'a> Enforcement<'a> {
+    /// The object for `outcome`.
+    pub(crate) fn of(outcome: &'a Outcome) -> Self {
+        let unchecked = outcome.unchecked_validators();
+        Enforcement {
+            attempts: outcome.attempts.len(),
+            fallback_used: outcome.fallback_used,
+            input: outcome.input.as_ref().map(|input| {
+                let mut check = json!({
+                    "passed": input.passed,
+                    "action": input.action,
+                    "issues": input.issues.iter().map(issue_json).collect::<Vec<_>>(),
+                });
+                if let (Some(r), Value::Object(c)) = (&input.reformulation, &mut check) {
+                    c.insert(
+                        "reformulation".into(),
+                        json!({
+                            "hook": r.hook,
+                            "question": r.question,
+                            "context_changed": r.context_changed,
+                            "error": r.error,
+                        }),
+                    );
+                }
+                check
+            }),
+            issues: outcome.issues.iter().map(IssueBody::of).collect(),
+            repairs: outcome
+                .attempts
+                .iter()
+                .flat_map(|a| a.repairs.iter().map(String::as_str))
+                .collect(),
+            route: None,
+            status: outcome.status.as_str(),
+            stop_reason: &outcome.stop_reason,
+            validated: outcome.status.is_success() && !outcome.fallback_used && unchecked.is_empty(),
+            unchecked_validators: unchecked,
+            validation_status: validation_status(outcome),
+            warnings: outcome.warnings.iter().map(IssueBody::of).collect(),
         }
-        map.insert("input".into(), check);
     }
-    object
+
+    /// With how the request was routed (nothing when it was not).
+    pub(crate) fn routed(self, route: Option<&'a Value>) -> Self {
+        Enforcement { route, ..self }
+    }
 }
 
 fn describe_issues(issues: &[Issue]) -> String {
@@ -294,6 +346,7 @@ pub fn outcome_failure(outcome: &Outcome) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use enforce_core::Status;
 
     /// A model that cannot serve the request (the local runner's missing file) is a 503 that
     /// names what is missing, not a generic failure.
@@ -310,5 +363,81 @@ mod tests {
             "{}",
             api.message
         );
+    }
+
+    /// The typed `enforcement` object is the same bytes as the `Value` the proxy built before
+    /// it (issues, warnings, repairs, a stop reason with data, a route), so clients see no
+    /// change.
+    #[test]
+    fn the_typed_enforcement_object_is_the_value_it_replaced() {
+        let mut issue = Issue::error("json", "INVALID_JSON", "Not JSON.");
+        issue.hint = Some("Answer with one JSON object.".into());
+        issue.line = Some(3);
+        let mut warning = Issue::warning("terms", "TERM", "A \"quoted\" word.");
+        warning.validator = "terms".into();
+        let attempt = enforce_core::Attempt {
+            number: 1,
+            response_bytes: 1,
+            response_digest: String::new(),
+            issues: Vec::new(),
+            runner_us: 0,
+            validation_us: 0,
+            usage: None,
+            cost_usd: None,
+            session_id: None,
+            repairs: vec!["strip_fences".into()],
+            cut: None,
+            finish_reason: None,
+            usage_estimated: false,
+            runner_error: None,
+        };
+        let outcome = Outcome {
+            status: Status::Unresolved,
+            stop_reason: StopReason::Clean,
+            response: Some("x".into()),
+            tool_calls: Vec::new(),
+            issues: vec![issue.clone()],
+            warnings: vec![warning.clone()],
+            attempts: vec![attempt.clone(), attempt],
+            input: None,
+            fallback_used: false,
+            session_id: None,
+            usage: None,
+            cost_usd: None,
+            total_us: 0,
+            runner_us: 0,
+        };
+        let issue_value = |i: &Issue| {
+            json!({
+                "validator": i.validator,
+                "code": i.code,
+                "message": i.message,
+                "hint": i.hint,
+                "severity": i.severity.as_str(),
+                "line": i.line,
+            })
+        };
+        let route = json!({"name": "r", "profile": "p", "by": "field"});
+        let before = json!({
+            "status": "unresolved",
+            "validated": false,
+            "unchecked_validators": Vec::<String>::new(),
+            "stop_reason": outcome.stop_reason,
+            "attempts": 2,
+            "issues": [issue_value(&issue)],
+            "warnings": [issue_value(&warning)],
+            "repairs": ["strip_fences", "strip_fences"],
+            "fallback_used": false,
+            "validation_status": "INVALID_UNRESOLVED",
+            "route": route,
+        });
+        let typed = Enforcement::of(&outcome).routed(Some(&route));
+        assert_eq!(
+            String::from_utf8(serde_json::to_vec(&typed).expect("serializes")).expect("utf-8"),
+            serde_json::to_string(&before).expect("serializes")
+        );
+        let mut unrouted = before.clone();
+        unrouted.as_object_mut().expect("object").remove("route");
+        assert_eq!(enforcement_json(&outcome), unrouted);
     }
 }
