@@ -21,8 +21,9 @@ enum Command {
     #[command(long_about = SCHEMA_ABOUT)]
     Schema(SchemaArgs),
     /// Print the contract a served model enforces and where each value comes from.
+    // Boxed: with the model flags it is much larger than `Schema`.
     #[command(long_about = super::explain::EXPLAIN_ABOUT)]
-    Explain(super::explain::ExplainArgs),
+    Explain(Box<super::explain::ExplainArgs>),
 }
 
 const SCHEMA_ABOUT: &str = "\
@@ -55,7 +56,7 @@ struct SchemaArgs {}
 pub fn run(args: Args) -> ExitCode {
     match args.command {
         Command::Schema(SchemaArgs {}) => print_schema(),
-        Command::Explain(args) => super::explain::run(args),
+        Command::Explain(args) => super::explain::run(*args),
     }
 }
 

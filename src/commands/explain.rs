@@ -1,10 +1,12 @@
 //! `enforce config explain --model M [--key K]`: the contract a served model enforces, as
-//! `enforce serve` would resolve it from the same file, and where each value comes from (a
-//! built-in default, `defaults:`, the profile, the model entry, a route, `server:`).
+//! `enforce serve` would resolve it from the same file and the same model flags, and where
+//! each value comes from (a built-in default, `defaults:`, the profile, the model entry or the
+//! flag, a route, `server:`).
 //!
 //! Exit codes: 0 explained, 1 the key may not use the model (the contract is still printed),
 //! 2 the configuration, the model or the key is wrong.
 
+use super::model_flags::ModelFlags;
 use crate::config::{LoadedConfig, ServedModelConfig, WhenConfig};
 use enforce_server::{ApiKeyEntry, FailureResponse, ServerSection, StreamMode};
 use serde_json::{json, Value};
@@ -27,20 +29,30 @@ pub struct ExplainArgs {
     /// Print JSON (`{"model", "contract": {KEY: {"value", "from"}}, "access"}`) instead of text.
     #[arg(long)]
     json: bool,
+    /// The command-line model, given as to `enforce serve` (`--upstream-url`,
+    /// `--upstream-model`, `--runner`, `--profile`, `--model-id`, ...).
+    #[command(flatten)]
+    flags: ModelFlags,
 }
 
 pub const EXPLAIN_ABOUT: &str = "\
 Print the contract a served model enforces, resolved as `enforce serve` resolves it from the \
-same file: its runner, profile and routes, the validators with their options, the limits \
+same file and the same model flags: its runner, profile and routes, the validators with their options, the limits \
 (re-asks, budgets, timeouts, per-request limits), on_unresolved / on_unavailable, the \
 streaming mode, and for each value where it came from: a built-in default, `defaults:`, the \
-profile (`profiles.NAME`), the model entry (`models[N]`), a route, or `server:`.
+profile (`profiles.NAME`), the model entry (`models[N]`) or the flag that set it, a route, or \
+`server:`.
+
+The model `enforce serve` builds from its flags (--upstream-url, --upstream-model, --runner, \
+--profile, --model-id, --stream-mode, ...) is explained when the same flags are given here; \
+without --upstream-model, the upstream is asked for its first model, as `enforce serve` does.
 
 With --key, also what that key may use (its models and profiles in `server.api_keys`); the \
 exit code is 1 when it may not use this model or its profile.
 
   enforce config explain --model support
-  enforce config explain --model support --key support-app --json";
+  enforce config explain --model support --key support-app --json
+  enforce config explain -m local --model-id local --upstream-url http://localhost:8080/v1";
 
 /// One resolved value and where it came from.
 struct Item {
@@ -66,6 +78,35 @@ impl Contract {
 }
 
 const BUILT_IN: &str = "built-in default";
+
+/// Where the explained model is defined.
+enum Origin<'a> {
+    /// `models[N]` of the file.
+    Entry(usize),
+    /// The model flags `enforce serve` takes.
+    Flags(&'a ModelFlags),
+}
+
+impl Origin<'_> {
+    /// How the contract names the definition (`models[0]`, `command line`).
+    fn name(&self) -> String {
+        match self {
+            Origin::Entry(index) => format!("models[{index}]"),
+            Origin::Flags(_) => "command line".to_string(),
+        }
+    }
+
+    /// Where the model's own `key` came from, when its definition sets it (`models[0].profile`,
+    /// `--profile`); `raw` is the file as written.
+    fn sets(&self, key: &str, raw: &Value) -> Option<String> {
+        match self {
+            Origin::Entry(index) => raw
+                .pointer(&format!("/models/{index}/{key}"))
+                .map(|_| format!("models[{index}].{key}")),
+            Origin::Flags(flags) => flags.flag_of(key).map(str::to_string),
+        }
+    }
+}
 
 /// Runs `enforce config explain`.
 pub fn run(args: ExplainArgs) -> ExitCode {
@@ -96,28 +137,47 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
     let server = section
         .to_config()
         .map_err(|e| super::serve::section_error(&loaded, e))?;
-    let served: Vec<&str> = loaded.config.models.iter().map(|m| m.id.as_str()).collect();
+    // The command-line model, resolved by the function `enforce serve` uses.
+    let upstream_model = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?
+        .block_on(args.flags.upstream_model())?;
+    let flags_entry = args.flags.entry(upstream_model, profiles.default_name())?;
+    let served: Vec<&str> = loaded
+        .config
+        .models
+        .iter()
+        .chain(&flags_entry)
+        .map(|m| m.id.as_str())
+        .collect();
     super::serve::check_key_grants(&loaded, &section, &served, &profiles)?;
     // What the file itself sets (a value equal to the default still came from the file).
     let raw: Value = match &loaded.source {
         Some(source) => source.parse().map_err(|e| e.to_string())?,
         None => Value::Null,
     };
-    let Some(index) = served.iter().position(|id| *id == args.model) else {
+    let found = match loaded.config.models.iter().position(|m| m.id == args.model) {
+        Some(index) => Some((Origin::Entry(index), &loaded.config.models[index])),
+        None => flags_entry
+            .as_ref()
+            .filter(|m| m.id == args.model)
+            .map(|m| (Origin::Flags(&args.flags), m)),
+    };
+    let Some((origin, entry)) = found else {
         return Err(format!(
-            "no model `{}` in the configuration's `models:` (models: {}). A model given by `enforce serve --upstream-url` flags is not in the file.",
+            "no model `{}` in the configuration's `models:` or the model flags (models: {}). A model `enforce serve` builds from its flags (--upstream-url, --upstream-model, --runner, --profile, --model-id) is explained when the same flags are given.",
             args.model,
             if served.is_empty() { "none".to_string() } else { served.join(", ") }
         ));
     };
-    let entry = &loaded.config.models[index];
-    let at = format!("models[{index}]");
+    let at = origin.name();
     let set = |pointer: &str| raw.pointer(pointer).is_some();
     let mut c = Contract::default();
 
     // The runner, without its secrets.
     let (runner, runner_from) = match (&entry.runner, &loaded.config.runner) {
-        (Some(r), _) => (Some(r), format!("{at}.runner")),
+        (Some(r), _) => (Some(r), origin.sets("runner", &raw).unwrap_or_default()),
         (None, Some(r)) => (Some(r), "runner".to_string()),
         (None, None) => (None, "none: `enforce serve` refuses this model".to_string()),
     };
@@ -130,7 +190,7 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
 
     // The profile.
     let (profile, profile_from) = match (&entry.profile, &loaded.config.defaults.profile) {
-        (Some(p), _) => (p.clone(), format!("{at}.profile")),
+        (Some(p), _) => (p.clone(), origin.sets("profile", &raw).unwrap_or_default()),
         (None, Some(p)) => (p.clone(), "defaults.profile".to_string()),
         (None, None) => (profiles.default_name().to_string(), BUILT_IN.to_string()),
     };
@@ -225,17 +285,21 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
         server_or_default("request_timeout_secs"),
     );
     if let Some(timeout) = runner_json.as_ref().and_then(|r| r.get("timeout_secs")) {
-        let from = if set(&format!(
-            "/{}/timeout_secs",
-            runner_from.replace(['[', '.'], "/").replace(']', "")
-        )) {
-            format!("{runner_from}.timeout_secs")
-        } else {
+        let here = match &origin {
+            Origin::Flags(flags) => flags.flag_of("runner.timeout_secs").map(str::to_string),
+            // The entry's runner or the top-level one.
+            Origin::Entry(_) => set(&format!(
+                "/{}/timeout_secs",
+                runner_from.replace(['[', '.'], "/").replace(']', "")
+            ))
+            .then(|| format!("{runner_from}.timeout_secs")),
+        };
+        let from = here.unwrap_or_else(|| {
             format!(
                 "{BUILT_IN} of the {} runner",
                 runner.map_or("", |r| r.kind())
             )
-        };
+        });
         c.push("runner_timeout_secs", timeout.clone(), from);
     }
     let (limits, limits_from) = match (entry.allow_request_limits, section.allow_request_limits) {
@@ -254,7 +318,7 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
     );
 
     // How answers reach the client.
-    model_options(&mut c, entry, &at, &set);
+    model_options(&mut c, entry, &origin, &raw);
 
     let access = args
         .key
@@ -285,19 +349,11 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
 }
 
 /// The entry's presentation options and where they come from.
-fn model_options(
-    c: &mut Contract,
-    entry: &ServedModelConfig,
-    at: &str,
-    set: &dyn Fn(&str) -> bool,
-) {
+fn model_options(c: &mut Contract, entry: &ServedModelConfig, origin: &Origin<'_>, raw: &Value) {
     let from = |key: &str| {
-        let pointer = format!("/{}/{key}", at.replace('[', "/").replace(']', ""));
-        if set(&pointer) {
-            format!("{at}.{key}")
-        } else {
-            BUILT_IN.to_string()
-        }
+        origin
+            .sets(key, raw)
+            .unwrap_or_else(|| BUILT_IN.to_string())
     };
     let word = |v: FailureResponse| serde_json::to_value(v).unwrap_or(Value::Null);
     let mode = match entry.stream_mode {
@@ -308,10 +364,9 @@ fn model_options(
     let on_unresolved = entry
         .on_unresolved
         .unwrap_or_else(|| entry.stream_mode.default_on_unresolved());
-    let unresolved_from = match entry.on_unresolved {
-        Some(_) => format!("{at}.on_unresolved"),
-        None => format!("{BUILT_IN} for stream_mode {mode}"),
-    };
+    let unresolved_from = origin
+        .sets("on_unresolved", raw)
+        .unwrap_or_else(|| format!("{BUILT_IN} for stream_mode {mode}"));
     c.push("on_unresolved", word(on_unresolved), unresolved_from);
     c.push(
         "on_unavailable",
@@ -345,12 +400,10 @@ fn access(
         .key_grants
         .iter()
         .find(|g| g.name == key || g.key == key);
-    let plain_index = section.api_keys.iter().position(|e| match e {
-        ApiKeyEntry::Key(k) => k.trim() == key,
-        ApiKeyEntry::Scoped(spec) => {
-            spec.name.as_deref() == Some(key) && spec.models.is_none() && spec.profiles.is_none()
-        }
-    });
+    let plain_index = section
+        .api_keys
+        .iter()
+        .position(|e| matches!(e, ApiKeyEntry::Key(k) if k.trim() == key));
     let from_env = std::env::var(enforce_server::API_KEYS_ENV)
         .ok()
         .is_some_and(|v| enforce_server::parse_key_list(&v).iter().any(|k| k == key));
@@ -368,10 +421,7 @@ fn access(
             }
         };
         return Ok(
-            json!({"key": key_label(key, plain_index.and_then(|i| match &section.api_keys[i] {
-            ApiKeyEntry::Scoped(s) => s.name.clone(),
-            ApiKeyEntry::Key(_) => None,
-        })), "from": from, "models": "all", "profiles": "all", "allowed": true}),
+            json!({"key": key_label(key), "from": from, "models": "all", "profiles": "all", "allowed": true}),
         );
     };
     let index = section
@@ -404,12 +454,10 @@ fn access(
     }))
 }
 
-/// A key shown by its name, never by its value.
-fn key_label(key: &str, name: Option<String>) -> String {
-    name.unwrap_or_else(|| {
-        let shown: String = key.chars().take(4).collect();
-        format!("{shown}…")
-    })
+/// An anonymous key, shown by its first characters, never whole.
+fn key_label(key: &str) -> String {
+    let shown: String = key.chars().take(4).collect();
+    format!("{shown}…")
 }
 
 /// A route's condition in one line.

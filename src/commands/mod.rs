@@ -5,6 +5,7 @@ pub mod config;
 pub mod demo;
 pub mod eval;
 pub mod explain;
+pub mod model_flags;
 pub mod plugins;
 pub mod report;
 pub mod run;

@@ -1,14 +1,15 @@
 //! `enforce serve`: the OpenAI-compatible enforcement proxy.
 
+use super::model_flags::ModelFlags;
 use crate::config::{ClassifyConfig, LoadedConfig, RouteConfig, ServedModelConfig, WhenConfig};
-use clap::{Args as ClapArgs, ValueEnum};
+use clap::Args as ClapArgs;
 use enforce_config::ProfileSet;
 use enforce_core::Runner;
 use enforce_external::breaker::{BreakerState, SharedBreakers, SharedError};
-use enforce_runner::{AnthropicConfig, ClaudeConfig, OpenAiConfig, RunnerConfig};
+use enforce_runner::{ClaudeConfig, RunnerConfig};
 use enforce_server::{
-    Classifier, FailureResponse, Model, ModelOptions, Route, RouteError, Routes, Server,
-    ServerSection, StepMark, StreamMode, When,
+    Classifier, Model, ModelOptions, Route, RouteError, Routes, Server, ServerSection, StepMark,
+    When,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,55 +18,6 @@ use std::time::Duration;
 
 /// Address used when neither `--listen` nor `server.listen` is given: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-
-/// Which runner a command-line model uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ServeRunner {
-    /// An OpenAI-compatible server at `--upstream-url` (OpenAI, Ollama, vLLM, llama.cpp).
-    Openai,
-    /// The Claude Code CLI (`claude -p`), sessions continued with `--resume`.
-    Claude,
-    /// The Anthropic Messages API: `--upstream-model` names the model, `--upstream-url` is a
-    /// compatible server's base URL without `/v1` [default: https://api.anthropic.com], the key
-    /// is `--upstream-key`, else `ANTHROPIC_API_KEY`.
-    Anthropic,
-}
-
-/// What a streaming client sees while the answer is checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StreamModeArg {
-    /// Nothing unchecked: keep-alives (and status events) until the answer passed.
-    Hold,
-    /// Attempts live as `reasoning_content`, the checked answer as `content`.
-    Draft,
-}
-
-impl From<StreamModeArg> for StreamMode {
-    fn from(v: StreamModeArg) -> Self {
-        match v {
-            StreamModeArg::Hold => StreamMode::Hold,
-            StreamModeArg::Draft => StreamMode::Draft,
-        }
-    }
-}
-
-/// What a failed enforcement becomes (for streaming and non-streaming clients).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OnFailure {
-    /// A normal completion carrying the status (`X-Enforce-Status`, `enforcement`).
-    Return,
-    /// An OpenAI error (422 unresolved, 503 unavailable).
-    Error,
-}
-
-impl From<OnFailure> for FailureResponse {
-    fn from(v: OnFailure) -> Self {
-        match v {
-            OnFailure::Return => FailureResponse::Return,
-            OnFailure::Error => FailureResponse::Error,
-        }
-    }
-}
 
 /// Serve the enforcement proxy (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`,
 /// `/v1/models`).
@@ -84,55 +36,9 @@ pub struct Args {
     /// exists.
     #[arg(long, short = 'c', env = "ENFORCE_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Runner of the command-line model [default: openai when --upstream-url is given].
-    #[arg(long, value_enum)]
-    pub runner: Option<ServeRunner>,
-    /// Base URL of the OpenAI-compatible upstream, up to `/v1` (with `--runner anthropic`:
-    /// the server without `/v1`).
-    #[arg(long, env = "ENFORCE_UPSTREAM_URL")]
-    pub upstream_url: Option<String>,
-    /// Upstream model name (Claude `--model` with `--runner claude`) [default: the first model
-    /// the upstream lists at /models].
-    #[arg(long, env = "ENFORCE_UPSTREAM_MODEL")]
-    pub upstream_model: Option<String>,
-    /// API key for the upstream.
-    #[arg(long, env = "ENFORCE_UPSTREAM_KEY", hide_env_values = true)]
-    pub upstream_key: Option<String>,
-    /// Claude runner: the CLI to run.
-    #[arg(long, env = "ENFORCE_CLAUDE_BIN")]
-    pub claude_bin: Option<PathBuf>,
-    /// Upstream timeout per call, in seconds.
-    #[arg(long)]
-    pub upstream_timeout: Option<f64>,
-    /// Profile of the command-line model [default: the configuration's default, else chat].
-    #[arg(long, short = 'p')]
-    pub profile: Option<String>,
-    /// Public model id of the command-line model [default: --upstream-model, else the profile].
-    #[arg(long)]
-    pub model_id: Option<String>,
-    /// An answer that stays unresolved (streamed or not): return it with its status, or an error
-    /// [default: error with --stream-mode draft (a chat UI shows the error), else return].
-    #[arg(long, value_enum)]
-    pub on_unresolved: Option<OnFailure>,
-    /// An answer whose validator was unavailable (streamed or not): return it, or an error.
-    #[arg(long, value_enum, default_value = "return")]
-    pub on_unavailable: OnFailure,
-    /// Send Open WebUI status events in streams ("Re-asking (2/3): ...").
-    #[arg(long)]
-    pub status_events: bool,
-    /// Do not check tool calls against the request's `tools` (UNKNOWN_TOOL,
-    /// INVALID_TOOL_ARGUMENTS); by default they are checked and re-asked like any other error.
-    #[arg(long)]
-    pub no_tool_checks: bool,
-    /// Remove the `<!-- STEP: x -->` marker from answers (chat UIs show it as text); the step is
-    /// still recorded, and put back on the turns the client sends back.
-    #[arg(long)]
-    pub hide_step_marker: bool,
-    /// What a streaming client sees while the answer is checked: `hold` shows nothing
-    /// unchecked; `draft` streams each attempt live as reasoning (a "Thinking…" block in Open
-    /// WebUI) and only the checked answer as the message.
-    #[arg(long, value_enum, default_value = "hold")]
-    pub stream_mode: StreamModeArg,
+    /// The command-line model.
+    #[command(flatten)]
+    pub model: ModelFlags,
     /// Accepted bearer key (repeatable; also `ENFORCE_API_KEYS`, comma-separated).
     #[arg(long = "api-key")]
     pub api_keys: Vec<String>,
@@ -249,15 +155,14 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
         })?;
         models.push(model.with_routes(routes));
     }
-    let mut upstream_model = args.upstream_model.clone();
-    if upstream_model.is_none() && args.runner.is_none_or(|r| r == ServeRunner::Openai) {
-        if let Some(url) = &args.upstream_url {
-            upstream_model = Some(discover_model(url, args.upstream_key.as_deref()).await?);
-        }
-    }
-    if let Some(mut model) = model_from_flags(args, upstream_model, &profiles)? {
-        model.options.request_limits = section.allow_request_limits.unwrap_or(false);
-        models.push(model);
+    let upstream_model = args.model.upstream_model().await?;
+    if let Some(entry) = args.model.entry(upstream_model, profiles.default_name())? {
+        models.push(model_from_config(
+            &entry,
+            None,
+            &profiles,
+            section.allow_request_limits.unwrap_or(false),
+        )?);
     }
     let served: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
     check_key_grants(&loaded, &section, &served, &profiles)?;
@@ -556,131 +461,6 @@ fn with_upstream_model(model: Model, runner: &RunnerConfig) -> Model {
     }
 }
 
-/// The first model the upstream lists at `{base_url}/models` (llama.cpp and single-model servers
-/// need no name; this finds the one they serve).
-async fn discover_model(base_url: &str, key: Option<&str>) -> Result<String, String> {
-    let url = format!("{}/models", base_url.trim_end_matches('/'));
-    let hint = "give --upstream-model NAME";
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
-        .build()
-        .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
-    let mut request = client.get(&url);
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
-    }
-    let response = request
-        .send()
-        .await
-        .map_err(|e| format!("cannot list the upstream's models at {url} ({e}); {hint}"))?;
-    if !response.status().is_success() {
-        return Err(format!(
-            "the upstream answered {} to {url}; {hint}",
-            response.status()
-        ));
-    }
-    let list: serde_json::Value = response
-        .json()
-        .await
-        .map_err(|e| format!("the upstream's model list at {url} is not JSON ({e}); {hint}"))?;
-    list.get("data")
-        .and_then(|d| d.get(0))
-        .and_then(|m| m.get("id"))
-        .and_then(serde_json::Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| format!("the upstream lists no model at {url}; {hint}"))
-}
-
-fn model_from_flags(
-    args: &Args,
-    upstream_model: Option<String>,
-    profiles: &ProfileSet,
-) -> Result<Option<Model>, String> {
-    let kind = match (args.runner, &args.upstream_url) {
-        (Some(kind), _) => kind,
-        (None, Some(_)) => ServeRunner::Openai,
-        (None, None) => return Ok(None),
-    };
-    let runner_config = match kind {
-        ServeRunner::Openai => {
-            let base_url = args
-                .upstream_url
-                .clone()
-                .ok_or("--runner openai needs --upstream-url")?;
-            let model = upstream_model
-                .clone()
-                .ok_or("--upstream-url needs --upstream-model (the upstream's model name)")?;
-            let mut c = OpenAiConfig {
-                base_url,
-                model,
-                api_key: args.upstream_key.clone(),
-                ..OpenAiConfig::default()
-            };
-            if let Some(t) = args.upstream_timeout {
-                c.timeout_secs = t;
-            }
-            RunnerConfig::OpenAi(c)
-        }
-        ServeRunner::Anthropic => {
-            let model = upstream_model.clone().ok_or(
-                "--runner anthropic needs --upstream-model (the Anthropic model name, e.g. claude-sonnet-4-5)",
-            )?;
-            let mut c = AnthropicConfig {
-                model,
-                api_key: args.upstream_key.clone(),
-                ..AnthropicConfig::default()
-            };
-            if let Some(url) = &args.upstream_url {
-                c.base_url.clone_from(url);
-            }
-            if let Some(t) = args.upstream_timeout {
-                c.timeout_secs = t;
-            }
-            RunnerConfig::Anthropic(c)
-        }
-        ServeRunner::Claude => {
-            let mut c = ClaudeConfig {
-                model: upstream_model.clone(),
-                ..ClaudeConfig::default()
-            };
-            if let Some(bin) = &args.claude_bin {
-                c.binary = bin.clone();
-            }
-            if let Some(t) = args.upstream_timeout {
-                c.timeout_secs = t;
-            }
-            RunnerConfig::Claude(c)
-        }
-    };
-    let runner = build_runner(&runner_config)?;
-    let profile = args
-        .profile
-        .clone()
-        .unwrap_or_else(|| profiles.default_name().to_string());
-    let enforcer = enforcer_for(profiles, &profile)?;
-    let id = args
-        .model_id
-        .clone()
-        .or(upstream_model)
-        .unwrap_or_else(|| profile.clone());
-    let model = Model::new(id, runner, enforcer)
-        .with_profile(profile)
-        .with_runner_kind(runner_config.kind())
-        .with_options(ModelOptions {
-            on_unresolved: args.on_unresolved.map_or_else(
-                || StreamMode::from(args.stream_mode).default_on_unresolved(),
-                FailureResponse::from,
-            ),
-            on_unavailable: args.on_unavailable.into(),
-            status_events: args.status_events,
-            check_tool_calls: !args.no_tool_checks,
-            hide_step_marker: args.hide_step_marker,
-            stream_mode: args.stream_mode.into(),
-            request_limits: false,
-        });
-    Ok(Some(with_upstream_model(model, &runner_config)))
-}
-
 /// Serves until `shutdown` completes.
 pub async fn serve(
     args: Args,
@@ -703,6 +483,7 @@ pub async fn serve(
 mod tests {
     use super::*;
     use enforce_config::Registry;
+    use enforce_server::FailureResponse;
 
     /// A `models:` entry with a local runner: built into a served model (which answers, when
     /// the test model is installed) with the feature `local`; a configuration error saying how
@@ -774,14 +555,17 @@ mod tests {
             "--upstream-key",
             "k",
         ]);
-        let model = model_from_flags(&args, args.upstream_model.clone(), &profiles)
+        let entry = args
+            .model
+            .entry(args.model.upstream_model.clone(), profiles.default_name())
             .expect("builds")
             .expect("a model");
+        let model = model_from_config(&entry, None, &profiles, false).expect("builds");
         assert_eq!(model.runner_kind.as_deref(), Some("anthropic"));
         assert_eq!(model.id, "claude-x");
         assert_eq!(model.upstream_model.as_deref(), Some("claude-x"));
         let args = serve_args(&["--runner", "anthropic"]);
-        let Err(err) = model_from_flags(&args, None, &profiles) else {
+        let Err(err) = args.model.entry(None, profiles.default_name()) else {
             panic!("a model without a name")
         };
         assert!(err.contains("--upstream-model"), "{err}");

@@ -276,3 +276,120 @@ fn api_key_misuse_is_located_at_file_line_and_key() {
         text(&out.stderr)
     );
 }
+
+/// `enforce config explain` given `enforce serve`'s model flags explains the model `serve`
+/// builds from them: the same id (here the upstream's first model, asked by both), runner,
+/// profile and options, each from its flag; and `serve` with those flags serves exactly that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_resolves_the_command_line_model_as_serve_does() {
+    use enforce_testkit::{MockOpenAi, MockReply, MockScript};
+    let upstream = MockOpenAi::start(
+        MockScript::new()
+            .model("upstream-llm")
+            .replies((0..8).map(|_| MockReply::text("An answer without a marker."))),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "enforce.yaml",
+        "defaults:\n  max_retries: 3\nvalidators:\n  object: {type: json}\nprofiles:\n  support:\n    validators: [object]\n    max_retries: 1\n",
+    );
+    let url = upstream.url();
+    // No --upstream-model: both ask the upstream for its first model.
+    let flags = [
+        "--upstream-url",
+        url.as_str(),
+        "--profile",
+        "support",
+        "--stream-mode",
+        "draft",
+        "--upstream-timeout",
+        "7",
+    ];
+    let explained = {
+        let (config, flags) = (config.clone(), flags.map(str::to_string));
+        tokio::task::spawn_blocking(move || {
+            let mut args = vec!["--model", "upstream-llm", "--json"];
+            args.extend(flags.iter().map(String::as_str));
+            explain(&config, &args, None)
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(
+        explained.status.code(),
+        Some(0),
+        "{}",
+        text(&explained.stderr)
+    );
+    let explained = json(&explained);
+    let (runner, from) = entry(&explained, "runner");
+    assert_eq!(
+        (&runner["type"], &runner["model"], from),
+        (&"openai".into(), &"upstream-llm".into(), "--upstream-url")
+    );
+    assert_eq!(
+        entry(&explained, "profile"),
+        (&"support".into(), "--profile")
+    );
+    assert_eq!(
+        entry(&explained, "max_retries"),
+        (&1.into(), "profiles.support.max_retries")
+    );
+    assert_eq!(
+        entry(&explained, "stream_mode"),
+        (&"draft".into(), "--stream-mode")
+    );
+    assert_eq!(
+        entry(&explained, "runner_timeout_secs"),
+        (&7.0.into(), "--upstream-timeout")
+    );
+    let (on_unresolved, from) = entry(&explained, "on_unresolved");
+    assert_eq!(on_unresolved, "error");
+    assert!(from.contains("draft"), "{from}");
+    assert_eq!(entry(&explained, "check_tool_calls").1, "built-in default");
+
+    // `serve` with the same flags serves that model.
+    let mut args = vec!["--config", config.to_str().unwrap()];
+    args.extend(flags);
+    let proxy = crate::serve::Proxy::start(&args);
+    let client = crate::serve::client();
+    let models: Value = client
+        .get(proxy.url("/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], explained["model"]);
+    let response = client
+        .post(proxy.url("/chat/completions"))
+        .json(&serde_json::json!({"model": "upstream-llm",
+            "messages": [{"role": "user", "content": "Explain it."}]}))
+        .send()
+        .await
+        .unwrap();
+    // Unresolved with on_unresolved `error`: a 422, after max_retries re-asks of the profile.
+    assert_eq!(response.status(), 422);
+    let max_retries = explained["contract"]["max_retries"]["value"]
+        .as_u64()
+        .unwrap();
+    let sent = upstream.chat_requests();
+    assert_eq!(sent.len() as u64, max_retries + 1);
+    assert!(sent.iter().all(|r| r.body["model"] == "upstream-llm"));
+    // A stream names the profile it is enforced with (the error above does not).
+    let response = client
+        .post(proxy.url("/chat/completions"))
+        .json(&serde_json::json!({"model": "upstream-llm", "stream": true,
+            "messages": [{"role": "user", "content": "Explain it."}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["x-enforce-profile"],
+        explained["contract"]["profile"]["value"].as_str().unwrap()
+    );
+}

@@ -9,7 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// every attempt (the fields of [`Outcome`]'s record, flattened after these).
 ///
 /// `ts` (RFC 3339, UTC, milliseconds), `request_id`, `model` and `profile` are always there
-/// (`null` when unknown); `chat_id`, `runner` and `route` only when known.
+/// (`null` when unknown); `chat_id`, `key`, `runner`, `route`, `request_limits` and `step`
+/// only when known.
 ///
 /// ```
 /// use enforce_core::{AuditRecord, Outcome};
@@ -35,8 +36,10 @@ pub struct AuditRecord<'a> {
     model: Option<&'a str>,
     profile: Option<&'a str>,
     chat_id: Option<&'a str>,
+    key: Option<&'a str>,
     runner: Option<&'a str>,
     route: Option<&'a serde_json::Value>,
+    request_limits: Option<&'a serde_json::Value>,
     step: Option<&'a str>,
     outcome: &'a Outcome,
 }
@@ -51,9 +54,13 @@ struct AuditLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     chat_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     runner: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     route: Option<&'a serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_limits: Option<&'a serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     step: Option<&'a str>,
     #[serde(flatten)]
@@ -69,8 +76,10 @@ impl<'a> AuditRecord<'a> {
             model: None,
             profile: None,
             chat_id: None,
+            key: None,
             runner: None,
             route: None,
+            request_limits: None,
             step: None,
             outcome,
         }
@@ -97,6 +106,21 @@ impl<'a> AuditRecord<'a> {
     /// The chat the request belongs to (left out of the record when unknown).
     pub fn chat_id(mut self, chat_id: impl Into<Option<&'a str>>) -> Self {
         self.chat_id = chat_id.into();
+        self
+    }
+
+    /// The name of the API key that made the request (its configured name, never the key
+    /// itself; left out when the request presented no named key).
+    pub fn key(mut self, key: impl Into<Option<&'a str>>) -> Self {
+        self.key = key.into();
+        self
+    }
+
+    /// The limits the request set for itself (the proxy's `X-Enforce-Max-Retries` and
+    /// `X-Enforce-Token-Budget`: what it asked, what applied, and whether the request or the
+    /// profile set the applied value; left out when the request set none).
+    pub fn request_limits(mut self, limits: impl Into<Option<&'a serde_json::Value>>) -> Self {
+        self.request_limits = limits.into();
         self
     }
 
@@ -135,8 +159,10 @@ impl Serialize for AuditRecord<'_> {
             model: self.model,
             profile: self.profile,
             chat_id: self.chat_id,
+            key: self.key,
             runner: self.runner,
             route: self.route,
+            request_limits: self.request_limits,
             step: self.step,
             outcome: self.outcome,
         }
@@ -222,6 +248,38 @@ mod tests {
         assert_eq!(back["status"], "passed");
         let line = AuditRecord::new("r", &outcome).to_json_line();
         assert!(!line.contains("route"), "{line}");
+    }
+
+    #[test]
+    fn the_key_and_the_request_limits_are_written_where_documented_and_only_when_known() {
+        let outcome: Outcome = serde_json::from_str(
+            r#"{"status":"passed","stop_reason":{"reason":"clean"},"response":"ok","issues":[],
+                "warnings":[],"attempts":[],"total_us":5,"runner_us":3}"#,
+        )
+        .unwrap();
+        let limits =
+            serde_json::json!({"max_retries": {"asked": 1, "applied": 1, "from": "request"}});
+        let line = AuditRecord::new("r", &outcome)
+            .chat_id("c")
+            .key("support-app")
+            .runner("openai")
+            .request_limits(&limits)
+            .step("done")
+            .to_json_line();
+        assert!(
+            line.contains(
+                r#""chat_id":"c","key":"support-app","runner":"openai","request_limits":{"#
+            ),
+            "{line}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back["request_limits"], limits);
+        assert_eq!(back["step"], "done");
+        let line = AuditRecord::new("r", &outcome).to_json_line();
+        assert!(
+            !line.contains("\"key\"") && !line.contains("request_limits"),
+            "{line}"
+        );
     }
 
     #[test]

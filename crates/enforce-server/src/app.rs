@@ -158,7 +158,8 @@ pub(crate) async fn get_session(
     Path(id): Path<String>,
 ) -> Response {
     // A session holds no model id to check a limited key against: such keys may not read them.
-    if let Some(grant) = crate::controls::grant(&app, granted.map(|Extension(g)| g)) {
+    let grant = crate::controls::grant(&app, granted.map(|Extension(g)| g));
+    if let Some(grant) = grant.filter(|g| g.is_limited()) {
         return crate::controls::sessions_forbidden(grant).into_response();
     }
     match app.sessions.get(&id).await {

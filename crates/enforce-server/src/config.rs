@@ -211,7 +211,7 @@ pub struct ServerConfig {
     /// Accepted bearer keys that may use everything; when this and
     /// [`key_grants`](Self::key_grants) are both empty, there is no authentication.
     pub api_keys: Vec<String>,
-    /// Accepted keys limited to some models and profiles.
+    /// Accepted named keys, some limited to some models and profiles.
     pub key_grants: Vec<KeyGrant>,
     /// Largest accepted request body in bytes (default 10 MB).
     pub max_body_bytes: usize,

@@ -10,6 +10,7 @@ use crate::error::ApiError;
 use crate::state::App;
 use axum::http::{HeaderMap, StatusCode};
 use enforce_core::Budget;
+use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 /// A request refused by a stage here: the `enforce_rejected_total` reason and the error (the
@@ -28,8 +29,8 @@ pub(crate) const MAX_RETRIES_HEADER: &str = "x-enforce-max-retries";
 /// `budget.max_tokens`).
 pub(crate) const TOKEN_BUDGET_HEADER: &str = "x-enforce-token-budget";
 
-/// The grant of the key the request presented (`None`: a key that may use everything, or no
-/// keys at all).
+/// The grant of the named key the request presented (`None`: an anonymous key, or no keys at
+/// all).
 pub(crate) fn grant(app: &App, granted: Option<Granted>) -> Option<&KeyGrant> {
     granted.and_then(|Granted(index)| app.config.key_grants.get(index))
 }
@@ -94,11 +95,11 @@ fn profile_forbidden(grant: &KeyGrant, profile: &str, why: &str) -> ApiError {
 }
 
 /// Whether a key may read (or continue) a stored answer: one of a model it may use.
-pub(crate) fn may_read(grant: Option<&KeyGrant>, response: &serde_json::Value) -> bool {
-    grant.is_none_or(|g| {
+pub(crate) fn may_read(grant: Option<&KeyGrant>, response: &Value) -> bool {
+    grant.filter(|g| g.is_limited()).is_none_or(|g| {
         response
             .get("model")
-            .and_then(serde_json::Value::as_str)
+            .and_then(Value::as_str)
             .is_some_and(|model| g.allows_model(model))
     })
 }
@@ -111,7 +112,7 @@ pub(crate) async fn admit_continuation(
     grant: Option<&KeyGrant>,
     continues: Option<&str>,
 ) -> Result<(), Refused> {
-    let (Some(_), Some(id)) = (grant, continues) else {
+    let (Some(_), Some(id)) = (grant.filter(|g| g.is_limited()), continues) else {
         return Ok(());
     };
     match app.sessions.stored_response(id).await {
@@ -145,12 +146,14 @@ pub(crate) fn sessions_forbidden(grant: &KeyGrant) -> ApiError {
 }
 
 /// Once the profile is known (the model's, a route's or `X-Enforce-Profile`'s): the key may
-/// use it, and the limits the request asks for are applied to this request's enforcer.
+/// use it, and the limits the request asks for are applied to this request's enforcer. What
+/// the limit headers did, for the audit record ([`applied_limits`]); `None` when the request
+/// sent none.
 pub(crate) fn apply(
     grant: Option<&KeyGrant>,
     model: &mut Model,
     headers: &HeaderMap,
-) -> Result<(), Refused> {
+) -> Result<Option<Value>, Refused> {
     if let Some(grant) = grant.filter(|g| !g.allows_profile(&model.profile)) {
         let why = format!("the model `{}` enforces it for this request", model.id);
         let error = profile_forbidden(grant, &model.profile, &why);
@@ -159,7 +162,7 @@ pub(crate) fn apply(
     let max_retries = limit::<u32>(headers, MAX_RETRIES_HEADER, "X-Enforce-Max-Retries", 0)?;
     let max_tokens = limit::<u64>(headers, TOKEN_BUDGET_HEADER, "X-Enforce-Token-Budget", 1)?;
     if max_retries.is_none() && max_tokens.is_none() {
-        return Ok(());
+        return Ok(None);
     }
     if !model.options.request_limits {
         let error = ApiError::bad_request(
@@ -176,7 +179,40 @@ pub(crate) fn apply(
         ..Budget::default()
     };
     model.enforcer = Arc::new(model.enforcer.narrowed(max_retries, &budget));
-    Ok(())
+    let policy = model.enforcer.policy();
+    Ok(Some(applied_limits(
+        max_retries.map(|asked| (asked, policy.max_retries)),
+        max_tokens.map(|asked| (asked, policy.budget.max_tokens)),
+    )))
+}
+
+/// The audit's `request_limits`: per limit header sent, the value asked, the value applied
+/// (never above the profile's own) and who set it: `request`, or `profile` when the
+/// profile's own limit was lower than asked.
+fn applied_limits(
+    max_retries: Option<(u32, u32)>,
+    token_budget: Option<(u64, Option<u64>)>,
+) -> Value {
+    fn entry(asked: u64, applied: u64) -> Value {
+        let from = if applied == asked {
+            "request"
+        } else {
+            "profile"
+        };
+        json!({"asked": asked, "applied": applied, "from": from})
+    }
+    let mut limits = Map::new();
+    if let Some((asked, applied)) = max_retries {
+        limits.insert("max_retries".into(), entry(asked.into(), applied.into()));
+    }
+    if let Some((asked, applied)) = token_budget {
+        // Narrowing keeps a budget once one was asked: `None` cannot come back.
+        limits.insert(
+            "token_budget".into(),
+            entry(asked, applied.unwrap_or(asked)),
+        );
+    }
+    Value::Object(limits)
 }
 
 /// A limit header's value: a whole number of at least `min`, or a 400 naming the header.
@@ -202,5 +238,31 @@ fn limit<T: std::str::FromStr + PartialOrd + From<u8>>(
             );
             Err(rejected("bad_request")(error))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applied_limits_say_whether_the_request_or_the_profile_set_them() {
+        // Asked for less than the profile: the request's values apply.
+        assert_eq!(
+            applied_limits(Some((1, 1)), Some((500, Some(500)))),
+            json!({"max_retries": {"asked": 1, "applied": 1, "from": "request"},
+                   "token_budget": {"asked": 500, "applied": 500, "from": "request"}})
+        );
+        // Asked for more: the profile's own limits stay.
+        assert_eq!(
+            applied_limits(Some((9, 2)), Some((100_000, Some(60)))),
+            json!({"max_retries": {"asked": 9, "applied": 2, "from": "profile"},
+                   "token_budget": {"asked": 100_000, "applied": 60, "from": "profile"}})
+        );
+        // Only what was sent.
+        assert_eq!(
+            applied_limits(None, Some((7, Some(7)))),
+            json!({"token_budget": {"asked": 7, "applied": 7, "from": "request"}})
+        );
     }
 }

@@ -30,9 +30,13 @@ pub(crate) struct RequestInfo<'a> {
     /// The completion id sent to the client.
     pub request_id: &'a str,
     pub chat_id: Option<&'a str>,
-    /// The profile picked with `X-Enforce-Profile`.
+    /// The profile enforced (the model's, a route's or `X-Enforce-Profile`'s), as the audit.
     pub profile: Option<&'a str>,
     pub stream: bool,
+    /// The name of the key the request presented, as the audit's `key`.
+    pub key: Option<&'a str>,
+    /// The audit's `request_limits`.
+    pub request_limits: Option<&'a serde_json::Value>,
 }
 
 #[cfg(not(feature = "otel"))]

@@ -197,7 +197,7 @@ async fn admit<S: Surface>(
         Some(_) => None,
         None => route(&mut model, &bytes, &ask.params, headers, &ask.messages).await,
     };
-    controls::apply(grant, &mut model, headers)?;
+    let request_limits = controls::apply(grant, &mut model, headers)?;
     controls::admit_continuation(app, grant, ask.continues.as_deref()).await?;
     let session = open_session(app, headers, &mut ask, &model).await?;
     let context = context(app, headers, ask.enforce.take(), &model, &session)?;
@@ -223,10 +223,10 @@ async fn admit<S: Surface>(
                 upstream_model: model.upstream_model.as_deref(),
                 request_id: &id.id,
                 chat_id: session.chat_id.as_deref(),
-                profile: header_profile
-                    .as_deref()
-                    .or(route.as_ref().map(|_| model.profile.as_str())),
+                profile: Some(model.profile.as_str()).filter(|p| !p.is_empty()),
                 stream: ask.stream,
+                key: grant.map(|g| g.name.as_str()),
+                request_limits: request_limits.as_ref(),
             },
         )
     });
@@ -251,6 +251,8 @@ async fn admit<S: Surface>(
         started: Instant::now(),
         trace,
         route,
+        key: granted,
+        request_limits,
         _permit: permit,
         _slot: session.slot,
     };

@@ -2,7 +2,9 @@
 //! bookkeeping after it ([`Turn`]), the task running the loop ([`Job`]) and the progress it
 //! reports. The JSON handler and the streaming driver both answer through here.
 
+use crate::auth::Granted;
 use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
+use crate::controls;
 use crate::error::ApiError;
 use crate::metrics::{
     Metrics, ATTEMPTS, FALLBACKS, INPUT_CHECKS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS,
@@ -275,7 +277,9 @@ pub(crate) struct Running {
 }
 
 type Work = futures_util::future::CatchUnwind<
-    std::panic::AssertUnwindSafe<std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>>,
+    std::panic::AssertUnwindSafe<
+        std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>,
+    >,
 >;
 
 impl Running {
@@ -355,6 +359,10 @@ pub(crate) struct Turn {
     pub trace: Option<Arc<RequestTrace>>,
     /// How the model's routes picked the profile (`None`: the model has no routes).
     pub route: Option<serde_json::Value>,
+    /// The named key the request presented (the audit record names it).
+    pub key: Option<Granted>,
+    /// What the request's limit headers applied ([`controls::apply`]), for the audit record.
+    pub request_limits: Option<Value>,
     pub _permit: OwnedSemaphorePermit,
     /// The global concurrency slot, when `max_concurrent` counts all replicas.
     pub _slot: Option<GlobalSlot>,
@@ -507,8 +515,10 @@ impl Turn {
                 .model(self.model.id.as_str())
                 .profile(Some(self.model.profile.as_str()).filter(|p| !p.is_empty()))
                 .chat_id(self.chat_id.as_deref())
+                .key(self.key_name())
                 .runner(self.model.runner_kind.as_deref())
                 .route(self.route.as_ref())
+                .request_limits(self.request_limits.as_ref())
                 // The step belongs to a chat's history: only for requests of a chat.
                 .step(step.filter(|_| self.chat_id.is_some()))
                 .to_json_line();
@@ -520,6 +530,11 @@ impl Turn {
                 audit.append(line);
             }
         }
+    }
+
+    /// The configured name of the key the request presented (never the key itself).
+    pub fn key_name(&self) -> Option<&str> {
+        controls::grant(&self.app, self.key).map(|g| g.name.as_str())
     }
 
     /// Stores the delivered answer (`body`, as the client received it) with its conversation,
@@ -596,15 +611,14 @@ impl Turn {
             trace: self.trace.clone(),
             max_attempts: enforcer.max_attempts(),
         };
-        let work: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> =
-            Box::pin(
-                async move {
-                    enforcer
-                        .run_with(&runner, &request, &context, &observer, &request_checks)
-                        .await
-                }
-                .in_current_span(),
-            );
+        let work: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> = Box::pin(
+            async move {
+                enforcer
+                    .run_with(&runner, &request, &context, &observer, &request_checks)
+                    .await
+            }
+            .in_current_span(),
+        );
         Job {
             running: Running {
                 work: Some(std::panic::AssertUnwindSafe(work).catch_unwind()),

@@ -156,6 +156,10 @@ pub struct Report {
     pub routes: Vec<RouteCount>,
     /// Requests by what the input stage did, most first.
     pub input_checks: Vec<NamedCount>,
+    /// Requests by the name of the API key that made them (`key`), most first.
+    pub keys: Vec<NamedCount>,
+    /// Requests that set their own limits (`request_limits`).
+    pub request_limits: u64,
 }
 
 /// Requests that took one route.
@@ -406,6 +410,8 @@ pub struct Aggregator {
     /// (route, profile, by) → requests.
     routes: BTreeMap<(String, String, String), u64>,
     input_actions: BTreeMap<String, u64>,
+    keys: BTreeMap<String, u64>,
+    request_limits: u64,
     cut_bytes: Vec<u64>,
     cut_output_tokens: u64,
     cut_estimated: u64,
@@ -494,6 +500,10 @@ impl Aggregator {
         if let Some(input) = &record.input {
             *self.input_actions.entry(input.action.clone()).or_default() += 1;
         }
+        if let Some(key) = &record.key {
+            *self.keys.entry(key.clone()).or_default() += 1;
+        }
+        self.request_limits += u64::from(record.request_limits.is_some());
         *self
             .attempts
             .entry(record.attempts.len() as u64)
@@ -678,6 +688,8 @@ impl Aggregator {
                 routes
             },
             input_checks: by_count_desc(self.input_actions),
+            keys: by_count_desc(self.keys),
+            request_limits: self.request_limits,
         }
     }
 
@@ -861,6 +873,50 @@ mod tests {
             text.contains("Input checks\n  (3 request(s) checked before the model)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn requests_are_counted_by_key_and_by_limits_of_their_own() {
+        let with = |key: Option<&str>, limits: bool| {
+            let mut value = serde_json::to_value(Outcome::interrupted(
+                StopReason::InputRejected,
+                Vec::new(),
+                std::time::Duration::ZERO,
+            ))
+            .expect("serializes");
+            if let Some(key) = key {
+                value["key"] = serde_json::json!(key);
+            }
+            if limits {
+                value["request_limits"] = serde_json::json!(
+                    {"max_retries": {"asked": 0, "applied": 0, "from": "request"}}
+                );
+            }
+            serde_json::from_value::<Record>(value).expect("reads as a record")
+        };
+        let records = [
+            with(Some("support-app"), true),
+            with(Some("ops"), false),
+            with(Some("support-app"), false),
+            with(Some("support-app"), true),
+            with(None, true),
+            with(None, false),
+        ];
+        let report = report_of(&records, Options::default());
+        let keys: Vec<(&str, u64)> = report
+            .keys
+            .iter()
+            .map(|k| (k.name.as_str(), k.count))
+            .collect();
+        assert_eq!(keys, vec![("support-app", 3), ("ops", 1)]);
+        assert_eq!(report.request_limits, 3);
+        let table = super::super::tables::keys(&report, 10);
+        assert_eq!(
+            table.note.as_deref(),
+            Some("4 of 6 request(s) made with a named key; 3 set their own limits")
+        );
+        let text = super::super::text::render(&report, 10);
+        assert!(text.contains("support-app"), "{text}");
     }
 
     #[test]

@@ -236,6 +236,17 @@ pub fn render(report: &Report, top: usize) -> Result<String, ChartError> {
         &tables::input_checks(report),
     );
 
+    let keys = &report.keys[..report.keys.len().min(top)];
+    let svg = chart::bars(
+        "Requests by key",
+        "requests",
+        &keys.iter().map(|k| k.name.clone()).collect::<Vec<_>>(),
+        &keys.iter().map(|k| k.count as f64).collect::<Vec<_>>(),
+        GREY,
+        None,
+    )?;
+    figure(&mut out, "keys", &svg, &tables::keys(report, top));
+
     out.push_str("</body></html>\n");
     Ok(out)
 }

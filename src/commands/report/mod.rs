@@ -52,7 +52,7 @@ model) and total_us - runner_us (enforce's own: validation, repairs, bookkeeping
 Early cuts: attempts whose streamed answer was cut as soon as a validator failed on it (the \
 attempt's `cut` field), by code.
 
-Routes: requests by the `route` the proxy picked (name, profile, what matched). Input checks: requests of profiles with `input_validators`, by what the input stage did (`none`, `rejected`, `hinted`, `reformulated`, `reformulation_failed`).
+Routes: requests by the `route` the proxy picked (name, profile, what matched). Input checks: requests of profiles with `input_validators`, by what the input stage did (`none`, `rejected`, `hinted`, `reformulated`, `reformulation_failed`). Keys: requests by the name of the API key that made them (`key`), and how many set their own limits with X-Enforce-Max-Retries / X-Enforce-Token-Budget (`request_limits`).
 
 Examples:
   enforce report audit.jsonl

@@ -75,6 +75,13 @@ pub struct Record {
     /// The input stage's verdict (profiles with `input_validators`).
     #[serde(default)]
     pub input: Option<InputRecord>,
+    /// The name of the API key that made the request (`enforce serve` with named keys).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The limits the request set itself (`X-Enforce-Max-Retries`, `X-Enforce-Token-Budget`);
+    /// only whether it did is read.
+    #[serde(default)]
+    pub request_limits: Option<serde::de::IgnoredAny>,
 }
 
 /// The `route` of a [`Record`]: which route picked which profile, and how.

@@ -334,6 +334,20 @@ pub fn input_checks(report: &Report) -> Table {
     table
 }
 
+/// Requests by the API key that made them, and how many set their own limits.
+pub fn keys(report: &Report, limit: usize) -> Table {
+    let named: u64 = report.keys.iter().map(|k| k.count).sum();
+    let note = format!(
+        "{named} of {} request(s) made with a named key; {} set their own limits",
+        report.outcomes.total, report.request_limits
+    );
+    let mut table = Table::new("Keys", &["key", "requests"], 1..2).note(Some(note));
+    for k in report.keys.iter().take(limit) {
+        table.rows.push(vec![k.name.clone(), k.count.to_string()]);
+    }
+    table
+}
+
 /// The lines above the tables: what was read, skipped and left out.
 pub fn input_summary(report: &Report) -> Vec<String> {
     let i = &report.input;

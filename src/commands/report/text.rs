@@ -23,6 +23,7 @@ pub fn render(report: &Report, top: usize) -> String {
         tables::cuts(report, top),
         tables::routes(report, top),
         tables::input_checks(report),
+        tables::keys(report, top),
     ] {
         out.push('\n');
         write_table(&mut out, &table);

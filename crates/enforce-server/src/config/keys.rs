@@ -4,9 +4,10 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A key that may use only some models and profiles (a `server.api_keys` entry with
-/// `models:` or `profiles:`). A request with it for another model, or enforced with another
-/// profile, is refused with 403; `/v1/models` lists only its models.
+/// A named key (a `server.api_keys` entry given as a mapping), which the audit record names,
+/// and which may be limited to some models and profiles (`models:`, `profiles:`). A request
+/// with a limited key for another model, or enforced with another profile, is refused with
+/// 403; `/v1/models` lists only its models.
 #[derive(Clone, PartialEq, Eq)]
 pub struct KeyGrant {
     /// The name logs and `enforce config explain` show for it (never the key).
@@ -21,6 +22,12 @@ pub struct KeyGrant {
 }
 
 impl KeyGrant {
+    /// Whether it is limited to some models or profiles (else it may use everything, like an
+    /// anonymous key, and is kept for its name).
+    pub fn is_limited(&self) -> bool {
+        self.models.is_some() || self.profiles.is_some()
+    }
+
     /// Whether this key may use model `id`.
     pub fn allows_model(&self, id: &str) -> bool {
         self.models
@@ -64,7 +71,8 @@ impl fmt::Debug for KeyGrant {
 pub enum ApiKeyEntry {
     /// A key that may use every model and profile.
     Key(String),
-    /// A key with a name, limited to some models or profiles.
+    /// A key with a name (the audit record shows it), possibly limited to some models or
+    /// profiles.
     Scoped(ApiKeySpec),
 }
 
@@ -102,7 +110,7 @@ impl<'de> Deserialize<'de> for ApiKeyEntry {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApiKeySpec {
-    /// Its name in logs and `enforce config explain` (default `api_keys[N]`).
+    /// Its name in the audit record, logs and `enforce config explain` (default `api_keys[N]`).
     pub name: Option<String>,
     /// The key (prefer `key_env`: a key in a file is a key in backups).
     pub key: Option<String>,

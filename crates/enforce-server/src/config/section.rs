@@ -227,8 +227,8 @@ impl ServerSection {
         Ok(c)
     }
 
-    /// The keys of `api_keys`: the plain ones, and those limited to some models or profiles
-    /// (their `key_env` read through `var`).
+    /// The keys of `api_keys`: the plain ones, and the named ones, some limited to some
+    /// models or profiles (their `key_env` read through `var`).
     pub fn keys(
         &self,
         var: impl Fn(&str) -> Option<String>,
@@ -272,11 +272,6 @@ impl ServerSection {
                 if let Some(i) = list.iter().flatten().position(|n| n.trim().is_empty()) {
                     return Err(at(&format!(".{what}[{i}]"), "is empty".into()));
                 }
-            }
-            if spec.models.is_none() && spec.profiles.is_none() {
-                // Same as a plain key; kept under its name.
-                plain.push(key);
-                continue;
             }
             grants.push(KeyGrant {
                 name: spec

@@ -77,8 +77,8 @@ fn api_keys_take_plain_keys_and_limited_entries() {
     .unwrap();
     let env = vars(&[("APP_KEY", "from-env")]);
     let (plain, grants) = section.keys(&env).unwrap();
-    assert_eq!(plain, ["plain-1", "k-all"]);
-    assert_eq!(grants.len(), 2);
+    assert_eq!(plain, ["plain-1"]);
+    assert_eq!(grants.len(), 3);
     assert_eq!(
         (grants[0].name.as_str(), grants[0].key.as_str()),
         ("app", "from-env")
@@ -90,6 +90,10 @@ fn api_keys_take_plain_keys_and_limited_entries() {
         ("api_keys[2]", "inline")
     );
     assert!(grants[1].allows_model("n") && !grants[1].allows_profile("q"));
+    // A named key without limits is kept for its name (the audit names it).
+    assert_eq!(grants[2].name, "unlimited");
+    assert!(grants[0].is_limited() && grants[1].is_limited() && !grants[2].is_limited());
+    assert!(grants[2].allows_model("n") && grants[2].allows_profile("q"));
     assert!(
         !format!("{:?}", grants[0]).contains("from-env"),
         "no key in Debug"

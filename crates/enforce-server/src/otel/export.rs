@@ -109,6 +109,23 @@ impl Telemetry {
         if let Some(profile) = info.profile {
             attributes.push(KeyValue::new("enforce.profile", profile.to_string()));
         }
+        if let Some(key) = info.key {
+            attributes.push(KeyValue::new("enforce.key", key.to_string()));
+        }
+        // The applied values of the limits the request set, as the audit's `request_limits`.
+        for (limit, name) in [
+            ("max_retries", "enforce.request.max_retries"),
+            ("token_budget", "enforce.request.token_budget"),
+        ] {
+            let applied = info
+                .request_limits
+                .and_then(|l| l.get(limit))
+                .and_then(|l| l.get("applied"))
+                .and_then(serde_json::Value::as_i64);
+            if let Some(applied) = applied {
+                attributes.push(KeyValue::new(name, applied));
+            }
+        }
         let span = self
             .tracer
             .span_builder("chat_completion")

@@ -6,26 +6,18 @@
 //! npm prefix under the target directory, and the test says "skipped" without node or npm.
 
 use crate::common::Harness;
-use crate::sdk::{self, ByQuestion, Cases, AFTER_TOOL, BROKEN_CODE, HELLO};
+use crate::sdk::{self, ByQuestion, Clients, AFTER_TOOL, BROKEN_CODE, HELLO};
 use serde_json::json;
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_vercel_ai_sdk_reads_both_openai_apis_tools_objects_and_errors() {
-    let Some(prefix) = sdk::or_skip(tokio::task::spawn_blocking(sdk::js_clients).await.unwrap())
+    let upstream = Arc::new(ByQuestion::default());
+    let h = Harness::start(sdk::server(upstream.clone())).await;
+    let Some(cases) = sdk::run_script(Clients::JavaScript, "ai_sdk.mjs", &[&h.base, "m"]).await
     else {
         return;
     };
-    let upstream = Arc::new(ByQuestion::default());
-    let h = Harness::start(sdk::server(upstream.clone())).await;
-    let mut command = Command::new("node");
-    command
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/ai_sdk.mjs"))
-        .arg(&prefix)
-        .args([h.base.as_str(), "m"]);
-    let cases = Cases::run(command).await;
 
     for api in ["responses", "chat"] {
         let case = |name: &str| format!("{api}_{name}");

@@ -1,15 +1,18 @@
 """Drives the real anthropic Python SDK against a server speaking the Messages API and prints
 one JSON line per case: what the SDK made of the answer (its own types), or the exception it
 raised. The Rust test (anthropic_sdk.rs) starts the server, runs this with the SDK installed
-into a venv under target/, and asserts on the lines.
+into the shared venv under target/, and asserts on the lines. Every case names itself in its
+question, so the server side can count how often each one reached the model.
 
 Usage: python anthropic_sdk.py BASE_URL MODEL
 """
 
-import json
 import sys
 
 import anthropic
+
+import client_cases
+from client_cases import enforcement
 
 BASE_URL, MODEL = sys.argv[1], sys.argv[2]
 client = anthropic.Anthropic(base_url=BASE_URL, api_key="sk-ant-test", max_retries=0)
@@ -37,35 +40,29 @@ def blocks(message):
     return out
 
 
-def enforcement(message):
-    extra = getattr(message, "model_extra", None) or {}
-    return extra.get("enforcement", {}).get("status")
-
-
 def case(name, run):
-    try:
-        result = run()
-        result["ok"] = True
-    except anthropic.APIStatusError as e:
-        result = {
-            "ok": False,
-            "error": type(e).__name__,
-            "status": e.status_code,
-            "message": str(e),
-        }
-    except Exception as e:  # anything else is a failure of the server's wire format
-        result = {"ok": False, "error": type(e).__name__, "message": str(e)}
-    result["case"] = name
-    print(json.dumps(result), flush=True)
+    client_cases.case(name, run, anthropic.APIStatusError)
 
 
-def create_text():
-    m = client.messages.create(
-        model=MODEL,
-        max_tokens=64,
-        system="Be brief.",
-        messages=[{"role": "user", "content": "Say hello"}],
-    )
+def request(question, **extra):
+    """The arguments of one `messages.create` / `messages.stream` call asking `question`."""
+    return {
+        "model": MODEL,
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": question}],
+        **extra,
+    }
+
+
+def streamed(question, **extra):
+    """`messages.stream`: the text deltas as they came, and the final message."""
+    with client.messages.stream(**request(question, **extra)) as stream:
+        deltas = list(stream.text_stream)
+        return deltas, stream.get_final_message()
+
+
+def create_text(tag):
+    m = client.messages.create(**request(f"Say hello {tag}", system="Be brief."))
     return {
         "blocks": blocks(m),
         "stop_reason": m.stop_reason,
@@ -75,14 +72,8 @@ def create_text():
     }
 
 
-def stream_text():
-    with client.messages.stream(
-        model=MODEL,
-        max_tokens=64,
-        messages=[{"role": "user", "content": "Say hello"}],
-    ) as stream:
-        deltas = list(stream.text_stream)
-        m = stream.get_final_message()
+def stream_text(tag):
+    deltas, m = streamed(f"Say hello {tag}")
     return {
         "deltas": deltas,
         "blocks": blocks(m),
@@ -91,43 +82,22 @@ def stream_text():
     }
 
 
-def create_tool():
-    m = client.messages.create(
-        model=MODEL,
-        max_tokens=64,
-        tools=[WEATHER],
-        messages=[{"role": "user", "content": "What is the weather in Oslo?"}],
-    )
+def create_tool(tag):
+    m = client.messages.create(**request(f"What is the weather in Oslo? {tag}", tools=[WEATHER]))
     return {"blocks": blocks(m), "stop_reason": m.stop_reason}
 
 
-def stream_tool():
-    with client.messages.stream(
-        model=MODEL,
-        max_tokens=64,
-        tools=[WEATHER],
-        messages=[{"role": "user", "content": "What is the weather in Oslo?"}],
-    ) as stream:
-        m = stream.get_final_message()
+def stream_tool(tag):
+    _, m = streamed(f"What is the weather in Oslo? {tag}", tools=[WEATHER])
     return {"blocks": blocks(m), "stop_reason": m.stop_reason}
 
 
-def create_unresolved():
-    m = client.messages.create(
-        model=MODEL,
-        max_tokens=64,
-        messages=[{"role": "user", "content": "Break the contract"}],
-    )
-    return {"blocks": blocks(m)}
+def create_unresolved(tag):
+    return {"blocks": blocks(client.messages.create(**request(f"Break the contract {tag}")))}
 
 
-def stream_unresolved():
-    with client.messages.stream(
-        model=MODEL,
-        max_tokens=64,
-        messages=[{"role": "user", "content": "Break the contract"}],
-    ) as stream:
-        m = stream.get_final_message()
+def stream_unresolved(tag):
+    _, m = streamed(f"Break the contract {tag}")
     return {"blocks": blocks(m)}
 
 

@@ -4,8 +4,8 @@
 
 use crate::common::*;
 use enforce_core::{async_trait, Outcome, Reply, Request, Runner, RunnerError, StopReason};
-use enforce_server::{FsyncPolicy, Model, Server, ServerConfig};
-use serde_json::Value;
+use enforce_server::{FsyncPolicy, KeyGrant, Model, ModelOptions, Server, ServerConfig};
+use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -220,5 +220,115 @@ async fn deadline_and_panic_still_write_the_record_with_the_attempts_so_far() {
             &[("model", "m"), ("status", metric)],
         );
         assert_eq!(counted, 2.0, "{reason}: the metric label stays");
+    }
+}
+
+/// The limit headers a request sends.
+type LimitHeaders = &'static [(&'static str, &'static str)];
+
+#[tokio::test]
+async fn the_record_names_the_key_and_the_limits_the_request_set_on_every_surface() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        audit_log: Some(dir.path().join("audit.jsonl")),
+        audit_fsync: FsyncPolicy::Always,
+        api_keys: vec!["k-anonymous".into()],
+        key_grants: vec![
+            KeyGrant {
+                name: "support-app".into(),
+                key: "k-secret-app".into(),
+                models: Some(vec!["m".into()]),
+                profiles: None,
+            },
+            // Named, not limited: kept for its name.
+            KeyGrant {
+                name: "ops".into(),
+                key: "k-secret-ops".into(),
+                models: None,
+                profiles: None,
+            },
+        ],
+        ..ServerConfig::default()
+    };
+    let options = ModelOptions {
+        request_limits: true,
+        ..ModelOptions::default()
+    };
+    let runner: Arc<dyn Runner> = Arc::new(FirstBad {
+        then: ThenDo::Answer,
+    });
+    // The profile allows 2 re-asks and sets no token budget.
+    let server = Server::builder(config)
+        .model(
+            Model::new("m", runner, Arc::new(marker_enforcer_retries(false, 2)))
+                .with_profile("markers")
+                .with_options(options),
+        )
+        .build()
+        .unwrap();
+    let h = Harness::start(server).await;
+    let path = dir.path().join("audit.jsonl");
+    let mut seen = 0;
+    for surface in SURFACES {
+        for stream in [false, true] {
+            let (url, body) = surface_request(surface, "m", stream);
+            let cases: [(&str, LimitHeaders, Value); 3] = [
+                (
+                    "k-secret-app",
+                    &[
+                        ("X-Enforce-Max-Retries", "0"),
+                        ("X-Enforce-Token-Budget", "5000"),
+                    ],
+                    json!({"key": "support-app", "request_limits": {
+                        "max_retries": {"asked": 0, "applied": 0, "from": "request"},
+                        "token_budget": {"asked": 5000, "applied": 5000, "from": "request"},
+                    }}),
+                ),
+                // Asking for more than the profile allows: the profile's value applies.
+                (
+                    "k-secret-ops",
+                    &[("X-Enforce-Max-Retries", "9")],
+                    json!({"key": "ops", "request_limits": {
+                        "max_retries": {"asked": 9, "applied": 2, "from": "profile"},
+                    }}),
+                ),
+                ("k-anonymous", &[], json!({})),
+            ];
+            for (key, limits, expected) in cases {
+                let mut request = h.client.post(h.url(url)).json(&body);
+                request = if surface == "messages" {
+                    request.header("x-api-key", key)
+                } else {
+                    request.bearer_auth(key)
+                };
+                for (name, value) in limits {
+                    request = request.header(*name, *value);
+                }
+                let response = request.send().await.unwrap();
+                let status = response.status();
+                let text = response.text().await.unwrap();
+                assert_eq!(status, 200, "{surface} stream={stream} {key}: {text}");
+                let written = std::fs::read_to_string(&path).unwrap();
+                let lines: Vec<&str> = written.lines().collect();
+                assert_eq!(lines.len(), seen + 1, "{surface} stream={stream} {key}");
+                seen += 1;
+                let raw = lines[seen - 1];
+                let record: Value = serde_json::from_str(raw).unwrap();
+                let case = format!("{surface} stream={stream} {key}: {raw}");
+                assert_eq!(record.get("key"), expected.get("key"), "{case}");
+                assert_eq!(
+                    record.get("request_limits"),
+                    expected.get("request_limits"),
+                    "{case}"
+                );
+                // The record names keys, never holds them.
+                assert!(!raw.contains("k-secret") && !raw.contains(key), "{case}");
+                // The lowered limit is the one the loop ran with: no re-ask for the app's
+                // request, the re-ask that passes for the others.
+                let attempts = record["attempts"].as_array().unwrap().len();
+                let expected = if key == "k-secret-app" { 1 } else { 2 };
+                assert_eq!(attempts, expected, "{case}");
+            }
+        }
     }
 }

@@ -80,23 +80,9 @@ async fn post(h: &Harness, path: &str, body: &Value, headers: &[(&str, &str)]) -
     (status, response.json().await.unwrap())
 }
 
-/// One request body per surface, for model `model`.
+/// One request path and body per surface, for model `model`.
 fn bodies(model: &str) -> [(&'static str, Value); 3] {
-    [
-        (
-            "/v1/chat/completions",
-            json!({"model": model, "messages": [{"role": "user", "content": "Explain it."}]}),
-        ),
-        (
-            "/v1/responses",
-            json!({"model": model, "input": "Explain it."}),
-        ),
-        (
-            "/v1/messages",
-            json!({"model": model, "max_tokens": 100,
-                   "messages": [{"role": "user", "content": "Explain it."}]}),
-        ),
-    ]
+    SURFACES.map(|surface| surface_request(surface, model, false))
 }
 
 /// The error's type and message in the surface's own shape (Anthropic's for /v1/messages).

@@ -8,32 +8,14 @@ use enforce_runner::{AnthropicConfig, AnthropicRunner, OpenAiConfig, OpenAiRunne
 use enforce_server::{FailureResponse, ModelOptions, ServerConfig};
 use enforce_testkit::sse::parse_sse;
 use enforce_testkit::{AnthropicReply, MockAnthropic, MockOpenAi, MockReply, MockScript};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
 const BAD: &str = "UNCHECKED draft without a marker.";
 
-const SURFACES: [&str; 3] = ["chat", "responses", "messages"];
-
-/// The path and a request body of `surface`.
-fn request(surface: &str, stream: bool) -> (&'static str, Value) {
-    match surface {
-        "chat" => ("/v1/chat/completions", user_body(stream)),
-        "responses" => (
-            "/v1/responses",
-            json!({"model": "m", "input": "Explain it.", "stream": stream}),
-        ),
-        _ => (
-            "/v1/messages",
-            json!({"model": "m", "max_tokens": 64, "stream": stream,
-                   "messages": [{"role": "user", "content": "Explain it."}]}),
-        ),
-    }
-}
-
 async fn send(h: &Harness, surface: &str, stream: bool) -> reqwest::Response {
-    let (path, body) = request(surface, stream);
+    let (path, body) = surface_request(surface, "m", stream);
     h.client.post(h.url(path)).json(&body).send().await.unwrap()
 }
 

@@ -9,12 +9,13 @@ Usage: python openai_clients.py BASE_URL MODEL FAMILY[,FAMILY...]
 The server also serves the model "draft", which streams every attempt as reasoning.
 """
 
-import asyncio
-import inspect
 import json
 import sys
 
 from pydantic import BaseModel
+
+import client_cases
+from client_cases import enforcement
 
 BASE_URL, MODEL, FAMILY = sys.argv[1], sys.argv[2], sys.argv[3]
 API = BASE_URL + "/v1"
@@ -27,10 +28,6 @@ WEATHER_PARAMS = {
 }
 
 
-# One event loop for every async case: an async client stays on the loop it started on.
-LOOP = asyncio.new_event_loop()
-
-
 class Person(BaseModel):
     name: str
     age: int
@@ -39,27 +36,7 @@ class Person(BaseModel):
 def case(name, run):
     import openai
 
-    try:
-        result = run(f"({name})")
-        if inspect.iscoroutine(result):
-            result = LOOP.run_until_complete(result)
-        result.setdefault("ok", True)
-    except openai.APIStatusError as e:
-        result = {
-            "ok": False,
-            "error": type(e).__name__,
-            "status": e.status_code,
-            "message": str(e),
-        }
-    except Exception as e:  # the client's own error types, or a wire-format failure
-        result = {"ok": False, "error": type(e).__name__, "message": str(e)}
-    result["case"] = name
-    print(json.dumps(result), flush=True)
-
-
-def enforcement(obj):
-    extra = getattr(obj, "model_extra", None) or {}
-    return (extra.get("enforcement") or {}).get("status")
+    client_cases.case(name, run, openai.APIStatusError)
 
 
 # --- the openai SDK ---------------------------------------------------------------------------

@@ -7,10 +7,8 @@
 //! the clients install themselves into the shared venv under the target directory.
 
 use crate::common::Harness;
-use crate::sdk::{self, ByQuestion, Cases, AFTER_TOOL, BROKEN_CODE, HELLO};
+use crate::sdk::{self, ByQuestion, Cases, Clients, AFTER_TOOL, BROKEN_CODE, HELLO};
 use serde_json::{json, Value};
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 /// The cases of every family, from one script run (importing the openai SDK, which all three
@@ -20,18 +18,11 @@ async fn python_cases() -> Option<&'static (Cases, Arc<ByQuestion>)> {
     static RUN: tokio::sync::OnceCell<Option<(Cases, Arc<ByQuestion>)>> =
         tokio::sync::OnceCell::const_new();
     RUN.get_or_init(|| async {
-        let python = sdk::or_skip(
-            tokio::task::spawn_blocking(sdk::python_clients)
-                .await
-                .unwrap(),
-        )?;
         let upstream = Arc::new(ByQuestion::default());
         let h = Harness::start(sdk::server(upstream.clone())).await;
-        let mut command = Command::new(python);
-        command
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/openai_clients.py"))
-            .args([h.base.as_str(), "m", "openai,langchain,agents"]);
-        Some((Cases::run(command).await, upstream))
+        let args = [h.base.as_str(), "m", "openai,langchain,agents"];
+        let cases = sdk::run_script(Clients::Python, "openai_clients.py", &args).await?;
+        Some((cases, upstream))
     })
     .await
     .as_ref()

@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use enforce_core::Runner;
 use enforce_runner::{OpenAiConfig, OpenAiRunner};
-use enforce_server::{Model, OtlpConfig, Server, ServerConfig};
+use enforce_server::{KeyGrant, Model, ModelOptions, OtlpConfig, Server, ServerConfig};
 use enforce_testkit::{MockOpenAi, MockReply, MockScript};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
@@ -127,6 +127,20 @@ fn openai_runner(base: &str) -> Arc<dyn Runner> {
     )
 }
 
+/// A configuration exporting to `receiver`, auditing into `dir`.
+fn traced_config(receiver: &Receiver, dir: &tempfile::TempDir) -> ServerConfig {
+    let mut otlp = OtlpConfig::to_endpoint(&receiver.url).expect("endpoint");
+    otlp.service_name = "enforce-under-test".into();
+    otlp.headers
+        .insert("x-collector-key".into(), "k-123".into());
+    ServerConfig {
+        audit_log: Some(dir.path().join("audit.jsonl")),
+        audit_fsync: enforce_server::FsyncPolicy::Always,
+        otlp: Some(otlp),
+        ..ServerConfig::default()
+    }
+}
+
 /// A proxy in front of `mock` exporting to `receiver`, auditing into `dir`.
 fn traced_server(
     mock: &MockOpenAi,
@@ -135,16 +149,7 @@ fn traced_server(
     repairs: bool,
     max_retries: u32,
 ) -> Server {
-    let mut otlp = OtlpConfig::to_endpoint(&receiver.url).expect("endpoint");
-    otlp.service_name = "enforce-under-test".into();
-    otlp.headers
-        .insert("x-collector-key".into(), "k-123".into());
-    let config = ServerConfig {
-        audit_log: Some(dir.path().join("audit.jsonl")),
-        audit_fsync: enforce_server::FsyncPolicy::Always,
-        otlp: Some(otlp),
-        ..ServerConfig::default()
-    };
+    let config = traced_config(receiver, dir);
     let model = Model::new(
         "m",
         openai_runner(&mock.url()),
@@ -412,4 +417,66 @@ async fn an_attempt_cut_short_is_marked_on_its_span() {
     assert_eq!(runs[0].parent_span_id, attempts[1].span_id);
     let request = named(&spans, "chat_completion")[0];
     assert_eq!(string(request, "enforce.status"), "passed");
+}
+
+#[tokio::test]
+async fn the_request_span_names_the_key_the_profile_and_the_limits_as_the_audit_does() {
+    let receiver = Receiver::start().await;
+    let mock = MockOpenAi::start(
+        MockScript::new().replies([MockReply::text("An answer without the marker.")]),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        key_grants: vec![KeyGrant {
+            name: "ops".into(),
+            key: "k-ops".into(),
+            models: None,
+            profiles: None,
+        }],
+        ..traced_config(&receiver, &dir)
+    };
+    let model = Model::new(
+        "m",
+        openai_runner(&mock.url()),
+        Arc::new(marker_enforcer_retries(false, 2)),
+    )
+    .with_profile("markers")
+    .with_options(ModelOptions {
+        request_limits: true,
+        ..ModelOptions::default()
+    });
+    let harness = Harness::start(Server::builder(config).model(model).build().unwrap()).await;
+    let response = harness
+        .client
+        .post(harness.url("/v1/chat/completions"))
+        .bearer_auth("k-ops")
+        .header("X-Enforce-Max-Retries", "0")
+        .header("X-Enforce-Token-Budget", "900")
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    harness.shutdown().await.unwrap();
+    let spans = receiver.spans();
+    let audit = audit(&dir);
+    let request = named(&spans, "chat_completion")[0];
+    assert_eq!(string(request, "enforce.key"), "ops");
+    assert_eq!(audit["key"], "ops");
+    // The model's own profile (neither routed nor named by a header), as in the audit.
+    assert_eq!(string(request, "enforce.profile"), "markers");
+    assert_eq!(audit["profile"], "markers");
+    let limits = &audit["request_limits"];
+    assert_eq!(
+        int(request, "enforce.request.max_retries"),
+        limits["max_retries"]["applied"].as_i64().unwrap()
+    );
+    assert_eq!(int(request, "enforce.request.max_retries"), 0);
+    assert_eq!(
+        int(request, "enforce.request.token_budget"),
+        limits["token_budget"]["applied"].as_i64().unwrap()
+    );
+    assert_eq!(int(request, "enforce.request.token_budget"), 900);
 }

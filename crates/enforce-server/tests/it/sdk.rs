@@ -412,8 +412,40 @@ pub fn joined(pieces: &Value) -> String {
         .unwrap_or_default()
 }
 
+/// Which installed clients a script runs with.
+#[derive(Debug, Clone, Copy)]
+pub enum Clients {
+    /// `python SCRIPT ARGS...` in the venv of [`python_clients`].
+    Python,
+    /// `node SCRIPT PREFIX ARGS...` with the npm prefix of [`js_clients`].
+    JavaScript,
+}
+
+/// Runs the client script `script` (a file next to this one) with `args`, the clients
+/// installed first (once per test run); `None`, after saying "skipped", when they cannot be.
+pub async fn run_script(clients: Clients, script: &str, args: &[&str]) -> Option<Cases> {
+    let install = match clients {
+        Clients::Python => python_clients,
+        Clients::JavaScript => js_clients,
+    };
+    let installed = or_skip(tokio::task::spawn_blocking(install).await.unwrap())?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/it")
+        .join(script);
+    let mut command = match clients {
+        Clients::Python => Command::new(&installed),
+        Clients::JavaScript => Command::new("node"),
+    };
+    command.arg(&script);
+    if let Clients::JavaScript = clients {
+        command.arg(&installed);
+    }
+    command.args(args);
+    Some(Cases::run(command).await)
+}
+
 /// `Some(value)` of a `Result` from an installer, or prints why the test is skipped.
-pub fn or_skip<T>(installed: Result<T, String>) -> Option<T> {
+fn or_skip<T>(installed: Result<T, String>) -> Option<T> {
     match installed {
         Ok(value) => Some(value),
         Err(why) => {

@@ -298,6 +298,31 @@ pub fn user_body(stream: bool) -> Value {
     })
 }
 
+/// The three API surfaces, by the names [`surface_request`] takes.
+pub const SURFACES: [&str; 3] = ["chat", "responses", "messages"];
+
+/// The path of `surface` (`chat`, `responses`, `messages`) and a request body asking model
+/// `model` to "Explain it.", in that surface's shape.
+pub fn surface_request(surface: &str, model: &str, stream: bool) -> (&'static str, Value) {
+    match surface {
+        "chat" => (
+            "/v1/chat/completions",
+            serde_json::json!({"model": model, "stream": stream,
+                               "messages": [{"role": "user", "content": "Explain it."}]}),
+        ),
+        "responses" => (
+            "/v1/responses",
+            serde_json::json!({"model": model, "input": "Explain it.", "stream": stream}),
+        ),
+        "messages" => (
+            "/v1/messages",
+            serde_json::json!({"model": model, "max_tokens": 64, "stream": stream,
+                               "messages": [{"role": "user", "content": "Explain it."}]}),
+        ),
+        other => panic!("no surface `{other}`"),
+    }
+}
+
 /// A stream read the way openai-python / Open WebUI read it: only `data:` lines count.
 pub use enforce_testkit::sse::ParsedStream;
 
