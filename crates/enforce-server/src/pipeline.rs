@@ -49,6 +49,19 @@ pub(crate) const WARNINGS_HEADER: &str = "x-enforce-warnings";
 /// which the OpenAI SDKs show as `_request_id` / `request_id`.
 pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
 
+/// The response headers every answer carries, as names made once: inserting by `&str` checks
+/// the name again on every request.
+mod names {
+    use axum::http::HeaderName;
+    pub const STATUS: HeaderName = HeaderName::from_static(crate::ENFORCE_STATUS_HEADER);
+    pub const VALIDATION_STATUS: HeaderName =
+        HeaderName::from_static(crate::VALIDATION_STATUS_HEADER);
+    pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-enforce-attempts");
+    pub const PROFILE: HeaderName = HeaderName::from_static(crate::PROFILE_HEADER);
+    pub const OVERHEAD: HeaderName = HeaderName::from_static(super::OVERHEAD_HEADER);
+    pub const WARNINGS: HeaderName = HeaderName::from_static(super::WARNINGS_HEADER);
+}
+
 /// What every surface parses its request into: the surface-neutral turn.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Ask {
@@ -290,7 +303,7 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         };
         let headers = response.headers_mut();
         if let Some(profile) = profile {
-            headers.insert(PROFILE_HEADER, profile);
+            headers.insert(names::PROFILE, profile);
         }
         if let Some(id) = request_id {
             for name in S::REQUEST_ID_HEADERS {
@@ -298,7 +311,7 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
             }
         }
         if let Some(warnings) = warnings {
-            headers.insert(WARNINGS_HEADER, warnings);
+            headers.insert(names::WARNINGS, warnings);
         }
         return response;
     }
@@ -329,7 +342,7 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
             }
         }
         if let Some(warnings) = warnings_header(&turn) {
-            response.headers_mut().insert(WARNINGS_HEADER, warnings);
+            response.headers_mut().insert(names::WARNINGS, warnings);
         }
         response
     }
@@ -724,23 +737,23 @@ fn profile_header(profile: &str) -> Option<HeaderValue> {
 /// The headers that say how an answer was checked, the same on every surface.
 pub(crate) fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome: &Outcome) {
     headers.insert(
-        crate::ENFORCE_STATUS_HEADER,
+        names::STATUS,
         HeaderValue::from_static(outcome.status.as_str()),
     );
     if let Ok(value) = HeaderValue::from_str(&crate::verdict::validation_status(outcome)) {
-        headers.insert(crate::VALIDATION_STATUS_HEADER, value);
+        headers.insert(names::VALIDATION_STATUS, value);
     }
     headers.insert(
-        "x-enforce-attempts",
+        names::ATTEMPTS,
         HeaderValue::from(outcome.attempts.len()),
     );
     if let Some(profile) = profile_header(&turn.model.profile) {
-        headers.insert(PROFILE_HEADER, profile);
+        headers.insert(names::PROFILE, profile);
     }
     // The request's time in the proxy minus the time spent waiting for the model.
     let total = u64::try_from(turn.started.elapsed().as_micros()).unwrap_or(u64::MAX);
     let overhead_ms = total.saturating_sub(outcome.runner_us) as f64 / 1000.0;
     if let Ok(value) = HeaderValue::from_str(&format!("{overhead_ms:.3}")) {
-        headers.insert(OVERHEAD_HEADER, value);
+        headers.insert(names::OVERHEAD, value);
     }
 }
