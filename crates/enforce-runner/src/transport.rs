@@ -14,6 +14,7 @@ use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use reqwest::header::HeaderMap;
+use reqwest::ResponseBuilderExt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -100,12 +101,22 @@ impl Transport {
                     Err(_) => Err(SendError::Timeout),
                     Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(chain(&e))),
                     Ok(Err(e)) => Err(SendError::Other(chain(&e))),
-                    Ok(Ok(response)) => Ok(reqwest::Response::from(response.map(|body| {
-                        reqwest::Body::wrap(Deadlined {
+                    Ok(Ok(response)) => {
+                        let (mut parts, body) = response.into_parts();
+                        // The response's URL as reqwest keeps it (without it, reqwest parses a
+                        // placeholder URL for every response).
+                        let mut with_url = http::Response::builder().url(url.clone());
+                        if let Some(extensions) = with_url.extensions_mut() {
+                            parts.extensions.extend(std::mem::take(extensions));
+                        }
+                        let body = reqwest::Body::wrap(Deadlined {
                             body,
                             sleep: Box::pin(tokio::time::sleep_until(deadline)),
-                        })
-                    }))),
+                        });
+                        Ok(reqwest::Response::from(http::Response::from_parts(
+                            parts, body,
+                        )))
+                    }
                 }
             }
             Transport::Reqwest(client) => {
@@ -263,6 +274,7 @@ mod tests {
                 .await
                 .expect("the head arrives");
             assert_eq!(response.status(), 200);
+            assert_eq!(response.url(), &url);
             assert_eq!(response.content_length(), Some(100));
             let mut read = Vec::new();
             let error = loop {

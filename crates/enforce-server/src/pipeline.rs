@@ -8,7 +8,8 @@
 //! 3. routing ([`route`]: the model's routes pick the profile);
 //! 4. session ([`open_session`]: chat id, global slot, session and replica check, hidden
 //!    markers put back), facts and context ([`context`]);
-//! 5. enforcement ([`Turn::start`] on its own task, [`Turn::conclude`] after it);
+//! 5. enforcement ([`Turn::start`], polled by the request that waits for it: no task of its
+//!    own; [`Turn::conclude`] after it);
 //! 6. rendering (the surface: [`Surface::answer`] or its [`StreamWriter`], [`Surface::refuse`]),
 //!    with the enforcement headers set here for every surface ([`enforcement_headers`]).
 

@@ -243,7 +243,11 @@ impl SessionStore {
     /// Keeps a response: in memory (the newest [`KEPT_RESPONSES`]), under the session directory
     /// (`responses/<id>/response.json`) and in the shared state, when they are configured.
     pub(crate) async fn store_response(&self, id: &str, stored: StoredResponse) -> io::Result<()> {
-        let body = serde_json::to_vec(&stored).map_err(io::Error::other)?;
+        // Written out only where it is kept outside this process (none by default).
+        let body = match (&self.shared, &self.dir) {
+            (None, None) => None,
+            _ => Some(serde_json::to_vec(&stored).map_err(io::Error::other)?),
+        };
         {
             let mut kept = self
                 .responses
@@ -259,6 +263,9 @@ impl SessionStore {
                 }
             }
         }
+        let Some(body) = body else {
+            return Ok(());
+        };
         if let Some(shared) = &self.shared {
             shared.save_response(id, &body).await;
         }

@@ -101,7 +101,8 @@ pub(crate) enum Start {
     /// The outcome was known before the first byte was due: the whole stream in one body,
     /// with the turn and its outcome for the enforcement headers.
     Whole(Response, Box<Turn>, Box<Outcome>),
-    /// The stream goes on while the loop works (its driver runs on its own task).
+    /// The stream goes on while the loop works (its driver, on its own task, takes the loop
+    /// over).
     Streaming(Response),
 }
 
