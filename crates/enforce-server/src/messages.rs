@@ -36,6 +36,7 @@ pub(crate) struct Messages;
 impl Surface for Messages {
     const NAME: &'static str = "messages";
     const ID_PREFIX: &'static str = "msg_";
+    const ROUTE: &'static str = "/v1/messages";
     /// The anthropic SDKs read `request-id` (their `_request_id`).
     const REQUEST_ID_HEADERS: &'static [&'static str] = &["x-request-id", "request-id"];
     type Kept = ();

@@ -22,6 +22,7 @@ pub(crate) struct Chat;
 impl Surface for Chat {
     const NAME: &'static str = "chat";
     const ID_PREFIX: &'static str = "chatcmpl-";
+    const ROUTE: &'static str = "/v1/chat/completions";
     type Kept = ();
     type Writer = ChatWriter;
 

@@ -23,6 +23,10 @@ pub(crate) use off::{RequestTrace, Telemetry};
 /// What the request span says about its request.
 #[cfg_attr(not(feature = "otel"), allow(dead_code))]
 pub(crate) struct RequestInfo<'a> {
+    /// The route the request came in on (`/v1/chat/completions`, `/v1/responses`, ...).
+    pub route: &'static str,
+    /// The API surface's name (`chat`, `responses`, `messages`).
+    pub surface: &'static str,
     /// The public model id.
     pub model: &'a str,
     /// The model the runner asks, when known.

@@ -113,6 +113,8 @@ pub(crate) trait Surface: Send + Sync + 'static {
     const NAME: &'static str;
     /// The prefix of the ids it hands out (`chatcmpl-`, `resp_`, `msg_`).
     const ID_PREFIX: &'static str;
+    /// The route it is served on (the request span's `http.route`).
+    const ROUTE: &'static str;
     /// The headers that carry the request's id: `x-request-id`, and where the surface's SDKs
     /// read another (Anthropic's `request-id`), that one too.
     const REQUEST_ID_HEADERS: &'static [&'static str] = &[REQUEST_ID_HEADER];
@@ -233,6 +235,8 @@ async fn admit<S: Surface>(
         telemetry.request(
             headers,
             RequestInfo {
+                route: S::ROUTE,
+                surface: S::NAME,
                 model: &model.id,
                 upstream_model: model.upstream_model.as_deref(),
                 request_id: &id.id,
@@ -337,6 +341,10 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
             }
             Err(error) => S::refuse(error),
         };
+        // A refused answer names its profile too, as a stream's headers always do.
+        if let Some(profile) = profile_header(&turn.model.profile) {
+            response.headers_mut().insert(names::PROFILE, profile);
+        }
         if let Ok(id) = HeaderValue::from_str(&turn.id.id) {
             for name in S::REQUEST_ID_HEADERS {
                 response.headers_mut().insert(*name, id.clone());

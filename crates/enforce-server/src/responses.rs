@@ -67,6 +67,7 @@ pub(crate) struct Kept {
 impl Surface for Responses {
     const NAME: &'static str = "responses";
     const ID_PREFIX: &'static str = "resp_";
+    const ROUTE: &'static str = "/v1/responses";
     type Kept = Kept;
     type Writer = ResponsesWriter;
 

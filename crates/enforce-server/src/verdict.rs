@@ -136,7 +136,9 @@ impl<'a> Enforcement<'a> {
             route: None,
             status: outcome.status.as_str(),
             stop_reason: &outcome.stop_reason,
-            validated: outcome.status.is_success() && !outcome.fallback_used && unchecked.is_empty(),
+            validated: outcome.status.is_success()
+                && !outcome.fallback_used
+                && unchecked.is_empty(),
             unchecked_validators: unchecked,
             validation_status: validation_status(outcome),
             warnings: outcome.warnings.iter().map(IssueBody::of).collect(),

@@ -98,7 +98,8 @@ impl Telemetry {
             .extract(&opentelemetry_http::HeaderExtractor(headers));
         let mut attributes = vec![
             KeyValue::new("http.request.method", "POST"),
-            KeyValue::new("http.route", "/v1/chat/completions"),
+            KeyValue::new("http.route", info.route),
+            KeyValue::new("enforce.surface", info.surface),
             KeyValue::new("enforce.model", info.model.to_string()),
             KeyValue::new("enforce.request_id", info.request_id.to_string()),
             KeyValue::new("enforce.stream", info.stream),

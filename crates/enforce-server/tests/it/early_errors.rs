@@ -5,7 +5,7 @@
 use crate::common::*;
 use enforce_core::{async_trait, Policy, Reply, Request, Runner, RunnerError};
 use enforce_runner::{AnthropicConfig, AnthropicRunner, OpenAiConfig, OpenAiRunner, RetryConfig};
-use enforce_server::{FailureResponse, ModelOptions, ServerConfig};
+use enforce_server::{FailureResponse, Model, ModelOptions, ServerConfig};
 use enforce_testkit::sse::parse_sse;
 use enforce_testkit::{AnthropicReply, MockAnthropic, MockOpenAi, MockReply, MockScript};
 use serde_json::Value;
@@ -66,7 +66,14 @@ fn unresolved_server(config: ServerConfig, delay: Duration) -> enforce_server::S
         on_unresolved: FailureResponse::Error,
         ..ModelOptions::default()
     };
-    server_with(config, Arc::new(runner), enforcer, options)
+    enforce_server::Server::builder(config)
+        .model(
+            Model::new("m", Arc::new(runner), Arc::new(enforcer))
+                .with_profile("strict")
+                .with_options(options),
+        )
+        .build()
+        .unwrap()
 }
 
 /// A held stream whose answer ends unresolved before anything had to be sent answers a plain
@@ -90,6 +97,7 @@ async fn a_held_stream_that_ends_unresolved_is_a_plain_422_on_every_surface() {
                 "{cell}"
             );
             assert!(response.headers().get("x-request-id").is_some(), "{cell}");
+            assert_eq!(response.headers()["x-enforce-profile"], "strict", "{cell}");
             let body: Value = response.json().await.unwrap();
             assert_eq!(
                 error_code(surface, &body),

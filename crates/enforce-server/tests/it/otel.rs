@@ -480,3 +480,64 @@ async fn the_request_span_names_the_key_the_profile_and_the_limits_as_the_audit_
     );
     assert_eq!(int(request, "enforce.request.token_budget"), 900);
 }
+
+#[tokio::test]
+async fn the_request_span_names_the_route_and_surface_it_came_in_on() {
+    let receiver = Receiver::start().await;
+    let mock = MockOpenAi::start(MockScript::new().replies([
+        MockReply::text("One. <!-- STEP: a -->"),
+        MockReply::text("Two. <!-- STEP: a -->"),
+        MockReply::text("Three. <!-- STEP: a -->"),
+    ]))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let model = Model::new(
+        "m",
+        openai_runner(&mock.url()),
+        Arc::new(marker_enforcer_retries(false, 0)),
+    );
+    let harness = Harness::start(
+        Server::builder(traced_config(&receiver, &dir))
+            .model(model)
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let requests = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+        ),
+        ("/v1/responses", json!({"model": "m", "input": "hi"})),
+        (
+            "/v1/messages",
+            json!({"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}),
+        ),
+    ];
+    for (path, body) in &requests {
+        let response = harness
+            .client
+            .post(harness.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    harness.shutdown().await.unwrap();
+    let spans = receiver.spans();
+    let mut seen: Vec<(String, String)> = named(&spans, "chat_completion")
+        .iter()
+        .map(|span| (string(span, "http.route"), string(span, "enforce.surface")))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("/v1/chat/completions".to_string(), "chat".to_string()),
+            ("/v1/messages".to_string(), "messages".to_string()),
+            ("/v1/responses".to_string(), "responses".to_string()),
+        ]
+    );
+}
