@@ -331,7 +331,10 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
                 } else {
                     let body = S::answer_bytes(&turn, &kept, &text, &outcome);
                     (
-                        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+                        [(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static("application/json"),
+                        )],
                         body,
                     )
                         .into_response()
@@ -752,10 +755,7 @@ pub(crate) fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome:
     if let Ok(value) = HeaderValue::from_str(&crate::verdict::validation_status(outcome)) {
         headers.insert(names::VALIDATION_STATUS, value);
     }
-    headers.insert(
-        names::ATTEMPTS,
-        HeaderValue::from(outcome.attempts.len()),
-    );
+    headers.insert(names::ATTEMPTS, HeaderValue::from(outcome.attempts.len()));
     if let Some(profile) = profile_header(&turn.model.profile) {
         headers.insert(names::PROFILE, profile);
     }
