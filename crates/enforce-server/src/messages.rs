@@ -1,6 +1,6 @@
 //! The Anthropic Messages wire format (`POST /v1/messages`), at the edge of the proxy:
 //! [`parse_messages_request`] reads a request into the conversation and the chat-completions
-//! params the runners forward; [`message_json`] renders an outcome as a Messages response,
+//! params the runners forward; [`MessageBody`] renders an outcome as a Messages response,
 //! [`MessagesEvents`] as Messages SSE events, [`error_body`] / [`error_response`] an error in
 //! Anthropic's shape (`{"type":"error","error":{"type","message"}}`).
 //!
@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::pipeline::{Ask, Surface};
 use crate::stream::StreamWriter;
 use crate::turn::Turn;
-use crate::verdict::enforcement_json;
+use crate::verdict::{enforcement_json, Enforcement};
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -68,12 +68,11 @@ impl Surface for Messages {
     }
 
     fn answer(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Value {
-        let mut body = message_json(&turn.id.id, &turn.id.model, text, outcome);
-        turn.add_route(&mut body["enforcement"]);
-        if let Some(warnings) = crate::pipeline::warnings_json(turn) {
-            body["warnings"] = warnings;
-        }
-        body
+        serde_json::to_value(MessageBody::of_turn(turn, text, outcome)).unwrap_or_default()
+    }
+
+    fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
+        serde_json::to_vec(&MessageBody::of_turn(turn, text, outcome)).unwrap_or_default()
     }
 
     fn writer(turn: &Turn, _: ()) -> MessagesWriter {
@@ -143,35 +142,99 @@ fn tool_input(call: &ToolCall) -> Value {
     }
 }
 
-fn usage_json(usage: Option<Usage>) -> Value {
-    let u = usage.unwrap_or_default();
-    json!({"input_tokens": u.input_tokens, "output_tokens": u.output_tokens})
+/// Messages `usage`.
+#[derive(Serialize)]
+struct MessagesUsage {
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+impl MessagesUsage {
+    fn of(usage: Option<Usage>) -> Self {
+        let u = usage.unwrap_or_default();
+        MessagesUsage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+        }
+    }
 }
 
 /// The Messages response for a delivered answer: a `text` block (when there is text), a
 /// `tool_use` block per call, `stop_reason`, `usage` summed over the attempts, and enforce's
-/// outcome in `enforcement`.
-pub fn message_json(id: &str, model: &str, text: &str, outcome: &Outcome) -> Value {
-    let mut content = Vec::with_capacity(1 + outcome.tool_calls.len());
-    if !text.is_empty() {
-        content.push(json!({"type": "text", "text": text}));
+/// outcome in `enforcement`. Typed so the answer is written straight to bytes; fields in the
+/// order a `Value` writes them (sorted), so both forms are the same bytes.
+#[derive(Serialize)]
+struct MessageBody<'a> {
+    content: Vec<Block<'a>>,
+    enforcement: Enforcement<'a>,
+    id: &'a str,
+    model: &'a str,
+    role: &'static str,
+    stop_reason: &'static str,
+    stop_sequence: Option<&'static str>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    usage: MessagesUsage,
+    /// What the request could not carry upstream, when anything (see the pipeline).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warnings: Option<Value>,
+}
+
+/// A content block of an answer.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Block<'a> {
+    Text {
+        text: &'a str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    ToolUse {
+        id: &'a str,
+        input: Value,
+        name: &'a str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+}
+
+impl<'a> MessageBody<'a> {
+    fn of(id: &'a str, model: &'a str, text: &'a str, outcome: &'a Outcome) -> Self {
+        let mut content = Vec::with_capacity(1 + outcome.tool_calls.len());
+        if !text.is_empty() {
+            content.push(Block::Text { text, kind: "text" });
+        }
+        for call in &outcome.tool_calls {
+            content.push(Block::ToolUse {
+                id: &call.id,
+                input: tool_input(call),
+                name: &call.name,
+                kind: "tool_use",
+            });
+        }
+        MessageBody {
+            content,
+            enforcement: Enforcement::of(outcome),
+            id,
+            model,
+            role: "assistant",
+            stop_reason: stop_reason(outcome),
+            stop_sequence: None,
+            kind: "message",
+            usage: MessagesUsage::of(outcome.usage),
+            warnings: None,
+        }
     }
-    for call in &outcome.tool_calls {
-        content.push(
-            json!({"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input(call)}),
-        );
+
+    /// The answer to `turn`, with how it was routed and what its request could not carry.
+    fn of_turn(turn: &'a Turn, text: &'a str, outcome: &'a Outcome) -> Self {
+        let body = MessageBody::of(&turn.id.id, &turn.id.model, text, outcome);
+        MessageBody {
+            enforcement: body.enforcement.routed(turn.route.as_ref()),
+            warnings: crate::pipeline::warnings_json(turn),
+            ..body
+        }
     }
-    json!({
-        "id": id,
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": stop_reason(outcome),
-        "stop_sequence": null,
-        "usage": usage_json(outcome.usage),
-        "enforcement": enforcement_json(outcome),
-    })
 }
 
 /// The Anthropic error `type` for a status: Anthropic's table, and `invalid_request_error` for

@@ -195,7 +195,9 @@ fn an_answer_renders_as_a_message_with_enforcement() {
         "get_weather",
         r#"{"city":"Oslo"}"#,
     )];
-    let message = message_json("msg_1", "m", "Sunny.", &outcome(Status::Passed, calls));
+    let outcome_1 = outcome(Status::Passed, calls);
+    let message =
+        serde_json::to_value(MessageBody::of("msg_1", "m", "Sunny.", &outcome_1)).unwrap();
     assert_eq!(message["type"], "message");
     assert_eq!(message["role"], "assistant");
     assert_eq!(
@@ -210,10 +212,53 @@ fn an_answer_renders_as_a_message_with_enforcement() {
         json!({"input_tokens": 20, "output_tokens": 7})
     );
     assert_eq!(message["enforcement"]["status"], "passed");
-    let message = message_json("msg_2", "m", "", &outcome(Status::Repaired, vec![]));
+    let outcome_2 = outcome(Status::Repaired, vec![]);
+    let message = serde_json::to_value(MessageBody::of("msg_2", "m", "", &outcome_2)).unwrap();
     assert_eq!(message["content"], json!([]));
     assert_eq!(message["stop_reason"], "end_turn");
     assert_eq!(message["enforcement"]["status"], "repaired");
+}
+
+/// The typed answer is the bytes of the `Value` the surface built before it.
+#[test]
+fn the_typed_message_is_the_value_it_replaced() {
+    let calls = vec![ToolCall::new(
+        "toolu_1",
+        "get_weather",
+        r#"{"city":"Oslo"}"#,
+    )];
+    for (text, calls) in [
+        ("Sunny.", calls),
+        ("", Vec::new()),
+        ("Both \"quoted\".", Vec::new()),
+    ] {
+        let outcome = outcome(Status::Passed, calls);
+        let mut content = Vec::new();
+        if !text.is_empty() {
+            content.push(json!({"type": "text", "text": text}));
+        }
+        for call in &outcome.tool_calls {
+            content.push(json!({"type": "tool_use", "id": call.id, "name": call.name,
+                                "input": serde_json::from_str::<Value>(&call.arguments).unwrap()}));
+        }
+        let before = json!({
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": content,
+            "stop_reason": stop_reason(&outcome),
+            "stop_sequence": null,
+            "usage": {"input_tokens": 20, "output_tokens": 7},
+            "enforcement": enforcement_json(&outcome),
+        });
+        let typed = MessageBody::of("msg_1", "m", text, &outcome);
+        assert_eq!(
+            String::from_utf8(serde_json::to_vec(&typed).unwrap()).unwrap(),
+            serde_json::to_string(&before).unwrap(),
+            "{text}"
+        );
+    }
 }
 
 /// The events of a stream, as (event name, data) pairs, checked to be well formed: every
