@@ -563,7 +563,7 @@ impl Turn {
     }
 
     /// The enforcement of `messages` (with `params` for the runner, in the chat-completions
-    /// dialect), to be polled by the caller ([`Job::ended`]).
+    /// dialect), to be polled by the caller ([`Running::ended`]).
     pub fn start(
         &self,
         messages: Vec<Message>,
