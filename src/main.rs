@@ -8,6 +8,13 @@ mod runner_options;
 mod usage;
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc, not the system allocator (feature `mimalloc`, on by default): `enforce serve`
+/// allocates on every request, and glibc's malloc and free were a fifth of its instructions per
+/// request (crates/enforce-bench/PROXY-PROFILE.md).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 /// Make LLM output meet a contract: validate, re-ask with feedback, repair, report.
