@@ -682,7 +682,9 @@ async fn read_limited(
             }
         }
     }
-    Ok(String::from_utf8_lossy(&body).into_owned())
+    // Checked whole (the fast path); replacement characters only for a body that needs them.
+    Ok(String::from_utf8(body)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 fn too_large(status: u16, limit: usize) -> RunnerError {

@@ -1,23 +1,29 @@
 //! How an HTTP runner's requests leave the process ([`Transport`]). A plain `http://` upstream
-//! with no proxy in the environment is posted to through hyper's pooled client directly; an
-//! `https://` one, or any behind a proxy, through reqwest (TLS, proxies).
+//! with no proxy in the environment is posted to over hyper's HTTP/1 connections directly,
+//! kept open in a pool of this runner's own ([`DirectPool`]); an `https://` one, or any behind
+//! a proxy, through reqwest (TLS, proxies).
 //!
 //! Why two: reqwest's per-request layers cost the proxy's hot path about 34,000 instructions
 //! per request (its redirect policy parses the URL back from the request twice, the proxy
 //! matcher, the tower retry and timeout layers), a seventh of `enforce serve`'s whole work
-//! per request (callgrind, see `BENCHMARKS.md`). A model server on the same machine or network
-//! (llama.cpp, vLLM, Ollama) is plain HTTP, and it is where the proxy's own time shows. Both
-//! give the callers the same `reqwest::Response` and the same errors.
+//! per request (callgrind, see `crates/enforce-bench/PROXY-PROFILE.md`). A model server on the
+//! same machine or network (llama.cpp, vLLM, Ollama) is plain HTTP, and it is where the proxy's
+//! own time shows. Both give the callers the same `reqwest::Response` and the same errors.
+//!
+//! Why not hyper-util's pooled client: it keys its pool by scheme and host in SipHash maps and
+//! hands each connection back through a spawned task, about 8,000 instructions per request.
+//! A runner talks to one host, so its pool is a stack of idle connections.
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use reqwest::header::HeaderMap;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::ResponseBuilderExt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
@@ -25,17 +31,201 @@ use tokio::time::{Instant, Sleep};
 /// them).
 const HTTP_PROXY_VARS: [&str; 4] = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"];
 
-/// Idle pooled connections are closed after this long (reqwest's default).
+/// Idle pooled connections are not reused after this long (reqwest's default idle timeout).
 const POOL_IDLE: Duration = Duration::from_secs(90);
 
 /// Where a request goes out.
 #[derive(Debug, Clone)]
 pub(crate) enum Transport {
-    /// hyper's pooled HTTP/1 client, for a plain-HTTP URL without a proxy (boxed: it is much
-    /// larger than reqwest's handle).
-    Direct(Box<hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>>),
+    /// hyper's HTTP/1 connections, for a plain-HTTP URL without a proxy.
+    Direct(Arc<DirectPool>),
     /// reqwest: TLS, proxies from the environment.
     Reqwest(reqwest::Client),
+}
+
+/// HTTP/1 connections to one plain-HTTP upstream, kept open between requests. A connection
+/// goes back to the pool when its response body has been read to the end; one dropped before
+/// that is closed (its unread rest would otherwise be read as the next answer).
+#[derive(Debug)]
+pub(crate) struct DirectPool {
+    /// `host:port`, as connected to.
+    address: String,
+    /// The `Host` header every request carries (hyper's connection API sets none).
+    host: HeaderValue,
+    connect_timeout: Duration,
+    idle: Mutex<Vec<Idle>>,
+}
+
+#[derive(Debug)]
+struct Idle {
+    sender: SendRequest<Full<Bytes>>,
+    since: std::time::Instant,
+}
+
+impl DirectPool {
+    fn new(url: &reqwest::Url, connect_timeout: Duration) -> Option<DirectPool> {
+        let host = url.host_str()?;
+        let port = url.port_or_known_default()?;
+        // The Host header as the URL gives it: the port only when the URL names one.
+        let authority = match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        };
+        Some(DirectPool {
+            address: format!(
+                "{}:{port}",
+                host.trim_start_matches('[').trim_end_matches(']')
+            ),
+            host: HeaderValue::from_str(&authority).ok()?,
+            connect_timeout,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        // A plain list behind the lock: a panic elsewhere cannot leave it inconsistent.
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The most recently used idle connection that can take a request now. Closed and expired
+    /// ones are dropped; one still settling its last exchange stays for later.
+    fn checkout(&self) -> Option<SendRequest<Full<Bytes>>> {
+        let mut idle = self.idle();
+        let mut settling = Vec::new();
+        let mut found = None;
+        while let Some(connection) = idle.pop() {
+            if connection.sender.is_closed() || connection.since.elapsed() >= POOL_IDLE {
+                continue;
+            }
+            if connection.sender.is_ready() {
+                found = Some(connection.sender);
+                break;
+            }
+            settling.push(connection);
+        }
+        idle.extend(settling.into_iter().rev());
+        found
+    }
+
+    fn put_back(&self, sender: SendRequest<Full<Bytes>>) {
+        if !sender.is_closed() {
+            self.idle().push(Idle {
+                sender,
+                since: std::time::Instant::now(),
+            });
+        }
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, SendError> {
+        let connected = tokio::time::timeout(
+            self.connect_timeout,
+            tokio::net::TcpStream::connect(&self.address),
+        )
+        .await;
+        let stream = match connected {
+            Err(_) => {
+                return Err(SendError::Connect(format!(
+                    "no connection to {} within {} ms",
+                    self.address,
+                    self.connect_timeout.as_millis()
+                )))
+            }
+            Ok(Err(e)) => return Err(SendError::Connect(format!("{}: {e}", self.address))),
+            Ok(Ok(stream)) => stream,
+        };
+        // Requests are written whole: nothing to gain from Nagle's delay.
+        let _ = stream.set_nodelay(true);
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| SendError::Connect(chain(&e)))?;
+        // The connection's own task reads and writes the socket until either side closes it.
+        // Its error (the upstream went away) reaches the request in flight, if any.
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(sender)
+    }
+
+    /// Sends `request` on an idle connection, or a new one. A pooled connection the upstream
+    /// closed as it was taken gives the request back unsent: it goes out once more on a new
+    /// connection (what hyper-util's pool does for such a request).
+    async fn send(
+        self: &Arc<Self>,
+        mut request: http::Request<Full<Bytes>>,
+    ) -> Result<http::Response<Returning>, SendError> {
+        request
+            .headers_mut()
+            .insert(http::header::HOST, self.host.clone());
+        if let Some(mut sender) = self.checkout() {
+            match sender.try_send_request(request).await {
+                Ok(response) => return Ok(self.returning(response, sender)),
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) => request = unsent,
+                    None => return Err(SendError::Other(chain(e.error()))),
+                },
+            }
+        }
+        let mut sender = self.connect().await?;
+        match sender.send_request(request).await {
+            Ok(response) => Ok(self.returning(response, sender)),
+            Err(e) => Err(SendError::Other(chain(&e))),
+        }
+    }
+
+    fn returning(
+        self: &Arc<Self>,
+        response: http::Response<hyper::body::Incoming>,
+        sender: SendRequest<Full<Bytes>>,
+    ) -> http::Response<Returning> {
+        response.map(|body| Returning {
+            body,
+            sender: Some(sender),
+            pool: self.clone(),
+        })
+    }
+}
+
+/// A response body that gives its connection back to the pool once read to the end.
+struct Returning {
+    body: hyper::body::Incoming,
+    sender: Option<SendRequest<Full<Bytes>>>,
+    pool: Arc<DirectPool>,
+}
+
+impl Returning {
+    fn give_back(&mut self) {
+        if let Some(sender) = self.sender.take() {
+            self.pool.put_back(sender);
+        }
+    }
+}
+
+impl http_body::Body for Returning {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
+        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
+        match &frame {
+            None => self.give_back(),
+            Some(Ok(_)) if self.body.is_end_stream() => self.give_back(),
+            // An error leaves the connection in an unknown state: it is not reused.
+            Some(Err(_)) => self.sender = None,
+            Some(Ok(_)) => {}
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// Why a request got no response.
@@ -63,14 +253,10 @@ impl Transport {
         if url.scheme() != "http" || proxied {
             return Transport::Reqwest(reqwest);
         }
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(connect_timeout));
-        connector.set_nodelay(true);
-        let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE)
-            .pool_timer(TokioTimer::new())
-            .build(connector);
-        Transport::Direct(Box::new(client))
+        match DirectPool::new(url, connect_timeout) {
+            Some(pool) => Transport::Direct(Arc::new(pool)),
+            None => Transport::Reqwest(reqwest),
+        }
     }
 
     /// Whether requests go through hyper directly.
@@ -91,16 +277,19 @@ impl Transport {
         deadline: Instant,
     ) -> Result<reqwest::Response, SendError> {
         match self {
-            Transport::Direct(client) => {
+            Transport::Direct(pool) => {
                 let mut request = http::Request::new(Full::new(body));
                 *request.method_mut() = http::Method::POST;
-                *request.uri_mut() = uri.clone();
+                // Origin form (`/v1/chat/completions`), as a client talking to the host itself
+                // sends it.
+                if let Some(path) = uri.path_and_query() {
+                    *request.uri_mut() = http::Uri::from(path.clone());
+                }
                 *request.headers_mut() = headers.clone();
-                let sent = tokio::time::timeout_at(deadline, client.request(request)).await;
+                let sent = tokio::time::timeout_at(deadline, pool.send(request)).await;
                 match sent {
                     Err(_) => Err(SendError::Timeout),
-                    Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(chain(&e))),
-                    Ok(Err(e)) => Err(SendError::Other(chain(&e))),
+                    Ok(Err(e)) => Err(e),
                     Ok(Ok(response)) => {
                         let (mut parts, body) = response.into_parts();
                         // The response's URL as reqwest keeps it (without it, reqwest parses a
@@ -321,5 +510,141 @@ mod tests {
                 other => panic!("{transport:?}: {other:?}"),
             }
         }
+    }
+
+    /// A keep-alive HTTP/1 server answering every request with `{}` (and `Connection: close`
+    /// plus a close when `close` is set); it counts the connections it accepted.
+    async fn counting_server(close: bool) -> (reqwest::Url, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut pending = Vec::new();
+                    let mut buffer = [0u8; 4096];
+                    loop {
+                        // One request: its head, then `content-length` bytes of body.
+                        let head_end = loop {
+                            if let Some(i) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break i + 4;
+                            }
+                            match socket.read(&mut buffer).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => pending.extend_from_slice(&buffer[..n]),
+                            }
+                        };
+                        let head = String::from_utf8_lossy(&pending[..head_end]).to_lowercase();
+                        let length: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        while pending.len() < head_end + length {
+                            match socket.read(&mut buffer).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => pending.extend_from_slice(&buffer[..n]),
+                            }
+                        }
+                        pending.drain(..head_end + length);
+                        let answer = if close {
+                            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}"
+                        } else {
+                            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+                        };
+                        if socket.write_all(answer.as_bytes()).await.is_err() || close {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (
+            url(&format!("http://{address}/v1/chat/completions")),
+            accepted,
+        )
+    }
+
+    async fn post_and_read(transport: &Transport, url: &reqwest::Url) -> Bytes {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let response = transport
+            .post(
+                url,
+                &uri_of(url),
+                &HeaderMap::new(),
+                Bytes::from_static(b"{}"),
+                deadline,
+            )
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), 200);
+        response.bytes().await.expect("the body")
+    }
+
+    #[tokio::test]
+    async fn the_direct_transport_keeps_one_connection_for_requests_in_turn() {
+        let (url, accepted) = counting_server(false).await;
+        let direct = Transport::for_url(
+            &url,
+            Duration::from_secs(1),
+            |_| None,
+            reqwest::Client::new(),
+        );
+        assert!(direct.is_direct());
+        for _ in 0..3 {
+            assert_eq!(post_and_read(&direct, &url).await, "{}");
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn the_direct_transport_opens_a_new_connection_when_the_upstream_closed_one() {
+        let (url, accepted) = counting_server(true).await;
+        let direct = Transport::for_url(
+            &url,
+            Duration::from_secs(1),
+            |_| None,
+            reqwest::Client::new(),
+        );
+        for _ in 0..3 {
+            assert_eq!(post_and_read(&direct, &url).await, "{}");
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_response_left_unread_does_not_give_its_connection_back() {
+        let url = stalling_server().await;
+        let Transport::Direct(pool) = Transport::for_url(
+            &url,
+            Duration::from_secs(1),
+            |_| None,
+            reqwest::Client::new(),
+        ) else {
+            panic!("plain HTTP goes direct");
+        };
+        let transport = Transport::Direct(pool.clone());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let response = transport
+            .post(
+                &url,
+                &uri_of(&url),
+                &HeaderMap::new(),
+                Bytes::new(),
+                deadline,
+            )
+            .await
+            .expect("the head arrives");
+        drop(response);
+        assert!(
+            pool.idle().is_empty(),
+            "a half-read connection went back to the pool"
+        );
     }
 }
