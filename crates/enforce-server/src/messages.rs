@@ -12,12 +12,12 @@
 //! never dropped unsaid.
 
 use crate::error::ApiError;
-use crate::pipeline::{Ask, Surface};
+use crate::pipeline::{names, Ask, Surface};
 use crate::stream::StreamWriter;
 use crate::turn::Turn;
 use crate::verdict::{enforcement_json, Enforcement};
 use axum::body::Bytes;
-use axum::http::StatusCode;
+use axum::http::{HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use enforce_core::{Outcome, ToolCall, Usage};
 use serde::Serialize;
@@ -38,7 +38,10 @@ impl Surface for Messages {
     const ID_PREFIX: &'static str = "msg_";
     const ROUTE: &'static str = "/v1/messages";
     /// The anthropic SDKs read `request-id` (their `_request_id`).
-    const REQUEST_ID_HEADERS: &'static [&'static str] = &["x-request-id", "request-id"];
+    fn request_id_headers() -> &'static [HeaderName] {
+        static HEADERS: [HeaderName; 2] = [names::REQUEST_ID, names::ANTHROPIC_REQUEST_ID];
+        &HEADERS
+    }
     type Kept = ();
     type Writer = MessagesWriter;
 

@@ -27,7 +27,7 @@ use crate::turn::{wait, InFlight, Turn, TurnId};
 use crate::PROFILE_HEADER;
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use enforce_core::{Context, Message, Outcome, Role};
@@ -52,7 +52,7 @@ pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
 
 /// The response headers every answer carries, as names made once: inserting by `&str` checks
 /// the name again on every request.
-mod names {
+pub(crate) mod names {
     use axum::http::HeaderName;
     pub const STATUS: HeaderName = HeaderName::from_static(crate::ENFORCE_STATUS_HEADER);
     pub const VALIDATION_STATUS: HeaderName =
@@ -61,6 +61,9 @@ mod names {
     pub const PROFILE: HeaderName = HeaderName::from_static(crate::PROFILE_HEADER);
     pub const OVERHEAD: HeaderName = HeaderName::from_static(super::OVERHEAD_HEADER);
     pub const WARNINGS: HeaderName = HeaderName::from_static(super::WARNINGS_HEADER);
+    pub const REQUEST_ID: HeaderName = HeaderName::from_static(super::REQUEST_ID_HEADER);
+    /// Anthropic's SDKs read the request id from `request-id`.
+    pub const ANTHROPIC_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
 }
 
 /// What every surface parses its request into: the surface-neutral turn.
@@ -117,7 +120,10 @@ pub(crate) trait Surface: Send + Sync + 'static {
     const ROUTE: &'static str;
     /// The headers that carry the request's id: `x-request-id`, and where the surface's SDKs
     /// read another (Anthropic's `request-id`), that one too.
-    const REQUEST_ID_HEADERS: &'static [&'static str] = &[REQUEST_ID_HEADER];
+    fn request_id_headers() -> &'static [HeaderName] {
+        static HEADERS: [HeaderName; 1] = [names::REQUEST_ID];
+        &HEADERS
+    }
     /// What the surface keeps of its request for rendering (echoed fields, options).
     type Kept: Send + Sync + 'static;
     /// Renders a stream.
@@ -311,8 +317,8 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
             headers.insert(names::PROFILE, profile);
         }
         if let Some(id) = request_id {
-            for name in S::REQUEST_ID_HEADERS {
-                headers.insert(*name, id.clone());
+            for name in S::request_id_headers() {
+                headers.insert(name, id.clone());
             }
         }
         if let Some(warnings) = warnings {
@@ -349,8 +355,8 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
             response.headers_mut().insert(names::PROFILE, profile);
         }
         if let Ok(id) = HeaderValue::from_str(&turn.id.id) {
-            for name in S::REQUEST_ID_HEADERS {
-                response.headers_mut().insert(*name, id.clone());
+            for name in S::request_id_headers() {
+                response.headers_mut().insert(name, id.clone());
             }
         }
         if let Some(warnings) = warnings_header(&turn) {
