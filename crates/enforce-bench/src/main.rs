@@ -60,6 +60,9 @@ enum Cmd {
         listen: String,
         #[arg(long)]
         upstream: String,
+        /// Parse HTTP on both sides (axum's server, hyper's client) instead of copying bytes.
+        #[arg(long)]
+        http: bool,
     },
     /// The load driver.
     Load(load::LoadArgs),
@@ -120,7 +123,17 @@ fn main() -> anyhow::Result<()> {
             chunks,
             gap_ms,
         } => rt.block_on(mock::serve(&listen, mode, chunks, gap_ms)),
-        Cmd::Relay { listen, upstream } => rt.block_on(relay::serve(&listen, &upstream)),
+        Cmd::Relay {
+            listen,
+            upstream,
+            http,
+        } => {
+            if http {
+                rt.block_on(relay::serve_http(&listen, &upstream))
+            } else {
+                rt.block_on(relay::serve(&listen, &upstream))
+            }
+        }
         Cmd::Load(args) => {
             let report = rt.block_on(load::run(args))?;
             println!("{}", serde_json::to_string(&report)?);

@@ -2,11 +2,12 @@
 //! completions, responses, messages) at c=1, above the relay floor. Writes its own section of
 //! BENCHMARKS.md (`cargo xtask bench-peers --surfaces`); the full peers run measures it too.
 //!
-//! One mock, one byte relay and one `enforce serve` stay up for the whole run; each round
-//! measures the relay and then every surface (plain and streamed), each with `sequential`
-//! requests on one keep-alive connection, and the figures are the medians of the rounds' p50s:
-//! interleaved rounds spread a passing disturbance of the machine over every target instead of
-//! landing on one.
+//! One mock, one byte relay, one HTTP relay and one `enforce serve` stay up for the whole run;
+//! each round measures the relays and then every surface (plain and streamed), each with
+//! `sequential` requests on one keep-alive connection. A target's figure above the floor is the
+//! median over the rounds of (its p50 − the byte relay's p50 in the same round): interleaved
+//! rounds spread a passing disturbance of the machine over every target instead of landing on
+//! one, and a round's difference cancels what moved the whole round.
 
 use crate::load::Surface;
 use crate::peers::{
@@ -61,8 +62,10 @@ pub struct SurfacesArgs {
 
 /// What one surfaces run measured.
 struct Measured {
-    /// The relay's p50 per round (ms).
+    /// The byte relay's p50 per round (ms).
     relay: Vec<f64>,
+    /// The HTTP relay's p50 per round (ms).
+    http_relay: Vec<f64>,
     /// `(surface, stream)` → the p50 per round (ms).
     enforce: Vec<((Surface, bool), Vec<f64>)>,
     commands: Vec<String>,
@@ -115,7 +118,18 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
     let (relay, relay_addr) = start_printing_address(
         &me,
         &pin.sut,
-        &["relay".into(), "--upstream".into(), upstream],
+        &["relay".into(), "--upstream".into(), upstream.clone()],
+        &mut r,
+    )?;
+    let (http_relay, http_relay_addr) = start_printing_address(
+        &me,
+        &pin.sut,
+        &[
+            "relay".into(),
+            "--http".into(),
+            "--upstream".into(),
+            upstream.clone(),
+        ],
         &mut r,
     )?;
     let (enforce, base) = start_enforce(&args.enforce_bin, &pin, &ok_url, &args.work_dir, &mut r)?;
@@ -144,11 +158,13 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
         p50_of(&report)
     };
     let mut relay_p50 = Vec::new();
+    let mut http_relay_p50 = Vec::new();
     let mut enforce_p50: Vec<((Surface, bool), Vec<f64>)> = Surface::ALL
         .iter()
         .flat_map(|s| [false, true].map(|stream| ((*s, stream), Vec::new())))
         .collect();
     let relay_url = format!("http://{relay_addr}/v1/chat/completions");
+    let http_relay_url = format!("http://{http_relay_addr}/v1/chat/completions");
     for _ in 0..args.rounds.max(1) {
         relay_p50.push(drive(
             &mut r,
@@ -156,6 +172,13 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
             Surface::Chat,
             false,
             relay.0.id(),
+        )?);
+        http_relay_p50.push(drive(
+            &mut r,
+            &http_relay_url,
+            Surface::Chat,
+            false,
+            http_relay.0.id(),
         )?);
         for ((surface, stream), p50s) in &mut enforce_p50 {
             let url = format!("{base}/v1{}", surface.path());
@@ -171,6 +194,7 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
     }
     Ok(Measured {
         relay: relay_p50,
+        http_relay: http_relay_p50,
         enforce: enforce_p50,
         commands,
         cores_awake: r.cores_awake,
@@ -207,11 +231,17 @@ fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// The median over the rounds of `p50s[i] − floor[i]`.
+fn above_floor(p50s: &[f64], floor: &[f64]) -> f64 {
+    let differences: Vec<f64> = p50s.iter().zip(floor).map(|(p, f)| p - f).collect();
+    median(&differences)
+}
+
 fn render(args: &SurfacesArgs, m: &Measured) -> String {
     let floor = median(&m.relay);
     let mut s = format!("{}\n## The proxy on every surface\n\n", SURFACES.begin);
     s.push_str(&format!(
-        "`cargo xtask bench-peers --surfaces` (and the full run): `enforce serve` with the `person` profile (the same JSON Schema check as scenario 3) in front of the same mock, asked in each API's own request shape at c=1: {} rounds, each {} sequential requests on one keep-alive connection (after 30 warm-up requests) to the relay and then to every surface, plain and streamed; the figures are the medians of the rounds' p50s. *Above the floor* = the surface's p50 − the relay's p50 (the relay passes the chat request to the mock untouched; every surface makes that same chat exchange with the mock). Streamed rows are held until the answer passed, so their exchange is the same as the plain ones'.\n\n",
+        "`cargo xtask bench-peers --surfaces` (and the full run): `enforce serve` with the `person` profile (the same JSON Schema check as scenario 3) in front of the same mock, asked in each API's own request shape at c=1: {} rounds, each {} sequential requests on one keep-alive connection (after 30 warm-up requests) to the relay and then to every surface, plain and streamed; the p50 columns are the medians of the rounds' p50s. *Above the floor* = the median over the rounds of (the target's p50 − the byte relay's p50 in that round): the relay passes the chat request to the mock untouched, and every surface makes that same chat exchange with the mock. The *HTTP relay* row (`enforce-bench relay --http`: axum's server and hyper's pooled client passing the request and the answer on, nothing parsed or checked) is not a target: it shows what reading and writing HTTP on both sides costs on this machine, before any proxy logic. Streamed rows are held until the answer passed, so their exchange is the same as the plain ones'.\n\n",
         args.rounds.max(1),
         args.sequential
     ));
@@ -239,9 +269,15 @@ fn render(args: &SurfacesArgs, m: &Measured) -> String {
         "| relay (floor) | no | {floor:.3} ({}) | 0 | – | – |\n",
         rounds(&m.relay)
     ));
+    s.push_str(&format!(
+        "| HTTP relay (axum + hyper, no checks) | no | {:.3} ({}) | {:.3} | – | – |\n",
+        median(&m.http_relay),
+        rounds(&m.http_relay),
+        above_floor(&m.http_relay, &m.relay)
+    ));
     for ((surface, stream), p50s) in &m.enforce {
         let p50 = median(p50s);
-        let above = p50 - floor;
+        let above = above_floor(p50s, &m.relay);
         let verdict = if above <= TARGET_ABOVE_FLOOR_MS {
             "met"
         } else {
