@@ -184,7 +184,7 @@ pub(crate) async fn get_response(
     let stored = app.sessions.stored_response(&id).await;
     // Another model's answer is not there for a key limited to other models.
     match stored.filter(|s| crate::controls::may_read(grant, &s.response)) {
-        Some(stored) => Json(stored.response).into_response(),
+        Some(stored) => Json(stored.response.as_ref()).into_response(),
         None => ApiError::new(
             StatusCode::NOT_FOUND,
             "invalid_request_error",

@@ -331,9 +331,9 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         let mut response = match turn.conclude(ended).await {
             Ok((text, outcome)) => {
                 let mut response = if turn.conversation.is_some() {
-                    let body = S::answer(&turn, &kept, &text, &outcome);
-                    turn.store(&body, &text, &outcome).await;
-                    Json(body).into_response()
+                    let body = Arc::new(S::answer(&turn, &kept, &text, &outcome));
+                    turn.store(body.clone(), &text, &outcome).await;
+                    Json(body.as_ref()).into_response()
                 } else {
                     let body = S::answer_bytes(&turn, &kept, &text, &outcome);
                     (

@@ -46,8 +46,9 @@ const RESPONSES_DIR: &str = "responses";
 /// was sent, and the conversation up to and including its answer.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct StoredResponse {
-    /// The `response` object.
-    pub response: serde_json::Value,
+    /// The `response` object, shared with the answer it was sent as (not a deep copy).
+    #[serde(with = "shared_value")]
+    pub response: std::sync::Arc<serde_json::Value>,
     /// The conversation it answered (without system messages) and its answer, for the turn
     /// that continues it.
     pub conversation: Vec<enforce_core::Message>,
@@ -236,6 +237,21 @@ impl SessionStore {
             shared.save_session(&snapshot).await;
         }
         written.map(|()| snapshot)
+    }
+}
+
+/// An `Arc<Value>` written and read as the value itself (serde's `rc` feature, for one field).
+mod shared_value {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::Value;
+    use std::sync::Arc;
+
+    pub(super) fn serialize<S: Serializer>(value: &Arc<Value>, to: S) -> Result<S::Ok, S::Error> {
+        value.as_ref().serialize(to)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Arc<Value>, D::Error> {
+        Value::deserialize(from).map(Arc::new)
     }
 }
 

@@ -287,7 +287,7 @@ impl<W: StreamWriter> Out<W> {
         self.writer
             .answer(turn, text, outcome, summary.as_deref(), &mut self.pending);
         if let Some(body) = self.writer.stored() {
-            turn.store(&body, text, outcome).await;
+            turn.store(std::sync::Arc::new(body), text, outcome).await;
         }
         self.writer.end(&mut self.pending);
     }

@@ -539,14 +539,14 @@ impl Turn {
 
     /// Stores the delivered answer (`body`, as the client received it) with its conversation,
     /// when the request asked for it: for `GET /v1/responses/{id}` and `previous_response_id`.
-    pub async fn store(&self, body: &Value, text: &str, outcome: &Outcome) {
+    pub async fn store(&self, body: Arc<Value>, text: &str, outcome: &Outcome) {
         let Some(conversation) = &self.conversation else {
             return;
         };
         let mut conversation = conversation.clone();
         conversation.push(Message::assistant_calling(text, outcome.tool_calls.clone()));
         let stored = StoredResponse {
-            response: body.clone(),
+            response: body,
             conversation,
             chat_id: self.chat_id.clone(),
         };
