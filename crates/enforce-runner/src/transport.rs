@@ -442,12 +442,7 @@ mod tests {
     #[tokio::test]
     async fn both_transports_give_the_head_and_time_out_on_a_stalled_body() {
         let url = stalling_server().await;
-        let direct = Transport::for_url(
-            &url,
-            Duration::from_secs(1),
-            |_| None,
-            reqwest::Client::new(),
-        );
+        let direct = direct(&url);
         assert!(direct.is_direct());
         let through_reqwest = Transport::Reqwest(reqwest::Client::new());
         for transport in [direct, through_reqwest] {
@@ -488,12 +483,7 @@ mod tests {
             .expect("a free port")
             .port();
         let url = url(&format!("http://127.0.0.1:{port}/v1"));
-        let direct = Transport::for_url(
-            &url,
-            Duration::from_secs(1),
-            |_| None,
-            reqwest::Client::new(),
-        );
+        let direct = direct(&url);
         for transport in [direct, Transport::Reqwest(reqwest::Client::new())] {
             let deadline = Instant::now() + Duration::from_secs(5);
             match transport
@@ -587,46 +577,40 @@ mod tests {
         response.bytes().await.expect("the body")
     }
 
-    #[tokio::test]
-    async fn the_direct_transport_keeps_one_connection_for_requests_in_turn() {
-        let (url, accepted) = counting_server(false).await;
-        let direct = Transport::for_url(
-            &url,
+    fn direct(url: &reqwest::Url) -> Transport {
+        Transport::for_url(
+            url,
             Duration::from_secs(1),
             |_| None,
             reqwest::Client::new(),
-        );
+        )
+    }
+
+    /// The connections the counting server accepted for three requests in turn.
+    async fn connections_for_three_requests(close: bool) -> usize {
+        let (url, accepted) = counting_server(close).await;
+        let direct = direct(&url);
         assert!(direct.is_direct());
         for _ in 0..3 {
             assert_eq!(post_and_read(&direct, &url).await, "{}");
         }
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn the_direct_transport_keeps_one_connection_for_requests_in_turn() {
+        assert_eq!(connections_for_three_requests(false).await, 1);
     }
 
     #[tokio::test]
     async fn the_direct_transport_opens_a_new_connection_when_the_upstream_closed_one() {
-        let (url, accepted) = counting_server(true).await;
-        let direct = Transport::for_url(
-            &url,
-            Duration::from_secs(1),
-            |_| None,
-            reqwest::Client::new(),
-        );
-        for _ in 0..3 {
-            assert_eq!(post_and_read(&direct, &url).await, "{}");
-        }
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(connections_for_three_requests(true).await, 3);
     }
 
     #[tokio::test]
     async fn a_response_left_unread_does_not_give_its_connection_back() {
         let url = stalling_server().await;
-        let Transport::Direct(pool) = Transport::for_url(
-            &url,
-            Duration::from_secs(1),
-            |_| None,
-            reqwest::Client::new(),
-        ) else {
+        let Transport::Direct(pool) = direct(&url) else {
             panic!("plain HTTP goes direct");
         };
         let transport = Transport::Direct(pool.clone());
