@@ -8,7 +8,7 @@
 //! workspace's dev profile settings, so dependencies already built by `clippy` or `test` with
 //! the same features are reused.
 
-use crate::{cargo, locked, root, run, Result};
+use crate::{cargo, locked, root, run, with_workspace_profile, Result};
 
 /// Publishable packages whose default features are not built by the verification: the local
 /// runner's default `llama` compiles llama.cpp from C++ (minutes on two cores), which `ci`
@@ -135,13 +135,6 @@ pub(crate) fn check(args: &[String]) -> Result<()> {
         return Ok(());
     }
     check_unpacked(&packages)
-}
-
-/// The packaged crates are their own workspaces, without the root's `[profile.dev]`: give them
-/// its settings so that dependencies already built for clippy and the tests are reused.
-fn with_workspace_profile(cmd: &mut std::process::Command) {
-    cmd.env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
-        .env("CARGO_PROFILE_DEV_BUILD_OVERRIDE_DEBUG", "false");
 }
 
 /// Unpacks the `.crate` files into `target/package/unpacked` as one workspace and runs `cargo

@@ -7,7 +7,7 @@
 //! maturin and pytest come from PyPI, installed by these steps into `target/python-venv`.
 //! Without python3, its venv module or pip, the Python tests print "skipped: ..." and pass.
 
-use crate::{root, run, target_dir, without_package_env, Result};
+use crate::{root, run, target_dir, timed, without_package_env, Result};
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -170,15 +170,17 @@ pub fn pytest() -> Result<()> {
         eprintln!("xtask: skipped: {why}: the Python package tests (python/tests) did not run");
         return Ok(());
     }
-    if let Err(e) = pip_install("maturin, pytest", &[MATURIN, PYTEST]) {
+    if let Err(e) = timed("maturin and pytest install", || {
+        pip_install("maturin, pytest", &[MATURIN, PYTEST])
+    }) {
         eprintln!(
             "xtask: skipped: maturin and pytest could not be installed from PyPI ({e}): the \
              Python package tests (python/tests) did not run"
         );
         return Ok(());
     }
-    let library = build_wheel(LIBRARY, false)?;
-    let cli = build_wheel(CLI, false)?;
+    let library = timed("enforce-llm wheel", || build_wheel(LIBRARY, false))?;
+    let cli = timed("enforce-cli wheel", || build_wheel(CLI, false))?;
     let mut install = Command::new(venv_bin("python"));
     install
         .args([
@@ -203,7 +205,7 @@ pub fn pytest() -> Result<()> {
         // is not installed fails its tests instead of skipping them.
         .env(LIBRARY_WHEEL_VAR, &library)
         .env(CLI_WHEEL_VAR, &cli);
-    run(pytest)
+    timed("pytest", || run(pytest))
 }
 
 /// The paths of the wheels under test, for python/tests (see `pytest`).
