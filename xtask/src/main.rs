@@ -13,6 +13,7 @@
 //! - `cargo xtask bench-peers`   side-by-side benchmarks against the peers, writes BENCHMARKS.md
 //! - `cargo xtask wheels`        the Python wheels (enforce-llm, enforce-cli) into target/wheels
 
+mod alongside;
 mod bench_summary;
 mod docs;
 mod generated;
@@ -22,6 +23,7 @@ mod public_api;
 mod template;
 mod wheels;
 
+use alongside::say;
 use std::env;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -154,7 +156,10 @@ fn without_package_env(cmd: &mut Command) {
 fn timed<T>(step: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     let start = std::time::Instant::now();
     let result = f();
-    eprintln!("xtask: {step} took {} s", start.elapsed().as_secs());
+    say(&format!(
+        "xtask: {step} took {} s",
+        start.elapsed().as_secs()
+    ));
     result
 }
 
@@ -167,7 +172,8 @@ fn with_workspace_profile(cmd: &mut Command) {
 }
 
 fn run(mut cmd: Command) -> Result<()> {
-    eprintln!("xtask: running {cmd:?}");
+    say(&format!("xtask: running {cmd:?}"));
+    alongside::redirect(&mut cmd);
     let status = cmd
         .status()
         .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
@@ -188,6 +194,11 @@ fn locked() -> &'static [&'static str] {
 }
 
 fn test(extra: &[String]) -> Result<()> {
+    test_and_package(extra, false)
+}
+
+/// `test`, and with `package` the `package` step of `ci` while the tests run.
+fn test_and_package(extra: &[String], package: bool) -> Result<()> {
     let plugin_dir = timed("build-plugins", build_plugins)?;
     // The shared-state tests start their own redis-server; say up front when they cannot, since
     // cargo test hides the skipped tests' own message.
@@ -237,9 +248,22 @@ fn test(extra: &[String]) -> Result<()> {
         cmd
     };
     timed("test build", || run(cargo_test(true)))?;
-    timed("test run", || run(cargo_test(false)))?;
+    // While the tests run: what needs the build but no test binary (alongside.rs). Not the
+    // CLI wheel: its build writes target/debug/enforce, the binary the tests run.
+    let (tests, alongside) = alongside::run_tests_with(cargo_test(false), || {
+        let library = wheels::library_wheel_for_tests()?;
+        if package {
+            timed("package", || package::check(&[]))?;
+        }
+        Ok(library)
+    });
+    tests?;
+    let library = alongside?;
     timed("plugin-template", template::check)?;
-    wheels::pytest()
+    match library {
+        Some(library) => wheels::pytest_with(&library),
+        None => Ok(()),
+    }
 }
 
 /// The `local` runner (llama.cpp, built with cmake) is part of what the tests and clippy check.
@@ -390,8 +414,7 @@ fn ci() -> Result<()> {
         .args(locked())
         .args(["--", "-D", "warnings"]);
     timed("clippy", || run(clippy))?;
-    test(&[])?;
-    timed("package", || package::check(&[]))?;
+    test_and_package(&[], true)?;
     eprintln!("xtask: ci took {} s", start.elapsed().as_secs());
     Ok(())
 }
