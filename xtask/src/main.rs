@@ -168,7 +168,9 @@ fn timed<T>(step: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
 /// workspace's builds made are reused instead of built again with other settings.
 fn with_workspace_profile(cmd: &mut Command) {
     cmd.env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
-        .env("CARGO_PROFILE_DEV_BUILD_OVERRIDE_DEBUG", "false");
+        .env("CARGO_PROFILE_DEV_BUILD_OVERRIDE_DEBUG", "false")
+        // `[profile.dev.package."*"]`, which has no environment variable.
+        .args(["--config", "profile.dev.package.\"*\".debug=false"]);
 }
 
 fn run(mut cmd: Command) -> Result<()> {
