@@ -13,6 +13,7 @@
 //! - `cargo xtask bench-peers`   side-by-side benchmarks against the peers, writes BENCHMARKS.md
 //! - `cargo xtask wheels`        the Python wheels (enforce-llm, enforce-cli) into target/wheels
 
+mod alongside;
 mod bench_summary;
 mod docs;
 mod generated;
@@ -22,6 +23,7 @@ mod public_api;
 mod template;
 mod wheels;
 
+use alongside::say;
 use std::env;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -74,6 +76,12 @@ type Result<T> = std::result::Result<T, String>;
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
+    if env::var_os("CI").is_some() && env::var_os("CARGO_INCREMENTAL").is_none() {
+        // CI builds from scratch, where incremental compilation only costs: it writes the
+        // query caches of every workspace crate and splits each into many more codegen units.
+        // Set here, so every cargo below (maturin's, the tests' own) agrees on it.
+        env::set_var("CARGO_INCREMENTAL", "0");
+    }
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
         Some("models") => models().map(|found| match found {
@@ -143,8 +151,31 @@ fn without_package_env(cmd: &mut Command) {
     }
 }
 
+/// Runs one step of `ci` or `test` and says how long it took (`xtask: clippy took 412 s`), so
+/// that every CI log shows where the time goes.
+fn timed<T>(step: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let start = std::time::Instant::now();
+    let result = f();
+    say(&format!(
+        "xtask: {step} took {} s",
+        start.elapsed().as_secs()
+    ));
+    result
+}
+
+/// Gives a cargo that builds outside the workspace (a standalone plugin, the template's copy,
+/// the unpacked packages) the root manifest's dev profile, so that the dependencies the
+/// workspace's builds made are reused instead of built again with other settings.
+fn with_workspace_profile(cmd: &mut Command) {
+    cmd.env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
+        .env("CARGO_PROFILE_DEV_BUILD_OVERRIDE_DEBUG", "false")
+        // `[profile.dev.package."*"]`, which has no environment variable.
+        .args(["--config", "profile.dev.package.\"*\".debug=false"]);
+}
+
 fn run(mut cmd: Command) -> Result<()> {
-    eprintln!("xtask: running {cmd:?}");
+    say(&format!("xtask: running {cmd:?}"));
+    alongside::redirect(&mut cmd);
     let status = cmd
         .status()
         .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
@@ -165,7 +196,12 @@ fn locked() -> &'static [&'static str] {
 }
 
 fn test(extra: &[String]) -> Result<()> {
-    let plugin_dir = build_plugins()?;
+    test_and_package(extra, false)
+}
+
+/// `test`, and with `package` the `package` step of `ci` while the tests run.
+fn test_and_package(extra: &[String], package: bool) -> Result<()> {
+    let plugin_dir = timed("build-plugins", build_plugins)?;
     // The shared-state tests start their own redis-server; say up front when they cannot, since
     // cargo test hides the skipped tests' own message.
     let on_path = |name: &str| {
@@ -186,26 +222,50 @@ fn test(extra: &[String]) -> Result<()> {
     if let Some(why) = &skipped {
         say_local_skipped(why);
     }
-    let mut cmd = cargo();
-    cmd.args(["test", "--workspace"])
-        .args(local)
-        .args(locked())
-        .args(extra)
-        .env("ENFORCE_TEST_PLUGIN_DIR", &plugin_dir);
     // The real-model tests of the local runner; without a model they pass without running,
     // so say so where it is seen.
-    match test_model() {
-        Ok(path) => {
+    let model = match timed("models", test_model) {
+        Ok(path) => Some(path),
+        Err(why) => {
+            eprintln!(
+                "xtask: skipped: {why}: the local runner's real-model tests \
+                 (crates/enforce-runner-local/tests/it, tests/it/local.rs) pass without running"
+            );
+            None
+        }
+    };
+    // Built first, then run by a second cargo (which finds everything fresh): the log then
+    // shows the build's time apart from the tests'.
+    let cargo_test = |build_only: bool| {
+        let mut cmd = cargo();
+        cmd.args(["test", "--workspace"])
+            .args(local)
+            .args(locked())
+            .args(build_only.then_some("--no-run"))
+            .args(extra)
+            .env("ENFORCE_TEST_PLUGIN_DIR", &plugin_dir);
+        if let Some(path) = &model {
             cmd.env(TEST_GGUF_VAR, path);
         }
-        Err(why) => eprintln!(
-            "xtask: skipped: {why}: the local runner's real-model tests \
-             (crates/enforce-runner-local/tests/it, tests/it/local.rs) pass without running"
-        ),
+        cmd
+    };
+    timed("test build", || run(cargo_test(true)))?;
+    // While the tests run: what needs the build but no test binary (alongside.rs). Not the
+    // CLI wheel: its build writes target/debug/enforce, the binary the tests run.
+    let (tests, alongside) = alongside::run_tests_with(cargo_test(false), || {
+        let library = wheels::library_wheel_for_tests()?;
+        if package {
+            timed("package", || package::check(&[]))?;
+        }
+        Ok(library)
+    });
+    tests?;
+    let library = alongside?;
+    timed("plugin-template", template::check)?;
+    match library {
+        Some(library) => wheels::pytest_with(&library),
+        None => Ok(()),
     }
-    run(cmd)?;
-    template::check()?;
-    wheels::pytest()
 }
 
 /// The `local` runner (llama.cpp, built with cmake) is part of what the tests and clippy check.
@@ -339,11 +399,12 @@ fn pip() -> Option<Command> {
 }
 
 fn ci() -> Result<()> {
-    check_layering()?;
-    module_cycles::check(&workspace_packages()?)?;
+    let start = std::time::Instant::now();
+    timed("layering", check_layering)?;
+    timed("cycles", || module_cycles::check(&workspace_packages()?))?;
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--", "--check"]);
-    run(fmt)?;
+    timed("fmt", || run(fmt))?;
     let (local, skipped) = local_runner_flags();
     if let Some(why) = &skipped {
         say_local_skipped(why);
@@ -354,9 +415,10 @@ fn ci() -> Result<()> {
         .args(local)
         .args(locked())
         .args(["--", "-D", "warnings"]);
-    run(clippy)?;
-    test(&[])?;
-    package::check(&[])
+    timed("clippy", || run(clippy))?;
+    test_and_package(&[], true)?;
+    eprintln!("xtask: ci took {} s", start.elapsed().as_secs());
+    Ok(())
 }
 
 /// Crates that must never appear in another crate's normal dependency tree (ARCHITECTURE.md,
@@ -582,6 +644,9 @@ fn build_plugins() -> Result<PathBuf> {
             .args(locked())
             .arg("--manifest-path")
             .arg(root().join(manifest));
+        // Its own workspace has no `[profile.dev]`: without the root's, every dependency
+        // it shares with the plugins above would be built a second time.
+        with_workspace_profile(&mut cmd);
         eprintln!("xtask: building plugin {manifest} (its own workspace)");
         copied += build_and_copy_cdylibs(cmd, &dir)?;
     }

@@ -8,7 +8,7 @@
 //! workspace's dev profile settings, so dependencies already built by `clippy` or `test` with
 //! the same features are reused.
 
-use crate::{cargo, locked, root, run, Result};
+use crate::{cargo, locked, root, run, say, with_workspace_profile, Result};
 
 /// Publishable packages whose default features are not built by the verification: the local
 /// runner's default `llama` compiles llama.cpp from C++ (minutes on two cores), which `ci`
@@ -117,31 +117,24 @@ pub(crate) fn check(args: &[String]) -> Result<()> {
         with_workspace_profile(&mut cmd);
         run(cmd)
     };
-    eprintln!(
+    say(&format!(
         "xtask: packaging {}",
         packages
             .iter()
             .map(|p| p.name.as_str())
             .collect::<Vec<_>>()
             .join(", ")
-    );
+    ));
     // Offline first: every package's lock file resolves from what the workspace's build
     // downloaded (seconds instead of an index update per package); the registry only if not.
     if package(true).is_err() {
-        eprintln!("xtask: packaging offline failed; again with the registry");
+        say("xtask: packaging offline failed; again with the registry");
         package(false)?;
     }
     if full {
         return Ok(());
     }
     check_unpacked(&packages)
-}
-
-/// The packaged crates are their own workspaces, without the root's `[profile.dev]`: give them
-/// its settings so that dependencies already built for clippy and the tests are reused.
-fn with_workspace_profile(cmd: &mut std::process::Command) {
-    cmd.env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
-        .env("CARGO_PROFILE_DEV_BUILD_OVERRIDE_DEBUG", "false");
 }
 
 /// Unpacks the `.crate` files into `target/package/unpacked` as one workspace and runs `cargo

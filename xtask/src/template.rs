@@ -9,7 +9,7 @@
 //! directory and dev profile settings, so the dependencies the plugins were built with are
 //! reused.
 
-use crate::{cargo, root, target_dir, Result};
+use crate::{cargo, root, target_dir, with_workspace_profile, Result};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -156,10 +156,8 @@ fn cargo_in(work: &Path, args: &[&str]) -> Result<()> {
         cmd.current_dir(work)
             .args(args)
             .args(offline.then_some("--offline"))
-            .env("CARGO_TARGET_DIR", target_dir())
-            // The workspace's dev profile, so that shared dependencies are not built again.
-            .env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
-            .env("CARGO_PROFILE_DEV_BUILD_OVERRIDE_DEBUG", "false");
+            .env("CARGO_TARGET_DIR", target_dir());
+        with_workspace_profile(&mut cmd);
         eprintln!("xtask: running {cmd:?} in {}", work.display());
         cmd.status()
             .map(|s| s.success())

@@ -7,7 +7,7 @@
 //! maturin and pytest come from PyPI, installed by these steps into `target/python-venv`.
 //! Without python3, its venv module or pip, the Python tests print "skipped: ..." and pass.
 
-use crate::{root, run, target_dir, without_package_env, Result};
+use crate::{root, run, say, target_dir, timed, without_package_env, Result};
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -161,24 +161,42 @@ fn maturin_ready() -> Result<()> {
     pip_install("maturin", &[MATURIN])
 }
 
-/// Part of `cargo xtask test`: both wheels (debug builds) installed into the venv and the
-/// pytest suite in python/tests run against them (the library's API, the CLI wheel's `enforce`
-/// command and path helper, the LICENSE files of both wheels). Prints why and passes when
-/// Python, its venv module or PyPI are missing.
+/// `cargo xtask pytest`, part of `cargo xtask test`: both wheels (debug builds) installed into
+/// the venv and the pytest suite in python/tests run against them (the library's API, the CLI
+/// wheel's `enforce` command and path helper, the LICENSE files of both wheels). Prints why and
+/// passes when Python, its venv module or PyPI are missing.
 pub fn pytest() -> Result<()> {
-    if let Some(why) = ensure_venv() {
-        eprintln!("xtask: skipped: {why}: the Python package tests (python/tests) did not run");
-        return Ok(());
+    match library_wheel_for_tests()? {
+        Some(library) => pytest_with(&library),
+        None => Ok(()),
     }
-    if let Err(e) = pip_install("maturin, pytest", &[MATURIN, PYTEST]) {
-        eprintln!(
+}
+
+/// The first half of [`pytest`], which needs no test binary (`cargo xtask test` runs it while
+/// the tests run): the venv with maturin and pytest, and the library wheel. `None`, after
+/// saying why, when the Python tests cannot run here.
+pub fn library_wheel_for_tests() -> Result<Option<PathBuf>> {
+    if let Some(why) = ensure_venv() {
+        say(&format!(
+            "xtask: skipped: {why}: the Python package tests (python/tests) did not run"
+        ));
+        return Ok(None);
+    }
+    if let Err(e) = timed("maturin and pytest install", || {
+        pip_install("maturin, pytest", &[MATURIN, PYTEST])
+    }) {
+        say(&format!(
             "xtask: skipped: maturin and pytest could not be installed from PyPI ({e}): the \
              Python package tests (python/tests) did not run"
-        );
-        return Ok(());
+        ));
+        return Ok(None);
     }
-    let library = build_wheel(LIBRARY, false)?;
-    let cli = build_wheel(CLI, false)?;
+    timed("enforce-llm wheel", || build_wheel(LIBRARY, false)).map(Some)
+}
+
+/// The second half of [`pytest`]: the CLI wheel, both wheels installed, pytest.
+pub fn pytest_with(library: &Path) -> Result<()> {
+    let cli = timed("enforce-cli wheel", || build_wheel(CLI, false))?;
     let mut install = Command::new(venv_bin("python"));
     install
         .args([
@@ -190,7 +208,7 @@ pub fn pytest() -> Result<()> {
             "--no-deps",
             "--force-reinstall",
         ])
-        .arg(&library)
+        .arg(library)
         .arg(&cli);
     run(install)?;
     let mut pytest = Command::new(venv_bin("python"));
@@ -201,9 +219,9 @@ pub fn pytest() -> Result<()> {
         .env_remove("PYTHONPATH")
         // The wheels the suite opens to check what they hold; with these set, a wheel that
         // is not installed fails its tests instead of skipping them.
-        .env(LIBRARY_WHEEL_VAR, &library)
+        .env(LIBRARY_WHEEL_VAR, library)
         .env(CLI_WHEEL_VAR, &cli);
-    run(pytest)
+    timed("pytest", || run(pytest))
 }
 
 /// The paths of the wheels under test, for python/tests (see `pytest`).
