@@ -20,6 +20,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::ResponseBuilderExt;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,7 +32,7 @@ use tokio::time::{Instant, Sleep};
 /// them).
 const HTTP_PROXY_VARS: [&str; 4] = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"];
 
-/// Idle pooled connections are not reused after this long (reqwest's default idle timeout).
+/// Idle pooled connections are closed after this long (reqwest's default idle timeout).
 const POOL_IDLE: Duration = Duration::from_secs(90);
 
 /// Where a request goes out.
@@ -53,7 +54,8 @@ pub(crate) struct DirectPool {
     /// The `Host` header every request carries (hyper's connection API sets none).
     host: HeaderValue,
     connect_timeout: Duration,
-    idle: Mutex<Vec<Idle>>,
+    /// Oldest first; the newest is taken first (it is the likeliest to be open still).
+    idle: Mutex<VecDeque<Idle>>,
 }
 
 #[derive(Debug)]
@@ -72,17 +74,15 @@ impl DirectPool {
             None => host.to_string(),
         };
         Some(DirectPool {
-            address: format!(
-                "{}:{port}",
-                host.trim_start_matches('[').trim_end_matches(']')
-            ),
+            // An IPv6 host keeps its brackets (`[::1]:8080`), as a socket address is written.
+            address: format!("{host}:{port}"),
             host: HeaderValue::from_str(&authority).ok()?,
             connect_timeout,
-            idle: Mutex::new(Vec::new()),
+            idle: Mutex::new(VecDeque::new()),
         })
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+    fn idle(&self) -> std::sync::MutexGuard<'_, VecDeque<Idle>> {
         // A plain list behind the lock: a panic elsewhere cannot leave it inconsistent.
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -93,7 +93,7 @@ impl DirectPool {
         let mut idle = self.idle();
         let mut settling = Vec::new();
         let mut found = None;
-        while let Some(connection) = idle.pop() {
+        while let Some(connection) = idle.pop_back() {
             if connection.sender.is_closed() || connection.since.elapsed() >= POOL_IDLE {
                 continue;
             }
@@ -107,9 +107,18 @@ impl DirectPool {
         found
     }
 
+    /// Keeps `sender` for the next request, and closes the connections idle for too long
+    /// (dropping its last sender closes a connection).
     fn put_back(&self, sender: SendRequest<Full<Bytes>>) {
+        let mut idle = self.idle();
+        while idle
+            .front()
+            .is_some_and(|c| c.sender.is_closed() || c.since.elapsed() >= POOL_IDLE)
+        {
+            idle.pop_front();
+        }
         if !sender.is_closed() {
-            self.idle().push(Idle {
+            idle.push_back(Idle {
                 sender,
                 since: std::time::Instant::now(),
             });
@@ -399,6 +408,29 @@ mod tests {
             .collect();
         let env = move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         Transport::for_url(&url(u), Duration::from_secs(1), env, reqwest::Client::new()).is_direct()
+    }
+
+    #[test]
+    fn the_pool_connects_to_the_urls_host_and_port_and_names_its_host_as_the_url_does() {
+        let cases = [
+            (
+                "http://127.0.0.1:8080/v1",
+                "127.0.0.1:8080",
+                "127.0.0.1:8080",
+            ),
+            ("http://localhost/v1", "localhost:80", "localhost"),
+            ("http://[::1]:11434/v1", "[::1]:11434", "[::1]:11434"),
+        ];
+        for (u, address, host) in cases {
+            let pool = DirectPool::new(&url(u), Duration::from_secs(1)).expect("a pool");
+            assert_eq!(pool.address, address, "{u}");
+            assert_eq!(pool.host, host, "{u}");
+            // What the connection is opened with must parse or resolve as given.
+            assert!(
+                pool.address.parse::<std::net::SocketAddr>().is_ok() || !address.starts_with('['),
+                "{u}"
+            );
+        }
     }
 
     #[tokio::test]
