@@ -454,6 +454,14 @@ impl Validator for JsonValidator {
             return None;
         }
         let span = locate_json(response)?;
+        // An answer that opens a JSON value (bare or in a fence) and breaks it is for the model
+        // to fix: another value found inside or after it is not what the answer said, and the
+        // partial check has already called the break definite.
+        if let Lead::Value(start) = lead(response) {
+            if span.range.start != start {
+                return None;
+            }
+        }
         match span.form {
             JsonForm::Whole => None,
             JsonForm::Fenced | JsonForm::Embedded => {

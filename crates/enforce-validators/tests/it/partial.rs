@@ -210,6 +210,12 @@ fn bare_json_decides_syntax_errors_and_complete_values() {
     assert!(definite(&v, "```json\n{\"age\": 4}\n```\nHope this helps!").is_empty());
     assert!(definite(&v, "{\"age\": 4}\nHope this helps!").is_empty());
     assert!(definite(&v, "```python\nx = {").is_empty());
+    // A broken value the answer opens with stays broken after the repair, whatever value
+    // parses inside or after it: the partial check called it definite (proptest found
+    // `[{}"age"`, repaired to `{}`).
+    assert_eq!(codes(&definite(&v, "[{}\"age\"")), ["INVALID_JSON"]);
+    assert!(!errors_after_repair(&v, "[{}\"age\"").is_empty());
+    assert!(!errors_after_repair(&v, "{\"age\": tru e {\"age\": 1}").is_empty());
     // Inside the fence, the value is judged like a bare one.
     let fenced = definite(&v, "```json\n{\"age\": tru e");
     assert_eq!(codes(&fenced), ["INVALID_JSON"]);
