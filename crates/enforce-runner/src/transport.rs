@@ -401,6 +401,18 @@ mod tests {
         url.as_str().parse().expect("a URL is a URI")
     }
 
+    /// Posts `body` to `url` with no headers, by `deadline`.
+    async fn post(
+        transport: &Transport,
+        url: &reqwest::Url,
+        body: Bytes,
+        deadline: Instant,
+    ) -> Result<reqwest::Response, SendError> {
+        transport
+            .post(url, &uri_of(url), &HeaderMap::new(), body, deadline)
+            .await
+    }
+
     fn pick(u: &str, vars: &[(&str, &str)]) -> bool {
         let vars: Vec<(String, String)> = vars
             .iter()
@@ -479,14 +491,7 @@ mod tests {
         let through_reqwest = Transport::Reqwest(reqwest::Client::new());
         for transport in [direct, through_reqwest] {
             let deadline = Instant::now() + Duration::from_millis(300);
-            let mut response = transport
-                .post(
-                    &url,
-                    &uri_of(&url),
-                    &HeaderMap::new(),
-                    Bytes::from_static(b"{}"),
-                    deadline,
-                )
+            let mut response = post(&transport, &url, Bytes::from_static(b"{}"), deadline)
                 .await
                 .expect("the head arrives");
             assert_eq!(response.status(), 200);
@@ -518,16 +523,7 @@ mod tests {
         let direct = direct(&url);
         for transport in [direct, Transport::Reqwest(reqwest::Client::new())] {
             let deadline = Instant::now() + Duration::from_secs(5);
-            match transport
-                .post(
-                    &url,
-                    &uri_of(&url),
-                    &HeaderMap::new(),
-                    Bytes::new(),
-                    deadline,
-                )
-                .await
-            {
+            match post(&transport, &url, Bytes::new(), deadline).await {
                 Err(SendError::Connect(message)) => assert!(!message.is_empty()),
                 other => panic!("{transport:?}: {other:?}"),
             }
@@ -595,14 +591,7 @@ mod tests {
 
     async fn post_and_read(transport: &Transport, url: &reqwest::Url) -> Bytes {
         let deadline = Instant::now() + Duration::from_secs(5);
-        let response = transport
-            .post(
-                url,
-                &uri_of(url),
-                &HeaderMap::new(),
-                Bytes::from_static(b"{}"),
-                deadline,
-            )
+        let response = post(transport, url, Bytes::from_static(b"{}"), deadline)
             .await
             .expect("an answer");
         assert_eq!(response.status(), 200);
@@ -647,14 +636,7 @@ mod tests {
         };
         let transport = Transport::Direct(pool.clone());
         let deadline = Instant::now() + Duration::from_secs(5);
-        let response = transport
-            .post(
-                &url,
-                &uri_of(&url),
-                &HeaderMap::new(),
-                Bytes::new(),
-                deadline,
-            )
+        let response = post(&transport, &url, Bytes::new(), deadline)
             .await
             .expect("the head arrives");
         drop(response);
