@@ -10,10 +10,11 @@
 use crate::anthropic_events::{input_usage, stop_reason, MessagesReader};
 use crate::error::ConfigError;
 use crate::http::{
-    answer, api_key, ask_whole, error_message, secret_header, EndpointSettings, HttpEndpoint,
-    RetryConfig, StreamSource, DEFAULT_MAX_RESPONSE_BYTES,
+    answer, api_key, ask_whole, body_bytes, error_message, secret_header, EndpointSettings,
+    HttpEndpoint, RetryConfig, StreamSource, DEFAULT_MAX_RESPONSE_BYTES,
 };
 use crate::process::tail;
+use bytes::Bytes;
 use enforce_core::{
     async_trait, follow_up_messages, Message, Reply, ReplyStream, Request, Role, Runner,
     RunnerError, ToolCall, ToolFeedback, Usage,
@@ -259,8 +260,8 @@ impl StreamSource for AnthropicRunner {
             .await
     }
 
-    fn whole_body(&self, request: &Request, messages: &[Message]) -> Value {
-        self.body(request, messages)
+    fn whole_body(&self, request: &Request, messages: &[Message]) -> Result<Bytes, RunnerError> {
+        body_bytes(&self.body(request, messages))
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {

@@ -150,12 +150,19 @@ impl HttpEndpoint {
 
     /// Posts `body`, retrying connect errors, 408, 429 and 5xx (Anthropic's 529 too); returns
     /// the successful response, or the error of the last try with the server's own message.
-    pub(crate) async fn post(&self, body: &Value) -> Result<reqwest::Response, RunnerError> {
+    pub(crate) async fn post<B: serde::Serialize + ?Sized>(
+        &self,
+        body: &B,
+    ) -> Result<reqwest::Response, RunnerError> {
+        self.post_bytes(body_bytes(body)?).await
+    }
+
+    /// [`post`](Self::post) of a body already serialized.
+    pub(crate) async fn post_bytes(
+        &self,
+        body: bytes::Bytes,
+    ) -> Result<reqwest::Response, RunnerError> {
         // Serialized once; a retry shares the bytes instead of copying them.
-        let body =
-            bytes::Bytes::from(serde_json::to_vec(body).map_err(|e| RunnerError::Protocol {
-                message: format!("cannot serialize the request: {e}"),
-            })?);
         let retry = &self.retry;
         let mut attempt: u32 = 0;
         loop {
@@ -242,12 +249,27 @@ pub(crate) trait StreamSource: Sync {
         request: &Request,
         messages: &[Message],
     ) -> Result<reqwest::Response, RunnerError>;
-    /// The body of a request not streamed.
-    fn whole_body(&self, request: &Request, messages: &[Message]) -> Value;
+    /// The body of a request not streamed, serialized.
+    fn whole_body(
+        &self,
+        request: &Request,
+        messages: &[Message],
+    ) -> Result<bytes::Bytes, RunnerError>;
     /// Reads a whole answer (asked without streaming, or a server that cannot stream).
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError>;
     /// The error an error event's data carries.
     fn stream_error(&self, data: &str) -> RunnerError;
+}
+
+/// A request body as the bytes posted.
+pub(crate) fn body_bytes<B: serde::Serialize + ?Sized>(
+    body: &B,
+) -> Result<bytes::Bytes, RunnerError> {
+    serde_json::to_vec(body)
+        .map(bytes::Bytes::from)
+        .map_err(|e| RunnerError::Protocol {
+            message: format!("cannot serialize the request: {e}"),
+        })
 }
 
 /// Asks without streaming: posts the whole body, reads and parses the answer.
@@ -258,7 +280,9 @@ pub(crate) async fn ask_whole<S: StreamSource>(
 ) -> Result<Reply, RunnerError> {
     let started = Instant::now();
     let endpoint = source.http();
-    let response = endpoint.post(&source.whole_body(request, messages)).await?;
+    let response = endpoint
+        .post_bytes(source.whole_body(request, messages)?)
+        .await?;
     let text = endpoint.read(response).await?;
     let mut reply = source.parse_whole(&text)?;
     reply.duration = Some(started.elapsed());

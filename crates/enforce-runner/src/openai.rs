@@ -3,12 +3,13 @@
 
 use crate::error::ConfigError;
 use crate::http::{
-    answer, api_key, ask_whole, error_message, secret_header, EndpointSettings, HttpEndpoint,
-    RetryConfig, StreamSource, DEFAULT_MAX_RESPONSE_BYTES,
+    answer, api_key, ask_whole, body_bytes, error_message, secret_header, EndpointSettings,
+    HttpEndpoint, RetryConfig, StreamSource, DEFAULT_MAX_RESPONSE_BYTES,
 };
 use crate::openai_responses::ResponsesApi;
 use crate::process::tail;
 use crate::sse::SseReader;
+use bytes::Bytes;
 use enforce_core::{
     async_trait, follow_up_messages, FinishReason, Message, Reply, ReplyStream, Request, Role,
     Runner, RunnerError, ToolCall, ToolFeedback, Usage,
@@ -187,29 +188,28 @@ impl OpenAiRunner {
         stream: bool,
         include_usage: bool,
     ) -> Value {
-        let mut body = Map::new();
-        for params in [&self.config.params, &request.params] {
-            for (k, v) in params {
-                if !OWN_FIELDS.contains(&k.as_str()) {
-                    body.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        body.insert("model".into(), Value::String(self.config.model.clone()));
-        body.insert(
-            "messages".into(),
-            Value::Array(messages.iter().map(message_json).collect()),
-        );
-        body.insert("stream".into(), Value::Bool(stream));
-        if include_usage {
-            body.insert(
-                "stream_options".into(),
-                serde_json::json!({"include_usage": true}),
-            );
-        }
-        Value::Object(body)
+        serde_json::to_value(self.wire_body(request, messages, stream, include_usage))
+            .unwrap_or_default()
     }
 
+    /// The body as it is written to the wire: serialized straight from the request, without a
+    /// `Value` tree of the messages built and dropped on every call.
+    fn wire_body<'a>(
+        &'a self,
+        request: &'a Request,
+        messages: &'a [Message],
+        stream: bool,
+        include_usage: bool,
+    ) -> ChatBody<'a> {
+        ChatBody {
+            config_params: &self.config.params,
+            request_params: &request.params,
+            model: &self.config.model,
+            messages,
+            stream,
+            include_usage,
+        }
+    }
     /// Opens a streamed answer: `stream: true` with `stream_options.include_usage`, or without
     /// the options once the server refused them (some do, with a 400 naming the field).
     async fn open_stream(
@@ -220,7 +220,7 @@ impl OpenAiRunner {
         let with_usage = !self.no_stream_options.load(Ordering::Relaxed);
         let first = self
             .endpoint
-            .post(&self.body_with(request, messages, true, with_usage))
+            .post(&self.wire_body(request, messages, true, with_usage))
             .await;
         match first {
             Err(RunnerError::Upstream {
@@ -229,7 +229,7 @@ impl OpenAiRunner {
             }) if with_usage && message.contains("stream_options") => {
                 self.no_stream_options.store(true, Ordering::Relaxed);
                 self.endpoint
-                    .post(&self.body_with(request, messages, true, false))
+                    .post(&self.wire_body(request, messages, true, false))
                     .await
             }
             other => other,
@@ -253,8 +253,8 @@ impl StreamSource for OpenAiRunner {
         self.open_stream(request, messages).await
     }
 
-    fn whole_body(&self, request: &Request, messages: &[Message]) -> Value {
-        self.body(request, messages)
+    fn whole_body(&self, request: &Request, messages: &[Message]) -> Result<Bytes, RunnerError> {
+        body_bytes(&self.wire_body(request, messages, false, false))
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {
@@ -314,32 +314,107 @@ impl Runner for OpenAiRunner {
     }
 }
 
+/// A chat-completions request body: the configured params, the request's params over them
+/// (neither may set the fields the runner writes itself), then model, messages, `stream` and
+/// `stream_options`, in the sorted key order a `Value` object writes.
+struct ChatBody<'a> {
+    config_params: &'a Map<String, Value>,
+    request_params: &'a Map<String, Value>,
+    model: &'a str,
+    messages: &'a [Message],
+    stream: bool,
+    include_usage: bool,
+}
+
+impl serde::Serialize for ChatBody<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        // Both maps iterate in key order; the runner's own fields are merged in at their place.
+        let mut params: Vec<(&str, &Value)> = self
+            .config_params
+            .iter()
+            .filter(|(k, _)| !self.request_params.contains_key(k.as_str()))
+            .chain(self.request_params.iter())
+            .filter(|(k, _)| !OWN_FIELDS.contains(&k.as_str()))
+            .map(|(k, v)| (k.as_str(), v))
+            .collect();
+        params.sort_unstable_by_key(|(k, _)| *k);
+        let mut map = serializer.serialize_map(None)?;
+        let mut own: [(&str, Own<'_>); 4] = [
+            ("messages", Own::Messages(self.messages)),
+            ("model", Own::Model(self.model)),
+            ("stream", Own::Stream(self.stream)),
+            ("stream_options", Own::Options(self.include_usage)),
+        ];
+        let mut own = own.iter_mut().peekable();
+        for (key, value) in params {
+            while let Some((name, field)) = own.next_if(|(name, _)| *name < key) {
+                field.write(name, &mut map)?;
+            }
+            map.serialize_entry(key, value)?;
+        }
+        for (name, field) in own {
+            field.write(name, &mut map)?;
+        }
+        map.end()
+    }
+}
+
+/// A field of [`ChatBody`] the runner writes itself.
+enum Own<'a> {
+    Messages(&'a [Message]),
+    Model(&'a str),
+    Stream(bool),
+    /// `stream_options.include_usage`, written only when asked for.
+    Options(bool),
+}
+
+impl Own<'_> {
+    fn write<M: serde::ser::SerializeMap>(&self, name: &str, map: &mut M) -> Result<(), M::Error> {
+        match self {
+            Own::Messages(messages) => {
+                let wire: Vec<WireMessage<'_>> = messages.iter().map(WireMessage).collect();
+                map.serialize_entry(name, &wire)
+            }
+            Own::Model(model) => map.serialize_entry(name, model),
+            Own::Stream(stream) => map.serialize_entry(name, stream),
+            Own::Options(true) => {
+                map.serialize_entry(name, &serde_json::json!({"include_usage": true}))
+            }
+            Own::Options(false) => Ok(()),
+        }
+    }
+}
+
 /// One message on the wire. An assistant turn that only calls tools has `content: null`, as
 /// OpenAI writes it; a tool result carries the id of the call it answers; a message with
 /// content parts beyond text (an image) sends those parts.
-fn message_json(m: &Message) -> Value {
-    let mut out = Map::with_capacity(4);
-    out.insert("role".into(), serde_json::json!(m.role));
-    let content = if !m.parts.is_empty() {
-        Value::Array(m.parts.clone())
-    } else if m.content.is_empty() && !m.tool_calls.is_empty() {
-        Value::Null
-    } else {
-        Value::String(m.content.clone())
-    };
-    out.insert("content".into(), content);
-    if !m.tool_calls.is_empty() {
-        out.insert(
-            "tool_calls".into(),
-            Value::Array(m.tool_calls.iter().map(ToolCall::to_openai).collect()),
-        );
-    }
-    if m.role == Role::Tool {
-        if let Some(id) = &m.tool_call_id {
-            out.insert("tool_call_id".into(), Value::String(id.clone()));
+struct WireMessage<'a>(&'a Message);
+
+impl serde::Serialize for WireMessage<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let m = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        if !m.parts.is_empty() {
+            map.serialize_entry("content", &m.parts)?;
+        } else if m.content.is_empty() && !m.tool_calls.is_empty() {
+            map.serialize_entry("content", &())?;
+        } else {
+            map.serialize_entry("content", &m.content)?;
         }
+        map.serialize_entry("role", &m.role)?;
+        if m.role == Role::Tool {
+            if let Some(id) = &m.tool_call_id {
+                map.serialize_entry("tool_call_id", id)?;
+            }
+        }
+        if !m.tool_calls.is_empty() {
+            let calls: Vec<Value> = m.tool_calls.iter().map(ToolCall::to_openai).collect();
+            map.serialize_entry("tool_calls", &calls)?;
+        }
+        map.end()
     }
-    Value::Object(out)
 }
 
 /// Reads a chat completion: the first choice's message content and the usage. An error object
@@ -511,6 +586,98 @@ fn parse_completion_value(body: &str) -> Result<Reply, RunnerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The body written straight to the wire is, byte for byte, the `Value` object the
+    /// runner used to build: the configured params under the request's, the runner's own
+    /// fields over both, keys in order, every message shape.
+    #[test]
+    fn the_wire_body_is_the_value_body_it_replaced() {
+        let params = |v: Value| v.as_object().cloned().expect("an object");
+        let runner = OpenAiRunner::new(OpenAiConfig {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            model: "upstream-model".into(),
+            params: params(serde_json::json!({
+                "temperature": 0.1, "zeta": [1], "model": "not me", "max_tokens": 5
+            })),
+            ..OpenAiConfig::default()
+        })
+        .expect("a runner");
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "f".into(),
+            arguments: "{\"a\":1}".into(),
+        };
+        let image = serde_json::json!([{"type": "image_url", "image_url": {"url": "u"}}]);
+        let mut with_parts = Message::new(Role::User, "look");
+        with_parts.parts = image.as_array().cloned().expect("parts");
+        let messages = vec![
+            Message::new(Role::System, "be \"brief\""),
+            with_parts,
+            Message::assistant_calling("", vec![call.clone()]),
+            Message::tool("call_1", "42"),
+            Message::assistant_calling("text too", vec![call]),
+        ];
+        let request = Request {
+            messages: messages.clone(),
+            session_id: None,
+            params: params(serde_json::json!({
+                "temperature": 0.7, "a_first": true, "stream": true, "messages": [],
+                "response_format": {"type": "json_object"}, "zz_last": null
+            })),
+        };
+        for (stream, include_usage) in [(false, false), (true, true), (true, false)] {
+            // The body as the runner built it before: a `Value` map, sorted by key.
+            let mut expected = Map::new();
+            for params in [&runner.config.params, &request.params] {
+                for (k, v) in params {
+                    if !OWN_FIELDS.contains(&k.as_str()) {
+                        expected.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            expected.insert("model".into(), Value::from("upstream-model"));
+            let wire: Vec<Value> = messages
+                .iter()
+                .map(|m| {
+                    let mut out = Map::new();
+                    out.insert("role".into(), serde_json::json!(m.role));
+                    let content = if !m.parts.is_empty() {
+                        Value::Array(m.parts.clone())
+                    } else if m.content.is_empty() && !m.tool_calls.is_empty() {
+                        Value::Null
+                    } else {
+                        Value::String(m.content.clone())
+                    };
+                    out.insert("content".into(), content);
+                    if !m.tool_calls.is_empty() {
+                        let calls = m.tool_calls.iter().map(ToolCall::to_openai).collect();
+                        out.insert("tool_calls".into(), Value::Array(calls));
+                    }
+                    if let (Role::Tool, Some(id)) = (m.role, &m.tool_call_id) {
+                        out.insert("tool_call_id".into(), Value::from(id.as_str()));
+                    }
+                    Value::Object(out)
+                })
+                .collect();
+            expected.insert("messages".into(), Value::Array(wire));
+            expected.insert("stream".into(), Value::Bool(stream));
+            if include_usage {
+                let options = serde_json::json!({"include_usage": true});
+                expected.insert("stream_options".into(), options);
+            }
+            let written = body_bytes(&runner.wire_body(&request, &messages, stream, include_usage))
+                .expect("serializes");
+            assert_eq!(
+                String::from_utf8_lossy(&written),
+                Value::Object(expected).to_string(),
+                "stream {stream}, usage {include_usage}"
+            );
+        }
+    }
+
+    fn message_json(m: &Message) -> Value {
+        serde_json::to_value(WireMessage(m)).expect("a message serializes")
+    }
 
     /// The typed reading of a completion gives what reading it as any JSON gives, for bodies
     /// of every shape servers send (and a few they should not).

@@ -4,9 +4,10 @@
 //! Responses spelling of its fields; the answer (a `response` object, or its typed stream
 //! events) is read back into a [`Reply`].
 
-use crate::http::{error_message, HttpEndpoint, StreamSource};
+use crate::http::{body_bytes, error_message, HttpEndpoint, StreamSource};
 use crate::process::tail;
 use crate::sse::{Chunk, EventReader, SseFramer, StreamFault};
+use bytes::Bytes;
 use enforce_core::{
     async_trait, FinishReason, Message, Reply, Request, Role, RunnerError, ToolCall, Usage,
 };
@@ -74,8 +75,8 @@ impl StreamSource for ResponsesApi {
             .await
     }
 
-    fn whole_body(&self, request: &Request, messages: &[Message]) -> Value {
-        self.body(request, messages, false)
+    fn whole_body(&self, request: &Request, messages: &[Message]) -> Result<Bytes, RunnerError> {
+        body_bytes(&self.body(request, messages, false))
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {

@@ -295,11 +295,17 @@ impl Transport {
                     *request.uri_mut() = http::Uri::from(path.clone());
                 }
                 *request.headers_mut() = headers.clone();
-                let sent = tokio::time::timeout_at(deadline, pool.send(request)).await;
+                // One timer for the call and its body: it goes on with the body.
+                let mut sleep = Box::pin(tokio::time::sleep_until(deadline));
+                let sent = tokio::select! {
+                    biased;
+                    sent = pool.send(request) => Some(sent),
+                    () = sleep.as_mut() => None,
+                };
                 match sent {
-                    Err(_) => Err(SendError::Timeout),
-                    Ok(Err(e)) => Err(e),
-                    Ok(Ok(response)) => {
+                    None => Err(SendError::Timeout),
+                    Some(Err(e)) => Err(e),
+                    Some(Ok(response)) => {
                         let (mut parts, body) = response.into_parts();
                         // The response's URL as reqwest keeps it (without it, reqwest parses a
                         // placeholder URL for every response).
@@ -307,10 +313,7 @@ impl Transport {
                         if let Some(extensions) = with_url.extensions_mut() {
                             parts.extensions.extend(std::mem::take(extensions));
                         }
-                        let body = reqwest::Body::wrap(Deadlined {
-                            body,
-                            sleep: Box::pin(tokio::time::sleep_until(deadline)),
-                        });
+                        let body = reqwest::Body::wrap(Deadlined { body, sleep });
                         Ok(reqwest::Response::from(http::Response::from_parts(
                             parts, body,
                         )))
