@@ -87,7 +87,7 @@ pub use verdict::validation_status;
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use axum::Router;
-use metrics::AUDIT_WRITE_FAILURES;
+use metrics::{ModelSeries, AUDIT_WRITE_FAILURES};
 use state::App;
 use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
@@ -253,6 +253,11 @@ impl ServerBuilder {
             .as_ref()
             .map(otel::Telemetry::start)
             .transpose()?;
+        let series = models
+            .keys()
+            .map(|id| (id.clone(), ModelSeries::new(metrics.clone(), id)))
+            .collect();
+        let in_flight = metrics.gauge(&metrics::IN_FLIGHT, &[]);
         Ok(Server {
             app: Arc::new(App {
                 config: self.config,
@@ -265,6 +270,8 @@ impl ServerBuilder {
                 shared,
                 tool_checks: tools::ToolCheckCache::default(),
                 format_checks: tools::FormatCheckCache::default(),
+                series,
+                in_flight,
                 metrics,
                 audit,
                 limiter,

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// Upper bounds (seconds) of the latency histograms: from 100 µs (proxy overhead) to 5 min
 /// (a slow model with re-asks).
@@ -131,25 +132,185 @@ pub(crate) const ROUTES: Metric = counter(
     "Requests of models with routes, by the route taken, its profile and what matched.",
 );
 
-#[derive(Debug, Default, Clone)]
+/// A counter's or gauge's value (the bits of an `f64`), shared by the registry that renders
+/// it and the handles that update it without the registry's lock.
+#[derive(Debug, Default)]
+struct Cell(AtomicU64);
+
+impl Cell {
+    fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+
+    fn set(&self, value: f64) {
+        self.0.store(value.to_bits(), Ordering::Relaxed);
+    }
+
+    fn add(&self, by: f64) {
+        // `fetch_update` retries until no other update came in between: never fails.
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                Some((f64::from_bits(bits) + by).to_bits())
+            });
+    }
+}
+
+/// The number of latency buckets.
+const BUCKETS: usize = LATENCY_BUCKETS.len();
+
+/// A latency histogram. Each observation counts in the one bucket it falls in (the render
+/// makes them cumulative), so recording one is three atomic additions.
+#[derive(Debug)]
 struct Histogram {
-    buckets: Vec<u64>,
-    count: u64,
-    sum: f64,
+    buckets: [AtomicU64; BUCKETS],
+    count: AtomicU64,
+    sum: Cell,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            count: AtomicU64::new(0),
+            sum: Cell::default(),
+        }
+    }
+}
+
+impl Histogram {
+    fn observe(&self, seconds: f64) {
+        // The first bucket whose bound holds it; none (only `+Inf`) past the last, or for NaN.
+        let bucket = if seconds.is_nan() {
+            BUCKETS
+        } else {
+            LATENCY_BUCKETS.partition_point(|bound| *bound < seconds)
+        };
+        if let Some(slot) = self.buckets.get(bucket) {
+            slot.fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum.add(seconds);
+    }
 }
 
 #[derive(Debug)]
 struct Family {
     help: &'static str,
     kind: Kind,
-    values: BTreeMap<Labels, f64>,
-    histograms: BTreeMap<Labels, Histogram>,
+    values: BTreeMap<Labels, Arc<Cell>>,
+    histograms: BTreeMap<Labels, Arc<Histogram>>,
 }
 
 /// The registry. Every method takes `&self`; share it in an `Arc`.
 #[derive(Debug, Default)]
 pub struct Metrics {
     families: Mutex<BTreeMap<&'static str, Family>>,
+}
+
+/// One counter series, updated without the registry's lock (see [`Metrics::counter`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Counter(Arc<Cell>);
+
+impl Counter {
+    /// Adds `by`.
+    pub fn add(&self, by: u64) {
+        self.0.add(by as f64);
+    }
+}
+
+/// One gauge series, updated without the registry's lock (see [`Metrics::gauge`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Gauge(Arc<Cell>);
+
+impl Gauge {
+    /// Adds `delta`.
+    pub fn shift(&self, delta: f64) {
+        self.0.add(delta);
+    }
+}
+
+/// One histogram series, updated without the registry's lock (see [`Metrics::histogram`]).
+#[derive(Debug, Clone)]
+pub(crate) struct LatencyHistogram(Arc<Histogram>);
+
+impl LatencyHistogram {
+    /// Records `seconds`.
+    pub fn observe(&self, seconds: f64) {
+        self.0.observe(seconds);
+    }
+}
+
+/// The series every request of one model updates: each made on its first use, then updated
+/// without the registry's lock or a label set built per request.
+#[derive(Debug)]
+pub(crate) struct ModelSeries {
+    metrics: Arc<Metrics>,
+    model: String,
+    duration: OnceLock<LatencyHistogram>,
+    upstream: OnceLock<LatencyHistogram>,
+    overhead: OnceLock<LatencyHistogram>,
+    attempts: OnceLock<Counter>,
+    /// `enforce_requests_total` by status, in the order the statuses first came.
+    requests: Mutex<Vec<(String, Counter)>>,
+}
+
+impl ModelSeries {
+    /// The series of `model` in `metrics`, none made yet.
+    pub fn new(metrics: Arc<Metrics>, model: &str) -> Self {
+        ModelSeries {
+            metrics,
+            model: model.to_string(),
+            duration: OnceLock::new(),
+            upstream: OnceLock::new(),
+            overhead: OnceLock::new(),
+            attempts: OnceLock::new(),
+            requests: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn histogram<'a>(
+        &'a self,
+        cell: &'a OnceLock<LatencyHistogram>,
+        metric: &Metric,
+    ) -> &'a LatencyHistogram {
+        cell.get_or_init(|| self.metrics.histogram(metric, &[("model", &self.model)]))
+    }
+
+    /// `enforce_request_duration_seconds`.
+    pub fn duration(&self) -> &LatencyHistogram {
+        self.histogram(&self.duration, &REQUEST_DURATION)
+    }
+
+    /// `enforce_upstream_latency_seconds`.
+    pub fn upstream_latency(&self) -> &LatencyHistogram {
+        self.histogram(&self.upstream, &UPSTREAM_LATENCY)
+    }
+
+    /// `enforce_overhead_seconds`.
+    pub fn overhead(&self) -> &LatencyHistogram {
+        self.histogram(&self.overhead, &OVERHEAD)
+    }
+
+    /// `enforce_attempts_total`.
+    pub fn attempts(&self) -> &Counter {
+        self.attempts
+            .get_or_init(|| self.metrics.counter(&ATTEMPTS, &[("model", &self.model)]))
+    }
+
+    /// Counts a finished request in `enforce_requests_total` by its `status`.
+    pub fn count_request(&self, status: &str) {
+        let mut requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, counter)) = requests.iter().find(|(s, _)| s == status) {
+            counter.add(1);
+            return;
+        }
+        let counter = self
+            .metrics
+            .counter(&REQUESTS, &[("model", &self.model), ("status", status)]);
+        counter.add(1);
+        requests.push((status.to_string(), counter));
+    }
 }
 
 fn sorted(labels: &[(&'static str, &str)]) -> Labels {
@@ -219,6 +380,31 @@ impl Metrics {
         })
     }
 
+    /// The value of a counter or gauge series, made at zero when new.
+    fn cell(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        kind: Kind,
+        labels: &[(&'static str, &str)],
+    ) -> Arc<Cell> {
+        let mut families = self.lock();
+        let family = Self::family(&mut families, name, help, kind);
+        family.values.entry(sorted(labels)).or_default().clone()
+    }
+
+    /// A histogram series, made empty when new.
+    fn histogram_of(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, &str)],
+    ) -> Arc<Histogram> {
+        let mut families = self.lock();
+        let family = Self::family(&mut families, name, help, Kind::Histogram);
+        family.histograms.entry(sorted(labels)).or_default().clone()
+    }
+
     /// Adds `by` to a counter.
     pub fn add(
         &self,
@@ -227,9 +413,7 @@ impl Metrics {
         labels: &[(&'static str, &str)],
         by: u64,
     ) {
-        let mut families = self.lock();
-        let family = Self::family(&mut families, name, help, Kind::Counter);
-        *family.values.entry(sorted(labels)).or_insert(0.0) += by as f64;
+        self.cell(name, help, Kind::Counter, labels).add(by as f64);
     }
 
     /// Adds `delta` to a gauge.
@@ -240,9 +424,7 @@ impl Metrics {
         labels: &[(&'static str, &str)],
         delta: f64,
     ) {
-        let mut families = self.lock();
-        let family = Self::family(&mut families, name, help, Kind::Gauge);
-        *family.values.entry(sorted(labels)).or_insert(0.0) += delta;
+        self.cell(name, help, Kind::Gauge, labels).add(delta);
     }
 
     /// Sets a gauge to `value`.
@@ -253,9 +435,7 @@ impl Metrics {
         labels: &[(&'static str, &str)],
         value: f64,
     ) {
-        let mut families = self.lock();
-        let family = Self::family(&mut families, name, help, Kind::Gauge);
-        family.values.insert(sorted(labels), value);
+        self.cell(name, help, Kind::Gauge, labels).set(value);
     }
 
     /// Records `seconds` in a latency histogram.
@@ -266,34 +446,37 @@ impl Metrics {
         labels: &[(&'static str, &str)],
         seconds: f64,
     ) {
-        let mut families = self.lock();
-        let family = Self::family(&mut families, name, help, Kind::Histogram);
-        let h = family
-            .histograms
-            .entry(sorted(labels))
-            .or_insert_with(|| Histogram {
-                buckets: vec![0; LATENCY_BUCKETS.len()],
-                ..Histogram::default()
-            });
-        for (slot, bound) in h.buckets.iter_mut().zip(LATENCY_BUCKETS) {
-            if seconds <= *bound {
-                *slot += 1;
-            }
-        }
-        h.count += 1;
-        h.sum += seconds;
+        self.histogram_of(name, help, labels).observe(seconds);
+    }
+
+    /// The series of the declared counter `metric` with `labels`, to update without looking
+    /// it up again (a request's own series, updated on every request). The series renders
+    /// from the moment it is made, at zero.
+    pub(crate) fn counter(&self, metric: &Metric, labels: &[(&'static str, &str)]) -> Counter {
+        debug_assert_eq!(metric.kind, Kind::Counter, "{}", metric.name);
+        Counter(self.cell(metric.name, metric.help, Kind::Counter, labels))
+    }
+
+    /// The series of the declared gauge `metric` with `labels` (see [`Metrics::counter`]).
+    pub(crate) fn gauge(&self, metric: &Metric, labels: &[(&'static str, &str)]) -> Gauge {
+        debug_assert_eq!(metric.kind, Kind::Gauge, "{}", metric.name);
+        Gauge(self.cell(metric.name, metric.help, Kind::Gauge, labels))
+    }
+
+    /// The series of the declared histogram `metric` with `labels` (see [`Metrics::counter`]).
+    pub(crate) fn histogram(
+        &self,
+        metric: &Metric,
+        labels: &[(&'static str, &str)],
+    ) -> LatencyHistogram {
+        debug_assert_eq!(metric.kind, Kind::Histogram, "{}", metric.name);
+        LatencyHistogram(self.histogram_of(metric.name, metric.help, labels))
     }
 
     /// Adds `by` to the declared counter `metric`.
     pub(crate) fn count(&self, metric: &Metric, labels: &[(&'static str, &str)], by: u64) {
         debug_assert_eq!(metric.kind, Kind::Counter, "{}", metric.name);
         self.add(metric.name, metric.help, labels, by);
-    }
-
-    /// Adds `delta` to the declared gauge `metric`.
-    pub(crate) fn shift_gauge(&self, metric: &Metric, labels: &[(&'static str, &str)], delta: f64) {
-        debug_assert_eq!(metric.kind, Kind::Gauge, "{}", metric.name);
-        self.gauge_add(metric.name, metric.help, labels, delta);
     }
 
     /// Sets the declared gauge `metric` to `value`.
@@ -307,23 +490,12 @@ impl Metrics {
         self.set_gauge(metric.name, metric.help, labels, value);
     }
 
-    /// Records `seconds` in the declared histogram `metric`.
-    pub(crate) fn observe_seconds(
-        &self,
-        metric: &Metric,
-        labels: &[(&'static str, &str)],
-        seconds: f64,
-    ) {
-        debug_assert_eq!(metric.kind, Kind::Histogram, "{}", metric.name);
-        self.observe(metric.name, metric.help, labels, seconds);
-    }
-
     /// The current value of a counter or gauge (0 when never touched). For tests and checks.
     pub fn value(&self, name: &str, labels: &[(&'static str, &str)]) -> f64 {
         let families = self.lock();
         families
             .get(name)
-            .and_then(|f| f.values.get(&sorted(labels)).copied())
+            .and_then(|f| f.values.get(&sorted(labels)).map(|cell| cell.get()))
             .unwrap_or(0.0)
     }
 
@@ -339,30 +511,29 @@ impl Metrics {
                     out,
                     "{name}{} {}",
                     render_labels(labels, None),
-                    format_number(*value)
+                    format_number(value.get())
                 );
             }
             for (labels, h) in &family.histograms {
+                let mut below = 0;
                 for (count, bound) in h.buckets.iter().zip(LATENCY_BUCKETS) {
+                    below += count.load(Ordering::Relaxed);
                     let _ = writeln!(
                         out,
-                        "{name}_bucket{} {count}",
+                        "{name}_bucket{} {below}",
                         render_labels(labels, Some(("le", format!("{bound}"))))
                     );
                 }
+                let count = h.count.load(Ordering::Relaxed);
                 let _ = writeln!(
                     out,
                     "{name}_bucket{} {}",
                     render_labels(labels, Some(("le", "+Inf".to_string()))),
-                    h.count
+                    count
                 );
-                let _ = writeln!(out, "{name}_sum{} {}", render_labels(labels, None), h.sum);
-                let _ = writeln!(
-                    out,
-                    "{name}_count{} {}",
-                    render_labels(labels, None),
-                    h.count
-                );
+                let sum = h.sum.get();
+                let _ = writeln!(out, "{name}_sum{} {sum}", render_labels(labels, None));
+                let _ = writeln!(out, "{name}_count{} {count}", render_labels(labels, None));
             }
         }
         out
@@ -442,8 +613,8 @@ mod tests {
     fn a_declared_metric_renders_its_help_and_type() {
         let m = Metrics::new();
         m.count(&REJECTED, &[("reason", "overloaded")], 2);
-        m.shift_gauge(&IN_FLIGHT, &[], 1.0);
-        m.observe_seconds(&OVERHEAD, &[("model", "m")], 0.001);
+        m.gauge(&IN_FLIGHT, &[]).shift(1.0);
+        m.histogram(&OVERHEAD, &[("model", "m")]).observe(0.001);
         let text = m.render();
         assert!(
             text.contains(
@@ -456,5 +627,48 @@ mod tests {
         assert!(text.contains("# TYPE enforce_in_flight gauge\nenforce_in_flight 1\n"));
         assert!(text.contains("# TYPE enforce_overhead_seconds histogram\n"));
         assert!(text.contains("enforce_overhead_seconds_count{model=\"m\"} 1\n"));
+    }
+
+    /// A model's series are the registry's: made on first use, named by model (and status),
+    /// counted across the handles that share them, and absent until used.
+    #[test]
+    fn a_models_series_update_the_registrys_series() {
+        let m = Arc::new(Metrics::new());
+        let series = ModelSeries::new(m.clone(), "m");
+        assert!(!m.render().contains("enforce_requests_total"));
+        series.count_request("passed");
+        series.count_request("failed");
+        series.count_request("passed");
+        m.count(&REQUESTS, &[("status", "passed"), ("model", "m")], 1);
+        assert_eq!(
+            m.value(REQUESTS.name, &[("model", "m"), ("status", "passed")]),
+            3.0
+        );
+        assert_eq!(
+            m.value(REQUESTS.name, &[("model", "m"), ("status", "failed")]),
+            1.0
+        );
+        series.attempts().add(2);
+        ModelSeries::new(m.clone(), "m").attempts().add(1);
+        assert_eq!(m.value(ATTEMPTS.name, &[("model", "m")]), 3.0);
+        let text = m.render();
+        assert!(!text.contains("enforce_overhead_seconds"), "{text}");
+        for seconds in [0.0001, 0.0003, 0.7, 400.0, f64::NAN] {
+            series.duration().observe(seconds);
+        }
+        series.overhead().observe(0.002);
+        let text = m.render();
+        for line in [
+            "enforce_request_duration_seconds_bucket{model=\"m\",le=\"0.0001\"} 1\n",
+            "enforce_request_duration_seconds_bucket{model=\"m\",le=\"0.0005\"} 2\n",
+            "enforce_request_duration_seconds_bucket{model=\"m\",le=\"1\"} 3\n",
+            "enforce_request_duration_seconds_bucket{model=\"m\",le=\"300\"} 3\n",
+            "enforce_request_duration_seconds_bucket{model=\"m\",le=\"+Inf\"} 5\n",
+            "enforce_request_duration_seconds_count{model=\"m\"} 5\n",
+            "enforce_overhead_seconds_count{model=\"m\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert!(!text.contains("enforce_upstream_latency_seconds"), "{text}");
     }
 }

@@ -225,7 +225,7 @@ async fn admit<S: Surface>(
     let context = context(app, headers, ask.enforce.take(), &model, &session)?;
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = TurnId {
-        id: format!("{}enf{:x}{n:06x}", S::ID_PREFIX, app.started),
+        id: turn_id(S::ID_PREFIX, app.started, n),
         created: unix_now(),
         model: model.id.clone(),
     };
@@ -263,7 +263,7 @@ async fn admit<S: Surface>(
             .collect()
     });
     let turn = Turn {
-        _in_flight: InFlight::new(app.metrics.clone()),
+        _in_flight: InFlight::new(&app.in_flight),
         conversation,
         app: app.clone(),
         model,
@@ -767,8 +767,75 @@ pub(crate) fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome:
     }
     // The request's time in the proxy minus the time spent waiting for the model.
     let total = u64::try_from(turn.started.elapsed().as_micros()).unwrap_or(u64::MAX);
-    let overhead_ms = total.saturating_sub(outcome.runner_us) as f64 / 1000.0;
-    if let Ok(value) = HeaderValue::from_str(&format!("{overhead_ms:.3}")) {
+    let overhead_us = total.saturating_sub(outcome.runner_us);
+    // Milliseconds with three decimals, written by hand: `format!` of a float costs the hot
+    // path more than the rest of the headers.
+    let mut overhead_ms = String::with_capacity(12);
+    push_digits(&mut overhead_ms, overhead_us / 1000, 10, 1);
+    overhead_ms.push('.');
+    push_digits(&mut overhead_ms, overhead_us % 1000, 10, 3);
+    if let Ok(value) = HeaderValue::from_str(&overhead_ms) {
         headers.insert(names::OVERHEAD, value);
+    }
+}
+
+/// A request's id: the surface's prefix, `enf`, the process's start time and the request's
+/// number in hex (`chatcmpl-enf6b07e13d00002a`), as `format!("{prefix}enf{started:x}{n:06x}")`
+/// writes it, without the formatting machinery on every request.
+fn turn_id(prefix: &str, started: u64, n: u64) -> String {
+    let mut id = String::with_capacity(prefix.len() + 3 + 16 + 16);
+    id.push_str(prefix);
+    id.push_str("enf");
+    push_digits(&mut id, started, 16, 1);
+    push_digits(&mut id, n, 16, 6);
+    id
+}
+
+/// Appends `value` in `radix` (10 or 16, lower-case), left-padded with zeros to `width`.
+fn push_digits(out: &mut String, mut value: u64, radix: u64, width: usize) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 64];
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        buf[start] = DIGITS[(value % radix) as usize];
+        value /= radix;
+        if value == 0 {
+            break;
+        }
+    }
+    for _ in buf.len() - start..width {
+        out.push('0');
+    }
+    out.extend(buf[start..].iter().map(|&b| char::from(b)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_overheads_are_written_as_format_writes_them() {
+        for (started, n) in [
+            (0, 0),
+            (0x6b07e13d, 0x2a),
+            (u64::MAX, u64::MAX),
+            (1, 0x1234567),
+        ] {
+            assert_eq!(
+                turn_id("resp_", started, n),
+                format!("resp_enf{started:x}{n:06x}")
+            );
+        }
+        for us in [0u64, 1, 999, 1000, 1001, 204_000, 123_456_789, u64::MAX] {
+            let mut written = String::new();
+            push_digits(&mut written, us / 1000, 10, 1);
+            written.push('.');
+            push_digits(&mut written, us % 1000, 10, 3);
+            assert_eq!(written, format!("{}.{:03}", us / 1000, us % 1000));
+            if us < 1 << 50 {
+                assert_eq!(written, format!("{:.3}", us as f64 / 1000.0));
+            }
+        }
     }
 }

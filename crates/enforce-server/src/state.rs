@@ -2,7 +2,7 @@
 
 use crate::audit::AuditLog;
 use crate::config::{Model, ServerConfig};
-use crate::metrics::{Metrics, REJECTED};
+use crate::metrics::{Gauge, Metrics, ModelSeries, REJECTED};
 use crate::otel::Telemetry;
 use crate::session::SessionStore;
 use crate::shared::ReplicaState;
@@ -32,6 +32,10 @@ pub(crate) struct App {
     /// Compiled checks of the `response_format` requests declare.
     pub format_checks: FormatCheckCache,
     pub metrics: Arc<Metrics>,
+    /// Every configured model's own series, by model id.
+    pub series: HashMap<String, ModelSeries>,
+    /// `enforce_in_flight`.
+    pub in_flight: Gauge,
     pub audit: Option<Arc<AuditLog>>,
     pub limiter: Arc<Semaphore>,
     /// The OpenTelemetry exporter, when traces are on.

@@ -163,7 +163,7 @@ pub(crate) async fn respond<W: StreamWriter>(
         return Start::Streaming(event_stream(Body::from_stream(body)));
     };
     // Events sent just before the loop ended (a repair) still belong on screen.
-    while let Ok(progress) = job.events.try_recv() {
+    while let Some(progress) = job.events.try_recv() {
         out.progress(progress);
     }
     let concluded = async {
@@ -362,7 +362,7 @@ async fn drive<W: StreamWriter>(
         }
     };
     // Events sent just before the loop ended (a repair) still belong on screen.
-    while let Ok(progress) = job.events.try_recv() {
+    while let Some(progress) = job.events.try_recv() {
         out.progress(progress);
     }
 

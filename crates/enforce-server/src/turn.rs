@@ -7,8 +7,7 @@ use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
 use crate::controls;
 use crate::error::ApiError;
 use crate::metrics::{
-    Metrics, ATTEMPTS, FALLBACKS, INPUT_CHECKS, IN_FLIGHT, ISSUES, OVERHEAD, REPAIRS, REQUESTS,
-    REQUEST_DURATION, ROUTES, RUNNER_FAILURES, UPSTREAM_LATENCY,
+    Gauge, ModelSeries, FALLBACKS, INPUT_CHECKS, ISSUES, REPAIRS, ROUTES, RUNNER_FAILURES,
 };
 use crate::otel::RequestTrace;
 use crate::session::{answer_digest, HiddenMarker, StoredResponse, TurnRecord};
@@ -101,7 +100,8 @@ fn progress_of(event: &Event<'_>, drafts: bool) -> Option<Progress> {
 /// Sends the loop's progress to the stream driver and, when traces are on, to the request's
 /// spans.
 struct TurnObserver {
-    progress: mpsc::UnboundedSender<Progress>,
+    /// `None` for an answer that is not streamed: nobody would read it.
+    progress: Option<mpsc::UnboundedSender<Progress>>,
     /// The stream driver shows attempts live (see [`progress_of`]).
     drafts: bool,
     /// Keeps the recorded attempts for a deadline or a panic.
@@ -137,9 +137,11 @@ impl Observer for TurnObserver {
                 );
             }
         }
-        if let Some(p) = progress_of(event, self.drafts) {
-            // The receiver is gone only when the client left; nothing to tell then.
-            let _ = self.progress.send(p);
+        if let Some(progress) = &self.progress {
+            if let Some(p) = progress_of(event, self.drafts) {
+                // The receiver is gone only when the client left; nothing to tell then.
+                let _ = progress.send(p);
+            }
         }
     }
 
@@ -265,8 +267,27 @@ impl AttemptsSoFar {
 pub(crate) struct Job {
     /// The loop itself.
     pub running: Running,
-    pub events: mpsc::UnboundedReceiver<Progress>,
+    pub events: Progresses,
     pub deadline: tokio::time::Instant,
+}
+
+/// The loop's progress as a stream driver hears it; none for an answer that is not streamed
+/// (a channel per request that nobody reads would cost the proxy's hot path).
+pub(crate) struct Progresses(Option<mpsc::UnboundedReceiver<Progress>>);
+
+impl Progresses {
+    /// The next progress; `None` once the loop is gone, or at once when nothing is sent.
+    pub async fn recv(&mut self) -> Option<Progress> {
+        match &mut self.0 {
+            Some(events) => events.recv().await,
+            None => None,
+        }
+    }
+
+    /// A progress already sent, without waiting.
+    pub fn try_recv(&mut self) -> Option<Progress> {
+        self.0.as_mut().and_then(|events| events.try_recv().ok())
+    }
 }
 
 /// The loop of a [`Job`], with the attempts it recorded so far.
@@ -313,18 +334,19 @@ impl Running {
 }
 
 /// Counts a request in flight until dropped.
-pub(crate) struct InFlight(Arc<Metrics>);
+pub(crate) struct InFlight(Gauge);
 
 impl InFlight {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        metrics.shift_gauge(&IN_FLIGHT, &[], 1.0);
-        InFlight(metrics)
+    /// Counts one more in `enforce_in_flight` (`gauge`) until dropped.
+    pub fn new(gauge: &Gauge) -> Self {
+        gauge.shift(1.0);
+        InFlight(gauge.clone())
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.shift_gauge(&IN_FLIGHT, &[], -1.0);
+        self.0.shift(-1.0);
     }
 }
 
@@ -454,19 +476,23 @@ impl Turn {
             );
         }
         let m = &app.metrics;
-        m.count(&REQUESTS, &[("model", model), ("status", status)], 1);
-        m.observe_seconds(&REQUEST_DURATION, &[("model", model)], total.as_secs_f64());
-        m.count(
-            &ATTEMPTS,
-            &[("model", model)],
-            outcome.attempts.len() as u64,
-        );
+        // The model's own series, found once (a model outside the configuration gets its
+        // series looked up in the registry instead).
+        let made;
+        let series = match app.series.get(model) {
+            Some(series) => series,
+            None => {
+                made = ModelSeries::new(app.metrics.clone(), model);
+                &made
+            }
+        };
+        series.count_request(status);
+        series.duration().observe(total.as_secs_f64());
+        series.attempts().add(outcome.attempts.len() as u64);
         for attempt in &outcome.attempts {
-            m.observe_seconds(
-                &UPSTREAM_LATENCY,
-                &[("model", model)],
-                attempt.runner_us as f64 / 1e6,
-            );
+            series
+                .upstream_latency()
+                .observe(attempt.runner_us as f64 / 1e6);
             for issue in &attempt.issues {
                 m.count(
                     &ISSUES,
@@ -508,7 +534,7 @@ impl Turn {
         }
         if !cut_short {
             let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
-            m.observe_seconds(&OVERHEAD, &[("model", model)], overhead as f64 / 1e6);
+            series.overhead().observe(overhead as f64 / 1e6);
         }
         if let Some(audit) = &app.audit {
             let line = AuditRecord::new(&self.id.id, outcome)
@@ -571,7 +597,12 @@ impl Turn {
         session_id: Option<String>,
         context: Context,
     ) -> Job {
-        let (tx, events) = mpsc::unbounded_channel();
+        let (progress, events) = if self.stream {
+            let (tx, rx) = mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
         let runner = TracedRunner {
             inner: self.model.runner.clone(),
             attempt: AtomicU32::new(0),
@@ -605,7 +636,7 @@ impl Turn {
         // just drop them.
         let drafts = self.stream && self.model.options.stream_mode == StreamMode::Draft;
         let observer = TurnObserver {
-            progress: tx,
+            progress,
             drafts,
             recorded,
             trace: self.trace.clone(),
@@ -624,7 +655,7 @@ impl Turn {
                 work: Some(std::panic::AssertUnwindSafe(work).catch_unwind()),
                 attempts,
             },
-            events,
+            events: Progresses(events),
             deadline: tokio::time::Instant::now() + self.app.config.request_timeout,
         }
     }
