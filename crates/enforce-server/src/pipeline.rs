@@ -26,7 +26,7 @@ use crate::stream::{self, Start, StreamWriter};
 use crate::turn::{wait, InFlight, Turn, TurnId};
 use crate::PROFILE_HEADER;
 use axum::body::{Body, Bytes};
-use axum::extract::{Extension, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -181,12 +181,13 @@ fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
 /// Serves one request of surface `S` through every stage.
 pub(crate) async fn serve<S: Surface>(
     State(app): State<Arc<App>>,
-    granted: Option<Extension<Granted>>,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Response {
-    let granted = granted.map(|Extension(g)| g);
-    match admit::<S>(&app, granted, &headers, body).await {
+    // Taken apart, not extracted piece by piece: axum's `HeaderMap` extractor copies the
+    // headers, and its `Extension` extractor the grant.
+    let (mut parts, body) = request.into_parts();
+    let granted = parts.extensions.remove::<Granted>();
+    match admit::<S>(&app, granted, &parts.headers, body).await {
         Ok(admitted) => respond::<S>(admitted).await,
         Err(Rejection { reason, error }) => {
             app.count_rejection(reason);
@@ -336,14 +337,14 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
                     Json(body.as_ref()).into_response()
                 } else {
                     let body = S::answer_bytes(&turn, &kept, &text, &outcome);
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            HeaderValue::from_static("application/json"),
-                        )],
-                        body,
-                    )
-                        .into_response()
+                    let mut response = Response::new(Body::from(body));
+                    // Room for the enforcement headers at once, not grown insert by insert.
+                    response.headers_mut().reserve(ANSWER_HEADERS);
+                    response.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                    response
                 };
                 enforcement_headers(response.headers_mut(), &turn, &outcome);
                 response
@@ -762,9 +763,7 @@ pub(crate) fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome:
         headers.insert(names::VALIDATION_STATUS, value);
     }
     headers.insert(names::ATTEMPTS, HeaderValue::from(outcome.attempts.len()));
-    if let Some(profile) = profile_header(&turn.model.profile) {
-        headers.insert(names::PROFILE, profile);
-    }
+    // `X-Enforce-Profile` is the pipeline's to set, on refusals too.
     // The request's time in the proxy minus the time spent waiting for the model.
     let total = u64::try_from(turn.started.elapsed().as_micros()).unwrap_or(u64::MAX);
     let overhead_us = total.saturating_sub(outcome.runner_us);
@@ -778,6 +777,10 @@ pub(crate) fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome:
         headers.insert(names::OVERHEAD, value);
     }
 }
+
+/// How many headers an answer carries: its content type, the enforcement headers, the
+/// profile, the request ids and the warnings.
+const ANSWER_HEADERS: usize = 10;
 
 /// A request's id: the surface's prefix, `enf`, the process's start time and the request's
 /// number in hex (`chatcmpl-enf6b07e13d00002a`), as `format!("{prefix}enf{started:x}{n:06x}")`
