@@ -75,7 +75,7 @@ impl Surface for Messages {
     }
 
     fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
-        serde_json::to_vec(&MessageBody::of_turn(turn, text, outcome)).unwrap_or_default()
+        crate::pipeline::answer_body(&MessageBody::of_turn(turn, text, outcome), text)
     }
 
     fn writer(turn: &Turn, _: ()) -> MessagesWriter {

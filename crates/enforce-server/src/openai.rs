@@ -39,7 +39,7 @@ impl Surface for Chat {
     }
 
     fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
-        serde_json::to_vec(&Completion::of(turn, text, outcome)).unwrap_or_default()
+        crate::pipeline::answer_body(&Completion::of(turn, text, outcome), text)
     }
 
     fn writer(turn: &Turn, _: ()) -> ChatWriter {

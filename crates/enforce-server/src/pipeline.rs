@@ -149,6 +149,16 @@ pub(crate) trait Surface: Send + Sync + 'static {
     fn writer(turn: &Turn, kept: Self::Kept) -> Self::Writer;
 }
 
+/// An answer's JSON body, written into room made once for the answer's text and the fields
+/// around it (serde_json's own buffer grows from 128 bytes, copying the body each time).
+pub(crate) fn answer_body(answer: &impl serde::Serialize, text: &str) -> Vec<u8> {
+    let mut body = Vec::with_capacity(1024 + text.len() + text.len() / 8);
+    match serde_json::to_writer(&mut body, answer) {
+        Ok(()) => body,
+        Err(_) => Vec::new(),
+    }
+}
+
 /// A request refused before its enforcement started: the `enforce_rejected_total` reason and
 /// the error.
 pub(crate) struct Rejection {
