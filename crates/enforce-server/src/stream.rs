@@ -55,7 +55,7 @@ pub(crate) trait StreamWriter: Send + Sync + 'static {
 
     /// The answer as it is kept for a later request (the surface's whole object), when the
     /// request asked to store it; taken once, after [`answer`](Self::answer).
-    fn stored(&mut self) -> Option<serde_json::Value> {
+    fn stored(&mut self) -> Option<Bytes> {
         None
     }
 
@@ -287,7 +287,7 @@ impl<W: StreamWriter> Out<W> {
         self.writer
             .answer(turn, text, outcome, summary.as_deref(), &mut self.pending);
         if let Some(body) = self.writer.stored() {
-            turn.store(std::sync::Arc::new(body), text, outcome).await;
+            turn.store(&body, text, outcome).await;
         }
         self.writer.end(&mut self.pending);
     }
