@@ -5,6 +5,7 @@ use super::object::{Failure, ResponseObject, Verdict};
 use super::Responses;
 use crate::pipeline::Surface;
 use crate::turn::TurnId;
+use crate::verdict::fixtures::{self, attempt};
 use crate::verdict::{cut_at_token_limit, enforcement_json};
 use enforce_core::{Attempt, FinishReason, Issue, Outcome, Status, StopReason, ToolCall, Usage};
 use serde_json::{json, Map, Value};
@@ -146,42 +147,9 @@ mod reference {
     }
 }
 
-fn attempt(finish_reason: Option<FinishReason>, repairs: &[&str]) -> Attempt {
-    Attempt {
-        number: 1,
-        response_bytes: 1,
-        response_digest: String::new(),
-        issues: Vec::new(),
-        runner_us: 0,
-        validation_us: 0,
-        usage: None,
-        cost_usd: None,
-        session_id: None,
-        repairs: repairs.iter().map(|r| r.to_string()).collect(),
-        cut: None,
-        finish_reason,
-        usage_estimated: false,
-        runner_error: None,
-    }
-}
-
+/// An outcome whose last attempt is `last`.
 fn outcome(status: Status, calls: Vec<ToolCall>, last: Attempt) -> Outcome {
-    Outcome {
-        status,
-        stop_reason: StopReason::Clean,
-        response: Some("x".into()),
-        tool_calls: calls,
-        issues: Vec::new(),
-        warnings: Vec::new(),
-        attempts: vec![attempt(None, &[]), last],
-        input: None,
-        fallback_used: false,
-        session_id: None,
-        usage: None,
-        cost_usd: None,
-        total_us: 0,
-        runner_us: 0,
-    }
+    fixtures::outcome(status, calls, vec![attempt(None, &[]), last])
 }
 
 /// Outcomes of every kind, with the text each answered.
