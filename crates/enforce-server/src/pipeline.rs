@@ -287,7 +287,7 @@ async fn admit<S: Surface>(
 /// Rendering: the surface's JSON answer or stream, or its error envelope.
 async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
     let Admitted {
-        turn,
+        mut turn,
         mut job,
         kept,
         span,
