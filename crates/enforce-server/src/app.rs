@@ -183,8 +183,8 @@ pub(crate) async fn get_response(
     let grant = crate::controls::grant(&app, granted.map(|Extension(g)| g));
     let stored = app.sessions.stored_response(&id).await;
     // Another model's answer is not there for a key limited to other models.
-    match stored.filter(|s| crate::controls::may_read(grant, &s.response)) {
-        Some(stored) => Json(stored.response.as_ref()).into_response(),
+    match stored.filter(|s| crate::controls::may_read(grant, s)) {
+        Some(stored) => crate::pipeline::json_response(stored.response),
         None => ApiError::new(
             StatusCode::NOT_FOUND,
             "invalid_request_error",

@@ -7,6 +7,7 @@
 use crate::auth::Granted;
 use crate::config::{KeyGrant, Model};
 use crate::error::ApiError;
+use crate::session::StoredResponse;
 use crate::state::App;
 use axum::http::{HeaderMap, StatusCode};
 use enforce_core::Budget;
@@ -95,12 +96,12 @@ fn profile_forbidden(grant: &KeyGrant, profile: &str, why: &str) -> ApiError {
 }
 
 /// Whether a key may read (or continue) a stored answer: one of a model it may use.
-pub(crate) fn may_read(grant: Option<&KeyGrant>, response: &Value) -> bool {
+pub(crate) fn may_read(grant: Option<&KeyGrant>, stored: &StoredResponse) -> bool {
     grant.filter(|g| g.is_limited()).is_none_or(|g| {
-        response
-            .get("model")
-            .and_then(Value::as_str)
-            .is_some_and(|model| g.allows_model(model))
+        stored
+            .head()
+            .and_then(|head| head.model)
+            .is_some_and(|model| g.allows_model(&model))
     })
 }
 
@@ -116,7 +117,7 @@ pub(crate) async fn admit_continuation(
         return Ok(());
     };
     match app.sessions.stored_response(id).await {
-        Some(stored) if !may_read(grant, &stored.response) => {
+        Some(stored) if !may_read(grant, &stored) => {
             let error = ApiError {
                 param: Some("previous_response_id"),
                 ..ApiError::new(

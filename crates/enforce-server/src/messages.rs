@@ -70,10 +70,6 @@ impl Surface for Messages {
         error_response(error)
     }
 
-    fn answer(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Value {
-        serde_json::to_value(MessageBody::of_turn(turn, text, outcome)).unwrap_or_default()
-    }
-
     fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
         crate::pipeline::answer_body(&MessageBody::of_turn(turn, text, outcome), text)
     }

@@ -34,10 +34,6 @@ impl Surface for Chat {
         error.into_response()
     }
 
-    fn answer(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Value {
-        serde_json::to_value(Completion::of(turn, text, outcome)).unwrap_or_default()
-    }
-
     fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
         crate::pipeline::answer_body(&Completion::of(turn, text, outcome), text)
     }

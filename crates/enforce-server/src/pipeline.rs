@@ -10,7 +10,7 @@
 //!    markers put back), facts and context ([`context`]);
 //! 5. enforcement ([`Turn::start`], polled by the request that waits for it: no task of its
 //!    own; [`Turn::conclude`] after it);
-//! 6. rendering (the surface: [`Surface::answer`] or its [`StreamWriter`], [`Surface::refuse`]),
+//! 6. rendering (the surface: [`Surface::answer_bytes`] or its [`StreamWriter`], [`Surface::refuse`]),
 //!    with the enforcement headers set here for every surface ([`enforcement_headers`]).
 
 use crate::auth::Granted;
@@ -28,8 +28,7 @@ use crate::PROFILE_HEADER;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use enforce_core::{Context, Message, Outcome, Role};
 use serde_json::{Map, Value};
 use std::sync::atomic::Ordering;
@@ -135,15 +134,10 @@ pub(crate) trait Surface: Send + Sync + 'static {
     /// The error in this surface's envelope, with the shared headers ([`ApiError::headers`]).
     fn refuse(error: ApiError) -> Response;
 
-    /// The answer as one JSON body (the pipeline sends it with the enforcement headers).
-    fn answer(turn: &Turn, kept: &Self::Kept, text: &str, outcome: &Outcome) -> Value;
-
-    /// The same answer as the bytes of its body, for an answer that is not stored. The default
-    /// writes [`Surface::answer`]; a surface writes it typed, without building a `Value`, to
-    /// keep the proxy's added latency down.
-    fn answer_bytes(turn: &Turn, kept: &Self::Kept, text: &str, outcome: &Outcome) -> Vec<u8> {
-        serde_json::to_vec(&Self::answer(turn, kept, text, outcome)).unwrap_or_default()
-    }
+    /// The answer as the bytes of its JSON body: the pipeline sends them with the enforcement
+    /// headers and stores them when the request asked for it. Written typed, without building
+    /// a `Value`, to keep the proxy's added latency down.
+    fn answer_bytes(turn: &Turn, kept: &Self::Kept, text: &str, outcome: &Outcome) -> Vec<u8>;
 
     /// The writer of a streamed answer.
     fn writer(turn: &Turn, kept: Self::Kept) -> Self::Writer;
@@ -304,7 +298,7 @@ async fn admit<S: Surface>(
 /// Rendering: the surface's JSON answer or stream, or its error envelope.
 async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
     let Admitted {
-        turn,
+        mut turn,
         mut job,
         kept,
         span,
@@ -341,21 +335,10 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         let ended = wait(&mut job).await;
         let mut response = match turn.conclude(ended).await {
             Ok((text, outcome)) => {
-                let mut response = if turn.conversation.is_some() {
-                    let body = Arc::new(S::answer(&turn, &kept, &text, &outcome));
-                    turn.store(body.clone(), &text, &outcome).await;
-                    Json(body.as_ref()).into_response()
-                } else {
-                    let body = S::answer_bytes(&turn, &kept, &text, &outcome);
-                    let mut response = Response::new(Body::from(body));
-                    // Room for the enforcement headers at once, not grown insert by insert.
-                    response.headers_mut().reserve(ANSWER_HEADERS);
-                    response.headers_mut().insert(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/json"),
-                    );
-                    response
-                };
+                let body = Bytes::from(S::answer_bytes(&turn, &kept, &text, &outcome));
+                // Stored as sent (the same bytes, shared), when the request asked for it.
+                turn.store(&body, &text, &outcome).await;
+                let mut response = json_response(body);
                 enforcement_headers(response.headers_mut(), &turn, &outcome);
                 response
             }
@@ -387,20 +370,51 @@ fn warnings_header(turn: &Turn) -> Option<HeaderValue> {
     HeaderValue::from_str(&format!("fields_ignored={}", turn.ignored.join(","))).ok()
 }
 
-/// The `warnings` a surface puts in its answer for what was left out of the request (none
-/// when nothing was): `[{"code": "fields_ignored", "fields": [...], "message": ...}]`.
-pub(crate) fn warnings_json(turn: &Turn) -> Option<Value> {
-    if turn.ignored.is_empty() {
-        return None;
+/// A JSON body as it is, with `content-type: application/json`.
+pub(crate) fn json_response(body: Bytes) -> Response {
+    let mut response = Response::new(Body::from(body));
+    // Room for the enforcement headers at once, not grown insert by insert.
+    response.headers_mut().reserve(ANSWER_HEADERS);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The `warnings` a surface puts in its answer for what was left out of the request:
+/// `[{"code": "fields_ignored", "fields": [...], "message": ...}]`.
+pub(crate) struct Warnings<'a>(&'a [String]);
+
+impl<'a> Warnings<'a> {
+    /// The warnings for the fields `ignored` (none when nothing was left out).
+    pub(crate) fn of(ignored: &'a [String]) -> Option<Self> {
+        (!ignored.is_empty()).then_some(Warnings(ignored))
     }
-    Some(serde_json::json!([{
-        "code": "fields_ignored",
-        "fields": turn.ignored,
-        "message": format!(
-            "This proxy did not pass these request fields to the model: {}.",
-            turn.ignored.join(", ")
-        ),
-    }]))
+}
+
+impl serde::Serialize for Warnings<'_> {
+    fn serialize<S: serde::Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct FieldsIgnored<'a> {
+            code: &'static str,
+            fields: &'a [String],
+            message: String,
+        }
+        to.collect_seq([FieldsIgnored {
+            code: "fields_ignored",
+            fields: self.0,
+            message: format!(
+                "This proxy did not pass these request fields to the model: {}.",
+                self.0.join(", ")
+            ),
+        }])
+    }
+}
+
+/// [`Warnings`] of a turn as a `Value`.
+pub(crate) fn warnings_json(turn: &Turn) -> Option<Value> {
+    Warnings::of(&turn.ignored).and_then(|w| serde_json::to_value(w).ok())
 }
 
 /// Admission: the body, at most `max_body_bytes` (refused from `Content-Length` before reading

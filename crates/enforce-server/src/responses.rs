@@ -13,12 +13,19 @@ use crate::error::ApiError;
 use crate::pipeline::{json_body, non_empty, Ask, Surface};
 use crate::stream::{self, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
-use crate::verdict::{cut_at_token_limit, enforcement_json};
+use crate::verdict::cut_at_token_limit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use enforce_core::{Message, Outcome, Role, ToolCall, Usage};
+use enforce_core::{Message, Outcome, Role, ToolCall};
+use object::{CallItem, Failure, ItemId, MessageItem, OutputText, ResponseObject, Verdict};
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
+
+mod object;
+#[cfg(test)]
+mod tests;
 
 /// The Responses surface.
 pub(crate) struct Responses;
@@ -79,26 +86,11 @@ impl Surface for Responses {
         error.into_response()
     }
 
-    fn answer(turn: &Turn, kept: &Kept, text: &str, outcome: &Outcome) -> Value {
-        let mut enforcement = enforcement_json(outcome);
-        turn.add_route(&mut enforcement);
-        let output = output_items(&turn.id, text, &outcome.tool_calls, item_status(outcome));
-        let cut = cut_at_token_limit(outcome);
-        let mut object = response_object(
-            &turn.id,
-            &kept.echo,
-            if cut { "incomplete" } else { "completed" },
-            output,
-            outcome.usage,
-            enforcement,
-        );
-        if cut {
-            object["incomplete_details"] = json!({"reason": "max_output_tokens"});
-        }
-        if let Some(warnings) = crate::pipeline::warnings_json(turn) {
-            object["warnings"] = warnings;
-        }
-        object
+    fn answer_bytes(turn: &Turn, kept: &Kept, text: &str, outcome: &Outcome) -> Vec<u8> {
+        crate::pipeline::answer_body(
+            &ResponseObject::of_turn(turn, &kept.echo, text, outcome),
+            text,
+        )
     }
 
     fn writer(turn: &Turn, kept: Kept) -> ResponsesWriter {
@@ -473,100 +465,38 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
     Ok((ask, Kept { echo }))
 }
 
-/// The id suffix shared by an answer's output items (`msg_…`, `fc_…`, `rs_…`).
-fn item_id(id: &TurnId, prefix: &str) -> String {
-    let suffix = id.id.strip_prefix(Responses::ID_PREFIX).unwrap_or(&id.id);
-    format!("{prefix}{suffix}")
-}
-
-/// A `message` item; an item still `in_progress` (just added to a stream) has no content yet.
-fn message_item(id: &TurnId, text: &str, status: &str) -> Value {
-    let content = if status != "in_progress" {
-        vec![json!({"type": "output_text", "text": text, "annotations": []})]
-    } else {
-        Vec::new()
-    };
-    json!({
-        "id": item_id(id, "msg_"),
-        "type": "message",
-        "status": status,
-        "role": "assistant",
-        "content": content,
-    })
-}
-
-fn call_item(id: &TurnId, index: usize, call: &ToolCall, arguments: &str, status: &str) -> Value {
-    json!({
-        "id": format!("{}_{index}", item_id(id, "fc_")),
-        "type": "function_call",
-        "status": status,
-        "call_id": call.id,
-        "name": call.name,
-        "arguments": arguments,
-    })
-}
-
-/// The output items of an answer: its text as one `message` (none when it only calls tools),
-/// then one `function_call` per call.
-fn output_items(id: &TurnId, text: &str, calls: &[ToolCall], status: &str) -> Vec<Value> {
-    let mut items = Vec::with_capacity(calls.len() + 1);
-    if !text.is_empty() || calls.is_empty() {
-        items.push(message_item(id, text, status));
+/// The id of the answer's item with `prefix` (`msg_…`, `rs_…`), as text for a stream's events.
+fn item_id(id: &TurnId, prefix: &'static str) -> String {
+    ItemId {
+        prefix,
+        id,
+        number: None,
     }
-    for (index, call) in calls.iter().enumerate() {
-        items.push(call_item(id, index, call, &call.arguments, status));
-    }
-    items
+    .to_string()
 }
 
-fn usage_json(usage: Option<Usage>) -> Value {
-    let u = usage.unwrap_or_default();
-    json!({
-        "input_tokens": u.input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": u.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": u.total(),
-    })
+/// A stream event carrying the whole `response` object (`response.created`,
+/// `response.completed`, `response.failed`, ...), its keys in sorted order like every event's.
+#[derive(Serialize)]
+struct ResponseEvent<'a, R: ?Sized> {
+    response: &'a R,
+    sequence_number: u64,
+    /// The HTTP status of a failed response.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
+    #[serde(rename = "type")]
+    kind: &'a str,
 }
 
-/// A `response` object.
-fn response_object(
-    id: &TurnId,
-    echo: &Map<String, Value>,
-    status: &str,
-    output: Vec<Value>,
-    usage: Option<Usage>,
-    enforcement: Value,
-) -> Value {
-    let mut object = json!({
-        "id": id.id,
-        "object": "response",
-        "created_at": id.created,
-        "status": status,
-        "model": id.model,
-        "output": output,
-        "error": null,
-        "incomplete_details": null,
-        "parallel_tool_calls": true,
-        "tool_choice": "auto",
-        "tools": [],
-        "text": {"format": {"type": "text"}},
-        "metadata": {},
-        "store": true,
-    });
-    if let Value::Object(map) = &mut object {
-        for (key, value) in echo {
-            map.insert(key.clone(), value.clone());
-        }
-        if status != "in_progress" {
-            map.insert("usage".into(), usage_json(usage));
-        }
-        if !enforcement.is_null() {
-            map.insert("enforcement".into(), enforcement);
+impl<'a, R: ?Sized> ResponseEvent<'a, R> {
+    fn new(kind: &'a str, sequence_number: u64, response: &'a R) -> Self {
+        ResponseEvent {
+            response,
+            sequence_number,
+            status: None,
+            kind,
         }
     }
-    object
 }
 
 /// Writes a Responses stream: `response.created` and `response.in_progress` at once, drafts
@@ -586,20 +516,27 @@ pub(crate) struct ResponsesWriter {
     next_index: usize,
     /// The status the answer's items end with (`incomplete` when cut at the token limit).
     item_status: &'static str,
-    /// The completed response, until it is taken for storing.
-    completed: Option<Value>,
+    /// The completed response as sent, until it is taken for storing.
+    completed: Option<Bytes>,
 }
 
 impl ResponsesWriter {
-    fn event(&mut self, kind: &str, mut body: Value, out: &mut Vec<u8>) {
-        if let Value::Object(map) = &mut body {
-            map.insert("type".into(), Value::String(kind.to_string()));
-            map.insert("sequence_number".into(), Value::from(self.sequence));
-        }
+    /// Starts an event: its `event:` line; its sequence number.
+    fn next_event(&mut self, kind: &str, out: &mut Vec<u8>) -> u64 {
+        let sequence = self.sequence;
         self.sequence += 1;
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(kind.as_bytes());
         out.push(b'\n');
+        sequence
+    }
+
+    fn event(&mut self, kind: &str, mut body: Value, out: &mut Vec<u8>) {
+        let sequence = self.next_event(kind, out);
+        if let Value::Object(map) = &mut body {
+            map.insert("type".into(), Value::String(kind.to_string()));
+            map.insert("sequence_number".into(), Value::from(sequence));
+        }
         stream::push_data(out, &body);
     }
 
@@ -626,28 +563,25 @@ impl ResponsesWriter {
         self.shown_reasoning = Some((index, item));
     }
 
-    /// Puts the reasoning item the stream showed into a final `response`'s `output`, at its
-    /// output index.
-    fn with_reasoning(&self, response: &mut Value) {
-        if let (Some((index, item)), Some(output)) = (
-            &self.shown_reasoning,
-            response.get_mut("output").and_then(Value::as_array_mut),
-        ) {
-            output.insert((*index).min(output.len()), item.clone());
-        }
+    /// The reasoning item the stream showed, for a final `response`'s `output`.
+    fn shown_reasoning(&self) -> Option<(usize, &Value)> {
+        self.shown_reasoning
+            .as_ref()
+            .map(|(index, item)| (*index, item))
     }
 
     fn text_item(&mut self, text: &str, out: &mut Vec<u8>) {
         let index = self.next_index;
         self.next_index += 1;
         let item_id = item_id(&self.id, "msg_");
-        let added =
-            json!({"output_index": index, "item": message_item(&self.id, "", "in_progress")});
+        let added = json!({
+            "output_index": index,
+            "item": MessageItem::new(&self.id, None, "in_progress"),
+        });
         self.event("response.output_item.added", added, out);
         let at = json!({"item_id": item_id, "output_index": index, "content_index": 0});
-        let empty = json!({"type": "output_text", "text": "", "annotations": []});
         let mut part_added = at.clone();
-        part_added["part"] = empty;
+        part_added["part"] = json!(OutputText::new(""));
         self.event("response.content_part.added", part_added, out);
         for piece in stream::pieces(text, CONTENT_PIECE) {
             let mut delta = at.clone();
@@ -660,9 +594,9 @@ impl ResponsesWriter {
         done["logprobs"] = json!([]);
         self.event("response.output_text.done", done, out);
         let mut part_done = at;
-        part_done["part"] = json!({"type": "output_text", "text": text, "annotations": []});
+        part_done["part"] = json!(OutputText::new(text));
         self.event("response.content_part.done", part_done, out);
-        let item = message_item(&self.id, text, self.item_status);
+        let item = json!(MessageItem::new(&self.id, Some(text), self.item_status));
         self.event(
             "response.output_item.done",
             json!({"output_index": index, "item": item}),
@@ -673,7 +607,7 @@ impl ResponsesWriter {
     fn call_item(&mut self, number: usize, call: &ToolCall, out: &mut Vec<u8>) {
         let index = self.next_index;
         self.next_index += 1;
-        let item = call_item(&self.id, number, call, "", "in_progress");
+        let item = json!(CallItem::new(&self.id, number, call, "", "in_progress"));
         let item_id = item["id"].clone();
         self.event(
             "response.output_item.added",
@@ -689,7 +623,13 @@ impl ResponsesWriter {
             "name": call.name, "arguments": call.arguments,
         });
         self.event("response.function_call_arguments.done", done, out);
-        let item = call_item(&self.id, number, call, &call.arguments, self.item_status);
+        let item = json!(CallItem::new(
+            &self.id,
+            number,
+            call,
+            &call.arguments,
+            self.item_status
+        ));
         self.event(
             "response.output_item.done",
             json!({"output_index": index, "item": item}),
@@ -700,20 +640,11 @@ impl ResponsesWriter {
 
 impl StreamWriter for ResponsesWriter {
     fn open(&mut self, out: &mut Vec<u8>) {
-        let response = response_object(
-            &self.id,
-            &self.echo,
-            "in_progress",
-            Vec::new(),
-            None,
-            Value::Null,
-        );
-        self.event(
-            "response.created",
-            json!({"response": response.clone()}),
-            out,
-        );
-        self.event("response.in_progress", json!({"response": response}), out);
+        for kind in ["response.created", "response.in_progress"] {
+            let sequence_number = self.next_event(kind, out);
+            let response = ResponseObject::new(&self.id, &self.echo, "in_progress");
+            stream::push_data(out, &ResponseEvent::new(kind, sequence_number, &response));
+        }
     }
 
     fn draft(&mut self, text: &str, out: &mut Vec<u8>) {
@@ -764,41 +695,48 @@ impl StreamWriter for ResponsesWriter {
         for (number, call) in calls.iter().enumerate() {
             self.call_item(number, call, out);
         }
-        let kept = Kept {
-            echo: std::mem::take(&mut self.echo),
-        };
-        let mut response = Responses::answer(turn, &kept, text, outcome);
-        self.with_reasoning(&mut response);
+        let mut response = ResponseObject::of_turn(turn, &self.echo, text, outcome);
+        response.output.reasoning = self.shown_reasoning();
         // `response.incomplete` for an answer cut at the token limit, as OpenAI streams it.
-        let event = if response["status"] == "incomplete" {
+        let event = if response.cut {
             "response.incomplete"
         } else {
             "response.completed"
         };
-        self.event(event, json!({"response": &response}), out);
-        self.completed = Some(response);
+        // Written once: the event carries the bytes that are stored.
+        let body = serde_json::value::to_raw_value(&response)
+            .unwrap_or_else(|_| RawValue::NULL.to_owned());
+        let sequence_number = self.next_event(event, out);
+        stream::push_data(out, &ResponseEvent::new(event, sequence_number, &*body));
+        self.completed = Some(Bytes::from(Box::<str>::from(body).into_boxed_bytes()));
     }
 
-    fn stored(&mut self) -> Option<Value> {
+    fn stored(&mut self) -> Option<Bytes> {
         self.completed.take()
     }
 
     fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>) {
         self.close_reasoning(out);
-        let mut response = response_object(
-            &self.id,
-            &self.echo,
-            "failed",
-            Vec::new(),
-            None,
-            error.enforcement.as_deref().cloned().unwrap_or(Value::Null),
-        );
+        let kind = "response.failed";
+        let sequence_number = self.next_event(kind, out);
+        let mut response = ResponseObject::new(&self.id, &self.echo, "failed");
+        response.enforcement = error
+            .enforcement
+            .as_deref()
+            .filter(|e| !e.is_null())
+            .map(Verdict::Refused);
         // The code SDKs map to an HTTP status (`@ai-sdk/openai` reads only `code` here), so
         // that an answer that failed its checks is not asked for again.
-        response["error"] = json!({"code": error.streamed_code(), "message": error.message});
-        self.with_reasoning(&mut response);
-        let body = json!({"response": response, "status": error.status.as_u16()});
-        self.event("response.failed", body, out);
+        response.error = Some(Failure {
+            code: error.streamed_code(),
+            message: &error.message,
+        });
+        response.output.reasoning = self.shown_reasoning();
+        let event = ResponseEvent {
+            status: Some(error.status.as_u16()),
+            ..ResponseEvent::new(kind, sequence_number, &response)
+        };
+        stream::push_data(out, &event);
     }
 
     fn unfinished() -> Bytes {

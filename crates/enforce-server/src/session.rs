@@ -4,6 +4,8 @@
 
 pub use crate::session_status::{HiddenMarker, SessionStatus, StepRecord};
 use crate::shared::ReplicaState;
+use bytes::Bytes;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -43,12 +45,13 @@ const KEPT_RESPONSES: usize = 1024;
 const RESPONSES_DIR: &str = "responses";
 
 /// A response kept for `GET /v1/responses/{id}` and `previous_response_id`: the object as it
-/// was sent, and the conversation up to and including its answer.
+/// was sent, and the conversation up to and including its answer. Written (in a file, in the
+/// shared state) as `{"response": {...}, "conversation": [...], "chat_id": ...}`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct StoredResponse {
-    /// The `response` object, shared with the answer it was sent as (not a deep copy).
-    #[serde(with = "shared_value")]
-    pub response: std::sync::Arc<serde_json::Value>,
+    /// The `response` object: the bytes of the body sent, shared with it (no copy, no tree).
+    #[serde(with = "raw_json")]
+    pub response: Bytes,
     /// The conversation it answered (without system messages) and its answer, for the turn
     /// that continues it.
     pub conversation: Vec<enforce_core::Message>,
@@ -240,19 +243,40 @@ impl SessionStore {
     }
 }
 
-/// An `Arc<Value>` written and read as the value itself (serde's `rc` feature, for one field).
-mod shared_value {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-    use serde_json::Value;
-    use std::sync::Arc;
+/// The bytes of a JSON value, written and read as the value itself.
+mod raw_json {
+    use bytes::Bytes;
+    use serde::{ser::Error as _, Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::value::RawValue;
 
-    pub(super) fn serialize<S: Serializer>(value: &Arc<Value>, to: S) -> Result<S::Ok, S::Error> {
-        value.as_ref().serialize(to)
+    pub(super) fn serialize<S: Serializer>(json: &Bytes, to: S) -> Result<S::Ok, S::Error> {
+        // Checked once more, as only a valid value may go into the surrounding JSON.
+        let raw: &RawValue = serde_json::from_slice(json).map_err(S::Error::custom)?;
+        raw.serialize(to)
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Arc<Value>, D::Error> {
-        Value::deserialize(from).map(Arc::new)
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Bytes, D::Error> {
+        let raw = Box::<RawValue>::deserialize(from)?;
+        Ok(Bytes::from(Box::<str>::from(raw).into_boxed_bytes()))
     }
+}
+
+impl StoredResponse {
+    /// What access checks read of the response: its `id` and `model`, read from the bytes
+    /// without building the whole object (`None` for a response that is not an object).
+    pub(crate) fn head(&self) -> Option<ResponseHead<'_>> {
+        serde_json::from_slice(&self.response).ok()
+    }
+}
+
+/// The fields of a stored response that are checked before it is handed out.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct ResponseHead<'a> {
+    /// Borrowed from the bytes (a response id has nothing to unescape).
+    #[serde(borrow, default)]
+    pub id: Cow<'a, str>,
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 impl SessionStore {
@@ -298,9 +322,7 @@ impl SessionStore {
     /// A stored response: from the shared state, else memory, else the session directory.
     pub(crate) async fn stored_response(&self, id: &str) -> Option<StoredResponse> {
         let read = |body: &[u8]| match serde_json::from_slice::<StoredResponse>(body) {
-            Ok(stored) if stored.response.get("id").and_then(|v| v.as_str()) == Some(id) => {
-                Some(stored)
-            }
+            Ok(stored) if stored.head().is_some_and(|h| h.id == id) => Some(stored),
             Ok(_) => None,
             Err(e) => {
                 tracing::warn!(response_id = id, error = %e, "unreadable stored response");
@@ -409,6 +431,61 @@ mod tests {
             .count();
         assert_eq!(leftovers, 1, "only status.json, no temp files");
         assert!(reopened.get("other").await.is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A stored response as the `Value`-holding store wrote it (`serde_json::to_vec` of
+    /// `{response, conversation, chat_id}`).
+    const WRITTEN_BEFORE: &str = r#"{"response":{"created_at":1764000000,"enforcement":{"status":"passed"},"id":"resp_enf1","model":"m","object":"response","output":[{"content":[{"annotations":[],"text":"a \"b\"","type":"output_text"}],"id":"msg_enf1","role":"assistant","status":"completed","type":"message"}],"status":"completed"},"conversation":[{"role":"user","content":"q"},{"role":"assistant","content":"a \"b\""}],"chat_id":"c1"}"#;
+
+    fn response_file(dir: &Path, id: &str) -> PathBuf {
+        dir.join(RESPONSES_DIR)
+            .join(chat_dir_name(id))
+            .join("response.json")
+    }
+
+    #[tokio::test]
+    async fn a_response_stored_by_the_value_holding_store_loads_as_the_bytes_it_was_sent_as() {
+        let dir = std::env::temp_dir().join(format!("enforce-responses-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for id in ["resp_enf1", "resp_other"] {
+            let file = response_file(&dir, id);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, WRITTEN_BEFORE).unwrap();
+        }
+        let store = SessionStore::new(Some(dir.clone())).unwrap();
+        let stored = store.stored_response("resp_enf1").await.unwrap();
+        let start = WRITTEN_BEFORE.find(r#"{"created_at""#).unwrap();
+        let end = WRITTEN_BEFORE.find(r#","conversation""#).unwrap();
+        assert_eq!(stored.response, &WRITTEN_BEFORE.as_bytes()[start..end]);
+        assert_eq!(stored.conversation.len(), 2);
+        assert_eq!(stored.conversation[1].content, "a \"b\"");
+        assert_eq!(stored.chat_id.as_deref(), Some("c1"));
+        assert_eq!(stored.head().unwrap().model.as_deref(), Some("m"));
+        // The file under another id holds `resp_enf1`: not handed out as `resp_other`.
+        assert!(store.stored_response("resp_other").await.is_none());
+
+        // Stored again, it is written as it was before, byte for byte.
+        #[derive(serde::Serialize)]
+        struct Before {
+            response: serde_json::Value,
+            conversation: Vec<enforce_core::Message>,
+            chat_id: Option<String>,
+        }
+        store
+            .store_response("resp_enf2", stored.clone())
+            .await
+            .unwrap();
+        let before = Before {
+            response: serde_json::from_slice(&stored.response).unwrap(),
+            conversation: stored.conversation.clone(),
+            chat_id: stored.chat_id.clone(),
+        };
+        let written = std::fs::read(response_file(&dir, "resp_enf2")).unwrap();
+        assert_eq!(
+            String::from_utf8(written).unwrap(),
+            serde_json::to_string(&before).unwrap()
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

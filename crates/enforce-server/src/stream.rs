@@ -55,7 +55,7 @@ pub(crate) trait StreamWriter: Send + Sync + 'static {
 
     /// The answer as it is kept for a later request (the surface's whole object), when the
     /// request asked to store it; taken once, after [`answer`](Self::answer).
-    fn stored(&mut self) -> Option<serde_json::Value> {
+    fn stored(&mut self) -> Option<Bytes> {
         None
     }
 
@@ -111,7 +111,7 @@ pub(crate) enum Start {
 /// first when the stream goes on; an outcome known by then answers the request whole, or as a
 /// plain error (see [`Start`]).
 pub(crate) async fn respond<W: StreamWriter>(
-    turn: Turn,
+    mut turn: Turn,
     mut job: Job,
     span: tracing::Span,
     writer: W,
@@ -169,7 +169,7 @@ pub(crate) async fn respond<W: StreamWriter>(
     let concluded = async {
         match turn.conclude(ended).await {
             Ok((text, outcome)) => {
-                out.answer(&turn, &text, &outcome).await;
+                out.answer(&mut turn, &text, &outcome).await;
                 Ok(outcome)
             }
             Err(error) if error.refuses_a_stream() => Err(error),
@@ -282,12 +282,12 @@ impl<W: StreamWriter> Out<W> {
 
     /// The checked answer and the stream's end, pending; the answer stored (before the client
     /// hears of it, so it can continue at once) when the request asked for it.
-    async fn answer(&mut self, turn: &Turn, text: &str, outcome: &Outcome) {
+    async fn answer(&mut self, turn: &mut Turn, text: &str, outcome: &Outcome) {
         let summary = summary_line(outcome);
         self.writer
             .answer(turn, text, outcome, summary.as_deref(), &mut self.pending);
         if let Some(body) = self.writer.stored() {
-            turn.store(std::sync::Arc::new(body), text, outcome).await;
+            turn.store(&body, text, outcome).await;
         }
         self.writer.end(&mut self.pending);
     }
@@ -326,7 +326,7 @@ pub(crate) fn pieces(text: &str, max: usize) -> Vec<&str> {
 /// The stream of a loop still working: what [`respond`] kept first, keep-alives and progress
 /// while it works, then the whole tail in one write.
 async fn drive<W: StreamWriter>(
-    turn: Turn,
+    mut turn: Turn,
     mut job: Job,
     tx: mpsc::Sender<Frame>,
     mut out: Out<W>,
@@ -368,7 +368,7 @@ async fn drive<W: StreamWriter>(
 
     // The whole tail goes out in one write: fewer packets, and a client never sees half of it.
     match turn.conclude(ended).await {
-        Ok((text, outcome)) => out.answer(&turn, &text, &outcome).await,
+        Ok((text, outcome)) => out.answer(&mut turn, &text, &outcome).await,
         Err(error) => {
             out.writer.refusal(&error, &mut out.pending);
             out.writer.end(&mut out.pending);

@@ -15,6 +15,7 @@ use crate::shared::GlobalSlot;
 use crate::state::App;
 use crate::verdict;
 use axum::http::StatusCode;
+use bytes::Bytes;
 use enforce_core::{
     async_trait, Attempt, AuditRecord, Context, Event, Message, Observer, Outcome, Reply,
     ReplyStream, Request, Runner, RunnerError, Status, StopReason, Validator,
@@ -563,16 +564,16 @@ impl Turn {
         controls::grant(&self.app, self.key).map(|g| g.name.as_str())
     }
 
-    /// Stores the delivered answer (`body`, as the client received it) with its conversation,
-    /// when the request asked for it: for `GET /v1/responses/{id}` and `previous_response_id`.
-    pub async fn store(&self, body: Arc<Value>, text: &str, outcome: &Outcome) {
-        let Some(conversation) = &self.conversation else {
+    /// Stores the delivered answer (`body`, as the client received it) with its conversation
+    /// (taken: a turn is stored once), when the request asked for it: for
+    /// `GET /v1/responses/{id}` and `previous_response_id`.
+    pub async fn store(&mut self, body: &Bytes, text: &str, outcome: &Outcome) {
+        let Some(mut conversation) = self.conversation.take() else {
             return;
         };
-        let mut conversation = conversation.clone();
         conversation.push(Message::assistant_calling(text, outcome.tool_calls.clone()));
         let stored = StoredResponse {
-            response: body,
+            response: body.clone(),
             conversation,
             chat_id: self.chat_id.clone(),
         };

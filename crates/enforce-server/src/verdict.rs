@@ -345,8 +345,55 @@ pub fn outcome_failure(outcome: &Outcome) -> ApiError {
     error
 }
 
+/// Outcomes for the surfaces' rendering tests.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use enforce_core::{Attempt, FinishReason, Outcome, Status, StopReason, ToolCall};
+
+    /// An attempt that stopped for `finish_reason`, repaired by `repairs`.
+    pub(crate) fn attempt(finish_reason: Option<FinishReason>, repairs: &[&str]) -> Attempt {
+        Attempt {
+            number: 1,
+            response_bytes: 1,
+            response_digest: String::new(),
+            issues: Vec::new(),
+            runner_us: 0,
+            validation_us: 0,
+            usage: None,
+            cost_usd: None,
+            session_id: None,
+            repairs: repairs.iter().map(|r| r.to_string()).collect(),
+            cut: None,
+            finish_reason,
+            usage_estimated: false,
+            runner_error: None,
+        }
+    }
+
+    /// An outcome of `attempts` calling `calls`, with no issues, usage or time.
+    pub(crate) fn outcome(status: Status, calls: Vec<ToolCall>, attempts: Vec<Attempt>) -> Outcome {
+        Outcome {
+            status,
+            stop_reason: StopReason::Clean,
+            response: Some("x".into()),
+            tool_calls: calls,
+            issues: Vec::new(),
+            warnings: Vec::new(),
+            attempts,
+            input: None,
+            fallback_used: false,
+            session_id: None,
+            usage: None,
+            cost_usd: None,
+            total_us: 0,
+            runner_us: 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::fixtures::{attempt, outcome};
     use super::*;
     use enforce_core::Status;
 
@@ -377,37 +424,15 @@ mod tests {
         issue.line = Some(3);
         let mut warning = Issue::warning("terms", "TERM", "A \"quoted\" word.");
         warning.validator = "terms".into();
-        let attempt = enforce_core::Attempt {
-            number: 1,
-            response_bytes: 1,
-            response_digest: String::new(),
-            issues: Vec::new(),
-            runner_us: 0,
-            validation_us: 0,
-            usage: None,
-            cost_usd: None,
-            session_id: None,
-            repairs: vec!["strip_fences".into()],
-            cut: None,
-            finish_reason: None,
-            usage_estimated: false,
-            runner_error: None,
-        };
+        let repaired = attempt(None, &["strip_fences"]);
         let outcome = Outcome {
-            status: Status::Unresolved,
-            stop_reason: StopReason::Clean,
-            response: Some("x".into()),
-            tool_calls: Vec::new(),
             issues: vec![issue.clone()],
             warnings: vec![warning.clone()],
-            attempts: vec![attempt.clone(), attempt],
-            input: None,
-            fallback_used: false,
-            session_id: None,
-            usage: None,
-            cost_usd: None,
-            total_us: 0,
-            runner_us: 0,
+            ..outcome(
+                Status::Unresolved,
+                Vec::new(),
+                vec![repaired.clone(), repaired],
+            )
         };
         let issue_value = |i: &Issue| {
             json!({

@@ -75,6 +75,25 @@ async fn events(response: reqwest::Response) -> Vec<(String, Value)> {
     events
 }
 
+/// `GET /v1/responses/{id}`: its status, `content-type` and body as sent.
+async fn read_back(h: &Harness, id: &str) -> (u16, String, String) {
+    let response = h
+        .client
+        .get(h.url(&format!("/v1/responses/{id}")))
+        .send()
+        .await
+        .unwrap();
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    (
+        response.status().as_u16(),
+        content_type,
+        response.text().await.unwrap(),
+    )
+}
+
 fn named<'a>(events: &'a [(String, Value)], name: &str) -> Vec<&'a Value> {
     events
         .iter()
@@ -329,6 +348,10 @@ async fn a_draft_stream_shows_attempts_as_reasoning_and_the_answer_as_text() {
         .as_str()
         .unwrap()
         .contains("UNCHECKED"));
+    // Stored as the stream completed it, reasoning item included.
+    let (status, _, stored) = read_back(&h, completed["id"].as_str().unwrap()).await;
+    assert_eq!(status, 200);
+    assert_eq!(&serde_json::from_str::<Value>(&stored).unwrap(), completed);
 }
 
 #[tokio::test]
@@ -370,22 +393,17 @@ async fn stored_responses_continue_a_conversation_and_can_be_read_back() {
         ModelOptions::default(),
     )
     .await;
-    let first: Value = post(&h, json!({"model": "m", "input": "Why?"}))
+    let sent = post(&h, json!({"model": "m", "input": "Why?"}))
         .await
-        .json()
+        .text()
         .await
         .unwrap();
+    let first: Value = serde_json::from_str(&sent).unwrap();
     let id = first["id"].as_str().unwrap();
-    let read: Value = h
-        .client
-        .get(h.url(&format!("/v1/responses/{id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(read, first);
+    // Read back as the bytes that were sent.
+    let (status, content_type, read) = read_back(&h, id).await;
+    assert_eq!((status, content_type.as_str()), (200, "application/json"));
+    assert_eq!(read, sent);
 
     let second = post(
         &h,

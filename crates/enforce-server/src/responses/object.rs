@@ -1,0 +1,405 @@
+//! The `response` object, typed: written straight to bytes, with no `serde_json::Value` tree
+//! built on the way (that tree cost the Responses surface a third more work per request than
+//! the chat surface). Its keys come in sorted order, as a `Value` writes them, so the bytes are
+//! those clients always got; the request fields it echoes ([`ECHOED`](super::ECHOED)) are
+//! merged in at their place and replace the defaults they name (`tools`, `text`, `store`, ...).
+
+use super::Responses;
+use crate::pipeline::{Surface, Warnings};
+use crate::turn::{Turn, TurnId};
+use crate::verdict::{cut_at_token_limit, Enforcement};
+use enforce_core::{Outcome, ToolCall, Usage};
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::fmt;
+use std::iter::Peekable;
+
+/// A `response` object: of an answer ([`ResponseObject::answer`]), in progress, or failed.
+pub(super) struct ResponseObject<'a> {
+    pub id: &'a TurnId,
+    /// The request fields echoed, as the client sent them.
+    pub echo: &'a Map<String, Value>,
+    pub status: &'static str,
+    pub output: Output<'a>,
+    /// `None` while the response is in progress (OpenAI's has no `usage` then).
+    pub usage: Option<TokenUsage>,
+    pub enforcement: Option<Verdict<'a>>,
+    pub error: Option<Failure<'a>>,
+    /// Cut at the token limit: `incomplete_details` says so.
+    pub cut: bool,
+    pub warnings: Option<Warnings<'a>>,
+}
+
+impl<'a> ResponseObject<'a> {
+    /// An object with no output and no verdict yet (a stream's `in_progress` one).
+    pub fn new(id: &'a TurnId, echo: &'a Map<String, Value>, status: &'static str) -> Self {
+        ResponseObject {
+            id,
+            echo,
+            status,
+            output: Output {
+                id,
+                text: None,
+                calls: &[],
+                status,
+                reasoning: None,
+            },
+            usage: (status != "in_progress").then(|| TokenUsage::of(None)),
+            enforcement: None,
+            error: None,
+            cut: false,
+            warnings: None,
+        }
+    }
+
+    /// The object of an answer: its text as one `message` item (none when it only calls
+    /// tools), one `function_call` item per call, `incomplete` when cut at the token limit.
+    pub fn answer(
+        id: &'a TurnId,
+        echo: &'a Map<String, Value>,
+        text: &'a str,
+        outcome: &'a Outcome,
+    ) -> Self {
+        let cut = cut_at_token_limit(outcome);
+        let status = if cut { "incomplete" } else { "completed" };
+        let calls = &outcome.tool_calls;
+        ResponseObject {
+            output: Output {
+                id,
+                text: (!text.is_empty() || calls.is_empty()).then_some(text),
+                calls,
+                status,
+                reasoning: None,
+            },
+            usage: Some(TokenUsage::of(outcome.usage)),
+            enforcement: Some(Verdict::Checked(Enforcement::of(outcome))),
+            cut,
+            ..ResponseObject::new(id, echo, status)
+        }
+    }
+
+    /// The answer to `turn`, with how it was routed and what its request could not carry.
+    pub fn of_turn(
+        turn: &'a Turn,
+        echo: &'a Map<String, Value>,
+        text: &'a str,
+        outcome: &'a Outcome,
+    ) -> Self {
+        ResponseObject::answer(&turn.id, echo, text, outcome)
+            .routed(turn.route.as_ref())
+            .warned(&turn.ignored)
+    }
+
+    /// With how the request was routed (nothing when it was not).
+    pub fn routed(mut self, route: Option<&'a Value>) -> Self {
+        if let Some(Verdict::Checked(enforcement)) = self.enforcement.take() {
+            self.enforcement = Some(Verdict::Checked(enforcement.routed(route)));
+        }
+        self
+    }
+
+    /// With the `warnings` naming the request fields left out (none when nothing was).
+    pub fn warned(self, ignored: &'a [String]) -> Self {
+        ResponseObject {
+            warnings: Warnings::of(ignored),
+            ..self
+        }
+    }
+}
+
+/// The `enforcement` object: the verdict of an answer, or the one a refusal carries.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(super) enum Verdict<'a> {
+    Checked(Enforcement<'a>),
+    Refused(&'a Value),
+}
+
+/// A failed response's `error`.
+#[derive(Serialize)]
+pub(super) struct Failure<'a> {
+    pub code: Cow<'static, str>,
+    pub message: &'a str,
+}
+
+/// `incomplete_details` of an answer cut at the token limit.
+#[derive(Serialize)]
+struct Incomplete {
+    reason: &'static str,
+}
+
+/// The default `text`: `{"format": {"type": "text"}}`.
+#[derive(Serialize)]
+struct TextFormat {
+    format: Kind,
+}
+
+#[derive(Serialize)]
+struct Kind {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `{}`.
+#[derive(Serialize)]
+struct Empty {}
+
+/// `[]`.
+const NONE: [(); 0] = [];
+
+impl Serialize for ResponseObject<'_> {
+    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        let mut map = Merged {
+            map: to.serialize_map(None)?,
+            echo: self.echo.iter().peekable(),
+        };
+        // Keys in sorted order: `Merged` puts the echoed ones between them.
+        map.entry("created_at", &self.id.created)?;
+        if let Some(enforcement) = &self.enforcement {
+            map.entry("enforcement", enforcement)?;
+        }
+        map.entry("error", &self.error)?;
+        map.entry("id", &self.id.id)?;
+        let incomplete = self.cut.then_some(Incomplete {
+            reason: "max_output_tokens",
+        });
+        map.entry("incomplete_details", &incomplete)?;
+        map.entry("metadata", &Empty {})?;
+        map.entry("model", &self.id.model)?;
+        map.entry("object", "response")?;
+        map.entry("output", &self.output)?;
+        map.entry("parallel_tool_calls", &true)?;
+        map.entry("status", self.status)?;
+        map.entry("store", &true)?;
+        let text = TextFormat {
+            format: Kind { kind: "text" },
+        };
+        map.entry("text", &text)?;
+        map.entry("tool_choice", "auto")?;
+        map.entry("tools", &NONE)?;
+        if let Some(usage) = &self.usage {
+            map.entry("usage", usage)?;
+        }
+        if let Some(warnings) = &self.warnings {
+            map.entry("warnings", warnings)?;
+        }
+        map.end()
+    }
+}
+
+/// A map written in sorted key order from fixed entries (given in sorted order) and the
+/// echoed fields (a `Map`, which iterates sorted): an echoed field replaces the fixed entry
+/// of its name.
+struct Merged<'a, M> {
+    map: M,
+    echo: Peekable<serde_json::map::Iter<'a>>,
+}
+
+impl<M: SerializeMap> Merged<'_, M> {
+    fn entry<V: Serialize + ?Sized>(&mut self, key: &str, value: &V) -> Result<(), M::Error> {
+        while let Some((k, v)) = self.echo.next_if(|(k, _)| k.as_str() < key) {
+            self.map.serialize_entry(k, v)?;
+        }
+        match self.echo.next_if(|(k, _)| k.as_str() == key) {
+            Some((k, v)) => self.map.serialize_entry(k, v),
+            None => self.map.serialize_entry(key, value),
+        }
+    }
+
+    fn end(mut self) -> Result<M::Ok, M::Error> {
+        for (k, v) in self.echo {
+            self.map.serialize_entry(k, v)?;
+        }
+        self.map.end()
+    }
+}
+
+/// The output items: the answer's `message` (when it has one), its `function_call`s, and the
+/// `reasoning` item a stream showed, at the output index it was shown at.
+pub(super) struct Output<'a> {
+    pub id: &'a TurnId,
+    /// The text of the `message` item; `None`: no message item.
+    pub text: Option<&'a str>,
+    pub calls: &'a [ToolCall],
+    /// The items' status.
+    pub status: &'static str,
+    pub reasoning: Option<(usize, &'a Value)>,
+}
+
+impl Serialize for Output<'_> {
+    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        let items = usize::from(self.text.is_some()) + self.calls.len();
+        let reasoning = self.reasoning.map(|(index, item)| (index.min(items), item));
+        let mut seq = to.serialize_seq(Some(items + usize::from(reasoning.is_some())))?;
+        let mut position = 0;
+        let reasoning_at = |position: usize, seq: &mut S::SerializeSeq| match reasoning {
+            Some((index, item)) if index == position => seq.serialize_element(item),
+            _ => Ok(()),
+        };
+        if let Some(text) = self.text {
+            reasoning_at(position, &mut seq)?;
+            seq.serialize_element(&MessageItem::new(self.id, Some(text), self.status))?;
+            position += 1;
+        }
+        for (number, call) in self.calls.iter().enumerate() {
+            reasoning_at(position, &mut seq)?;
+            let item = CallItem::new(self.id, number, call, &call.arguments, self.status);
+            seq.serialize_element(&item)?;
+            position += 1;
+        }
+        reasoning_at(position, &mut seq)?;
+        seq.end()
+    }
+}
+
+/// The id of an output item: its prefix (`msg_`, `fc_`, `rs_`) and the response id's suffix,
+/// and for a call, its number.
+#[derive(Clone, Copy)]
+pub(super) struct ItemId<'a> {
+    pub prefix: &'static str,
+    pub id: &'a TurnId,
+    pub number: Option<usize>,
+}
+
+impl fmt::Display for ItemId<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let id = &self.id.id;
+        let suffix = id.strip_prefix(Responses::ID_PREFIX).unwrap_or(id);
+        write!(f, "{}{suffix}", self.prefix)?;
+        match self.number {
+            Some(number) => write!(f, "_{number}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Serialize for ItemId<'_> {
+    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        to.collect_str(self)
+    }
+}
+
+/// A `message` item; one still `in_progress` (just added to a stream) has no content yet.
+#[derive(Serialize)]
+pub(super) struct MessageItem<'a> {
+    #[serde(serialize_with = "as_list")]
+    content: Option<OutputText<'a>>,
+    id: ItemId<'a>,
+    role: &'static str,
+    status: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+impl<'a> MessageItem<'a> {
+    pub fn new(id: &'a TurnId, text: Option<&'a str>, status: &'a str) -> Self {
+        MessageItem {
+            content: text
+                .filter(|_| status != "in_progress")
+                .map(OutputText::new),
+            id: ItemId {
+                prefix: "msg_",
+                id,
+                number: None,
+            },
+            role: "assistant",
+            status,
+            kind: "message",
+        }
+    }
+}
+
+/// An `output_text` content part.
+#[derive(Serialize)]
+pub(super) struct OutputText<'a> {
+    annotations: [(); 0],
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+impl<'a> OutputText<'a> {
+    pub fn new(text: &'a str) -> Self {
+        OutputText {
+            annotations: NONE,
+            text,
+            kind: "output_text",
+        }
+    }
+}
+
+fn as_list<T: Serialize, S: Serializer>(item: &Option<T>, to: S) -> Result<S::Ok, S::Error> {
+    to.collect_seq(item)
+}
+
+/// A `function_call` item.
+#[derive(Serialize)]
+pub(super) struct CallItem<'a> {
+    arguments: &'a str,
+    call_id: &'a str,
+    pub id: ItemId<'a>,
+    name: &'a str,
+    status: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+impl<'a> CallItem<'a> {
+    pub fn new(
+        id: &'a TurnId,
+        number: usize,
+        call: &'a ToolCall,
+        arguments: &'a str,
+        status: &'a str,
+    ) -> Self {
+        CallItem {
+            arguments,
+            call_id: &call.id,
+            id: ItemId {
+                prefix: "fc_",
+                id,
+                number: Some(number),
+            },
+            name: &call.name,
+            status,
+            kind: "function_call",
+        }
+    }
+}
+
+/// A response's `usage` (zeros when the runner reported none).
+#[derive(Serialize)]
+pub(super) struct TokenUsage {
+    input_tokens: u64,
+    input_tokens_details: CachedTokens,
+    output_tokens: u64,
+    output_tokens_details: ReasoningTokens,
+    total_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct CachedTokens {
+    cached_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct ReasoningTokens {
+    reasoning_tokens: u64,
+}
+
+impl TokenUsage {
+    pub fn of(usage: Option<Usage>) -> Self {
+        let u = usage.unwrap_or_default();
+        TokenUsage {
+            input_tokens: u.input_tokens,
+            input_tokens_details: CachedTokens { cached_tokens: 0 },
+            output_tokens: u.output_tokens,
+            output_tokens_details: ReasoningTokens {
+                reasoning_tokens: 0,
+            },
+            total_tokens: u.total(),
+        }
+    }
+}
