@@ -15,34 +15,51 @@ use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// The key check of the routes outside the request pipeline (which checks keys itself, as
+/// its first stage): the request's grant goes on as an extension.
 pub(crate) async fn require_key(
     State(app): State<Arc<App>>,
     mut request: HttpRequest,
     next: Next,
 ) -> Response {
-    let (plain, grants) = (&app.config.api_keys, &app.config.key_grants);
-    if !plain.is_empty() || !grants.is_empty() {
-        // `Authorization: Bearer` (OpenAI clients) or `x-api-key` (Anthropic clients).
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(auth::bearer_token)
-            .or_else(|| {
-                request
-                    .headers()
-                    .get("x-api-key")
-                    .and_then(|v| v.to_str().ok())
-            });
-        let keys = plain
-            .iter()
-            .map(String::as_str)
-            .chain(grants.iter().map(|g| g.key.as_str()));
-        let found = presented.and_then(|key| auth::matching_key(keys, key));
-        if let Some(grant) = found.and_then(|i| i.checked_sub(plain.len())) {
-            request.extensions_mut().insert(auth::Granted(grant));
+    match authenticate(&app, request.headers()) {
+        Ok(Some(grant)) => {
+            request.extensions_mut().insert(grant);
         }
-        if found.is_none() {
+        Ok(None) => {}
+        // Each surface answers in its own error shape.
+        Err(error) if request.uri().path().starts_with("/v1/messages") => {
+            return crate::messages::error_response(*error);
+        }
+        Err(error) => return error.into_response(),
+    }
+    next.run(request).await
+}
+
+/// Checks the key a request presents (`Authorization: Bearer` from OpenAI clients, `x-api-key`
+/// from Anthropic's) when keys are configured: the grant of a key that has one, `None` for a
+/// key that may use everything or when no keys are configured, else the 401 (counted as an
+/// `unauthorized` rejection).
+pub(crate) fn authenticate(
+    app: &App,
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<auth::Granted>, Box<ApiError>> {
+    let (plain, grants) = (&app.config.api_keys, &app.config.key_grants);
+    if plain.is_empty() && grants.is_empty() {
+        return Ok(None);
+    }
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(auth::bearer_token)
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
+    let keys = plain
+        .iter()
+        .map(String::as_str)
+        .chain(grants.iter().map(|g| g.key.as_str()));
+    match presented.and_then(|key| auth::matching_key(keys, key)) {
+        Some(found) => Ok(found.checked_sub(plain.len()).map(auth::Granted)),
+        None => {
             let mut error = ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_request_error",
@@ -51,14 +68,9 @@ pub(crate) async fn require_key(
             );
             error.param = None;
             app.count_rejection("unauthorized");
-            // Each surface answers in its own error shape.
-            if request.uri().path().starts_with("/v1/messages") {
-                return crate::messages::error_response(error);
-            }
-            return error.into_response();
+            Err(Box::new(error))
         }
     }
-    next.run(request).await
 }
 
 pub(crate) async fn list_models(

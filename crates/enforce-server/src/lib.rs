@@ -325,21 +325,23 @@ impl Server {
 
     /// The routes, ready to serve.
     pub fn router(&self) -> Router {
-        let authed = Router::new()
-            .route("/v1/models", get(app::list_models))
-            .route("/v1/models/{id}", get(app::get_model))
+        // The pipeline's surfaces check the key themselves, as their first stage.
+        let surfaces = Router::new()
             .route(
                 "/v1/chat/completions",
                 post(pipeline::serve::<openai::Chat>),
             )
             .route("/v1/messages", post(pipeline::serve::<messages::Messages>))
             .route(
-                "/v1/messages/count_tokens",
-                post(count_tokens::count_tokens),
-            )
-            .route(
                 "/v1/responses",
                 post(pipeline::serve::<responses::Responses>),
+            );
+        let authed = Router::new()
+            .route("/v1/models", get(app::list_models))
+            .route("/v1/models/{id}", get(app::get_model))
+            .route(
+                "/v1/messages/count_tokens",
+                post(count_tokens::count_tokens),
             )
             .route("/v1/responses/{id}", get(app::get_response))
             .route("/v1/sessions/{id}", get(app::get_session))
@@ -348,6 +350,7 @@ impl Server {
                 app::require_key,
             ));
         Router::new()
+            .merge(surfaces)
             .merge(authed)
             .route("/", get(app::root))
             .route("/healthz", get(app::healthz))

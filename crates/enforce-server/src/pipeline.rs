@@ -3,7 +3,7 @@
 //! everything between runs once, here, in this order:
 //!
 //! 1. admission: body size ([`read_body`]), then parse (the surface), then the concurrency
-//!    permit ([`take_permit`]); auth runs before, as the router's middleware;
+//!    permit ([`take_permit`]); the key check ([`crate::app::authenticate`]) runs first;
 //! 2. model and profile resolution ([`resolve_model`]: the model id, `X-Enforce-Profile`);
 //! 3. routing ([`route`]: the model's routes pick the profile);
 //! 4. session ([`open_session`]: chat id, global slot, session and replica check, hidden
@@ -188,9 +188,14 @@ pub(crate) async fn serve<S: Surface>(
     request: axum::extract::Request,
 ) -> Response {
     // Taken apart, not extracted piece by piece: axum's `HeaderMap` extractor copies the
-    // headers, and its `Extension` extractor the grant.
-    let (mut parts, body) = request.into_parts();
-    let granted = parts.extensions.remove::<Granted>();
+    // headers.
+    let (parts, body) = request.into_parts();
+    // The key is checked here, not by a middleware: axum's `from_fn` layer boxes the rest of
+    // the request's work and clones the router's service for every request.
+    let granted = match crate::app::authenticate(&app, &parts.headers) {
+        Ok(granted) => granted,
+        Err(error) => return S::refuse(*error),
+    };
     match admit::<S>(&app, granted, &parts.headers, body).await {
         Ok(admitted) => respond::<S>(admitted).await,
         Err(Rejection { reason, error }) => {
