@@ -643,8 +643,14 @@ async fn continued(app: &App, ask: &mut Ask) -> Result<Option<String>, Rejection
 /// (taken out of it).
 pub(crate) fn json_body(body: &[u8]) -> Result<(Map<String, Value>, String), ApiError> {
     let mut fields = body_object(body)?;
-    match fields.remove("model") {
-        Some(Value::String(model)) if !model.is_empty() => Ok((fields, model)),
+    let model = model_of(fields.remove("model"))?;
+    Ok((fields, model))
+}
+
+/// The model a request body names in `model`: a non-empty string, else a 400.
+pub(crate) fn model_of(model: Option<Value>) -> Result<String, ApiError> {
+    match model {
+        Some(Value::String(model)) if !model.is_empty() => Ok(model),
         _ => Err(ApiError::bad_request(
             "The request needs a `model` (one of the ids listed by /v1/models).",
             Some("model"),

@@ -10,7 +10,7 @@
 //! `reasoning_effort`. What cannot be carried is refused with a 400 naming the field.
 
 use crate::error::ApiError;
-use crate::pipeline::{json_body, non_empty, Ask, Surface};
+use crate::pipeline::{body_object, model_of, non_empty, Ask, Surface};
 use crate::stream::{self, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
 use crate::verdict::cut_at_token_limit;
@@ -65,6 +65,19 @@ const REFUSED: &[(&str, &str)] = &[
 /// Request fields a chat-completions upstream has no use for: left out, and named in the
 /// answer's `warnings` and the `X-Enforce-Warnings` header (`fields_ignored`).
 const IGNORED: &[&str] = &["include", "truncation", "max_tool_calls", "top_logprobs"];
+
+/// Request fields passed to a chat-completions upstream as they are.
+const FORWARDED: &[&str] = &[
+    "temperature",
+    "top_p",
+    "parallel_tool_calls",
+    "user",
+    "metadata",
+    "safety_identifier",
+    "service_tier",
+    "seed",
+    "stop",
+];
 
 /// What the Responses surface keeps of its request for rendering: the echoed fields.
 pub(crate) struct Kept {
@@ -333,8 +346,100 @@ fn response_format(text: &Value) -> Result<Option<Value>, ApiError> {
 }
 
 /// Parses a `POST /v1/responses` body.
+/// A field of a request body as sent: present (`null` included) or absent.
+fn present<'de, D: serde::Deserializer<'de>>(from: D) -> Result<Option<Value>, D::Error> {
+    serde::Deserialize::deserialize(from).map(Some)
+}
+
+/// The request fields this surface reads, each as sent; the rest of a body is skipped
+/// unread. Read straight from the body: a map of every field, looked up some forty times,
+/// cost the surface more than the rest of its parsing.
+macro_rules! request_fields {
+    ($($name:ident),* $(,)?) => {
+        #[derive(serde::Deserialize)]
+        struct RequestFields {
+            $(#[serde(default, deserialize_with = "present")] $name: Option<Value>,)*
+        }
+
+        impl RequestFields {
+            /// The field named `key`; `None` for a field this surface does not read.
+            fn slot(&self, key: &str) -> Option<&Option<Value>> {
+                match key {
+                    $(stringify!($name) => Some(&self.$name),)*
+                    _ => None,
+                }
+            }
+
+            fn slot_mut(&mut self, key: &str) -> Option<&mut Option<Value>> {
+                match key {
+                    $(stringify!($name) => Some(&mut self.$name),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+request_fields!(
+    model,
+    input,
+    instructions,
+    stream,
+    store,
+    previous_response_id,
+    enforce,
+    background,
+    conversation,
+    prompt,
+    tools,
+    tool_choice,
+    text,
+    temperature,
+    top_p,
+    max_output_tokens,
+    metadata,
+    parallel_tool_calls,
+    truncation,
+    user,
+    reasoning,
+    include,
+    max_tool_calls,
+    top_logprobs,
+    safety_identifier,
+    service_tier,
+    seed,
+    stop,
+);
+
+impl RequestFields {
+    /// Reads a body; a body that is not one JSON object is refused as every surface refuses
+    /// it ([`body_object`]).
+    fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        // Only an object: serde would read an array into the fields one by one.
+        if body.trim_ascii_start().first() == Some(&b'{') {
+            if let Ok(fields) = serde_json::from_slice(body) {
+                return Ok(fields);
+            }
+        }
+        // Not an object, not JSON, or a field given twice (the last one counts, as in a map):
+        // read as every surface reads a body.
+        serde_json::from_value(Value::Object(body_object(body)?)).map_err(|e| {
+            ApiError::bad_request(format!("The request body cannot be read: {e}."), None)
+        })
+    }
+
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.slot(key).and_then(Option::as_ref)
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Value> {
+        self.slot_mut(key).and_then(Option::take)
+    }
+}
+
 pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiError> {
-    let (mut fields, model) = json_body(body)?;
+    let mut fields = RequestFields::parse(body)?;
+    let model = model_of(fields.remove("model"))?;
     for (key, why) in REFUSED {
         if fields
             .get(*key)
@@ -433,17 +538,7 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
     {
         params.insert("reasoning_effort".into(), effort);
     }
-    for key in [
-        "temperature",
-        "top_p",
-        "parallel_tool_calls",
-        "user",
-        "metadata",
-        "safety_identifier",
-        "service_tier",
-        "seed",
-        "stop",
-    ] {
+    for &key in FORWARDED {
         if let Some(v) = fields.remove(key).filter(|v| !v.is_null()) {
             params.insert(key.into(), v);
         }

@@ -353,3 +353,52 @@ fn echoed_fields_replace_the_defaults_they_name() {
     let written = bytes(&ResponseObject::answer(&id, echo, text, outcome));
     assert_eq!(written.matches("\"store\"").count(), 1, "{written}");
 }
+
+/// Every field the parser looks at is one the typed reading keeps: a name missing from
+/// `request_fields!` would read as absent, silently.
+#[test]
+fn every_field_the_parser_reads_is_read_from_the_body() {
+    let mut fields = super::RequestFields::parse(b"{}").expect("an empty object reads");
+    let refused = super::REFUSED.iter().map(|(key, _)| *key);
+    let named = [
+        "model",
+        "input",
+        "instructions",
+        "stream",
+        "store",
+        "previous_response_id",
+        "enforce",
+    ];
+    for key in super::ECHOED
+        .iter()
+        .chain(super::IGNORED)
+        .chain(super::FORWARDED)
+        .copied()
+        .chain(refused)
+        .chain(named)
+    {
+        assert!(fields.slot_mut(key).is_some(), "`{key}` is not read");
+    }
+    assert!(fields.slot_mut("not_a_field").is_none());
+}
+
+/// A body read field by field gives what the same body read as a map gives: `null` is a
+/// value, a field sent twice counts once (the last), and what is not an object is refused
+/// with the message every surface gives.
+#[test]
+fn the_typed_reading_keeps_nulls_repeats_and_refusals() {
+    let mut fields =
+        super::RequestFields::parse(br#"{"input": null, "model": "a", "model": "b", "x": [1]}"#)
+            .expect("reads");
+    assert_eq!(fields.get("input"), Some(&Value::Null));
+    assert_eq!(fields.remove("model"), Some(json!("b")));
+    assert_eq!(fields.get("model"), None);
+    assert_eq!(fields.get("stream"), None);
+    for (body, message) in [
+        (&b"[1]"[..], "The request body must be a JSON object."),
+        (b"{\"model\": ", "The request body is not valid JSON"),
+    ] {
+        let error = super::RequestFields::parse(body).err().expect("refused");
+        assert!(error.message.starts_with(message), "{}", error.message);
+    }
+}
