@@ -265,7 +265,7 @@ pub(crate) trait StreamSource: Sync {
 pub(crate) fn body_bytes<B: serde::Serialize + ?Sized>(
     body: &B,
 ) -> Result<bytes::Bytes, RunnerError> {
-    enforce_core::json::to_vec(body)
+    serde_json::to_vec(body)
         .map(bytes::Bytes::from)
         .map_err(|e| RunnerError::Protocol {
             message: format!("cannot serialize the request: {e}"),

@@ -147,7 +147,7 @@ pub(crate) trait Surface: Send + Sync + 'static {
 /// around it (serde_json's own buffer grows from 128 bytes, copying the body each time).
 pub(crate) fn answer_body(answer: &impl serde::Serialize, text: &str) -> Vec<u8> {
     let mut body = Vec::with_capacity(1024 + text.len() + text.len() / 8);
-    match enforce_core::json::write(&mut body, answer) {
+    match serde_json::to_writer(&mut body, answer) {
         Ok(()) => body,
         Err(_) => Vec::new(),
     }

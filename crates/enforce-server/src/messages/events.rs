@@ -24,8 +24,9 @@ pub struct MessagesEvents {
 fn push_event(out: &mut Vec<u8>, name: &str, data: &Value) {
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(name.as_bytes());
-    out.push(b'\n');
-    crate::stream::push_data(out, data);
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(data.to_string().as_bytes());
+    out.extend_from_slice(b"\n\n");
 }
 
 /// Text is sent in pieces of at most this many bytes (cut on character boundaries).
