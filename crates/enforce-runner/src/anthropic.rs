@@ -14,6 +14,7 @@ use crate::http::{
     HttpEndpoint, RetryConfig, StreamSource, DEFAULT_MAX_RESPONSE_BYTES,
 };
 use crate::process::tail;
+use crate::transport::UpstreamResponse;
 use bytes::Bytes;
 use enforce_core::{
     async_trait, follow_up_messages, Message, Reply, ReplyStream, Request, Role, Runner,
@@ -254,7 +255,7 @@ impl StreamSource for AnthropicRunner {
         &self,
         request: &Request,
         messages: &[Message],
-    ) -> Result<reqwest::Response, RunnerError> {
+    ) -> Result<UpstreamResponse, RunnerError> {
         self.endpoint
             .post(&self.body_with(request, messages, true))
             .await

@@ -6,7 +6,7 @@
 use crate::error::{duration_from_secs, ConfigError};
 use crate::process::tail;
 use crate::sse::{Chunk, EventReader, StreamFault};
-use crate::transport::{SendError, Transport};
+use crate::transport::{SendError, Transport, UpstreamResponse};
 use enforce_core::{
     async_trait, Message, Reply, ReplyStream, Request, RunnerError, StreamEvent, Usage,
 };
@@ -153,7 +153,7 @@ impl HttpEndpoint {
     pub(crate) async fn post<B: serde::Serialize + ?Sized>(
         &self,
         body: &B,
-    ) -> Result<reqwest::Response, RunnerError> {
+    ) -> Result<UpstreamResponse, RunnerError> {
         self.post_bytes(body_bytes(body)?).await
     }
 
@@ -161,7 +161,7 @@ impl HttpEndpoint {
     pub(crate) async fn post_bytes(
         &self,
         body: bytes::Bytes,
-    ) -> Result<reqwest::Response, RunnerError> {
+    ) -> Result<UpstreamResponse, RunnerError> {
         // Serialized once; a retry shares the bytes instead of copying them.
         let retry = &self.retry;
         let mut attempt: u32 = 0;
@@ -223,7 +223,7 @@ impl HttpEndpoint {
     }
 
     /// Reads a whole body within the limit.
-    pub(crate) async fn read(&self, response: reqwest::Response) -> Result<String, RunnerError> {
+    pub(crate) async fn read(&self, response: UpstreamResponse) -> Result<String, RunnerError> {
         read_limited(response, self.max_response_bytes).await
     }
 
@@ -248,7 +248,7 @@ pub(crate) trait StreamSource: Sync {
         &self,
         request: &Request,
         messages: &[Message],
-    ) -> Result<reqwest::Response, RunnerError>;
+    ) -> Result<UpstreamResponse, RunnerError>;
     /// The body of a request not streamed, serialized.
     fn whole_body(
         &self,
@@ -337,7 +337,7 @@ struct Streaming<'a, S: StreamSource> {
     request: &'a Request,
     messages: Vec<Message>,
     /// The open response; `None` before it is opened.
-    response: Option<reqwest::Response>,
+    response: Option<UpstreamResponse>,
     reader: S::Reader,
     text: String,
     usage: Option<Usage>,
@@ -680,10 +680,7 @@ pub fn error_message(body: &str) -> Option<String> {
 
 /// Reads a body of at most `limit` bytes, chunk by chunk, so an enormous or endless body is
 /// refused after `limit` bytes instead of being buffered whole.
-async fn read_limited(
-    mut response: reqwest::Response,
-    limit: usize,
-) -> Result<String, RunnerError> {
+async fn read_limited(mut response: UpstreamResponse, limit: usize) -> Result<String, RunnerError> {
     let status = response.status().as_u16();
     if response.content_length().is_some_and(|n| n > limit as u64) {
         return Err(too_large(status, limit));
@@ -719,7 +716,7 @@ fn too_large(status: u16, limit: usize) -> RunnerError {
 }
 
 /// `Content-Type: text/event-stream`: the server streams as asked.
-fn is_event_stream(response: &reqwest::Response) -> bool {
+fn is_event_stream(response: &UpstreamResponse) -> bool {
     response
         .headers()
         .get(reqwest::header::CONTENT_TYPE)

@@ -9,6 +9,7 @@ use crate::http::{
 use crate::openai_responses::ResponsesApi;
 use crate::process::tail;
 use crate::sse::SseReader;
+use crate::transport::UpstreamResponse;
 use bytes::Bytes;
 use enforce_core::{
     async_trait, follow_up_messages, FinishReason, Message, Reply, ReplyStream, Request, Role,
@@ -216,7 +217,7 @@ impl OpenAiRunner {
         &self,
         request: &Request,
         messages: &[Message],
-    ) -> Result<reqwest::Response, RunnerError> {
+    ) -> Result<UpstreamResponse, RunnerError> {
         let with_usage = !self.no_stream_options.load(Ordering::Relaxed);
         let first = self
             .endpoint
@@ -249,7 +250,7 @@ impl StreamSource for OpenAiRunner {
         &self,
         request: &Request,
         messages: &[Message],
-    ) -> Result<reqwest::Response, RunnerError> {
+    ) -> Result<UpstreamResponse, RunnerError> {
         self.open_stream(request, messages).await
     }
 

@@ -7,6 +7,7 @@
 use crate::http::{body_bytes, error_message, HttpEndpoint, StreamSource};
 use crate::process::tail;
 use crate::sse::{Chunk, EventReader, SseFramer, StreamFault};
+use crate::transport::UpstreamResponse;
 use bytes::Bytes;
 use enforce_core::{
     async_trait, FinishReason, Message, Reply, Request, Role, RunnerError, ToolCall, Usage,
@@ -69,7 +70,7 @@ impl StreamSource for ResponsesApi {
         &self,
         request: &Request,
         messages: &[Message],
-    ) -> Result<reqwest::Response, RunnerError> {
+    ) -> Result<UpstreamResponse, RunnerError> {
         self.endpoint
             .post(&self.body(request, messages, true))
             .await

@@ -8,7 +8,7 @@
 //! matcher, the tower retry and timeout layers), a seventh of `enforce serve`'s whole work
 //! per request (callgrind, see `crates/enforce-bench/PROXY-PROFILE.md`). A model server on the
 //! same machine or network (llama.cpp, vLLM, Ollama) is plain HTTP, and it is where the proxy's
-//! own time shows. Both give the callers the same `reqwest::Response` and the same errors.
+//! own time shows. Both give the callers an [`UpstreamResponse`] and the same errors.
 //!
 //! Why not hyper-util's pooled client: it keys its pool by scheme and host in SipHash maps and
 //! hands each connection back through a spawned task, about 8,000 instructions per request.
@@ -19,7 +19,6 @@ use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use reqwest::header::{HeaderMap, HeaderValue};
-use reqwest::ResponseBuilderExt;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -195,7 +194,7 @@ impl DirectPool {
 }
 
 /// A response body that gives its connection back to the pool once read to the end.
-struct Returning {
+pub(crate) struct Returning {
     body: hyper::body::Incoming,
     sender: Option<SendRequest<Full<Bytes>>>,
     pool: Arc<DirectPool>,
@@ -284,7 +283,7 @@ impl Transport {
         headers: &HeaderMap,
         body: Bytes,
         deadline: Instant,
-    ) -> Result<reqwest::Response, SendError> {
+    ) -> Result<UpstreamResponse, SendError> {
         match self {
             Transport::Direct(pool) => {
                 let mut request = http::Request::new(Full::new(body));
@@ -306,17 +305,11 @@ impl Transport {
                     None => Err(SendError::Timeout),
                     Some(Err(e)) => Err(e),
                     Some(Ok(response)) => {
-                        let (mut parts, body) = response.into_parts();
-                        // The response's URL as reqwest keeps it (without it, reqwest parses a
-                        // placeholder URL for every response).
-                        let mut with_url = http::Response::builder().url(url.clone());
-                        if let Some(extensions) = with_url.extensions_mut() {
-                            parts.extensions.extend(std::mem::take(extensions));
-                        }
-                        let body = reqwest::Body::wrap(Deadlined { body, sleep });
-                        Ok(reqwest::Response::from(http::Response::from_parts(
-                            parts, body,
-                        )))
+                        let (head, body) = response.into_parts();
+                        Ok(UpstreamResponse::Direct {
+                            head,
+                            body: Deadlined { body, sleep },
+                        })
                     }
                 }
             }
@@ -330,7 +323,7 @@ impl Transport {
                     .send()
                     .await;
                 match sent {
-                    Ok(response) => Ok(response),
+                    Ok(response) => Ok(UpstreamResponse::Reqwest(response)),
                     Err(e) if e.is_timeout() => Err(SendError::Timeout),
                     Err(e) if e.is_connect() => Err(SendError::Connect(e.to_string())),
                     Err(e) => Err(SendError::Other(e.to_string())),
@@ -353,7 +346,7 @@ fn chain(error: &dyn std::error::Error) -> String {
 }
 
 /// A response body that fails with a timeout once its deadline passes.
-struct Deadlined<B> {
+pub(crate) struct Deadlined<B> {
     body: B,
     sleep: Pin<Box<Sleep>>,
 }
@@ -392,6 +385,108 @@ where
     }
 }
 
+/// An upstream's answer, whichever way it came: its head, and its body read chunk by chunk
+/// by the call's deadline.
+pub(crate) enum UpstreamResponse {
+    /// Over the runner's own connection, its body failing with a timeout past the deadline.
+    /// Read here, not wrapped in a `reqwest::Response`: the wrapping cost a boxed body, a map
+    /// for the response's URL and reqwest's own layers on every answer.
+    Direct {
+        head: http::response::Parts,
+        body: Deadlined<Returning>,
+    },
+    /// Through reqwest (TLS, proxies), with its own timeout.
+    Reqwest(reqwest::Response),
+}
+
+impl std::fmt::Debug for UpstreamResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let transport = match self {
+            UpstreamResponse::Direct { .. } => "direct",
+            UpstreamResponse::Reqwest(_) => "reqwest",
+        };
+        f.debug_struct("UpstreamResponse")
+            .field("transport", &transport)
+            .field("status", &self.status())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an upstream's body could not be read to its end.
+#[derive(Debug)]
+pub(crate) struct ReadError {
+    message: String,
+    timeout: bool,
+}
+
+impl ReadError {
+    /// The call's deadline passed before the body ended.
+    pub(crate) fn is_timeout(&self) -> bool {
+        self.timeout
+    }
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl UpstreamResponse {
+    /// The status.
+    pub(crate) fn status(&self) -> http::StatusCode {
+        match self {
+            UpstreamResponse::Direct { head, .. } => head.status,
+            UpstreamResponse::Reqwest(response) => response.status(),
+        }
+    }
+
+    /// The headers.
+    pub(crate) fn headers(&self) -> &HeaderMap {
+        match self {
+            UpstreamResponse::Direct { head, .. } => &head.headers,
+            UpstreamResponse::Reqwest(response) => response.headers(),
+        }
+    }
+
+    /// The body's length, when the head gives it.
+    pub(crate) fn content_length(&self) -> Option<u64> {
+        match self {
+            UpstreamResponse::Direct { body, .. } => http_body::Body::size_hint(body).exact(),
+            UpstreamResponse::Reqwest(response) => response.content_length(),
+        }
+    }
+
+    /// The next piece of the body; `None` at its end.
+    pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, ReadError> {
+        match self {
+            UpstreamResponse::Direct { body, .. } => loop {
+                match http_body_util::BodyExt::frame(body).await {
+                    None => return Ok(None),
+                    Some(Ok(frame)) => {
+                        // Trailers carry no body: read on.
+                        if let Ok(data) = frame.into_data() {
+                            return Ok(Some(data));
+                        }
+                    }
+                    Some(Err(e)) => {
+                        return Err(ReadError {
+                            // What `Deadlined` fails with at the deadline.
+                            timeout: e.downcast_ref::<std::io::Error>().map(std::io::Error::kind)
+                                == Some(std::io::ErrorKind::TimedOut),
+                            message: chain(&*e),
+                        });
+                    }
+                }
+            },
+            UpstreamResponse::Reqwest(response) => response.chunk().await.map_err(|e| ReadError {
+                timeout: e.is_timeout(),
+                message: e.to_string(),
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,7 +505,7 @@ mod tests {
         url: &reqwest::Url,
         body: Bytes,
         deadline: Instant,
-    ) -> Result<reqwest::Response, SendError> {
+    ) -> Result<UpstreamResponse, SendError> {
         transport
             .post(url, &uri_of(url), &HeaderMap::new(), body, deadline)
             .await
@@ -498,7 +593,6 @@ mod tests {
                 .await
                 .expect("the head arrives");
             assert_eq!(response.status(), 200);
-            assert_eq!(response.url(), &url);
             assert_eq!(response.content_length(), Some(100));
             let mut read = Vec::new();
             let error = loop {
@@ -594,11 +688,15 @@ mod tests {
 
     async fn post_and_read(transport: &Transport, url: &reqwest::Url) -> Bytes {
         let deadline = Instant::now() + Duration::from_secs(5);
-        let response = post(transport, url, Bytes::from_static(b"{}"), deadline)
+        let mut response = post(transport, url, Bytes::from_static(b"{}"), deadline)
             .await
             .expect("an answer");
         assert_eq!(response.status(), 200);
-        response.bytes().await.expect("the body")
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.expect("the body") {
+            body.extend_from_slice(&chunk);
+        }
+        Bytes::from(body)
     }
 
     fn direct(url: &reqwest::Url) -> Transport {

@@ -314,7 +314,9 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         let request_id = HeaderValue::from_str(&turn.id.id).ok();
         let warnings = warnings_header(&turn);
         let writer = S::writer(&turn, kept);
-        let mut response = match stream::respond(turn, job, span, writer).await {
+        // Boxed: the stream driver's state would otherwise make every request's future, the
+        // ones not streamed too, larger by its size, and axum copies that future into a box.
+        let mut response = match Box::pin(stream::respond(turn, job, span, writer)).await {
             Start::Refused(error) => S::refuse(error),
             Start::Whole(mut response, turn, outcome) => {
                 enforcement_headers(response.headers_mut(), &turn, &outcome);
