@@ -5,7 +5,7 @@ use crate::error::ApiError;
 use crate::pipeline::{json_body, non_empty, Ask, Surface};
 use crate::stream::{self, push_data, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
-use crate::verdict::{cut_at_token_limit, enforcement_json, Enforcement};
+use crate::verdict::{cut_at_token_limit, Enforcement};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use enforce_core::{Message, Outcome, Role, ToolCall, Usage};
@@ -289,15 +289,68 @@ impl<'a> Completion<'a> {
     }
 }
 
-/// A `chat.completion.chunk` with one choice.
-fn chunk(id: &TurnId, delta: Value, finish_reason: Option<&str>) -> Value {
-    json!({
-        "id": id.id,
-        "object": "chat.completion.chunk",
-        "created": id.created,
-        "model": id.model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-    })
+/// A `chat.completion.chunk` with one choice whose `delta` is `D`; the finish chunk carries
+/// `enforcement` too. Typed, so a stream is written straight to bytes; fields in the order a
+/// `Value` writes them (sorted), so both forms are the same bytes.
+#[derive(Serialize)]
+struct Chunk<'a, D: Serialize> {
+    choices: [ChunkChoice<D>; 1],
+    created: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enforcement: Option<Enforcement<'a>>,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+}
+
+#[derive(Serialize)]
+struct ChunkChoice<D: Serialize> {
+    delta: D,
+    finish_reason: Option<&'static str>,
+    index: u32,
+}
+
+/// The first delta of an answer: the role, and empty content (`null` when the answer only
+/// calls tools).
+#[derive(Serialize)]
+struct Opening {
+    content: Option<&'static str>,
+    role: &'static str,
+}
+
+/// A piece of the answer's text.
+#[derive(Serialize)]
+struct Content<'a> {
+    content: &'a str,
+}
+
+/// A piece of a draft, shown as thinking.
+#[derive(Serialize)]
+struct Reasoning<'a> {
+    reasoning_content: &'a str,
+}
+
+/// The finish chunk's empty delta.
+#[derive(Serialize)]
+struct NoDelta {}
+
+fn chunk<'a, D: Serialize>(
+    id: &'a TurnId,
+    delta: D,
+    finish_reason: Option<&'static str>,
+) -> Chunk<'a, D> {
+    Chunk {
+        choices: [ChunkChoice {
+            delta,
+            finish_reason,
+            index: 0,
+        }],
+        created: id.created,
+        enforcement: None,
+        id: &id.id,
+        model: &id.model,
+        object: "chat.completion.chunk",
+    }
 }
 
 /// The usage chunk: no choices, only `usage`.
@@ -363,13 +416,16 @@ impl StreamWriter for ChatWriter {
     fn draft(&mut self, text: &str, out: &mut Vec<u8>) {
         if !self.opened {
             self.opened = true;
-            let open = chunk(&self.id, json!({"role": "assistant", "content": ""}), None);
-            push_data(out, &open);
+            let open = Opening {
+                content: Some(""),
+                role: "assistant",
+            };
+            push_data(out, &chunk(&self.id, open, None));
         }
-        push_data(
-            out,
-            &chunk(&self.id, json!({"reasoning_content": text}), None),
-        );
+        let reasoning = Reasoning {
+            reasoning_content: text,
+        };
+        push_data(out, &chunk(&self.id, reasoning, None));
     }
 
     fn answer(
@@ -380,42 +436,7 @@ impl StreamWriter for ChatWriter {
         summary: Option<&str>,
         out: &mut Vec<u8>,
     ) {
-        self.close_status(summary, out);
-        let id = &self.id;
-        let calls = &outcome.tool_calls;
-        // An answer that only calls tools has no content, as OpenAI streams it.
-        if !self.opened {
-            let opening = if text.is_empty() && !calls.is_empty() {
-                json!({"role": "assistant", "content": null})
-            } else {
-                json!({"role": "assistant", "content": ""})
-            };
-            push_data(out, &chunk(id, opening, None));
-        }
-        for piece in stream::pieces(text, CONTENT_PIECE) {
-            push_data(out, &chunk(id, json!({"content": piece}), None));
-        }
-        // Each call: its id and name with empty arguments first, then the arguments in pieces
-        // under the same index, as OpenAI streams them.
-        for (index, call) in calls.iter().enumerate() {
-            let head = json!({"tool_calls": [{
-                "index": index, "id": call.id, "type": "function",
-                "function": {"name": call.name, "arguments": ""},
-            }]});
-            push_data(out, &chunk(id, head, None));
-            for piece in stream::pieces(&call.arguments, CONTENT_PIECE) {
-                let more =
-                    json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]});
-                push_data(out, &chunk(id, more, None));
-            }
-        }
-        let mut finish = chunk(id, json!({}), Some(finish_reason(outcome)));
-        finish["enforcement"] = enforcement_json(outcome);
-        turn.add_route(&mut finish["enforcement"]);
-        push_data(out, &finish);
-        if self.include_usage {
-            push_data(out, &usage_chunk(id, outcome.usage));
-        }
+        self.write_answer(turn.route.as_ref(), text, outcome, summary, out);
     }
 
     fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>) {
@@ -433,6 +454,53 @@ impl StreamWriter for ChatWriter {
         push_data(&mut tail, &stream::interrupted().streamed_body());
         tail.extend_from_slice(DONE);
         Bytes::from(tail)
+    }
+}
+
+impl ChatWriter {
+    /// The answer's chunks (see [`StreamWriter::answer`]); `route`: how the request was routed.
+    fn write_answer(
+        &mut self,
+        route: Option<&Value>,
+        text: &str,
+        outcome: &Outcome,
+        summary: Option<&str>,
+        out: &mut Vec<u8>,
+    ) {
+        self.close_status(summary, out);
+        let id = &self.id;
+        let calls = &outcome.tool_calls;
+        // An answer that only calls tools has no content, as OpenAI streams it.
+        if !self.opened {
+            let opening = Opening {
+                content: (calls.is_empty() || !text.is_empty()).then_some(""),
+                role: "assistant",
+            };
+            push_data(out, &chunk(id, opening, None));
+        }
+        for piece in stream::pieces(text, CONTENT_PIECE) {
+            push_data(out, &chunk(id, Content { content: piece }, None));
+        }
+        // Each call: its id and name with empty arguments first, then the arguments in pieces
+        // under the same index, as OpenAI streams them.
+        for (index, call) in calls.iter().enumerate() {
+            let head = json!({"tool_calls": [{
+                "index": index, "id": call.id, "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }]});
+            push_data(out, &chunk(id, head, None));
+            for piece in stream::pieces(&call.arguments, CONTENT_PIECE) {
+                let more =
+                    json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]});
+                push_data(out, &chunk(id, more, None));
+            }
+        }
+        let mut finish = chunk(id, NoDelta {}, Some(finish_reason(outcome)));
+        finish.enforcement = Some(Enforcement::of(outcome).routed(route));
+        push_data(out, &finish);
+        if self.include_usage {
+            push_data(out, &usage_chunk(id, outcome.usage));
+        }
     }
 }
 
@@ -513,5 +581,154 @@ mod tests {
         let chunk: Value = serde_json::from_str(&lines[0]["data: ".len()..]).unwrap();
         assert!(chunk.get("error").is_some() && chunk.get("choices").is_none());
         assert_eq!(lines[1], "data: [DONE]");
+    }
+
+    /// The typed chunks are, byte for byte, the `Value`-built ones they replaced: drafts
+    /// first or not, text in one piece or several, tool calls with and without text, a route,
+    /// the usage chunk.
+    #[test]
+    fn the_typed_chunks_are_the_bytes_of_the_values_they_replaced() {
+        use crate::verdict::enforcement_json;
+        use crate::verdict::fixtures::{attempt, outcome};
+        use enforce_core::Status;
+
+        fn reference_chunk(id: &TurnId, delta: Value, finish_reason: Option<&str>) -> Value {
+            json!({
+                "id": id.id,
+                "object": "chat.completion.chunk",
+                "created": id.created,
+                "model": id.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+            })
+        }
+
+        /// The answer as the writer wrote it with `Value`s.
+        fn reference(
+            id: &TurnId,
+            opened: bool,
+            route: Option<&Value>,
+            text: &str,
+            outcome: &Outcome,
+            include_usage: bool,
+        ) -> Vec<u8> {
+            let mut out = Vec::new();
+            let calls = &outcome.tool_calls;
+            if !opened {
+                let opening = if text.is_empty() && !calls.is_empty() {
+                    json!({"role": "assistant", "content": null})
+                } else {
+                    json!({"role": "assistant", "content": ""})
+                };
+                push_data(&mut out, &reference_chunk(id, opening, None));
+            }
+            for piece in stream::pieces(text, CONTENT_PIECE) {
+                push_data(
+                    &mut out,
+                    &reference_chunk(id, json!({"content": piece}), None),
+                );
+            }
+            for (index, call) in calls.iter().enumerate() {
+                let head = json!({"tool_calls": [{
+                    "index": index, "id": call.id, "type": "function",
+                    "function": {"name": call.name, "arguments": ""},
+                }]});
+                push_data(&mut out, &reference_chunk(id, head, None));
+                for piece in stream::pieces(&call.arguments, CONTENT_PIECE) {
+                    let more =
+                        json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]});
+                    push_data(&mut out, &reference_chunk(id, more, None));
+                }
+            }
+            let mut finish = reference_chunk(id, json!({}), Some(finish_reason(outcome)));
+            finish["enforcement"] = enforcement_json(outcome);
+            if let (Some(route), Some(object)) = (route, finish["enforcement"].as_object_mut()) {
+                object.insert("route".into(), route.clone());
+            }
+            push_data(&mut out, &finish);
+            if include_usage {
+                push_data(&mut out, &usage_chunk(id, outcome.usage));
+            }
+            out
+        }
+
+        let id = TurnId {
+            id: "chatcmpl-enf1".into(),
+            created: 7,
+            model: "m \"quoted\"".into(),
+        };
+        let call = ToolCall::new("c1", "f", "{\"a\": 1}");
+        let route = json!({"name": "r", "profile": "p", "by": "default"});
+        let long = "é".repeat(CONTENT_PIECE);
+        let mut failed = outcome(
+            Status::Unresolved,
+            Vec::new(),
+            vec![attempt(None, &["json"])],
+        );
+        failed.usage = Some(Usage {
+            input_tokens: 3,
+            output_tokens: 4,
+        });
+        let answers = [
+            (
+                "plain text",
+                outcome(Status::Passed, Vec::new(), vec![attempt(None, &[])]),
+            ),
+            (
+                "",
+                outcome(Status::Passed, vec![call.clone()], vec![attempt(None, &[])]),
+            ),
+            (
+                "text and a call",
+                outcome(Status::Repaired, vec![call], vec![attempt(None, &["x"])]),
+            ),
+            (long.as_str(), failed),
+        ];
+        for (text, outcome) in &answers {
+            for (opened, route, include_usage) in [
+                (false, None, false),
+                (true, Some(&route), true),
+                (false, Some(&route), true),
+            ] {
+                let mut writer = ChatWriter {
+                    id: id.clone(),
+                    status_events: false,
+                    include_usage,
+                    status_open: false,
+                    opened,
+                };
+                let mut typed = Vec::new();
+                writer.write_answer(route, text, outcome, None, &mut typed);
+                assert_eq!(
+                    String::from_utf8_lossy(&typed),
+                    String::from_utf8_lossy(&reference(
+                        &id,
+                        opened,
+                        route,
+                        text,
+                        outcome,
+                        include_usage
+                    )),
+                    "{text:?}, opened {opened}, route {route:?}"
+                );
+            }
+        }
+        let mut writer = ChatWriter {
+            id: id.clone(),
+            status_events: false,
+            include_usage: false,
+            status_open: false,
+            opened: false,
+        };
+        let mut typed = Vec::new();
+        writer.draft("thinking \"hard\"", &mut typed);
+        let mut expected = Vec::new();
+        let open = json!({"role": "assistant", "content": ""});
+        push_data(&mut expected, &reference_chunk(&id, open, None));
+        let draft = json!({"reasoning_content": "thinking \"hard\""});
+        push_data(&mut expected, &reference_chunk(&id, draft, None));
+        assert_eq!(
+            String::from_utf8_lossy(&typed),
+            String::from_utf8_lossy(&expected)
+        );
     }
 }
