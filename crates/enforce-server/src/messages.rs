@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::pipeline::{names, Ask, Surface};
 use crate::stream::StreamWriter;
 use crate::turn::Turn;
-use crate::verdict::{enforcement_json, Enforcement};
+use crate::verdict::Enforcement;
 use axum::body::Bytes;
 use axum::http::{HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -104,11 +104,10 @@ impl StreamWriter for MessagesWriter {
         _summary: Option<&str>,
         out: &mut Vec<u8>,
     ) {
-        let mut enforcement = enforcement_json(outcome);
-        turn.add_route(&mut enforcement);
-        let warnings = crate::pipeline::warnings_json(turn);
+        let enforcement = Enforcement::of(outcome).routed(turn.route.as_ref());
+        let warnings = crate::pipeline::Warnings::of(&turn.ignored);
         self.events
-            .finish(text, outcome, enforcement, warnings.as_ref(), out);
+            .finish(text, outcome, enforcement, warnings, out);
     }
 
     fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>) {

@@ -2,8 +2,11 @@
 
 use super::{error_body, stop_reason, tool_input};
 use crate::error::ApiError;
+use crate::pipeline::Warnings;
+use crate::verdict::Enforcement;
 use enforce_core::Outcome;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::json;
 
 /// Writes the SSE events of one Messages stream. Nothing of the answer (text, tool calls) goes
 /// out before the verdict: [`finish`](Self::finish) writes it whole. Only `stream_mode: draft`
@@ -21,12 +24,127 @@ pub struct MessagesEvents {
     next_index: usize,
 }
 
-fn push_event(out: &mut Vec<u8>, name: &str, data: &Value) {
+fn push_event(out: &mut Vec<u8>, name: &str, data: &impl Serialize) {
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    out.extend_from_slice(data.to_string().as_bytes());
-    out.extend_from_slice(b"\n\n");
+    out.push(b'\n');
+    crate::stream::push_data(out, data);
+}
+
+// The events of an answer, typed so they are written straight to bytes; fields in the order
+// a `Value` writes them (sorted), so both forms are the same bytes.
+
+#[derive(Serialize)]
+struct MessageStart<'a> {
+    message: StartedMessage<'a>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct StartedMessage<'a> {
+    content: [(); 0],
+    id: &'a str,
+    model: &'a str,
+    role: &'static str,
+    stop_reason: Option<()>,
+    stop_sequence: Option<()>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+struct Usage {
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct BlockStart<B: Serialize> {
+    content_block: B,
+    index: usize,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct TextBlock {
+    text: &'static str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct ToolUseBlock<'a> {
+    id: &'a str,
+    input: Empty,
+    name: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+#[derive(Serialize)]
+struct BlockDelta<D: Serialize> {
+    delta: D,
+    index: usize,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct TextDelta<'a> {
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct InputJsonDelta<'a> {
+    partial_json: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct BlockStop {
+    index: usize,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct MessageDelta<'a> {
+    delta: StopDelta,
+    enforcement: Enforcement<'a>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    usage: Usage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warnings: Option<Warnings<'a>>,
+}
+
+#[derive(Serialize)]
+struct StopDelta {
+    stop_reason: &'static str,
+    stop_sequence: Option<()>,
+}
+
+#[derive(Serialize)]
+struct MessageStop {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+fn block_stop(out: &mut Vec<u8>, index: usize) {
+    let stop = BlockStop {
+        index,
+        kind: "content_block_stop",
+    };
+    push_event(out, "content_block_stop", &stop);
 }
 
 /// Text is sent in pieces of at most this many bytes (cut on character boundaries).
@@ -52,14 +170,23 @@ impl MessagesEvents {
             return;
         }
         self.opened = true;
-        push_event(
-            out,
-            "message_start",
-            &json!({"type": "message_start", "message": {
-                "id": self.id, "type": "message", "role": "assistant", "model": self.model,
-                "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": 0, "output_tokens": 0}}}),
-        );
+        let start = MessageStart {
+            message: StartedMessage {
+                content: [],
+                id: &self.id,
+                model: &self.model,
+                role: "assistant",
+                stop_reason: None,
+                stop_sequence: None,
+                kind: "message",
+                usage: Usage {
+                    input_tokens: 0,
+                    output_tokens: 0,
+                },
+            },
+            kind: "message_start",
+        };
+        push_event(out, "message_start", &start);
     }
 
     /// More draft text (`stream_mode: draft`) in the `thinking` block, opened on first use.
@@ -92,11 +219,7 @@ impl MessagesEvents {
 
     fn close_thinking(&mut self, out: &mut Vec<u8>) {
         if let Some(index) = self.thinking.take() {
-            push_event(
-                out,
-                "content_block_stop",
-                &json!({"type": "content_block_stop", "index": index}),
-            );
+            block_stop(out, index);
         }
     }
 
@@ -107,69 +230,84 @@ impl MessagesEvents {
         &mut self,
         text: &str,
         outcome: &Outcome,
-        enforcement: Value,
-        warnings: Option<&Value>,
+        enforcement: Enforcement<'_>,
+        warnings: Option<Warnings<'_>>,
         out: &mut Vec<u8>,
     ) {
         self.open(out);
         self.close_thinking(out);
         if !text.is_empty() {
             let index = self.next_block();
-            push_event(
-                out,
-                "content_block_start",
-                &json!({"type": "content_block_start", "index": index,
-                        "content_block": {"type": "text", "text": ""}}),
-            );
+            let start = BlockStart {
+                content_block: TextBlock {
+                    text: "",
+                    kind: "text",
+                },
+                index,
+                kind: "content_block_start",
+            };
+            push_event(out, "content_block_start", &start);
             for piece in crate::stream::pieces(text, PIECE) {
-                push_event(
-                    out,
-                    "content_block_delta",
-                    &json!({"type": "content_block_delta", "index": index,
-                            "delta": {"type": "text_delta", "text": piece}}),
-                );
+                let delta = BlockDelta {
+                    delta: TextDelta {
+                        text: piece,
+                        kind: "text_delta",
+                    },
+                    index,
+                    kind: "content_block_delta",
+                };
+                push_event(out, "content_block_delta", &delta);
             }
-            push_event(
-                out,
-                "content_block_stop",
-                &json!({"type": "content_block_stop", "index": index}),
-            );
+            block_stop(out, index);
         }
         for call in &outcome.tool_calls {
             let index = self.next_block();
-            push_event(
-                out,
-                "content_block_start",
-                &json!({"type": "content_block_start", "index": index, "content_block":
-                        {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}}),
-            );
+            let start = BlockStart {
+                content_block: ToolUseBlock {
+                    id: &call.id,
+                    input: Empty {},
+                    name: &call.name,
+                    kind: "tool_use",
+                },
+                index,
+                kind: "content_block_start",
+            };
+            push_event(out, "content_block_start", &start);
             // The input as the object it is, re-serialized: `input_json_delta` fragments must
             // join to the JSON the client parses.
             let input = tool_input(call).to_string();
             for piece in crate::stream::pieces(&input, PIECE) {
-                push_event(
-                    out,
-                    "content_block_delta",
-                    &json!({"type": "content_block_delta", "index": index,
-                            "delta": {"type": "input_json_delta", "partial_json": piece}}),
-                );
+                let delta = BlockDelta {
+                    delta: InputJsonDelta {
+                        partial_json: piece,
+                        kind: "input_json_delta",
+                    },
+                    index,
+                    kind: "content_block_delta",
+                };
+                push_event(out, "content_block_delta", &delta);
             }
-            push_event(
-                out,
-                "content_block_stop",
-                &json!({"type": "content_block_stop", "index": index}),
-            );
+            block_stop(out, index);
         }
         let usage = outcome.usage.unwrap_or_default();
-        let mut delta = json!({"type": "message_delta",
-                "delta": {"stop_reason": stop_reason(outcome), "stop_sequence": null},
-                "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
-                "enforcement": enforcement});
-        if let Some(warnings) = warnings {
-            delta["warnings"] = warnings.clone();
-        }
+        let delta = MessageDelta {
+            delta: StopDelta {
+                stop_reason: stop_reason(outcome),
+                stop_sequence: None,
+            },
+            enforcement,
+            kind: "message_delta",
+            usage: Usage {
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+            },
+            warnings,
+        };
         push_event(out, "message_delta", &delta);
-        push_event(out, "message_stop", &json!({"type": "message_stop"}));
+        let stop = MessageStop {
+            kind: "message_stop",
+        };
+        push_event(out, "message_stop", &stop);
     }
 
     /// The stream's end for an answer not delivered: an `error` event in Anthropic's shape

@@ -1,5 +1,6 @@
 use super::request::MessagesRequest;
 use super::*;
+use crate::verdict::enforcement_json;
 use enforce_core::{Issue, Message, Status, StopReason};
 
 fn parse(body: Value) -> Result<MessagesRequest, ApiError> {
@@ -294,7 +295,7 @@ fn a_stream_holds_everything_until_the_verdict_then_writes_it_whole() {
     writer.finish(
         "Sunny.",
         &outcome,
-        enforcement_json(&outcome),
+        Enforcement::of(&outcome),
         None,
         &mut out,
     );
@@ -341,7 +342,7 @@ fn drafts_are_a_thinking_block_closed_before_the_answer_or_the_error() {
     writer.finish(
         "Sunny.",
         &outcome,
-        enforcement_json(&outcome),
+        Enforcement::of(&outcome),
         None,
         &mut out,
     );
@@ -416,4 +417,159 @@ fn errors_take_anthropics_shape_with_the_message_first() {
     let events = parse_events(&tail);
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].1["error"]["code"], "stream_interrupted");
+}
+
+/// The typed events are, byte for byte, the `Value`-built ones they replaced: text in one
+/// piece and in several, tool calls with and without text, after a draft, with a route and
+/// warnings.
+#[test]
+fn the_typed_events_are_the_bytes_of_the_values_they_replaced() {
+    fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        out.extend_from_slice(data.to_string().as_bytes());
+        out.extend_from_slice(b"\n\n");
+    }
+    /// `open` and `finish` as they wrote their events with `Value`s; `first`: the first block's
+    /// index (after a draft's thinking block, closed here).
+    fn reference(
+        id: &str,
+        first: usize,
+        text: &str,
+        outcome: &Outcome,
+        enforcement: Value,
+        warnings: Option<&Value>,
+    ) -> Vec<u8> {
+        let mut out = Vec::new();
+        if first == 0 {
+            event(
+                &mut out,
+                "message_start",
+                &json!({"type": "message_start", "message": {
+                "id": id, "type": "message", "role": "assistant", "model": "m",
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+            );
+        } else {
+            event(
+                &mut out,
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": 0}),
+            );
+        }
+        let mut index = first;
+        if !text.is_empty() {
+            event(
+                &mut out,
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": index,
+                "content_block": {"type": "text", "text": ""}}),
+            );
+            for piece in crate::stream::pieces(text, 2048) {
+                event(
+                    &mut out,
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta",
+                    "index": index, "delta": {"type": "text_delta", "text": piece}}),
+                );
+            }
+            event(
+                &mut out,
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": index}),
+            );
+            index += 1;
+        }
+        for call in &outcome.tool_calls {
+            event(
+                &mut out,
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": index,
+                "content_block": {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}}),
+            );
+            let input = tool_input(call).to_string();
+            for piece in crate::stream::pieces(&input, 2048) {
+                event(
+                    &mut out,
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta",
+                    "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+                );
+            }
+            event(
+                &mut out,
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": index}),
+            );
+            index += 1;
+        }
+        let usage = outcome.usage.unwrap_or_default();
+        let mut delta = json!({"type": "message_delta",
+            "delta": {"stop_reason": stop_reason(outcome), "stop_sequence": null},
+            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+            "enforcement": enforcement});
+        if let Some(warnings) = warnings {
+            delta["warnings"] = warnings.clone();
+        }
+        event(&mut out, "message_delta", &delta);
+        event(&mut out, "message_stop", &json!({"type": "message_stop"}));
+        out
+    }
+
+    let call = ToolCall::new("toolu_1", "get_weather", r#"{ "city" : "Oslo \"N\"" }"#);
+    let mut with_usage = outcome(Status::Unresolved, Vec::new());
+    with_usage.usage = Some(enforce_core::Usage {
+        input_tokens: 5,
+        output_tokens: 9,
+    });
+    let long = "ø".repeat(3000);
+    let answers = [
+        ("Sunny \"and\" warm.", outcome(Status::Passed, Vec::new())),
+        ("", outcome(Status::Passed, vec![call.clone()])),
+        ("Looking.", outcome(Status::Repaired, vec![call])),
+        (long.as_str(), with_usage),
+    ];
+    let route = json!({"name": "r", "profile": "p", "by": "label"});
+    let ignored = vec!["top_k".to_string()];
+    for (text, outcome) in &answers {
+        for (drafted, routed, warned) in [(false, false, false), (true, true, true)] {
+            let mut writer = MessagesEvents::new("msg_\"1", "m");
+            let mut typed = Vec::new();
+            if drafted {
+                writer.draft("a draft", &mut typed);
+            }
+            // What `finish` writes; after a draft, from the thinking block's end.
+            let start = typed.len();
+            let route = routed.then_some(&route);
+            let enforcement = Enforcement::of(outcome).routed(route);
+            let warnings = if warned {
+                crate::pipeline::Warnings::of(&ignored)
+            } else {
+                None
+            };
+            writer.finish(text, outcome, enforcement, warnings, &mut typed);
+            let written = &typed[start..];
+            let mut expected_enforcement = enforcement_json(outcome);
+            if let (Some(route), Some(object)) = (route, expected_enforcement.as_object_mut()) {
+                object.insert("route".into(), route.clone());
+            }
+            let expected_warnings = warned.then(|| {
+                serde_json::to_value(crate::pipeline::Warnings::of(&ignored)).expect("warnings")
+            });
+            let expected = reference(
+                "msg_\"1",
+                usize::from(drafted),
+                text,
+                outcome,
+                expected_enforcement,
+                expected_warnings.as_ref(),
+            );
+            assert_eq!(
+                String::from_utf8_lossy(written),
+                String::from_utf8_lossy(&expected),
+                "{text:?}, drafted {drafted}"
+            );
+        }
+    }
 }
