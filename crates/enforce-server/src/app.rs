@@ -52,7 +52,11 @@ pub(crate) fn authenticate(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(auth::bearer_token)
-        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
+        .or_else(|| {
+            headers
+                .get(crate::pipeline::names::API_KEY)
+                .and_then(|v| v.to_str().ok())
+        });
     let keys = plain
         .iter()
         .map(String::as_str)

@@ -7,9 +7,10 @@
 use crate::auth::Granted;
 use crate::config::{KeyGrant, Model};
 use crate::error::ApiError;
+use crate::pipeline::names;
 use crate::session::StoredResponse;
 use crate::state::App;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderName, StatusCode};
 use enforce_core::Budget;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -69,7 +70,7 @@ pub(crate) fn admit_model(
         return Err(rejected("forbidden")(model_forbidden(grant, id)));
     }
     let named = headers
-        .get(crate::PROFILE_HEADER)
+        .get(crate::pipeline::names::PROFILE)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|n| !n.is_empty());
@@ -160,8 +161,8 @@ pub(crate) fn apply(
         let error = profile_forbidden(grant, &model.profile, &why);
         return Err(rejected("forbidden")(error));
     }
-    let max_retries = limit::<u32>(headers, MAX_RETRIES_HEADER, "X-Enforce-Max-Retries", 0)?;
-    let max_tokens = limit::<u64>(headers, TOKEN_BUDGET_HEADER, "X-Enforce-Token-Budget", 1)?;
+    let max_retries = limit::<u32>(headers, &names::MAX_RETRIES, "X-Enforce-Max-Retries", 0)?;
+    let max_tokens = limit::<u64>(headers, &names::TOKEN_BUDGET, "X-Enforce-Token-Budget", 1)?;
     if max_retries.is_none() && max_tokens.is_none() {
         return Ok(None);
     }
@@ -219,7 +220,7 @@ fn applied_limits(
 /// A limit header's value: a whole number of at least `min`, or a 400 naming the header.
 fn limit<T: std::str::FromStr + PartialOrd + From<u8>>(
     headers: &HeaderMap,
-    name: &'static str,
+    name: &HeaderName,
     shown_name: &str,
     min: u8,
 ) -> Result<Option<T>, Refused> {

@@ -63,6 +63,14 @@ pub(crate) mod names {
     pub const REQUEST_ID: HeaderName = HeaderName::from_static(super::REQUEST_ID_HEADER);
     /// Anthropic's SDKs read the request id from `request-id`.
     pub const ANTHROPIC_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+    // Request headers the stages read, looked up by names made once too.
+    pub const CHAT_ID: HeaderName = HeaderName::from_static(super::CHAT_ID_HEADER);
+    pub const CONTEXT: HeaderName = HeaderName::from_static(crate::facts::CONTEXT_HEADER);
+    pub const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+    pub const MAX_RETRIES: HeaderName =
+        HeaderName::from_static(crate::controls::MAX_RETRIES_HEADER);
+    pub const TOKEN_BUDGET: HeaderName =
+        HeaderName::from_static(crate::controls::TOKEN_BUDGET_HEADER);
 }
 
 /// What every surface parses its request into: the surface-neutral turn.
@@ -476,7 +484,7 @@ fn resolve_model(
     };
     let mut model = model.clone();
     let profile = headers
-        .get(PROFILE_HEADER)
+        .get(names::PROFILE)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|n| !n.is_empty());
@@ -554,7 +562,7 @@ async fn open_session(
     model: &Model,
 ) -> Result<SessionStage, Rejection> {
     let chat_id = headers
-        .get(CHAT_ID_HEADER)
+        .get(names::CHAT_ID)
         .and_then(|v| v.to_str().ok())
         .and_then(non_empty)
         .or_else(|| ask.chat_hint.take());
@@ -677,7 +685,7 @@ fn context(
 ) -> Result<Context, Rejection> {
     let facts = facts::request_facts(
         enforce,
-        headers.get(facts::CONTEXT_HEADER).map(|v| v.as_bytes()),
+        headers.get(names::CONTEXT).map(|v| v.as_bytes()),
         app.config.max_context_bytes,
     )
     .map_err(rejected("bad_request"))?;
@@ -847,7 +855,8 @@ fn push_digits(out: &mut String, mut value: u64, radix: u64, width: usize) {
     for _ in buf.len() - start..width {
         out.push('0');
     }
-    out.extend(buf[start..].iter().map(|&b| char::from(b)));
+    // ASCII digits: always UTF-8.
+    out.push_str(std::str::from_utf8(&buf[start..]).unwrap_or_default());
 }
 
 #[cfg(test)]
