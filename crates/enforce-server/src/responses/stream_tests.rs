@@ -268,6 +268,26 @@ fn answers() -> Vec<(String, Outcome)> {
     answers
 }
 
+/// Both writers opened and shown `drafts`, each with what it wrote: the typed one and the
+/// reference.
+fn opened(
+    id: &TurnId,
+    echo: &Map<String, Value>,
+    drafts: &[&str],
+) -> ((ResponsesWriter, Vec<u8>), (ValueWriter, Vec<u8>)) {
+    let mut typed = Vec::new();
+    let mut writer = ResponsesWriter::new(id.clone(), echo.clone());
+    writer.open(&mut typed);
+    let mut value = Vec::new();
+    let mut old = ValueWriter::new(id, echo);
+    old.open(&mut value);
+    for draft in drafts {
+        writer.draft(draft, &mut typed);
+        old.draft(draft, &mut value);
+    }
+    ((writer, typed), (old, value))
+}
+
 #[test]
 fn the_typed_events_are_the_bytes_of_the_values_they_replaced() {
     let id = id();
@@ -280,16 +300,7 @@ fn the_typed_events_are_the_bytes_of_the_values_they_replaced() {
         for echo in &echoes() {
             for (route, ignored) in [(None, &[][..]), (Some(&route), &ignored[..])] {
                 for drafts in drafts {
-                    let mut typed = Vec::new();
-                    let mut writer = ResponsesWriter::new(id.clone(), echo.clone());
-                    writer.open(&mut typed);
-                    let mut value = Vec::new();
-                    let mut old = ValueWriter::new(&id, echo);
-                    old.open(&mut value);
-                    for draft in drafts {
-                        writer.draft(draft, &mut typed);
-                        old.draft(draft, &mut value);
-                    }
+                    let ((mut writer, mut typed), (mut old, mut value)) = opened(&id, echo, drafts);
                     writer.write_answer(route, ignored, text, outcome, &mut typed);
                     let stored = old.answer(route, ignored, text, outcome, &mut value);
                     assert_eq!(utf8(&typed), utf8(&value), "{text:?} {echo:?}");
@@ -316,19 +327,14 @@ fn a_typed_refusal_and_an_unfinished_stream_are_the_bytes_of_the_values_they_rep
             "The model is \"away\".",
         ),
     ];
+    assert!(
+        errors[0].enforcement.is_some(),
+        "a refusal with its verdict"
+    );
     for error in &errors {
         for echo in &echoes() {
             for drafts in [&[][..], &["a draft"][..]] {
-                let mut typed = Vec::new();
-                let mut writer = ResponsesWriter::new(id.clone(), echo.clone());
-                writer.open(&mut typed);
-                let mut value = Vec::new();
-                let mut old = ValueWriter::new(&id, echo);
-                old.open(&mut value);
-                for draft in drafts {
-                    writer.draft(draft, &mut typed);
-                    old.draft(draft, &mut value);
-                }
+                let ((mut writer, mut typed), (mut old, mut value)) = opened(&id, echo, drafts);
                 writer.refusal(error, &mut typed);
                 old.refusal(error, &mut value);
                 assert_eq!(utf8(&typed), utf8(&value), "{error:?}");
