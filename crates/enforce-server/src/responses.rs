@@ -18,12 +18,22 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use enforce_core::{Message, Outcome, Role, ToolCall};
-use object::{CallItem, Failure, ItemId, MessageItem, OutputText, ResponseObject, Verdict};
+use events::{
+    ArgumentsDelta, ArgumentsDone, ContentPart, ItemEvent, StreamError, SummaryDelta, SummaryDone,
+    SummaryPart, TextDelta, TextDone,
+};
+use object::{
+    CallItem, Failure, ItemId, MessageItem, OutputText, ReasoningItem, ResponseObject, SummaryText,
+    Verdict,
+};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+mod events;
 mod object;
+#[cfg(test)]
+mod stream_tests;
 #[cfg(test)]
 mod tests;
 
@@ -107,16 +117,7 @@ impl Surface for Responses {
     }
 
     fn writer(turn: &Turn, kept: Kept) -> ResponsesWriter {
-        ResponsesWriter {
-            id: turn.id.clone(),
-            echo: kept.echo,
-            sequence: 0,
-            reasoning: None,
-            shown_reasoning: None,
-            next_index: 0,
-            item_status: "completed",
-            completed: None,
-        }
+        ResponsesWriter::new(turn.id.clone(), kept.echo)
     }
 }
 
@@ -442,7 +443,7 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
     let model = model_of(fields.remove("model"))?;
     for (key, why) in REFUSED {
         if fields
-            .get(*key)
+            .get(key)
             .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
         {
             return Err(invalid(format!("`{key}`: {why}."), key));
@@ -450,7 +451,7 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
     }
     let mut echo = Map::new();
     for key in ECHOED {
-        if let Some(v) = fields.get(*key) {
+        if let Some(v) = fields.get(key) {
             echo.insert((*key).to_string(), v.clone());
         }
     }
@@ -501,7 +502,7 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
     let ignored: Vec<String> = IGNORED
         .iter()
         .filter(|key| {
-            fields.get(**key).is_some_and(|v| match v {
+            fields.get(key).is_some_and(|v| match v {
                 Value::Null => false,
                 Value::Array(a) => !a.is_empty(),
                 _ => true,
@@ -560,14 +561,13 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
     Ok((ask, Kept { echo }))
 }
 
-/// The id of the answer's item with `prefix` (`msg_…`, `rs_…`), as text for a stream's events.
-fn item_id(id: &TurnId, prefix: &'static str) -> String {
+/// The id of the answer's item with `prefix` (`msg_…`, `rs_…`), for a stream's events.
+fn item_id<'a>(id: &'a TurnId, prefix: &'static str) -> ItemId<'a> {
     ItemId {
         prefix,
         id,
         number: None,
     }
-    .to_string()
 }
 
 /// A stream event carrying the whole `response` object (`response.created`,
@@ -597,16 +597,16 @@ impl<'a, R: ?Sized> ResponseEvent<'a, R> {
 /// Writes a Responses stream: `response.created` and `response.in_progress` at once, drafts
 /// as a `reasoning` item's summary text (what clients show as thinking), then the answer's
 /// items with their delta and done events, and `response.completed`, or `response.failed`.
-/// Every event carries its `sequence_number`.
+/// Every event carries its `sequence_number`; every event is typed ([`events`]).
 pub(crate) struct ResponsesWriter {
     id: TurnId,
     echo: Map<String, Value>,
-    sequence: u64,
+    sequence: Sequence,
     /// The reasoning item showing drafts: its output index and text so far.
     reasoning: Option<(usize, String)>,
     /// The reasoning item once closed, with its output index: the final `response` lists it
     /// too, so that its `output` matches the items the events announced.
-    shown_reasoning: Option<(usize, Value)>,
+    shown_reasoning: Option<(usize, String)>,
     /// The output index of the next item.
     next_index: usize,
     /// The status the answer's items end with (`incomplete` when cut at the token limit).
@@ -615,170 +615,193 @@ pub(crate) struct ResponsesWriter {
     completed: Option<Bytes>,
 }
 
-impl ResponsesWriter {
+/// The sequence numbers of a stream's events; a field of its own, so that an event can
+/// borrow the writer's other fields while it is numbered.
+#[derive(Default)]
+struct Sequence(u64);
+
+impl Sequence {
     /// Starts an event: its `event:` line; its sequence number.
-    fn next_event(&mut self, kind: &str, out: &mut Vec<u8>) -> u64 {
-        let sequence = self.sequence;
-        self.sequence += 1;
+    fn next(&mut self, kind: &str, out: &mut Vec<u8>) -> u64 {
+        let sequence = self.0;
+        self.0 += 1;
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(kind.as_bytes());
         out.push(b'\n');
         sequence
     }
 
-    fn event(&mut self, kind: &str, mut body: Value, out: &mut Vec<u8>) {
-        let sequence = self.next_event(kind, out);
-        if let Value::Object(map) = &mut body {
-            map.insert("type".into(), Value::String(kind.to_string()));
-            map.insert("sequence_number".into(), Value::from(sequence));
+    /// Writes an event of `kind`: its `data:` is `event` of its sequence number.
+    fn write<E: Serialize>(&mut self, kind: &str, out: &mut Vec<u8>, event: impl FnOnce(u64) -> E) {
+        let sequence_number = self.next(kind, out);
+        stream::push_data(out, &event(sequence_number));
+    }
+}
+
+impl ResponsesWriter {
+    /// The writer of the answer `id`, echoing `echo`.
+    fn new(id: TurnId, echo: Map<String, Value>) -> Self {
+        ResponsesWriter {
+            id,
+            echo,
+            sequence: Sequence::default(),
+            reasoning: None,
+            shown_reasoning: None,
+            next_index: 0,
+            item_status: "completed",
+            completed: None,
         }
-        stream::push_data(out, &body);
     }
 
     /// Closes the reasoning item of the drafts, if one is open.
     fn close_reasoning(&mut self, out: &mut Vec<u8>) {
-        let Some((index, text)) = self.reasoning.take() else {
+        let Some((output_index, text)) = self.reasoning.take() else {
             return;
         };
         let item_id = item_id(&self.id, "rs_");
-        let part = json!({"type": "summary_text", "text": text});
-        let at = json!({"item_id": item_id, "output_index": index, "summary_index": 0});
-        let mut done = at.clone();
-        done["text"] = Value::String(text.clone());
-        self.event("response.reasoning_summary_text.done", done, out);
-        let mut part_done = at;
-        part_done["part"] = part.clone();
-        self.event("response.reasoning_summary_part.done", part_done, out);
-        let item = json!({"id": item_id, "type": "reasoning", "summary": [part]});
-        self.event(
-            "response.output_item.done",
-            json!({"output_index": index, "item": item.clone()}),
-            out,
-        );
-        self.shown_reasoning = Some((index, item));
+        let kind = "response.reasoning_summary_text.done";
+        self.sequence
+            .write(kind, out, |sequence_number| SummaryDone {
+                item_id,
+                output_index,
+                sequence_number,
+                summary_index: 0,
+                text: &text,
+                kind,
+            });
+        let kind = "response.reasoning_summary_part.done";
+        self.sequence
+            .write(kind, out, |sequence_number| SummaryPart {
+                item_id,
+                output_index,
+                part: SummaryText::new(&text),
+                sequence_number,
+                summary_index: 0,
+                kind,
+            });
+        let kind = "response.output_item.done";
+        self.sequence.write(kind, out, |sequence_number| ItemEvent {
+            item: ReasoningItem::new(&self.id, Some(&text)),
+            output_index,
+            sequence_number,
+            kind,
+        });
+        self.shown_reasoning = Some((output_index, text));
     }
 
     /// The reasoning item the stream showed, for a final `response`'s `output`.
-    fn shown_reasoning(&self) -> Option<(usize, &Value)> {
+    fn shown_reasoning(&self) -> Option<(usize, ReasoningItem<'_>)> {
         self.shown_reasoning
             .as_ref()
-            .map(|(index, item)| (*index, item))
+            .map(|(index, text)| (*index, ReasoningItem::new(&self.id, Some(text))))
     }
 
     fn text_item(&mut self, text: &str, out: &mut Vec<u8>) {
-        let index = self.next_index;
+        let output_index = self.next_index;
         self.next_index += 1;
         let item_id = item_id(&self.id, "msg_");
-        let added = json!({
-            "output_index": index,
-            "item": MessageItem::new(&self.id, None, "in_progress"),
+        let kind = "response.output_item.added";
+        self.sequence.write(kind, out, |sequence_number| ItemEvent {
+            item: MessageItem::new(&self.id, None, "in_progress"),
+            output_index,
+            sequence_number,
+            kind,
         });
-        self.event("response.output_item.added", added, out);
-        let at = json!({"item_id": item_id, "output_index": index, "content_index": 0});
-        let mut part_added = at.clone();
-        part_added["part"] = json!(OutputText::new(""));
-        self.event("response.content_part.added", part_added, out);
-        for piece in stream::pieces(text, CONTENT_PIECE) {
-            let mut delta = at.clone();
-            delta["delta"] = Value::String(piece.to_string());
-            delta["logprobs"] = json!([]);
-            self.event("response.output_text.delta", delta, out);
+        let part = |kind, text| {
+            move |sequence_number| ContentPart {
+                content_index: 0,
+                item_id,
+                output_index,
+                part: OutputText::new(text),
+                sequence_number,
+                kind,
+            }
+        };
+        let kind = "response.content_part.added";
+        self.sequence.write(kind, out, part(kind, ""));
+        for delta in stream::pieces(text, CONTENT_PIECE) {
+            let kind = "response.output_text.delta";
+            self.sequence.write(kind, out, |sequence_number| TextDelta {
+                content_index: 0,
+                delta,
+                item_id,
+                logprobs: [],
+                output_index,
+                sequence_number,
+                kind,
+            });
         }
-        let mut done = at.clone();
-        done["text"] = Value::String(text.to_string());
-        done["logprobs"] = json!([]);
-        self.event("response.output_text.done", done, out);
-        let mut part_done = at;
-        part_done["part"] = json!(OutputText::new(text));
-        self.event("response.content_part.done", part_done, out);
-        let item = json!(MessageItem::new(&self.id, Some(text), self.item_status));
-        self.event(
-            "response.output_item.done",
-            json!({"output_index": index, "item": item}),
-            out,
-        );
+        let kind = "response.output_text.done";
+        self.sequence.write(kind, out, |sequence_number| TextDone {
+            content_index: 0,
+            item_id,
+            logprobs: [],
+            output_index,
+            sequence_number,
+            text,
+            kind,
+        });
+        let kind = "response.content_part.done";
+        self.sequence.write(kind, out, part(kind, text));
+        let kind = "response.output_item.done";
+        self.sequence.write(kind, out, |sequence_number| ItemEvent {
+            item: MessageItem::new(&self.id, Some(text), self.item_status),
+            output_index,
+            sequence_number,
+            kind,
+        });
     }
 
     fn call_item(&mut self, number: usize, call: &ToolCall, out: &mut Vec<u8>) {
-        let index = self.next_index;
+        let output_index = self.next_index;
         self.next_index += 1;
-        let item = json!(CallItem::new(&self.id, number, call, "", "in_progress"));
-        let item_id = item["id"].clone();
-        self.event(
-            "response.output_item.added",
-            json!({"output_index": index, "item": item}),
-            out,
-        );
-        for piece in stream::pieces(&call.arguments, CONTENT_PIECE) {
-            let delta = json!({"item_id": item_id, "output_index": index, "delta": piece});
-            self.event("response.function_call_arguments.delta", delta, out);
-        }
-        let done = json!({
-            "item_id": item_id, "output_index": index,
-            "name": call.name, "arguments": call.arguments,
+        let added = CallItem::new(&self.id, number, call, "", "in_progress");
+        let item_id = added.id;
+        let kind = "response.output_item.added";
+        self.sequence.write(kind, out, |sequence_number| ItemEvent {
+            item: added,
+            output_index,
+            sequence_number,
+            kind,
         });
-        self.event("response.function_call_arguments.done", done, out);
-        let item = json!(CallItem::new(
-            &self.id,
-            number,
-            call,
-            &call.arguments,
-            self.item_status
-        ));
-        self.event(
-            "response.output_item.done",
-            json!({"output_index": index, "item": item}),
-            out,
-        );
-    }
-}
-
-impl StreamWriter for ResponsesWriter {
-    fn open(&mut self, out: &mut Vec<u8>) {
-        for kind in ["response.created", "response.in_progress"] {
-            let sequence_number = self.next_event(kind, out);
-            let response = ResponseObject::new(&self.id, &self.echo, "in_progress");
-            stream::push_data(out, &ResponseEvent::new(kind, sequence_number, &response));
-        }
-    }
-
-    fn draft(&mut self, text: &str, out: &mut Vec<u8>) {
-        let item_id = item_id(&self.id, "rs_");
-        let index = match &self.reasoning {
-            Some((index, _)) => *index,
-            None => {
-                let index = self.next_index;
-                self.next_index += 1;
-                self.reasoning = Some((index, String::new()));
-                let item = json!({"id": item_id, "type": "reasoning", "summary": []});
-                self.event(
-                    "response.output_item.added",
-                    json!({"output_index": index, "item": item}),
-                    out,
-                );
-                let part = json!({
-                    "item_id": item_id, "output_index": index, "summary_index": 0,
-                    "part": {"type": "summary_text", "text": ""},
+        for delta in stream::pieces(&call.arguments, CONTENT_PIECE) {
+            let kind = "response.function_call_arguments.delta";
+            self.sequence
+                .write(kind, out, |sequence_number| ArgumentsDelta {
+                    delta,
+                    item_id,
+                    output_index,
+                    sequence_number,
+                    kind,
                 });
-                self.event("response.reasoning_summary_part.added", part, out);
-                index
-            }
-        };
-        if let Some((_, shown)) = &mut self.reasoning {
-            shown.push_str(text);
         }
-        let delta = json!({
-            "item_id": item_id, "output_index": index, "summary_index": 0, "delta": text,
+        let kind = "response.function_call_arguments.done";
+        self.sequence
+            .write(kind, out, |sequence_number| ArgumentsDone {
+                arguments: &call.arguments,
+                item_id,
+                name: &call.name,
+                output_index,
+                sequence_number,
+                kind,
+            });
+        let kind = "response.output_item.done";
+        self.sequence.write(kind, out, |sequence_number| ItemEvent {
+            item: CallItem::new(&self.id, number, call, &call.arguments, self.item_status),
+            output_index,
+            sequence_number,
+            kind,
         });
-        self.event("response.reasoning_summary_text.delta", delta, out);
     }
 
-    fn answer(
+    /// The answer's events (see [`StreamWriter::answer`]); `route`: how the request was
+    /// routed; `ignored`: the request fields left out.
+    fn write_answer(
         &mut self,
-        turn: &Turn,
+        route: Option<&Value>,
+        ignored: &[String],
         text: &str,
         outcome: &Outcome,
-        _summary: Option<&str>,
         out: &mut Vec<u8>,
     ) {
         self.close_reasoning(out);
@@ -790,7 +813,9 @@ impl StreamWriter for ResponsesWriter {
         for (number, call) in calls.iter().enumerate() {
             self.call_item(number, call, out);
         }
-        let mut response = ResponseObject::of_turn(turn, &self.echo, text, outcome);
+        let mut response = ResponseObject::answer(&self.id, &self.echo, text, outcome)
+            .routed(route)
+            .warned(ignored);
         response.output.reasoning = self.shown_reasoning();
         // `response.incomplete` for an answer cut at the token limit, as OpenAI streams it.
         let event = if response.cut {
@@ -801,9 +826,75 @@ impl StreamWriter for ResponsesWriter {
         // Written once: the event carries the bytes that are stored.
         let body = serde_json::value::to_raw_value(&response)
             .unwrap_or_else(|_| RawValue::NULL.to_owned());
-        let sequence_number = self.next_event(event, out);
-        stream::push_data(out, &ResponseEvent::new(event, sequence_number, &*body));
+        self.sequence.write(event, out, |sequence_number| {
+            ResponseEvent::new(event, sequence_number, &*body)
+        });
         self.completed = Some(Bytes::from(Box::<str>::from(body).into_boxed_bytes()));
+    }
+}
+
+impl StreamWriter for ResponsesWriter {
+    fn open(&mut self, out: &mut Vec<u8>) {
+        for kind in ["response.created", "response.in_progress"] {
+            let response = ResponseObject::new(&self.id, &self.echo, "in_progress");
+            self.sequence.write(kind, out, |sequence_number| {
+                ResponseEvent::new(kind, sequence_number, &response)
+            });
+        }
+    }
+
+    fn draft(&mut self, text: &str, out: &mut Vec<u8>) {
+        let item_id = item_id(&self.id, "rs_");
+        let output_index = match &mut self.reasoning {
+            Some((index, shown)) => {
+                shown.push_str(text);
+                *index
+            }
+            None => {
+                let output_index = self.next_index;
+                self.next_index += 1;
+                self.reasoning = Some((output_index, text.to_string()));
+                let kind = "response.output_item.added";
+                self.sequence.write(kind, out, |sequence_number| ItemEvent {
+                    item: ReasoningItem::new(&self.id, None),
+                    output_index,
+                    sequence_number,
+                    kind,
+                });
+                let kind = "response.reasoning_summary_part.added";
+                self.sequence
+                    .write(kind, out, |sequence_number| SummaryPart {
+                        item_id,
+                        output_index,
+                        part: SummaryText::new(""),
+                        sequence_number,
+                        summary_index: 0,
+                        kind,
+                    });
+                output_index
+            }
+        };
+        let kind = "response.reasoning_summary_text.delta";
+        self.sequence
+            .write(kind, out, |sequence_number| SummaryDelta {
+                delta: text,
+                item_id,
+                output_index,
+                sequence_number,
+                summary_index: 0,
+                kind,
+            });
+    }
+
+    fn answer(
+        &mut self,
+        turn: &Turn,
+        text: &str,
+        outcome: &Outcome,
+        _summary: Option<&str>,
+        out: &mut Vec<u8>,
+    ) {
+        self.write_answer(turn.route.as_ref(), &turn.ignored, text, outcome, out);
     }
 
     fn stored(&mut self) -> Option<Bytes> {
@@ -813,7 +904,7 @@ impl StreamWriter for ResponsesWriter {
     fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>) {
         self.close_reasoning(out);
         let kind = "response.failed";
-        let sequence_number = self.next_event(kind, out);
+        let sequence_number = self.sequence.next(kind, out);
         let mut response = ResponseObject::new(&self.id, &self.echo, "failed");
         response.enforcement = error
             .enforcement
@@ -836,13 +927,13 @@ impl StreamWriter for ResponsesWriter {
 
     fn unfinished() -> Bytes {
         let error = stream::interrupted();
-        let body = json!({
-            "type": "error",
-            "code": error.code,
-            "message": error.message,
-            "param": null,
-            "status": StatusCode::INTERNAL_SERVER_ERROR.as_u16(),
-        });
+        let body = StreamError {
+            code: error.code,
+            message: &error.message,
+            param: None,
+            status: StatusCode::INTERNAL_SERVER_ERROR.as_u16(),
+            kind: "error",
+        };
         let mut tail = b"event: error\n".to_vec();
         stream::push_data(&mut tail, &body);
         Bytes::from(tail)

@@ -225,13 +225,16 @@ pub(super) struct Output<'a> {
     pub calls: &'a [ToolCall],
     /// The items' status.
     pub status: &'static str,
-    pub reasoning: Option<(usize, &'a Value)>,
+    pub reasoning: Option<(usize, ReasoningItem<'a>)>,
 }
 
 impl Serialize for Output<'_> {
     fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
         let items = usize::from(self.text.is_some()) + self.calls.len();
-        let reasoning = self.reasoning.map(|(index, item)| (index.min(items), item));
+        let reasoning = self
+            .reasoning
+            .as_ref()
+            .map(|(index, item)| ((*index).min(items), item));
         let mut seq = to.serialize_seq(Some(items + usize::from(reasoning.is_some())))?;
         let mut position = 0;
         let reasoning_at = |position: usize, seq: &mut S::SerializeSeq| match reasoning {
@@ -332,6 +335,48 @@ impl<'a> OutputText<'a> {
 
 fn as_list<T: Serialize, S: Serializer>(item: &Option<T>, to: S) -> Result<S::Ok, S::Error> {
     to.collect_seq(item)
+}
+
+/// A `reasoning` item: what a stream showed of the drafts, as its one summary part (none yet
+/// while it is just added).
+#[derive(Serialize)]
+pub(super) struct ReasoningItem<'a> {
+    id: ItemId<'a>,
+    #[serde(serialize_with = "as_list")]
+    summary: Option<SummaryText<'a>>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+impl<'a> ReasoningItem<'a> {
+    pub fn new(id: &'a TurnId, text: Option<&'a str>) -> Self {
+        ReasoningItem {
+            id: ItemId {
+                prefix: "rs_",
+                id,
+                number: None,
+            },
+            summary: text.map(SummaryText::new),
+            kind: "reasoning",
+        }
+    }
+}
+
+/// A `summary_text` part of a reasoning item.
+#[derive(Serialize)]
+pub(super) struct SummaryText<'a> {
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+impl<'a> SummaryText<'a> {
+    pub fn new(text: &'a str) -> Self {
+        SummaryText {
+            text,
+            kind: "summary_text",
+        }
+    }
 }
 
 /// A `function_call` item.

@@ -1,7 +1,7 @@
 //! The typed `response` object against the `Value`-built one it replaced: the same bytes for
 //! every kind of answer, echo, route, warning and stream state.
 
-use super::object::{Failure, ResponseObject, Verdict};
+use super::object::{Failure, ReasoningItem, ResponseObject, Verdict};
 use super::Responses;
 use crate::pipeline::Surface;
 use crate::turn::TurnId;
@@ -11,7 +11,7 @@ use enforce_core::{Attempt, FinishReason, Issue, Outcome, Status, StopReason, To
 use serde_json::{json, Map, Value};
 
 /// The `Value`-built object as the surface wrote it before it was typed: the reference.
-mod reference {
+pub(super) mod reference {
     use super::*;
 
     fn item_id(id: &TurnId, prefix: &str) -> String {
@@ -19,7 +19,7 @@ mod reference {
         format!("{prefix}{suffix}")
     }
 
-    fn message_item(id: &TurnId, text: &str, status: &str) -> Value {
+    pub fn message_item(id: &TurnId, text: &str, status: &str) -> Value {
         let content = if status != "in_progress" {
             vec![json!({"type": "output_text", "text": text, "annotations": []})]
         } else {
@@ -34,7 +34,7 @@ mod reference {
         })
     }
 
-    fn call_item(id: &TurnId, index: usize, call: &ToolCall, status: &str) -> Value {
+    pub fn call_item(id: &TurnId, index: usize, call: &ToolCall, status: &str) -> Value {
         json!({
             "id": format!("{}_{index}", item_id(id, "fc_")),
             "type": "function_call",
@@ -153,7 +153,7 @@ fn outcome(status: Status, calls: Vec<ToolCall>, last: Attempt) -> Outcome {
 }
 
 /// Outcomes of every kind, with the text each answered.
-fn outcomes() -> Vec<(&'static str, Outcome)> {
+pub(super) fn outcomes() -> Vec<(&'static str, Outcome)> {
     let calls = vec![
         ToolCall::new("call_1", "lookup", r#"{"q":"a \"b\""}"#),
         ToolCall::new("call_2", "sum", "{}"),
@@ -212,7 +212,7 @@ fn outcomes() -> Vec<(&'static str, Outcome)> {
 }
 
 /// Echoed request fields: none, ones that replace a default, ones added, and `null`s.
-fn echoes() -> Vec<Map<String, Value>> {
+pub(super) fn echoes() -> Vec<Map<String, Value>> {
     let object = |value: Value| match value {
         Value::Object(map) => map,
         _ => unreachable!("an object"),
@@ -248,7 +248,7 @@ fn echoes() -> Vec<Map<String, Value>> {
     ]
 }
 
-fn id() -> TurnId {
+pub(super) fn id() -> TurnId {
     TurnId {
         id: "resp_enf18f0a1b2c3000001".into(),
         created: 1_764_000_000,
@@ -290,12 +290,15 @@ fn a_typed_answer_is_the_bytes_of_the_value_it_replaced() {
 #[test]
 fn a_streamed_response_lists_its_reasoning_item_where_the_stream_showed_it() {
     let id = id();
-    let item = json!({"id": "rs_x", "type": "reasoning", "summary": [{"type": "summary_text", "text": "hm"}]});
+    let item = json!({
+        "id": "rs_enf18f0a1b2c3000001", "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": "hm \"quoted\""}],
+    });
     let echo = &echoes()[1];
     for (text, outcome) in &outcomes() {
         for index in [0, 1, 2, 7] {
             let mut typed = ResponseObject::answer(&id, echo, text, outcome);
-            typed.output.reasoning = Some((index, &item));
+            typed.output.reasoning = Some((index, ReasoningItem::new(&id, Some("hm \"quoted\""))));
             let mut value = reference::answer(&id, echo, None, &[], text, outcome);
             reference::with_reasoning(&mut value, Some((index, &item)));
             assert_eq!(bytes(&typed), bytes(&value), "{text:?} at {index}");
@@ -306,7 +309,7 @@ fn a_streamed_response_lists_its_reasoning_item_where_the_stream_showed_it() {
 #[test]
 fn in_progress_and_failed_responses_are_the_bytes_of_the_values_they_replaced() {
     let id = id();
-    let item = json!({"id": "rs_x", "type": "reasoning", "summary": []});
+    let item = json!({"id": "rs_enf18f0a1b2c3000001", "type": "reasoning", "summary": []});
     let enforcement = json!({"status": "unresolved", "attempts": 3});
     for echo in &echoes() {
         let typed = ResponseObject::new(&id, echo, "in_progress");
@@ -320,7 +323,8 @@ fn in_progress_and_failed_responses_are_the_bytes_of_the_values_they_replaced() 
                 code: "422".into(),
                 message: "The answer did not pass its checks: \"json\".",
             });
-            typed.output.reasoning = reasoning;
+            typed.output.reasoning =
+                reasoning.map(|(index, _)| (index, ReasoningItem::new(&id, None)));
             let mut value = reference::response_object(
                 &id,
                 echo,
