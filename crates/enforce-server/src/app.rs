@@ -22,7 +22,7 @@ pub(crate) async fn require_key(
     mut request: HttpRequest,
     next: Next,
 ) -> Response {
-    match authenticate(&app, request.headers()) {
+    match auth::authenticate(&app, request.headers()) {
         Ok(Some(grant)) => {
             request.extensions_mut().insert(grant);
         }
@@ -34,47 +34,6 @@ pub(crate) async fn require_key(
         Err(error) => return error.into_response(),
     }
     next.run(request).await
-}
-
-/// Checks the key a request presents (`Authorization: Bearer` from OpenAI clients, `x-api-key`
-/// from Anthropic's) when keys are configured: the grant of a key that has one, `None` for a
-/// key that may use everything or when no keys are configured, else the 401 (counted as an
-/// `unauthorized` rejection).
-pub(crate) fn authenticate(
-    app: &App,
-    headers: &axum::http::HeaderMap,
-) -> Result<Option<auth::Granted>, Box<ApiError>> {
-    let (plain, grants) = (&app.config.api_keys, &app.config.key_grants);
-    if plain.is_empty() && grants.is_empty() {
-        return Ok(None);
-    }
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(auth::bearer_token)
-        .or_else(|| {
-            headers
-                .get(crate::pipeline::names::API_KEY)
-                .and_then(|v| v.to_str().ok())
-        });
-    let keys = plain
-        .iter()
-        .map(String::as_str)
-        .chain(grants.iter().map(|g| g.key.as_str()));
-    match presented.and_then(|key| auth::matching_key(keys, key)) {
-        Some(found) => Ok(found.checked_sub(plain.len()).map(auth::Granted)),
-        None => {
-            let mut error = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid_request_error",
-                "invalid_api_key",
-                "Missing or wrong API key. Send `Authorization: Bearer <key>` (or `x-api-key: <key>`) with a key this proxy accepts.",
-            );
-            error.param = None;
-            app.count_rejection("unauthorized");
-            Err(Box::new(error))
-        }
-    }
 }
 
 pub(crate) async fn list_models(

@@ -1,4 +1,8 @@
-//! Bearer-key checks in constant time.
+//! The key check: which configured key a request presents, compared in constant time.
+
+use crate::error::ApiError;
+use crate::state::App;
+use axum::http::{header, HeaderMap, StatusCode};
 
 /// `true` when `a == b`, taking time that depends only on the lengths, not on where the bytes
 /// differ.
@@ -38,6 +42,47 @@ pub fn bearer_token(header: &str) -> Option<&str> {
         .eq_ignore_ascii_case("bearer")
         .then(|| token.trim())
         .filter(|t| !t.is_empty())
+}
+
+/// Checks the key a request presents (`Authorization: Bearer` from OpenAI clients, `x-api-key`
+/// from Anthropic's) when keys are configured: the grant of a key that has one, `None` for a
+/// key that may use everything or when no keys are configured, else the 401 (counted as an
+/// `unauthorized` rejection).
+pub(crate) fn authenticate(
+    app: &App,
+    headers: &HeaderMap,
+) -> Result<Option<Granted>, Box<ApiError>> {
+    let (plain, grants) = (&app.config.api_keys, &app.config.key_grants);
+    if plain.is_empty() && grants.is_empty() {
+        return Ok(None);
+    }
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer_token)
+        .or_else(|| {
+            headers
+                .get(crate::headers::API_KEY)
+                .and_then(|v| v.to_str().ok())
+        });
+    let keys = plain
+        .iter()
+        .map(String::as_str)
+        .chain(grants.iter().map(|g| g.key.as_str()));
+    match presented.and_then(|key| matching_key(keys, key)) {
+        Some(found) => Ok(found.checked_sub(plain.len()).map(Granted)),
+        None => {
+            let mut error = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "invalid_api_key",
+                "Missing or wrong API key. Send `Authorization: Bearer <key>` (or `x-api-key: <key>`) with a key this proxy accepts.",
+            );
+            error.param = None;
+            app.count_rejection("unauthorized");
+            Err(Box::new(error))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 use crate::auth::Granted;
 use crate::config::{KeyGrant, Model};
 use crate::error::ApiError;
-use crate::pipeline::names;
+use crate::headers as names;
 use crate::session::StoredResponse;
 use crate::state::App;
 use axum::http::{HeaderMap, HeaderName, StatusCode};
@@ -23,13 +23,6 @@ pub(crate) struct Refused(pub &'static str, pub Box<ApiError>);
 fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Refused {
     move |error| Refused(reason, Box::new(error))
 }
-
-/// A request header lowering the re-asks of this request (at most the profile's own).
-pub(crate) const MAX_RETRIES_HEADER: &str = "x-enforce-max-retries";
-/// A request header capping the tokens (input + output, summed over every attempt) this
-/// request may spend; the loop stops re-asking once they are spent (at most the profile's own
-/// `budget.max_tokens`).
-pub(crate) const TOKEN_BUDGET_HEADER: &str = "x-enforce-token-budget";
 
 /// The grant of the named key the request presented (`None`: an anonymous key, or no keys at
 /// all).
@@ -70,7 +63,7 @@ pub(crate) fn admit_model(
         return Err(rejected("forbidden")(model_forbidden(grant, id)));
     }
     let named = headers
-        .get(crate::pipeline::names::PROFILE)
+        .get(names::PROFILE)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|n| !n.is_empty());

@@ -11,9 +11,6 @@
 use crate::error::ApiError;
 use serde_json::{Map, Value};
 
-/// The request header that may carry facts.
-pub(crate) const CONTEXT_HEADER: &str = "x-enforce-context";
-
 /// The facts of one request: the header's, then the body's on top. `body` is the request's
 /// `enforce` field, `header` the raw `X-Enforce-Context` value; `limit` bounds each source's
 /// JSON size in bytes.

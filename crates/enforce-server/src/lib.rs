@@ -45,6 +45,7 @@ mod controls;
 mod count_tokens;
 mod error;
 mod facts;
+mod headers;
 mod messages;
 mod metrics;
 mod openai;

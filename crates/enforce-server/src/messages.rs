@@ -12,7 +12,8 @@
 //! never dropped unsaid.
 
 use crate::error::ApiError;
-use crate::pipeline::{names, Ask, Surface};
+use crate::headers as names;
+use crate::pipeline::{Ask, Surface};
 use crate::stream::StreamWriter;
 use crate::turn::Turn;
 use crate::verdict::Enforcement;

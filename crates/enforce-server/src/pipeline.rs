@@ -3,7 +3,7 @@
 //! everything between runs once, here, in this order:
 //!
 //! 1. admission: body size ([`read_body`]), then parse (the surface), then the concurrency
-//!    permit ([`take_permit`]); the key check ([`crate::app::authenticate`]) runs first;
+//!    permit ([`take_permit`]); the key check ([`crate::auth::authenticate`]) runs first;
 //! 2. model and profile resolution ([`resolve_model`]: the model id, `X-Enforce-Profile`);
 //! 3. routing ([`route`]: the model's routes pick the profile);
 //! 4. session ([`open_session`]: chat id, global slot, session and replica check, hidden
@@ -37,41 +37,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
-/// The header Open WebUI sends with `ENABLE_FORWARD_USER_INFO_HEADERS`.
-const CHAT_ID_HEADER: &str = "x-openwebui-chat-id";
-/// A response header: milliseconds the proxy itself spent on the request (the request's time
-/// minus the time spent waiting for the model).
-pub(crate) const OVERHEAD_HEADER: &str = "x-enforce-overhead-ms";
-/// A response header naming what the proxy did not carry out of the request, by warning code:
-/// `fields_ignored=include,truncation`.
-pub(crate) const WARNINGS_HEADER: &str = "x-enforce-warnings";
-/// The response header carrying the request's id (the completion id, the audit's `request_id`),
-/// which the OpenAI SDKs show as `_request_id` / `request_id`.
-pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
-
-/// The response headers every answer carries, as names made once: inserting by `&str` checks
-/// the name again on every request.
-pub(crate) mod names {
-    use axum::http::HeaderName;
-    pub const STATUS: HeaderName = HeaderName::from_static(crate::ENFORCE_STATUS_HEADER);
-    pub const VALIDATION_STATUS: HeaderName =
-        HeaderName::from_static(crate::VALIDATION_STATUS_HEADER);
-    pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-enforce-attempts");
-    pub const PROFILE: HeaderName = HeaderName::from_static(crate::PROFILE_HEADER);
-    pub const OVERHEAD: HeaderName = HeaderName::from_static(super::OVERHEAD_HEADER);
-    pub const WARNINGS: HeaderName = HeaderName::from_static(super::WARNINGS_HEADER);
-    pub const REQUEST_ID: HeaderName = HeaderName::from_static(super::REQUEST_ID_HEADER);
-    /// Anthropic's SDKs read the request id from `request-id`.
-    pub const ANTHROPIC_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
-    // Request headers the stages read, looked up by names made once too.
-    pub const CHAT_ID: HeaderName = HeaderName::from_static(super::CHAT_ID_HEADER);
-    pub const CONTEXT: HeaderName = HeaderName::from_static(crate::facts::CONTEXT_HEADER);
-    pub const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
-    pub const MAX_RETRIES: HeaderName =
-        HeaderName::from_static(crate::controls::MAX_RETRIES_HEADER);
-    pub const TOKEN_BUDGET: HeaderName =
-        HeaderName::from_static(crate::controls::TOKEN_BUDGET_HEADER);
-}
+use crate::headers as names;
 
 /// What every surface parses its request into: the surface-neutral turn.
 #[derive(Debug, Clone, Default)]
@@ -200,7 +166,7 @@ pub(crate) async fn serve<S: Surface>(
     let (parts, body) = request.into_parts();
     // The key is checked here, not by a middleware: axum's `from_fn` layer boxes the rest of
     // the request's work and clones the router's service for every request.
-    let granted = match crate::app::authenticate(&app, &parts.headers) {
+    let granted = match crate::auth::authenticate(&app, &parts.headers) {
         Ok(granted) => granted,
         Err(error) => return S::refuse(*error),
     };
