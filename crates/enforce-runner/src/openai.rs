@@ -178,19 +178,7 @@ impl OpenAiRunner {
     /// The JSON body for `messages`: the configured params, the request's params over them,
     /// then model, messages and `stream: false`.
     pub fn body(&self, request: &Request, messages: &[Message]) -> Value {
-        self.body_with(request, messages, false, false)
-    }
-
-    /// [`body`](Self::body), streamed or not, with `stream_options.include_usage` or without.
-    fn body_with(
-        &self,
-        request: &Request,
-        messages: &[Message],
-        stream: bool,
-        include_usage: bool,
-    ) -> Value {
-        serde_json::to_value(self.wire_body(request, messages, stream, include_usage))
-            .unwrap_or_default()
+        serde_json::to_value(self.wire_body(request, messages, false, false)).unwrap_or_default()
     }
 
     /// The body as it is written to the wire: serialized straight from the request, without a

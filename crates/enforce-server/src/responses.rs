@@ -1,23 +1,17 @@
-//! The OpenAI Responses surface (`POST /v1/responses`, `GET /v1/responses/{id}`): a Responses
-//! request translated into the shared [`Ask`] (in the chat-completions dialect the runners
-//! speak), the `response` object, its typed stream events with `sequence_number`, and the
-//! OpenAI error envelope.
-//!
-//! Translation: `instructions` → a system message; `input` (a string, or items: messages with
-//! `input_text`/`output_text`/`input_image`/`input_file` parts, `function_call` and
-//! `function_call_output`) → messages; function `tools` → chat tools; `text.format` →
-//! `response_format`; `max_output_tokens` → `max_tokens`; `reasoning.effort` →
-//! `reasoning_effort`. What cannot be carried is refused with a 400 naming the field.
+//! The OpenAI Responses surface (`POST /v1/responses`, `GET /v1/responses/{id}`): the request
+//! translated into the shared [`Ask`] (`request.rs`), the `response` object (`object.rs`), its
+//! typed stream events with `sequence_number` (`events.rs`, written by [`ResponsesWriter`]),
+//! and the OpenAI error envelope.
 
 use crate::error::ApiError;
-use crate::pipeline::{body_object, model_of, non_empty, Ask, Surface};
+use crate::pipeline::{Ask, Surface};
 use crate::stream::{self, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
 use crate::verdict::cut_at_token_limit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use enforce_core::{Message, Outcome, Role, ToolCall};
+use enforce_core::{Outcome, ToolCall};
 use events::{
     ArgumentsDelta, ArgumentsDone, ContentPart, ItemEvent, StreamError, SummaryDelta, SummaryDone,
     SummaryPart, TextDelta, TextDone,
@@ -28,10 +22,11 @@ use object::{
 };
 use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 mod events;
 mod object;
+mod request;
 #[cfg(test)]
 mod stream_tests;
 #[cfg(test)]
@@ -40,58 +35,9 @@ mod tests;
 /// The Responses surface.
 pub(crate) struct Responses;
 
-/// Request fields echoed in the `response` object, as the client sent them.
-const ECHOED: &[&str] = &[
-    "instructions",
-    "tools",
-    "tool_choice",
-    "text",
-    "temperature",
-    "top_p",
-    "max_output_tokens",
-    "metadata",
-    "previous_response_id",
-    "parallel_tool_calls",
-    "store",
-    "truncation",
-    "user",
-    "reasoning",
-];
-
-/// Request fields this proxy cannot carry to a chat-completions upstream: refused, never
-/// dropped.
-const REFUSED: &[(&str, &str)] = &[
-    (
-        "background",
-        "background responses are not supported by this proxy",
-    ),
-    (
-        "conversation",
-        "conversations are not supported by this proxy; use `previous_response_id`",
-    ),
-    ("prompt", "stored prompts are not supported by this proxy"),
-];
-
-/// Request fields a chat-completions upstream has no use for: left out, and named in the
-/// answer's `warnings` and the `X-Enforce-Warnings` header (`fields_ignored`).
-const IGNORED: &[&str] = &["include", "truncation", "max_tool_calls", "top_logprobs"];
-
-/// Request fields passed to a chat-completions upstream as they are.
-const FORWARDED: &[&str] = &[
-    "temperature",
-    "top_p",
-    "parallel_tool_calls",
-    "user",
-    "metadata",
-    "safety_identifier",
-    "service_tier",
-    "seed",
-    "stop",
-];
-
 /// What the Responses surface keeps of its request for rendering: the echoed fields.
 pub(crate) struct Kept {
-    echo: Map<String, Value>,
+    pub(super) echo: Map<String, Value>,
 }
 
 impl Surface for Responses {
@@ -102,7 +48,7 @@ impl Surface for Responses {
     type Writer = ResponsesWriter;
 
     fn parse(body: &[u8]) -> Result<(Ask, Kept), ApiError> {
-        parse_responses_request(body)
+        request::parse_responses_request(body)
     }
 
     fn refuse(error: ApiError) -> Response {
@@ -129,436 +75,6 @@ fn item_status(outcome: &Outcome) -> &'static str {
     } else {
         "completed"
     }
-}
-
-fn invalid(message: impl Into<String>, param: &'static str) -> ApiError {
-    ApiError::bad_request(message, Some(param))
-}
-
-/// The text of a Responses `content` (a string, or parts); the parts that are not text
-/// (images, files, audio) in the chat dialect, passed on to the upstream.
-fn content_of(content: &Value) -> Result<(String, Vec<Value>), ApiError> {
-    let parts = match content {
-        Value::Null => return Ok((String::new(), Vec::new())),
-        Value::String(s) => return Ok((s.clone(), Vec::new())),
-        Value::Array(parts) => parts,
-        _ => {
-            return Err(invalid(
-                "An input message's `content` must be a string or an array of content parts.",
-                "input",
-            ))
-        }
-    };
-    let mut texts = Vec::new();
-    let mut other = Vec::new();
-    for part in parts {
-        match part.get("type").and_then(Value::as_str).unwrap_or("") {
-            "input_text" | "output_text" | "text" | "summary_text" => {
-                if let Some(text) = part.get("text").and_then(Value::as_str) {
-                    texts.push(text);
-                }
-            }
-            "refusal" => {
-                if let Some(text) = part.get("refusal").and_then(Value::as_str) {
-                    texts.push(text);
-                }
-            }
-            "input_image" => {
-                let url = part
-                    .get("image_url")
-                    .cloned()
-                    .or_else(|| part.get("file_id").map(|id| json!(format!("file:{id}"))))
-                    .unwrap_or(Value::Null);
-                let mut image = json!({"url": url});
-                if let Some(detail) = part.get("detail") {
-                    image["detail"] = detail.clone();
-                }
-                other.push(json!({"type": "image_url", "image_url": image}));
-            }
-            "input_file" => {
-                let mut file = Map::new();
-                for key in ["file_id", "file_data", "filename"] {
-                    if let Some(v) = part.get(key) {
-                        file.insert(key.into(), v.clone());
-                    }
-                }
-                other.push(json!({"type": "file", "file": file}));
-            }
-            "input_audio" => {
-                let audio = part.get("input_audio").cloned().unwrap_or(Value::Null);
-                other.push(json!({"type": "input_audio", "input_audio": audio}));
-            }
-            kind => {
-                return Err(invalid(
-                    format!("Content parts of type `{kind}` are not supported by this proxy."),
-                    "input",
-                ))
-            }
-        }
-    }
-    Ok((texts.join("\n"), other))
-}
-
-/// A message from text and the other parts: the parts (text first) are kept for the upstream.
-fn message_with_parts(role: Role, text: String, other: Vec<Value>) -> Message {
-    let mut message = Message::new(role, text);
-    if !other.is_empty() {
-        let mut parts = Vec::with_capacity(other.len() + 1);
-        if !message.content.is_empty() {
-            parts.push(json!({"type": "text", "text": message.content}));
-        }
-        parts.extend(other);
-        message.parts = parts;
-    }
-    message
-}
-
-/// The `input` items as messages.
-fn input_messages(input: &Value, messages: &mut Vec<Message>) -> Result<(), ApiError> {
-    let items = match input {
-        Value::String(text) => {
-            messages.push(Message::new(Role::User, text.clone()));
-            return Ok(());
-        }
-        Value::Array(items) => items,
-        _ => {
-            return Err(invalid(
-                "`input` must be a string or an array of input items.",
-                "input",
-            ))
-        }
-    };
-    for item in items {
-        let kind = item
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("message");
-        match kind {
-            "message" => {
-                let role = match item.get("role").and_then(Value::as_str).unwrap_or("") {
-                    "user" => Role::User,
-                    "assistant" => Role::Assistant,
-                    "system" | "developer" => Role::System,
-                    other => {
-                        return Err(invalid(
-                            format!("Unknown input message role `{other}`."),
-                            "input",
-                        ))
-                    }
-                };
-                let (text, other) = content_of(item.get("content").unwrap_or(&Value::Null))?;
-                messages.push(message_with_parts(role, text, other));
-            }
-            "function_call" => {
-                let field = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
-                let (call_id, name) = (field("call_id"), field("name"));
-                if call_id.is_empty() || name.is_empty() {
-                    return Err(invalid(
-                        "A `function_call` input item needs a `call_id` and a `name`.",
-                        "input",
-                    ));
-                }
-                let arguments = match item.get("arguments") {
-                    Some(Value::String(s)) => s.clone(),
-                    None | Some(Value::Null) => String::new(),
-                    Some(other) => other.to_string(),
-                };
-                let call = ToolCall::new(call_id, name, arguments);
-                // Calls of one turn follow each other: they belong to one assistant message.
-                match messages.last_mut() {
-                    Some(last) if last.role == Role::Assistant && last.parts.is_empty() => {
-                        last.tool_calls.push(call)
-                    }
-                    _ => messages.push(Message::assistant_calling("", vec![call])),
-                }
-            }
-            "function_call_output" => {
-                let call_id = item.get("call_id").and_then(Value::as_str).unwrap_or("");
-                if call_id.is_empty() {
-                    return Err(invalid(
-                        "A `function_call_output` input item needs the `call_id` of the call it answers.",
-                        "input",
-                    ));
-                }
-                let (output, _) = content_of(item.get("output").unwrap_or(&Value::Null))?;
-                messages.push(Message::tool(call_id, output));
-            }
-            // The model's reasoning of an earlier turn is not part of the conversation a chat
-            // upstream takes.
-            "reasoning" => {}
-            other => {
-                return Err(invalid(
-                    format!("Input items of type `{other}` are not supported by this proxy."),
-                    "input",
-                ))
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Function tools in the chat dialect; any other tool type is refused.
-fn chat_tools(tools: &Value) -> Result<Value, ApiError> {
-    let Some(tools) = tools.as_array() else {
-        return Err(invalid("`tools` must be an array.", "tools"));
-    };
-    let mut out = Vec::with_capacity(tools.len());
-    for tool in tools {
-        let kind = tool.get("type").and_then(Value::as_str).unwrap_or("");
-        if kind != "function" {
-            return Err(invalid(
-                format!("Tools of type `{kind}` are not supported by this proxy (only `function` tools)."),
-                "tools",
-            ));
-        }
-        let mut function = Map::new();
-        for key in ["name", "description", "parameters", "strict"] {
-            if let Some(v) = tool.get(key).filter(|v| !v.is_null()) {
-                function.insert(key.into(), v.clone());
-            }
-        }
-        out.push(json!({"type": "function", "function": function}));
-    }
-    Ok(Value::Array(out))
-}
-
-/// `text.format` as a chat `response_format` (none for plain text).
-fn response_format(text: &Value) -> Result<Option<Value>, ApiError> {
-    let Some(format) = text.get("format").filter(|f| !f.is_null()) else {
-        return Ok(None);
-    };
-    match format.get("type").and_then(Value::as_str).unwrap_or("") {
-        "text" => Ok(None),
-        "json_object" => Ok(Some(json!({"type": "json_object"}))),
-        "json_schema" => {
-            let mut schema = Map::new();
-            for key in ["name", "description", "schema", "strict"] {
-                if let Some(v) = format.get(key).filter(|v| !v.is_null()) {
-                    schema.insert(key.into(), v.clone());
-                }
-            }
-            Ok(Some(json!({"type": "json_schema", "json_schema": schema})))
-        }
-        other => Err(invalid(
-            format!("`text.format` of type `{other}` is not supported by this proxy."),
-            "text",
-        )),
-    }
-}
-
-/// Parses a `POST /v1/responses` body.
-/// A field of a request body as sent: present (`null` included) or absent.
-fn present<'de, D: serde::Deserializer<'de>>(from: D) -> Result<Option<Value>, D::Error> {
-    serde::Deserialize::deserialize(from).map(Some)
-}
-
-/// The request fields this surface reads, each as sent; the rest of a body is skipped
-/// unread. Read straight from the body: a map of every field, looked up some forty times,
-/// cost the surface more than the rest of its parsing.
-macro_rules! request_fields {
-    ($($name:ident),* $(,)?) => {
-        #[derive(serde::Deserialize)]
-        struct RequestFields {
-            $(#[serde(default, deserialize_with = "present")] $name: Option<Value>,)*
-        }
-
-        impl RequestFields {
-            /// The field named `key`; `None` for a field this surface does not read.
-            fn slot(&self, key: &str) -> Option<&Option<Value>> {
-                match key {
-                    $(stringify!($name) => Some(&self.$name),)*
-                    _ => None,
-                }
-            }
-
-            fn slot_mut(&mut self, key: &str) -> Option<&mut Option<Value>> {
-                match key {
-                    $(stringify!($name) => Some(&mut self.$name),)*
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-request_fields!(
-    model,
-    input,
-    instructions,
-    stream,
-    store,
-    previous_response_id,
-    enforce,
-    background,
-    conversation,
-    prompt,
-    tools,
-    tool_choice,
-    text,
-    temperature,
-    top_p,
-    max_output_tokens,
-    metadata,
-    parallel_tool_calls,
-    truncation,
-    user,
-    reasoning,
-    include,
-    max_tool_calls,
-    top_logprobs,
-    safety_identifier,
-    service_tier,
-    seed,
-    stop,
-);
-
-impl RequestFields {
-    /// Reads a body; a body that is not one JSON object is refused as every surface refuses
-    /// it ([`body_object`]).
-    fn parse(body: &[u8]) -> Result<Self, ApiError> {
-        // Only an object: serde would read an array into the fields one by one.
-        if body.trim_ascii_start().first() == Some(&b'{') {
-            if let Ok(fields) = serde_json::from_slice(body) {
-                return Ok(fields);
-            }
-        }
-        // Not an object, not JSON, or a field given twice (the last one counts, as in a map):
-        // read as every surface reads a body.
-        serde_json::from_value(Value::Object(body_object(body)?)).map_err(|e| {
-            ApiError::bad_request(format!("The request body cannot be read: {e}."), None)
-        })
-    }
-
-    fn get(&self, key: &str) -> Option<&Value> {
-        self.slot(key).and_then(Option::as_ref)
-    }
-
-    fn remove(&mut self, key: &str) -> Option<Value> {
-        self.slot_mut(key).and_then(Option::take)
-    }
-}
-
-pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiError> {
-    let mut fields = RequestFields::parse(body)?;
-    let model = model_of(fields.remove("model"))?;
-    for (key, why) in REFUSED {
-        if fields
-            .get(key)
-            .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
-        {
-            return Err(invalid(format!("`{key}`: {why}."), key));
-        }
-    }
-    let mut echo = Map::new();
-    for key in ECHOED {
-        if let Some(v) = fields.get(key) {
-            echo.insert((*key).to_string(), v.clone());
-        }
-    }
-    let mut messages = Vec::new();
-    if let Some(instructions) = fields.remove("instructions") {
-        match instructions {
-            Value::String(s) if !s.is_empty() => messages.push(Message::system(s)),
-            Value::String(_) | Value::Null => {}
-            _ => return Err(invalid("`instructions` must be a string.", "instructions")),
-        }
-    }
-    match fields.remove("input") {
-        Some(input) => input_messages(&input, &mut messages)?,
-        None => return Err(invalid("The request needs an `input`.", "input")),
-    }
-    if !messages.iter().any(|m| m.role != Role::System) {
-        return Err(invalid("`input` must hold at least one item.", "input"));
-    }
-    let continues = match fields.remove("previous_response_id") {
-        Some(Value::String(id)) if !id.is_empty() => Some(id),
-        None | Some(Value::Null) => None,
-        Some(_) => {
-            return Err(invalid(
-                "`previous_response_id` must be a response id.",
-                "previous_response_id",
-            ))
-        }
-    };
-    let store = fields.remove("store").and_then(|v| v.as_bool());
-    let stream = fields
-        .remove("stream")
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false);
-    let enforce = fields.remove("enforce");
-    let chat_hint = fields
-        .get("metadata")
-        .and_then(|m| m.get("chat_id"))
-        .and_then(Value::as_str)
-        .and_then(non_empty)
-        .or_else(|| {
-            fields
-                .get("user")
-                .or_else(|| fields.get("safety_identifier"))
-                .and_then(Value::as_str)
-                .and_then(non_empty)
-        });
-    // Asked for, but nothing a chat-completions upstream can do: left out, and said so.
-    let ignored: Vec<String> = IGNORED
-        .iter()
-        .filter(|key| {
-            fields.get(key).is_some_and(|v| match v {
-                Value::Null => false,
-                Value::Array(a) => !a.is_empty(),
-                _ => true,
-            })
-        })
-        .map(|key| (*key).to_string())
-        .collect();
-    // What the upstream gets, in the chat-completions dialect.
-    let mut params = Map::new();
-    if let Some(tools) = fields.remove("tools").filter(|t| !t.is_null()) {
-        params.insert("tools".into(), chat_tools(&tools)?);
-    }
-    if let Some(choice) = fields.remove("tool_choice").filter(|c| !c.is_null()) {
-        let choice = match choice.get("name").and_then(Value::as_str) {
-            Some(name) if choice.get("type").and_then(Value::as_str) == Some("function") => {
-                json!({"type": "function", "function": {"name": name}})
-            }
-            _ => choice,
-        };
-        params.insert("tool_choice".into(), choice);
-    }
-    if let Some(text) = fields.remove("text") {
-        if let Some(format) = response_format(&text)? {
-            params.insert("response_format".into(), format);
-        }
-    }
-    if let Some(max) = fields.remove("max_output_tokens").filter(|m| !m.is_null()) {
-        params.insert("max_tokens".into(), max);
-    }
-    if let Some(effort) = fields
-        .remove("reasoning")
-        .and_then(|r| r.get("effort").cloned())
-        .filter(|e| !e.is_null())
-    {
-        params.insert("reasoning_effort".into(), effort);
-    }
-    for &key in FORWARDED {
-        if let Some(v) = fields.remove(key).filter(|v| !v.is_null()) {
-            params.insert(key.into(), v);
-        }
-    }
-    let ask = Ask {
-        model,
-        messages,
-        params,
-        stream,
-        // A Responses answer always carries its usage.
-        include_usage: true,
-        enforce,
-        chat_hint,
-        continues,
-        // Stored unless the client says not to, as OpenAI does.
-        store: store != Some(false),
-        ignored,
-    };
-    Ok((ask, Kept { echo }))
 }
 
 /// The id of the answer's item with `prefix` (`msg_…`, `rs_…`), for a stream's events.

@@ -1,7 +1,7 @@
 //! The `response` object, typed: written straight to bytes, with no `serde_json::Value` tree
 //! built on the way (that tree cost the Responses surface a third more work per request than
 //! the chat surface). Its keys come in sorted order, as a `Value` writes them, so the bytes are
-//! those clients always got; the request fields it echoes ([`ECHOED`](super::ECHOED)) are
+//! those clients always got; the request fields it echoes ([`ECHOED`](super::request::ECHOED)) are
 //! merged in at their place and replace the defaults they name (`tools`, `text`, `store`, ...).
 
 use super::Responses;
