@@ -313,7 +313,7 @@ impl Enforcer {
                 StopReason::InputRejected => Status::Aborted,
                 _ => Status::Unavailable,
             };
-            return run.finish(status, reason, None).await;
+            return Box::pin(run.finish(status, reason, None)).await;
         }
         run.leaves = {
             let mut leaves = Vec::with_capacity(run.leaves.len() + 1);
@@ -322,6 +322,8 @@ impl Enforcer {
             leaves
         };
         let max_attempts = self.max_attempts();
+        // The loop's ends other than a clean pass are boxed: this future is moved whole on
+        // every request, and inline they made it several kilobytes larger.
         // The reply being improved, its issues, and the feedback about them.
         let mut previous: Option<(Reply, Found, String)> = None;
 
@@ -377,13 +379,12 @@ impl Enforcer {
                         Verdict::Found(found) => found,
                         Verdict::Unavailable(unavailable) => {
                             run.record(number, &reply, Vec::new(), runner_time, validation_time);
-                            return run
-                                .finish(
-                                    Status::Unavailable,
-                                    StopReason::ValidatorUnavailable { unavailable },
-                                    Some((reply, Vec::new())),
-                                )
-                                .await;
+                            return Box::pin(run.finish(
+                                Status::Unavailable,
+                                StopReason::ValidatorUnavailable { unavailable },
+                                Some((reply, Vec::new())),
+                            ))
+                            .await;
                         }
                     };
                     if reply.finish_reason == Some(FinishReason::Length) {
@@ -456,7 +457,7 @@ impl Enforcer {
                         continue;
                     }
                     let reason = StopReason::RunnerFailed { error };
-                    return run.conclude_on(reason).await;
+                    return Box::pin(run.conclude_on(reason)).await;
                 }
             };
 
@@ -485,15 +486,21 @@ impl Enforcer {
             if let Some(reason) = stop {
                 if cut {
                     // The part received is never the answer: the last whole one is.
-                    return run.conclude_on(reason).await;
+                    return Box::pin(run.conclude_on(reason)).await;
                 }
-                return run.conclude(reason, number, reply, found, true).await;
+                if matches!(reason, StopReason::Clean) {
+                    return run.passed(reason, reply, found.issues);
+                }
+                return Box::pin(run.conclude(reason, number, reply, found, true)).await;
             }
             if !cut && self.policy.repairs_first(&found.issues) {
                 if let Some(repaired) = run.repaired(number, &reply, &mut found).await {
-                    return run
-                        .finish(Status::Repaired, StopReason::Clean, Some(repaired))
-                        .await;
+                    return Box::pin(run.finish(
+                        Status::Repaired,
+                        StopReason::Clean,
+                        Some(repaired),
+                    ))
+                    .await;
                 }
             }
 

@@ -278,9 +278,7 @@ impl<'a> Run<'a> {
         try_repair: bool,
     ) -> Outcome {
         if matches!(reason, StopReason::Clean) {
-            return self
-                .finish(Status::Passed, reason, Some((reply, found.issues)))
-                .await;
+            return self.passed(reason, reply, found.issues);
         }
         if try_repair {
             if let Some(repaired) = self.repaired(number, &reply, &mut found).await {
@@ -431,6 +429,13 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// The outcome of an answer that passed: no fallback to check, nothing to await. The
+    /// loop's common end, kept out of [`finish`](Self::finish)'s future so that the loop's
+    /// own future (moved whole on every request) does not hold one.
+    pub(super) fn passed(self, reason: StopReason, reply: Reply, issues: Vec<Issue>) -> Outcome {
+        self.outcome(Status::Passed, reason, Some((reply, issues)), None)
+    }
+
     /// Builds the outcome; substitutes the fallback text when the status is a failure and
     /// the fallback passes validation.
     pub(super) async fn finish(
@@ -439,25 +444,43 @@ impl<'a> Run<'a> {
         stop_reason: StopReason,
         last: Option<(Reply, Vec<Issue>)>,
     ) -> Outcome {
+        let template = (self.use_fallback
+            && matches!(status, Status::Unresolved | Status::Aborted))
+        .then(|| self.enforcer.policy.fallback_for(self.context))
+        .flatten();
+        let fallback = match template {
+            // Boxed: only a failure with a fallback pays for its checks' future.
+            Some(template) => Some(Box::pin(self.checked_fallback(template)).await),
+            None => None,
+        };
+        self.outcome(status, stop_reason, last, fallback)
+    }
+
+    /// The outcome, with the fallback's text when it was checked and passed (`Ok`), or the
+    /// warning why it was not used (`Err`).
+    fn outcome(
+        self,
+        status: Status,
+        stop_reason: StopReason,
+        last: Option<(Reply, Vec<Issue>)>,
+        fallback: Option<Result<String, Issue>>,
+    ) -> Outcome {
         let (mut response, mut tool_calls, all_issues): (_, Vec<ToolCall>, _) = match last {
             Some((reply, issues)) => (Some(reply.text), reply.tool_calls, issues),
             None => (None, Vec::new(), Vec::new()),
         };
         let (issues, mut warnings) = split_issues(all_issues);
         let mut fallback_used = false;
-        if self.use_fallback && matches!(status, Status::Unresolved | Status::Aborted) {
-            if let Some(template) = self.enforcer.policy.fallback_for(self.context) {
-                match self.checked_fallback(template).await {
-                    Ok(text) => {
-                        response = Some(text);
-                        tool_calls.clear();
-                        fallback_used = true;
-                    }
-                    // The last response stays, with its status: a broken fallback is never
-                    // passed off as the answer.
-                    Err(rejected) => warnings.push(rejected),
-                }
+        match fallback {
+            Some(Ok(text)) => {
+                response = Some(text);
+                tool_calls.clear();
+                fallback_used = true;
             }
+            // The last response stays, with its status: a broken fallback is never passed
+            // off as the answer.
+            Some(Err(rejected)) => warnings.push(rejected),
+            None => {}
         }
         let session_id = self
             .attempts
