@@ -351,10 +351,13 @@ impl ResponsesWriter {
 
 impl StreamWriter for ResponsesWriter {
     fn open(&mut self, out: &mut Vec<u8>) {
+        // Both events carry the same object: written once.
+        let response = ResponseObject::new(&self.id, &self.echo, "in_progress");
+        let body = serde_json::value::to_raw_value(&response)
+            .unwrap_or_else(|_| RawValue::NULL.to_owned());
         for kind in ["response.created", "response.in_progress"] {
-            let response = ResponseObject::new(&self.id, &self.echo, "in_progress");
             self.sequence.write(kind, out, |sequence_number| {
-                ResponseEvent::new(kind, sequence_number, &response)
+                ResponseEvent::new(kind, sequence_number, &*body)
             });
         }
     }
