@@ -552,7 +552,8 @@ impl Turn {
             if audit.policy() == FsyncPolicy::Always {
                 // A failed write is logged and counted by the writer; the client still gets its
                 // answer (the audit must not take the service down).
-                audit.append_durable(line).await;
+                // Boxed: every request's future would otherwise carry this write's state.
+                Box::pin(audit.append_durable(line)).await;
             } else {
                 audit.append(line);
             }
@@ -791,7 +792,8 @@ impl Turn {
             step,
             hidden,
         };
-        if let Err(e) = self.app.sessions.record_turn(chat_id, turn).await {
+        // Boxed: only a request of a chat pays for the store's future, in size as in time.
+        if let Err(e) = Box::pin(self.app.sessions.record_turn(chat_id, turn)).await {
             tracing::error!(chat_id, error = %e, "could not persist session");
         }
     }
