@@ -1,5 +1,7 @@
 //! The `enforce` command line: check LLM output, run the enforcement loop, serve the proxy.
 
+#[cfg(feature = "mimalloc")]
+mod allocator;
 mod commands;
 mod config;
 mod plugin_host;
@@ -14,7 +16,7 @@ use clap::{Parser, Subcommand};
 /// request (crates/enforce-bench/PROXY-PROFILE.md).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
 use std::process::ExitCode;
 
 /// Make LLM output meet a contract: validate, re-ask with feedback, repair, report.
