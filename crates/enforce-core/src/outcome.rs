@@ -492,5 +492,42 @@ pub(crate) fn digest(text: &str) -> String {
         hash ^= u64::from(b);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
-    format!("{hash:016x}")
+    // Written by hand: `format!` cost more than the hash (one digest per attempt).
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    (0..16)
+        .rev()
+        .map(|nibble| char::from(HEX[((hash >> (nibble * 4)) & 0xf) as usize]))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// FNV-1a's published vectors, and 16 lower-case hex digits with leading zeros as
+    /// `format!("{:016x}")` writes them.
+    #[test]
+    fn digests_are_fnv1a_in_sixteen_hex_digits() {
+        assert_eq!(super::digest(""), "cbf29ce484222325");
+        assert_eq!(super::digest("a"), "af63dc4c8601ec8c");
+        assert_eq!(super::digest("foobar"), "85944171f73967e8");
+        for text in [
+            "",
+            "x",
+            "{\"name\": \"Ada\"}",
+            "é ünïcode",
+            &"long ".repeat(100),
+        ] {
+            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+            for &b in text.as_bytes() {
+                hash ^= u64::from(b);
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+            assert_eq!(super::digest(text), format!("{hash:016x}"), "{text}");
+        }
+        // A hash with leading zero nibbles keeps them.
+        let small = (0u32..)
+            .map(|n| n.to_string())
+            .find(|t| super::digest(t).starts_with('0'))
+            .expect("some text hashes to a leading zero");
+        assert_eq!(super::digest(&small).len(), 16);
+    }
 }
