@@ -171,7 +171,9 @@ pub(crate) async fn serve<S: Surface>(
         Err(error) => return S::refuse(*error),
     };
     match admit::<S>(&app, granted, &parts.headers, body).await {
-        Ok(admitted) => respond::<S>(admitted).await,
+        // Boxed: axum moves this future whole, twice, for every request; the rendering's
+        // state (the turn, its job, the answer's) would make it several kilobytes larger.
+        Ok(admitted) => Box::pin(respond::<S>(admitted)).await,
         Err(Rejection { reason, error }) => {
             app.count_rejection(reason);
             S::refuse(*error)
@@ -806,7 +808,7 @@ fn turn_id(prefix: &str, started: u64, n: u64) -> String {
 }
 
 /// Appends `value` in `radix` (10 or 16, lower-case), left-padded with zeros to `width`.
-fn push_digits(out: &mut String, mut value: u64, radix: u64, width: usize) {
+pub(crate) fn push_digits(out: &mut String, mut value: u64, radix: u64, width: usize) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut buf = [0u8; 64];
     let mut start = buf.len();

@@ -5,7 +5,7 @@
 //! merged in at their place and replace the defaults they name (`tools`, `text`, `store`, ...).
 
 use super::Responses;
-use crate::pipeline::{Surface, Warnings};
+use crate::pipeline::{push_digits, Surface, Warnings};
 use crate::turn::{Turn, TurnId};
 use crate::verdict::{cut_at_token_limit, Enforcement};
 use enforce_core::{Outcome, ToolCall, Usage};
@@ -13,7 +13,6 @@ use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
-use std::fmt;
 use std::iter::Peekable;
 
 /// A `response` object: of an answer ([`ResponseObject::answer`]), in progress, or failed.
@@ -266,21 +265,27 @@ pub(super) struct ItemId<'a> {
     pub number: Option<usize>,
 }
 
-impl fmt::Display for ItemId<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl ItemId<'_> {
+    /// The id as text: the prefix, the response id's suffix, and `_` and the call's number.
+    fn text(&self) -> String {
         let id = &self.id.id;
         let suffix = id.strip_prefix(Responses::ID_PREFIX).unwrap_or(id);
-        write!(f, "{}{suffix}", self.prefix)?;
-        match self.number {
-            Some(number) => write!(f, "_{number}"),
-            None => Ok(()),
+        let mut text = String::with_capacity(self.prefix.len() + suffix.len() + 8);
+        text.push_str(self.prefix);
+        text.push_str(suffix);
+        if let Some(number) = self.number {
+            text.push('_');
+            push_digits(&mut text, number as u64, 10, 1);
         }
+        text
     }
 }
 
 impl Serialize for ItemId<'_> {
     fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
-        to.collect_str(self)
+        // Put together by hand, not by `collect_str`: the formatting machinery cost a
+        // stream's events more than the rest of their ids' writing.
+        to.serialize_str(&self.text())
     }
 }
 
