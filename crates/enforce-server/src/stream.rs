@@ -124,15 +124,18 @@ pub(crate) async fn respond<W: StreamWriter>(
     };
     out.writer.open(&mut out.pending);
     let first_due = tokio::time::Instant::now() + turn.app.config.keepalive_interval;
+    // One timer, for whichever comes first: the deadline, or the first keep-alive (a
+    // timer costs every request its registration and removal).
+    let deadline_first = job.deadline <= first_due;
     let ended = async {
-        let deadline = tokio::time::sleep_until(job.deadline);
-        let first = tokio::time::sleep_until(first_due);
-        tokio::pin!(deadline, first);
+        let wake = tokio::time::sleep_until(job.deadline.min(first_due));
+        tokio::pin!(wake);
         loop {
             tokio::select! {
                 biased;
                 ended = job.running.ended() => break Some(ended),
-                () = &mut deadline => break Some(job.running.past_deadline()),
+                // Past the deadline: the outcome so far; at the first keep-alive: streaming.
+                () = &mut wake => break deadline_first.then(|| job.running.past_deadline()),
                 Some(progress) = job.events.recv() => {
                     let draft = matches!(progress, Progress::Draft { .. });
                     out.progress(progress);
@@ -140,7 +143,6 @@ pub(crate) async fn respond<W: StreamWriter>(
                         break None;
                     }
                 }
-                () = &mut first => break None,
             }
         }
     }
