@@ -39,13 +39,11 @@ impl Surface for Chat {
     }
 
     fn writer(turn: &Turn, _: ()) -> ChatWriter {
-        ChatWriter {
-            id: turn.id.clone(),
-            status_events: turn.model.options.status_events,
-            include_usage: turn.include_usage,
-            status_open: false,
-            opened: false,
-        }
+        ChatWriter::new(
+            turn.id.clone(),
+            turn.model.options.status_events,
+            turn.include_usage,
+        )
     }
 }
 
@@ -289,20 +287,9 @@ impl<'a> Completion<'a> {
     }
 }
 
-/// A `chat.completion.chunk` with one choice whose `delta` is `D`; the finish chunk carries
-/// `enforcement` too. Typed, so a stream is written straight to bytes; fields in the order a
-/// `Value` writes them (sorted), so both forms are the same bytes.
-#[derive(Serialize)]
-struct Chunk<'a, D: Serialize> {
-    choices: [ChunkChoice<D>; 1],
-    created: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    enforcement: Option<Enforcement<'a>>,
-    id: &'a str,
-    model: &'a str,
-    object: &'static str,
-}
-
+/// The choice of a `chat.completion.chunk`: its `delta` is `D`. Keys in the order a `Value`
+/// writes them (sorted), as every chunk's are, so the typed chunks are the bytes clients
+/// always got.
 #[derive(Serialize)]
 struct ChunkChoice<D: Serialize> {
     delta: D,
@@ -334,25 +321,6 @@ struct Reasoning<'a> {
 #[derive(Serialize)]
 struct NoDelta {}
 
-fn chunk<'a, D: Serialize>(
-    id: &'a TurnId,
-    delta: D,
-    finish_reason: Option<&'static str>,
-) -> Chunk<'a, D> {
-    Chunk {
-        choices: [ChunkChoice {
-            delta,
-            finish_reason,
-            index: 0,
-        }],
-        created: id.created,
-        enforcement: None,
-        id: &id.id,
-        model: &id.model,
-        object: "chat.completion.chunk",
-    }
-}
-
 /// The usage chunk: no choices, only `usage`.
 fn usage_chunk(id: &TurnId, usage: Option<Usage>) -> Value {
     json!({
@@ -381,6 +349,10 @@ const DONE: &[u8] = b"data: [DONE]\n\n";
 /// chunks, the finish chunk with `enforcement`, the usage chunk when asked for, `[DONE]`.
 pub(crate) struct ChatWriter {
     id: TurnId,
+    /// What every chunk of the answer has after its choice, written once: `],"created":N`.
+    chunk_created: Vec<u8>,
+    /// And how every chunk ends: `,"id":…,"model":…,"object":"chat.completion.chunk"}`.
+    chunk_end: Vec<u8>,
     status_events: bool,
     include_usage: bool,
     /// A status event with `done:false` is showing and must be closed.
@@ -390,6 +362,54 @@ pub(crate) struct ChatWriter {
 }
 
 impl ChatWriter {
+    /// The writer of answer `id`.
+    fn new(id: TurnId, status_events: bool, include_usage: bool) -> Self {
+        // Serializing a number or a string into a Vec cannot fail.
+        let mut chunk_created = b"],\"created\":".to_vec();
+        let _ = serde_json::to_writer(&mut chunk_created, &id.created);
+        let mut chunk_end = b",\"id\":".to_vec();
+        let _ = serde_json::to_writer(&mut chunk_end, &id.id);
+        chunk_end.extend_from_slice(b",\"model\":");
+        let _ = serde_json::to_writer(&mut chunk_end, &id.model);
+        chunk_end.extend_from_slice(b",\"object\":\"chat.completion.chunk\"}");
+        ChatWriter {
+            id,
+            chunk_created,
+            chunk_end,
+            status_events,
+            include_usage,
+            status_open: false,
+            opened: false,
+        }
+    }
+
+    /// Appends one `data:` line holding a `chat.completion.chunk` with one choice; the finish
+    /// chunk carries `enforcement` too. The fields every chunk shares are the bytes written
+    /// once; the keys come sorted, as a `Value` writes them.
+    fn push_chunk<D: Serialize>(
+        &self,
+        out: &mut Vec<u8>,
+        delta: D,
+        finish_reason: Option<&'static str>,
+        enforcement: Option<&Enforcement<'_>>,
+    ) {
+        out.extend_from_slice(b"data: {\"choices\":[");
+        let choice = ChunkChoice {
+            delta,
+            finish_reason,
+            index: 0,
+        };
+        // Serializing into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, &choice);
+        out.extend_from_slice(&self.chunk_created);
+        if let Some(enforcement) = enforcement {
+            out.extend_from_slice(b",\"enforcement\":");
+            let _ = serde_json::to_writer(&mut *out, enforcement);
+        }
+        out.extend_from_slice(&self.chunk_end);
+        out.extend_from_slice(b"\n\n");
+    }
+
     /// The event closing a showing status line: a final description, or hidden when there is
     /// nothing worth keeping on screen.
     fn close_status(&mut self, description: Option<&str>, out: &mut Vec<u8>) {
@@ -420,12 +440,12 @@ impl StreamWriter for ChatWriter {
                 content: Some(""),
                 role: "assistant",
             };
-            push_data(out, &chunk(&self.id, open, None));
+            self.push_chunk(out, open, None, None);
         }
         let reasoning = Reasoning {
             reasoning_content: text,
         };
-        push_data(out, &chunk(&self.id, reasoning, None));
+        self.push_chunk(out, reasoning, None, None);
     }
 
     fn answer(
@@ -468,7 +488,6 @@ impl ChatWriter {
         out: &mut Vec<u8>,
     ) {
         self.close_status(summary, out);
-        let id = &self.id;
         let calls = &outcome.tool_calls;
         // An answer that only calls tools has no content, as OpenAI streams it.
         if !self.opened {
@@ -476,10 +495,10 @@ impl ChatWriter {
                 content: (calls.is_empty() || !text.is_empty()).then_some(""),
                 role: "assistant",
             };
-            push_data(out, &chunk(id, opening, None));
+            self.push_chunk(out, opening, None, None);
         }
         for piece in stream::pieces(text, CONTENT_PIECE) {
-            push_data(out, &chunk(id, Content { content: piece }, None));
+            self.push_chunk(out, Content { content: piece }, None, None);
         }
         // Each call: its id and name with empty arguments first, then the arguments in pieces
         // under the same index, as OpenAI streams them.
@@ -488,18 +507,18 @@ impl ChatWriter {
                 "index": index, "id": call.id, "type": "function",
                 "function": {"name": call.name, "arguments": ""},
             }]});
-            push_data(out, &chunk(id, head, None));
+            self.push_chunk(out, head, None, None);
             for piece in stream::pieces(&call.arguments, CONTENT_PIECE) {
                 let more =
                     json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]});
-                push_data(out, &chunk(id, more, None));
+                self.push_chunk(out, more, None, None);
             }
         }
-        let mut finish = chunk(id, NoDelta {}, Some(finish_reason(outcome)));
-        finish.enforcement = Some(Enforcement::of(outcome).routed(route));
-        push_data(out, &finish);
+        let enforcement = Enforcement::of(outcome).routed(route);
+        let finish = Some(finish_reason(outcome));
+        self.push_chunk(out, NoDelta {}, finish, Some(&enforcement));
         if self.include_usage {
-            push_data(out, &usage_chunk(id, outcome.usage));
+            push_data(out, &usage_chunk(&self.id, outcome.usage));
         }
     }
 }
@@ -690,11 +709,8 @@ mod tests {
                 (false, Some(&route), true),
             ] {
                 let mut writer = ChatWriter {
-                    id: id.clone(),
-                    status_events: false,
-                    include_usage,
-                    status_open: false,
                     opened,
+                    ..ChatWriter::new(id.clone(), false, include_usage)
                 };
                 let mut typed = Vec::new();
                 writer.write_answer(route, text, outcome, None, &mut typed);
@@ -712,13 +728,7 @@ mod tests {
                 );
             }
         }
-        let mut writer = ChatWriter {
-            id: id.clone(),
-            status_events: false,
-            include_usage: false,
-            status_open: false,
-            opened: false,
-        };
+        let mut writer = ChatWriter::new(id.clone(), false, false);
         let mut typed = Vec::new();
         writer.draft("thinking \"hard\"", &mut typed);
         let mut expected = Vec::new();

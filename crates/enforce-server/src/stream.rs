@@ -120,7 +120,9 @@ pub(crate) async fn respond<W: StreamWriter>(
         writer,
         drafting: None,
         cut: None,
-        pending: Vec::new(),
+        // Room for the opening events and a short answer's, so the buffer is not grown and
+        // copied event by event.
+        pending: Vec::with_capacity(PENDING_ROOM),
     };
     out.writer.open(&mut out.pending);
     let first_due = tokio::time::Instant::now() + turn.app.config.keepalive_interval;
@@ -195,10 +197,15 @@ pub(crate) async fn respond<W: StreamWriter>(
     }
 }
 
+/// The room a stream's buffer starts with, and is given again for the answer's events.
+const PENDING_ROOM: usize = 4096;
+
 /// A `text/event-stream` response of `body`.
 fn event_stream(body: Body) -> Response {
     let mut response = body.into_response();
     let headers = response.headers_mut();
+    // Room for the enforcement headers too, not grown insert by insert.
+    headers.reserve(crate::pipeline::ANSWER_HEADERS + 3);
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream; charset=utf-8"),
@@ -286,6 +293,10 @@ impl<W: StreamWriter> Out<W> {
     /// hears of it, so it can continue at once) when the request asked for it.
     async fn answer(&mut self, turn: &mut Turn, text: &str, outcome: &Outcome) {
         let summary = summary_line(outcome);
+        // A surface's events repeat the text a few times (Responses: in the delta, the done
+        // events and the final object).
+        self.pending
+            .reserve(PENDING_ROOM.saturating_add(text.len().saturating_mul(6)));
         self.writer
             .answer(turn, text, outcome, summary.as_deref(), &mut self.pending);
         if let Some(body) = self.writer.stored() {

@@ -275,7 +275,7 @@ impl ItemId<'_> {
         text.push_str(suffix);
         if let Some(number) = self.number {
             text.push('_');
-            push_digits(&mut text, number as u64, 10, 1);
+            push_digits::<10>(&mut text, number as u64, 1);
         }
         text
     }
