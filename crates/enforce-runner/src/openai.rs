@@ -442,16 +442,18 @@ struct CompletionBody<'a> {
 
 #[derive(serde::Deserialize)]
 struct ChoiceBody<'a> {
-    #[serde(default)]
-    message: Option<MessageBody>,
+    #[serde(default, borrow)]
+    message: Option<MessageBody<'a>>,
     #[serde(default, borrow)]
     finish_reason: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize)]
-struct MessageBody {
-    #[serde(default)]
-    content: Option<Value>,
+struct MessageBody<'a> {
+    /// Text, or null; content given as parts makes the typed reading fail, and the body is
+    /// read as any JSON instead ([`parse_completion_value`]).
+    #[serde(default, borrow)]
+    content: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     tool_calls: Option<Value>,
 }
@@ -486,7 +488,10 @@ impl CompletionBody<'_> {
             Some(calls) => tool_calls_of(calls)?,
             None => Vec::new(),
         };
-        let text = message_text(content, &tool_calls)?;
+        let text = match content {
+            Some(text) => text.into_owned(),
+            None => message_text(None, &tool_calls)?,
+        };
         let usage = self.usage.map(|u| Usage {
             input_tokens: u.prompt_tokens.unwrap_or(0),
             output_tokens: u.completion_tokens.unwrap_or(0),
@@ -681,6 +686,9 @@ mod tests {
             r#"{"choices":[{"message":{"content":"x","tool_calls":"no"}}]}"#,
             r#"{"choices":[{"message":{"content":"x","tool_calls":[{"function":{}}]}}]}"#,
             r#"{"choices":[{"message":{}}]}"#,
+            r#"{"choices":[{"message":{"content":null}}]}"#,
+            r#"{"choices":[{"message":{"content":5}}]}"#,
+            r#"{"choices":[{"message":{"content":"caf\u00e9 \ud83d\ude00 \\ \n"}}]}"#,
             r#"{"choices":[1]}"#,
             r#"{"choices":[]}"#,
             r#"{"choices":null}"#,
