@@ -4,6 +4,10 @@
 
 use axum::http::HeaderName;
 
+/// How many headers an answer carries: its content type, the enforcement headers, the
+/// profile, the request ids and the warnings (a stream's three of its own come on top).
+pub(crate) const ANSWER_HEADERS: usize = 10;
+
 /// The header Open WebUI sends with `ENABLE_FORWARD_USER_INFO_HEADERS`.
 pub(crate) const CHAT_ID_HEADER: &str = "x-openwebui-chat-id";
 /// A response header: milliseconds the proxy itself spent on the request (the request's time

@@ -205,7 +205,7 @@ fn event_stream(body: Body) -> Response {
     let mut response = body.into_response();
     let headers = response.headers_mut();
     // Room for the enforcement headers too, not grown insert by insert.
-    headers.reserve(crate::pipeline::ANSWER_HEADERS + 3);
+    headers.reserve(crate::headers::ANSWER_HEADERS + 3);
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream; charset=utf-8"),
