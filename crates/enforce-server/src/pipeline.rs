@@ -357,7 +357,9 @@ fn warnings_header(turn: &Turn) -> Option<HeaderValue> {
 pub(crate) fn json_response(body: Bytes) -> Response {
     let mut response = Response::new(Body::from(body));
     // Room for the enforcement headers at once, not grown insert by insert.
-    response.headers_mut().reserve(crate::headers::ANSWER_HEADERS);
+    response
+        .headers_mut()
+        .reserve(crate::headers::ANSWER_HEADERS);
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -790,7 +792,6 @@ pub(crate) fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome:
         headers.insert(names::OVERHEAD, value);
     }
 }
-
 
 /// A request's id: the surface's prefix, `enf`, the process's start time and the request's
 /// number in hex (`chatcmpl-enf6b07e13d00002a`), as `format!("{prefix}enf{started:x}{n:06x}")`
