@@ -31,3 +31,5 @@ mod sdk;
 mod shared_state;
 mod streaming;
 mod tools;
+#[cfg(target_os = "linux")]
+mod wakeups;
