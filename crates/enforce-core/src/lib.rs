@@ -69,7 +69,7 @@ pub use input::{
 };
 pub use issue::{Issue, Severity};
 pub use observer::{Event, Observer};
-pub use outcome::{Attempt, Cut, Outcome, Status, StopReason};
+pub use outcome::{fnv1a_hex, Attempt, Cut, Outcome, Status, StopReason};
 pub use partial::PartialCheck;
 pub use policy::{
     AnswerFormat, Budget, BudgetKind, FallbackBy, Policy, PolicyBuilder, Reask, RepairWhen,

@@ -485,8 +485,10 @@ impl Outcome {
     }
 }
 
-/// FNV-1a 64-bit digest of `text`, as 16 hex digits: `Attempt::response_digest`.
-pub(crate) fn digest(text: &str) -> String {
+/// FNV-1a 64-bit digest of `text`, as 16 lower-case hex digits: `Attempt::response_digest`,
+/// and the proxy's answer digests and chat directory names. Stored digests must stay
+/// findable, so the function never changes.
+pub fn fnv1a_hex(text: &str) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in text.as_bytes() {
         hash ^= u64::from(b);
@@ -506,9 +508,9 @@ mod tests {
     /// `format!("{:016x}")` writes them.
     #[test]
     fn digests_are_fnv1a_in_sixteen_hex_digits() {
-        assert_eq!(super::digest(""), "cbf29ce484222325");
-        assert_eq!(super::digest("a"), "af63dc4c8601ec8c");
-        assert_eq!(super::digest("foobar"), "85944171f73967e8");
+        assert_eq!(super::fnv1a_hex(""), "cbf29ce484222325");
+        assert_eq!(super::fnv1a_hex("a"), "af63dc4c8601ec8c");
+        assert_eq!(super::fnv1a_hex("foobar"), "85944171f73967e8");
         for text in [
             "",
             "x",
@@ -521,13 +523,13 @@ mod tests {
                 hash ^= u64::from(b);
                 hash = hash.wrapping_mul(0x0100_0000_01b3);
             }
-            assert_eq!(super::digest(text), format!("{hash:016x}"), "{text}");
+            assert_eq!(super::fnv1a_hex(text), format!("{hash:016x}"), "{text}");
         }
         // A hash with leading zero nibbles keeps them.
         let small = (0u32..)
             .map(|n| n.to_string())
-            .find(|t| super::digest(t).starts_with('0'))
+            .find(|t| super::fnv1a_hex(t).starts_with('0'))
             .expect("some text hashes to a leading zero");
-        assert_eq!(super::digest(&small).len(), 16);
+        assert_eq!(super::fnv1a_hex(&small).len(), 16);
     }
 }

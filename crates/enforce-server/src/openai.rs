@@ -393,21 +393,22 @@ impl ChatWriter {
         finish_reason: Option<&'static str>,
         enforcement: Option<&Enforcement<'_>>,
     ) {
-        out.extend_from_slice(b"data: {\"choices\":[");
         let choice = ChunkChoice {
             delta,
             finish_reason,
             index: 0,
         };
-        // Serializing into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *out, &choice);
-        out.extend_from_slice(&self.chunk_created);
-        if let Some(enforcement) = enforcement {
-            out.extend_from_slice(b",\"enforcement\":");
-            let _ = serde_json::to_writer(&mut *out, enforcement);
-        }
-        out.extend_from_slice(&self.chunk_end);
-        out.extend_from_slice(b"\n\n");
+        stream::push_data_with(out, |out| {
+            out.extend_from_slice(b"{\"choices\":[");
+            // Serializing into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut *out, &choice);
+            out.extend_from_slice(&self.chunk_created);
+            if let Some(enforcement) = enforcement {
+                out.extend_from_slice(b",\"enforcement\":");
+                let _ = serde_json::to_writer(&mut *out, enforcement);
+            }
+            out.extend_from_slice(&self.chunk_end);
+        });
     }
 
     /// The event closing a showing status line: a final description, or hidden when there is

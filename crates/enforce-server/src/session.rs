@@ -19,7 +19,7 @@ pub const STATUS_FILE: &str = "status.json";
 /// The digest that recognizes an answer the client sends back: of its text with surrounding
 /// whitespace trimmed (clients trim).
 pub fn answer_digest(text: &str) -> String {
-    fnv1a_hex(text.trim())
+    enforce_core::fnv1a_hex(text.trim())
 }
 
 /// What one finished turn adds to a chat.
@@ -96,19 +96,8 @@ pub fn chat_dir_name(chat_id: &str) -> String {
     if safe {
         chat_id.to_string()
     } else {
-        format!("h-{}", fnv1a_hex(chat_id))
+        format!("h-{}", enforce_core::fnv1a_hex(chat_id))
     }
-}
-
-/// FNV-1a 64-bit digest of `text` as 16 hex digits. Names chat directories on disk, so it must
-/// never change: a store written by an earlier version has to stay findable.
-fn fnv1a_hex(text: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in text.as_bytes() {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
 }
 
 impl SessionStore {

@@ -69,9 +69,17 @@ pub(crate) trait StreamWriter: Send + Sync + 'static {
 
 /// Appends one `data:` line holding `value`.
 pub(crate) fn push_data(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+    push_data_with(out, |out| {
+        // Serializing a JSON value into a Vec cannot fail.
+        let _ = serde_json::to_writer(out, value);
+    });
+}
+
+/// Appends one `data:` line whose JSON `write` puts down itself (a writer that copies
+/// bytes it prepared once).
+pub(crate) fn push_data_with(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
     out.extend_from_slice(b"data: ");
-    // Serializing a JSON value into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, value);
+    write(out);
     out.extend_from_slice(b"\n\n");
 }
 

@@ -2,7 +2,7 @@
 //! validation, repairs, the checked fallback and the outcome.
 
 use super::{error_codes, split_issues, Enforcer, FALLBACK_INVALID};
-use crate::outcome::digest;
+use crate::outcome::fnv1a_hex;
 use crate::runner::next_event;
 use crate::time::micros;
 use crate::validator::{repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict};
@@ -245,7 +245,7 @@ impl<'a> Run<'a> {
         Attempt {
             number,
             response_bytes: reply.text.len(),
-            response_digest: digest(&reply.text),
+            response_digest: fnv1a_hex(&reply.text),
             issues,
             runner_us: micros(runner_time),
             validation_us: micros(validation_time),
