@@ -48,6 +48,7 @@ mod enforcer;
 mod feedback;
 mod input;
 mod issue;
+pub mod json;
 mod observer;
 mod outcome;
 mod partial;

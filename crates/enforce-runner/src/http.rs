@@ -265,10 +265,9 @@ pub(crate) trait StreamSource: Sync {
 pub(crate) fn body_bytes<B: serde::Serialize + ?Sized>(
     body: &B,
 ) -> Result<bytes::Bytes, RunnerError> {
-    // Room for a short conversation at once: serde_json's own buffer starts at 128 bytes
-    // and is grown, and copied, from there.
+    // Room for a short conversation at once: a buffer grown from empty is copied as it grows.
     let mut bytes = Vec::with_capacity(1024);
-    serde_json::to_writer(&mut bytes, body)
+    enforce_core::json::write(&mut bytes, body)
         .map(|()| bytes::Bytes::from(bytes))
         .map_err(|e| RunnerError::Protocol {
             message: format!("cannot serialize the request: {e}"),

@@ -366,11 +366,11 @@ impl ChatWriter {
     fn new(id: TurnId, status_events: bool, include_usage: bool) -> Self {
         // Serializing a number or a string into a Vec cannot fail.
         let mut chunk_created = b"],\"created\":".to_vec();
-        let _ = serde_json::to_writer(&mut chunk_created, &id.created);
+        let _ = enforce_core::json::write(&mut chunk_created, &id.created);
         let mut chunk_end = b",\"id\":".to_vec();
-        let _ = serde_json::to_writer(&mut chunk_end, &id.id);
+        let _ = enforce_core::json::write(&mut chunk_end, &id.id);
         chunk_end.extend_from_slice(b",\"model\":");
-        let _ = serde_json::to_writer(&mut chunk_end, &id.model);
+        let _ = enforce_core::json::write(&mut chunk_end, &id.model);
         chunk_end.extend_from_slice(b",\"object\":\"chat.completion.chunk\"}");
         ChatWriter {
             id,
@@ -401,11 +401,11 @@ impl ChatWriter {
         stream::push_data_with(out, |out| {
             out.extend_from_slice(b"{\"choices\":[");
             // Serializing into a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut *out, &choice);
+            let _ = enforce_core::json::write(out, &choice);
             out.extend_from_slice(&self.chunk_created);
             if let Some(enforcement) = enforcement {
                 out.extend_from_slice(b",\"enforcement\":");
-                let _ = serde_json::to_writer(&mut *out, enforcement);
+                let _ = enforce_core::json::write(out, enforcement);
             }
             out.extend_from_slice(&self.chunk_end);
         });

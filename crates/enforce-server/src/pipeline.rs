@@ -121,7 +121,7 @@ pub(crate) trait Surface: Send + Sync + 'static {
 /// around it (serde_json's own buffer grows from 128 bytes, copying the body each time).
 pub(crate) fn answer_body(answer: &impl serde::Serialize, text: &str) -> Vec<u8> {
     let mut body = Vec::with_capacity(1024 + text.len() + text.len() / 8);
-    match serde_json::to_writer(&mut body, answer) {
+    match enforce_core::json::write(&mut body, answer) {
         Ok(()) => body,
         Err(_) => Vec::new(),
     }
@@ -774,10 +774,23 @@ pub(crate) fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome:
         names::STATUS,
         HeaderValue::from_static(outcome.status.as_str()),
     );
-    if let Ok(value) = HeaderValue::from_str(&crate::verdict::validation_status(outcome)) {
+    let validation_status = crate::verdict::validation_status(outcome);
+    // The common values without a copy: no status (every check passed), a few attempts.
+    let validation_status = if validation_status.is_empty() {
+        Ok(HeaderValue::from_static(""))
+    } else {
+        HeaderValue::from_str(&validation_status)
+    };
+    if let Ok(value) = validation_status {
         headers.insert(names::VALIDATION_STATUS, value);
     }
-    headers.insert(names::ATTEMPTS, HeaderValue::from(outcome.attempts.len()));
+    const FEW: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    let attempts = outcome.attempts.len();
+    let attempts = match FEW.get(attempts) {
+        Some(few) => HeaderValue::from_static(few),
+        None => HeaderValue::from(attempts),
+    };
+    headers.insert(names::ATTEMPTS, attempts);
     // `X-Enforce-Profile` is the pipeline's to set, on refusals too.
     // The request's time in the proxy minus the time spent waiting for the model.
     let total = u64::try_from(turn.started.elapsed().as_micros()).unwrap_or(u64::MAX);

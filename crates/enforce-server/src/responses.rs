@@ -21,7 +21,6 @@ use object::{
     Verdict,
 };
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 mod events;
@@ -110,6 +109,11 @@ impl<'a, R: ?Sized> ResponseEvent<'a, R> {
     }
 }
 
+/// A response object's JSON (`null` if it could not be written, which our types cannot fail).
+fn response_bytes(response: &ResponseObject<'_>) -> Vec<u8> {
+    enforce_core::json::to_vec(response).unwrap_or_else(|_| b"null".to_vec())
+}
+
 /// Writes a Responses stream: `response.created` and `response.in_progress` at once, drafts
 /// as a `reasoning` item's summary text (what clients show as thinking), then the answer's
 /// items with their delta and done events, and `response.completed`, or `response.failed`.
@@ -145,6 +149,23 @@ impl Sequence {
         out.extend_from_slice(kind.as_bytes());
         out.push(b'\n');
         sequence
+    }
+
+    /// Writes an event of `kind` carrying the response object whose JSON is `body`: the
+    /// bytes a [`ResponseEvent`] of it writes, with the object written once for every event
+    /// that carries it.
+    fn write_response(&mut self, kind: &str, out: &mut Vec<u8>, body: &[u8]) {
+        let sequence_number = self.next(kind, out);
+        stream::push_data_with(out, |out| {
+            out.extend_from_slice(b"{\"response\":");
+            out.extend_from_slice(body);
+            out.extend_from_slice(b",\"sequence_number\":");
+            // A number and a string into a Vec: cannot fail.
+            let _ = enforce_core::json::write(out, &sequence_number);
+            out.extend_from_slice(b",\"type\":");
+            let _ = enforce_core::json::write(out, kind);
+            out.push(b'}');
+        });
     }
 
     /// Writes an event of `kind`: its `data:` is `event` of its sequence number.
@@ -340,12 +361,9 @@ impl ResponsesWriter {
             "response.completed"
         };
         // Written once: the event carries the bytes that are stored.
-        let body = serde_json::value::to_raw_value(&response)
-            .unwrap_or_else(|_| RawValue::NULL.to_owned());
-        self.sequence.write(event, out, |sequence_number| {
-            ResponseEvent::new(event, sequence_number, &*body)
-        });
-        self.completed = Some(Bytes::from(Box::<str>::from(body).into_boxed_bytes()));
+        let body = response_bytes(&response);
+        self.sequence.write_response(event, out, &body);
+        self.completed = Some(Bytes::from(body));
     }
 }
 
@@ -353,12 +371,9 @@ impl StreamWriter for ResponsesWriter {
     fn open(&mut self, out: &mut Vec<u8>) {
         // Both events carry the same object: written once.
         let response = ResponseObject::new(&self.id, &self.echo, "in_progress");
-        let body = serde_json::value::to_raw_value(&response)
-            .unwrap_or_else(|_| RawValue::NULL.to_owned());
+        let body = response_bytes(&response);
         for kind in ["response.created", "response.in_progress"] {
-            self.sequence.write(kind, out, |sequence_number| {
-                ResponseEvent::new(kind, sequence_number, &*body)
-            });
+            self.sequence.write_response(kind, out, &body);
         }
     }
 

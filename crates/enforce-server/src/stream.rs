@@ -70,8 +70,8 @@ pub(crate) trait StreamWriter: Send + Sync + 'static {
 /// Appends one `data:` line holding `value`.
 pub(crate) fn push_data(out: &mut Vec<u8>, value: &impl serde::Serialize) {
     push_data_with(out, |out| {
-        // Serializing a JSON value into a Vec cannot fail.
-        let _ = serde_json::to_writer(out, value);
+        // The events are our own types and `Value`s, which always serialize.
+        let _ = enforce_core::json::write(out, value);
     });
 }
 

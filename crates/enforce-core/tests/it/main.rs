@@ -5,6 +5,7 @@ mod audit_json;
 mod compose;
 mod early_abort;
 mod input_stage;
+mod json_writer;
 mod loop_paths;
 mod loop_rules;
 mod tool_calls;
