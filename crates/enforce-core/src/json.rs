@@ -40,6 +40,58 @@ pub fn write<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), 
     value.serialize(&mut Writer { out })
 }
 
+/// Writes one JSON object entry by entry straight to bytes, for an object whose entries are
+/// mostly fixed: those go down as prepared `"key":value` text, the others as values. What it
+/// writes is what a serializer writes of the same entries.
+///
+/// ```
+/// let mut out = Vec::new();
+/// let mut object = enforce_core::json::ObjectWriter::new(&mut out);
+/// object.entry("id", "r1").unwrap();
+/// object.prepared(r#""object":"response""#);
+/// object.end();
+/// assert_eq!(out, br#"{"id":"r1","object":"response"}"#);
+/// ```
+#[derive(Debug)]
+pub struct ObjectWriter<'a> {
+    out: &'a mut Vec<u8>,
+    empty: bool,
+}
+
+impl<'a> ObjectWriter<'a> {
+    /// Opens the object (`{`) at the end of `out`.
+    pub fn new(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        ObjectWriter { out, empty: true }
+    }
+
+    fn comma(&mut self) {
+        if !self.empty {
+            self.out.push(b',');
+        }
+        self.empty = false;
+    }
+
+    /// Writes the entry `key`: `value`.
+    pub fn entry<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result<(), Error> {
+        self.comma();
+        write_str(self.out, key);
+        self.out.push(b':');
+        write(self.out, value)
+    }
+
+    /// Writes `entry`, an entry prepared as JSON text (`"key":value`), as it is.
+    pub fn prepared(&mut self, entry: &str) {
+        self.comma();
+        self.out.extend_from_slice(entry.as_bytes());
+    }
+
+    /// Closes the object (`}`).
+    pub fn end(self) {
+        self.out.push(b'}');
+    }
+}
+
 /// The name serde_json's `RawValue` serializes under: its text is written as it is.
 const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 

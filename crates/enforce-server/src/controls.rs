@@ -146,7 +146,7 @@ pub(crate) fn sessions_forbidden(grant: &KeyGrant) -> ApiError {
 /// sent none.
 pub(crate) fn apply(
     grant: Option<&KeyGrant>,
-    model: &mut Model,
+    model: &mut Arc<Model>,
     headers: &HeaderMap,
 ) -> Result<Option<Value>, Refused> {
     if let Some(grant) = grant.filter(|g| !g.allows_profile(&model.profile)) {
@@ -173,7 +173,8 @@ pub(crate) fn apply(
         max_tokens,
         ..Budget::default()
     };
-    model.enforcer = Arc::new(model.enforcer.narrowed(max_retries, &budget));
+    let narrowed = Arc::new(model.enforcer.narrowed(max_retries, &budget));
+    Arc::make_mut(model).enforcer = narrowed;
     let policy = model.enforcer.policy();
     Ok(Some(applied_limits(
         max_retries.map(|asked| (asked, policy.max_retries)),

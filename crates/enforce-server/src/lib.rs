@@ -201,7 +201,7 @@ impl ServerBuilder {
                 return Err(ServerError::DuplicateModel(model.id));
             }
             model_order.push(model.id.clone());
-            models.insert(model.id.clone(), model);
+            models.insert(model.id.clone(), Arc::new(model));
         }
         let metrics = Arc::new(Metrics::new());
         let mut sessions =

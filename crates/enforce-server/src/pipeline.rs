@@ -118,10 +118,18 @@ pub(crate) trait Surface: Send + Sync + 'static {
 }
 
 /// An answer's JSON body, written into room made once for the answer's text and the fields
-/// around it (serde_json's own buffer grows from 128 bytes, copying the body each time).
+/// around it (a buffer grown from empty is copied each time it grows).
 pub(crate) fn answer_body(answer: &impl serde::Serialize, text: &str) -> Vec<u8> {
+    answer_body_with(text, |body| enforce_core::json::write(body, answer))
+}
+
+/// An answer's JSON body that `write` puts down itself.
+pub(crate) fn answer_body_with(
+    text: &str,
+    write: impl FnOnce(&mut Vec<u8>) -> Result<(), enforce_core::json::Error>,
+) -> Vec<u8> {
     let mut body = Vec::with_capacity(1024 + text.len() + text.len() / 8);
-    match enforce_core::json::write(&mut body, answer) {
+    match write(&mut body) {
         Ok(()) => body,
         Err(_) => Vec::new(),
     }
@@ -436,7 +444,7 @@ fn resolve_model(
     app: &App,
     id: &str,
     headers: &HeaderMap,
-) -> Result<(Model, Option<String>), Rejection> {
+) -> Result<(Arc<Model>, Option<String>), Rejection> {
     let Some(model) = app.models.get(id) else {
         let error = ApiError {
             param: Some("model"),
@@ -452,7 +460,7 @@ fn resolve_model(
         };
         return Err(rejected("unknown_model")(error));
     };
-    let mut model = model.clone();
+    let mut model = Arc::clone(model);
     let profile = headers
         .get(names::PROFILE)
         .and_then(|v| v.to_str().ok())
@@ -463,8 +471,9 @@ fn resolve_model(
     };
     match app.profiles.get(name) {
         Some(enforcer) => {
-            model.enforcer = enforcer.clone();
-            model.profile = name.to_string();
+            let changed = Arc::make_mut(&mut model);
+            changed.enforcer = enforcer.clone();
+            changed.profile = name.to_string();
             Ok((model, Some(name.to_string())))
         }
         None => {
@@ -498,7 +507,7 @@ fn take_permit(app: &App) -> Result<OwnedSemaphorePermit, Rejection> {
 /// against the permit taken before). How it was routed, for the `enforcement` object, the
 /// audit and the metrics (`None`: the model has no routes).
 async fn route(
-    model: &mut Model,
+    model: &mut Arc<Model>,
     body: &[u8],
     params: &Map<String, Value>,
     headers: &HeaderMap,
@@ -509,8 +518,9 @@ async fn route(
         .pick(body, params, headers, messages, &model.profile)
         .await;
     if let Some((enforcer, name)) = picked.choice() {
-        model.enforcer = enforcer.clone();
-        model.profile = name.to_string();
+        let changed = Arc::make_mut(model);
+        changed.enforcer = enforcer.clone();
+        changed.profile = name.to_string();
     }
     serde_json::to_value(&picked.record).ok()
 }

@@ -55,10 +55,8 @@ impl Surface for Responses {
     }
 
     fn answer_bytes(turn: &Turn, kept: &Kept, text: &str, outcome: &Outcome) -> Vec<u8> {
-        crate::pipeline::answer_body(
-            &ResponseObject::of_turn(turn, &kept.echo, text, outcome),
-            text,
-        )
+        let response = ResponseObject::of_turn(turn, &kept.echo, text, outcome);
+        crate::pipeline::answer_body_with(text, |body| response.write_json(body))
     }
 
     fn writer(turn: &Turn, kept: Kept) -> ResponsesWriter {
@@ -111,7 +109,11 @@ impl<'a, R: ?Sized> ResponseEvent<'a, R> {
 
 /// A response object's JSON (`null` if it could not be written, which our types cannot fail).
 fn response_bytes(response: &ResponseObject<'_>) -> Vec<u8> {
-    enforce_core::json::to_vec(response).unwrap_or_else(|_| b"null".to_vec())
+    let mut bytes = Vec::with_capacity(1024);
+    match response.write_json(&mut bytes) {
+        Ok(()) => bytes,
+        Err(_) => b"null".to_vec(),
+    }
 }
 
 /// Writes a Responses stream: `response.created` and `response.in_progress` at once, drafts

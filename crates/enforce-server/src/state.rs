@@ -17,7 +17,9 @@ use tokio::sync::Semaphore;
 /// Everything the handlers and the turns they start share.
 pub(crate) struct App {
     pub config: ServerConfig,
-    pub models: HashMap<String, Model>,
+    /// Shared with the requests that use them: a request copies its model only to change it
+    /// (a profile header, a route, a limit header).
+    pub models: HashMap<String, Arc<Model>>,
     /// Model ids in configuration order, for `/v1/models`.
     pub model_order: Vec<String>,
     pub step_extractor: Option<StepExtractor>,

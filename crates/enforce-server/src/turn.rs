@@ -366,7 +366,7 @@ pub(crate) struct TurnId {
 /// One accepted request, whatever its surface, with everything needed to answer it.
 pub(crate) struct Turn {
     pub app: Arc<App>,
-    pub model: Model,
+    pub model: Arc<Model>,
     /// The answer is streamed.
     pub stream: bool,
     /// A streamed answer ends with a usage chunk.

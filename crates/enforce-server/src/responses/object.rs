@@ -8,8 +8,9 @@ use super::Responses;
 use crate::pipeline::{push_digits, Surface, Warnings};
 use crate::turn::{Turn, TurnId};
 use crate::verdict::{cut_at_token_limit, Enforcement};
+use enforce_core::json::{self, ObjectWriter};
 use enforce_core::{Outcome, ToolCall, Usage};
-use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::ser::{SerializeSeq, Serializer};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -123,35 +124,12 @@ pub(super) struct Failure<'a> {
     pub message: &'a str,
 }
 
-/// `incomplete_details` of an answer cut at the token limit.
-#[derive(Serialize)]
-struct Incomplete {
-    reason: &'static str,
-}
-
-/// The default `text`: `{"format": {"type": "text"}}`.
-#[derive(Serialize)]
-struct TextFormat {
-    format: Kind,
-}
-
-#[derive(Serialize)]
-struct Kind {
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-/// `{}`.
-#[derive(Serialize)]
-struct Empty {}
-
-/// `[]`.
-const NONE: [(); 0] = [];
-
-impl Serialize for ResponseObject<'_> {
-    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+impl ResponseObject<'_> {
+    /// Appends the object's JSON to `out`. Most of its entries are fixed: written as prepared
+    /// text, they cost a copy each instead of a key and a value written through serde.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
         let mut map = Merged {
-            map: to.serialize_map(None)?,
+            object: ObjectWriter::new(out),
             echo: self.echo.iter().peekable(),
         };
         // Keys in sorted order: `Merged` puts the echoed ones between them.
@@ -159,25 +137,29 @@ impl Serialize for ResponseObject<'_> {
         if let Some(enforcement) = &self.enforcement {
             map.entry("enforcement", enforcement)?;
         }
-        map.entry("error", &self.error)?;
+        match &self.error {
+            Some(error) => map.entry("error", error)?,
+            None => map.fixed("error", r#""error":null"#)?,
+        }
         map.entry("id", &self.id.id)?;
-        let incomplete = self.cut.then_some(Incomplete {
-            reason: "max_output_tokens",
-        });
-        map.entry("incomplete_details", &incomplete)?;
-        map.entry("metadata", &Empty {})?;
+        if self.cut {
+            map.fixed(
+                "incomplete_details",
+                r#""incomplete_details":{"reason":"max_output_tokens"}"#,
+            )?;
+        } else {
+            map.fixed("incomplete_details", r#""incomplete_details":null"#)?;
+        }
+        map.fixed("metadata", r#""metadata":{}"#)?;
         map.entry("model", &self.id.model)?;
-        map.entry("object", "response")?;
+        map.fixed("object", r#""object":"response""#)?;
         map.entry("output", &self.output)?;
-        map.entry("parallel_tool_calls", &true)?;
+        map.fixed("parallel_tool_calls", r#""parallel_tool_calls":true"#)?;
         map.entry("status", self.status)?;
-        map.entry("store", &true)?;
-        let text = TextFormat {
-            format: Kind { kind: "text" },
-        };
-        map.entry("text", &text)?;
-        map.entry("tool_choice", "auto")?;
-        map.entry("tools", &NONE)?;
+        map.fixed("store", r#""store":true"#)?;
+        map.fixed("text", r#""text":{"format":{"type":"text"}}"#)?;
+        map.fixed("tool_choice", r#""tool_choice":"auto""#)?;
+        map.fixed("tools", r#""tools":[]"#)?;
         if let Some(usage) = &self.usage {
             map.entry("usage", usage)?;
         }
@@ -188,30 +170,63 @@ impl Serialize for ResponseObject<'_> {
     }
 }
 
-/// A map written in sorted key order from fixed entries (given in sorted order) and the
+/// As [`ResponseObject::write_json`] writes it (for the few places that serialize it inside
+/// another value; the answer and the stream write it straight).
+impl Serialize for ResponseObject<'_> {
+    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        let mut bytes = Vec::with_capacity(1024);
+        self.write_json(&mut bytes)
+            .map_err(serde::ser::Error::custom)?;
+        let text = std::str::from_utf8(&bytes).map_err(serde::ser::Error::custom)?;
+        json::Raw(text).serialize(to)
+    }
+}
+
+/// `[]`.
+const NONE: [(); 0] = [];
+
+/// An object written in sorted key order from fixed entries (given in sorted order) and the
 /// echoed fields (a `Map`, which iterates sorted): an echoed field replaces the fixed entry
 /// of its name.
-struct Merged<'a, M> {
-    map: M,
+struct Merged<'a, 'o> {
+    object: ObjectWriter<'o>,
     echo: Peekable<serde_json::map::Iter<'a>>,
 }
 
-impl<M: SerializeMap> Merged<'_, M> {
-    fn entry<V: Serialize + ?Sized>(&mut self, key: &str, value: &V) -> Result<(), M::Error> {
+impl Merged<'_, '_> {
+    /// Writes the echoed fields that sort before `key`, and `key`'s own if it was echoed:
+    /// whether it was.
+    fn echoed(&mut self, key: &str) -> Result<bool, json::Error> {
         while let Some((k, v)) = self.echo.next_if(|(k, _)| k.as_str() < key) {
-            self.map.serialize_entry(k, v)?;
+            self.object.entry(k, v)?;
         }
         match self.echo.next_if(|(k, _)| k.as_str() == key) {
-            Some((k, v)) => self.map.serialize_entry(k, v),
-            None => self.map.serialize_entry(key, value),
+            Some((k, v)) => self.object.entry(k, v).map(|()| true),
+            None => Ok(false),
         }
     }
 
-    fn end(mut self) -> Result<M::Ok, M::Error> {
-        for (k, v) in self.echo {
-            self.map.serialize_entry(k, v)?;
+    fn entry<V: Serialize + ?Sized>(&mut self, key: &str, value: &V) -> Result<(), json::Error> {
+        if !self.echoed(key)? {
+            self.object.entry(key, value)?;
         }
-        self.map.end()
+        Ok(())
+    }
+
+    /// An entry whose default is `prepared` (its `"key":value` text).
+    fn fixed(&mut self, key: &str, prepared: &str) -> Result<(), json::Error> {
+        if !self.echoed(key)? {
+            self.object.prepared(prepared);
+        }
+        Ok(())
+    }
+
+    fn end(mut self) -> Result<(), json::Error> {
+        for (k, v) in self.echo {
+            self.object.entry(k, v)?;
+        }
+        self.object.end();
+        Ok(())
     }
 }
 
