@@ -8,6 +8,7 @@ use crate::turn::{Turn, TurnId};
 use crate::verdict::{cut_at_token_limit, Enforcement};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use enforce_core::json;
 use enforce_core::{Message, Outcome, Role, ToolCall, Usage};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -35,7 +36,8 @@ impl Surface for Chat {
     }
 
     fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
-        crate::pipeline::answer_body(&Completion::of(turn, text, outcome), text)
+        let completion = Completion::of(turn, text, outcome);
+        crate::pipeline::answer_body_with(text, |body| completion.write_json(body))
     }
 
     fn writer(turn: &Turn, _: ()) -> ChatWriter {
@@ -215,32 +217,17 @@ pub(crate) fn finish_reason(outcome: &Outcome) -> &'static str {
 }
 
 /// A `chat.completion` with one assistant message: the text (`null` when the answer only calls
-/// tools) and the tool calls. Typed, so the answer is written straight to bytes; fields in the
-/// order a `Value` writes them (sorted), so both forms are the same bytes.
-#[derive(Serialize)]
+/// tools) and the tool calls. Written straight to bytes ([`Completion::write_json`]), its keys
+/// in the order a `Value` writes them (sorted), so both forms are the same bytes.
 struct Completion<'a> {
-    choices: [Choice<'a>; 1],
+    finish_reason: &'static str,
+    content: Option<&'a str>,
+    tool_calls: Option<Vec<Value>>,
     created: u64,
     enforcement: Enforcement<'a>,
     id: &'a str,
     model: &'a str,
-    object: &'static str,
     usage: ChatUsage,
-}
-
-#[derive(Serialize)]
-struct Choice<'a> {
-    finish_reason: &'static str,
-    index: u32,
-    message: AssistantMessage<'a>,
-}
-
-#[derive(Serialize)]
-struct AssistantMessage<'a> {
-    content: Option<&'a str>,
-    role: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_calls: Option<Vec<Value>>,
 }
 
 /// OpenAI `usage` (see [`usage_json`]).
@@ -264,26 +251,54 @@ impl ChatUsage {
 
 impl<'a> Completion<'a> {
     fn of(turn: &'a Turn, content: &'a str, outcome: &'a Outcome) -> Self {
+        Completion::answer(&turn.id, turn.route.as_ref(), content, outcome)
+    }
+
+    /// The answer `id` gives, routed by `route`.
+    fn answer(
+        id: &'a TurnId,
+        route: Option<&'a Value>,
+        content: &'a str,
+        outcome: &'a Outcome,
+    ) -> Self {
         let calls = &outcome.tool_calls;
-        let message = AssistantMessage {
+        Completion {
+            finish_reason: finish_reason(outcome),
             content: (calls.is_empty() || !content.is_empty()).then_some(content),
-            role: "assistant",
             tool_calls: (!calls.is_empty())
                 .then(|| calls.iter().map(ToolCall::to_openai).collect()),
-        };
-        Completion {
-            choices: [Choice {
-                finish_reason: finish_reason(outcome),
-                index: 0,
-                message,
-            }],
-            created: turn.id.created,
-            enforcement: Enforcement::of(outcome).routed(turn.route.as_ref()),
-            id: &turn.id.id,
-            model: &turn.id.model,
-            object: "chat.completion",
+            created: id.created,
+            enforcement: Enforcement::of(outcome).routed(route),
+            id: &id.id,
+            model: &id.model,
             usage: ChatUsage::of(outcome.usage),
         }
+    }
+
+    /// Appends the completion's JSON to `out`: the fixed keys and values as prepared text, a
+    /// copy each, the rest as values.
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
+        out.extend_from_slice(br#"{"choices":[{"finish_reason":"#);
+        json::write(out, self.finish_reason)?;
+        out.extend_from_slice(br#","index":0,"message":{"content":"#);
+        json::write(out, &self.content)?;
+        out.extend_from_slice(br#","role":"assistant""#);
+        if let Some(calls) = &self.tool_calls {
+            out.extend_from_slice(br#","tool_calls":"#);
+            json::write(out, calls)?;
+        }
+        out.extend_from_slice(br#"}}],"created":"#);
+        json::write(out, &self.created)?;
+        out.extend_from_slice(br#","enforcement":"#);
+        json::write(out, &self.enforcement)?;
+        out.extend_from_slice(br#","id":"#);
+        json::write(out, self.id)?;
+        out.extend_from_slice(br#","model":"#);
+        json::write(out, self.model)?;
+        out.extend_from_slice(br#","object":"chat.completion","usage":"#);
+        json::write(out, &self.usage)?;
+        out.push(b'}');
+        Ok(())
     }
 }
 
@@ -601,6 +616,75 @@ mod tests {
         let chunk: Value = serde_json::from_str(&lines[0]["data: ".len()..]).unwrap();
         assert!(chunk.get("error").is_some() && chunk.get("choices").is_none());
         assert_eq!(lines[1], "data: [DONE]");
+    }
+
+    /// The completion written by hand is, byte for byte, the `Value` of it serde_json writes:
+    /// text, an empty text, tool calls with and without text, an answer cut at the token
+    /// limit, a route, escapes in the text.
+    #[test]
+    fn the_completion_is_the_bytes_of_its_value() {
+        use crate::verdict::enforcement_json;
+        use crate::verdict::fixtures::{attempt, outcome};
+        use enforce_core::{FinishReason, Status};
+
+        let id = TurnId {
+            id: "chatcmpl-enf1".into(),
+            created: 1_700_000_000,
+            model: "m".into(),
+        };
+        let call = ToolCall::new("call_1", "get_weather", r#"{"city":"Paris"}"#);
+        let route = json!({"name": "r", "profile": "p", "by": "field"});
+        let passed = outcome(Status::Passed, Vec::new(), vec![attempt(None, &[])]);
+        let calling = outcome(Status::Passed, vec![call], vec![attempt(None, &[])]);
+        let cut = outcome(
+            Status::Passed,
+            Vec::new(),
+            vec![attempt(Some(FinishReason::Length), &[])],
+        );
+        let cases: [(&str, &Outcome, Option<&Value>); 6] = [
+            ("{\"name\": \"Ada\"}\n", &passed, None),
+            ("", &passed, None),
+            ("", &calling, None),
+            ("Looking it up.", &calling, None),
+            ("cut sh", &cut, None),
+            ("routed", &passed, Some(&route)),
+        ];
+        for (text, outcome, route) in cases {
+            let calls = &outcome.tool_calls;
+            let mut message = json!({
+                "role": "assistant",
+                "content": (calls.is_empty() || !text.is_empty()).then_some(text),
+            });
+            if !calls.is_empty() {
+                let calls: Vec<Value> = calls.iter().map(ToolCall::to_openai).collect();
+                message["tool_calls"] = Value::Array(calls);
+            }
+            let mut enforcement = enforcement_json(outcome);
+            if let Some(route) = route {
+                enforcement["route"] = route.clone();
+            }
+            let reference = json!({
+                "id": id.id,
+                "object": "chat.completion",
+                "created": id.created,
+                "model": id.model,
+                "choices": [{
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": finish_reason(outcome),
+                }],
+                "usage": usage_json(outcome.usage),
+                "enforcement": enforcement,
+            });
+            let mut written = Vec::new();
+            Completion::answer(&id, route, text, outcome)
+                .write_json(&mut written)
+                .expect("writes");
+            assert_eq!(
+                String::from_utf8(written).expect("UTF-8"),
+                serde_json::to_string(&reference).expect("serializes")
+            );
+        }
     }
 
     /// The typed chunks are, byte for byte, the `Value`-built ones they replaced: drafts
