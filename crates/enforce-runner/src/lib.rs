@@ -37,6 +37,7 @@ mod anthropic;
 mod anthropic_events;
 mod claude;
 mod command;
+mod completion_scan;
 mod config;
 mod error;
 mod http;

@@ -419,6 +419,9 @@ impl serde::Serialize for WireMessage<'_> {
 /// assert_eq!(r.finish_reason, Some(enforce_core::FinishReason::Stop));
 /// ```
 pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
+    if let Some(read) = crate::completion_scan::read(body) {
+        return read.into_reply(body);
+    }
     match serde_json::from_str::<CompletionBody<'_>>(body) {
         Ok(typed) => typed.into_reply(body),
         // An odd body (a field of another type than OpenAI's): read it as any JSON.
@@ -428,47 +431,48 @@ pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
 
 /// The parts of a chat completion the runner reads, typed: the rest of the body is skipped
 /// without being built (a `Value` of the whole body cost the proxy's hot path twice as much).
+/// The common shape is read by [`crate::completion_scan`] without serde's visitors.
 #[derive(serde::Deserialize)]
-struct CompletionBody<'a> {
+pub(crate) struct CompletionBody<'a> {
     #[serde(default)]
-    error: Option<serde::de::IgnoredAny>,
+    pub error: Option<serde::de::IgnoredAny>,
     #[serde(default, borrow)]
-    object: Option<std::borrow::Cow<'a, str>>,
+    pub object: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
-    choices: Option<Vec<ChoiceBody<'a>>>,
+    pub choices: Option<Vec<ChoiceBody<'a>>>,
     #[serde(default)]
-    usage: Option<UsageBody>,
+    pub usage: Option<UsageBody>,
 }
 
 #[derive(serde::Deserialize)]
-struct ChoiceBody<'a> {
+pub(crate) struct ChoiceBody<'a> {
     #[serde(default, borrow)]
-    message: Option<MessageBody<'a>>,
+    pub message: Option<MessageBody<'a>>,
     #[serde(default, borrow)]
-    finish_reason: Option<std::borrow::Cow<'a, str>>,
+    pub finish_reason: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize)]
-struct MessageBody<'a> {
+pub(crate) struct MessageBody<'a> {
     /// Text, or null; content given as parts makes the typed reading fail, and the body is
     /// read as any JSON instead ([`parse_completion_value`]).
     #[serde(default, borrow)]
-    content: Option<std::borrow::Cow<'a, str>>,
+    pub content: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
-    tool_calls: Option<Value>,
+    pub tool_calls: Option<Value>,
 }
 
 #[derive(serde::Deserialize)]
-struct UsageBody {
+pub(crate) struct UsageBody {
     #[serde(default)]
-    prompt_tokens: Option<u64>,
+    pub prompt_tokens: Option<u64>,
     #[serde(default)]
-    completion_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
 }
 
 impl CompletionBody<'_> {
     /// The reply, read as [`parse_completion_value`] reads the same body.
-    fn into_reply(self, body: &str) -> Result<Reply, RunnerError> {
+    pub(crate) fn into_reply(self, body: &str) -> Result<Reply, RunnerError> {
         if self.error.is_some() || self.object.as_deref() == Some("error") {
             return Err(RunnerError::Upstream {
                 status: Some(200),
