@@ -20,6 +20,7 @@ use crate::verdict::Enforcement;
 use axum::body::Bytes;
 use axum::http::{HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
+use enforce_core::json;
 use enforce_core::{Outcome, ToolCall, Usage};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -72,7 +73,8 @@ impl Surface for Messages {
     }
 
     fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
-        crate::pipeline::answer_body(&MessageBody::of_turn(turn, text, outcome), text)
+        let message = MessageBody::of_turn(turn, text, outcome);
+        crate::pipeline::answer_body(text, |body| message.write_json(body))
     }
 
     fn writer(turn: &Turn, _: ()) -> MessagesWriter {
@@ -160,23 +162,53 @@ impl MessagesUsage {
 
 /// The Messages response for a delivered answer: a `text` block (when there is text), a
 /// `tool_use` block per call, `stop_reason`, `usage` summed over the attempts, and enforce's
-/// outcome in `enforcement`. Typed so the answer is written straight to bytes; fields in the
-/// order a `Value` writes them (sorted), so both forms are the same bytes.
-#[derive(Serialize)]
+/// outcome in `enforcement`. Written straight to bytes ([`MessageBody::write_json`]), its keys
+/// in the order a `Value` writes them (sorted), so both forms are the same bytes.
 struct MessageBody<'a> {
     content: Vec<Block<'a>>,
     enforcement: Enforcement<'a>,
     id: &'a str,
     model: &'a str,
-    role: &'static str,
     stop_reason: &'static str,
-    stop_sequence: Option<&'static str>,
-    #[serde(rename = "type")]
-    kind: &'static str,
     usage: MessagesUsage,
     /// What the request could not carry upstream, when anything (see the pipeline).
-    #[serde(skip_serializing_if = "Option::is_none")]
     warnings: Option<Value>,
+}
+
+impl MessageBody<'_> {
+    /// Appends the message's JSON to `out`: the fixed keys and values as prepared text, a
+    /// copy each, the rest through [`json::write`].
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
+        out.extend_from_slice(br#"{"content":"#);
+        json::write(out, &self.content)?;
+        out.extend_from_slice(br#","enforcement":"#);
+        json::write(out, &self.enforcement)?;
+        out.extend_from_slice(br#","id":"#);
+        json::write(out, self.id)?;
+        out.extend_from_slice(br#","model":"#);
+        json::write(out, self.model)?;
+        out.extend_from_slice(br#","role":"assistant","stop_reason":"#);
+        json::write(out, self.stop_reason)?;
+        out.extend_from_slice(br#","stop_sequence":null,"type":"message","usage":"#);
+        json::write(out, &self.usage)?;
+        if let Some(warnings) = &self.warnings {
+            out.extend_from_slice(br#","warnings":"#);
+            json::write(out, warnings)?;
+        }
+        out.push(b'}');
+        Ok(())
+    }
+}
+
+/// As [`MessageBody::write_json`] writes it (the tests read it as a `Value`).
+impl Serialize for MessageBody<'_> {
+    fn serialize<S: serde::Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        let mut bytes = Vec::with_capacity(512);
+        self.write_json(&mut bytes)
+            .map_err(serde::ser::Error::custom)?;
+        let text = std::str::from_utf8(&bytes).map_err(serde::ser::Error::custom)?;
+        json::Raw(text).serialize(to)
+    }
 }
 
 /// A content block of an answer.
@@ -216,10 +248,7 @@ impl<'a> MessageBody<'a> {
             enforcement: Enforcement::of(outcome),
             id,
             model,
-            role: "assistant",
             stop_reason: stop_reason(outcome),
-            stop_sequence: None,
-            kind: "message",
             usage: MessagesUsage::of(outcome.usage),
             warnings: None,
         }

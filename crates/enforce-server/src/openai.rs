@@ -37,7 +37,7 @@ impl Surface for Chat {
 
     fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
         let completion = Completion::of(turn, text, outcome);
-        crate::pipeline::answer_body_with(text, |body| completion.write_json(body))
+        crate::pipeline::answer_body(text, |body| completion.write_json(body))
     }
 
     fn writer(turn: &Turn, _: ()) -> ChatWriter {

@@ -117,14 +117,9 @@ pub(crate) trait Surface: Send + Sync + 'static {
     fn writer(turn: &Turn, kept: Self::Kept) -> Self::Writer;
 }
 
-/// An answer's JSON body, written into room made once for the answer's text and the fields
-/// around it (a buffer grown from empty is copied each time it grows).
-pub(crate) fn answer_body(answer: &impl serde::Serialize, text: &str) -> Vec<u8> {
-    answer_body_with(text, |body| enforce_core::json::write(body, answer))
-}
-
-/// An answer's JSON body that `write` puts down itself.
-pub(crate) fn answer_body_with(
+/// An answer's JSON body, which `write` puts down into room made once for the answer's text
+/// and the fields around it (a buffer grown from empty is copied each time it grows).
+pub(crate) fn answer_body(
     text: &str,
     write: impl FnOnce(&mut Vec<u8>) -> Result<(), enforce_core::json::Error>,
 ) -> Vec<u8> {

@@ -56,7 +56,7 @@ impl Surface for Responses {
 
     fn answer_bytes(turn: &Turn, kept: &Kept, text: &str, outcome: &Outcome) -> Vec<u8> {
         let response = ResponseObject::of_turn(turn, &kept.echo, text, outcome);
-        crate::pipeline::answer_body_with(text, |body| response.write_json(body))
+        crate::pipeline::answer_body(text, |body| response.write_json(body))
     }
 
     fn writer(turn: &Turn, kept: Kept) -> ResponsesWriter {
