@@ -25,7 +25,7 @@ use crate::state::{unix_now, App};
 use crate::stream::{self, Start, StreamWriter};
 use crate::turn::{wait, InFlight, Turn, TurnId};
 use crate::PROFILE_HEADER;
-use axum::body::{Body, Bytes};
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -428,9 +428,34 @@ pub(crate) async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| too_large())
+    // Frame by frame, not through `axum::body::to_bytes` (a limit wrapper and a frame queue):
+    // a request's body is nearly always one frame, taken as it came without a copy. As there,
+    // a body that fails to arrive is refused like one too large.
+    let mut body = std::pin::pin!(body);
+    let mut whole = Bytes::new();
+    let mut joined: Vec<u8> = Vec::new();
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let Ok(data) = frame.map_err(|_| too_large())?.into_data() else {
+            continue;
+        };
+        if whole.len() + joined.len() + data.len() > limit {
+            return Err(too_large());
+        }
+        if whole.is_empty() && joined.is_empty() {
+            whole = data;
+        } else {
+            if joined.is_empty() {
+                joined.extend_from_slice(&whole);
+                whole = Bytes::new();
+            }
+            joined.extend_from_slice(&data);
+        }
+    }
+    Ok(if joined.is_empty() {
+        whole
+    } else {
+        Bytes::from(joined)
+    })
 }
 
 /// Resolution: the model, with the profile `X-Enforce-Profile` names instead of its own (that

@@ -52,7 +52,7 @@ async fn bearer_auth_guards_the_api() {
 
 #[tokio::test]
 async fn body_limit_is_enforced() {
-    let runner = Arc::new(ScriptedRunner::texts([GOOD]));
+    let runner = Arc::new(ScriptedRunner::texts([GOOD, GOOD]));
     let config = ServerConfig {
         max_body_bytes: 2_000,
         ..ServerConfig::default()
@@ -82,6 +82,25 @@ async fn body_limit_is_enforced() {
         .unwrap();
     assert_eq!(resp.status(), 413);
     assert_eq!(h.chat(user_body(false)).await.status(), 200);
+    // A chunked body under the limit, in pieces that split its JSON anywhere, is read whole.
+    let whole = serde_json::to_vec(&user_body(false)).unwrap();
+    let pieces: Vec<Result<bytes::Bytes, std::io::Error>> = whole
+        .chunks(7)
+        .map(|piece| Ok(bytes::Bytes::copy_from_slice(piece)))
+        .collect();
+    let resp = h
+        .client
+        .post(h.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            pieces,
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["enforcement"]["status"], "passed", "{body}");
 }
 
 #[tokio::test]
