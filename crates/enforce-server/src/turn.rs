@@ -714,7 +714,9 @@ impl Turn {
         // The step marker: recorded in the session, and cut from what the client sees when the
         // model hides it.
         let checked = outcome.status.is_success() && !outcome.fallback_used;
-        let mark = match (&deliverable, checked) {
+        // Looked for only where it is used: a chat's history (and its audit line), or hiding.
+        let wanted = self.chat_id.is_some() || self.model.options.hide_step_marker;
+        let mark = match (&deliverable, checked && wanted) {
             (Some(text), true) => self.app.step_extractor.as_ref().and_then(|f| f(text)),
             _ => None,
         };
