@@ -1,6 +1,7 @@
 //! The OpenAI-compatible HTTP runner: `POST {base_url}/chat/completions`, stateless follow-ups,
 //! bounded retries with jittered exponential backoff that honour `Retry-After`.
 
+use crate::completion_scan::CompletionBody;
 use crate::error::ConfigError;
 use crate::http::{
     answer, api_key, ask_whole, body_bytes, error_message, secret_header, EndpointSettings,
@@ -427,47 +428,6 @@ pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
         // An odd body (a field of another type than OpenAI's): read it as any JSON.
         Err(_) => parse_completion_value(body),
     }
-}
-
-/// The parts of a chat completion the runner reads, typed: the rest of the body is skipped
-/// without being built (a `Value` of the whole body cost the proxy's hot path twice as much).
-/// The common shape is read by [`crate::completion_scan`] without serde's visitors.
-#[derive(serde::Deserialize)]
-pub(crate) struct CompletionBody<'a> {
-    #[serde(default)]
-    pub error: Option<serde::de::IgnoredAny>,
-    #[serde(default, borrow)]
-    pub object: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default)]
-    pub choices: Option<Vec<ChoiceBody<'a>>>,
-    #[serde(default)]
-    pub usage: Option<UsageBody>,
-}
-
-#[derive(serde::Deserialize)]
-pub(crate) struct ChoiceBody<'a> {
-    #[serde(default, borrow)]
-    pub message: Option<MessageBody<'a>>,
-    #[serde(default, borrow)]
-    pub finish_reason: Option<std::borrow::Cow<'a, str>>,
-}
-
-#[derive(serde::Deserialize)]
-pub(crate) struct MessageBody<'a> {
-    /// Text, or null; content given as parts makes the typed reading fail, and the body is
-    /// read as any JSON instead ([`parse_completion_value`]).
-    #[serde(default, borrow)]
-    pub content: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default)]
-    pub tool_calls: Option<Value>,
-}
-
-#[derive(serde::Deserialize)]
-pub(crate) struct UsageBody {
-    #[serde(default)]
-    pub prompt_tokens: Option<u64>,
-    #[serde(default)]
-    pub completion_tokens: Option<u64>,
 }
 
 impl CompletionBody<'_> {
