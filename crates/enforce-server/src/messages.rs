@@ -203,11 +203,7 @@ impl MessageBody<'_> {
 /// As [`MessageBody::write_json`] writes it (the tests read it as a `Value`).
 impl Serialize for MessageBody<'_> {
     fn serialize<S: serde::Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
-        let mut bytes = Vec::with_capacity(512);
-        self.write_json(&mut bytes)
-            .map_err(serde::ser::Error::custom)?;
-        let text = std::str::from_utf8(&bytes).map_err(serde::ser::Error::custom)?;
-        json::Raw(text).serialize(to)
+        crate::pipeline::serialize_written(to, |out| self.write_json(out))
     }
 }
 

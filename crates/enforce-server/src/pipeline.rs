@@ -117,6 +117,19 @@ pub(crate) trait Surface: Send + Sync + 'static {
     fn writer(turn: &Turn, kept: Self::Kept) -> Self::Writer;
 }
 
+/// Serializes, as JSON text written as it is, what `write` puts down: for the answers written
+/// straight to bytes, where something serializes them inside another value (tests, events).
+pub(crate) fn serialize_written<S: serde::Serializer>(
+    to: S,
+    write: impl FnOnce(&mut Vec<u8>) -> Result<(), enforce_core::json::Error>,
+) -> Result<S::Ok, S::Error> {
+    use serde::Serialize;
+    let mut bytes = Vec::with_capacity(1024);
+    write(&mut bytes).map_err(serde::ser::Error::custom)?;
+    let text = std::str::from_utf8(&bytes).map_err(serde::ser::Error::custom)?;
+    enforce_core::json::Raw(text).serialize(to)
+}
+
 /// An answer's JSON body, which `write` puts down into room made once for the answer's text
 /// and the fields around it (a buffer grown from empty is copied each time it grows).
 pub(crate) fn answer_body(

@@ -174,11 +174,7 @@ impl ResponseObject<'_> {
 /// another value; the answer and the stream write it straight).
 impl Serialize for ResponseObject<'_> {
     fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
-        let mut bytes = Vec::with_capacity(1024);
-        self.write_json(&mut bytes)
-            .map_err(serde::ser::Error::custom)?;
-        let text = std::str::from_utf8(&bytes).map_err(serde::ser::Error::custom)?;
-        json::Raw(text).serialize(to)
+        crate::pipeline::serialize_written(to, |out| self.write_json(out))
     }
 }
 
