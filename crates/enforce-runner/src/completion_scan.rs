@@ -436,6 +436,7 @@ impl<'a> Scanner<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use enforce_testkit::random_json::{variants, RandomJson, VALUES};
 
     /// What serde's typed reading makes of `body`, as a reply.
     fn serde_reply(body: &str) -> Option<Result<enforce_core::Reply, enforce_core::RunnerError>> {
@@ -516,85 +517,28 @@ mod tests {
         const CHOICE: [&str; 4] = ["message", "finish_reason", "index", "logprobs"];
         const MESSAGE: [&str; 4] = ["content", "tool_calls", "role", "refusal"];
         const USAGE: [&str; 3] = ["prompt_tokens", "completion_tokens", "total_tokens"];
-        const VALUES: [&str; 24] = [
-            "null",
-            "true",
-            "false",
-            "0",
-            "-1",
-            "12",
-            "1.5e3",
-            "-0.25E-2",
-            "\"\"",
-            "\"stop\"",
-            "\"caf\\u00e9 \\ud83d\\ude00\"",
-            "\"a\\\"b\\\\c\\/\"",
-            "\"tab\\tnew\\nline\"",
-            "[]",
-            "{}",
-            "[1,{\"a\":[null,\"\"]}]",
-            "\"chat.completion\"",
-            "\"error\"",
-            "\"é\"",
-            "18446744073709551615",
-            "7",
-            "\"length\"",
-            "\"{\\\"a\\\": 1}\"",
-            "[\"x\"]",
-        ];
-        // xorshift: the same bodies on every run.
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move |below: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % below as u64) as usize
-        };
-        type Next<'n> = &'n mut dyn FnMut(usize) -> usize;
-        /// An object of up to four entries, keys drawn from `keys` (so some repeat).
-        fn object(depth: usize, keys: &[&str], next: Next<'_>) -> String {
-            let entries: Vec<String> = (0..next(5))
-                .map(|_| {
-                    let key = keys[next(keys.len())];
-                    format!("\"{key}\" : {}", value(depth + 1, key, next))
-                })
-                .collect();
-            format!("{{{}}}", entries.join(", "))
-        }
         /// The value of `key`: mostly the shape a server sends there, sometimes anything.
-        fn value(depth: usize, key: &str, next: Next<'_>) -> String {
-            let shaped = depth < 5 && next(4) != 0;
+        fn value(random: &mut RandomJson, depth: usize, key: &str) -> String {
+            let shaped = depth < 5 && random.below(4) != 0;
             match key {
-                "choices" if shaped => {
-                    let choices: Vec<String> = (0..next(3))
-                        .map(|_| object(depth + 1, &CHOICE, next))
-                        .collect();
-                    format!("[{}]", choices.join(","))
+                "choices" if shaped => random.array(3, &mut |random| {
+                    random.object(depth + 1, &CHOICE, &mut value)
+                }),
+                "message" if shaped => random.object(depth, &MESSAGE, &mut value),
+                "usage" if shaped => random.object(depth, &USAGE, &mut value),
+                _ if depth > 4 || random.below(3) != 0 => random.pick(&VALUES).to_string(),
+                _ if random.below(2) == 0 => {
+                    random.array(3, &mut |random| value(random, depth + 1, ""))
                 }
-                "message" if shaped => object(depth, &MESSAGE, next),
-                "usage" if shaped => object(depth, &USAGE, next),
-                _ if depth > 4 || next(3) != 0 => VALUES[next(VALUES.len())].to_string(),
-                _ if next(2) == 0 => {
-                    let items: Vec<String> =
-                        (0..next(3)).map(|_| value(depth + 1, "", next)).collect();
-                    format!("[{}]", items.join(","))
-                }
-                _ => object(depth, &TOP, next),
+                _ => random.object(depth, &TOP, &mut value),
             }
         }
+        let mut random = RandomJson::new(0x2545_f491_4f6c_dd1d);
         let mut answered = 0;
         let mut bodies = 0;
         for _ in 0..3000 {
-            let body = object(0, &TOP, &mut next);
-            let mut variants = vec![body.clone()];
-            let cut = body.char_indices().map(|(at, _)| at).collect::<Vec<_>>();
-            for &at in cut.iter().step_by(7) {
-                variants.push(body[..at].to_string());
-                let mut altered = body.clone();
-                altered.remove(at);
-                variants.push(altered);
-            }
-            for variant in variants {
+            let body = random.object(0, &TOP, &mut value);
+            for variant in variants(&body) {
                 bodies += 1;
                 answered += usize::from(agrees(&variant));
             }

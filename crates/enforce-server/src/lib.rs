@@ -51,6 +51,7 @@ mod metrics;
 mod openai;
 mod otel;
 mod pipeline;
+mod plain_body;
 #[cfg(feature = "redis")]
 mod redis_state;
 mod responses;

@@ -2,8 +2,11 @@
 //! blocks) and the params the runners forward, every unread field listed as ignored.
 
 use crate::error::ApiError;
+use crate::plain_body::{self, once, Key, TextTurn};
 use enforce_core::{Message, Role, ToolCall};
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::{json, Map, Value};
+use std::fmt;
 
 /// Body fields read here; every other field is listed as ignored.
 const READ: &[&str] = &[
@@ -69,9 +72,19 @@ fn bad(message: impl Into<String>, param: &'static str) -> ApiError {
 /// Parses a request body. Errors are 400s naming the field; [`error_response`](super::error_response)
 /// renders them.
 pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> {
+    if let Some(plain) = plain_body::read::<PlainMessages>(body) {
+        if let Some(request) = plain.into_request() {
+            return request;
+        }
+    }
+    parse_messages_request_in_full(body)
+}
+
+/// The full reading of a Messages body, through a `Value` map: every error, every block.
+fn parse_messages_request_in_full(body: &[u8]) -> Result<MessagesRequest, ApiError> {
     let mut fields = crate::pipeline::body_object(body)?;
-    let model = match fields.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+    let model = match fields.remove("model") {
+        Some(Value::String(m)) if !m.is_empty() => m,
         _ => {
             return Err(bad(
                 "The request needs a `model` (one of the ids listed by /v1/models).",
@@ -79,22 +92,58 @@ pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> 
             ))
         }
     };
+    let mut request = start_request(
+        model,
+        fields.remove("stream"),
+        fields.remove("enforce"),
+        fields.remove("system"),
+    )?;
+    let Some(Value::Array(turns)) = fields.remove("messages") else {
+        return Err(bad(
+            "The request needs `messages`, an array of user and assistant turns.",
+            "messages",
+        ));
+    };
+    if turns.is_empty() {
+        return Err(no_turns());
+    }
+    for turn in &turns {
+        read_turn(turn, &mut request)?;
+    }
+    read_params(&fields, &mut request)?;
+    for key in fields.keys() {
+        if !READ.contains(&key.as_str()) {
+            request.ignore(key.clone());
+        }
+    }
+    Ok(request)
+}
+
+fn no_turns() -> ApiError {
+    bad("`messages` must hold at least one message.", "messages")
+}
+
+/// The request before its turns: the model, `stream`, `enforce`, and `system` as the first
+/// message.
+fn start_request(
+    model: String,
+    stream: Option<Value>,
+    enforce: Option<Value>,
+    system: Option<Value>,
+) -> Result<MessagesRequest, ApiError> {
     let mut request = MessagesRequest {
         model,
         messages: Vec::new(),
-        stream: fields
-            .get("stream")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-        enforce: fields.remove("enforce"),
+        stream: stream.as_ref().and_then(Value::as_bool).unwrap_or(false),
+        enforce,
         params: Map::new(),
         ignored: Vec::new(),
     };
-    if let Some(system) = fields.get("system") {
+    if let Some(system) = system {
         let text = match system {
             Value::Null => String::new(),
-            Value::String(s) => s.clone(),
-            Value::Array(blocks) => text_of_blocks(blocks, "system", &mut request)?,
+            Value::String(s) => s,
+            Value::Array(blocks) => text_of_blocks(&blocks, "system", &mut request)?,
             _ => {
                 return Err(bad(
                     "`system` must be a string or an array of text blocks.",
@@ -106,28 +155,105 @@ pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> 
             request.messages.push(Message::system(text));
         }
     }
-    let Some(Value::Array(turns)) = fields.get("messages") else {
-        return Err(bad(
-            "The request needs `messages`, an array of user and assistant turns.",
-            "messages",
-        ));
-    };
-    if turns.is_empty() {
-        return Err(bad(
-            "`messages` must hold at least one message.",
-            "messages",
-        ));
-    }
-    for turn in turns {
-        read_turn(turn, &mut request)?;
-    }
-    read_params(&fields, &mut request)?;
-    for key in fields.keys() {
-        if !READ.contains(&key.as_str()) {
-            request.ignore(key.clone());
-        }
-    }
     Ok(request)
+}
+
+/// The fields [`read_params`] reads, which a one-pass reading keeps as values.
+const PARAMS: &[&str] = &[
+    "max_tokens",
+    "stop_sequences",
+    "temperature",
+    "top_p",
+    "top_k",
+    "tools",
+    "tool_choice",
+    "metadata",
+];
+
+/// A Messages body of the common shape read in one pass ([`plain_body`]): text turns, and
+/// only fields the full reading reads (an unknown one is listed as ignored there).
+struct PlainMessages<'de> {
+    model: String,
+    turns: Vec<TextTurn<'de>>,
+    stream: Option<Value>,
+    enforce: Option<Value>,
+    system: Option<Value>,
+    params: Map<String, Value>,
+}
+
+impl PlainMessages<'_> {
+    /// The request, or `None` where the full reading decides (an empty model, another role).
+    fn into_request(self) -> Option<Result<MessagesRequest, ApiError>> {
+        if self.model.is_empty() {
+            return None;
+        }
+        let mut messages = Vec::with_capacity(self.turns.len());
+        for turn in self.turns {
+            let role = match &*turn.role.0 {
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                _ => return None,
+            };
+            messages.push(Message::new(role, turn.content));
+        }
+        let read = || {
+            let mut request = start_request(self.model, self.stream, self.enforce, self.system)?;
+            if messages.is_empty() {
+                return Err(no_turns());
+            }
+            request.messages.append(&mut messages);
+            read_params(&self.params, &mut request)?;
+            Ok(request)
+        };
+        Some(read())
+    }
+}
+
+impl<'de> Deserialize<'de> for PlainMessages<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MessagesVisitor;
+        impl<'de> Visitor<'de> for MessagesVisitor {
+            type Value = PlainMessages<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a Messages request")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<PlainMessages<'de>, A::Error> {
+                let (mut model, mut turns) = (None, None);
+                let (mut stream, mut enforce, mut system) = (None, None, None);
+                let mut params = Map::new();
+                while let Some(Key(key)) = map.next_key()? {
+                    match &*key {
+                        "model" => once(&mut model, map.next_value::<String>()?)?,
+                        "messages" => once(&mut turns, map.next_value::<Vec<TextTurn<'de>>>()?)?,
+                        "stream" => once(&mut stream, map.next_value()?)?,
+                        "enforce" => once(&mut enforce, map.next_value()?)?,
+                        "system" => once(&mut system, map.next_value()?)?,
+                        known if PARAMS.contains(&known) => {
+                            if params.insert(key.into_owned(), map.next_value()?).is_some() {
+                                return Err(plain_body::refuse());
+                            }
+                        }
+                        _ => return Err(plain_body::refuse()),
+                    }
+                }
+                match (model, turns) {
+                    (Some(model), Some(turns)) => Ok(PlainMessages {
+                        model,
+                        turns,
+                        stream,
+                        enforce,
+                        system,
+                        params,
+                    }),
+                    _ => Err(plain_body::refuse()),
+                }
+            }
+        }
+        deserializer.deserialize_map(MessagesVisitor)
+    }
 }
 
 /// One turn of `messages`: its text, tool calls (assistant) and tool results (user).
@@ -414,4 +540,151 @@ fn function_of(tool: &Value) -> Result<Value, ApiError> {
         })?;
     function.insert("parameters".into(), schema);
     Ok(json!({"type": "function", "function": function}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plain_body::testing::{agrees, request_body};
+    use enforce_testkit::random_json::{variants, RandomJson, VALUES};
+
+    /// The one-pass reading of `body`, held to the full reading where it answers.
+    fn read_in_one_pass(body: &[u8]) -> bool {
+        let one_pass =
+            plain_body::read::<PlainMessages>(body).and_then(PlainMessages::into_request);
+        agrees(body, one_pass, parse_messages_request_in_full(body))
+    }
+
+    /// What clients send most is read in one pass: text turns, `system` as a string or
+    /// blocks, sampling fields, tools, metadata, the proxy's facts, escapes and whitespace.
+    #[test]
+    fn the_common_messages_bodies_are_read_in_one_pass() {
+        let bodies = [
+            r#"{"model":"mock","max_tokens":256,"messages":[{"role":"user","content":"Who is Ada? Answer as JSON."}],"stream":false}"#,
+            r#"{"stream":true,"model":"m","system":"Be brief.","messages":[{"role":"user","content":"caf\u00e9 \"q\"\n"},{"content":"a","role":"assistant"},{"role":"user","content":""}],"temperature":0.2,"top_k":5,"max_tokens":64,"stop_sequences":["END"]}"#,
+            " { \"model\" : \"m\" , \"max_tokens\" : 1 , \"messages\" : [ { \"role\" : \"user\" , \"content\" : \"q\" } ] , \"metadata\" : { \"user_id\" : \"u1\" } }\n",
+            r#"{"model":"m","max_tokens":8,"system":[{"type":"text","text":"s"},{"type":"document"}],"messages":[{"role":"user","content":"q"}],"enforce":{"context":{"k":1}},"tools":[{"name":"f","input_schema":{"type":"object"}},{"type":"web_search_20250305","name":"web_search"}],"tool_choice":{"type":"any","disable_parallel_tool_use":true}}"#,
+            r#"{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"q"}]}"#,
+            r#"{"model":"m","system":7,"messages":[{"role":"user","content":"q"}]}"#,
+        ];
+        for body in bodies {
+            assert!(
+                read_in_one_pass(body.as_bytes()),
+                "not read in one pass: {body}"
+            );
+        }
+    }
+
+    /// What the full reading keeps for itself: content blocks, other roles, fields it lists
+    /// as ignored, an empty model or conversation, repeated keys, bad JSON.
+    #[test]
+    fn the_rest_of_messages_is_left_to_the_full_reading() {
+        let bodies = [
+            r#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}"#,
+            r#"{"model":"m","max_tokens":8,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}]}"#,
+            r#"{"model":"m","max_tokens":8,"messages":[{"role":"system","content":"q"}]}"#,
+            r#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"q","cache_control":{}}]}"#,
+            r#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"q"}],"thinking":{"type":"enabled"}}"#,
+            r#"{"model":"","max_tokens":8,"messages":[{"role":"user","content":"q"}]}"#,
+            r#"{"model":"m","max_tokens":8,"max_tokens":9,"messages":[{"role":"user","content":"q"}]}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"q"}],"stream":true,"stream":false}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"q"}],}"#,
+            r#"[{"model":"m"}]"#,
+            "{}",
+        ];
+        for body in bodies {
+            assert!(
+                !read_in_one_pass(body.as_bytes()),
+                "read in one pass: {body}"
+            );
+        }
+    }
+
+    /// On Messages bodies built at random, whole and then cut or altered along their length,
+    /// the one-pass reading answers as the full reading does wherever it answers, and often.
+    #[test]
+    fn the_one_pass_messages_reading_is_the_full_reading_wherever_it_answers() {
+        const TOP: [&str; 13] = [
+            "model",
+            "messages",
+            "max_tokens",
+            "max_tokens",
+            "stream",
+            "system",
+            "enforce",
+            "temperature",
+            "stop_sequences",
+            "metadata",
+            "tools",
+            "tool_choice",
+            "thinking",
+        ];
+        const TURN: [&str; 4] = ["role", "content", "role", "content"];
+        const ROLES: [&str; 6] = [
+            "\"user\"",
+            "\"user\"",
+            "\"assistant\"",
+            "\"assistant\"",
+            "\"system\"",
+            "\"tool\"",
+        ];
+        fn value(random: &mut RandomJson, depth: usize, key: &str) -> String {
+            if depth > 4 || random.below(8) == 0 {
+                return random.any(depth);
+            }
+            match key {
+                "model" => random
+                    .pick(&["\"mock\"", "\"mock\"", "\"\"", "\"m\\u0031\""])
+                    .to_string(),
+                "messages" => random.array(5, &mut |random| {
+                    if random.below(6) == 0 {
+                        random.object(depth, &TURN, &mut value)
+                    } else {
+                        format!(
+                            "{{\"role\":{},\"content\":{}}}",
+                            random.pick(&ROLES),
+                            value(random, depth + 1, "content")
+                        )
+                    }
+                }),
+                "role" => random.pick(&ROLES).to_string(),
+                "content" | "system" if random.below(4) == 0 => random.pick(&VALUES).to_string(),
+                "content" | "system" => random
+                    .pick(&["\"q\"", "\"\"", "\"caf\\u00e9 \\\"q\\\"\"", "\"tab\\tq\""])
+                    .to_string(),
+                "max_tokens" => random.pick(&["256", "0", "null", "1.0", "-3"]).to_string(),
+                "stream" => random.pick(&["true", "false", "null"]).to_string(),
+                "metadata" => random.object(depth, &["user_id"], &mut value),
+                "user_id" => random.pick(&["\"u1\"", "\" \"", "1"]).to_string(),
+                "stop_sequences" => random.pick(&["[\"END\"]", "[]", "[1]", "null"]).to_string(),
+                "tools" => random
+                    .pick(&[
+                        "[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]",
+                        "[{\"type\":\"web_search_20250305\",\"name\":\"w\"}]",
+                        "[{\"name\":\"f\"}]",
+                    ])
+                    .to_string(),
+                "tool_choice" => random
+                    .pick(&[
+                        "{\"type\":\"auto\"}",
+                        "{\"type\":\"tool\",\"name\":\"f\"}",
+                        "{\"type\":\"tool\"}",
+                        "{\"type\":\"none\",\"disable_parallel_tool_use\":true}",
+                    ])
+                    .to_string(),
+                _ => random.any(depth),
+            }
+        }
+        let mut random = RandomJson::new(0x51_7cc1_b727_220a);
+        let (mut answered, mut bodies) = (0, 0);
+        for _ in 0..4000 {
+            let body = request_body(&mut random, &TOP, &mut value);
+            for variant in variants(&body) {
+                bodies += 1;
+                answered += usize::from(read_in_one_pass(variant.as_bytes()));
+            }
+        }
+        // The generator reaches the one-pass reading, not only its refusals.
+        assert!(answered > 1000, "{answered} of {bodies} read in one pass");
+    }
 }
