@@ -80,6 +80,19 @@ impl<'a> ObjectWriter<'a> {
         write(self.out, value)
     }
 
+    /// Writes the entry `key` with the value `write` puts down: one JSON value, written
+    /// straight (an object of its own written with an `ObjectWriter`, say).
+    pub fn entry_with(
+        &mut self,
+        key: &str,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        self.comma();
+        write_str(self.out, key);
+        self.out.push(b':');
+        write(self.out)
+    }
+
     /// Writes `entry`, an entry prepared as JSON text (`"key":value`), as it is.
     pub fn prepared(&mut self, entry: &str) {
         self.comma();

@@ -10,7 +10,7 @@ use crate::turn::{Turn, TurnId};
 use crate::verdict::{cut_at_token_limit, Enforcement};
 use enforce_core::json::{self, ObjectWriter};
 use enforce_core::{Outcome, ToolCall, Usage};
-use serde::ser::{SerializeSeq, Serializer};
+use serde::ser::Serializer;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -153,7 +153,7 @@ impl ResponseObject<'_> {
         map.fixed("metadata", r#""metadata":{}"#)?;
         map.entry("model", &self.id.model)?;
         map.fixed("object", r#""object":"response""#)?;
-        map.entry("output", &self.output)?;
+        map.entry_with("output", |out| self.output.write_json(out))?;
         map.fixed("parallel_tool_calls", r#""parallel_tool_calls":true"#)?;
         map.entry("status", self.status)?;
         map.fixed("store", r#""store":true"#)?;
@@ -177,9 +177,6 @@ impl Serialize for ResponseObject<'_> {
         crate::pipeline::serialize_written(to, |out| self.write_json(out))
     }
 }
-
-/// `[]`.
-const NONE: [(); 0] = [];
 
 /// An object written in sorted key order from fixed entries (given in sorted order) and the
 /// echoed fields (a `Map`, which iterates sorted): an echoed field replaces the fixed entry
@@ -205,6 +202,18 @@ impl Merged<'_, '_> {
     fn entry<V: Serialize + ?Sized>(&mut self, key: &str, value: &V) -> Result<(), json::Error> {
         if !self.echoed(key)? {
             self.object.entry(key, value)?;
+        }
+        Ok(())
+    }
+
+    /// An entry whose value `write` puts down.
+    fn entry_with(
+        &mut self,
+        key: &str,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), json::Error>,
+    ) -> Result<(), json::Error> {
+        if !self.echoed(key)? {
+            self.object.entry_with(key, write)?;
         }
         Ok(())
     }
@@ -238,32 +247,49 @@ pub(super) struct Output<'a> {
     pub reasoning: Option<(usize, ReasoningItem<'a>)>,
 }
 
-impl Serialize for Output<'_> {
-    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+impl Output<'_> {
+    /// Appends the items' JSON array to `out`.
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
         let items = usize::from(self.text.is_some()) + self.calls.len();
         let reasoning = self
             .reasoning
             .as_ref()
             .map(|(index, item)| ((*index).min(items), item));
-        let mut seq = to.serialize_seq(Some(items + usize::from(reasoning.is_some())))?;
-        let mut position = 0;
-        let reasoning_at = |position: usize, seq: &mut S::SerializeSeq| match reasoning {
-            Some((index, item)) if index == position => seq.serialize_element(item),
-            _ => Ok(()),
+        let mut first = true;
+        let mut element = |out: &mut Vec<u8>| {
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
         };
-        if let Some(text) = self.text {
-            reasoning_at(position, &mut seq)?;
-            seq.serialize_element(&MessageItem::new(self.id, Some(text), self.status))?;
-            position += 1;
+        out.push(b'[');
+        for position in 0..=items {
+            if let Some((_, item)) = reasoning.filter(|(index, _)| *index == position) {
+                element(out);
+                json::write(out, item)?;
+            }
+            if position == items {
+                break;
+            }
+            element(out);
+            match (
+                self.text,
+                position.checked_sub(usize::from(self.text.is_some())),
+            ) {
+                (Some(text), None) => {
+                    MessageItem::new(self.id, Some(text), self.status).write_json(out)?
+                }
+                (_, Some(number)) => {
+                    let call = &self.calls[number];
+                    json::write(
+                        out,
+                        &CallItem::new(self.id, number, call, &call.arguments, self.status),
+                    )?
+                }
+                (None, None) => {}
+            }
         }
-        for (number, call) in self.calls.iter().enumerate() {
-            reasoning_at(position, &mut seq)?;
-            let item = CallItem::new(self.id, number, call, &call.arguments, self.status);
-            seq.serialize_element(&item)?;
-            position += 1;
-        }
-        reasoning_at(position, &mut seq)?;
-        seq.end()
+        out.push(b']');
+        Ok(())
     }
 }
 
@@ -301,15 +327,10 @@ impl Serialize for ItemId<'_> {
 }
 
 /// A `message` item; one still `in_progress` (just added to a stream) has no content yet.
-#[derive(Serialize)]
 pub(super) struct MessageItem<'a> {
-    #[serde(serialize_with = "as_list")]
     content: Option<OutputText<'a>>,
     id: ItemId<'a>,
-    role: &'static str,
     status: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
 }
 
 impl<'a> MessageItem<'a> {
@@ -323,29 +344,62 @@ impl<'a> MessageItem<'a> {
                 id,
                 number: None,
             },
-            role: "assistant",
             status,
-            kind: "message",
         }
+    }
+
+    /// Appends the item's JSON to `out`, keys sorted as serde writes a struct's fields, the
+    /// fixed ones as prepared text.
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
+        let mut item = ObjectWriter::new(out);
+        match &self.content {
+            Some(part) => item.entry_with("content", |out| {
+                out.push(b'[');
+                part.write_json(out)?;
+                out.push(b']');
+                Ok(())
+            })?,
+            None => item.prepared(r#""content":[]"#),
+        }
+        item.entry("id", &self.id)?;
+        item.prepared(r#""role":"assistant""#);
+        item.entry("status", self.status)?;
+        item.prepared(r#""type":"message""#);
+        item.end();
+        Ok(())
+    }
+}
+
+impl Serialize for MessageItem<'_> {
+    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        crate::pipeline::serialize_written(to, |out| self.write_json(out))
     }
 }
 
 /// An `output_text` content part.
-#[derive(Serialize)]
 pub(super) struct OutputText<'a> {
-    annotations: [(); 0],
     text: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
 }
 
 impl<'a> OutputText<'a> {
     pub fn new(text: &'a str) -> Self {
-        OutputText {
-            annotations: NONE,
-            text,
-            kind: "output_text",
-        }
+        OutputText { text }
+    }
+
+    /// Appends the part's JSON to `out`.
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
+        let mut part = ObjectWriter::new(out);
+        part.prepared(r#""annotations":[]"#);
+        part.entry("text", self.text)?;
+        part.prepared(r#""type":"output_text""#);
+        part.end();
+        Ok(())
+    }
+}
+
+impl Serialize for OutputText<'_> {
+    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        crate::pipeline::serialize_written(to, |out| self.write_json(out))
     }
 }
 
