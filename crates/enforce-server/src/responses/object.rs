@@ -130,7 +130,7 @@ impl ResponseObject<'_> {
     pub fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
         let mut map = Merged {
             object: ObjectWriter::new(out),
-            echo: self.echo.iter().peekable(),
+            echo: (!self.echo.is_empty()).then(|| self.echo.iter().peekable()),
         };
         // Keys in sorted order: `Merged` puts the echoed ones between them.
         map.entry("created_at", &self.id.created)?;
@@ -161,7 +161,7 @@ impl ResponseObject<'_> {
         map.fixed("tool_choice", r#""tool_choice":"auto""#)?;
         map.fixed("tools", r#""tools":[]"#)?;
         if let Some(usage) = &self.usage {
-            map.entry("usage", usage)?;
+            map.entry_with("usage", |out| usage.write_json(out))?;
         }
         if let Some(warnings) = &self.warnings {
             map.entry("warnings", warnings)?;
@@ -183,17 +183,21 @@ impl Serialize for ResponseObject<'_> {
 /// of its name.
 struct Merged<'a, 'o> {
     object: ObjectWriter<'o>,
-    echo: Peekable<serde_json::map::Iter<'a>>,
+    /// `None` when nothing is echoed (most requests): no lookups then.
+    echo: Option<Peekable<serde_json::map::Iter<'a>>>,
 }
 
 impl Merged<'_, '_> {
     /// Writes the echoed fields that sort before `key`, and `key`'s own if it was echoed:
     /// whether it was.
     fn echoed(&mut self, key: &str) -> Result<bool, json::Error> {
-        while let Some((k, v)) = self.echo.next_if(|(k, _)| k.as_str() < key) {
+        let Some(echo) = &mut self.echo else {
+            return Ok(false);
+        };
+        while let Some((k, v)) = echo.next_if(|(k, _)| k.as_str() < key) {
             self.object.entry(k, v)?;
         }
-        match self.echo.next_if(|(k, _)| k.as_str() == key) {
+        match echo.next_if(|(k, _)| k.as_str() == key) {
             Some((k, v)) => self.object.entry(k, v).map(|()| true),
             None => Ok(false),
         }
@@ -227,7 +231,7 @@ impl Merged<'_, '_> {
     }
 
     fn end(mut self) -> Result<(), json::Error> {
-        for (k, v) in self.echo {
+        for (k, v) in self.echo.into_iter().flatten() {
             self.object.entry(k, v)?;
         }
         self.object.end();
@@ -485,23 +489,10 @@ impl<'a> CallItem<'a> {
 }
 
 /// A response's `usage` (zeros when the runner reported none).
-#[derive(Serialize)]
 pub(super) struct TokenUsage {
     input_tokens: u64,
-    input_tokens_details: CachedTokens,
     output_tokens: u64,
-    output_tokens_details: ReasoningTokens,
     total_tokens: u64,
-}
-
-#[derive(Serialize)]
-struct CachedTokens {
-    cached_tokens: u64,
-}
-
-#[derive(Serialize)]
-struct ReasoningTokens {
-    reasoning_tokens: u64,
 }
 
 impl TokenUsage {
@@ -509,12 +500,20 @@ impl TokenUsage {
         let u = usage.unwrap_or_default();
         TokenUsage {
             input_tokens: u.input_tokens,
-            input_tokens_details: CachedTokens { cached_tokens: 0 },
             output_tokens: u.output_tokens,
-            output_tokens_details: ReasoningTokens {
-                reasoning_tokens: 0,
-            },
             total_tokens: u.total(),
         }
+    }
+
+    /// Appends the usage's JSON to `out`; the token details this proxy cannot know are zeros.
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
+        let mut usage = ObjectWriter::new(out);
+        usage.entry("input_tokens", &self.input_tokens)?;
+        usage.prepared(r#""input_tokens_details":{"cached_tokens":0}"#);
+        usage.entry("output_tokens", &self.output_tokens)?;
+        usage.prepared(r#""output_tokens_details":{"reasoning_tokens":0}"#);
+        usage.entry("total_tokens", &self.total_tokens)?;
+        usage.end();
+        Ok(())
     }
 }
