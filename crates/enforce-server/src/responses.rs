@@ -18,7 +18,7 @@ use events::{
 };
 use object::{
     CallItem, Failure, ItemId, MessageItem, OutputText, ReasoningItem, ResponseObject, SummaryText,
-    Verdict,
+    Text, Verdict,
 };
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -235,7 +235,8 @@ impl ResponsesWriter {
             .map(|(index, text)| (*index, ReasoningItem::new(&self.id, Some(text))))
     }
 
-    fn text_item(&mut self, text: &str, out: &mut Vec<u8>) {
+    /// The message item of `text`, whose JSON string literal is `literal`.
+    fn text_item(&mut self, text: &str, literal: Text<'_>, out: &mut Vec<u8>) {
         let output_index = self.next_index;
         self.next_index += 1;
         let item_id = item_id(&self.id, "msg_");
@@ -257,7 +258,7 @@ impl ResponsesWriter {
             }
         };
         let kind = "response.content_part.added";
-        self.sequence.write(kind, out, part(kind, ""));
+        self.sequence.write(kind, out, part(kind, Text::Plain("")));
         for delta in stream::pieces(text, CONTENT_PIECE) {
             let kind = "response.output_text.delta";
             self.sequence.write(kind, out, |sequence_number| TextDelta {
@@ -277,14 +278,14 @@ impl ResponsesWriter {
             logprobs: [],
             output_index,
             sequence_number,
-            text,
+            text: literal,
             kind,
         });
         let kind = "response.content_part.done";
-        self.sequence.write(kind, out, part(kind, text));
+        self.sequence.write(kind, out, part(kind, literal));
         let kind = "response.output_item.done";
         self.sequence.write(kind, out, |sequence_number| ItemEvent {
-            item: MessageItem::new(&self.id, Some(text), self.item_status),
+            item: MessageItem::new(&self.id, Some(literal), self.item_status),
             output_index,
             sequence_number,
             kind,
@@ -346,13 +347,16 @@ impl ResponsesWriter {
         self.close_reasoning(out);
         self.item_status = item_status(outcome);
         let calls = &outcome.tool_calls;
+        // Escaped once: the events and the final response write it five times.
+        let escaped = Text::escape(text);
+        let literal = Text::Json(&escaped);
         if !text.is_empty() || calls.is_empty() {
-            self.text_item(text, out);
+            self.text_item(text, literal, out);
         }
         for (number, call) in calls.iter().enumerate() {
             self.call_item(number, call, out);
         }
-        let mut response = ResponseObject::answer(&self.id, &self.echo, text, outcome)
+        let mut response = ResponseObject::answer(&self.id, &self.echo, literal, outcome)
             .routed(route)
             .warned(ignored);
         response.output.reasoning = self.shown_reasoning();

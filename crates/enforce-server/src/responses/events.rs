@@ -4,7 +4,7 @@
 //! `type` among them, come in sorted order, as a `Value` object writes them, so the bytes are
 //! those clients always got.
 
-use super::object::ItemId;
+use super::object::{ItemId, Text};
 use serde::Serialize;
 
 /// `[]`: the `logprobs` of a text event (the proxy asks for none).
@@ -53,7 +53,7 @@ pub(super) struct TextDone<'a> {
     pub logprobs: NoLogprobs,
     pub output_index: usize,
     pub sequence_number: u64,
-    pub text: &'a str,
+    pub text: Text<'a>,
     #[serde(rename = "type")]
     pub kind: &'a str,
 }

@@ -59,7 +59,7 @@ impl<'a> ResponseObject<'a> {
     pub fn answer(
         id: &'a TurnId,
         echo: &'a Map<String, Value>,
-        text: &'a str,
+        text: Text<'a>,
         outcome: &'a Outcome,
     ) -> Self {
         let cut = cut_at_token_limit(outcome);
@@ -87,7 +87,7 @@ impl<'a> ResponseObject<'a> {
         text: &'a str,
         outcome: &'a Outcome,
     ) -> Self {
-        ResponseObject::answer(&turn.id, echo, text, outcome)
+        ResponseObject::answer(&turn.id, echo, Text::Plain(text), outcome)
             .routed(turn.route.as_ref())
             .warned(&turn.ignored)
     }
@@ -244,7 +244,7 @@ impl Merged<'_, '_> {
 pub(super) struct Output<'a> {
     pub id: &'a TurnId,
     /// The text of the `message` item; `None`: no message item.
-    pub text: Option<&'a str>,
+    pub text: Option<Text<'a>>,
     pub calls: &'a [ToolCall],
     /// The items' status.
     pub status: &'static str,
@@ -330,6 +330,42 @@ impl Serialize for ItemId<'_> {
     }
 }
 
+/// An answer's text as an item writes it: as it is, or already escaped as a JSON string (a
+/// stream writes its text in four events and the final response: escaped once, copied five
+/// times).
+#[derive(Clone, Copy)]
+pub(super) enum Text<'a> {
+    Plain(&'a str),
+    /// A JSON string literal, quotes included ([`Text::escape`]).
+    Json(&'a str),
+}
+
+impl Text<'_> {
+    /// `text` as a JSON string literal, for [`Text::Json`].
+    pub fn escape(text: &str) -> String {
+        let mut literal = Vec::with_capacity(text.len() + text.len() / 8 + 2);
+        // A string into a Vec: cannot fail; the bytes are the text's, escaped: UTF-8.
+        let _ = json::write(&mut literal, text);
+        String::from_utf8(literal).unwrap_or_else(|_| String::from("\"\""))
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Text::Plain(text) => text.is_empty(),
+            Text::Json(literal) => *literal == "\"\"",
+        }
+    }
+}
+
+impl Serialize for Text<'_> {
+    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Text::Plain(text) => to.serialize_str(text),
+            Text::Json(literal) => json::Raw(literal).serialize(to),
+        }
+    }
+}
+
 /// A `message` item; one still `in_progress` (just added to a stream) has no content yet.
 pub(super) struct MessageItem<'a> {
     content: Option<OutputText<'a>>,
@@ -338,7 +374,7 @@ pub(super) struct MessageItem<'a> {
 }
 
 impl<'a> MessageItem<'a> {
-    pub fn new(id: &'a TurnId, text: Option<&'a str>, status: &'a str) -> Self {
+    pub fn new(id: &'a TurnId, text: Option<Text<'a>>, status: &'a str) -> Self {
         MessageItem {
             content: text
                 .filter(|_| status != "in_progress")
@@ -382,11 +418,11 @@ impl Serialize for MessageItem<'_> {
 
 /// An `output_text` content part.
 pub(super) struct OutputText<'a> {
-    text: &'a str,
+    text: Text<'a>,
 }
 
 impl<'a> OutputText<'a> {
-    pub fn new(text: &'a str) -> Self {
+    pub fn new(text: Text<'a>) -> Self {
         OutputText { text }
     }
 
@@ -394,7 +430,7 @@ impl<'a> OutputText<'a> {
     fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
         let mut part = ObjectWriter::new(out);
         part.prepared(r#""annotations":[]"#);
-        part.entry("text", self.text)?;
+        part.entry("text", &self.text)?;
         part.prepared(r#""type":"output_text""#);
         part.end();
         Ok(())

@@ -1,7 +1,7 @@
 //! The typed `response` object against the `Value`-built one it replaced: the same bytes for
 //! every kind of answer, echo, route, warning and stream state.
 
-use super::object::{Failure, ReasoningItem, ResponseObject, Verdict};
+use super::object::{Failure, ReasoningItem, ResponseObject, Text, Verdict};
 use super::Responses;
 use crate::pipeline::Surface;
 use crate::turn::TurnId;
@@ -270,21 +270,25 @@ fn a_typed_answer_is_the_bytes_of_the_value_it_replaced() {
     let ignored = [Vec::new(), vec!["include".to_string(), "truncation".into()]];
     let mut compared = 0;
     for (text, outcome) in &outcomes() {
-        for echo in &echoes() {
-            for route in &routes {
-                for ignored in &ignored {
-                    let typed = ResponseObject::answer(&id, echo, text, outcome)
-                        .routed(route.as_ref())
-                        .warned(ignored);
-                    let value =
-                        reference::answer(&id, echo, route.as_ref(), ignored, text, outcome);
-                    assert_eq!(bytes(&typed), bytes(&value), "{text:?} {echo:?}");
-                    compared += 1;
+        // As the answer writes its text, and as a stream does, escaped once.
+        let escaped = Text::escape(text);
+        for form in [Text::Plain(text), Text::Json(&escaped)] {
+            for echo in &echoes() {
+                for route in &routes {
+                    for ignored in &ignored {
+                        let typed = ResponseObject::answer(&id, echo, form, outcome)
+                            .routed(route.as_ref())
+                            .warned(ignored);
+                        let value =
+                            reference::answer(&id, echo, route.as_ref(), ignored, text, outcome);
+                        assert_eq!(bytes(&typed), bytes(&value), "{text:?} {echo:?}");
+                        compared += 1;
+                    }
                 }
             }
         }
     }
-    assert_eq!(compared, 8 * 4 * 2 * 2);
+    assert_eq!(compared, 8 * 2 * 4 * 2 * 2);
 }
 
 #[test]
@@ -297,7 +301,7 @@ fn a_streamed_response_lists_its_reasoning_item_where_the_stream_showed_it() {
     let echo = &echoes()[1];
     for (text, outcome) in &outcomes() {
         for index in [0, 1, 2, 7] {
-            let mut typed = ResponseObject::answer(&id, echo, text, outcome);
+            let mut typed = ResponseObject::answer(&id, echo, Text::Plain(text), outcome);
             typed.output.reasoning = Some((index, ReasoningItem::new(&id, Some("hm \"quoted\""))));
             let mut value = reference::answer(&id, echo, None, &[], text, outcome);
             reference::with_reasoning(&mut value, Some((index, &item)));
@@ -348,12 +352,21 @@ fn echoed_fields_replace_the_defaults_they_name() {
     let id = id();
     let (text, outcome) = &outcomes()[0];
     let echo = &echoes()[2];
-    let sent: Value =
-        serde_json::from_str(&bytes(&ResponseObject::answer(&id, echo, text, outcome)))
-            .expect("JSON");
+    let sent: Value = serde_json::from_str(&bytes(&ResponseObject::answer(
+        &id,
+        echo,
+        Text::Plain(text),
+        outcome,
+    )))
+    .expect("JSON");
     assert_eq!(sent["store"], false);
     assert_eq!(sent["temperature"], 0.7);
     assert_eq!(sent["tools"], json!([]));
-    let written = bytes(&ResponseObject::answer(&id, echo, text, outcome));
+    let written = bytes(&ResponseObject::answer(
+        &id,
+        echo,
+        Text::Plain(text),
+        outcome,
+    ));
     assert_eq!(written.matches("\"store\"").count(), 1, "{written}");
 }
