@@ -8,22 +8,8 @@ use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::{json, Map, Value};
 use std::fmt;
 
-/// Body fields read here; every other field is listed as ignored.
-const READ: &[&str] = &[
-    "model",
-    "messages",
-    "system",
-    "max_tokens",
-    "stop_sequences",
-    "temperature",
-    "top_p",
-    "top_k",
-    "tools",
-    "tool_choice",
-    "metadata",
-    "stream",
-    "enforce",
-];
+/// Body fields read here besides [`PARAMS`]; every other field is listed as ignored.
+const READ: &[&str] = &["model", "messages", "system", "stream", "enforce"];
 
 /// A parsed `POST /v1/messages` body.
 #[derive(Debug, Clone, PartialEq)]
@@ -112,7 +98,7 @@ fn parse_messages_request_in_full(body: &[u8]) -> Result<MessagesRequest, ApiErr
     }
     read_params(&fields, &mut request)?;
     for key in fields.keys() {
-        if !READ.contains(&key.as_str()) {
+        if !READ.contains(&key.as_str()) && !PARAMS.contains(&key.as_str()) {
             request.ignore(key.clone());
         }
     }
@@ -158,7 +144,7 @@ fn start_request(
     Ok(request)
 }
 
-/// The fields [`read_params`] reads, which a one-pass reading keeps as values.
+/// The fields [`read_params`] reads (a one-pass reading keeps them as values).
 const PARAMS: &[&str] = &[
     "max_tokens",
     "stop_sequences",
