@@ -3,9 +3,9 @@
 //!
 //! A surface tries its one-pass reading first and reads the body in full when it answers
 //! `None`; the full reading gives every error and every rarer field. So a one-pass reading
-//! must never accept a body the full reading treats differently: a repeated key, an unknown
-//! key or a value of another shape refuses, and each surface's tests hold the two readings to
-//! the same result on random bodies.
+//! must never accept a body the full reading treats differently: a repeated key, a value of
+//! another shape or a key the surface leaves to its full reading refuses, and each surface's
+//! tests hold the two readings to the same result on random bodies.
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use std::borrow::Cow;
