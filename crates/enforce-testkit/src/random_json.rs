@@ -53,7 +53,7 @@ pub struct RandomJson {
 pub type Shape<'s> = dyn FnMut(&mut RandomJson, usize, &str) -> String + 's;
 
 impl RandomJson {
-    /// A generator; `seed` must not be 0.
+    /// A generator from `seed` (0 counts as 1: xorshift never leaves 0).
     pub fn new(seed: u64) -> Self {
         RandomJson { state: seed.max(1) }
     }
