@@ -647,9 +647,9 @@ impl ChatWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plain_body::testing::{agrees, request_body};
+    use crate::plain_body::testing::{agrees, random_bodies_agree, read_in_one_pass_or_not, turns};
     use axum::http::StatusCode;
-    use enforce_testkit::random_json::{variants, RandomJson, VALUES};
+    use enforce_testkit::random_json::{RandomJson, VALUES};
 
     /// The one-pass reading of `body`, held to the full reading where it answers.
     fn read_in_one_pass(body: &[u8]) -> bool {
@@ -669,12 +669,7 @@ mod tests {
             r#"{"model":"m","messages":[{"role":"user","content":"q"}],"n":2}"#,
             r#"{"m\u006fdel":"m","messages":[{"role":"user","content":"q"}]}"#,
         ];
-        for body in bodies {
-            assert!(
-                read_in_one_pass(body.as_bytes()),
-                "not read in one pass: {body}"
-            );
-        }
+        read_in_one_pass_or_not(&bodies, true, read_in_one_pass);
     }
 
     /// What the full reading keeps for itself: tool results, content parts or null, tool
@@ -699,12 +694,7 @@ mod tests {
             r#"{"model":"m"}"#,
             "",
         ];
-        for body in bodies {
-            assert!(
-                !read_in_one_pass(body.as_bytes()),
-                "read in one pass: {body}"
-            );
-        }
+        read_in_one_pass_or_not(&bodies, false, read_in_one_pass);
     }
 
     /// On chat bodies built at random, whole and then cut or altered along their length, the
@@ -743,17 +733,7 @@ mod tests {
                 "model" => random
                     .pick(&["\"mock\"", "\"\"", "\"m\\u0031\""])
                     .to_string(),
-                "messages" => random.array(4, &mut |random| {
-                    if random.below(3) == 0 {
-                        random.object(depth, &TURN, &mut value)
-                    } else {
-                        format!(
-                            "{{\"role\":{},\"content\":{}}}",
-                            random.pick(&ROLES),
-                            value(random, depth + 1, "content")
-                        )
-                    }
-                }),
+                "messages" => turns(random, depth, &ROLES, &TURN, &mut value),
                 "role" => random.pick(&ROLES).to_string(),
                 "content" | "user" if random.below(4) == 0 => random.pick(&VALUES).to_string(),
                 "content" | "user" => random
@@ -768,17 +748,13 @@ mod tests {
                 _ => random.any(depth),
             }
         }
-        let mut random = RandomJson::new(0x9e37_79b9_7f4a_7c15);
-        let (mut answered, mut bodies) = (0, 0);
-        for _ in 0..3000 {
-            let body = request_body(&mut random, &TOP, &mut value);
-            for variant in variants(&body) {
-                bodies += 1;
-                answered += usize::from(read_in_one_pass(variant.as_bytes()));
-            }
-        }
-        // The generator reaches the one-pass reading, not only its refusals.
-        assert!(answered > 1000, "{answered} of {bodies} read in one pass");
+        random_bodies_agree(
+            0x9e37_79b9_7f4a_7c15,
+            3000,
+            &TOP,
+            &mut value,
+            read_in_one_pass,
+        );
     }
 
     #[test]

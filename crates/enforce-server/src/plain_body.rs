@@ -116,9 +116,65 @@ pub(crate) mod testing {
         }
     }
 
+    /// Asserts of each of `bodies` whether the one-pass reading `read_in_one_pass` answers
+    /// it (and, through [`agrees`], that it answers as the full reading).
+    pub(crate) fn read_in_one_pass_or_not(
+        bodies: &[&str],
+        expected: bool,
+        read_in_one_pass: fn(&[u8]) -> bool,
+    ) {
+        for body in bodies {
+            assert_eq!(read_in_one_pass(body.as_bytes()), expected, "{body}");
+        }
+    }
+
+    /// `count` random request bodies ([`request_body`]), each whole, then cut and altered
+    /// along its length: `read_in_one_pass` must agree with the full reading on all, and the
+    /// generator must reach the one pass (over 1,000 answered), not only its refusals.
+    pub(crate) fn random_bodies_agree(
+        seed: u64,
+        count: usize,
+        keys: &[&str],
+        shape: &mut enforce_testkit::random_json::Shape<'_>,
+        read_in_one_pass: fn(&[u8]) -> bool,
+    ) {
+        let mut random = enforce_testkit::random_json::RandomJson::new(seed);
+        let (mut answered, mut bodies) = (0, 0);
+        for _ in 0..count {
+            let body = request_body(&mut random, keys, shape);
+            for variant in enforce_testkit::random_json::variants(&body) {
+                bodies += 1;
+                answered += usize::from(read_in_one_pass(variant.as_bytes()));
+            }
+        }
+        assert!(answered > 1000, "{answered} of {bodies} read in one pass");
+    }
+
+    /// A `messages` array of up to three turns: mostly `{"role", "content"}` with a role from
+    /// `roles`, sometimes an object of keys from `turn_keys`; values from `shape`.
+    pub(crate) fn turns(
+        random: &mut enforce_testkit::random_json::RandomJson,
+        depth: usize,
+        roles: &[&str],
+        turn_keys: &[&str],
+        shape: &mut enforce_testkit::random_json::Shape<'_>,
+    ) -> String {
+        random.array(4, &mut |random| {
+            if random.below(4) == 0 {
+                random.object(depth, turn_keys, shape)
+            } else {
+                format!(
+                    "{{\"role\":{},\"content\":{}}}",
+                    random.pick(roles),
+                    shape(random, depth + 1, "content")
+                )
+            }
+        })
+    }
+
     /// A request body: mostly with `model` and `messages` (whose values `shape` gives), then
     /// up to three entries with keys from `keys`, in a random order.
-    pub(crate) fn request_body(
+    fn request_body(
         random: &mut enforce_testkit::random_json::RandomJson,
         keys: &[&str],
         shape: &mut enforce_testkit::random_json::Shape<'_>,

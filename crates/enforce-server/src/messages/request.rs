@@ -531,8 +531,8 @@ fn function_of(tool: &Value) -> Result<Value, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plain_body::testing::{agrees, request_body};
-    use enforce_testkit::random_json::{variants, RandomJson, VALUES};
+    use crate::plain_body::testing::{agrees, random_bodies_agree, read_in_one_pass_or_not, turns};
+    use enforce_testkit::random_json::{RandomJson, VALUES};
 
     /// The one-pass reading of `body`, held to the full reading where it answers.
     fn read_in_one_pass(body: &[u8]) -> bool {
@@ -553,12 +553,7 @@ mod tests {
             r#"{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"q"}]}"#,
             r#"{"model":"m","system":7,"messages":[{"role":"user","content":"q"}]}"#,
         ];
-        for body in bodies {
-            assert!(
-                read_in_one_pass(body.as_bytes()),
-                "not read in one pass: {body}"
-            );
-        }
+        read_in_one_pass_or_not(&bodies, true, read_in_one_pass);
     }
 
     /// What the full reading keeps for itself: content blocks, other roles, fields it lists
@@ -578,12 +573,7 @@ mod tests {
             r#"[{"model":"m"}]"#,
             "{}",
         ];
-        for body in bodies {
-            assert!(
-                !read_in_one_pass(body.as_bytes()),
-                "read in one pass: {body}"
-            );
-        }
+        read_in_one_pass_or_not(&bodies, false, read_in_one_pass);
     }
 
     /// On Messages bodies built at random, whole and then cut or altered along their length,
@@ -622,17 +612,7 @@ mod tests {
                 "model" => random
                     .pick(&["\"mock\"", "\"mock\"", "\"\"", "\"m\\u0031\""])
                     .to_string(),
-                "messages" => random.array(5, &mut |random| {
-                    if random.below(6) == 0 {
-                        random.object(depth, &TURN, &mut value)
-                    } else {
-                        format!(
-                            "{{\"role\":{},\"content\":{}}}",
-                            random.pick(&ROLES),
-                            value(random, depth + 1, "content")
-                        )
-                    }
-                }),
+                "messages" => turns(random, depth, &ROLES, &TURN, &mut value),
                 "role" => random.pick(&ROLES).to_string(),
                 "content" | "system" if random.below(4) == 0 => random.pick(&VALUES).to_string(),
                 "content" | "system" => random
@@ -661,16 +641,12 @@ mod tests {
                 _ => random.any(depth),
             }
         }
-        let mut random = RandomJson::new(0x51_7cc1_b727_220a);
-        let (mut answered, mut bodies) = (0, 0);
-        for _ in 0..4000 {
-            let body = request_body(&mut random, &TOP, &mut value);
-            for variant in variants(&body) {
-                bodies += 1;
-                answered += usize::from(read_in_one_pass(variant.as_bytes()));
-            }
-        }
-        // The generator reaches the one-pass reading, not only its refusals.
-        assert!(answered > 1000, "{answered} of {bodies} read in one pass");
+        random_bodies_agree(
+            0x51_7cc1_b727_220a,
+            4000,
+            &TOP,
+            &mut value,
+            read_in_one_pass,
+        );
     }
 }
