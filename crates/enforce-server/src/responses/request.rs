@@ -14,52 +14,60 @@ use enforce_core::{Message, Role, ToolCall};
 use serde_json::{json, Map, Value};
 
 /// Request fields echoed in the `response` object, as the client sent them.
-pub(super) const ECHOED: &[&str] = &[
-    "instructions",
-    "tools",
-    "tool_choice",
-    "text",
-    "temperature",
-    "top_p",
-    "max_output_tokens",
-    "metadata",
-    "previous_response_id",
-    "parallel_tool_calls",
-    "store",
-    "truncation",
-    "user",
-    "reasoning",
+pub(super) const ECHOED: &[Field] = &[
+    Field::instructions,
+    Field::tools,
+    Field::tool_choice,
+    Field::text,
+    Field::temperature,
+    Field::top_p,
+    Field::max_output_tokens,
+    Field::metadata,
+    Field::previous_response_id,
+    Field::parallel_tool_calls,
+    Field::store,
+    Field::truncation,
+    Field::user,
+    Field::reasoning,
 ];
 
 /// Request fields this proxy cannot carry to a chat-completions upstream: refused, never
 /// dropped.
-pub(super) const REFUSED: &[(&str, &str)] = &[
+pub(super) const REFUSED: &[(Field, &str)] = &[
     (
-        "background",
+        Field::background,
         "background responses are not supported by this proxy",
     ),
     (
-        "conversation",
+        Field::conversation,
         "conversations are not supported by this proxy; use `previous_response_id`",
     ),
-    ("prompt", "stored prompts are not supported by this proxy"),
+    (
+        Field::prompt,
+        "stored prompts are not supported by this proxy",
+    ),
 ];
 
 /// Request fields a chat-completions upstream has no use for: left out, and named in the
 /// answer's `warnings` and the `X-Enforce-Warnings` header (`fields_ignored`).
-pub(super) const IGNORED: &[&str] = &["include", "truncation", "max_tool_calls", "top_logprobs"];
+pub(super) const IGNORED: &[Field] = &[
+    Field::include,
+    Field::truncation,
+    Field::max_tool_calls,
+    Field::top_logprobs,
+];
 
 /// Request fields passed to a chat-completions upstream as they are.
-pub(super) const FORWARDED: &[&str] = &[
-    "temperature",
-    "top_p",
-    "parallel_tool_calls",
-    "user",
-    "metadata",
-    "safety_identifier",
-    "service_tier",
-    "seed",
-    "stop",
+pub(super) const FORWARDED: &[Field] = &[
+    Field::temperature,
+    Field::top_p,
+    Field::parallel_tool_calls,
+    Field::user,
+    Field::metadata,
+    Field::safety_identifier,
+    Field::service_tier,
+    Field::seed,
+    Field::stop,
 ];
 
 fn invalid(message: impl Into<String>, param: &'static str) -> ApiError {
@@ -277,7 +285,6 @@ fn response_format(text: &Value) -> Result<Option<Value>, ApiError> {
     }
 }
 
-/// Parses a `POST /v1/responses` body.
 /// A field of a request body as sent: present (`null` included) or absent.
 fn present<'de, D: serde::Deserializer<'de>>(from: D) -> Result<Option<Value>, D::Error> {
     serde::Deserialize::deserialize(from).map(Some)
@@ -285,7 +292,8 @@ fn present<'de, D: serde::Deserializer<'de>>(from: D) -> Result<Option<Value>, D
 
 /// The request fields this surface reads, each as sent; the rest of a body is skipped
 /// unread. Read straight from the body: a map of every field, looked up some forty times,
-/// cost the surface more than the rest of its parsing.
+/// cost the surface more than the rest of its parsing; and a field is named by a [`Field`],
+/// not by its name, so that finding its slot compares no strings.
 macro_rules! request_fields {
     ($($name:ident),* $(,)?) => {
         #[derive(serde::Deserialize)]
@@ -293,19 +301,37 @@ macro_rules! request_fields {
             $(#[serde(default, deserialize_with = "present")] $name: Option<Value>,)*
         }
 
+        /// A field of a Responses request this surface reads; each variant is spelled as the
+        /// field is on the wire.
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(super) enum Field {
+            $($name,)*
+        }
+
+        impl Field {
+            /// Every field.
+            #[cfg(test)]
+            const ALL: &[Field] = &[$(Field::$name,)*];
+
+            /// The field's name in a request body.
+            pub(super) fn name(self) -> &'static str {
+                match self {
+                    $(Field::$name => stringify!($name),)*
+                }
+            }
+        }
+
         impl RequestFields {
-            /// The field named `key`; `None` for a field this surface does not read.
-            fn slot(&self, key: &str) -> Option<&Option<Value>> {
-                match key {
-                    $(stringify!($name) => Some(&self.$name),)*
-                    _ => None,
+            fn slot(&self, field: Field) -> &Option<Value> {
+                match field {
+                    $(Field::$name => &self.$name,)*
                 }
             }
 
-            fn slot_mut(&mut self, key: &str) -> Option<&mut Option<Value>> {
-                match key {
-                    $(stringify!($name) => Some(&mut self.$name),)*
-                    _ => None,
+            fn slot_mut(&mut self, field: Field) -> &mut Option<Value> {
+                match field {
+                    $(Field::$name => &mut self.$name,)*
                 }
             }
         }
@@ -360,48 +386,50 @@ impl RequestFields {
         })
     }
 
-    fn get(&self, key: &str) -> Option<&Value> {
-        self.slot(key).and_then(Option::as_ref)
+    fn get(&self, field: Field) -> Option<&Value> {
+        self.slot(field).as_ref()
     }
 
-    fn remove(&mut self, key: &str) -> Option<Value> {
-        self.slot_mut(key).and_then(Option::take)
+    fn remove(&mut self, field: Field) -> Option<Value> {
+        self.slot_mut(field).take()
     }
 }
 
+/// Parses a `POST /v1/responses` body.
 pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiError> {
     let mut fields = RequestFields::parse(body)?;
-    let model = model_of(fields.remove("model"))?;
-    for (key, why) in REFUSED {
+    let model = model_of(fields.remove(Field::model))?;
+    for &(field, why) in REFUSED {
         if fields
-            .get(key)
+            .get(field)
             .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
         {
+            let key = field.name();
             return Err(invalid(format!("`{key}`: {why}."), key));
         }
     }
     let mut echo = Map::new();
-    for key in ECHOED {
-        if let Some(v) = fields.get(key) {
-            echo.insert((*key).to_string(), v.clone());
+    for &field in ECHOED {
+        if let Some(v) = fields.get(field) {
+            echo.insert(field.name().to_string(), v.clone());
         }
     }
     let mut messages = Vec::new();
-    if let Some(instructions) = fields.remove("instructions") {
+    if let Some(instructions) = fields.remove(Field::instructions) {
         match instructions {
             Value::String(s) if !s.is_empty() => messages.push(Message::system(s)),
             Value::String(_) | Value::Null => {}
             _ => return Err(invalid("`instructions` must be a string.", "instructions")),
         }
     }
-    match fields.remove("input") {
+    match fields.remove(Field::input) {
         Some(input) => input_messages(&input, &mut messages)?,
         None => return Err(invalid("The request needs an `input`.", "input")),
     }
     if !messages.iter().any(|m| m.role != Role::System) {
         return Err(invalid("`input` must hold at least one item.", "input"));
     }
-    let continues = match fields.remove("previous_response_id") {
+    let continues = match fields.remove(Field::previous_response_id) {
         Some(Value::String(id)) if !id.is_empty() => Some(id),
         None | Some(Value::Null) => None,
         Some(_) => {
@@ -411,42 +439,42 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
             ))
         }
     };
-    let store = fields.remove("store").and_then(|v| v.as_bool());
+    let store = fields.remove(Field::store).and_then(|v| v.as_bool());
     let stream = fields
-        .remove("stream")
+        .remove(Field::stream)
         .and_then(|v| v.as_bool())
         .unwrap_or(false);
-    let enforce = fields.remove("enforce");
+    let enforce = fields.remove(Field::enforce);
     let chat_hint = fields
-        .get("metadata")
+        .get(Field::metadata)
         .and_then(|m| m.get("chat_id"))
         .and_then(Value::as_str)
         .and_then(non_empty)
         .or_else(|| {
             fields
-                .get("user")
-                .or_else(|| fields.get("safety_identifier"))
+                .get(Field::user)
+                .or_else(|| fields.get(Field::safety_identifier))
                 .and_then(Value::as_str)
                 .and_then(non_empty)
         });
     // Asked for, but nothing a chat-completions upstream can do: left out, and said so.
     let ignored: Vec<String> = IGNORED
         .iter()
-        .filter(|key| {
-            fields.get(key).is_some_and(|v| match v {
+        .filter(|&&field| {
+            fields.get(field).is_some_and(|v| match v {
                 Value::Null => false,
                 Value::Array(a) => !a.is_empty(),
                 _ => true,
             })
         })
-        .map(|key| (*key).to_string())
+        .map(|field| field.name().to_string())
         .collect();
     // What the upstream gets, in the chat-completions dialect.
     let mut params = Map::new();
-    if let Some(tools) = fields.remove("tools").filter(|t| !t.is_null()) {
+    if let Some(tools) = fields.remove(Field::tools).filter(|t| !t.is_null()) {
         params.insert("tools".into(), chat_tools(&tools)?);
     }
-    if let Some(choice) = fields.remove("tool_choice").filter(|c| !c.is_null()) {
+    if let Some(choice) = fields.remove(Field::tool_choice).filter(|c| !c.is_null()) {
         let choice = match choice.get("name").and_then(Value::as_str) {
             Some(name) if choice.get("type").and_then(Value::as_str) == Some("function") => {
                 json!({"type": "function", "function": {"name": name}})
@@ -455,24 +483,27 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
         };
         params.insert("tool_choice".into(), choice);
     }
-    if let Some(text) = fields.remove("text") {
+    if let Some(text) = fields.remove(Field::text) {
         if let Some(format) = response_format(&text)? {
             params.insert("response_format".into(), format);
         }
     }
-    if let Some(max) = fields.remove("max_output_tokens").filter(|m| !m.is_null()) {
+    if let Some(max) = fields
+        .remove(Field::max_output_tokens)
+        .filter(|m| !m.is_null())
+    {
         params.insert("max_tokens".into(), max);
     }
     if let Some(effort) = fields
-        .remove("reasoning")
+        .remove(Field::reasoning)
         .and_then(|r| r.get("effort").cloned())
         .filter(|e| !e.is_null())
     {
         params.insert("reasoning_effort".into(), effort);
     }
-    for &key in FORWARDED {
-        if let Some(v) = fields.remove(key).filter(|v| !v.is_null()) {
-            params.insert(key.into(), v);
+    for &field in FORWARDED {
+        if let Some(v) = fields.remove(field).filter(|v| !v.is_null()) {
+            params.insert(field.name().into(), v);
         }
     }
     let ask = Ask {
@@ -496,32 +527,22 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
 mod tests {
     use super::*;
 
-    /// Every field the parser looks at is one the typed reading keeps: a name missing from
-    /// `request_fields!` would read as absent, silently.
+    /// Every field is read from the body under the name its [`Field`] gives: a slot that
+    /// read another field, or none, would leave that field unread, silently.
     #[test]
-    fn every_field_the_parser_reads_is_read_from_the_body() {
-        let mut fields = RequestFields::parse(b"{}").expect("an empty object reads");
-        let refused = REFUSED.iter().map(|(key, _)| *key);
-        let named = [
-            "model",
-            "input",
-            "instructions",
-            "stream",
-            "store",
-            "previous_response_id",
-            "enforce",
-        ];
-        for key in ECHOED
-            .iter()
-            .chain(IGNORED)
-            .chain(FORWARDED)
-            .copied()
-            .chain(refused)
-            .chain(named)
-        {
-            assert!(fields.slot_mut(key).is_some(), "`{key}` is not read");
+    fn every_field_is_read_under_its_own_name() {
+        for &field in Field::ALL {
+            let body = format!(r#"{{"{}": 7}}"#, field.name());
+            let fields = RequestFields::parse(body.as_bytes()).expect("reads");
+            for &other in Field::ALL {
+                let expected = (other == field).then(|| json!(7));
+                assert_eq!(
+                    fields.get(other),
+                    expected.as_ref(),
+                    "{field:?} read as {other:?}"
+                );
+            }
         }
-        assert!(fields.slot_mut("not_a_field").is_none());
     }
 
     /// A body read field by field gives what the same body read as a map gives: `null` is a
@@ -532,10 +553,10 @@ mod tests {
         let mut fields =
             RequestFields::parse(br#"{"input": null, "model": "a", "model": "b", "x": [1]}"#)
                 .expect("reads");
-        assert_eq!(fields.get("input"), Some(&Value::Null));
-        assert_eq!(fields.remove("model"), Some(json!("b")));
-        assert_eq!(fields.get("model"), None);
-        assert_eq!(fields.get("stream"), None);
+        assert_eq!(fields.get(Field::input), Some(&Value::Null));
+        assert_eq!(fields.remove(Field::model), Some(json!("b")));
+        assert_eq!(fields.get(Field::model), None);
+        assert_eq!(fields.get(Field::stream), None);
         for (body, message) in [
             (&b"[1]"[..], "The request body must be a JSON object."),
             (b"{\"model\": ", "The request body is not valid JSON"),
