@@ -49,8 +49,9 @@ pub fn write<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), 
 /// let mut object = enforce_core::json::ObjectWriter::new(&mut out);
 /// object.entry("id", "r1").unwrap();
 /// object.prepared(r#""object":"response""#);
+/// enforce_core::json::write(object.prepared_key(r#""status":"#), "completed").unwrap();
 /// object.end();
-/// assert_eq!(out, br#"{"id":"r1","object":"response"}"#);
+/// assert_eq!(out, br#"{"id":"r1","object":"response","status":"completed"}"#);
 /// ```
 #[derive(Debug)]
 pub struct ObjectWriter<'a> {
@@ -80,17 +81,13 @@ impl<'a> ObjectWriter<'a> {
         write(self.out, value)
     }
 
-    /// Writes the entry `key` with the value `write` puts down: one JSON value, written
-    /// straight (an object of its own written with an `ObjectWriter`, say).
-    pub fn entry_with(
-        &mut self,
-        key: &str,
-        write: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
-    ) -> Result<(), Error> {
+    /// Starts the entry whose key is prepared as JSON text (`"key":`): the key costs a copy,
+    /// not a check for characters to escape. Write the entry's one JSON value to the buffer
+    /// returned.
+    pub fn prepared_key(&mut self, key: &str) -> &mut Vec<u8> {
         self.comma();
-        write_str(self.out, key);
-        self.out.push(b':');
-        write(self.out)
+        self.out.extend_from_slice(key.as_bytes());
+        self.out
     }
 
     /// Writes `entry`, an entry prepared as JSON text (`"key":value`), as it is.
@@ -161,18 +158,25 @@ fn write_str(out: &mut Vec<u8>, text: &str) {
     if flagged(first) || flagged(last) {
         return write_escaped_str(out, bytes);
     }
+    // The quoted string put together in one block: the opening quote, the first word, the
+    // last word where it ends at the string's end (overlapping the first), the closing quote.
+    // The whole block is copied (a fixed size: no call to `memcpy`), then cut to length.
     let len = bytes.len();
-    let start = out.len() + 1;
-    out.reserve(len + 10);
-    out.push(b'"');
-    out.extend_from_slice(&first.to_le_bytes());
-    if len > 8 {
-        // The last word overlaps the first: write it where it ends at the string's end.
-        out.truncate(start + len - 8);
-        out.extend_from_slice(&last.to_le_bytes());
+    let mut block = [PAD; 18];
+    block[0] = b'"';
+    block[1..9].copy_from_slice(&first.to_le_bytes());
+    if let Some(end) = block
+        .get_mut(len.saturating_sub(7)..len + 1)
+        .filter(|_| len > 8)
+    {
+        end.copy_from_slice(&last.to_le_bytes());
     }
-    out.truncate(start + len);
-    out.push(b'"');
+    if let Some(quote) = block.get_mut(len + 1) {
+        *quote = b'"';
+    }
+    let written = out.len() + len + 2;
+    out.extend_from_slice(&block);
+    out.truncate(written);
 }
 
 /// A string of at most 16 bytes as two little-endian words: its first eight bytes and its

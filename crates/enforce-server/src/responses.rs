@@ -13,8 +13,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use enforce_core::{Outcome, ToolCall};
 use events::{
-    ArgumentsDelta, ArgumentsDone, ContentPart, ItemEvent, StreamError, SummaryDelta, SummaryDone,
-    SummaryPart, TextDelta, TextDone,
+    ArgumentsDelta, ArgumentsDone, ContentPart, Event, ItemEvent, StreamError, SummaryDelta,
+    SummaryDone, SummaryPart, TextDelta, TextDone,
 };
 use object::{
     CallItem, Failure, ItemId, MessageItem, OutputText, ReasoningItem, ResponseObject, SummaryText,
@@ -171,9 +171,9 @@ impl Sequence {
     }
 
     /// Writes an event of `kind`: its `data:` is `event` of its sequence number.
-    fn write<E: Serialize>(&mut self, kind: &str, out: &mut Vec<u8>, event: impl FnOnce(u64) -> E) {
+    fn write<E: Event>(&mut self, kind: &str, out: &mut Vec<u8>, event: impl FnOnce(u64) -> E) {
         let sequence_number = self.next(kind, out);
-        stream::push_data(out, &event(sequence_number));
+        stream::push_data_with(out, |out| event(sequence_number).write(out));
     }
 }
 
@@ -197,7 +197,8 @@ impl ResponsesWriter {
         let Some((output_index, text)) = self.reasoning.take() else {
             return;
         };
-        let item_id = item_id(&self.id, "rs_");
+        let item_id = item_id(&self.id, "rs_").literal();
+        let item_id = item_id.as_str();
         let kind = "response.reasoning_summary_text.done";
         self.sequence
             .write(kind, out, |sequence_number| SummaryDone {
@@ -239,7 +240,8 @@ impl ResponsesWriter {
     fn text_item(&mut self, text: &str, literal: Text<'_>, out: &mut Vec<u8>) {
         let output_index = self.next_index;
         self.next_index += 1;
-        let item_id = item_id(&self.id, "msg_");
+        let item_id = item_id(&self.id, "msg_").literal();
+        let item_id = item_id.as_str();
         let kind = "response.output_item.added";
         self.sequence.write(kind, out, |sequence_number| ItemEvent {
             item: MessageItem::new(&self.id, None, "in_progress"),
@@ -265,7 +267,6 @@ impl ResponsesWriter {
                 content_index: 0,
                 delta,
                 item_id,
-                logprobs: [],
                 output_index,
                 sequence_number,
                 kind,
@@ -275,7 +276,6 @@ impl ResponsesWriter {
         self.sequence.write(kind, out, |sequence_number| TextDone {
             content_index: 0,
             item_id,
-            logprobs: [],
             output_index,
             sequence_number,
             text: literal,
@@ -296,7 +296,8 @@ impl ResponsesWriter {
         let output_index = self.next_index;
         self.next_index += 1;
         let added = CallItem::new(&self.id, number, call, "", "in_progress");
-        let item_id = added.id;
+        let item_id = added.id.literal();
+        let item_id = item_id.as_str();
         let kind = "response.output_item.added";
         self.sequence.write(kind, out, |sequence_number| ItemEvent {
             item: added,
@@ -384,7 +385,8 @@ impl StreamWriter for ResponsesWriter {
     }
 
     fn draft(&mut self, text: &str, out: &mut Vec<u8>) {
-        let item_id = item_id(&self.id, "rs_");
+        let item_id = item_id(&self.id, "rs_").literal();
+        let item_id = item_id.as_str();
         let output_index = match &mut self.reasoning {
             Some((index, shown)) => {
                 shown.push_str(text);

@@ -133,15 +133,15 @@ impl ResponseObject<'_> {
             echo: (!self.echo.is_empty()).then(|| self.echo.iter().peekable()),
         };
         // Keys in sorted order: `Merged` puts the echoed ones between them.
-        map.entry("created_at", &self.id.created)?;
+        map.entry(r#""created_at":"#, &self.id.created)?;
         if let Some(enforcement) = &self.enforcement {
-            map.entry("enforcement", enforcement)?;
+            map.entry(r#""enforcement":"#, enforcement)?;
         }
         match &self.error {
-            Some(error) => map.entry("error", error)?,
+            Some(error) => map.entry(r#""error":"#, error)?,
             None => map.fixed("error", r#""error":null"#)?,
         }
-        map.entry("id", &self.id.id)?;
+        map.entry(r#""id":"#, &self.id.id)?;
         if self.cut {
             map.fixed(
                 "incomplete_details",
@@ -151,20 +151,20 @@ impl ResponseObject<'_> {
             map.fixed("incomplete_details", r#""incomplete_details":null"#)?;
         }
         map.fixed("metadata", r#""metadata":{}"#)?;
-        map.entry("model", &self.id.model)?;
+        map.entry(r#""model":"#, &self.id.model)?;
         map.fixed("object", r#""object":"response""#)?;
-        map.entry_with("output", |out| self.output.write_json(out))?;
+        map.entry_with(r#""output":"#, |out| self.output.write_json(out))?;
         map.fixed("parallel_tool_calls", r#""parallel_tool_calls":true"#)?;
-        map.entry("status", self.status)?;
+        map.entry(r#""status":"#, self.status)?;
         map.fixed("store", r#""store":true"#)?;
         map.fixed("text", r#""text":{"format":{"type":"text"}}"#)?;
         map.fixed("tool_choice", r#""tool_choice":"auto""#)?;
         map.fixed("tools", r#""tools":[]"#)?;
         if let Some(usage) = &self.usage {
-            map.entry_with("usage", |out| usage.write_json(out))?;
+            map.entry_with(r#""usage":"#, |out| usage.write_json(out))?;
         }
         if let Some(warnings) = &self.warnings {
-            map.entry("warnings", warnings)?;
+            map.entry(r#""warnings":"#, warnings)?;
         }
         map.end()
     }
@@ -203,23 +203,27 @@ impl Merged<'_, '_> {
         }
     }
 
+    /// An entry of `value` under `key`, prepared as JSON text (`"key":`).
     fn entry<V: Serialize + ?Sized>(&mut self, key: &str, value: &V) -> Result<(), json::Error> {
-        if !self.echoed(key)? {
-            self.object.entry(key, value)?;
-        }
-        Ok(())
+        self.entry_with(key, |out| json::write(out, value))
     }
 
-    /// An entry whose value `write` puts down.
+    /// An entry under `key`, prepared as JSON text (`"key":`), whose value `write` puts down.
     fn entry_with(
         &mut self,
         key: &str,
         write: impl FnOnce(&mut Vec<u8>) -> Result<(), json::Error>,
     ) -> Result<(), json::Error> {
-        if !self.echoed(key)? {
-            self.object.entry_with(key, write)?;
+        if self.echo.is_some() {
+            let name = key
+                .strip_prefix('"')
+                .and_then(|k| k.strip_suffix("\":"))
+                .unwrap_or(key);
+            if self.echoed(name)? {
+                return Ok(());
+            }
         }
-        Ok(())
+        write(self.object.prepared_key(key))
     }
 
     /// An entry whose default is `prepared` (its `"key":value` text).
@@ -322,6 +326,14 @@ impl ItemId<'_> {
     }
 }
 
+impl ItemId<'_> {
+    /// The id as a JSON string literal, quotes included: made once for all the events of a
+    /// stream that name the item.
+    pub fn literal(&self) -> String {
+        Text::escape(&self.text())
+    }
+}
+
 impl Serialize for ItemId<'_> {
     fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
         // Put together by hand, not by `collect_str`: the formatting machinery cost a
@@ -387,32 +399,27 @@ impl<'a> MessageItem<'a> {
             status,
         }
     }
+}
 
-    /// Appends the item's JSON to `out`, keys sorted as serde writes a struct's fields, the
-    /// fixed ones as prepared text.
+impl WriteJson for MessageItem<'_> {
+    /// Keys sorted as serde writes a struct's fields, the fixed ones as prepared text.
     fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
         let mut item = ObjectWriter::new(out);
         match &self.content {
-            Some(part) => item.entry_with("content", |out| {
+            Some(part) => {
+                let out = item.prepared_key(r#""content":"#);
                 out.push(b'[');
                 part.write_json(out)?;
                 out.push(b']');
-                Ok(())
-            })?,
+            }
             None => item.prepared(r#""content":[]"#),
         }
-        item.entry("id", &self.id)?;
+        json::write(item.prepared_key(r#""id":"#), &self.id)?;
         item.prepared(r#""role":"assistant""#);
-        item.entry("status", self.status)?;
+        json::write(item.prepared_key(r#""status":"#), self.status)?;
         item.prepared(r#""type":"message""#);
         item.end();
         Ok(())
-    }
-}
-
-impl Serialize for MessageItem<'_> {
-    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
-        crate::pipeline::serialize_written(to, |out| self.write_json(out))
     }
 }
 
@@ -425,21 +432,43 @@ impl<'a> OutputText<'a> {
     pub fn new(text: Text<'a>) -> Self {
         OutputText { text }
     }
+}
 
-    /// Appends the part's JSON to `out`.
+impl WriteJson for OutputText<'_> {
     fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
         let mut part = ObjectWriter::new(out);
         part.prepared(r#""annotations":[]"#);
-        part.entry("text", &self.text)?;
+        json::write(part.prepared_key(r#""text":"#), &self.text)?;
         part.prepared(r#""type":"output_text""#);
         part.end();
         Ok(())
     }
 }
 
-impl Serialize for OutputText<'_> {
-    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
-        crate::pipeline::serialize_written(to, |out| self.write_json(out))
+/// A part of a response written straight to bytes: an output item, a content part.
+pub(super) trait WriteJson {
+    /// Appends the part's JSON to `out` (our parts hold strings and numbers: it does not
+    /// fail).
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error>;
+}
+
+// The parts written less often (drafts, tool calls) go through serde.
+
+impl WriteJson for ReasoningItem<'_> {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
+        json::write(out, self)
+    }
+}
+
+impl WriteJson for SummaryText<'_> {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
+        json::write(out, self)
+    }
+}
+
+impl WriteJson for CallItem<'_> {
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
+        json::write(out, self)
     }
 }
 
@@ -544,11 +573,14 @@ impl TokenUsage {
     /// Appends the usage's JSON to `out`; the token details this proxy cannot know are zeros.
     fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
         let mut usage = ObjectWriter::new(out);
-        usage.entry("input_tokens", &self.input_tokens)?;
+        json::write(usage.prepared_key(r#""input_tokens":"#), &self.input_tokens)?;
         usage.prepared(r#""input_tokens_details":{"cached_tokens":0}"#);
-        usage.entry("output_tokens", &self.output_tokens)?;
+        json::write(
+            usage.prepared_key(r#""output_tokens":"#),
+            &self.output_tokens,
+        )?;
         usage.prepared(r#""output_tokens_details":{"reasoning_tokens":0}"#);
-        usage.entry("total_tokens", &self.total_tokens)?;
+        json::write(usage.prepared_key(r#""total_tokens":"#), &self.total_tokens)?;
         usage.end();
         Ok(())
     }
