@@ -311,10 +311,10 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         // ones not streamed too, larger by its size, and axum copies that future into a box.
         let mut response = match Box::pin(stream::respond(turn, job, span, writer)).await {
             Start::Refused(error) => S::refuse(error),
-            Start::Whole(mut response, turn, outcome) => {
-                enforcement_headers(response.headers_mut(), &turn, &outcome);
-                response
-            }
+            Start::Whole(events, turn, outcome) => stream_response(
+                events,
+                enforcement_values(overhead_us(&turn, &outcome), &outcome),
+            ),
             Start::Streaming(response) => response,
         };
         let headers = response.headers_mut();
@@ -877,14 +877,6 @@ fn enforcement_values(overhead_us: u64, outcome: &Outcome) -> [Option<HeaderValu
     ]
 }
 
-/// Sets the enforcement headers of `outcome` on `headers`.
-pub(crate) fn enforcement_headers(headers: &mut HeaderMap, turn: &Turn, outcome: &Outcome) {
-    set_enforcement_headers(
-        headers,
-        enforcement_values(overhead_us(turn, outcome), outcome),
-    );
-}
-
 /// Sets the enforcement headers whose values are `values` (in [`ENFORCEMENT_HEADERS`]'s order).
 fn set_enforcement_headers(headers: &mut HeaderMap, values: [Option<HeaderValue>; 4]) {
     for (name, value) in ENFORCEMENT_HEADERS.iter().zip(values) {
@@ -894,36 +886,68 @@ fn set_enforcement_headers(headers: &mut HeaderMap, values: [Option<HeaderValue>
     }
 }
 
-/// A checked answer's JSON response with its enforcement headers. The headers are a copy of
-/// a map made once, their values set in place by position: inserting each by name hashed the
-/// name every time (about 260 instructions an insert).
+/// A checked answer's JSON response with its enforcement headers.
 fn answer_response(body: Bytes, values: [Option<HeaderValue>; 4]) -> Response {
     static HEADERS: LazyLock<HeaderMap> = LazyLock::new(|| {
-        let mut headers = HeaderMap::with_capacity(crate::headers::ANSWER_HEADERS);
-        headers.insert(
+        headers_template([(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
-        );
-        for name in ENFORCEMENT_HEADERS {
-            headers.insert(name, HeaderValue::from_static(""));
-        }
-        headers
+        )])
     });
+    with_enforcement_headers(&HEADERS, Body::from(body), values)
+}
+
+/// A whole stream's response (its outcome known before its first byte) with its enforcement
+/// headers.
+fn stream_response(events: Vec<u8>, values: [Option<HeaderValue>; 4]) -> Response {
+    static HEADERS: LazyLock<HeaderMap> =
+        LazyLock::new(|| headers_template(stream::event_stream_headers()));
+    with_enforcement_headers(&HEADERS, Body::from(events), values)
+}
+
+/// A map of the `fixed` headers, then the enforcement headers with empty values: the
+/// template [`with_enforcement_headers`] copies.
+fn headers_template<const N: usize>(fixed: [(HeaderName, HeaderValue); N]) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(crate::headers::ANSWER_HEADERS + N);
+    for (name, value) in fixed {
+        headers.insert(name, value);
+    }
+    for name in ENFORCEMENT_HEADERS {
+        headers.insert(name, HeaderValue::from_static(""));
+    }
+    headers
+}
+
+/// A response of `body` with the headers of `template` ([`headers_template`]), the
+/// enforcement headers' values `values`. The headers are a copy of the map made once, the
+/// values set in place by position: inserting each by name hashed the name every time (about
+/// 260 instructions an insert). A value missing (none a header can carry) leaves its header
+/// out, as inserting does.
+fn with_enforcement_headers(
+    template: &HeaderMap,
+    body: Body,
+    values: [Option<HeaderValue>; 4],
+) -> Response {
+    let fixed = template.len() - ENFORCEMENT_HEADERS.len();
+    let mut response = Response::new(body);
     if values.iter().any(Option::is_none) {
-        let mut response = json_response(body);
-        set_enforcement_headers(response.headers_mut(), values);
+        let headers = response.headers_mut();
+        headers.reserve(crate::headers::ANSWER_HEADERS + fixed);
+        for (name, value) in template.iter().take(fixed) {
+            headers.insert(name, value.clone());
+        }
+        set_enforcement_headers(headers, values);
         return response;
     }
-    let mut headers = HEADERS.clone();
-    // The content type, then the enforcement headers in their order.
+    let mut headers = template.clone();
+    // The fixed headers, then the enforcement headers in their order.
     for (slot, value) in headers
         .values_mut()
-        .skip(1)
+        .skip(fixed)
         .zip(values.into_iter().flatten())
     {
         *slot = value;
     }
-    let mut response = Response::new(Body::from(body));
     *response.headers_mut() = headers;
     response
 }
@@ -992,7 +1016,8 @@ mod tests {
     }
 
     /// An answer's headers, set in place on a copy, are the names, values and order that
-    /// inserting each by name gives, a value no header can carry left out as there.
+    /// inserting each by name gives, a value no header can carry left out as there: for a
+    /// JSON answer and for a whole stream.
     #[test]
     fn answer_headers_set_in_place_are_the_inserted_ones() {
         let headers = |response: Response| {
@@ -1016,8 +1041,12 @@ mod tests {
             let values = case.map(|v| v.map(|v| HeaderValue::from_str(v).expect("a value")));
             let mut inserted = json_response(Bytes::from_static(b"{}"));
             set_enforcement_headers(inserted.headers_mut(), values.clone());
-            let in_place = answer_response(Bytes::from_static(b"{}"), values);
+            let in_place = answer_response(Bytes::from_static(b"{}"), values.clone());
             assert_eq!(headers(in_place), headers(inserted), "{case:?}");
+            let mut inserted = stream::event_stream(Body::empty());
+            set_enforcement_headers(inserted.headers_mut(), values.clone());
+            let in_place = stream_response(Vec::new(), values);
+            assert_eq!(headers(in_place), headers(inserted), "{case:?}, streamed");
         }
     }
 

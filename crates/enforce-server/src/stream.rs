@@ -10,7 +10,7 @@
 use crate::error::ApiError;
 use crate::turn::{Job, Progress, Turn};
 use axum::body::Body;
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use enforce_core::{Outcome, Status};
@@ -106,9 +106,10 @@ pub(crate) enum Start {
     /// client takes best as a plain HTTP error ([`ApiError::refuses_a_stream`]): the surface
     /// sends it as it would to a request not streamed.
     Refused(ApiError),
-    /// The outcome was known before the first byte was due: the whole stream in one body,
-    /// with the turn and its outcome for the enforcement headers.
-    Whole(Response, Box<Turn>, Box<Outcome>),
+    /// The outcome was known before the first byte was due: the whole stream's bytes, with
+    /// the turn and its outcome for the enforcement headers (the pipeline makes the response:
+    /// [`event_stream_headers`] and those).
+    Whole(Vec<u8>, Box<Turn>, Box<Outcome>),
     /// The stream goes on while the loop works (its driver, on its own task, takes the loop
     /// over).
     Streaming(Response),
@@ -197,29 +198,38 @@ pub(crate) async fn respond<W: StreamWriter>(
     match concluded {
         Err(error) if error.refuses_a_stream() => Start::Refused(error),
         Err(_) => Start::Streaming(event_stream(Body::from(out.pending))),
-        Ok(outcome) => Start::Whole(
-            event_stream(Body::from(out.pending)),
-            Box::new(turn),
-            outcome,
-        ),
+        Ok(outcome) => Start::Whole(out.pending, Box::new(turn), outcome),
     }
 }
 
 /// The room a stream's buffer starts with, and is given again for the answer's events.
 const PENDING_ROOM: usize = 4096;
 
+/// The headers of every event stream: its content type, and no caching or buffering on the
+/// way (`x-accel-buffering`: nginx's).
+pub(crate) fn event_stream_headers() -> [(HeaderName, HeaderValue); 3] {
+    [
+        (
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream; charset=utf-8"),
+        ),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        (
+            HeaderName::from_static("x-accel-buffering"),
+            HeaderValue::from_static("no"),
+        ),
+    ]
+}
+
 /// A `text/event-stream` response of `body`.
-fn event_stream(body: Body) -> Response {
+pub(crate) fn event_stream(body: Body) -> Response {
     let mut response = body.into_response();
     let headers = response.headers_mut();
     // Room for the enforcement headers too, not grown insert by insert.
     headers.reserve(crate::headers::ANSWER_HEADERS + 3);
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    for (name, value) in event_stream_headers() {
+        headers.insert(name, value);
+    }
     response
 }
 
