@@ -25,52 +25,27 @@ pub struct MessagesEvents {
 }
 
 fn push_event(out: &mut Vec<u8>, name: &str, data: &impl Serialize) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(name.as_bytes());
-    out.push(b'\n');
-    crate::stream::push_data(out, data);
+    event_head(out, name);
+    push_json(out, data);
+    event_end(out);
 }
 
-// The events of an answer, typed so they are written straight to bytes; fields in the order
-// a `Value` writes them (sorted), so both forms are the same bytes.
+// The events of an answer written straight to bytes, in the order a `Value` writes their
+// keys (sorted), so both forms are the same bytes. The events every answer has (the message's
+// start, its text block, `message_delta`, `message_stop`) are prepared text around their
+// values: their keys written through a serializer cost a streamed answer more than the rest
+// of the Messages surface. The rarer ones (a tool call) are typed and serialized.
 
-#[derive(Serialize)]
-struct MessageStart<'a> {
-    message: StartedMessage<'a>,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-#[derive(Serialize)]
-struct StartedMessage<'a> {
-    content: [(); 0],
-    id: &'a str,
-    model: &'a str,
-    role: &'static str,
-    stop_reason: Option<()>,
-    stop_sequence: Option<()>,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    usage: Usage,
-}
-
-#[derive(Serialize)]
-struct Usage {
-    input_tokens: u64,
-    output_tokens: u64,
+/// Appends `value` as JSON (a string escaped, a number in digits).
+fn push_json(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
+    // Strings, numbers and our own types into a Vec: cannot fail.
+    let _ = enforce_core::json::write(out, value);
 }
 
 #[derive(Serialize)]
 struct BlockStart<B: Serialize> {
     content_block: B,
     index: usize,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-#[derive(Serialize)]
-struct TextBlock {
-    text: &'static str,
     #[serde(rename = "type")]
     kind: &'static str,
 }
@@ -96,55 +71,30 @@ struct BlockDelta<D: Serialize> {
 }
 
 #[derive(Serialize)]
-struct TextDelta<'a> {
-    text: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-#[derive(Serialize)]
 struct InputJsonDelta<'a> {
     partial_json: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
 }
 
-#[derive(Serialize)]
-struct BlockStop {
-    index: usize,
-    #[serde(rename = "type")]
-    kind: &'static str,
+/// Appends an event's `event:` line and the start of its `data:` line.
+fn event_head(out: &mut Vec<u8>, name: &str) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
 }
 
-#[derive(Serialize)]
-struct MessageDelta<'a> {
-    delta: StopDelta,
-    enforcement: Enforcement<'a>,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    usage: Usage,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    warnings: Option<Warnings<'a>>,
-}
-
-#[derive(Serialize)]
-struct StopDelta {
-    stop_reason: &'static str,
-    stop_sequence: Option<()>,
-}
-
-#[derive(Serialize)]
-struct MessageStop {
-    #[serde(rename = "type")]
-    kind: &'static str,
+/// Ends an event's `data:` line, and the event.
+fn event_end(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"\n\n");
 }
 
 fn block_stop(out: &mut Vec<u8>, index: usize) {
-    let stop = BlockStop {
-        index,
-        kind: "content_block_stop",
-    };
-    push_event(out, "content_block_stop", &stop);
+    event_head(out, "content_block_stop");
+    out.extend_from_slice(br#"{"index":"#);
+    push_json(out, &index);
+    out.extend_from_slice(br#","type":"content_block_stop"}"#);
+    event_end(out);
 }
 
 /// Text is sent in pieces of at most this many bytes (cut on character boundaries).
@@ -170,23 +120,17 @@ impl MessagesEvents {
             return;
         }
         self.opened = true;
-        let start = MessageStart {
-            message: StartedMessage {
-                content: [],
-                id: &self.id,
-                model: &self.model,
-                role: "assistant",
-                stop_reason: None,
-                stop_sequence: None,
-                kind: "message",
-                usage: Usage {
-                    input_tokens: 0,
-                    output_tokens: 0,
-                },
-            },
-            kind: "message_start",
-        };
-        push_event(out, "message_start", &start);
+        event_head(out, "message_start");
+        out.extend_from_slice(br#"{"message":{"content":[],"id":"#);
+        push_json(out, self.id.as_str());
+        out.extend_from_slice(br#","model":"#);
+        push_json(out, self.model.as_str());
+        out.extend_from_slice(br#","role":"assistant","stop_reason":null,"stop_sequence":null,"#);
+        out.extend_from_slice(
+            br#""type":"message","usage":{"input_tokens":0,"output_tokens":0}},"#,
+        );
+        out.extend_from_slice(br#""type":"message_start"}"#);
+        event_end(out);
     }
 
     /// More draft text (`stream_mode: draft`) in the `thinking` block, opened on first use.
@@ -238,25 +182,19 @@ impl MessagesEvents {
         self.close_thinking(out);
         if !text.is_empty() {
             let index = self.next_block();
-            let start = BlockStart {
-                content_block: TextBlock {
-                    text: "",
-                    kind: "text",
-                },
-                index,
-                kind: "content_block_start",
-            };
-            push_event(out, "content_block_start", &start);
+            event_head(out, "content_block_start");
+            out.extend_from_slice(br#"{"content_block":{"text":"","type":"text"},"index":"#);
+            push_json(out, &index);
+            out.extend_from_slice(br#","type":"content_block_start"}"#);
+            event_end(out);
             for piece in crate::stream::pieces(text, PIECE) {
-                let delta = BlockDelta {
-                    delta: TextDelta {
-                        text: piece,
-                        kind: "text_delta",
-                    },
-                    index,
-                    kind: "content_block_delta",
-                };
-                push_event(out, "content_block_delta", &delta);
+                event_head(out, "content_block_delta");
+                out.extend_from_slice(br#"{"delta":{"text":"#);
+                push_json(out, piece);
+                out.extend_from_slice(br#","type":"text_delta"},"index":"#);
+                push_json(out, &index);
+                out.extend_from_slice(br#","type":"content_block_delta"}"#);
+                event_end(out);
             }
             block_stop(out, index);
         }
@@ -290,24 +228,25 @@ impl MessagesEvents {
             block_stop(out, index);
         }
         let usage = outcome.usage.unwrap_or_default();
-        let delta = MessageDelta {
-            delta: StopDelta {
-                stop_reason: stop_reason(outcome),
-                stop_sequence: None,
-            },
-            enforcement,
-            kind: "message_delta",
-            usage: Usage {
-                input_tokens: usage.input_tokens,
-                output_tokens: usage.output_tokens,
-            },
-            warnings,
-        };
-        push_event(out, "message_delta", &delta);
-        let stop = MessageStop {
-            kind: "message_stop",
-        };
-        push_event(out, "message_stop", &stop);
+        event_head(out, "message_delta");
+        out.extend_from_slice(br#"{"delta":{"stop_reason":"#);
+        push_json(out, stop_reason(outcome));
+        out.extend_from_slice(br#","stop_sequence":null},"enforcement":"#);
+        push_json(out, &enforcement);
+        out.extend_from_slice(br#","type":"message_delta","usage":{"input_tokens":"#);
+        push_json(out, &usage.input_tokens);
+        out.extend_from_slice(br#","output_tokens":"#);
+        push_json(out, &usage.output_tokens);
+        out.push(b'}');
+        if let Some(warnings) = &warnings {
+            out.extend_from_slice(br#","warnings":"#);
+            push_json(out, warnings);
+        }
+        out.push(b'}');
+        event_end(out);
+        event_head(out, "message_stop");
+        out.extend_from_slice(br#"{"type":"message_stop"}"#);
+        event_end(out);
     }
 
     /// The stream's end for an answer not delivered: an `error` event in Anthropic's shape
