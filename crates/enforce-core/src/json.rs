@@ -165,11 +165,10 @@ fn write_str(out: &mut Vec<u8>, text: &str) {
     let mut block = [PAD; 18];
     block[0] = b'"';
     block[1..9].copy_from_slice(&first.to_le_bytes());
-    if let Some(end) = block
-        .get_mut(len.saturating_sub(7)..len + 1)
-        .filter(|_| len > 8)
-    {
-        end.copy_from_slice(&last.to_le_bytes());
+    if len > 8 {
+        if let Some(end) = block.get_mut(len - 7..=len) {
+            end.copy_from_slice(&last.to_le_bytes());
+        }
     }
     if let Some(quote) = block.get_mut(len + 1) {
         *quote = b'"';

@@ -928,7 +928,7 @@ fn with_enforcement_headers(
     body: Body,
     values: [Option<HeaderValue>; 4],
 ) -> Response {
-    let fixed = template.len() - ENFORCEMENT_HEADERS.len();
+    let fixed = template.len().saturating_sub(ENFORCEMENT_HEADERS.len());
     let mut response = Response::new(body);
     if values.iter().any(Option::is_none) {
         let headers = response.headers_mut();

@@ -139,27 +139,24 @@ impl ResponseObject<'_> {
         }
         match &self.error {
             Some(error) => map.entry(r#""error":"#, error)?,
-            None => map.fixed("error", r#""error":null"#)?,
+            None => map.fixed(r#""error":null"#)?,
         }
         map.entry(r#""id":"#, &self.id.id)?;
         if self.cut {
-            map.fixed(
-                "incomplete_details",
-                r#""incomplete_details":{"reason":"max_output_tokens"}"#,
-            )?;
+            map.fixed(r#""incomplete_details":{"reason":"max_output_tokens"}"#)?;
         } else {
-            map.fixed("incomplete_details", r#""incomplete_details":null"#)?;
+            map.fixed(r#""incomplete_details":null"#)?;
         }
-        map.fixed("metadata", r#""metadata":{}"#)?;
+        map.fixed(r#""metadata":{}"#)?;
         map.entry(r#""model":"#, &self.id.model)?;
-        map.fixed("object", r#""object":"response""#)?;
+        map.fixed(r#""object":"response""#)?;
         map.entry_with(r#""output":"#, |out| self.output.write_json(out))?;
-        map.fixed("parallel_tool_calls", r#""parallel_tool_calls":true"#)?;
+        map.fixed(r#""parallel_tool_calls":true"#)?;
         map.entry(r#""status":"#, self.status)?;
-        map.fixed("store", r#""store":true"#)?;
-        map.fixed("text", r#""text":{"format":{"type":"text"}}"#)?;
-        map.fixed("tool_choice", r#""tool_choice":"auto""#)?;
-        map.fixed("tools", r#""tools":[]"#)?;
+        map.fixed(r#""store":true"#)?;
+        map.fixed(r#""text":{"format":{"type":"text"}}"#)?;
+        map.fixed(r#""tool_choice":"auto""#)?;
+        map.fixed(r#""tools":[]"#)?;
         if let Some(usage) = &self.usage {
             map.entry_with(r#""usage":"#, |out| usage.write_json(out))?;
         }
@@ -176,6 +173,13 @@ impl Serialize for ResponseObject<'_> {
     fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
         crate::pipeline::serialize_written(to, |out| self.write_json(out))
     }
+}
+
+/// The key of prepared JSON text that starts with it (`"key":value` or `"key":`), unquoted:
+/// the prepared keys here are plain names, nothing escaped in them.
+fn key_of(prepared: &str) -> &str {
+    let quoted = prepared.strip_prefix('"').unwrap_or(prepared);
+    quoted.split_once("\":").map_or(quoted, |(key, _)| key)
 }
 
 /// An object written in sorted key order from fixed entries (given in sorted order) and the
@@ -203,7 +207,8 @@ impl Merged<'_, '_> {
         }
     }
 
-    /// An entry of `value` under `key`, prepared as JSON text (`"key":`).
+    /// An entry of `value` under `key`, prepared as JSON text (`"key":`); like every key here,
+    /// its name is what an echoed field of the same name replaces.
     fn entry<V: Serialize + ?Sized>(&mut self, key: &str, value: &V) -> Result<(), json::Error> {
         self.entry_with(key, |out| json::write(out, value))
     }
@@ -214,23 +219,18 @@ impl Merged<'_, '_> {
         key: &str,
         write: impl FnOnce(&mut Vec<u8>) -> Result<(), json::Error>,
     ) -> Result<(), json::Error> {
-        if self.echo.is_some() {
-            let name = key
-                .strip_prefix('"')
-                .and_then(|k| k.strip_suffix("\":"))
-                .unwrap_or(key);
-            if self.echoed(name)? {
-                return Ok(());
-            }
+        if self.echo.is_some() && self.echoed(key_of(key))? {
+            return Ok(());
         }
         write(self.object.prepared_key(key))
     }
 
-    /// An entry whose default is `prepared` (its `"key":value` text).
-    fn fixed(&mut self, key: &str, prepared: &str) -> Result<(), json::Error> {
-        if !self.echoed(key)? {
-            self.object.prepared(prepared);
+    /// An entry whose default is `prepared`, its `"key":value` text.
+    fn fixed(&mut self, prepared: &str) -> Result<(), json::Error> {
+        if self.echo.is_some() && self.echoed(key_of(prepared))? {
+            return Ok(());
         }
+        self.object.prepared(prepared);
         Ok(())
     }
 
@@ -324,9 +324,7 @@ impl ItemId<'_> {
         }
         text
     }
-}
 
-impl ItemId<'_> {
     /// The id as a JSON string literal, quotes included: made once for all the events of a
     /// stream that name the item.
     pub fn literal(&self) -> String {
