@@ -14,7 +14,7 @@ use bytes::Bytes;
 use enforce_core::{Outcome, ToolCall};
 use events::{
     ArgumentsDelta, ArgumentsDone, ContentPart, Event, ItemEvent, StreamError, SummaryDelta,
-    SummaryDone, SummaryPart, TextDelta, TextDone,
+    SummaryDone, SummaryPart, TextDelta, TextDone, WithResponse,
 };
 use object::{
     CallItem, Failure, ItemId, MessageItem, OutputText, ReasoningItem, ResponseObject, SummaryText,
@@ -143,37 +143,31 @@ pub(crate) struct ResponsesWriter {
 struct Sequence(u64);
 
 impl Sequence {
-    /// Starts an event: its `event:` line; its sequence number.
-    fn next(&mut self, kind: &str, out: &mut Vec<u8>) -> u64 {
+    /// The next event's sequence number.
+    fn next(&mut self) -> u64 {
         let sequence = self.0;
         self.0 += 1;
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(kind.as_bytes());
-        out.push(b'\n');
         sequence
     }
 
-    /// Writes an event of `kind` carrying the response object whose JSON is `body`: the
-    /// bytes a [`ResponseEvent`] of it writes, with the object written once for every event
-    /// that carries it.
-    fn write_response(&mut self, kind: &str, out: &mut Vec<u8>, body: &[u8]) {
-        let sequence_number = self.next(kind, out);
-        stream::push_data_with(out, |out| {
-            out.extend_from_slice(b"{\"response\":");
-            out.extend_from_slice(body);
-            out.extend_from_slice(b",\"sequence_number\":");
-            // A number and a string into a Vec: cannot fail.
-            let _ = enforce_core::json::write(out, &sequence_number);
-            out.extend_from_slice(b",\"type\":");
-            let _ = enforce_core::json::write(out, kind);
-            out.push(b'}');
+    /// Writes an event of `kind` carrying the response object whose JSON is `body`.
+    fn write_response(&mut self, kind: &'static str, out: &mut Vec<u8>, body: &[u8]) {
+        self.write(kind, out, |sequence_number| WithResponse {
+            response: body,
+            sequence_number,
+            kind,
         });
     }
 
     /// Writes an event of `kind`: its `data:` is `event` of its sequence number.
-    fn write<E: Event>(&mut self, kind: &str, out: &mut Vec<u8>, event: impl FnOnce(u64) -> E) {
-        let sequence_number = self.next(kind, out);
-        stream::push_data_with(out, |out| event(sequence_number).write(out));
+    fn write<E: Event>(
+        &mut self,
+        kind: &'static str,
+        out: &mut Vec<u8>,
+        event: impl FnOnce(u64) -> E,
+    ) {
+        let sequence_number = self.next();
+        stream::push_event_with(out, kind, |out| event(sequence_number).write(out));
     }
 }
 
@@ -446,7 +440,7 @@ impl StreamWriter for ResponsesWriter {
     fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>) {
         self.close_reasoning(out);
         let kind = "response.failed";
-        let sequence_number = self.sequence.next(kind, out);
+        let sequence_number = self.sequence.next();
         let mut response = ResponseObject::new(&self.id, &self.echo, "failed");
         response.enforcement = error
             .enforcement
@@ -464,7 +458,7 @@ impl StreamWriter for ResponsesWriter {
             status: Some(error.status.as_u16()),
             ..ResponseEvent::new(kind, sequence_number, &response)
         };
-        stream::push_data(out, &event);
+        stream::push_event_with(out, kind, |out| stream::push_json(out, &event));
     }
 
     fn unfinished() -> Bytes {
@@ -476,8 +470,8 @@ impl StreamWriter for ResponsesWriter {
             status: StatusCode::INTERNAL_SERVER_ERROR.as_u16(),
             kind: "error",
         };
-        let mut tail = b"event: error\n".to_vec();
-        stream::push_data(&mut tail, &body);
+        let mut tail = Vec::new();
+        stream::push_event_with(&mut tail, "error", |out| stream::push_json(out, &body));
         Bytes::from(tail)
     }
 }

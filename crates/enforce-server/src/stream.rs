@@ -67,12 +67,24 @@ pub(crate) trait StreamWriter: Send + Sync + 'static {
     fn unfinished() -> Bytes;
 }
 
+/// Appends `value` as JSON: a stream's events are our own types, strings, numbers and
+/// `Value`s, which always serialize.
+pub(crate) fn push_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
+    let _ = enforce_core::json::write(out, value);
+}
+
 /// Appends one `data:` line holding `value`.
 pub(crate) fn push_data(out: &mut Vec<u8>, value: &impl serde::Serialize) {
-    push_data_with(out, |out| {
-        // The events are our own types and `Value`s, which always serialize.
-        let _ = enforce_core::json::write(out, value);
-    });
+    push_data_with(out, |out| push_json(out, value));
+}
+
+/// Appends one named event: its `event:` line, then the `data:` line whose JSON `write` puts
+/// down.
+pub(crate) fn push_event_with(out: &mut Vec<u8>, name: &str, write: impl FnOnce(&mut Vec<u8>)) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.push(b'\n');
+    push_data_with(out, write);
 }
 
 /// Appends one `data:` line whose JSON `write` puts down itself (a writer that copies

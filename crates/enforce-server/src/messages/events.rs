@@ -3,6 +3,7 @@
 use super::{error_body, stop_reason, tool_input};
 use crate::error::ApiError;
 use crate::pipeline::Warnings;
+use crate::stream::{push_event_with, push_json};
 use crate::verdict::Enforcement;
 use enforce_core::Outcome;
 use serde::Serialize;
@@ -25,9 +26,7 @@ pub struct MessagesEvents {
 }
 
 fn push_event(out: &mut Vec<u8>, name: &str, data: &impl Serialize) {
-    event_head(out, name);
-    push_json(out, data);
-    event_end(out);
+    push_event_with(out, name, |out| push_json(out, data));
 }
 
 // The events of an answer written straight to bytes, in the order a `Value` writes their
@@ -35,12 +34,6 @@ fn push_event(out: &mut Vec<u8>, name: &str, data: &impl Serialize) {
 // start, its text block, `message_delta`, `message_stop`) are prepared text around their
 // values: their keys written through a serializer cost a streamed answer more than the rest
 // of the Messages surface. The rarer ones (a tool call) are typed and serialized.
-
-/// Appends `value` as JSON (a string escaped, a number in digits).
-fn push_json(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
-    // Strings, numbers and our own types into a Vec: cannot fail.
-    let _ = enforce_core::json::write(out, value);
-}
 
 #[derive(Serialize)]
 struct BlockStart<B: Serialize> {
@@ -77,24 +70,12 @@ struct InputJsonDelta<'a> {
     kind: &'static str,
 }
 
-/// Appends an event's `event:` line and the start of its `data:` line.
-fn event_head(out: &mut Vec<u8>, name: &str) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-}
-
-/// Ends an event's `data:` line, and the event.
-fn event_end(out: &mut Vec<u8>) {
-    out.extend_from_slice(b"\n\n");
-}
-
 fn block_stop(out: &mut Vec<u8>, index: usize) {
-    event_head(out, "content_block_stop");
-    out.extend_from_slice(br#"{"index":"#);
-    push_json(out, &index);
-    out.extend_from_slice(br#","type":"content_block_stop"}"#);
-    event_end(out);
+    push_event_with(out, "content_block_stop", |out| {
+        out.extend_from_slice(br#"{"index":"#);
+        push_json(out, &index);
+        out.extend_from_slice(br#","type":"content_block_stop"}"#);
+    });
 }
 
 /// Text is sent in pieces of at most this many bytes (cut on character boundaries).
@@ -120,17 +101,19 @@ impl MessagesEvents {
             return;
         }
         self.opened = true;
-        event_head(out, "message_start");
-        out.extend_from_slice(br#"{"message":{"content":[],"id":"#);
-        push_json(out, self.id.as_str());
-        out.extend_from_slice(br#","model":"#);
-        push_json(out, self.model.as_str());
-        out.extend_from_slice(br#","role":"assistant","stop_reason":null,"stop_sequence":null,"#);
-        out.extend_from_slice(
-            br#""type":"message","usage":{"input_tokens":0,"output_tokens":0}},"#,
-        );
-        out.extend_from_slice(br#""type":"message_start"}"#);
-        event_end(out);
+        push_event_with(out, "message_start", |out| {
+            out.extend_from_slice(br#"{"message":{"content":[],"id":"#);
+            push_json(out, self.id.as_str());
+            out.extend_from_slice(br#","model":"#);
+            push_json(out, self.model.as_str());
+            out.extend_from_slice(
+                br#","role":"assistant","stop_reason":null,"stop_sequence":null,"#,
+            );
+            out.extend_from_slice(
+                br#""type":"message","usage":{"input_tokens":0,"output_tokens":0}},"#,
+            );
+            out.extend_from_slice(br#""type":"message_start"}"#);
+        });
     }
 
     /// More draft text (`stream_mode: draft`) in the `thinking` block, opened on first use.
@@ -182,19 +165,19 @@ impl MessagesEvents {
         self.close_thinking(out);
         if !text.is_empty() {
             let index = self.next_block();
-            event_head(out, "content_block_start");
-            out.extend_from_slice(br#"{"content_block":{"text":"","type":"text"},"index":"#);
-            push_json(out, &index);
-            out.extend_from_slice(br#","type":"content_block_start"}"#);
-            event_end(out);
-            for piece in crate::stream::pieces(text, PIECE) {
-                event_head(out, "content_block_delta");
-                out.extend_from_slice(br#"{"delta":{"text":"#);
-                push_json(out, piece);
-                out.extend_from_slice(br#","type":"text_delta"},"index":"#);
+            push_event_with(out, "content_block_start", |out| {
+                out.extend_from_slice(br#"{"content_block":{"text":"","type":"text"},"index":"#);
                 push_json(out, &index);
-                out.extend_from_slice(br#","type":"content_block_delta"}"#);
-                event_end(out);
+                out.extend_from_slice(br#","type":"content_block_start"}"#);
+            });
+            for piece in crate::stream::pieces(text, PIECE) {
+                push_event_with(out, "content_block_delta", |out| {
+                    out.extend_from_slice(br#"{"delta":{"text":"#);
+                    push_json(out, piece);
+                    out.extend_from_slice(br#","type":"text_delta"},"index":"#);
+                    push_json(out, &index);
+                    out.extend_from_slice(br#","type":"content_block_delta"}"#);
+                });
             }
             block_stop(out, index);
         }
@@ -228,34 +211,34 @@ impl MessagesEvents {
             block_stop(out, index);
         }
         let usage = outcome.usage.unwrap_or_default();
-        event_head(out, "message_delta");
-        out.extend_from_slice(br#"{"delta":{"stop_reason":"#);
-        push_json(out, stop_reason(outcome));
-        out.extend_from_slice(br#","stop_sequence":null},"enforcement":"#);
-        push_json(out, &enforcement);
-        out.extend_from_slice(br#","type":"message_delta","usage":{"input_tokens":"#);
-        push_json(out, &usage.input_tokens);
-        out.extend_from_slice(br#","output_tokens":"#);
-        push_json(out, &usage.output_tokens);
-        out.push(b'}');
-        if let Some(warnings) = &warnings {
-            out.extend_from_slice(br#","warnings":"#);
-            push_json(out, warnings);
-        }
-        out.push(b'}');
-        event_end(out);
-        event_head(out, "message_stop");
-        out.extend_from_slice(br#"{"type":"message_stop"}"#);
-        event_end(out);
+        push_event_with(out, "message_delta", |out| {
+            out.extend_from_slice(br#"{"delta":{"stop_reason":"#);
+            push_json(out, stop_reason(outcome));
+            out.extend_from_slice(br#","stop_sequence":null},"enforcement":"#);
+            push_json(out, &enforcement);
+            out.extend_from_slice(br#","type":"message_delta","usage":{"input_tokens":"#);
+            push_json(out, &usage.input_tokens);
+            out.extend_from_slice(br#","output_tokens":"#);
+            push_json(out, &usage.output_tokens);
+            out.push(b'}');
+            if let Some(warnings) = &warnings {
+                out.extend_from_slice(br#","warnings":"#);
+                push_json(out, warnings);
+            }
+            out.push(b'}');
+        });
+        push_event_with(out, "message_stop", |out| {
+            out.extend_from_slice(br#"{"type":"message_stop"}"#);
+        });
     }
 
     /// The stream's end for an answer not delivered: an `error` event in Anthropic's shape
     /// (with `enforcement`). A draft's thinking block is closed first.
     pub fn fail(&mut self, error: &ApiError, out: &mut Vec<u8>) {
         self.close_thinking(out);
-        out.extend_from_slice(b"event: error\ndata: ");
-        out.extend_from_slice(error_body(error).as_bytes());
-        out.extend_from_slice(b"\n\n");
+        push_event_with(out, "error", |out| {
+            out.extend_from_slice(error_body(error).as_bytes());
+        });
     }
 
     fn next_block(&mut self) -> usize {

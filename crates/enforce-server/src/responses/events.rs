@@ -6,7 +6,7 @@
 //! always got.
 
 use super::object::{Text, WriteJson};
-use enforce_core::json;
+use crate::stream::push_json;
 use serde::Serialize;
 
 /// An event's `data`: one JSON object.
@@ -19,12 +19,6 @@ pub(super) trait Event {
 /// event that names the item ([`ItemId::literal`](super::object::ItemId::literal)).
 pub(super) type IdLiteral<'a> = &'a str;
 
-/// Appends `value` as JSON (a string escaped, a number in digits).
-fn value(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
-    // Strings and numbers into a Vec: cannot fail.
-    let _ = json::write(out, value);
-}
-
 /// Appends `"sequence_number":N,"type":"kind"}`, how most events end.
 fn sequence_and_kind(out: &mut Vec<u8>, sequence_number: u64, kind: &'static str) {
     sequence(out, sequence_number);
@@ -35,7 +29,7 @@ fn sequence_and_kind(out: &mut Vec<u8>, sequence_number: u64, kind: &'static str
 /// Appends `"sequence_number":N`.
 fn sequence(out: &mut Vec<u8>, sequence_number: u64) {
     out.extend_from_slice(b"\"sequence_number\":");
-    value(out, &sequence_number);
+    push_json(out, &sequence_number);
 }
 
 /// Appends `"type":"kind"}`: the last key of every event. `kind` is one of the event names
@@ -57,8 +51,25 @@ fn item_id(out: &mut Vec<u8>, id: IdLiteral<'_>) {
 /// Appends `"output_index":N,`.
 fn output_index(out: &mut Vec<u8>, index: usize) {
     out.extend_from_slice(b"\"output_index\":");
-    value(out, &index);
+    push_json(out, &index);
     out.push(b',');
+}
+
+/// An event carrying the whole `response` object, already written (`response.created`,
+/// `response.completed`, ...): the object is written once for every event that carries it.
+pub(super) struct WithResponse<'a> {
+    pub response: &'a [u8],
+    pub sequence_number: u64,
+    pub kind: &'static str,
+}
+
+impl Event for WithResponse<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"response\":");
+        out.extend_from_slice(self.response);
+        out.push(b',');
+        sequence_and_kind(out, self.sequence_number, self.kind);
+    }
 }
 
 /// An event carrying a whole output item: `response.output_item.added` and `.done`.
@@ -93,7 +104,7 @@ pub(super) struct ContentPart<'a, P> {
 impl<P: WriteJson> Event for ContentPart<'_, P> {
     fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"content_index\":");
-        value(out, &self.content_index);
+        push_json(out, &self.content_index);
         out.push(b',');
         item_id(out, self.item_id);
         output_index(out, self.output_index);
@@ -117,9 +128,9 @@ pub(super) struct TextDelta<'a> {
 impl Event for TextDelta<'_> {
     fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"content_index\":");
-        value(out, &self.content_index);
+        push_json(out, &self.content_index);
         out.extend_from_slice(b",\"delta\":");
-        value(out, self.delta);
+        push_json(out, self.delta);
         out.push(b',');
         item_id(out, self.item_id);
         // The proxy asks for no logprobs.
@@ -142,14 +153,14 @@ pub(super) struct TextDone<'a> {
 impl Event for TextDone<'_> {
     fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"content_index\":");
-        value(out, &self.content_index);
+        push_json(out, &self.content_index);
         out.push(b',');
         item_id(out, self.item_id);
         out.extend_from_slice(b"\"logprobs\":[],");
         output_index(out, self.output_index);
         sequence(out, self.sequence_number);
         out.extend_from_slice(b",\"text\":");
-        value(out, &self.text);
+        push_json(out, &self.text);
         out.push(b',');
         end_with_kind(out, self.kind);
     }
@@ -167,7 +178,7 @@ pub(super) struct ArgumentsDelta<'a> {
 impl Event for ArgumentsDelta<'_> {
     fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"delta\":");
-        value(out, self.delta);
+        push_json(out, self.delta);
         out.push(b',');
         item_id(out, self.item_id);
         output_index(out, self.output_index);
@@ -188,11 +199,11 @@ pub(super) struct ArgumentsDone<'a> {
 impl Event for ArgumentsDone<'_> {
     fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"arguments\":");
-        value(out, self.arguments);
+        push_json(out, self.arguments);
         out.push(b',');
         item_id(out, self.item_id);
         out.extend_from_slice(b"\"name\":");
-        value(out, self.name);
+        push_json(out, self.name);
         out.push(b',');
         output_index(out, self.output_index);
         sequence_and_kind(out, self.sequence_number, self.kind);
@@ -227,7 +238,7 @@ impl<P: WriteJson> Event for SummaryPart<'_, P> {
 /// Appends `,"summary_index":N` (it sorts after the sequence number).
 fn summary_index(out: &mut Vec<u8>, index: u8) {
     out.extend_from_slice(b",\"summary_index\":");
-    value(out, &index);
+    push_json(out, &index);
 }
 
 /// `response.reasoning_summary_text.delta`: more text of a draft.
@@ -243,7 +254,7 @@ pub(super) struct SummaryDelta<'a> {
 impl Event for SummaryDelta<'_> {
     fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"delta\":");
-        value(out, self.delta);
+        push_json(out, self.delta);
         out.push(b',');
         item_id(out, self.item_id);
         output_index(out, self.output_index);
@@ -272,7 +283,7 @@ impl Event for SummaryDone<'_> {
         sequence(out, self.sequence_number);
         summary_index(out, self.summary_index);
         out.extend_from_slice(b",\"text\":");
-        value(out, self.text);
+        push_json(out, self.text);
         out.push(b',');
         end_with_kind(out, self.kind);
     }
