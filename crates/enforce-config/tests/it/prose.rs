@@ -249,6 +249,9 @@ async fn repairable_errors_are_re_asked_in_german_and_then_pass() {
     assert!(feedback.contains("Behebe"), "German feedback: {feedback}");
     // The repair prompt's fixed rules, from the profile's feedback settings.
     for rule in [
+        "alle unerlaubten Inhalte entfernen",
+        "den Firmenkontext beibehalten",
+        "ausschließlich das JSON-Objekt im vorgegebenen Format",
         "keine Fakten ändern",
         "keine direkte Ansprache",
         "keine Prozentwerte",
@@ -313,6 +316,37 @@ async fn the_fallback_template_follows_the_block_type_and_the_facts() {
         let sent = fallback_for(context().with("block_type", kind)).await;
         assert_eq!(sent["blockType"], kind);
     }
+}
+
+/// The fallback block says what it asserts, as the seed's does: the company name is used,
+/// and the appreciation block names its maturity tag (`{{maturity}}`, from the request's
+/// narrative tags) in its text and its assertions.
+#[tokio::test]
+async fn the_fallback_asserts_the_company_name_and_the_appreciation_s_maturity() {
+    for kind in ["introduction", "transition", "conclusion", "summary"] {
+        let sent = fallback_for(context().with("block_type", kind)).await;
+        assert_eq!(sent["assertions"]["companyNameUsed"], true, "{sent}");
+        assert_eq!(sent["assertions"]["narrativeTagsUsed"], json!([]), "{sent}");
+    }
+    let solid = fallback_for(
+        context()
+            .with("block_type", "appreciation")
+            .with("maturity", "solide"),
+    )
+    .await;
+    let text = solid["text"].as_str().unwrap();
+    assert!(text.contains("eine solide Grundlage"), "{solid}");
+    assert!(!text.contains("tragfähige"), "{solid}");
+    assert_eq!(solid["assertions"]["companyNameUsed"], true);
+    assert_eq!(solid["assertions"]["narrativeTagsUsed"], json!(["solide"]));
+    let default = fallback_for(context().with("block_type", "appreciation")).await;
+    assert!(
+        default["text"]
+            .as_str()
+            .unwrap()
+            .contains("eine tragfähige Grundlage"),
+        "{default}"
+    );
 }
 
 #[tokio::test]
