@@ -69,17 +69,17 @@ async fn a_good_block_passes_bare_or_fenced() {
 #[tokio::test]
 async fn json_with_required_fields() {
     let found = codes("Leider kein JSON.", &context()).await;
-    assert!(has(&found, "INVALID_JSON", Severity::Error), "{found:?}");
+    assert!(has(&found, "JSON_VALID", Severity::Error), "{found:?}");
     let missing = json!({"blockId": "b1", "text": GOOD_TEXT}).to_string();
     let found = codes(&missing, &context()).await;
     assert!(
-        has(&found, "SCHEMA_VIOLATION", Severity::Error),
+        has(&found, "JSON_VALID", Severity::Error),
         "{found:?}"
     );
     let wrong_type = block("summary", GOOD_TEXT, &[]);
     assert!(has(
         &codes(&wrong_type, &context()).await,
-        "SCHEMA_VIOLATION",
+        "JSON_VALID",
         Severity::Error
     ));
 }
@@ -375,7 +375,7 @@ async fn asserted_tags_must_come_from_the_catalogue() {
     // The schema checks the shape of the assertions.
     let found = codes(&asserting(json!("Pionier")), &ctx).await;
     assert!(
-        has(&found, "SCHEMA_VIOLATION", Severity::Error),
+        has(&found, "JSON_VALID", Severity::Error),
         "{found:?}"
     );
 }
