@@ -427,3 +427,38 @@ async fn when_context_scopes_a_rule_to_one_fact_value() {
         "no fact: not in scope"
     );
 }
+
+/// An answer that is no block JSON gets exactly one regeneration, which asks for the JSON
+/// alone with the field list and quotes the start of the answer; a second one goes to the
+/// fallback.
+#[tokio::test]
+async fn one_json_only_regeneration_then_the_fallback() {
+    let runner = ScriptedRunner::texts([
+        "Leider kein JSON.".to_string(),
+        "Wieder kein JSON.".to_string(),
+        block("introduction", GOOD_TEXT, &[]),
+    ]);
+    let out = prose()
+        .run(&runner, &Request::prompt("Schreibe den Block."), &context())
+        .await;
+    assert_eq!(runner.calls().len(), 2, "one regeneration only");
+    assert!(out.fallback_used, "{out:?}");
+    assert_eq!(out.stop_reason, StopReason::RetriesExhausted);
+    let feedback = runner.calls()[1].feedback().unwrap().to_string();
+    for words in [
+        "Gib nur ein JSON-Objekt zurück",
+        "blockId, blockType, language, text, assertions und forbiddenContentDetected",
+        "Beginn deiner Antwort: Leider kein JSON.",
+    ] {
+        assert!(feedback.contains(words), "{words}: {feedback}");
+    }
+    // The regeneration that brings the block passes.
+    let runner = ScriptedRunner::texts([
+        "Leider kein JSON.".to_string(),
+        block("introduction", GOOD_TEXT, &[]),
+    ]);
+    let out = prose()
+        .run(&runner, &Request::prompt("Schreibe den Block."), &context())
+        .await;
+    assert_eq!(out.status, Status::Passed);
+}
