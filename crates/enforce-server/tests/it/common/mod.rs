@@ -152,6 +152,10 @@ impl Validator for NeedsMarker {
     }
 }
 
+/// The list a chat user is shown for `NeedsMarker`'s error: each code with its message and
+/// hint, then the request to try again.
+pub const MARKER_ERROR_LIST: &str = "What was wrong:\n- MISSING_STEP_MARKER: The answer has no step marker. End the answer with <!-- STEP: x -->.\nPlease try again or rephrase your request.";
+
 /// Never gives a verdict.
 pub struct Down;
 

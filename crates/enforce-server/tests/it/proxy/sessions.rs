@@ -181,3 +181,31 @@ async fn a_failed_turn_records_the_unknown_step_and_the_next_turn_sees_it() {
     assert_eq!(lines[1]["step"], "why");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A passing answer without a marker (its profile does not require one) records the step
+/// `unknown`, not nothing: the flow's history shows the turn where it lost track.
+#[tokio::test]
+async fn a_passing_answer_without_a_marker_records_the_unknown_step() {
+    let runner = Arc::new(ScriptedRunner::texts(["A plain answer, no marker."]));
+    let server = server_with(
+        ServerConfig::default(),
+        runner,
+        Enforcer::new(Vec::new()),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    let mut body = user_body(false);
+    body["user"] = json!("u-plain");
+    assert_eq!(h.chat(body).await.headers()["x-enforce-status"], "passed");
+    let s: Value = h
+        .client
+        .get(h.url("/v1/sessions/u-plain"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(s["steps"][0]["step"], "unknown", "{s}");
+    assert_eq!(s["steps"][0]["status"], "passed", "{s}");
+}
