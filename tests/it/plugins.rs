@@ -370,8 +370,9 @@ fn validators_lists_file_existence_as_an_alias_of_file_refs() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(
-        text.lines().any(|l| l.starts_with("file_existence ")
-            && l.ends_with("built-in (alias of file_refs)")),
+        text.lines()
+            .any(|l| l.starts_with("file_existence ")
+                && l.ends_with("built-in (alias of file_refs)")),
         "{text}"
     );
     let out = enforce(work.path(), &["validators", "--format", "json"], None);

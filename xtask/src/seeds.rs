@@ -49,7 +49,10 @@ fn named_tests(markdown: &str) -> Vec<NamedTest> {
 
 /// `true` when `source` defines a function named `function`.
 fn defines(source: &str, function: &str) -> bool {
-    source.match_indices(&format!("fn {function}(")).next().is_some()
+    source
+        .match_indices(&format!("fn {function}("))
+        .next()
+        .is_some()
 }
 
 #[cfg(test)]
@@ -71,12 +74,20 @@ mod tests {
                 missing.push(format!("{}: {}::{}", test.row, test.file, test.function));
             }
         }
-        assert!(missing.is_empty(), "named but not found:\n{}", missing.join("\n"));
+        assert!(
+            missing.is_empty(),
+            "named but not found:\n{}",
+            missing.join("\n")
+        );
         let rows_without_a_test: Vec<&str> = table
             .lines()
             .filter(|l| l.starts_with("| ") && !l.starts_with("| #") && !l.starts_with("|---"))
             .filter(|l| {
-                let row = l.split(" | ").next().unwrap_or_default().trim_start_matches("| ");
+                let row = l
+                    .split(" | ")
+                    .next()
+                    .unwrap_or_default()
+                    .trim_start_matches("| ");
                 !named.iter().any(|t| t.row == row) && !l.contains(PENDING)
             })
             .collect();

@@ -333,8 +333,14 @@ mod tests {
             )),
             "{text}"
         );
-        assert!(!text.contains(&format!("{quoted}x")), "at most 500 characters: {text}");
-        assert!(text.contains("Hinweis: Hänge an: End with <!-- STEP: done -->."), "{text}");
+        assert!(
+            !text.contains(&format!("{quoted}x")),
+            "at most 500 characters: {text}"
+        );
+        assert!(
+            text.contains("Hinweis: Hänge an: End with <!-- STEP: done -->."),
+            "{text}"
+        );
         assert!(
             text.contains("- [MISSING_ADR_SECTION] Section 'Kontext' is missing. (Zeile 7)\n  Hinweis: Ergänze den Abschnitt."),
             "{text}"

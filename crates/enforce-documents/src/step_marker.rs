@@ -567,7 +567,10 @@ mod tests {
         let all: Vec<String> = DEFAULT_STEPS.iter().map(|s| s.to_string()).collect();
         let step = |text: &str| infer_step(text, &all);
         assert_eq!(step("ADR-012 erstellt."), "generate");
-        assert_eq!(step("Hier ist ADR-012:\n```yaml\nadr_id: 12\n```"), "generate");
+        assert_eq!(
+            step("Hier ist ADR-012:\n```yaml\nadr_id: 12\n```"),
+            "generate"
+        );
         assert_eq!(step("ADR-012 ist finalisiert."), "finalize");
         assert_eq!(
             step("Welche Datenbank nutzt ihr? Sag mir Bescheid, wenn du so weit bist."),
@@ -576,7 +579,11 @@ mod tests {
         let far = format!("Welche Datenbank?{}", " Danach geht es weiter.".repeat(20));
         assert_eq!(step(&far), "done", "a question far from the end is not one");
         assert_eq!(step("Die Rahmenbedingungen sind klar."), "constraints");
-        assert_eq!(step("Erstellt ohne Bezug."), "done", "no ADR- without the name");
+        assert_eq!(
+            step("Erstellt ohne Bezug."),
+            "done",
+            "no ADR- without the name"
+        );
     }
 
     #[test]

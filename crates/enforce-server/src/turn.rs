@@ -454,7 +454,11 @@ impl Turn {
         } else if outcome.status == Status::Repaired {
             Some((
                 "repair",
-                outcome.attempts.iter().rev().find(|a| !a.repairs.is_empty()),
+                outcome
+                    .attempts
+                    .iter()
+                    .rev()
+                    .find(|a| !a.repairs.is_empty()),
             ))
         } else {
             None

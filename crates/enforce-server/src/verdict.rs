@@ -477,7 +477,10 @@ mod tests {
         };
         let first = failed_after(1);
         assert!(!first.contains("re-asking"), "{first}");
-        assert!(first.starts_with("The model did not answer in time (gave up"), "{first}");
+        assert!(
+            first.starts_with("The model did not answer in time (gave up"),
+            "{first}"
+        );
         let second = failed_after(2);
         assert!(second.contains("while re-asking (attempt 2)"), "{second}");
     }

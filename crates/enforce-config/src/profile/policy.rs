@@ -166,8 +166,8 @@ pub(super) fn build_policy(
             (None, None) => {}
         }
     }
-    policy.feedback =
-        Feedback::new(feedback.template()).with_texts(feedback.messages.clone().unwrap_or_default());
+    policy.feedback = Feedback::new(feedback.template())
+        .with_texts(feedback.messages.clone().unwrap_or_default());
     Ok(policy)
 }
 

@@ -334,11 +334,14 @@ fn feedback_messages_give_every_built_in_code_its_own_words() {
     let set = load(&yaml).unwrap();
     let feedback = &set.get("p").unwrap().policy().feedback;
     for code in BUILTIN_CODES {
-        let issue = enforce_core::Issue::error("v", *code, "English words.")
-            .with_hint("An English hint.");
+        let issue =
+            enforce_core::Issue::error("v", *code, "English words.").with_hint("An English hint.");
         let text = feedback.build(&[issue]);
         if *code == "TOO_LONG" {
-            assert!(text.contains("- [TOO_LONG] Zu lang (English words.)"), "{text}");
+            assert!(
+                text.contains("- [TOO_LONG] Zu lang (English words.)"),
+                "{text}"
+            );
             assert!(text.contains("Hinweis: Hinweis zu TOO_LONG"), "{text}");
             continue;
         }
@@ -346,7 +349,10 @@ fn feedback_messages_give_every_built_in_code_its_own_words() {
             text.contains(&format!("- [{code}] Auf Deutsch: {code}")),
             "{text}"
         );
-        assert!(text.contains(&format!("Hinweis: Hinweis zu {code}")), "{text}");
+        assert!(
+            text.contains(&format!("Hinweis: Hinweis zu {code}")),
+            "{text}"
+        );
         assert!(!text.contains("English"), "{text}");
     }
 }

@@ -72,10 +72,7 @@ async fn json_with_required_fields() {
     assert!(has(&found, "JSON_VALID", Severity::Error), "{found:?}");
     let missing = json!({"blockId": "b1", "text": GOOD_TEXT}).to_string();
     let found = codes(&missing, &context()).await;
-    assert!(
-        has(&found, "JSON_VALID", Severity::Error),
-        "{found:?}"
-    );
+    assert!(has(&found, "JSON_VALID", Severity::Error), "{found:?}");
     let wrong_type = block("summary", GOOD_TEXT, &[]);
     assert!(has(
         &codes(&wrong_type, &context()).await,
@@ -374,10 +371,7 @@ async fn asserted_tags_must_come_from_the_catalogue() {
     );
     // The schema checks the shape of the assertions.
     let found = codes(&asserting(json!("Pionier")), &ctx).await;
-    assert!(
-        has(&found, "JSON_VALID", Severity::Error),
-        "{found:?}"
-    );
+    assert!(has(&found, "JSON_VALID", Severity::Error), "{found:?}");
 }
 
 #[test]

@@ -420,12 +420,10 @@ async fn a_code_s_retry_budget_limits_the_reasks_of_that_code_only() {
     assert_eq!(other.status, Status::Passed);
 
     // The profile's own limit still holds below a code's larger budget.
-    let (capped, calls) = run(
-        base()
-            .max_retries(1)
-            .max_retries_for("MISSING_WORD", 5)
-            .build(),
-    )
+    let (capped, calls) = run(base()
+        .max_retries(1)
+        .max_retries_for("MISSING_WORD", 5)
+        .build())
     .await;
     assert_eq!(calls, 2);
     assert_eq!(capped.status, Status::Unresolved);
