@@ -52,6 +52,12 @@ impl Harness {
             .unwrap()
     }
 
+    /// The JSON body of a GET of `path`.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let response = self.client.get(self.url(path)).send().await.unwrap();
+        response.json().await.unwrap()
+    }
+
     /// Waits (up to 10 s) until `n` enforcements are in flight.
     pub async fn wait_in_flight(&self, n: usize) {
         for _ in 0..1000 {
