@@ -20,6 +20,8 @@ mod generated;
 mod module_cycles;
 mod package;
 mod public_api;
+#[cfg(test)]
+mod seeds;
 mod template;
 mod wheels;
 

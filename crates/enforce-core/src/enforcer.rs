@@ -466,7 +466,7 @@ impl Enforcer {
                 Some(StopReason::Clean)
             } else if found.issues.iter().any(|i| i.is_error() && !i.repairable) {
                 Some(StopReason::HardAbort)
-            } else if number > self.policy.max_retries {
+            } else if number > self.policy.retries_allowed(&found.issues) {
                 Some(StopReason::RetriesExhausted)
             } else if !cut
                 && self.policy.reask != Reask::Resample
@@ -511,7 +511,7 @@ impl Enforcer {
                     .feedback
                     .build_after_cut(issues, &missing, &reply.text)
             } else {
-                self.policy.feedback.build(issues)
+                self.policy.feedback.build_for_answer(issues, &reply.text)
             };
             observer.on_event(&Event::Retrying {
                 attempt: number.saturating_add(1),

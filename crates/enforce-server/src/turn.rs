@@ -447,14 +447,28 @@ impl Turn {
                 1,
             );
         }
-        if outcome.fallback_used {
-            // The fallback passed its checks: the codes it stands in for are the last attempt's.
-            let codes: Vec<String> = outcome
-                .attempts
-                .last()
+        // A template fallback stands in for the last attempt's errors; a deterministic repair
+        // (the step marker, the file list) for those of the attempt it repaired.
+        let stood_in_for = if outcome.fallback_used {
+            Some(("template", outcome.attempts.last()))
+        } else if outcome.status == Status::Repaired {
+            Some((
+                "repair",
+                outcome
+                    .attempts
+                    .iter()
+                    .rev()
+                    .find(|a| !a.repairs.is_empty()),
+            ))
+        } else {
+            None
+        };
+        if let Some((kind, attempt)) = stood_in_for {
+            let codes: Vec<String> = attempt
                 .map(|a| {
                     a.issues
                         .iter()
+                        .filter(|i| i.is_error())
                         .map(|i| i.code.escape_debug().to_string())
                         .collect()
                 })
@@ -463,6 +477,7 @@ impl Turn {
                 model,
                 profile,
                 request_id = %self.id.id,
+                kind,
                 "applied fallback for issues: {}",
                 codes.join(", ")
             );
@@ -722,10 +737,11 @@ impl Turn {
         };
         // A turn without a checked answer still takes a place in the step history: `unknown`,
         // so the next turn's `previous_step` says the flow lost track instead of repeating a
-        // step the user never saw confirmed.
+        // step the user never saw confirmed. So does a checked answer without a marker (a
+        // profile that does not require one): the model forgot to say where the flow is.
         let step = match &mark {
             Some(m) => Some(m.step.clone()),
-            None if !checked => self.unknown_step().map(String::from),
+            None if !checked || wanted => self.unknown_step().map(String::from),
             None => None,
         };
         self.record(outcome.status.as_str(), &outcome, total, step.as_deref())

@@ -52,6 +52,12 @@ impl Harness {
             .unwrap()
     }
 
+    /// The JSON body of a GET of `path`.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let response = self.client.get(self.url(path)).send().await.unwrap();
+        response.json().await.unwrap()
+    }
+
     /// Waits (up to 10 s) until `n` enforcements are in flight.
     pub async fn wait_in_flight(&self, n: usize) {
         for _ in 0..1000 {
@@ -151,6 +157,10 @@ impl Validator for NeedsMarker {
             .then(|| format!("{response}\n<!-- STEP: done -->"))
     }
 }
+
+/// The list a chat user is shown for `NeedsMarker`'s error: each code with its message and
+/// hint, then the request to try again.
+pub const MARKER_ERROR_LIST: &str = "What was wrong:\n- MISSING_STEP_MARKER: The answer has no step marker. End the answer with <!-- STEP: x -->.\nPlease try again or rephrase your request.";
 
 /// Never gives a verdict.
 pub struct Down;
