@@ -58,6 +58,7 @@ mod redis_state;
 mod responses;
 mod routes;
 mod session;
+mod session_cache;
 mod session_status;
 mod shared;
 mod state;
@@ -205,18 +206,20 @@ impl ServerBuilder {
             models.insert(model.id.clone(), Arc::new(model));
         }
         let metrics = Arc::new(Metrics::new());
-        let mut sessions =
-            SessionStore::new(self.config.session_dir.clone()).map_err(|source| {
-                ServerError::SessionDir {
-                    path: self
-                        .config
-                        .session_dir
-                        .as_deref()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default(),
-                    source,
-                }
-            })?;
+        let mut sessions = SessionStore::new(self.config.session_dir.clone())
+            .map_err(|source| ServerError::SessionDir {
+                path: self
+                    .config
+                    .session_dir
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                source,
+            })?
+            .with_limits(
+                self.config.max_cached_sessions,
+                self.config.max_stored_response_bytes,
+            );
         let store = match (self.shared_state, &self.config.state) {
             (Some(store), _) => Some(store),
             (None, Some(state)) => Some(open_store(state)?),
