@@ -6,7 +6,8 @@ use crate::auth::Granted;
 use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
 use crate::error::ApiError;
 use crate::metrics::{
-    Gauge, ModelSeries, FALLBACKS, INPUT_CHECKS, ISSUES, REPAIRS, ROUTES, RUNNER_FAILURES,
+    Gauge, ModelSeries, CLIENT_DISCONNECTED, FALLBACKS, INPUT_CHECKS, ISSUES, REPAIRS, ROUTES,
+    RUNNER_FAILURES,
 };
 use crate::otel::RequestTrace;
 use crate::session::{answer_digest, HiddenMarker, StoredResponse, TurnRecord};
@@ -408,7 +409,7 @@ impl Drop for Turn {
         let outcome =
             Outcome::interrupted(StopReason::ClientDisconnected, self.attempts.take(), total);
         tracing::info!(request_id = %self.id.id, "the client disconnected before the answer was sent");
-        let line = self.account(DISCONNECTED, &outcome, total, self.unknown_step());
+        let line = self.account(CLIENT_DISCONNECTED, &outcome, total, self.unknown_step());
         // Queued, not awaited (a drop cannot wait): under `audit_fsync: always` the writer
         // still syncs the line as soon as it takes it.
         if let (Some(line), Some(audit)) = (line, &self.app.audit) {
@@ -416,9 +417,6 @@ impl Drop for Turn {
         }
     }
 }
-
-/// The metrics status of a request whose client went away.
-const DISCONNECTED: &str = "client_disconnected";
 
 /// How the enforcement task ended.
 pub(crate) enum Ended {

@@ -28,6 +28,14 @@ async fn gated_server(config: ServerConfig, gate: Arc<tokio::sync::Semaphore>) -
     .await
 }
 
+async fn with_header_timeout_300ms() -> Harness {
+    let config = ServerConfig {
+        header_timeout: Duration::from_millis(300),
+        ..ServerConfig::default()
+    };
+    gated_server(config, Arc::new(tokio::sync::Semaphore::new(0))).await
+}
+
 async fn connect(h: &Harness) -> TcpStream {
     TcpStream::connect(h.base.trim_start_matches("http://"))
         .await
@@ -88,11 +96,7 @@ async fn a_request_refused_for_load_is_refused_before_its_body_is_read() {
 
 #[tokio::test]
 async fn a_request_head_sent_slowly_is_closed_after_the_header_timeout() {
-    let config = ServerConfig {
-        header_timeout: Duration::from_millis(300),
-        ..ServerConfig::default()
-    };
-    let h = gated_server(config, Arc::new(tokio::sync::Semaphore::new(0))).await;
+    let h = with_header_timeout_300ms().await;
     let mut tcp = connect(&h).await;
     let started = Instant::now();
     tcp.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
@@ -126,11 +130,7 @@ async fn a_request_head_sent_slowly_is_closed_after_the_header_timeout() {
 
 #[tokio::test]
 async fn an_idle_keep_alive_connection_is_closed_after_the_header_timeout() {
-    let config = ServerConfig {
-        header_timeout: Duration::from_millis(300),
-        ..ServerConfig::default()
-    };
-    let h = gated_server(config, Arc::new(tokio::sync::Semaphore::new(0))).await;
+    let h = with_header_timeout_300ms().await;
     let mut tcp = connect(&h).await;
     tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
