@@ -16,6 +16,7 @@ use axum::Json;
 use enforce_core::{Message, Request};
 use serde_json::{json, Value};
 use std::sync::Arc;
+use tokio::sync::OwnedSemaphorePermit;
 
 /// The response header that marks an estimated count: `estimated`.
 pub(crate) const TOKEN_COUNT_HEADER: &str = "x-enforce-token-count";
@@ -32,7 +33,8 @@ pub(crate) async fn count_tokens(
     body: Body,
 ) -> Response {
     let granted = granted.map(|Extension(g)| g);
-    let (ask, model) = match admit(&app, granted, &headers, body).await {
+    // The permit is held until the count is sent: the parsed request stays in memory so long.
+    let (ask, model, _permit) = match admit(&app, granted, &headers, body).await {
         Ok(admitted) => admitted,
         Err(rejection) => return error_response(rejection.refused(&app, granted)),
     };
@@ -58,17 +60,17 @@ pub(crate) async fn count_tokens(
     }
 }
 
-/// The body read (under a concurrency permit: `max_concurrent` bounds the bodies in memory
-/// on this route too) and parsed, and the model it names, admitted for the key as on the
-/// other routes: a limited key gets the 403 for a model outside its list, and a 404 that
-/// lists only its own models.
+/// The request parsed, the model it names and the concurrency permit, taken before the body
+/// is read (`max_concurrent` bounds the requests in memory on this route too). The model is
+/// admitted for the key as on the other routes: a limited key gets the 403 for a model outside
+/// its list, and a 404 that lists only its own models.
 async fn admit(
     app: &App,
     granted: Option<Granted>,
     headers: &HeaderMap,
     body: Body,
-) -> Result<(Ask, Arc<Model>), Rejection> {
-    let _permit = take_permit(app)?;
+) -> Result<(Ask, Arc<Model>, OwnedSemaphorePermit), Rejection> {
+    let permit = take_permit(app)?;
     let bytes = read_body(app, headers, body).await?;
     let (ask, ()) = Messages::parse(&bytes).map_err(|e| Rejection::new("bad_request", e))?;
     let grant = controls::grant(app, granted);
@@ -76,7 +78,7 @@ async fn admit(
         .map_err(Rejection::from)
         .and_then(|()| known_model(app, grant, &ask.model))
         .map_err(|rejection| rejection.asked_for(&ask.model))?;
-    Ok((ask, model))
+    Ok((ask, model, permit))
 }
 
 /// The estimate: every character the model would read (messages, their tool calls, the

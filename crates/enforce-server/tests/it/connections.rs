@@ -90,6 +90,14 @@ async fn a_request_refused_for_load_is_refused_before_its_body_is_read() {
         .await
         .expect("answered without the body");
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    // The token count holds a permit too.
+    let mut tcp = connect(&h).await;
+    let head = chat_head(9_000_000).replace("/v1/chat/completions", "/v1/messages/count_tokens");
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let answer = read_until_closed(&mut tcp, Duration::from_secs(5))
+        .await
+        .expect("answered without the body");
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     gate.add_permits(1);
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
 }
