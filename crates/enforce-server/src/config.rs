@@ -237,6 +237,19 @@ pub struct ServerConfig {
     pub audit_fsync: FsyncPolicy,
     /// How long a graceful shutdown waits for in-flight requests (default 30 s).
     pub shutdown_grace: Duration,
+    /// Longest a client connection may take to send a whole request head, counted from when
+    /// it opens or its previous answer ends: a head sent slowly and an idle keep-alive
+    /// connection are both closed after it (default 30 s). A request's body is read within
+    /// its [`request_timeout`](Self::request_timeout).
+    pub header_timeout: Duration,
+    /// Most bytes of stored Responses answers (`store: true`) kept in memory; beyond it the
+    /// oldest go first (default 64 MiB). A session directory or the shared state keeps them
+    /// all.
+    pub max_stored_response_bytes: usize,
+    /// Most chat sessions kept in memory; beyond it the least recently used go first
+    /// (default 10,000). With a session directory or the shared state they are read back
+    /// from there when needed; without, an evicted chat starts a fresh step history.
+    pub max_cached_sessions: usize,
     /// Where to export OpenTelemetry traces; `None` (the default) exports nothing. Needs the
     /// `otel` feature.
     pub otlp: Option<OtlpConfig>,
@@ -352,6 +365,9 @@ impl Default for ServerConfig {
             audit_log: None,
             audit_fsync: FsyncPolicy::Never,
             shutdown_grace: Duration::from_secs(30),
+            header_timeout: Duration::from_secs(30),
+            max_stored_response_bytes: 64 * 1024 * 1024,
+            max_cached_sessions: 10_000,
             otlp: None,
             state: None,
         }

@@ -4,10 +4,10 @@
 
 use crate::auth::Granted;
 use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
-use crate::controls;
 use crate::error::ApiError;
 use crate::metrics::{
-    Gauge, ModelSeries, FALLBACKS, INPUT_CHECKS, ISSUES, REPAIRS, ROUTES, RUNNER_FAILURES,
+    Gauge, ModelSeries, CLIENT_DISCONNECTED, FALLBACKS, INPUT_CHECKS, ISSUES, REPAIRS, ROUTES,
+    RUNNER_FAILURES,
 };
 use crate::otel::RequestTrace;
 use crate::session::{answer_digest, HiddenMarker, StoredResponse, TurnRecord};
@@ -22,7 +22,7 @@ use enforce_core::{
 };
 use futures_util::{FutureExt, StreamExt};
 use serde_json::{Map, Value};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
@@ -384,12 +384,38 @@ pub(crate) struct Turn {
     pub route: Option<serde_json::Value>,
     /// The named key the request presented (the audit record names it).
     pub key: Option<Granted>,
-    /// What the request's limit headers applied ([`controls::apply`]), for the audit record.
+    /// What the request's limit headers applied ([`crate::controls::apply`]), for the audit record.
     pub request_limits: Option<Value>,
+    /// The attempts the loop recorded so far, for an audit of a request cut short.
+    pub attempts: AttemptsSoFar,
+    /// Whether the request was counted and audited ([`Turn::record`]): a turn dropped before
+    /// that lost its client, and is audited as such when dropped.
+    pub recorded: AtomicBool,
     pub _permit: OwnedSemaphorePermit,
     /// The global concurrency slot, when `max_concurrent` counts all replicas.
     pub _slot: Option<GlobalSlot>,
     pub _in_flight: InFlight,
+}
+
+/// A turn dropped before it was recorded lost its client (the handler or the stream driver
+/// was dropped with it): it is counted and audited as `aborted`, `client_disconnected`, with
+/// the attempts made, since the upstream was asked and may have spent tokens.
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.recorded.load(Ordering::Relaxed) {
+            return;
+        }
+        let total = self.started.elapsed();
+        let outcome =
+            Outcome::interrupted(StopReason::ClientDisconnected, self.attempts.take(), total);
+        tracing::info!(request_id = %self.id.id, "the client disconnected before the answer was sent");
+        let line = self.account(CLIENT_DISCONNECTED, &outcome, total, self.unknown_step());
+        // Queued, not awaited (a drop cannot wait): under `audit_fsync: always` the writer
+        // still syncs the line as soon as it takes it.
+        if let (Some(line), Some(audit)) = (line, &self.app.audit) {
+            audit.append(line);
+        }
+    }
 }
 
 /// How the enforcement task ended.
@@ -407,10 +433,35 @@ impl Turn {
     /// `status` is the metrics label (`deadline` and `internal_error` for outcomes cut short,
     /// whose overhead is not observed: the attempt in flight has no runner time).
     async fn record(&self, status: &str, outcome: &Outcome, total: Duration, step: Option<&str>) {
+        let (Some(line), Some(audit)) =
+            (self.account(status, outcome, total, step), &self.app.audit)
+        else {
+            return;
+        };
+        if audit.policy() == FsyncPolicy::Always {
+            // A failed write is logged and counted by the writer; the client still gets its
+            // answer (the audit must not take the service down).
+            // Boxed: every request's future would otherwise carry this write's state.
+            Box::pin(audit.append_durable(line)).await;
+        } else {
+            audit.append(line);
+        }
+    }
+
+    /// Counts a finished request (metrics, log, trace) and marks it recorded; its audit line,
+    /// when there is an audit log.
+    fn account(
+        &self,
+        status: &str,
+        outcome: &Outcome,
+        total: Duration,
+        step: Option<&str>,
+    ) -> Option<String> {
+        self.recorded.store(true, Ordering::Relaxed);
         let (app, model) = (&self.app, self.model.id.as_str());
         let cut_short = matches!(
             outcome.stop_reason,
-            StopReason::DeadlineExceeded | StopReason::Panicked
+            StopReason::DeadlineExceeded | StopReason::Panicked | StopReason::ClientDisconnected
         );
         tracing::info!(
             model,
@@ -552,8 +603,8 @@ impl Turn {
             let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
             series.overhead().observe(overhead as f64 / 1e6);
         }
-        if let Some(audit) = &app.audit {
-            let line = AuditRecord::new(&self.id.id, outcome)
+        app.audit.as_ref().map(|_| {
+            AuditRecord::new(&self.id.id, outcome)
                 .model(self.model.id.as_str())
                 .profile(Some(self.model.profile.as_str()).filter(|p| !p.is_empty()))
                 .chat_id(self.chat_id.as_deref())
@@ -563,21 +614,13 @@ impl Turn {
                 .request_limits(self.request_limits.as_ref())
                 // The step belongs to a chat's history: only for requests of a chat.
                 .step(step.filter(|_| self.chat_id.is_some()))
-                .to_json_line();
-            if audit.policy() == FsyncPolicy::Always {
-                // A failed write is logged and counted by the writer; the client still gets its
-                // answer (the audit must not take the service down).
-                // Boxed: every request's future would otherwise carry this write's state.
-                Box::pin(audit.append_durable(line)).await;
-            } else {
-                audit.append(line);
-            }
-        }
+                .to_json_line()
+        })
     }
 
     /// The configured name of the key the request presented (never the key itself).
     pub fn key_name(&self) -> Option<&str> {
-        controls::grant(&self.app, self.key).map(|g| g.name.as_str())
+        self.app.key_name(self.key)
     }
 
     /// Stores the delivered answer (`body`, as the client received it) with its conversation
@@ -647,7 +690,7 @@ impl Turn {
             session_id,
             params,
         };
-        let attempts = AttemptsSoFar::default();
+        let attempts = self.attempts.clone();
         let recorded = attempts.clone();
         // Drafts travel only to a stream that shows them: a held stream or a completion would
         // just drop them.
