@@ -62,3 +62,34 @@ async fn a_json_object_response_format_gives_an_object() {
         assert!(reply.text.trim_start().starts_with('{'), "{}", reply.text);
     }
 }
+
+/// A `maxLength` above llama.cpp's repetition limit still gives a grammar llama.cpp's own
+/// parser takes (the bound is loosened), so the request is answered, not refused.
+#[tokio::test]
+async fn a_schema_with_max_length_10000_is_taken_by_llama_cpps_grammar_parser() {
+    let Some(runner) = shared_runner() else {
+        return;
+    };
+    let schema = json!({
+        "type": "object",
+        "properties": {"code": {"type": "string", "maxLength": 10000}},
+        "required": ["code"],
+        "additionalProperties": false
+    });
+    let mut request = Request::prompt("Write a Python hello world as JSON with a `code` field.");
+    request.params = json!({
+        "max_tokens": 24, "seed": 1, "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "code", "schema": schema}}
+    })
+    .as_object()
+    .cloned()
+    .unwrap();
+    let reply = runner.ask(&request).await.expect("the grammar is accepted");
+    assert!(
+        reply.text.trim_start().starts_with(r#"{"code""#)
+            || reply.text.trim_start().starts_with("{ \"code\"")
+            || reply.text.trim_start().starts_with("{\n"),
+        "{}",
+        reply.text
+    );
+}
