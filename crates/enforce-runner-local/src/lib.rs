@@ -33,5 +33,6 @@ pub use config::{LocalConfig, LocalConfigError, DEFAULT_CONTEXT_SIZE, DEFAULT_MA
 #[cfg(feature = "llama")]
 pub use runner::LocalRunner;
 pub use schema_grammar::{
-    json_schema_to_gbnf, SchemaGrammar, SchemaGrammarError, MAX_GRAMMAR_DEPTH, MAX_GRAMMAR_REPETITION,
+    choices_to_gbnf, json_schema_to_gbnf, SchemaGrammar, SchemaGrammarError, MAX_GRAMMAR_DEPTH,
+    MAX_GRAMMAR_REPETITION,
 };

@@ -621,12 +621,27 @@ fn merge_all_of(parts: &Value, name: &str) -> Result<Value, SchemaGrammarError> 
     Ok(Value::Object(merged))
 }
 
+/// A GBNF grammar whose `root` accepts exactly one of `choices` (as they are, not as JSON),
+/// the answer of a `one_of` contract. No choices: the grammar accepts nothing but the empty
+/// answer, which the validator then refuses.
+pub fn choices_to_gbnf(choices: &[String]) -> String {
+    let alternatives: Vec<String> = choices.iter().map(|c| gbnf_string(c)).collect();
+    if alternatives.is_empty() {
+        return "root ::= \"\"\n".into();
+    }
+    format!("root ::= {}\n", alternatives.join(" | "))
+}
+
 /// A GBNF string literal matching exactly the JSON text of `value`.
 fn literal(value: &Value) -> String {
-    let json = value.to_string();
-    let mut out = String::with_capacity(json.len() + 2);
+    gbnf_string(&value.to_string())
+}
+
+/// A GBNF string literal matching exactly `text`.
+fn gbnf_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
-    for c in json.chars() {
+    for c in text.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),

@@ -191,10 +191,17 @@ fn a_part_that_cannot_be_followed_loosens_only_that_part() {
         "additionalProperties": false
     }));
     assert_eq!(converted.loosened.len(), 1, "{:?}", converted.loosened);
-    assert!(converted.loosened[0].contains("root-odd"), "{:?}", converted.loosened);
+    assert!(
+        converted.loosened[0].contains("root-odd"),
+        "{:?}",
+        converted.loosened
+    );
     let g = gbnf::Grammar::parse(&converted.gbnf);
     assert!(g.accepts(r#"{"id": 1, "odd": [true]}"#));
-    assert!(!g.accepts(r#"{"id": "1", "odd": 2}"#), "the rest is still exact");
+    assert!(
+        !g.accepts(r#"{"id": "1", "odd": 2}"#),
+        "the rest is still exact"
+    );
 }
 
 /// One `maxLength: 10000` field must not break the grammar: llama.cpp takes at most
@@ -217,8 +224,14 @@ fn lengths_and_counts_above_llama_cpps_repetition_limit_become_unbounded() {
         "{repetitions:?} in\n{}",
         converted.gbnf
     );
-    assert!(converted.loosened.iter().any(|l| l.contains("maxLength` 10000")));
-    assert!(converted.loosened.iter().any(|l| l.contains("minItems` 5000")));
+    assert!(converted
+        .loosened
+        .iter()
+        .any(|l| l.contains("maxLength` 10000")));
+    assert!(converted
+        .loosened
+        .iter()
+        .any(|l| l.contains("minItems` 5000")));
     let g = gbnf::Grammar::parse(&converted.gbnf);
     let long = "x".repeat(12_000);
     let at_least = |n: usize| vec!["1"; n].join(",");
@@ -242,7 +255,11 @@ fn repetition_counts(gbnf: &str) -> Vec<u64> {
         let Some((inner, _)) = part.split_once('}') else {
             continue;
         };
-        counts.extend(inner.split(',').filter_map(|n| n.trim().parse::<u64>().ok()));
+        counts.extend(
+            inner
+                .split(',')
+                .filter_map(|n| n.trim().parse::<u64>().ok()),
+        );
     }
     counts
 }
@@ -255,7 +272,10 @@ fn nesting_deeper_than_the_limit_accepts_any_value_below_it() {
     }
     let converted = json_schema_to_gbnf(&schema);
     assert!(
-        converted.loosened.iter().any(|l| l.contains("nested deeper")),
+        converted
+            .loosened
+            .iter()
+            .any(|l| l.contains("nested deeper")),
         "{:?}",
         converted.loosened
     );
@@ -280,9 +300,11 @@ fn keywords_a_grammar_cannot_express_are_listed() {
     let loosened = converted.loosened.join("\n");
     assert!(loosened.contains("`root-n.minimum`"), "{loosened}");
     assert!(loosened.contains("`root-s.pattern`"), "{loosened}");
-    assert!(json_schema_to_gbnf(&json!({"type": "string", "maxLength": 4}))
-        .loosened
-        .is_empty());
+    assert!(
+        json_schema_to_gbnf(&json!({"type": "string", "maxLength": 4}))
+            .loosened
+            .is_empty()
+    );
 }
 
 /// Whitespace between tokens is bounded, so a model cannot fill its budget with it.
@@ -302,4 +324,13 @@ fn rule_names_from_odd_property_names_stay_valid() {
         "required": ["naïve key", "a_b", ""]
     }));
     assert!(g.accepts(r#"{"naïve key": "x", "a_b": 1, "": 2}"#));
+}
+
+#[test]
+fn a_choice_grammar_accepts_exactly_the_choices() {
+    let g = gbnf::Grammar::parse(&choices_to_gbnf(&["yes".into(), "no \"way\"\n".into()]));
+    assert!(g.accepts("yes"));
+    assert!(g.accepts("no \"way\"\n"));
+    assert!(!g.accepts("yes "));
+    assert!(!g.accepts("maybe"));
 }
