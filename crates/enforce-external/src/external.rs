@@ -336,7 +336,10 @@ impl External {
                 "is for `url` targets (a command gets the context in ENFORCE_CONTEXT)",
             ));
         }
-        if c.context_field.as_deref().is_some_and(|f| f.trim().is_empty() || f == "input") {
+        if c.context_field
+            .as_deref()
+            .is_some_and(|f| f.trim().is_empty() || f == "input")
+        {
             return Err(BuildError::at(
                 "context_field",
                 "name a field other than `input` (which holds the checked text)",

@@ -97,12 +97,16 @@ impl HttpTarget {
 
     /// The URL of a call with `context`: the configured one, its `{context.KEY}` placeholders
     /// filled percent-encoded.
-    pub(crate) fn url_for(&self, context: &enforce_core::Context) -> Result<reqwest::Url, Unavailable> {
+    pub(crate) fn url_for(
+        &self,
+        context: &enforce_core::Context,
+    ) -> Result<reqwest::Url, Unavailable> {
         let Some(template) = &self.template else {
             return Ok(self.url.clone());
         };
-        let filled = crate::case_context::fill(template, context, crate::case_context::percent_encode)
-            .map_err(Unavailable::new)?;
+        let filled =
+            crate::case_context::fill(template, context, crate::case_context::percent_encode)
+                .map_err(Unavailable::new)?;
         reqwest::Url::parse(&filled)
             .map_err(|e| Unavailable::new(format!("{filled} is not a URL: {e}")))
     }

@@ -553,14 +553,19 @@ fn case() -> Context {
 async fn a_command_gets_the_case_in_its_arguments_and_environment() {
     let script = r#"test "$1" = "assert f(1) == 2" || { echo "argument: $1"; exit 1; }
 printf %s "$ENFORCE_CONTEXT" | grep -q '"n":\[1,2\]' || { echo "context: $ENFORCE_CONTEXT"; exit 1; }"#;
-    let v = build(json!({"type": "external", "command": ["sh", "-c", script, "sh", "{context.tests}"]}));
+    let v = build(
+        json!({"type": "external", "command": ["sh", "-c", script, "sh", "{context.tests}"]}),
+    );
     let issues = v.validate("answer", &case()).await.unwrap();
     assert!(issues.is_empty(), "{issues:?}");
     let other = Context::new()
         .with("tests", "assert f(0) == 0")
         .with("n", json!([1, 2]));
     let issues = v.validate("answer", &other).await.unwrap();
-    assert!(issues[0].message.contains("argument: assert f(0) == 0"), "{issues:?}");
+    assert!(
+        issues[0].message.contains("argument: assert f(0) == 0"),
+        "{issues:?}"
+    );
     let err = v.validate("answer", &Context::new()).await.unwrap_err();
     assert!(err.reason.contains("`tests`"), "{err}");
 }
@@ -595,10 +600,16 @@ async fn recording_checker() -> (String, tokio::sync::oneshot::Receiver<String>)
             }
             buf.extend_from_slice(&chunk[..n]);
             let text = String::from_utf8_lossy(&buf);
-            let Some(split) = text.find("\r\n\r\n") else { continue };
+            let Some(split) = text.find("\r\n\r\n") else {
+                continue;
+            };
             let len = text
                 .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap_or(0))
+                })
                 .unwrap_or(0usize);
             if buf.len() >= split + 4 + len {
                 break;
@@ -623,11 +634,23 @@ async fn an_http_checker_gets_the_case_in_its_url_and_body() {
         "context_field": "case"
     }));
     let context = case().with("id", "a/b c");
-    assert!(v.validate("def f(): pass", &context).await.unwrap().is_empty());
+    assert!(v
+        .validate("def f(): pass", &context)
+        .await
+        .unwrap()
+        .is_empty());
     let request = request.await.expect("the checker was called");
     let head = request.lines().next().unwrap_or_default();
-    assert_eq!(head, "POST /check/a%2Fb%20c?n=%5B1%2C2%5D HTTP/1.1", "{request}");
-    assert!(request.to_ascii_lowercase().contains("content-type: application/json"), "{request}");
+    assert_eq!(
+        head, "POST /check/a%2Fb%20c?n=%5B1%2C2%5D HTTP/1.1",
+        "{request}"
+    );
+    assert!(
+        request
+            .to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{request}"
+    );
     let body = &request[request.find("\r\n\r\n").unwrap() + 4..];
     let body: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
     assert_eq!(body["input"], "def f(): pass");
@@ -648,6 +671,7 @@ fn case_options_that_cannot_work_are_configuration_errors() {
     assert!(host.contains("not in the scheme or the host"), "{host}");
     let command = error(json!({"type": "external", "command": ["true"], "context_field": "c"}));
     assert!(command.contains("ENFORCE_CONTEXT"), "{command}");
-    let input = error(json!({"type": "external", "url": "http://127.0.0.1:9/x", "context_field": "input"}));
+    let input =
+        error(json!({"type": "external", "url": "http://127.0.0.1:9/x", "context_field": "input"}));
     assert!(input.contains("other than `input`"), "{input}");
 }

@@ -504,3 +504,54 @@ async fn a_fallback_that_fails_validation_is_not_delivered() {
     assert!(!raw.contains("Sorry") && !raw.contains("FAILING"), "{raw}");
     assert!(raw.contains("FALLBACK_INVALID"), "{raw}");
 }
+
+/// A model's decoding constraint (`decode: constrained`) reaches the upstream with every
+/// request that does not set its own, and is no contract of the request: an answer outside
+/// it is judged by the profile alone (here: none), not by a `response_format` check.
+#[tokio::test]
+async fn decode_params_reach_the_upstream_without_becoming_a_check() {
+    use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
+    use enforce_testkit::{MockOpenAi, MockReply, MockScript};
+    let mock = MockOpenAi::start(MockScript::new().replies(vec![
+        MockReply::text("not JSON at all"),
+        MockReply::text("not JSON either"),
+    ]))
+    .await
+    .unwrap();
+    let runner = Arc::new(
+        OpenAiRunner::new(OpenAiConfig {
+            base_url: mock.url(),
+            model: "mock-model".into(),
+            retry: RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            },
+            ..OpenAiConfig::default()
+        })
+        .unwrap(),
+    );
+    let format = json!({"type": "json_schema", "json_schema": {"name": "contract",
+        "schema": {"type": "object"}, "strict": false}});
+    let mut decode = serde_json::Map::new();
+    decode.insert("response_format".into(), format.clone());
+    let server = enforce_server::Server::builder(ServerConfig::default())
+        .model(
+            enforce_server::Model::new("m", runner, Arc::new(Enforcer::new(vec![])))
+                .with_decode_params(decode),
+        )
+        .build()
+        .unwrap();
+    let h = Harness::start(server).await;
+    let resp = h.chat(user_body(false)).await;
+    assert_eq!(resp.headers()["x-enforce-status"], "passed");
+    let mut own = user_body(false);
+    own["response_format"] = json!({"type": "text"});
+    let resp = h.chat(own).await;
+    assert_eq!(resp.status(), 200);
+    let sent: Vec<Value> = mock
+        .chat_requests()
+        .iter()
+        .map(|r| r.body["response_format"].clone())
+        .collect();
+    assert_eq!(sent, vec![format, json!({"type": "text"})]);
+}
