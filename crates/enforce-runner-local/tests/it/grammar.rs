@@ -63,8 +63,9 @@ async fn a_json_object_response_format_gives_an_object() {
     }
 }
 
-/// A `maxLength` above llama.cpp's repetition limit still gives a grammar llama.cpp's own
-/// parser takes (the bound is loosened), so the request is answered, not refused.
+/// Lengths above llama.cpp's repetition limit still give a grammar llama.cpp's own parser
+/// takes (the bounds are loosened), so the request is answered, not refused: a `minLength`
+/// above the limit is an error in that parser, a `maxLength` one in some of its versions.
 #[tokio::test]
 async fn a_schema_with_max_length_10000_is_taken_by_llama_cpps_grammar_parser() {
     let Some(runner) = shared_runner() else {
@@ -72,7 +73,10 @@ async fn a_schema_with_max_length_10000_is_taken_by_llama_cpps_grammar_parser() 
     };
     let schema = json!({
         "type": "object",
-        "properties": {"code": {"type": "string", "maxLength": 10000}},
+        "properties": {
+            "code": {"type": "string", "maxLength": 10000},
+            "padding": {"type": "string", "minLength": 3000}
+        },
         "required": ["code"],
         "additionalProperties": false
     });
