@@ -510,7 +510,6 @@ async fn a_fallback_that_fails_validation_is_not_delivered() {
 /// it is judged by the profile alone (here: none), not by a `response_format` check.
 #[tokio::test]
 async fn decode_params_reach_the_upstream_without_becoming_a_check() {
-    use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
     use enforce_testkit::{MockOpenAi, MockReply, MockScript};
     let mock = MockOpenAi::start(MockScript::new().replies(vec![
         MockReply::text("not JSON at all"),
@@ -518,18 +517,7 @@ async fn decode_params_reach_the_upstream_without_becoming_a_check() {
     ]))
     .await
     .unwrap();
-    let runner = Arc::new(
-        OpenAiRunner::new(OpenAiConfig {
-            base_url: mock.url(),
-            model: "mock-model".into(),
-            retry: RetryConfig {
-                max_retries: 0,
-                ..RetryConfig::default()
-            },
-            ..OpenAiConfig::default()
-        })
-        .unwrap(),
-    );
+    let runner = mock_upstream(&mock);
     let format = json!({"type": "json_schema", "json_schema": {"name": "contract",
         "schema": {"type": "object"}, "strict": false}});
     let mut decode = serde_json::Map::new();
