@@ -333,7 +333,7 @@ impl External {
         if c.context_field.is_some() && !matches!(target, Target::Http(_)) {
             return Err(BuildError::at(
                 "context_field",
-                "is for `url` targets (a command gets the context in ENFORCE_CONTEXT)",
+                "is for `url` targets (a command gets the context in ENFORCE_CONTEXT, a gRPC checker with grpc.request.context_field)",
             ));
         }
         if c.context_field
@@ -484,7 +484,7 @@ impl External {
             #[cfg(feature = "grpc")]
             Target::Grpc(grpc) => self
                 .guard
-                .within_timeout(grpc.call(input, self.guard.timeout()))
+                .within_timeout(grpc.call(input, context, self.guard.timeout()))
                 .await
                 .map(|trace| (trace.map(cap_output), None)),
         }
