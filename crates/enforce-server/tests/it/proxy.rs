@@ -514,6 +514,7 @@ async fn decode_params_reach_the_upstream_without_becoming_a_check() {
     let mock = MockOpenAi::start(MockScript::new().replies(vec![
         MockReply::text("not JSON at all"),
         MockReply::text("not JSON either"),
+        MockReply::text("free text"),
     ]))
     .await
     .unwrap();
@@ -527,6 +528,7 @@ async fn decode_params_reach_the_upstream_without_becoming_a_check() {
             enforce_server::Model::new("m", runner, Arc::new(Enforcer::new(vec![])))
                 .with_decode_params(decode),
         )
+        .profile("other", Arc::new(Enforcer::new(vec![])))
         .build()
         .unwrap();
     let h = Harness::start(server).await;
@@ -536,10 +538,20 @@ async fn decode_params_reach_the_upstream_without_becoming_a_check() {
     own["response_format"] = json!({"type": "text"});
     let resp = h.chat(own).await;
     assert_eq!(resp.status(), 200);
+    // Another profile by header: not the model's profile's constraint.
+    let resp = h
+        .client
+        .post(h.url("/v1/chat/completions"))
+        .header("X-Enforce-Profile", "other")
+        .json(&user_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
     let sent: Vec<Value> = mock
         .chat_requests()
         .iter()
         .map(|r| r.body["response_format"].clone())
         .collect();
-    assert_eq!(sent, vec![format, json!({"type": "text"})]);
+    assert_eq!(sent, vec![format, json!({"type": "text"}), Value::Null]);
 }
