@@ -216,6 +216,12 @@ pub struct ProfileConfig {
     pub retrieved_context: Option<RetrievedContextConfig>,
     /// The hook `on_input_failure: reformulate` calls.
     pub reformulate: Option<ReformulateConfig>,
+    /// How answers are decoded: `free` (default) or `constrained`, which asks the runner to
+    /// constrain decoding to the contract: the `json` validator's schema (a llama.cpp
+    /// grammar, OpenAI's strict `json_schema`, Anthropic's `output_config.format`) or a
+    /// `one_of` list (a grammar). A runner that cannot constrain says so once and answers
+    /// freely; the validators check every answer either way.
+    pub decode: Option<crate::profile::Decode>,
 }
 
 /// What an error of an input validator leads to.

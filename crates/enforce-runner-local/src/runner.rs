@@ -107,12 +107,17 @@ impl LocalRunner {
     }
 
     /// The settings of one request: `params` (`seed`, `temperature`, `max_tokens` or
-    /// `max_completion_tokens`, `response_format`) over the configuration.
+    /// `max_completion_tokens`, `response_format`, `grammar`: GBNF text) over the
+    /// configuration.
     fn sampling(&self, params: &Map<String, Value>) -> Result<Sampling, RunnerError> {
         let c = &*self.config;
-        let grammar = match params.get("response_format") {
-            Some(format) => response_format_grammar(format)?,
-            None => match (&c.grammar, &c.json_schema) {
+        let grammar = match (params.get("response_format"), params.get("grammar")) {
+            (Some(format), _) => response_format_grammar(format)?,
+            (None, Some(Value::String(gbnf))) => Some(Grammar::Gbnf(gbnf.clone())),
+            (None, Some(other)) => {
+                return Err(bad_param("grammar", "a GBNF grammar (a string)", other))
+            }
+            (None, None) => match (&c.grammar, &c.json_schema) {
                 (Some(gbnf), _) => Some(Grammar::Gbnf(gbnf.clone())),
                 (None, Some(schema)) => Some(Grammar::Schema(schema.clone())),
                 (None, None) => None,
@@ -404,7 +409,11 @@ mod tests {
             .sampling(&params(json!({"response_format": {"type": "text"}})))
             .unwrap();
         assert_eq!(s.grammar, None);
+        let gbnf = r#"root ::= "yes" | "no""#;
+        let s = r.sampling(&params(json!({"grammar": gbnf}))).unwrap();
+        assert_eq!(s.grammar, Some(Grammar::Gbnf(gbnf.into())));
         for bad in [
+            json!({"grammar": 3}),
             json!({"response_format": {"type": "json_schema"}}),
             json!({"response_format": {"type": "xml"}}),
             json!({"temperature": "hot"}),

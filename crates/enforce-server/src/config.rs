@@ -131,6 +131,10 @@ pub struct Model {
     pub runner_kind: Option<String>,
     /// Routes picking the profile per request (`None`: always `profile`, at no cost).
     pub routes: Option<Arc<Routes>>,
+    /// Request params that constrain decoding to the profile's contract (`decode:
+    /// constrained`), added to each request that does not set them itself. They are not a
+    /// contract of the request: the profile's validators check the answer already.
+    pub decode_params: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Model {
@@ -145,7 +149,17 @@ impl Model {
             upstream_model: None,
             runner_kind: None,
             routes: None,
+            decode_params: serde_json::Map::new(),
         }
+    }
+
+    /// Sets the params that constrain decoding, builder style.
+    pub fn with_decode_params(
+        mut self,
+        params: serde_json::Map<String, serde_json::Value>,
+    ) -> Self {
+        self.decode_params = params;
+        self
     }
 
     /// Routes the requests to profiles, builder style (no routes: none are tried).

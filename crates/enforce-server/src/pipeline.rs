@@ -607,6 +607,8 @@ fn resolve_model(
             let changed = Arc::make_mut(&mut model);
             changed.enforcer = enforcer.clone();
             changed.profile = name.to_string();
+            // The decoding constraint is the model's own profile's, not this one's.
+            changed.decode_params.clear();
             Ok((model, Some(name.to_string())))
         }
         None => {
@@ -654,6 +656,8 @@ async fn route(
         let changed = Arc::make_mut(model);
         changed.enforcer = enforcer.clone();
         changed.profile = name.to_string();
+        // The decoding constraint is the model's own profile's, not the routed one's.
+        changed.decode_params.clear();
     }
     serde_json::to_value(&picked.record).ok()
 }

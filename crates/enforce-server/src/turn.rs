@@ -685,6 +685,12 @@ impl Turn {
         {
             request_checks.push(format);
         }
+        // After the request's own checks: the profile's decoding constraint is no contract of
+        // the request's.
+        let mut params = params;
+        for (key, value) in &self.model.decode_params {
+            params.entry(key.clone()).or_insert_with(|| value.clone());
+        }
         let request = Request {
             messages,
             session_id,

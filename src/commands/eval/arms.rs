@@ -4,7 +4,7 @@
 use enforce_core::{Policy, Reask, RepairWhen};
 
 /// The words an arm is made of, with what each means (for `--help` and errors).
-pub const WORDS: [(&str, &str); 6] = [
+pub const WORDS: [(&str, &str); 7] = [
     (
         "none",
         "no re-ask (max_retries 0); repairs still apply at the end",
@@ -29,6 +29,10 @@ pub const WORDS: [(&str, &str); 6] = [
         "repair-first",
         "apply deterministic repairs before spending a re-ask",
     ),
+    (
+        "constrained",
+        "constrain decoding to the profile's contract (`decode: constrained`: a grammar, a strict JSON Schema) where the runner can",
+    ),
 ];
 
 /// One arm: its name as given and the policy changes it makes.
@@ -44,6 +48,8 @@ pub struct Arm {
     pub repair: RepairWhen,
     /// Early abort.
     pub early_abort: bool,
+    /// Constrained decoding, as `decode: constrained` asks for it.
+    pub constrained: bool,
 }
 
 impl Arm {
@@ -60,6 +66,7 @@ impl Arm {
         let mut reask: Option<(&str, Reask)> = None;
         let mut repair = RepairWhen::Last;
         let mut early_abort = false;
+        let mut constrained = false;
         for word in name.split('+').map(str::trim) {
             let set_reask = |current: &mut Option<(&str, Reask)>, w, r| match current {
                 Some((other, _)) => Err(format!(
@@ -77,6 +84,7 @@ impl Arm {
                 "fresh" => set_reask(&mut reask, "fresh", Reask::FeedbackFresh)?,
                 "abort" => early_abort = true,
                 "repair-first" => repair = RepairWhen::First,
+                "constrained" => constrained = true,
                 other => {
                     return Err(format!(
                         "arm `{name}`: unknown word `{other}` (valid words: {})",
@@ -104,6 +112,7 @@ impl Arm {
             reask: reask.map_or(Reask::Feedback, |(_, r)| r),
             repair,
             early_abort,
+            constrained,
         })
     }
 
@@ -174,6 +183,16 @@ mod tests {
             assert_eq!(policy.repair, repair, "{text}");
             assert_eq!(policy.early_abort, abort, "{text}");
         }
+    }
+
+    #[test]
+    fn constrained_combines_with_the_other_words() {
+        assert!(!Arm::parse("feedback").unwrap().constrained);
+        let arm = Arm::parse("constrained+resample").unwrap();
+        assert!(arm.constrained);
+        assert_eq!(arm.reask, Reask::Resample);
+        let alone = Arm::parse("none+constrained").unwrap();
+        assert!(alone.constrained && !alone.reasks);
     }
 
     #[test]

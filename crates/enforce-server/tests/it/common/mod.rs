@@ -13,6 +13,24 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// The OpenAI runner against `mock` (model `mock-model`), without HTTP retries: what a test
+/// scripts is what the proxy gets.
+pub fn mock_upstream(mock: &enforce_testkit::MockOpenAi) -> Arc<enforce_runner::OpenAiRunner> {
+    use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
+    Arc::new(
+        OpenAiRunner::new(OpenAiConfig {
+            base_url: mock.url(),
+            model: "mock-model".into(),
+            retry: RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            },
+            ..OpenAiConfig::default()
+        })
+        .unwrap(),
+    )
+}
+
 /// A running server.
 pub struct Harness {
     pub base: String,
