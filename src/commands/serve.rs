@@ -39,8 +39,9 @@ pub struct Args {
     /// The command-line model.
     #[command(flatten)]
     pub model: ModelFlags,
-    /// Accepted bearer key (repeatable; also `ENFORCE_API_KEYS`, comma-separated).
-    #[arg(long = "api-key")]
+    /// Accepted bearer key (repeatable; also `ENFORCE_API_KEYS`, comma-separated). An empty
+    /// key is refused (`--api-key "$KEY"` with `KEY` unset).
+    #[arg(long = "api-key", value_parser = non_blank_key)]
     pub api_keys: Vec<String>,
     /// Directory for per-chat `status.json` files [default: server.session_dir, else memory].
     #[arg(long)]
@@ -51,6 +52,15 @@ pub struct Args {
     /// Root for path-checking validators (default: the current directory).
     #[arg(long)]
     pub root: Option<PathBuf>,
+}
+
+/// An `--api-key` value: refused when empty or blank, since a request presenting no key would
+/// otherwise match it.
+fn non_blank_key(value: &str) -> Result<String, String> {
+    match value.trim() {
+        "" => Err("the key is empty (is the variable it came from set?)".into()),
+        key => Ok(key.to_string()),
+    }
 }
 
 /// Log filter when `RUST_LOG` is not set: the proxy's requests and warnings.
@@ -119,7 +129,7 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     config.session_dir = config.session_dir.map(|p| loaded.resolve(&p));
     config.audit_log = config.audit_log.map(|p| loaded.resolve(&p));
     config.api_keys.extend(args.api_keys.iter().cloned());
-    config = config.with_env_api_keys();
+    config = config.with_env_api_keys().map_err(|e| e.to_string())?;
     config = config
         .with_env_otlp(section.otlp.as_ref())
         .map_err(|e| e.to_string())?;

@@ -598,3 +598,39 @@ fn a_bad_otlp_endpoint_is_refused_with_the_key_and_an_example() {
     assert!(stderr.contains("server.otlp.endpoint"), "{stderr}");
     assert!(stderr.contains("http://localhost:4318"), "{stderr}");
 }
+
+#[test]
+fn an_empty_api_key_is_refused_from_the_flag_and_the_environment() {
+    let dir = temp_dir("empty-key");
+    let config = config_for(&dir, "http://127.0.0.1:9/v1", "", "");
+    let serve = |flags: &[&str], env: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_enforce"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .args(flags)
+            .env_remove("ENFORCE_API_KEYS");
+        if let Some(value) = env {
+            command.env("ENFORCE_API_KEYS", value);
+        }
+        command.output().unwrap()
+    };
+    for flag in ["", "  "] {
+        let out = serve(&["--api-key", "k", "--api-key", flag], None);
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--api-key") && stderr.contains("empty"),
+            "{stderr}"
+        );
+    }
+    for value in ["", "k,", "k, ,j"] {
+        let out = serve(&[], Some(value));
+        assert_eq!(out.status.code(), Some(2), "{value:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("ENFORCE_API_KEYS") && stderr.contains("empty"),
+            "{stderr}"
+        );
+    }
+}

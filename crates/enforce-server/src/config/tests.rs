@@ -1,8 +1,11 @@
 use super::*;
 
 #[test]
-fn key_list_ignores_blanks() {
-    assert_eq!(parse_key_list(" a, ,b ,"), vec!["a", "b"]);
+fn key_list_refuses_blanks() {
+    assert_eq!(parse_key_list(" a ,b").unwrap(), vec!["a", "b"]);
+    assert_eq!(parse_key_list("").unwrap_err().position, 1);
+    assert_eq!(parse_key_list(" a, ,b").unwrap_err().position, 2);
+    assert_eq!(parse_key_list("a,").unwrap_err().position, 2);
 }
 
 #[test]
