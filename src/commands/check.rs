@@ -47,7 +47,8 @@ pub struct Args {
     /// Apply the repairs and print the repaired text (diagnostics go to stderr in text format).
     #[arg(long)]
     pub fix: bool,
-    /// With --fix: replace each repaired file in place, atomically.
+    /// With --fix: replace each repaired file in place, atomically (a symlink's target, not the
+    /// link).
     #[arg(long, requires = "fix")]
     pub write: bool,
     /// Files to check; `-` reads standard input.
@@ -260,8 +261,11 @@ fn read_input(input: &str) -> Result<String, String> {
 }
 
 /// Replaces `path` with `text`: write a temporary file next to it, flush it to disk, keep the
-/// permissions, rename over the original.
+/// permissions, rename over the original. A symlink is followed to the file it names, which is
+/// the one replaced: renaming over the link would turn it into a regular file and leave its
+/// target unrepaired.
 fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let path = &std::fs::canonicalize(path)?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

@@ -255,6 +255,24 @@ fn fix_write_replaces_the_file_atomically() {
     assert_eq!(code(&o), 0, "{}", text(&o.stdout));
 }
 
+#[cfg(unix)]
+#[test]
+fn fix_write_through_a_symlink_repairs_its_target_and_keeps_the_link() {
+    let s = Scratch::new("symlink");
+    std::fs::create_dir_all(s.0.join("real")).unwrap();
+    let target = s.write("real/answer.md", "All done.");
+    let link = s.0.join("link.md");
+    std::os::unix::fs::symlink("real/answer.md", &link).unwrap();
+    let o = enforce(&s.0, &["--fix", "--write", "link.md"], None);
+    assert_eq!(code(&o), 0, "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(
+        std::fs::symlink_metadata(&link).unwrap().is_symlink(),
+        "the link was replaced by a file"
+    );
+    let repaired = std::fs::read_to_string(&target).unwrap();
+    assert!(repaired.contains("<!-- STEP: done -->"), "{repaired}");
+}
+
 #[test]
 fn usage_config_and_read_errors_exit_2() {
     let s = Scratch::new("errors");
