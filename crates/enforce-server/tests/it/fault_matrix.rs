@@ -525,3 +525,38 @@ fn unwritable_audit_location_is_a_clear_startup_error() {
     let text = err.to_string();
     assert!(text.contains("plain-file"), "{text}");
 }
+
+/// An upstream nobody listens on: the client is told the model server cannot be reached, and
+/// only the log and the audit record name its internal address.
+#[tokio::test]
+async fn an_unreachable_upstream_is_not_named_to_the_client() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = server_with(
+        audited(&dir),
+        openai_runner(&base),
+        marker_enforcer(false),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    let resp = h.chat(body(false)).await;
+    assert_eq!(resp.status().as_u16(), 502);
+    let plain = resp.text().await.expect("body");
+    let raw = h.chat(body(true)).await.text().await.expect("stream");
+    for shown in [&plain, &raw] {
+        assert!(shown.contains("Cannot reach the model server"), "{shown}");
+        assert!(
+            !shown.contains(&port.to_string()),
+            "the address leaked: {shown}"
+        );
+    }
+    let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).expect("audit");
+    assert!(
+        audit.contains(&base),
+        "the audit names the upstream: {audit}"
+    );
+}
