@@ -3,7 +3,7 @@
 //! limit, error bodies in every shape servers send ([`error_message`]), and the driver of a
 //! streamed answer ([`Streaming`]) over any wire format's [`EventReader`].
 
-use crate::error::{duration_from_secs, ConfigError};
+use crate::error::{timeout_from_secs, ConfigError};
 use crate::process::tail;
 use crate::sse::{Chunk, EventReader, StreamFault};
 use crate::transport::{SendError, Transport, UpstreamResponse};
@@ -71,8 +71,13 @@ impl HttpEndpoint {
         if https && !cfg!(feature = "rustls") {
             return Err(ConfigError::TlsUnavailable(settings.base_url.to_string()));
         }
-        let timeout = duration_from_secs("timeout_secs", settings.timeout_secs)?;
-        let connect = duration_from_secs("connect_timeout_secs", settings.connect_timeout_secs)?;
+        let timeout = timeout_from_secs("timeout_secs", settings.timeout_secs)?;
+        let connect = timeout_from_secs("connect_timeout_secs", settings.connect_timeout_secs)?;
+        if settings.max_response_bytes == 0 {
+            return Err(ConfigError::Zero {
+                field: "max_response_bytes",
+            });
+        }
         let client = reqwest::Client::builder()
             .connect_timeout(connect)
             .build()

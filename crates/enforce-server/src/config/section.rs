@@ -150,6 +150,25 @@ impl StateSection {
     }
 }
 
+/// The index of the first of `entries` whose key is `key` (a `key_env` read through `var`).
+fn first_with_key(
+    entries: &[ApiKeyEntry],
+    key: &str,
+    var: impl Fn(&str) -> Option<String>,
+) -> Option<usize> {
+    entries.iter().position(|entry| {
+        let other = match entry {
+            ApiKeyEntry::Key(k) => Some(k.trim().to_string()),
+            ApiKeyEntry::Scoped(spec) => match (&spec.key, &spec.key_env) {
+                (Some(k), _) => Some(k.trim().to_string()),
+                (None, Some(name)) => var(name).map(|v| v.trim().to_string()),
+                (None, None) => None,
+            },
+        };
+        other.as_deref() == Some(key)
+    })
+}
+
 /// A `server:` value that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("server.{field}: {message}")]
@@ -186,6 +205,12 @@ impl ServerSection {
             c.otlp = OtlpConfig::resolve(Some(section), |_| None)?;
         }
         if let Some(v) = self.max_body_bytes {
+            if v == 0 {
+                return Err(SectionError {
+                    field: "max_body_bytes".into(),
+                    message: "must be at least 1".into(),
+                });
+            }
             c.max_body_bytes = v;
         }
         if let Some(v) = self.max_context_bytes {
@@ -204,6 +229,12 @@ impl ServerSection {
             c.retry_after_secs = v;
         }
         if let Some(d) = seconds("request_timeout_secs", self.request_timeout_secs)? {
+            if d.is_zero() {
+                return Err(SectionError {
+                    field: "request_timeout_secs".into(),
+                    message: "must be more than 0 (every request would time out at once)".into(),
+                });
+            }
             c.request_timeout = d;
         }
         if let Some(d) = seconds("keepalive_secs", self.keepalive_secs)? {
@@ -245,7 +276,16 @@ impl ServerSection {
                     return Err(at("", "is empty".into()))
                 }
                 ApiKeyEntry::Key(key) => {
-                    plain.push(key.trim().to_string());
+                    let key = key.trim();
+                    if let Some(first) = first_with_key(&self.api_keys[..index], key, &var) {
+                        return Err(at(
+                            "",
+                            format!(
+                                "the same key as api_keys[{first}]: one key has one set of limits"
+                            ),
+                        ));
+                    }
+                    plain.push(key.to_string());
                     continue;
                 }
                 ApiKeyEntry::Scoped(spec) => spec,
@@ -272,6 +312,12 @@ impl ServerSection {
                 if let Some(i) = list.iter().flatten().position(|n| n.trim().is_empty()) {
                     return Err(at(&format!(".{what}[{i}]"), "is empty".into()));
                 }
+            }
+            if let Some(first) = first_with_key(&self.api_keys[..index], &key, &var) {
+                return Err(at(
+                    "",
+                    format!("the same key as api_keys[{first}]: one key has one set of limits"),
+                ));
             }
             grants.push(KeyGrant {
                 name: spec
