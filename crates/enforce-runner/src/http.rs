@@ -229,7 +229,14 @@ impl HttpEndpoint {
 
     /// Reads a whole body within the limit.
     pub(crate) async fn read(&self, response: UpstreamResponse) -> Result<String, RunnerError> {
-        read_limited(response, self.max_response_bytes).await
+        read_limited(response, self.max_response_bytes)
+            .await
+            .map_err(|failure| match failure {
+                // A body still dribbling in at the deadline is the same timeout as a server
+                // that never answered: the client sees one status for both.
+                ReadFailure::TimedOut => self.timeout_error(),
+                ReadFailure::Failed(error) => error,
+            })
     }
 
     /// The error of a call that ran out of time.
@@ -685,28 +692,43 @@ pub fn error_message(body: &str) -> Option<String> {
     Some(tail(body, 500))
 }
 
+/// Why a body could not be read whole.
+enum ReadFailure {
+    /// The call's deadline passed before the body ended.
+    TimedOut,
+    /// Anything else.
+    Failed(RunnerError),
+}
+
+impl From<RunnerError> for ReadFailure {
+    fn from(error: RunnerError) -> Self {
+        ReadFailure::Failed(error)
+    }
+}
+
 /// Reads a body of at most `limit` bytes, chunk by chunk, so an enormous or endless body is
 /// refused after `limit` bytes instead of being buffered whole.
-async fn read_limited(mut response: UpstreamResponse, limit: usize) -> Result<String, RunnerError> {
+async fn read_limited(mut response: UpstreamResponse, limit: usize) -> Result<String, ReadFailure> {
     let status = response.status().as_u16();
     if response.content_length().is_some_and(|n| n > limit as u64) {
-        return Err(too_large(status, limit));
+        return Err(too_large(status, limit).into());
     }
     let mut body = Vec::new();
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => {
                 if body.len() + chunk.len() > limit {
-                    return Err(too_large(status, limit));
+                    return Err(too_large(status, limit).into());
                 }
                 body.extend_from_slice(&chunk);
             }
             Ok(None) => break,
+            Err(e) if e.is_timeout() => return Err(ReadFailure::TimedOut),
             Err(e) => {
-                return Err(RunnerError::Upstream {
+                return Err(ReadFailure::Failed(RunnerError::Upstream {
                     status: Some(status),
                     message: format!("reading the response failed: {e}"),
-                })
+                }))
             }
         }
     }

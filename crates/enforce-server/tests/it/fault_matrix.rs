@@ -560,3 +560,53 @@ async fn an_unreachable_upstream_is_not_named_to_the_client() {
         "the audit names the upstream: {audit}"
     );
 }
+
+/// An upstream that answers at once and then sends its body one byte at a time, past the
+/// runner's `timeout_secs`: the same 504 `upstream_timeout` as an upstream that never answers.
+#[tokio::test]
+async fn a_dribbling_upstream_times_out_like_a_hanging_one() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(200), socket.read(&mut buf)).await;
+                let head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n{\"choices\":[{\"message\":{\"content\":\"";
+                if socket.write_all(head).await.is_err() {
+                    return;
+                }
+                // Well past the runner's 1.5 s, then gives up by itself.
+                for _ in 0..50 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if socket.write_all(b"x").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let dir = tempfile::tempdir().expect("dir");
+    let server = server_with(
+        audited(&dir),
+        openai_runner(&format!("http://{addr}/v1")),
+        marker_enforcer(false),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    let seen = Seen {
+        status: 504,
+        code: "upstream_timeout",
+    };
+    check_row(
+        "an upstream dribbling past the timeout",
+        &h,
+        &dir,
+        seen,
+        true,
+    )
+    .await;
+}
