@@ -45,6 +45,9 @@ mod controls;
 mod count_tokens;
 mod error;
 mod facts;
+#[cfg(any(fuzzing, test))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod headers;
 mod messages;
 mod metrics;
