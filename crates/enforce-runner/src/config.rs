@@ -147,7 +147,9 @@ mod tests {
             ),
         ] {
             let c: RunnerConfig = serde_json::from_str(text).unwrap();
-            let error = c.build().err().expect(text);
+            let Err(error) = c.build() else {
+                panic!("{text} must be refused")
+            };
             assert_eq!(error, ConfigError::Zero { field }, "{text}");
             assert_eq!(error.field(), Some(field));
         }

@@ -96,7 +96,9 @@ fn a_blank_configured_key_is_refused_at_build() {
             Arc::new(marker_enforcer(false)),
         );
         let built = enforce_server::Server::builder(config).model(model).build();
-        let error = built.err().expect("a blank key must be refused");
+        let Err(error) = built else {
+            panic!("a blank key must be refused")
+        };
         assert!(
             matches!(&error, enforce_server::ServerError::EmptyApiKey { origin } if origin == "api_keys[1]"),
             "{error}"
