@@ -137,25 +137,35 @@ async fn check_row(name: &str, h: &Harness, dir: &tempfile::TempDir, seen: Seen,
 /// A TCP server that answers every connection with `reply` (raw bytes) and then closes or
 /// resets the connection.
 async fn raw_upstream(reply: &'static [u8], reset: bool) -> String {
+    raw_server(move |mut socket| async move {
+        let _ = socket.write_all(reply).await;
+        if reset {
+            // SO_LINGER 0: close sends RST instead of FIN. The socket is empty, so the
+            // blocking close the deprecation warns about cannot happen.
+            #[allow(deprecated)]
+            let _ = socket.set_linger(Some(Duration::ZERO));
+        }
+        drop(socket);
+    })
+    .await
+}
+
+/// A TCP server that reads each connection's request and hands the socket to `answer`; its
+/// base URL.
+async fn raw_server<F, Fut>(answer: F) -> String
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 64 * 1024];
-                let _ =
-                    tokio::time::timeout(Duration::from_millis(200), socket.read(&mut buf)).await;
-                let _ = socket.write_all(reply).await;
-                if reset {
-                    // SO_LINGER 0: close sends RST instead of FIN. The socket is empty, so the
-                    // blocking close the deprecation warns about cannot happen.
-                    #[allow(deprecated)]
-                    let _ = socket.set_linger(Some(Duration::ZERO));
-                }
-                drop(socket);
-            });
+            let mut buf = vec![0u8; 64 * 1024];
+            let _ = tokio::time::timeout(Duration::from_millis(200), socket.read(&mut buf)).await;
+            tokio::spawn(answer(socket));
         }
     });
     format!("http://{addr}/v1")
@@ -565,34 +575,24 @@ async fn an_unreachable_upstream_is_not_named_to_the_client() {
 /// runner's `timeout_secs`: the same 504 `upstream_timeout` as an upstream that never answers.
 #[tokio::test]
 async fn a_dribbling_upstream_times_out_like_a_hanging_one() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 64 * 1024];
-                let _ =
-                    tokio::time::timeout(Duration::from_millis(200), socket.read(&mut buf)).await;
-                let head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n{\"choices\":[{\"message\":{\"content\":\"";
-                if socket.write_all(head).await.is_err() {
-                    return;
-                }
-                // Well past the runner's 1.5 s, then gives up by itself.
-                for _ in 0..50 {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    if socket.write_all(b"x").await.is_err() {
-                        return;
-                    }
-                }
-            });
+    let base = raw_server(|mut socket| async move {
+        let head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n{\"choices\":[{\"message\":{\"content\":\"";
+        if socket.write_all(head).await.is_err() {
+            return;
         }
-    });
+        // Well past the runner's 1.5 s, then gives up by itself.
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if socket.write_all(b"x").await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
     let dir = tempfile::tempdir().expect("dir");
     let server = server_with(
         audited(&dir),
-        openai_runner(&format!("http://{addr}/v1")),
+        openai_runner(&base),
         marker_enforcer(false),
         ModelOptions::default(),
     );
