@@ -444,7 +444,6 @@ impl Server {
     }
 }
 
-/// The store for `server.state`.
 /// Refuses a blank accepted key, however the configuration was put together.
 fn check_api_keys(config: &ServerConfig) -> Result<(), ServerError> {
     let plain = config.api_keys.iter().enumerate();
@@ -461,6 +460,7 @@ fn check_api_keys(config: &ServerConfig) -> Result<(), ServerError> {
     }
 }
 
+/// The store for `server.state`.
 fn open_store(state: &StateConfig) -> Result<Arc<dyn SharedState>, ServerError> {
     #[cfg(feature = "redis")]
     {

@@ -150,6 +150,11 @@ impl StateSection {
     }
 }
 
+/// The error of an entry whose key entry `first` already has (the key itself is never shown).
+fn same_key(first: usize) -> String {
+    format!("the same key as api_keys[{first}]: one key has one set of limits")
+}
+
 /// The index of the first of `entries` whose key is `key` (a `key_env` read through `var`).
 fn first_with_key(
     entries: &[ApiKeyEntry],
@@ -278,12 +283,7 @@ impl ServerSection {
                 ApiKeyEntry::Key(key) => {
                     let key = key.trim();
                     if let Some(first) = first_with_key(&self.api_keys[..index], key, &var) {
-                        return Err(at(
-                            "",
-                            format!(
-                                "the same key as api_keys[{first}]: one key has one set of limits"
-                            ),
-                        ));
+                        return Err(at("", same_key(first)));
                     }
                     plain.push(key.to_string());
                     continue;
@@ -314,10 +314,7 @@ impl ServerSection {
                 }
             }
             if let Some(first) = first_with_key(&self.api_keys[..index], &key, &var) {
-                return Err(at(
-                    "",
-                    format!("the same key as api_keys[{first}]: one key has one set of limits"),
-                ));
+                return Err(at("", same_key(first)));
             }
             grants.push(KeyGrant {
                 name: spec
