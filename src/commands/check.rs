@@ -47,10 +47,12 @@ pub struct Args {
     /// Apply the repairs and print the repaired text (diagnostics go to stderr in text format).
     #[arg(long)]
     pub fix: bool,
-    /// With --fix: replace each repaired file in place, atomically.
+    /// With --fix: replace each repaired file in place, atomically (a symlink's target, not the
+    /// link).
     #[arg(long, requires = "fix")]
     pub write: bool,
-    /// Files to check; `-` reads standard input.
+    /// Files to check (regular files up to 256 MiB; a FIFO or device is refused); `-` reads
+    /// standard input.
     #[arg(required = true, value_name = "FILE")]
     pub inputs: Vec<String>,
 }
@@ -238,20 +240,22 @@ fn load_profiles(args: &Args) -> Result<ProfileSet, String> {
 fn read_input(input: &str) -> Result<String, String> {
     let mut bytes = Vec::new();
     let name = if input == "-" { "<stdin>" } else { input };
+    let too_large = || format!("{name} is larger than {} MiB", MAX_INPUT_BYTES >> 20);
     let result = if input == "-" {
         std::io::stdin()
             .lock()
             .take(MAX_INPUT_BYTES + 1)
             .read_to_end(&mut bytes)
     } else {
-        std::fs::File::open(input).and_then(|f| f.take(MAX_INPUT_BYTES + 1).read_to_end(&mut bytes))
+        let file = open_regular_file(input)?;
+        if file.size > MAX_INPUT_BYTES {
+            return Err(too_large());
+        }
+        file.file.take(MAX_INPUT_BYTES + 1).read_to_end(&mut bytes)
     };
     result.map_err(|e| format!("cannot read {name}: {e}"))?;
     if bytes.len() as u64 > MAX_INPUT_BYTES {
-        return Err(format!(
-            "{name} is larger than {} MiB",
-            MAX_INPUT_BYTES >> 20
-        ));
+        return Err(too_large());
     }
     String::from_utf8(bytes).map_err(|e| {
         let offset = e.utf8_error().valid_up_to();
@@ -259,9 +263,71 @@ fn read_input(input: &str) -> Result<String, String> {
     })
 }
 
+/// An opened input file and its size.
+struct RegularFile {
+    file: std::fs::File,
+    size: u64,
+}
+
+/// Opens `path` when it is a regular file (symlinks followed). Anything else is refused before
+/// it is opened: opening a FIFO waits for a writer forever, and a device such as `/dev/zero`
+/// never ends.
+fn open_regular_file(path: &str) -> Result<RegularFile, String> {
+    let kind = |meta: &std::fs::Metadata| {
+        let kind = meta.file_type();
+        if kind.is_file() {
+            return None;
+        }
+        Some(if kind.is_dir() {
+            "a directory"
+        } else {
+            special_file_kind(&kind)
+        })
+    };
+    let refuse =
+        |what: &str| format!("{path} is {what}, not a regular file; pipe it in with '-' instead");
+    let cannot_read = |e: std::io::Error| format!("cannot read {path}: {e}");
+    let meta = std::fs::metadata(path).map_err(cannot_read)?;
+    if let Some(what) = kind(&meta) {
+        return Err(refuse(what));
+    }
+    let file = std::fs::File::open(path).map_err(cannot_read)?;
+    // What was opened is what counts: the path may have been replaced in between.
+    let meta = file.metadata().map_err(cannot_read)?;
+    if let Some(what) = kind(&meta) {
+        return Err(refuse(what));
+    }
+    Ok(RegularFile {
+        file,
+        size: meta.len(),
+    })
+}
+
+#[cfg(unix)]
+fn special_file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_file_kind(_: &std::fs::FileType) -> &'static str {
+    "a special file"
+}
+
 /// Replaces `path` with `text`: write a temporary file next to it, flush it to disk, keep the
-/// permissions, rename over the original.
+/// permissions, rename over the original. A symlink is followed to the file it names, which is
+/// the one replaced: renaming over the link would turn it into a regular file and leave its
+/// target unrepaired.
 fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let path = &std::fs::canonicalize(path)?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

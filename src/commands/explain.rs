@@ -426,7 +426,8 @@ fn access(
         .position(|e| matches!(e, ApiKeyEntry::Key(k) if k.trim() == key));
     let from_env = std::env::var(enforce_server::API_KEYS_ENV)
         .ok()
-        .is_some_and(|v| enforce_server::parse_key_list(&v).iter().any(|k| k == key));
+        .and_then(|v| enforce_server::parse_key_list(&v).ok())
+        .is_some_and(|keys| keys.iter().any(|k| k == key));
     let Some(grant) = grant else {
         let from = match plain_index {
             Some(i) => format!("server.api_keys[{i}]"),

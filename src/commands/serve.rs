@@ -39,8 +39,9 @@ pub struct Args {
     /// The command-line model.
     #[command(flatten)]
     pub model: ModelFlags,
-    /// Accepted bearer key (repeatable; also `ENFORCE_API_KEYS`, comma-separated).
-    #[arg(long = "api-key")]
+    /// Accepted bearer key (repeatable; also `ENFORCE_API_KEYS`, comma-separated). An empty
+    /// key is refused (`--api-key "$KEY"` with `KEY` unset).
+    #[arg(long = "api-key", value_parser = non_blank_key)]
     pub api_keys: Vec<String>,
     /// Directory for per-chat `status.json` files [default: server.session_dir, else memory].
     #[arg(long)]
@@ -51,6 +52,15 @@ pub struct Args {
     /// Root for path-checking validators (default: the current directory).
     #[arg(long)]
     pub root: Option<PathBuf>,
+}
+
+/// An `--api-key` value: refused when empty or blank, since a request presenting no key would
+/// otherwise match it.
+fn non_blank_key(value: &str) -> Result<String, String> {
+    match value.trim() {
+        "" => Err("the key is empty (is the variable it came from set?)".into()),
+        key => Ok(key.to_string()),
+    }
 }
 
 /// Log filter when `RUST_LOG` is not set: the proxy's requests and warnings.
@@ -100,6 +110,9 @@ pub fn run(args: Args) -> ExitCode {
 pub struct Prepared {
     /// Where to listen.
     pub listen: String,
+    /// Where the file sets `listen`, when the address comes from `server.listen`: a failure to
+    /// listen there names the file and line.
+    pub listen_in_file: Option<enforce_config::ConfigError>,
     /// The built server.
     pub server: Server,
 }
@@ -119,7 +132,7 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     config.session_dir = config.session_dir.map(|p| loaded.resolve(&p));
     config.audit_log = config.audit_log.map(|p| loaded.resolve(&p));
     config.api_keys.extend(args.api_keys.iter().cloned());
-    config = config.with_env_api_keys();
+    config = config.with_env_api_keys().map_err(|e| e.to_string())?;
     config = config
         .with_env_otlp(section.otlp.as_ref())
         .map_err(|e| e.to_string())?;
@@ -142,12 +155,22 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
 
     let mut models = Vec::new();
     for (index, entry) in loaded.config.models.iter().enumerate() {
+        if let Some(first) = loaded.config.models[..index]
+            .iter()
+            .position(|earlier| earlier.id == entry.id)
+        {
+            let message = format!("model id `{}` is already used by models[{first}]", entry.id);
+            return Err(loaded
+                .error_at(&format!("models[{index}].id"), message)
+                .to_string());
+        }
         let model = model_from_config(
             entry,
             loaded.config.runner.as_ref(),
             &profiles,
             section.allow_request_limits.unwrap_or(false),
-        )?;
+        )
+        .map_err(|e| e.located(&loaded, index))?;
         let routes = routes_from_config(entry, &profiles).map_err(|e| {
             loaded
                 .error_at(&format!("models[{index}].{}", e.key), e.message)
@@ -157,12 +180,15 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     }
     let upstream_model = args.model.upstream_model().await?;
     if let Some(entry) = args.model.entry(upstream_model, profiles.default_name())? {
-        models.push(model_from_config(
-            &entry,
-            None,
-            &profiles,
-            section.allow_request_limits.unwrap_or(false),
-        )?);
+        models.push(
+            model_from_config(
+                &entry,
+                None,
+                &profiles,
+                section.allow_request_limits.unwrap_or(false),
+            )
+            .map_err(|e| e.to_string())?,
+        );
     }
     let served: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
     check_key_grants(&loaded, &section, &served, &profiles)?;
@@ -191,7 +217,13 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     if let Some(shared) = server.shared_state() {
         enforce_external::breaker::share_state(Arc::new(SharedBreakerLink(shared)));
     }
-    Ok(Prepared { listen, server })
+    let listen_in_file = (args.listen.is_none() && section.listen.is_some())
+        .then(|| loaded.error_at("server.listen", ""));
+    Ok(Prepared {
+        listen,
+        listen_in_file,
+        server,
+    })
 }
 
 /// Lets the external validators' circuit breakers share their state through the proxy's
@@ -286,8 +318,37 @@ pub(crate) fn check_key_grants(
     Ok(())
 }
 
-fn build_runner(config: &RunnerConfig) -> Result<Arc<dyn Runner>, String> {
-    config.build().map(Arc::from).map_err(|e| e.to_string())
+/// What is wrong with a `models:` entry (or the model the flags describe), and where: `key`
+/// is below the entry (`runner.timeout_secs`, `profile`; empty for the entry as a whole), or
+/// below the file's root when it starts with `/` (the top-level `runner:` the entry uses).
+#[derive(Debug)]
+pub(crate) struct EntryError {
+    model: String,
+    key: String,
+    message: String,
+}
+
+impl EntryError {
+    /// The error located in the file, for the entry at `index` of `models:`.
+    fn located(self, loaded: &LoadedConfig, index: usize) -> String {
+        let key = match self.key.strip_prefix('/') {
+            Some(root) => root.to_string(),
+            None if self.key.is_empty() => format!("models[{index}]"),
+            None => format!("models[{index}].{}", self.key),
+        };
+        let message = format!("model '{}': {}", self.model, self.message);
+        loaded.error_at(&key, message).to_string()
+    }
+}
+
+impl std::fmt::Display for EntryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "model '{}': ", self.model)?;
+        match self.key.trim_start_matches('/') {
+            "" => f.write_str(&self.message),
+            key => write!(f, "{key}: {}", self.message),
+        }
+    }
 }
 
 /// The served model of a `models:` entry; `server_allows_limits` is
@@ -297,20 +358,32 @@ pub(crate) fn model_from_config(
     default_runner: Option<&RunnerConfig>,
     profiles: &ProfileSet,
     server_allows_limits: bool,
-) -> Result<Model, String> {
-    let runner_config = entry.runner.as_ref().or(default_runner).ok_or_else(|| {
-        format!(
-            "model '{}' has no `runner:` and the config has no top-level `runner:`",
-            entry.id
-        )
+) -> Result<Model, EntryError> {
+    let error = |key: String, message: String| EntryError {
+        model: entry.id.clone(),
+        key,
+        message,
+    };
+    let (runner_config, runner_key) = match (&entry.runner, default_runner) {
+        (Some(own), _) => (own, "runner"),
+        (None, Some(shared)) => (shared, "/runner"),
+        (None, None) => {
+            let message = "has no `runner:` and the config has no top-level `runner:`";
+            return Err(error(String::new(), message.into()));
+        }
+    };
+    let runner: Arc<dyn Runner> = runner_config.build().map(Arc::from).map_err(|e| {
+        let key = match e.field() {
+            Some(field) => format!("{runner_key}.{field}"),
+            None => runner_key.to_string(),
+        };
+        error(key, e.to_string())
     })?;
-    let runner = build_runner(runner_config).map_err(|e| format!("model '{}': {e}", entry.id))?;
     let profile = entry
         .profile
         .clone()
         .unwrap_or_else(|| profiles.default_name().to_string());
-    let enforcer =
-        enforcer_for(profiles, &profile).map_err(|e| format!("model '{}': {e}", entry.id))?;
+    let enforcer = enforcer_for(profiles, &profile).map_err(|e| error("profile".into(), e))?;
     let constrained = profiles
         .get(&profile)
         .and_then(|p| crate::decode::for_profile(p, runner_config.kind(), false))
@@ -379,10 +452,17 @@ fn routes_from_config(
 }
 
 fn classifier_from_config(config: &ClassifyConfig) -> Result<Classifier, RouteError> {
-    let runner = build_runner(&config.runner).map_err(|message| RouteError {
-        key: "classify.runner".into(),
-        message,
-    })?;
+    let runner: Arc<dyn Runner> = config
+        .runner
+        .build()
+        .map(Arc::from)
+        .map_err(|e| RouteError {
+            key: match e.field() {
+                Some(field) => format!("classify.runner.{field}"),
+                None => "classify.runner".into(),
+            },
+            message: e.to_string(),
+        })?;
     Classifier::new(
         runner,
         config.prompt.clone(),
@@ -480,7 +560,13 @@ pub async fn serve(
     let prepared = prepare(&args).await?;
     let listener = tokio::net::TcpListener::bind(&prepared.listen)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", prepared.listen))?;
+        .map_err(|e| {
+            let message = format!("cannot listen on {}: {e}", prepared.listen);
+            match prepared.listen_in_file.clone() {
+                Some(located) => enforce_config::ConfigError { message, ..located }.to_string(),
+                None => message,
+            }
+        })?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     eprintln!("enforce serve: listening on http://{addr}/v1");
     prepared
@@ -522,7 +608,8 @@ mod tests {
                 panic!("no local runner in this build")
             };
             assert!(
-                err.contains("model 'smol'") && err.contains("--features local"),
+                err.to_string().contains("model 'smol'")
+                    && err.to_string().contains("--features local"),
                 "{err}"
             );
         }

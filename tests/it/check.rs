@@ -255,6 +255,76 @@ fn fix_write_replaces_the_file_atomically() {
     assert_eq!(code(&o), 0, "{}", text(&o.stdout));
 }
 
+#[cfg(unix)]
+#[test]
+fn fix_write_through_a_symlink_repairs_its_target_and_keeps_the_link() {
+    let s = Scratch::new("symlink");
+    std::fs::create_dir_all(s.0.join("real")).unwrap();
+    let target = s.write("real/answer.md", "All done.");
+    let link = s.0.join("link.md");
+    std::os::unix::fs::symlink("real/answer.md", &link).unwrap();
+    let o = enforce(&s.0, &["--fix", "--write", "link.md"], None);
+    assert_eq!(code(&o), 0, "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(
+        std::fs::symlink_metadata(&link).unwrap().is_symlink(),
+        "the link was replaced by a file"
+    );
+    let repaired = std::fs::read_to_string(&target).unwrap();
+    assert!(repaired.contains("<!-- STEP: done -->"), "{repaired}");
+}
+
+/// A FIFO, a device and a directory are refused at once (a FIFO used to wait for a writer
+/// forever, `/dev/zero` was read up to the limit); a file over the limit is refused unread.
+#[cfg(unix)]
+#[test]
+fn only_regular_files_are_read_and_oversized_ones_are_refused_unread() {
+    let s = Scratch::new("special");
+    let fifo = s.0.join("pipe.md");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    std::fs::create_dir(s.0.join("dir.md")).unwrap();
+    let huge = std::fs::File::create(s.0.join("huge.md")).unwrap();
+    huge.set_len((256 << 20) + 1).unwrap(); // sparse: nothing to read until it is read
+    drop(huge);
+    for (input, what) in [
+        ("pipe.md", "is a FIFO, not a regular file"),
+        ("/dev/zero", "is a device, not a regular file"),
+        ("dir.md", "is a directory, not a regular file"),
+        ("huge.md", "huge.md is larger than 256 MiB"),
+    ] {
+        let o = enforce_within(&s.0, input, Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("`enforce check {input}` did not end within 10 s"));
+        assert_eq!(code(&o), 2, "{input}");
+        assert!(
+            text(&o.stderr).contains(what),
+            "{input}: {}",
+            text(&o.stderr)
+        );
+    }
+}
+
+/// `enforce check INPUT`, killed when it runs longer than `limit` (then `None`).
+fn enforce_within(dir: &Path, input: &str, limit: Duration) -> Option<Output> {
+    let mut child = Command::new(BIN)
+        .args(["check", input])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
 #[test]
 fn usage_config_and_read_errors_exit_2() {
     let s = Scratch::new("errors");

@@ -608,3 +608,100 @@ fn a_bad_otlp_endpoint_is_refused_with_the_key_and_an_example() {
     assert!(stderr.contains("server.otlp.endpoint"), "{stderr}");
     assert!(stderr.contains("http://localhost:4318"), "{stderr}");
 }
+
+#[test]
+fn an_empty_api_key_is_refused_from_the_flag_and_the_environment() {
+    let dir = temp_dir("empty-key");
+    let config = config_for(&dir, "http://127.0.0.1:9/v1", "", "");
+    let serve = |flags: &[&str], env: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_enforce"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .args(flags)
+            .env_remove("ENFORCE_API_KEYS");
+        if let Some(value) = env {
+            command.env("ENFORCE_API_KEYS", value);
+        }
+        command.output().unwrap()
+    };
+    for flag in ["", "  "] {
+        let out = serve(&["--api-key", "k", "--api-key", flag], None);
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--api-key") && stderr.contains("empty"),
+            "{stderr}"
+        );
+    }
+    for value in ["", "k,", "k, ,j"] {
+        let out = serve(&[], Some(value));
+        assert_eq!(out.status.code(), Some(2), "{value:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("ENFORCE_API_KEYS") && stderr.contains("empty"),
+            "{stderr}"
+        );
+    }
+}
+
+/// Errors about `models:` entries, the server's limits and `listen` name the file and line
+/// like every other configuration error, and limits of 0 are refused before serving.
+#[test]
+fn model_listen_and_zero_limit_errors_name_file_line_and_key() {
+    let dir = temp_dir("located");
+    let runner = "    runner: {type: openai, base_url: 'http://127.0.0.1:9/v1', model: m";
+    let cases = [
+        (
+            format!("models:\n  - id: m\n{runner}, timeout_secs: 0}}\n"),
+            ":3:",
+            "models[0].runner.timeout_secs",
+        ),
+        (
+            format!("models:\n  - id: m\n{runner}, max_response_bytes: 0}}\n"),
+            ":3:",
+            "models[0].runner.max_response_bytes",
+        ),
+        (
+            format!("models:\n  - id: m\n{runner}}}\n  - id: m\n{runner}}}\n"),
+            ":4:",
+            "models[1].id",
+        ),
+        (
+            format!("models:\n  - id: m\n    profile: nope\n{runner}}}\n"),
+            ":3:",
+            "models[0].profile",
+        ),
+        (
+            format!("models:\n  - id: m\n{runner}}}\nserver:\n  request_timeout_secs: 0\n"),
+            ":5:",
+            "server.request_timeout_secs",
+        ),
+        (
+            format!("models:\n  - id: m\n{runner}}}\nserver:\n  max_body_bytes: 0\n"),
+            ":5:",
+            "server.max_body_bytes",
+        ),
+        (
+            format!("models:\n  - id: m\n{runner}}}\nserver:\n  listen: 256.1.1.1:1\n"),
+            ":5:",
+            "server.listen",
+        ),
+    ];
+    for (yaml, line, key) in cases {
+        let path = dir.join("enforce.yaml");
+        std::fs::write(&path, &yaml).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_enforce"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env_remove("ENFORCE_API_KEYS")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{yaml}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("enforce.yaml{line}")) && stderr.contains(key),
+            "{yaml}\n{stderr}"
+        );
+    }
+}

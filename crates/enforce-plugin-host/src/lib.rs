@@ -39,6 +39,7 @@
 
 mod adapter;
 mod discovery;
+mod elf;
 mod error;
 mod host;
 mod load;

@@ -131,7 +131,8 @@ impl LoadedPlugin {
 ///
 /// Each library is opened through its own header (`lib_header_from_path`), not through
 /// `RootModule::load_from_file`, which caches the first module of a type and would hand that one
-/// back for every later file. The checks, in order: the file opens as a shared library; it
+/// back for every later file. The checks, in order: the file is not a truncated ELF file
+/// (whose mapping would kill the process with SIGBUS); it opens as a shared library; it
 /// exports the root module header; its abi_stable is compatible; it was built for interface
 /// major version [`INTERFACE_VERSION`](enforce_plugin_abi::INTERFACE_VERSION); its root
 /// module's layout matches; its loader and `describe` succeed.
@@ -139,6 +140,7 @@ impl LoadedPlugin {
 /// Loaded libraries are never unloaded (abi_stable leaks them on purpose), so a failed file
 /// still stays mapped; that is harmless.
 pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
+    refuse_truncated(path)?;
     let header = lib_header_from_path(path).map_err(LoadError::from_library_error)?;
     let interface_version = header.version_strings().to_string();
     // A plugin built for 1.0 is checked against 1.0's layouts: abi_stable refuses a library
@@ -178,4 +180,15 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
 /// The interface version this host was built with, as abi_stable sees it.
 pub fn host_interface_version() -> String {
     PluginModuleRef::VERSION_STRINGS.to_string()
+}
+
+/// A truncated ELF file never reaches `dlopen`, which would map it and die of SIGBUS.
+fn refuse_truncated(path: &Path) -> Result<(), LoadError> {
+    match crate::elf::truncation(path) {
+        Ok(None) => Ok(()),
+        Ok(Some(reason)) => Err(LoadError::NotALibrary { reason }),
+        Err(e) => Err(LoadError::NotALibrary {
+            reason: format!("cannot read it: {e}"),
+        }),
+    }
 }

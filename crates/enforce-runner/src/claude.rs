@@ -9,7 +9,7 @@
 //! with `subtype: error_during_execution` and stores the interrupted turn without the partial
 //! answer, so the feedback after a cut quotes what was wrong.)
 
-use crate::error::{duration_from_secs, ConfigError};
+use crate::error::{duration_from_secs, timeout_from_secs, ConfigError};
 use crate::process::{
     exit_failure, process_events, run_process, tail, ProcessSpec, StreamingProcess,
 };
@@ -117,7 +117,7 @@ pub struct ClaudeRunner {
 impl ClaudeRunner {
     /// A runner with this configuration; fails on a negative or non-finite timeout.
     pub fn new(config: ClaudeConfig) -> Result<Self, ConfigError> {
-        let timeout = duration_from_secs("timeout_secs", config.timeout_secs)?;
+        let timeout = timeout_from_secs("timeout_secs", config.timeout_secs)?;
         let kill_grace = duration_from_secs("kill_grace_secs", config.kill_grace_secs)?;
         Ok(ClaudeRunner {
             config,

@@ -4,7 +4,7 @@
 //! as it prints it, so the loop can cut a failing answer short (the program then gets SIGINT,
 //! SIGKILL after `kill_grace_secs`).
 
-use crate::error::{duration_from_secs, ConfigError};
+use crate::error::{duration_from_secs, timeout_from_secs, ConfigError};
 use crate::process::{exit_failure, process_events, run_process, ProcessSpec, StreamingProcess};
 use crate::prompt::{inline_system, render_prompt};
 use enforce_core::{
@@ -87,7 +87,7 @@ impl CommandRunner {
         if config.program.as_os_str().is_empty() {
             return Err(ConfigError::Missing { field: "program" });
         }
-        let timeout = duration_from_secs("timeout_secs", config.timeout_secs)?;
+        let timeout = timeout_from_secs("timeout_secs", config.timeout_secs)?;
         let kill_grace = duration_from_secs("kill_grace_secs", config.kill_grace_secs)?;
         Ok(CommandRunner {
             config,

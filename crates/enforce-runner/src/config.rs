@@ -121,6 +121,40 @@ mod tests {
         assert!(serde_json::from_str::<RunnerConfig>(r#"{"type":"claude","nope":1}"#).is_err());
     }
 
+    #[test]
+    fn zero_timeouts_and_limits_are_refused_naming_the_field() {
+        for (text, field) in [
+            (r#"{"type":"claude","timeout_secs":0}"#, "timeout_secs"),
+            (
+                r#"{"type":"command","program":"cat","timeout_secs":0}"#,
+                "timeout_secs",
+            ),
+            (
+                r#"{"type":"openai","base_url":"http://127.0.0.1:1/v1","model":"m","timeout_secs":0}"#,
+                "timeout_secs",
+            ),
+            (
+                r#"{"type":"openai","base_url":"http://127.0.0.1:1/v1","model":"m","connect_timeout_secs":0}"#,
+                "connect_timeout_secs",
+            ),
+            (
+                r#"{"type":"openai","base_url":"http://127.0.0.1:1/v1","model":"m","max_response_bytes":0}"#,
+                "max_response_bytes",
+            ),
+            (
+                r#"{"type":"anthropic","base_url":"http://127.0.0.1:1","model":"m","api_key":"k","max_response_bytes":0}"#,
+                "max_response_bytes",
+            ),
+        ] {
+            let c: RunnerConfig = serde_json::from_str(text).unwrap();
+            let Err(error) = c.build() else {
+                panic!("{text} must be refused")
+            };
+            assert_eq!(error, ConfigError::Zero { field }, "{text}");
+            assert_eq!(error.field(), Some(field));
+        }
+    }
+
     /// `type: local` always parses; it builds (without touching the model file) only with the
     /// feature `local`, and otherwise says how to get it. Bad settings are config errors.
     #[test]

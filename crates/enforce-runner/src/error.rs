@@ -16,6 +16,12 @@ pub enum ConfigError {
         /// The value as written.
         value: String,
     },
+    /// A timeout or a size limit is 0, which would fail every call.
+    #[error("`{field}` must be more than 0")]
+    Zero {
+        /// The config field.
+        field: &'static str,
+    },
     /// A required field is empty.
     #[error("`{field}` must not be empty")]
     Missing {
@@ -39,6 +45,29 @@ pub enum ConfigError {
     /// The local runner's settings cannot be used, or this build has no local runner.
     #[error("local runner: {0}")]
     Local(#[from] enforce_runner_local::LocalConfigError),
+}
+
+impl ConfigError {
+    /// The config field at fault, when the error is about one.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            ConfigError::InvalidDuration { field, .. }
+            | ConfigError::Zero { field }
+            | ConfigError::Missing { field } => Some(field),
+            ConfigError::InvalidBaseUrl(_) | ConfigError::TlsUnavailable(_) => Some("base_url"),
+            ConfigError::MissingApiKeyEnv(_) => Some("api_key_env"),
+            ConfigError::HttpClient(_) | ConfigError::Local(_) => None,
+        }
+    }
+}
+
+/// A timeout in seconds from a config file, checked: 0 is refused, since every call would
+/// time out at once.
+pub(crate) fn timeout_from_secs(field: &'static str, secs: f64) -> Result<Duration, ConfigError> {
+    match duration_from_secs(field, secs)? {
+        zero if zero.is_zero() => Err(ConfigError::Zero { field }),
+        timeout => Ok(timeout),
+    }
 }
 
 /// A duration in seconds from a config file, checked.

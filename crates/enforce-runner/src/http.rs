@@ -3,7 +3,7 @@
 //! limit, error bodies in every shape servers send ([`error_message`]), and the driver of a
 //! streamed answer ([`Streaming`]) over any wire format's [`EventReader`].
 
-use crate::error::{duration_from_secs, ConfigError};
+use crate::error::{timeout_from_secs, ConfigError};
 use crate::process::tail;
 use crate::sse::{Chunk, EventReader, StreamFault};
 use crate::transport::{SendError, Transport, UpstreamResponse};
@@ -71,8 +71,13 @@ impl HttpEndpoint {
         if https && !cfg!(feature = "rustls") {
             return Err(ConfigError::TlsUnavailable(settings.base_url.to_string()));
         }
-        let timeout = duration_from_secs("timeout_secs", settings.timeout_secs)?;
-        let connect = duration_from_secs("connect_timeout_secs", settings.connect_timeout_secs)?;
+        let timeout = timeout_from_secs("timeout_secs", settings.timeout_secs)?;
+        let connect = timeout_from_secs("connect_timeout_secs", settings.connect_timeout_secs)?;
+        if settings.max_response_bytes == 0 {
+            return Err(ConfigError::Zero {
+                field: "max_response_bytes",
+            });
+        }
         let client = reqwest::Client::builder()
             .connect_timeout(connect)
             .build()
@@ -224,7 +229,14 @@ impl HttpEndpoint {
 
     /// Reads a whole body within the limit.
     pub(crate) async fn read(&self, response: UpstreamResponse) -> Result<String, RunnerError> {
-        read_limited(response, self.max_response_bytes).await
+        read_limited(response, self.max_response_bytes)
+            .await
+            .map_err(|failure| match failure {
+                // A body still dribbling in at the deadline is the same timeout as a server
+                // that never answered: the client sees one status for both.
+                ReadFailure::TimedOut => self.timeout_error(),
+                ReadFailure::Failed(error) => error,
+            })
     }
 
     /// The error of a call that ran out of time.
@@ -680,28 +692,43 @@ pub fn error_message(body: &str) -> Option<String> {
     Some(tail(body, 500))
 }
 
+/// Why a body could not be read whole.
+enum ReadFailure {
+    /// The call's deadline passed before the body ended.
+    TimedOut,
+    /// Anything else.
+    Failed(RunnerError),
+}
+
+impl From<RunnerError> for ReadFailure {
+    fn from(error: RunnerError) -> Self {
+        ReadFailure::Failed(error)
+    }
+}
+
 /// Reads a body of at most `limit` bytes, chunk by chunk, so an enormous or endless body is
 /// refused after `limit` bytes instead of being buffered whole.
-async fn read_limited(mut response: UpstreamResponse, limit: usize) -> Result<String, RunnerError> {
+async fn read_limited(mut response: UpstreamResponse, limit: usize) -> Result<String, ReadFailure> {
     let status = response.status().as_u16();
     if response.content_length().is_some_and(|n| n > limit as u64) {
-        return Err(too_large(status, limit));
+        return Err(too_large(status, limit).into());
     }
     let mut body = Vec::new();
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => {
                 if body.len() + chunk.len() > limit {
-                    return Err(too_large(status, limit));
+                    return Err(too_large(status, limit).into());
                 }
                 body.extend_from_slice(&chunk);
             }
             Ok(None) => break,
+            Err(e) if e.is_timeout() => return Err(ReadFailure::TimedOut),
             Err(e) => {
-                return Err(RunnerError::Upstream {
+                return Err(ReadFailure::Failed(RunnerError::Upstream {
                     status: Some(status),
                     message: format!("reading the response failed: {e}"),
-                })
+                }))
             }
         }
     }

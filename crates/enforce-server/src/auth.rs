@@ -64,7 +64,10 @@ pub(crate) fn authenticate(
             headers
                 .get(crate::headers::API_KEY)
                 .and_then(|v| v.to_str().ok())
-        });
+        })
+        // An empty key never authenticates, whatever was configured.
+        .map(str::trim)
+        .filter(|key| !key.is_empty());
     let keys = plain
         .iter()
         .map(String::as_str)

@@ -14,7 +14,7 @@ mod otlp;
 mod section;
 #[cfg(test)]
 mod tests;
-pub use keys::{parse_key_list, ApiKeyEntry, ApiKeySpec, KeyGrant};
+pub use keys::{parse_key_list, ApiKeyEntry, ApiKeySpec, BlankKey, KeyGrant};
 pub use otlp::{
     OtlpConfig, OtlpSection, DEFAULT_OTLP_TRACES_URL, DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV,
     OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV,
@@ -397,11 +397,21 @@ impl ServerConfig {
         Ok(self)
     }
 
-    /// Adds the keys from [`API_KEYS_ENV`] (comma-separated, blanks ignored) to `api_keys`.
-    pub fn with_env_api_keys(mut self) -> Self {
-        if let Ok(value) = std::env::var(API_KEYS_ENV) {
-            self.api_keys.extend(parse_key_list(&value));
+    /// Adds the keys from [`API_KEYS_ENV`] (comma-separated) to `api_keys`. The variable set
+    /// but empty, or with an empty entry, is an error: it usually means a key that was meant to
+    /// be there is missing.
+    pub fn with_env_api_keys(mut self) -> Result<Self, crate::ServerError> {
+        if let Some(value) = std::env::var_os(API_KEYS_ENV) {
+            let value = value
+                .into_string()
+                .map_err(|_| crate::ServerError::EmptyApiKey {
+                    origin: format!("{API_KEYS_ENV} (not UTF-8)"),
+                })?;
+            let keys = parse_key_list(&value).map_err(|e| crate::ServerError::EmptyApiKey {
+                origin: format!("{API_KEYS_ENV}: {e}"),
+            })?;
+            self.api_keys.extend(keys);
         }
-        self
+        Ok(self)
     }
 }

@@ -62,17 +62,31 @@ pub(crate) fn admit_model(
     if !grant.allows_model(id) {
         return Err(rejected("forbidden")(model_forbidden(grant, id)));
     }
-    let named = headers
-        .get(names::PROFILE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|n| !n.is_empty());
+    let named = requested_profile(headers).map_err(rejected("bad_request"))?;
     match named {
         Some(profile) if !grant.allows_profile(profile) => Err(rejected("forbidden")(
             profile_forbidden(grant, profile, "X-Enforce-Profile names it"),
         )),
         _ => Ok(()),
     }
+}
+
+/// The profile `X-Enforce-Profile` names (`None` when absent or blank). A value that is not
+/// visible ASCII is a 400: ignoring it would enforce with another profile than the one asked.
+pub(crate) fn requested_profile(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(value) = headers.get(names::PROFILE) else {
+        return Ok(None);
+    };
+    let name = value.to_str().map_err(|_| {
+        ApiError::bad_request(
+            format!(
+                "The `{}` header must be a profile name in plain ASCII.",
+                crate::PROFILE_HEADER
+            ),
+            None,
+        )
+    })?;
+    Ok(Some(name.trim()).filter(|n| !n.is_empty()))
 }
 
 /// The 403 of a key whose request would be enforced with a profile outside its list.

@@ -17,6 +17,12 @@ pub enum ServerError {
     /// No model is configured.
     #[error("no model is configured")]
     NoModels,
+    /// An accepted API key is empty or blank: a request presenting no key at all would match it.
+    #[error("an API key is empty ({origin}); give the key, or no keys at all to serve without authentication")]
+    EmptyApiKey {
+        /// Where the key came from.
+        origin: String,
+    },
     /// The session directory could not be created.
     #[error("session directory {path}: {source}")]
     SessionDir {

@@ -23,7 +23,7 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let runner = Arc::new(ScriptedRunner::texts(["Hello!"]));
 //! let model = Model::new("chat", runner, Arc::new(Enforcer::new(vec![])));
-//! let server = Server::builder(ServerConfig::default().with_env_api_keys())
+//! let server = Server::builder(ServerConfig::default().with_env_api_keys()?)
 //!     .model(model)
 //!     .step_extractor(|text: &str| {
 //!         let at = text.find("<!-- STEP: done -->")?;
@@ -46,6 +46,9 @@ mod controls;
 mod count_tokens;
 mod error;
 mod facts;
+#[cfg(any(fuzzing, test))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod headers;
 mod messages;
 mod metrics;
@@ -70,11 +73,11 @@ mod verdict;
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
 pub use config::{
-    parse_key_list, ApiKeyEntry, ApiKeySpec, ConcurrencyScope, FailureResponse, FsyncPolicy,
-    KeyGrant, Model, ModelOptions, OtlpConfig, OtlpSection, SectionError, ServerConfig,
-    ServerSection, StateConfig, StateSection, StreamMode, API_KEYS_ENV, DEFAULT_OTLP_TRACES_URL,
-    DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV, OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV,
-    OTLP_TRACES_ENDPOINT_ENV,
+    parse_key_list, ApiKeyEntry, ApiKeySpec, BlankKey, ConcurrencyScope, FailureResponse,
+    FsyncPolicy, KeyGrant, Model, ModelOptions, OtlpConfig, OtlpSection, SectionError,
+    ServerConfig, ServerSection, StateConfig, StateSection, StreamMode, API_KEYS_ENV,
+    DEFAULT_OTLP_TRACES_URL, DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV, OTEL_SERVICE_NAME_ENV,
+    OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV,
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
@@ -193,6 +196,7 @@ impl ServerBuilder {
         if self.models.is_empty() {
             return Err(ServerError::NoModels);
         }
+        check_api_keys(&self.config)?;
         let mut models = HashMap::new();
         let mut model_order = Vec::new();
         for model in self.models {
@@ -443,6 +447,22 @@ impl Server {
             }
         }
         result
+    }
+}
+
+/// Refuses a blank accepted key, however the configuration was put together.
+fn check_api_keys(config: &ServerConfig) -> Result<(), ServerError> {
+    let plain = config.api_keys.iter().enumerate();
+    if let Some((index, _)) = plain.clone().find(|(_, key)| key.trim().is_empty()) {
+        return Err(ServerError::EmptyApiKey {
+            origin: format!("api_keys[{index}]"),
+        });
+    }
+    match config.key_grants.iter().find(|g| g.key.trim().is_empty()) {
+        Some(grant) => Err(ServerError::EmptyApiKey {
+            origin: grant.name.clone(),
+        }),
+        None => Ok(()),
     }
 }
 

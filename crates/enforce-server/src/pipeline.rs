@@ -594,11 +594,7 @@ fn resolve_model(
     headers: &HeaderMap,
 ) -> Result<(Arc<Model>, Option<String>), Rejection> {
     let mut model = known_model(app, grant, id)?;
-    let profile = headers
-        .get(names::PROFILE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|n| !n.is_empty());
+    let profile = controls::requested_profile(headers).map_err(rejected("bad_request"))?;
     let Some(name) = profile else {
         return Ok((model, None));
     };
@@ -788,6 +784,29 @@ fn own_headers(headers: &HeaderMap) -> &HeaderMap {
         headers
     } else {
         &NONE
+    }
+}
+
+/// A request's `stream`: absent or `null` is not streamed, a boolean says; anything else is a
+/// 400, as OpenAI answers (`"yes"` must not quietly mean "not streamed").
+pub(crate) fn stream_of(stream: Option<&Value>) -> Result<bool, ApiError> {
+    match stream {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(stream)) => Ok(*stream),
+        Some(other) => Err(ApiError::bad_request(
+            format!("`stream` must be true or false, got {other}."),
+            Some("stream"),
+        )),
+    }
+}
+
+/// A message's `role` as an error message shows it: `` `user` `` for a string, the JSON of
+/// anything else (`3`), `none` when there is none.
+pub(crate) fn shown_role(role: Option<&Value>) -> String {
+    match role {
+        None | Some(Value::Null) => "none".to_string(),
+        Some(Value::String(role)) => format!("`{role}`"),
+        Some(other) => format!("{other} (not a string)"),
     }
 }
 

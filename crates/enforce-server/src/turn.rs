@@ -819,8 +819,10 @@ impl Turn {
                 );
                 let mut enforcement = verdict::enforcement_json(&outcome);
                 self.add_route(&mut enforcement);
+                // The loop's own status stays in the object for the record, but nothing that
+                // reached the client was validated: no `X-Enforce-Status` claims it was.
+                enforcement["validated"] = Value::Bool(false);
                 error.enforcement = Some(Box::new(enforcement));
-                error.enforce_status = Some(outcome.status.as_str());
                 Err(error)
             }
             Some(text) => Ok((text, outcome)),

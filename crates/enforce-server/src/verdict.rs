@@ -231,8 +231,16 @@ pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
             "upstream_cut_off",
             format!(
                 "The model's answer was cut off before it was complete{when} ({}). Please try again.",
-                message.trim().trim_end_matches('.')
+                without_urls(message).trim().trim_end_matches('.')
             ),
+        ),
+        // No answer at all (refused connection, DNS, TLS): the reason names the internal
+        // upstream address, which stays in the log and the audit record.
+        RunnerError::Upstream { status: None, .. } => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_error",
+            format!("Cannot reach the model server{when}. Please try again in a moment."),
         ),
         RunnerError::Upstream { status, message } => ApiError::new(
             StatusCode::BAD_GATEWAY,
@@ -299,7 +307,7 @@ pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
             "upstream_protocol_error",
             format!(
                 "The model's reply was cut off or could not be read{when}: {}. Please try again.",
-                message.trim().trim_end_matches('.')
+                without_urls(message).trim().trim_end_matches('.')
             ),
         ),
         // The model cannot serve this at all (missing or broken model file, a prompt longer
@@ -321,6 +329,34 @@ pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
             format!("The model could not answer{when}: {other}. Please try again."),
         ),
     }
+}
+
+/// `message` without the URLs in it: an HTTP client's error names the internal upstream
+/// address (`… for url (http://10.0.0.5:8000/v1/chat/completions)`), which a client of the
+/// proxy has no business knowing.
+fn without_urls(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(start) = ["http://", "https://"]
+        .iter()
+        .filter_map(|scheme| rest.find(scheme))
+        .min()
+    {
+        let before = &rest[..start];
+        let before = before.strip_suffix(" for url (").unwrap_or(before);
+        out.push_str(before);
+        let after = &rest[start..];
+        let end = after
+            .find(|c: char| c.is_whitespace() || c == ')')
+            .unwrap_or(after.len());
+        let closing = before.len() < rest[..start].len() && after[end..].starts_with(')');
+        if !closing {
+            out.push_str("the model server");
+        }
+        rest = &after[end + usize::from(closing)..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The error for an enforcement that ended without a deliverable answer.
@@ -435,6 +471,31 @@ mod tests {
     use super::fixtures::{attempt, outcome};
     use super::*;
     use enforce_core::{Attempt, Status};
+
+    #[test]
+    fn urls_are_cut_from_what_a_client_reads() {
+        let cases = [
+            (
+                "error decoding response body for url (http://10.0.0.5:8000/v1/chat)",
+                "error decoding response body",
+            ),
+            (
+                "broke at https://up.internal/v1 then",
+                "broke at the model server then",
+            ),
+            ("no address here", "no address here"),
+        ];
+        for (message, shown) in cases {
+            assert_eq!(without_urls(message), shown);
+        }
+        let unreachable = RunnerError::Upstream {
+            status: None,
+            message: "cannot connect to http://10.0.0.5:8000/v1/chat/completions".into(),
+        };
+        let api = runner_failure(&unreachable, 1);
+        assert!(!api.message.contains("10.0.0.5"), "{}", api.message);
+        assert_eq!(api.status, StatusCode::BAD_GATEWAY);
+    }
 
     /// A model that cannot serve the request (the local runner's missing file) is a 503 that
     /// names what is missing, not a generic failure.

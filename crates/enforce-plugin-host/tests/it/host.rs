@@ -388,3 +388,30 @@ fn a_second_provider_of_a_validator_name_is_refused_and_missing_dirs_are_reporte
     assert_eq!(again.plugins().len(), 1);
     assert!(again.failures().is_empty());
 }
+
+#[test]
+fn a_truncated_library_is_reported_and_the_others_load() {
+    let dir = dir_with(&[GERMAN, DOMAIN]);
+    let whole = std::fs::read(library(GERMAN)).expect("read the plugin");
+    // Headers whole but segments cut (a copy in progress), the section table cut, the header cut.
+    for (name, len) in [
+        ("libpartial.so", 2000),
+        ("libalmost.so", whole.len() - 1),
+        ("libstub.so", 40),
+    ] {
+        std::fs::write(dir.path().join(name), &whole[..len]).expect("write");
+    }
+    let host = PluginHost::load_dirs(&[PluginDir::new(dir.path(), DirSource::Config)]);
+    let mut loaded: Vec<&str> = host.plugins().iter().map(|p| p.name()).collect();
+    loaded.sort_unstable();
+    assert_eq!(loaded, ["domain-rules", "german-prose"]);
+    assert_eq!(host.failures().len(), 3, "{:?}", host.failures());
+    for failure in host.failures() {
+        assert_eq!(failure.error.kind(), "not_a_library");
+        let text = failure.error.to_string();
+        assert!(
+            text.starts_with("not a loadable library: truncated"),
+            "{text}"
+        );
+    }
+}

@@ -122,12 +122,27 @@ pub struct ApiKeySpec {
     pub profiles: Option<Vec<String>>,
 }
 
-/// Splits a comma-separated key list, trimming blanks and dropping empty entries.
-pub fn parse_key_list(value: &str) -> Vec<String> {
+/// Splits a comma-separated key list, trimming each key. An empty or blank entry (`"$KEY"` with
+/// `KEY` unset, a doubled or trailing comma) is refused with its 1-based position: a key list
+/// that quietly shrank could leave the proxy open.
+pub fn parse_key_list(value: &str) -> Result<Vec<String>, BlankKey> {
     value
         .split(',')
         .map(str::trim)
-        .filter(|k| !k.is_empty())
-        .map(str::to_string)
+        .enumerate()
+        .map(|(index, key)| match key.is_empty() {
+            true => Err(BlankKey {
+                position: index + 1,
+            }),
+            false => Ok(key.to_string()),
+        })
         .collect()
+}
+
+/// An empty or blank entry in a key list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("key {position} is empty")]
+pub struct BlankKey {
+    /// Its 1-based position in the list.
+    pub position: usize,
 }

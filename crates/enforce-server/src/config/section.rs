@@ -159,6 +159,30 @@ impl StateSection {
     }
 }
 
+/// The error of an entry whose key entry `first` already has (the key itself is never shown).
+fn same_key(first: usize) -> String {
+    format!("the same key as api_keys[{first}]: one key has one set of limits")
+}
+
+/// The index of the first of `entries` whose key is `key` (a `key_env` read through `var`).
+fn first_with_key(
+    entries: &[ApiKeyEntry],
+    key: &str,
+    var: impl Fn(&str) -> Option<String>,
+) -> Option<usize> {
+    entries.iter().position(|entry| {
+        let other = match entry {
+            ApiKeyEntry::Key(k) => Some(k.trim().to_string()),
+            ApiKeyEntry::Scoped(spec) => match (&spec.key, &spec.key_env) {
+                (Some(k), _) => Some(k.trim().to_string()),
+                (None, Some(name)) => var(name).map(|v| v.trim().to_string()),
+                (None, None) => None,
+            },
+        };
+        other.as_deref() == Some(key)
+    })
+}
+
 /// A `server:` value that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("server.{field}: {message}")]
@@ -206,6 +230,12 @@ impl ServerSection {
             c.otlp = OtlpConfig::resolve(Some(section), |_| None)?;
         }
         if let Some(v) = self.max_body_bytes {
+            if v == 0 {
+                return Err(SectionError {
+                    field: "max_body_bytes".into(),
+                    message: "must be at least 1".into(),
+                });
+            }
             c.max_body_bytes = v;
         }
         if let Some(v) = self.max_context_bytes {
@@ -224,6 +254,12 @@ impl ServerSection {
             c.retry_after_secs = v;
         }
         if let Some(d) = seconds("request_timeout_secs", self.request_timeout_secs)? {
+            if d.is_zero() {
+                return Err(SectionError {
+                    field: "request_timeout_secs".into(),
+                    message: "must be more than 0 (every request would time out at once)".into(),
+                });
+            }
             c.request_timeout = d;
         }
         if let Some(d) = seconds("keepalive_secs", self.keepalive_secs)? {
@@ -274,7 +310,11 @@ impl ServerSection {
                     return Err(at("", "is empty".into()))
                 }
                 ApiKeyEntry::Key(key) => {
-                    plain.push(key.trim().to_string());
+                    let key = key.trim();
+                    if let Some(first) = first_with_key(&self.api_keys[..index], key, &var) {
+                        return Err(at("", same_key(first)));
+                    }
+                    plain.push(key.to_string());
                     continue;
                 }
                 ApiKeyEntry::Scoped(spec) => spec,
@@ -301,6 +341,9 @@ impl ServerSection {
                 if let Some(i) = list.iter().flatten().position(|n| n.trim().is_empty()) {
                     return Err(at(&format!(".{what}[{i}]"), "is empty".into()));
                 }
+            }
+            if let Some(first) = first_with_key(&self.api_keys[..index], &key, &var) {
+                return Err(at("", same_key(first)));
             }
             grants.push(KeyGrant {
                 name: spec

@@ -1,8 +1,48 @@
 use super::*;
 
 #[test]
-fn key_list_ignores_blanks() {
-    assert_eq!(parse_key_list(" a, ,b ,"), vec!["a", "b"]);
+fn key_list_refuses_blanks() {
+    assert_eq!(parse_key_list(" a ,b").unwrap(), vec!["a", "b"]);
+    assert_eq!(parse_key_list("").unwrap_err().position, 1);
+    assert_eq!(parse_key_list(" a, ,b").unwrap_err().position, 2);
+    assert_eq!(parse_key_list("a,").unwrap_err().position, 2);
+}
+
+#[test]
+fn zero_limits_and_timeouts_are_refused() {
+    for (text, field) in [
+        (r#"{"max_body_bytes":0}"#, "max_body_bytes"),
+        (r#"{"request_timeout_secs":0}"#, "request_timeout_secs"),
+        (r#"{"request_timeout_secs":0.0}"#, "request_timeout_secs"),
+    ] {
+        let section: ServerSection = serde_json::from_str(text).unwrap();
+        assert_eq!(section.to_config().unwrap_err().field, field, "{text}");
+    }
+}
+
+#[test]
+fn one_key_in_two_entries_is_refused() {
+    let var = |name: &str| (name == "LIMITED").then(|| " k1 ".to_string());
+    for text in [
+        r#"{"api_keys":["k1", {"key":"k1","models":["m"]}]}"#,
+        r#"{"api_keys":[{"key":"k1","models":["m"]}, "k1"]}"#,
+        r#"{"api_keys":["k1", {"key_env":"LIMITED","models":["m"]}]}"#,
+        r#"{"api_keys":["k0", "k1", " k1"]}"#,
+    ] {
+        let section: ServerSection = serde_json::from_str(text).unwrap();
+        let error = section.keys(var).unwrap_err();
+        assert!(
+            error.message.contains("the same key as api_keys["),
+            "{text}: {error}"
+        );
+        assert!(
+            !error.message.contains("k1"),
+            "the key is never shown: {error}"
+        );
+    }
+    let distinct: ServerSection =
+        serde_json::from_str(r#"{"api_keys":["k1", {"key":"k2","models":["m"]}]}"#).unwrap();
+    assert!(distinct.keys(var).is_ok());
 }
 
 #[test]

@@ -120,7 +120,7 @@ fn start_request(
     let mut request = MessagesRequest {
         model,
         messages: Vec::new(),
-        stream: stream.as_ref().and_then(Value::as_bool).unwrap_or(false),
+        stream: crate::pipeline::stream_of(stream.as_ref())?,
         enforce,
         params: Map::new(),
         ignored: Vec::new(),
@@ -247,11 +247,11 @@ fn read_turn(turn: &Value, request: &mut MessagesRequest) -> Result<(), ApiError
     let role = match turn.get("role").and_then(Value::as_str) {
         Some("user") => Role::User,
         Some("assistant") => Role::Assistant,
-        other => {
+        _ => {
             return Err(bad(
                 format!(
                     "A message's `role` must be `user` or `assistant`, got {}.",
-                    other.map_or_else(|| "none".to_string(), |r| format!("`{r}`"))
+                    crate::pipeline::shown_role(turn.get("role"))
                 ),
                 "messages",
             ))

@@ -82,7 +82,10 @@ fn parse_chat_request_in_full(body: &[u8]) -> Result<Ask, ApiError> {
         let role_name = raw.get("role").and_then(Value::as_str).unwrap_or("");
         let role = role_of(role_name).ok_or_else(|| {
             ApiError::bad_request(
-                format!("Unknown message role `{role_name}`."),
+                format!(
+                    "A message's `role` must be `system`, `developer`, `user`, `assistant` or `tool`, got {}.",
+                    crate::pipeline::shown_role(raw.get("role"))
+                ),
                 Some("messages"),
             )
         })?;
@@ -168,11 +171,7 @@ impl Interpreted {
                 ))
             }
         }
-        let stream = self
-            .stream
-            .as_ref()
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let stream = crate::pipeline::stream_of(self.stream.as_ref())?;
         let include_usage = self
             .stream_options
             .as_ref()

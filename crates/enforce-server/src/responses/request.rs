@@ -9,7 +9,7 @@
 
 use super::Kept;
 use crate::error::ApiError;
-use crate::pipeline::{body_object, model_of, non_empty, Ask};
+use crate::pipeline::{body_object, model_of, non_empty, stream_of, Ask};
 use enforce_core::{Message, Role, ToolCall};
 use serde_json::{json, Map, Value};
 
@@ -178,9 +178,12 @@ fn input_messages(input: &Value, messages: &mut Vec<Message>) -> Result<(), ApiE
                     "user" => Role::User,
                     "assistant" => Role::Assistant,
                     "system" | "developer" => Role::System,
-                    other => {
+                    _ => {
                         return Err(invalid(
-                            format!("Unknown input message role `{other}`."),
+                            format!(
+                                "An input message's `role` must be `user`, `assistant`, `system` or `developer`, got {}.",
+                                crate::pipeline::shown_role(item.get("role"))
+                            ),
                             "input",
                         ))
                     }
@@ -440,10 +443,7 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
         }
     };
     let store = fields.remove(Field::store).and_then(|v| v.as_bool());
-    let stream = fields
-        .remove(Field::stream)
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false);
+    let stream = stream_of(fields.remove(Field::stream).as_ref())?;
     let enforce = fields.remove(Field::enforce);
     let chat_hint = fields
         .get(Field::metadata)

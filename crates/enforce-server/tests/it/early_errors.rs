@@ -8,7 +8,7 @@ use enforce_runner::{AnthropicConfig, AnthropicRunner, OpenAiConfig, OpenAiRunne
 use enforce_server::{FailureResponse, Model, ModelOptions, ServerConfig};
 use enforce_testkit::sse::parse_sse;
 use enforce_testkit::{AnthropicReply, MockAnthropic, MockOpenAi, MockReply, MockScript};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -234,5 +234,65 @@ async fn an_upstream_429_is_a_429_with_its_retry_after_on_every_surface() {
                 assert_eq!(body["error"]["type"], "overloaded_error", "{cell}");
             }
         }
+    }
+}
+
+/// Fields read leniently before: a `stream` that is not a boolean, a `role` that is not a
+/// string and an `X-Enforce-Profile` that is not ASCII are 400s on every surface, before the
+/// model is asked.
+#[tokio::test]
+async fn non_boolean_stream_numeric_role_and_a_binary_profile_header_are_400s() {
+    let runner = Arc::new(enforce_core::ScriptedRunner::texts(Vec::<String>::new()));
+    let server = server_with(
+        ServerConfig::default(),
+        runner,
+        marker_enforcer(false),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    let expect_400 = |surface: &str, response_body: &Value, said: &str| {
+        let code = error_code(surface, response_body);
+        assert_eq!(code, "invalid_request", "{surface}: {response_body}");
+        let message = response_body["error"]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(message.contains(said), "{surface}: {message}");
+    };
+    for surface in SURFACES {
+        let (path, good) = surface_request(surface, "m", false);
+        for stream in [json!("yes"), json!(1), json!({})] {
+            let mut body = good.clone();
+            body["stream"] = stream.clone();
+            let resp = h.client.post(h.url(path)).json(&body).send().await.unwrap();
+            assert_eq!(resp.status(), 400, "{surface}: stream {stream}");
+            expect_400(
+                surface,
+                &resp.json().await.unwrap(),
+                "`stream` must be true or false",
+            );
+        }
+        let mut body = good.clone();
+        let turn = json!([{"type": "message", "role": 3, "content": "Explain it."}]);
+        match surface {
+            "responses" => body["input"] = turn,
+            _ => body["messages"] = turn,
+        }
+        let resp = h.client.post(h.url(path)).json(&body).send().await.unwrap();
+        assert_eq!(resp.status(), 400, "{surface}: numeric role");
+        expect_400(surface, &resp.json().await.unwrap(), "got 3 (not a string)");
+
+        let resp = h
+            .client
+            .post(h.url(path))
+            .header(
+                "x-enforce-profile",
+                reqwest::header::HeaderValue::from_bytes(b"str\xe9ct").unwrap(),
+            )
+            .json(&good)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{surface}: binary profile header");
+        expect_400(surface, &resp.json().await.unwrap(), "x-enforce-profile");
     }
 }

@@ -137,25 +137,35 @@ async fn check_row(name: &str, h: &Harness, dir: &tempfile::TempDir, seen: Seen,
 /// A TCP server that answers every connection with `reply` (raw bytes) and then closes or
 /// resets the connection.
 async fn raw_upstream(reply: &'static [u8], reset: bool) -> String {
+    raw_server(move |mut socket| async move {
+        let _ = socket.write_all(reply).await;
+        if reset {
+            // SO_LINGER 0: close sends RST instead of FIN. The socket is empty, so the
+            // blocking close the deprecation warns about cannot happen.
+            #[allow(deprecated)]
+            let _ = socket.set_linger(Some(Duration::ZERO));
+        }
+        drop(socket);
+    })
+    .await
+}
+
+/// A TCP server that reads each connection's request and hands the socket to `answer`; its
+/// base URL.
+async fn raw_server<F, Fut>(answer: F) -> String
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 64 * 1024];
-                let _ =
-                    tokio::time::timeout(Duration::from_millis(200), socket.read(&mut buf)).await;
-                let _ = socket.write_all(reply).await;
-                if reset {
-                    // SO_LINGER 0: close sends RST instead of FIN. The socket is empty, so the
-                    // blocking close the deprecation warns about cannot happen.
-                    #[allow(deprecated)]
-                    let _ = socket.set_linger(Some(Duration::ZERO));
-                }
-                drop(socket);
-            });
+            let mut buf = vec![0u8; 64 * 1024];
+            let _ = tokio::time::timeout(Duration::from_millis(200), socket.read(&mut buf)).await;
+            tokio::spawn(answer(socket));
         }
     });
     format!("http://{addr}/v1")
@@ -524,4 +534,79 @@ fn unwritable_audit_location_is_a_clear_startup_error() {
         .expect_err("must fail");
     let text = err.to_string();
     assert!(text.contains("plain-file"), "{text}");
+}
+
+/// An upstream nobody listens on: the client is told the model server cannot be reached, and
+/// only the log and the audit record name its internal address.
+#[tokio::test]
+async fn an_unreachable_upstream_is_not_named_to_the_client() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = server_with(
+        audited(&dir),
+        openai_runner(&base),
+        marker_enforcer(false),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    let resp = h.chat(body(false)).await;
+    assert_eq!(resp.status().as_u16(), 502);
+    let plain = resp.text().await.expect("body");
+    let raw = h.chat(body(true)).await.text().await.expect("stream");
+    for shown in [&plain, &raw] {
+        assert!(shown.contains("Cannot reach the model server"), "{shown}");
+        assert!(
+            !shown.contains(&port.to_string()),
+            "the address leaked: {shown}"
+        );
+    }
+    let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).expect("audit");
+    assert!(
+        audit.contains(&base),
+        "the audit names the upstream: {audit}"
+    );
+}
+
+/// An upstream that answers at once and then sends its body one byte at a time, past the
+/// runner's `timeout_secs`: the same 504 `upstream_timeout` as an upstream that never answers.
+#[tokio::test]
+async fn a_dribbling_upstream_times_out_like_a_hanging_one() {
+    let base = raw_server(|mut socket| async move {
+        let head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n{\"choices\":[{\"message\":{\"content\":\"";
+        if socket.write_all(head).await.is_err() {
+            return;
+        }
+        // Well past the runner's 1.5 s, then gives up by itself.
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if socket.write_all(b"x").await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("dir");
+    let server = server_with(
+        audited(&dir),
+        openai_runner(&base),
+        marker_enforcer(false),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    let seen = Seen {
+        status: 504,
+        code: "upstream_timeout",
+    };
+    check_row(
+        "an upstream dribbling past the timeout",
+        &h,
+        &dir,
+        seen,
+        true,
+    )
+    .await;
 }

@@ -408,6 +408,11 @@ async fn an_empty_answer_is_an_error_not_an_empty_success() {
     let h = Harness::start(server).await;
     let resp = h.chat(user_body(false)).await;
     assert_eq!(resp.status(), 502);
+    // Nothing validated reached the client: no header or flag may say otherwise.
+    assert_eq!(resp.headers().get("x-enforce-status"), None);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "empty_answer");
+    assert_eq!(body["enforcement"]["validated"], false, "{body}");
     let (_, parsed) = read_stream(h.chat(user_body(true)).await).await;
     assert_eq!(parsed.error().unwrap()["code"], "empty_answer");
     assert!(parsed.done_last);

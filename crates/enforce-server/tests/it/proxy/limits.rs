@@ -51,6 +51,70 @@ async fn bearer_auth_guards_the_api() {
 }
 
 #[tokio::test]
+async fn an_empty_presented_key_is_never_accepted() {
+    let runner = Arc::new(ScriptedRunner::texts([GOOD]));
+    let config = ServerConfig {
+        api_keys: vec!["k-one".into()],
+        ..ServerConfig::default()
+    };
+    let server = server_with(
+        config,
+        runner,
+        marker_enforcer(false),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    let empty_headers: [&[(&str, &str)]; 4] = [
+        &[("x-api-key", "")],
+        &[("x-api-key", "   ")],
+        &[("authorization", "Bearer ")],
+        &[("authorization", "Bearer "), ("x-api-key", "")],
+    ];
+    for headers in empty_headers {
+        let mut req = h.client.post(h.url("/v1/messages")).json(&json!({
+            "model": "m", "max_tokens": 16,
+            "messages": [{"role": "user", "content": "hi"}]
+        }));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 401, "{headers:?}");
+    }
+}
+
+#[test]
+fn a_blank_configured_key_is_refused_at_build() {
+    let build = |config: ServerConfig| {
+        let runner = Arc::new(ScriptedRunner::texts([GOOD]));
+        let model = enforce_server::Model::new("m", runner, Arc::new(marker_enforcer(false)));
+        match enforce_server::Server::builder(config).model(model).build() {
+            Err(enforce_server::ServerError::EmptyApiKey { origin }) => origin,
+            Err(other) => panic!("another error: {other}"),
+            Ok(_) => panic!("a blank key must be refused"),
+        }
+    };
+    for blank in ["", "  "] {
+        let config = ServerConfig {
+            api_keys: vec!["k-one".into(), blank.into()],
+            ..ServerConfig::default()
+        };
+        assert_eq!(build(config), "api_keys[1]");
+    }
+    let grant = enforce_server::KeyGrant {
+        name: "ops".into(),
+        key: " ".into(),
+        models: None,
+        profiles: None,
+    };
+    let config = ServerConfig {
+        key_grants: vec![grant],
+        ..ServerConfig::default()
+    };
+    assert_eq!(build(config), "ops");
+}
+
+#[tokio::test]
 async fn body_limit_is_enforced() {
     let runner = Arc::new(ScriptedRunner::texts([GOOD, GOOD]));
     let config = ServerConfig {
