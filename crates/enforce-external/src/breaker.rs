@@ -671,13 +671,15 @@ mod tests {
     #[tokio::test]
     async fn an_abandoned_shared_probe_reopens_for_everyone() {
         let store = Arc::new(MemoryStore::default());
-        let (a, b) = replicas(&store, 20);
+        // A cool-down far longer than the steps below take on a loaded machine: the reopened
+        // breaker must not cool down again before A asks.
+        let (a, b) = replicas(&store, 400);
         a.acquire().await.unwrap().failure("down").await;
         a.acquire().await.unwrap().failure("down").await;
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::time::sleep(Duration::from_millis(450)).await;
         drop(b.acquire().await.expect("b probes"));
         // The drop publishes in the background.
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
         let refused = a.acquire().await.expect_err("reopened");
         assert_eq!(refused.state, BreakerState::Open, "{refused}");
     }
