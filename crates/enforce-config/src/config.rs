@@ -113,9 +113,9 @@ pub struct Defaults {
     /// New bytes of a streamed answer between two partial checks (default 32).
     pub partial_check_bytes: Option<usize>,
     /// How a re-ask asks: `feedback` (default: the conversation, the failed answer and
-    /// feedback naming every error), `resample` (the original request again, its integer
-    /// `seed` advanced by one per attempt) or `feedback_fresh` (the original request plus the
-    /// feedback, without the failed answer).
+    /// feedback naming every error), `resample` (the original request again) or
+    /// `feedback_fresh` (the original request plus the feedback, without the failed answer).
+    /// Every re-ask advances the seed by one per attempt.
     pub reask: Option<enforce_core::Reask>,
     /// When the validators' deterministic repairs run: `last` (default: after the re-asks)
     /// or `first` (before spending a re-ask: a repair that makes the answer clean is returned

@@ -7,7 +7,6 @@ use crate::{
     Budget, BudgetKind, Context, Cut, Event, FinishReason, InputStage, Issue, Message, Observer,
     Outcome, Policy, Reask, Reply, Request, Runner, Status, StopReason, Usage, Validator,
 };
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -97,6 +96,28 @@ fn truncated(fails: bool) -> Issue {
     } else {
         issue.with_severity(crate::Severity::Warning)
     }
+}
+
+/// `request` as attempt `number` sends it: a numeric `seed` in its parameters advanced by
+/// one per attempt before it, and the same offset for a runner's own configured seed.
+fn reseeded(request: &Request, number: u32) -> Request {
+    let step = number.saturating_sub(1);
+    let mut again = request.clone();
+    again.seed_offset = u64::from(step);
+    let seed = again
+        .params
+        .get("seed")
+        .and_then(|seed| crate::advance_seed(seed, u64::from(step)));
+    if let Some(seed) = seed {
+        again.params.insert("seed".to_string(), seed);
+    }
+    again
+}
+
+/// The numeric `seed` `request` carries, as a runner reads it (a negative one by its bits).
+fn seed_of(request: &Request) -> Option<u64> {
+    let seed = request.params.get("seed")?;
+    seed.as_u64().or_else(|| seed.as_i64().map(|s| s as u64))
 }
 
 fn split_issues(issues: Vec<Issue>) -> (Vec<Issue>, Vec<Issue>) {
@@ -342,13 +363,17 @@ impl Enforcer {
             } else {
                 Vec::new()
             };
+            // Every re-ask draws anew: a seeded model would repeat a failed answer.
+            let reseeded = (number > 1).then(|| reseeded(request, number));
+            let asking = reseeded.as_ref().unwrap_or(request);
+            run.asked_seed = seed_of(asking);
             // A re-ask by resampling or with fresh feedback is a new first ask.
             let fresh = previous
                 .as_ref()
-                .and_then(|(_, _, feedback)| self.reask_request(request, number, feedback));
+                .and_then(|(_, _, feedback)| self.reask_request(asking, feedback));
             let sent_bytes = match (&fresh, &previous) {
                 (Some(fresh), _) => message_bytes(fresh),
-                (None, Some((last, _, feedback))) => message_bytes(request)
+                (None, Some((last, _, feedback))) => message_bytes(asking)
                     .saturating_add(last.text.len())
                     .saturating_add(feedback.len()),
                 (None, None) => message_bytes(request),
@@ -359,10 +384,10 @@ impl Enforcer {
                 (Some(fresh), _, true) => runner.ask_streamed(fresh),
                 (Some(fresh), _, false) => WholeReply::stream(runner.ask(fresh)),
                 (None, Some((last, _, feedback)), true) => {
-                    runner.follow_up_streamed(request, last, feedback)
+                    runner.follow_up_streamed(asking, last, feedback)
                 }
                 (None, Some((last, _, feedback)), false) => {
-                    WholeReply::stream(runner.follow_up(request, last, feedback))
+                    WholeReply::stream(runner.follow_up(asking, last, feedback))
                 }
                 (None, None, true) => runner.ask_streamed(request),
                 (None, None, false) => WholeReply::stream(runner.ask(request)),
@@ -527,29 +552,14 @@ impl Enforcer {
     }
 
     /// The request of a re-ask that starts afresh ([`Reask::Resample`] and
-    /// [`Reask::FeedbackFresh`]); `None` for [`Reask::Feedback`], a follow-up.
-    fn reask_request(&self, request: &Request, number: u32, feedback: &str) -> Option<Request> {
+    /// [`Reask::FeedbackFresh`]) from `asking` (the request with this attempt's seed); `None`
+    /// for [`Reask::Feedback`], a follow-up.
+    fn reask_request(&self, asking: &Request, feedback: &str) -> Option<Request> {
         match self.policy.reask {
             Reask::Feedback => None,
-            Reask::Resample => {
-                let mut again = request.clone();
-                // A seeded model would draw the same answer again: advance the seed.
-                let step = number.saturating_sub(1);
-                let seed = match again.params.get("seed") {
-                    Some(Value::Number(n)) => match (n.as_u64(), n.as_i64()) {
-                        (Some(u), _) => Some(Value::from(u.wrapping_add(u64::from(step)))),
-                        (None, Some(i)) => Some(Value::from(i.wrapping_add(i64::from(step)))),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                if let Some(seed) = seed {
-                    again.params.insert("seed".to_string(), seed);
-                }
-                Some(again)
-            }
+            Reask::Resample => Some(asking.clone()),
             Reask::FeedbackFresh => {
-                let mut again = request.clone();
+                let mut again = asking.clone();
                 again.messages.push(Message::user(feedback));
                 Some(again)
             }

@@ -76,8 +76,8 @@ pub use policy::{
     AnswerFormat, Budget, BudgetKind, FallbackBy, Policy, PolicyBuilder, Reask, RepairWhen,
 };
 pub use runner::{
-    follow_up_messages, stateless_follow_up_messages, FinishReason, Message, Reply, ReplyStream,
-    Request, Role, Runner, RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage,
+    advance_seed, follow_up_messages, stateless_follow_up_messages, FinishReason, Message, Reply,
+    ReplyStream, Request, Role, Runner, RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage,
     REJECTED_TOOL_CALL,
 };
 pub use scripted::{ScriptedCall, ScriptedRunner};

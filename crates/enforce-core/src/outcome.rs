@@ -200,6 +200,10 @@ pub struct Attempt {
     /// attempts remain. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner_error: Option<RunnerError>,
+    /// The seed this attempt drew with: the runner's own when it reported one, else the
+    /// `seed` its request carried (every re-ask carries a new one). Absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
 }
 
 /// Why and where an attempt was cut short.

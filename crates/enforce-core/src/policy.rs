@@ -150,9 +150,8 @@ pub enum Reask {
     /// The conversation, the failed answer and feedback naming every error.
     #[default]
     Feedback,
-    /// The original request again, as if the first attempt had not happened. A numeric `seed`
-    /// in the request's parameters is advanced by one per attempt, so a seeded model draws a
-    /// different answer.
+    /// The original request again, as if the first attempt had not happened (like every
+    /// re-ask, with the seed advanced: see [`Request::seed_offset`](crate::Request::seed_offset)).
     Resample,
     /// The original request with the feedback appended, without the failed answer.
     FeedbackFresh,

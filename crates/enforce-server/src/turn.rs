@@ -631,6 +631,7 @@ impl Turn {
             messages,
             session_id,
             params,
+            ..Request::default()
         };
         let attempts = AttemptsSoFar::default();
         let recorded = attempts.clone();

@@ -404,6 +404,7 @@ pub(crate) mod fixtures {
             finish_reason,
             usage_estimated: false,
             runner_error: None,
+            seed: None,
         }
     }
 

@@ -84,6 +84,8 @@ pub(super) struct Run<'a> {
     /// Every answer received whole that a re-ask followed, with its attempt number: the
     /// repairs at the end try them too, newest first.
     pub(super) reasked: Vec<(u32, Reply, Found)>,
+    /// The `seed` the current attempt's request carried, for its audit.
+    pub(super) asked_seed: Option<u64>,
 }
 
 impl<'a> Run<'a> {
@@ -106,6 +108,7 @@ impl<'a> Run<'a> {
             use_fallback,
             input: None,
             reasked: Vec::new(),
+            asked_seed: None,
         }
     }
 
@@ -257,11 +260,13 @@ impl<'a> Run<'a> {
             finish_reason: reply.finish_reason.clone(),
             usage_estimated: false,
             runner_error: None,
+            seed: reply.seed,
         }
     }
 
     /// Adds `attempt` to the audit and tells the observer.
-    pub(super) fn push_attempt(&mut self, attempt: Attempt) {
+    pub(super) fn push_attempt(&mut self, mut attempt: Attempt) {
+        attempt.seed = attempt.seed.or(self.asked_seed);
         self.attempts.push(attempt);
         if let Some(attempt) = self.attempts.last() {
             self.observer.on_event(&Event::Recorded { attempt });

@@ -371,7 +371,7 @@ async fn feedback_fresh_sends_the_feedback_without_the_failed_answer() {
         .messages
         .iter()
         .all(|m| !m.content.contains("the failed answer")));
-    assert_eq!(request.params["seed"], 41, "the seed stays");
+    assert_eq!(request.params["seed"], 42, "a new draw");
 }
 
 #[tokio::test]

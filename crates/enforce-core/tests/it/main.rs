@@ -8,6 +8,7 @@ mod input_stage;
 mod json_writer;
 mod loop_paths;
 mod loop_rules;
+mod seeds;
 mod tool_calls;
 
 /// The request most tests send.

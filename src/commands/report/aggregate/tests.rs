@@ -21,6 +21,7 @@ fn attempt(number: u32, codes: &[&str]) -> Attempt {
         finish_reason: None,
         usage_estimated: false,
         runner_error: None,
+        seed: None,
     }
 }
 
