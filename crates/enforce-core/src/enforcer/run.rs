@@ -70,7 +70,7 @@ pub(super) struct Run<'a> {
     /// The enforcer's validators with groups opened up, in order.
     pub(super) leaves: Vec<Leaf<'a>>,
     context: &'a Context,
-    observer: &'a dyn Observer,
+    pub(super) observer: &'a dyn Observer,
     /// The observer wants an event per validator run (asked once, not per run).
     validator_runs: bool,
     /// The observer shows answers as they arrive.
