@@ -405,6 +405,8 @@ pub(crate) mod fixtures {
             usage_estimated: false,
             runner_error: None,
             seed: None,
+            reask: None,
+            more_room: None,
         }
     }
 

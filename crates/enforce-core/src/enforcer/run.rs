@@ -84,8 +84,21 @@ pub(super) struct Run<'a> {
     /// Every answer received whole that a re-ask followed, with its attempt number: the
     /// repairs at the end try them too, newest first.
     pub(super) reasked: Vec<(u32, Reply, Found)>,
-    /// The `seed` the current attempt's request carried, for its audit.
-    pub(super) asked_seed: Option<u64>,
+    /// How the current attempt asked, for its audit.
+    pub(super) asked: Asked,
+    /// Re-asks made by a rung of the policy's ladder so far.
+    pub(super) rungs_used: usize,
+}
+
+/// How an attempt asked: what its audit records besides the answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Asked {
+    /// The `seed` its request carried.
+    pub(super) seed: Option<u64>,
+    /// The rung that asked it (none for a first ask or a re-ask after truncation).
+    pub(super) reask: Option<crate::Reask>,
+    /// The token limit a re-ask after truncation gave.
+    pub(super) more_room: Option<u64>,
 }
 
 impl<'a> Run<'a> {
@@ -108,7 +121,8 @@ impl<'a> Run<'a> {
             use_fallback,
             input: None,
             reasked: Vec::new(),
-            asked_seed: None,
+            asked: Asked::default(),
+            rungs_used: 0,
         }
     }
 
@@ -261,12 +275,16 @@ impl<'a> Run<'a> {
             usage_estimated: false,
             runner_error: None,
             seed: reply.seed,
+            reask: None,
+            more_room: None,
         }
     }
 
     /// Adds `attempt` to the audit and tells the observer.
     pub(super) fn push_attempt(&mut self, mut attempt: Attempt) {
-        attempt.seed = attempt.seed.or(self.asked_seed);
+        attempt.seed = attempt.seed.or(self.asked.seed);
+        attempt.reask = self.asked.reask;
+        attempt.more_room = self.asked.more_room;
         self.attempts.push(attempt);
         if let Some(attempt) = self.attempts.last() {
             self.observer.on_event(&Event::Recorded { attempt });

@@ -1,7 +1,7 @@
 //! The loop of [`Enforcer::run_with`] in named steps: the input stage, one attempt, the stop
 //! rules, and the re-ask that follows a failed attempt.
 
-use super::run::{Received, Run};
+use super::run::{Asked, Received, Run, Spent};
 use super::{error_codes, error_set, message_bytes, reseeded, seed_of, truncated, Enforcer};
 use crate::input::{request_context, Staged};
 use crate::runner::WholeReply;
@@ -73,14 +73,6 @@ impl Ask<'_, '_> {
         }
     }
 
-    /// The request's seed, for the audit.
-    fn seed(&self) -> Option<u64> {
-        match self {
-            Ask::Fresh(request) => seed_of(request),
-            Ask::FollowUp { request, .. } => seed_of(request),
-        }
-    }
-
     /// Sends the ask to `runner`, streamed or whole.
     fn send<'a>(&'a self, runner: &'a dyn Runner, streamed: bool) -> ReplyStream<'a> {
         match (self, streamed) {
@@ -94,6 +86,34 @@ impl Ask<'_, '_> {
             }
         }
     }
+}
+
+/// The instruction a re-ask after a truncated answer sends, with more room, instead of
+/// feedback about what the cut left broken.
+pub(super) const SHORTER: &str = "Your previous answer was cut off at the token limit before \
+it was complete. Answer again, completely and more briefly: leave out everything the task \
+does not ask for.";
+
+/// Whether `answer` shows that asking again changed nothing: a byte-identical repeat of an
+/// earlier failed answer (text and tool calls), or, unless it was resampled, the same errors
+/// as the answer the re-ask was about. Only a whole answer can show it: a cut one stopped
+/// before its other errors were written. Resampled answers are independent draws: the same
+/// error twice says nothing about the next.
+fn no_progress(
+    run: &Run<'_>,
+    answer: &Answer,
+    errors: &[(&str, Option<u32>, &str)],
+    previous: Option<&Previous>,
+) -> bool {
+    if answer.cut {
+        return false;
+    }
+    let repeated = run.reasked.iter().any(|(_, earlier, _)| {
+        earlier.text == answer.reply.text && earlier.tool_calls == answer.reply.tool_calls
+    });
+    let same_errors = run.asked.reask != Some(Reask::Resample)
+        && previous.is_some_and(|prev| error_set(&prev.found.issues) == errors);
+    repeated || same_errors
 }
 
 impl Enforcer {
@@ -226,8 +246,7 @@ impl Enforcer {
         } else {
             Vec::new()
         };
-        let ask = self.ask_for(request, number, previous);
-        run.asked_seed = ask.seed();
+        let ask = self.ask_for(request, run, number, previous);
         let asked = Instant::now();
         let streamed = !checks.is_empty() || run.show_deltas;
         let (received, checking) = run
@@ -268,18 +287,42 @@ impl Enforcer {
     }
 
     /// What attempt `number` sends: the request with this attempt's seed (every re-ask draws
-    /// anew), as a first ask, a fresh re-ask or a follow-up about `previous`.
+    /// anew), as a first ask, or a re-ask about `previous`: with more room after a truncated
+    /// answer, else the way the ladder's next rung asks. Notes on `run` how it asked.
     fn ask_for<'r, 'p>(
         &self,
         request: &'r Request,
+        run: &mut Run<'_>,
         number: u32,
         previous: Option<&'p Previous>,
     ) -> Ask<'r, 'p> {
         let Some(previous) = previous else {
+            run.asked = Asked {
+                seed: seed_of(request),
+                ..Asked::default()
+            };
             return Ask::Fresh(Cow::Borrowed(request));
         };
         let mut asking = reseeded(request, number);
-        match self.policy.reask {
+        let seed = seed_of(&asking);
+        if previous.reply.finish_reason == Some(FinishReason::Length) {
+            let more_room = self.more_room(&mut asking, &previous.reply, &run.spent);
+            asking.messages.push(Message::user(SHORTER));
+            run.asked = Asked {
+                seed,
+                reask: None,
+                more_room,
+            };
+            return Ask::Fresh(Cow::Owned(asking));
+        }
+        let reask = self.policy.reask.rung(run.rungs_used);
+        run.rungs_used = run.rungs_used.saturating_add(1);
+        run.asked = Asked {
+            seed,
+            reask: Some(reask),
+            more_room: None,
+        };
+        match reask {
             Reask::Feedback => Ask::FollowUp {
                 request: asking,
                 previous,
@@ -290,6 +333,34 @@ impl Enforcer {
                 Ask::Fresh(Cow::Owned(asking))
             }
         }
+    }
+
+    /// Raises the token limit of `asking` (a re-ask after `truncated` hit it) to twice the
+    /// limit it hit, within what the token budget has left (never below the old limit).
+    /// Returns the new limit; `None` when the old one is unknown (no limit in the request and
+    /// no usage reported), and then the limit stays as it was.
+    fn more_room(&self, asking: &mut Request, truncated: &Reply, spent: &Spent) -> Option<u64> {
+        let key = match (
+            asking.params.contains_key("max_tokens"),
+            asking.params.contains_key("max_completion_tokens"),
+        ) {
+            (false, true) => "max_completion_tokens",
+            _ => "max_tokens",
+        };
+        let hit = asking
+            .params
+            .get(key)
+            .and_then(serde_json::Value::as_u64)
+            .or(truncated.usage.map(|u| u.output_tokens))
+            .filter(|limit| *limit > 0)?;
+        let left = match (self.policy.budget.max_tokens, spent.usage) {
+            (Some(max), Some(used)) => max.saturating_sub(used.total()),
+            (Some(max), None) => max,
+            (None, _) => u64::MAX,
+        };
+        let room = hit.saturating_mul(2).min(left).max(hit);
+        asking.params.insert(key.to_string(), room.into());
+        Some(room)
     }
 
     /// Validates a whole answer and records it; a length-limited answer gets its `TRUNCATED`
@@ -404,13 +475,12 @@ impl Enforcer {
         if number > self.policy.max_retries {
             return Some(StopReason::RetriesExhausted);
         }
-        // Only a whole answer can show that asking again changes nothing: a cut one stopped
-        // before its other errors were written. Resampled answers are independent draws: the
-        // same error twice says nothing about the next.
-        let no_progress = !answer.cut
-            && self.policy.reask != Reask::Resample
-            && previous.is_some_and(|prev| error_set(&prev.found.issues) == errors);
-        if no_progress {
+        // No progress ends the loop when the policy says so, or when every rung of the
+        // ladder was tried; before that, the next re-ask climbs to the next rung.
+        let out_of_rungs = run.rungs_used >= self.policy.reask.rungs().len();
+        if (self.policy.stop_on_no_progress || out_of_rungs)
+            && no_progress(run, answer, &errors, previous)
+        {
             return Some(StopReason::NoProgress);
         }
         self.budget_spent(number, &run.spent, run.started)

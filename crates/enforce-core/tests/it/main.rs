@@ -6,6 +6,7 @@ mod compose;
 mod early_abort;
 mod input_stage;
 mod json_writer;
+mod ladder;
 mod loop_paths;
 mod loop_rules;
 mod seeds;

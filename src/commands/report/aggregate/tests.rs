@@ -22,6 +22,8 @@ fn attempt(number: u32, codes: &[&str]) -> Attempt {
         usage_estimated: false,
         runner_error: None,
         seed: None,
+        reask: None,
+        more_room: None,
     }
 }
 
