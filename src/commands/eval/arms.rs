@@ -23,7 +23,7 @@ pub const WORDS: [(&str, &str); 8] = [
     ),
     (
         "ladder",
-        "the first re-ask with feedback, the later ones resampled; no progress climbs to the next rung",
+        "re-ask with feedback first, then resample (reask: [feedback, resample])",
     ),
     (
         "stop-on-no-progress",

@@ -3,27 +3,11 @@
 //! progress; the audit names the rung of every attempt.
 
 use crate::req;
+use crate::seeds::NeedsTitle;
 use enforce_core::{
     async_trait, Context, Enforcer, Issue, Ladder, Policy, Reask, ScriptedCall, ScriptedRunner,
     Status, StopReason, Validation, Validator,
 };
-
-/// An error unless the answer holds "title"; the same error every time.
-struct NeedsTitle;
-
-#[async_trait]
-impl Validator for NeedsTitle {
-    fn name(&self) -> &str {
-        "needs_title"
-    }
-    async fn validate(&self, response: &str, _: &Context) -> Validation {
-        Ok(if response.contains("title") {
-            vec![]
-        } else {
-            vec![Issue::error("needs_title", "NO_TITLE", "Write a title.")]
-        })
-    }
-}
 
 fn ladder(rungs: &[Reask]) -> Ladder {
     Ladder::new(rungs.to_vec()).expect("rungs")

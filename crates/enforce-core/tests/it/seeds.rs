@@ -72,8 +72,8 @@ impl Runner for SeededModel {
     }
 }
 
-/// An error unless the answer holds "title".
-struct NeedsTitle;
+/// An error unless the answer holds "title"; the same error every time.
+pub(crate) struct NeedsTitle;
 
 #[async_trait]
 impl Validator for NeedsTitle {
