@@ -4,6 +4,7 @@
 mod allocator;
 mod commands;
 mod config;
+mod decode;
 mod plugin_host;
 mod render;
 mod runner_options;

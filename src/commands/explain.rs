@@ -8,6 +8,9 @@
 
 use super::model_flags::ModelFlags;
 use crate::config::{LoadedConfig, ServedModelConfig, WhenConfig};
+use crate::decode;
+use enforce_config::profile::Decode;
+use enforce_config::Profile;
 use enforce_server::{ApiKeyEntry, FailureResponse, ServerSection, StreamMode};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -274,6 +277,8 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
         c.push(key, value.unwrap_or(Value::Null), layer(file_key));
     }
 
+    decode_line(&mut c, built, runner.map(|r| r.kind()), layer("decode"));
+
     // Timeouts and per-request limits.
     let secs = server.request_timeout.as_secs_f64();
     let server_or_default = |key: &str| {
@@ -350,6 +355,21 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
         render_text(&args.model, &c, access.as_ref())
     };
     Ok((text, allowed))
+}
+
+/// `decode`: how answers are decoded and, when constrained, what the runner is sent or why
+/// it cannot constrain.
+fn decode_line(c: &mut Contract, profile: &Profile, runner: Option<&str>, from: String) {
+    let value = match (profile.decode(), runner) {
+        (Decode::Free, _) => json!("free"),
+        (Decode::Constrained, None) => json!("constrained (no runner)"),
+        (Decode::Constrained, Some(kind)) => {
+            let constrained = decode::for_profile(profile, kind, false).unwrap_or_default();
+            let sends: Vec<&String> = constrained.params.keys().collect();
+            json!({"constrained": true, "runner": kind, "sends": sends, "notes": constrained.notes})
+        }
+    };
+    c.push("decode", value, from);
 }
 
 /// The entry's presentation options and where they come from.

@@ -228,6 +228,13 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
 
     let mut request = Request::prompt(prompt.clone());
     request.params = args.sampling.params();
+    let constrained = crate::decode::for_profile(profile, runner_config.kind(), false);
+    if let Some(constrained) = &constrained {
+        for note in &constrained.notes {
+            eprintln!("enforce run: decode: constrained: {note}");
+        }
+        constrained.apply(&mut request.params);
+    }
     if let Some(system) = &args.system {
         request
             .messages
@@ -247,7 +254,10 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         .enable_all()
         .build()
         .map_err(|e| UsageError(format!("cannot start the async runtime: {e}")))?;
-    let outcome = runtime.block_on(enforcer.run(&runner, &request, &context));
+    let mut outcome = runtime.block_on(enforcer.run(&runner, &request, &context));
+    outcome
+        .warnings
+        .extend(constrained.iter().flat_map(|c| c.warnings()));
 
     if let Some(text) = &outcome.response {
         if outcome.status.is_success() || outcome.fallback_used || args.always_print {

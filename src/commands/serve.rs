@@ -311,8 +311,19 @@ pub(crate) fn model_from_config(
         .unwrap_or_else(|| profiles.default_name().to_string());
     let enforcer =
         enforcer_for(profiles, &profile).map_err(|e| format!("model '{}': {e}", entry.id))?;
+    let constrained = profiles
+        .get(&profile)
+        .and_then(|p| crate::decode::for_profile(p, runner_config.kind(), false))
+        .unwrap_or_default();
+    for note in &constrained.notes {
+        eprintln!(
+            "enforce serve: model '{}': decode: constrained: {note}",
+            entry.id
+        );
+    }
     Ok(with_upstream_model(
         Model::new(entry.id.clone(), runner, enforcer)
+            .with_decode_params(constrained.params)
             .with_profile(profile)
             .with_runner_kind(runner_config.kind())
             .with_options(ModelOptions {

@@ -100,7 +100,10 @@ fn print_text(listed: &[Listed]) -> std::io::Result<()> {
     let width = listed.iter().map(|l| l.name.len()).max().unwrap_or(0);
     for l in listed {
         match &l.plugin {
-            None => writeln!(out, "{:width$}  built-in", l.name)?,
+            None => match enforce_config::alias_of(&l.name) {
+                Some(target) => writeln!(out, "{:width$}  built-in (alias of {target})", l.name)?,
+                None => writeln!(out, "{:width$}  built-in", l.name)?,
+            },
             Some((plugin, version, path)) => writeln!(
                 out,
                 "{:width$}  plugin {plugin} {version} ({}){}",
@@ -122,6 +125,9 @@ fn print_json(listed: &[Listed]) -> std::io::Result<()> {
         .iter()
         .map(|l| {
             let mut item = json!({"name": l.name, "source": l.source});
+            if let Some(target) = enforce_config::alias_of(&l.name) {
+                item["alias_of"] = json!(target);
+            }
             if let Some((plugin, version, path)) = &l.plugin {
                 item["plugin"] = json!({"name": plugin, "version": version, "file": path});
                 item["description"] = json!(l.description);

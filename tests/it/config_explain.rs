@@ -393,3 +393,51 @@ async fn explain_resolves_the_command_line_model_as_serve_does() {
         explained["contract"]["profile"]["value"].as_str().unwrap()
     );
 }
+
+/// `decode`: free by default; constrained says what the runner is sent, or why it cannot be.
+#[test]
+fn explain_says_how_answers_are_decoded() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "enforce.yaml",
+        "\
+validators:
+  city_json:
+    type: json
+    schema: {type: object, properties: {city: {type: string}}, required: [city]}
+profiles:
+  city:
+    validators: [city_json]
+    decode: constrained
+  loose:
+    validators: [city_json]
+runner: {type: openai, base_url: \"http://127.0.0.1:9/v1\", model: m}
+models:
+  - {id: city, profile: city}
+  - {id: loose, profile: loose}
+  - {id: cli, profile: city, runner: {type: command, program: cat}}
+",
+    );
+    let explained = |model: &str| {
+        let out = explain(&config, &["--model", model, "--json"], None);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        json(&out)
+    };
+    let city = explained("city");
+    let (value, from) = entry(&city, "decode");
+    assert_eq!(from, "profiles.city.decode");
+    assert_eq!(value["sends"], serde_json::json!(["response_format"]));
+    let notes = value["notes"].to_string();
+    assert!(notes.contains("strict mode"), "{notes}");
+    assert!(notes.contains("additionalProperties"), "{notes}");
+    let loose = explained("loose");
+    assert_eq!(entry(&loose, "decode").0, "free");
+    let cli = explained("cli");
+    let (value, _) = entry(&cli, "decode");
+    assert_eq!(value["sends"], serde_json::json!([]));
+    assert!(
+        value["notes"].to_string().contains("cannot constrain"),
+        "{value}"
+    );
+}

@@ -507,3 +507,53 @@ fn every_example_dataset_and_profile_loads_and_a_good_answer_passes() {
         .collect();
     assert_eq!(present, seen);
 }
+
+/// The arm `constrained` sends the profile's schema as a `json_schema` response format (not
+/// strict: the schema leaves extra keys open, which OpenAI's strict mode refuses), says so
+/// once, and records the note in that arm's audit warnings; the other arm sends none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_constrained_arm_sends_the_profiles_schema_to_the_runner() {
+    let setup = Setup::new();
+    let mock = MockOpenAi::start(mock_script()).await.expect("mock");
+    let out = enforce_async(setup.args(
+        &mock.url(),
+        "constrained",
+        &["--arms", "none,none+constrained"],
+    ))
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.matches("strict mode").count(),
+        1,
+        "the note is said once: {stderr}"
+    );
+    let formats: Vec<Value> = mock
+        .chat_requests()
+        .iter()
+        .map(|r| r.body["response_format"].clone())
+        .collect();
+    let constrained: Vec<&Value> = formats.iter().filter(|f| !f.is_null()).collect();
+    assert_eq!(formats.len(), 12, "6 cases, 2 arms, no re-ask");
+    assert_eq!(constrained.len(), 6, "{formats:?}");
+    for format in constrained {
+        assert_eq!(format["type"], "json_schema");
+        assert_eq!(format["json_schema"]["strict"], false);
+        assert_eq!(
+            format["json_schema"]["schema"],
+            serde_json::json!({"type": "object", "required": ["ok"]})
+        );
+    }
+    for record in records(&setup.path("constrained").join("attempts.jsonl")) {
+        let noted = record["warnings"]
+            .as_array()
+            .expect("warnings")
+            .iter()
+            .any(|w| w["code"] == "DECODE_NOT_CONSTRAINED");
+        assert_eq!(
+            noted,
+            record["eval"]["arm"] == "none+constrained",
+            "{record}"
+        );
+    }
+}

@@ -98,6 +98,69 @@ fn a_missing_model_file_is_a_runner_failure_naming_it() {
     assert!(stderr.contains("missing.gguf"), "{stderr}");
 }
 
+/// `decode: constrained` on the real test model: the profile's own city schema becomes the
+/// grammar, so the first answer is JSON of that shape (one thread, fixed seed).
+#[cfg(feature = "local")]
+#[test]
+fn decode_constrained_gives_city_json_on_the_test_model() {
+    let Some(model) = enforce_testkit::models::test_gguf() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("enforce.yaml");
+    std::fs::write(
+        &config,
+        r#"
+validators:
+  city_json:
+    type: json
+    bare: true
+    schema:
+      type: object
+      properties:
+        city: {type: string, maxLength: 24}
+        population: {type: integer, minimum: 0, maximum: 100000000}
+      required: [city, population]
+      additionalProperties: false
+profiles:
+  city:
+    validators: [city_json]
+    max_retries: 0
+    decode: constrained
+"#,
+    )
+    .unwrap();
+    let out = enforce_in(
+        dir.path(),
+        &[
+            "run",
+            "-c",
+            config.to_str().unwrap(),
+            "-p",
+            "city",
+            "--model",
+            model.to_str().unwrap(),
+            "--threads",
+            "1",
+            "--seed",
+            "3",
+            "--temperature",
+            "0.7",
+            "--max-tokens",
+            "96",
+            "Give the largest city of Japan and its population as JSON.",
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let value: serde_json::Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    assert!(value["city"].is_string(), "{value}");
+    assert!(value["population"].is_u64(), "{value}");
+    // The grammar leaves the numeric bounds to the validator, and says so.
+    assert!(stderr.contains("population.minimum"), "{stderr}");
+}
+
 #[cfg(not(feature = "local"))]
 #[test]
 fn without_the_feature_the_local_runner_says_how_to_build_it() {

@@ -335,8 +335,9 @@ async fn the_per_type_layer_routes_each_request_type_to_its_checks() {
         .await;
     let enforcement = &body["enforcement"];
     assert_eq!(enforcement["validated"], false, "{body}");
+    assert_eq!(enforcement["unchecked_validators"][0], "parser", "{body}");
     assert_eq!(
-        enforcement["unchecked_validators"][0], "avap_parser",
+        enforcement["validation_status"], "PARSER_UNAVAILABLE",
         "{body}"
     );
     assert_eq!(

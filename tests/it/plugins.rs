@@ -361,3 +361,27 @@ fn a_stalled_plugin_times_out_per_its_config_and_fails_closed() {
         "{issue}"
     );
 }
+
+/// `file_existence`, the seed's name for `file_refs`, is listed as the alias it is.
+#[test]
+fn validators_lists_file_existence_as_an_alias_of_file_refs() {
+    let work = tempfile::tempdir().unwrap();
+    let out = enforce(work.path(), &["validators"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("file_existence ")
+                && l.ends_with("built-in (alias of file_refs)")),
+        "{text}"
+    );
+    let out = enforce(work.path(), &["validators", "--format", "json"], None);
+    let doc = json(&out);
+    let alias = doc["validators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "file_existence")
+        .cloned();
+    assert_eq!(alias.unwrap()["alias_of"], "file_refs");
+}

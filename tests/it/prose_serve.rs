@@ -140,11 +140,11 @@ async fn all_twelve_prose_rules_through_the_proxy_with_facts_in_the_request() {
     // Errors: the bad block fires its rule, the re-ask brings the good block, which passes.
     let long_transition = block("transition", &format!("{GOOD_TEXT} {GOOD_TEXT}"), &[]);
     let errors: Vec<(&str, String, &str)> = vec![
-        ("1 JSON", "Leider kein JSON.".into(), "INVALID_JSON"),
+        ("1 JSON", "Leider kein JSON.".into(), "JSON_VALID"),
         (
             "1 JSON fields",
             json!({"blockId": "b1", "text": GOOD_TEXT}).to_string(),
-            "SCHEMA_VIOLATION",
+            "JSON_VALID",
         ),
         (
             "2 company",

@@ -353,9 +353,19 @@ async fn config_models_sessions_auth_and_on_unresolved_error() {
         "{metrics}"
     );
     assert!(proxy.terminate().success());
-    // The audit log was flushed on SIGTERM: one line per enforcement.
+    // The audit log was flushed on SIGTERM: one line per request, the 401 a short `refused`
+    // record.
     let audit = std::fs::read_to_string(dir.join("audit.jsonl")).unwrap();
-    assert_eq!(audit.lines().count(), 4);
+    let statuses: Vec<String> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["status"].to_string())
+        .collect();
+    assert_eq!(statuses.len(), 5, "{audit}");
+    assert_eq!(
+        statuses.iter().filter(|s| *s == "\"refused\"").count(),
+        1,
+        "{audit}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

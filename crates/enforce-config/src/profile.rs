@@ -44,10 +44,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+mod decode;
 mod input;
 mod policy;
 #[cfg(test)]
 mod tests;
+pub use decode::{Constraint, Decode};
 use input::build_input;
 pub use input::{DEFAULT_INPUT_HINT, DEFAULT_REFORMULATE_PROMPT, DEFAULT_REFORMULATE_TIMEOUT_MS};
 use policy::{answer_format_of, build_policy};
@@ -76,6 +78,10 @@ pub struct Profile {
     validators: Vec<Arc<dyn Validator>>,
     policy: Policy,
     input: Option<InputSpec>,
+    decode: Decode,
+    /// What the contract lets a decoder enforce, whether or not `decode` asks for it (an
+    /// eval arm may).
+    constraint: Option<Constraint>,
 }
 
 /// A profile's input stage, built: what [`InputStage`] is made of, shareable.
@@ -109,6 +115,8 @@ impl Profile {
             validators,
             policy,
             input: None,
+            decode: Decode::Free,
+            constraint: None,
         }
     }
 
@@ -120,6 +128,17 @@ impl Profile {
     /// What the profile is for.
     pub fn description(&self) -> Option<&str> {
         self.description.as_deref()
+    }
+
+    /// How the profile's answers are decoded (`decode:`).
+    pub fn decode(&self) -> Decode {
+        self.decode
+    }
+
+    /// What the profile's contract lets a decoder enforce (the `json` validator's schema, a
+    /// `one_of` list), whatever `decode` says; `None` when the contract gives nothing.
+    pub fn constraint(&self) -> Option<&Constraint> {
+        self.constraint.as_ref()
     }
 
     /// The validators, in the order they run.
@@ -262,6 +281,8 @@ impl ProfileSet {
                 .iter()
                 .map(|v| get(v, "", true))
                 .collect::<Result<Vec<_>, _>>()?;
+            let names: Vec<String> = validators.iter().map(|v| v.to_string()).collect();
+            let constraint = decode::derive(&names, config, &builtin_env)?;
             let policy = build_policy((&config.defaults).into(), None, &env.base_dir)?;
             profiles.insert(
                 name.to_string(),
@@ -271,6 +292,8 @@ impl ProfileSet {
                     validators: list,
                     policy,
                     input: None,
+                    decode: Decode::Free,
+                    constraint,
                 },
             );
         }
@@ -305,6 +328,14 @@ impl ProfileSet {
                 input_list.push(get(v, &format!("{prefix}.input_validators[{i}]"), false)?);
             }
             let input = build_input(p, input_list, &prefix, env)?;
+            let constraint = decode::derive(&p.validators, config, env)?;
+            let decode = p.decode.unwrap_or_default();
+            if decode == Decode::Constrained && constraint.is_none() {
+                return Err(BuildError::at(
+                    format!("{prefix}.decode"),
+                    "`constrained` needs a constraint from the contract: a `json` validator on the whole answer or a `one_of` validator with a literal `values` list",
+                ));
+            }
             profiles.insert(
                 name.clone(),
                 Profile {
@@ -313,6 +344,8 @@ impl ProfileSet {
                     validators: list,
                     policy,
                     input,
+                    decode,
+                    constraint,
                 },
             );
         }

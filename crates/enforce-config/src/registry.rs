@@ -281,6 +281,25 @@ mod tests {
         assert!(err.message.contains("found a list"), "{err}");
     }
 
+    /// `file_existence`, the seed's name, builds the `file_refs` validator under the name
+    /// it is given.
+    #[tokio::test]
+    async fn file_existence_is_an_alias_of_file_refs() {
+        use enforce_core::Context;
+        let env = BuildEnv {
+            root: Some(env!("CARGO_MANIFEST_DIR").into()),
+            ..BuildEnv::default()
+        };
+        let r = Registry::builtin();
+        assert_eq!(crate::alias_of("file_existence"), Some("file_refs"));
+        let v = r.build("file_existence", &Value::Null, &env).unwrap();
+        assert_eq!(v.name(), "file_existence");
+        let answer = "---\nadr_id: 3\ntitle: T\nfiles:\n  modify:\n    - src/lib.rs\n    - src/missing.rs\n---\n";
+        let issues = v.validate(answer, &Context::new()).await.unwrap();
+        let codes: Vec<&str> = issues.iter().map(|i| i.code.as_str()).collect();
+        assert_eq!(codes, ["FILE_NOT_FOUND"], "{issues:?}");
+    }
+
     #[test]
     fn factory_errors_carry_the_key_path() {
         let r = Registry::builtin();

@@ -170,9 +170,10 @@ impl Serialize for AuditRecord<'_> {
     }
 }
 
-/// `t` as RFC 3339 in UTC with milliseconds, e.g. `2026-11-23T22:10:00.123Z`. Times before
-/// 1970 are written as the epoch (a clock that far off is not worth a sign).
-pub(crate) fn rfc3339_millis(t: SystemTime) -> String {
+/// `t` as RFC 3339 in UTC with milliseconds, as the audit record's `ts`, e.g.
+/// `2026-11-23T22:10:00.123Z`. Times before 1970 are written as the epoch (a clock that far
+/// off is not worth a sign).
+pub fn rfc3339_millis(t: SystemTime) -> String {
     let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     let (year, month, day) = civil_from_days(secs / 86_400);

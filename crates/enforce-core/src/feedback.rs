@@ -79,17 +79,51 @@ impl FeedbackTemplate {
     }
 }
 
+/// The words of one issue code in the feedback, replacing the validator's own (e.g. in the
+/// feedback's language). Placeholders: `{message}` and `{hint}`, the validator's own text;
+/// in `message` also `{answer}`, the first [`ANSWER_QUOTE_CHARS`] characters of the answer
+/// that failed.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssueText {
+    /// The message instead of the validator's.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// The hint instead of the validator's.
+    #[serde(default)]
+    pub hint: Option<String>,
+}
+
+/// Most characters of a failed answer an [`IssueText`]'s `{answer}` quotes.
+pub const ANSWER_QUOTE_CHARS: usize = 500;
+
 /// Builds the feedback text for a re-ask: every error with its code, message, line and hint.
 /// Warnings are left out: they never cause a re-ask.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Feedback {
     template: FeedbackTemplate,
+    texts: std::collections::BTreeMap<String, IssueText>,
 }
 
 impl Feedback {
     /// Feedback from a template.
     pub fn new(template: FeedbackTemplate) -> Self {
-        Feedback { template }
+        Feedback {
+            template,
+            texts: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// This feedback with its own words for the issues of some codes.
+    pub fn with_texts(mut self, texts: std::collections::BTreeMap<String, IssueText>) -> Self {
+        self.texts = texts;
+        self
+    }
+
+    /// The words per issue code (see [`with_texts`](Self::with_texts)).
+    pub fn texts(&self) -> &std::collections::BTreeMap<String, IssueText> {
+        &self.texts
     }
 
     /// Feedback in a built-in language.
@@ -104,12 +138,17 @@ impl Feedback {
 
     /// The feedback text for `issues` (errors only).
     pub fn build(&self, issues: &[Issue]) -> String {
+        self.build_for_answer(issues, "")
+    }
+
+    /// [`build`](Self::build) for the failed `answer`, which an [`IssueText`] may quote.
+    pub fn build_for_answer(&self, issues: &[Issue], answer: &str) -> String {
         let items: Vec<(&Issue, bool)> = issues
             .iter()
             .filter(|i| i.is_error())
             .map(|i| (i, false))
             .collect();
-        self.render(&items, None)
+        self.render(&items, None, answer)
     }
 
     /// The feedback after an answer was cut short at `partial` (the text received): says it
@@ -129,11 +168,11 @@ impl Feedback {
             .map(|i| (i, true))
             .chain(missing.iter().filter(|i| i.is_error()).map(|i| (i, false)))
             .collect();
-        self.render(&items, Some(partial))
+        self.render(&items, Some(partial), partial)
     }
 
     /// Renders `items` (each error, and whether to quote its excerpt of `partial`).
-    fn render(&self, items: &[(&Issue, bool)], partial: Option<&str>) -> String {
+    fn render(&self, items: &[(&Issue, bool)], partial: Option<&str>, answer: &str) -> String {
         let t = &self.template;
         let mut out = String::new();
         let intro = if partial.is_some() {
@@ -144,11 +183,12 @@ impl Feedback {
         out.push_str(&intro.replace("{count}", &items.len().to_string()));
         out.push('\n');
         for &(issue, quote) in items {
+            let (message, hint) = self.words(issue, answer);
             out.push_str(
                 &t.item
                     .replace("{code}", &issue.code)
                     .replace("{validator}", &issue.validator)
-                    .replace("{message}", &issue.message),
+                    .replace("{message}", &message),
             );
             if let Some(line) = issue.line {
                 let column = issue.column.map(|c| c.to_string()).unwrap_or_default();
@@ -161,8 +201,8 @@ impl Feedback {
             if let Some(partial) = partial.filter(|_| quote) {
                 out.push_str(&t.excerpt.replace("{excerpt}", &excerpt(partial, issue)));
             }
-            if let Some(hint) = &issue.hint {
-                out.push_str(&t.hint.replace("{hint}", hint));
+            if let Some(hint) = hint {
+                out.push_str(&t.hint.replace("{hint}", &hint));
             }
             out.push('\n');
         }
@@ -170,6 +210,34 @@ impl Feedback {
             let _ = write!(out, "\n{}", t.outro);
         }
         out
+    }
+}
+
+impl Feedback {
+    /// The message and hint `issue` is shown with: its code's [`IssueText`] where one is set
+    /// (quoting `answer` for `{answer}`), else the validator's own.
+    fn words(&self, issue: &Issue, answer: &str) -> (String, Option<String>) {
+        let own_hint = issue.hint.as_deref().unwrap_or_default();
+        let Some(text) = self.texts.get(&issue.code) else {
+            return (issue.message.clone(), issue.hint.clone());
+        };
+        let fill = |template: &str| {
+            template
+                .replace("{message}", &issue.message)
+                .replace("{hint}", own_hint)
+        };
+        let message = match &text.message {
+            Some(template) => {
+                let quoted: String = answer.chars().take(ANSWER_QUOTE_CHARS).collect();
+                fill(template).replace("{answer}", &quoted)
+            }
+            None => issue.message.clone(),
+        };
+        let hint = match &text.hint {
+            Some(template) => Some(fill(template)).filter(|h| !h.is_empty()),
+            None => issue.hint.clone(),
+        };
+        (message, hint)
     }
 }
 
@@ -232,6 +300,53 @@ mod tests {
             .at_line(7),
             Issue::warning("adr_structure", "INSUFFICIENT_CRITERIA", "Only 1 checkbox."),
         ]
+    }
+
+    /// A code's own words replace the validator's message and hint, may keep them through
+    /// `{message}` and `{hint}`, and may quote the start of the failed answer; other codes
+    /// keep theirs.
+    #[test]
+    fn a_code_s_own_words_replace_the_validator_s() {
+        let texts = [
+            (
+                "MISSING_STEP_MARKER".to_string(),
+                IssueText {
+                    message: Some("Kein Marker ({message}). Antwort war: {answer}".into()),
+                    hint: Some("Hänge an: {hint}".into()),
+                },
+            ),
+            (
+                "MISSING_ADR_SECTION".to_string(),
+                IssueText {
+                    message: None,
+                    hint: Some("Ergänze den Abschnitt.".into()),
+                },
+            ),
+        ];
+        let feedback = Feedback::language(Language::De).with_texts(texts.into_iter().collect());
+        let answer = "x".repeat(ANSWER_QUOTE_CHARS + 10);
+        let text = feedback.build_for_answer(&issues(), &answer);
+        let quoted = "x".repeat(ANSWER_QUOTE_CHARS);
+        assert!(
+            text.contains(&format!(
+                "- [MISSING_STEP_MARKER] Kein Marker (No step marker found.). Antwort war: {quoted}\n"
+            )),
+            "{text}"
+        );
+        assert!(
+            !text.contains(&format!("{quoted}x")),
+            "at most 500 characters: {text}"
+        );
+        assert!(
+            text.contains("Hinweis: Hänge an: End with <!-- STEP: done -->."),
+            "{text}"
+        );
+        assert!(
+            text.contains("- [MISSING_ADR_SECTION] Section 'Kontext' is missing. (Zeile 7)\n  Hinweis: Ergänze den Abschnitt."),
+            "{text}"
+        );
+        let plain = Feedback::language(Language::De).build(&issues());
+        assert!(plain.contains("No step marker found."), "{plain}");
     }
 
     #[test]

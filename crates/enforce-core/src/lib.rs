@@ -60,10 +60,10 @@ mod time;
 mod validator;
 
 pub use async_trait::async_trait;
-pub use audit::AuditRecord;
+pub use audit::{rfc3339_millis, AuditRecord};
 pub use context::{keys, Context};
 pub use enforcer::{Check, Enforcer, FALLBACK_INVALID, FINISH_REASON, TRUNCATED};
-pub use feedback::{Feedback, FeedbackTemplate, Language};
+pub use feedback::{Feedback, FeedbackTemplate, IssueText, Language, ANSWER_QUOTE_CHARS};
 pub use input::{
     chunk_text, retrieved_text, ContextSource, InputAction, InputCheck, InputStage, OnInputFailure,
     Reformulation, ReformulationRecord, Reformulator, RunnerReformulator,

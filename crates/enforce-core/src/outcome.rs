@@ -95,6 +95,9 @@ pub enum StopReason {
     /// The enforcement panicked (in a runner, a validator or the loop); the attempts made until
     /// then are kept.
     Panicked,
+    /// The client went away before the loop ended (e.g. the proxy's client closed its
+    /// connection); the attempts made until then are kept.
+    ClientDisconnected,
 }
 
 impl StopReason {
@@ -126,6 +129,7 @@ impl StopReason {
             StopReason::CheckOnly => StopTag::CheckOnly,
             StopReason::DeadlineExceeded => StopTag::DeadlineExceeded,
             StopReason::Panicked => StopTag::Panicked,
+            StopReason::ClientDisconnected => StopTag::ClientDisconnected,
             StopReason::InputRejected => StopTag::InputRejected,
         }
     }
@@ -152,6 +156,7 @@ enum StopTag {
     DeadlineExceeded,
     Panicked,
     InputRejected,
+    ClientDisconnected,
 }
 
 /// The audit of one attempt: one response and what the validators said about it.
@@ -351,6 +356,7 @@ impl OutcomeRecord {
             (StopTag::CheckOnly, None, None) => StopReason::CheckOnly,
             (StopTag::DeadlineExceeded, None, None) => StopReason::DeadlineExceeded,
             (StopTag::Panicked, None, None) => StopReason::Panicked,
+            (StopTag::ClientDisconnected, None, None) => StopReason::ClientDisconnected,
             (StopTag::InputRejected, None, None) => StopReason::InputRejected,
         };
         Ok(Outcome {

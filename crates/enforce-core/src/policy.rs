@@ -116,6 +116,11 @@ pub struct Policy {
     /// fact (e.g. `block_type`); `fallback` is the default when the fact is absent or has no
     /// template of its own.
     pub fallback_by: Option<FallbackBy>,
+    /// Re-asks allowed per issue code, below [`max_retries`](Policy::max_retries): an attempt
+    /// whose errors include such a code is not re-asked once that many re-asks were made
+    /// (e.g. `INVALID_JSON: 1`: one regeneration of an answer that is no JSON, then the
+    /// fallback).
+    pub max_retries_for: std::collections::BTreeMap<String, u32>,
 }
 
 /// Fallback templates chosen by the value of a request fact (see [`Policy::fallback_by`]).
@@ -305,6 +310,7 @@ impl Default for Policy {
             repair: RepairWhen::Last,
             repair_first_codes: Vec::new(),
             fallback_by: None,
+            max_retries_for: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -321,6 +327,18 @@ impl Policy {
                 errors.peek().is_some() && errors.all(|i| self.repair_first_codes.contains(&i.code))
             }
         }
+    }
+
+    /// The re-asks allowed after an attempt with `issues`: [`max_retries`](Policy::max_retries),
+    /// or less when one of its errors has a code of
+    /// [`max_retries_for`](Policy::max_retries_for). The loop stops once the attempt's
+    /// number exceeds it.
+    pub fn retries_allowed(&self, issues: &[Issue]) -> u32 {
+        issues
+            .iter()
+            .filter(|i| i.is_error())
+            .filter_map(|i| self.max_retries_for.get(&i.code))
+            .fold(self.max_retries, |allowed, &for_code| allowed.min(for_code))
     }
 
     /// The default of [`partial_check_bytes`](Policy::partial_check_bytes): about eight
@@ -414,6 +432,13 @@ impl PolicyBuilder {
         codes: impl IntoIterator<Item = S>,
     ) -> Self {
         self.policy.repair_first_codes = codes.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Re-asks allowed for answers with an error of `code` (see
+    /// [`Policy::max_retries_for`]).
+    pub fn max_retries_for(mut self, code: impl Into<String>, retries: u32) -> Self {
+        self.policy.max_retries_for.insert(code.into(), retries);
         self
     }
 

@@ -240,9 +240,12 @@ impl StepMarker {
 /// is in `allowed`; always returns a member of `allowed` (its first member as a last resort,
 /// `done` when `allowed` is empty).
 ///
-/// The guesses, in order: an ADR that is finalised (its status says accepted/final, or the text
-/// says finalised) → `finalize`; an ADR → `generate`; an answer ending in a question → `what`;
-/// talk about constraints → `constraints`; otherwise `done`.
+/// The guesses, in order: an ADR with front matter that is finalised (its status says
+/// accepted/final, or the text says finalised) → `finalize`; an ADR with front matter →
+/// `generate`; then the seed's rules on the plain text: "ADR-" with "erstellt" or a YAML fence →
+/// `generate`, "ADR-" with "finalisiert" → `finalize`; a "?" within the last
+/// [`QUESTION_WINDOW`] characters → `what`; talk about constraints (Rahmenbedingungen) →
+/// `constraints`; otherwise `done`.
 pub fn infer_step(text: &str, allowed: &[String]) -> String {
     let lower = text.to_lowercase();
     let adr = crate::adr::find_adr(text);
@@ -271,8 +274,15 @@ pub fn infer_step(text: &str, allowed: &[String]) -> String {
         }
         guesses.push("generate");
     }
-    let without_markers = strip_markers(text);
-    if without_markers.trim_end().ends_with('?') {
+    if text.contains("ADR-") {
+        if lower.contains("erstellt") || lower.contains("```yaml") {
+            guesses.push("generate");
+        }
+        if lower.contains("finalisiert") {
+            guesses.push("finalize");
+        }
+    }
+    if asks_at_the_end(strip_markers(text)) {
         guesses.push("what");
     }
     if [
@@ -296,6 +306,19 @@ pub fn infer_step(text: &str, allowed: &[String]) -> String {
         .first()
         .cloned()
         .unwrap_or_else(|| "done".to_string())
+}
+
+/// How far from the end a question mark still makes the answer a question: a closing
+/// question is often followed by a sentence ("…? Tell me when you are ready.").
+pub const QUESTION_WINDOW: usize = 300;
+
+/// `true` when a "?" stands within the last [`QUESTION_WINDOW`] characters of `text`.
+fn asks_at_the_end(text: &str) -> bool {
+    text.trim_end()
+        .chars()
+        .rev()
+        .take(QUESTION_WINDOW)
+        .any(|c| c == '?')
 }
 
 /// `text` without its trailing step markers (so "...?\n<!-- STEP: x -->" still ends in '?').
@@ -534,6 +557,33 @@ mod tests {
             .unwrap();
         assert_eq!(fixed, "Which one?\n\n<!-- STEP: what -->");
         assert!(codes(&v, &fixed).is_empty());
+    }
+
+    /// The seed's own heuristic on plain text: an ADR named "ADR-" that was created (or
+    /// shows a YAML fence) is `generate`, one that was finalised `finalize`, a question
+    /// followed by a closing sentence `what`, Rahmenbedingungen `constraints`.
+    #[test]
+    fn the_seed_s_step_rules_on_plain_text() {
+        let all: Vec<String> = DEFAULT_STEPS.iter().map(|s| s.to_string()).collect();
+        let step = |text: &str| infer_step(text, &all);
+        assert_eq!(step("ADR-012 erstellt."), "generate");
+        assert_eq!(
+            step("Hier ist ADR-012:\n```yaml\nadr_id: 12\n```"),
+            "generate"
+        );
+        assert_eq!(step("ADR-012 ist finalisiert."), "finalize");
+        assert_eq!(
+            step("Welche Datenbank nutzt ihr? Sag mir Bescheid, wenn du so weit bist."),
+            "what"
+        );
+        let far = format!("Welche Datenbank?{}", " Danach geht es weiter.".repeat(20));
+        assert_eq!(step(&far), "done", "a question far from the end is not one");
+        assert_eq!(step("Die Rahmenbedingungen sind klar."), "constraints");
+        assert_eq!(
+            step("Erstellt ohne Bezug."),
+            "done",
+            "no ADR- without the name"
+        );
     }
 
     #[test]

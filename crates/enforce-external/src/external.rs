@@ -32,6 +32,22 @@
 //!   blocks: avap
 //! ```
 //!
+//! **The case**: `{context.KEY}` in a command's arguments is replaced by the request
+//! context's `KEY` (a string as it is, other values as JSON), and in a `url` by the same value
+//! percent-encoded (in the path or query only); a key the context lacks makes the check
+//! unavailable, naming it. A command also gets the whole context as JSON in the environment
+//! variable `ENFORCE_CONTEXT` (above 96 KiB: in a file named by `ENFORCE_CONTEXT_FILE`); an
+//! HTTP checker gets it with `context_field: NAME`, which POSTs
+//! `{"input": "...", "NAME": {context}}` as `application/json` instead of the plain input. So
+//! an eval case's `context` (its tests) reaches the checker:
+//!
+//! ```yaml
+//! tests_pass:
+//!   type: external
+//!   command: [python3, run_tests.py, "{file}", "{context.tests}"]
+//!   blocks: python
+//! ```
+//!
 //! **Command**: exit status 0 means the input passed. Any other exit status is a failed check:
 //! its stdout and stderr become issues; a command killed by a signal (a crash) gave no verdict
 //! and counts as unavailable. **HTTP** (`http://` or `https://`): the input is POSTed as
@@ -42,8 +58,10 @@
 //! `trace_field` is the checker's output; any gRPC error status counts as unavailable.
 //!
 //! Output lines understood: `Line N: message`, `file:N:col: message`, `file:N: message`,
-//! `bash: line N: message` and Python's `File "x", line N` + `SomeError: message`. Other output
-//! becomes one issue without a line.
+//! `bash: line N: message` and Python's `File "x", line N` + `SomeError: message` (with
+//! `{file}`, only frames of that file give a line: a test harness's own lines are not lines
+//! of the answer). Other output becomes one issue without a line, whose hint does not point
+//! at one.
 //!
 //! | code | when |
 //! |---|---|
@@ -56,6 +74,7 @@
 //! validator reports [`Unavailable`].
 
 use crate::breaker::CircuitBreaker;
+use crate::case_context;
 use crate::grpc::GrpcConfig;
 #[cfg(feature = "grpc")]
 use crate::grpc::GrpcTarget;
@@ -148,6 +167,9 @@ struct ExternalConfig {
     severity: Option<Severity>,
     /// Hint attached to the checker's issues.
     hint: Option<String>,
+    /// HTTP: POST `{"input": …, NAME: the request context}` as JSON instead of the plain
+    /// input, so the checker sees the case (e.g. an eval case's tests).
+    context_field: Option<String>,
     /// Directory the command runs in, relative to the configuration file.
     working_dir: Option<PathBuf>,
 }
@@ -177,6 +199,8 @@ pub struct External {
     severity: Severity,
     hint: Option<String>,
     working_dir: Option<PathBuf>,
+    /// HTTP: the JSON body's field for the request context (`None`: the plain input).
+    context_field: Option<String>,
     /// Timeout, breaker and fail mode, as for every validator of this crate that calls out.
     guard: Guard,
 }
@@ -217,6 +241,7 @@ impl External {
             severity: Severity::Error,
             hint: None,
             working_dir: None,
+            context_field: None,
         })
     }
 
@@ -305,6 +330,21 @@ impl External {
                 ))
             }
         };
+        if c.context_field.is_some() && !matches!(target, Target::Http(_)) {
+            return Err(BuildError::at(
+                "context_field",
+                "is for `url` targets (a command gets the context in ENFORCE_CONTEXT, a gRPC checker with grpc.request.context_field)",
+            ));
+        }
+        if c.context_field
+            .as_deref()
+            .is_some_and(|f| f.trim().is_empty() || f == "input")
+        {
+            return Err(BuildError::at(
+                "context_field",
+                "name a field other than `input` (which holds the checked text)",
+            ));
+        }
         if ca_pem.is_some() && matches!(target, Target::Command(_)) {
             return Err(BuildError::at(
                 "ca_file",
@@ -351,6 +391,7 @@ impl External {
             severity: c.severity.unwrap_or(Severity::Error),
             hint: c.hint,
             working_dir,
+            context_field: c.context_field,
             guard: Guard::from_options(
                 input.name,
                 millis_of(c.timeout_ms, c.timeout_s, "timeout", default_timeout_ms())?,
@@ -420,17 +461,32 @@ impl External {
         Some(issue.with_hint(hint))
     }
 
-    /// Runs the check once; `Ok(None)` = passed, `Ok(Some(output))` = rejected with output.
-    async fn call(&self, input: &str) -> Result<Option<String>, Unavailable> {
+    /// Runs the check once; `Ok(None)` = passed, `Ok(Some(output))` = rejected with output,
+    /// and, for a command, the input file's path (frames of other files give no line).
+    async fn call(
+        &self,
+        input: &str,
+        context: &Context,
+    ) -> Result<(Option<String>, Option<String>), Unavailable> {
         match &self.target {
-            Target::Command(argv) => self.run_command(argv, input).await,
-            Target::Http(http) => self.guard.within_timeout(http.post(input)).await,
+            Target::Command(argv) => self.run_command(argv, input, context).await,
+            Target::Http(http) => {
+                let url = http.url_for(context)?;
+                let sent = match &self.context_field {
+                    None => http.post_to(url, "text/plain; charset=utf-8", input.to_string()),
+                    Some(field) => {
+                        let body = serde_json::json!({"input": input, field.as_str(): context});
+                        http.post_to(url, "application/json", body.to_string())
+                    }
+                };
+                Ok((self.guard.within_timeout(sent).await?, None))
+            }
             #[cfg(feature = "grpc")]
             Target::Grpc(grpc) => self
                 .guard
-                .within_timeout(grpc.call(input, self.guard.timeout()))
+                .within_timeout(grpc.call(input, context, self.guard.timeout()))
                 .await
-                .map(|trace| trace.map(cap_output)),
+                .map(|trace| (trace.map(cap_output), None)),
         }
     }
 
@@ -438,7 +494,8 @@ impl External {
         &self,
         argv: &[String],
         input: &str,
-    ) -> Result<Option<String>, Unavailable> {
+        context: &Context,
+    ) -> Result<(Option<String>, Option<String>), Unavailable> {
         let uses_file = argv.iter().any(|a| a.contains("{file}"));
         let temp = if uses_file {
             Some(TempFile::create(&self.suffix, input).map_err(|e| {
@@ -450,14 +507,35 @@ impl External {
         } else {
             None
         };
-        let args: Vec<String> = argv
+        let input_path = temp.as_ref().map(|t| t.path.to_string_lossy().into_owned());
+        let args = argv
             .iter()
-            .map(|a| match &temp {
-                Some(t) => a.replace("{file}", &t.path.to_string_lossy()),
-                None => a.clone(),
+            .map(|a| {
+                let a = case_context::fill(a, context, str::to_string).map_err(Unavailable::new)?;
+                Ok(match &input_path {
+                    Some(path) => a.replace("{file}", path),
+                    None => a,
+                })
             })
-            .collect();
+            .collect::<Result<Vec<String>, Unavailable>>()?;
         let mut cmd = tokio::process::Command::new(&args[0]);
+        let context_json = case_context::context_json(context);
+        // Kept alive until the command ended: it holds the context the command may read.
+        let _context_file = if context_json.len() > case_context::MAX_CONTEXT_ENV_BYTES {
+            let file = TempFile::create(".json", &context_json).map_err(|e| {
+                Unavailable::new(format!(
+                    "cannot write the request context for {}: {e}",
+                    self.name
+                ))
+            })?;
+            cmd.env(case_context::CONTEXT_FILE_ENV, &file.path)
+                .env_remove(case_context::CONTEXT_ENV);
+            Some(file)
+        } else {
+            cmd.env(case_context::CONTEXT_ENV, &context_json)
+                .env_remove(case_context::CONTEXT_FILE_ENV);
+            None
+        };
         cmd.args(&args[1..])
             .stdin(if uses_file {
                 Stdio::null()
@@ -505,7 +583,7 @@ impl External {
         };
         let status = status.map_err(|e| Unavailable::new(format!("'{}' failed: {e}", args[0])))?;
         if status.success() {
-            return Ok(None);
+            return Ok((None, input_path));
         }
         // A checker killed by a signal (crash, OOM kill) gave no verdict: unavailable, so the
         // breaker counts it, rather than a failed check the model would be asked to fix.
@@ -527,7 +605,7 @@ impl External {
                 status.code().unwrap_or_default()
             );
         }
-        Ok(Some(output))
+        Ok((Some(output), input_path))
     }
 }
 
@@ -607,12 +685,14 @@ pub struct TraceLine {
     pub message: String,
 }
 
-fn trace_patterns() -> Option<&'static [regex::Regex; 3]> {
-    static PATTERNS: OnceLock<Option<[regex::Regex; 3]>> = OnceLock::new();
+fn trace_patterns() -> Option<&'static [regex::Regex; 4]> {
+    static PATTERNS: OnceLock<Option<[regex::Regex; 4]>> = OnceLock::new();
     PATTERNS
         .get_or_init(|| {
             let re = |p: &str| enforce_validators::pattern::compile(p, false).ok();
             Some([
+                // A Python traceback frame: `File "x.py", line 12, in f`
+                re(r#"^\s*File "([^"]+)", line (\d+)(?:,.*)?$"#)?,
                 // `file:12:5: message`, `file:12: message`, `sh: 12: message`
                 re(r"^\s*[^:\s][^:]*:\s*(\d+):(?:(\d+):)?\s*(.*)$")?,
                 // `Line 12: message`, `bash: line 12: message`, `File "x", line 12`
@@ -626,7 +706,13 @@ fn trace_patterns() -> Option<&'static [regex::Regex; 3]> {
 
 /// Parses a checker's output into findings (see the [module docs](self) for the forms).
 pub fn parse_trace(output: &str) -> Vec<TraceLine> {
-    let Some([file_line, line_word, py_error]) = trace_patterns() else {
+    parse_trace_of(output, None)
+}
+
+/// [`parse_trace`] for a check of the file `input_path`: a Python frame of another file (a
+/// test harness, a library) gives no line, so an error raised there is an issue without one.
+pub fn parse_trace_of(output: &str, input_path: Option<&str>) -> Vec<TraceLine> {
+    let Some([py_frame, file_line, line_word, py_error]) = trace_patterns() else {
         return Vec::new();
     };
     let mut found = Vec::new();
@@ -645,6 +731,13 @@ pub fn parse_trace(output: &str) -> Vec<TraceLine> {
                 column: col,
                 message,
             });
+            continue;
+        }
+        if let Some(c) = py_frame.captures(line) {
+            // The innermost frame of the checked file is where its error is.
+            if input_path.is_none_or(|path| path == &c[1]) {
+                pending = num(c.get(2)).map(|l| (l, None));
+            }
             continue;
         }
         if let Some(c) = line_word.captures(line) {
@@ -694,7 +787,7 @@ impl Validator for External {
         &self.name
     }
 
-    async fn validate(&self, response: &str, _context: &Context) -> Validation {
+    async fn validate(&self, response: &str, context: &Context) -> Validation {
         if let Some(disabled) = self.guard.disabled_issue() {
             // Switched off, but never silently: the outcome says this check did not run.
             return Ok(vec![disabled]);
@@ -713,7 +806,7 @@ impl Validator for External {
             .map_err(|r| Unavailable::new(r.to_string()))?;
         let mut issues = Vec::new();
         for (text, line_offset) in inputs {
-            let output = match self.call(text).await {
+            let (output, input_path) = match self.call(text, context).await {
                 Ok(o) => o,
                 Err(u) => {
                     permit.failure(&u.reason).await;
@@ -721,35 +814,7 @@ impl Validator for External {
                 }
             };
             let Some(output) = output else { continue };
-            let parsed = parse_trace(&output);
-            let hint = self
-                .hint
-                .clone()
-                .unwrap_or_else(|| format!("Fix what {} reports at that line.", self.name));
-            if parsed.is_empty() {
-                let summary: String = output.lines().take(10).collect::<Vec<_>>().join("\n");
-                let mut issue = Issue::error(
-                    &self.name,
-                    EXTERNAL_CHECK_FAILED,
-                    format!("{} rejected the input: {}", self.name, summary.trim()),
-                )
-                .with_severity(self.severity)
-                .with_hint(hint.clone());
-                if line_offset > 0 {
-                    issue = issue.at_line(line_offset);
-                }
-                issues.push(issue);
-            }
-            for t in parsed.into_iter().take(MAX_ISSUES) {
-                let mut issue = Issue::error(&self.name, EXTERNAL_CHECK_FAILED, t.message)
-                    .with_severity(self.severity)
-                    .with_hint(hint.clone());
-                if let Some(l) = t.line {
-                    issue.line = Some(l.saturating_add(line_offset));
-                    issue.column = t.column;
-                }
-                issues.push(issue);
-            }
+            issues.extend(self.issues_of(&output, input_path.as_deref(), line_offset));
         }
         permit.success().await;
         Ok(issues)
@@ -757,6 +822,44 @@ impl Validator for External {
 
     fn fail_mode(&self) -> Option<FailMode> {
         self.guard.fail_mode()
+    }
+}
+
+impl External {
+    /// The issues of one rejected input: one per finding of the checker's output, else one
+    /// for the whole output. Only a finding with a line is placed and hinted at its line;
+    /// `line_offset` is where the checked block starts in the answer (0: the whole answer).
+    fn issues_of(&self, output: &str, input_path: Option<&str>, line_offset: u32) -> Vec<Issue> {
+        let hint = |line: Option<u32>| match (&self.hint, line) {
+            (Some(hint), _) => hint.clone(),
+            (None, Some(_)) => format!("Fix what {} reports at that line.", self.name),
+            (None, None) => format!("Fix what {} reports.", self.name),
+        };
+        let parsed = parse_trace_of(output, input_path);
+        if parsed.is_empty() {
+            let summary: String = output.lines().take(10).collect::<Vec<_>>().join("\n");
+            return vec![Issue::error(
+                &self.name,
+                EXTERNAL_CHECK_FAILED,
+                format!("{} rejected the input: {}", self.name, summary.trim()),
+            )
+            .with_severity(self.severity)
+            .with_hint(hint(None))];
+        }
+        parsed
+            .into_iter()
+            .take(MAX_ISSUES)
+            .map(|t| {
+                let mut issue = Issue::error(&self.name, EXTERNAL_CHECK_FAILED, t.message)
+                    .with_severity(self.severity)
+                    .with_hint(hint(t.line));
+                if let Some(l) = t.line {
+                    issue.line = Some(l.saturating_add(line_offset));
+                    issue.column = t.column;
+                }
+                issue
+            })
+            .collect()
     }
 }
 
@@ -791,5 +894,58 @@ mod tests {
             }]
         );
         assert!(parse_trace("just words\nno numbers").is_empty());
+    }
+
+    /// A test harness's traceback: the error is raised in the harness (no line of the answer)
+    /// or inside the checked file (its innermost frame there is the line).
+    #[test]
+    fn only_frames_of_the_checked_file_give_a_line() {
+        let harness = "Traceback (most recent call last):\n  File \"/h/run_tests.py\", line 1, in <module>\n    assert f(2) == 3, f(2)\nAssertionError: 5\n";
+        assert_eq!(
+            parse_trace_of(harness, Some("/tmp/answer.py")),
+            vec![TraceLine {
+                line: None,
+                column: None,
+                message: "AssertionError: 5".into()
+            }]
+        );
+        let inside = "Traceback (most recent call last):\n  File \"/h/run_tests.py\", line 9, in <module>\n    f(2)\n  File \"/tmp/answer.py\", line 3, in f\n    return delimiter\n  File \"/h/run_tests.py\", line 2, in helper\nNameError: name 'delimiter' is not defined\n";
+        assert_eq!(
+            parse_trace_of(inside, Some("/tmp/answer.py")),
+            vec![TraceLine {
+                line: Some(3),
+                column: None,
+                message: "NameError: name 'delimiter' is not defined".into()
+            }]
+        );
+        // A frame line is never a finding of its own (`in <module>` is no message).
+        assert!(parse_trace(harness)
+            .iter()
+            .all(|t| !t.message.contains("<module>")));
+    }
+
+    fn checker(hint: Option<&str>) -> External {
+        let mut e = External::command("tests", vec!["true".into()]).unwrap();
+        e.hint = hint.map(str::to_string);
+        e
+    }
+
+    #[test]
+    fn a_message_without_a_line_is_an_issue_without_a_line_and_a_hint_without_one() {
+        let issues = checker(None).issues_of("AssertionError: f(2) returned 5\n", None, 7);
+        assert_eq!(issues.len(), 1);
+        assert_eq!(issues[0].line, None);
+        assert_eq!(issues[0].hint.as_deref(), Some("Fix what tests reports."));
+        let whole = checker(None).issues_of("it failed somehow\n", None, 7);
+        assert_eq!(whole[0].line, None, "not the block's line either");
+        assert!(!whole[0].hint.as_deref().unwrap_or("").contains("line"));
+        let placed = checker(None).issues_of("Line 2: bad\n", None, 7);
+        assert_eq!(placed[0].line, Some(9));
+        assert_eq!(
+            placed[0].hint.as_deref(),
+            Some("Fix what tests reports at that line.")
+        );
+        let own = checker(Some("Make the tests pass.")).issues_of("x\n", None, 0);
+        assert_eq!(own[0].hint.as_deref(), Some("Make the tests pass."));
     }
 }

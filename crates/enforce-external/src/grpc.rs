@@ -15,6 +15,9 @@
 //!   blocks: avap
 //! ```
 //!
+//! `request.context_field: NAME` also sends the request context as JSON in the string field
+//! `NAME`, so the checker sees the case it checks.
+//!
 //! The configuration types are always compiled (so the schema of enforce.yaml does not depend
 //! on the build); the client needs the cargo feature `grpc`.
 
@@ -61,6 +64,9 @@ pub(crate) struct GrpcRequestConfig {
     /// Fixed values of other fields (protobuf JSON mapping: enums by name, ...).
     #[serde(default)]
     pub(crate) fields: BTreeMap<String, serde_json::Value>,
+    /// A `string` field that receives the request context as JSON, so the checker sees the
+    /// case it checks (an eval case's tests, say).
+    pub(crate) context_field: Option<String>,
 }
 
 /// How the response message of the `grpc:` target is read.
@@ -133,6 +139,8 @@ mod client {
         /// The request with the fixed `fields`; each call clones it and sets `code`.
         template: DynamicMessage,
         code: FieldDescriptor,
+        /// Receives the request context as JSON, when configured.
+        context: Option<FieldDescriptor>,
         valid: FieldDescriptor,
         expected: Expected,
         trace: Option<FieldDescriptor>,
@@ -368,6 +376,32 @@ mod client {
                     ),
                 ));
             }
+            let context = match &c.request.context_field {
+                None => None,
+                Some(name) => {
+                    let key = "grpc.request.context_field";
+                    let f = field(&request, name, key)?;
+                    if f.kind() != Kind::String || f.is_list() || f.is_map() {
+                        return Err(BuildError::at(
+                            key,
+                            format!("'{}' is a {}: it must be a string", f.name(), kind_name(&f)),
+                        ));
+                    }
+                    let taken = f.number() == code.number()
+                        || c.request.fields.contains_key(f.name())
+                        || c.request.fields.contains_key(f.json_name());
+                    if taken {
+                        return Err(BuildError::at(
+                            key,
+                            format!(
+                                "'{}' is already the code_field or one of the fields",
+                                f.name()
+                            ),
+                        ));
+                    }
+                    Some(f)
+                }
+            };
             let fields = serde_json::Value::Object(c.request.fields.clone().into_iter().collect());
             let template = DynamicMessage::deserialize(request.clone(), &fields).map_err(|e| {
                 BuildError::at(
@@ -452,6 +486,7 @@ mod client {
                 response,
                 template,
                 code,
+                context,
                 valid,
                 expected,
                 trace,
@@ -473,11 +508,13 @@ mod client {
                 .clone()
         }
 
-        /// Calls the method with `input` in the code field, with `timeout` as the gRPC
-        /// deadline; `Ok(None)` = passed, `Ok(Some(trace))` = rejected, `Err` = no verdict.
+        /// Calls the method with `input` in the code field (and `context`, as JSON, in the
+        /// context field when there is one), with `timeout` as the gRPC deadline;
+        /// `Ok(None)` = passed, `Ok(Some(trace))` = rejected, `Err` = no verdict.
         pub(crate) async fn call(
             &self,
             input: &str,
+            context: &enforce_core::Context,
             timeout: Duration,
         ) -> Result<Option<String>, Unavailable> {
             let mut client = tonic::client::Grpc::new(self.channel(false));
@@ -491,6 +528,10 @@ mod client {
             }
             let mut message = self.template.clone();
             message.set_field(&self.code, Value::String(input.to_string()));
+            if let Some(field) = &self.context {
+                let json = crate::case_context::context_json(context);
+                message.set_field(field, Value::String(json));
+            }
             let mut request = tonic::Request::new(message);
             // The `grpc-timeout` header: the server can give up when enforce has.
             request.set_timeout(timeout);

@@ -12,6 +12,8 @@ const MAX_HTTP_RESPONSE: usize = 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct HttpTarget {
     url: reqwest::Url,
+    /// The URL as configured when it has `{context.KEY}` placeholders, filled per call.
+    template: Option<String>,
     client: reqwest::Client,
 }
 
@@ -43,7 +45,18 @@ impl HttpTarget {
     /// An HTTP target for `url` (`http://` or `https://`); `ca_pem` adds trusted CA
     /// certificates (PEM) to the built-in roots. Errors name the key at fault.
     pub fn new(url: &str, ca_pem: Option<&[u8]>) -> Result<Self, BuildError> {
-        let parsed = reqwest::Url::parse(url).map_err(|e| BuildError::at("url", e.to_string()))?;
+        let has_placeholders = !crate::case_context::placeholder_keys(url).is_empty();
+        // Checked with every placeholder filled, as a call fills it.
+        let example = crate::case_context::fill(url, &placeholder_example(url), |v| v.to_string())
+            .map_err(|e| BuildError::at("url", e))?;
+        let parsed =
+            reqwest::Url::parse(&example).map_err(|e| BuildError::at("url", e.to_string()))?;
+        if has_placeholders && authority_of(url).contains("{context.") {
+            return Err(BuildError::at(
+                "url",
+                "`{context.KEY}` placeholders may stand in the path or the query, not in the scheme or the host",
+            ));
+        }
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(BuildError::at("url", "only http:// and https:// URLs"));
         }
@@ -77,8 +90,25 @@ impl HttpTarget {
             .map_err(|e| BuildError::at("url", format!("cannot build the HTTP client: {e}")))?;
         Ok(HttpTarget {
             url: parsed,
+            template: has_placeholders.then(|| url.to_string()),
             client,
         })
+    }
+
+    /// The URL of a call with `context`: the configured one, its `{context.KEY}` placeholders
+    /// filled percent-encoded.
+    pub(crate) fn url_for(
+        &self,
+        context: &enforce_core::Context,
+    ) -> Result<reqwest::Url, Unavailable> {
+        let Some(template) = &self.template else {
+            return Ok(self.url.clone());
+        };
+        let filled =
+            crate::case_context::fill(template, context, crate::case_context::percent_encode)
+                .map_err(Unavailable::new)?;
+        reqwest::Url::parse(&filled)
+            .map_err(|e| Unavailable::new(format!("{filled} is not a URL: {e}")))
     }
 
     /// The checker's URL.
@@ -86,15 +116,21 @@ impl HttpTarget {
         self.url.as_str()
     }
 
-    /// POSTs `body` as `text/plain`; `Ok(None)` = passed, `Ok(Some(output))` = rejected with
-    /// output (a JSON `issues` list re-encoded as trace lines), `Err` = no verdict.
-    pub(crate) async fn post(&self, body: &str) -> Result<Option<String>, Unavailable> {
+    /// POSTs `body` of `content_type` to `url` (this target's, its placeholders filled);
+    /// `Ok(None)` = passed, `Ok(Some(output))` = rejected with output (a JSON `issues` list
+    /// re-encoded as trace lines), `Err` = no verdict.
+    pub(crate) async fn post_to(
+        &self,
+        url: reqwest::Url,
+        content_type: &'static str,
+        body: String,
+    ) -> Result<Option<String>, Unavailable> {
         let unavailable = |what: String| Unavailable::new(format!("{}: {what}", self.url));
         let mut response = self
             .client
-            .post(self.url.clone())
-            .header(reqwest::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-            .body(body.to_string())
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body)
             .send()
             .await
             .map_err(|e| unavailable(describe(&e)))?;
@@ -120,6 +156,25 @@ impl HttpTarget {
 
 /// A reqwest error with its causes (reqwest's own Display hides the reason, e.g. the refused
 /// connection or the TLS failure).
+/// A context with a value for every placeholder of `url`, to check the URL's shape when it is
+/// configured.
+fn placeholder_example(url: &str) -> enforce_core::Context {
+    let mut context = enforce_core::Context::new();
+    for key in crate::case_context::placeholder_keys(url) {
+        context.insert(key, "x");
+    }
+    context
+}
+
+/// The scheme and authority of `url` as written (everything before the path).
+fn authority_of(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let end = url[after_scheme..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| after_scheme + i);
+    &url[..end]
+}
+
 fn describe(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);

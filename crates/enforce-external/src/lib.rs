@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 pub mod breaker;
+pub mod case_context;
 pub mod embedding;
 pub mod external;
 pub mod grpc;

@@ -32,4 +32,7 @@ mod schema_grammar;
 pub use config::{LocalConfig, LocalConfigError, DEFAULT_CONTEXT_SIZE, DEFAULT_MAX_TOKENS};
 #[cfg(feature = "llama")]
 pub use runner::LocalRunner;
-pub use schema_grammar::{json_schema_to_gbnf, SchemaGrammarError};
+pub use schema_grammar::{
+    choices_to_gbnf, json_schema_to_gbnf, SchemaGrammar, SchemaGrammarError, MAX_GRAMMAR_DEPTH,
+    MAX_GRAMMAR_REPETITION,
+};

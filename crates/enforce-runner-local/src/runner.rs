@@ -107,17 +107,22 @@ impl LocalRunner {
     }
 
     /// The settings of one request: `params` (`seed`, `temperature`, `max_tokens` or
-    /// `max_completion_tokens`, `response_format`) over the configuration. The configured
-    /// seed is advanced by `seed_offset`, so a re-ask never repeats a failed draw.
+    /// `max_completion_tokens`, `response_format`, `grammar`: GBNF text) over the
+    /// configuration. The configured seed is advanced by `seed_offset`, so a re-ask never
+    /// repeats a failed draw.
     fn sampling(
         &self,
         params: &Map<String, Value>,
         seed_offset: u64,
     ) -> Result<Sampling, RunnerError> {
         let c = &*self.config;
-        let grammar = match params.get("response_format") {
-            Some(format) => response_format_grammar(format)?,
-            None => match (&c.grammar, &c.json_schema) {
+        let grammar = match (params.get("response_format"), params.get("grammar")) {
+            (Some(format), _) => response_format_grammar(format)?,
+            (None, Some(Value::String(gbnf))) => Some(Grammar::Gbnf(gbnf.clone())),
+            (None, Some(other)) => {
+                return Err(bad_param("grammar", "a GBNF grammar (a string)", other))
+            }
+            (None, None) => match (&c.grammar, &c.json_schema) {
                 (Some(gbnf), _) => Some(Grammar::Gbnf(gbnf.clone())),
                 (None, Some(schema)) => Some(Grammar::Schema(schema.clone())),
                 (None, None) => None,
@@ -427,7 +432,11 @@ mod tests {
             .sampling(&params(json!({"response_format": {"type": "text"}})), 0)
             .unwrap();
         assert_eq!(s.grammar, None);
+        let gbnf = r#"root ::= "yes" | "no""#;
+        let s = r.sampling(&params(json!({"grammar": gbnf})), 0).unwrap();
+        assert_eq!(s.grammar, Some(Grammar::Gbnf(gbnf.into())));
         for bad in [
+            json!({"grammar": 3}),
             json!({"response_format": {"type": "json_schema"}}),
             json!({"response_format": {"type": "xml"}}),
             json!({"temperature": "hot"}),

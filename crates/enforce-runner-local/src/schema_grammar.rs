@@ -9,12 +9,40 @@
 //! or arithmetic engine for (`pattern`, `format`, `minimum`/`maximum`, `multipleOf`) are not in
 //! the grammar; the validators still check the whole schema after generation, so such an
 //! answer fails with a precise issue instead of being impossible to generate.
+//!
+//! A schema the grammar cannot follow exactly never fails the request: the part in question
+//! becomes looser (a length bound above llama.cpp's repetition limit becomes unbounded, a
+//! sub-schema nested too deep or not understood accepts any JSON value there) and
+//! [`SchemaGrammar::loosened`] says what was loosened and where.
 
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// Why a JSON Schema cannot be turned into a grammar.
+/// The largest repetition count llama.cpp's grammar parser takes (`MAX_REPETITION_THRESHOLD`
+/// in its `llama-grammar.cpp`): a larger minimum is an error that rejects the whole grammar,
+/// a larger maximum is silently dropped there.
+pub const MAX_GRAMMAR_REPETITION: u64 = 2000;
+
+/// Schema levels followed into the grammar; deeper sub-schemas accept any JSON value. Bounds
+/// the converter's own recursion on a hostile schema, and the grammar's size.
+pub const MAX_GRAMMAR_DEPTH: usize = 32;
+
+/// A JSON Schema turned into a GBNF grammar, with what the grammar had to leave looser than
+/// the schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaGrammar {
+    /// The grammar; its `root` rule accepts JSON text of the schema's shape.
+    pub gbnf: String,
+    /// One line per place the grammar accepts more than the schema (`root.code: maxLength
+    /// 10000 is above …`). Empty when the grammar follows the whole shape. Keywords the
+    /// grammar never expresses (`pattern`, `minimum`, …) are listed too: the validators check
+    /// them after generation.
+    pub loosened: Vec<String>,
+}
+
+/// Why a part of a JSON Schema cannot be turned into a grammar (the text of a
+/// [`SchemaGrammar::loosened`] line).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SchemaGrammarError {
@@ -65,16 +93,18 @@ const BASE_RULES: &[(&str, &str)] = &[
 /// `anyOf`/`oneOf`, `allOf` of object schemas, `$ref` into `$defs`/`definitions` (recursive
 /// ones too), `true` and `{}`. Properties come in key order, required ones first.
 ///
-/// # Errors
-/// [`SchemaGrammarError`] for a schema no JSON value satisfies (`false`, an empty `enum`), a
-/// `$ref` outside the schema, or a keyword combination the conversion does not support.
-pub fn json_schema_to_gbnf(schema: &Value) -> Result<String, SchemaGrammarError> {
+/// Never fails: what the grammar cannot follow (a schema no value satisfies, a `$ref` outside
+/// the schema, an unknown type, nesting deeper than [`MAX_GRAMMAR_DEPTH`], a length or count
+/// above [`MAX_GRAMMAR_REPETITION`]) is loosened and listed in [`SchemaGrammar::loosened`].
+pub fn json_schema_to_gbnf(schema: &Value) -> SchemaGrammar {
     let mut builder = Builder {
         root: schema,
         rules: BTreeMap::new(),
         refs: BTreeMap::new(),
+        depth: 0,
+        loosened: Vec::new(),
     };
-    let body = builder.visit(schema, "root")?;
+    let body = builder.visit(schema, "root");
     builder.rules.insert("root".into(), body);
     let mut out = String::new();
     for (name, body) in &builder.rules {
@@ -84,8 +114,33 @@ pub fn json_schema_to_gbnf(schema: &Value) -> Result<String, SchemaGrammarError>
     for (name, body) in BASE_RULES {
         let _ = writeln!(out, "{name} ::= {body}");
     }
-    Ok(out)
+    SchemaGrammar {
+        gbnf: out,
+        loosened: builder.loosened,
+    }
 }
+
+/// Keywords a grammar cannot express: they need a regex engine, arithmetic or a look at the
+/// whole value. The validators check them after generation.
+const NOT_IN_GRAMMAR: &[&str] = &[
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "uniqueItems",
+    "not",
+    "if",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "contains",
+    "dependentRequired",
+    "dependentSchemas",
+];
 
 struct Builder<'s> {
     root: &'s Value,
@@ -93,11 +148,33 @@ struct Builder<'s> {
     rules: BTreeMap<String, String>,
     /// `$ref` target → its rule name (made before the target is visited, so recursion ends).
     refs: BTreeMap<String, String>,
+    /// Schema levels entered on the way to the current one.
+    depth: usize,
+    /// What the grammar accepts beyond the schema, one line per place.
+    loosened: Vec<String>,
 }
 
 impl<'s> Builder<'s> {
     /// The GBNF expression for `schema`; `name` is a readable stem for the rules it adds.
-    fn visit(&mut self, schema: &Value, name: &str) -> Result<String, SchemaGrammarError> {
+    /// What cannot be followed exactly accepts any JSON value, recorded in `loosened`.
+    fn visit(&mut self, schema: &Value, name: &str) -> String {
+        if self.depth >= MAX_GRAMMAR_DEPTH {
+            self.loosened.push(format!(
+                "`{name}` is nested deeper than {MAX_GRAMMAR_DEPTH} levels; any JSON value is accepted there"
+            ));
+            return "value".into();
+        }
+        self.depth += 1;
+        let body = self.visit_exact(schema, name);
+        self.depth -= 1;
+        body.unwrap_or_else(|e| {
+            self.loosened
+                .push(format!("{e}; any JSON value is accepted there"));
+            "value".into()
+        })
+    }
+
+    fn visit_exact(&mut self, schema: &Value, name: &str) -> Result<String, SchemaGrammarError> {
         let schema = match schema {
             Value::Bool(true) => return Ok("value".into()),
             Value::Bool(false) => {
@@ -112,6 +189,11 @@ impl<'s> Builder<'s> {
                 )))
             }
         };
+        for keyword in NOT_IN_GRAMMAR.iter().filter(|k| schema.contains_key(**k)) {
+            self.loosened.push(format!(
+                "`{name}.{keyword}` is not in the grammar; the validators check it"
+            ));
+        }
         if let Some(reference) = schema.get("$ref") {
             return self.reference(reference);
         }
@@ -134,7 +216,7 @@ impl<'s> Builder<'s> {
         }
         if let Some(parts) = schema.get("allOf") {
             let merged = merge_all_of(parts, name)?;
-            return self.visit(&merged, name);
+            return Ok(self.visit(&merged, name));
         }
         match schema.get("type") {
             None => self.untyped(schema, name),
@@ -183,7 +265,7 @@ impl<'s> Builder<'s> {
         match kind {
             "object" => self.object(schema, name),
             "array" => self.array(schema, name),
-            "string" => string_rule(schema, name),
+            "string" => self.string(schema, name),
             "integer" => Ok("integer".into()),
             "number" => Ok("number".into()),
             "boolean" => Ok("boolean".into()),
@@ -203,7 +285,7 @@ impl<'s> Builder<'s> {
         let mut choices = Vec::with_capacity(options.len());
         for (i, option) in options.iter().enumerate() {
             let stem = format!("{name}-{i}");
-            choices.push(self.add(&stem, |b| b.visit(option, &stem))?);
+            choices.push(self.add(&stem, |b| Ok(b.visit(option, &stem)))?);
         }
         Ok(format!("({})", choices.join(" | ")))
     }
@@ -229,7 +311,7 @@ impl<'s> Builder<'s> {
         self.refs.insert(target.into(), rule.clone());
         // Reserved before the visit, so a recursive reference finds the name.
         self.rules.insert(rule.clone(), String::new());
-        let body = self.visit(resolved, &rule)?;
+        let body = self.visit(resolved, &rule);
         self.rules.insert(rule.clone(), body);
         Ok(rule)
     }
@@ -259,7 +341,7 @@ impl<'s> Builder<'s> {
             Some(Value::Bool(false)) => return Ok(r#""{" space "}" space"#.into()),
             Some(extra) => {
                 let stem = format!("{name}-additional");
-                Some(self.add(&stem, |b| b.visit(extra, &stem))?)
+                Some(self.add(&stem, |b| Ok(b.visit(extra, &stem)))?)
             }
         };
         let Some(properties) = properties else {
@@ -290,7 +372,7 @@ impl<'s> Builder<'s> {
                 continue;
             };
             let stem = format!("{name}-{}", rule_safe(key));
-            let value = self.add(&stem, |b| b.visit(property, &stem))?;
+            let value = self.add(&stem, |b| Ok(b.visit(property, &stem)))?;
             let pair = format!("{} space \":\" space {value}", literal(&Value::from(key)));
             if required.contains(&key) {
                 pairs_required.push(pair);
@@ -368,7 +450,7 @@ impl<'s> Builder<'s> {
             let mut items = Vec::with_capacity(prefix.len());
             for (i, item) in prefix.iter().enumerate() {
                 let stem = format!("{name}-{i}");
-                items.push(self.add(&stem, |b| b.visit(item, &stem))?);
+                items.push(self.add(&stem, |b| Ok(b.visit(item, &stem)))?);
             }
             return Ok(format!(
                 r#""[" space {} "]" space"#,
@@ -379,16 +461,10 @@ impl<'s> Builder<'s> {
             None => "value".to_string(),
             Some(item) => {
                 let stem = format!("{name}-item");
-                self.add(&stem, |b| b.visit(item, &stem))?
+                self.add(&stem, |b| Ok(b.visit(item, &stem)))?
             }
         };
-        let min = count(schema, "minItems", name)?.unwrap_or(0);
-        let max = count(schema, "maxItems", name)?;
-        if max.is_some_and(|max| max < min) {
-            return Err(SchemaGrammarError::Unsupported(format!(
-                "`{name}`: maxItems is below minItems, no array matches"
-            )));
-        }
+        let (min, max) = self.bounds(schema, ("minItems", "maxItems"), name)?;
         let inner = match (min, max) {
             (_, Some(0)) => String::new(),
             (0, max) => format!(
@@ -401,6 +477,48 @@ impl<'s> Builder<'s> {
             ),
         };
         Ok(format!(r#""[" space {inner} "]" space"#))
+    }
+
+    fn string(
+        &mut self,
+        schema: &Map<String, Value>,
+        name: &str,
+    ) -> Result<String, SchemaGrammarError> {
+        match self.bounds(schema, ("minLength", "maxLength"), name)? {
+            (0, None) => Ok("string".into()),
+            (min, max) => Ok(format!(r#""\"" char{} "\"" space"#, repeat(min, max))),
+        }
+    }
+
+    /// A length or count range (`keys`: its minimum and maximum keyword) within what
+    /// llama.cpp repeats: a larger maximum becomes no maximum, a larger minimum the largest
+    /// one it takes, each recorded in `loosened`.
+    fn bounds(
+        &mut self,
+        schema: &Map<String, Value>,
+        (min_key, max_key): (&str, &str),
+        name: &str,
+    ) -> Result<(u64, Option<u64>), SchemaGrammarError> {
+        let min = count(schema, min_key, name)?.unwrap_or(0);
+        let mut max = count(schema, max_key, name)?;
+        if max.is_some_and(|max| max < min) {
+            return Err(SchemaGrammarError::Unsupported(format!(
+                "`{name}`: {max_key} is below {min_key}, nothing matches"
+            )));
+        }
+        if let Some(above) = max.filter(|m| *m > MAX_GRAMMAR_REPETITION) {
+            self.loosened.push(format!(
+                "`{name}.{max_key}` {above} is above the {MAX_GRAMMAR_REPETITION} repetitions llama.cpp's grammar takes; the grammar leaves it unbounded"
+            ));
+            max = None;
+        }
+        if min > MAX_GRAMMAR_REPETITION {
+            self.loosened.push(format!(
+                "`{name}.{min_key}` {min} is above the {MAX_GRAMMAR_REPETITION} repetitions llama.cpp's grammar takes; the grammar asks for {MAX_GRAMMAR_REPETITION}"
+            ));
+            return Ok((MAX_GRAMMAR_REPETITION, max));
+        }
+        Ok((min, max))
     }
 
     /// Adds a named rule for `body` unless it is a single rule name already; returns the name.
@@ -429,23 +547,6 @@ impl<'s> Builder<'s> {
             .map(|i| format!("{stem}-{i}"))
             .find(|n| !taken(n))
             .unwrap_or(stem)
-    }
-}
-
-fn string_rule(schema: &Map<String, Value>, name: &str) -> Result<String, SchemaGrammarError> {
-    let min = count(schema, "minLength", name)?;
-    let max = count(schema, "maxLength", name)?;
-    match (min, max) {
-        (None, None) => Ok("string".into()),
-        (min, max) => {
-            let min = min.unwrap_or(0);
-            if max.is_some_and(|max| max < min) {
-                return Err(SchemaGrammarError::Unsupported(format!(
-                    "`{name}`: maxLength is below minLength, no string matches"
-                )));
-            }
-            Ok(format!(r#""\"" char{} "\"" space"#, repeat(min, max)))
-        }
     }
 }
 
@@ -520,12 +621,27 @@ fn merge_all_of(parts: &Value, name: &str) -> Result<Value, SchemaGrammarError> 
     Ok(Value::Object(merged))
 }
 
+/// A GBNF grammar whose `root` accepts exactly one of `choices` (as they are, not as JSON),
+/// the answer of a `one_of` contract. No choices: the grammar accepts nothing but the empty
+/// answer, which the validator then refuses.
+pub fn choices_to_gbnf(choices: &[String]) -> String {
+    let alternatives: Vec<String> = choices.iter().map(|c| gbnf_string(c)).collect();
+    if alternatives.is_empty() {
+        return "root ::= \"\"\n".into();
+    }
+    format!("root ::= {}\n", alternatives.join(" | "))
+}
+
 /// A GBNF string literal matching exactly the JSON text of `value`.
 fn literal(value: &Value) -> String {
-    let json = value.to_string();
-    let mut out = String::with_capacity(json.len() + 2);
+    gbnf_string(&value.to_string())
+}
+
+/// A GBNF string literal matching exactly `text`.
+fn gbnf_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
-    for c in json.chars() {
+    for c in text.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),

@@ -378,8 +378,10 @@ fn error_of(data: &str, status: Option<u16>) -> RunnerError {
 }
 
 /// The request's params (chat-completions dialect) in the Messages API's spelling, over what
-/// `body` holds. What the Messages API has no field for (`seed`, `n`, `response_format`,
-/// penalties, `stream_options`, ...) is not sent: the API refuses unknown fields.
+/// `body` holds. A `json_schema` response format becomes structured output
+/// (`output_config.format`). What the Messages API has no field for (`seed`, `n`, the
+/// `json_object` and `text` response formats, penalties, `stream_options`, ...) is not sent:
+/// the API refuses unknown fields.
 fn translate_params(params: &Map<String, Value>, body: &mut Map<String, Value>) {
     for (key, value) in params {
         match key.as_str() {
@@ -412,6 +414,11 @@ fn translate_params(params: &Map<String, Value>, body: &mut Map<String, Value>) 
                     body.insert("metadata".into(), json!({ "user_id": user }));
                 }
             }
+            "response_format" => {
+                if let Some(format) = output_format(value) {
+                    insert_output_format(body, format);
+                }
+            }
             _ => {}
         }
     }
@@ -419,6 +426,31 @@ fn translate_params(params: &Map<String, Value>, body: &mut Map<String, Value>) 
     // `{"type": "none"}`, kept above. A choice without tools is refused by the API.
     if !body.contains_key("tools") {
         body.remove("tool_choice");
+    }
+}
+
+/// A chat-completions `response_format` of type `json_schema` as the Messages API's
+/// structured-output format, `{"type": "json_schema", "schema": ...}`; `None` for the other
+/// types, which it has no equivalent for.
+fn output_format(response_format: &Value) -> Option<Value> {
+    if response_format.get("type").and_then(Value::as_str) != Some("json_schema") {
+        return None;
+    }
+    let schema = response_format.pointer("/json_schema/schema")?;
+    Some(json!({"type": "json_schema", "schema": schema}))
+}
+
+/// Sets `output_config.format`, keeping what else a configured `output_config` holds
+/// (`effort`).
+fn insert_output_format(body: &mut Map<String, Value>, format: Value) {
+    let config = body
+        .entry("output_config")
+        .or_insert_with(|| Value::Object(Map::new()));
+    match config {
+        Value::Object(config) => {
+            config.insert("format".into(), format);
+        }
+        other => *other = json!({ "format": format }),
     }
 }
 
@@ -641,6 +673,35 @@ mod tests {
             ..AnthropicConfig::default()
         })
         .unwrap()
+    }
+
+    /// A JSON Schema response format is Claude's structured output; a configured
+    /// `output_config` keeps its other fields.
+    #[test]
+    fn a_json_schema_response_format_becomes_output_config_format() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}},
+            "required": ["a"], "additionalProperties": false});
+        let mut request = Request::prompt("Hi");
+        request.params.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {"name": "c", "schema": schema, "strict": true}}),
+        );
+        let body = runner().body(&request, &request.messages);
+        assert_eq!(
+            body["output_config"],
+            json!({"format": {"type": "json_schema", "schema": schema}})
+        );
+        assert!(body.get("response_format").is_none());
+        let configured = AnthropicRunner::new(AnthropicConfig {
+            model: "claude-x".into(),
+            api_key: Some("k".into()),
+            params: serde_json::from_value(json!({"output_config": {"effort": "low"}})).unwrap(),
+            ..AnthropicConfig::default()
+        })
+        .unwrap();
+        let body = configured.body(&request, &request.messages);
+        assert_eq!(body["output_config"]["effort"], "low");
+        assert_eq!(body["output_config"]["format"]["schema"], schema);
     }
 
     #[test]

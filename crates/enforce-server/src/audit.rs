@@ -11,6 +11,47 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
+/// A request refused before its enforcement started (a bad key, body or model, a key's
+/// limits, load), as its short `refused` audit record names it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Refusal<'a> {
+    /// The `enforce_rejected_total` reason (`unauthorized`, `forbidden`, `bad_request`,
+    /// `unknown_model`, `body_too_large`, `overloaded`, ...).
+    pub reason: &'static str,
+    /// The HTTP status the client got.
+    pub status: u16,
+    /// The model the request asked for, when its body was read that far.
+    pub model: Option<&'a str>,
+    /// The name of the key it presented (never the key itself), when it was a named one.
+    pub key: Option<&'a str>,
+}
+
+impl Refusal<'_> {
+    /// The record as one JSON line: `ts`, `model`, `key` (when named), `status: "refused"`,
+    /// `reason`, `http_status`.
+    pub(crate) fn to_json_line(self) -> String {
+        #[derive(serde::Serialize)]
+        struct Line<'a> {
+            ts: String,
+            model: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            key: Option<&'a str>,
+            status: &'static str,
+            reason: &'static str,
+            http_status: u16,
+        }
+        serde_json::to_string(&Line {
+            ts: enforce_core::rfc3339_millis(std::time::SystemTime::now()),
+            model: self.model,
+            key: self.key,
+            status: "refused",
+            reason: self.reason,
+            http_status: self.status,
+        })
+        .unwrap_or_default()
+    }
+}
+
 /// Called by the writer thread once per line that could not be written or synced.
 pub type FailureHook = Box<dyn Fn() + Send + 'static>;
 

@@ -79,7 +79,12 @@ pub(crate) fn authenticate(
                 "Missing or wrong API key. Send `Authorization: Bearer <key>` (or `x-api-key: <key>`) with a key this proxy accepts.",
             );
             error.param = None;
-            app.count_rejection("unauthorized");
+            app.refuse(crate::audit::Refusal {
+                reason: "unauthorized",
+                status: error.status.as_u16(),
+                model: None,
+                key: None,
+            });
             Err(Box::new(error))
         }
     }

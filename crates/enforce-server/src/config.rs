@@ -131,6 +131,10 @@ pub struct Model {
     pub runner_kind: Option<String>,
     /// Routes picking the profile per request (`None`: always `profile`, at no cost).
     pub routes: Option<Arc<Routes>>,
+    /// Request params that constrain decoding to the profile's contract (`decode:
+    /// constrained`), added to each request that does not set them itself. They are not a
+    /// contract of the request: the profile's validators check the answer already.
+    pub decode_params: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Model {
@@ -145,7 +149,17 @@ impl Model {
             upstream_model: None,
             runner_kind: None,
             routes: None,
+            decode_params: serde_json::Map::new(),
         }
+    }
+
+    /// Sets the params that constrain decoding, builder style.
+    pub fn with_decode_params(
+        mut self,
+        params: serde_json::Map<String, serde_json::Value>,
+    ) -> Self {
+        self.decode_params = params;
+        self
     }
 
     /// Routes the requests to profiles, builder style (no routes: none are tried).
@@ -237,6 +251,19 @@ pub struct ServerConfig {
     pub audit_fsync: FsyncPolicy,
     /// How long a graceful shutdown waits for in-flight requests (default 30 s).
     pub shutdown_grace: Duration,
+    /// Longest a client connection may take to send a whole request head, counted from when
+    /// it opens or its previous answer ends: a head sent slowly and an idle keep-alive
+    /// connection are both closed after it (default 30 s). A request's body is read within
+    /// its [`request_timeout`](Self::request_timeout).
+    pub header_timeout: Duration,
+    /// Most bytes of stored Responses answers (`store: true`) kept in memory; beyond it the
+    /// oldest go first (default 64 MiB). A session directory or the shared state keeps them
+    /// all.
+    pub max_stored_response_bytes: usize,
+    /// Most chat sessions kept in memory; beyond it the least recently used go first
+    /// (default 10,000). With a session directory or the shared state they are read back
+    /// from there when needed; without, an evicted chat starts a fresh step history.
+    pub max_cached_sessions: usize,
     /// Where to export OpenTelemetry traces; `None` (the default) exports nothing. Needs the
     /// `otel` feature.
     pub otlp: Option<OtlpConfig>,
@@ -352,6 +379,9 @@ impl Default for ServerConfig {
             audit_log: None,
             audit_fsync: FsyncPolicy::Never,
             shutdown_grace: Duration::from_secs(30),
+            header_timeout: Duration::from_secs(30),
+            max_stored_response_bytes: 64 * 1024 * 1024,
+            max_cached_sessions: 10_000,
             otlp: None,
             state: None,
         }

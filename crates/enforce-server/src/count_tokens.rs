@@ -2,18 +2,21 @@
 //! upstream when its runner can count (the `anthropic` runner), else an estimate that says it
 //! is one. Nothing is enforced: no model answers.
 
-use crate::error::ApiError;
+use crate::auth::Granted;
+use crate::config::Model;
+use crate::controls;
 use crate::messages::{error_response, Messages};
-use crate::pipeline::{read_body, Surface};
+use crate::pipeline::{known_model, read_body, take_permit, Ask, Rejection, Surface};
 use crate::state::App;
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use enforce_core::{Message, Request};
 use serde_json::{json, Value};
 use std::sync::Arc;
+use tokio::sync::OwnedSemaphorePermit;
 
 /// The response header that marks an estimated count: `estimated`.
 pub(crate) const TOKEN_COUNT_HEADER: &str = "x-enforce-token-count";
@@ -25,31 +28,15 @@ const CHARS_PER_TOKEN: usize = 4;
 /// Counts the input tokens of a Messages request for one of this proxy's models.
 pub(crate) async fn count_tokens(
     State(app): State<Arc<App>>,
+    granted: Option<Extension<Granted>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let bytes = match read_body(&app, &headers, body).await {
-        Ok(bytes) => bytes,
-        Err(rejection) => return error_response(rejection.into_error()),
-    };
-    let (ask, ()) = match Messages::parse(&bytes) {
-        Ok(parsed) => parsed,
-        Err(error) => return error_response(error),
-    };
-    let Some(model) = app.models.get(&ask.model) else {
-        return error_response(ApiError {
-            param: Some("model"),
-            ..ApiError::new(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                "model_not_found",
-                format!(
-                    "The model `{}` does not exist on this proxy. Available: {}.",
-                    ask.model,
-                    app.model_order.join(", ")
-                ),
-            )
-        });
+    let granted = granted.map(|Extension(g)| g);
+    // The permit is held until the count is sent: the parsed request stays in memory so long.
+    let (ask, model, _permit) = match admit(&app, granted, &headers, body).await {
+        Ok(admitted) => admitted,
+        Err(rejection) => return error_response(rejection.refused(&app, granted)),
     };
     let request = Request {
         messages: ask.messages,
@@ -72,6 +59,27 @@ pub(crate) async fn count_tokens(
             response
         }
     }
+}
+
+/// The request parsed, the model it names and the concurrency permit, taken before the body
+/// is read (`max_concurrent` bounds the requests in memory on this route too). The model is
+/// admitted for the key as on the other routes: a limited key gets the 403 for a model outside
+/// its list, and a 404 that lists only its own models.
+async fn admit(
+    app: &App,
+    granted: Option<Granted>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Ask, Arc<Model>, OwnedSemaphorePermit), Rejection> {
+    let permit = take_permit(app)?;
+    let bytes = read_body(app, headers, body).await?;
+    let (ask, ()) = Messages::parse(&bytes).map_err(|e| Rejection::new("bad_request", e))?;
+    let grant = controls::grant(app, granted);
+    let model = controls::admit_model(grant, &ask.model, &HeaderMap::new())
+        .map_err(Rejection::from)
+        .and_then(|()| known_model(app, grant, &ask.model))
+        .map_err(|rejection| rejection.asked_for(&ask.model))?;
+    Ok((ask, model, permit))
 }
 
 /// The estimate: every character the model would read (messages, their tool calls, the

@@ -41,6 +41,7 @@ mod app;
 mod audit;
 mod auth;
 mod config;
+mod connections;
 mod controls;
 mod count_tokens;
 mod error;
@@ -57,6 +58,7 @@ mod redis_state;
 mod responses;
 mod routes;
 mod session;
+mod session_cache;
 mod session_status;
 mod shared;
 mod state;
@@ -87,12 +89,11 @@ pub use shared::{ReplicaState, SharedState, StateError};
 pub use verdict::validation_status;
 
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::Router;
 use metrics::{ModelSeries, AUDIT_WRITE_FAILURES};
 use state::App;
 use std::collections::HashMap;
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -205,18 +206,20 @@ impl ServerBuilder {
             models.insert(model.id.clone(), Arc::new(model));
         }
         let metrics = Arc::new(Metrics::new());
-        let mut sessions =
-            SessionStore::new(self.config.session_dir.clone()).map_err(|source| {
-                ServerError::SessionDir {
-                    path: self
-                        .config
-                        .session_dir
-                        .as_deref()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default(),
-                    source,
-                }
-            })?;
+        let mut sessions = SessionStore::new(self.config.session_dir.clone())
+            .map_err(|source| ServerError::SessionDir {
+                path: self
+                    .config
+                    .session_dir
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                source,
+            })?
+            .with_limits(
+                self.config.max_cached_sessions,
+                self.config.max_stored_response_bytes,
+            );
         let store = match (self.shared_state, &self.config.state) {
             (Some(store), _) => Some(store),
             (None, Some(state)) => Some(open_store(state)?),
@@ -364,8 +367,9 @@ impl Server {
 
     /// Serves on `listener` until `shutdown` completes, then stops accepting, lets in-flight
     /// requests finish for at most [`ServerConfig::shutdown_grace`], flushes the audit log and
-    /// exports the spans still queued.
-    /// Accepted connections get `TCP_NODELAY`.
+    /// exports the spans still queued. Connections that never sent a whole request head are
+    /// closed at once at shutdown; a request head is due within
+    /// [`ServerConfig::header_timeout`]. Accepted connections get `TCP_NODELAY`.
     pub async fn serve<F>(self, listener: TcpListener, shutdown: F) -> Result<(), ServerError>
     where
         F: Future<Output = ()> + Send + 'static,
@@ -384,14 +388,16 @@ impl Server {
             tracing::info!("shutting down: no new connections, draining in-flight requests");
             let _ = stopping_tx.send(true);
         };
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "could not set TCP_NODELAY");
-            }
-        });
-        let server = axum::serve(listener, self.router())
-            .with_graceful_shutdown(signal)
-            .into_future();
+        let connections = connections::serve(
+            listener,
+            self.router(),
+            app.config.header_timeout,
+            stopping_rx.clone(),
+        );
+        let server = async move {
+            tokio::join!(signal, connections);
+            Ok::<(), ServerError>(())
+        };
         let grace = app.config.shutdown_grace;
         let bounded = async move {
             // Only an actual shutdown starts the grace period.
@@ -402,7 +408,7 @@ impl Server {
             }
         };
         let result = tokio::select! {
-            result = server => result.map_err(ServerError::from),
+            result = server => result,
             () = bounded => {
                 tracing::warn!(grace_secs = grace.as_secs_f64(), "in-flight requests outlived the shutdown grace period");
                 Ok(())

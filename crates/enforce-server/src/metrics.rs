@@ -69,6 +69,10 @@ const fn histogram(name: &'static str, help: &'static str) -> Metric {
 
 // The server's own metrics; every call site names one of these. The binary sets
 // `enforce_breaker_state` itself through the public `set_gauge`.
+/// The `status` of a request whose client went away before its answer was sent (in
+/// [`REQUESTS`] and the request span's `enforce.status`).
+pub(crate) const CLIENT_DISCONNECTED: &str = "client_disconnected";
+
 pub(crate) const REQUESTS: Metric = counter(
     "enforce_requests_total",
     "Chat completion requests by model and final status.",

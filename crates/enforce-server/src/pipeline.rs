@@ -2,8 +2,11 @@
 //! body into an [`Ask`] (the surface-neutral turn) and renders the outcome in its own format;
 //! everything between runs once, here, in this order:
 //!
-//! 1. admission: body size ([`read_body`]), then parse (the surface), then the concurrency
-//!    permit ([`take_permit`]); the key check ([`crate::auth::authenticate`]) runs first;
+//! 1. admission: the concurrency permit ([`take_permit`]), then the body ([`read_body`]: its
+//!    size, within the request deadline), then parse (the surface); the key check
+//!    ([`crate::auth::authenticate`]) runs first. The permit comes before the body so that
+//!    `max_concurrent` bounds the memory of bodies in flight too: a request refused for load
+//!    is refused before a byte of its body is read;
 //! 2. model and profile resolution ([`resolve_model`]: the model id, `X-Enforce-Profile`);
 //! 3. routing ([`route`]: the model's routes pick the profile);
 //! 4. session ([`open_session`]: chat id, global slot, session and replica check, hidden
@@ -144,24 +147,46 @@ pub(crate) fn answer_body(
 }
 
 /// A request refused before its enforcement started: the `enforce_rejected_total` reason and
-/// the error.
+/// the error, and the model it asked for when its body was read that far.
 pub(crate) struct Rejection {
     reason: &'static str,
     /// Boxed: the stages' `Result`s stay small on the happy path.
     error: Box<ApiError>,
+    model: Option<String>,
 }
 
 impl Rejection {
-    /// The error, for a handler outside the pipeline that shares its stages.
-    pub(crate) fn into_error(self) -> ApiError {
+    /// A refusal counted as `reason`.
+    pub(crate) fn new(reason: &'static str, error: ApiError) -> Self {
+        rejected(reason)(error)
+    }
+
+    /// Counts and audits the refusal of a request that presented `granted`; the error to send.
+    pub(crate) fn refused(self, app: &App, granted: Option<Granted>) -> ApiError {
+        app.refuse(crate::audit::Refusal {
+            reason: self.reason,
+            status: self.error.status.as_u16(),
+            model: self.model.as_deref(),
+            key: app.key_name(granted),
+        });
         *self.error
+    }
+
+    /// The same refusal, of a request for `model`.
+    pub(crate) fn asked_for(mut self, model: &str) -> Self {
+        self.model = Some(model.to_string());
+        self
     }
 }
 
 /// A stage outside this module refuses with its `enforce_rejected_total` reason and error.
 impl From<controls::Refused> for Rejection {
     fn from(controls::Refused(reason, error): controls::Refused) -> Self {
-        Rejection { reason, error }
+        Rejection {
+            reason,
+            error,
+            model: None,
+        }
     }
 }
 
@@ -169,6 +194,7 @@ fn rejected(reason: &'static str) -> impl FnOnce(ApiError) -> Rejection {
     move |error| Rejection {
         reason,
         error: Box::new(error),
+        model: None,
     }
 }
 
@@ -190,10 +216,7 @@ pub(crate) async fn serve<S: Surface>(
         // Boxed: axum moves this future whole, twice, for every request; the rendering's
         // state (the turn, its job, the answer's) would make it several kilobytes larger.
         Ok(admitted) => Box::pin(respond::<S>(admitted)).await,
-        Err(Rejection { reason, error }) => {
-            app.count_rejection(reason);
-            S::refuse(*error)
-        }
+        Err(rejection) => S::refuse(rejection.refused(&app, granted)),
     }
 }
 
@@ -211,21 +234,20 @@ async fn admit<S: Surface>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Admitted<S>, Rejection> {
+    let permit = take_permit(app)?;
     let bytes = read_body(app, headers, body).await?;
     let (mut ask, kept) = S::parse(&bytes).map_err(rejected("bad_request"))?;
     let grant = controls::grant(app, granted);
-    let own = own_headers(headers);
-    controls::admit_model(grant, &ask.model, own)?;
-    let (mut model, header_profile) = resolve_model(app, &ask.model, own)?;
-    let permit = take_permit(app)?;
-    let route = match header_profile {
-        Some(_) => None,
-        None => route(&mut model, &bytes, &ask.params, headers, &ask.messages).await,
+    let Prepared {
+        model,
+        route,
+        request_limits,
+        session,
+        context,
+    } = match prepare(app, grant, headers, &bytes, &mut ask).await {
+        Ok(prepared) => prepared,
+        Err(rejection) => return Err(rejection.asked_for(&ask.model)),
     };
-    let request_limits = controls::apply(grant, &mut model, own)?;
-    controls::admit_continuation(app, grant, ask.continues.as_deref()).await?;
-    let session = open_session(app, own, &mut ask, &model).await?;
-    let context = context(app, own, ask.enforce.take(), &model, &session)?;
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = TurnId {
         id: turn_id(S::ID_PREFIX, app.started, n),
@@ -280,6 +302,8 @@ async fn admit<S: Surface>(
         route,
         key: granted,
         request_limits,
+        attempts: Default::default(),
+        recorded: Default::default(),
         _permit: permit,
         _slot: session.slot,
     };
@@ -290,6 +314,43 @@ async fn admit<S: Surface>(
         job,
         kept,
         span,
+    })
+}
+
+/// What the stages between parsing and enforcement made of a request.
+struct Prepared {
+    model: Arc<Model>,
+    route: Option<Value>,
+    request_limits: Option<Value>,
+    session: SessionStage,
+    context: Context,
+}
+
+/// Resolution, routing, the key's limits, session and context of a parsed request.
+async fn prepare(
+    app: &Arc<App>,
+    grant: Option<&crate::config::KeyGrant>,
+    headers: &HeaderMap,
+    bytes: &[u8],
+    ask: &mut Ask,
+) -> Result<Prepared, Rejection> {
+    let own = own_headers(headers);
+    controls::admit_model(grant, &ask.model, own)?;
+    let (mut model, header_profile) = resolve_model(app, grant, &ask.model, own)?;
+    let route = match header_profile {
+        Some(_) => None,
+        None => route(&mut model, bytes, &ask.params, headers, &ask.messages).await,
+    };
+    let request_limits = controls::apply(grant, &mut model, own)?;
+    controls::admit_continuation(app, grant, ask.continues.as_deref()).await?;
+    let session = open_session(app, own, ask, &model).await?;
+    let context = context(app, own, ask.enforce.take(), &model, &session)?;
+    Ok(Prepared {
+        model,
+        route,
+        request_limits,
+        session,
+        context,
     })
 }
 
@@ -421,13 +482,34 @@ pub(crate) fn warnings_json(turn: &Turn) -> Option<Value> {
 }
 
 /// Admission: the body, at most `max_body_bytes` (refused from `Content-Length` before reading
-/// when it says more).
+/// when it says more), within the request deadline (a 408 for a body sent too slowly).
 pub(crate) async fn read_body(
     app: &App,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Bytes, Rejection> {
     let limit = app.config.max_body_bytes;
+    let deadline = app.config.request_timeout;
+    match tokio::time::timeout(deadline, read_body_within(limit, headers, body)).await {
+        Ok(read) => read,
+        Err(_) => Err(rejected("body_timeout")(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            "request_body_timeout",
+            format!(
+                "The request body did not arrive within this proxy's limit of {} s.",
+                deadline.as_secs_f64()
+            ),
+        ))),
+    }
+}
+
+/// The body, at most `limit` bytes.
+async fn read_body_within(
+    limit: usize,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, Rejection> {
     let too_large = || {
         rejected("body_too_large")(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -473,29 +555,45 @@ pub(crate) async fn read_body(
     })
 }
 
+/// The model `id`, else a 404 that lists the models the request's key may use.
+pub(crate) fn known_model(
+    app: &App,
+    grant: Option<&crate::config::KeyGrant>,
+    id: &str,
+) -> Result<Arc<Model>, Rejection> {
+    if let Some(model) = app.models.get(id) {
+        return Ok(Arc::clone(model));
+    }
+    let available: Vec<&str> = app
+        .model_order
+        .iter()
+        .map(String::as_str)
+        .filter(|m| grant.is_none_or(|g| g.allows_model(m)))
+        .collect();
+    let error = ApiError {
+        param: Some("model"),
+        ..ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "model_not_found",
+            format!(
+                "The model `{id}` does not exist on this proxy. Available: {}.",
+                available.join(", ")
+            ),
+        )
+    };
+    Err(rejected("unknown_model")(error))
+}
+
 /// Resolution: the model, with the profile `X-Enforce-Profile` names instead of its own (that
 /// name is returned: a named profile is not routed).
 fn resolve_model(
     app: &App,
+    grant: Option<&crate::config::KeyGrant>,
     id: &str,
     headers: &HeaderMap,
 ) -> Result<(Arc<Model>, Option<String>), Rejection> {
-    let Some(model) = app.models.get(id) else {
-        let error = ApiError {
-            param: Some("model"),
-            ..ApiError::new(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                "model_not_found",
-                format!(
-                    "The model `{id}` does not exist on this proxy. Available: {}.",
-                    app.model_order.join(", ")
-                ),
-            )
-        };
-        return Err(rejected("unknown_model")(error));
-    };
-    let mut model = Arc::clone(model);
+    let mut model = known_model(app, grant, id)?;
     let profile = headers
         .get(names::PROFILE)
         .and_then(|v| v.to_str().ok())
@@ -509,6 +607,8 @@ fn resolve_model(
             let changed = Arc::make_mut(&mut model);
             changed.enforcer = enforcer.clone();
             changed.profile = name.to_string();
+            // The decoding constraint is the model's own profile's, not this one's.
+            changed.decode_params.clear();
             Ok((model, Some(name.to_string())))
         }
         None => {
@@ -531,7 +631,7 @@ fn resolve_model(
 }
 
 /// Admission: this replica's concurrency permit (a 429 when none is free).
-fn take_permit(app: &App) -> Result<OwnedSemaphorePermit, Rejection> {
+pub(crate) fn take_permit(app: &App) -> Result<OwnedSemaphorePermit, Rejection> {
     app.limiter
         .clone()
         .try_acquire_owned()
@@ -556,6 +656,8 @@ async fn route(
         let changed = Arc::make_mut(model);
         changed.enforcer = enforcer.clone();
         changed.profile = name.to_string();
+        // The decoding constraint is the model's own profile's, not the routed one's.
+        changed.decode_params.clear();
     }
     serde_json::to_value(&picked.record).ok()
 }

@@ -2,11 +2,11 @@
 //! when a directory is configured, in `<dir>/<chat>/status.json` written atomically; with a
 //! shared state (Redis), also there, which then is the copy read first.
 
+use crate::session_cache::{Fifo, Lru};
 pub use crate::session_status::{HiddenMarker, SessionStatus, StepRecord};
 use crate::shared::ReplicaState;
 use bytes::Bytes;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,9 +37,16 @@ pub struct TurnRecord<'a> {
     pub hidden: Option<HiddenMarker>,
 }
 
-/// Stored Responses answers kept in memory, newest last; the oldest go first (a directory or
-/// the shared state keeps them all).
+/// Most stored Responses answers kept in memory, whatever their size; the oldest go first
+/// (a directory or the shared state keeps them all).
 const KEPT_RESPONSES: usize = 1024;
+
+/// [`ServerConfig::max_cached_sessions`](crate::ServerConfig::max_cached_sessions)'s default.
+const DEFAULT_CACHED_SESSIONS: usize = 10_000;
+
+/// [`ServerConfig::max_stored_response_bytes`](crate::ServerConfig::max_stored_response_bytes)'s
+/// default.
+const DEFAULT_STORED_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 
 /// The directory under the session directory that holds stored responses.
 const RESPONSES_DIR: &str = "responses";
@@ -64,12 +71,11 @@ pub(crate) struct StoredResponse {
 #[derive(Debug)]
 pub struct SessionStore {
     dir: Option<PathBuf>,
-    cache: Mutex<HashMap<String, SessionStatus>>,
-    /// Stored responses by id, and their ids oldest first.
-    responses: Mutex<(
-        HashMap<String, StoredResponse>,
-        std::collections::VecDeque<String>,
-    )>,
+    /// The chats, the least recently used evicted beyond `max_cached_sessions` (a directory
+    /// or the shared state still has them).
+    cache: Mutex<Lru<SessionStatus>>,
+    /// Stored responses, the oldest evicted beyond a count and `max_stored_response_bytes`.
+    responses: Mutex<Fifo<StoredResponse>>,
     /// Serializes file writes so an older snapshot never replaces a newer one.
     write: tokio::sync::Mutex<()>,
     temp_counter: AtomicU64,
@@ -108,12 +114,22 @@ impl SessionStore {
         }
         Ok(SessionStore {
             dir,
-            cache: Mutex::new(HashMap::new()),
-            responses: Mutex::new(Default::default()),
+            cache: Mutex::new(Lru::new(DEFAULT_CACHED_SESSIONS)),
+            responses: Mutex::new(Fifo::new(KEPT_RESPONSES, DEFAULT_STORED_RESPONSE_BYTES)),
             write: tokio::sync::Mutex::new(()),
             temp_counter: AtomicU64::new(0),
             shared: None,
         })
+    }
+
+    /// Keeps at most `max_cached_sessions` chats in memory (the least recently used go first)
+    /// and at most `max_stored_response_bytes` of stored responses (the oldest go first).
+    pub fn with_limits(self, max_cached_sessions: usize, max_stored_response_bytes: usize) -> Self {
+        SessionStore {
+            cache: Mutex::new(Lru::new(max_cached_sessions)),
+            responses: Mutex::new(Fifo::new(KEPT_RESPONSES, max_stored_response_bytes)),
+            ..self
+        }
     }
 
     /// Shares the sessions with other replicas through `shared`.
@@ -127,7 +143,7 @@ impl SessionStore {
         self.cache().get(chat_id).cloned()
     }
 
-    fn cache(&self) -> MutexGuard<'_, HashMap<String, SessionStatus>> {
+    fn cache(&self) -> MutexGuard<'_, Lru<SessionStatus>> {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -162,9 +178,7 @@ impl SessionStore {
         if status.chat_id != chat_id {
             return None;
         }
-        self.cache()
-            .entry(chat_id.to_string())
-            .or_insert_with(|| status.clone());
+        self.cache().get_or_insert_with(chat_id, || status.clone());
         Some(status)
     }
 
@@ -180,18 +194,16 @@ impl SessionStore {
         let _writing = self.write.lock().await;
         let snapshot = {
             let mut cache = self.cache();
-            let entry = cache
-                .entry(chat_id.to_string())
-                .or_insert_with(|| SessionStatus {
-                    chat_id: chat_id.to_string(),
-                    model: turn.model.to_string(),
-                    runner_session_id: None,
-                    runner_replica: None,
-                    turns: 0,
-                    last_status: None,
-                    steps: Vec::new(),
-                    updated_at: 0,
-                });
+            let entry = cache.get_or_insert_with(chat_id, || SessionStatus {
+                chat_id: chat_id.to_string(),
+                model: turn.model.to_string(),
+                runner_session_id: None,
+                runner_replica: None,
+                turns: 0,
+                last_status: None,
+                steps: Vec::new(),
+                updated_at: 0,
+            });
             entry.model = turn.model.to_string();
             entry.turns = entry.turns.saturating_add(1);
             entry.last_status = Some(turn.status.to_string());
@@ -251,6 +263,20 @@ mod raw_json {
 }
 
 impl StoredResponse {
+    /// About the bytes it holds in memory: the response's and the conversation's text.
+    fn size(&self) -> usize {
+        let message = |m: &enforce_core::Message| {
+            m.content.len()
+                + m.tool_calls
+                    .iter()
+                    .map(|c| c.id.len() + c.name.len() + c.arguments.len())
+                    .sum::<usize>()
+        };
+        self.response.len()
+            + self.conversation.iter().map(message).sum::<usize>()
+            + self.chat_id.as_ref().map_or(0, String::len)
+    }
+
     /// What access checks read of the response: its `id` and `model`, read from the bytes
     /// without building the whole object (`None` for a response that is not an object).
     pub(crate) fn head(&self) -> Option<ResponseHead<'_>> {
@@ -277,21 +303,11 @@ impl SessionStore {
             (None, None) => None,
             _ => Some(serde_json::to_vec(&stored).map_err(io::Error::other)?),
         };
-        {
-            let mut kept = self
-                .responses
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let (by_id, order) = &mut *kept;
-            if by_id.insert(id.to_string(), stored).is_none() {
-                order.push_back(id.to_string());
-            }
-            while order.len() > KEPT_RESPONSES {
-                if let Some(oldest) = order.pop_front() {
-                    by_id.remove(&oldest);
-                }
-            }
-        }
+        let size = stored.size();
+        self.responses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.to_string(), stored, size);
         let Some(body) = body else {
             return Ok(());
         };
@@ -329,7 +345,6 @@ impl SessionStore {
             .responses
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .0
             .get(id)
             .cloned();
         if cached.is_some() {
@@ -387,6 +402,65 @@ mod tests {
         // Directory names of existing stores: the digest never changes.
         assert_eq!(chat_dir_name("a/b"), "h-e620c3190468cf61");
         assert_eq!(chat_dir_name("chat/1 ü"), "h-f8f0741009d00e8a");
+    }
+
+    /// A stored response of about `text_bytes` bytes under `id`.
+    fn stored(id: &str, text_bytes: usize) -> StoredResponse {
+        let text = "x".repeat(text_bytes);
+        StoredResponse {
+            response: Bytes::from(format!(r#"{{"id":"{id}","model":"m","text":"{text}"}}"#)),
+            conversation: vec![enforce_core::Message::assistant(text)],
+            chat_id: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn stored_responses_in_memory_are_bounded_by_bytes_oldest_out_first() {
+        // Each response holds about 2 × 3,000 bytes: two fit in 13,000, three do not.
+        let store = SessionStore::new(None).unwrap().with_limits(10, 13_000);
+        for id in ["resp_1", "resp_2", "resp_3"] {
+            store.store_response(id, stored(id, 3_000)).await.unwrap();
+        }
+        assert!(store.stored_response("resp_1").await.is_none());
+        for id in ["resp_2", "resp_3"] {
+            assert!(store.stored_response(id).await.is_some(), "{id}");
+        }
+        // One larger than the whole budget is not kept, and pushes none out.
+        store
+            .store_response("resp_big", stored("resp_big", 20_000))
+            .await
+            .unwrap();
+        assert!(store.stored_response("resp_big").await.is_none());
+        assert!(store.stored_response("resp_2").await.is_some());
+    }
+
+    #[tokio::test]
+    async fn the_session_cache_keeps_the_most_recently_used_chats_and_a_directory_the_rest() {
+        let turn = || TurnRecord {
+            model: "m",
+            status: "passed",
+            runner_session_id: None,
+            step: Some("why".into()),
+            hidden: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        for directory in [None, Some(dir.path().to_path_buf())] {
+            let store = SessionStore::new(directory.clone())
+                .unwrap()
+                .with_limits(2, usize::MAX);
+            for chat in ["a", "b", "c"] {
+                store.record_turn(chat, turn()).await.unwrap();
+            }
+            assert!(store.cached("a").is_none(), "{directory:?}");
+            assert!(store.cached("b").is_some() && store.cached("c").is_some());
+            // Read back from the directory when there is one; gone from memory without.
+            let a = store.get("a").await;
+            assert_eq!(
+                a.map(|s| s.turns),
+                directory.as_ref().map(|_| 1),
+                "{directory:?}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -1,6 +1,6 @@
 //! [`App`]: the state every handler and every turn shares.
 
-use crate::audit::AuditLog;
+use crate::audit::{AuditLog, Refusal};
 use crate::config::{Model, ServerConfig};
 use crate::metrics::{Gauge, Metrics, ModelSeries, REJECTED};
 use crate::otel::Telemetry;
@@ -55,8 +55,18 @@ pub(crate) fn unix_now() -> u64 {
 }
 
 impl App {
-    /// Counts a request refused before any enforcement, by `reason`.
-    pub fn count_rejection(&self, reason: &'static str) {
-        self.metrics.count(&REJECTED, &[("reason", reason)], 1);
+    /// Counts a request refused before any enforcement, by its reason, and writes its short
+    /// `refused` audit record (queued: a refusal does not wait for the disk).
+    pub fn refuse(&self, refusal: Refusal<'_>) {
+        self.metrics
+            .count(&REJECTED, &[("reason", refusal.reason)], 1);
+        if let Some(audit) = &self.audit {
+            audit.append(refusal.to_json_line());
+        }
+    }
+
+    /// The name of the named key a request presented.
+    pub fn key_name(&self, granted: Option<crate::auth::Granted>) -> Option<&str> {
+        crate::controls::grant(self, granted).map(|g| g.name.as_str())
     }
 }

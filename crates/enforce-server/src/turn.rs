@@ -4,10 +4,10 @@
 
 use crate::auth::Granted;
 use crate::config::{FailureResponse, FsyncPolicy, Model, StreamMode};
-use crate::controls;
 use crate::error::ApiError;
 use crate::metrics::{
-    Gauge, ModelSeries, FALLBACKS, INPUT_CHECKS, ISSUES, REPAIRS, ROUTES, RUNNER_FAILURES,
+    Gauge, ModelSeries, CLIENT_DISCONNECTED, FALLBACKS, INPUT_CHECKS, ISSUES, REPAIRS, ROUTES,
+    RUNNER_FAILURES,
 };
 use crate::otel::RequestTrace;
 use crate::session::{answer_digest, HiddenMarker, StoredResponse, TurnRecord};
@@ -22,7 +22,7 @@ use enforce_core::{
 };
 use futures_util::{FutureExt, StreamExt};
 use serde_json::{Map, Value};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
@@ -384,12 +384,38 @@ pub(crate) struct Turn {
     pub route: Option<serde_json::Value>,
     /// The named key the request presented (the audit record names it).
     pub key: Option<Granted>,
-    /// What the request's limit headers applied ([`controls::apply`]), for the audit record.
+    /// What the request's limit headers applied ([`crate::controls::apply`]), for the audit record.
     pub request_limits: Option<Value>,
+    /// The attempts the loop recorded so far, for an audit of a request cut short.
+    pub attempts: AttemptsSoFar,
+    /// Whether the request was counted and audited ([`Turn::record`]): a turn dropped before
+    /// that lost its client, and is audited as such when dropped.
+    pub recorded: AtomicBool,
     pub _permit: OwnedSemaphorePermit,
     /// The global concurrency slot, when `max_concurrent` counts all replicas.
     pub _slot: Option<GlobalSlot>,
     pub _in_flight: InFlight,
+}
+
+/// A turn dropped before it was recorded lost its client (the handler or the stream driver
+/// was dropped with it): it is counted and audited as `aborted`, `client_disconnected`, with
+/// the attempts made, since the upstream was asked and may have spent tokens.
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.recorded.load(Ordering::Relaxed) {
+            return;
+        }
+        let total = self.started.elapsed();
+        let outcome =
+            Outcome::interrupted(StopReason::ClientDisconnected, self.attempts.take(), total);
+        tracing::info!(request_id = %self.id.id, "the client disconnected before the answer was sent");
+        let line = self.account(CLIENT_DISCONNECTED, &outcome, total, self.unknown_step());
+        // Queued, not awaited (a drop cannot wait): under `audit_fsync: always` the writer
+        // still syncs the line as soon as it takes it.
+        if let (Some(line), Some(audit)) = (line, &self.app.audit) {
+            audit.append(line);
+        }
+    }
 }
 
 /// How the enforcement task ended.
@@ -407,10 +433,35 @@ impl Turn {
     /// `status` is the metrics label (`deadline` and `internal_error` for outcomes cut short,
     /// whose overhead is not observed: the attempt in flight has no runner time).
     async fn record(&self, status: &str, outcome: &Outcome, total: Duration, step: Option<&str>) {
+        let (Some(line), Some(audit)) =
+            (self.account(status, outcome, total, step), &self.app.audit)
+        else {
+            return;
+        };
+        if audit.policy() == FsyncPolicy::Always {
+            // A failed write is logged and counted by the writer; the client still gets its
+            // answer (the audit must not take the service down).
+            // Boxed: every request's future would otherwise carry this write's state.
+            Box::pin(audit.append_durable(line)).await;
+        } else {
+            audit.append(line);
+        }
+    }
+
+    /// Counts a finished request (metrics, log, trace) and marks it recorded; its audit line,
+    /// when there is an audit log.
+    fn account(
+        &self,
+        status: &str,
+        outcome: &Outcome,
+        total: Duration,
+        step: Option<&str>,
+    ) -> Option<String> {
+        self.recorded.store(true, Ordering::Relaxed);
         let (app, model) = (&self.app, self.model.id.as_str());
         let cut_short = matches!(
             outcome.stop_reason,
-            StopReason::DeadlineExceeded | StopReason::Panicked
+            StopReason::DeadlineExceeded | StopReason::Panicked | StopReason::ClientDisconnected
         );
         tracing::info!(
             model,
@@ -447,14 +498,28 @@ impl Turn {
                 1,
             );
         }
-        if outcome.fallback_used {
-            // The fallback passed its checks: the codes it stands in for are the last attempt's.
-            let codes: Vec<String> = outcome
-                .attempts
-                .last()
+        // A template fallback stands in for the last attempt's errors; a deterministic repair
+        // (the step marker, the file list) for those of the attempt it repaired.
+        let stood_in_for = if outcome.fallback_used {
+            Some(("template", outcome.attempts.last()))
+        } else if outcome.status == Status::Repaired {
+            Some((
+                "repair",
+                outcome
+                    .attempts
+                    .iter()
+                    .rev()
+                    .find(|a| !a.repairs.is_empty()),
+            ))
+        } else {
+            None
+        };
+        if let Some((kind, attempt)) = stood_in_for {
+            let codes: Vec<String> = attempt
                 .map(|a| {
                     a.issues
                         .iter()
+                        .filter(|i| i.is_error())
                         .map(|i| i.code.escape_debug().to_string())
                         .collect()
                 })
@@ -463,6 +528,7 @@ impl Turn {
                 model,
                 profile,
                 request_id = %self.id.id,
+                kind,
                 "applied fallback for issues: {}",
                 codes.join(", ")
             );
@@ -537,8 +603,8 @@ impl Turn {
             let overhead = outcome.total_us.saturating_sub(outcome.runner_us);
             series.overhead().observe(overhead as f64 / 1e6);
         }
-        if let Some(audit) = &app.audit {
-            let line = AuditRecord::new(&self.id.id, outcome)
+        app.audit.as_ref().map(|_| {
+            AuditRecord::new(&self.id.id, outcome)
                 .model(self.model.id.as_str())
                 .profile(Some(self.model.profile.as_str()).filter(|p| !p.is_empty()))
                 .chat_id(self.chat_id.as_deref())
@@ -548,21 +614,13 @@ impl Turn {
                 .request_limits(self.request_limits.as_ref())
                 // The step belongs to a chat's history: only for requests of a chat.
                 .step(step.filter(|_| self.chat_id.is_some()))
-                .to_json_line();
-            if audit.policy() == FsyncPolicy::Always {
-                // A failed write is logged and counted by the writer; the client still gets its
-                // answer (the audit must not take the service down).
-                // Boxed: every request's future would otherwise carry this write's state.
-                Box::pin(audit.append_durable(line)).await;
-            } else {
-                audit.append(line);
-            }
-        }
+                .to_json_line()
+        })
     }
 
     /// The configured name of the key the request presented (never the key itself).
     pub fn key_name(&self) -> Option<&str> {
-        controls::grant(&self.app, self.key).map(|g| g.name.as_str())
+        self.app.key_name(self.key)
     }
 
     /// Stores the delivered answer (`body`, as the client received it) with its conversation
@@ -627,13 +685,19 @@ impl Turn {
         {
             request_checks.push(format);
         }
+        // After the request's own checks: the profile's decoding constraint is no contract of
+        // the request's.
+        let mut params = params;
+        for (key, value) in &self.model.decode_params {
+            params.entry(key.clone()).or_insert_with(|| value.clone());
+        }
         let request = Request {
             messages,
             session_id,
             params,
             ..Request::default()
         };
-        let attempts = AttemptsSoFar::default();
+        let attempts = self.attempts.clone();
         let recorded = attempts.clone();
         // Drafts travel only to a stream that shows them: a held stream or a completion would
         // just drop them.
@@ -723,10 +787,11 @@ impl Turn {
         };
         // A turn without a checked answer still takes a place in the step history: `unknown`,
         // so the next turn's `previous_step` says the flow lost track instead of repeating a
-        // step the user never saw confirmed.
+        // step the user never saw confirmed. So does a checked answer without a marker (a
+        // profile that does not require one): the model forgot to say where the flow is.
         let step = match &mark {
             Some(m) => Some(m.step.clone()),
-            None if !checked => self.unknown_step().map(String::from),
+            None if !checked || wanted => self.unknown_step().map(String::from),
             None => None,
         };
         self.record(outcome.status.as_str(), &outcome, total, step.as_deref())

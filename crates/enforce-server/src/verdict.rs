@@ -327,7 +327,9 @@ pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
 pub fn outcome_failure(outcome: &Outcome) -> ApiError {
     let attempts = outcome.attempts.len();
     let mut error = if let Some(runner_error) = outcome.runner_error() {
-        runner_failure(runner_error, attempts + 1)
+        // The failed attempt is recorded: its own number is the one that failed.
+        let failed = outcome.attempts.last().map_or(1, |a| a.number as usize);
+        runner_failure(runner_error, failed)
     } else if outcome.stop_reason == StopReason::InputRejected {
         let errors: Vec<Issue> = outcome
             .input
@@ -435,7 +437,7 @@ pub(crate) mod fixtures {
 mod tests {
     use super::fixtures::{attempt, outcome};
     use super::*;
-    use enforce_core::Status;
+    use enforce_core::{Attempt, Status};
 
     /// A model that cannot serve the request (the local runner's missing file) is a 503 that
     /// names what is missing, not a generic failure.
@@ -452,6 +454,38 @@ mod tests {
             "{}",
             api.message
         );
+    }
+
+    /// The runner-failure message numbers the attempt that failed: a failing first ask is
+    /// not a re-ask, and a failure on the second attempt says attempt 2.
+    #[test]
+    fn a_runner_failure_names_the_attempt_that_failed() {
+        let error = RunnerError::Timeout { after_ms: 1500 };
+        let failed_after = |count: u32| {
+            let attempts = (1..=count)
+                .map(|number| Attempt {
+                    number,
+                    runner_error: (number == count).then(|| error.clone()),
+                    ..attempt(None, &[])
+                })
+                .collect();
+            let outcome = Outcome {
+                stop_reason: StopReason::RunnerFailed {
+                    error: error.clone(),
+                },
+                response: None,
+                ..outcome(Status::Aborted, Vec::new(), attempts)
+            };
+            outcome_failure(&outcome).message
+        };
+        let first = failed_after(1);
+        assert!(!first.contains("re-asking"), "{first}");
+        assert!(
+            first.starts_with("The model did not answer in time (gave up"),
+            "{first}"
+        );
+        let second = failed_after(2);
+        assert!(second.contains("while re-asking (attempt 2)"), "{second}");
     }
 
     /// The typed `enforcement` object is the same bytes as the `Value` the proxy built before

@@ -6,6 +6,9 @@
 //! | `INVALID_JSON` | no JSON found, it does not parse, it is wrapped in prose (or, with `bare: true`, in a fence) |
 //! | `SCHEMA_VIOLATION` | the JSON breaks the schema (one issue per violation, up to `max_errors`) |
 //!
+//! Both codes can be renamed (`invalid_code`, `schema_code`), so a pipeline keeps its own rule
+//! names (e.g. `JSON_VALID` for both).
+//!
 //! Repair: when the JSON sits in a fence or inside prose and parses there, the repair returns
 //! the JSON alone.
 //!
@@ -85,6 +88,8 @@ struct JsonConfig {
     /// `true`: the JSON must be the whole response, not in a fence.
     #[serde(default)]
     bare: bool,
+    /// Code for JSON that is missing, does not parse or is wrapped (default `INVALID_JSON`).
+    invalid_code: Option<String>,
     /// Code for schema violations (default `SCHEMA_VIOLATION`).
     schema_code: Option<String>,
     /// Hint attached to schema violations.
@@ -104,6 +109,7 @@ pub struct JsonValidator {
     #[cfg(feature = "schema")]
     schema: Option<jsonschema::Validator>,
     bare: bool,
+    invalid_code: String,
     schema_code: String,
     schema_hint: Option<String>,
     max_errors: usize,
@@ -127,6 +133,7 @@ impl JsonValidator {
             #[cfg(feature = "schema")]
             schema: None,
             bare: false,
+            invalid_code: INVALID_JSON.to_string(),
             schema_code: SCHEMA_VIOLATION.to_string(),
             schema_hint: None,
             max_errors: default_max_errors(),
@@ -158,6 +165,12 @@ impl JsonValidator {
         return self.schema.is_some();
         #[cfg(not(feature = "schema"))]
         false
+    }
+
+    /// Code of JSON that is missing, does not parse or is wrapped (default `INVALID_JSON`).
+    pub fn invalid_code(mut self, code: impl Into<String>) -> Self {
+        self.invalid_code = code.into();
+        self
     }
 
     /// Code of schema violations (default `SCHEMA_VIOLATION`).
@@ -196,6 +209,9 @@ impl JsonValidator {
         let config: JsonConfig = input.parse()?;
         let mut v = JsonValidator::new(input.name).bare(config.bare);
         v.max_errors = config.max_errors.max(1);
+        if let Some(code) = config.invalid_code {
+            v.invalid_code = code;
+        }
         if let Some(code) = config.schema_code {
             v.schema_code = code;
         }
@@ -239,7 +255,7 @@ impl JsonValidator {
             });
         let issue = Issue::error(
             &self.name,
-            INVALID_JSON,
+            self.invalid_code.clone(),
             "The response holds no valid JSON.",
         )
         .with_hint("Answer with one valid JSON document.");
@@ -270,7 +286,7 @@ impl JsonValidator {
         let found = text.get(at..).and_then(|t| t.chars().next()).unwrap_or(' ');
         Issue::error(
             &self.name,
-            INVALID_JSON,
+            self.invalid_code.clone(),
             format!("The JSON cannot become valid: unexpected {found:?}."),
         )
         .with_hint("Answer with one valid JSON document and nothing else.")
@@ -394,12 +410,12 @@ impl Validator for JsonValidator {
             JsonForm::Whole => {}
             JsonForm::Fenced if !self.bare => {}
             JsonForm::Fenced => issues.push(
-                Issue::error(&self.name, INVALID_JSON, WRAPPED_IN_FENCE)
+                Issue::error(&self.name, self.invalid_code.clone(), WRAPPED_IN_FENCE)
                     .with_hint("Answer with the JSON alone, without a code fence.")
                     .at_line(line),
             ),
             JsonForm::Embedded => issues.push(
-                Issue::error(&self.name, INVALID_JSON, SURROUNDED_BY_TEXT)
+                Issue::error(&self.name, self.invalid_code.clone(), SURROUNDED_BY_TEXT)
                     .with_hint("Answer with the JSON alone, without text before or after it.")
                     .at_line(line),
             ),
@@ -445,12 +461,12 @@ impl Validator for JsonValidator {
     /// Only the wrapping (a fence, prose around the JSON): a JSON that does not parse
     /// (a trailing comma, a missing bracket) is for the model to fix.
     fn repair_fixes(&self, issue: &Issue) -> bool {
-        issue.code == INVALID_JSON
+        issue.code == self.invalid_code
             && (issue.message == WRAPPED_IN_FENCE || issue.message == SURROUNDED_BY_TEXT)
     }
 
     fn repair(&self, response: &str, _context: &Context, issues: &[Issue]) -> Option<String> {
-        if !issues.iter().any(|i| i.code == INVALID_JSON) {
+        if !issues.iter().any(|i| i.code == self.invalid_code) {
             return None;
         }
         let span = locate_json(response)?;
@@ -567,6 +583,29 @@ mod tests {
             "{issues:?}"
         );
         assert!(run(&v, r#"{"blockId": "b", "text": "t"}"#).is_empty());
+    }
+
+    /// Every code of the validator can be renamed from configuration, and the repair still
+    /// recognises its own issue under the new name.
+    #[test]
+    fn every_code_can_be_renamed() {
+        let spec = json!({
+            "invalid_code": "JSON_VALID",
+            "schema_code": "JSON_FIELDS",
+            "schema": {"type": "object", "required": ["text"]},
+        });
+        let v = JsonValidator::from_config(&FactoryInput::new("block", &spec)).unwrap();
+        let broken = run(&v, "kein JSON");
+        assert_eq!(broken[0].code, "JSON_VALID", "{broken:?}");
+        let wrapped = "Hier: {\"text\": \"t\"}";
+        let issues = run(&v, wrapped);
+        assert_eq!(issues[0].code, "JSON_VALID", "{issues:?}");
+        assert!(v.repair_fixes(&issues[0]));
+        assert_eq!(
+            v.repair(wrapped, &Context::new(), &issues).as_deref(),
+            Some("{\"text\": \"t\"}")
+        );
+        assert_eq!(run(&v, "{}")[0].code, "JSON_FIELDS");
     }
 
     #[test]

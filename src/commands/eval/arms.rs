@@ -4,7 +4,7 @@
 use enforce_core::{Ladder, Policy, Reask, RepairWhen};
 
 /// The words an arm is made of, with what each means (for `--help` and errors).
-pub const WORDS: [(&str, &str); 8] = [
+pub const WORDS: [(&str, &str); 9] = [
     (
         "none",
         "no re-ask (max_retries 0); repairs still apply at the end",
@@ -37,6 +37,10 @@ pub const WORDS: [(&str, &str); 8] = [
         "repair-first",
         "apply deterministic repairs before spending a re-ask",
     ),
+    (
+        "constrained",
+        "constrain decoding to the profile's contract (`decode: constrained`: a grammar, a strict JSON Schema) where the runner can",
+    ),
 ];
 
 /// One arm: its name as given and the policy changes it makes.
@@ -54,6 +58,8 @@ pub struct Arm {
     pub repair: RepairWhen,
     /// Early abort.
     pub early_abort: bool,
+    /// Constrained decoding, as `decode: constrained` asks for it.
+    pub constrained: bool,
 }
 
 impl Arm {
@@ -71,6 +77,7 @@ impl Arm {
         let mut stop_on_no_progress = false;
         let mut repair = RepairWhen::Last;
         let mut early_abort = false;
+        let mut constrained = false;
         for word in name.split('+').map(str::trim) {
             let set_reask = |current: &mut Option<(&str, Ladder)>, w, r: Ladder| match current {
                 Some((other, _)) => Err(format!(
@@ -90,6 +97,7 @@ impl Arm {
                 "stop-on-no-progress" => stop_on_no_progress = true,
                 "abort" => early_abort = true,
                 "repair-first" => repair = RepairWhen::First,
+                "constrained" => constrained = true,
                 other => {
                     return Err(format!(
                         "arm `{name}`: unknown word `{other}` (valid words: {})",
@@ -118,6 +126,7 @@ impl Arm {
             stop_on_no_progress,
             repair,
             early_abort,
+            constrained,
         })
     }
 
@@ -195,6 +204,16 @@ mod tests {
             assert_eq!(policy.repair, repair, "{text}");
             assert_eq!(policy.early_abort, abort, "{text}");
         }
+    }
+
+    #[test]
+    fn constrained_combines_with_the_other_words() {
+        assert!(!Arm::parse("feedback").unwrap().constrained);
+        let arm = Arm::parse("constrained+resample").unwrap();
+        assert!(arm.constrained);
+        assert_eq!(arm.reask, Reask::Resample.into());
+        let alone = Arm::parse("none+constrained").unwrap();
+        assert!(alone.constrained && !alone.reasks);
     }
 
     #[test]

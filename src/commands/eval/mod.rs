@@ -16,6 +16,7 @@ mod summary;
 mod trials;
 
 use crate::config::LoadedConfig;
+use crate::decode;
 use crate::runner_options::{model_of, RunnerOptions, SamplingOptions};
 use crate::usage::{unknown_profile, UsageError};
 use arms::Arm;
@@ -157,9 +158,12 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         .iter()
         .map(|c| c.profile.clone().unwrap_or_else(|| profile_name.clone()))
         .collect();
+    let runner_config = args.runner.runner_config(loaded.config.runner.clone())?;
     // An enforcer per (profile, arm), shared by the cases.
     let mut built: HashMap<(String, usize), Arc<Enforcer>> = HashMap::new();
     let mut enforcers = Vec::with_capacity(cases.len());
+    let mut constrained = Vec::with_capacity(cases.len());
+    let mut noted = HashSet::new();
     for (case, name) in cases.iter().zip(&profile_names) {
         let profile = profiles.get(name).ok_or_else(|| {
             let whose = match case.profile {
@@ -180,8 +184,17 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
             })
             .collect();
         enforcers.push(per_arm);
+        let per_arm: Vec<_> = arms
+            .iter()
+            .map(|arm| decode::for_profile(profile, runner_config.kind(), arm.constrained))
+            .collect();
+        for note in per_arm.iter().flatten().flat_map(|c| &c.notes) {
+            if noted.insert((name.clone(), note.clone())) {
+                eprintln!("enforce eval: profile `{name}`: constrained decoding: {note}");
+            }
+        }
+        constrained.push(per_arm);
     }
-    let runner_config = args.runner.runner_config(loaded.config.runner.clone())?;
     let runner: Arc<dyn Runner> = Arc::from(runner_config.build()?);
 
     // The seed goes in per request (see `Plan::request`); without --seed the first is 0.
@@ -194,6 +207,7 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         cases,
         arms,
         enforcers,
+        constrained,
         profiles: profile_names,
         repeats: args.repeats,
         seed: args.sampling.seed.unwrap_or(0),

@@ -116,6 +116,7 @@ fn plan(arms: &str, cases: usize, repeats: u32, seed: u64) -> Plan {
         .collect();
     Plan {
         profiles: vec!["test".into(); cases.len()],
+        constrained: vec![vec![None; arms.len()]; cases.len()],
         cases,
         arms,
         enforcers,
@@ -239,6 +240,36 @@ fn seeds_are_the_same_in_every_arm_and_differ_by_case_and_repeat() {
     }
     let seeds: std::collections::BTreeSet<u64> = seen.values().copied().collect();
     assert_eq!(seeds, (100..106).collect());
+}
+
+/// The arm `constrained` sends the profile's constraint with its requests; the other arms
+/// of the same eval do not, and the constraint's notes reach the outcome's warnings.
+#[test]
+fn only_a_constrained_arm_carries_the_constraint() {
+    let mut p = plan("feedback,constrained+feedback", 1, 1, 0);
+    let constraint = enforce_config::profile::Constraint::Json {
+        schema: Some(serde_json::json!({"type": "object"})),
+        bare: true,
+    };
+    let per_arm: Vec<_> = p
+        .arms
+        .iter()
+        .map(|arm| {
+            arm.constrained
+                .then(|| crate::decode::for_runner("local", &constraint))
+        })
+        .collect();
+    p.constrained = vec![per_arm];
+    let job = |arm| trials::Job {
+        arm,
+        case: 0,
+        repeat: 0,
+    };
+    assert!(p.request(job(0)).params.get("response_format").is_none());
+    assert_eq!(
+        p.request(job(1)).params["response_format"]["json_schema"]["schema"],
+        serde_json::json!({"type": "object"})
+    );
 }
 
 fn trials_seed(p: &Plan, job: trials::Job) -> u64 {

@@ -4,6 +4,7 @@
 use super::answers::{self, Provenance, Recorder};
 use super::arms::Arm;
 use super::dataset::Case;
+use crate::decode::Constrained;
 use enforce_core::{AuditRecord, Enforcer, Outcome, Request, Runner};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -47,6 +48,9 @@ pub struct Plan {
     pub arms: Vec<Arm>,
     /// `enforcers[case][arm]`: the case's profile with the arm's policy.
     pub enforcers: Vec<Vec<Arc<Enforcer>>>,
+    /// `constrained[case][arm]`: the decoding constraint sent with the case's requests in that
+    /// arm (`decode: constrained`, or the arm `constrained`), if any.
+    pub constrained: Vec<Vec<Option<Constrained>>>,
     /// `profiles[case]`: the profile's name, for the record.
     pub profiles: Vec<String>,
     /// Runs per case and arm.
@@ -112,6 +116,9 @@ impl Plan {
             "seed".into(),
             Value::from(self.seed_of(job.case, job.repeat)),
         );
+        if let Some(constrained) = self.constrained_of(job) {
+            constrained.apply(&mut params);
+        }
         Request {
             messages: self.cases[job.case].messages.clone(),
             params,
@@ -119,14 +126,21 @@ impl Plan {
         }
     }
 
+    fn constrained_of(&self, job: Job) -> Option<&Constrained> {
+        self.constrained.get(job.case)?.get(job.arm)?.as_ref()
+    }
+
     /// Runs one job; returns its outcome and the lines of its answers (`answers.jsonl`).
     pub async fn run(&self, runner: &Arc<dyn Runner>, job: Job) -> (Outcome, String) {
         let enforcer = &self.enforcers[job.case][job.arm];
         let request = self.request(job);
         let recorder = Recorder::new(Arc::clone(runner));
-        let outcome = enforcer
+        let mut outcome = enforcer
             .run(&recorder, &request, &self.cases[job.case].context)
             .await;
+        if let Some(constrained) = self.constrained_of(job) {
+            outcome.warnings.extend(constrained.warnings());
+        }
         let key = self.key(job);
         let provenance = Provenance {
             trial: &format!("{}/{}/{}", key.arm, key.case, key.repeat),

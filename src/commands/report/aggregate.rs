@@ -182,6 +182,8 @@ pub struct InputCounts {
     pub lines: u64,
     /// Lines that were records.
     pub records: u64,
+    /// Lines that were `refused` records (requests refused before any enforcement).
+    pub refused: u64,
     /// Lines that were not (skipped).
     pub invalid: u64,
     /// Records older than `--since` (left out).
@@ -456,6 +458,7 @@ impl Aggregator {
         self.input.lines += file.lines;
         self.input.records += file.records;
         self.input.invalid += file.invalid;
+        self.input.refused += file.refused;
     }
 
     /// Counts one record (unless `--since` leaves it out).

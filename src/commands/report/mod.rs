@@ -38,7 +38,8 @@ Reads the JSON-lines audit of `enforce run --audit FILE` and of `enforce serve` 
 time series, lines without a profile count under the profile `(unknown)`. Files are read line \
 by line, however large; rotated files may be gzip'd (recognised by their content, not their \
 name). Lines that are not audit records (torn by a crash, cut by a full disk) are skipped, \
-counted and their line numbers shown.
+counted and their line numbers shown. The proxy's `refused` records (requests refused before \
+any enforcement) are counted apart, not as requests.
 
 Re-ask fixes: an error code in attempt n counts as re-asked when attempt n+1 exists, and as \
 fixed when attempt n+1 no longer has it and the request ended passed or repaired.

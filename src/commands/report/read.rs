@@ -204,6 +204,9 @@ pub struct FileSummary {
     pub lines: u64,
     /// Lines that were audit records.
     pub records: u64,
+    /// Lines that were `refused` records of the proxy (a request refused before any
+    /// enforcement): not enforcements, counted apart.
+    pub refused: u64,
     /// Lines that were not (torn, cut, not JSON, no `status`), blank lines excepted.
     pub invalid: u64,
     /// The first few invalid line numbers, 1-based.
@@ -269,6 +272,7 @@ pub fn read_lines(
                 summary.records += 1;
                 on_record(record);
             }
+            _ if complete && is_refusal(&line) => summary.refused += 1,
             _ => {
                 summary.invalid += 1;
                 if summary.invalid_lines.len() < INVALID_LINES_KEPT {
@@ -278,6 +282,16 @@ pub fn read_lines(
         }
     }
     Ok(())
+}
+
+/// Whether `line` is the proxy's record of a refused request (`"status": "refused"`).
+fn is_refusal(line: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Status<'a> {
+        #[serde(borrow)]
+        status: &'a str,
+    }
+    serde_json::from_slice::<Status>(line).is_ok_and(|s| s.status == "refused")
 }
 
 /// Reads the next line into `line` (without its newline), keeping at most `cap` bytes and
@@ -340,6 +354,18 @@ mod tests {
         assert_eq!(records[0].status, Status::Passed);
         // The last line has no newline (a torn tail that happens to be whole JSON) and counts.
         assert_eq!(records[1].status, Status::Aborted);
+    }
+
+    #[test]
+    fn the_proxys_refused_records_are_counted_apart_not_as_invalid() {
+        let text = b"{\"ts\":\"2026-12-01T00:00:00.000Z\",\"model\":\"m\",\"status\":\"refused\",\"reason\":\"forbidden\",\"http_status\":403}\n\
+            {\"status\":\"passed\",\"attempts\":[]}\n";
+        let (summary, records) = read(text);
+        assert_eq!(
+            (summary.records, summary.refused, summary.invalid),
+            (1, 1, 0)
+        );
+        assert_eq!(records.len(), 1);
     }
 
     #[test]

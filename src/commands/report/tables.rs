@@ -359,6 +359,12 @@ pub fn input_summary(report: &Report) -> Vec<String> {
         i.invalid,
         i.counted
     )];
+    if i.refused > 0 {
+        lines.push(format!(
+            "  {} refused request(s) (refused before any enforcement: not counted)",
+            i.refused
+        ));
+    }
     for f in report.files.iter().filter(|f| f.invalid > 0) {
         let at: Vec<String> = f.invalid_lines.iter().map(u64::to_string).collect();
         let more = if f.invalid as usize > f.invalid_lines.len() {

@@ -5,6 +5,7 @@ use crate::config::{Config, Defaults, FeedbackConfig, ProfileConfig};
 use enforce_core::{AnswerFormat, Feedback, Policy};
 use enforce_validators::BuildError;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The policy fields of defaults or a profile, for layering.
@@ -19,6 +20,7 @@ pub(super) struct PolicyFields<'a> {
     stop_on_no_progress: Option<bool>,
     repair: Option<enforce_core::RepairWhen>,
     repair_first_codes: Option<&'a Vec<String>>,
+    max_retries_for: Option<&'a BTreeMap<String, u32>>,
     fallback: Option<&'a String>,
     fallback_file: Option<&'a PathBuf>,
 }
@@ -36,6 +38,7 @@ impl<'a> From<&'a Defaults> for PolicyFields<'a> {
             stop_on_no_progress: d.stop_on_no_progress,
             repair: d.repair,
             repair_first_codes: d.repair_first_codes.as_ref(),
+            max_retries_for: d.max_retries_for.as_ref(),
             fallback: d.fallback.as_ref(),
             fallback_file: d.fallback_file.as_ref(),
         }
@@ -55,6 +58,7 @@ impl<'a> From<&'a ProfileConfig> for PolicyFields<'a> {
             stop_on_no_progress: p.stop_on_no_progress,
             repair: p.repair,
             repair_first_codes: p.repair_first_codes.as_ref(),
+            max_retries_for: p.max_retries_for.as_ref(),
             fallback: p.fallback.as_ref(),
             fallback_file: p.fallback_file.as_ref(),
         }
@@ -107,6 +111,9 @@ pub(super) fn build_policy(
     if let Some(codes) = defaults.repair_first_codes {
         policy.repair_first_codes = codes.clone();
     }
+    if let Some(budgets) = defaults.max_retries_for {
+        policy.max_retries_for = budgets.clone();
+    }
     policy.fallback = match (defaults.fallback, defaults.fallback_file) {
         (Some(_), Some(_)) => {
             return Err(BuildError::at(
@@ -146,6 +153,9 @@ pub(super) fn build_policy(
         if let Some(codes) = p.repair_first_codes {
             policy.repair_first_codes = codes.clone();
         }
+        if let Some(budgets) = p.max_retries_for {
+            policy.max_retries_for.extend(budgets.clone());
+        }
         feedback = p.feedback.unwrap_or(&empty).over(&feedback);
         match (p.fallback, p.fallback_file) {
             (Some(_), Some(_)) => {
@@ -165,7 +175,8 @@ pub(super) fn build_policy(
             (None, None) => {}
         }
     }
-    policy.feedback = Feedback::new(feedback.template());
+    policy.feedback = Feedback::new(feedback.template())
+        .with_texts(feedback.messages.clone().unwrap_or_default());
     Ok(policy)
 }
 

@@ -301,3 +301,78 @@ fn validators_are_shared_between_profiles() {
     let b = &set.get("b").unwrap().validators()[0];
     assert!(Arc::ptr_eq(a, b));
 }
+
+/// Every issue code of the built-in validators and of the loop.
+const BUILTIN_CODES: &[&str] = &[
+    "MISSING_STEP_MARKER",
+    "INVALID_STEP",
+    "STEP_NOT_ALLOWED",
+    "MISSING_YAML_HEADER",
+    "INVALID_YAML",
+    "MISSING_ADR_FIELD",
+    "MISSING_ADR_SECTION",
+    "INSUFFICIENT_CRITERIA",
+    "FILE_NOT_FOUND",
+    "PATH_OUTSIDE_ROOT",
+    "INVALID_JSON",
+    "SCHEMA_VIOLATION",
+    "FORBIDDEN_PATTERN",
+    "MISSING_PATTERN",
+    "TOO_SHORT",
+    "TOO_LONG",
+    "VALUE_NOT_ALLOWED",
+    "MISSING_TERM",
+    "FORBIDDEN_TERM",
+    "PREFERRED_TERM",
+    "INVALID_TOOL_ARGUMENTS",
+    "UNKNOWN_TOOL",
+    "EXTERNAL_CHECK_FAILED",
+    "CODE_BLOCK_MISSING",
+    "JUDGE_REJECTED",
+    "CONTEXT_NOT_RELEVANT",
+    "REQUEST_DATA_MISSING",
+    "VALIDATOR_UNAVAILABLE",
+    "VALIDATOR_DISABLED",
+    "TRUNCATED",
+    "FALLBACK_INVALID",
+];
+
+/// `feedback.messages` gives any built-in code its own words (here German), laid over the
+/// defaults per code; the validator's English text is kept only through `{message}`.
+#[test]
+fn feedback_messages_give_every_built_in_code_its_own_words() {
+    let mut yaml = String::from("defaults:\n  feedback:\n    language: de\n    messages:\n");
+    for code in BUILTIN_CODES {
+        yaml.push_str(&format!(
+            "      {code}: {{message: 'Auf Deutsch: {code}', hint: 'Hinweis zu {code}'}}\n"
+        ));
+    }
+    yaml.push_str(
+        "profiles:\n  p:\n    validators: [step_marker]\n    feedback:\n      messages:\n        \
+         TOO_LONG: {message: 'Zu lang ({message})'}\n",
+    );
+    let set = load(&yaml).unwrap();
+    let feedback = &set.get("p").unwrap().policy().feedback;
+    for code in BUILTIN_CODES {
+        let issue =
+            enforce_core::Issue::error("v", *code, "English words.").with_hint("An English hint.");
+        let text = feedback.build(&[issue]);
+        if *code == "TOO_LONG" {
+            assert!(
+                text.contains("- [TOO_LONG] Zu lang (English words.)"),
+                "{text}"
+            );
+            assert!(text.contains("Hinweis: Hinweis zu TOO_LONG"), "{text}");
+            continue;
+        }
+        assert!(
+            text.contains(&format!("- [{code}] Auf Deutsch: {code}")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("Hinweis: Hinweis zu {code}")),
+            "{text}"
+        );
+        assert!(!text.contains("English"), "{text}");
+    }
+}

@@ -69,17 +69,14 @@ async fn a_good_block_passes_bare_or_fenced() {
 #[tokio::test]
 async fn json_with_required_fields() {
     let found = codes("Leider kein JSON.", &context()).await;
-    assert!(has(&found, "INVALID_JSON", Severity::Error), "{found:?}");
+    assert!(has(&found, "JSON_VALID", Severity::Error), "{found:?}");
     let missing = json!({"blockId": "b1", "text": GOOD_TEXT}).to_string();
     let found = codes(&missing, &context()).await;
-    assert!(
-        has(&found, "SCHEMA_VIOLATION", Severity::Error),
-        "{found:?}"
-    );
+    assert!(has(&found, "JSON_VALID", Severity::Error), "{found:?}");
     let wrong_type = block("summary", GOOD_TEXT, &[]);
     assert!(has(
         &codes(&wrong_type, &context()).await,
-        "SCHEMA_VIOLATION",
+        "JSON_VALID",
         Severity::Error
     ));
 }
@@ -249,6 +246,9 @@ async fn repairable_errors_are_re_asked_in_german_and_then_pass() {
     assert!(feedback.contains("Behebe"), "German feedback: {feedback}");
     // The repair prompt's fixed rules, from the profile's feedback settings.
     for rule in [
+        "alle unerlaubten Inhalte entfernen",
+        "den Firmenkontext beibehalten",
+        "ausschließlich das JSON-Objekt im vorgegebenen Format",
         "keine Fakten ändern",
         "keine direkte Ansprache",
         "keine Prozentwerte",
@@ -315,6 +315,37 @@ async fn the_fallback_template_follows_the_block_type_and_the_facts() {
     }
 }
 
+/// The fallback block says what it asserts, as the seed's does: the company name is used,
+/// and the appreciation block names its maturity tag (`{{maturity}}`, from the request's
+/// narrative tags) in its text and its assertions.
+#[tokio::test]
+async fn the_fallback_asserts_the_company_name_and_the_appreciation_s_maturity() {
+    for kind in ["introduction", "transition", "conclusion", "summary"] {
+        let sent = fallback_for(context().with("block_type", kind)).await;
+        assert_eq!(sent["assertions"]["companyNameUsed"], true, "{sent}");
+        assert_eq!(sent["assertions"]["narrativeTagsUsed"], json!([]), "{sent}");
+    }
+    let solid = fallback_for(
+        context()
+            .with("block_type", "appreciation")
+            .with("maturity", "solide"),
+    )
+    .await;
+    let text = solid["text"].as_str().unwrap();
+    assert!(text.contains("eine solide Grundlage"), "{solid}");
+    assert!(!text.contains("tragfähige"), "{solid}");
+    assert_eq!(solid["assertions"]["companyNameUsed"], true);
+    assert_eq!(solid["assertions"]["narrativeTagsUsed"], json!(["solide"]));
+    let default = fallback_for(context().with("block_type", "appreciation")).await;
+    assert!(
+        default["text"]
+            .as_str()
+            .unwrap()
+            .contains("eine tragfähige Grundlage"),
+        "{default}"
+    );
+}
+
 #[tokio::test]
 async fn asserted_tags_must_come_from_the_catalogue() {
     let ctx = context()
@@ -340,10 +371,7 @@ async fn asserted_tags_must_come_from_the_catalogue() {
     );
     // The schema checks the shape of the assertions.
     let found = codes(&asserting(json!("Pionier")), &ctx).await;
-    assert!(
-        has(&found, "SCHEMA_VIOLATION", Severity::Error),
-        "{found:?}"
-    );
+    assert!(has(&found, "JSON_VALID", Severity::Error), "{found:?}");
 }
 
 #[test]
@@ -392,4 +420,39 @@ async fn when_context_scopes_a_rule_to_one_fact_value() {
         codes(Context::new()).await.is_empty(),
         "no fact: not in scope"
     );
+}
+
+/// An answer that is no block JSON gets exactly one regeneration, which asks for the JSON
+/// alone with the field list and quotes the start of the answer; a second one goes to the
+/// fallback.
+#[tokio::test]
+async fn one_json_only_regeneration_then_the_fallback() {
+    let runner = ScriptedRunner::texts([
+        "Leider kein JSON.".to_string(),
+        "Wieder kein JSON.".to_string(),
+        block("introduction", GOOD_TEXT, &[]),
+    ]);
+    let out = prose()
+        .run(&runner, &Request::prompt("Schreibe den Block."), &context())
+        .await;
+    assert_eq!(runner.calls().len(), 2, "one regeneration only");
+    assert!(out.fallback_used, "{out:?}");
+    assert_eq!(out.stop_reason, StopReason::RetriesExhausted);
+    let feedback = runner.calls()[1].feedback().unwrap().to_string();
+    for words in [
+        "Gib nur ein JSON-Objekt zurück",
+        "blockId, blockType, language, text, assertions und forbiddenContentDetected",
+        "Beginn deiner Antwort: Leider kein JSON.",
+    ] {
+        assert!(feedback.contains(words), "{words}: {feedback}");
+    }
+    // The regeneration that brings the block passes.
+    let runner = ScriptedRunner::texts([
+        "Leider kein JSON.".to_string(),
+        block("introduction", GOOD_TEXT, &[]),
+    ]);
+    let out = prose()
+        .run(&runner, &Request::prompt("Schreibe den Block."), &context())
+        .await;
+    assert_eq!(out.status, Status::Passed);
 }

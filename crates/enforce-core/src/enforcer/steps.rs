@@ -472,7 +472,7 @@ impl Enforcer {
         if issues.iter().any(|i| i.is_error() && !i.repairable) {
             return Some(StopReason::HardAbort);
         }
-        if number > self.policy.max_retries {
+        if number > self.policy.retries_allowed(issues) {
             return Some(StopReason::RetriesExhausted);
         }
         // No progress ends the loop when the policy says so, or when every rung of the
@@ -510,7 +510,7 @@ impl Enforcer {
                 .feedback
                 .build_after_cut(issues, &missing, &reply.text)
         } else {
-            self.policy.feedback.build(issues)
+            self.policy.feedback.build_for_answer(issues, &reply.text)
         };
         run.observer.on_event(&Event::Retrying {
             attempt: number.saturating_add(1),

@@ -256,6 +256,7 @@ async fn an_interrupted_run_keeps_the_attempts_made_so_far() {
     for (reason, tag) in [
         (StopReason::DeadlineExceeded, "deadline_exceeded"),
         (StopReason::Panicked, "panicked"),
+        (StopReason::ClientDisconnected, "client_disconnected"),
     ] {
         let out = Outcome::interrupted(
             reason,
@@ -391,6 +392,10 @@ fn stop_reason_on_its_own_is_its_tag() {
             r#"{"reason":"deadline_exceeded"}"#,
         ),
         (StopReason::Panicked, r#"{"reason":"panicked"}"#),
+        (
+            StopReason::ClientDisconnected,
+            r#"{"reason":"client_disconnected"}"#,
+        ),
     ] {
         assert_eq!(serde_json::to_string(&reason).unwrap(), json);
     }

@@ -469,3 +469,36 @@ async fn feedback_after_a_cut_lists_what_a_full_check_of_the_part_still_misses()
     // The attempt's audit keeps the errors that cut it.
     assert_eq!(outcome.attempts[0].issues.len(), 1);
 }
+
+/// A code's own retry budget stops the re-asks of answers with that error early (one
+/// regeneration, then the end), while errors of other codes keep the profile's budget.
+#[tokio::test]
+async fn a_code_s_retry_budget_limits_the_reasks_of_that_code_only() {
+    let run = |policy: Policy| async move {
+        let runner = ScriptedRunner::texts(["a", "b", "c", "d END"]);
+        let outcome = Enforcer::new(vec![Box::new(Requires::new("END"))])
+            .with_policy(policy)
+            .run(&runner, &req(), &Context::new())
+            .await;
+        (outcome, runner.calls().len())
+    };
+    // Resampled, so the same error twice is no reason to stop: only the budgets count.
+    let base = || Policy::builder().max_retries(3).reask(Reask::Resample);
+    let (limited, calls) = run(base().max_retries_for("MISSING_WORD", 1).build()).await;
+    assert_eq!(calls, 2, "one regeneration, then no more");
+    assert_eq!(limited.status, Status::Unresolved);
+    assert_eq!(limited.stop_reason, StopReason::RetriesExhausted);
+
+    let (other, calls) = run(base().max_retries_for("INVALID_JSON", 1).build()).await;
+    assert_eq!(calls, 4, "another code's budget does not apply");
+    assert_eq!(other.status, Status::Passed);
+
+    // The profile's own limit still holds below a code's larger budget.
+    let (capped, calls) = run(base()
+        .max_retries(1)
+        .max_retries_for("MISSING_WORD", 5)
+        .build())
+    .await;
+    assert_eq!(calls, 2);
+    assert_eq!(capped.status, Status::Unresolved);
+}

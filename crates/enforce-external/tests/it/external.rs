@@ -540,3 +540,138 @@ fn config_errors() {
         .unwrap();
     assert_eq!(err.key, "timeout");
 }
+
+fn case() -> Context {
+    Context::new()
+        .with("tests", "assert f(1) == 2")
+        .with("n", json!([1, 2]))
+}
+
+/// A command sees its case: `{context.KEY}` in its arguments and the whole context as JSON
+/// in ENFORCE_CONTEXT; a key the context lacks makes the check unavailable, naming it.
+#[tokio::test]
+async fn a_command_gets_the_case_in_its_arguments_and_environment() {
+    let script = r#"test "$1" = "assert f(1) == 2" || { echo "argument: $1"; exit 1; }
+printf %s "$ENFORCE_CONTEXT" | grep -q '"n":\[1,2\]' || { echo "context: $ENFORCE_CONTEXT"; exit 1; }"#;
+    let v = build(
+        json!({"type": "external", "command": ["sh", "-c", script, "sh", "{context.tests}"]}),
+    );
+    let issues = v.validate("answer", &case()).await.unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    let other = Context::new()
+        .with("tests", "assert f(0) == 0")
+        .with("n", json!([1, 2]));
+    let issues = v.validate("answer", &other).await.unwrap();
+    assert!(
+        issues[0].message.contains("argument: assert f(0) == 0"),
+        "{issues:?}"
+    );
+    let err = v.validate("answer", &Context::new()).await.unwrap_err();
+    assert!(err.reason.contains("`tests`"), "{err}");
+}
+
+/// A context too large for one environment string goes in a file instead.
+#[tokio::test]
+async fn a_large_context_reaches_the_command_through_a_file() {
+    let script = r#"test -z "$ENFORCE_CONTEXT" && grep -q needle "$ENFORCE_CONTEXT_FILE""#;
+    let v = build(json!({"type": "external", "command": ["sh", "-c", script]}));
+    let big = Context::new().with("tests", format!("{}needle", "x".repeat(200 * 1024)));
+    let issues = v.validate("answer", &big).await.unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+}
+
+/// One request to 127.0.0.1, answered 200 with an empty body (a pass); returns its URL and
+/// the request as received.
+async fn recording_checker() -> (String, tokio::sync::oneshot::Receiver<String>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let Ok(Ok((mut sock, _))) =
+            tokio::time::timeout(Duration::from_secs(10), listener.accept()).await
+        else {
+            return;
+        };
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = sock.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&buf);
+            let Some(split) = text.find("\r\n\r\n") else {
+                continue;
+            };
+            let len = text
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap_or(0))
+                })
+                .unwrap_or(0usize);
+            if buf.len() >= split + 4 + len {
+                break;
+            }
+        }
+        let _ = sock
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .await;
+        let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+    });
+    (format!("http://{addr}"), rx)
+}
+
+/// An HTTP checker sees its case: placeholders in the URL (percent-encoded, so a value
+/// cannot add a path or a query) and, with `context_field`, the context in a JSON body.
+#[tokio::test]
+async fn an_http_checker_gets_the_case_in_its_url_and_body() {
+    let (base, request) = recording_checker().await;
+    let v = build(json!({
+        "type": "external",
+        "url": format!("{base}/check/{{context.id}}?n={{context.n}}"),
+        "context_field": "case"
+    }));
+    let context = case().with("id", "a/b c");
+    assert!(v
+        .validate("def f(): pass", &context)
+        .await
+        .unwrap()
+        .is_empty());
+    let request = request.await.expect("the checker was called");
+    let head = request.lines().next().unwrap_or_default();
+    assert_eq!(
+        head, "POST /check/a%2Fb%20c?n=%5B1%2C2%5D HTTP/1.1",
+        "{request}"
+    );
+    assert!(
+        request
+            .to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{request}"
+    );
+    let body = &request[request.find("\r\n\r\n").unwrap() + 4..];
+    let body: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+    assert_eq!(body["input"], "def f(): pass");
+    assert_eq!(body["case"]["tests"], "assert f(1) == 2");
+    assert_eq!(body["case"]["n"], json!([1, 2]));
+}
+
+#[test]
+fn case_options_that_cannot_work_are_configuration_errors() {
+    let error = |spec: serde_json::Value| {
+        Registry::builtin()
+            .build("checker", &spec, &BuildEnv::default())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let host = error(json!({"type": "external", "url": "http://{context.host}/check"}));
+    assert!(host.contains("not in the scheme or the host"), "{host}");
+    let command = error(json!({"type": "external", "command": ["true"], "context_field": "c"}));
+    assert!(command.contains("ENFORCE_CONTEXT"), "{command}");
+    let input =
+        error(json!({"type": "external", "url": "http://127.0.0.1:9/x", "context_field": "input"}));
+    assert!(input.contains("other than `input`"), "{input}");
+}

@@ -72,6 +72,24 @@ async fn valid_code_passes_and_the_fixed_fields_arrive() {
     assert_eq!(parser.calls(), 1);
 }
 
+/// `context_field`: the request context arrives as JSON in that string field.
+#[tokio::test]
+async fn the_request_context_arrives_in_the_context_field() {
+    let parser = ToyParser::start().await.unwrap();
+    let mut spec = spec(&parser.url(), json!({}));
+    spec["grpc"]["request"] = json!({"code_field": "code", "context_field": "language"});
+    let v = build_in(&testkit_dir(), &spec);
+    let context = Context::new().with("tests", "assert f(1) == 2");
+    v.validate(GOOD, &context).await.unwrap();
+    let requests = parser.requests();
+    let sent: Value = serde_json::from_str(&requests[0].language).expect("JSON");
+    assert_eq!(sent, json!({"tests": "assert f(1) == 2"}));
+    let mut taken = spec.clone();
+    taken["grpc"]["request"] = json!({"code_field": "code", "context_field": "code"});
+    let e = build_error(&testkit_dir(), &taken);
+    assert!(e.to_string().contains("already the code_field"), "{e}");
+}
+
 #[tokio::test]
 async fn the_trace_becomes_issues_at_response_lines() {
     let parser = ToyParser::start().await.unwrap();

@@ -6,8 +6,8 @@ use serde_json::json;
 use super::gbnf_matcher as gbnf;
 
 fn grammar(schema: Value) -> gbnf::Grammar {
-    let text = json_schema_to_gbnf(&schema).expect("a grammar");
-    gbnf::Grammar::parse(&text)
+    let converted = json_schema_to_gbnf(&schema);
+    gbnf::Grammar::parse(&converted.gbnf)
 }
 
 #[test]
@@ -153,7 +153,7 @@ fn any_schema_and_empty_schema_accept_any_json() {
 }
 
 #[test]
-fn impossible_or_unknown_schemas_are_typed_errors() {
+fn impossible_or_unknown_schemas_loosen_to_any_value_and_say_why() {
     let cases = [
         (json!(false), "no JSON value"),
         (json!({"enum": []}), "non-empty"),
@@ -170,9 +170,150 @@ fn impossible_or_unknown_schemas_are_typed_errors() {
         (json!(3), "not a schema"),
     ];
     for (schema, expected) in cases {
-        let message = json_schema_to_gbnf(&schema).unwrap_err().to_string();
-        assert!(message.contains(expected), "{schema}: {message}");
+        let converted = json_schema_to_gbnf(&schema);
+        assert!(
+            converted.loosened.iter().any(|l| l.contains(expected)),
+            "{schema}: {:?}",
+            converted.loosened
+        );
+        let g = gbnf::Grammar::parse(&converted.gbnf);
+        assert!(g.accepts(r#"{"any": ["json", 1]}"#), "{schema}");
+        assert!(!g.accepts("not json"), "{schema}");
     }
+}
+
+#[test]
+fn a_part_that_cannot_be_followed_loosens_only_that_part() {
+    let converted = json_schema_to_gbnf(&json!({
+        "type": "object",
+        "properties": {"id": {"type": "integer"}, "odd": {"type": "decimal"}},
+        "required": ["id", "odd"],
+        "additionalProperties": false
+    }));
+    assert_eq!(converted.loosened.len(), 1, "{:?}", converted.loosened);
+    assert!(
+        converted.loosened[0].contains("root-odd"),
+        "{:?}",
+        converted.loosened
+    );
+    let g = gbnf::Grammar::parse(&converted.gbnf);
+    assert!(g.accepts(r#"{"id": 1, "odd": [true]}"#));
+    assert!(
+        !g.accepts(r#"{"id": "1", "odd": 2}"#),
+        "the rest is still exact"
+    );
+}
+
+/// One `maxLength: 10000` field must not break the grammar: llama.cpp takes at most
+/// `MAX_GRAMMAR_REPETITION` repetitions, so the bound is dropped (looser) and said.
+#[test]
+fn lengths_and_counts_above_llama_cpps_repetition_limit_become_unbounded() {
+    let converted = json_schema_to_gbnf(&json!({
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "maxLength": 10000},
+            "short": {"type": "string", "maxLength": 3},
+            "lines": {"type": "array", "items": {"type": "integer"}, "minItems": 5000}
+        },
+        "required": ["code", "short", "lines"]
+    }));
+    let limit = MAX_GRAMMAR_REPETITION;
+    let repetitions = repetition_counts(&converted.gbnf);
+    assert!(
+        repetitions.iter().all(|n| *n <= limit),
+        "{repetitions:?} in\n{}",
+        converted.gbnf
+    );
+    assert!(converted
+        .loosened
+        .iter()
+        .any(|l| l.contains("maxLength` 10000")));
+    assert!(converted
+        .loosened
+        .iter()
+        .any(|l| l.contains("minItems` 5000")));
+    let g = gbnf::Grammar::parse(&converted.gbnf);
+    let long = "x".repeat(12_000);
+    let at_least = |n: usize| vec!["1"; n].join(",");
+    assert!(g.accepts(&format!(
+        r#"{{"code": "{long}", "short": "abc", "lines": [{}]}}"#,
+        at_least(limit as usize)
+    )));
+    assert!(
+        !g.accepts(&format!(
+            r#"{{"code": "x", "short": "abcd", "lines": [{}]}}"#,
+            at_least(limit as usize)
+        )),
+        "a small bound is still exact"
+    );
+}
+
+/// Every `{m,n}` / `{m,}` count in a GBNF text.
+fn repetition_counts(gbnf: &str) -> Vec<u64> {
+    let mut counts = Vec::new();
+    for part in gbnf.split('{').skip(1) {
+        let Some((inner, _)) = part.split_once('}') else {
+            continue;
+        };
+        counts.extend(
+            inner
+                .split(',')
+                .filter_map(|n| n.trim().parse::<u64>().ok()),
+        );
+    }
+    counts
+}
+
+#[test]
+fn nesting_deeper_than_the_limit_accepts_any_value_below_it() {
+    let mut schema = json!({"type": "integer"});
+    for _ in 0..MAX_GRAMMAR_DEPTH + 5 {
+        schema = json!({"type": "array", "items": schema});
+    }
+    let converted = json_schema_to_gbnf(&schema);
+    assert!(
+        converted
+            .loosened
+            .iter()
+            .any(|l| l.contains("nested deeper")),
+        "{:?}",
+        converted.loosened
+    );
+    let g = gbnf::Grammar::parse(&converted.gbnf);
+    let deep = |inner: &str| {
+        format!(
+            "{}{inner}{}",
+            "[".repeat(MAX_GRAMMAR_DEPTH + 5),
+            "]".repeat(MAX_GRAMMAR_DEPTH + 5)
+        )
+    };
+    assert!(g.accepts(&deep("1")));
+    assert!(!g.accepts("1"), "the outer levels are still arrays");
+}
+
+#[test]
+fn keywords_a_grammar_cannot_express_are_listed() {
+    let converted = json_schema_to_gbnf(&json!({
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0}, "s": {"type": "string", "pattern": "^a"}}
+    }));
+    let loosened = converted.loosened.join("\n");
+    assert!(loosened.contains("`root-n.minimum`"), "{loosened}");
+    assert!(loosened.contains("`root-s.pattern`"), "{loosened}");
+    assert!(
+        json_schema_to_gbnf(&json!({"type": "string", "maxLength": 4}))
+            .loosened
+            .is_empty()
+    );
+}
+
+/// Whitespace between tokens is bounded, so a model cannot fill its budget with it.
+#[test]
+fn whitespace_is_bounded() {
+    let g = grammar(json!({"type": "object", "properties": {"a": {"type": "integer"}}}));
+    assert!(g.accepts("{\n  \"a\": 1\n}"));
+    assert!(!g.accepts(&format!("{{{}\"a\": 1}}", " ".repeat(50))));
+    assert!(!g.accepts(&format!("{{{}\"a\": 1}}", "\n".repeat(3))));
 }
 
 #[test]
@@ -183,4 +324,13 @@ fn rule_names_from_odd_property_names_stay_valid() {
         "required": ["naïve key", "a_b", ""]
     }));
     assert!(g.accepts(r#"{"naïve key": "x", "a_b": 1, "": 2}"#));
+}
+
+#[test]
+fn a_choice_grammar_accepts_exactly_the_choices() {
+    let g = gbnf::Grammar::parse(&choices_to_gbnf(&["yes".into(), "no \"way\"\n".into()]));
+    assert!(g.accepts("yes"));
+    assert!(g.accepts("no \"way\"\n"));
+    assert!(!g.accepts("yes "));
+    assert!(!g.accepts("maybe"));
 }

@@ -62,3 +62,33 @@ async fn a_json_object_response_format_gives_an_object() {
         assert!(reply.text.trim_start().starts_with('{'), "{}", reply.text);
     }
 }
+
+/// Lengths above llama.cpp's repetition limit still give a grammar llama.cpp's own parser
+/// takes (the bounds are loosened), so the request is answered, not refused: a `minLength`
+/// above the limit is an error in that parser, a `maxLength` one in some of its versions.
+#[tokio::test]
+async fn a_schema_with_max_length_10000_is_taken_by_llama_cpps_grammar_parser() {
+    let Some(runner) = shared_runner() else {
+        return;
+    };
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "maxLength": 10000},
+            "padding": {"type": "string", "minLength": 3000}
+        },
+        "required": ["code"],
+        "additionalProperties": false
+    });
+    let mut request = Request::prompt("Write a Python hello world as JSON with a `code` field.");
+    request.params = json!({
+        "max_tokens": 24, "seed": 1, "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "code", "schema": schema}}
+    })
+    .as_object()
+    .cloned()
+    .unwrap();
+    let reply = runner.ask(&request).await.expect("the grammar is accepted");
+    let compact: String = reply.text.split_whitespace().collect();
+    assert!(compact.starts_with(r#"{"code":""#), "{}", reply.text);
+}

@@ -59,6 +59,15 @@ pub struct ServerSection {
     pub audit_fsync_interval_secs: Option<f64>,
     /// Longest wait for in-flight requests at shutdown.
     pub shutdown_grace_secs: Option<f64>,
+    /// Longest a client connection may take to send a whole request head, from when it opens
+    /// or its previous answer ends: slow heads and idle keep-alive connections are closed
+    /// after it (default 30).
+    pub header_timeout_secs: Option<f64>,
+    /// Most bytes of stored Responses answers kept in memory, oldest evicted first (default
+    /// 64 MiB).
+    pub max_stored_response_bytes: Option<usize>,
+    /// Most chat sessions kept in memory, least recently used evicted first (default 10000).
+    pub max_cached_sessions: Option<usize>,
     /// Export OpenTelemetry traces over OTLP/HTTP: a span per request, per attempt and per
     /// validator run. Off when absent (unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set).
     pub otlp: Option<OtlpSection>,
@@ -160,6 +169,17 @@ pub struct SectionError {
     pub message: String,
 }
 
+/// `value` when it is above zero (a zero limit would refuse everything).
+fn positive<T: Default + PartialEq>(field: &'static str, value: T) -> Result<T, SectionError> {
+    if value == T::default() {
+        return Err(SectionError {
+            field: field.into(),
+            message: "must be more than 0".into(),
+        });
+    }
+    Ok(value)
+}
+
 fn seconds(field: &'static str, value: Option<f64>) -> Result<Option<Duration>, SectionError> {
     value
         .map(|v| {
@@ -217,6 +237,15 @@ impl ServerSection {
         }
         if let Some(d) = seconds("shutdown_grace_secs", self.shutdown_grace_secs)? {
             c.shutdown_grace = d;
+        }
+        if let Some(d) = seconds("header_timeout_secs", self.header_timeout_secs)? {
+            c.header_timeout = positive("header_timeout_secs", d)?;
+        }
+        if let Some(v) = self.max_stored_response_bytes {
+            c.max_stored_response_bytes = v;
+        }
+        if let Some(v) = self.max_cached_sessions {
+            c.max_cached_sessions = positive("max_cached_sessions", v)?;
         }
         c.audit_fsync = self.fsync_policy()?;
         c.state = self

@@ -373,7 +373,7 @@ impl RequestTrace {
 impl Drop for RequestTrace {
     /// A request dropped before it finished (the client went away) still ends its spans.
     fn drop(&mut self) {
-        self.finish("client_gone", None);
+        self.finish(crate::metrics::CLIENT_DISCONNECTED, None);
     }
 }
 

@@ -450,3 +450,61 @@ async fn a_limited_key_reads_and_continues_only_its_models_stored_answers() {
     assert_eq!(session("k-app").await, 403);
     assert_eq!(session("k-admin").await, 404);
 }
+
+#[tokio::test]
+async fn count_tokens_admits_the_model_for_the_key_and_its_404_lists_only_the_keys_models() {
+    let runner = Always::new(GOOD);
+    let enforcer = || Arc::new(strict(0, Budget::default()));
+    let config = ServerConfig {
+        key_grants: vec![KeyGrant {
+            name: "app".into(),
+            key: "k-app".into(),
+            // `ghost` is in the key's list but served by no model.
+            models: Some(vec!["m".into(), "ghost".into()]),
+            profiles: None,
+        }],
+        ..ServerConfig::default()
+    };
+    let server = Server::builder(config)
+        .model(Model::new("m", runner.clone(), enforcer()))
+        .model(Model::new("other", runner.clone(), enforcer()))
+        .build()
+        .unwrap();
+    let h = Harness::start(server).await;
+    let count = |model: &str| {
+        let body = json!({"model": model, "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}]});
+        let request = h
+            .client
+            .post(h.url("/v1/messages/count_tokens"))
+            .header("x-api-key", "k-app")
+            .json(&body);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, body) = count("other").await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["type"], "permission_error", "{body}");
+    assert_eq!(count("m").await.0, 200);
+    for path in ["/v1/messages/count_tokens", "/v1/chat/completions"] {
+        let (status, body) = if path == "/v1/chat/completions" {
+            post(
+                &h,
+                path,
+                &json!({"model": "ghost", "messages": [{"role": "user", "content": "hi"}]}),
+                &[("authorization", "Bearer k-app")],
+            )
+            .await
+        } else {
+            count("ghost").await
+        };
+        assert_eq!(status, 404, "{path}: {body}");
+        let (_, message) = error_of(path, &body);
+        assert!(message.contains("Available: m."), "{path}: {message}");
+        assert!(!message.contains("other"), "{path}: {message}");
+    }
+    assert_eq!(runner.calls(), 0);
+}

@@ -241,10 +241,11 @@ async fn issue_text_and_keys_cannot_leak_or_forge_lines() {
     h.shutdown().await.expect("shutdown");
 
     let audit_text = std::fs::read_to_string(&audit).expect("audit");
+    // One line per request: two enforcements and the refused wrong key.
     assert_eq!(
         audit_text.lines().count(),
-        2,
-        "one line per enforcement: {audit_text}"
+        3,
+        "one line per request: {audit_text}"
     );
     for line in audit_text.lines() {
         serde_json::from_str::<Value>(line).expect("each audit line is one JSON object");

@@ -93,6 +93,18 @@ async fn an_applied_fallback_is_an_info_line_with_the_codes() {
     assert!(logs.lines_with("returning unvalidated").is_empty());
 }
 
+/// A deterministic repair is logged like the template fallback: at info, with the codes
+/// it fixed.
+#[tokio::test]
+async fn a_repair_is_an_info_line_with_the_codes_it_fixed() {
+    let enforcer = marker_enforcer(true).with_policy(Policy::builder().max_retries(0).build());
+    let logs = logs_of(vec![BAD], enforcer, ModelOptions::default()).await;
+    let applied = logs.lines_with("applied fallback for issues: MISSING_STEP_MARKER");
+    assert_eq!(applied.len(), 1, "{}", logs.text());
+    assert!(applied[0].contains("INFO"), "{}", applied[0]);
+    assert!(applied[0].contains("kind=\"repair\""), "{}", applied[0]);
+}
+
 #[tokio::test]
 async fn a_skipped_check_is_logged_as_returning_unvalidated() {
     let enforcer = Enforcer::new(vec![Box::new(Down)])

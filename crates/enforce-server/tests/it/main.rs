@@ -7,8 +7,10 @@
 
 mod ai_sdk;
 mod anthropic_sdk;
+mod audit_gaps;
 mod audit_record;
 mod common;
+mod connections;
 mod controls;
 mod dropin;
 mod early_errors;

@@ -128,8 +128,8 @@ async fn unresolved_is_a_422_when_configured() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "enforcement_unresolved");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("MISSING_STEP_MARKER"), "{message}");
     assert!(message.contains("2 attempt"), "{message}");
+    assert!(message.ends_with(MARKER_ERROR_LIST), "{message}");
     assert!(body.get("choices").is_none());
 }
 
@@ -503,4 +503,55 @@ async fn a_fallback_that_fails_validation_is_not_delivered() {
     let raw = resp.text().await.unwrap();
     assert!(!raw.contains("Sorry") && !raw.contains("FAILING"), "{raw}");
     assert!(raw.contains("FALLBACK_INVALID"), "{raw}");
+}
+
+/// A model's decoding constraint (`decode: constrained`) reaches the upstream with every
+/// request that does not set its own, and is no contract of the request: an answer outside
+/// it is judged by the profile alone (here: none), not by a `response_format` check.
+#[tokio::test]
+async fn decode_params_reach_the_upstream_without_becoming_a_check() {
+    use enforce_testkit::{MockOpenAi, MockReply, MockScript};
+    let mock = MockOpenAi::start(MockScript::new().replies(vec![
+        MockReply::text("not JSON at all"),
+        MockReply::text("not JSON either"),
+        MockReply::text("free text"),
+    ]))
+    .await
+    .unwrap();
+    let runner = mock_upstream(&mock);
+    let format = json!({"type": "json_schema", "json_schema": {"name": "contract",
+        "schema": {"type": "object"}, "strict": false}});
+    let mut decode = serde_json::Map::new();
+    decode.insert("response_format".into(), format.clone());
+    let server = enforce_server::Server::builder(ServerConfig::default())
+        .model(
+            enforce_server::Model::new("m", runner, Arc::new(Enforcer::new(vec![])))
+                .with_decode_params(decode),
+        )
+        .profile("other", Arc::new(Enforcer::new(vec![])))
+        .build()
+        .unwrap();
+    let h = Harness::start(server).await;
+    let resp = h.chat(user_body(false)).await;
+    assert_eq!(resp.headers()["x-enforce-status"], "passed");
+    let mut own = user_body(false);
+    own["response_format"] = json!({"type": "text"});
+    let resp = h.chat(own).await;
+    assert_eq!(resp.status(), 200);
+    // Another profile by header: not the model's profile's constraint.
+    let resp = h
+        .client
+        .post(h.url("/v1/chat/completions"))
+        .header("X-Enforce-Profile", "other")
+        .json(&user_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let sent: Vec<Value> = mock
+        .chat_requests()
+        .iter()
+        .map(|r| r.body["response_format"].clone())
+        .collect();
+    assert_eq!(sent, vec![format, json!({"type": "text"}), Value::Null]);
 }

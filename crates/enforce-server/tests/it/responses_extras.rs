@@ -16,19 +16,10 @@ async fn harness(replies: Vec<MockReply>) -> (MockOpenAi, Harness) {
     let mock = MockOpenAi::start(MockScript::new().replies(replies))
         .await
         .unwrap();
-    let runner = OpenAiRunner::new(OpenAiConfig {
-        base_url: mock.url(),
-        model: "mock-model".into(),
-        retry: RetryConfig {
-            max_retries: 0,
-            ..RetryConfig::default()
-        },
-        ..OpenAiConfig::default()
-    })
-    .unwrap();
+    let runner = mock_upstream(&mock);
     let server = server_with(
         ServerConfig::default(),
-        Arc::new(runner),
+        runner,
         marker_enforcer(false),
         ModelOptions::default(),
     );

@@ -3,9 +3,9 @@
 //! reasoning and only the checked answer as content, and a client that leaves stops the
 //! upstream generation.
 
-use crate::common::{read_stream, server_with, Harness};
+use crate::common::{mock_upstream, read_stream, server_with, Harness};
 use enforce_core::{Enforcer, Policy};
-use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
+use enforce_runner::{OpenAiConfig, OpenAiRunner};
 use enforce_server::{ModelOptions, ServerConfig, StreamMode};
 use enforce_testkit::{MockOpenAi, MockReply, MockScript};
 use enforce_validators::terms::{Term, Terms};
@@ -34,22 +34,8 @@ async fn harness(options: ModelOptions) -> (MockOpenAi, Harness) {
     )
     .await
     .unwrap();
-    let runner = OpenAiRunner::new(OpenAiConfig {
-        base_url: mock.url(),
-        model: "mock-model".into(),
-        retry: RetryConfig {
-            max_retries: 0,
-            ..RetryConfig::default()
-        },
-        ..OpenAiConfig::default()
-    })
-    .unwrap();
-    let server = server_with(
-        ServerConfig::default(),
-        Arc::new(runner),
-        no_promises(),
-        options,
-    );
+    let runner = mock_upstream(&mock);
+    let server = server_with(ServerConfig::default(), runner, no_promises(), options);
     (mock, Harness::start(server).await)
 }
 

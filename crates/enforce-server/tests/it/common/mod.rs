@@ -13,6 +13,24 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// The OpenAI runner against `mock` (model `mock-model`), without HTTP retries: what a test
+/// scripts is what the proxy gets.
+pub fn mock_upstream(mock: &enforce_testkit::MockOpenAi) -> Arc<enforce_runner::OpenAiRunner> {
+    use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
+    Arc::new(
+        OpenAiRunner::new(OpenAiConfig {
+            base_url: mock.url(),
+            model: "mock-model".into(),
+            retry: RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            },
+            ..OpenAiConfig::default()
+        })
+        .unwrap(),
+    )
+}
+
 /// A running server.
 pub struct Harness {
     pub base: String,
@@ -50,6 +68,12 @@ impl Harness {
             .send()
             .await
             .unwrap()
+    }
+
+    /// The JSON body of a GET of `path`.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let response = self.client.get(self.url(path)).send().await.unwrap();
+        response.json().await.unwrap()
     }
 
     /// Waits (up to 10 s) until `n` enforcements are in flight.
@@ -151,6 +175,10 @@ impl Validator for NeedsMarker {
             .then(|| format!("{response}\n<!-- STEP: done -->"))
     }
 }
+
+/// The list a chat user is shown for `NeedsMarker`'s error: each code with its message and
+/// hint, then the request to try again.
+pub const MARKER_ERROR_LIST: &str = "What was wrong:\n- MISSING_STEP_MARKER: The answer has no step marker. End the answer with <!-- STEP: x -->.\nPlease try again or rephrase your request.";
 
 /// Never gives a verdict.
 pub struct Down;

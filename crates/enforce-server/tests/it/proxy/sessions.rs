@@ -53,15 +53,7 @@ async fn sessions_continue_and_keep_the_step_history() {
         .collect();
     assert_eq!(steps, ["what", "why"]);
 
-    let served: Value = h
-        .client
-        .get(h.url("/v1/sessions/chat-42"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let served = h.get_json("/v1/sessions/chat-42").await;
     assert_eq!(served, stored);
     let missing = h
         .client
@@ -146,14 +138,7 @@ async fn a_failed_turn_records_the_unknown_step_and_the_next_turn_sees_it() {
         h.chat(body.clone()).await.headers()["x-enforce-status"],
         "unresolved"
     );
-    let session = |h: &Harness| {
-        let (client, url) = (h.client.clone(), h.url("/v1/sessions/u1"));
-        async move {
-            let s: Value = client.get(url).send().await.unwrap().json().await.unwrap();
-            s
-        }
-    };
-    let s = session(&h).await;
+    let s = h.get_json("/v1/sessions/u1").await;
     assert_eq!(s["last_status"], "unresolved");
     assert_eq!(s["steps"][0]["step"], "unknown", "{s}");
     assert_eq!(s["steps"][0]["status"], "unresolved", "{s}");
@@ -163,7 +148,7 @@ async fn a_failed_turn_records_the_unknown_step_and_the_next_turn_sees_it() {
         seen.lock().unwrap().last().cloned().flatten().as_deref(),
         Some("unknown")
     );
-    let s = session(&h).await;
+    let s = h.get_json("/v1/sessions/u1").await;
     let steps: Vec<&str> = s["steps"]
         .as_array()
         .unwrap()
@@ -180,4 +165,24 @@ async fn a_failed_turn_records_the_unknown_step_and_the_next_turn_sees_it() {
     assert_eq!(lines[0]["step"], "unknown");
     assert_eq!(lines[1]["step"], "why");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A passing answer without a marker (its profile does not require one) records the step
+/// `unknown`, not nothing: the flow's history shows the turn where it lost track.
+#[tokio::test]
+async fn a_passing_answer_without_a_marker_records_the_unknown_step() {
+    let runner = Arc::new(ScriptedRunner::texts(["A plain answer, no marker."]));
+    let server = server_with(
+        ServerConfig::default(),
+        runner,
+        Enforcer::new(Vec::new()),
+        ModelOptions::default(),
+    );
+    let h = Harness::start(server).await;
+    let mut body = user_body(false);
+    body["user"] = json!("u-plain");
+    assert_eq!(h.chat(body).await.headers()["x-enforce-status"], "passed");
+    let s = h.get_json("/v1/sessions/u-plain").await;
+    assert_eq!(s["steps"][0]["step"], "unknown", "{s}");
+    assert_eq!(s["steps"][0]["status"], "passed", "{s}");
 }

@@ -1,0 +1,185 @@
+//! `decode: constrained`: the constraint a profile's own contract gives the decoder.
+//!
+//! Read from the validators' configuration, not from the built validators: the `json`
+//! validator's schema (`schema` or `schema_file`) and `bare`, or a `one_of` list. The first
+//! such validator on the whole answer (no `input`) wins. What a grammar cannot say stays with
+//! the validators, which still check every answer.
+
+use crate::config::Config;
+use enforce_validators::{BuildEnv, BuildError};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::Path;
+
+/// How a profile's answers are decoded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Decode {
+    /// The model writes freely; the validators and re-asks make the answer fit (default).
+    #[default]
+    Free,
+    /// The runner is asked to constrain decoding to the contract (a grammar, a strict JSON
+    /// Schema); a runner that cannot says so and answers freely.
+    Constrained,
+}
+
+/// What a profile's contract lets a decoder enforce.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Constraint {
+    /// A JSON value, of `schema` when the `json` validator has one.
+    Json {
+        /// The validator's JSON Schema; `None`: any JSON value.
+        schema: Option<Value>,
+        /// `bare: true`: the JSON alone, no fence or prose (what a constrained decoder gives
+        /// in any case).
+        bare: bool,
+    },
+    /// Exactly one of these texts (`one_of` with a literal list).
+    OneOf(Vec<String>),
+}
+
+/// The constraint of the validators `names` (a profile's list), `None` when none of them
+/// gives one. Errors: a `schema_file` that cannot be read.
+pub(crate) fn derive(
+    names: &[String],
+    config: &Config,
+    env: &BuildEnv,
+) -> Result<Option<Constraint>, BuildError> {
+    for name in names {
+        let spec = config.validators.get(name);
+        let (kind, spec) = match spec {
+            Some(Value::Object(spec)) => {
+                if spec.contains_key("input") {
+                    continue;
+                }
+                let kind = spec.get("type").and_then(Value::as_str).unwrap_or(name);
+                (kind, Some(spec))
+            }
+            Some(Value::Null) | None => (name.as_str(), None),
+            Some(_) => continue,
+        };
+        let option = |key: &str| spec.and_then(|s| s.get(key));
+        match kind {
+            "json" => {
+                let schema = match (option("schema"), option("schema_file")) {
+                    (Some(schema), _) => Some(schema.clone()),
+                    (None, Some(Value::String(file))) => {
+                        Some(read_schema(&env.base_dir, Path::new(file)).map_err(|e| {
+                            BuildError::at(format!("validators.{name}.schema_file"), e)
+                        })?)
+                    }
+                    _ => None,
+                };
+                let bare = option("bare").and_then(Value::as_bool).unwrap_or(false);
+                return Ok(Some(Constraint::Json { schema, bare }));
+            }
+            "one_of" => {
+                // A `{{key}}` template is known only per request: no constraint from it.
+                if let Some(Value::Array(values)) = option("values") {
+                    let values: Vec<String> = values
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect();
+                    if !values.is_empty() {
+                        return Ok(Some(Constraint::OneOf(values)));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+fn read_schema(base_dir: &Path, file: &Path) -> Result<Value, String> {
+    let path = if file.is_absolute() {
+        file.to_path_buf()
+    } else {
+        base_dir.join(file)
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    (crate::JSON_OR_YAML.parse)(&text)
+        .map_err(|e| format!("{} is not JSON or YAML: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config(yaml: &str) -> Config {
+        serde_yaml_ng::from_str(yaml).expect("a config")
+    }
+
+    #[test]
+    fn the_json_validators_schema_and_bare_are_the_constraint() {
+        let c = config(
+            "validators:\n  city:\n    type: json\n    bare: true\n    schema: {type: object, required: [name]}\n",
+        );
+        let got = derive(&["city".into()], &c, &BuildEnv::default()).unwrap();
+        assert_eq!(
+            got,
+            Some(Constraint::Json {
+                schema: Some(json!({"type": "object", "required": ["name"]})),
+                bare: true
+            })
+        );
+    }
+
+    #[test]
+    fn a_schema_file_is_read_relative_to_the_configuration() {
+        let dir = std::env::temp_dir().join(format!("enforce-decode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("s.yaml"), "type: array\n").unwrap();
+        let c = config("validators:\n  list:\n    type: json\n    schema_file: s.yaml\n");
+        let got = derive(&["list".into()], &c, &BuildEnv::new(&dir)).unwrap();
+        assert_eq!(
+            got,
+            Some(Constraint::Json {
+                schema: Some(json!({"type": "array"})),
+                bare: false
+            })
+        );
+        let missing = config("validators:\n  list:\n    type: json\n    schema_file: nope.json\n");
+        let e = derive(&["list".into()], &missing, &BuildEnv::new(&dir)).unwrap_err();
+        assert!(e.to_string().contains("nope.json"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_literal_one_of_list_is_a_constraint_a_template_is_not() {
+        let c = config(
+            "validators:\n  tag:\n    type: one_of\n    values: [yes, no]\n  later:\n    type: one_of\n    values: '{{tags}}'\n",
+        );
+        assert_eq!(
+            derive(&["later".into(), "tag".into()], &c, &BuildEnv::default()).unwrap(),
+            Some(Constraint::OneOf(vec!["yes".into(), "no".into()]))
+        );
+        assert_eq!(
+            derive(&["later".into()], &c, &BuildEnv::default()).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn validators_on_a_part_of_the_answer_and_other_types_give_none() {
+        let c = config(
+            "validators:\n  part:\n    type: json\n    input: {field: x}\n  words:\n    type: length\n    max_words: 3\n",
+        );
+        assert_eq!(
+            derive(&["part".into(), "words".into()], &c, &BuildEnv::default()).unwrap(),
+            None
+        );
+        // A built-in type named directly, with its default options.
+        assert_eq!(
+            derive(&["json".into()], &c, &BuildEnv::default()).unwrap(),
+            Some(Constraint::Json {
+                schema: None,
+                bare: false
+            })
+        );
+    }
+}

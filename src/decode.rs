@@ -1,0 +1,332 @@
+//! A profile's decoding constraint in the request parameters each runner understands.
+//!
+//! One place for `decode: constrained` (and the `constrained` arm of `enforce eval`): the
+//! local runner gets a llama.cpp grammar (`response_format` with the JSON Schema, or `grammar`
+//! for a `one_of` list), the openai runner a `json_schema` response format (strict when the
+//! schema fits OpenAI's strict mode), the anthropic runner the same response format, which it
+//! sends as `output_config.format`. Runners without such a control get nothing and a note.
+
+use enforce_config::profile::{Constraint, Decode};
+use enforce_config::Profile;
+use enforce_core::Issue;
+use enforce_runner_local::{choices_to_gbnf, json_schema_to_gbnf};
+use serde_json::{json, Map, Value};
+
+/// The schema's name in a `json_schema` response format (OpenAI requires one).
+const SCHEMA_NAME: &str = "contract";
+
+/// What constraining one profile's answers on one runner amounts to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Constrained {
+    /// Request parameters that carry the constraint (empty when the runner cannot take it).
+    pub params: Map<String, Value>,
+    /// What the user should know: the runner cannot constrain, the constraint is looser than
+    /// the contract. Each says what happens instead.
+    pub notes: Vec<String>,
+}
+
+impl Constrained {
+    /// Adds the parameters to `params`; a parameter the request already has is kept (the
+    /// caller's own `response_format` wins).
+    pub fn apply(&self, params: &mut Map<String, Value>) {
+        for (key, value) in &self.params {
+            params.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+    }
+}
+
+/// Issue code of a decoding note in the outcome's warnings (the audit's `warnings`).
+pub const DECODE_NOTE: &str = "DECODE_NOT_CONSTRAINED";
+
+/// What `profile` asks of a runner of kind `runner`: `None` when it decodes freely (and
+/// `forced`, the eval arm `constrained`, is off) or its contract gives no constraint.
+pub fn for_profile(profile: &Profile, runner: &str, forced: bool) -> Option<Constrained> {
+    if profile.decode() != Decode::Constrained && !forced {
+        return None;
+    }
+    profile.constraint().map(|c| for_runner(runner, c))
+}
+
+impl Constrained {
+    /// The notes as warnings of an outcome, so the audit says that (and how) decoding was not
+    /// constrained as asked.
+    pub fn warnings(&self) -> impl Iterator<Item = Issue> + '_ {
+        self.notes
+            .iter()
+            .map(|note| Issue::warning("decode", DECODE_NOTE, note.clone()))
+    }
+}
+
+/// The parameters and notes for `constraint` on a runner of kind `runner` (`local`,
+/// `openai`, `anthropic`, `claude`, `command`).
+pub fn for_runner(runner: &str, constraint: &Constraint) -> Constrained {
+    let mut out = Constrained::default();
+    match (runner, constraint) {
+        ("local", Constraint::Json { schema, .. }) => {
+            let schema = schema.clone().unwrap_or(Value::Bool(true));
+            out.notes.extend(
+                json_schema_to_gbnf(&schema)
+                    .loosened
+                    .into_iter()
+                    .map(|l| format!("grammar: {l}")),
+            );
+            out.params
+                .insert("response_format".into(), json_schema_format(schema, None));
+        }
+        ("local", Constraint::OneOf(values)) => {
+            out.params
+                .insert("grammar".into(), Value::String(choices_to_gbnf(values)));
+        }
+        ("openai", Constraint::Json { schema: None, .. }) => {
+            // JSON mode: a JSON object, the closest a schema-less request gets.
+            out.params
+                .insert("response_format".into(), json!({"type": "json_object"}));
+        }
+        ("openai", Constraint::Json {
+            schema: Some(schema),
+            ..
+        }) => {
+            let gaps = strict_mode_gaps(schema);
+            let strict = gaps.is_empty();
+            if !strict {
+                out.notes.push(format!(
+                    "the schema does not fit OpenAI's strict mode ({}); it is sent with strict: false, as guidance the server need not enforce",
+                    gaps.join("; ")
+                ));
+            }
+            out.params.insert(
+                "response_format".into(),
+                json_schema_format(schema.clone(), Some(strict)),
+            );
+        }
+        ("anthropic", Constraint::Json {
+            schema: Some(schema),
+            ..
+        }) => {
+            // The anthropic runner sends it as `output_config.format`.
+            out.params.insert(
+                "response_format".into(),
+                json_schema_format(schema.clone(), None),
+            );
+        }
+        ("anthropic", Constraint::Json { schema: None, .. }) => out.notes.push(
+            "the anthropic runner constrains only to a JSON Schema, and the json validator has none; answers are decoded freely".into(),
+        ),
+        ("openai" | "anthropic", Constraint::OneOf(_)) => out.notes.push(format!(
+            "the {runner} runner constrains only to a JSON Schema, not to a one_of list; answers are decoded freely"
+        )),
+        (other, _) => out.notes.push(format!(
+            "the {other} runner cannot constrain decoding; answers are decoded freely"
+        )),
+    }
+    out
+}
+
+/// `{type: json_schema, json_schema: {name, schema[, strict]}}`.
+fn json_schema_format(schema: Value, strict: Option<bool>) -> Value {
+    let mut inner = json!({"name": SCHEMA_NAME, "schema": schema});
+    if let Some(strict) = strict {
+        inner["strict"] = Value::Bool(strict);
+    }
+    json!({"type": "json_schema", "json_schema": inner})
+}
+
+/// Why `schema` is not accepted by OpenAI's strict structured outputs, one line per place:
+/// the root must be an object, and every object must list all its properties in `required`
+/// and set `additionalProperties: false`. Empty when it fits.
+pub fn strict_mode_gaps(schema: &Value) -> Vec<String> {
+    let mut gaps = Vec::new();
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        gaps.push("the root is not `type: object`".to_string());
+    }
+    objects_gaps(schema, "root", &mut gaps, 0);
+    gaps
+}
+
+/// Nesting followed by the strict-mode check (deeper is reported as a gap, not recursed).
+const MAX_STRICT_DEPTH: usize = 32;
+
+fn objects_gaps(schema: &Value, at: &str, gaps: &mut Vec<String>, depth: usize) {
+    let Some(map) = schema.as_object() else {
+        return;
+    };
+    if depth > MAX_STRICT_DEPTH {
+        gaps.push(format!(
+            "`{at}` is nested deeper than {MAX_STRICT_DEPTH} levels"
+        ));
+        return;
+    }
+    let properties = map.get("properties").and_then(Value::as_object);
+    let is_object =
+        properties.is_some() || map.get("type").and_then(Value::as_str) == Some("object");
+    if is_object {
+        if map.get("additionalProperties") != Some(&Value::Bool(false)) {
+            gaps.push(format!("`{at}` lacks `additionalProperties: false`"));
+        }
+        let required: Vec<&str> = map
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let optional: Vec<&str> = properties
+            .into_iter()
+            .flat_map(|p| p.keys())
+            .map(String::as_str)
+            .filter(|k| !required.contains(k))
+            .collect();
+        if !optional.is_empty() {
+            gaps.push(format!("`{at}` does not require {}", optional.join(", ")));
+        }
+    }
+    for (key, value) in map {
+        match key.as_str() {
+            "properties" | "$defs" | "definitions" => {
+                for (name, sub) in value.as_object().into_iter().flatten() {
+                    objects_gaps(sub, &format!("{at}.{name}"), gaps, depth + 1);
+                }
+            }
+            "items" | "additionalProperties" => {
+                objects_gaps(value, &format!("{at}.{key}"), gaps, depth + 1)
+            }
+            "anyOf" | "oneOf" | "allOf" | "prefixItems" => {
+                for (i, sub) in value.as_array().into_iter().flatten().enumerate() {
+                    objects_gaps(sub, &format!("{at}.{key}[{i}]"), gaps, depth + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn city() -> Value {
+        json!({
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+            "required": ["city", "population"],
+            "additionalProperties": false
+        })
+    }
+
+    fn json_constraint(schema: Value) -> Constraint {
+        Constraint::Json {
+            schema: Some(schema),
+            bare: true,
+        }
+    }
+
+    #[test]
+    fn openai_gets_a_strict_json_schema_when_the_schema_fits() {
+        let got = for_runner("openai", &json_constraint(city()));
+        assert_eq!(
+            Value::Object(got.params),
+            json!({"response_format": {"type": "json_schema", "json_schema":
+                {"name": "contract", "schema": city(), "strict": true}}})
+        );
+        assert!(got.notes.is_empty(), "{:?}", got.notes);
+    }
+
+    #[test]
+    fn a_schema_outside_strict_mode_is_sent_non_strict_and_said() {
+        let loose = json!({
+            "type": "object",
+            "properties": {"a": {"type": "string"}, "b": {"type": "object", "properties": {"c": {"type": "integer"}}}},
+            "required": ["a"]
+        });
+        let got = for_runner("openai", &json_constraint(loose));
+        assert_eq!(
+            got.params["response_format"]["json_schema"]["strict"],
+            json!(false)
+        );
+        let note = got.notes.join("\n");
+        for gap in [
+            "`root` lacks `additionalProperties: false`",
+            "`root` does not require b",
+            "`root.b` lacks",
+            "`root.b` does not require c",
+        ] {
+            assert!(note.contains(gap), "{gap} in {note}");
+        }
+        assert_eq!(
+            strict_mode_gaps(&json!({"type": "array"})),
+            vec!["the root is not `type: object`".to_string()]
+        );
+    }
+
+    #[test]
+    fn the_local_runner_gets_the_schema_or_a_grammar_of_the_choices() {
+        let got = for_runner("local", &json_constraint(city()));
+        assert_eq!(
+            got.params["response_format"]["json_schema"]["schema"],
+            city()
+        );
+        let any = for_runner(
+            "local",
+            &Constraint::Json {
+                schema: None,
+                bare: false,
+            },
+        );
+        assert_eq!(
+            any.params["response_format"]["json_schema"]["schema"],
+            json!(true)
+        );
+        let choices = for_runner("local", &Constraint::OneOf(vec!["yes".into(), "no".into()]));
+        let grammar = choices.params["grammar"].as_str().unwrap();
+        assert!(
+            grammar.contains(r#""yes""#) && grammar.contains(r#""no""#),
+            "{grammar}"
+        );
+    }
+
+    #[test]
+    fn what_the_local_grammar_loosens_is_a_note() {
+        let got = for_runner(
+            "local",
+            &json_constraint(json!({"type": "string", "maxLength": 10000})),
+        );
+        assert!(
+            got.notes.iter().any(|n| n.contains("maxLength` 10000")),
+            "{:?}",
+            got.notes
+        );
+    }
+
+    #[test]
+    fn runners_that_cannot_constrain_say_so_and_send_nothing() {
+        for (runner, constraint) in [
+            ("claude", json_constraint(city())),
+            ("command", json_constraint(city())),
+            ("openai", Constraint::OneOf(vec!["a".into()])),
+            ("anthropic", Constraint::OneOf(vec!["a".into()])),
+            (
+                "anthropic",
+                Constraint::Json {
+                    schema: None,
+                    bare: true,
+                },
+            ),
+        ] {
+            let got = for_runner(runner, &constraint);
+            assert!(got.params.is_empty(), "{runner}: {:?}", got.params);
+            assert_eq!(got.notes.len(), 1, "{runner}");
+            assert!(got.notes[0].contains("freely"), "{}", got.notes[0]);
+        }
+    }
+
+    #[test]
+    fn the_requests_own_parameters_win() {
+        let got = for_runner("openai", &json_constraint(city()));
+        let mut params = Map::new();
+        params.insert("response_format".into(), json!({"type": "text"}));
+        params.insert("seed".into(), json!(4));
+        got.apply(&mut params);
+        assert_eq!(params["response_format"], json!({"type": "text"}));
+        let mut empty = Map::new();
+        got.apply(&mut empty);
+        assert_eq!(empty["response_format"]["type"], "json_schema");
+    }
+}
