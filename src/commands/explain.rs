@@ -261,7 +261,11 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
     let budget = serde_json::to_value(policy.budget).unwrap_or(Value::Null);
     c.push("budget", budget, layer("budget"));
     for (key, value) in [
-        ("reask", serde_json::to_value(policy.reask)),
+        ("reask", serde_json::to_value(&policy.reask)),
+        (
+            "stop_on_no_progress",
+            Ok(Value::from(policy.stop_on_no_progress)),
+        ),
         ("repair", serde_json::to_value(policy.repair)),
         ("early_abort", Ok(Value::from(policy.early_abort))),
         (

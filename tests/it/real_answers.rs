@@ -266,3 +266,57 @@ fn every_answer_streamed_through_the_loop_is_cut_only_when_it_fails() {
         }
     }
 }
+
+/// The answer of `id` in the corpus.
+fn recorded(answers: &[(String, Answer)], id: &str) -> String {
+    answers
+        .iter()
+        .find(|(_, a)| a.id == id)
+        .map(|(_, a)| a.answer.clone())
+        .unwrap_or_else(|| panic!("no answer `{id}` in the corpus"))
+}
+
+/// SmolLM2 answered a feedback re-ask with its failed answer (recorded once, as the first
+/// attempt's) byte for byte, though the re-ask carried a new seed (it copied its own turn from the conversation); a resample then drew a
+/// valid one. Feedback alone stops on the repeat; the ladder climbs to resample and wins.
+#[test]
+fn the_ladder_climbs_past_a_feedback_reask_the_model_copied_byte_for_byte() {
+    let answers = corpus();
+    let failed = recorded(&answers, "none/city-oslo/0/1");
+    let resampled = recorded(&answers, "ladder/city-oslo/0/3");
+    let contracts = Contracts::load(&answers);
+    let (at, oslo) = answers
+        .iter()
+        .find(|(_, a)| a.id == "none/city-oslo/0/1")
+        .expect("the Oslo case");
+    let profile = contracts.of(at, oslo);
+    let run = |reask: enforce_core::Ladder| {
+        let runner = ScriptedRunner::texts([failed.as_str(), failed.as_str(), resampled.as_str()]);
+        let enforcer = profile
+            .enforcer()
+            .with_policy(Policy::builder().max_retries(2).reask(reask).build());
+        block_on(enforcer.run(
+            &runner,
+            &Request::prompt(oslo.prompt.as_str()),
+            &Context::new(),
+        ))
+    };
+    let feedback = run(enforce_core::Reask::Feedback.into());
+    assert_eq!(feedback.stop_reason, enforce_core::StopReason::NoProgress);
+    assert_eq!(feedback.attempts.len(), 2);
+    let ladder = enforce_core::Ladder::new(vec![
+        enforce_core::Reask::Feedback,
+        enforce_core::Reask::Resample,
+    ])
+    .expect("two rungs");
+    let outcome = run(ladder);
+    assert!(outcome.status.is_success(), "{outcome:?}");
+    assert_eq!(outcome.attempts.len(), 3);
+    assert!(
+        outcome
+            .response
+            .as_deref()
+            .is_some_and(|r| r.contains("Oslo")),
+        "{outcome:?}"
+    );
+}

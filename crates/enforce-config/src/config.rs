@@ -112,11 +112,15 @@ pub struct Defaults {
     pub early_abort: Option<bool>,
     /// New bytes of a streamed answer between two partial checks (default 32).
     pub partial_check_bytes: Option<usize>,
-    /// How a re-ask asks: `feedback` (default: the conversation, the failed answer and
-    /// feedback naming every error), `resample` (the original request again, its integer
-    /// `seed` advanced by one per attempt) or `feedback_fresh` (the original request plus the
-    /// feedback, without the failed answer).
-    pub reask: Option<enforce_core::Reask>,
+    /// How each re-ask asks: `feedback` (default: the conversation, the failed answer and
+    /// feedback naming every error), `resample` (the original request again) or
+    /// `feedback_fresh` (the original request plus the feedback, without the failed answer);
+    /// or a list, one per re-ask, the last repeating (`[feedback, resample]`). Every re-ask
+    /// advances the seed by one per attempt.
+    pub reask: Option<enforce_core::Ladder>,
+    /// End the loop as soon as an attempt makes no progress (default `false`: no progress
+    /// moves on to the next strategy of `reask`, and ends the loop once each was tried).
+    pub stop_on_no_progress: Option<bool>,
     /// When the validators' deterministic repairs run: `last` (default: after the re-asks)
     /// or `first` (before spending a re-ask: a repair that makes the answer clean is returned
     /// as `repaired` at once).
@@ -177,8 +181,11 @@ pub struct ProfileConfig {
     pub early_abort: Option<bool>,
     /// New bytes of a streamed answer between two partial checks (overrides `defaults`).
     pub partial_check_bytes: Option<usize>,
-    /// How a re-ask asks: `feedback`, `resample` or `feedback_fresh` (overrides `defaults`).
-    pub reask: Option<enforce_core::Reask>,
+    /// How each re-ask asks: `feedback`, `resample`, `feedback_fresh`, or a list of them, one
+    /// per re-ask (overrides `defaults`).
+    pub reask: Option<enforce_core::Ladder>,
+    /// End the loop as soon as an attempt makes no progress (overrides `defaults`).
+    pub stop_on_no_progress: Option<bool>,
     /// When the deterministic repairs run: `last` or `first` (overrides `defaults`).
     pub repair: Option<enforce_core::RepairWhen>,
     /// Issue codes whose repair runs before a re-ask (overrides `defaults`).

@@ -1,18 +1,16 @@
 //! The enforcement loop: [`Enforcer`].
 
-use crate::input::{request_context, Staged};
-use crate::runner::WholeReply;
-use crate::validator::{push_leaves, Found, Leaf, Verdict};
+use crate::validator::{push_leaves, Leaf, Verdict};
 use crate::{
-    Budget, BudgetKind, Context, Cut, Event, FinishReason, InputStage, Issue, Message, Observer,
-    Outcome, Policy, Reask, Reply, Request, Runner, Status, StopReason, Usage, Validator,
+    Budget, BudgetKind, Context, Event, InputStage, Issue, Observer, Outcome, Policy, Reply,
+    Request, Runner, Status, StopReason, Validator,
 };
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod run;
-use run::{Received, Run, Spent};
+mod steps;
+use run::{Run, Spent};
 
 /// Code of the warning recorded when the policy's fallback text failed validation (or could
 /// not be validated) and was therefore not used.
@@ -97,6 +95,28 @@ fn truncated(fails: bool) -> Issue {
     } else {
         issue.with_severity(crate::Severity::Warning)
     }
+}
+
+/// `request` as attempt `number` sends it: a numeric `seed` in its parameters advanced by
+/// one per attempt before it, and the same offset for a runner's own configured seed.
+fn reseeded(request: &Request, number: u32) -> Request {
+    let step = number.saturating_sub(1);
+    let mut again = request.clone();
+    again.seed_offset = u64::from(step);
+    let seed = again
+        .params
+        .get("seed")
+        .and_then(|seed| crate::advance_seed(seed, u64::from(step)));
+    if let Some(seed) = seed {
+        again.params.insert("seed".to_string(), seed);
+    }
+    again
+}
+
+/// The numeric `seed` `request` carries, as a runner reads it (a negative one by its bits).
+fn seed_of(request: &Request) -> Option<u64> {
+    let seed = request.params.get("seed")?;
+    seed.as_u64().or_else(|| seed.as_i64().map(|s| s as u64))
 }
 
 fn split_issues(issues: Vec<Issue>) -> (Vec<Issue>, Vec<Issue>) {
@@ -266,294 +286,23 @@ impl Enforcer {
         observer: &dyn Observer,
         request_validators: &dyn Validator,
     ) -> Outcome {
-        // The input stage, and the request as the validators that read it see it: only
-        // built when a profile asks for it, so a profile without either pays one branch.
-        let staged = match &self.input {
-            Some(stage) => Some(
-                stage
-                    .run(request, context, self.policy.on_unavailable)
-                    .await,
-            ),
-            None => None,
-        };
-        let (staged_request, view, input, stopped) = match staged {
-            None => {
-                let reads_request = request_validators.reads_request()
-                    || self.validators.iter().any(|v| v.reads_request());
-                let view = reads_request.then(|| request_context(request, context, None));
-                (None, view, None, None)
-            }
-            Some(Staged::Proceed {
-                request,
-                context,
-                record,
-            }) => (request, Some(context), Some(record), None),
-            Some(Staged::Rejected { record }) => {
-                (None, None, Some(record), Some(StopReason::InputRejected))
-            }
-            Some(Staged::Unavailable {
-                record,
-                unavailable,
-            }) => (
-                None,
-                None,
-                Some(record),
-                Some(StopReason::ValidatorUnavailable { unavailable }),
-            ),
-        };
-        let request = staged_request.as_ref().unwrap_or(request);
-        let context = view.as_ref().unwrap_or(context);
+        let admitted = self.admit(request, context, request_validators).await;
+        let request = admitted.request.as_ref().unwrap_or(request);
+        let context = admitted.view.as_ref().unwrap_or(context);
         let mut run = Run::new(self, context, observer, true);
-        if let Some(check) = &input {
+        if let Some(check) = &admitted.input {
             observer.on_event(&Event::InputChecked { check });
         }
-        run.input = input;
-        if let Some(reason) = stopped {
+        run.input = admitted.input;
+        if let Some(reason) = admitted.stopped {
             let status = match reason {
                 StopReason::InputRejected => Status::Aborted,
                 _ => Status::Unavailable,
             };
             return Box::pin(run.finish(status, reason, None)).await;
         }
-        run.leaves = {
-            let mut leaves = Vec::with_capacity(run.leaves.len() + 1);
-            push_leaves(request_validators, None, &mut leaves);
-            leaves.append(&mut run.leaves);
-            leaves
-        };
-        let max_attempts = self.max_attempts();
-        // The loop's ends other than a clean pass are boxed: this future is moved whole on
-        // every request, and inline they made it several kilobytes larger.
-        // The reply being improved, its issues, and the feedback about them.
-        let mut previous: Option<(Reply, Found, String)> = None;
-
-        loop {
-            let number = run.next_number();
-            observer.on_event(&Event::Asking {
-                attempt: number,
-                max_attempts,
-            });
-            // Cutting is worth it only when a re-ask can follow and some validator can decide
-            // on a prefix; without that (and without anyone watching the deltas) the whole
-            // answer is asked for, as a stream would only cost. So the last allowed attempt
-            // always runs to its end.
-            let checks = if self.policy.early_abort && number < max_attempts {
-                run.partial_checks()
-            } else {
-                Vec::new()
-            };
-            // A re-ask by resampling or with fresh feedback is a new first ask.
-            let fresh = previous
-                .as_ref()
-                .and_then(|(_, _, feedback)| self.reask_request(request, number, feedback));
-            let sent_bytes = match (&fresh, &previous) {
-                (Some(fresh), _) => message_bytes(fresh),
-                (None, Some((last, _, feedback))) => message_bytes(request)
-                    .saturating_add(last.text.len())
-                    .saturating_add(feedback.len()),
-                (None, None) => message_bytes(request),
-            };
-            let asked = Instant::now();
-            let streamed = !checks.is_empty() || run.show_deltas;
-            let stream = match (&fresh, &previous, streamed) {
-                (Some(fresh), _, true) => runner.ask_streamed(fresh),
-                (Some(fresh), _, false) => WholeReply::stream(runner.ask(fresh)),
-                (None, Some((last, _, feedback)), true) => {
-                    runner.follow_up_streamed(request, last, feedback)
-                }
-                (None, Some((last, _, feedback)), false) => {
-                    WholeReply::stream(runner.follow_up(request, last, feedback))
-                }
-                (None, None, true) => runner.ask_streamed(request),
-                (None, None, false) => WholeReply::stream(runner.ask(request)),
-            };
-            let (received, checking) = run.receive(stream, number, checks).await;
-            let runner_time = asked.elapsed().saturating_sub(checking);
-            let (reply, mut found, cut) = match received {
-                Ok(Received::Whole(reply)) => {
-                    run.spent.add(&reply, runner_time);
-                    let validating = Instant::now();
-                    let verdict = run.validate(&reply, number, false).await;
-                    let validation_time = validating.elapsed().saturating_add(checking);
-                    let mut found = match verdict {
-                        Verdict::Found(found) => found,
-                        Verdict::Unavailable(unavailable) => {
-                            run.record(number, &reply, Vec::new(), runner_time, validation_time);
-                            return Box::pin(run.finish(
-                                Status::Unavailable,
-                                StopReason::ValidatorUnavailable { unavailable },
-                                Some((reply, Vec::new())),
-                            ))
-                            .await;
-                        }
-                    };
-                    if reply.finish_reason == Some(FinishReason::Length) {
-                        let fails = found.issues.iter().any(Issue::is_error);
-                        found.insert_first(truncated(fails));
-                    }
-                    observer.on_event(&Event::Validated {
-                        attempt: number,
-                        response: &reply.text,
-                        issues: &found.issues,
-                    });
-                    run.record(
-                        number,
-                        &reply,
-                        found.issues.clone(),
-                        runner_time,
-                        validation_time,
-                    );
-                    (reply, found, false)
-                }
-                Ok(Received::Cut {
-                    mut reply,
-                    issues,
-                    deltas,
-                }) => {
-                    // The usage report of a stream comes at its end, which a cut never
-                    // reaches: count what was received instead.
-                    let estimated = reply.usage.is_none();
-                    if estimated {
-                        reply.usage = Some(Usage {
-                            input_tokens: u64::try_from(sent_bytes.div_ceil(4)).unwrap_or(u64::MAX),
-                            output_tokens: deltas,
-                        });
-                    }
-                    run.spent.add(&reply, runner_time);
-                    observer.on_event(&Event::Cut {
-                        attempt: number,
-                        bytes: reply.text.len(),
-                        issues: &issues,
-                    });
-                    let mut attempt =
-                        Run::attempt(number, &reply, issues.clone(), runner_time, checking);
-                    attempt.usage_estimated = estimated;
-                    attempt.cut = Some(Cut {
-                        bytes: reply.text.len(),
-                        codes: error_codes(&issues)
-                            .into_iter()
-                            .map(str::to_string)
-                            .collect(),
-                    });
-                    run.push_attempt(attempt);
-                    // A cut answer is never repaired: the issues belong to no leaf's repair.
-                    (reply, Found::unattributed(issues), true)
-                }
-                Err(error) => {
-                    run.spent.runner += runner_time;
-                    let mut attempt =
-                        Run::attempt(number, &Reply::default(), Vec::new(), runner_time, checking);
-                    attempt.runner_error = Some(error.clone());
-                    run.push_attempt(attempt);
-                    // During a re-ask, a failure another call may not meet is a failed
-                    // attempt: ask again (about the same previous answer) while attempts and
-                    // budgets allow. A failed first ask ends the loop as it always did: the
-                    // runner's own retries were spent on it, and retrying a failing upstream
-                    // from here too would multiply the load on it.
-                    let budget = self.budget_spent(number, &run.spent, run.started);
-                    let reasking = previous.is_some();
-                    if reasking && error.is_transient() && number < max_attempts && budget.is_none()
-                    {
-                        continue;
-                    }
-                    let reason = StopReason::RunnerFailed { error };
-                    return Box::pin(run.conclude_on(reason)).await;
-                }
-            };
-
-            let errors = error_set(&found.issues);
-            let stop = if errors.is_empty() {
-                Some(StopReason::Clean)
-            } else if found.issues.iter().any(|i| i.is_error() && !i.repairable) {
-                Some(StopReason::HardAbort)
-            } else if number > self.policy.retries_allowed(&found.issues) {
-                Some(StopReason::RetriesExhausted)
-            } else if !cut
-                && self.policy.reask != Reask::Resample
-                && previous
-                    .as_ref()
-                    .is_some_and(|(_, prev, _)| error_set(&prev.issues) == errors)
-            {
-                // Only a whole answer can show that asking again changes nothing: a cut one
-                // stopped before its other errors were written. Resampled answers are
-                // independent draws: the same error twice says nothing about the next.
-                Some(StopReason::NoProgress)
-            } else {
-                self.budget_spent(number, &run.spent, run.started)
-                    .map(|budget| StopReason::Budget { budget })
-            };
-
-            if let Some(reason) = stop {
-                if cut {
-                    // The part received is never the answer: the last whole one is.
-                    return Box::pin(run.conclude_on(reason)).await;
-                }
-                if matches!(reason, StopReason::Clean) {
-                    return run.passed(reason, reply, found.issues);
-                }
-                return Box::pin(run.conclude(reason, number, reply, found, true)).await;
-            }
-            if !cut && self.policy.repairs_first(&found.issues) {
-                if let Some(repaired) = run.repaired(number, &reply, &mut found).await {
-                    return Box::pin(run.finish(
-                        Status::Repaired,
-                        StopReason::Clean,
-                        Some(repaired),
-                    ))
-                    .await;
-                }
-            }
-
-            let issues = &found.issues;
-            let feedback = if cut {
-                let missing = run.still_missing(&reply, issues).await;
-                self.policy
-                    .feedback
-                    .build_after_cut(issues, &missing, &reply.text)
-            } else {
-                self.policy.feedback.build_for_answer(issues, &reply.text)
-            };
-            observer.on_event(&Event::Retrying {
-                attempt: number.saturating_add(1),
-                max_attempts,
-                issues,
-                feedback: &feedback,
-            });
-            if !cut {
-                run.reasked.push((number, reply.clone(), found.clone()));
-            }
-            previous = Some((reply, found, feedback));
-        }
-    }
-
-    /// The request of a re-ask that starts afresh ([`Reask::Resample`] and
-    /// [`Reask::FeedbackFresh`]); `None` for [`Reask::Feedback`], a follow-up.
-    fn reask_request(&self, request: &Request, number: u32, feedback: &str) -> Option<Request> {
-        match self.policy.reask {
-            Reask::Feedback => None,
-            Reask::Resample => {
-                let mut again = request.clone();
-                // A seeded model would draw the same answer again: advance the seed.
-                let step = number.saturating_sub(1);
-                let seed = match again.params.get("seed") {
-                    Some(Value::Number(n)) => match (n.as_u64(), n.as_i64()) {
-                        (Some(u), _) => Some(Value::from(u.wrapping_add(u64::from(step)))),
-                        (None, Some(i)) => Some(Value::from(i.wrapping_add(i64::from(step)))),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                if let Some(seed) = seed {
-                    again.params.insert("seed".to_string(), seed);
-                }
-                Some(again)
-            }
-            Reask::FeedbackFresh => {
-                let mut again = request.clone();
-                again.messages.push(Message::user(feedback));
-                Some(again)
-            }
-        }
+        self.ask_until_done(runner, request, request_validators, run)
+            .await
     }
 
     /// Checks `text` without a runner: validates it and, with [`Check::Repair`], applies the

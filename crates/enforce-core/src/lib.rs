@@ -73,11 +73,11 @@ pub use observer::{Event, Observer};
 pub use outcome::{fnv1a_hex, Attempt, Cut, Outcome, Status, StopReason};
 pub use partial::PartialCheck;
 pub use policy::{
-    AnswerFormat, Budget, BudgetKind, FallbackBy, Policy, PolicyBuilder, Reask, RepairWhen,
+    AnswerFormat, Budget, BudgetKind, FallbackBy, Ladder, Policy, PolicyBuilder, Reask, RepairWhen,
 };
 pub use runner::{
-    follow_up_messages, stateless_follow_up_messages, FinishReason, Message, Reply, ReplyStream,
-    Request, Role, Runner, RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage,
+    advance_seed, follow_up_messages, stateless_follow_up_messages, FinishReason, Message, Reply,
+    ReplyStream, Request, Role, Runner, RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage,
     REJECTED_TOOL_CALL,
 };
 pub use scripted::{ScriptedCall, ScriptedRunner};

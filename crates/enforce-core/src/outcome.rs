@@ -1,7 +1,7 @@
 //! What the loop returns: [`Outcome`], its [`Status`] and the audit of every [`Attempt`].
 
 use crate::validator::UnavailableValidator;
-use crate::{BudgetKind, FinishReason, InputCheck, Issue, RunnerError, ToolCall, Usage};
+use crate::{BudgetKind, FinishReason, InputCheck, Issue, Reask, RunnerError, ToolCall, Usage};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -205,6 +205,18 @@ pub struct Attempt {
     /// attempts remain. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner_error: Option<RunnerError>,
+    /// The seed this attempt drew with: the runner's own when it reported one, else the
+    /// `seed` its request carried (every re-ask carries a new one). Absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// The strategy (the rung of the policy's `reask` ladder) that asked this attempt. Absent
+    /// for the first ask and for a re-ask after a truncated answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reask: Option<Reask>,
+    /// The token limit a re-ask after a truncated answer gave (more than the answer had),
+    /// with its instruction to answer shorter. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub more_room: Option<u64>,
 }
 
 /// Why and where an attempt was cut short.

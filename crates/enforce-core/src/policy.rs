@@ -98,8 +98,13 @@ pub struct Policy {
     /// How many new bytes of a streamed answer arrive between two partial checks (default
     /// [`Policy::DEFAULT_PARTIAL_CHECK_BYTES`]; 0 counts as 1).
     pub partial_check_bytes: usize,
-    /// How a re-ask asks (default [`Reask::Feedback`]).
-    pub reask: Reask,
+    /// How each re-ask asks: one rung per re-ask, the last repeating (default
+    /// [`Reask::Feedback`] alone).
+    pub reask: Ladder,
+    /// End the loop as soon as an attempt makes no progress (default `false`: no progress
+    /// moves on to the next rung of [`reask`](Self::reask), and ends the loop only when every
+    /// rung was tried; with one rung that is at once).
+    pub stop_on_no_progress: bool,
     /// When the deterministic repairs run (default [`RepairWhen::Last`]).
     pub repair: RepairWhen,
     /// Issue codes whose repair runs first even when [`repair`](Policy::repair) is `Last`:
@@ -155,12 +160,124 @@ pub enum Reask {
     /// The conversation, the failed answer and feedback naming every error.
     #[default]
     Feedback,
-    /// The original request again, as if the first attempt had not happened. A numeric `seed`
-    /// in the request's parameters is advanced by one per attempt, so a seeded model draws a
-    /// different answer.
+    /// The original request again, as if the first attempt had not happened (like every
+    /// re-ask, with the seed advanced: see [`Request::seed_offset`](crate::Request::seed_offset)).
     Resample,
     /// The original request with the feedback appended, without the failed answer.
     FeedbackFresh,
+}
+
+/// The strategies of the re-asks, one rung per re-ask: re-ask 1 uses the first, re-ask 2 the
+/// second, and the last repeats. Never empty.
+///
+/// In a configuration file, one strategy or a list: `reask: feedback` or
+/// `reask: [feedback, resample]`.
+///
+/// ```
+/// use enforce_core::{Ladder, Reask};
+///
+/// let ladder = Ladder::new(vec![Reask::Feedback, Reask::Resample]).unwrap();
+/// assert_eq!(ladder.rung(0), Reask::Feedback);
+/// assert_eq!(ladder.rung(1), Reask::Resample);
+/// assert_eq!(ladder.rung(5), Reask::Resample, "the last rung repeats");
+/// assert_eq!(Ladder::from(Reask::Resample).rungs(), &[Reask::Resample]);
+/// assert!(Ladder::new(vec![]).is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(into = "OneOrMany")]
+pub struct Ladder {
+    rungs: Vec<Reask>,
+}
+
+impl Ladder {
+    /// A ladder of `rungs`, in order; `None` when there are none.
+    pub fn new(rungs: Vec<Reask>) -> Option<Ladder> {
+        (!rungs.is_empty()).then_some(Ladder { rungs })
+    }
+
+    /// The strategy of rung `index` (counted from 0); past the end, the last rung.
+    pub fn rung(&self, index: usize) -> Reask {
+        self.rungs
+            .get(index)
+            .or(self.rungs.last())
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Every rung, in order.
+    pub fn rungs(&self) -> &[Reask] {
+        &self.rungs
+    }
+}
+
+impl From<Reask> for Ladder {
+    fn from(reask: Reask) -> Self {
+        Ladder { rungs: vec![reask] }
+    }
+}
+
+impl Default for Ladder {
+    fn default() -> Self {
+        Ladder::from(Reask::default())
+    }
+}
+
+/// A ladder as a configuration file writes it: one strategy or a list.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+enum OneOrMany {
+    One(Reask),
+    Many(Vec<Reask>),
+}
+
+// By hand rather than untagged: an unknown strategy is named in the error, with the valid
+// ones, where the file has it.
+impl<'de> Deserialize<'de> for Ladder {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{self, IntoDeserializer, SeqAccess, Visitor};
+        struct Rungs;
+        impl<'de> Visitor<'de> for Rungs {
+            type Value = Ladder;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a re-ask strategy (feedback, resample, feedback_fresh) or a list of them",
+                )
+            }
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<Ladder, E> {
+                Reask::deserialize(value.into_deserializer()).map(Ladder::from)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Ladder, A::Error> {
+                let mut rungs = Vec::new();
+                while let Some(rung) = seq.next_element::<Reask>()? {
+                    rungs.push(rung);
+                }
+                Ladder::new(rungs).ok_or_else(|| {
+                    de::Error::custom("a `reask` ladder needs at least one strategy")
+                })
+            }
+        }
+        deserializer.deserialize_any(Rungs)
+    }
+}
+
+impl From<Ladder> for OneOrMany {
+    fn from(ladder: Ladder) -> Self {
+        match ladder.rungs.as_slice() {
+            [one] => OneOrMany::One(*one),
+            _ => OneOrMany::Many(ladder.rungs),
+        }
+    }
+}
+
+#[cfg(feature = "config-schema")]
+impl schemars::JsonSchema for Ladder {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Ladder".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        OneOrMany::json_schema(generator)
+    }
 }
 
 /// When the loop applies the validators' deterministic repairs.
@@ -188,7 +305,8 @@ impl Default for Policy {
             answer_format: AnswerFormat::Text,
             early_abort: true,
             partial_check_bytes: Policy::DEFAULT_PARTIAL_CHECK_BYTES,
-            reask: Reask::Feedback,
+            reask: Ladder::from(Reask::Feedback),
+            stop_on_no_progress: false,
             repair: RepairWhen::Last,
             repair_first_codes: Vec::new(),
             fallback_by: None,
@@ -290,9 +408,15 @@ impl PolicyBuilder {
         self
     }
 
-    /// How a re-ask asks.
-    pub fn reask(mut self, reask: Reask) -> Self {
-        self.policy.reask = reask;
+    /// How each re-ask asks: one strategy, or a [`Ladder`] of them.
+    pub fn reask(mut self, reask: impl Into<Ladder>) -> Self {
+        self.policy.reask = reask.into();
+        self
+    }
+
+    /// Whether an attempt that makes no progress ends the loop at once.
+    pub fn stop_on_no_progress(mut self, yes: bool) -> Self {
+        self.policy.stop_on_no_progress = yes;
         self
     }
 

@@ -172,6 +172,33 @@ pub struct Request {
     /// Request parameters the runner passes on unchanged when it can (temperature, tools, ...).
     #[serde(default)]
     pub params: Map<String, Value>,
+    /// How many asks of the same enforcement came before this one (0 for a first ask). A
+    /// runner that draws with a seed of its own configuration (used when `params` carry none)
+    /// adds this to it, so that no re-ask draws a failed attempt's sample again; a `seed` in
+    /// `params` is already advanced by the loop.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub seed_offset: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A numeric `seed` parameter `steps` draws later: the seed a re-ask sends after `steps` asks
+/// (wrapping at the integer's end). `None` when `seed` is not an integer.
+///
+/// ```
+/// use serde_json::json;
+/// assert_eq!(enforce_core::advance_seed(&json!(41), 2), Some(json!(43)));
+/// assert_eq!(enforce_core::advance_seed(&json!(-1), 1), Some(json!(0)));
+/// assert_eq!(enforce_core::advance_seed(&json!("7"), 1), None);
+/// ```
+pub fn advance_seed(seed: &Value, steps: u64) -> Option<Value> {
+    match (seed.as_u64(), seed.as_i64()) {
+        (Some(u), _) => Some(Value::from(u.wrapping_add(steps))),
+        (None, Some(i)) => Some(Value::from(i.wrapping_add_unsigned(steps))),
+        _ => None,
+    }
 }
 
 impl Request {
@@ -239,6 +266,10 @@ pub struct Reply {
     /// generation or token limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<FinishReason>,
+    /// The seed the model drew with, when the runner chose it itself (a configured default);
+    /// the audit records it, or else the `seed` the request carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
 }
 
 /// Why a model stopped generating.

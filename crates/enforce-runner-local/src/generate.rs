@@ -255,6 +255,7 @@ pub(crate) fn generate(
         usage: Some(usage(generated)),
         duration: Some(started.elapsed()),
         finish_reason: Some(finish),
+        seed: sampling.seed,
         ..Reply::default()
     }))
 }

@@ -108,8 +108,13 @@ impl LocalRunner {
 
     /// The settings of one request: `params` (`seed`, `temperature`, `max_tokens` or
     /// `max_completion_tokens`, `response_format`, `grammar`: GBNF text) over the
-    /// configuration.
-    fn sampling(&self, params: &Map<String, Value>) -> Result<Sampling, RunnerError> {
+    /// configuration. The configured seed is advanced by `seed_offset`, so a re-ask never
+    /// repeats a failed draw.
+    fn sampling(
+        &self,
+        params: &Map<String, Value>,
+        seed_offset: u64,
+    ) -> Result<Sampling, RunnerError> {
         let c = &*self.config;
         let grammar = match (params.get("response_format"), params.get("grammar")) {
             (Some(format), _) => response_format_grammar(format)?,
@@ -143,7 +148,7 @@ impl LocalRunner {
                 .ok_or_else(|| bad_param("temperature", "a number from 0 to 100", v))?,
         };
         let seed = match params.get("seed") {
-            None | Some(Value::Null) => c.seed,
+            None | Some(Value::Null) => c.seed.map(|seed| seed.wrapping_add(seed_offset)),
             // A negative seed is as good a seed as any: its bits are kept.
             Some(v) => Some(
                 v.as_u64()
@@ -164,9 +169,10 @@ impl LocalRunner {
         })
     }
 
-    /// Starts generating the answer to `messages` on its own thread.
-    fn stream(&self, messages: Vec<Message>, params: &Map<String, Value>) -> ReplyStream<'static> {
-        let sampling = match self.sampling(params) {
+    /// Starts generating the answer to `messages` with the settings of `request` on its own
+    /// thread.
+    fn stream(&self, messages: Vec<Message>, request: &Request) -> ReplyStream<'static> {
+        let sampling = match self.sampling(&request.params, request.seed_offset) {
             Ok(sampling) => sampling,
             Err(e) => return futures_util::stream::once(async move { Err(e) }).boxed(),
         };
@@ -345,7 +351,7 @@ impl Runner for LocalRunner {
     }
 
     fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        self.stream(request.messages.clone(), &request.params)
+        self.stream(request.messages.clone(), request)
     }
 
     fn follow_up_streamed<'a>(
@@ -356,7 +362,7 @@ impl Runner for LocalRunner {
     ) -> ReplyStream<'a> {
         // No tool structure: a local model declares no tools, so calls go back as text.
         let messages = follow_up_messages(request, previous, feedback, ToolFeedback::UserMessage);
-        self.stream(messages, &request.params)
+        self.stream(messages, request)
     }
 }
 
@@ -382,18 +388,32 @@ mod tests {
     fn request_params_override_the_configuration() {
         let r = runner();
         let s = r
-            .sampling(&params(
-                json!({"seed": 9, "temperature": 0, "max_tokens": 5}),
-            ))
+            .sampling(
+                &params(json!({"seed": 9, "temperature": 0, "max_tokens": 5})),
+                0,
+            )
             .unwrap();
         assert_eq!((s.seed, s.temperature, s.max_tokens), (Some(9), 0.0, 5));
         assert_eq!(s.grammar, Some(Grammar::Schema(json!({"type": "object"}))));
-        let s = r.sampling(&Map::new()).unwrap();
+        let s = r.sampling(&Map::new(), 0).unwrap();
         assert_eq!((s.seed, s.temperature, s.max_tokens), (Some(3), 0.8, 512));
         let s = r
-            .sampling(&params(json!({"max_completion_tokens": 7, "seed": -1})))
+            .sampling(&params(json!({"max_completion_tokens": 7, "seed": -1})), 0)
             .unwrap();
         assert_eq!((s.max_tokens, s.seed), (7, Some(u64::MAX)));
+    }
+
+    #[test]
+    fn a_reask_advances_the_configured_seed_but_not_a_requested_one() {
+        let r = runner();
+        let s = r.sampling(&Map::new(), 2).unwrap();
+        assert_eq!(s.seed, Some(5), "the configured 3, two asks later");
+        let s = r.sampling(&params(json!({"seed": 9})), 2).unwrap();
+        assert_eq!(
+            s.seed,
+            Some(9),
+            "the loop advanced the request's own seed already"
+        );
     }
 
     #[test]
@@ -401,16 +421,19 @@ mod tests {
         let r = runner();
         let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
         let s = r
-            .sampling(&params(json!({"response_format": {
-                "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})))
+            .sampling(
+                &params(json!({"response_format": {
+                "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})),
+                0,
+            )
             .unwrap();
         assert_eq!(s.grammar, Some(Grammar::Schema(schema)));
         let s = r
-            .sampling(&params(json!({"response_format": {"type": "text"}})))
+            .sampling(&params(json!({"response_format": {"type": "text"}})), 0)
             .unwrap();
         assert_eq!(s.grammar, None);
         let gbnf = r#"root ::= "yes" | "no""#;
-        let s = r.sampling(&params(json!({"grammar": gbnf}))).unwrap();
+        let s = r.sampling(&params(json!({"grammar": gbnf})), 0).unwrap();
         assert_eq!(s.grammar, Some(Grammar::Gbnf(gbnf.into())));
         for bad in [
             json!({"grammar": 3}),
@@ -420,7 +443,7 @@ mod tests {
             json!({"max_tokens": 0}),
             json!({"seed": 1.5}),
         ] {
-            match r.sampling(&params(bad.clone())) {
+            match r.sampling(&params(bad.clone()), 0) {
                 Err(RunnerError::Unavailable { message }) => {
                     assert!(message.contains("request parameter"), "{message}")
                 }

@@ -194,6 +194,7 @@ impl OpenAiRunner {
         ChatBody {
             config_params: &self.config.params,
             request_params: &request.params,
+            config_seed: reseeded_config_seed(&self.config.params, request),
             model: &self.config.model,
             messages,
             stream,
@@ -310,6 +311,8 @@ impl Runner for OpenAiRunner {
 struct ChatBody<'a> {
     config_params: &'a Map<String, Value>,
     request_params: &'a Map<String, Value>,
+    /// The configured `seed` advanced for a re-ask, written in its place.
+    config_seed: Option<Value>,
     model: &'a str,
     messages: &'a [Message],
     stream: bool,
@@ -326,7 +329,10 @@ impl serde::Serialize for ChatBody<'_> {
             .filter(|(k, _)| !self.request_params.contains_key(k.as_str()))
             .chain(self.request_params.iter())
             .filter(|(k, _)| !OWN_FIELDS.contains(&k.as_str()))
-            .map(|(k, v)| (k.as_str(), v))
+            .map(|(k, v)| match (k.as_str(), &self.config_seed) {
+                ("seed", Some(seed)) => ("seed", seed),
+                (k, _) => (k, v),
+            })
             .collect();
         params.sort_unstable_by_key(|(k, _)| *k);
         let mut map = serializer.serialize_map(None)?;
@@ -348,6 +354,16 @@ impl serde::Serialize for ChatBody<'_> {
         }
         map.end()
     }
+}
+
+/// The configured `seed` advanced by the request's `seed_offset`, when the request carries
+/// no seed of its own (the loop advances that one) and asks are not the first: a re-ask must
+/// not draw the failed attempt's sample again.
+fn reseeded_config_seed(config: &Map<String, Value>, request: &Request) -> Option<Value> {
+    if request.seed_offset == 0 || request.params.contains_key("seed") {
+        return None;
+    }
+    enforce_core::advance_seed(config.get("seed")?, request.seed_offset)
 }
 
 /// A field of [`ChatBody`] the runner writes itself.
@@ -582,6 +598,8 @@ mod tests {
                 "temperature": 0.7, "a_first": true, "stream": true, "messages": [],
                 "response_format": {"type": "json_object"}, "zz_last": null
             })),
+
+            ..Request::default()
         };
         for (stream, include_usage) in [(false, false), (true, true), (true, false)] {
             // The body as the runner built it before: a `Value` map, sorted by key.

@@ -42,6 +42,7 @@ pub(crate) async fn count_tokens(
         messages: ask.messages,
         session_id: None,
         params: ask.params,
+        ..Request::default()
     };
     match model.runner.count_tokens(&request).await {
         Some(Ok(tokens)) => Json(json!({"input_tokens": tokens})).into_response(),

@@ -695,6 +695,7 @@ impl Turn {
             messages,
             session_id,
             params,
+            ..Request::default()
         };
         let attempts = self.attempts.clone();
         let recorded = attempts.clone();

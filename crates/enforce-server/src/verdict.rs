@@ -442,6 +442,9 @@ pub(crate) mod fixtures {
             finish_reason,
             usage_estimated: false,
             runner_error: None,
+            seed: None,
+            reask: None,
+            more_room: None,
         }
     }
 

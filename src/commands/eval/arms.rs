@@ -1,10 +1,10 @@
 //! Arms: the strategies an eval compares. Each is `+`-joined words that change only the
 //! profile's policy (how to re-ask, when to repair, early abort).
 
-use enforce_core::{Policy, Reask, RepairWhen};
+use enforce_core::{Ladder, Policy, Reask, RepairWhen};
 
 /// The words an arm is made of, with what each means (for `--help` and errors).
-pub const WORDS: [(&str, &str); 7] = [
+pub const WORDS: [(&str, &str); 9] = [
     (
         "none",
         "no re-ask (max_retries 0); repairs still apply at the end",
@@ -20,6 +20,14 @@ pub const WORDS: [(&str, &str); 7] = [
     (
         "fresh",
         "re-ask with the original prompt plus the feedback, without the failed answer",
+    ),
+    (
+        "ladder",
+        "re-ask with feedback first, then resample (reask: [feedback, resample])",
+    ),
+    (
+        "stop-on-no-progress",
+        "end at the first attempt that makes no progress, even with rungs left",
     ),
     (
         "abort",
@@ -42,8 +50,10 @@ pub struct Arm {
     pub name: String,
     /// `false` for `none`: the first attempt is the only one.
     pub reasks: bool,
-    /// How a re-ask asks.
-    pub reask: Reask,
+    /// How each re-ask asks.
+    pub reask: Ladder,
+    /// No progress ends the loop at once.
+    pub stop_on_no_progress: bool,
     /// When repairs run.
     pub repair: RepairWhen,
     /// Early abort.
@@ -63,12 +73,13 @@ impl Arm {
             ));
         }
         let mut none = false;
-        let mut reask: Option<(&str, Reask)> = None;
+        let mut reask: Option<(&str, Ladder)> = None;
+        let mut stop_on_no_progress = false;
         let mut repair = RepairWhen::Last;
         let mut early_abort = false;
         let mut constrained = false;
         for word in name.split('+').map(str::trim) {
-            let set_reask = |current: &mut Option<(&str, Reask)>, w, r| match current {
+            let set_reask = |current: &mut Option<(&str, Ladder)>, w, r: Ladder| match current {
                 Some((other, _)) => Err(format!(
                     "arm `{name}`: `{other}` and `{w}` are two ways to re-ask; pick one"
                 )),
@@ -79,9 +90,11 @@ impl Arm {
             };
             match word {
                 "none" => none = true,
-                "resample" => set_reask(&mut reask, "resample", Reask::Resample)?,
-                "feedback" => set_reask(&mut reask, "feedback", Reask::Feedback)?,
-                "fresh" => set_reask(&mut reask, "fresh", Reask::FeedbackFresh)?,
+                "resample" => set_reask(&mut reask, "resample", Reask::Resample.into())?,
+                "feedback" => set_reask(&mut reask, "feedback", Reask::Feedback.into())?,
+                "fresh" => set_reask(&mut reask, "fresh", Reask::FeedbackFresh.into())?,
+                "ladder" => set_reask(&mut reask, "ladder", feedback_then_resample())?,
+                "stop-on-no-progress" => stop_on_no_progress = true,
                 "abort" => early_abort = true,
                 "repair-first" => repair = RepairWhen::First,
                 "constrained" => constrained = true,
@@ -109,7 +122,8 @@ impl Arm {
             name: name.to_string(),
             reasks: !none,
             // `abort` or `repair-first` alone re-ask the default way.
-            reask: reask.map_or(Reask::Feedback, |(_, r)| r),
+            reask: reask.map_or_else(|| Reask::Feedback.into(), |(_, r)| r),
+            stop_on_no_progress,
             repair,
             early_abort,
             constrained,
@@ -135,11 +149,17 @@ impl Arm {
         if !self.reasks {
             policy.max_retries = 0;
         }
-        policy.reask = self.reask;
+        policy.reask = self.reask.clone();
+        policy.stop_on_no_progress = self.stop_on_no_progress;
         policy.repair = self.repair;
         policy.early_abort = self.early_abort;
         policy
     }
+}
+
+/// The `ladder` arm's rungs: feedback first, then fresh draws.
+fn feedback_then_resample() -> Ladder {
+    Ladder::new(vec![Reask::Feedback, Reask::Resample]).unwrap_or_default()
 }
 
 fn word_list() -> String {
@@ -175,11 +195,12 @@ mod tests {
                 RepairWhen::First,
                 false,
             ),
+            ("ladder", 3, Reask::Feedback, RepairWhen::Last, false),
         ];
         for (text, retries, reask, repair, abort) in cases {
             let policy = Arm::parse(text).expect(text).policy(&base);
             assert_eq!(policy.max_retries, retries, "{text}");
-            assert_eq!(policy.reask, reask, "{text}");
+            assert_eq!(policy.reask.rung(0), reask, "{text}");
             assert_eq!(policy.repair, repair, "{text}");
             assert_eq!(policy.early_abort, abort, "{text}");
         }
@@ -190,7 +211,7 @@ mod tests {
         assert!(!Arm::parse("feedback").unwrap().constrained);
         let arm = Arm::parse("constrained+resample").unwrap();
         assert!(arm.constrained);
-        assert_eq!(arm.reask, Reask::Resample);
+        assert_eq!(arm.reask, Reask::Resample.into());
         let alone = Arm::parse("none+constrained").unwrap();
         assert!(alone.constrained && !alone.reasks);
     }
@@ -214,5 +235,20 @@ mod tests {
         let arms = Arm::parse_list("none,resample,feedback,feedback+abort,repair-first")
             .expect("the documented list");
         assert_eq!(arms.len(), 5);
+        assert!(Arm::parse("ladder+resample")
+            .expect_err("two")
+            .contains("pick one"));
+    }
+
+    #[test]
+    fn the_ladder_arm_climbs_from_feedback_to_resample() {
+        let base = Policy::default();
+        let policy = Arm::parse("ladder").expect("ladder").policy(&base);
+        assert_eq!(policy.reask.rungs(), [Reask::Feedback, Reask::Resample]);
+        assert!(!policy.stop_on_no_progress);
+        let policy = Arm::parse("ladder+stop-on-no-progress")
+            .expect("combined")
+            .policy(&base);
+        assert!(policy.stop_on_no_progress);
     }
 }

@@ -36,9 +36,14 @@ const EXIT_IO: u8 = 1;
 
 /// The long help; the arms' words come from [`arms::WORDS`].
 pub fn about() -> String {
+    let width = arms::WORDS
+        .iter()
+        .map(|(word, _)| word.len())
+        .max()
+        .unwrap_or(0);
     let words: String = arms::WORDS
         .iter()
-        .map(|(word, meaning)| format!("  {word:<13} {meaning}\n"))
+        .map(|(word, meaning)| format!("  {word:<width$} {meaning}\n"))
         .collect();
     format!("{ABOUT_START}{words}{ABOUT_END}")
 }

@@ -16,7 +16,8 @@ pub(super) struct PolicyFields<'a> {
     on_unavailable: Option<enforce_core::FailMode>,
     early_abort: Option<bool>,
     partial_check_bytes: Option<usize>,
-    reask: Option<enforce_core::Reask>,
+    reask: Option<&'a enforce_core::Ladder>,
+    stop_on_no_progress: Option<bool>,
     repair: Option<enforce_core::RepairWhen>,
     repair_first_codes: Option<&'a Vec<String>>,
     max_retries_for: Option<&'a BTreeMap<String, u32>>,
@@ -33,7 +34,8 @@ impl<'a> From<&'a Defaults> for PolicyFields<'a> {
             on_unavailable: d.on_unavailable,
             early_abort: d.early_abort,
             partial_check_bytes: d.partial_check_bytes,
-            reask: d.reask,
+            reask: d.reask.as_ref(),
+            stop_on_no_progress: d.stop_on_no_progress,
             repair: d.repair,
             repair_first_codes: d.repair_first_codes.as_ref(),
             max_retries_for: d.max_retries_for.as_ref(),
@@ -52,7 +54,8 @@ impl<'a> From<&'a ProfileConfig> for PolicyFields<'a> {
             on_unavailable: p.on_unavailable,
             early_abort: p.early_abort,
             partial_check_bytes: p.partial_check_bytes,
-            reask: p.reask,
+            reask: p.reask.as_ref(),
+            stop_on_no_progress: p.stop_on_no_progress,
             repair: p.repair,
             repair_first_codes: p.repair_first_codes.as_ref(),
             max_retries_for: p.max_retries_for.as_ref(),
@@ -97,7 +100,10 @@ pub(super) fn build_policy(
         policy.partial_check_bytes = bytes;
     }
     if let Some(reask) = defaults.reask {
-        policy.reask = reask;
+        policy.reask = reask.clone();
+    }
+    if let Some(yes) = defaults.stop_on_no_progress {
+        policy.stop_on_no_progress = yes;
     }
     if let Some(when) = defaults.repair {
         policy.repair = when;
@@ -136,7 +142,10 @@ pub(super) fn build_policy(
             policy.partial_check_bytes = bytes;
         }
         if let Some(reask) = p.reask {
-            policy.reask = reask;
+            policy.reask = reask.clone();
+        }
+        if let Some(yes) = p.stop_on_no_progress {
+            policy.stop_on_no_progress = yes;
         }
         if let Some(when) = p.repair {
             policy.repair = when;

@@ -54,6 +54,25 @@ fn profile_policy_layers_over_defaults() {
 }
 
 #[test]
+fn reask_takes_a_ladder_and_stop_on_no_progress_a_switch() {
+    use enforce_core::Reask;
+    let set = load(
+        "defaults:\n  stop_on_no_progress: true\n\
+         profiles:\n  p:\n    validators: [step_marker]\n    reask: [feedback, resample]\n    \
+         stop_on_no_progress: false\n  q:\n    validators: [step_marker]\n",
+    )
+    .unwrap();
+    let p = set.get("p").unwrap().policy();
+    assert_eq!(p.reask.rungs(), [Reask::Feedback, Reask::Resample]);
+    assert!(!p.stop_on_no_progress);
+    assert!(set.get("q").unwrap().policy().stop_on_no_progress);
+    let err = load("profiles:\n  p:\n    validators: [step_marker]\n    reask: []\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("at least one strategy"), "{err}");
+}
+
+#[test]
 fn reask_and_repair_keys_layer_over_defaults() {
     let set = load(
         "defaults:\n  reask: resample\n  repair: first\n  repair_first_codes: [INVALID_JSON]\n\
@@ -62,11 +81,11 @@ fn reask_and_repair_keys_layer_over_defaults() {
     )
     .unwrap();
     let fresh = set.get("fresh").unwrap().policy();
-    assert_eq!(fresh.reask, enforce_core::Reask::FeedbackFresh);
+    assert_eq!(fresh.reask, enforce_core::Reask::FeedbackFresh.into());
     assert_eq!(fresh.repair, enforce_core::RepairWhen::Last);
     assert!(fresh.repair_first_codes.is_empty());
     let inherits = set.get("inherits").unwrap().policy();
-    assert_eq!(inherits.reask, enforce_core::Reask::Resample);
+    assert_eq!(inherits.reask, enforce_core::Reask::Resample.into());
     assert_eq!(inherits.repair, enforce_core::RepairWhen::First);
     assert_eq!(
         inherits.repair_first_codes,
@@ -75,8 +94,9 @@ fn reask_and_repair_keys_layer_over_defaults() {
     let plain = load("profiles:\n  p:\n    validators: [step_marker]\n").unwrap();
     assert_eq!(
         plain.get("p").unwrap().policy().reask,
-        enforce_core::Reask::Feedback
+        enforce_core::Reask::Feedback.into()
     );
+    assert!(!plain.get("p").unwrap().policy().stop_on_no_progress);
     assert_eq!(
         plain.get("p").unwrap().policy().repair,
         enforce_core::RepairWhen::Last

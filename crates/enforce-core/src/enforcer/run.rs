@@ -70,7 +70,7 @@ pub(super) struct Run<'a> {
     /// The enforcer's validators with groups opened up, in order.
     pub(super) leaves: Vec<Leaf<'a>>,
     context: &'a Context,
-    observer: &'a dyn Observer,
+    pub(super) observer: &'a dyn Observer,
     /// The observer wants an event per validator run (asked once, not per run).
     validator_runs: bool,
     /// The observer shows answers as they arrive.
@@ -84,6 +84,21 @@ pub(super) struct Run<'a> {
     /// Every answer received whole that a re-ask followed, with its attempt number: the
     /// repairs at the end try them too, newest first.
     pub(super) reasked: Vec<(u32, Reply, Found)>,
+    /// How the current attempt asked, for its audit.
+    pub(super) asked: Asked,
+    /// Re-asks made by a rung of the policy's ladder so far.
+    pub(super) rungs_used: usize,
+}
+
+/// How an attempt asked: what its audit records besides the answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Asked {
+    /// The `seed` its request carried.
+    pub(super) seed: Option<u64>,
+    /// The rung that asked it (none for a first ask or a re-ask after truncation).
+    pub(super) reask: Option<crate::Reask>,
+    /// The token limit a re-ask after truncation gave.
+    pub(super) more_room: Option<u64>,
 }
 
 impl<'a> Run<'a> {
@@ -106,6 +121,8 @@ impl<'a> Run<'a> {
             use_fallback,
             input: None,
             reasked: Vec::new(),
+            asked: Asked::default(),
+            rungs_used: 0,
         }
     }
 
@@ -257,11 +274,17 @@ impl<'a> Run<'a> {
             finish_reason: reply.finish_reason.clone(),
             usage_estimated: false,
             runner_error: None,
+            seed: reply.seed,
+            reask: None,
+            more_room: None,
         }
     }
 
     /// Adds `attempt` to the audit and tells the observer.
-    pub(super) fn push_attempt(&mut self, attempt: Attempt) {
+    pub(super) fn push_attempt(&mut self, mut attempt: Attempt) {
+        attempt.seed = attempt.seed.or(self.asked.seed);
+        attempt.reask = self.asked.reask;
+        attempt.more_room = self.asked.more_room;
         self.attempts.push(attempt);
         if let Some(attempt) = self.attempts.last() {
             self.observer.on_event(&Event::Recorded { attempt });

@@ -8,7 +8,7 @@ use crate::req;
 use enforce_core::{
     async_trait, Budget, BudgetKind, Context, Enforcer, FinishReason, Issue, Message, Policy,
     Reask, RepairWhen, Reply, Request, Role, ScriptedCall, ScriptedRunner, Status, StopReason,
-    Validation, Validator, FINISH_REASON, TRUNCATED,
+    Usage, Validation, Validator, FINISH_REASON, TRUNCATED,
 };
 
 fn every(bytes: usize) -> Policy {
@@ -130,8 +130,12 @@ async fn a_truncated_answer_is_an_issue_listed_first_and_audited() {
         ..Reply::text("{\"a\": [1, 2")
     };
     let runner = ScriptedRunner::new([Ok(truncated), Ok(Reply::text("title"))]);
+    let mut request = req();
+    request
+        .params
+        .insert("max_tokens".into(), serde_json::json!(16));
     let outcome = Enforcer::new(vec![Box::new(Requires::new("title"))])
-        .run(&runner, &req(), &Context::new())
+        .run(&runner, &request, &Context::new())
         .await;
     assert_eq!(outcome.status, Status::Passed);
     let first = &outcome.attempts[0];
@@ -139,13 +143,6 @@ async fn a_truncated_answer_is_an_issue_listed_first_and_audited() {
     assert_eq!(first.issues[0].code, TRUNCATED);
     assert_eq!(first.issues[0].validator, FINISH_REASON);
     assert!(first.issues[0].is_error());
-    let feedback = runner.calls()[1].feedback().unwrap().to_string();
-    let truncated_at = feedback.find("[TRUNCATED]").expect(&feedback);
-    assert!(truncated_at < feedback.find("[MISSING_WORD]").unwrap());
-    assert!(
-        feedback.contains("cut at the token limit: answer shorter"),
-        "{feedback}"
-    );
     let record: serde_json::Value = serde_json::from_str(&outcome.to_json_line()).unwrap();
     assert_eq!(record["attempts"][0]["finish_reason"], "length");
     assert!(record["attempts"][1].get("finish_reason").is_none());
@@ -160,6 +157,83 @@ async fn a_truncated_answer_is_an_issue_listed_first_and_audited() {
         .await;
     assert_eq!(outcome.status, Status::Passed);
     assert_eq!(outcome.warnings[0].code, TRUNCATED);
+}
+
+/// The re-ask after `truncated` (asked with `request` under `policy`): the request sent and
+/// the outcome.
+async fn reask_after_truncation(
+    truncated: Reply,
+    request: &Request,
+    policy: Policy,
+) -> (Request, enforce_core::Outcome) {
+    let runner = ScriptedRunner::new([Ok(truncated), Ok(Reply::text("title"))]);
+    let outcome = Enforcer::new(vec![Box::new(Requires::new("title"))])
+        .with_policy(policy)
+        .run(&runner, request, &Context::new())
+        .await;
+    match &runner.calls()[1] {
+        ScriptedCall::Ask { request } => (request.clone(), outcome),
+        other => panic!("a fresh ask, not feedback: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_truncated_answer_is_reasked_with_more_room_and_a_shorter_instruction() {
+    let truncated = Reply {
+        finish_reason: Some(FinishReason::Length),
+        usage: Some(Usage {
+            input_tokens: 10,
+            output_tokens: 16,
+        }),
+        ..Reply::text("{\"a\": [1, 2")
+    };
+    let mut request = req();
+    request
+        .params
+        .insert("max_tokens".into(), serde_json::json!(16));
+    let (sent, outcome) =
+        reask_after_truncation(truncated.clone(), &request, Policy::default()).await;
+    assert_eq!(outcome.status, Status::Passed, "{outcome:?}");
+    assert_eq!(sent.params["max_tokens"], 32, "twice the limit it hit");
+    assert_eq!(
+        sent.messages[..request.messages.len()],
+        request.messages[..]
+    );
+    let instruction = &sent.messages[request.messages.len()..];
+    assert_eq!(instruction.len(), 1, "{instruction:?}");
+    assert!(
+        instruction[0].content.contains("more briefly"),
+        "{instruction:?}"
+    );
+    assert!(
+        !instruction[0].content.contains("MISSING_WORD"),
+        "no feedback about the symptoms: {instruction:?}"
+    );
+    assert_eq!(outcome.attempts[1].more_room, Some(32));
+    assert_eq!(
+        outcome.attempts[1].reask, None,
+        "no rung of the ladder was used"
+    );
+
+    // Within the token budget: 40 - 26 spent leaves 14, less than the 16 it had; never less.
+    let budget = Budget {
+        max_tokens: Some(40),
+        ..Budget::default()
+    };
+    let policy = Policy::builder().budget(budget).build();
+    let (sent, _) = reask_after_truncation(truncated.clone(), &request, policy).await;
+    assert_eq!(sent.params["max_tokens"], 16);
+    let budget = Budget {
+        max_tokens: Some(50),
+        ..Budget::default()
+    };
+    let policy = Policy::builder().budget(budget).build();
+    let (sent, _) = reask_after_truncation(truncated.clone(), &request, policy).await;
+    assert_eq!(sent.params["max_tokens"], 24, "what the budget has left");
+
+    // No limit in the request: the tokens the answer used were the limit.
+    let (sent, _) = reask_after_truncation(truncated, &req(), Policy::default()).await;
+    assert_eq!(sent.params["max_tokens"], 32);
 }
 
 #[tokio::test]
@@ -371,7 +445,7 @@ async fn feedback_fresh_sends_the_feedback_without_the_failed_answer() {
         .messages
         .iter()
         .all(|m| !m.content.contains("the failed answer")));
-    assert_eq!(request.params["seed"], 41, "the seed stays");
+    assert_eq!(request.params["seed"], 42, "a new draw");
 }
 
 #[tokio::test]

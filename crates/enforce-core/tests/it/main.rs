@@ -6,8 +6,10 @@ mod compose;
 mod early_abort;
 mod input_stage;
 mod json_writer;
+mod ladder;
 mod loop_paths;
 mod loop_rules;
+mod seeds;
 mod tool_calls;
 
 /// The request most tests send.

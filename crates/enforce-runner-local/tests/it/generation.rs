@@ -2,6 +2,7 @@
 
 use crate::{drain, own_runner, shared_runner};
 use enforce_core::{FinishReason, Reply, Request, Runner, StreamEvent};
+use enforce_runner_local::LocalConfig;
 use serde_json::json;
 use std::time::Instant;
 
@@ -158,4 +159,58 @@ async fn a_follow_up_carries_the_previous_answer_and_the_feedback() {
         again.usage.expect("usage").input_tokens,
     );
     assert!(again_in > first_in + 10, "{first_in} then {again_in}");
+}
+
+/// An error for every answer: the loop re-asks once with feedback.
+struct NeverRight;
+
+#[enforce_core::async_trait]
+impl enforce_core::Validator for NeverRight {
+    fn name(&self) -> &str {
+        "never_right"
+    }
+    async fn validate(&self, _: &str, _: &enforce_core::Context) -> enforce_core::Validation {
+        Ok(vec![enforce_core::Issue::error(
+            "never_right",
+            "WRONG",
+            "Answer with one word only.",
+        )])
+    }
+}
+
+/// A feedback re-ask draws with the next seed (the configured one, advanced), so the model
+/// does not copy its failed answer token for token, as it did when the re-ask sent the
+/// failed attempt's seed.
+#[tokio::test]
+async fn a_feedback_reask_draws_anew_and_is_no_copy_of_the_failed_answer() {
+    let Some(runner) = own_runner(|c| LocalConfig {
+        seed: Some(3),
+        temperature: 0.8,
+        max_tokens: 24,
+        ..c
+    }) else {
+        return;
+    };
+    let enforcer = enforce_core::Enforcer::new(vec![Box::new(NeverRight)]).with_policy(
+        enforce_core::Policy::builder()
+            .max_retries(1)
+            .reask(enforce_core::Reask::Feedback)
+            .build(),
+    );
+    let request = Request::prompt("Name a colour of the sky, with a short reason.");
+    let outcome = enforcer
+        .run(&runner, &request, &enforce_core::Context::new())
+        .await;
+    let attempts = &outcome.attempts;
+    assert_eq!(attempts.len(), 2, "{}", outcome.summary());
+    let seeds: Vec<_> = attempts.iter().map(|a| a.seed).collect();
+    assert_eq!(
+        seeds,
+        vec![Some(3), Some(4)],
+        "the seeds the runner drew with"
+    );
+    assert_ne!(
+        attempts[0].response_digest, attempts[1].response_digest,
+        "the re-ask's answer is a byte copy of the failed one"
+    );
 }

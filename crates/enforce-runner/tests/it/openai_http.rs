@@ -9,7 +9,11 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 
 fn runner(mock: &MockOpenAi, max_retries: u32) -> OpenAiRunner {
-    OpenAiRunner::new(OpenAiConfig {
+    OpenAiRunner::new(config(mock, max_retries)).unwrap()
+}
+
+fn config(mock: &MockOpenAi, max_retries: u32) -> OpenAiConfig {
+    OpenAiConfig {
         base_url: mock.url(),
         api_key: Some("sk-test".into()),
         model: "upstream-model".into(),
@@ -22,8 +26,7 @@ fn runner(mock: &MockOpenAi, max_retries: u32) -> OpenAiRunner {
             max_retry_after_secs: 5,
         },
         ..OpenAiConfig::default()
-    })
-    .unwrap()
+    }
 }
 
 #[tokio::test]
@@ -325,6 +328,60 @@ async fn stateless_follow_up_carries_exactly_one_earlier_answer() {
     let last = mock.chat_requests().pop().unwrap().messages();
     let assistants: Vec<_> = last.iter().filter(|(r, _)| r == "assistant").collect();
     assert_eq!(assistants.len(), 1);
+}
+
+/// An error until the answer says "FIXED".
+struct SaysFixed;
+
+#[enforce_core::async_trait]
+impl enforce_core::Validator for SaysFixed {
+    fn name(&self) -> &str {
+        "says_fixed"
+    }
+    async fn validate(&self, response: &str, _: &Context) -> enforce_core::Validation {
+        Ok(if response.contains("FIXED") {
+            vec![]
+        } else {
+            vec![Issue::error("says_fixed", "NOT_FIXED", "Not fixed.")]
+        })
+    }
+}
+
+/// The seeds the chat requests sent, in order.
+fn sent_seeds(mock: &MockOpenAi) -> Vec<serde_json::Value> {
+    mock.chat_requests()
+        .iter()
+        .map(|r| r.body["seed"].clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_feedback_reask_sends_a_new_seed_the_requests_or_the_configured_one() {
+    let replies = [MockReply::text("wrong"), MockReply::text("FIXED")];
+    let mock = MockOpenAi::start(MockScript::new().replies(replies.clone()))
+        .await
+        .unwrap();
+    let mut request = Request::prompt("q");
+    request.params.insert("seed".into(), json!(41));
+    let enforcer = Enforcer::new(vec![Box::new(SaysFixed)]);
+    let outcome = enforcer
+        .run(&runner(&mock, 0), &request, &Context::new())
+        .await;
+    assert_eq!(outcome.status, Status::Passed, "{}", outcome.summary());
+    assert_eq!(sent_seeds(&mock), vec![json!(41), json!(42)]);
+
+    // A seed in the runner's configuration, none in the request: advanced the same way.
+    let mock = MockOpenAi::start(MockScript::new().replies(replies))
+        .await
+        .unwrap();
+    let mut configured = config(&mock, 0);
+    configured.params.insert("seed".into(), json!(7));
+    let seeded = OpenAiRunner::new(configured).unwrap();
+    let outcome = enforcer
+        .run(&seeded, &Request::prompt("q"), &Context::new())
+        .await;
+    assert_eq!(outcome.status, Status::Passed, "{}", outcome.summary());
+    assert_eq!(sent_seeds(&mock), vec![json!(7), json!(8)]);
 }
 
 #[tokio::test]

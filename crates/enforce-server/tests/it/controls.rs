@@ -11,7 +11,9 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// Answers every call with `text`, reporting 10 input and 40 output tokens, and counts calls.
+/// Answers every call with `text` (after the first, with its call number in front: a model
+/// drawing anew, so a byte-identical repeat never ends the loop early), reporting 10 input and
+/// 40 output tokens, and counts calls.
 struct Always {
     text: &'static str,
     calls: AtomicUsize,
@@ -28,13 +30,17 @@ impl Always {
         self.calls.load(Ordering::SeqCst)
     }
     fn reply(&self) -> Result<Reply, RunnerError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
+        let earlier = self.calls.fetch_add(1, Ordering::SeqCst);
+        let text = match earlier {
+            0 => self.text.to_string(),
+            n => format!("{}. {}", n + 1, self.text),
+        };
         Ok(Reply {
             usage: Some(Usage {
                 input_tokens: 10,
                 output_tokens: 40,
             }),
-            ..Reply::text(self.text)
+            ..Reply::text(text)
         })
     }
 }

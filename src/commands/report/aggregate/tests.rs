@@ -21,6 +21,9 @@ fn attempt(number: u32, codes: &[&str]) -> Attempt {
         finish_reason: None,
         usage_estimated: false,
         runner_error: None,
+        seed: None,
+        reask: None,
+        more_room: None,
     }
 }
 
