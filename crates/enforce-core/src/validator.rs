@@ -157,6 +157,14 @@ pub trait Validator: Send + Sync {
         None
     }
 
+    /// The literal status a deployment reports when this validator gives no verdict (failed
+    /// open or closed, switched off), e.g. `PARSER_UNAVAILABLE`; the outcome records it in
+    /// [`Outcome::unavailable_statuses`](crate::Outcome::unavailable_statuses). `None` (the
+    /// default): the deployment's own name for it (the proxy's `<NAME>_UNAVAILABLE`).
+    fn unavailable_status(&self) -> Option<&str> {
+        None
+    }
+
     /// The validators this one is made of, when it only groups others (`Vec`, `Option`).
     ///
     /// The loop then validates, repairs and reports each member as if it had been listed on its
@@ -221,6 +229,9 @@ macro_rules! forward_validator {
             }
             fn fail_mode(&self) -> Option<FailMode> {
                 (**self).fail_mode()
+            }
+            fn unavailable_status(&self) -> Option<&str> {
+                (**self).unavailable_status()
             }
             fn members(&self) -> Option<Vec<&dyn Validator>> {
                 (**self).members()
@@ -324,6 +335,10 @@ impl<V: Validator> Validator for Option<V> {
         self.as_ref()?.fail_mode()
     }
 
+    fn unavailable_status(&self) -> Option<&str> {
+        self.as_ref()?.unavailable_status()
+    }
+
     fn members(&self) -> Option<Vec<&dyn Validator>> {
         Some(self.iter().map(|v| v as &dyn Validator).collect())
     }
@@ -370,6 +385,20 @@ pub trait ValidatorExt: Validator {
         Self: Sized,
     {
         WithFailMode { inner: self, mode }
+    }
+
+    /// Names the literal status reported when this validator gives no verdict (see
+    /// [`Validator::unavailable_status`]). The status is the caller's to check: the
+    /// configuration accepts upper-case letters, digits and underscores
+    /// ([`is_status_name`]).
+    fn with_unavailable_status(self, status: impl Into<String>) -> WithUnavailableStatus<Self>
+    where
+        Self: Sized,
+    {
+        WithUnavailableStatus {
+            inner: self,
+            status: status.into(),
+        }
     }
 
     /// Boxes the validator, for a `Vec<Box<dyn Validator>>`.
@@ -442,6 +471,85 @@ impl<V: Validator> Validator for WithFailMode<V> {
 
     fn fail_mode(&self) -> Option<FailMode> {
         Some(self.mode)
+    }
+
+    fn unavailable_status(&self) -> Option<&str> {
+        self.inner.unavailable_status()
+    }
+
+    fn members(&self) -> Option<Vec<&dyn Validator>> {
+        self.inner.members()
+    }
+
+    fn reads_response(&self) -> bool {
+        self.inner.reads_response()
+    }
+
+    fn reads_request(&self) -> bool {
+        self.inner.reads_request()
+    }
+}
+
+/// `true` for a status name: non-empty, upper-case ASCII letters, digits and underscores
+/// (`PARSER_UNAVAILABLE`), the shape of the statuses the proxy reports.
+pub fn is_status_name(status: &str) -> bool {
+    !status.is_empty()
+        && status
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// A validator with a literal unavailable status: see [`ValidatorExt::with_unavailable_status`].
+#[derive(Debug, Clone)]
+pub struct WithUnavailableStatus<V> {
+    inner: V,
+    status: String,
+}
+
+impl<V> WithUnavailableStatus<V> {
+    /// The wrapped validator.
+    pub fn inner(&self) -> &V {
+        &self.inner
+    }
+
+    /// Unwraps the validator.
+    pub fn into_inner(self) -> V {
+        self.inner
+    }
+}
+
+#[async_trait]
+impl<V: Validator> Validator for WithUnavailableStatus<V> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn validate(&self, response: &str, context: &Context) -> Validation {
+        self.inner.validate(response, context).await
+    }
+
+    async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
+        self.inner.validate_reply(reply, context).await
+    }
+
+    fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
+        self.inner.repair(response, context, issues)
+    }
+
+    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+        self.inner.partial_check(context)
+    }
+
+    fn repair_fixes(&self, issue: &Issue) -> bool {
+        self.inner.repair_fixes(issue)
+    }
+
+    fn fail_mode(&self) -> Option<FailMode> {
+        self.inner.fail_mode()
+    }
+
+    fn unavailable_status(&self) -> Option<&str> {
+        Some(&self.status)
     }
 
     fn members(&self) -> Option<Vec<&dyn Validator>> {

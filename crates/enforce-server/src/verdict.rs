@@ -54,10 +54,13 @@ impl<'a> IssueBody<'a> {
 /// | value | when |
 /// |---|---|
 /// | `""` | passed or repaired, every check ran |
-/// | `<NAME>_UNAVAILABLE` | a validator gave no verdict (failed open or closed, switched off, breaker open): its configured name upper-cased, e.g. `PARSER_UNAVAILABLE` for `parser` |
+/// | `<NAME>_UNAVAILABLE` | a validator gave no verdict (failed open or closed, switched off, breaker open): its `unavailable_status` when configured, else its name upper-cased, e.g. `PARSER_UNAVAILABLE` for `parser` |
 /// | `INVALID_UNRESOLVED` | the checks ran and the answer still failed them (unresolved, aborted, or replaced by a fallback) |
 pub fn validation_status(outcome: &Outcome) -> String {
-    let unavailable = |name: &str| format!("{}_UNAVAILABLE", name.to_ascii_uppercase());
+    let unavailable = |name: &str| match outcome.unavailable_status(name) {
+        Some(status) => status.to_string(),
+        None => format!("{}_UNAVAILABLE", name.to_ascii_uppercase()),
+    };
     if outcome.status == Status::Unavailable {
         return outcome
             .unavailable()
@@ -426,6 +429,7 @@ pub(crate) mod fixtures {
             cost_usd: None,
             total_us: 0,
             runner_us: 0,
+            unavailable_statuses: Default::default(),
         }
     }
 }
