@@ -355,7 +355,7 @@ async fn the_per_type_layer_routes_each_request_type_to_its_checks() {
                 stream,
             )
             .await;
-        let header = resp.headers().get("x-enforce-status").cloned();
+        let header = resp.headers().get("x-enforce-validation-status").cloned();
         let text = resp.text().await.unwrap();
         let enforcement = if stream {
             let parsed = ParsedStream::parse(&text);
@@ -371,7 +371,7 @@ async fn the_per_type_layer_routes_each_request_type_to_its_checks() {
         if let Some(header) = header {
             assert_eq!(header, "PARSER_UNAVAILABLE", "stream: {stream}");
         } else {
-            assert!(stream, "a whole answer carries x-enforce-status");
+            assert!(stream, "a whole answer carries x-enforce-validation-status");
         }
         assert_eq!(enforcement["validated"], false, "{text}");
         assert_eq!(

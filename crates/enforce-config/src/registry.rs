@@ -328,6 +328,52 @@ mod tests {
     }
 
     #[test]
+    fn unavailable_status_names_the_status_and_rejects_other_shapes() {
+        let r = Registry::builtin();
+        let build = |status: Value| {
+            r.build(
+                "steps",
+                &json!({"type": "step_marker", "unavailable_status": status}),
+                &BuildEnv::default(),
+            )
+        };
+        let v = build(json!("STEPS_DOWN_2")).unwrap();
+        assert_eq!(v.unavailable_status(), Some("STEPS_DOWN_2"));
+        assert_eq!(v.name(), "steps");
+        // Scoped, it still names its status.
+        let scoped = r
+            .build(
+                "steps",
+                &json!({"type": "step_marker", "input": {"json": "/text"},
+                        "unavailable_status": "STEPS_DOWN"}),
+                &BuildEnv::default(),
+            )
+            .unwrap();
+        assert_eq!(scoped.unavailable_status(), Some("STEPS_DOWN"));
+        let plain = r
+            .build(
+                "steps",
+                &json!({"type": "step_marker"}),
+                &BuildEnv::default(),
+            )
+            .unwrap();
+        assert_eq!(plain.unavailable_status(), None);
+        for bad in [
+            json!(""),
+            json!("parser_down"),
+            json!("PARSER-DOWN"),
+            json!("ÄÖ"),
+        ] {
+            let err = build(bad.clone()).err().expect("refused");
+            assert_eq!(err.key, "unavailable_status", "{bad}");
+            assert!(err.message.contains("upper-case letters"), "{err}");
+        }
+        let err = build(json!(3)).err().expect("refused");
+        assert_eq!(err.key, "unavailable_status");
+        assert!(err.message.contains("found a number"), "{err}");
+    }
+
+    #[test]
     fn factory_errors_carry_the_key_path() {
         let r = Registry::builtin();
         let err = r

@@ -198,7 +198,7 @@ fn reserved_properties(generator: &mut SchemaGenerator, kind: Option<&str>) -> M
     properties.insert(
         "unavailable_status".into(),
         json!({
-            "description": "The literal status the proxy reports (`x-enforce-status`, \
+            "description": "The literal status the proxy reports (`x-enforce-validation-status`, \
                             `validation_status`) when this validator gives no verdict (failed \
                             open or closed, switched off, breaker open), e.g. \
                             `PARSER_UNAVAILABLE`; upper-case letters, digits and `_`. Default: \
