@@ -547,6 +547,34 @@ mod tests {
     /// what its fields write; an answer that differs in any one field is written from its
     /// fields.
     #[test]
+    fn a_validator_without_verdict_is_named_by_its_own_status_when_it_has_one() {
+        let mut closed = outcome(Status::Unavailable, Vec::new(), vec![attempt(None, &[])]);
+        closed.stop_reason = StopReason::ValidatorUnavailable {
+            unavailable: enforce_core::UnavailableValidator {
+                validator: "avap_parser".into(),
+                reason: "down".into(),
+            },
+        };
+        let mut open = outcome(Status::Passed, Vec::new(), vec![attempt(None, &[])]);
+        open.warnings = vec![Issue::warning(
+            "avap_parser",
+            enforce_core::VALIDATOR_UNAVAILABLE,
+            "not checked: down",
+        )];
+        for mut unchecked in [closed, open] {
+            assert_eq!(validation_status(&unchecked), "AVAP_PARSER_UNAVAILABLE");
+            unchecked
+                .unavailable_statuses
+                .insert("avap_parser".into(), "PARSER_UNAVAILABLE".into());
+            assert_eq!(validation_status(&unchecked), "PARSER_UNAVAILABLE");
+            assert_eq!(
+                enforcement_json(&unchecked)["validation_status"],
+                "PARSER_UNAVAILABLE"
+            );
+        }
+    }
+
+    #[test]
     fn a_clean_first_pass_is_written_from_prepared_bytes_that_are_its_fields() {
         let clean = outcome(Status::Passed, Vec::new(), vec![attempt(None, &[])]);
         let enforcement = Enforcement::of(&clean);
