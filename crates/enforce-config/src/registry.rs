@@ -364,11 +364,11 @@ mod tests {
             json!("PARSER-DOWN"),
             json!("ÄÖ"),
         ] {
-            let err = build(bad.clone()).err().expect("refused");
+            let err = build(bad.clone()).expect_err("refused");
             assert_eq!(err.key, "unavailable_status", "{bad}");
             assert!(err.message.contains("upper-case letters"), "{err}");
         }
-        let err = build(json!(3)).err().expect("refused");
+        let err = build(json!(3)).expect_err("refused");
         assert_eq!(err.key, "unavailable_status");
         assert!(err.message.contains("found a number"), "{err}");
     }
