@@ -412,6 +412,40 @@ pub trait ValidatorExt: Validator {
 
 impl<V: Validator + ?Sized> ValidatorExt for V {}
 
+/// The methods an adapter with an `inner` validator forwards unchanged: it is that validator
+/// except where the adapter says otherwise (its fail mode, its unavailable status).
+macro_rules! forward_to_inner {
+    () => {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+
+        fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
+            self.inner.repair(response, context, issues)
+        }
+
+        fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+            self.inner.partial_check(context)
+        }
+
+        fn repair_fixes(&self, issue: &Issue) -> bool {
+            self.inner.repair_fixes(issue)
+        }
+
+        fn reads_response(&self) -> bool {
+            self.inner.reads_response()
+        }
+
+        fn reads_request(&self) -> bool {
+            self.inner.reads_request()
+        }
+
+        fn members(&self) -> Option<Vec<&dyn Validator>> {
+            self.inner.members()
+        }
+    };
+}
+
 /// A validator with its fail mode overridden: see [`ValidatorExt::with_fail_mode`].
 #[derive(Debug, Clone)]
 pub struct WithFailMode<V> {
@@ -438,10 +472,6 @@ impl<V> WithFailMode<V> {
 
 #[async_trait]
 impl<V: Validator> Validator for WithFailMode<V> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
     async fn validate(&self, response: &str, context: &Context) -> Validation {
         if self.inner.members().is_some() {
             // A direct call of a group: members without a mode of their own get this one.
@@ -457,18 +487,6 @@ impl<V: Validator> Validator for WithFailMode<V> {
         self.inner.validate_reply(reply, context).await
     }
 
-    fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
-        self.inner.repair(response, context, issues)
-    }
-
-    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
-        self.inner.partial_check(context)
-    }
-
-    fn repair_fixes(&self, issue: &Issue) -> bool {
-        self.inner.repair_fixes(issue)
-    }
-
     fn fail_mode(&self) -> Option<FailMode> {
         Some(self.mode)
     }
@@ -477,17 +495,7 @@ impl<V: Validator> Validator for WithFailMode<V> {
         self.inner.unavailable_status()
     }
 
-    fn members(&self) -> Option<Vec<&dyn Validator>> {
-        self.inner.members()
-    }
-
-    fn reads_response(&self) -> bool {
-        self.inner.reads_response()
-    }
-
-    fn reads_request(&self) -> bool {
-        self.inner.reads_request()
-    }
+    forward_to_inner!();
 }
 
 /// `true` for a status name: non-empty, upper-case ASCII letters, digits and underscores
@@ -520,28 +528,12 @@ impl<V> WithUnavailableStatus<V> {
 
 #[async_trait]
 impl<V: Validator> Validator for WithUnavailableStatus<V> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
     async fn validate(&self, response: &str, context: &Context) -> Validation {
         self.inner.validate(response, context).await
     }
 
     async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
         self.inner.validate_reply(reply, context).await
-    }
-
-    fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
-        self.inner.repair(response, context, issues)
-    }
-
-    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
-        self.inner.partial_check(context)
-    }
-
-    fn repair_fixes(&self, issue: &Issue) -> bool {
-        self.inner.repair_fixes(issue)
     }
 
     fn fail_mode(&self) -> Option<FailMode> {
@@ -552,17 +544,7 @@ impl<V: Validator> Validator for WithUnavailableStatus<V> {
         Some(&self.status)
     }
 
-    fn members(&self) -> Option<Vec<&dyn Validator>> {
-        self.inner.members()
-    }
-
-    fn reads_response(&self) -> bool {
-        self.inner.reads_response()
-    }
-
-    fn reads_request(&self) -> bool {
-        self.inner.reads_request()
-    }
+    forward_to_inner!();
 }
 
 /// One validator the loop runs on its own, with the fail mode its groups hand down.
