@@ -7,6 +7,7 @@
 
 use crate::repo;
 use crate::serve::{client, temp_dir, Proxy};
+use enforce_testkit::sse::ParsedStream;
 use enforce_testkit::{MockOpenAi, MockReply, MockScript, ToyParser};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -123,8 +124,26 @@ impl Layer {
         system: &str,
         question: &str,
     ) -> (String, Value, Value) {
+        let (resp, record) = self.send(kind, system, question, false).await;
+        let profile = resp.headers()["x-enforce-profile"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        (profile, resp.json().await.unwrap(), record)
+    }
+
+    /// Sends the request [`ask`](Self::ask) describes, streamed or not; returns the response
+    /// (status 200 checked) and the request's audit record.
+    async fn send(
+        &mut self,
+        kind: Option<&str>,
+        system: &str,
+        question: &str,
+        stream: bool,
+    ) -> (reqwest::Response, Value) {
         let mut body = json!({
             "model": "avap-assistant",
+            "stream": stream,
             "messages": [
                 {"role": "system", "content": system},
                 {"role": "user", "content": question},
@@ -140,14 +159,9 @@ impl Layer {
             .await
             .unwrap();
         assert_eq!(resp.status(), 200);
-        let profile = resp.headers()["x-enforce-profile"]
-            .to_str()
-            .unwrap()
-            .to_string();
-        let body: Value = resp.json().await.unwrap();
         self.records += 1;
         let record = wait_for_record(&self.audit, self.records).await;
-        (profile, body, record)
+        (resp, record)
     }
 }
 
@@ -327,21 +341,54 @@ async fn the_per_type_layer_routes_each_request_type_to_its_checks() {
     assert_eq!(record["route"]["name"], "classified_retrieval", "{record}");
     assert_eq!(record["input"]["passed"], true);
 
-    // The parser down: the code goes out unvalidated, marked so (the layer's PARSER_UNAVAILABLE).
+    // The parser down: the code goes out unvalidated, marked with the status its
+    // `unavailable_status` names (the seed's PARSER_UNAVAILABLE, not the name's
+    // AVAP_PARSER_UNAVAILABLE), in the header and the `enforcement` object, streamed and not.
     drop(layer.parser.take());
-    layer.upstream.push(MockReply::text(avap("getSHA256(x)")));
-    let (_, body, _) = layer
-        .ask(Some("CODE_GENERATION"), "You write AVAP.", "Hash x.")
-        .await;
-    let enforcement = &body["enforcement"];
-    assert_eq!(enforcement["validated"], false, "{body}");
-    assert_eq!(enforcement["unchecked_validators"][0], "parser", "{body}");
-    assert_eq!(
-        enforcement["validation_status"], "PARSER_UNAVAILABLE",
-        "{body}"
-    );
-    assert_eq!(
-        enforcement["warnings"][0]["code"], "VALIDATOR_UNAVAILABLE",
-        "{body}"
-    );
+    for stream in [false, true] {
+        layer.upstream.push(MockReply::text(avap("getSHA256(x)")));
+        let (resp, record) = layer
+            .send(
+                Some("CODE_GENERATION"),
+                "You write AVAP.",
+                "Hash x.",
+                stream,
+            )
+            .await;
+        let header = resp.headers().get("x-enforce-validation-status").cloned();
+        let text = resp.text().await.unwrap();
+        let enforcement = if stream {
+            let parsed = ParsedStream::parse(&text);
+            let with = parsed
+                .events
+                .iter()
+                .rev()
+                .find(|e| e.get("enforcement").is_some());
+            with.expect("a chunk carries the enforcement object")["enforcement"].clone()
+        } else {
+            serde_json::from_str::<Value>(&text).unwrap()["enforcement"].clone()
+        };
+        if let Some(header) = header {
+            assert_eq!(header, "PARSER_UNAVAILABLE", "stream: {stream}");
+        } else {
+            assert!(stream, "a whole answer carries x-enforce-validation-status");
+        }
+        assert_eq!(enforcement["validated"], false, "{text}");
+        assert_eq!(
+            enforcement["unchecked_validators"][0], "avap_parser",
+            "{text}"
+        );
+        assert_eq!(
+            enforcement["validation_status"], "PARSER_UNAVAILABLE",
+            "{text}"
+        );
+        assert_eq!(
+            enforcement["warnings"][0]["code"], "VALIDATOR_UNAVAILABLE",
+            "{text}"
+        );
+        assert_eq!(
+            record["unavailable_statuses"]["avap_parser"], "PARSER_UNAVAILABLE",
+            "{record}"
+        );
+    }
 }

@@ -44,7 +44,7 @@
 //! assert!(err.message.contains("unknown field"), "{err}");
 //! ```
 
-use enforce_core::Validator;
+use enforce_core::{is_status_name, Validator, ValidatorExt};
 use enforce_validators::scope::{Scope, Scoped};
 use enforce_validators::{BuildEnv, BuildError, FactoryInput};
 use serde_json::{Map, Value};
@@ -68,7 +68,7 @@ pub enum RegistryError {
 }
 
 /// Keys of a validator spec that the registry handles itself.
-pub const RESERVED_KEYS: &[&str] = &["type", "description", "input", "when"];
+pub const RESERVED_KEYS: &[&str] = &["type", "description", "input", "when", "unavailable_status"];
 
 /// Maps validator type names to factories. See the [module docs](self).
 pub struct Registry {
@@ -152,8 +152,9 @@ impl Registry {
     ///
     /// `spec` is a JSON object (or `null` for "all defaults"): `type` picks the factory and
     /// defaults to `name`; `description` is ignored; `input` and `when` scope the validator
-    /// to a part of the response or make it conditional (see [`enforce_validators::scope`]); every other
-    /// key goes to the factory. Errors carry the key path relative to `spec`.
+    /// to a part of the response or make it conditional (see [`enforce_validators::scope`]);
+    /// `unavailable_status` names the literal status reported when the validator gives no
+    /// verdict ([`Validator::unavailable_status`]); every other key goes to the factory. Errors carry the key path relative to `spec`.
     pub fn build(
         &self,
         name: &str,
@@ -201,6 +202,7 @@ impl Registry {
             return Err(BuildError::at("description", "expected a string"));
         }
         let scope = Scope::from_spec(object)?;
+        let unavailable_status = unavailable_status(object)?;
         let options: Map<String, Value> = object
             .iter()
             .filter(|(k, _)| !RESERVED_KEYS.contains(&k.as_str()))
@@ -217,10 +219,35 @@ impl Registry {
             runners: env.runners.as_deref(),
         };
         let validator = factory(&input)?;
-        Ok(match scope {
+        let validator: Box<dyn Validator> = match scope {
             Some(scope) => Box::new(Scoped::new(validator, scope)),
             None => validator,
+        };
+        Ok(match unavailable_status {
+            Some(status) => validator.with_unavailable_status(status).boxed(),
+            None => validator,
         })
+    }
+}
+
+/// The spec's `unavailable_status`: the literal status reported when the validator gives no
+/// verdict, in the shape of the proxy's statuses.
+fn unavailable_status(spec: &Map<String, Value>) -> Result<Option<String>, BuildError> {
+    const KEY: &str = "unavailable_status";
+    match spec.get(KEY) {
+        None => Ok(None),
+        Some(Value::String(status)) if is_status_name(status) => Ok(Some(status.clone())),
+        Some(Value::String(status)) => Err(BuildError::at(
+            KEY,
+            format!(
+                "'{status}' is not a status: use upper-case letters, digits and '_' \
+                 (e.g. PARSER_UNAVAILABLE)"
+            ),
+        )),
+        Some(other) => Err(BuildError::at(
+            KEY,
+            format!("expected a status name, found {}", json_kind(other)),
+        )),
     }
 }
 
@@ -298,6 +325,52 @@ mod tests {
         let issues = v.validate(answer, &Context::new()).await.unwrap();
         let codes: Vec<&str> = issues.iter().map(|i| i.code.as_str()).collect();
         assert_eq!(codes, ["FILE_NOT_FOUND"], "{issues:?}");
+    }
+
+    #[test]
+    fn unavailable_status_names_the_status_and_rejects_other_shapes() {
+        let r = Registry::builtin();
+        let build = |status: Value| {
+            r.build(
+                "steps",
+                &json!({"type": "step_marker", "unavailable_status": status}),
+                &BuildEnv::default(),
+            )
+        };
+        let v = build(json!("STEPS_DOWN_2")).unwrap();
+        assert_eq!(v.unavailable_status(), Some("STEPS_DOWN_2"));
+        assert_eq!(v.name(), "steps");
+        // Scoped, it still names its status.
+        let scoped = r
+            .build(
+                "steps",
+                &json!({"type": "step_marker", "input": {"json": "/text"},
+                        "unavailable_status": "STEPS_DOWN"}),
+                &BuildEnv::default(),
+            )
+            .unwrap();
+        assert_eq!(scoped.unavailable_status(), Some("STEPS_DOWN"));
+        let plain = r
+            .build(
+                "steps",
+                &json!({"type": "step_marker"}),
+                &BuildEnv::default(),
+            )
+            .unwrap();
+        assert_eq!(plain.unavailable_status(), None);
+        for bad in [
+            json!(""),
+            json!("parser_down"),
+            json!("PARSER-DOWN"),
+            json!("ÄÖ"),
+        ] {
+            let err = build(bad.clone()).expect_err("refused");
+            assert_eq!(err.key, "unavailable_status", "{bad}");
+            assert!(err.message.contains("upper-case letters"), "{err}");
+        }
+        let err = build(json!(3)).expect_err("refused");
+        assert_eq!(err.key, "unavailable_status");
+        assert!(err.message.contains("found a number"), "{err}");
     }
 
     #[test]

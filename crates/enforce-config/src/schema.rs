@@ -9,9 +9,10 @@
 //!
 //! Each built-in validator type has its own schema: its options (derived from the very structs
 //! its `from_config` parses, so unknown keys and wrong types are errors in both) plus the keys
-//! every spec accepts (`type`, `description`, `input`, `when`). A spec whose `type` is not
-//! built in (a plugin's) may hold any keys. A key of `validators:` named like a built-in type
-//! without a `type` of its own uses that type, as the [`Registry`](crate::Registry) does.
+//! every spec accepts (`type`, `description`, `input`, `when`, `unavailable_status`). A spec
+//! whose `type` is not built in (a plugin's) may hold any keys. A key of `validators:` named
+//! like a built-in type without a `type` of its own uses that type, as the
+//! [`Registry`](crate::Registry) does.
 //!
 //! ```
 //! let schema = enforce_config::schema::config_schema();
@@ -194,6 +195,18 @@ fn reserved_properties(generator: &mut SchemaGenerator, kind: Option<&str>) -> M
         "Apply the validator only when this condition holds (a list: when all hold).",
     );
     properties.insert("when".into(), when);
+    properties.insert(
+        "unavailable_status".into(),
+        json!({
+            "description": "The literal status the proxy reports (`x-enforce-validation-status`, \
+                            `validation_status`) when this validator gives no verdict (failed \
+                            open or closed, switched off, breaker open), e.g. \
+                            `PARSER_UNAVAILABLE`; upper-case letters, digits and `_`. Default: \
+                            the validator's name upper-cased with `_UNAVAILABLE`.",
+            "type": "string",
+            "pattern": "^[A-Z0-9_]+$",
+        }),
+    );
     properties
 }
 

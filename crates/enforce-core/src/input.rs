@@ -196,6 +196,15 @@ pub struct InputStage {
 }
 
 impl InputStage {
+    /// The input validators the stage runs one by one: groups opened up into their members.
+    pub(crate) fn leaves(&self) -> Vec<Leaf<'_>> {
+        let mut leaves = Vec::with_capacity(self.validators.len());
+        for validator in &self.validators {
+            push_leaves(validator.as_ref(), None, &mut leaves);
+        }
+        leaves
+    }
+
     /// A stage running `validators` on the request, rejecting it when one reports an error.
     pub fn new(validators: Vec<Box<dyn Validator>>) -> Self {
         InputStage {
@@ -242,10 +251,7 @@ impl InputStage {
         default: FailMode,
     ) -> Staged {
         let started = Instant::now();
-        let mut leaves: Vec<Leaf<'_>> = Vec::with_capacity(self.validators.len());
-        for validator in &self.validators {
-            push_leaves(validator.as_ref(), None, &mut leaves);
-        }
+        let leaves = self.leaves();
         let view = request_context(request, context, self.source.as_ref());
         let question = Reply::text(view.get_str(keys::QUESTION).unwrap_or_default());
         let found = match validate_leaves(&leaves, &question, &view, default, None).await {

@@ -82,8 +82,8 @@ pub use runner::{
 };
 pub use scripted::{ScriptedCall, ScriptedRunner};
 pub use validator::{
-    FailMode, Unavailable, UnavailableValidator, Validation, Validator, ValidatorExt, WithFailMode,
-    VALIDATOR_DISABLED, VALIDATOR_UNAVAILABLE,
+    is_status_name, FailMode, Unavailable, UnavailableValidator, Validation, Validator,
+    ValidatorExt, WithFailMode, WithUnavailableStatus, VALIDATOR_DISABLED, VALIDATOR_UNAVAILABLE,
 };
 
 /// The examples in README.md are compiled and run as doctests.

@@ -4,6 +4,7 @@ use crate::validator::UnavailableValidator;
 use crate::{BudgetKind, FinishReason, InputCheck, Issue, Reask, RunnerError, ToolCall, Usage};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -266,6 +267,11 @@ pub struct Outcome {
     /// Of that, time spent waiting on the runner, in microseconds; the rest is enforce's own
     /// overhead.
     pub runner_us: u64,
+    /// The literal status of each validator that gave no verdict (the one the stop reason
+    /// names, or one of [`unchecked_validators`](Outcome::unchecked_validators)) and has one
+    /// of its own ([`Validator::unavailable_status`](crate::Validator::unavailable_status)), by
+    /// validator name. Absent from the record when empty.
+    pub unavailable_statuses: BTreeMap<String, String>,
 }
 
 /// The audit record as written: the stop reason's details sit beside its tag. Field order and
@@ -285,6 +291,8 @@ struct OutcomeRecordRef<'a> {
     fallback_used: bool,
     runner_error: Option<&'a RunnerError>,
     unavailable: Option<&'a UnavailableValidator>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    unavailable_statuses: &'a BTreeMap<String, String>,
     session_id: &'a Option<String>,
     usage: Option<Usage>,
     cost_usd: Option<f64>,
@@ -311,6 +319,8 @@ struct OutcomeRecord {
     runner_error: Option<RunnerError>,
     #[serde(default)]
     unavailable: Option<UnavailableValidator>,
+    #[serde(default)]
+    unavailable_statuses: BTreeMap<String, String>,
     #[serde(default)]
     session_id: Option<String>,
     #[serde(default)]
@@ -374,6 +384,7 @@ impl OutcomeRecord {
             cost_usd: r.cost_usd,
             total_us: r.total_us,
             runner_us: r.runner_us,
+            unavailable_statuses: r.unavailable_statuses,
         })
     }
 }
@@ -400,6 +411,7 @@ impl Serialize for Outcome {
             fallback_used: self.fallback_used,
             runner_error: self.stop_reason.runner_error(),
             unavailable: self.stop_reason.unavailable(),
+            unavailable_statuses: &self.unavailable_statuses,
             session_id: &self.session_id,
             usage: self.usage,
             cost_usd: self.cost_usd,
@@ -444,6 +456,7 @@ impl Outcome {
             cost_usd,
             total_us: u64::try_from(total.as_micros()).unwrap_or(u64::MAX),
             runner_us,
+            unavailable_statuses: BTreeMap::new(),
         }
     }
 
@@ -482,15 +495,19 @@ impl Outcome {
         line
     }
 
+    /// The literal status `validator` reports for giving no verdict, when it has one (see
+    /// [`unavailable_statuses`](Outcome::unavailable_statuses)).
+    pub fn unavailable_status(&self, validator: &str) -> Option<&str> {
+        self.unavailable_statuses.get(validator).map(String::as_str)
+    }
+
     /// The validators that did not check the response (their `VALIDATOR_UNAVAILABLE` or
     /// `VALIDATOR_DISABLED` warnings), in order: a `passed` outcome with any of them was not
     /// fully validated.
     pub fn unchecked_validators(&self) -> Vec<&str> {
         self.warnings
             .iter()
-            .filter(|w| {
-                w.code == crate::VALIDATOR_UNAVAILABLE || w.code == crate::VALIDATOR_DISABLED
-            })
+            .filter(|w| is_unchecked_warning(w))
             .map(|w| w.validator.as_str())
             .collect()
     }
@@ -501,6 +518,11 @@ impl Outcome {
         // An Outcome holds only strings, numbers and enums: serialization cannot fail.
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
+}
+
+/// `true` for the warning of a validator that did not check the response.
+pub(crate) fn is_unchecked_warning(warning: &Issue) -> bool {
+    warning.code == crate::VALIDATOR_UNAVAILABLE || warning.code == crate::VALIDATOR_DISABLED
 }
 
 /// FNV-1a 64-bit digest of `text`, as 16 lower-case hex digits: `Attempt::response_digest`,

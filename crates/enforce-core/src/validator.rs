@@ -157,6 +157,14 @@ pub trait Validator: Send + Sync {
         None
     }
 
+    /// The literal status a deployment reports when this validator gives no verdict (failed
+    /// open or closed, switched off), e.g. `PARSER_UNAVAILABLE`; the outcome records it in
+    /// [`Outcome::unavailable_statuses`](crate::Outcome::unavailable_statuses). `None` (the
+    /// default): the deployment's own name for it (the proxy's `<NAME>_UNAVAILABLE`).
+    fn unavailable_status(&self) -> Option<&str> {
+        None
+    }
+
     /// The validators this one is made of, when it only groups others (`Vec`, `Option`).
     ///
     /// The loop then validates, repairs and reports each member as if it had been listed on its
@@ -221,6 +229,9 @@ macro_rules! forward_validator {
             }
             fn fail_mode(&self) -> Option<FailMode> {
                 (**self).fail_mode()
+            }
+            fn unavailable_status(&self) -> Option<&str> {
+                (**self).unavailable_status()
             }
             fn members(&self) -> Option<Vec<&dyn Validator>> {
                 (**self).members()
@@ -324,6 +335,10 @@ impl<V: Validator> Validator for Option<V> {
         self.as_ref()?.fail_mode()
     }
 
+    fn unavailable_status(&self) -> Option<&str> {
+        self.as_ref()?.unavailable_status()
+    }
+
     fn members(&self) -> Option<Vec<&dyn Validator>> {
         Some(self.iter().map(|v| v as &dyn Validator).collect())
     }
@@ -372,6 +387,20 @@ pub trait ValidatorExt: Validator {
         WithFailMode { inner: self, mode }
     }
 
+    /// Names the literal status reported when this validator gives no verdict (see
+    /// [`Validator::unavailable_status`]). The status is the caller's to check: the
+    /// configuration accepts upper-case letters, digits and underscores
+    /// ([`is_status_name`]).
+    fn with_unavailable_status(self, status: impl Into<String>) -> WithUnavailableStatus<Self>
+    where
+        Self: Sized,
+    {
+        WithUnavailableStatus {
+            inner: self,
+            status: status.into(),
+        }
+    }
+
     /// Boxes the validator, for a `Vec<Box<dyn Validator>>`.
     fn boxed(self) -> Box<dyn Validator>
     where
@@ -382,6 +411,40 @@ pub trait ValidatorExt: Validator {
 }
 
 impl<V: Validator + ?Sized> ValidatorExt for V {}
+
+/// The methods an adapter with an `inner` validator forwards unchanged: it is that validator
+/// except where the adapter says otherwise (its fail mode, its unavailable status).
+macro_rules! forward_to_inner {
+    () => {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+
+        fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
+            self.inner.repair(response, context, issues)
+        }
+
+        fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
+            self.inner.partial_check(context)
+        }
+
+        fn repair_fixes(&self, issue: &Issue) -> bool {
+            self.inner.repair_fixes(issue)
+        }
+
+        fn reads_response(&self) -> bool {
+            self.inner.reads_response()
+        }
+
+        fn reads_request(&self) -> bool {
+            self.inner.reads_request()
+        }
+
+        fn members(&self) -> Option<Vec<&dyn Validator>> {
+            self.inner.members()
+        }
+    };
+}
 
 /// A validator with its fail mode overridden: see [`ValidatorExt::with_fail_mode`].
 #[derive(Debug, Clone)]
@@ -409,10 +472,6 @@ impl<V> WithFailMode<V> {
 
 #[async_trait]
 impl<V: Validator> Validator for WithFailMode<V> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
     async fn validate(&self, response: &str, context: &Context) -> Validation {
         if self.inner.members().is_some() {
             // A direct call of a group: members without a mode of their own get this one.
@@ -428,33 +487,64 @@ impl<V: Validator> Validator for WithFailMode<V> {
         self.inner.validate_reply(reply, context).await
     }
 
-    fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
-        self.inner.repair(response, context, issues)
-    }
-
-    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
-        self.inner.partial_check(context)
-    }
-
-    fn repair_fixes(&self, issue: &Issue) -> bool {
-        self.inner.repair_fixes(issue)
-    }
-
     fn fail_mode(&self) -> Option<FailMode> {
         Some(self.mode)
     }
 
-    fn members(&self) -> Option<Vec<&dyn Validator>> {
-        self.inner.members()
+    fn unavailable_status(&self) -> Option<&str> {
+        self.inner.unavailable_status()
     }
 
-    fn reads_response(&self) -> bool {
-        self.inner.reads_response()
+    forward_to_inner!();
+}
+
+/// `true` for a status name: non-empty, upper-case ASCII letters, digits and underscores
+/// (`PARSER_UNAVAILABLE`), the shape of the statuses the proxy reports.
+pub fn is_status_name(status: &str) -> bool {
+    !status.is_empty()
+        && status
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// A validator with a literal unavailable status: see [`ValidatorExt::with_unavailable_status`].
+#[derive(Debug, Clone)]
+pub struct WithUnavailableStatus<V> {
+    inner: V,
+    status: String,
+}
+
+impl<V> WithUnavailableStatus<V> {
+    /// The wrapped validator.
+    pub fn inner(&self) -> &V {
+        &self.inner
     }
 
-    fn reads_request(&self) -> bool {
-        self.inner.reads_request()
+    /// Unwraps the validator.
+    pub fn into_inner(self) -> V {
+        self.inner
     }
+}
+
+#[async_trait]
+impl<V: Validator> Validator for WithUnavailableStatus<V> {
+    async fn validate(&self, response: &str, context: &Context) -> Validation {
+        self.inner.validate(response, context).await
+    }
+
+    async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
+        self.inner.validate_reply(reply, context).await
+    }
+
+    fn fail_mode(&self) -> Option<FailMode> {
+        self.inner.fail_mode()
+    }
+
+    fn unavailable_status(&self) -> Option<&str> {
+        Some(&self.status)
+    }
+
+    forward_to_inner!();
 }
 
 /// One validator the loop runs on its own, with the fail mode its groups hand down.

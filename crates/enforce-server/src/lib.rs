@@ -110,7 +110,8 @@ pub const ENFORCE_STATUS_HEADER: &str = "x-enforce-status";
 pub(crate) const PROFILE_HEADER: &str = "x-enforce-profile";
 
 /// The response header carrying the per-type layer's `validation_status` (`""`,
-/// `INVALID_UNRESOLVED`, `<VALIDATOR>_UNAVAILABLE`), as in the `enforcement` object.
+/// `INVALID_UNRESOLVED`, `<VALIDATOR>_UNAVAILABLE` or the validator's `unavailable_status`), as
+/// in the `enforcement` object.
 pub const VALIDATION_STATUS_HEADER: &str = "x-enforce-validation-status";
 
 /// Reads the step of a passed answer (e.g. `why` from `<!-- STEP: why -->`) for the chat's

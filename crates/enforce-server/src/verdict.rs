@@ -54,10 +54,13 @@ impl<'a> IssueBody<'a> {
 /// | value | when |
 /// |---|---|
 /// | `""` | passed or repaired, every check ran |
-/// | `<NAME>_UNAVAILABLE` | a validator gave no verdict (failed open or closed, switched off, breaker open): its configured name upper-cased, e.g. `PARSER_UNAVAILABLE` for `parser` |
+/// | `<NAME>_UNAVAILABLE` | a validator gave no verdict (failed open or closed, switched off, breaker open): its `unavailable_status` when configured, else its name upper-cased, e.g. `PARSER_UNAVAILABLE` for `parser` |
 /// | `INVALID_UNRESOLVED` | the checks ran and the answer still failed them (unresolved, aborted, or replaced by a fallback) |
 pub fn validation_status(outcome: &Outcome) -> String {
-    let unavailable = |name: &str| format!("{}_UNAVAILABLE", name.to_ascii_uppercase());
+    let unavailable = |name: &str| match outcome.unavailable_status(name) {
+        Some(status) => status.to_string(),
+        None => format!("{}_UNAVAILABLE", name.to_ascii_uppercase()),
+    };
     if outcome.status == Status::Unavailable {
         return outcome
             .unavailable()
@@ -465,6 +468,7 @@ pub(crate) mod fixtures {
             cost_usd: None,
             total_us: 0,
             runner_us: 0,
+            unavailable_statuses: Default::default(),
         }
     }
 }
@@ -606,6 +610,34 @@ mod tests {
     /// A first answer that passed every check is written from the prepared bytes, which are
     /// what its fields write; an answer that differs in any one field is written from its
     /// fields.
+    #[test]
+    fn a_validator_without_verdict_is_named_by_its_own_status_when_it_has_one() {
+        let mut closed = outcome(Status::Unavailable, Vec::new(), vec![attempt(None, &[])]);
+        closed.stop_reason = StopReason::ValidatorUnavailable {
+            unavailable: enforce_core::UnavailableValidator {
+                validator: "avap_parser".into(),
+                reason: "down".into(),
+            },
+        };
+        let mut open = outcome(Status::Passed, Vec::new(), vec![attempt(None, &[])]);
+        open.warnings = vec![Issue::warning(
+            "avap_parser",
+            enforce_core::VALIDATOR_UNAVAILABLE,
+            "not checked: down",
+        )];
+        for mut unchecked in [closed, open] {
+            assert_eq!(validation_status(&unchecked), "AVAP_PARSER_UNAVAILABLE");
+            unchecked
+                .unavailable_statuses
+                .insert("avap_parser".into(), "PARSER_UNAVAILABLE".into());
+            assert_eq!(validation_status(&unchecked), "PARSER_UNAVAILABLE");
+            assert_eq!(
+                enforcement_json(&unchecked)["validation_status"],
+                "PARSER_UNAVAILABLE"
+            );
+        }
+    }
+
     #[test]
     fn a_clean_first_pass_is_written_from_prepared_bytes_that_are_its_fields() {
         let clean = outcome(Status::Passed, Vec::new(), vec![attempt(None, &[])]);

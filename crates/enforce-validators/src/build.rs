@@ -47,7 +47,8 @@ pub struct FactoryInput<'a> {
     /// The type name the factory was registered under.
     pub kind: &'a str,
     /// The validator's own options: a JSON object without the keys the registry handles
-    /// itself (`type`, `description`, `input`, `when`). `{}` when the validator has no options.
+    /// itself (`type`, `description`, `input`, `when`, `unavailable_status`). `{}` when the
+    /// validator has no options.
     pub config: &'a Value,
     /// Directory that relative paths in `config` are resolved against (the configuration
     /// file's directory; the current directory for built-in profiles).

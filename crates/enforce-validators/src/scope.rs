@@ -581,4 +581,8 @@ impl Validator for Scoped {
     fn fail_mode(&self) -> Option<FailMode> {
         self.inner.fail_mode()
     }
+
+    fn unavailable_status(&self) -> Option<&str> {
+        self.inner.unavailable_status()
+    }
 }

@@ -109,6 +109,19 @@ fn reask_and_repair_keys_layer_over_defaults() {
 }
 
 #[test]
+fn a_bad_unavailable_status_is_an_error_at_its_file_and_line() {
+    let err = load(
+        "validators:\n  steps:\n    type: step_marker\n    unavailable_status: parser down\n\
+         profiles:\n  p:\n    validators: [steps]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("unavailable_status"), "{err}");
+    assert!(err.contains("'parser down' is not a status"), "{err}");
+    assert!(err.contains(":4:"), "file:line: {err}");
+}
+
+#[test]
 fn early_abort_keys_layer_over_defaults() {
     let set = load(
         "defaults:\n  early_abort: false\n  partial_check_bytes: 100\n\

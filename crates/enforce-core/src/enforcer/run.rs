@@ -2,7 +2,7 @@
 //! validation, repairs, the checked fallback and the outcome.
 
 use super::{error_codes, split_issues, Enforcer, FALLBACK_INVALID};
-use crate::outcome::fnv1a_hex;
+use crate::outcome::{fnv1a_hex, is_unchecked_warning};
 use crate::runner::next_event;
 use crate::time::micros;
 use crate::validator::{repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict};
@@ -10,6 +10,7 @@ use crate::{
     AnswerFormat, Attempt, Context, Event, InputCheck, Issue, Observer, Outcome, PartialCheck,
     RepairWhen, Reply, ReplyStream, RunnerError, Status, StopReason, StreamEvent, ToolCall, Usage,
 };
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Accumulated usage and cost over attempts.
@@ -511,6 +512,7 @@ impl<'a> Run<'a> {
             .rev()
             .find_map(|a| a.session_id.clone());
         self.observer.on_event(&Event::Finished { status });
+        let unavailable_statuses = self.unavailable_statuses(&stop_reason, &warnings);
         Outcome {
             status,
             stop_reason,
@@ -526,6 +528,43 @@ impl<'a> Run<'a> {
             cost_usd: self.spent.cost_usd,
             total_us: micros(self.started.elapsed()),
             runner_us: micros(self.spent.runner),
+            unavailable_statuses,
         }
+    }
+
+    /// The literal statuses of the validators (output or input) that gave no verdict and have
+    /// one of their own, by name.
+    fn unavailable_statuses(
+        &self,
+        stop_reason: &StopReason,
+        warnings: &[Issue],
+    ) -> BTreeMap<String, String> {
+        let unchecked = stop_reason
+            .unavailable()
+            .map(|u| u.validator.as_str())
+            .into_iter()
+            .chain(
+                warnings
+                    .iter()
+                    .filter(|w| is_unchecked_warning(w))
+                    .map(|w| w.validator.as_str()),
+            );
+        let input_leaves = self.enforcer.input().map(|stage| stage.leaves());
+        let all_leaves: Vec<&Leaf<'_>> = self
+            .leaves
+            .iter()
+            .chain(input_leaves.iter().flatten())
+            .collect();
+        let mut statuses = BTreeMap::new();
+        for name in unchecked {
+            let status = all_leaves
+                .iter()
+                .filter(|leaf| leaf.validator.name() == name)
+                .find_map(|leaf| leaf.validator.unavailable_status());
+            if let Some(status) = status {
+                statuses.insert(name.to_string(), status.to_string());
+            }
+        }
+        statuses
     }
 }

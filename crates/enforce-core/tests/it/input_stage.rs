@@ -380,6 +380,23 @@ async fn a_fail_closed_input_validator_without_verdict_asks_no_model() {
 }
 
 #[tokio::test]
+async fn a_fail_closed_input_validator_s_unavailable_status_is_recorded() {
+    let enforcer = Enforcer::new(vec![]).with_input(InputStage::new(vec![Box::new(
+        Down.with_fail_mode(FailMode::Closed)
+            .with_unavailable_status("JUDGE_DOWN"),
+    )]));
+    let outcome = enforcer
+        .run(
+            &ScriptedRunner::texts(["never sent"]),
+            &rag_request("How do I hash?"),
+            &Context::new(),
+        )
+        .await;
+    assert_eq!(outcome.status, Status::Unavailable);
+    assert_eq!(outcome.unavailable_status("judge"), Some("JUDGE_DOWN"));
+}
+
+#[tokio::test]
 async fn a_fail_open_input_validator_without_verdict_lets_the_request_through() {
     let enforcer = Enforcer::new(vec![]).with_input(InputStage::new(vec![Box::new(
         Down.with_fail_mode(FailMode::Open),

@@ -4,7 +4,7 @@ use crate::req;
 use enforce_core::{
     async_trait, Budget, BudgetKind, Check, Context, Enforcer, Event, FailMode, Issue, Observer,
     Policy, Reply, Request, Runner, RunnerError, ScriptedCall, ScriptedRunner, Status, StopReason,
-    Unavailable, Usage, Validation, Validator, VALIDATOR_UNAVAILABLE,
+    Unavailable, Usage, Validation, Validator, ValidatorExt, VALIDATOR_UNAVAILABLE,
 };
 use std::sync::Mutex;
 use std::time::Duration;
@@ -552,6 +552,46 @@ async fn unavailable_validator_fail_closed_stops_with_unavailable() {
     assert_eq!(which.validator, "down");
     assert_eq!(which.reason, "checker not reachable");
     assert_eq!(runner.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn a_validator_s_unavailable_status_is_recorded_open_and_closed() {
+    for mode in [FailMode::Open, FailMode::Closed] {
+        let e = enforcer(vec![
+            Down { mode: Some(mode) }
+                .with_unavailable_status("CHECKER_DOWN")
+                .boxed(),
+            has_title().with_unavailable_status("NEVER_SHOWN").boxed(),
+        ]);
+        let out = e
+            .run(
+                &ScriptedRunner::texts(["title END"]),
+                &req(),
+                &Context::new(),
+            )
+            .await;
+        assert_eq!(
+            out.unavailable_status("down"),
+            Some("CHECKER_DOWN"),
+            "{mode:?}"
+        );
+        // Only a validator that gave no verdict is listed.
+        assert_eq!(out.unavailable_statuses.len(), 1, "{mode:?}");
+        let line: serde_json::Value = serde_json::from_str(&out.to_json_line()).unwrap();
+        assert_eq!(line["unavailable_statuses"]["down"], "CHECKER_DOWN");
+        let read: enforce_core::Outcome = serde_json::from_value(line).unwrap();
+        assert_eq!(read.unavailable_statuses, out.unavailable_statuses);
+    }
+    // Without one, nothing is recorded (and the record has no such key).
+    let out = enforcer(vec![Box::new(Down { mode: None })])
+        .run(
+            &ScriptedRunner::texts(["title END"]),
+            &req(),
+            &Context::new(),
+        )
+        .await;
+    assert!(out.unavailable_statuses.is_empty());
+    assert!(!out.to_json_line().contains("unavailable_statuses"));
 }
 
 #[tokio::test]

@@ -182,6 +182,7 @@ fn outcome(status: Status, calls: Vec<ToolCall>) -> Outcome {
         cost_usd: None,
         total_us: 0,
         runner_us: 0,
+        unavailable_statuses: Default::default(),
     };
     if status != Status::Passed {
         outcome.issues = vec![Issue::error("json", "INVALID_JSON", "Not JSON.")];

@@ -44,6 +44,7 @@ fn record(status: Status, attempts: Vec<Attempt>, ts: Option<&str>) -> Record {
         cost_usd: None,
         total_us: 2000,
         runner_us: 1500,
+        unavailable_statuses: Default::default(),
     };
     let mut value = serde_json::to_value(&outcome).expect("serializes");
     if let Some(ts) = ts {
