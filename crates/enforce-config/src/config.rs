@@ -118,8 +118,9 @@ pub struct Defaults {
     /// or a list, one per re-ask, the last repeating (`[feedback, resample]`). Every re-ask
     /// advances the seed by one per attempt.
     pub reask: Option<enforce_core::Ladder>,
-    /// End the loop as soon as an attempt makes no progress (default `false`: no progress
-    /// moves on to the next strategy of `reask`, and ends the loop once each was tried).
+    /// End the loop when an attempt makes no progress on the last strategy of `reask` (default
+    /// `true`; before it, the next re-ask climbs); `false` makes every attempt, as the seed
+    /// documents' loop does.
     pub stop_on_no_progress: Option<bool>,
     /// When the validators' deterministic repairs run: `last` (default: after the re-asks)
     /// or `first` (before spending a re-ask: a repair that makes the answer clean is returned
@@ -184,7 +185,8 @@ pub struct ProfileConfig {
     /// How each re-ask asks: `feedback`, `resample`, `feedback_fresh`, or a list of them, one
     /// per re-ask (overrides `defaults`).
     pub reask: Option<enforce_core::Ladder>,
-    /// End the loop as soon as an attempt makes no progress (overrides `defaults`).
+    /// End the loop when an attempt makes no progress on the last strategy of `reask`
+    /// (overrides `defaults`).
     pub stop_on_no_progress: Option<bool>,
     /// When the deterministic repairs run: `last` or `first` (overrides `defaults`).
     pub repair: Option<enforce_core::RepairWhen>,

@@ -101,9 +101,10 @@ pub struct Policy {
     /// How each re-ask asks: one rung per re-ask, the last repeating (default
     /// [`Reask::Feedback`] alone).
     pub reask: Ladder,
-    /// End the loop as soon as an attempt makes no progress (default `false`: no progress
-    /// moves on to the next rung of [`reask`](Self::reask), and ends the loop only when every
-    /// rung was tried; with one rung that is at once).
+    /// End the loop when an attempt makes no progress on the last rung of
+    /// [`reask`](Self::reask) (default `true`; before the last rung, the next re-ask climbs).
+    /// `false` never ends it for want of progress: the last rung repeats until the retries or
+    /// a budget run out, as the seed documents' loop makes every attempt.
     pub stop_on_no_progress: bool,
     /// When the deterministic repairs run (default [`RepairWhen::Last`]).
     pub repair: RepairWhen,
@@ -306,7 +307,7 @@ impl Default for Policy {
             early_abort: true,
             partial_check_bytes: Policy::DEFAULT_PARTIAL_CHECK_BYTES,
             reask: Ladder::from(Reask::Feedback),
-            stop_on_no_progress: false,
+            stop_on_no_progress: true,
             repair: RepairWhen::Last,
             repair_first_codes: Vec::new(),
             fallback_by: None,

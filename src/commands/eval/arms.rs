@@ -26,8 +26,8 @@ pub const WORDS: [(&str, &str); 9] = [
         "re-ask with feedback first, then resample (reask: [feedback, resample])",
     ),
     (
-        "stop-on-no-progress",
-        "end at the first attempt that makes no progress, even with rungs left",
+        "all-attempts",
+        "make every attempt: no progress never ends the loop (stop_on_no_progress: false)",
     ),
     (
         "abort",
@@ -52,7 +52,7 @@ pub struct Arm {
     pub reasks: bool,
     /// How each re-ask asks.
     pub reask: Ladder,
-    /// No progress ends the loop at once.
+    /// No progress on the last rung ends the loop (`false` with `all-attempts`).
     pub stop_on_no_progress: bool,
     /// When repairs run.
     pub repair: RepairWhen,
@@ -74,7 +74,7 @@ impl Arm {
         }
         let mut none = false;
         let mut reask: Option<(&str, Ladder)> = None;
-        let mut stop_on_no_progress = false;
+        let mut stop_on_no_progress = true;
         let mut repair = RepairWhen::Last;
         let mut early_abort = false;
         let mut constrained = false;
@@ -94,7 +94,7 @@ impl Arm {
                 "feedback" => set_reask(&mut reask, "feedback", Reask::Feedback.into())?,
                 "fresh" => set_reask(&mut reask, "fresh", Reask::FeedbackFresh.into())?,
                 "ladder" => set_reask(&mut reask, "ladder", feedback_then_resample())?,
-                "stop-on-no-progress" => stop_on_no_progress = true,
+                "all-attempts" => stop_on_no_progress = false,
                 "abort" => early_abort = true,
                 "repair-first" => repair = RepairWhen::First,
                 "constrained" => constrained = true,
@@ -245,10 +245,10 @@ mod tests {
         let base = Policy::default();
         let policy = Arm::parse("ladder").expect("ladder").policy(&base);
         assert_eq!(policy.reask.rungs(), [Reask::Feedback, Reask::Resample]);
-        assert!(!policy.stop_on_no_progress);
-        let policy = Arm::parse("ladder+stop-on-no-progress")
+        assert!(policy.stop_on_no_progress);
+        let policy = Arm::parse("ladder+all-attempts")
             .expect("combined")
             .policy(&base);
-        assert!(policy.stop_on_no_progress);
+        assert!(!policy.stop_on_no_progress);
     }
 }

@@ -96,7 +96,7 @@ fn reask_and_repair_keys_layer_over_defaults() {
         plain.get("p").unwrap().policy().reask,
         enforce_core::Reask::Feedback.into()
     );
-    assert!(!plain.get("p").unwrap().policy().stop_on_no_progress);
+    assert!(plain.get("p").unwrap().policy().stop_on_no_progress);
     assert_eq!(
         plain.get("p").unwrap().policy().repair,
         enforce_core::RepairWhen::Last

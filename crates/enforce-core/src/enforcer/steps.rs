@@ -475,10 +475,11 @@ impl Enforcer {
         if number > self.policy.retries_allowed(issues) {
             return Some(StopReason::RetriesExhausted);
         }
-        // No progress ends the loop when the policy says so, or when every rung of the
-        // ladder was tried; before that, the next re-ask climbs to the next rung.
+        // No progress ends the loop once every rung of the ladder was tried (unless the
+        // policy makes every attempt); before that, the next re-ask climbs to the next rung.
         let out_of_rungs = run.rungs_used >= self.policy.reask.rungs().len();
-        if (self.policy.stop_on_no_progress || out_of_rungs)
+        if self.policy.stop_on_no_progress
+            && out_of_rungs
             && no_progress(run, answer, &errors, previous)
         {
             return Some(StopReason::NoProgress);
