@@ -230,7 +230,19 @@ pub struct ProfileConfig {
     /// grammar, OpenAI's strict `json_schema`, Anthropic's `output_config.format`) or a
     /// `one_of` list (a grammar). A runner that cannot constrain says so once and answers
     /// freely; the validators check every answer either way.
-    pub decode: Option<crate::profile::Decode>,
+    pub decode: Option<Decode>,
+}
+
+/// How a profile's answers are decoded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Decode {
+    /// The model writes freely; the validators and re-asks make the answer fit (default).
+    #[default]
+    Free,
+    /// The runner is asked to constrain decoding to the contract (a grammar, a strict JSON
+    /// Schema); a runner that cannot says so and answers freely.
+    Constrained,
 }
 
 /// What an error of an input validator leads to.

@@ -30,6 +30,11 @@ pub(crate) fn grant(app: &App, granted: Option<Granted>) -> Option<&KeyGrant> {
     granted.and_then(|Granted(index)| app.config.key_grants.get(index))
 }
 
+/// The name of the named key a request presented.
+pub(crate) fn key_name(app: &App, granted: Option<Granted>) -> Option<&str> {
+    grant(app, granted).map(|g| g.name.as_str())
+}
+
 /// The 403 of a key asking for a model outside its list. It names the models the key may use
 /// (not the others: a limited key does not learn what else this proxy serves).
 pub(crate) fn model_forbidden(grant: &KeyGrant, id: &str) -> ApiError {

@@ -167,7 +167,7 @@ impl Rejection {
             reason: self.reason,
             status: self.error.status.as_u16(),
             model: self.model.as_deref(),
-            key: app.key_name(granted),
+            key: controls::key_name(app, granted),
         });
         *self.error
     }

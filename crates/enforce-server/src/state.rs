@@ -64,9 +64,4 @@ impl App {
             audit.append(refusal.to_json_line());
         }
     }
-
-    /// The name of the named key a request presented.
-    pub fn key_name(&self, granted: Option<crate::auth::Granted>) -> Option<&str> {
-        crate::controls::grant(self, granted).map(|g| g.name.as_str())
-    }
 }

@@ -620,7 +620,7 @@ impl Turn {
 
     /// The configured name of the key the request presented (never the key itself).
     pub fn key_name(&self) -> Option<&str> {
-        self.app.key_name(self.key)
+        crate::controls::key_name(&self.app, self.key)
     }
 
     /// Stores the delivered answer (`body`, as the client received it) with its conversation

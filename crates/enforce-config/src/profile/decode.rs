@@ -5,24 +5,12 @@
 //! such validator on the whole answer (no `input`) wins. What a grammar cannot say stays with
 //! the validators, which still check every answer.
 
+pub use crate::config::Decode;
+
 use crate::config::Config;
 use enforce_validators::{BuildEnv, BuildError};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::Path;
-
-/// How a profile's answers are decoded.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Decode {
-    /// The model writes freely; the validators and re-asks make the answer fit (default).
-    #[default]
-    Free,
-    /// The runner is asked to constrain decoding to the contract (a grammar, a strict JSON
-    /// Schema); a runner that cannot says so and answers freely.
-    Constrained,
-}
 
 /// What a profile's contract lets a decoder enforce.
 #[derive(Debug, Clone, PartialEq)]
