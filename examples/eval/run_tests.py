@@ -68,6 +68,12 @@ def tests_of_context():
     except (OSError, ValueError) as e:
         return None, f"the request context is not readable JSON ({e})"
     tests = context.get("tests") if isinstance(context, dict) else None
+    if isinstance(tests, str):
+        # `enforce check --context 'tests=[...]'` passes the list as a JSON string.
+        try:
+            tests = json.loads(tests)
+        except ValueError:
+            pass
     if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
         return None, "the request context has no `tests` (a non-empty list of assert lines)"
     return tests, None
