@@ -101,11 +101,18 @@ def answer_frame(tb, answer_path):
     return line
 
 
-def report_exception(exc, answer_path, where, out):
+def report_exception(exc, answer_path, where, out, code_lines=(), namespace=None):
+    """The error at the answer's innermost line; a bare `assert` of the answer's own names
+    itself and what it saw."""
     frame = answer_frame(exc.__traceback__, answer_path)
+    message = str(exc)
     if frame is not None:
         print(f'  File "{answer_path}", line {frame[0]}, in {frame[1]}', file=out)
-    print(error_line(type(exc).__name__, f"{exc} ({where})"), file=out)
+        source = code_lines[frame[0] - 1].strip() if frame[0] <= len(code_lines) else ""
+        if isinstance(exc, AssertionError) and not message and source.startswith("assert"):
+            seen = explain_failed_assert(source, namespace or {})
+            message = f"the answer's own {source} failed" + (f": {seen}" if seen else "")
+    print(error_line(type(exc).__name__, f"{message} ({where})"), file=out)
 
 
 def explain_failed_assert(test, namespace):
@@ -117,7 +124,11 @@ def explain_failed_assert(test, namespace):
     if not isinstance(node, ast.Assert):
         return ""
     check = node.test
-    value_of = lambda expr: repr(eval(compile(ast.Expression(expr), "<test>", "eval"), namespace))
+
+    # Evaluated again: a function with side effects runs once more, for the message only.
+    def value_of(expr):
+        return repr(eval(compile(ast.Expression(expr), "<test>", "eval"), namespace))
+
     try:
         if isinstance(check, ast.Compare) and len(check.ops) == 1:
             got = value_of(check.left)
@@ -146,6 +157,7 @@ def run_child(answer_path, tests):
         print(f'  File "{answer_path}", line {e.lineno or 1}', file=verdict)
         print(error_line("SyntaxError", e.msg), file=verdict)
         return 1
+    lines = code.split("\n")
     # What the answer prints is not the verdict.
     sys.stdout = sys.stderr = open(os.devnull, "w")
     # Not "__main__": the answer's `if __name__ == "__main__":` demo does not run.
@@ -153,7 +165,7 @@ def run_child(answer_path, tests):
     try:
         exec(compiled, namespace)
     except BaseException as e:
-        report_exception(e, answer_path, "while loading the answer's code", verdict)
+        report_exception(e, answer_path, "while loading the answer's code", verdict, lines, namespace)
         return 1
     for test in tests:
         test = test.strip()
@@ -163,14 +175,14 @@ def run_child(answer_path, tests):
             exec(compile(test, "<test>", "exec"), namespace)
         except AssertionError as e:
             if answer_frame(e.__traceback__, answer_path) is not None:
-                report_exception(e, answer_path, f"in: {test}", verdict)
+                report_exception(e, answer_path, f"in: {test}", verdict, lines, namespace)
             else:
                 seen = explain_failed_assert(test, namespace)
                 said = f"{test} failed" + (f": {seen}" if seen else "")
                 print(error_line("AssertionError", said), file=verdict)
             return 1
         except BaseException as e:
-            report_exception(e, answer_path, f"in: {test}", verdict)
+            report_exception(e, answer_path, f"in: {test}", verdict, lines, namespace)
             return 1
     return 0
 

@@ -186,6 +186,20 @@ fn the_checker_places_errors_of_the_answers_code_and_stops_an_endless_loop() {
     );
     assert!(message.contains("assert add(2, 3) == 5"), "{message}");
 
+    // The answer's own failing assert (line 8 of the answer) names itself and what it saw.
+    let own_check =
+        "def add(a, b):\n    return a * b\n\nassert add(2, 2) == 4\nassert add(2, 3) == 5";
+    std::fs::write(&answer, fenced(own_check)).expect("answer");
+    let out = run_tests(&answer, &context_of("add-ints"), &[]);
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains(&format!("File \"{}\", line 8,", answer.display())),
+        "{report}"
+    );
+    let own = "the answer's own assert add(2, 3) == 5 failed: add(2, 3) returned 6, expected 5";
+    assert!(report.contains(own), "{report}");
+
     std::fs::write(
         &answer,
         fenced("def add(a, b):\n    while True:\n        pass"),
@@ -198,6 +212,23 @@ fn the_checker_places_errors_of_the_answers_code_and_stops_an_endless_loop() {
     assert!(report.starts_with("TimeoutError: "), "{report}");
     assert!(report.contains("assert add(2, 3) == 5"), "{report}");
     assert!(started.elapsed() < std::time::Duration::from_secs(4));
+
+    // A large context arrives in a file instead.
+    let context_file = dir.path().join("context.json");
+    std::fs::write(&context_file, context_of("add-ints")).expect("context");
+    let out = Command::new("python3")
+        .arg(repo().join("examples/eval/run_tests.py"))
+        .arg(&answer)
+        .args(["--timeout", "0.5"])
+        .env_remove("ENFORCE_CONTEXT")
+        .env("ENFORCE_CONTEXT_FILE", &context_file)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        text(&out.stdout).starts_with("TimeoutError: "),
+        "{}",
+        text(&out.stdout)
+    );
 
     let out = run_tests(&answer, "{}", &[]);
     assert_eq!(out.status.code(), Some(2));
