@@ -451,25 +451,47 @@ fn bad_input_is_a_clear_usage_error() {
     }
 }
 
+/// The ADR every case of `examples/eval/adr.jsonl` asks for, as the `adr` profile wants it.
+const GOOD_ADR: &str = "---\nadr_id: ADR-0042\ntitle: Keep sessions in Redis\nstatus: Proposed\n---\n\n## Context\nLogins are lost on restarts.\n\n## Decision\nSessions live in Redis.\n\n## Acceptance Criteria\n- [ ] a restart keeps users logged in\n- [ ] any server serves any user\n- [ ] sessions expire after 30 minutes\n\n<!-- STEP: generate -->\n";
+
+/// What the command runner answers an example dataset's cases with.
+enum GoodAnswer {
+    /// The same answer to every case.
+    Fixed(&'static str),
+    /// The answer of a command that reads the case's prompt.
+    Command(String),
+}
+
 /// Every example dataset loads with its profile, and an answer meeting the contract passes it
-/// (the command runner prints a fixed answer: no model).
+/// (no model: the command runner prints a fixed answer, or for the code contract the reference
+/// solution of the function the prompt names). So every code case's asserts hold for a correct
+/// function, reaching the checker through the case's context.
 #[test]
 fn every_example_dataset_and_profile_loads_and_a_good_answer_passes() {
+    use GoodAnswer::{Command, Fixed};
     let examples = repo().join("examples/eval");
     let dir = tempfile::tempdir().expect("temp dir");
+    let reference = repo().join("tests/fixtures/eval/reference_answer.py");
     let good = [
-        ("city-json.jsonl", "city_json", "{\"name\": \"Paris\", \"country\": \"France\", \"population\": 2100000}"),
-        ("sections.jsonl", "sections", "## Summary\nWater matters.\n\n## Details\nDrink it.\n\n## Next steps\nRefill the glass."),
-        ("python.jsonl", "python", "```python\ndef add(a, b):\n    return a + b\n```"),
-        ("step.yaml", "step", "The sky is blue.\n<!-- STEP: done -->"),
+        ("city-json.jsonl", "city_json", 20, Fixed("{\"name\": \"Paris\", \"country\": \"France\", \"population\": 2100000}")),
+        ("sections.jsonl", "sections", 20, Fixed("## Summary\nWater matters.\n\n## Details\nDrink it.\n\n## Next steps\nRefill the glass.")),
+        ("python.jsonl", "python", 20, Fixed("```python\ndef add(a, b):\n    return a + b\n```")),
+        ("step.yaml", "step", 20, Fixed("The sky is blue.\n<!-- STEP: done -->")),
+        ("code.jsonl", "code", 30, Command(format!("python3 '{}'", reference.display()))),
+        ("adr.jsonl", "adr", 20, Fixed(GOOD_ADR)),
     ];
     let mut seen = BTreeSet::new();
-    for (dataset, profile, answer) in good {
+    for (dataset, profile, at_least, answer) in good {
         seen.insert(dataset.to_string());
-        let answer_file = dir.path().join(format!("{profile}.txt"));
-        std::fs::write(&answer_file, answer).expect("answer");
         let out_dir = dir.path().join(profile);
-        let command = format!("cat >/dev/null; cat '{}'", answer_file.display());
+        let command = match answer {
+            Fixed(answer) => {
+                let answer_file = dir.path().join(format!("{profile}.txt"));
+                std::fs::write(&answer_file, answer).expect("answer");
+                format!("cat >/dev/null; cat '{}'", answer_file.display())
+            }
+            Command(command) => command,
+        };
         let out = eval_cmd(&[
             examples.join(dataset).to_str().expect("utf-8"),
             "-c",
@@ -496,7 +518,7 @@ fn every_example_dataset_and_profile_loads_and_a_good_answer_passes() {
         let s = summary(&out_dir);
         let none = arm(&s, "none");
         let n = none["trials"].as_u64().expect("trials");
-        assert!(n >= 20, "{dataset} has {n} cases");
+        assert!(n >= at_least, "{dataset} has {n} cases");
         assert_eq!(none["first_attempt_passed"]["k"], n, "{dataset}: {s}");
     }
     // No dataset left untested.

@@ -10,6 +10,7 @@ mod config_schema;
 mod crash_safety;
 mod docs_samples;
 mod eval;
+mod eval_examples;
 mod grafana;
 mod local;
 mod per_type;
