@@ -2,6 +2,8 @@
 
 use crate::Issue;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// A built-in feedback language.
@@ -103,7 +105,7 @@ pub const ANSWER_QUOTE_CHARS: usize = 500;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Feedback {
     template: FeedbackTemplate,
-    texts: std::collections::BTreeMap<String, IssueText>,
+    texts: BTreeMap<String, IssueText>,
 }
 
 impl Feedback {
@@ -111,18 +113,18 @@ impl Feedback {
     pub fn new(template: FeedbackTemplate) -> Self {
         Feedback {
             template,
-            texts: std::collections::BTreeMap::new(),
+            texts: BTreeMap::new(),
         }
     }
 
     /// This feedback with its own words for the issues of some codes.
-    pub fn with_texts(mut self, texts: std::collections::BTreeMap<String, IssueText>) -> Self {
+    pub fn with_texts(mut self, texts: BTreeMap<String, IssueText>) -> Self {
         self.texts = texts;
         self
     }
 
     /// The words per issue code (see [`with_texts`](Self::with_texts)).
-    pub fn texts(&self) -> &std::collections::BTreeMap<String, IssueText> {
+    pub fn texts(&self) -> &BTreeMap<String, IssueText> {
         &self.texts
     }
 
@@ -211,31 +213,32 @@ impl Feedback {
         }
         out
     }
-}
 
-impl Feedback {
     /// The message and hint `issue` is shown with: its code's [`IssueText`] where one is set
     /// (quoting `answer` for `{answer}`), else the validator's own.
-    fn words(&self, issue: &Issue, answer: &str) -> (String, Option<String>) {
-        let own_hint = issue.hint.as_deref().unwrap_or_default();
+    fn words<'i>(&self, issue: &'i Issue, answer: &str) -> (Cow<'i, str>, Option<Cow<'i, str>>) {
+        let own_hint = issue.hint.as_deref();
+        // Most codes have no words of their own: theirs are borrowed, not copied.
         let Some(text) = self.texts.get(&issue.code) else {
-            return (issue.message.clone(), issue.hint.clone());
+            return (Cow::Borrowed(&issue.message), own_hint.map(Cow::Borrowed));
         };
         let fill = |template: &str| {
             template
                 .replace("{message}", &issue.message)
-                .replace("{hint}", own_hint)
+                .replace("{hint}", own_hint.unwrap_or_default())
         };
         let message = match &text.message {
             Some(template) => {
                 let quoted: String = answer.chars().take(ANSWER_QUOTE_CHARS).collect();
-                fill(template).replace("{answer}", &quoted)
+                Cow::Owned(fill(template).replace("{answer}", &quoted))
             }
-            None => issue.message.clone(),
+            None => Cow::Borrowed(issue.message.as_str()),
         };
         let hint = match &text.hint {
-            Some(template) => Some(fill(template)).filter(|h| !h.is_empty()),
-            None => issue.hint.clone(),
+            Some(template) => Some(fill(template))
+                .filter(|h| !h.is_empty())
+                .map(Cow::Owned),
+            None => own_hint.map(Cow::Borrowed),
         };
         (message, hint)
     }

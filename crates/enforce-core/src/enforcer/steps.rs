@@ -186,7 +186,7 @@ impl Enforcer {
             let attempted = self
                 .attempt(runner, request, &mut run, number, previous.as_ref())
                 .await;
-            let answer = match attempted {
+            let mut answer = match attempted {
                 Ok(answer) => answer,
                 Err(NoAnswer::Unavailable { reply, unavailable }) => {
                     let reason = StopReason::ValidatorUnavailable { unavailable };
@@ -204,20 +204,13 @@ impl Enforcer {
             if let Some(reason) = self.stop_rule(&run, number, &answer, previous.as_ref()) {
                 return Self::stop(run, reason, number, answer).await;
             }
-            let Answer {
-                reply, mut found, ..
-            } = answer;
-            if !answer.cut && self.policy.repairs_first(&found.issues) {
-                if let Some(repaired) = run.repaired(number, &reply, &mut found).await {
+            if !answer.cut && self.policy.repairs_first(&answer.found.issues) {
+                let repaired = run.repaired(number, &answer.reply, &mut answer.found);
+                if let Some(repaired) = repaired.await {
                     let last = Some(repaired);
                     return Box::pin(run.finish(Status::Repaired, StopReason::Clean, last)).await;
                 }
             }
-            let answer = Answer {
-                reply,
-                found,
-                cut: answer.cut,
-            };
             previous = Some(self.reask_about(&mut run, number, answer).await);
         }
     }
