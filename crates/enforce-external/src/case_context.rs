@@ -4,6 +4,7 @@
 //! facts) reaches the checker this way.
 
 use enforce_core::Context;
+use std::fmt::Write as _;
 
 /// The environment variable that holds the request context as JSON for a command.
 pub const CONTEXT_ENV: &str = "ENFORCE_CONTEXT";
@@ -18,16 +19,30 @@ pub const MAX_CONTEXT_ENV_BYTES: usize = 96 * 1024;
 
 const OPEN: &str = "{context.";
 
-/// The keys `text` names in `{context.KEY}` placeholders, in order.
-pub fn placeholder_keys(text: &str) -> Vec<&str> {
-    let mut keys = Vec::new();
+/// Walks `text`'s `{context.KEY}` placeholders in order, calling `each(before, key)` with the
+/// text before each one and its key; returns the text after the last. One scanner for
+/// [`placeholder_keys`] and [`fill`], so the two always agree on what a placeholder is.
+fn scan<'t, E>(
+    text: &'t str,
+    mut each: impl FnMut(&'t str, &'t str) -> Result<(), E>,
+) -> Result<&'t str, E> {
     let mut rest = text;
     while let Some(start) = rest.find(OPEN) {
         let after = &rest[start + OPEN.len()..];
         let Some(end) = after.find('}') else { break };
-        keys.push(&after[..end]);
+        each(&rest[..start], &after[..end])?;
         rest = &after[end + 1..];
     }
+    Ok(rest)
+}
+
+/// The keys `text` names in `{context.KEY}` placeholders, in order.
+pub fn placeholder_keys(text: &str) -> Vec<&str> {
+    let mut keys = Vec::new();
+    let Ok(_) = scan::<std::convert::Infallible>(text, |_, key| {
+        keys.push(key);
+        Ok(())
+    });
     keys
 }
 
@@ -42,18 +57,14 @@ pub fn fill(
     encode: impl Fn(&str) -> String,
 ) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find(OPEN) {
-        let after = &rest[start + OPEN.len()..];
-        let Some(end) = after.find('}') else { break };
-        let key = &after[..end];
+    let rest = scan(text, |before, key| -> Result<(), String> {
         let value = context.get_text(key).ok_or_else(|| {
             format!("the request context has no `{key}` for the placeholder {{context.{key}}}")
         })?;
-        out.push_str(&rest[..start]);
+        out.push_str(before);
         out.push_str(&encode(&value));
-        rest = &after[end + 1..];
-    }
+        Ok(())
+    })?;
     out.push_str(rest);
     Ok(out)
 }
@@ -66,7 +77,8 @@ pub fn percent_encode(text: &str) -> String {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
             out.push(char::from(byte));
         } else {
-            out.push_str(&format!("%{byte:02X}"));
+            // Written in place: no string allocated per escaped byte.
+            let _ = write!(out, "%{byte:02X}");
         }
     }
     out

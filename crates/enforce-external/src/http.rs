@@ -154,8 +154,6 @@ impl HttpTarget {
     }
 }
 
-/// A reqwest error with its causes (reqwest's own Display hides the reason, e.g. the refused
-/// connection or the TLS failure).
 /// A context with a value for every placeholder of `url`, to check the URL's shape when it is
 /// configured.
 fn placeholder_example(url: &str) -> enforce_core::Context {
@@ -175,6 +173,8 @@ fn authority_of(url: &str) -> &str {
     &url[..end]
 }
 
+/// A reqwest error with its causes (reqwest's own Display hides the reason, e.g. the refused
+/// connection or the TLS failure).
 fn describe(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);

@@ -44,6 +44,7 @@ pub mod http;
 pub mod judge;
 pub mod reformulate;
 pub mod request;
+mod trace;
 
 pub use breaker::CircuitBreaker;
 pub use embedding::EmbeddingRelevance;

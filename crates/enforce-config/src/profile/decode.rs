@@ -8,7 +8,7 @@
 pub use crate::config::Decode;
 
 use crate::config::Config;
-use enforce_validators::{BuildEnv, BuildError};
+use enforce_validators::{BuildEnv, BuildError, FactoryInput};
 use serde_json::Value;
 use std::path::Path;
 
@@ -54,7 +54,13 @@ pub(crate) fn derive(
                 let schema = match (option("schema"), option("schema_file")) {
                     (Some(schema), _) => Some(schema.clone()),
                     (None, Some(Value::String(file))) => {
-                        Some(read_schema(&env.base_dir, Path::new(file)).map_err(|e| {
+                        // Read as the `json` validator reads it when the registry builds it.
+                        let input = FactoryInput {
+                            base_dir: &env.base_dir,
+                            documents: crate::JSON_OR_YAML,
+                            ..FactoryInput::new(name, &Value::Null)
+                        };
+                        Some(input.read_document(Path::new(file)).map_err(|e| {
                             BuildError::at(format!("validators.{name}.schema_file"), e)
                         })?)
                     }
@@ -79,18 +85,6 @@ pub(crate) fn derive(
         }
     }
     Ok(None)
-}
-
-fn read_schema(base_dir: &Path, file: &Path) -> Result<Value, String> {
-    let path = if file.is_absolute() {
-        file.to_path_buf()
-    } else {
-        base_dir.join(file)
-    };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    (crate::JSON_OR_YAML.parse)(&text)
-        .map_err(|e| format!("{} is not JSON or YAML: {e}", path.display()))
 }
 
 #[cfg(test)]
