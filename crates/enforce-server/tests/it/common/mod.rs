@@ -202,6 +202,16 @@ impl Validator for Down {
     }
 }
 
+/// A proxy over `runner` with the step-marker contract (no repairs) and the defaults.
+pub fn marker_server(runner: Arc<dyn Runner>) -> Server {
+    server_with(
+        ServerConfig::default(),
+        runner,
+        marker_enforcer(false),
+        ModelOptions::default(),
+    )
+}
+
 pub fn marker_enforcer(repairs: bool) -> Enforcer {
     Enforcer::new(vec![Box::new(NeedsMarker { repairs })])
 }
