@@ -351,6 +351,18 @@ impl std::fmt::Display for EntryError {
     }
 }
 
+/// The runner `config` describes, configured at key `at`; else the key of the field at fault
+/// (`at` itself when none is named) and the message.
+fn build_runner(config: &RunnerConfig, at: &str) -> Result<Arc<dyn Runner>, (String, String)> {
+    config.build().map(Arc::from).map_err(|e| {
+        let key = match e.field() {
+            Some(field) => format!("{at}.{field}"),
+            None => at.to_string(),
+        };
+        (key, e.to_string())
+    })
+}
+
 /// The served model of a `models:` entry; `server_allows_limits` is
 /// `server.allow_request_limits`, which the entry's own setting overrides.
 pub(crate) fn model_from_config(
@@ -372,13 +384,7 @@ pub(crate) fn model_from_config(
             return Err(error(String::new(), message.into()));
         }
     };
-    let runner: Arc<dyn Runner> = runner_config.build().map(Arc::from).map_err(|e| {
-        let key = match e.field() {
-            Some(field) => format!("{runner_key}.{field}"),
-            None => runner_key.to_string(),
-        };
-        error(key, e.to_string())
-    })?;
+    let runner = build_runner(runner_config, runner_key).map_err(|(key, e)| error(key, e))?;
     let profile = entry
         .profile
         .clone()
@@ -452,17 +458,8 @@ fn routes_from_config(
 }
 
 fn classifier_from_config(config: &ClassifyConfig) -> Result<Classifier, RouteError> {
-    let runner: Arc<dyn Runner> = config
-        .runner
-        .build()
-        .map(Arc::from)
-        .map_err(|e| RouteError {
-            key: match e.field() {
-                Some(field) => format!("classify.runner.{field}"),
-                None => "classify.runner".into(),
-            },
-            message: e.to_string(),
-        })?;
+    let runner = build_runner(&config.runner, "classify.runner")
+        .map_err(|(key, message)| RouteError { key, message })?;
     Classifier::new(
         runner,
         config.prompt.clone(),

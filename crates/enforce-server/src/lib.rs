@@ -453,8 +453,7 @@ impl Server {
 
 /// Refuses a blank accepted key, however the configuration was put together.
 fn check_api_keys(config: &ServerConfig) -> Result<(), ServerError> {
-    let plain = config.api_keys.iter().enumerate();
-    if let Some((index, _)) = plain.clone().find(|(_, key)| key.trim().is_empty()) {
+    if let Some(index) = config.api_keys.iter().position(|key| key.trim().is_empty()) {
         return Err(ServerError::EmptyApiKey {
             origin: format!("api_keys[{index}]"),
         });

@@ -32,7 +32,7 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
-use enforce_core::{Context, Message, Outcome, Role};
+use enforce_core::{Context, Enforcer, Message, Outcome, Role};
 use serde_json::{Map, Value};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
@@ -600,11 +600,7 @@ fn resolve_model(
     };
     match app.profiles.get(name) {
         Some(enforcer) => {
-            let changed = Arc::make_mut(&mut model);
-            changed.enforcer = enforcer.clone();
-            changed.profile = name.to_string();
-            // The decoding constraint is the model's own profile's, not this one's.
-            changed.decode_params.clear();
+            switch_profile(&mut model, enforcer, name);
             Ok((model, Some(name.to_string())))
         }
         None => {
@@ -649,13 +645,19 @@ async fn route(
         .pick(body, params, headers, messages, &model.profile)
         .await;
     if let Some((enforcer, name)) = picked.choice() {
-        let changed = Arc::make_mut(model);
-        changed.enforcer = enforcer.clone();
-        changed.profile = name.to_string();
-        // The decoding constraint is the model's own profile's, not the routed one's.
-        changed.decode_params.clear();
+        switch_profile(model, enforcer, name);
     }
     serde_json::to_value(&picked.record).ok()
+}
+
+/// This request's copy of `model`, enforced with profile `name` instead of its own (named in
+/// `X-Enforce-Profile` or picked by a route): one place, so both ways switch alike.
+fn switch_profile(model: &mut Arc<Model>, enforcer: &Arc<Enforcer>, name: &str) {
+    let changed = Arc::make_mut(model);
+    changed.enforcer = Arc::clone(enforcer);
+    changed.profile = name.to_string();
+    // The decoding constraint is the model's own profile's, not the one switched to.
+    changed.decode_params.clear();
 }
 
 /// The request's chat, its global slot and its session.

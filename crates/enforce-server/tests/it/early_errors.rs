@@ -243,12 +243,7 @@ async fn an_upstream_429_is_a_429_with_its_retry_after_on_every_surface() {
 #[tokio::test]
 async fn non_boolean_stream_numeric_role_and_a_binary_profile_header_are_400s() {
     let runner = Arc::new(enforce_core::ScriptedRunner::texts(Vec::<String>::new()));
-    let server = server_with(
-        ServerConfig::default(),
-        runner,
-        marker_enforcer(false),
-        ModelOptions::default(),
-    );
+    let server = marker_server(runner);
     let h = Harness::start(server).await;
     let expect_400 = |surface: &str, response_body: &Value, said: &str| {
         let code = error_code(surface, response_body);

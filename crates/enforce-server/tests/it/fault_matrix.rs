@@ -14,7 +14,7 @@ use enforce_core::{Enforcer, FailMode, Runner};
 use enforce_external::breaker::BreakerState;
 use enforce_external::external::External;
 use enforce_runner::{ClaudeConfig, ClaudeRunner, OpenAiConfig, OpenAiRunner, RetryConfig};
-use enforce_server::{FsyncPolicy, ModelOptions, ServerConfig};
+use enforce_server::{FsyncPolicy, ModelOptions, Server, ServerConfig};
 use enforce_testkit::{FakeClaude, MockOpenAi, MockReply, MockScript, Then};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -54,6 +54,16 @@ fn audited(dir: &tempfile::TempDir) -> ServerConfig {
         audit_fsync: FsyncPolicy::Always,
         ..ServerConfig::default()
     }
+}
+
+/// A proxy for the OpenAI upstream at `base`, auditing into `dir`.
+fn audited_openai(dir: &tempfile::TempDir, base: &str) -> Server {
+    server_with(
+        audited(dir),
+        openai_runner(base),
+        marker_enforcer(false),
+        ModelOptions::default(),
+    )
 }
 
 fn audit_lines(dir: &tempfile::TempDir) -> Vec<Value> {
@@ -278,12 +288,7 @@ async fn upstream_faults() {
     for (name, reply, reset, seen) in raw_rows {
         let base = raw_upstream(reply, reset).await;
         let dir = tempfile::tempdir().expect("dir");
-        let server = server_with(
-            audited(&dir),
-            openai_runner(&base),
-            marker_enforcer(false),
-            ModelOptions::default(),
-        );
+        let server = audited_openai(&dir, &base);
         let h = Harness::start(server).await;
         check_row(name, &h, &dir, seen, true).await;
         h.shutdown().await.expect("clean shutdown");
@@ -546,12 +551,7 @@ async fn an_unreachable_upstream_is_not_named_to_the_client() {
     };
     let base = format!("http://127.0.0.1:{port}/v1");
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = server_with(
-        audited(&dir),
-        openai_runner(&base),
-        marker_enforcer(false),
-        ModelOptions::default(),
-    );
+    let server = audited_openai(&dir, &base);
     let h = Harness::start(server).await;
     let resp = h.chat(body(false)).await;
     assert_eq!(resp.status().as_u16(), 502);
@@ -590,12 +590,7 @@ async fn a_dribbling_upstream_times_out_like_a_hanging_one() {
     })
     .await;
     let dir = tempfile::tempdir().expect("dir");
-    let server = server_with(
-        audited(&dir),
-        openai_runner(&base),
-        marker_enforcer(false),
-        ModelOptions::default(),
-    );
+    let server = audited_openai(&dir, &base);
     let h = Harness::start(server).await;
     let seen = Seen {
         status: 504,

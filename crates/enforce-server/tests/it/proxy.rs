@@ -254,12 +254,7 @@ async fn upstream_failures_become_openai_errors() {
     ];
     for (error, status, code) in cases {
         let runner = Arc::new(ScriptedRunner::new([Err(error)]));
-        let server = server_with(
-            ServerConfig::default(),
-            runner,
-            marker_enforcer(false),
-            ModelOptions::default(),
-        );
+        let server = marker_server(runner);
         let h = Harness::start(server).await;
         let resp = h.chat(user_body(false)).await;
         assert_eq!(resp.status(), status);

@@ -5,8 +5,7 @@
 //! and one contract gets the same verdict on chat and responses, streamed and not.
 
 use crate::common::*;
-use enforce_core::{Enforcer, Policy, ScriptedRunner, ToolFeedback};
-use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
+use enforce_core::{Enforcer, Policy, ScriptedRunner};
 use enforce_server::{FailureResponse, FsyncPolicy, ModelOptions, ServerConfig, StreamMode};
 use enforce_testkit::sse::parse_sse;
 use enforce_testkit::{MockOpenAi, MockReply, MockScript};
@@ -16,22 +15,6 @@ use std::sync::Arc;
 const GOOD: &str = "Because it is faster.\n<!-- STEP: why -->";
 const BAD: &str = "UNCHECKED draft without a marker.";
 
-fn upstream(mock: &MockOpenAi) -> Arc<OpenAiRunner> {
-    Arc::new(
-        OpenAiRunner::new(OpenAiConfig {
-            base_url: mock.url(),
-            model: "mock-model".into(),
-            retry: RetryConfig {
-                max_retries: 0,
-                ..RetryConfig::default()
-            },
-            tool_feedback: ToolFeedback::default(),
-            ..OpenAiConfig::default()
-        })
-        .unwrap(),
-    )
-}
-
 async fn against_mock(
     replies: Vec<MockReply>,
     enforcer: Enforcer,
@@ -40,7 +23,12 @@ async fn against_mock(
     let mock = MockOpenAi::start(MockScript::new().replies(replies))
         .await
         .unwrap();
-    let server = server_with(ServerConfig::default(), upstream(&mock), enforcer, options);
+    let server = server_with(
+        ServerConfig::default(),
+        mock_upstream(&mock),
+        enforcer,
+        options,
+    );
     (mock, Harness::start(server).await)
 }
 
@@ -364,7 +352,7 @@ async fn an_unresolved_stream_ends_in_response_failed_with_its_status() {
         .unwrap();
     let server = server_with(
         streams_start_at_once(ServerConfig::default()),
-        upstream(&mock),
+        mock_upstream(&mock),
         marker_enforcer(false),
         ModelOptions {
             on_unresolved: FailureResponse::Error,

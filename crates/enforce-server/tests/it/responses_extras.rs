@@ -17,12 +17,7 @@ async fn harness(replies: Vec<MockReply>) -> (MockOpenAi, Harness) {
         .await
         .unwrap();
     let runner = mock_upstream(&mock);
-    let server = server_with(
-        ServerConfig::default(),
-        runner,
-        marker_enforcer(false),
-        ModelOptions::default(),
-    );
+    let server = marker_server(runner);
     (mock, Harness::start(server).await)
 }
 

@@ -3,9 +3,10 @@
 //! checked against the request's `tools` and re-asked in either follow-up style, and text
 //! validators leave a reply of only tool calls alone.
 
-use crate::common::{marker_enforcer, read_stream, server_with, step_mark, Harness};
+use crate::common::{
+    marker_enforcer, mock_upstream_with, read_stream, server_with, step_mark, Harness,
+};
 use enforce_core::{Enforcer, Policy, ToolFeedback, Validator};
-use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_server::{Model, ModelOptions, Server, ServerConfig};
 use enforce_testkit::{MockOpenAi, MockReply, MockScript, RecordedRequest, ToolHistory};
 use enforce_validators::pattern::{Pattern, Rule};
@@ -23,22 +24,6 @@ fn tools() -> Value {
                        "required": ["city"], "additionalProperties": false}}}])
 }
 
-fn runner(mock: &MockOpenAi, feedback: ToolFeedback) -> Arc<OpenAiRunner> {
-    Arc::new(
-        OpenAiRunner::new(OpenAiConfig {
-            base_url: mock.url(),
-            model: "mock-model".into(),
-            retry: RetryConfig {
-                max_retries: 0,
-                ..RetryConfig::default()
-            },
-            tool_feedback: feedback,
-            ..OpenAiConfig::default()
-        })
-        .unwrap(),
-    )
-}
-
 async fn harness(
     script: MockScript,
     feedback: ToolFeedback,
@@ -48,7 +33,7 @@ async fn harness(
     let mock = MockOpenAi::start(script).await.unwrap();
     let server = server_with(
         ServerConfig::default(),
-        runner(&mock, feedback),
+        mock_upstream_with(&mock, feedback),
         enforcer,
         options,
     );
@@ -403,7 +388,7 @@ async fn completions_say_profile_and_overhead_in_headers() {
         .unwrap();
     let model = Model::new(
         "m",
-        runner(&mock, ToolFeedback::default()),
+        mock_upstream_with(&mock, ToolFeedback::default()),
         Arc::new(Enforcer::new(vec![])),
     )
     .with_profile("chat");

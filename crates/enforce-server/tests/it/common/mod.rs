@@ -16,6 +16,14 @@ use tokio::task::JoinHandle;
 /// The OpenAI runner against `mock` (model `mock-model`), without HTTP retries: what a test
 /// scripts is what the proxy gets.
 pub fn mock_upstream(mock: &enforce_testkit::MockOpenAi) -> Arc<enforce_runner::OpenAiRunner> {
+    mock_upstream_with(mock, enforce_core::ToolFeedback::default())
+}
+
+/// [`mock_upstream`], feeding tool-call errors back to the model as `tool_feedback` says.
+pub fn mock_upstream_with(
+    mock: &enforce_testkit::MockOpenAi,
+    tool_feedback: enforce_core::ToolFeedback,
+) -> Arc<enforce_runner::OpenAiRunner> {
     use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
     Arc::new(
         OpenAiRunner::new(OpenAiConfig {
@@ -25,6 +33,7 @@ pub fn mock_upstream(mock: &enforce_testkit::MockOpenAi) -> Arc<enforce_runner::
                 max_retries: 0,
                 ..RetryConfig::default()
             },
+            tool_feedback,
             ..OpenAiConfig::default()
         })
         .unwrap(),
@@ -191,6 +200,16 @@ impl Validator for Down {
     async fn validate(&self, _: &str, _: &Context) -> Validation {
         Err(enforce_core::Unavailable::new("checker unreachable"))
     }
+}
+
+/// A proxy over `runner` with the step-marker contract (no repairs) and the defaults.
+pub fn marker_server(runner: Arc<dyn Runner>) -> Server {
+    server_with(
+        ServerConfig::default(),
+        runner,
+        marker_enforcer(false),
+        ModelOptions::default(),
+    )
 }
 
 pub fn marker_enforcer(repairs: bool) -> Enforcer {

@@ -7,20 +7,25 @@ use enforce_server::{ModelOptions, ServerConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-#[tokio::test]
-async fn bearer_auth_guards_the_api() {
-    let runner = Arc::new(ScriptedRunner::texts([GOOD]));
+/// A proxy answering `GOOD` that accepts `keys`.
+async fn keyed(keys: &[&str]) -> Harness {
     let config = ServerConfig {
-        api_keys: vec!["k-one".into(), "k-two".into()],
+        api_keys: keys.iter().map(|k| k.to_string()).collect(),
         ..ServerConfig::default()
     };
+    let runner = Arc::new(ScriptedRunner::texts([GOOD]));
     let server = server_with(
         config,
         runner,
         marker_enforcer(false),
         ModelOptions::default(),
     );
-    let h = Harness::start(server).await;
+    Harness::start(server).await
+}
+
+#[tokio::test]
+async fn bearer_auth_guards_the_api() {
+    let h = keyed(&["k-one", "k-two"]).await;
     for key in [None, Some("wrong"), Some("k-one-but-longer")] {
         let mut req = h
             .client
@@ -52,18 +57,7 @@ async fn bearer_auth_guards_the_api() {
 
 #[tokio::test]
 async fn an_empty_presented_key_is_never_accepted() {
-    let runner = Arc::new(ScriptedRunner::texts([GOOD]));
-    let config = ServerConfig {
-        api_keys: vec!["k-one".into()],
-        ..ServerConfig::default()
-    };
-    let server = server_with(
-        config,
-        runner,
-        marker_enforcer(false),
-        ModelOptions::default(),
-    );
-    let h = Harness::start(server).await;
+    let h = keyed(&["k-one"]).await;
     let empty_headers: [&[(&str, &str)]; 4] = [
         &[("x-api-key", "")],
         &[("x-api-key", "   ")],

@@ -37,12 +37,7 @@ async fn usage_chunk_only_when_asked() {
         }),
         ..Reply::text(GOOD)
     })]));
-    let server = server_with(
-        ServerConfig::default(),
-        runner,
-        marker_enforcer(false),
-        ModelOptions::default(),
-    );
+    let server = marker_server(runner);
     let h = Harness::start(server).await;
     let mut body = user_body(true);
     body["stream_options"] = json!({"include_usage": true});
@@ -152,12 +147,7 @@ async fn stream_upstream_failures_become_error_chunks() {
     for error in cases {
         // Fails on the re-ask, after a first answer that did not pass.
         let runner = Arc::new(ScriptedRunner::new([Ok(Reply::text(BAD)), Err(error)]));
-        let server = server_with(
-            ServerConfig::default(),
-            runner,
-            marker_enforcer(false),
-            ModelOptions::default(),
-        );
+        let server = marker_server(runner);
         let h = Harness::start(server).await;
         let (raw, parsed) = read_stream(h.chat(user_body(true)).await).await;
         assert!(!raw.contains(BAD));
