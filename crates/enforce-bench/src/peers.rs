@@ -18,7 +18,7 @@ pub(crate) use proxies::{start_enforce, PERSON_CONFIG};
 /// Options of the full run.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PeersArgs {
-    /// The `enforce` binary (release build).
+    /// The `enforce` binary (the `dist` build).
     #[arg(long)]
     pub enforce_bin: PathBuf,
     /// Where the virtualenvs, configs and logs go.

@@ -462,7 +462,7 @@ With one failing attempt before a valid one, the valid answer must still be gene
     );
 
     let _ = writeln!(o, "## Exact commands\n");
-    let _ = writeln!(o, "```sh\ncargo xtask bench-peers   # builds enforce and enforce-bench in release, then runs:\n");
+    let _ = writeln!(o, "```sh\ncargo xtask bench-peers   # builds enforce and enforce-bench (profile dist), then runs:\n");
     for c in &r.commands {
         let _ = writeln!(o, "{c}");
     }
