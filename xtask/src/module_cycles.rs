@@ -1,5 +1,5 @@
 //! `cargo xtask cycles`: the top-level modules of one crate must not import each other in a
-//! loop (issue 14). A cycle means neither module can be understood, tested or moved without
+//! loop. A cycle means neither module can be understood, tested or moved without
 //! the other; the fix is a third module both use.
 //!
 //! Plain text scanning, so xtask stays free of a Rust parser: every `src/` file is cut into

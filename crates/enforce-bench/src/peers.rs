@@ -47,7 +47,7 @@ pub struct PeersArgs {
     pub guard_strings: usize,
     /// Let idle cores halt. By default a `SCHED_IDLE` busy loop runs on each pinned core, so
     /// that no core sleeps between two requests: on a VM that halts idle vCPUs at once, waking
-    /// one costs more than a proxy's own work (see PROXY-PROFILE.md). The loop yields to any
+    /// one costs more than a proxy's own work (docs/performance.md). The loop yields to any
     /// other task, so it takes no CPU from the targets.
     #[arg(long)]
     pub let_cores_idle: bool,
