@@ -124,9 +124,9 @@ fn is_item(span: &str) -> bool {
     let first = segments.next().unwrap_or_default();
     span.contains("::")
         && (first == "enforce" || first.starts_with("enforce_"))
-        && span.split("::").all(|s| {
-            !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        })
+        && span
+            .split("::")
+            .all(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
 }
 
 fn is_path(span: &str) -> bool {
@@ -150,7 +150,9 @@ impl CrateTokens {
         let src = if krate == "enforce" {
             root.join("src")
         } else {
-            root.join("crates").join(krate.replace('_', "-")).join("src")
+            root.join("crates")
+                .join(krate.replace('_', "-"))
+                .join("src")
         };
         if !src.is_dir() {
             return Ok(None);
@@ -223,7 +225,11 @@ const DEFINITIONS: &[&str] = &[
 /// its qualifiers (`pub(crate) async fn`, `pub const unsafe fn`).
 fn is_public(tokens: &[Token], at: usize) -> bool {
     let mut i = at;
-    while i > 0 && ["async", "unsafe", "const", "extern"].iter().any(|q| tokens[i - 1].is(q)) {
+    while i > 0
+        && ["async", "unsafe", "const", "extern"]
+            .iter()
+            .any(|q| tokens[i - 1].is(q))
+    {
         i -= 1;
     }
     if i >= 3 && tokens[i - 1] == Token::Punct(')') && tokens[i - 3] == Token::Punct('(') {
@@ -286,7 +292,9 @@ Not names: `/metrics`, `crates/*/README.md`, `Runner::ask`, `http://example.com/
 
     #[test]
     fn a_name_wrapped_after_its_separator_is_one_name() {
-        let names = Names::of("see `enforce_core::\n  Enforcer` and `crates/enforce-core/\n  src`, `enforce\n  run`");
+        let names = Names::of(
+            "see `enforce_core::\n  Enforcer` and `crates/enforce-core/\n  src`, `enforce\n  run`",
+        );
         assert_eq!(names.items, ["enforce_core::Enforcer"]);
         assert_eq!(names.paths, ["crates/enforce-core/src"]);
     }

@@ -783,7 +783,15 @@ fn bench_python(extra: &[String]) -> Result<()> {
 fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[String]) -> Result<()> {
     let mut build = cargo();
     build
-        .args(["build", "--profile", DIST, "-p", "enforce", "-p", "enforce-bench"])
+        .args([
+            "build",
+            "--profile",
+            DIST,
+            "-p",
+            "enforce",
+            "-p",
+            "enforce-bench",
+        ])
         .args(features)
         .args(locked());
     run(build)?;

@@ -456,10 +456,7 @@ With one failing attempt before a valid one, the valid answer must still be gene
         targets.push('\n');
     }
     targets.push_str("\nA missed target is reported as missed; the scenario sections show the figures behind it. For the proxy latency, the `relay (floor)` row shows what one more process on the path costs on this machine, and [`docs/performance.md`](docs/performance.md) shows how to profile where the time goes (callgrind, perf, strace).\n");
-    o = o.replace(
-        "## Targets\n\n",
-        &format!("## Targets\n\n{targets}\n"),
-    );
+    o = o.replace("## Targets\n\n", &format!("## Targets\n\n{targets}\n"));
 
     let _ = writeln!(o, "## Exact commands\n");
     let _ = writeln!(o, "```sh\ncargo xtask bench-peers   # builds enforce and enforce-bench (profile dist), then runs:\n");
