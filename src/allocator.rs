@@ -6,7 +6,7 @@
 //! path (a bigger block, aligned inside, its page marked as holding interior pointers), even
 //! for an alignment of 1. A server that frees and allocates the same sizes on every request
 //! hits that path all the time: `enforce serve` did about 17 times per chat request
-//! (crates/enforce-bench/PROXY-PROFILE.md). Plain `mi_malloc` has no such detour, and its
+//! (docs/performance.md). Plain `mi_malloc` has no such detour, and its
 //! blocks are aligned enough: every block size is a multiple of 8 (of 16 from 16 bytes up)
 //! and a page's first block is 16-aligned, so a block for a size that is a multiple of an
 //! alignment up to 16 has that alignment. Only larger or odd alignments go the aligned way.

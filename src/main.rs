@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc, not the system allocator (feature `mimalloc`, on by default): `enforce serve`
 /// allocates on every request, and glibc's malloc and free were a fifth of its instructions per
-/// request (crates/enforce-bench/PROXY-PROFILE.md).
+/// request (docs/performance.md).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
