@@ -7,7 +7,6 @@ use crate::error::ApiError;
 use crate::pipeline::{Ask, Surface};
 use crate::stream::{self, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
-use crate::verdict::cut_at_token_limit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -17,8 +16,8 @@ use events::{
     SummaryDone, SummaryPart, TextDelta, TextDone, WithResponse,
 };
 use object::{
-    item_id, CallItem, Failure, MessageItem, OutputItem, OutputText, ReasoningItem, ResponseObject,
-    SummaryText, Verdict,
+    item_id, item_status, CallItem, Failure, MessageItem, OutputItem, OutputText, ReasoningItem,
+    ResponseObject, SummaryText, Verdict,
 };
 use request::Echo;
 use serde::Serialize;
@@ -64,16 +63,6 @@ impl Surface for Responses {
 
     fn writer(turn: &Turn, echo: Echo) -> ResponsesWriter {
         ResponsesWriter::new(turn.id.clone(), echo)
-    }
-}
-
-/// The status of the answer's output items: `incomplete` when the answer was cut at the token
-/// limit, as OpenAI's items are at `max_output_tokens`.
-fn item_status(outcome: &Outcome) -> &'static str {
-    if cut_at_token_limit(outcome) {
-        "incomplete"
-    } else {
-        "completed"
     }
 }
 

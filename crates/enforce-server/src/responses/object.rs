@@ -13,13 +13,14 @@ use std::borrow::Cow;
 
 /// A `response` object: of an answer ([`ResponseObject::answer`]), in progress, or failed.
 #[derive(Serialize)]
+// Writes `"object": "response"`.
 #[serde(tag = "object", rename = "response")]
 pub(super) struct ResponseObject<'a> {
     id: &'a str,
     created_at: u64,
     model: &'a str,
-    pub status: &'static str,
-    pub output: Vec<OutputItem<'a>>,
+    status: &'static str,
+    output: Vec<OutputItem<'a>>,
     pub error: Option<Failure<'a>>,
     /// Set when the answer was cut at the token limit.
     incomplete_details: Option<IncompleteDetails>,
@@ -55,8 +56,7 @@ impl<'a> ResponseObject<'a> {
     /// The object of an answer: its text as one `message` item (none when it only calls
     /// tools), one `function_call` item per call, `incomplete` when cut at the token limit.
     pub fn answer(id: &'a TurnId, echo: &'a Echo, text: &'a str, outcome: &'a Outcome) -> Self {
-        let cut = cut_at_token_limit(outcome);
-        let status = if cut { "incomplete" } else { "completed" };
+        let status = item_status(outcome);
         let calls = &outcome.tool_calls;
         let message = (!text.is_empty() || calls.is_empty())
             .then(|| OutputItem::Message(MessageItem::new(id, text, status)));
@@ -65,7 +65,7 @@ impl<'a> ResponseObject<'a> {
         });
         ResponseObject {
             output: message.into_iter().chain(calls).collect(),
-            incomplete_details: cut.then_some(IncompleteDetails {
+            incomplete_details: (status == "incomplete").then_some(IncompleteDetails {
                 reason: "max_output_tokens",
             }),
             usage: Some(TokenUsage::of(outcome.usage)),
@@ -109,6 +109,16 @@ impl<'a> ResponseObject<'a> {
     /// Whether the answer was cut at the token limit.
     pub fn is_cut(&self) -> bool {
         self.incomplete_details.is_some()
+    }
+}
+
+/// The status of an answer and its items: `incomplete` when the answer was cut at the token
+/// limit, as OpenAI's are at `max_output_tokens`.
+pub(super) fn item_status(outcome: &Outcome) -> &'static str {
+    if cut_at_token_limit(outcome) {
+        "incomplete"
+    } else {
+        "completed"
     }
 }
 

@@ -116,39 +116,9 @@ fn input_messages(input: &Value, messages: &mut Vec<Message>) -> Result<(), ApiE
             .and_then(Value::as_str)
             .unwrap_or("message");
         match kind {
-            "message" => {
-                let role = match item.get("role").and_then(Value::as_str).unwrap_or("") {
-                    "user" => Role::User,
-                    "assistant" => Role::Assistant,
-                    "system" | "developer" => Role::System,
-                    _ => {
-                        return Err(invalid(
-                            format!(
-                                "An input message's `role` must be `user`, `assistant`, `system` or `developer`, got {}.",
-                                crate::pipeline::shown_role(item.get("role"))
-                            ),
-                            "input",
-                        ))
-                    }
-                };
-                let (text, other) = content_of(item.get("content").unwrap_or(&Value::Null))?;
-                messages.push(message_with_parts(role, text, other));
-            }
+            "message" => messages.push(input_message(item)?),
             "function_call" => {
-                let field = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
-                let (call_id, name) = (field("call_id"), field("name"));
-                if call_id.is_empty() || name.is_empty() {
-                    return Err(invalid(
-                        "A `function_call` input item needs a `call_id` and a `name`.",
-                        "input",
-                    ));
-                }
-                let arguments = match item.get("arguments") {
-                    Some(Value::String(s)) => s.clone(),
-                    None | Some(Value::Null) => String::new(),
-                    Some(other) => other.to_string(),
-                };
-                let call = ToolCall::new(call_id, name, arguments);
+                let call = function_call(item)?;
                 // Calls of one turn follow each other: they belong to one assistant message.
                 match messages.last_mut() {
                     Some(last) if last.role == Role::Assistant && last.parts.is_empty() => {
@@ -180,6 +150,44 @@ fn input_messages(input: &Value, messages: &mut Vec<Message>) -> Result<(), ApiE
         }
     }
     Ok(())
+}
+
+/// A `message` input item.
+fn input_message(item: &Value) -> Result<Message, ApiError> {
+    let role = match item.get("role").and_then(Value::as_str).unwrap_or("") {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "system" | "developer" => Role::System,
+        _ => {
+            return Err(invalid(
+                format!(
+                    "An input message's `role` must be `user`, `assistant`, `system` or `developer`, got {}.",
+                    crate::pipeline::shown_role(item.get("role"))
+                ),
+                "input",
+            ))
+        }
+    };
+    let (text, other) = content_of(item.get("content").unwrap_or(&Value::Null))?;
+    Ok(message_with_parts(role, text, other))
+}
+
+/// A `function_call` input item: a call the model made in an earlier turn.
+fn function_call(item: &Value) -> Result<ToolCall, ApiError> {
+    let field = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
+    let (call_id, name) = (field("call_id"), field("name"));
+    if call_id.is_empty() || name.is_empty() {
+        return Err(invalid(
+            "A `function_call` input item needs a `call_id` and a `name`.",
+            "input",
+        ));
+    }
+    let arguments = match item.get("arguments") {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => String::new(),
+        Some(other) => other.to_string(),
+    };
+    Ok(ToolCall::new(call_id, name, arguments))
 }
 
 /// Function tools in the chat dialect; any other tool type is refused.
