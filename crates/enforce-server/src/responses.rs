@@ -16,7 +16,7 @@ use events::{
     SummaryDone, SummaryPart, TextDelta, TextDone, WithResponse,
 };
 use object::{
-    item_id, item_status, CallItem, Failure, MessageItem, OutputItem, OutputText, ReasoningItem,
+    item_id, item_status, CallItem, Failure, MessageItem, OutputText, ReasoningItem,
     ResponseObject, SummaryText, Verdict,
 };
 use request::Echo;
@@ -167,7 +167,7 @@ impl ResponsesWriter {
         };
         self.sequence
             .write(out, "response.reasoning_summary_part.done", part);
-        let item = OutputItem::Reasoning(ReasoningItem::new(&self.id, Some(text)));
+        let item = ReasoningItem::new(&self.id, Some(text));
         let done = ItemEvent { output_index, item };
         self.sequence.write(out, "response.output_item.done", done);
         self.shown_reasoning = Some((output_index, text.to_string()));
@@ -177,7 +177,7 @@ impl ResponsesWriter {
     fn text_item(&mut self, text: &str, out: &mut Vec<u8>) {
         let output_index = self.next_output_index();
         let item_id = &item_id(&self.id, "msg_", None);
-        let item = OutputItem::Message(MessageItem::new(&self.id, "", "in_progress"));
+        let item = MessageItem::new(&self.id, "", "in_progress");
         let added = ItemEvent { output_index, item };
         self.sequence
             .write(out, "response.output_item.added", added);
@@ -210,7 +210,7 @@ impl ResponsesWriter {
         self.sequence.write(out, "response.output_text.done", done);
         self.sequence
             .write(out, "response.content_part.done", part(text));
-        let item = OutputItem::Message(MessageItem::new(&self.id, text, self.item_status));
+        let item = MessageItem::new(&self.id, text, self.item_status);
         let done = ItemEvent { output_index, item };
         self.sequence.write(out, "response.output_item.done", done);
     }
@@ -218,9 +218,8 @@ impl ResponsesWriter {
     /// The `function_call` item of `call`: added, its arguments in deltas, done.
     fn call_item(&mut self, number: usize, call: &ToolCall, out: &mut Vec<u8>) {
         let output_index = self.next_output_index();
-        let added = CallItem::new(&self.id, number, call, "", "in_progress");
-        let item_id = &added.id.clone();
-        let item = OutputItem::FunctionCall(added);
+        let item_id = &item_id(&self.id, "fc_", Some(number));
+        let item = CallItem::new(&self.id, number, call, "", "in_progress");
         let added = ItemEvent { output_index, item };
         self.sequence
             .write(out, "response.output_item.added", added);
@@ -241,8 +240,7 @@ impl ResponsesWriter {
         };
         self.sequence
             .write(out, "response.function_call_arguments.done", done);
-        let done = CallItem::new(&self.id, number, call, &call.arguments, self.item_status);
-        let item = OutputItem::FunctionCall(done);
+        let item = CallItem::new(&self.id, number, call, &call.arguments, self.item_status);
         let done = ItemEvent { output_index, item };
         self.sequence.write(out, "response.output_item.done", done);
     }
@@ -311,7 +309,7 @@ impl StreamWriter for ResponsesWriter {
             None => {
                 let output_index = self.next_output_index();
                 self.reasoning = Some((output_index, text.to_string()));
-                let item = OutputItem::Reasoning(ReasoningItem::new(&self.id, None));
+                let item = ReasoningItem::new(&self.id, None);
                 let added = ItemEvent { output_index, item };
                 self.sequence
                     .write(out, "response.output_item.added", added);

@@ -1,7 +1,7 @@
 //! The Responses stream events, one struct of fields each; [`Sequenced`] adds the `type` and
 //! `sequence_number` every event carries.
 
-use super::object::{OutputItem, OutputText, SummaryText};
+use super::object::{OutputText, SummaryText};
 use serde::Serialize;
 
 /// An event as sent: its fields, its `type` and its place in the stream.
@@ -26,9 +26,9 @@ pub(super) struct WithResponse<'a, R: ?Sized> {
 
 /// `response.output_item.added` and `.done`: a whole output item.
 #[derive(Serialize)]
-pub(super) struct ItemEvent<'a> {
+pub(super) struct ItemEvent<I> {
     pub output_index: usize,
-    pub item: OutputItem<'a>,
+    pub item: I,
 }
 
 /// `response.content_part.added` and `.done`: a message's content part.

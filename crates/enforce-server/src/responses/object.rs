@@ -243,7 +243,7 @@ impl<'a> SummaryText<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename = "function_call")]
 pub(super) struct CallItem<'a> {
-    pub id: String,
+    id: String,
     call_id: &'a str,
     name: &'a str,
     arguments: &'a str,
