@@ -15,7 +15,6 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use enforce_config::{BuildEnv, Registry};
 use enforce_core::{Context, Enforcer, Policy, Request, ScriptedRunner, Status, Validator};
 use serde_json::json;
-use std::future::Future;
 use std::time::Duration;
 
 use futures_executor::block_on;

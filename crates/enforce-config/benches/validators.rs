@@ -7,7 +7,6 @@
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use enforce_config::{BuildEnv, ProfileSet, Registry};
 use enforce_core::{Context, Validator};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
