@@ -532,6 +532,23 @@ async fn a_merge_refuses_parts_that_are_not_one_whole_eval() {
         assert!(stderr.contains(words), "{words} in {stderr}");
         assert!(!setup.path(out).join("summary.json").exists() || out == "shard-0");
     }
+    // Two parts cannot share a directory.
+    let shared = enforce_async(setup.args(
+        &mock.url(),
+        "shard-0",
+        &[
+            "--arms",
+            "none,feedback",
+            "--repeats",
+            "2",
+            "--shard",
+            "1/3",
+        ],
+    ))
+    .await;
+    let stderr = text(&shared.stderr);
+    assert_eq!(shared.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("holds shard 0/3 of this eval"), "{stderr}");
     // A whole run's directory is a part too: 0/1.
     let merged = merge_cmd(&setup, &["shard-0", "shard-1", "shard-2"], "whole");
     assert_eq!(merged.status.code(), Some(0), "{}", text(&merged.stderr));

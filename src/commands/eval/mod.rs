@@ -271,6 +271,17 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
             .as_ref()
             .map(|s| enforce_core::fnv1a_hex(s.original_text())),
     };
+    if let Ok(previous) = Manifest::read(&args.output) {
+        // Two parts appending to one attempts.jsonl and overwriting one eval.json would leave
+        // a directory the merge cannot attribute.
+        if previous.shard() != shard && previous.difference(&manifest).is_none() {
+            return Err(UsageError(format!(
+                "{} holds shard {} of this eval; give each shard its own -o",
+                args.output.display(),
+                previous.shard()
+            )));
+        }
+    }
     manifest.write(&args.output)?;
     if let Some(part) = shard.part() {
         let held = (0..plan.cases.len()).filter(|&c| shard.holds(c)).count();
