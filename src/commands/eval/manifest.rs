@@ -59,6 +59,21 @@ impl Manifest {
         keys
     }
 
+    /// Writes `eval.json` in `dir`, unless `dir` holds another shard of the same eval: two
+    /// parts appending to one `attempts.jsonl` would leave records the merge cannot attribute.
+    pub fn claim(&self, dir: &Path) -> Result<(), String> {
+        if let Ok(previous) = Manifest::read(dir) {
+            if previous.shard() != self.shard() && previous.difference(self).is_none() {
+                return Err(format!(
+                    "{} holds shard {} of this eval; give each shard its own -o",
+                    dir.display(),
+                    previous.shard()
+                ));
+            }
+        }
+        self.write(dir)
+    }
+
     /// Writes `eval.json` in `dir`.
     pub fn write(&self, dir: &Path) -> Result<(), String> {
         let path = dir.join(MANIFEST);

@@ -251,38 +251,9 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     });
 
     let attempts_path = prepare_output(&args.output)?;
-    let manifest = Manifest {
-        setup: summary::Setup {
-            dataset: dataset_path.display().to_string(),
-            cases: plan.cases.len(),
-            repeats: plan.repeats,
-            seed: plan.seed,
-            profile: profile_name,
-            runner: plan.runner_kind.clone(),
-            model: plan.model.clone(),
-            params: plan.params.clone(),
-            shard: shard.part(),
-        },
-        arms: plan.arms.iter().map(|a| a.name.clone()).collect(),
-        cases: plan.cases.iter().map(|c| c.id.clone()).collect(),
-        dataset_digest: manifest::file_digest(dataset_path)?,
-        config_digest: loaded
-            .source
-            .as_ref()
-            .map(|s| enforce_core::fnv1a_hex(s.original_text())),
-    };
-    if let Ok(previous) = Manifest::read(&args.output) {
-        // Two parts appending to one attempts.jsonl and overwriting one eval.json would leave
-        // a directory the merge cannot attribute.
-        if previous.shard() != shard && previous.difference(&manifest).is_none() {
-            return Err(UsageError(format!(
-                "{} holds shard {} of this eval; give each shard its own -o",
-                args.output.display(),
-                previous.shard()
-            )));
-        }
-    }
-    manifest.write(&args.output)?;
+    let config_text = loaded.source.as_ref().map(|s| s.original_text());
+    let manifest = manifest_of(&plan, dataset_path, profile_name, shard, config_text)?;
+    manifest.claim(&args.output)?;
     if let Some(part) = shard.part() {
         let held = (0..plan.cases.len()).filter(|&c| shard.holds(c)).count();
         eprintln!(
@@ -371,6 +342,33 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         args.output.display()
     );
     Ok(0)
+}
+
+/// What this run runs, for `eval.json` and the summary.
+fn manifest_of(
+    plan: &Plan,
+    dataset: &Path,
+    profile: String,
+    shard: Shard,
+    config_text: Option<&str>,
+) -> Result<Manifest, UsageError> {
+    Ok(Manifest {
+        setup: summary::Setup {
+            dataset: dataset.display().to_string(),
+            cases: plan.cases.len(),
+            repeats: plan.repeats,
+            seed: plan.seed,
+            profile,
+            runner: plan.runner_kind.clone(),
+            model: plan.model.clone(),
+            params: plan.params.clone(),
+            shard: shard.part(),
+        },
+        arms: plan.arms.iter().map(|a| a.name.clone()).collect(),
+        cases: plan.cases.iter().map(|c| c.id.clone()).collect(),
+        dataset_digest: manifest::file_digest(dataset)?,
+        config_digest: config_text.map(enforce_core::fnv1a_hex),
+    })
 }
 
 /// `--merge`: the parts' directories joined into `-o`.
