@@ -353,6 +353,231 @@ async fn an_interrupted_eval_resumes_and_runs_only_what_is_missing() {
     );
 }
 
+/// `junit.xml` without its `time` attributes (wall clock, different in every run).
+fn without_junit_times(xml: &str) -> String {
+    let mut out = String::new();
+    let mut rest = xml;
+    while let Some(start) = rest.find(" time=\"") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + " time=\"".len()..];
+        rest = after.find('"').map_or("", |end| &after[end + 1..]);
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The chat requests a mock received, as sorted JSON texts (the order depends on timing).
+fn sorted_bodies(mock: &MockOpenAi) -> Vec<String> {
+    let mut bodies: Vec<String> = mock
+        .chat_requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect();
+    bodies.sort();
+    bodies
+}
+
+const SHARDED: [&str; 4] = ["--arms", "none,feedback", "--repeats", "2"];
+
+/// Runs part `index` of 3 into `shard-<index>`.
+async fn run_shard(setup: &Setup, url: &str, index: u32, extra: &[&str]) {
+    let shard = format!("{index}/3");
+    let mut args: Vec<&str> = SHARDED.to_vec();
+    args.extend(["--shard", shard.as_str()]);
+    args.extend(extra);
+    let out = enforce_async(setup.args(url, &format!("shard-{index}"), &args)).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+fn merge_cmd(setup: &Setup, parts: &[&str], out: &str) -> Output {
+    let mut args = vec!["eval".to_string(), "--merge".to_string()];
+    args.extend(parts.iter().map(|p| setup.path(p).display().to_string()));
+    args.extend(["-o".to_string(), setup.path(out).display().to_string()]);
+    enforce(&args)
+}
+
+/// Three shards, merged, give what one run gives: the same requests to the model (seeds
+/// included), and the same summary.json (statistics included), junit.xml and records. Wall
+/// times are left out of the comparison (`wall_ms*` in the summary, `time` in the JUnit):
+/// they are the clock's, different in any two runs. Nothing else is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_and_merged_equals_one_run() {
+    let setup = Setup::new();
+    let whole_mock = MockOpenAi::start(mock_script()).await.expect("mock");
+    let whole = enforce_async(setup.args(&whole_mock.url(), "whole", &SHARDED)).await;
+    assert_eq!(whole.status.code(), Some(0), "{}", text(&whole.stderr));
+    let mock = MockOpenAi::start(mock_script()).await.expect("mock");
+    for index in 0..3 {
+        run_shard(&setup, &mock.url(), index, &[]).await;
+    }
+    assert_eq!(sorted_bodies(&mock), sorted_bodies(&whole_mock));
+    // Round robin: shard 1/3 holds the 2nd and 5th case, every arm and repeat.
+    let part: BTreeSet<String> = records(&setup.path("shard-1").join("attempts.jsonl"))
+        .iter()
+        .map(|r| r["eval"]["case"].as_str().expect("case").to_string())
+        .collect();
+    assert_eq!(
+        part,
+        BTreeSet::from(["two".to_string(), "case-5".to_string()])
+    );
+    assert_eq!(
+        summary(&setup.path("shard-1"))["setup"]["shard"]["index"],
+        1
+    );
+
+    let merged = merge_cmd(&setup, &["shard-2", "shard-0", "shard-1"], "merged");
+    assert_eq!(merged.status.code(), Some(0), "{}", text(&merged.stderr));
+    assert!(text(&merged.stdout).contains("Valid answers per arm"));
+    let (whole_dir, merged_dir) = (setup.path("whole"), setup.path("merged"));
+    let merged_summary = summary(&merged_dir);
+    assert_eq!(
+        without_times(merged_summary.clone()),
+        without_times(summary(&whole_dir))
+    );
+    // The statistics are there to compare: intervals and a sign test on discordant pairs.
+    assert!(
+        merged_summary["arms"][0]["valid"]["high"]
+            .as_f64()
+            .expect("an interval")
+            < 1.0
+    );
+    assert_eq!(merged_summary["pairs"][0]["only_b"], 8);
+    let junit = |dir: &Path| {
+        without_junit_times(&std::fs::read_to_string(dir.join("junit.xml")).expect("junit"))
+    };
+    assert_eq!(junit(&merged_dir), junit(&whole_dir));
+    assert_eq!(junit(&merged_dir).matches("<testcase ").count(), 24);
+    let outcomes = |dir: &Path| -> BTreeMap<String, Value> {
+        records(&dir.join("attempts.jsonl"))
+            .into_iter()
+            .map(|r| (r["eval"].to_string(), r["status"].clone()))
+            .collect()
+    };
+    assert_eq!(outcomes(&merged_dir), outcomes(&whole_dir));
+    let answers = |dir: &Path| {
+        std::fs::read_to_string(dir.join("answers.jsonl"))
+            .expect("answers")
+            .lines()
+            .count()
+    };
+    assert_eq!(answers(&merged_dir), answers(&whole_dir));
+    let page = std::fs::read_to_string(merged_dir.join("report.html")).expect("report.html");
+    assert!(page.starts_with("<!DOCTYPE html>"));
+}
+
+/// A merge names what keeps the parts from making one eval, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_refuses_parts_that_are_not_one_whole_eval() {
+    let setup = Setup::new();
+    let mock = MockOpenAi::start(mock_script()).await.expect("mock");
+    for index in 0..3 {
+        run_shard(&setup, &mock.url(), index, &[]).await;
+    }
+    // Part 2 of another eval: one repeat, not two.
+    let out = enforce_async(setup.args(
+        &mock.url(),
+        "2-other",
+        &[
+            "--arms",
+            "none,feedback",
+            "--repeats",
+            "1",
+            "--shard",
+            "2/3",
+        ],
+    ))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Part 1, stopped early: three of its eight records.
+    let early = setup.path("shard-early");
+    std::fs::create_dir_all(&early).expect("dir");
+    for file in ["eval.json", "answers.jsonl"] {
+        std::fs::copy(setup.path("shard-1").join(file), early.join(file)).expect("copy");
+    }
+    let lines: Vec<String> = std::fs::read_to_string(setup.path("shard-1").join("attempts.jsonl"))
+        .expect("attempts")
+        .lines()
+        .take(3)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(early.join("attempts.jsonl"), lines.concat()).expect("write");
+
+    for (parts, out, words) in [
+        (&["shard-0", "shard-1"][..], "m1", "shard 2/3 missing"),
+        (
+            &["shard-0", "shard-1", "shard-1"][..],
+            "m2",
+            "shard 1/3 is given twice",
+        ),
+        (
+            &["shard-0", "shard-1", "2-other"][..],
+            "m3",
+            "not parts of one eval: they differ in setup.repeats (2 vs 1)",
+        ),
+        (
+            &["shard-0", "shard-early", "shard-2"][..],
+            "m4",
+            "has 3 of its 8 trials",
+        ),
+        (
+            &["shard-0", "shard-1", "shard-2"][..],
+            "shard-0",
+            "is one of the parts",
+        ),
+        (&["shard-0", "nowhere"][..], "m5", "eval.json"),
+    ] {
+        let merged = merge_cmd(&setup, parts, out);
+        let stderr = text(&merged.stderr);
+        assert_eq!(merged.status.code(), Some(2), "{parts:?}: {stderr}");
+        assert!(stderr.contains(words), "{words} in {stderr}");
+        assert!(!setup.path(out).join("summary.json").exists() || out == "shard-0");
+    }
+    // Two parts cannot share a directory.
+    let shared = enforce_async(setup.args(
+        &mock.url(),
+        "shard-0",
+        &[
+            "--arms",
+            "none,feedback",
+            "--repeats",
+            "2",
+            "--shard",
+            "1/3",
+        ],
+    ))
+    .await;
+    let stderr = text(&shared.stderr);
+    assert_eq!(shared.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("holds shard 0/3 of this eval"), "{stderr}");
+    // A whole run's directory is a part too: 0/1.
+    let merged = merge_cmd(&setup, &["shard-0", "shard-1", "shard-2"], "whole");
+    assert_eq!(merged.status.code(), Some(0), "{}", text(&merged.stderr));
+    let again = merge_cmd(&setup, &["whole"], "again");
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert_eq!(
+        without_times(summary(&setup.path("again"))),
+        without_times(summary(&setup.path("whole")))
+    );
+}
+
+#[test]
+fn an_impossible_shard_is_a_usage_error() {
+    let setup = Setup::new();
+    for (shard, words) in [
+        ("3/2", "counted from 0"),
+        ("0/0", "at least 1"),
+        ("junk", "expected I/N"),
+    ] {
+        let args = setup.args("http://127.0.0.1:9", "out", &["--shard", shard]);
+        let out = enforce(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{shard}: {stderr}");
+        assert!(stderr.contains(words), "{words} in {stderr}");
+    }
+    let both = enforce(&setup.args("http://127.0.0.1:9", "out", &["--merge", "a"]));
+    assert_eq!(both.status.code(), Some(2), "a dataset and --merge");
+}
+
 fn eval_cmd(args: &[&str]) -> Output {
     let args: Vec<String> = std::iter::once("eval")
         .chain(args.iter().copied())
@@ -444,6 +669,10 @@ fn bad_input_is_a_clear_usage_error() {
         "--base-url",
         "--temperature",
         "--max-tokens",
+        "--shard",
+        "JOB_COMPLETION_INDEX",
+        "--merge",
+        "eval.json",
         "Example",
         "enforce eval examples/eval/",
     ] {

@@ -4,13 +4,18 @@
 //!
 //! `dataset` reads the cases, `arms` the strategies, `trials` runs them and keeps their audit
 //! records (resume), `summary` counts, `stats` gives intervals and tests, `junit` and `html`
-//! write the other outputs.
+//! write the other outputs (`outputs` all of them). `shard` picks the part of the dataset a
+//! run of a sharded eval takes, `manifest` records what a run ran, `merge` joins the parts.
 
 mod answers;
 mod arms;
 mod dataset;
 mod html;
 mod junit;
+mod manifest;
+mod merge;
+mod outputs;
+mod shard;
 mod stats;
 mod summary;
 mod trials;
@@ -22,6 +27,10 @@ use crate::usage::{unknown_profile, UsageError};
 use arms::Arm;
 use clap::Args as ClapArgs;
 use enforce_core::{Enforcer, Runner};
+use manifest::Manifest;
+use merge::MergeError;
+use outputs::{ANSWERS, ATTEMPTS};
+use shard::Shard;
 use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -81,7 +90,16 @@ Outputs, in the -o directory:
                   profile, config, prompt, answer, finish_reason, source)
   junit.xml       one test case per case × arm × repeat; a failure is an answer not valid
   report.html     one self-contained page with the charts
+  eval.json       what the run was asked to run (setup, shard, arms, case ids, digests of the
+                  dataset and the configuration), for --merge
 The tables go to stdout, a progress bar to stderr (when it is a terminal).
+
+Scaling out: --shard I/N runs part I of N, I from 0 to N-1 (as a Kubernetes indexed Job's \
+JOB_COMPLETION_INDEX): the cases at positions I, I+N, I+2N... of the dataset (counted from 0), \
+in every arm and repeat, with the seeds the whole run sends. Give each part its own -o, then \
+`enforce eval --merge DIR... -o OUT` writes the outputs of the whole eval. It refuses parts of \
+different evals (naming what differs: dataset, configuration, arms, seed, ...), a part given \
+twice or missing, and a part that stopped early (rerun its command to finish it).
 
 Example (a llama.cpp or Ollama server; see examples/eval/):
   enforce eval examples/eval/city-json.jsonl -c examples/eval/enforce.yaml -p city_json \\
@@ -95,8 +113,9 @@ configuration error.";
 /// Run a dataset through a profile once per arm and compare.
 #[derive(Debug, ClapArgs)]
 pub struct Args {
-    /// The dataset: JSONL (one case a line) or promptfoo-style YAML.
-    pub dataset: PathBuf,
+    /// The dataset: JSONL (one case a line) or promptfoo-style YAML; not with --merge.
+    #[arg(required_unless_present = "merge")]
+    pub dataset: Option<PathBuf>,
     /// Configuration file (profiles, validators, `runner:` section); default `./enforce.yaml`
     /// when it exists.
     #[arg(long, short = 'c', env = "ENFORCE_CONFIG")]
@@ -125,6 +144,14 @@ pub struct Args {
     /// Root for path-checking validators (default: the current directory).
     #[arg(long)]
     pub root: Option<PathBuf>,
+    /// Run only part I of N of the dataset, I from 0 (as JOB_COMPLETION_INDEX): the cases at
+    /// positions I, I+N, I+2N..., every arm and repeat, with the whole run's seeds.
+    #[arg(long, value_name = "I/N", conflicts_with = "merge")]
+    pub shard: Option<Shard>,
+    /// Run nothing: merge the -o directories of every part of a sharded eval into -o, as the
+    /// outputs of the whole eval.
+    #[arg(long, value_name = "DIR", num_args = 1.., conflicts_with = "dataset")]
+    pub merge: Vec<PathBuf>,
     #[command(flatten)]
     pub runner: RunnerOptions,
 }
@@ -140,13 +167,16 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
-/// The names of the output files.
-const ATTEMPTS: &str = "attempts.jsonl";
-const ANSWERS: &str = "answers.jsonl";
-
 fn execute(args: &Args) -> Result<u8, UsageError> {
+    if !args.merge.is_empty() {
+        return run_merge(args);
+    }
+    let Some(dataset_path) = &args.dataset else {
+        return Err(UsageError("give a DATASET, or --merge DIR...".into()));
+    };
+    let shard = args.shard.unwrap_or(Shard::WHOLE);
     let arms = Arm::parse_list(&args.arms)?;
-    let cases = dataset::read(&args.dataset)?;
+    let cases = dataset::read(dataset_path)?;
     let loaded = LoadedConfig::load(args.config.as_deref())?;
     let (registry, _host) = crate::plugin_host::registry_with_plugins(&loaded);
     let profiles = loaded.profiles(&registry, args.root.clone())?;
@@ -221,7 +251,17 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     });
 
     let attempts_path = prepare_output(&args.output)?;
-    let (mut trials, ignored) = resumed(&plan, &attempts_path)?;
+    let config_text = loaded.source.as_ref().map(|s| s.original_text());
+    let manifest = manifest_of(&plan, dataset_path, profile_name, shard, config_text)?;
+    manifest.claim(&args.output)?;
+    if let Some(part) = shard.part() {
+        let held = (0..plan.cases.len()).filter(|&c| shard.holds(c)).count();
+        eprintln!(
+            "enforce eval: shard {part}: {held} of the dataset's {} case(s)",
+            plan.cases.len()
+        );
+    }
+    let (mut trials, ignored) = resumed(&manifest, &attempts_path)?;
     if ignored > 0 {
         eprintln!(
             "enforce eval: {ignored} record(s) in {} belong to another eval (other arms, cases \
@@ -233,7 +273,7 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     let pending: Vec<_> = plan
         .jobs()
         .into_iter()
-        .filter(|&job| !done.contains(&plan.key(job)))
+        .filter(|&job| shard.holds(job.case) && !done.contains(&plan.key(job)))
         .collect();
     if !trials.is_empty() {
         eprintln!(
@@ -290,21 +330,10 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     };
     trials.extend(new);
 
-    let setup = summary::Setup {
-        dataset: args.dataset.display().to_string(),
-        cases: plan.cases.len(),
-        repeats: plan.repeats,
-        seed: plan.seed,
-        profile: profile_name,
-        runner: plan.runner_kind.clone(),
-        model: plan.model.clone(),
-        params: plan.params.clone(),
-    };
-    let arm_names: Vec<String> = plan.arms.iter().map(|a| a.name.clone()).collect();
-    let summary = summary::build(setup, &arm_names, &trials);
-    print!("{}", summary::text(&summary));
-    let case_ids: Vec<String> = plan.cases.iter().map(|c| c.id.clone()).collect();
-    if let Err(message) = write_outputs(&args.output, &summary, &arm_names, &case_ids, &trials) {
+    let Manifest {
+        setup, arms, cases, ..
+    } = manifest;
+    if let Err(message) = outputs::finish(&args.output, setup, &arms, &cases, &trials) {
         eprintln!("enforce eval: {message}");
         return Ok(EXIT_IO);
     }
@@ -313,6 +342,45 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         args.output.display()
     );
     Ok(0)
+}
+
+/// What this run runs, for `eval.json` and the summary.
+fn manifest_of(
+    plan: &Plan,
+    dataset: &Path,
+    profile: String,
+    shard: Shard,
+    config_text: Option<&str>,
+) -> Result<Manifest, UsageError> {
+    Ok(Manifest {
+        setup: summary::Setup {
+            dataset: dataset.display().to_string(),
+            cases: plan.cases.len(),
+            repeats: plan.repeats,
+            seed: plan.seed,
+            profile,
+            runner: plan.runner_kind.clone(),
+            model: plan.model.clone(),
+            params: plan.params.clone(),
+            shard: shard.part(),
+        },
+        arms: plan.arms.iter().map(|a| a.name.clone()).collect(),
+        cases: plan.cases.iter().map(|c| c.id.clone()).collect(),
+        dataset_digest: manifest::file_digest(dataset)?,
+        config_digest: config_text.map(enforce_core::fnv1a_hex),
+    })
+}
+
+/// `--merge`: the parts' directories joined into `-o`.
+fn run_merge(args: &Args) -> Result<u8, UsageError> {
+    match merge::merge(&args.merge, &args.output) {
+        Ok(()) => Ok(0),
+        Err(MergeError::Refused(message)) => Err(UsageError(message)),
+        Err(MergeError::Write(message)) => {
+            eprintln!("enforce eval: {message}");
+            Ok(EXIT_IO)
+        }
+    }
 }
 
 /// Creates the output directory; returns the path of `attempts.jsonl` after checking that it
@@ -333,23 +401,14 @@ fn prepare_output(dir: &Path) -> Result<PathBuf, UsageError> {
     Ok(path)
 }
 
-/// The trials of this eval already recorded (one per key, the first), and how many records
-/// belong to another eval.
-fn resumed(plan: &Plan, path: &Path) -> Result<(Vec<Trial>, usize), UsageError> {
+/// The trials of this run already recorded (one per key, the first), and how many records
+/// belong to another eval (or another shard of this one).
+fn resumed(manifest: &Manifest, path: &Path) -> Result<(Vec<Trial>, usize), UsageError> {
     let recorded = trials::resume(path)
         .map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
-    let wanted: HashSet<_> = plan.jobs().into_iter().map(|job| plan.key(job)).collect();
-    let mut seen = HashSet::new();
-    let mut kept = Vec::new();
-    let mut ignored = 0;
-    for trial in recorded {
-        if !wanted.contains(&trial.key) {
-            ignored += 1;
-        } else if seen.insert(trial.key.clone()) {
-            kept.push(trial);
-        }
-    }
-    Ok((kept, ignored))
+    let wanted: HashSet<_> = manifest.keys().into_iter().collect();
+    let (kept, ignored) = trials::select(recorded, &wanted);
+    Ok((kept.into_iter().map(|(_, trial)| trial).collect(), ignored))
 }
 
 fn progress_bar(len: u64) -> indicatif::ProgressBar {
@@ -363,24 +422,6 @@ fn progress_bar(len: u64) -> indicatif::ProgressBar {
         bar.set_style(style);
     }
     bar
-}
-
-fn write_outputs(
-    dir: &Path,
-    summary: &summary::Summary,
-    arms: &[String],
-    cases: &[String],
-    trials: &[Trial],
-) -> Result<(), String> {
-    let write = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
-    };
-    let json = serde_json::to_string_pretty(summary).map_err(|e| e.to_string())?;
-    write("summary.json", &format!("{json}\n"))?;
-    write("junit.xml", &junit::render(arms, cases, trials))?;
-    let page = html::render(summary).map_err(|e| e.to_string())?;
-    write("report.html", &page)
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
 //! The numbers of an eval, per arm and between arms, built from the finished trials (so a
 //! resumed eval and a whole one give the same summary), and their tables.
 
+use super::shard::Shard;
 use super::stats::{sign_test, Rate};
 use super::trials::Trial;
 use crate::render::table::Table;
 use enforce_core::{Outcome, Status};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What `summary.json` holds.
@@ -33,7 +34,7 @@ impl Summary {
 }
 
 /// The eval's setup.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Setup {
     /// The dataset file.
     pub dataset: String,
@@ -51,6 +52,9 @@ pub struct Setup {
     pub model: Option<String>,
     /// Sampling parameters sent with every request.
     pub params: serde_json::Map<String, serde_json::Value>,
+    /// The part of the dataset run (`--shard`); absent for the whole dataset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
 }
 
 /// One arm's numbers. "Valid" means passed or repaired.
@@ -472,11 +476,14 @@ pub fn tables(summary: &Summary) -> Tables {
 pub fn text(summary: &Summary) -> String {
     let s = &summary.setup;
     let mut out = format!(
-        "enforce eval: {} ({} case(s) × {} repeat(s), seed {}), profile {}, runner {}{}\n",
+        "enforce eval: {} ({} case(s) × {} repeat(s), seed {}){}, profile {}, runner {}{}\n",
         s.dataset,
         s.cases,
         s.repeats,
         s.seed,
+        s.shard
+            .map(|shard| format!(", shard {shard}"))
+            .unwrap_or_default(),
         s.profile,
         s.runner,
         s.model

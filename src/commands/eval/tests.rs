@@ -226,6 +226,7 @@ fn setup() -> summary::Setup {
         runner: "test".into(),
         model: None,
         params: Map::new(),
+        shard: None,
     }
 }
 

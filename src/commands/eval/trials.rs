@@ -78,11 +78,17 @@ pub struct Job {
     pub repeat: u32,
 }
 
+/// The seed of (case, repeat) in an eval whose first seed is `first`: the first plus the index
+/// of (case, repeat) in the whole dataset, so a shard asks exactly what the whole run asks.
+pub fn seed_of(first: u64, repeats: u32, case: usize, repeat: u32) -> u64 {
+    let index = case as u64 * u64::from(repeats) + u64::from(repeat);
+    first.wrapping_add(index)
+}
+
 impl Plan {
     /// The seed of (case, repeat): the first seed plus its index, the same in every arm.
     pub fn seed_of(&self, case: usize, repeat: u32) -> u64 {
-        let index = case as u64 * u64::from(self.repeats) + u64::from(repeat);
-        self.seed.wrapping_add(index)
+        seed_of(self.seed, self.repeats, case, repeat)
     }
 
     /// The key of a job.
@@ -216,38 +222,60 @@ fn estimated(attempt: &Value) -> u64 {
     count("input_tokens").saturating_add(count("output_tokens"))
 }
 
-/// The trials already in `path` (an interrupted eval's `attempts.jsonl`). Lines that are not
+/// The eval records among the lines of `text`, each with its line, and whether some
+/// non-blank line was not one (torn, or not an eval's).
+pub fn records(text: &str) -> (Vec<(String, Trial)>, bool) {
+    let mut records = Vec::new();
+    let mut other = false;
+    for line in text.split('\n').filter(|line| !line.trim().is_empty()) {
+        match parse_line(line) {
+            Some(trial) => records.push((line.to_string(), trial)),
+            None => other = true,
+        }
+    }
+    (records, other)
+}
+
+/// The records of `recorded` whose key is `wanted` (the first of each key), and how many
+/// belong to another eval.
+pub fn select(
+    recorded: Vec<(String, Trial)>,
+    wanted: &HashSet<TrialKey>,
+) -> (Vec<(String, Trial)>, usize) {
+    let mut seen = HashSet::new();
+    let mut kept = Vec::new();
+    let mut ignored = 0;
+    for (line, trial) in recorded {
+        if !wanted.contains(&trial.key) {
+            ignored += 1;
+        } else if seen.insert(trial.key.clone()) {
+            kept.push((line, trial));
+        }
+    }
+    (kept, ignored)
+}
+
+/// The records already in `path` (an interrupted eval's `attempts.jsonl`). Lines that are not
 /// eval records (a line torn by the interruption) are dropped from the file, so that appending
-/// goes on after whole lines only. A missing file holds no trials.
-pub fn resume(path: &Path) -> std::io::Result<Vec<Trial>> {
+/// goes on after whole lines only. A missing file holds no records.
+pub fn resume(path: &Path) -> std::io::Result<Vec<(String, Trial)>> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     let text = String::from_utf8_lossy(&bytes);
-    let mut kept = String::new();
-    let mut trials = Vec::new();
-    let mut dropped = false;
-    for line in text.split('\n') {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match parse_line(line) {
-            Some(trial) => {
-                kept.push_str(line);
-                kept.push('\n');
-                trials.push(trial);
-            }
-            None => dropped = true,
-        }
-    }
+    let (records, dropped) = records(&text);
     if dropped || !text.ends_with('\n') && !text.is_empty() {
+        let kept: String = records
+            .iter()
+            .map(|(line, _)| format!("{line}\n"))
+            .collect();
         let temp = path.with_extension("jsonl.tmp");
         std::fs::write(&temp, kept.as_bytes())?;
         std::fs::rename(&temp, path)?;
     }
-    Ok(trials)
+    Ok(records)
 }
 
 /// Where finished trials go: the audit file (one line each, written as soon as the trial

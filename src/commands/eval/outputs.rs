@@ -1,0 +1,37 @@
+//! The results of a finished eval in its output directory, whether its trials ran here or were
+//! merged from the parts of a sharded eval: the tables on stdout, `summary.json`, `junit.xml`
+//! and `report.html`.
+
+use super::summary::{self, Setup};
+use super::trials::Trial;
+use super::{html, junit};
+use std::path::Path;
+
+/// The audit records, one per trial.
+pub const ATTEMPTS: &str = "attempts.jsonl";
+/// The answers, one per attempt.
+pub const ANSWERS: &str = "answers.jsonl";
+
+/// Summarises `trials` for `arms` (in that order), prints the tables and writes the files;
+/// `cases` are the dataset's ids in its order, for the order of the JUnit test cases.
+pub fn finish(
+    dir: &Path,
+    setup: Setup,
+    arms: &[String],
+    cases: &[String],
+    trials: &[Trial],
+) -> Result<(), String> {
+    let summary = summary::build(setup, arms, trials);
+    print!("{}", summary::text(&summary));
+    let write = |name: &str, text: &str| write_file(&dir.join(name), text);
+    let json = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
+    write("summary.json", &format!("{json}\n"))?;
+    write("junit.xml", &junit::render(arms, cases, trials))?;
+    let page = html::render(&summary).map_err(|e| e.to_string())?;
+    write("report.html", &page)
+}
+
+/// Writes `text` to `path`; the error names the file.
+pub fn write_file(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
