@@ -1,7 +1,5 @@
 //! The `enforce` command line: check LLM output, run the enforcement loop, serve the proxy.
 
-#[cfg(feature = "mimalloc")]
-mod allocator;
 mod commands;
 mod config;
 mod decode;
@@ -14,10 +12,10 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc, not the system allocator (feature `mimalloc`, on by default): `enforce serve`
 /// allocates on every request, and glibc's malloc and free were a fifth of its instructions per
-/// request (crates/enforce-bench/PROXY-PROFILE.md).
+/// request.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 /// Make LLM output meet a contract: validate, re-ask with feedback, repair, report.

@@ -70,12 +70,17 @@ pub(crate) trait StreamWriter: Send + Sync + 'static {
 /// Appends `value` as JSON: a stream's events are our own types, strings, numbers and
 /// `Value`s, which always serialize.
 pub(crate) fn push_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
-    let _ = enforce_core::json::write(out, value);
+    let _ = serde_json::to_writer(out, value);
 }
 
 /// Appends one `data:` line holding `value`.
 pub(crate) fn push_data(out: &mut Vec<u8>, value: &impl serde::Serialize) {
     push_data_with(out, |out| push_json(out, value));
+}
+
+/// Appends one named event holding `value`.
+pub(crate) fn push_event(out: &mut Vec<u8>, name: &str, value: &impl serde::Serialize) {
+    push_event_with(out, name, |out| push_json(out, value));
 }
 
 /// Appends one named event: its `event:` line, then the `data:` line whose JSON `write` puts
@@ -120,7 +125,7 @@ pub(crate) enum Start {
     Refused(ApiError),
     /// The outcome was known before the first byte was due: the whole stream's bytes, with
     /// the turn and its outcome for the enforcement headers (the pipeline makes the response:
-    /// [`event_stream_headers`] and those).
+    /// [`event_stream`] and those).
     Whole(Vec<u8>, Box<Turn>, Box<Outcome>),
     /// The stream goes on while the loop works (its driver, on its own task, takes the loop
     /// over).
@@ -218,30 +223,21 @@ pub(crate) async fn respond<W: StreamWriter>(
 const PENDING_ROOM: usize = 4096;
 
 /// The headers of every event stream: its content type, and no caching or buffering on the
-/// way (`x-accel-buffering`: nginx's).
-pub(crate) fn event_stream_headers() -> [(HeaderName, HeaderValue); 3] {
-    [
-        (
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream; charset=utf-8"),
-        ),
-        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-        (
-            HeaderName::from_static("x-accel-buffering"),
-            HeaderValue::from_static("no"),
-        ),
-    ]
-}
-
 /// A `text/event-stream` response of `body`.
 pub(crate) fn event_stream(body: Body) -> Response {
     let mut response = body.into_response();
     let headers = response.headers_mut();
     // Room for the enforcement headers too, not grown insert by insert.
     headers.reserve(crate::headers::ANSWER_HEADERS + 3);
-    for (name, value) in event_stream_headers() {
-        headers.insert(name, value);
-    }
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(
+        HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
     response
 }
 
