@@ -461,8 +461,8 @@ mod tests {
                 "usage": usage_json(outcome.usage),
                 "enforcement": enforcement,
             });
-            let written = serde_json::to_vec(&Completion::answer(&id, route, text, outcome))
-                .expect("writes");
+            let written =
+                serde_json::to_vec(&Completion::answer(&id, route, text, outcome)).expect("writes");
             assert_eq!(
                 serde_json::from_slice::<Value>(&written).expect("JSON"),
                 reference

@@ -567,10 +567,7 @@ mod tests {
             "route": route,
         });
         let routed = Enforcement::of(&outcome).routed(Some(&route));
-        assert_eq!(
-            serde_json::to_value(&routed).expect("serializes"),
-            expected
-        );
+        assert_eq!(serde_json::to_value(&routed).expect("serializes"), expected);
         let mut unrouted = expected.clone();
         unrouted.as_object_mut().expect("object").remove("route");
         assert_eq!(enforcement_json(&outcome), unrouted);
@@ -633,7 +630,11 @@ mod tests {
             let written = serde_json::to_value(&enforcement).expect("serializes");
             assert_eq!(written, expected, "{key}");
         };
-        differs(Enforcement::of(&clean).routed(Some(&route)), "route", route.clone());
+        differs(
+            Enforcement::of(&clean).routed(Some(&route)),
+            "route",
+            route.clone(),
+        );
         differs(Enforcement::of(&second), "attempts", json!(2));
         let mut repaired_value = serde_json::to_value(Enforcement::of(&repaired)).expect("JSON");
         assert_eq!(repaired_value["repairs"], json!(["trim"]));

@@ -204,7 +204,12 @@ impl MessagesEvents {
         self.open(out);
         self.close_thinking(out);
         if !text.is_empty() {
-            self.block(StartBlock::Text { text: "" }, text, |text| Delta::TextDelta { text }, out);
+            self.block(
+                StartBlock::Text { text: "" },
+                text,
+                |text| Delta::TextDelta { text },
+                out,
+            );
         }
         for call in &outcome.tool_calls {
             let start = StartBlock::ToolUse {

@@ -78,7 +78,10 @@ pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> 
         ));
     };
     if turns.is_empty() {
-        return Err(bad("`messages` must hold at least one message.", "messages"));
+        return Err(bad(
+            "`messages` must hold at least one message.",
+            "messages",
+        ));
     }
     for turn in &turns {
         read_turn(turn, &mut request)?;
