@@ -101,8 +101,7 @@ pub(crate) trait Surface: Send + Sync + 'static {
     fn refuse(error: ApiError) -> Response;
 
     /// The answer as the bytes of its JSON body: the pipeline sends them with the enforcement
-    /// headers and stores them when the request asked for it. Written typed, without building
-    /// a `Value`, to keep the proxy's added latency down.
+    /// headers and stores them when the request asked for it.
     fn answer_bytes(turn: &Turn, kept: &Self::Kept, text: &str, outcome: &Outcome) -> Vec<u8>;
 
     /// The writer of a streamed answer.

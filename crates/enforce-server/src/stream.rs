@@ -92,8 +92,7 @@ pub(crate) fn push_event_with(out: &mut Vec<u8>, name: &str, write: impl FnOnce(
     push_data_with(out, write);
 }
 
-/// Appends one `data:` line whose JSON `write` puts down itself (a writer that copies
-/// bytes it prepared once).
+/// Appends one `data:` line whose JSON `write` puts down itself.
 pub(crate) fn push_data_with(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
     out.extend_from_slice(b"data: ");
     write(out);

@@ -94,15 +94,7 @@ async fn continued(app: &App, ask: &mut Ask) -> Result<Option<String>, Rejection
         return Ok(None);
     };
     let Some(stored) = app.sessions.stored_response(id).await else {
-        let error = ApiError {
-            param: Some("previous_response_id"),
-            ..ApiError::new(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                "previous_response_not_found",
-                format!("Previous response with id '{id}' not found: it was not stored (`store: false`), has expired, or never existed."),
-            )
-        };
+        let error = crate::controls::previous_response_not_found(format!("Previous response with id '{id}' not found: it was not stored (`store: false`), has expired, or never existed."));
         return Err(rejected("unknown_response")(error));
     };
     let system = ask
