@@ -108,11 +108,14 @@ struct Empty {}
 
 /// More of a block.
 #[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type")]
 enum Delta<'a> {
-    TextDelta { text: &'a str },
-    ThinkingDelta { thinking: &'a str },
-    InputJsonDelta { partial_json: &'a str },
+    #[serde(rename = "text_delta")]
+    Text { text: &'a str },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: &'a str },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: &'a str },
 }
 
 /// `message_delta`'s `delta`: why the answer stopped.
@@ -179,7 +182,7 @@ impl MessagesEvents {
             }
         };
         for piece in crate::stream::pieces(text, PIECE) {
-            let delta = Delta::ThinkingDelta { thinking: piece };
+            let delta = Delta::Thinking { thinking: piece };
             Event::ContentBlockDelta { index, delta }.push(out);
         }
     }
@@ -207,7 +210,7 @@ impl MessagesEvents {
             self.block(
                 StartBlock::Text { text: "" },
                 text,
-                |text| Delta::TextDelta { text },
+                |text| Delta::Text { text },
                 out,
             );
         }
@@ -220,7 +223,7 @@ impl MessagesEvents {
             // The input as the object it is, re-serialized: `input_json_delta` fragments must
             // join to the JSON the client parses.
             let input = tool_input(call).to_string();
-            let delta = |partial_json| Delta::InputJsonDelta { partial_json };
+            let delta = |partial_json| Delta::InputJson { partial_json };
             self.block(start, &input, delta, out);
         }
         Event::MessageDelta {
