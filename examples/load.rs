@@ -4,9 +4,9 @@
 //! proxy's resident memory to show whether it is stable.
 //!
 //! ```text
-//! cargo build --release --bin enforce
+//! cargo build --profile dist --bin enforce
 //! ulimit -n 8192
-//! cargo run --release --example load -- [clients=1000] [seconds=60] [reask_percent=20]
+//! cargo run --profile dist --example load -- [clients=1000] [seconds=60] [reask_percent=20]
 //! ```
 //!
 //! It exits non-zero when any answer was lost or mixed.
@@ -74,7 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             dir.join("audit.jsonl").display()
         ),
     )?;
-    let exe = std::env::var("ENFORCE_BIN").unwrap_or_else(|_| "target/release/enforce".into());
+    let exe = std::env::var("ENFORCE_BIN").unwrap_or_else(|_| "target/dist/enforce".into());
     let mut child = Command::new(&exe)
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&config)

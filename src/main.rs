@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc, not the system allocator (feature `mimalloc`, on by default): `enforce serve`
 /// allocates on every request, and glibc's malloc and free were a fifth of its instructions per
-/// request.
+/// request (docs/performance.md).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

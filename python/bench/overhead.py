@@ -11,7 +11,7 @@ object: the package's own cost per check), `regex_ns_per_check` scenario 1's reg
 strings, `scripted_loop_us` the JSON-schema re-ask loop with a scripted callable that answers
 wrong once, then right; with Guardrails installed in the same environment,
 `guard_ns_per_validate` is the same rule through `Guard.validate`. Build the wheel with
-`cargo xtask wheels` (release) for figures worth comparing.
+`cargo xtask wheels` (the `dist` profile) for figures worth comparing.
 """
 
 import json

@@ -37,14 +37,4 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Runs a future that never waits on I/O (built-in validators, parsers, the scripted runner)
-/// to its end without a runtime.
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
-}
+use futures_executor::block_on;

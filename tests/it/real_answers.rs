@@ -201,7 +201,7 @@ fn the_fenced_json_of_issue_24_is_not_cut_and_is_repaired() {
     for v in json.validators() {
         assert!(
             first_cut(v.as_ref(), &fragment.answer).is_none(),
-            "the fragment the loop cut in issue 24 is a possible start of a repairable answer"
+            "the fragment a small model's cut answer left is a possible start of a repairable answer"
         );
     }
     // End to end: the fenced answer streamed in small chunks with re-asks left: not cut,

@@ -337,7 +337,7 @@ fn cell(text: &str) -> String {
         .replace('|', "\\|")
 }
 
-/// README.md is the front door, not the manual (issue 27): at most this many lines.
+/// README.md is the front door, not the manual: at most this many lines.
 #[cfg(test)]
 const README_MAX_LINES: usize = 250;
 

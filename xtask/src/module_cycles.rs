@@ -1,5 +1,5 @@
 //! `cargo xtask cycles`: the top-level modules of one crate must not import each other in a
-//! loop (issue 14). A cycle means neither module can be understood, tested or moved without
+//! loop. A cycle means neither module can be understood, tested or moved without
 //! the other; the fix is a third module both use.
 //!
 //! Plain text scanning, so xtask stays free of a Rust parser: every `src/` file is cut into
@@ -51,7 +51,7 @@ fn render_cycle(krate: &str, cycle: &[String]) -> String {
 }
 
 /// Every `.rs` file under `src` except `src/bin/`: (path relative to `src`, text).
-fn read_sources(src: &Path) -> Result<Vec<(PathBuf, String)>, String> {
+pub(crate) fn read_sources(src: &Path) -> Result<Vec<(PathBuf, String)>, String> {
     let mut files = Vec::new();
     let mut dirs = vec![src.to_path_buf()];
     while let Some(dir) = dirs.pop() {
@@ -201,7 +201,7 @@ fn find_cycles(graph: &Graph) -> Vec<Vec<String>> {
 // ---------------------------------------------------------------- tokens
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Token {
+pub(crate) enum Token {
     Ident(String),
     /// `::`
     PathSep,
@@ -209,14 +209,14 @@ enum Token {
 }
 
 impl Token {
-    fn is(&self, ident: &str) -> bool {
+    pub(crate) fn is(&self, ident: &str) -> bool {
         matches!(self, Token::Ident(s) if s == ident)
     }
 }
 
 /// Identifiers, `::` and single punctuation characters; whitespace, comments (doc comments
 /// included), string, char and number literals and lifetimes are dropped.
-fn tokenize(text: &str) -> Vec<Token> {
+pub(crate) fn tokenize(text: &str) -> Vec<Token> {
     let chars: Vec<char> = text.chars().collect();
     let at = |i: usize| chars.get(i).copied().unwrap_or('\0');
     let mut tokens = Vec::new();

@@ -7,7 +7,7 @@
 //! maturin and pytest come from PyPI, installed by these steps into `target/python-venv`.
 //! Without python3, its venv module or pip, the Python tests print "skipped: ..." and pass.
 
-use crate::{root, run, say, target_dir, timed, without_package_env, Result};
+use crate::{root, run, say, target_dir, timed, without_package_env, Result, DIST};
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -82,10 +82,11 @@ fn pip_install(probe: &str, requirements: &[&str]) -> Result<()> {
     run(pip)
 }
 
-/// Builds the wheel of `project` (a folder with a pyproject.toml) into target/wheels (a debug
-/// build into target/wheels/debug: the two have the same file name) and returns its path.
-fn build_wheel(project: &str, release: bool) -> Result<PathBuf> {
-    let out = if release {
+/// Builds the wheel of `project` (a folder with a pyproject.toml) into target/wheels (with the
+/// `dist` profile; a debug build into target/wheels/debug: the two have the same file name) and
+/// returns its path.
+fn build_wheel(project: &str, dist: bool) -> Result<PathBuf> {
+    let out = if dist {
         target_dir().join("wheels")
     } else {
         target_dir().join("wheels").join("debug")
@@ -99,8 +100,8 @@ fn build_wheel(project: &str, release: bool) -> Result<PathBuf> {
         .arg("--interpreter")
         .arg(venv_bin("python"))
         .env("CARGO_TARGET_DIR", target_dir());
-    if release {
-        maturin.arg("--release");
+    if dist {
+        maturin.args(["--profile", DIST]);
     }
     if env::var_os("CI").is_some() {
         maturin.arg("--locked");
@@ -131,24 +132,24 @@ fn newest_wheel(dir: &Path, prefix: &str) -> Result<PathBuf> {
         .ok_or_else(|| format!("no {prefix}*.whl in {}", dir.display()))
 }
 
-/// `cargo xtask wheels [--dev]`: both wheels into target/wheels (release builds; `--dev`
-/// builds the debug profile into target/wheels/debug, quicker, for trying them out).
+/// `cargo xtask wheels [--dev]`: both wheels into target/wheels (the `dist` profile, as they
+/// ship; `--dev` builds the debug profile into target/wheels/debug, quicker, for trying them out).
 pub fn wheels(args: &[String]) -> Result<()> {
-    let release = match args {
+    let dist = match args {
         [] => true,
         [flag] if flag == "--dev" => false,
         _ => return Err("usage: cargo xtask wheels [--dev]".into()),
     };
     maturin_ready()?;
     for project in [LIBRARY, CLI] {
-        let wheel = build_wheel(project, release)?;
+        let wheel = build_wheel(project, dist)?;
         println!("{}", wheel.display());
     }
     Ok(())
 }
 
-/// The library wheel, release build, for `cargo xtask bench-peers --python`.
-pub fn release_library_wheel() -> Result<PathBuf> {
+/// The library wheel, `dist` build, for `cargo xtask bench-peers --python`.
+pub fn dist_library_wheel() -> Result<PathBuf> {
     maturin_ready()?;
     build_wheel(LIBRARY, true)
 }

@@ -18,7 +18,7 @@ pub(crate) use proxies::{start_enforce, PERSON_CONFIG};
 /// Options of the full run.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PeersArgs {
-    /// The `enforce` binary (release build).
+    /// The `enforce` binary (the `dist` build).
     #[arg(long)]
     pub enforce_bin: PathBuf,
     /// Where the virtualenvs, configs and logs go.
@@ -47,7 +47,7 @@ pub struct PeersArgs {
     pub guard_strings: usize,
     /// Let idle cores halt. By default a `SCHED_IDLE` busy loop runs on each pinned core, so
     /// that no core sleeps between two requests: on a VM that halts idle vCPUs at once, waking
-    /// one costs more than a proxy's own work (see PROXY-PROFILE.md). The loop yields to any
+    /// one costs more than a proxy's own work (docs/performance.md). The loop yields to any
     /// other task, so it takes no CPU from the targets.
     #[arg(long)]
     pub let_cores_idle: bool,

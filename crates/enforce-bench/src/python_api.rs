@@ -18,14 +18,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-/// The targets of issue 27 for the Python package.
+/// The targets for the Python package: a check well under the cost of a model call, and far
+/// cheaper than the peers' own check of the same rule.
 const TARGET_CHECK_US: f64 = 5.0;
 const TARGET_RATIO_GUARD: f64 = 100.0;
 
 /// Options of the Python run.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PythonArgs {
-    /// The `enforce-llm` wheel to measure (`cargo xtask wheels`: a release build).
+    /// The `enforce-llm` wheel to measure (`cargo xtask wheels`: the `dist` profile).
     #[arg(long)]
     pub wheel: PathBuf,
     /// Where the virtualenvs and configs go (the full run's: the peers are installed once).
@@ -256,7 +257,7 @@ fn render(args: &PythonArgs, m: &Measured<'_>) -> String {
     );
     let _ = writeln!(
         s,
-        "The wheel: `{}` (built by `cargo xtask wheels`, release), installed into each peer's virtualenv. Versions: {}.\n",
+        "The wheel: `{}` (built by `cargo xtask wheels`, `dist` profile), installed into each peer's virtualenv. Versions: {}.\n",
         args.wheel
             .file_name()
             .map_or("?".into(), |n| n.to_string_lossy().to_string()),

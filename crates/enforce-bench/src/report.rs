@@ -1,5 +1,5 @@
 //! Renders BENCHMARKS.md from the measured results. Every figure comes from `Results`; nothing
-//! here is typed in except the targets of the issue.
+//! here is typed in except the targets.
 
 use crate::results::{Results, PEERS, RELAY};
 use serde_json::Value;
@@ -83,7 +83,7 @@ pub fn render(r: &Results) -> String {
         let _ = writeln!(o);
     }
 
-    let _ = writeln!(o, "## Targets of the issue\n");
+    let _ = writeln!(o, "## Targets\n");
     let mut target_rows = Vec::new();
 
     // Scenario 3.
@@ -455,14 +455,11 @@ With one failing attempt before a valid one, the valid answer must still be gene
         targets.push_str(row);
         targets.push('\n');
     }
-    targets.push_str("\nA missed target is reported as missed; the scenario sections show the figures behind it. For the proxy latency, the `relay (floor)` row shows what one more process on the path costs on this machine, and [`crates/enforce-bench/PROXY-PROFILE.md`](crates/enforce-bench/PROXY-PROFILE.md) has the profile (perf, strace, CPU per request) that shows where the time goes.\n");
-    o = o.replace(
-        "## Targets of the issue\n\n",
-        &format!("## Targets of the issue\n\n{targets}\n"),
-    );
+    targets.push_str("\nA missed target is reported as missed; the scenario sections show the figures behind it. For the proxy latency, the `relay (floor)` row shows what one more process on the path costs on this machine, and [`docs/performance.md`](docs/performance.md) shows how to profile where the time goes (callgrind, perf, strace).\n");
+    o = o.replace("## Targets\n\n", &format!("## Targets\n\n{targets}\n"));
 
     let _ = writeln!(o, "## Exact commands\n");
-    let _ = writeln!(o, "```sh\ncargo xtask bench-peers   # builds enforce and enforce-bench in release, then runs:\n");
+    let _ = writeln!(o, "```sh\ncargo xtask bench-peers   # builds enforce and enforce-bench (profile dist), then runs:\n");
     for c in &r.commands {
         let _ = writeln!(o, "{c}");
     }

@@ -40,7 +40,7 @@ impl SurfacesArgs {
 /// Options of the surfaces run.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SurfacesArgs {
-    /// The `enforce` binary (release build).
+    /// The `enforce` binary (the `dist` build).
     #[arg(long)]
     pub enforce_bin: PathBuf,
     /// Where configs and logs go.

@@ -15,19 +15,9 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use enforce_config::{BuildEnv, Registry};
 use enforce_core::{Context, Enforcer, Policy, Request, ScriptedRunner, Status, Validator};
 use serde_json::json;
-use std::future::Future;
 use std::time::Duration;
 
-/// The partial checks and the scripted runner return ready futures: poll without a runtime.
-fn block_on<F: Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
-}
+use futures_executor::block_on;
 
 const ANSWER_BYTES: usize = 4096;
 const CHUNK_BYTES: usize = 4;

@@ -7,20 +7,10 @@
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use enforce_config::{BuildEnv, ProfileSet, Registry};
 use enforce_core::{Context, Validator};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The text validators return ready futures: poll once without a runtime.
-fn block_on<F: Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
-}
+use futures_executor::block_on;
 
 /// A realistic ADR of about 8 KB that passes the `adr` profile (paths exist in this crate).
 fn adr_8k() -> String {

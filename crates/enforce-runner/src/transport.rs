@@ -6,7 +6,7 @@
 //! Why two: reqwest's per-request layers cost the proxy's hot path about 34,000 instructions
 //! per request (its redirect policy parses the URL back from the request twice, the proxy
 //! matcher, the tower retry and timeout layers), a seventh of `enforce serve`'s whole work
-//! per request (callgrind, see `crates/enforce-bench/PROXY-PROFILE.md`). A model server on the
+//! per request (counted with callgrind as in `docs/performance.md`). A model server on the
 //! same machine or network (llama.cpp, vLLM, Ollama) is plain HTTP, and it is where the proxy's
 //! own time shows. Both give the callers an [`UpstreamResponse`] and the same errors.
 //!

@@ -1,6 +1,7 @@
 //! [`RedisState`]: the [`SharedState`] of replicas in a Redis server (feature `redis`).
 //!
-//! The key layout and the design are in ARCHITECTURE.md ("Shared state").
+//! The key layout and the design are in the book's `docs/operations.md` ("Shared state:
+//! design and key layout").
 //!
 //! The connection is made on first use and remade by the `redis` crate's connection manager;
 //! a command is bounded by `server.state.timeout_ms` and so is a connect, so a slow or dead

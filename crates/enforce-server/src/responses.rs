@@ -7,21 +7,22 @@ use crate::error::ApiError;
 use crate::pipeline::{Ask, Surface};
 use crate::stream::{self, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
-use crate::verdict::cut_at_token_limit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use enforce_core::{Outcome, ToolCall};
 use events::{
-    ArgumentsDelta, ArgumentsDone, ContentPart, Event, ItemEvent, StreamError, SummaryDelta,
+    ArgumentsDelta, ArgumentsDone, ContentPart, ItemEvent, Sequenced, StreamError, SummaryDelta,
     SummaryDone, SummaryPart, TextDelta, TextDone, WithResponse,
 };
 use object::{
-    CallItem, Failure, ItemId, MessageItem, OutputText, ReasoningItem, ResponseObject, SummaryText,
-    Text, Verdict,
+    item_id, item_status, CallItem, Failure, MessageItem, OutputText, ReasoningItem,
+    ResponseObject, SummaryText, Verdict,
 };
+use request::Echo;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
+use serde_json::Value;
 
 mod events;
 mod object;
@@ -34,19 +35,15 @@ mod tests;
 /// The Responses surface.
 pub(crate) struct Responses;
 
-/// What the Responses surface keeps of its request for rendering: the echoed fields.
-pub(crate) struct Kept {
-    pub(super) echo: Map<String, Value>,
-}
-
 impl Surface for Responses {
     const NAME: &'static str = "responses";
     const ID_PREFIX: &'static str = "resp_";
     const ROUTE: &'static str = "/v1/responses";
-    type Kept = Kept;
+    /// The request fields the `response` object echoes.
+    type Kept = Echo;
     type Writer = ResponsesWriter;
 
-    fn parse(body: &[u8]) -> Result<(Ask, Kept), ApiError> {
+    fn parse(body: &[u8]) -> Result<(Ask, Echo), ApiError> {
         request::parse_responses_request(body)
     }
 
@@ -54,66 +51,37 @@ impl Surface for Responses {
         error.into_response()
     }
 
-    fn answer_bytes(turn: &Turn, kept: &Kept, text: &str, outcome: &Outcome) -> Vec<u8> {
-        let response = ResponseObject::of_turn(turn, &kept.echo, text, outcome);
-        crate::pipeline::answer_body(text, |body| response.write_json(body))
-    }
-
-    fn writer(turn: &Turn, kept: Kept) -> ResponsesWriter {
-        ResponsesWriter::new(turn.id.clone(), kept.echo)
-    }
-}
-
-/// The status of the answer's output items: `incomplete` when the answer was cut at the token
-/// limit, as OpenAI's items are at `max_output_tokens`.
-fn item_status(outcome: &Outcome) -> &'static str {
-    if cut_at_token_limit(outcome) {
-        "incomplete"
-    } else {
-        "completed"
-    }
-}
-
-/// The id of the answer's item with `prefix` (`msg_…`, `rs_…`), for a stream's events.
-fn item_id<'a>(id: &'a TurnId, prefix: &'static str) -> ItemId<'a> {
-    ItemId {
-        prefix,
-        id,
-        number: None,
-    }
-}
-
-/// A stream event carrying the whole `response` object (`response.created`,
-/// `response.completed`, `response.failed`, ...), its keys in sorted order like every event's.
-#[derive(Serialize)]
-struct ResponseEvent<'a, R: ?Sized> {
-    response: &'a R,
-    sequence_number: u64,
-    /// The HTTP status of a failed response.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<u16>,
-    #[serde(rename = "type")]
-    kind: &'a str,
-}
-
-impl<'a, R: ?Sized> ResponseEvent<'a, R> {
-    fn new(kind: &'a str, sequence_number: u64, response: &'a R) -> Self {
-        ResponseEvent {
-            response,
-            sequence_number,
-            status: None,
-            kind,
+    fn answer_bytes(turn: &Turn, echo: &Echo, text: &str, outcome: &Outcome) -> Vec<u8> {
+        let response = ResponseObject::of_turn(turn, echo, text, outcome);
+        // Room for the fields around the text, and for the text escaped.
+        let mut body = Vec::with_capacity(1024 + text.len() + text.len() / 8);
+        match serde_json::to_writer(&mut body, &response) {
+            Ok(()) => body,
+            Err(_) => Vec::new(),
         }
     }
+
+    fn writer(turn: &Turn, echo: Echo) -> ResponsesWriter {
+        ResponsesWriter::new(turn.id.clone(), echo)
+    }
 }
 
-/// A response object's JSON (`null` if it could not be written, which our types cannot fail).
-fn response_bytes(response: &ResponseObject<'_>) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(1024);
-    match response.write_json(&mut bytes) {
-        Ok(()) => bytes,
-        Err(_) => b"null".to_vec(),
-    }
+/// Appends one named event whose `data:` is `event`'s JSON.
+fn push_event(out: &mut Vec<u8>, kind: &str, event: &impl Serialize) {
+    // Our events hold strings, numbers and `Value`s: writing them into a Vec cannot fail.
+    stream::push_event_with(out, kind, |out| {
+        let _ = serde_json::to_writer(out, event);
+    });
+}
+
+/// The reasoning item a stream showed, with its output index, for a final `response`.
+fn shown<'a>(
+    id: &TurnId,
+    shown: &'a Option<(usize, String)>,
+) -> Option<(usize, ReasoningItem<'a>)> {
+    shown
+        .as_ref()
+        .map(|(index, text)| (*index, ReasoningItem::new(id, Some(text))))
 }
 
 /// Writes a Responses stream: `response.created` and `response.in_progress` at once, drafts
@@ -122,7 +90,7 @@ fn response_bytes(response: &ResponseObject<'_>) -> Vec<u8> {
 /// Every event carries its `sequence_number`; every event is typed ([`events`]).
 pub(crate) struct ResponsesWriter {
     id: TurnId,
-    echo: Map<String, Value>,
+    echo: Echo,
     sequence: Sequence,
     /// The reasoning item showing drafts: its output index and text so far.
     reasoning: Option<(usize, String)>,
@@ -138,42 +106,26 @@ pub(crate) struct ResponsesWriter {
 }
 
 /// The sequence numbers of a stream's events; a field of its own, so that an event can
-/// borrow the writer's other fields while it is numbered.
+/// borrow the writer's other fields while it is written.
 #[derive(Default)]
 struct Sequence(u64);
 
 impl Sequence {
-    /// The next event's sequence number.
-    fn next(&mut self) -> u64 {
-        let sequence = self.0;
-        self.0 += 1;
-        sequence
-    }
-
-    /// Writes an event of `kind` carrying the response object whose JSON is `body`.
-    fn write_response(&mut self, kind: &'static str, out: &mut Vec<u8>, body: &[u8]) {
-        self.write(kind, out, |sequence_number| WithResponse {
-            response: body,
-            sequence_number,
+    /// Writes `event` as the next event, of type `kind`.
+    fn write(&mut self, out: &mut Vec<u8>, kind: &str, event: impl Serialize) {
+        let event = Sequenced {
             kind,
-        });
-    }
-
-    /// Writes an event of `kind`: its `data:` is `event` of its sequence number.
-    fn write<E: Event>(
-        &mut self,
-        kind: &'static str,
-        out: &mut Vec<u8>,
-        event: impl FnOnce(u64) -> E,
-    ) {
-        let sequence_number = self.next();
-        stream::push_event_with(out, kind, |out| event(sequence_number).write(out));
+            sequence_number: self.0,
+            event,
+        };
+        self.0 += 1;
+        push_event(out, kind, &event);
     }
 }
 
 impl ResponsesWriter {
     /// The writer of the answer `id`, echoing `echo`.
-    fn new(id: TurnId, echo: Map<String, Value>) -> Self {
+    fn new(id: TurnId, echo: Echo) -> Self {
         ResponsesWriter {
             id,
             echo,
@@ -186,147 +138,111 @@ impl ResponsesWriter {
         }
     }
 
+    /// The output index of a new item.
+    fn next_output_index(&mut self) -> usize {
+        self.next_index += 1;
+        self.next_index - 1
+    }
+
     /// Closes the reasoning item of the drafts, if one is open.
     fn close_reasoning(&mut self, out: &mut Vec<u8>) {
         let Some((output_index, text)) = self.reasoning.take() else {
             return;
         };
-        let item_id = item_id(&self.id, "rs_").literal();
-        let item_id = item_id.as_str();
-        let kind = "response.reasoning_summary_text.done";
-        self.sequence
-            .write(kind, out, |sequence_number| SummaryDone {
-                item_id,
-                output_index,
-                sequence_number,
-                summary_index: 0,
-                text: &text,
-                kind,
-            });
-        let kind = "response.reasoning_summary_part.done";
-        self.sequence
-            .write(kind, out, |sequence_number| SummaryPart {
-                item_id,
-                output_index,
-                part: SummaryText::new(&text),
-                sequence_number,
-                summary_index: 0,
-                kind,
-            });
-        let kind = "response.output_item.done";
-        self.sequence.write(kind, out, |sequence_number| ItemEvent {
-            item: ReasoningItem::new(&self.id, Some(&text)),
-            output_index,
-            sequence_number,
-            kind,
-        });
-        self.shown_reasoning = Some((output_index, text));
-    }
-
-    /// The reasoning item the stream showed, for a final `response`'s `output`.
-    fn shown_reasoning(&self) -> Option<(usize, ReasoningItem<'_>)> {
-        self.shown_reasoning
-            .as_ref()
-            .map(|(index, text)| (*index, ReasoningItem::new(&self.id, Some(text))))
-    }
-
-    /// The message item of `text`, whose JSON string literal is `literal`.
-    fn text_item(&mut self, text: &str, literal: Text<'_>, out: &mut Vec<u8>) {
-        let output_index = self.next_index;
-        self.next_index += 1;
-        let item_id = item_id(&self.id, "msg_").literal();
-        let item_id = item_id.as_str();
-        let kind = "response.output_item.added";
-        self.sequence.write(kind, out, |sequence_number| ItemEvent {
-            item: MessageItem::new(&self.id, None, "in_progress"),
-            output_index,
-            sequence_number,
-            kind,
-        });
-        let part = |kind, text| {
-            move |sequence_number| ContentPart {
-                content_index: 0,
-                item_id,
-                output_index,
-                part: OutputText::new(text),
-                sequence_number,
-                kind,
-            }
-        };
-        let kind = "response.content_part.added";
-        self.sequence.write(kind, out, part(kind, Text::Plain("")));
-        for delta in stream::pieces(text, CONTENT_PIECE) {
-            let kind = "response.output_text.delta";
-            self.sequence.write(kind, out, |sequence_number| TextDelta {
-                content_index: 0,
-                delta,
-                item_id,
-                output_index,
-                sequence_number,
-                kind,
-            });
-        }
-        let kind = "response.output_text.done";
-        self.sequence.write(kind, out, |sequence_number| TextDone {
-            content_index: 0,
+        let item_id = &item_id(&self.id, "rs_", None);
+        let (summary_index, text) = (0, text.as_str());
+        let done = SummaryDone {
             item_id,
             output_index,
-            sequence_number,
-            text: literal,
-            kind,
-        });
-        let kind = "response.content_part.done";
-        self.sequence.write(kind, out, part(kind, literal));
-        let kind = "response.output_item.done";
-        self.sequence.write(kind, out, |sequence_number| ItemEvent {
-            item: MessageItem::new(&self.id, Some(literal), self.item_status),
+            summary_index,
+            text,
+        };
+        self.sequence
+            .write(out, "response.reasoning_summary_text.done", done);
+        let part = SummaryPart {
+            item_id,
             output_index,
-            sequence_number,
-            kind,
-        });
+            summary_index,
+            part: SummaryText::new(text),
+        };
+        self.sequence
+            .write(out, "response.reasoning_summary_part.done", part);
+        let item = ReasoningItem::new(&self.id, Some(text));
+        let done = ItemEvent { output_index, item };
+        self.sequence.write(out, "response.output_item.done", done);
+        self.shown_reasoning = Some((output_index, text.to_string()));
     }
 
-    fn call_item(&mut self, number: usize, call: &ToolCall, out: &mut Vec<u8>) {
-        let output_index = self.next_index;
-        self.next_index += 1;
-        let added = CallItem::new(&self.id, number, call, "", "in_progress");
-        let item_id = added.id.literal();
-        let item_id = item_id.as_str();
-        let kind = "response.output_item.added";
-        self.sequence.write(kind, out, |sequence_number| ItemEvent {
-            item: added,
-            output_index,
-            sequence_number,
-            kind,
-        });
-        for delta in stream::pieces(&call.arguments, CONTENT_PIECE) {
-            let kind = "response.function_call_arguments.delta";
-            self.sequence
-                .write(kind, out, |sequence_number| ArgumentsDelta {
-                    delta,
-                    item_id,
-                    output_index,
-                    sequence_number,
-                    kind,
-                });
-        }
-        let kind = "response.function_call_arguments.done";
+    /// The message item of `text`: added, its content part, its text in deltas, done.
+    fn text_item(&mut self, text: &str, out: &mut Vec<u8>) {
+        let output_index = self.next_output_index();
+        let item_id = &item_id(&self.id, "msg_", None);
+        let item = MessageItem::new(&self.id, "", "in_progress");
+        let added = ItemEvent { output_index, item };
         self.sequence
-            .write(kind, out, |sequence_number| ArgumentsDone {
-                arguments: &call.arguments,
-                item_id,
-                name: &call.name,
-                output_index,
-                sequence_number,
-                kind,
-            });
-        let kind = "response.output_item.done";
-        self.sequence.write(kind, out, |sequence_number| ItemEvent {
-            item: CallItem::new(&self.id, number, call, &call.arguments, self.item_status),
+            .write(out, "response.output_item.added", added);
+        let part = |text| ContentPart {
+            item_id,
             output_index,
-            sequence_number,
-            kind,
-        });
+            content_index: 0,
+            part: OutputText::new(text),
+        };
+        self.sequence
+            .write(out, "response.content_part.added", part(""));
+        for delta in stream::pieces(text, CONTENT_PIECE) {
+            let delta = TextDelta {
+                item_id,
+                output_index,
+                content_index: 0,
+                delta,
+                logprobs: [],
+            };
+            self.sequence
+                .write(out, "response.output_text.delta", delta);
+        }
+        let done = TextDone {
+            item_id,
+            output_index,
+            content_index: 0,
+            text,
+            logprobs: [],
+        };
+        self.sequence.write(out, "response.output_text.done", done);
+        self.sequence
+            .write(out, "response.content_part.done", part(text));
+        let item = MessageItem::new(&self.id, text, self.item_status);
+        let done = ItemEvent { output_index, item };
+        self.sequence.write(out, "response.output_item.done", done);
+    }
+
+    /// The `function_call` item of `call`: added, its arguments in deltas, done.
+    fn call_item(&mut self, number: usize, call: &ToolCall, out: &mut Vec<u8>) {
+        let output_index = self.next_output_index();
+        let item_id = &item_id(&self.id, "fc_", Some(number));
+        let item = CallItem::new(&self.id, number, call, "", "in_progress");
+        let added = ItemEvent { output_index, item };
+        self.sequence
+            .write(out, "response.output_item.added", added);
+        for delta in stream::pieces(&call.arguments, CONTENT_PIECE) {
+            let delta = ArgumentsDelta {
+                item_id,
+                output_index,
+                delta,
+            };
+            self.sequence
+                .write(out, "response.function_call_arguments.delta", delta);
+        }
+        let done = ArgumentsDone {
+            item_id,
+            output_index,
+            name: &call.name,
+            arguments: &call.arguments,
+        };
+        self.sequence
+            .write(out, "response.function_call_arguments.done", done);
+        let item = CallItem::new(&self.id, number, call, &call.arguments, self.item_status);
+        let done = ItemEvent { output_index, item };
+        self.sequence.write(out, "response.output_item.done", done);
     }
 
     /// The answer's events (see [`StreamWriter::answer`]); `route`: how the request was
@@ -342,84 +258,80 @@ impl ResponsesWriter {
         self.close_reasoning(out);
         self.item_status = item_status(outcome);
         let calls = &outcome.tool_calls;
-        // Escaped once: the events and the final response write it five times.
-        let escaped = Text::escape(text);
-        let literal = Text::Json(&escaped);
         if !text.is_empty() || calls.is_empty() {
-            self.text_item(text, literal, out);
+            self.text_item(text, out);
         }
         for (number, call) in calls.iter().enumerate() {
             self.call_item(number, call, out);
         }
-        let mut response = ResponseObject::answer(&self.id, &self.echo, literal, outcome)
+        let response = ResponseObject::answer(&self.id, &self.echo, text, outcome)
             .routed(route)
-            .warned(ignored);
-        response.output.reasoning = self.shown_reasoning();
+            .warned(ignored)
+            .with_reasoning(shown(&self.id, &self.shown_reasoning));
         // `response.incomplete` for an answer cut at the token limit, as OpenAI streams it.
-        let event = if response.cut {
+        let kind = if response.is_cut() {
             "response.incomplete"
         } else {
             "response.completed"
         };
-        // Written once: the event carries the bytes that are stored.
-        let body = response_bytes(&response);
-        self.sequence.write_response(event, out, &body);
-        self.completed = Some(Bytes::from(body));
+        // Written once: the event carries the bytes that are stored. Our types always
+        // serialize; `null` stands in should one not.
+        let body = serde_json::value::to_raw_value(&response)
+            .unwrap_or_else(|_| RawValue::NULL.to_owned());
+        let event = WithResponse {
+            response: &*body,
+            status: None,
+        };
+        self.sequence.write(out, kind, event);
+        self.completed = Some(Bytes::from(Box::<str>::from(body).into_boxed_bytes()));
     }
 }
 
 impl StreamWriter for ResponsesWriter {
     fn open(&mut self, out: &mut Vec<u8>) {
-        // Both events carry the same object: written once.
         let response = ResponseObject::new(&self.id, &self.echo, "in_progress");
-        let body = response_bytes(&response);
         for kind in ["response.created", "response.in_progress"] {
-            self.sequence.write_response(kind, out, &body);
+            let event = WithResponse {
+                response: &response,
+                status: None,
+            };
+            self.sequence.write(out, kind, event);
         }
     }
 
     fn draft(&mut self, text: &str, out: &mut Vec<u8>) {
-        let item_id = item_id(&self.id, "rs_").literal();
-        let item_id = item_id.as_str();
+        let item_id = &item_id(&self.id, "rs_", None);
         let output_index = match &mut self.reasoning {
             Some((index, shown)) => {
                 shown.push_str(text);
                 *index
             }
             None => {
-                let output_index = self.next_index;
-                self.next_index += 1;
+                let output_index = self.next_output_index();
                 self.reasoning = Some((output_index, text.to_string()));
-                let kind = "response.output_item.added";
-                self.sequence.write(kind, out, |sequence_number| ItemEvent {
-                    item: ReasoningItem::new(&self.id, None),
-                    output_index,
-                    sequence_number,
-                    kind,
-                });
-                let kind = "response.reasoning_summary_part.added";
+                let item = ReasoningItem::new(&self.id, None);
+                let added = ItemEvent { output_index, item };
                 self.sequence
-                    .write(kind, out, |sequence_number| SummaryPart {
-                        item_id,
-                        output_index,
-                        part: SummaryText::new(""),
-                        sequence_number,
-                        summary_index: 0,
-                        kind,
-                    });
+                    .write(out, "response.output_item.added", added);
+                let part = SummaryPart {
+                    item_id,
+                    output_index,
+                    summary_index: 0,
+                    part: SummaryText::new(""),
+                };
+                self.sequence
+                    .write(out, "response.reasoning_summary_part.added", part);
                 output_index
             }
         };
-        let kind = "response.reasoning_summary_text.delta";
+        let delta = SummaryDelta {
+            item_id,
+            output_index,
+            summary_index: 0,
+            delta: text,
+        };
         self.sequence
-            .write(kind, out, |sequence_number| SummaryDelta {
-                delta: text,
-                item_id,
-                output_index,
-                sequence_number,
-                summary_index: 0,
-                kind,
-            });
+            .write(out, "response.reasoning_summary_text.delta", delta);
     }
 
     fn answer(
@@ -439,9 +351,8 @@ impl StreamWriter for ResponsesWriter {
 
     fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>) {
         self.close_reasoning(out);
-        let kind = "response.failed";
-        let sequence_number = self.sequence.next();
-        let mut response = ResponseObject::new(&self.id, &self.echo, "failed");
+        let mut response = ResponseObject::new(&self.id, &self.echo, "failed")
+            .with_reasoning(shown(&self.id, &self.shown_reasoning));
         response.enforcement = error
             .enforcement
             .as_deref()
@@ -453,12 +364,11 @@ impl StreamWriter for ResponsesWriter {
             code: error.streamed_code(),
             message: &error.message,
         });
-        response.output.reasoning = self.shown_reasoning();
-        let event = ResponseEvent {
+        let event = WithResponse {
+            response: &response,
             status: Some(error.status.as_u16()),
-            ..ResponseEvent::new(kind, sequence_number, &response)
         };
-        stream::push_event_with(out, kind, |out| stream::push_json(out, &event));
+        self.sequence.write(out, "response.failed", event);
     }
 
     fn unfinished() -> Bytes {
@@ -468,10 +378,9 @@ impl StreamWriter for ResponsesWriter {
             message: &error.message,
             param: None,
             status: StatusCode::INTERNAL_SERVER_ERROR.as_u16(),
-            kind: "error",
         };
         let mut tail = Vec::new();
-        stream::push_event_with(&mut tail, "error", |out| stream::push_json(out, &body));
+        push_event(&mut tail, "error", &body);
         Bytes::from(tail)
     }
 }

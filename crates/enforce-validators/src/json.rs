@@ -540,7 +540,7 @@ mod tests {
         assert!(v.repair_fixes(&fenced[0]), "{fenced:?}");
         let prose = run(&v, "Sure: {\"a\": 1}");
         assert!(v.repair_fixes(&prose[0]), "{prose:?}");
-        // Issue 24, defect 7: no repair fixes a trailing comma.
+        // No repair fixes a trailing comma: asking again must stay possible.
         let comma = run(&v, "{\"a\": 1,}");
         assert!(!v.repair_fixes(&comma[0]), "{comma:?}");
         assert_eq!(v.repair("{\"a\": 1,}", &Context::new(), &comma), None);

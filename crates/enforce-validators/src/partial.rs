@@ -1,9 +1,77 @@
-//! What the partial checks (early abort) of the validators share: finding a match of a
-//! forbidden regex that no continuation of the text can undo, looking only at the tail of the
-//! text that could hold a new one.
+//! What the forbidden-text validators (`pattern`, `terms`) share: the partial check (early
+//! abort) that finds a match of a forbidden regex no continuation of the text can undo, looking
+//! only at the tail of the text that could hold a new one, and which issues their repair fixes.
 
 use crate::text::floor_char_boundary;
+use enforce_core::{async_trait, Issue, PartialCheck, Severity};
 use regex::{Match, Regex};
+
+/// A forbidden regex a [`ForbiddenCheck`] watches, and the issue a definite match raises.
+pub(crate) trait Forbidden: Send + Sync {
+    /// The regex whose match is forbidden.
+    fn regex(&self) -> &Regex;
+    /// The issue for `m`, a match in `prefix` no continuation undoes.
+    fn issue(&self, validator: &str, prefix: &str, m: Match<'_>) -> Issue;
+}
+
+/// The partial check of a forbidden-text validator: what it watches, and how far the text has
+/// been searched.
+pub(crate) struct ForbiddenCheck<'a, F> {
+    validator: &'a str,
+    watched: Vec<(F, Watch)>,
+    checked: usize,
+}
+
+impl<'a, F: Forbidden + 'a> ForbiddenCheck<'a, F> {
+    /// The check of `validator` watching `forbidden`; `None` when there is nothing to watch.
+    pub(crate) fn boxed(
+        validator: &'a str,
+        forbidden: Vec<F>,
+    ) -> Option<Box<dyn PartialCheck + 'a>> {
+        if forbidden.is_empty() {
+            return None;
+        }
+        let watched = forbidden
+            .into_iter()
+            .map(|f| {
+                let watch = Watch::new(f.regex());
+                (f, watch)
+            })
+            .collect();
+        Some(Box::new(ForbiddenCheck {
+            validator,
+            watched,
+            checked: 0,
+        }))
+    }
+}
+
+#[async_trait]
+impl<F: Forbidden> PartialCheck for ForbiddenCheck<'_, F> {
+    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
+        let mut issues = Vec::new();
+        for (forbidden, watch) in &self.watched {
+            if let Some(m) = watch.definite(forbidden.regex(), prefix, self.checked) {
+                issues.push(forbidden.issue(self.validator, prefix, m));
+            }
+        }
+        self.checked = prefix.len();
+        issues
+    }
+}
+
+/// Whether a repair by replacement removes `issue`: some forbidden rule could have raised it
+/// (the same code and severity), and every such rule has a replacement. `rules` gives each
+/// rule's code, severity and whether it has a replacement.
+pub(crate) fn replacement_fixes<'r>(
+    rules: impl Iterator<Item = (&'r str, Severity, bool)>,
+    issue: &Issue,
+) -> bool {
+    let mut raising = rules
+        .filter(|(code, severity, _)| *code == issue.code && *severity == issue.severity)
+        .peekable();
+    raising.peek().is_some() && raising.all(|(_, _, replaced)| replaced)
+}
 
 /// The most bytes a match of `regex` can span, when the pattern bounds it (`None` for `+`, `*`
 /// and friends). Parsed case-insensitively, which can only widen the bound (`k` also matches

@@ -48,7 +48,7 @@
 
 use crate::build::FactoryInput;
 use crate::error::BuildError;
-use crate::partial::Watch;
+use crate::partial::{replacement_fixes, Forbidden, ForbiddenCheck};
 use crate::text::{column_of, LineCounter};
 use enforce_core::{async_trait, Context, Issue, PartialCheck, Severity, Validation, Validator};
 use regex::{Regex, RegexBuilder};
@@ -332,26 +332,12 @@ impl Rule {
     }
 }
 
-/// The partial check of a [`Pattern`]: its forbidden error rules without a replacement, and how
-/// far the text has been searched.
-struct PatternCheck<'a> {
-    name: &'a str,
-    watched: Vec<(&'a Rule, Watch)>,
-    checked: usize,
-}
-
-#[async_trait]
-impl PartialCheck for PatternCheck<'_> {
-    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
-        let mut issues = Vec::new();
-        for (rule, watch) in &self.watched {
-            if let Some(m) = watch.definite(&rule.regex, prefix, self.checked) {
-                let mut lines = LineCounter::new(prefix);
-                issues.push(rule.forbidden_issue(self.name, prefix, m, &mut lines));
-            }
-        }
-        self.checked = prefix.len();
-        issues
+impl Forbidden for &Rule {
+    fn regex(&self) -> &Regex {
+        &self.regex
+    }
+    fn issue(&self, validator: &str, prefix: &str, m: regex::Match<'_>) -> Issue {
+        self.forbidden_issue(validator, prefix, m, &mut LineCounter::new(prefix))
     }
 }
 
@@ -390,26 +376,16 @@ impl Validator for Pattern {
             .iter()
             // Warnings never cut; a rule with a replacement is fixed by the repair.
             .filter(|r| r.severity == Severity::Error && r.replacement.is_none())
-            .map(|r| (r, Watch::new(&r.regex)))
             .collect();
-        if watched.is_empty() {
-            return None;
-        }
-        Some(Box::new(PatternCheck {
-            name: &self.name,
-            watched,
-            checked: 0,
-        }))
+        ForbiddenCheck::boxed(&self.name, watched)
     }
 
     fn repair_fixes(&self, issue: &Issue) -> bool {
-        // Every forbidden rule that could have raised it has a replacement.
-        let mut rules = self
-            .forbidden
-            .iter()
-            .filter(|r| r.code == issue.code && r.severity == issue.severity)
-            .peekable();
-        rules.peek().is_some() && rules.all(|r| r.replacement.is_some())
+        let rules = self.forbidden.iter();
+        replacement_fixes(
+            rules.map(|r| (r.code.as_str(), r.severity, r.replacement.is_some())),
+            issue,
+        )
     }
 
     fn repair(&self, response: &str, _context: &Context, issues: &[Issue]) -> Option<String> {

@@ -58,7 +58,7 @@
 
 use crate::build::FactoryInput;
 use crate::error::BuildError;
-use crate::partial::Watch;
+use crate::partial::{replacement_fixes, Forbidden, ForbiddenCheck};
 use crate::pattern::compile;
 use crate::text::{column_of, LineCounter};
 use enforce_core::{async_trait, Context, Issue, PartialCheck, Severity, Validation, Validator};
@@ -615,39 +615,22 @@ impl Terms {
     }
 }
 
-/// One forbidden term a [`TermsCheck`] looks for (a `{{key}}` list gives one per value).
+/// One forbidden term the partial check of [`Terms`] looks for (a `{{key}}` list gives one per value).
 struct WatchedTerm<'a> {
     rule: &'a TermRule,
     term: String,
     regex: Regex,
-    watch: Watch,
 }
 
-/// The partial check of a [`Terms`] validator: the forbidden terms, compiled once per answer,
-/// and how far the text has been searched.
-struct TermsCheck<'a> {
-    name: &'a str,
-    watched: Vec<WatchedTerm<'a>>,
-    checked: usize,
-}
-
-#[async_trait]
-impl PartialCheck for TermsCheck<'_> {
-    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
-        let mut issues = Vec::new();
-        for w in &self.watched {
-            if let Some(m) = w.watch.definite(&w.regex, prefix, self.checked) {
-                let term = &w.term;
-                let line = LineCounter::new(prefix).line_of(m.start());
-                issues.push(
-                    w.rule
-                        .forbidden_issue(self.name, term)
-                        .at(line, column_of(prefix, m.start())),
-                );
-            }
-        }
-        self.checked = prefix.len();
-        issues
+impl Forbidden for WatchedTerm<'_> {
+    fn regex(&self) -> &Regex {
+        &self.regex
+    }
+    fn issue(&self, validator: &str, prefix: &str, m: regex::Match<'_>) -> Issue {
+        let line = LineCounter::new(prefix).line_of(m.start());
+        self.rule
+            .forbidden_issue(validator, &self.term)
+            .at(line, column_of(prefix, m.start()))
     }
 }
 
@@ -792,29 +775,19 @@ impl Validator for Terms {
                 watched.push(WatchedTerm {
                     rule,
                     term: term.to_string(),
-                    watch: Watch::new(re),
                     regex: re.clone(),
                 });
             });
         }
-        if watched.is_empty() {
-            return None;
-        }
-        Some(Box::new(TermsCheck {
-            name: &self.name,
-            watched,
-            checked: 0,
-        }))
+        ForbiddenCheck::boxed(&self.name, watched)
     }
 
     fn repair_fixes(&self, issue: &Issue) -> bool {
-        // Every forbidden rule that could have raised it has a replacement.
-        let mut rules = self
-            .forbidden
-            .iter()
-            .filter(|r| r.code == issue.code && r.severity == issue.severity)
-            .peekable();
-        rules.peek().is_some() && rules.all(|r| r.replacement.is_some())
+        let rules = self.forbidden.iter();
+        replacement_fixes(
+            rules.map(|r| (r.code.as_str(), r.severity, r.replacement.is_some())),
+            issue,
+        )
     }
 
     fn repair(&self, response: &str, context: &Context, _issues: &[Issue]) -> Option<String> {

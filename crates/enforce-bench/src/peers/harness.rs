@@ -101,7 +101,7 @@ pub(crate) fn describe(cmd: &Command) -> String {
 }
 
 /// `text` with the paths of this machine made relative: the target directory (where the
-/// harness itself runs from, `<target>/release/enforce-bench`) as `target/`, the repository
+/// harness itself runs from, `<target>/dist/enforce-bench`) as `target/`, the repository
 /// (the working directory) as nothing.
 pub(crate) fn repo_relative(text: &str) -> String {
     let mut s = text.to_string();

@@ -222,7 +222,7 @@ async fn the_last_allowed_attempt_is_not_cut() {
 
 #[tokio::test]
 async fn the_same_cut_twice_is_not_no_progress_and_the_whole_last_answer_is_delivered() {
-    // Issue 24, defect 2: two cuts with the same code ended the loop on the fragment.
+    // Two cuts with the same code must not end the loop on the fragment.
     let runner = ScriptedRunner::texts([BAD, BAD, BAD]).streamed(4);
     let outcome = enforcer(Forbidden::new("Acme"), every(8))
         .run(&runner, &req(), &Context::new())

@@ -1,4 +1,4 @@
-//! The rules of the loop that a real model exposed (issue 24): no cut fragment is ever the
+//! The rules of the loop that a real model's answers exposed: no cut fragment is ever the
 //! answer, progress is judged on (code, line, message), truncation is an issue, cut attempts
 //! carry an estimated usage, `repair: first`, `reask: resample | feedback_fresh`, and the
 //! feedback after a cut names what the partial answer still misses.

@@ -7,15 +7,7 @@ use enforce_documents::file_refs::FileRefs;
 use enforce_documents::step_marker::StepMarker;
 use proptest::prelude::*;
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
-}
+use futures_executor::block_on;
 
 /// The errors the partial check reports when `text` arrives in the given pieces (over all
 /// calls, each once: a checker may repeat what it found).

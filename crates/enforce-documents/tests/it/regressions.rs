@@ -5,15 +5,7 @@ use enforce_core::{Context, Severity, Validator};
 use enforce_documents::extract_step;
 use enforce_documents::step_marker::StepMarker;
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
-}
+use futures_executor::block_on;
 
 /// Found by proptest: a response ending inside an unclosed code fence got its marker appended
 /// inside the fence, where it does not count, so the "repaired" text still failed.

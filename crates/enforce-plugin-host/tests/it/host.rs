@@ -283,18 +283,7 @@ fn timeouts_hold_outside_a_tokio_runtime_too() {
     assert!(started.elapsed() < Duration::from_millis(1500));
 }
 
-/// Drives a future without any runtime (the validator must not need one).
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    use std::task::{Context as TaskContext, Poll, Waker};
-    let mut future = std::pin::pin!(future);
-    let mut cx = TaskContext::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(value) = future.as_mut().poll(&mut cx) {
-            return value;
-        }
-        std::thread::yield_now();
-    }
-}
+use futures_executor::block_on;
 
 #[test]
 fn every_bad_file_is_reported_with_its_reason_and_the_good_ones_load() {

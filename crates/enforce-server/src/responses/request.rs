@@ -7,68 +7,11 @@
 //! `response_format`; `max_output_tokens` → `max_tokens`; `reasoning.effort` →
 //! `reasoning_effort`. What cannot be carried is refused with a 400 naming the field.
 
-use super::Kept;
 use crate::error::ApiError;
 use crate::pipeline::{body_object, model_of, non_empty, stream_of, Ask};
 use enforce_core::{Message, Role, ToolCall};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Map, Value};
-
-/// Request fields echoed in the `response` object, as the client sent them.
-pub(super) const ECHOED: &[Field] = &[
-    Field::instructions,
-    Field::tools,
-    Field::tool_choice,
-    Field::text,
-    Field::temperature,
-    Field::top_p,
-    Field::max_output_tokens,
-    Field::metadata,
-    Field::previous_response_id,
-    Field::parallel_tool_calls,
-    Field::store,
-    Field::truncation,
-    Field::user,
-    Field::reasoning,
-];
-
-/// Request fields this proxy cannot carry to a chat-completions upstream: refused, never
-/// dropped.
-pub(super) const REFUSED: &[(Field, &str)] = &[
-    (
-        Field::background,
-        "background responses are not supported by this proxy",
-    ),
-    (
-        Field::conversation,
-        "conversations are not supported by this proxy; use `previous_response_id`",
-    ),
-    (
-        Field::prompt,
-        "stored prompts are not supported by this proxy",
-    ),
-];
-
-/// Request fields a chat-completions upstream has no use for: left out, and named in the
-/// answer's `warnings` and the `X-Enforce-Warnings` header (`fields_ignored`).
-pub(super) const IGNORED: &[Field] = &[
-    Field::include,
-    Field::truncation,
-    Field::max_tool_calls,
-    Field::top_logprobs,
-];
-
-/// Request fields passed to a chat-completions upstream as they are.
-pub(super) const FORWARDED: &[Field] = &[
-    Field::temperature,
-    Field::top_p,
-    Field::parallel_tool_calls,
-    Field::user,
-    Field::metadata,
-    Field::safety_identifier,
-    Field::service_tier,
-    Field::seed,
-    Field::stop,
-];
 
 fn invalid(message: impl Into<String>, param: &'static str) -> ApiError {
     ApiError::bad_request(message, Some(param))
@@ -173,39 +116,9 @@ fn input_messages(input: &Value, messages: &mut Vec<Message>) -> Result<(), ApiE
             .and_then(Value::as_str)
             .unwrap_or("message");
         match kind {
-            "message" => {
-                let role = match item.get("role").and_then(Value::as_str).unwrap_or("") {
-                    "user" => Role::User,
-                    "assistant" => Role::Assistant,
-                    "system" | "developer" => Role::System,
-                    _ => {
-                        return Err(invalid(
-                            format!(
-                                "An input message's `role` must be `user`, `assistant`, `system` or `developer`, got {}.",
-                                crate::pipeline::shown_role(item.get("role"))
-                            ),
-                            "input",
-                        ))
-                    }
-                };
-                let (text, other) = content_of(item.get("content").unwrap_or(&Value::Null))?;
-                messages.push(message_with_parts(role, text, other));
-            }
+            "message" => messages.push(input_message(item)?),
             "function_call" => {
-                let field = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
-                let (call_id, name) = (field("call_id"), field("name"));
-                if call_id.is_empty() || name.is_empty() {
-                    return Err(invalid(
-                        "A `function_call` input item needs a `call_id` and a `name`.",
-                        "input",
-                    ));
-                }
-                let arguments = match item.get("arguments") {
-                    Some(Value::String(s)) => s.clone(),
-                    None | Some(Value::Null) => String::new(),
-                    Some(other) => other.to_string(),
-                };
-                let call = ToolCall::new(call_id, name, arguments);
+                let call = function_call(item)?;
                 // Calls of one turn follow each other: they belong to one assistant message.
                 match messages.last_mut() {
                     Some(last) if last.role == Role::Assistant && last.parts.is_empty() => {
@@ -237,6 +150,44 @@ fn input_messages(input: &Value, messages: &mut Vec<Message>) -> Result<(), ApiE
         }
     }
     Ok(())
+}
+
+/// A `message` input item.
+fn input_message(item: &Value) -> Result<Message, ApiError> {
+    let role = match item.get("role").and_then(Value::as_str).unwrap_or("") {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "system" | "developer" => Role::System,
+        _ => {
+            return Err(invalid(
+                format!(
+                    "An input message's `role` must be `user`, `assistant`, `system` or `developer`, got {}.",
+                    crate::pipeline::shown_role(item.get("role"))
+                ),
+                "input",
+            ))
+        }
+    };
+    let (text, other) = content_of(item.get("content").unwrap_or(&Value::Null))?;
+    Ok(message_with_parts(role, text, other))
+}
+
+/// A `function_call` input item: a call the model made in an earlier turn.
+fn function_call(item: &Value) -> Result<ToolCall, ApiError> {
+    let field = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
+    let (call_id, name) = (field("call_id"), field("name"));
+    if call_id.is_empty() || name.is_empty() {
+        return Err(invalid(
+            "A `function_call` input item needs a `call_id` and a `name`.",
+            "input",
+        ));
+    }
+    let arguments = match item.get("arguments") {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => String::new(),
+        Some(other) => other.to_string(),
+    };
+    Ok(ToolCall::new(call_id, name, arguments))
 }
 
 /// Function tools in the chat dialect; any other tool type is refused.
@@ -289,97 +240,139 @@ fn response_format(text: &Value) -> Result<Option<Value>, ApiError> {
 }
 
 /// A field of a request body as sent: present (`null` included) or absent.
-fn present<'de, D: serde::Deserializer<'de>>(from: D) -> Result<Option<Value>, D::Error> {
-    serde::Deserialize::deserialize(from).map(Some)
+fn present<'de, D: Deserializer<'de>>(from: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(from).map(Some)
 }
 
-/// The request fields this surface reads, each as sent; the rest of a body is skipped
-/// unread. Read straight from the body: a map of every field, looked up some forty times,
-/// cost the surface more than the rest of its parsing; and a field is named by a [`Field`],
-/// not by its name, so that finding its slot compares no strings.
-macro_rules! request_fields {
-    ($($name:ident),* $(,)?) => {
-        #[derive(serde::Deserialize)]
-        struct RequestFields {
-            $(#[serde(default, deserialize_with = "present")] $name: Option<Value>,)*
-        }
-
-        /// A field of a Responses request this surface reads; each variant is spelled as the
-        /// field is on the wire.
-        #[allow(non_camel_case_types)]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub(super) enum Field {
-            $($name,)*
-        }
-
-        impl Field {
-            /// Every field.
-            #[cfg(test)]
-            const ALL: &[Field] = &[$(Field::$name,)*];
-
-            /// The field's name in a request body.
-            pub(super) fn name(self) -> &'static str {
-                match self {
-                    $(Field::$name => stringify!($name),)*
-                }
-            }
-        }
-
-        impl RequestFields {
-            fn slot(&self, field: Field) -> &Option<Value> {
-                match field {
-                    $(Field::$name => &self.$name,)*
-                }
-            }
-
-            fn slot_mut(&mut self, field: Field) -> &mut Option<Value> {
-                match field {
-                    $(Field::$name => &mut self.$name,)*
-                }
-            }
-        }
-    };
+/// A Responses request: the fields this surface reads, each as sent (`null` included, so that
+/// an echoed `null` stays one); the rest of a body is skipped unread.
+#[derive(Deserialize)]
+struct ResponsesRequest {
+    #[serde(default, deserialize_with = "present")]
+    model: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    input: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    instructions: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    stream: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    store: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    previous_response_id: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    enforce: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    background: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    conversation: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    prompt: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    tools: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    tool_choice: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    text: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    temperature: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    top_p: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    max_output_tokens: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    metadata: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    parallel_tool_calls: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    truncation: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    user: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    reasoning: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    include: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    max_tool_calls: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    top_logprobs: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    safety_identifier: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    service_tier: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    seed: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    stop: Option<Value>,
 }
 
-request_fields!(
-    model,
-    input,
-    instructions,
-    stream,
-    store,
-    previous_response_id,
-    enforce,
-    background,
-    conversation,
-    prompt,
-    tools,
-    tool_choice,
-    text,
-    temperature,
-    top_p,
-    max_output_tokens,
-    metadata,
-    parallel_tool_calls,
-    truncation,
-    user,
-    reasoning,
-    include,
-    max_tool_calls,
-    top_logprobs,
-    safety_identifier,
-    service_tier,
-    seed,
-    stop,
-);
+/// The request fields a `response` object echoes, as the client sent them; the ones OpenAI's
+/// object always carries stand at their defaults when they were not sent.
+#[derive(Serialize)]
+pub(crate) struct Echo {
+    tools: Value,
+    tool_choice: Value,
+    text: Value,
+    metadata: Value,
+    parallel_tool_calls: Value,
+    store: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    previous_response_id: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    truncation: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<Value>,
+}
 
-impl RequestFields {
+impl Echo {
+    fn of(request: &ResponsesRequest) -> Self {
+        let or = |sent: &Option<Value>, default: Value| sent.clone().unwrap_or(default);
+        Echo {
+            tools: or(&request.tools, json!([])),
+            tool_choice: or(&request.tool_choice, json!("auto")),
+            text: or(&request.text, json!({"format": {"type": "text"}})),
+            metadata: or(&request.metadata, json!({})),
+            parallel_tool_calls: or(&request.parallel_tool_calls, json!(true)),
+            store: or(&request.store, json!(true)),
+            instructions: request.instructions.clone(),
+            temperature: request.temperature.clone(),
+            top_p: request.top_p.clone(),
+            max_output_tokens: request.max_output_tokens.clone(),
+            previous_response_id: request.previous_response_id.clone(),
+            truncation: request.truncation.clone(),
+            user: request.user.clone(),
+            reasoning: request.reasoning.clone(),
+        }
+    }
+}
+
+/// Whether a field was asked for: sent, not `null`, not an empty list.
+fn asked_for(value: &Option<Value>) -> bool {
+    match value {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(_) => true,
+    }
+}
+
+impl ResponsesRequest {
     /// Reads a body; a body that is not one JSON object is refused as every surface refuses
     /// it ([`body_object`]).
-    fn parse(body: &[u8]) -> Result<Self, ApiError> {
+    fn read(body: &[u8]) -> Result<Self, ApiError> {
         // Only an object: serde would read an array into the fields one by one.
         if body.trim_ascii_start().first() == Some(&b'{') {
-            if let Ok(fields) = serde_json::from_slice(body) {
-                return Ok(fields);
+            if let Ok(request) = serde_json::from_slice(body) {
+                return Ok(request);
             }
         }
         // Not an object, not JSON, or a field given twice (the last one counts, as in a map):
@@ -389,127 +382,159 @@ impl RequestFields {
         })
     }
 
-    fn get(&self, field: Field) -> Option<&Value> {
-        self.slot(field).as_ref()
+    /// Refuses the fields this proxy cannot carry to a chat-completions upstream, rather than
+    /// dropping them.
+    fn refuse_unsupported(&self) -> Result<(), ApiError> {
+        let refused = [
+            (
+                "background",
+                &self.background,
+                "background responses are not supported by this proxy",
+            ),
+            (
+                "conversation",
+                &self.conversation,
+                "conversations are not supported by this proxy; use `previous_response_id`",
+            ),
+            (
+                "prompt",
+                &self.prompt,
+                "stored prompts are not supported by this proxy",
+            ),
+        ];
+        for (key, value, why) in refused {
+            if value
+                .as_ref()
+                .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+            {
+                return Err(invalid(format!("`{key}`: {why}."), key));
+            }
+        }
+        Ok(())
     }
 
-    fn remove(&mut self, field: Field) -> Option<Value> {
-        self.slot_mut(field).take()
+    /// The conversation: `instructions` as a system message, then the `input` items.
+    fn messages(&mut self) -> Result<Vec<Message>, ApiError> {
+        let mut messages = Vec::new();
+        match self.instructions.take() {
+            Some(Value::String(s)) if !s.is_empty() => messages.push(Message::system(s)),
+            None | Some(Value::String(_) | Value::Null) => {}
+            Some(_) => return Err(invalid("`instructions` must be a string.", "instructions")),
+        }
+        match self.input.take() {
+            Some(input) => input_messages(&input, &mut messages)?,
+            None => return Err(invalid("The request needs an `input`.", "input")),
+        }
+        if !messages.iter().any(|m| m.role != Role::System) {
+            return Err(invalid("`input` must hold at least one item.", "input"));
+        }
+        Ok(messages)
+    }
+
+    /// The stored response this request continues, if it names one.
+    fn continues(&mut self) -> Result<Option<String>, ApiError> {
+        match self.previous_response_id.take() {
+            Some(Value::String(id)) if !id.is_empty() => Ok(Some(id)),
+            None | Some(Value::Null) => Ok(None),
+            Some(_) => Err(invalid(
+                "`previous_response_id` must be a response id.",
+                "previous_response_id",
+            )),
+        }
+    }
+
+    /// What names the chat: `metadata.chat_id`, else `user` or `safety_identifier`.
+    fn chat_hint(&self) -> Option<String> {
+        let named = |field: Option<&Value>| field.and_then(Value::as_str).and_then(non_empty);
+        named(self.metadata.as_ref().and_then(|m| m.get("chat_id")))
+            .or_else(|| named(self.user.as_ref().or(self.safety_identifier.as_ref())))
+    }
+
+    /// The fields asked for that a chat-completions upstream has no use for: left out, and
+    /// named in the answer's `warnings` and the `X-Enforce-Warnings` header (`fields_ignored`).
+    fn ignored(&self) -> Vec<String> {
+        [
+            ("include", &self.include),
+            ("truncation", &self.truncation),
+            ("max_tool_calls", &self.max_tool_calls),
+            ("top_logprobs", &self.top_logprobs),
+        ]
+        .into_iter()
+        .filter(|(_, value)| asked_for(value))
+        .map(|(name, _)| name.to_string())
+        .collect()
+    }
+
+    /// What the upstream gets besides the messages, in the chat-completions dialect.
+    fn chat_params(self) -> Result<Map<String, Value>, ApiError> {
+        let mut params = Map::new();
+        if let Some(tools) = self.tools.filter(|t| !t.is_null()) {
+            params.insert("tools".into(), chat_tools(&tools)?);
+        }
+        if let Some(choice) = self.tool_choice.filter(|c| !c.is_null()) {
+            params.insert("tool_choice".into(), chat_tool_choice(choice));
+        }
+        if let Some(format) = self
+            .text
+            .as_ref()
+            .map(response_format)
+            .transpose()?
+            .flatten()
+        {
+            params.insert("response_format".into(), format);
+        }
+        let effort = self.reasoning.and_then(|r| r.get("effort").cloned());
+        // Passed on as they are, under the same name or the chat dialect's.
+        let passed = [
+            ("max_tokens", self.max_output_tokens),
+            ("reasoning_effort", effort),
+            ("temperature", self.temperature),
+            ("top_p", self.top_p),
+            ("parallel_tool_calls", self.parallel_tool_calls),
+            ("user", self.user),
+            ("metadata", self.metadata),
+            ("safety_identifier", self.safety_identifier),
+            ("service_tier", self.service_tier),
+            ("seed", self.seed),
+            ("stop", self.stop),
+        ];
+        for (name, value) in passed {
+            if let Some(value) = value.filter(|v| !v.is_null()) {
+                params.insert(name.into(), value);
+            }
+        }
+        Ok(params)
     }
 }
 
-/// Parses a `POST /v1/responses` body.
-pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiError> {
-    let mut fields = RequestFields::parse(body)?;
-    let model = model_of(fields.remove(Field::model))?;
-    for &(field, why) in REFUSED {
-        if fields
-            .get(field)
-            .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
-        {
-            let key = field.name();
-            return Err(invalid(format!("`{key}`: {why}."), key));
+/// A `tool_choice` naming a function, in the chat dialect; any other as it is.
+fn chat_tool_choice(choice: Value) -> Value {
+    match choice.get("name").and_then(Value::as_str) {
+        Some(name) if choice.get("type").and_then(Value::as_str) == Some("function") => {
+            json!({"type": "function", "function": {"name": name}})
         }
+        _ => choice,
     }
-    let mut echo = Map::new();
-    for &field in ECHOED {
-        if let Some(v) = fields.get(field) {
-            echo.insert(field.name().to_string(), v.clone());
-        }
-    }
-    let mut messages = Vec::new();
-    if let Some(instructions) = fields.remove(Field::instructions) {
-        match instructions {
-            Value::String(s) if !s.is_empty() => messages.push(Message::system(s)),
-            Value::String(_) | Value::Null => {}
-            _ => return Err(invalid("`instructions` must be a string.", "instructions")),
-        }
-    }
-    match fields.remove(Field::input) {
-        Some(input) => input_messages(&input, &mut messages)?,
-        None => return Err(invalid("The request needs an `input`.", "input")),
-    }
-    if !messages.iter().any(|m| m.role != Role::System) {
-        return Err(invalid("`input` must hold at least one item.", "input"));
-    }
-    let continues = match fields.remove(Field::previous_response_id) {
-        Some(Value::String(id)) if !id.is_empty() => Some(id),
-        None | Some(Value::Null) => None,
-        Some(_) => {
-            return Err(invalid(
-                "`previous_response_id` must be a response id.",
-                "previous_response_id",
-            ))
-        }
-    };
-    let store = fields.remove(Field::store).and_then(|v| v.as_bool());
-    let stream = stream_of(fields.remove(Field::stream).as_ref())?;
-    let enforce = fields.remove(Field::enforce);
-    let chat_hint = fields
-        .get(Field::metadata)
-        .and_then(|m| m.get("chat_id"))
-        .and_then(Value::as_str)
-        .and_then(non_empty)
-        .or_else(|| {
-            fields
-                .get(Field::user)
-                .or_else(|| fields.get(Field::safety_identifier))
-                .and_then(Value::as_str)
-                .and_then(non_empty)
-        });
-    // Asked for, but nothing a chat-completions upstream can do: left out, and said so.
-    let ignored: Vec<String> = IGNORED
-        .iter()
-        .filter(|&&field| {
-            fields.get(field).is_some_and(|v| match v {
-                Value::Null => false,
-                Value::Array(a) => !a.is_empty(),
-                _ => true,
-            })
-        })
-        .map(|field| field.name().to_string())
-        .collect();
-    // What the upstream gets, in the chat-completions dialect.
-    let mut params = Map::new();
-    if let Some(tools) = fields.remove(Field::tools).filter(|t| !t.is_null()) {
-        params.insert("tools".into(), chat_tools(&tools)?);
-    }
-    if let Some(choice) = fields.remove(Field::tool_choice).filter(|c| !c.is_null()) {
-        let choice = match choice.get("name").and_then(Value::as_str) {
-            Some(name) if choice.get("type").and_then(Value::as_str) == Some("function") => {
-                json!({"type": "function", "function": {"name": name}})
-            }
-            _ => choice,
-        };
-        params.insert("tool_choice".into(), choice);
-    }
-    if let Some(text) = fields.remove(Field::text) {
-        if let Some(format) = response_format(&text)? {
-            params.insert("response_format".into(), format);
-        }
-    }
-    if let Some(max) = fields
-        .remove(Field::max_output_tokens)
-        .filter(|m| !m.is_null())
-    {
-        params.insert("max_tokens".into(), max);
-    }
-    if let Some(effort) = fields
-        .remove(Field::reasoning)
-        .and_then(|r| r.get("effort").cloned())
-        .filter(|e| !e.is_null())
-    {
-        params.insert("reasoning_effort".into(), effort);
-    }
-    for &field in FORWARDED {
-        if let Some(v) = fields.remove(field).filter(|v| !v.is_null()) {
-            params.insert(field.name().into(), v);
-        }
-    }
+}
+
+/// Parses a `POST /v1/responses` body: the shared [`Ask`], and the fields its `response`
+/// object echoes.
+pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Echo), ApiError> {
+    let mut request = ResponsesRequest::read(body)?;
+    let model = model_of(request.model.take())?;
+    request.refuse_unsupported()?;
+    let echo = Echo::of(&request);
+    let messages = request.messages()?;
+    let continues = request.continues()?;
+    let store = request.store.take().and_then(|v| v.as_bool());
+    let stream = stream_of(request.stream.as_ref())?;
+    let enforce = request.enforce.take();
+    let chat_hint = request.chat_hint();
+    let ignored = request.ignored();
     let ask = Ask {
         model,
         messages,
-        params,
+        params: request.chat_params()?,
         stream,
         // A Responses answer always carries its usage.
         include_usage: true,
@@ -520,49 +545,129 @@ pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Kept), ApiErr
         store: store != Some(false),
         ignored,
     };
-    Ok((ask, Kept { echo }))
+    Ok((ask, echo))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every field is read from the body under the name its [`Field`] gives: a slot that
-    /// read another field, or none, would leave that field unread, silently.
+    /// `null` is a value, a field sent twice counts once (the last), and what is not an
+    /// object is refused with the message every surface gives.
     #[test]
-    fn every_field_is_read_under_its_own_name() {
-        for &field in Field::ALL {
-            let body = format!(r#"{{"{}": 7}}"#, field.name());
-            let fields = RequestFields::parse(body.as_bytes()).expect("reads");
-            for &other in Field::ALL {
-                let expected = (other == field).then(|| json!(7));
-                assert_eq!(
-                    fields.get(other),
-                    expected.as_ref(),
-                    "{field:?} read as {other:?}"
-                );
-            }
-        }
-    }
-
-    /// A body read field by field gives what the same body read as a map gives: `null` is a
-    /// value, a field sent twice counts once (the last), and what is not an object is refused
-    /// with the message every surface gives.
-    #[test]
-    fn the_typed_reading_keeps_nulls_repeats_and_refusals() {
-        let mut fields =
-            RequestFields::parse(br#"{"input": null, "model": "a", "model": "b", "x": [1]}"#)
+    fn the_reading_keeps_nulls_repeats_and_refusals() {
+        let request =
+            ResponsesRequest::read(br#"{"input": null, "model": "a", "model": "b", "x": [1]}"#)
                 .expect("reads");
-        assert_eq!(fields.get(Field::input), Some(&Value::Null));
-        assert_eq!(fields.remove(Field::model), Some(json!("b")));
-        assert_eq!(fields.get(Field::model), None);
-        assert_eq!(fields.get(Field::stream), None);
+        assert_eq!(request.input, Some(Value::Null));
+        assert_eq!(request.model, Some(json!("b")));
+        assert_eq!(request.stream, None);
         for (body, message) in [
             (&b"[1]"[..], "The request body must be a JSON object."),
             (b"{\"model\": ", "The request body is not valid JSON"),
         ] {
-            let error = RequestFields::parse(body).err().expect("refused");
+            let error = ResponsesRequest::read(body).err().expect("refused");
             assert!(error.message.starts_with(message), "{}", error.message);
         }
+    }
+
+    /// Every field this surface reads lands where it belongs: in the chat parameters (under
+    /// its own name or the chat dialect's), the echo, the ignored fields, the ask.
+    #[test]
+    fn every_field_is_read_under_its_own_name() {
+        let body = json!({
+            "model": "m", "input": "q", "instructions": "Be brief.", "stream": true,
+            "store": false, "previous_response_id": "resp_1", "enforce": {"k": 1},
+            "tools": [{"type": "function", "name": "f", "parameters": {}}],
+            "tool_choice": {"type": "function", "name": "f"},
+            "text": {"format": {"type": "json_object"}}, "temperature": 0.5, "top_p": 0.9,
+            "max_output_tokens": 64, "metadata": {"chat_id": "c"}, "parallel_tool_calls": false,
+            "truncation": "auto", "user": "u", "reasoning": {"effort": "low"},
+            "include": ["x"], "max_tool_calls": 2, "top_logprobs": 1,
+            "safety_identifier": "s", "service_tier": "flex", "seed": 7, "stop": ["."],
+        });
+        let (ask, echo) = parse_responses_request(body.to_string().as_bytes()).expect("reads");
+        assert_eq!(
+            Value::Object(ask.params),
+            json!({
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+                "tool_choice": {"type": "function", "function": {"name": "f"}},
+                "response_format": {"type": "json_object"}, "max_tokens": 64,
+                "reasoning_effort": "low", "temperature": 0.5, "top_p": 0.9,
+                "parallel_tool_calls": false, "user": "u", "metadata": {"chat_id": "c"},
+                "safety_identifier": "s", "service_tier": "flex", "seed": 7, "stop": ["."],
+            })
+        );
+        let echoed = [
+            "tools",
+            "tool_choice",
+            "text",
+            "temperature",
+            "top_p",
+            "max_output_tokens",
+            "metadata",
+            "previous_response_id",
+            "parallel_tool_calls",
+            "store",
+            "truncation",
+            "user",
+            "reasoning",
+            "instructions",
+        ];
+        let expected: Map<String, Value> = echoed
+            .iter()
+            .map(|&key| (key.to_string(), body[key].clone()))
+            .collect();
+        assert_eq!(
+            serde_json::to_value(&echo).expect("echo"),
+            Value::Object(expected)
+        );
+        assert_eq!(
+            ask.ignored,
+            ["include", "truncation", "max_tool_calls", "top_logprobs"]
+        );
+        assert_eq!(
+            (
+                ask.model.as_str(),
+                ask.stream,
+                ask.store,
+                ask.continues.as_deref()
+            ),
+            ("m", true, false, Some("resp_1"))
+        );
+        assert_eq!(
+            (ask.enforce, ask.chat_hint),
+            (Some(json!({"k": 1})), Some("c".into()))
+        );
+        assert_eq!(ask.messages.len(), 2, "instructions and input");
+        for field in ["background", "conversation", "prompt"] {
+            let mut refused = body.clone();
+            refused[field] = json!(true);
+            let error = parse_responses_request(refused.to_string().as_bytes()).err();
+            assert_eq!(error.and_then(|e| e.param), Some(field));
+        }
+    }
+
+    /// A request that sends none of the echoed fields echoes the defaults OpenAI's object
+    /// always carries; one that sends `null` echoes `null`.
+    #[test]
+    fn unsent_echoed_fields_stand_at_their_defaults() {
+        let (_, echo) = parse_responses_request(br#"{"model": "m", "input": "q"}"#).expect("reads");
+        assert_eq!(
+            serde_json::to_value(&echo).expect("echo"),
+            json!({
+                "tools": [], "tool_choice": "auto", "text": {"format": {"type": "text"}},
+                "metadata": {}, "parallel_tool_calls": true, "store": true,
+            })
+        );
+        let (_, echo) = parse_responses_request(
+            br#"{"model": "m", "input": "q", "tools": null, "user": null}"#,
+        )
+        .expect("reads");
+        let echo = serde_json::to_value(&echo).expect("echo");
+        assert_eq!(
+            (&echo["tools"], echo.get("user")),
+            (&Value::Null, Some(&Value::Null))
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! Drop-in behaviour real clients depend on (issue 25 §2): every route and method answers in
+//! Drop-in behaviour real clients depend on: every route and method answers in
 //! JSON naming what is served, request fields are carried or refused (never dropped), the
 //! request's `response_format` is checked, error bodies read well when printed, in-stream
 //! errors carry the status they stand for, and `x-request-id` is the completion id.

@@ -1,6 +1,6 @@
 //! Errors a stream's client gets as plain HTTP errors when the outcome is known before the
-//! stream's first byte (issue 25 §2), and the upstream's busy answers passed on with their
-//! `Retry-After` (§4), on every surface: chat completions, responses and messages.
+//! stream's first byte, and the upstream's busy answers passed on with their
+//! `Retry-After`, on every surface: chat completions, responses and messages.
 
 use crate::common::*;
 use enforce_core::{async_trait, Policy, Reply, Request, Runner, RunnerError};

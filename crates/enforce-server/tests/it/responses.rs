@@ -604,7 +604,7 @@ async fn verdict_of(surface: &str, stream: bool, texts: [&'static str; 3]) -> Ve
     }
 }
 
-/// Issue 25 §5: one passing and one failing contract through chat, responses and messages,
+/// One passing and one failing contract through chat, responses and messages,
 /// streamed and not: the same verdict, re-asks and audit record in every cell.
 #[tokio::test]
 async fn one_contract_gets_the_same_verdict_on_every_surface() {

@@ -202,8 +202,8 @@ fn bare_json_decides_syntax_errors_and_complete_values() {
         Some(12),
         "the space where the `e` of `true` belongs"
     );
-    // Prose or a fence around the JSON is for the repair to strip, never a cut (issue 24:
-    // 58 of 60 answers of a small model came in a ```json fence).
+    // Prose or a fence around the JSON is for the repair to strip, never a cut (58 of 60
+    // JSON answers of a small model came in a ```json fence).
     assert!(definite(&v, "Sure! {").is_empty());
     assert!(definite(&v, "Sure! {\"age\": tru e").is_empty());
     assert!(definite(&v, "```json\n{\n  \"name\": \"Paris\",\n  \"").is_empty());
