@@ -73,7 +73,7 @@ impl Surface for Messages {
 
     fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
         let message = MessageBody::of_turn(turn, text, outcome);
-        crate::pipeline::answer_body(text, |body| serde_json::to_writer(body, &message))
+        crate::pipeline::answer_body(text, &message)
     }
 
     fn writer(turn: &Turn, _: ()) -> MessagesWriter {

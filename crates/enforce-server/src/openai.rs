@@ -36,7 +36,7 @@ impl Surface for Chat {
 
     fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
         let completion = Completion::of(turn, text, outcome);
-        crate::pipeline::answer_body(text, |body| serde_json::to_writer(body, &completion))
+        crate::pipeline::answer_body(text, &completion)
     }
 
     fn writer(turn: &Turn, _: ()) -> ChatWriter {

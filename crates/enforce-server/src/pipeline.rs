@@ -108,29 +108,11 @@ pub(crate) trait Surface: Send + Sync + 'static {
     fn writer(turn: &Turn, kept: Self::Kept) -> Self::Writer;
 }
 
-/// Serializes, as JSON text written as it is, what `write` puts down: for the answers written
-/// straight to bytes, where something serializes them inside another value (tests, events).
-pub(crate) fn serialize_written<S: serde::Serializer, E: std::fmt::Display>(
-    to: S,
-    write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
-) -> Result<S::Ok, S::Error> {
-    use serde::Serialize;
-    let mut bytes = Vec::with_capacity(1024);
-    write(&mut bytes).map_err(serde::ser::Error::custom)?;
-    let text = String::from_utf8(bytes).map_err(serde::ser::Error::custom)?;
-    serde_json::value::RawValue::from_string(text)
-        .map_err(serde::ser::Error::custom)?
-        .serialize(to)
-}
-
-/// An answer's JSON body, which `write` puts down into room made once for the answer's text
-/// and the fields around it (a buffer grown from empty is copied each time it grows).
-pub(crate) fn answer_body<E>(
-    text: &str,
-    write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
-) -> Vec<u8> {
+/// An answer's JSON body, written into room made once for the answer's text and the fields
+/// around it (a buffer grown from empty is copied each time it grows).
+pub(crate) fn answer_body(text: &str, answer: &impl serde::Serialize) -> Vec<u8> {
     let mut body = Vec::with_capacity(1024 + text.len() + text.len() / 8);
-    match write(&mut body) {
+    match serde_json::to_writer(&mut body, answer) {
         Ok(()) => body,
         Err(_) => Vec::new(),
     }
@@ -751,27 +733,6 @@ fn set_enforcement_headers(mut response: Response, values: [Option<HeaderValue>;
 /// number in hex (`chatcmpl-enf6b07e13d00002a`).
 fn turn_id(prefix: &str, started: u64, n: u64) -> String {
     format!("{prefix}enf{started:x}{n:06x}")
-}
-
-/// Appends `value` in `RADIX` (10 or 16, lower-case), left-padded with zeros to `width`. The
-/// radix is a constant so that each digit costs a multiplication, not a division.
-pub(crate) fn push_digits<const RADIX: u64>(out: &mut String, mut value: u64, width: usize) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut buf = [0u8; 64];
-    let mut start = buf.len();
-    loop {
-        start -= 1;
-        buf[start] = DIGITS[(value % RADIX) as usize];
-        value /= RADIX;
-        if value == 0 {
-            break;
-        }
-    }
-    for _ in buf.len() - start..width {
-        out.push('0');
-    }
-    // ASCII digits: always UTF-8.
-    out.push_str(std::str::from_utf8(&buf[start..]).unwrap_or_default());
 }
 
 #[cfg(test)]

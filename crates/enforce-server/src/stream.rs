@@ -67,36 +67,20 @@ pub(crate) trait StreamWriter: Send + Sync + 'static {
     fn unfinished() -> Bytes;
 }
 
-/// Appends `value` as JSON: a stream's events are our own types, strings, numbers and
-/// `Value`s, which always serialize.
-pub(crate) fn push_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
-    let _ = serde_json::to_writer(out, value);
-}
-
-/// Appends one `data:` line holding `value`.
+/// Appends one `data:` line holding `value` as JSON: a stream's events are our own types,
+/// strings, numbers and `Value`s, which always serialize.
 pub(crate) fn push_data(out: &mut Vec<u8>, value: &impl serde::Serialize) {
-    push_data_with(out, |out| push_json(out, value));
+    out.extend_from_slice(b"data: ");
+    let _ = serde_json::to_writer(&mut *out, value);
+    out.extend_from_slice(b"\n\n");
 }
 
-/// Appends one named event holding `value`.
+/// Appends one named event: its `event:` line, then the `data:` line holding `value`.
 pub(crate) fn push_event(out: &mut Vec<u8>, name: &str, value: &impl serde::Serialize) {
-    push_event_with(out, name, |out| push_json(out, value));
-}
-
-/// Appends one named event: its `event:` line, then the `data:` line whose JSON `write` puts
-/// down.
-pub(crate) fn push_event_with(out: &mut Vec<u8>, name: &str, write: impl FnOnce(&mut Vec<u8>)) {
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(name.as_bytes());
     out.push(b'\n');
-    push_data_with(out, write);
-}
-
-/// Appends one `data:` line whose JSON `write` puts down itself.
-pub(crate) fn push_data_with(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
-    out.extend_from_slice(b"data: ");
-    write(out);
-    out.extend_from_slice(b"\n\n");
+    push_data(out, value);
 }
 
 /// The error a stream ends with when its driver vanished.
