@@ -1,7 +1,5 @@
 //! The `enforce` command line: check LLM output, run the enforcement loop, serve the proxy.
 
-#[cfg(feature = "mimalloc")]
-mod allocator;
 mod commands;
 mod config;
 mod decode;
@@ -17,7 +15,7 @@ use clap::{Parser, Subcommand};
 /// request (docs/performance.md).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 /// Make LLM output meet a contract: validate, re-ask with feedback, repair, report.

@@ -279,7 +279,7 @@ pub(crate) fn body_bytes<B: serde::Serialize + ?Sized>(
 ) -> Result<bytes::Bytes, RunnerError> {
     // Room for a short conversation at once: a buffer grown from empty is copied as it grows.
     let mut bytes = Vec::with_capacity(1024);
-    enforce_core::json::write(&mut bytes, body)
+    serde_json::to_writer(&mut bytes, body)
         .map(|()| bytes::Bytes::from(bytes))
         .map_err(|e| RunnerError::Protocol {
             message: format!("cannot serialize the request: {e}"),

@@ -37,7 +37,6 @@ mod anthropic;
 mod anthropic_events;
 mod claude;
 mod command;
-mod completion_scan;
 mod config;
 mod error;
 mod http;

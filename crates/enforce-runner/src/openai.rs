@@ -1,7 +1,6 @@
 //! The OpenAI-compatible HTTP runner: `POST {base_url}/chat/completions`, stateless follow-ups,
 //! bounded retries with jittered exponential backoff that honour `Retry-After`.
 
-use crate::completion_scan::CompletionBody;
 use crate::error::ConfigError;
 use crate::http::{
     answer, api_key, ask_whole, body_bytes, error_message, secret_header, EndpointSettings,
@@ -18,6 +17,7 @@ use enforce_core::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -436,9 +436,6 @@ impl serde::Serialize for WireMessage<'_> {
 /// assert_eq!(r.finish_reason, Some(enforce_core::FinishReason::Stop));
 /// ```
 pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
-    if let Some(read) = crate::completion_scan::read(body) {
-        return read.into_reply(body);
-    }
     match serde_json::from_str::<CompletionBody<'_>>(body) {
         Ok(typed) => typed.into_reply(body),
         // An odd body (a field of another type than OpenAI's): read it as any JSON.
@@ -446,9 +443,49 @@ pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
     }
 }
 
+/// The parts of a chat completion the runner reads, typed: the rest of the body is skipped
+/// without being built. A body of another shape (content given as parts, a field of another
+/// type) is read as any JSON instead ([`parse_completion_value`]).
+#[derive(Deserialize)]
+struct CompletionBody<'a> {
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+    #[serde(default, borrow)]
+    object: Option<Cow<'a, str>>,
+    #[serde(default)]
+    choices: Option<Vec<ChoiceBody<'a>>>,
+    #[serde(default)]
+    usage: Option<UsageBody>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceBody<'a> {
+    #[serde(default, borrow)]
+    message: Option<MessageBody<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct MessageBody<'a> {
+    /// Text, or null.
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct UsageBody {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+}
+
 impl CompletionBody<'_> {
     /// The reply, read as [`parse_completion_value`] reads the same body.
-    pub(crate) fn into_reply(self, body: &str) -> Result<Reply, RunnerError> {
+    fn into_reply(self, body: &str) -> Result<Reply, RunnerError> {
         if self.error.is_some() || self.object.as_deref() == Some("error") {
             return Err(RunnerError::Upstream {
                 status: Some(200),

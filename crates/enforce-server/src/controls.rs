@@ -131,18 +131,24 @@ pub(crate) async fn admit_continuation(
     };
     match app.sessions.stored_response(id).await {
         Some(stored) if !may_read(grant, &stored) => {
-            let error = ApiError {
-                param: Some("previous_response_id"),
-                ..ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    "invalid_request_error",
-                    "previous_response_not_found",
-                    format!("Previous response with id '{id}' not found."),
-                )
-            };
+            let error =
+                previous_response_not_found(format!("Previous response with id '{id}' not found."));
             Err(rejected("unknown_response")(error))
         }
         _ => Ok(()),
+    }
+}
+
+/// The 404 for a `previous_response_id` that names no stored answer the request may read.
+pub(crate) fn previous_response_not_found(message: String) -> ApiError {
+    ApiError {
+        param: Some("previous_response_id"),
+        ..ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "previous_response_not_found",
+            message,
+        )
     }
 }
 

@@ -55,7 +55,6 @@ mod metrics;
 mod openai;
 mod otel;
 mod pipeline;
-mod plain_body;
 #[cfg(feature = "redis")]
 mod redis_state;
 mod responses;

@@ -20,7 +20,6 @@ use crate::verdict::Enforcement;
 use axum::body::Bytes;
 use axum::http::{HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
-use enforce_core::json;
 use enforce_core::{Outcome, ToolCall, Usage};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -74,7 +73,7 @@ impl Surface for Messages {
 
     fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
         let message = MessageBody::of_turn(turn, text, outcome);
-        crate::pipeline::answer_body(text, |body| message.write_json(body))
+        crate::pipeline::answer_body(text, &message)
     }
 
     fn writer(turn: &Turn, _: ()) -> MessagesWriter {
@@ -110,7 +109,7 @@ impl StreamWriter for MessagesWriter {
         let enforcement = Enforcement::of(outcome).routed(turn.route.as_ref());
         let warnings = crate::pipeline::Warnings::of(&turn.ignored);
         self.events
-            .finish(text, outcome, enforcement, warnings, out);
+            .finish(text, outcome, &enforcement, warnings.as_ref(), out);
     }
 
     fn refusal(&mut self, error: &ApiError, out: &mut Vec<u8>) {
@@ -144,7 +143,7 @@ fn tool_input(call: &ToolCall) -> Value {
 }
 
 /// Messages `usage`.
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct MessagesUsage {
     input_tokens: u64,
     output_tokens: u64,
@@ -162,66 +161,35 @@ impl MessagesUsage {
 
 /// The Messages response for a delivered answer: a `text` block (when there is text), a
 /// `tool_use` block per call, `stop_reason`, `usage` summed over the attempts, and enforce's
-/// outcome in `enforcement`. Written straight to bytes ([`MessageBody::write_json`]), its keys
-/// in the order a `Value` writes them (sorted), so both forms are the same bytes.
+/// outcome in `enforcement`.
+#[derive(Serialize)]
 struct MessageBody<'a> {
-    content: Vec<Block<'a>>,
-    enforcement: Enforcement<'a>,
     id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    role: &'static str,
     model: &'a str,
+    content: Vec<Block<'a>>,
     stop_reason: &'static str,
+    stop_sequence: Option<&'static str>,
     usage: MessagesUsage,
+    enforcement: Enforcement<'a>,
     /// What the request could not carry upstream, when anything (see the pipeline).
-    warnings: Option<Value>,
-}
-
-impl MessageBody<'_> {
-    /// Appends the message's JSON to `out`: the fixed keys and values as prepared text, a
-    /// copy each, the rest through [`json::write`].
-    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
-        out.extend_from_slice(br#"{"content":"#);
-        json::write(out, &self.content)?;
-        out.extend_from_slice(br#","enforcement":"#);
-        json::write(out, &self.enforcement)?;
-        out.extend_from_slice(br#","id":"#);
-        json::write(out, self.id)?;
-        out.extend_from_slice(br#","model":"#);
-        json::write(out, self.model)?;
-        out.extend_from_slice(br#","role":"assistant","stop_reason":"#);
-        json::write(out, self.stop_reason)?;
-        out.extend_from_slice(br#","stop_sequence":null,"type":"message","usage":"#);
-        json::write(out, &self.usage)?;
-        if let Some(warnings) = &self.warnings {
-            out.extend_from_slice(br#","warnings":"#);
-            json::write(out, warnings)?;
-        }
-        out.push(b'}');
-        Ok(())
-    }
-}
-
-/// As [`MessageBody::write_json`] writes it (the tests read it as a `Value`).
-impl Serialize for MessageBody<'_> {
-    fn serialize<S: serde::Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
-        crate::pipeline::serialize_written(to, |out| self.write_json(out))
-    }
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warnings: Option<crate::pipeline::Warnings<'a>>,
 }
 
 /// A content block of an answer.
 #[derive(Serialize)]
-#[serde(untagged)]
+#[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
     Text {
         text: &'a str,
-        #[serde(rename = "type")]
-        kind: &'static str,
     },
     ToolUse {
         id: &'a str,
-        input: Value,
         name: &'a str,
-        #[serde(rename = "type")]
-        kind: &'static str,
+        input: Value,
     },
 }
 
@@ -229,23 +197,25 @@ impl<'a> MessageBody<'a> {
     fn of(id: &'a str, model: &'a str, text: &'a str, outcome: &'a Outcome) -> Self {
         let mut content = Vec::with_capacity(1 + outcome.tool_calls.len());
         if !text.is_empty() {
-            content.push(Block::Text { text, kind: "text" });
+            content.push(Block::Text { text });
         }
         for call in &outcome.tool_calls {
             content.push(Block::ToolUse {
                 id: &call.id,
-                input: tool_input(call),
                 name: &call.name,
-                kind: "tool_use",
+                input: tool_input(call),
             });
         }
         MessageBody {
-            content,
-            enforcement: Enforcement::of(outcome),
             id,
+            kind: "message",
+            role: "assistant",
             model,
+            content,
             stop_reason: stop_reason(outcome),
+            stop_sequence: None,
             usage: MessagesUsage::of(outcome.usage),
+            enforcement: Enforcement::of(outcome),
             warnings: None,
         }
     }
@@ -255,7 +225,7 @@ impl<'a> MessageBody<'a> {
         let body = MessageBody::of(&turn.id.id, &turn.id.model, text, outcome);
         MessageBody {
             enforcement: body.enforcement.routed(turn.route.as_ref()),
-            warnings: crate::pipeline::warnings_json(turn),
+            warnings: crate::pipeline::Warnings::of(&turn.ignored),
             ..body
         }
     }

@@ -9,7 +9,6 @@ use crate::turn::{Turn, TurnId};
 use crate::verdict::{cut_at_token_limit, Enforcement};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use enforce_core::json;
 use enforce_core::{Outcome, ToolCall, Usage};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -37,7 +36,7 @@ impl Surface for Chat {
 
     fn answer_bytes(turn: &Turn, _: &(), text: &str, outcome: &Outcome) -> Vec<u8> {
         let completion = Completion::of(turn, text, outcome);
-        crate::pipeline::answer_body(text, |body| completion.write_json(body))
+        crate::pipeline::answer_body(text, &completion)
     }
 
     fn writer(turn: &Turn, _: ()) -> ChatWriter {
@@ -47,12 +46,6 @@ impl Surface for Chat {
             turn.include_usage,
         )
     }
-}
-
-/// OpenAI `usage` from the tokens summed over all attempts (zeros when the runner reported
-/// none).
-pub(crate) fn usage_json(usage: Option<Usage>) -> Value {
-    serde_json::to_value(ChatUsage::of(usage)).unwrap_or_default()
 }
 
 /// `tool_calls` when the answer calls tools, `length` when it was cut at the token limit,
@@ -67,21 +60,36 @@ pub(crate) fn finish_reason(outcome: &Outcome) -> &'static str {
     }
 }
 
-/// A `chat.completion` with one assistant message: the text (`null` when the answer only calls
-/// tools) and the tool calls. Written straight to bytes ([`Completion::write_json`]), its keys
-/// in the order a `Value` writes them (sorted), so both forms are the same bytes.
+/// A `chat.completion` with one assistant message.
+#[derive(Serialize)]
 struct Completion<'a> {
-    finish_reason: &'static str,
-    content: Option<&'a str>,
-    tool_calls: Option<Vec<Value>>,
-    created: u64,
-    enforcement: Enforcement<'a>,
     id: &'a str,
+    object: &'static str,
+    created: u64,
     model: &'a str,
+    choices: [CompletionChoice<'a>; 1],
     usage: ChatUsage,
+    enforcement: Enforcement<'a>,
 }
 
-/// OpenAI `usage` (see [`usage_json`]).
+#[derive(Serialize)]
+struct CompletionChoice<'a> {
+    index: u32,
+    message: AssistantMessage<'a>,
+    finish_reason: &'static str,
+}
+
+/// The answer: its text (`null` when the answer only calls tools) and its tool calls.
+#[derive(Serialize)]
+struct AssistantMessage<'a> {
+    role: &'static str,
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<Value>>,
+}
+
+/// OpenAI `usage` from the tokens summed over all attempts (zeros when the runner reported
+/// none).
 #[derive(Serialize)]
 struct ChatUsage {
     completion_tokens: u64,
@@ -113,49 +121,44 @@ impl<'a> Completion<'a> {
         outcome: &'a Outcome,
     ) -> Self {
         let calls = &outcome.tool_calls;
-        Completion {
-            finish_reason: finish_reason(outcome),
+        let message = AssistantMessage {
+            role: "assistant",
             content: (calls.is_empty() || !content.is_empty()).then_some(content),
             tool_calls: (!calls.is_empty())
                 .then(|| calls.iter().map(ToolCall::to_openai).collect()),
-            created: id.created,
-            enforcement: Enforcement::of(outcome).routed(route),
+        };
+        Completion {
             id: &id.id,
+            object: "chat.completion",
+            created: id.created,
             model: &id.model,
+            choices: [CompletionChoice {
+                index: 0,
+                message,
+                finish_reason: finish_reason(outcome),
+            }],
             usage: ChatUsage::of(outcome.usage),
+            enforcement: Enforcement::of(outcome).routed(route),
         }
-    }
-
-    /// Appends the completion's JSON to `out`: the fixed keys and values as prepared text, a
-    /// copy each, the rest as values.
-    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), json::Error> {
-        out.extend_from_slice(br#"{"choices":[{"finish_reason":"#);
-        json::write(out, self.finish_reason)?;
-        out.extend_from_slice(br#","index":0,"message":{"content":"#);
-        json::write(out, &self.content)?;
-        out.extend_from_slice(br#","role":"assistant""#);
-        if let Some(calls) = &self.tool_calls {
-            out.extend_from_slice(br#","tool_calls":"#);
-            json::write(out, calls)?;
-        }
-        out.extend_from_slice(br#"}}],"created":"#);
-        json::write(out, &self.created)?;
-        out.extend_from_slice(br#","enforcement":"#);
-        json::write(out, &self.enforcement)?;
-        out.extend_from_slice(br#","id":"#);
-        json::write(out, self.id)?;
-        out.extend_from_slice(br#","model":"#);
-        json::write(out, self.model)?;
-        out.extend_from_slice(br#","object":"chat.completion","usage":"#);
-        json::write(out, &self.usage)?;
-        out.push(b'}');
-        Ok(())
     }
 }
 
-/// The choice of a `chat.completion.chunk`: its `delta` is `D`. Keys in the order a `Value`
-/// writes them (sorted), as every chunk's are, so the typed chunks are the bytes clients
-/// always got.
+/// A `chat.completion.chunk`: one choice whose `delta` is `D` (none in the usage chunk); the
+/// finish chunk carries `enforcement`, the usage chunk `usage`.
+#[derive(Serialize)]
+struct Chunk<'a, C: Serialize> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: C,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enforcement: Option<&'a Enforcement<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<ChatUsage>,
+}
+
+/// The choice of a `chat.completion.chunk`: its `delta` is `D`.
 #[derive(Serialize)]
 struct ChunkChoice<D: Serialize> {
     delta: D,
@@ -187,18 +190,6 @@ struct Reasoning<'a> {
 #[derive(Serialize)]
 struct NoDelta {}
 
-/// The usage chunk: no choices, only `usage`.
-fn usage_chunk(id: &TurnId, usage: Option<Usage>) -> Value {
-    json!({
-        "id": id.id,
-        "object": "chat.completion.chunk",
-        "created": id.created,
-        "model": id.model,
-        "choices": [],
-        "usage": usage_json(usage),
-    })
-}
-
 /// An Open WebUI status event.
 fn status_event(description: &str, done: bool, hidden: bool) -> Value {
     let mut data = json!({"description": description, "done": done});
@@ -215,10 +206,6 @@ const DONE: &[u8] = b"data: [DONE]\n\n";
 /// chunks, the finish chunk with `enforcement`, the usage chunk when asked for, `[DONE]`.
 pub(crate) struct ChatWriter {
     id: TurnId,
-    /// What every chunk of the answer has after its choice, written once: `],"created":N`.
-    chunk_created: Vec<u8>,
-    /// And how every chunk ends: `,"id":…,"model":…,"object":"chat.completion.chunk"}`.
-    chunk_end: Vec<u8>,
     status_events: bool,
     include_usage: bool,
     /// A status event with `done:false` is showing and must be closed.
@@ -230,18 +217,8 @@ pub(crate) struct ChatWriter {
 impl ChatWriter {
     /// The writer of answer `id`.
     fn new(id: TurnId, status_events: bool, include_usage: bool) -> Self {
-        // Serializing a number or a string into a Vec cannot fail.
-        let mut chunk_created = b"],\"created\":".to_vec();
-        let _ = enforce_core::json::write(&mut chunk_created, &id.created);
-        let mut chunk_end = b",\"id\":".to_vec();
-        let _ = enforce_core::json::write(&mut chunk_end, &id.id);
-        chunk_end.extend_from_slice(b",\"model\":");
-        let _ = enforce_core::json::write(&mut chunk_end, &id.model);
-        chunk_end.extend_from_slice(b",\"object\":\"chat.completion.chunk\"}");
         ChatWriter {
             id,
-            chunk_created,
-            chunk_end,
             status_events,
             include_usage,
             status_open: false,
@@ -249,9 +226,21 @@ impl ChatWriter {
         }
     }
 
-    /// Appends one `data:` line holding a `chat.completion.chunk` with one choice; the finish
-    /// chunk carries `enforcement` too. The fields every chunk shares are the bytes written
-    /// once; the keys come sorted, as a `Value` writes them.
+    /// A `chat.completion.chunk` of this answer holding `choices`.
+    fn chunk<'a, C: Serialize>(&'a self, choices: C) -> Chunk<'a, C> {
+        Chunk {
+            id: &self.id.id,
+            object: "chat.completion.chunk",
+            created: self.id.created,
+            model: &self.id.model,
+            choices,
+            enforcement: None,
+            usage: None,
+        }
+    }
+
+    /// Appends one `data:` line holding a chunk with one choice; the finish chunk carries
+    /// `enforcement` too.
     fn push_chunk<D: Serialize>(
         &self,
         out: &mut Vec<u8>,
@@ -264,17 +253,11 @@ impl ChatWriter {
             finish_reason,
             index: 0,
         };
-        stream::push_data_with(out, |out| {
-            out.extend_from_slice(b"{\"choices\":[");
-            // Serializing into a Vec cannot fail.
-            let _ = enforce_core::json::write(out, &choice);
-            out.extend_from_slice(&self.chunk_created);
-            if let Some(enforcement) = enforcement {
-                out.extend_from_slice(b",\"enforcement\":");
-                let _ = enforce_core::json::write(out, enforcement);
-            }
-            out.extend_from_slice(&self.chunk_end);
-        });
+        let chunk = Chunk {
+            enforcement,
+            ..self.chunk([choice])
+        };
+        push_data(out, &chunk);
     }
 
     /// The event closing a showing status line: a final description, or hidden when there is
@@ -385,7 +368,11 @@ impl ChatWriter {
         let finish = Some(finish_reason(outcome));
         self.push_chunk(out, NoDelta {}, finish, Some(&enforcement));
         if self.include_usage {
-            push_data(out, &usage_chunk(&self.id, outcome.usage));
+            let usage = Chunk {
+                usage: Some(ChatUsage::of(outcome.usage)),
+                ..self.chunk([(); 0])
+            };
+            push_data(out, &usage);
         }
     }
 }
@@ -393,6 +380,10 @@ impl ChatWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn usage_json(usage: Option<Usage>) -> Value {
+        serde_json::to_value(ChatUsage::of(usage)).expect("usage")
+    }
 
     #[test]
     fn an_unfinished_stream_ends_in_an_error_chunk_then_done() {
@@ -404,11 +395,19 @@ mod tests {
         assert_eq!(lines[1], "data: [DONE]");
     }
 
-    /// The completion written by hand is, byte for byte, the `Value` of it serde_json writes:
-    /// text, an empty text, tool calls with and without text, an answer cut at the token
-    /// limit, a route, escapes in the text.
+    /// Every `data:` line's JSON of a stream's bytes.
+    fn data_values(bytes: &[u8]) -> Vec<Value> {
+        let text = std::str::from_utf8(bytes).expect("UTF-8");
+        text.lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .map(|data| serde_json::from_str(data).expect("JSON"))
+            .collect()
+    }
+
+    /// The completion holds the answer: text, an empty text, tool calls with and without
+    /// text, an answer cut at the token limit, a route, escapes in the text.
     #[test]
-    fn the_completion_is_the_bytes_of_its_value() {
+    fn the_completion_holds_the_answer() {
         use crate::verdict::enforcement_json;
         use crate::verdict::fixtures::{attempt, outcome};
         use enforce_core::{FinishReason, Status};
@@ -462,22 +461,19 @@ mod tests {
                 "usage": usage_json(outcome.usage),
                 "enforcement": enforcement,
             });
-            let mut written = Vec::new();
-            Completion::answer(&id, route, text, outcome)
-                .write_json(&mut written)
-                .expect("writes");
+            let written =
+                serde_json::to_vec(&Completion::answer(&id, route, text, outcome)).expect("writes");
             assert_eq!(
-                String::from_utf8(written).expect("UTF-8"),
-                serde_json::to_string(&reference).expect("serializes")
+                serde_json::from_slice::<Value>(&written).expect("JSON"),
+                reference
             );
         }
     }
 
-    /// The typed chunks are, byte for byte, the `Value`-built ones they replaced: drafts
-    /// first or not, text in one piece or several, tool calls with and without text, a route,
-    /// the usage chunk.
+    /// The chunks of an answer, in order: drafts first or not, text in one piece or several,
+    /// tool calls with and without text, a route, the usage chunk.
     #[test]
-    fn the_typed_chunks_are_the_bytes_of_the_values_they_replaced() {
+    fn the_chunks_hold_the_answer_in_order() {
         use crate::verdict::enforcement_json;
         use crate::verdict::fixtures::{attempt, outcome};
         use enforce_core::Status;
@@ -492,7 +488,7 @@ mod tests {
             })
         }
 
-        /// The answer as the writer wrote it with `Value`s.
+        /// The answer's chunks.
         fn reference(
             id: &TurnId,
             opened: bool,
@@ -500,7 +496,7 @@ mod tests {
             text: &str,
             outcome: &Outcome,
             include_usage: bool,
-        ) -> Vec<u8> {
+        ) -> Vec<Value> {
             let mut out = Vec::new();
             let calls = &outcome.tool_calls;
             if !opened {
@@ -509,24 +505,21 @@ mod tests {
                 } else {
                     json!({"role": "assistant", "content": ""})
                 };
-                push_data(&mut out, &reference_chunk(id, opening, None));
+                out.push(reference_chunk(id, opening, None));
             }
             for piece in stream::pieces(text, CONTENT_PIECE) {
-                push_data(
-                    &mut out,
-                    &reference_chunk(id, json!({"content": piece}), None),
-                );
+                out.push(reference_chunk(id, json!({"content": piece}), None));
             }
             for (index, call) in calls.iter().enumerate() {
                 let head = json!({"tool_calls": [{
                     "index": index, "id": call.id, "type": "function",
                     "function": {"name": call.name, "arguments": ""},
                 }]});
-                push_data(&mut out, &reference_chunk(id, head, None));
+                out.push(reference_chunk(id, head, None));
                 for piece in stream::pieces(&call.arguments, CONTENT_PIECE) {
                     let more =
                         json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]});
-                    push_data(&mut out, &reference_chunk(id, more, None));
+                    out.push(reference_chunk(id, more, None));
                 }
             }
             let mut finish = reference_chunk(id, json!({}), Some(finish_reason(outcome)));
@@ -534,9 +527,16 @@ mod tests {
             if let (Some(route), Some(object)) = (route, finish["enforcement"].as_object_mut()) {
                 object.insert("route".into(), route.clone());
             }
-            push_data(&mut out, &finish);
+            out.push(finish);
             if include_usage {
-                push_data(&mut out, &usage_chunk(id, outcome.usage));
+                out.push(json!({
+                    "id": id.id,
+                    "object": "chat.completion.chunk",
+                    "created": id.created,
+                    "model": id.model,
+                    "choices": [],
+                    "usage": usage_json(outcome.usage),
+                }));
             }
             out
         }
@@ -586,15 +586,8 @@ mod tests {
                 let mut typed = Vec::new();
                 writer.write_answer(route, text, outcome, None, &mut typed);
                 assert_eq!(
-                    String::from_utf8_lossy(&typed),
-                    String::from_utf8_lossy(&reference(
-                        &id,
-                        opened,
-                        route,
-                        text,
-                        outcome,
-                        include_usage
-                    )),
+                    data_values(&typed),
+                    reference(&id, opened, route, text, outcome, include_usage),
                     "{text:?}, opened {opened}, route {route:?}"
                 );
             }
@@ -602,14 +595,14 @@ mod tests {
         let mut writer = ChatWriter::new(id.clone(), false, false);
         let mut typed = Vec::new();
         writer.draft("thinking \"hard\"", &mut typed);
-        let mut expected = Vec::new();
         let open = json!({"role": "assistant", "content": ""});
-        push_data(&mut expected, &reference_chunk(&id, open, None));
         let draft = json!({"reasoning_content": "thinking \"hard\""});
-        push_data(&mut expected, &reference_chunk(&id, draft, None));
         assert_eq!(
-            String::from_utf8_lossy(&typed),
-            String::from_utf8_lossy(&expected)
+            data_values(&typed),
+            [
+                reference_chunk(&id, open, None),
+                reference_chunk(&id, draft, None)
+            ]
         );
     }
 }

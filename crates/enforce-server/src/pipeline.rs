@@ -17,13 +17,11 @@
 //!    with the enforcement headers set here for every surface ([`enforcement_headers`]).
 
 use crate::auth::Granted;
-use crate::config::{ConcurrencyScope, Model};
+use crate::config::Model;
 use crate::controls;
 use crate::error::ApiError;
 use crate::facts;
 use crate::otel::RequestInfo;
-use crate::session::{answer_digest, SessionStatus};
-use crate::shared::GlobalSlot;
 use crate::state::{unix_now, App};
 use crate::stream::{self, Start, StreamWriter};
 use crate::turn::{wait, InFlight, Turn, TurnId};
@@ -36,11 +34,16 @@ use enforce_core::{Context, Enforcer, Message, Outcome, Role};
 use serde_json::{Map, Value};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use crate::headers as names;
+
+mod body;
+mod session_stage;
+pub(crate) use body::{body_object, json_body, model_of, non_empty, shown_role, stream_of};
+use session_stage::{open_session, SessionStage};
 
 /// What every surface parses its request into: the surface-neutral turn.
 #[derive(Debug, Clone, Default)]
@@ -71,20 +74,6 @@ pub(crate) struct Ask {
     pub ignored: Vec<String>,
 }
 
-/// A request body as the JSON object every surface's body is; a 400 otherwise.
-pub(crate) fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
-    })?;
-    match value {
-        Value::Object(fields) => Ok(fields),
-        _ => Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-            None,
-        )),
-    }
-}
-
 /// One API surface: its wire format at the edges of the pipeline. Implement it on a unit type
 /// in the surface's own module and mount `post(serve::<YourSurface>)` in `Server::router`.
 pub(crate) trait Surface: Send + Sync + 'static {
@@ -112,35 +101,18 @@ pub(crate) trait Surface: Send + Sync + 'static {
     fn refuse(error: ApiError) -> Response;
 
     /// The answer as the bytes of its JSON body: the pipeline sends them with the enforcement
-    /// headers and stores them when the request asked for it. Written typed, without building
-    /// a `Value`, to keep the proxy's added latency down.
+    /// headers and stores them when the request asked for it.
     fn answer_bytes(turn: &Turn, kept: &Self::Kept, text: &str, outcome: &Outcome) -> Vec<u8>;
 
     /// The writer of a streamed answer.
     fn writer(turn: &Turn, kept: Self::Kept) -> Self::Writer;
 }
 
-/// Serializes, as JSON text written as it is, what `write` puts down: for the answers written
-/// straight to bytes, where something serializes them inside another value (tests, events).
-pub(crate) fn serialize_written<S: serde::Serializer>(
-    to: S,
-    write: impl FnOnce(&mut Vec<u8>) -> Result<(), enforce_core::json::Error>,
-) -> Result<S::Ok, S::Error> {
-    use serde::Serialize;
-    let mut bytes = Vec::with_capacity(1024);
-    write(&mut bytes).map_err(serde::ser::Error::custom)?;
-    let text = std::str::from_utf8(&bytes).map_err(serde::ser::Error::custom)?;
-    enforce_core::json::Raw(text).serialize(to)
-}
-
-/// An answer's JSON body, which `write` puts down into room made once for the answer's text
-/// and the fields around it (a buffer grown from empty is copied each time it grows).
-pub(crate) fn answer_body(
-    text: &str,
-    write: impl FnOnce(&mut Vec<u8>) -> Result<(), enforce_core::json::Error>,
-) -> Vec<u8> {
+/// An answer's JSON body, written into room made once for the answer's text and the fields
+/// around it (a buffer grown from empty is copied each time it grows).
+pub(crate) fn answer_body(text: &str, answer: &impl serde::Serialize) -> Vec<u8> {
     let mut body = Vec::with_capacity(1024 + text.len() + text.len() / 8);
-    match write(&mut body) {
+    match serde_json::to_writer(&mut body, answer) {
         Ok(()) => body,
         Err(_) => Vec::new(),
     }
@@ -372,8 +344,8 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         // ones not streamed too, larger by its size, and axum copies that future into a box.
         let mut response = match Box::pin(stream::respond(turn, job, span, writer)).await {
             Start::Refused(error) => S::refuse(error),
-            Start::Whole(events, turn, outcome) => stream_response(
-                events,
+            Start::Whole(events, turn, outcome) => set_enforcement_headers(
+                stream::event_stream(Body::from(events)),
                 enforcement_values(overhead_us(&turn, &outcome), &outcome),
             ),
             Start::Streaming(response) => response,
@@ -399,8 +371,8 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
                 let body = Bytes::from(S::answer_bytes(&turn, &kept, &text, &outcome));
                 // Stored as sent (the same bytes, shared), when the request asked for it.
                 turn.store(&body, &text, &outcome).await;
-                answer_response(
-                    body,
+                set_enforcement_headers(
+                    json_response(body),
                     enforcement_values(overhead_us(&turn, &outcome), &outcome),
                 )
             }
@@ -474,11 +446,6 @@ impl serde::Serialize for Warnings<'_> {
             ),
         }])
     }
-}
-
-/// [`Warnings`] of a turn as a `Value`.
-pub(crate) fn warnings_json(turn: &Turn) -> Option<Value> {
-    Warnings::of(&turn.ignored).and_then(|w| serde_json::to_value(w).ok())
 }
 
 /// Admission: the body, at most `max_body_bytes` (refused from `Content-Length` before reading
@@ -660,118 +627,6 @@ fn switch_profile(model: &mut Arc<Model>, enforcer: &Arc<Enforcer>, name: &str) 
     changed.decode_params.clear();
 }
 
-/// The request's chat, its global slot and its session.
-struct SessionStage {
-    chat_id: Option<String>,
-    slot: Option<GlobalSlot>,
-    found: Option<SessionStatus>,
-}
-
-/// Session: the chat id (the `X-OpenWebUI-Chat-Id` header, else what the surface read from the
-/// body), the global concurrency slot, the chat's session (checked to live on this replica),
-/// and the hidden step markers put back on the assistant turns sent back.
-async fn open_session(
-    app: &App,
-    headers: &HeaderMap,
-    ask: &mut Ask,
-    model: &Model,
-) -> Result<SessionStage, Rejection> {
-    let chat_id = headers
-        .get(names::CHAT_ID)
-        .and_then(|v| v.to_str().ok())
-        .and_then(non_empty)
-        .or_else(|| ask.chat_hint.take());
-    let slot = match (
-        &app.shared,
-        app.config.state.as_ref().map(|s| s.concurrency),
-    ) {
-        (Some(shared), Some(ConcurrencyScope::Global)) => {
-            // Held until the end of the request, and longer than it can run.
-            let ttl = app.config.request_timeout + Duration::from_secs(30);
-            match shared
-                .try_slot(app.config.max_concurrent, ttl, chat_id.as_deref())
-                .await
-            {
-                Some(Some(slot)) => Some(slot),
-                Some(None) => return Err(rejected("overloaded")(overloaded(app))),
-                // Redis failing: this replica's own limit still holds.
-                None => None,
-            }
-        }
-        _ => None,
-    };
-    let chat_id = match continued(app, ask).await? {
-        Some(earlier) => chat_id.or(Some(earlier)),
-        None => chat_id,
-    };
-    let mut found = match &chat_id {
-        Some(id) => app.sessions.get(id).await,
-        None => None,
-    };
-    if let (Some(id), Some(session)) = (&chat_id, &found) {
-        match runner_session_here(app, id, session).await {
-            Ok(true) => {}
-            // Its replica is gone: a fresh runner session with the conversation the client sent
-            // and the chat's step history.
-            Ok(false) => {
-                found = found.map(|s| SessionStatus {
-                    runner_session_id: None,
-                    ..s
-                });
-            }
-            Err(error) => return Err(rejected("session_on_other_replica")(error)),
-        }
-    }
-    if model.options.hide_step_marker {
-        if let (Some(session), Some(extract)) = (&found, &app.step_extractor) {
-            restore_hidden_markers(&mut ask.messages, session, extract);
-        }
-    }
-    Ok(SessionStage {
-        chat_id,
-        slot,
-        found,
-    })
-}
-
-/// Puts the stored conversation the request continues before its new input (after the new
-/// request's system messages, which replace the stored ones); the chat the stored answer
-/// belonged to.
-async fn continued(app: &App, ask: &mut Ask) -> Result<Option<String>, Rejection> {
-    let Some(id) = ask.continues.as_deref() else {
-        return Ok(None);
-    };
-    let Some(stored) = app.sessions.stored_response(id).await else {
-        let error = ApiError {
-            param: Some("previous_response_id"),
-            ..ApiError::new(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                "previous_response_not_found",
-                format!("Previous response with id '{id}' not found: it was not stored (`store: false`), has expired, or never existed."),
-            )
-        };
-        return Err(rejected("unknown_response")(error));
-    };
-    let system = ask
-        .messages
-        .iter()
-        .take_while(|m| m.role == Role::System)
-        .count();
-    let new_input = ask.messages.split_off(system);
-    ask.messages.extend(stored.conversation);
-    ask.messages.extend(new_input);
-    Ok(stored.chat_id)
-}
-
-/// The start every surface's parser shares: the body as a JSON object, and its `model`
-/// (taken out of it).
-pub(crate) fn json_body(body: &[u8]) -> Result<(Map<String, Value>, String), ApiError> {
-    let mut fields = body_object(body)?;
-    let model = model_of(fields.remove("model"))?;
-    Ok((fields, model))
-}
-
 /// The request's headers for the lookups of the proxy's own (`X-Enforce-*` and
 /// `X-OpenWebUI-Chat-Id`): the request's when it sent one, else an empty map. Most requests
 /// send none: one pass over their names costs less than the five lookups, each hashing a
@@ -787,46 +642,6 @@ fn own_headers(headers: &HeaderMap) -> &HeaderMap {
     } else {
         &NONE
     }
-}
-
-/// A request's `stream`: absent or `null` is not streamed, a boolean says; anything else is a
-/// 400, as OpenAI answers (`"yes"` must not quietly mean "not streamed").
-pub(crate) fn stream_of(stream: Option<&Value>) -> Result<bool, ApiError> {
-    match stream {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(stream)) => Ok(*stream),
-        Some(other) => Err(ApiError::bad_request(
-            format!("`stream` must be true or false, got {other}."),
-            Some("stream"),
-        )),
-    }
-}
-
-/// A message's `role` as an error message shows it: `` `user` `` for a string, the JSON of
-/// anything else (`3`), `none` when there is none.
-pub(crate) fn shown_role(role: Option<&Value>) -> String {
-    match role {
-        None | Some(Value::Null) => "none".to_string(),
-        Some(Value::String(role)) => format!("`{role}`"),
-        Some(other) => format!("{other} (not a string)"),
-    }
-}
-
-/// The model a request body names in `model`: a non-empty string, else a 400.
-pub(crate) fn model_of(model: Option<Value>) -> Result<String, ApiError> {
-    match model {
-        Some(Value::String(model)) if !model.is_empty() => Ok(model),
-        _ => Err(ApiError::bad_request(
-            "The request needs a `model` (one of the ids listed by /v1/models).",
-            Some("model"),
-        )),
-    }
-}
-
-/// A trimmed, non-empty string.
-pub(crate) fn non_empty(s: &str) -> Option<String> {
-    let s = s.trim();
-    (!s.is_empty()).then(|| s.to_string())
 }
 
 /// The validators' context: the request's facts (the body's `enforce` field and the
@@ -867,85 +682,6 @@ fn overloaded(app: &App) -> ApiError {
     }
 }
 
-/// Whether the chat's runner session can be continued on this replica: `Ok(true)` when it was
-/// started here (or there is none), `Ok(false)` when the replica that started it is gone (the
-/// caller starts a fresh one), an error when that replica is alive (the load balancer sent the
-/// chat to the wrong replica) or cannot be asked. A runner session (a Claude CLI session) lives
-/// in its replica's files: resuming it elsewhere would fail or continue another conversation.
-async fn runner_session_here(
-    app: &App,
-    chat_id: &str,
-    session: &SessionStatus,
-) -> Result<bool, ApiError> {
-    let (Some(shared), Some(_), Some(owner)) = (
-        &app.shared,
-        &session.runner_session_id,
-        &session.runner_replica,
-    ) else {
-        return Ok(true);
-    };
-    if owner == shared.replica() {
-        return Ok(true);
-    }
-    let routing = "Route each chat to one replica (hash on the X-OpenWebUI-Chat-Id header), see the README's Operating section.";
-    match shared.is_alive(owner, chat_id).await {
-        Some(false) => {
-            tracing::warn!(
-                chat_id,
-                owner = %owner,
-                "the chat's runner session was on a replica that is gone: starting a fresh session with the conversation and step history"
-            );
-            Ok(false)
-        }
-        Some(true) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "invalid_request_error",
-            "session_on_other_replica",
-            format!(
-                "This chat's model session lives on the proxy replica `{owner}`, but the request reached `{}`. {routing}",
-                shared.replica()
-            ),
-        )),
-        None => Err(ApiError {
-            retry_after: Some(app.config.retry_after_secs),
-            ..ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                "session_on_other_replica",
-                format!(
-                    "This chat's model session lives on the proxy replica `{owner}`, and whether that replica is still up cannot be checked right now (shared state unavailable). Please try again in a moment. {routing}"
-                ),
-            )
-        }),
-    }
-}
-
-/// Puts hidden step markers back on the assistant turns a client sends back, so the model sees
-/// its answers as it wrote them and is not taught to drop the marker. A turn is recognized by
-/// the digest of what the client received; an edited turn stays as the client sent it.
-fn restore_hidden_markers(
-    messages: &mut [Message],
-    session: &SessionStatus,
-    extract: &crate::StepExtractor,
-) {
-    for message in messages.iter_mut() {
-        if message.role != Role::Assistant || extract(&message.content).is_some() {
-            continue;
-        }
-        let digest = answer_digest(&message.content);
-        let hidden = session
-            .steps
-            .iter()
-            .rev()
-            .filter_map(|s| s.hidden.as_ref())
-            .find(|h| h.answer_digest == digest);
-        if let Some(hidden) = hidden {
-            let text = message.content.trim_end();
-            message.content = format!("{text}\n\n{}", hidden.marker);
-        }
-    }
-}
-
 /// The `X-Enforce-Profile` value naming the profile enforced (none when unnamed).
 fn profile_header(profile: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(profile)
@@ -969,143 +705,34 @@ fn overhead_us(turn: &Turn, outcome: &Outcome) -> u64 {
 }
 
 /// The values of [`ENFORCEMENT_HEADERS`] for `outcome` (`None`: a value no header can carry,
-/// left out).
+/// left out). `X-Enforce-Profile` is the pipeline's to set, on refusals too.
 fn enforcement_values(overhead_us: u64, outcome: &Outcome) -> [Option<HeaderValue>; 4] {
-    let status = HeaderValue::from_static(outcome.status.as_str());
     let validation_status = crate::verdict::validation_status(outcome);
-    // The common values without a copy: no status (every check passed), a few attempts.
-    let validation_status = if validation_status.is_empty() {
-        Ok(HeaderValue::from_static(""))
-    } else {
-        HeaderValue::from_str(&validation_status)
-    };
-    const FEW: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
-    let attempts = outcome.attempts.len();
-    let attempts = match FEW.get(attempts) {
-        Some(few) => HeaderValue::from_static(few),
-        None => HeaderValue::from(attempts),
-    };
-    // `X-Enforce-Profile` is the pipeline's to set, on refusals too.
-    // Milliseconds with three decimals, written by hand: `format!` of a float costs the hot
-    // path more than the rest of the headers.
-    let mut overhead_ms = String::with_capacity(12);
-    push_digits::<10>(&mut overhead_ms, overhead_us / 1000, 1);
-    overhead_ms.push('.');
-    push_digits::<10>(&mut overhead_ms, overhead_us % 1000, 3);
+    // Milliseconds with three decimals.
+    let overhead_ms = format!("{}.{:03}", overhead_us / 1000, overhead_us % 1000);
     [
-        Some(status),
-        validation_status.ok(),
-        Some(attempts),
+        Some(HeaderValue::from_static(outcome.status.as_str())),
+        HeaderValue::from_str(&validation_status).ok(),
+        Some(HeaderValue::from(outcome.attempts.len())),
         HeaderValue::from_str(&overhead_ms).ok(),
     ]
 }
 
 /// Sets the enforcement headers whose values are `values` (in [`ENFORCEMENT_HEADERS`]'s order).
-fn set_enforcement_headers(headers: &mut HeaderMap, values: [Option<HeaderValue>; 4]) {
+fn set_enforcement_headers(mut response: Response, values: [Option<HeaderValue>; 4]) -> Response {
+    let headers = response.headers_mut();
     for (name, value) in ENFORCEMENT_HEADERS.iter().zip(values) {
         if let Some(value) = value {
             headers.insert(name, value);
         }
     }
-}
-
-/// A checked answer's JSON response with its enforcement headers.
-fn answer_response(body: Bytes, values: [Option<HeaderValue>; 4]) -> Response {
-    static HEADERS: LazyLock<HeaderMap> = LazyLock::new(|| {
-        headers_template([(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )])
-    });
-    with_enforcement_headers(&HEADERS, Body::from(body), values)
-}
-
-/// A whole stream's response (its outcome known before its first byte) with its enforcement
-/// headers.
-fn stream_response(events: Vec<u8>, values: [Option<HeaderValue>; 4]) -> Response {
-    static HEADERS: LazyLock<HeaderMap> =
-        LazyLock::new(|| headers_template(stream::event_stream_headers()));
-    with_enforcement_headers(&HEADERS, Body::from(events), values)
-}
-
-/// A map of the `fixed` headers, then the enforcement headers with empty values: the
-/// template [`with_enforcement_headers`] copies.
-fn headers_template<const N: usize>(fixed: [(HeaderName, HeaderValue); N]) -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(crate::headers::ANSWER_HEADERS + N);
-    for (name, value) in fixed {
-        headers.insert(name, value);
-    }
-    for name in ENFORCEMENT_HEADERS {
-        headers.insert(name, HeaderValue::from_static(""));
-    }
-    headers
-}
-
-/// A response of `body` with the headers of `template` ([`headers_template`]), the
-/// enforcement headers' values `values`. The headers are a copy of the map made once, the
-/// values set in place by position: inserting each by name hashed the name every time (about
-/// 260 instructions an insert). A value missing (none a header can carry) leaves its header
-/// out, as inserting does.
-fn with_enforcement_headers(
-    template: &HeaderMap,
-    body: Body,
-    values: [Option<HeaderValue>; 4],
-) -> Response {
-    let fixed = template.len().saturating_sub(ENFORCEMENT_HEADERS.len());
-    let mut response = Response::new(body);
-    if values.iter().any(Option::is_none) {
-        let headers = response.headers_mut();
-        headers.reserve(crate::headers::ANSWER_HEADERS + fixed);
-        for (name, value) in template.iter().take(fixed) {
-            headers.insert(name, value.clone());
-        }
-        set_enforcement_headers(headers, values);
-        return response;
-    }
-    let mut headers = template.clone();
-    // The fixed headers, then the enforcement headers in their order.
-    for (slot, value) in headers
-        .values_mut()
-        .skip(fixed)
-        .zip(values.into_iter().flatten())
-    {
-        *slot = value;
-    }
-    *response.headers_mut() = headers;
     response
 }
 
 /// A request's id: the surface's prefix, `enf`, the process's start time and the request's
-/// number in hex (`chatcmpl-enf6b07e13d00002a`), as `format!("{prefix}enf{started:x}{n:06x}")`
-/// writes it, without the formatting machinery on every request.
+/// number in hex (`chatcmpl-enf6b07e13d00002a`).
 fn turn_id(prefix: &str, started: u64, n: u64) -> String {
-    let mut id = String::with_capacity(prefix.len() + 3 + 16 + 16);
-    id.push_str(prefix);
-    id.push_str("enf");
-    push_digits::<16>(&mut id, started, 1);
-    push_digits::<16>(&mut id, n, 6);
-    id
-}
-
-/// Appends `value` in `RADIX` (10 or 16, lower-case), left-padded with zeros to `width`. The
-/// radix is a constant so that each digit costs a multiplication, not a division.
-pub(crate) fn push_digits<const RADIX: u64>(out: &mut String, mut value: u64, width: usize) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut buf = [0u8; 64];
-    let mut start = buf.len();
-    loop {
-        start -= 1;
-        buf[start] = DIGITS[(value % RADIX) as usize];
-        value /= RADIX;
-        if value == 0 {
-            break;
-        }
-    }
-    for _ in buf.len() - start..width {
-        out.push('0');
-    }
-    // ASCII digits: always UTF-8.
-    out.push_str(std::str::from_utf8(&buf[start..]).unwrap_or_default());
+    format!("{prefix}enf{started:x}{n:06x}")
 }
 
 #[cfg(test)]
@@ -1135,66 +762,6 @@ mod tests {
                 Some(&b"v"[..]),
                 "{name}"
             );
-        }
-    }
-
-    /// An answer's headers, set in place on a copy, are the names, values and order that
-    /// inserting each by name gives, a value no header can carry left out as there: for a
-    /// JSON answer and for a whole stream.
-    #[test]
-    fn answer_headers_set_in_place_are_the_inserted_ones() {
-        let headers = |response: Response| {
-            response
-                .headers()
-                .iter()
-                .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
-                .collect::<Vec<_>>()
-        };
-        let cases = [
-            [Some("passed"), Some(""), Some("1"), Some("0.042")],
-            [
-                Some("failed"),
-                Some("missing_field"),
-                Some("12"),
-                Some("13.250"),
-            ],
-            [Some("passed"), None, Some("2"), Some("0.001")],
-        ];
-        for case in cases {
-            let values = case.map(|v| v.map(|v| HeaderValue::from_str(v).expect("a value")));
-            let mut inserted = json_response(Bytes::from_static(b"{}"));
-            set_enforcement_headers(inserted.headers_mut(), values.clone());
-            let in_place = answer_response(Bytes::from_static(b"{}"), values.clone());
-            assert_eq!(headers(in_place), headers(inserted), "{case:?}");
-            let mut inserted = stream::event_stream(Body::empty());
-            set_enforcement_headers(inserted.headers_mut(), values.clone());
-            let in_place = stream_response(Vec::new(), values);
-            assert_eq!(headers(in_place), headers(inserted), "{case:?}, streamed");
-        }
-    }
-
-    #[test]
-    fn ids_and_overheads_are_written_as_format_writes_them() {
-        for (started, n) in [
-            (0, 0),
-            (0x6b07e13d, 0x2a),
-            (u64::MAX, u64::MAX),
-            (1, 0x1234567),
-        ] {
-            assert_eq!(
-                turn_id("resp_", started, n),
-                format!("resp_enf{started:x}{n:06x}")
-            );
-        }
-        for us in [0u64, 1, 999, 1000, 1001, 204_000, 123_456_789, u64::MAX] {
-            let mut written = String::new();
-            push_digits::<10>(&mut written, us / 1000, 1);
-            written.push('.');
-            push_digits::<10>(&mut written, us % 1000, 3);
-            assert_eq!(written, format!("{}.{:03}", us / 1000, us % 1000));
-            if us < 1 << 50 {
-                assert_eq!(written, format!("{:.3}", us as f64 / 1000.0));
-            }
         }
     }
 }

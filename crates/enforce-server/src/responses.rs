@@ -5,7 +5,7 @@
 
 use crate::error::ApiError;
 use crate::pipeline::{Ask, Surface};
-use crate::stream::{self, StreamWriter, CONTENT_PIECE};
+use crate::stream::{self, push_event, StreamWriter, CONTENT_PIECE};
 use crate::turn::{Turn, TurnId};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -53,25 +53,12 @@ impl Surface for Responses {
 
     fn answer_bytes(turn: &Turn, echo: &Echo, text: &str, outcome: &Outcome) -> Vec<u8> {
         let response = ResponseObject::of_turn(turn, echo, text, outcome);
-        // Room for the fields around the text, and for the text escaped.
-        let mut body = Vec::with_capacity(1024 + text.len() + text.len() / 8);
-        match serde_json::to_writer(&mut body, &response) {
-            Ok(()) => body,
-            Err(_) => Vec::new(),
-        }
+        crate::pipeline::answer_body(text, &response)
     }
 
     fn writer(turn: &Turn, echo: Echo) -> ResponsesWriter {
         ResponsesWriter::new(turn.id.clone(), echo)
     }
-}
-
-/// Appends one named event whose `data:` is `event`'s JSON.
-fn push_event(out: &mut Vec<u8>, kind: &str, event: &impl Serialize) {
-    // Our events hold strings, numbers and `Value`s: writing them into a Vec cannot fail.
-    stream::push_event_with(out, kind, |out| {
-        let _ = serde_json::to_writer(out, event);
-    });
 }
 
 /// The reasoning item a stream showed, with its output index, for a final `response`.

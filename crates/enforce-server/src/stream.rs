@@ -67,32 +67,20 @@ pub(crate) trait StreamWriter: Send + Sync + 'static {
     fn unfinished() -> Bytes;
 }
 
-/// Appends `value` as JSON: a stream's events are our own types, strings, numbers and
-/// `Value`s, which always serialize.
-pub(crate) fn push_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
-    let _ = enforce_core::json::write(out, value);
-}
-
-/// Appends one `data:` line holding `value`.
+/// Appends one `data:` line holding `value` as JSON: a stream's events are our own types,
+/// strings, numbers and `Value`s, which always serialize.
 pub(crate) fn push_data(out: &mut Vec<u8>, value: &impl serde::Serialize) {
-    push_data_with(out, |out| push_json(out, value));
+    out.extend_from_slice(b"data: ");
+    let _ = serde_json::to_writer(&mut *out, value);
+    out.extend_from_slice(b"\n\n");
 }
 
-/// Appends one named event: its `event:` line, then the `data:` line whose JSON `write` puts
-/// down.
-pub(crate) fn push_event_with(out: &mut Vec<u8>, name: &str, write: impl FnOnce(&mut Vec<u8>)) {
+/// Appends one named event: its `event:` line, then the `data:` line holding `value`.
+pub(crate) fn push_event(out: &mut Vec<u8>, name: &str, value: &impl serde::Serialize) {
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(name.as_bytes());
     out.push(b'\n');
-    push_data_with(out, write);
-}
-
-/// Appends one `data:` line whose JSON `write` puts down itself (a writer that copies
-/// bytes it prepared once).
-pub(crate) fn push_data_with(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
-    out.extend_from_slice(b"data: ");
-    write(out);
-    out.extend_from_slice(b"\n\n");
+    push_data(out, value);
 }
 
 /// The error a stream ends with when its driver vanished.
@@ -120,7 +108,7 @@ pub(crate) enum Start {
     Refused(ApiError),
     /// The outcome was known before the first byte was due: the whole stream's bytes, with
     /// the turn and its outcome for the enforcement headers (the pipeline makes the response:
-    /// [`event_stream_headers`] and those).
+    /// [`event_stream`] and those).
     Whole(Vec<u8>, Box<Turn>, Box<Outcome>),
     /// The stream goes on while the loop works (its driver, on its own task, takes the loop
     /// over).
@@ -218,30 +206,21 @@ pub(crate) async fn respond<W: StreamWriter>(
 const PENDING_ROOM: usize = 4096;
 
 /// The headers of every event stream: its content type, and no caching or buffering on the
-/// way (`x-accel-buffering`: nginx's).
-pub(crate) fn event_stream_headers() -> [(HeaderName, HeaderValue); 3] {
-    [
-        (
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream; charset=utf-8"),
-        ),
-        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-        (
-            HeaderName::from_static("x-accel-buffering"),
-            HeaderValue::from_static("no"),
-        ),
-    ]
-}
-
 /// A `text/event-stream` response of `body`.
 pub(crate) fn event_stream(body: Body) -> Response {
     let mut response = body.into_response();
     let headers = response.headers_mut();
     // Room for the enforcement headers too, not grown insert by insert.
     headers.reserve(crate::headers::ANSWER_HEADERS + 3);
-    for (name, value) in event_stream_headers() {
-        headers.insert(name, value);
-    }
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(
+        HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
     response
 }
 

@@ -23,8 +23,7 @@ fn issue_json(issue: &Issue) -> Value {
     serde_json::to_value(IssueBody::of(issue)).unwrap_or_default()
 }
 
-/// An issue as the `enforcement` object lists it (fields in the order a `Value` writes them,
-/// so the typed and the `Value` form are the same bytes).
+/// An issue as the `enforcement` object lists it.
 #[derive(Serialize)]
 struct IssueBody<'a> {
     code: &'a str,
@@ -80,30 +79,9 @@ pub fn enforcement_json(outcome: &Outcome) -> Value {
     serde_json::to_value(Enforcement::of(outcome)).unwrap_or_default()
 }
 
-/// The `enforcement` object, typed: an answer body serializes it straight to bytes instead of
-/// building a `Value` first (that cost the proxy's hot path more than its JSON parsing). The
-/// object of a first answer that passed every check, the most common by far, is written as
-/// bytes prepared once ([`CLEAN_PASS`]).
-pub(crate) struct Enforcement<'a>(Fields<'a>);
-
-/// The `enforcement` object of an answer that passed on its first attempt with every check
-/// run: what [`Fields`] writes for it (a test holds the two together).
-const CLEAN_PASS: &str = r#"{"attempts":1,"fallback_used":false,"issues":[],"repairs":[],"status":"passed","stop_reason":{"reason":"clean"},"unchecked_validators":[],"validated":true,"validation_status":"","warnings":[]}"#;
-
-impl Serialize for Enforcement<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if self.0.is_clean_pass() {
-            enforce_core::json::Raw(CLEAN_PASS).serialize(serializer)
-        } else {
-            self.0.serialize(serializer)
-        }
-    }
-}
-
-/// The `enforcement` object's fields, in the order a `Value` writes them (sorted), so both
-/// forms are the same bytes.
+/// The `enforcement` object, typed: an answer body serializes it as it writes itself.
 #[derive(Serialize)]
-struct Fields<'a> {
+pub(crate) struct Enforcement<'a> {
     attempts: usize,
     fallback_used: bool,
     /// The input stage's verdict, only for profiles that have one.
@@ -123,29 +101,11 @@ struct Fields<'a> {
     warnings: Vec<IssueBody<'a>>,
 }
 
-impl Fields<'_> {
-    /// Whether these are [`CLEAN_PASS`]'s fields.
-    fn is_clean_pass(&self) -> bool {
-        self.attempts == 1
-            && self.validated
-            && self.status == "passed"
-            && matches!(self.stop_reason, StopReason::Clean)
-            && !self.fallback_used
-            && self.input.is_none()
-            && self.route.is_none()
-            && self.issues.is_empty()
-            && self.repairs.is_empty()
-            && self.unchecked_validators.is_empty()
-            && self.validation_status.is_empty()
-            && self.warnings.is_empty()
-    }
-}
-
 impl<'a> Enforcement<'a> {
     /// The object for `outcome`.
     pub(crate) fn of(outcome: &'a Outcome) -> Self {
         let unchecked = outcome.unchecked_validators();
-        Enforcement(Fields {
+        Enforcement {
             attempts: outcome.attempts.len(),
             fallback_used: outcome.fallback_used,
             input: outcome.input.as_ref().map(|input| {
@@ -182,12 +142,12 @@ impl<'a> Enforcement<'a> {
             unchecked_validators: unchecked,
             validation_status: validation_status(outcome),
             warnings: outcome.warnings.iter().map(IssueBody::of).collect(),
-        })
+        }
     }
 
     /// With how the request was routed (nothing when it was not).
     pub(crate) fn routed(self, route: Option<&'a Value>) -> Self {
-        Enforcement(Fields { route, ..self.0 })
+        Enforcement { route, ..self }
     }
 }
 
@@ -224,77 +184,12 @@ pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
                 *after_ms as f64 / 1000.0
             ),
         ),
-        // A success status with a broken body: the connection dropped mid-answer.
-        RunnerError::Upstream {
-            status: Some(200..=299),
-            message,
-        } => ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            "upstream_cut_off",
-            format!(
-                "The model's answer was cut off before it was complete{when} ({}). Please try again.",
-                without_urls(message).trim().trim_end_matches('.')
-            ),
-        ),
-        // No answer at all (refused connection, DNS, TLS): the reason names the internal
-        // upstream address, which stays in the log and the audit record.
-        RunnerError::Upstream { status: None, .. } => ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            "upstream_error",
-            format!("Cannot reach the model server{when}. Please try again in a moment."),
-        ),
-        RunnerError::Upstream { status, message } => ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            "upstream_error",
-            format!(
-                "The model server reported an error{when}{}: {}. Please try again in a moment.",
-                status.map(|s| format!(" (HTTP {s})")).unwrap_or_default(),
-                message.trim().trim_end_matches('.')
-            ),
-        ),
-        // Busy: the client is told so with the upstream's own wait, and its SDK's retry (429
-        // and 503 with `Retry-After`) comes back when the upstream can answer. Anthropic's 529
-        // is a 503 here: clients that are not Anthropic's know no 529.
+        RunnerError::Upstream { status, message } => upstream_failure(*status, message, &when),
         RunnerError::Busy {
             status,
             message,
             retry_after_secs,
-        } => {
-            let (http, kind, code, what) = if *status == 429 {
-                (
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "rate_limit_error",
-                    "upstream_rate_limited",
-                    "is limiting how often it may be asked",
-                )
-            } else {
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "upstream_error",
-                    "upstream_overloaded",
-                    "is overloaded",
-                )
-            };
-            let wait = match retry_after_secs {
-                Some(secs) => format!(" after {secs} s"),
-                None => " in a moment".to_string(),
-            };
-            ApiError {
-                retry_after: *retry_after_secs,
-                ..ApiError::new(
-                    http,
-                    kind,
-                    code,
-                    format!(
-                        "The model server {what} (HTTP {status}){when}: {}. Please try again{wait}.",
-                        message.trim().trim_end_matches('.')
-                    ),
-                )
-            }
-        }
+        } => upstream_busy(*status, message, *retry_after_secs, &when),
         RunnerError::Process { message, .. } => ApiError::new(
             StatusCode::BAD_GATEWAY,
             "upstream_error",
@@ -331,6 +226,81 @@ pub fn runner_failure(error: &RunnerError, attempt: usize) -> ApiError {
             "runner_failed",
             format!("The model could not answer{when}: {other}. Please try again."),
         ),
+    }
+}
+
+/// An upstream that answered with an error, or not at all.
+fn upstream_failure(status: Option<u16>, message: &str, when: &str) -> ApiError {
+    match status {
+    // A success status with a broken body: the connection dropped mid-answer.
+    Some(200..=299) => ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "upstream_error",
+        "upstream_cut_off",
+        format!(
+            "The model's answer was cut off before it was complete{when} ({}). Please try again.",
+            without_urls(message).trim().trim_end_matches('.')
+        ),
+    ),
+    // No answer at all (refused connection, DNS, TLS): the reason names the internal
+    // upstream address, which stays in the log and the audit record.
+    None => ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "upstream_error",
+        "upstream_error",
+        format!("Cannot reach the model server{when}. Please try again in a moment."),
+    ),
+    Some(status) => ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "upstream_error",
+        "upstream_error",
+        format!(
+            "The model server reported an error{when} (HTTP {status}): {}. Please try again in a moment.",
+            message.trim().trim_end_matches('.')
+        ),
+    ),
+    }
+}
+
+/// An upstream too busy to answer now: the client is told so with the upstream's own wait, and
+/// its SDK's retry (429 and 503 with `Retry-After`) comes back when the upstream can answer.
+/// Anthropic's 529 is a 503 here: clients that are not Anthropic's know no 529.
+fn upstream_busy(
+    status: u16,
+    message: &str,
+    retry_after_secs: Option<u64>,
+    when: &str,
+) -> ApiError {
+    let (http, kind, code, what) = if status == 429 {
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "upstream_rate_limited",
+            "is limiting how often it may be asked",
+        )
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "upstream_error",
+            "upstream_overloaded",
+            "is overloaded",
+        )
+    };
+    let wait = match retry_after_secs {
+        Some(secs) => format!(" after {secs} s"),
+        None => " in a moment".to_string(),
+    };
+    ApiError {
+        retry_after: retry_after_secs,
+        ..ApiError::new(
+            http,
+            kind,
+            code,
+            format!(
+                "The model server {what} (HTTP {status}){when}: {}. Please try again{wait}.",
+                message.trim().trim_end_matches('.')
+            ),
+        )
     }
 }
 
@@ -553,11 +523,10 @@ mod tests {
         assert!(second.contains("while re-asking (attempt 2)"), "{second}");
     }
 
-    /// The typed `enforcement` object is the same bytes as the `Value` the proxy built before
-    /// it (issues, warnings, repairs, a stop reason with data, a route), so clients see no
-    /// change.
+    /// The `enforcement` object holds the issues, warnings, repairs, the stop reason, the
+    /// route when one was taken.
     #[test]
-    fn the_typed_enforcement_object_is_the_value_it_replaced() {
+    fn the_enforcement_object_holds_the_verdict() {
         let mut issue = Issue::error("json", "INVALID_JSON", "Not JSON.");
         issue.hint = Some("Answer with one JSON object.".into());
         issue.line = Some(3);
@@ -584,7 +553,7 @@ mod tests {
             })
         };
         let route = json!({"name": "r", "profile": "p", "by": "field"});
-        let before = json!({
+        let expected = json!({
             "status": "unresolved",
             "validated": false,
             "unchecked_validators": Vec::<String>::new(),
@@ -597,19 +566,13 @@ mod tests {
             "validation_status": "INVALID_UNRESOLVED",
             "route": route,
         });
-        let typed = Enforcement::of(&outcome).routed(Some(&route));
-        assert_eq!(
-            String::from_utf8(serde_json::to_vec(&typed).expect("serializes")).expect("utf-8"),
-            serde_json::to_string(&before).expect("serializes")
-        );
-        let mut unrouted = before.clone();
+        let routed = Enforcement::of(&outcome).routed(Some(&route));
+        assert_eq!(serde_json::to_value(&routed).expect("serializes"), expected);
+        let mut unrouted = expected.clone();
         unrouted.as_object_mut().expect("object").remove("route");
         assert_eq!(enforcement_json(&outcome), unrouted);
     }
 
-    /// A first answer that passed every check is written from the prepared bytes, which are
-    /// what its fields write; an answer that differs in any one field is written from its
-    /// fields.
     #[test]
     fn a_validator_without_verdict_is_named_by_its_own_status_when_it_has_one() {
         let mut closed = outcome(Status::Unavailable, Vec::new(), vec![attempt(None, &[])]);
@@ -638,21 +601,18 @@ mod tests {
         }
     }
 
+    /// A first answer that passed every check: one attempt, nothing wrong, validated; a
+    /// route, a second attempt, a repair or a fallback each show.
     #[test]
-    fn a_clean_first_pass_is_written_from_prepared_bytes_that_are_its_fields() {
+    fn a_clean_first_pass_is_validated_with_nothing_to_report() {
         let clean = outcome(Status::Passed, Vec::new(), vec![attempt(None, &[])]);
-        let enforcement = Enforcement::of(&clean);
-        assert!(enforcement.0.is_clean_pass());
-        let written = serde_json::to_string(&enforcement.0).expect("serializes");
-        assert_eq!(written, CLEAN_PASS);
-        assert_eq!(
-            enforce_core::json::to_vec(&enforcement).expect("writes"),
-            CLEAN_PASS.as_bytes()
-        );
-        assert_eq!(
-            enforcement_json(&clean),
-            serde_json::json!(serde_json::from_str::<Value>(CLEAN_PASS).expect("JSON"))
-        );
+        let expected = json!({
+            "attempts": 1, "fallback_used": false, "issues": [], "repairs": [],
+            "status": "passed", "stop_reason": {"reason": "clean"},
+            "unchecked_validators": [], "validated": true, "validation_status": "",
+            "warnings": [],
+        });
+        assert_eq!(enforcement_json(&clean), expected);
         let route = json!({"name": "r"});
         let second = outcome(
             Status::Passed,
@@ -664,22 +624,26 @@ mod tests {
             fallback_used: true,
             ..clean.clone()
         };
-        let others = [
+        let differs = |enforcement: Enforcement<'_>, key: &str, value: Value| {
+            let mut expected = expected.clone();
+            expected[key] = value;
+            let written = serde_json::to_value(&enforcement).expect("serializes");
+            assert_eq!(written, expected, "{key}");
+        };
+        differs(
             Enforcement::of(&clean).routed(Some(&route)),
-            Enforcement::of(&second),
-            Enforcement::of(&repaired),
-            Enforcement::of(&fallback),
-        ];
-        for other in others {
-            assert!(!other.0.is_clean_pass());
-            assert_eq!(
-                serde_json::to_string(&other).expect("serializes"),
-                serde_json::to_string(&other.0).expect("serializes")
-            );
-            assert_ne!(
-                serde_json::to_string(&other).expect("serializes"),
-                CLEAN_PASS
-            );
-        }
+            "route",
+            route.clone(),
+        );
+        differs(Enforcement::of(&second), "attempts", json!(2));
+        let mut repaired_value = serde_json::to_value(Enforcement::of(&repaired)).expect("JSON");
+        assert_eq!(repaired_value["repairs"], json!(["trim"]));
+        assert_eq!(repaired_value["status"], "repaired");
+        repaired_value["repairs"] = json!([]);
+        repaired_value["status"] = json!("passed");
+        assert_eq!(repaired_value, expected);
+        let fallback_value = serde_json::to_value(Enforcement::of(&fallback)).expect("JSON");
+        assert_eq!(fallback_value["fallback_used"], true);
+        assert_eq!(fallback_value["validated"], false);
     }
 }

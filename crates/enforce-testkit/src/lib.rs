@@ -18,8 +18,6 @@
 //!   `protos/parser.proto` (a toy parser that reports unknown commands line by line), with a
 //!   delay knob and optional TLS, for the gRPC target of the `external` validator.
 //! - [`models`]: where the real-model tests find their GGUF model ([`models::test_gguf`]).
-//! - [`random_json`]: random JSON bodies, whole, cut and altered, to hold a fast reading of a
-//!   body to its full reading.
 //! - [`plugins`]: where the plugin libraries built by `cargo xtask build-plugins` are, building
 //!   them on first use under a plain `cargo test`.
 //!
@@ -42,7 +40,6 @@ pub mod mock_anthropic;
 mod mock_openai;
 pub mod models;
 pub mod plugins;
-pub mod random_json;
 pub mod sse;
 #[cfg(feature = "grpc")]
 pub mod toy_parser;

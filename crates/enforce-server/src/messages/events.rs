@@ -1,13 +1,12 @@
 //! The Messages SSE events of one stream ([`MessagesEvents`]), written after the verdict.
 
-use super::{error_body, stop_reason, tool_input};
+use super::{error_body_of, stop_reason, tool_input, MessagesUsage};
 use crate::error::ApiError;
 use crate::pipeline::Warnings;
-use crate::stream::{push_event_with, push_json};
+use crate::stream::push_event;
 use crate::verdict::Enforcement;
 use enforce_core::Outcome;
 use serde::Serialize;
-use serde_json::json;
 
 /// Writes the SSE events of one Messages stream. Nothing of the answer (text, tool calls) goes
 /// out before the verdict: [`finish`](Self::finish) writes it whole. Only `stream_mode: draft`
@@ -25,57 +24,105 @@ pub struct MessagesEvents {
     next_index: usize,
 }
 
-fn push_event(out: &mut Vec<u8>, name: &str, data: &impl Serialize) {
-    push_event_with(out, name, |out| push_json(out, data));
+/// One event of a Messages stream: its `type` is its SSE event name too.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Event<'a> {
+    MessageStart {
+        message: StartMessage<'a>,
+    },
+    ContentBlockStart {
+        index: usize,
+        content_block: StartBlock<'a>,
+    },
+    ContentBlockDelta {
+        index: usize,
+        delta: Delta<'a>,
+    },
+    ContentBlockStop {
+        index: usize,
+    },
+    MessageDelta {
+        delta: StopDelta,
+        usage: MessagesUsage,
+        enforcement: &'a Enforcement<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        warnings: Option<&'a Warnings<'a>>,
+    },
+    MessageStop,
 }
 
-// The events of an answer written straight to bytes, in the order a `Value` writes their
-// keys (sorted), so both forms are the same bytes. The events every answer has (the message's
-// start, its text block, `message_delta`, `message_stop`) are prepared text around their
-// values: their keys written through a serializer cost a streamed answer more than the rest
-// of the Messages surface. The rarer ones (a tool call) are typed and serialized.
+impl Event<'_> {
+    /// The SSE event's name: its `type`.
+    fn name(&self) -> &'static str {
+        match self {
+            Event::MessageStart { .. } => "message_start",
+            Event::ContentBlockStart { .. } => "content_block_start",
+            Event::ContentBlockDelta { .. } => "content_block_delta",
+            Event::ContentBlockStop { .. } => "content_block_stop",
+            Event::MessageDelta { .. } => "message_delta",
+            Event::MessageStop => "message_stop",
+        }
+    }
 
-#[derive(Serialize)]
-struct BlockStart<B: Serialize> {
-    content_block: B,
-    index: usize,
-    #[serde(rename = "type")]
-    kind: &'static str,
+    /// Appends the event to `out`.
+    fn push(&self, out: &mut Vec<u8>) {
+        push_event(out, self.name(), self);
+    }
 }
 
+/// The message as `message_start` shows it: no content yet.
 #[derive(Serialize)]
-struct ToolUseBlock<'a> {
+struct StartMessage<'a> {
     id: &'a str,
-    input: Empty,
-    name: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
+    role: &'static str,
+    model: &'a str,
+    content: [(); 0],
+    stop_reason: Option<&'static str>,
+    stop_sequence: Option<&'static str>,
+    usage: MessagesUsage,
+}
+
+/// A block as it starts, empty.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum StartBlock<'a> {
+    Text {
+        text: &'static str,
+    },
+    Thinking {
+        thinking: &'static str,
+        signature: &'static str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Empty,
+    },
 }
 
 #[derive(Serialize)]
 struct Empty {}
 
+/// More of a block.
 #[derive(Serialize)]
-struct BlockDelta<D: Serialize> {
-    delta: D,
-    index: usize,
-    #[serde(rename = "type")]
-    kind: &'static str,
+#[serde(tag = "type")]
+enum Delta<'a> {
+    #[serde(rename = "text_delta")]
+    Text { text: &'a str },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: &'a str },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: &'a str },
 }
 
+/// `message_delta`'s `delta`: why the answer stopped.
 #[derive(Serialize)]
-struct InputJsonDelta<'a> {
-    partial_json: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-fn block_stop(out: &mut Vec<u8>, index: usize) {
-    push_event_with(out, "content_block_stop", |out| {
-        out.extend_from_slice(br#"{"index":"#);
-        push_json(out, &index);
-        out.extend_from_slice(br#","type":"content_block_stop"}"#);
-    });
+struct StopDelta {
+    stop_reason: &'static str,
+    stop_sequence: Option<&'static str>,
 }
 
 /// Text is sent in pieces of at most this many bytes (cut on character boundaries).
@@ -101,19 +148,17 @@ impl MessagesEvents {
             return;
         }
         self.opened = true;
-        push_event_with(out, "message_start", |out| {
-            out.extend_from_slice(br#"{"message":{"content":[],"id":"#);
-            push_json(out, self.id.as_str());
-            out.extend_from_slice(br#","model":"#);
-            push_json(out, self.model.as_str());
-            out.extend_from_slice(
-                br#","role":"assistant","stop_reason":null,"stop_sequence":null,"#,
-            );
-            out.extend_from_slice(
-                br#""type":"message","usage":{"input_tokens":0,"output_tokens":0}},"#,
-            );
-            out.extend_from_slice(br#""type":"message_start"}"#);
-        });
+        let message = StartMessage {
+            id: &self.id,
+            kind: "message",
+            role: "assistant",
+            model: &self.model,
+            content: [],
+            stop_reason: None,
+            stop_sequence: None,
+            usage: MessagesUsage::default(),
+        };
+        Event::MessageStart { message }.push(out);
     }
 
     /// More draft text (`stream_mode: draft`) in the `thinking` block, opened on first use.
@@ -122,31 +167,29 @@ impl MessagesEvents {
         let index = match self.thinking {
             Some(index) => index,
             None => {
-                let index = self.next_index;
-                self.next_index += 1;
+                let index = self.next_block();
                 self.thinking = Some(index);
-                push_event(
-                    out,
-                    "content_block_start",
-                    &json!({"type": "content_block_start", "index": index,
-                            "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
-                );
+                let content_block = StartBlock::Thinking {
+                    thinking: "",
+                    signature: "",
+                };
+                Event::ContentBlockStart {
+                    index,
+                    content_block,
+                }
+                .push(out);
                 index
             }
         };
         for piece in crate::stream::pieces(text, PIECE) {
-            push_event(
-                out,
-                "content_block_delta",
-                &json!({"type": "content_block_delta", "index": index,
-                        "delta": {"type": "thinking_delta", "thinking": piece}}),
-            );
+            let delta = Delta::Thinking { thinking: piece };
+            Event::ContentBlockDelta { index, delta }.push(out);
         }
     }
 
     fn close_thinking(&mut self, out: &mut Vec<u8>) {
         if let Some(index) = self.thinking.take() {
-            block_stop(out, index);
+            Event::ContentBlockStop { index }.push(out);
         }
     }
 
@@ -157,88 +200,74 @@ impl MessagesEvents {
         &mut self,
         text: &str,
         outcome: &Outcome,
-        enforcement: Enforcement<'_>,
-        warnings: Option<Warnings<'_>>,
+        enforcement: &Enforcement<'_>,
+        warnings: Option<&Warnings<'_>>,
         out: &mut Vec<u8>,
     ) {
         self.open(out);
         self.close_thinking(out);
         if !text.is_empty() {
-            let index = self.next_block();
-            push_event_with(out, "content_block_start", |out| {
-                out.extend_from_slice(br#"{"content_block":{"text":"","type":"text"},"index":"#);
-                push_json(out, &index);
-                out.extend_from_slice(br#","type":"content_block_start"}"#);
-            });
-            for piece in crate::stream::pieces(text, PIECE) {
-                push_event_with(out, "content_block_delta", |out| {
-                    out.extend_from_slice(br#"{"delta":{"text":"#);
-                    push_json(out, piece);
-                    out.extend_from_slice(br#","type":"text_delta"},"index":"#);
-                    push_json(out, &index);
-                    out.extend_from_slice(br#","type":"content_block_delta"}"#);
-                });
-            }
-            block_stop(out, index);
+            self.block(
+                StartBlock::Text { text: "" },
+                text,
+                |text| Delta::Text { text },
+                out,
+            );
         }
         for call in &outcome.tool_calls {
-            let index = self.next_block();
-            let start = BlockStart {
-                content_block: ToolUseBlock {
-                    id: &call.id,
-                    input: Empty {},
-                    name: &call.name,
-                    kind: "tool_use",
-                },
-                index,
-                kind: "content_block_start",
+            let start = StartBlock::ToolUse {
+                id: &call.id,
+                name: &call.name,
+                input: Empty {},
             };
-            push_event(out, "content_block_start", &start);
             // The input as the object it is, re-serialized: `input_json_delta` fragments must
             // join to the JSON the client parses.
             let input = tool_input(call).to_string();
-            for piece in crate::stream::pieces(&input, PIECE) {
-                let delta = BlockDelta {
-                    delta: InputJsonDelta {
-                        partial_json: piece,
-                        kind: "input_json_delta",
-                    },
-                    index,
-                    kind: "content_block_delta",
-                };
-                push_event(out, "content_block_delta", &delta);
-            }
-            block_stop(out, index);
+            let delta = |partial_json| Delta::InputJson { partial_json };
+            self.block(start, &input, delta, out);
         }
-        let usage = outcome.usage.unwrap_or_default();
-        push_event_with(out, "message_delta", |out| {
-            out.extend_from_slice(br#"{"delta":{"stop_reason":"#);
-            push_json(out, stop_reason(outcome));
-            out.extend_from_slice(br#","stop_sequence":null},"enforcement":"#);
-            push_json(out, &enforcement);
-            out.extend_from_slice(br#","type":"message_delta","usage":{"input_tokens":"#);
-            push_json(out, &usage.input_tokens);
-            out.extend_from_slice(br#","output_tokens":"#);
-            push_json(out, &usage.output_tokens);
-            out.push(b'}');
-            if let Some(warnings) = &warnings {
-                out.extend_from_slice(br#","warnings":"#);
-                push_json(out, warnings);
+        Event::MessageDelta {
+            delta: StopDelta {
+                stop_reason: stop_reason(outcome),
+                stop_sequence: None,
+            },
+            usage: MessagesUsage::of(outcome.usage),
+            enforcement,
+            warnings,
+        }
+        .push(out);
+        Event::MessageStop.push(out);
+    }
+
+    /// One whole block: its start, `content` in pieces as `delta`s, its stop.
+    fn block<'a>(
+        &mut self,
+        start: StartBlock<'_>,
+        content: &'a str,
+        delta: impl Fn(&'a str) -> Delta<'a>,
+        out: &mut Vec<u8>,
+    ) {
+        let index = self.next_block();
+        Event::ContentBlockStart {
+            index,
+            content_block: start,
+        }
+        .push(out);
+        for piece in crate::stream::pieces(content, PIECE) {
+            Event::ContentBlockDelta {
+                index,
+                delta: delta(piece),
             }
-            out.push(b'}');
-        });
-        push_event_with(out, "message_stop", |out| {
-            out.extend_from_slice(br#"{"type":"message_stop"}"#);
-        });
+            .push(out);
+        }
+        Event::ContentBlockStop { index }.push(out);
     }
 
     /// The stream's end for an answer not delivered: an `error` event in Anthropic's shape
     /// (with `enforcement`). A draft's thinking block is closed first.
     pub fn fail(&mut self, error: &ApiError, out: &mut Vec<u8>) {
         self.close_thinking(out);
-        push_event_with(out, "error", |out| {
-            out.extend_from_slice(error_body(error).as_bytes());
-        });
+        push_event(out, "error", &error_body_of(error));
     }
 
     fn next_block(&mut self) -> usize {

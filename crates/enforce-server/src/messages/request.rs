@@ -2,11 +2,8 @@
 //! blocks) and the params the runners forward, every unread field listed as ignored.
 
 use crate::error::ApiError;
-use crate::plain_body::{self, once, Key, TextTurn};
 use enforce_core::{Message, Role, ToolCall};
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::{json, Map, Value};
-use std::fmt;
 
 /// Body fields read here besides [`PARAMS`]; every other field is listed as ignored.
 const READ: &[&str] = &["model", "messages", "system", "stream", "enforce"];
@@ -58,16 +55,6 @@ fn bad(message: impl Into<String>, param: &'static str) -> ApiError {
 /// Parses a request body. Errors are 400s naming the field; [`error_response`](super::error_response)
 /// renders them.
 pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> {
-    if let Some(plain) = plain_body::read::<PlainMessages>(body) {
-        if let Some(request) = plain.into_request() {
-            return request;
-        }
-    }
-    parse_messages_request_in_full(body)
-}
-
-/// The full reading of a Messages body, through a `Value` map: every error, every block.
-fn parse_messages_request_in_full(body: &[u8]) -> Result<MessagesRequest, ApiError> {
     let mut fields = crate::pipeline::body_object(body)?;
     let model = match fields.remove("model") {
         Some(Value::String(m)) if !m.is_empty() => m,
@@ -91,7 +78,10 @@ fn parse_messages_request_in_full(body: &[u8]) -> Result<MessagesRequest, ApiErr
         ));
     };
     if turns.is_empty() {
-        return Err(no_turns());
+        return Err(bad(
+            "`messages` must hold at least one message.",
+            "messages",
+        ));
     }
     for turn in &turns {
         read_turn(turn, &mut request)?;
@@ -103,10 +93,6 @@ fn parse_messages_request_in_full(body: &[u8]) -> Result<MessagesRequest, ApiErr
         }
     }
     Ok(request)
-}
-
-fn no_turns() -> ApiError {
-    bad("`messages` must hold at least one message.", "messages")
 }
 
 /// The request before its turns: the model, `stream`, `enforce`, and `system` as the first
@@ -144,7 +130,7 @@ fn start_request(
     Ok(request)
 }
 
-/// The fields [`read_params`] reads (a one-pass reading keeps them as values).
+/// The fields [`read_params`] reads.
 const PARAMS: &[&str] = &[
     "max_tokens",
     "stop_sequences",
@@ -156,107 +142,9 @@ const PARAMS: &[&str] = &[
     "metadata",
 ];
 
-/// A Messages body of the common shape read in one pass ([`plain_body`]): text turns, and
-/// only fields the full reading reads (an unknown one is listed as ignored there).
-struct PlainMessages<'de> {
-    model: String,
-    turns: Vec<TextTurn<'de>>,
-    stream: Option<Value>,
-    enforce: Option<Value>,
-    system: Option<Value>,
-    params: Map<String, Value>,
-}
-
-impl PlainMessages<'_> {
-    /// The request, or `None` where the full reading decides (an empty model, another role).
-    fn into_request(self) -> Option<Result<MessagesRequest, ApiError>> {
-        if self.model.is_empty() {
-            return None;
-        }
-        let mut messages = Vec::with_capacity(self.turns.len());
-        for turn in self.turns {
-            let role = match &*turn.role.0 {
-                "user" => Role::User,
-                "assistant" => Role::Assistant,
-                _ => return None,
-            };
-            messages.push(Message::new(role, turn.content));
-        }
-        let read = || {
-            let mut request = start_request(self.model, self.stream, self.enforce, self.system)?;
-            if messages.is_empty() {
-                return Err(no_turns());
-            }
-            request.messages.append(&mut messages);
-            read_params(&self.params, &mut request)?;
-            Ok(request)
-        };
-        Some(read())
-    }
-}
-
-impl<'de> Deserialize<'de> for PlainMessages<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct MessagesVisitor;
-        impl<'de> Visitor<'de> for MessagesVisitor {
-            type Value = PlainMessages<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a Messages request")
-            }
-            fn visit_map<A: MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<PlainMessages<'de>, A::Error> {
-                let (mut model, mut turns) = (None, None);
-                let (mut stream, mut enforce, mut system) = (None, None, None);
-                let mut params = Map::new();
-                while let Some(Key(key)) = map.next_key()? {
-                    match &*key {
-                        "model" => once(&mut model, map.next_value::<String>()?)?,
-                        "messages" => once(&mut turns, map.next_value::<Vec<TextTurn<'de>>>()?)?,
-                        "stream" => once(&mut stream, map.next_value()?)?,
-                        "enforce" => once(&mut enforce, map.next_value()?)?,
-                        "system" => once(&mut system, map.next_value()?)?,
-                        known if PARAMS.contains(&known) => {
-                            if params.insert(key.into_owned(), map.next_value()?).is_some() {
-                                return Err(plain_body::refuse());
-                            }
-                        }
-                        _ => return Err(plain_body::refuse()),
-                    }
-                }
-                match (model, turns) {
-                    (Some(model), Some(turns)) => Ok(PlainMessages {
-                        model,
-                        turns,
-                        stream,
-                        enforce,
-                        system,
-                        params,
-                    }),
-                    _ => Err(plain_body::refuse()),
-                }
-            }
-        }
-        deserializer.deserialize_map(MessagesVisitor)
-    }
-}
-
 /// One turn of `messages`: its text, tool calls (assistant) and tool results (user).
 fn read_turn(turn: &Value, request: &mut MessagesRequest) -> Result<(), ApiError> {
-    let role = match turn.get("role").and_then(Value::as_str) {
-        Some("user") => Role::User,
-        Some("assistant") => Role::Assistant,
-        _ => {
-            return Err(bad(
-                format!(
-                    "A message's `role` must be `user` or `assistant`, got {}.",
-                    crate::pipeline::shown_role(turn.get("role"))
-                ),
-                "messages",
-            ))
-        }
-    };
+    let role = turn_role(turn)?;
     let blocks = match turn.get("content") {
         Some(Value::String(s)) => {
             request.messages.push(Message::new(role, s.clone()));
@@ -270,90 +158,136 @@ fn read_turn(turn: &Value, request: &mut MessagesRequest) -> Result<(), ApiError
             ))
         }
     };
-    let mut texts: Vec<&str> = Vec::new();
-    // The content as chat parts, kept when it holds an image (as chat keeps `image_url`).
-    let mut parts: Vec<Value> = Vec::new();
-    let mut has_image = false;
-    let mut calls = Vec::new();
+    let mut content = TurnContent::default();
     for block in blocks {
-        match block.get("type").and_then(Value::as_str).unwrap_or("") {
-            "text" => {
-                let text = block.get("text").and_then(Value::as_str).unwrap_or("");
-                texts.push(text);
-                parts.push(json!({"type": "text", "text": text}));
-            }
-            "image" if role == Role::User => match image_part(block) {
-                Some(part) => {
-                    has_image = true;
-                    parts.push(part);
-                }
-                None => request.ignore("messages.content.image"),
-            },
-            "tool_use" if role == Role::Assistant => calls.push(tool_call(block)?),
-            "tool_result" if role == Role::User => {
-                let id = block
-                    .get("tool_use_id")
-                    .and_then(Value::as_str)
-                    .filter(|id| !id.is_empty())
-                    .ok_or_else(|| {
-                        bad(
-                            "A `tool_result` block needs the `tool_use_id` of the call it answers.",
-                            "messages",
-                        )
-                    })?;
-                let mut content = match block.get("content") {
-                    None | Some(Value::Null) => String::new(),
-                    Some(Value::String(s)) => s.clone(),
-                    Some(Value::Array(parts)) => text_of_blocks(parts, "messages", request)?,
-                    Some(_) => {
-                        return Err(bad(
-                            "A `tool_result`'s `content` must be a string or text blocks.",
-                            "messages",
-                        ))
-                    }
-                };
-                if block.get("is_error").and_then(Value::as_bool) == Some(true) {
-                    content = format!("[tool error]\n{content}");
-                }
-                request.messages.push(Message::tool(id, content));
-            }
-            // The model's own reasoning sent back: not answer text (and enforce's drafts carry
-            // no signature an upstream would take).
-            "thinking" | "redacted_thinking" if role == Role::Assistant => {}
-            "document" | "search_result" => {
-                request.ignore(format!(
-                    "messages.content.{}",
-                    block["type"].as_str().unwrap_or("")
-                ));
-            }
-            other => {
-                return Err(bad(
-                    format!(
-                        "A `{}` message cannot hold a `{other}` content block here.",
-                        if role == Role::User {
-                            "user"
-                        } else {
-                            "assistant"
-                        }
-                    ),
-                    "messages",
-                ))
-            }
-        }
+        read_block(block, role, &mut content, request)?;
     }
-    // Tool results (pushed above) come before the turn's text, as the API orders them.
-    let text = texts.join("\n");
-    if !text.is_empty() || !calls.is_empty() || has_image {
-        let mut message = match role {
-            Role::Assistant => Message::assistant_calling(text, calls),
-            _ => Message::user(text),
-        };
-        if has_image {
-            message.parts = parts;
-        }
+    // Tool results (pushed by `read_block`) come before the turn's text, as the API orders
+    // them.
+    if let Some(message) = content.into_message(role) {
         request.messages.push(message);
     }
     Ok(())
+}
+
+/// A turn's `role`: `user` or `assistant`.
+fn turn_role(turn: &Value) -> Result<Role, ApiError> {
+    match turn.get("role").and_then(Value::as_str) {
+        Some("user") => Ok(Role::User),
+        Some("assistant") => Ok(Role::Assistant),
+        _ => Err(bad(
+            format!(
+                "A message's `role` must be `user` or `assistant`, got {}.",
+                crate::pipeline::shown_role(turn.get("role"))
+            ),
+            "messages",
+        )),
+    }
+}
+
+/// What a turn's content blocks make of its own message (tool results are messages of their
+/// own).
+#[derive(Default)]
+struct TurnContent<'a> {
+    texts: Vec<&'a str>,
+    /// The content as chat parts, kept when it holds an image (as chat keeps `image_url`).
+    parts: Vec<Value>,
+    has_image: bool,
+    calls: Vec<ToolCall>,
+}
+
+impl TurnContent<'_> {
+    /// The turn's message: its text joined with `\n`, its calls or image; `None` when it has
+    /// none of them.
+    fn into_message(self, role: Role) -> Option<Message> {
+        let text = self.texts.join("\n");
+        if text.is_empty() && self.calls.is_empty() && !self.has_image {
+            return None;
+        }
+        let mut message = match role {
+            Role::Assistant => Message::assistant_calling(text, self.calls),
+            _ => Message::user(text),
+        };
+        if self.has_image {
+            message.parts = self.parts;
+        }
+        Some(message)
+    }
+}
+
+/// One content block of a turn of `role`.
+fn read_block<'a>(
+    block: &'a Value,
+    role: Role,
+    content: &mut TurnContent<'a>,
+    request: &mut MessagesRequest,
+) -> Result<(), ApiError> {
+    match block.get("type").and_then(Value::as_str).unwrap_or("") {
+        "text" => {
+            let text = block.get("text").and_then(Value::as_str).unwrap_or("");
+            content.texts.push(text);
+            content.parts.push(json!({"type": "text", "text": text}));
+        }
+        "image" if role == Role::User => match image_part(block) {
+            Some(part) => {
+                content.has_image = true;
+                content.parts.push(part);
+            }
+            None => request.ignore("messages.content.image"),
+        },
+        "tool_use" if role == Role::Assistant => content.calls.push(tool_call(block)?),
+        "tool_result" if role == Role::User => {
+            let message = tool_result(block, request)?;
+            request.messages.push(message);
+        }
+        // The model's own reasoning sent back: not answer text (and enforce's drafts carry
+        // no signature an upstream would take).
+        "thinking" | "redacted_thinking" if role == Role::Assistant => {}
+        kind @ ("document" | "search_result") => {
+            request.ignore(format!("messages.content.{kind}"));
+        }
+        other => {
+            let role = if role == Role::User {
+                "user"
+            } else {
+                "assistant"
+            };
+            return Err(bad(
+                format!("A `{role}` message cannot hold a `{other}` content block here."),
+                "messages",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A `tool_result` block as a tool message (an error result marked as one).
+fn tool_result(block: &Value, request: &mut MessagesRequest) -> Result<Message, ApiError> {
+    let id = block
+        .get("tool_use_id")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| {
+            bad(
+                "A `tool_result` block needs the `tool_use_id` of the call it answers.",
+                "messages",
+            )
+        })?;
+    let mut content = match block.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => text_of_blocks(parts, "messages", request)?,
+        Some(_) => {
+            return Err(bad(
+                "A `tool_result`'s `content` must be a string or text blocks.",
+                "messages",
+            ))
+        }
+    };
+    if block.get("is_error").and_then(Value::as_bool) == Some(true) {
+        content = format!("[tool error]\n{content}");
+    }
+    Ok(Message::tool(id, content))
 }
 
 /// An `image` block as a chat `image_url` part: a base64 source as a `data:` URL, a `url`
@@ -526,127 +460,4 @@ fn function_of(tool: &Value) -> Result<Value, ApiError> {
         })?;
     function.insert("parameters".into(), schema);
     Ok(json!({"type": "function", "function": function}))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::plain_body::testing::{agrees, random_bodies_agree, read_in_one_pass_or_not, turns};
-    use enforce_testkit::random_json::{RandomJson, VALUES};
-
-    /// The one-pass reading of `body`, held to the full reading where it answers.
-    fn read_in_one_pass(body: &[u8]) -> bool {
-        let one_pass =
-            plain_body::read::<PlainMessages>(body).and_then(PlainMessages::into_request);
-        agrees(body, one_pass, parse_messages_request_in_full(body))
-    }
-
-    /// What clients send most is read in one pass: text turns, `system` as a string or
-    /// blocks, sampling fields, tools, metadata, the proxy's facts, escapes and whitespace.
-    #[test]
-    fn the_common_messages_bodies_are_read_in_one_pass() {
-        let bodies = [
-            r#"{"model":"mock","max_tokens":256,"messages":[{"role":"user","content":"Who is Ada? Answer as JSON."}],"stream":false}"#,
-            r#"{"stream":true,"model":"m","system":"Be brief.","messages":[{"role":"user","content":"caf\u00e9 \"q\"\n"},{"content":"a","role":"assistant"},{"role":"user","content":""}],"temperature":0.2,"top_k":5,"max_tokens":64,"stop_sequences":["END"]}"#,
-            " { \"model\" : \"m\" , \"max_tokens\" : 1 , \"messages\" : [ { \"role\" : \"user\" , \"content\" : \"q\" } ] , \"metadata\" : { \"user_id\" : \"u1\" } }\n",
-            r#"{"model":"m","max_tokens":8,"system":[{"type":"text","text":"s"},{"type":"document"}],"messages":[{"role":"user","content":"q"}],"enforce":{"context":{"k":1}},"tools":[{"name":"f","input_schema":{"type":"object"}},{"type":"web_search_20250305","name":"web_search"}],"tool_choice":{"type":"any","disable_parallel_tool_use":true}}"#,
-            r#"{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"q"}]}"#,
-            r#"{"model":"m","system":7,"messages":[{"role":"user","content":"q"}]}"#,
-        ];
-        read_in_one_pass_or_not(&bodies, true, read_in_one_pass);
-    }
-
-    /// What the full reading keeps for itself: content blocks, other roles, fields it lists
-    /// as ignored, an empty model or conversation, repeated keys, bad JSON.
-    #[test]
-    fn the_rest_of_messages_is_left_to_the_full_reading() {
-        let bodies = [
-            r#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}"#,
-            r#"{"model":"m","max_tokens":8,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}]}"#,
-            r#"{"model":"m","max_tokens":8,"messages":[{"role":"system","content":"q"}]}"#,
-            r#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"q","cache_control":{}}]}"#,
-            r#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"q"}],"thinking":{"type":"enabled"}}"#,
-            r#"{"model":"","max_tokens":8,"messages":[{"role":"user","content":"q"}]}"#,
-            r#"{"model":"m","max_tokens":8,"max_tokens":9,"messages":[{"role":"user","content":"q"}]}"#,
-            r#"{"model":"m","messages":[{"role":"user","content":"q"}],"stream":true,"stream":false}"#,
-            r#"{"model":"m","messages":[{"role":"user","content":"q"}],}"#,
-            r#"[{"model":"m"}]"#,
-            "{}",
-        ];
-        read_in_one_pass_or_not(&bodies, false, read_in_one_pass);
-    }
-
-    /// On Messages bodies built at random, whole and then cut or altered along their length,
-    /// the one-pass reading answers as the full reading does wherever it answers, and often.
-    #[test]
-    fn the_one_pass_messages_reading_is_the_full_reading_wherever_it_answers() {
-        const TOP: [&str; 13] = [
-            "model",
-            "messages",
-            "max_tokens",
-            "max_tokens",
-            "stream",
-            "system",
-            "enforce",
-            "temperature",
-            "stop_sequences",
-            "metadata",
-            "tools",
-            "tool_choice",
-            "thinking",
-        ];
-        const TURN: [&str; 4] = ["role", "content", "role", "content"];
-        const ROLES: [&str; 6] = [
-            "\"user\"",
-            "\"user\"",
-            "\"assistant\"",
-            "\"assistant\"",
-            "\"system\"",
-            "\"tool\"",
-        ];
-        fn value(random: &mut RandomJson, depth: usize, key: &str) -> String {
-            if depth > 4 || random.below(8) == 0 {
-                return random.any(depth);
-            }
-            match key {
-                "model" => random
-                    .pick(&["\"mock\"", "\"mock\"", "\"\"", "\"m\\u0031\""])
-                    .to_string(),
-                "messages" => turns(random, depth, &ROLES, &TURN, &mut value),
-                "role" => random.pick(&ROLES).to_string(),
-                "content" | "system" if random.below(4) == 0 => random.pick(&VALUES).to_string(),
-                "content" | "system" => random
-                    .pick(&["\"q\"", "\"\"", "\"caf\\u00e9 \\\"q\\\"\"", "\"tab\\tq\""])
-                    .to_string(),
-                "max_tokens" => random.pick(&["256", "0", "null", "1.0", "-3"]).to_string(),
-                "stream" => random.pick(&["true", "false", "null"]).to_string(),
-                "metadata" => random.object(depth, &["user_id"], &mut value),
-                "user_id" => random.pick(&["\"u1\"", "\" \"", "1"]).to_string(),
-                "stop_sequences" => random.pick(&["[\"END\"]", "[]", "[1]", "null"]).to_string(),
-                "tools" => random
-                    .pick(&[
-                        "[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]",
-                        "[{\"type\":\"web_search_20250305\",\"name\":\"w\"}]",
-                        "[{\"name\":\"f\"}]",
-                    ])
-                    .to_string(),
-                "tool_choice" => random
-                    .pick(&[
-                        "{\"type\":\"auto\"}",
-                        "{\"type\":\"tool\",\"name\":\"f\"}",
-                        "{\"type\":\"tool\"}",
-                        "{\"type\":\"none\",\"disable_parallel_tool_use\":true}",
-                    ])
-                    .to_string(),
-                _ => random.any(depth),
-            }
-        }
-        random_bodies_agree(
-            0x51_7cc1_b727_220a,
-            4000,
-            &TOP,
-            &mut value,
-            read_in_one_pass,
-        );
-    }
 }

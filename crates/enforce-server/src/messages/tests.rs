@@ -221,9 +221,9 @@ fn an_answer_renders_as_a_message_with_enforcement() {
     assert_eq!(message["enforcement"]["status"], "repaired");
 }
 
-/// The typed answer is the bytes of the `Value` the surface built before it.
+/// The answer holds every field of a Messages response: text, tool calls, escapes.
 #[test]
-fn the_typed_message_is_the_value_it_replaced() {
+fn the_message_holds_every_field_of_the_answer() {
     let calls = vec![ToolCall::new(
         "toolu_1",
         "get_weather",
@@ -243,7 +243,7 @@ fn the_typed_message_is_the_value_it_replaced() {
             content.push(json!({"type": "tool_use", "id": call.id, "name": call.name,
                                 "input": serde_json::from_str::<Value>(&call.arguments).unwrap()}));
         }
-        let before = json!({
+        let expected = json!({
             "id": "msg_1",
             "type": "message",
             "role": "assistant",
@@ -254,12 +254,8 @@ fn the_typed_message_is_the_value_it_replaced() {
             "usage": {"input_tokens": 20, "output_tokens": 7},
             "enforcement": enforcement_json(&outcome),
         });
-        let typed = MessageBody::of("msg_1", "m", text, &outcome);
-        assert_eq!(
-            String::from_utf8(serde_json::to_vec(&typed).unwrap()).unwrap(),
-            serde_json::to_string(&before).unwrap(),
-            "{text}"
-        );
+        let message = MessageBody::of("msg_1", "m", text, &outcome);
+        assert_eq!(serde_json::to_value(&message).unwrap(), expected, "{text}");
     }
 }
 
@@ -296,7 +292,7 @@ fn a_stream_holds_everything_until_the_verdict_then_writes_it_whole() {
     writer.finish(
         "Sunny.",
         &outcome,
-        Enforcement::of(&outcome),
+        &Enforcement::of(&outcome),
         None,
         &mut out,
     );
@@ -343,7 +339,7 @@ fn drafts_are_a_thinking_block_closed_before_the_answer_or_the_error() {
     writer.finish(
         "Sunny.",
         &outcome,
-        Enforcement::of(&outcome),
+        &Enforcement::of(&outcome),
         None,
         &mut out,
     );
@@ -420,11 +416,10 @@ fn errors_take_anthropics_shape_with_the_message_first() {
     assert_eq!(events[0].1["error"]["code"], "stream_interrupted");
 }
 
-/// The typed events are, byte for byte, the `Value`-built ones they replaced: text in one
-/// piece and in several, tool calls with and without text, after a draft, with a route and
-/// warnings.
+/// The events of an answer, in order: text in one piece and in several, tool calls with and
+/// without text, after a draft, with a route and warnings.
 #[test]
-fn the_typed_events_are_the_bytes_of_the_values_they_replaced() {
+fn the_events_hold_the_answer_in_order() {
     fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(name.as_bytes());
@@ -432,8 +427,8 @@ fn the_typed_events_are_the_bytes_of_the_values_they_replaced() {
         out.extend_from_slice(data.to_string().as_bytes());
         out.extend_from_slice(b"\n\n");
     }
-    /// `open` and `finish` as they wrote their events with `Value`s; `first`: the first block's
-    /// index (after a draft's thinking block, closed here).
+    /// The events `open` and `finish` write; `first`: the first block's index (after a
+    /// draft's thinking block, closed here).
     fn reference(
         id: &str,
         first: usize,
@@ -549,7 +544,7 @@ fn the_typed_events_are_the_bytes_of_the_values_they_replaced() {
             } else {
                 None
             };
-            writer.finish(text, outcome, enforcement, warnings, &mut typed);
+            writer.finish(text, outcome, &enforcement, warnings.as_ref(), &mut typed);
             let written = &typed[start..];
             let mut expected_enforcement = enforcement_json(outcome);
             if let (Some(route), Some(object)) = (route, expected_enforcement.as_object_mut()) {
@@ -567,8 +562,8 @@ fn the_typed_events_are_the_bytes_of_the_values_they_replaced() {
                 expected_warnings.as_ref(),
             );
             assert_eq!(
-                String::from_utf8_lossy(written),
-                String::from_utf8_lossy(&expected),
+                parse_events(written),
+                parse_events(&expected),
                 "{text:?}, drafted {drafted}"
             );
         }
