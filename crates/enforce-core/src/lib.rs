@@ -48,7 +48,6 @@ mod enforcer;
 mod feedback;
 mod input;
 mod issue;
-pub mod json;
 mod observer;
 mod outcome;
 mod partial;

@@ -5,7 +5,6 @@ mod audit_json;
 mod compose;
 mod early_abort;
 mod input_stage;
-mod json_writer;
 mod ladder;
 mod loop_paths;
 mod loop_rules;
