@@ -6,7 +6,6 @@ mod commands;
 mod config;
 mod decode;
 mod plugin_host;
-mod render;
 mod runner_options;
 mod usage;
 

@@ -21,13 +21,13 @@ use crate::config::{ConcurrencyScope, Model};
 use crate::controls;
 use crate::error::ApiError;
 use crate::facts;
+use crate::headers::PROFILE_HEADER;
 use crate::otel::RequestInfo;
 use crate::session::{answer_digest, SessionStatus};
 use crate::shared::GlobalSlot;
 use crate::state::{unix_now, App};
 use crate::stream::{self, Start, StreamWriter};
 use crate::turn::{wait, InFlight, Turn, TurnId};
-use crate::PROFILE_HEADER;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -926,7 +926,7 @@ async fn runner_session_here(
 fn restore_hidden_markers(
     messages: &mut [Message],
     session: &SessionStatus,
-    extract: &crate::StepExtractor,
+    extract: &crate::hooks::StepExtractor,
 ) {
     for message in messages.iter_mut() {
         if message.role != Role::Assistant || extract(&message.content).is_some() {
