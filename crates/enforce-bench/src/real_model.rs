@@ -657,8 +657,7 @@ mod tests {
 
     #[test]
     fn throughput_counts_whole_measured_attempts_only() {
-        let dir = std::env::temp_dir().join(format!("real-model-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile_dir("real-model-test");
         let file = dir.join("attempts.jsonl");
         let lines = [
             r#"{"status":"passed","attempts":[{"usage":{"input_tokens":5,"output_tokens":100},"runner_us":2000000},{"usage":{"input_tokens":5,"output_tokens":9},"usage_estimated":true,"cut":{"bytes":30,"codes":["X"]},"runner_us":100000}]}"#,
@@ -670,5 +669,27 @@ mod tests {
         assert_eq!(tokens, 150);
         assert!((secs - 3.0).abs() < 1e-9, "{secs}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn audit_usage_counts_every_call_and_sums_the_attempts_tokens() {
+        let dir = tempfile_dir("audit-usage");
+        let file = dir.join("audit.jsonl");
+        let lines = [
+            r#"{"status":"passed","attempts":[{"usage":{"input_tokens":5,"output_tokens":7}},{"usage":{"input_tokens":6,"output_tokens":8}}]}"#,
+            r#"{"status":"passed","attempts":[{"usage":{"input_tokens":10,"output_tokens":1}}]}"#,
+            r#"{"status":"refused","reason":"unauthorized"}"#,
+            "torn",
+        ];
+        std::fs::write(&file, lines.join("\n")).unwrap();
+        assert_eq!(audit_usage(&file).unwrap(), (3, 21, 16));
+        assert_eq!(audit_usage(&dir.join("absent.jsonl")).unwrap(), (0, 0, 0));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 }
