@@ -1,6 +1,7 @@
 //! The usual `shutdown` future of [`Server::serve`](crate::Server::serve).
 
-/// Completes on Ctrl-C or SIGTERM: the usual `shutdown` for [`Server::serve`].
+/// Completes on Ctrl-C or SIGTERM: the usual `shutdown` for
+/// [`Server::serve`](crate::Server::serve).
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {

@@ -94,33 +94,9 @@ impl ServerBuilder {
             return Err(ServerError::NoModels);
         }
         check_api_keys(&self.config)?;
-        let mut models = HashMap::new();
-        let mut model_order = Vec::new();
-        for model in self.models {
-            if model.id.trim().is_empty() {
-                return Err(ServerError::EmptyModelId);
-            }
-            if models.contains_key(&model.id) {
-                return Err(ServerError::DuplicateModel(model.id));
-            }
-            model_order.push(model.id.clone());
-            models.insert(model.id.clone(), Arc::new(model));
-        }
+        let (models, model_order) = index_models(self.models)?;
         let metrics = Arc::new(Metrics::new());
-        let mut sessions = SessionStore::new(self.config.session_dir.clone())
-            .map_err(|source| ServerError::SessionDir {
-                path: self
-                    .config
-                    .session_dir
-                    .as_deref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-                source,
-            })?
-            .with_limits(
-                self.config.max_cached_sessions,
-                self.config.max_stored_response_bytes,
-            );
+        let mut sessions = open_sessions(&self.config)?;
         let store = match (self.shared_state, &self.config.state) {
             (Some(store), _) => Some(store),
             (None, Some(state)) => Some(open_store(state)?),
@@ -137,21 +113,7 @@ impl ServerBuilder {
         if let Some(shared) = &shared {
             sessions = sessions.with_shared(shared.clone());
         }
-        let audit = match &self.config.audit_log {
-            Some(path) => Some(Arc::new(
-                AuditLog::open_observed(path, self.config.audit_fsync, {
-                    let metrics = metrics.clone();
-                    // Present from the start, so an alert can watch it before the first failure.
-                    metrics.count(&AUDIT_WRITE_FAILURES, &[], 0);
-                    Box::new(move || metrics.count(&AUDIT_WRITE_FAILURES, &[], 1))
-                })
-                .map_err(|source| ServerError::AuditLog {
-                    path: path.display().to_string(),
-                    source,
-                })?,
-            )),
-            None => None,
-        };
+        let audit = open_audit(&self.config, &metrics)?;
         let limiter = Arc::new(Semaphore::new(self.config.max_concurrent.max(1)));
         let telemetry = self
             .config
@@ -188,6 +150,61 @@ impl ServerBuilder {
             }),
         })
     }
+}
+
+/// The models by id, and their ids in the order given; a blank or repeated id is an error.
+fn index_models(
+    given: Vec<Model>,
+) -> Result<(HashMap<String, Arc<Model>>, Vec<String>), ServerError> {
+    let mut models = HashMap::new();
+    let mut model_order = Vec::new();
+    for model in given {
+        if model.id.trim().is_empty() {
+            return Err(ServerError::EmptyModelId);
+        }
+        if models.contains_key(&model.id) {
+            return Err(ServerError::DuplicateModel(model.id));
+        }
+        model_order.push(model.id.clone());
+        models.insert(model.id.clone(), Arc::new(model));
+    }
+    Ok((models, model_order))
+}
+
+/// The session store of `config.session_dir` (memory only without one), with its limits.
+fn open_sessions(config: &ServerConfig) -> Result<SessionStore, ServerError> {
+    let store = SessionStore::new(config.session_dir.clone()).map_err(|source| {
+        ServerError::SessionDir {
+            path: config
+                .session_dir
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            source,
+        }
+    })?;
+    Ok(store.with_limits(config.max_cached_sessions, config.max_stored_response_bytes))
+}
+
+/// The audit log of `config.audit_log`, counting its failed writes in `metrics`.
+fn open_audit(
+    config: &ServerConfig,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Arc<AuditLog>>, ServerError> {
+    let Some(path) = &config.audit_log else {
+        return Ok(None);
+    };
+    let metrics = metrics.clone();
+    // Present from the start, so an alert can watch it before the first failure.
+    metrics.count(&AUDIT_WRITE_FAILURES, &[], 0);
+    let on_failure = Box::new(move || metrics.count(&AUDIT_WRITE_FAILURES, &[], 1));
+    let log = AuditLog::open_observed(path, config.audit_fsync, on_failure).map_err(|source| {
+        ServerError::AuditLog {
+            path: path.display().to_string(),
+            source,
+        }
+    })?;
+    Ok(Some(Arc::new(log)))
 }
 
 /// Refuses a blank accepted key, however the configuration was put together.
