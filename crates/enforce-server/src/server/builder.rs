@@ -152,10 +152,11 @@ impl ServerBuilder {
     }
 }
 
+/// The models by id.
+type ModelsById = HashMap<String, Arc<Model>>;
+
 /// The models by id, and their ids in the order given; a blank or repeated id is an error.
-fn index_models(
-    given: Vec<Model>,
-) -> Result<(HashMap<String, Arc<Model>>, Vec<String>), ServerError> {
+fn index_models(given: Vec<Model>) -> Result<(ModelsById, Vec<String>), ServerError> {
     let mut models = HashMap::new();
     let mut model_order = Vec::new();
     for model in given {
