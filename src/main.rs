@@ -4,7 +4,6 @@ mod commands;
 mod config;
 mod decode;
 mod plugin_host;
-mod render;
 mod runner_options;
 mod usage;
 

@@ -299,3 +299,29 @@ def test_a_changed_config_is_read_again(tmp_path):
         "validators:\n  v: {type: length, max: 30}\nprofiles:\n  p: {validators: [v]}\n"
     )
     assert enforce_llm.check("four words right here", profile="p", config=path).ok
+
+
+def test_report_summarises_audit_records_as_enforce_report_does(config, tmp_path):
+    answers = iter(["The code is SECRET-42.", "I cannot share the code.", "SECRET-1", "SECRET-2", "SECRET-3"])
+    enforcer = enforce_llm.Enforcer(profile="strict", model=lambda messages: next(answers), config=config)
+    fixed = enforcer.run("What is the code?")
+    leaked = enforcer.run("And now?")
+    assert (fixed.status, leaked.status) == ("passed", "unresolved")
+    log = tmp_path / "audit.jsonl"
+    log.write_text(fixed.to_json() + "\n" + leaked.to_json() + "\n" + '{"torn": \n')
+
+    summary = enforce_llm.report(log)
+    assert summary["outcomes"]["total"] == 2
+    assert summary["outcomes"]["passed"] == 1
+    assert summary["outcomes"]["unresolved"] == 1
+    assert summary["input"]["invalid"] == 1
+    assert summary["attempts"]["total"] == 5
+    leaks = [c for c in summary["issue_codes"] if c["code"] == "LEAKED_SECRET"]
+    assert [(c["occurrences"], c["requests"]) for c in leaks] == [(4, 2)]
+    assert json.loads(json.dumps(summary)) == summary
+
+    assert enforce_llm.report([log, str(log)])["outcomes"]["total"] == 4
+    with pytest.raises(OSError, match="absent.jsonl"):
+        enforce_llm.report(tmp_path / "absent.jsonl")
+    with pytest.raises(ValueError, match="last tuesday"):
+        enforce_llm.report(log, since="last tuesday")

@@ -1,15 +1,14 @@
 //! `enforce serve`: the OpenAI-compatible enforcement proxy.
 
 use super::model_flags::ModelFlags;
-use crate::config::{ClassifyConfig, LoadedConfig, RouteConfig, ServedModelConfig, WhenConfig};
+use crate::config::{ClassifyConfig, LoadedConfig, RouteConfig, ServedModelConfig};
 use clap::Args as ClapArgs;
 use enforce_config::ProfileSet;
 use enforce_core::Runner;
 use enforce_external::breaker::{BreakerState, SharedBreakers, SharedError};
 use enforce_runner::{ClaudeConfig, RunnerConfig};
 use enforce_server::{
-    Classifier, Model, ModelOptions, Route, RouteError, Routes, Server, ServerSection, StepMark,
-    When,
+    Classifier, Model, Route, RouteError, Routes, Server, ServerSection, StepMark,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -405,17 +404,7 @@ pub(crate) fn model_from_config(
             .with_decode_params(constrained.params)
             .with_profile(profile)
             .with_runner_kind(runner_config.kind())
-            .with_options(ModelOptions {
-                on_unresolved: entry
-                    .on_unresolved
-                    .unwrap_or_else(|| entry.stream_mode.default_on_unresolved()),
-                on_unavailable: entry.on_unavailable,
-                status_events: entry.status_events,
-                check_tool_calls: entry.check_tool_calls,
-                hide_step_marker: entry.hide_step_marker,
-                stream_mode: entry.stream_mode,
-                request_limits: entry.allow_request_limits.unwrap_or(server_allows_limits),
-            }),
+            .with_options(entry.options(server_allows_limits)),
         runner_config,
     ))
 }
@@ -450,7 +439,7 @@ fn routes_from_config(
                 ),
             })
         })?;
-        let when = when_from_config(when).map_err(within)?;
+        let when = when.to_when().map_err(within)?;
         let name = name.clone().unwrap_or_else(|| profile.clone());
         routes.push(Route::new(name, profile.clone(), Arc::new(enforcer), when));
     }
@@ -467,70 +456,6 @@ fn classifier_from_config(config: &ClassifyConfig) -> Result<Classifier, RouteEr
         Duration::from_millis(config.timeout_ms),
         config.max_question_chars,
     )
-}
-
-/// A route's condition; keys of errors are below the route (`when.matches`).
-fn when_from_config(when: &WhenConfig) -> Result<When, RouteError> {
-    let error = |key: &str, message: &str| RouteError {
-        key: key.into(),
-        message: message.into(),
-    };
-    let labels = match (&when.label, &when.labels) {
-        (Some(_), Some(_)) => return Err(error("when", "give `label` or `labels`, not both")),
-        (Some(label), None) => Some(vec![label.clone()]),
-        (None, labels) => labels.clone(),
-    };
-    let kinds = [
-        when.field.is_some(),
-        when.header.is_some(),
-        when.matches.is_some(),
-        labels.is_some(),
-    ];
-    if kinds.iter().filter(|k| **k).count() != 1 {
-        return Err(error(
-            "when",
-            "needs exactly one of `field`, `header`, `matches`, `label`/`labels`",
-        ));
-    }
-    let values = || -> Result<Vec<String>, RouteError> {
-        let listed = match (&when.equals, &when.one_of) {
-            (Some(one), None) => std::slice::from_ref(one),
-            (None, Some(many)) => many.as_slice(),
-            _ => {
-                return Err(error(
-                    "when",
-                    "`field` and `header` take `equals` or `one_of`",
-                ))
-            }
-        };
-        listed
-            .iter()
-            .map(|v| match v {
-                serde_json::Value::String(s) => Ok(s.clone()),
-                serde_json::Value::Number(n) => Ok(n.to_string()),
-                serde_json::Value::Bool(b) => Ok(b.to_string()),
-                _ => Err(error("when", "values are strings, numbers or booleans")),
-            })
-            .collect()
-    };
-    if (when.equals.is_some() || when.one_of.is_some())
-        && when.field.is_none()
-        && when.header.is_none()
-    {
-        return Err(error(
-            "when",
-            "`equals` and `one_of` go with `field` or `header`",
-        ));
-    }
-    if let Some(pointer) = &when.field {
-        When::field(pointer, values()?)
-    } else if let Some(name) = &when.header {
-        When::header(name, values()?)
-    } else if let Some(pattern) = &when.matches {
-        When::matches(pattern)
-    } else {
-        When::labels(labels.unwrap_or_default())
-    }
 }
 
 /// Names the model the runner asks, for the `gen_ai.request.model` of trace spans.
@@ -734,31 +659,5 @@ mod tests {
         };
         assert_eq!(allowed(false), [false, false, true]);
         assert_eq!(allowed(true), [true, false, true]);
-    }
-
-    #[test]
-    fn a_condition_takes_exactly_one_kind_and_scalar_values() {
-        let when = |yaml: &str| {
-            let config: WhenConfig = serde_yaml_ng::from_str(yaml).unwrap();
-            when_from_config(&config).map(|_| ()).map_err(|e| e.message)
-        };
-        assert!(when("{field: /a, equals: 1}").is_ok());
-        assert!(when("{header: X-A, one_of: [a, true]}").is_ok());
-        assert!(when("{labels: [A, B]}").is_ok());
-        for (yaml, says) in [
-            ("{}", "exactly one of"),
-            ("{field: /a, matches: x, equals: 1}", "exactly one of"),
-            ("{field: /a}", "`equals` or `one_of`"),
-            (
-                "{field: /a, equals: 1, one_of: [2]}",
-                "`equals` or `one_of`",
-            ),
-            ("{field: /a, equals: [1]}", "strings, numbers or booleans"),
-            ("{matches: x, equals: 1}", "go with `field` or `header`"),
-            ("{label: A, labels: [B]}", "not both"),
-        ] {
-            let err = when(yaml).unwrap_err();
-            assert!(err.contains(says), "{yaml}: {err}");
-        }
     }
 }

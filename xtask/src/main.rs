@@ -536,6 +536,23 @@ const LAYERING: &[(&str, &[&str])] = &[
             "enforce-config",
         ],
     ),
+    // The report reads audit files: no runtime, network, configuration layer or proxy.
+    (
+        "enforce-report",
+        &[
+            "tokio",
+            "axum",
+            "hyper",
+            "reqwest",
+            "abi_stable",
+            "serde_yaml_ng",
+            "redis",
+            "pyo3",
+            "enforce-config",
+            "enforce-runner",
+            "enforce-server",
+        ],
+    ),
     // The sample project that depends on enforce-validators alone (examples/validators-only).
     (
         "enforce-example-validators-only",

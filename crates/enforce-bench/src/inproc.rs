@@ -1,5 +1,6 @@
 //! enforce's side of scenarios 1 (validators only) and 2 (the loop), run in this process.
 
+use crate::stats::median;
 use enforce_config::{ProfileSet, Registry};
 use enforce_core::{Context, Enforcer, Request, Runner, Status, Validator};
 use enforce_runner::{OpenAiConfig, OpenAiRunner};
@@ -40,11 +41,6 @@ pub struct ValidatorFigures {
     pub regex_flagged: usize,
     pub adr_us_per_document: f64,
     pub adr_errors: usize,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Runs scenario 1: the median of 5 passes over the strings, and of 200 ADR checks.
@@ -94,9 +90,9 @@ pub async fn validators(
     }
     Ok(ValidatorFigures {
         strings: n,
-        regex_ns_per_string: median(passes),
+        regex_ns_per_string: median(&passes),
         regex_flagged: flagged,
-        adr_us_per_document: median(adr_times),
+        adr_us_per_document: median(&adr_times),
         adr_errors,
     })
 }
@@ -160,9 +156,9 @@ pub async fn looped(
     }
     Ok(LoopFigures {
         runs,
-        raw_call_ms: median(raw),
-        ok_ms: median(ok_t),
-        fail_first_ms: median(ff_t),
+        raw_call_ms: median(&raw),
+        ok_ms: median(&ok_t),
+        fail_first_ms: median(&ff_t),
         ok_passed,
         fail_first_passed_after_one_reask: ff_passed,
     })

@@ -23,6 +23,7 @@ mod relay;
 mod report;
 mod results;
 mod section;
+mod stats;
 mod streaming;
 mod surfaces;
 

@@ -287,32 +287,16 @@ fn dataset_in(args: &RealModelArgs, work: &Path, name: &str) -> anyhow::Result<P
 /// Completion tokens and runner seconds of every attempt that ran to its end: the local
 /// runner's generation speed, from enforce's own audit records.
 fn whole_attempt_throughput(attempts: &Path) -> anyhow::Result<(u64, f64)> {
-    let text = std::fs::read_to_string(attempts)?;
     let (mut tokens, mut micros) = (0u64, 0u64);
-    for line in text.lines() {
-        let Ok(record) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let list = record
-            .pointer("/outcome/attempts")
-            .or_else(|| record.get("attempts"))
-            .and_then(Value::as_array);
-        for attempt in list.into_iter().flatten() {
-            let cut = attempt.get("cut").is_some_and(|c| !c.is_null());
-            let estimated = attempt
-                .get("usage_estimated")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            let out = attempt
-                .pointer("/usage/output_tokens")
-                .and_then(Value::as_u64);
-            let us = attempt.get("runner_us").and_then(Value::as_u64);
-            if let (false, false, Some(out), Some(us)) = (cut, estimated, out, us) {
-                tokens += out;
+    enforce_report::read::read_file(attempts, &mut |record| {
+        for attempt in &record.attempts {
+            let whole = attempt.cut.is_none() && !attempt.usage_estimated;
+            if let (true, Some(usage), Some(us)) = (whole, attempt.usage, attempt.runner_us) {
+                tokens += usage.output_tokens;
                 micros += us;
             }
         }
-    }
+    })?;
     Ok((tokens, micros as f64 / 1e6))
 }
 
@@ -441,26 +425,18 @@ fn run_peers(args: &RealModelArgs, work: &Path) -> anyhow::Result<Vec<PeerRun>> 
 
 /// Requests and tokens in a relay's audit log (one line per request the peer made).
 fn audit_usage(path: &Path) -> anyhow::Result<(usize, u64, u64)> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let (mut calls, mut input, mut output) = (0, 0, 0);
-    for line in text.lines() {
-        let Ok(record) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        calls += 1;
-        let usage = record
-            .pointer("/outcome/usage")
-            .or_else(|| record.get("usage"));
-        input += usage
-            .and_then(|u| u.get("input_tokens"))
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        output += usage
-            .and_then(|u| u.get("output_tokens"))
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
+    // A peer that never reached the relay left no log: no calls.
+    if !path.exists() {
+        return Ok((0, 0, 0));
     }
-    Ok((calls, input, output))
+    let report = enforce_report::summarize(&[path], enforce_report::Options::default())?;
+    let spend = report.spend;
+    let calls = report.input.records + report.input.refused;
+    Ok((
+        usize::try_from(calls)?,
+        spend.first_attempts.input_tokens + spend.reasks.input_tokens,
+        spend.first_attempts.output_tokens + spend.reasks.output_tokens,
+    ))
 }
 
 fn num(v: &Value, path: &str) -> Option<f64> {
@@ -681,12 +657,11 @@ mod tests {
 
     #[test]
     fn throughput_counts_whole_measured_attempts_only() {
-        let dir = std::env::temp_dir().join(format!("real-model-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile_dir("real-model-test");
         let file = dir.join("attempts.jsonl");
         let lines = [
-            r#"{"outcome":{"attempts":[{"usage":{"input_tokens":5,"output_tokens":100},"runner_us":2000000},{"usage":{"input_tokens":5,"output_tokens":9},"usage_estimated":true,"cut":{"bytes":30,"codes":["X"]},"runner_us":100000}]}}"#,
-            r#"{"attempts":[{"usage":{"input_tokens":5,"output_tokens":50},"runner_us":1000000}]}"#,
+            r#"{"status":"passed","attempts":[{"usage":{"input_tokens":5,"output_tokens":100},"runner_us":2000000},{"usage":{"input_tokens":5,"output_tokens":9},"usage_estimated":true,"cut":{"bytes":30,"codes":["X"]},"runner_us":100000}]}"#,
+            r#"{"status":"passed","attempts":[{"usage":{"input_tokens":5,"output_tokens":50},"runner_us":1000000}]}"#,
             "torn",
         ];
         std::fs::write(&file, lines.join("\n")).unwrap();
@@ -694,5 +669,27 @@ mod tests {
         assert_eq!(tokens, 150);
         assert!((secs - 3.0).abs() < 1e-9, "{secs}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn audit_usage_counts_every_call_and_sums_the_attempts_tokens() {
+        let dir = tempfile_dir("audit-usage");
+        let file = dir.join("audit.jsonl");
+        let lines = [
+            r#"{"status":"passed","attempts":[{"usage":{"input_tokens":5,"output_tokens":7}},{"usage":{"input_tokens":6,"output_tokens":8}}]}"#,
+            r#"{"status":"passed","attempts":[{"usage":{"input_tokens":10,"output_tokens":1}}]}"#,
+            r#"{"status":"refused","reason":"unauthorized"}"#,
+            "torn",
+        ];
+        std::fs::write(&file, lines.join("\n")).unwrap();
+        assert_eq!(audit_usage(&file).unwrap(), (3, 21, 16));
+        assert_eq!(audit_usage(&dir.join("absent.jsonl")).unwrap(), (0, 0, 0));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 }

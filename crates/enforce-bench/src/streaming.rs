@@ -7,6 +7,7 @@
 //! code: a forbidden term near the start, broken JSON near the start, and a missing step marker
 //! (decidable only at the end).
 
+use crate::stats::median;
 use enforce_core::{Enforcer, Policy, Validator};
 use enforce_documents::step_marker::StepMarker;
 use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
@@ -205,11 +206,6 @@ fn client() -> reqwest::Client {
         .expect("client")
 }
 
-fn p50(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn body(stream: bool) -> Value {
     json!({"model": "m", "stream": stream, "messages": [{"role": "user", "content": "Go."}]})
 }
@@ -288,7 +284,7 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<StreamFigures> {
                 tokens.push((upstream.content_chunks_sent() - before) as f64);
             }
             by_setting.push((
-                p50(times),
+                median(&times),
                 tokens.iter().sum::<f64>() / tokens.len().max(1) as f64,
             ));
         }
@@ -318,7 +314,7 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<StreamFigures> {
         direct_ttft.push(first_byte(&client, &direct, "mock-model", "content").await?);
         draft_first.push(first_byte(&client, &draft, "m", "reasoning_content").await?);
     }
-    let (direct_ttft, draft_first) = (p50(direct_ttft), p50(draft_first));
+    let (direct_ttft, draft_first) = (median(&direct_ttft), median(&draft_first));
 
     // Integrity: many concurrent draft streams of a short passing answer.
     let short: Vec<String> = words(50);

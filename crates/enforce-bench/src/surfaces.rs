@@ -16,6 +16,7 @@ use crate::peers::{
 };
 use crate::results::Results;
 use crate::section::SURFACES;
+use crate::stats::median;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -216,21 +217,6 @@ fn p50_of(report: &Value) -> anyhow::Result<f64> {
         .ok_or_else(|| anyhow::anyhow!("no p50 in {report}"))
 }
 
-/// The median of `values` (which are not empty).
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// The median over the rounds of `p50s[i] − floor[i]`.
 fn above_floor(p50s: &[f64], floor: &[f64]) -> f64 {
     let differences: Vec<f64> = p50s.iter().zip(floor).map(|(p, f)| p - f).collect();
@@ -300,16 +286,4 @@ fn render(args: &SurfacesArgs, m: &Measured) -> String {
     s.push_str(SURFACES.end);
     s.push('\n');
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_median_of_odd_and_even_counts() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(&[]).is_nan());
-    }
 }

@@ -1,8 +1,8 @@
 //! # enforce-python
 //!
 //! The native half of the Python package `enforce_llm` (PyPI `enforce-llm`): the profiles of
-//! `enforce.yaml` and the built-in ones, validation and repairs, and the re-ask loop with a
-//! Python callable as the model, all in this process. The Python half
+//! `enforce.yaml` and the built-in ones, validation and repairs, the re-ask loop with a Python
+//! callable as the model, and the report of audit files, all in this process. The Python half
 //! (`python/enforce-llm/enforce_llm/__init__.py`) adds the `Enforcer` class, which adapts
 //! `async` callables and async iterators to the synchronous callable this module drives.
 //!
@@ -13,6 +13,7 @@
 mod load;
 mod model;
 mod outcome;
+mod report;
 
 use enforce_core::{Check, Context, Enforcer, Message, Request};
 use outcome::{Issue, Outcome};
@@ -268,6 +269,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Issue>()?;
     m.add_function(wrap_pyfunction!(check, m)?)?;
     m.add_function(wrap_pyfunction!(repair, m)?)?;
+    m.add_function(wrap_pyfunction!(report::report, m)?)?;
     m.add("ConfigError", m.py().get_type::<ConfigError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -12,6 +12,7 @@ use std::time::Duration;
 mod keys;
 mod otlp;
 mod section;
+mod served;
 #[cfg(test)]
 mod tests;
 pub use keys::{parse_key_list, ApiKeyEntry, ApiKeySpec, BlankKey, KeyGrant};
@@ -20,6 +21,7 @@ pub use otlp::{
     OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV,
 };
 pub use section::{SectionError, ServerSection, StateSection};
+pub use served::{ClassifyConfig, RouteConfig, ServedModelConfig, WhenConfig};
 
 /// Environment variable holding comma-separated bearer keys, read by
 /// [`ServerConfig::with_env_api_keys`].

@@ -86,7 +86,7 @@ pub(crate) fn requested_profile(headers: &HeaderMap) -> Result<Option<&str>, Api
         ApiError::bad_request(
             format!(
                 "The `{}` header must be a profile name in plain ASCII.",
-                crate::PROFILE_HEADER
+                crate::headers::PROFILE_HEADER
             ),
             None,
         )

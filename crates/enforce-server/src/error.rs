@@ -176,7 +176,7 @@ impl ApiError {
         }
         if let Some(status) = self.enforce_status {
             headers.insert(
-                crate::ENFORCE_STATUS_HEADER,
+                crate::headers::ENFORCE_STATUS_HEADER,
                 HeaderValue::from_static(status),
             );
         }
@@ -186,7 +186,7 @@ impl ApiError {
             .and_then(|e| e["validation_status"].as_str())
             .and_then(|v| HeaderValue::from_str(v).ok());
         if let Some(value) = validation_status {
-            headers.insert(crate::VALIDATION_STATUS_HEADER, value);
+            headers.insert(crate::headers::VALIDATION_STATUS_HEADER, value);
         }
         if self.status == StatusCode::UNAUTHORIZED {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

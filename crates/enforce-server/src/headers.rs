@@ -4,6 +4,18 @@
 
 use axum::http::HeaderName;
 
+/// The response header carrying the enforcement status of a non-streaming answer.
+pub const ENFORCE_STATUS_HEADER: &str = "x-enforce-status";
+
+/// A request header naming the profile to enforce instead of the model's own (and the response
+/// header naming the profile enforced).
+pub(crate) const PROFILE_HEADER: &str = "x-enforce-profile";
+
+/// The response header carrying the per-type layer's `validation_status` (`""`,
+/// `INVALID_UNRESOLVED`, `<VALIDATOR>_UNAVAILABLE` or the validator's `unavailable_status`), as
+/// in the `enforcement` object.
+pub const VALIDATION_STATUS_HEADER: &str = "x-enforce-validation-status";
+
 /// How many headers an answer carries: its content type, the enforcement headers, the
 /// profile, the request ids and the warnings (a stream's three of its own come on top).
 pub(crate) const ANSWER_HEADERS: usize = 10;
@@ -29,11 +41,10 @@ pub(crate) const MAX_RETRIES_HEADER: &str = "x-enforce-max-retries";
 pub(crate) const TOKEN_BUDGET_HEADER: &str = "x-enforce-token-budget";
 
 // The response headers every answer carries.
-pub(crate) const STATUS: HeaderName = HeaderName::from_static(crate::ENFORCE_STATUS_HEADER);
-pub(crate) const VALIDATION_STATUS: HeaderName =
-    HeaderName::from_static(crate::VALIDATION_STATUS_HEADER);
+pub(crate) const STATUS: HeaderName = HeaderName::from_static(ENFORCE_STATUS_HEADER);
+pub(crate) const VALIDATION_STATUS: HeaderName = HeaderName::from_static(VALIDATION_STATUS_HEADER);
 pub(crate) const ATTEMPTS: HeaderName = HeaderName::from_static("x-enforce-attempts");
-pub(crate) const PROFILE: HeaderName = HeaderName::from_static(crate::PROFILE_HEADER);
+pub(crate) const PROFILE: HeaderName = HeaderName::from_static(PROFILE_HEADER);
 pub(crate) const OVERHEAD: HeaderName = HeaderName::from_static(OVERHEAD_HEADER);
 pub(crate) const WARNINGS: HeaderName = HeaderName::from_static(WARNINGS_HEADER);
 pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static(REQUEST_ID_HEADER);

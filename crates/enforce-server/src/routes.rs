@@ -48,7 +48,7 @@ pub struct RouteError {
 }
 
 impl RouteError {
-    fn at(key: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn at(key: impl Into<String>, message: impl Into<String>) -> Self {
         RouteError {
             key: key.into(),
             message: message.into(),

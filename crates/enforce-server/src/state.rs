@@ -2,12 +2,12 @@
 
 use crate::audit::{AuditLog, Refusal};
 use crate::config::{Model, ServerConfig};
+use crate::hooks::{ScrapeHook, StepExtractor};
 use crate::metrics::{Gauge, Metrics, ModelSeries, REJECTED};
 use crate::otel::Telemetry;
 use crate::session::SessionStore;
 use crate::shared::ReplicaState;
 use crate::tools::{FormatCheckCache, ToolCheckCache};
-use crate::{ScrapeHook, StepExtractor};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;

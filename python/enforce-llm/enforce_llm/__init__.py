@@ -40,7 +40,7 @@ from typing import (
     Union,
 )
 
-from ._native import ConfigError, Issue, Outcome, Profile, __version__, check, repair
+from ._native import ConfigError, Issue, Outcome, Profile, __version__, check, repair, report
 
 __all__ = [
     "ConfigError",
@@ -53,6 +53,7 @@ __all__ = [
     "Profile",
     "check",
     "repair",
+    "report",
     "__version__",
 ]
 

@@ -1,7 +1,7 @@
 """Type stubs of the native module (Rust, PyO3). Import from ``enforce_llm`` instead."""
 
 import os
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Union, final
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union, final
 
 _Path = Union[str, "os.PathLike[str]"]
 _Messages = Union[str, List[Dict[str, Any]]]
@@ -121,3 +121,11 @@ def repair(
     judge: _Judge = None,
 ) -> Outcome:
     """Validates ``text`` and applies the deterministic repairs."""
+
+def report(
+    path: Union[_Path, Sequence[_Path]],
+    since: Optional[str] = None,
+) -> Dict[str, Any]:
+    """The report of audit files (one path or a list): the ``enforce report --format json``
+    document. ``since`` (``2026-11-23T08:00:00Z``, ``2026-11-23``, ``24h``) leaves out older
+    records. A file that cannot be opened raises ``OSError``."""

@@ -2,9 +2,9 @@
 //! code `enforce report` uses.
 
 use super::summary::{self, Summary, STATUSES};
-use crate::render::chart::{self, ChartError, Layout, Series};
-use crate::render::html::{escape, figure, page_start, status_color, write_table, BLUE};
-use plotters::style::RGBColor;
+use enforce_report::render::chart::RGBColor;
+use enforce_report::render::chart::{self, ChartError, Layout, Series};
+use enforce_report::render::html::{escape, figure, page_start, status_color, write_table, BLUE};
 use std::fmt::Write as _;
 
 /// Greens from dark (first attempt) to light (later re-asks).

@@ -2,7 +2,7 @@
 //! answer that is not valid, with its status and issue codes.
 
 use super::trials::Trial;
-use crate::render::html::escape;
+use enforce_report::render::html::escape;
 use std::fmt::Write as _;
 
 /// The JUnit XML of `trials`: suites in the order of `arms`, test cases in the order of `cases`

@@ -4,8 +4,8 @@
 use super::shard::Shard;
 use super::stats::{sign_test, Rate};
 use super::trials::Trial;
-use crate::render::table::Table;
 use enforce_core::{Outcome, Status};
+use enforce_report::render::table::Table;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -494,7 +494,7 @@ pub fn text(summary: &Summary) -> String {
     let t = tables(summary);
     for table in [t.arms, t.outcomes, t.cost, t.codes, t.pairs] {
         out.push('\n');
-        crate::render::table::write_text(&mut out, &table);
+        enforce_report::render::table::write_text(&mut out, &table);
     }
     out
 }

@@ -1,22 +1,14 @@
 //! `enforce report`: what enforcement did, from the audit files of `enforce run --audit` and
-//! `enforce serve`. Split into reading (`read`: streaming lines, gzip, torn lines), counting
-//! (`aggregate`: the [`Report`](aggregate::Report)) and showing it (`tables`, shown by `text`
-//! and by `html` under its `chart`s; `--format json` is the report serialized).
+//! `enforce serve`. The reading, counting and rendering are the `enforce-report` crate's; this
+//! module is the flags and the printing (`--format json` is the report serialized).
 //!
 //! Exit codes: 0 report written, 2 usage error, a file that cannot be opened, or output that
 //! cannot be written.
 
-mod aggregate;
-mod html;
-mod read;
-mod tables;
-mod text;
-
-use aggregate::{Aggregator, Bucket, Options};
+use enforce_report::{Bucket, Options};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Output format on standard output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -69,7 +61,7 @@ pub struct Args {
     /// Count only requests that finished at or after TIME: RFC 3339 in UTC
     /// (`2026-11-23T08:00:00Z`, or a date `2026-11-23`) or a span back from now (`24h`, `7d`,
     /// `30min`). Records without a time are then left out (and counted as such).
-    #[arg(long, value_name = "TIME", value_parser = parse_since)]
+    #[arg(long, value_name = "TIME", value_parser = enforce_report::read::parse_since)]
     pub since: Option<i64>,
     /// Output format on standard output.
     #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -81,33 +73,31 @@ pub struct Args {
     /// Time bucket of "outcomes over time" [default: hour up to 2 days of records, day up to
     /// 4 months, week beyond].
     #[arg(long, value_enum)]
-    pub bucket: Option<Bucket>,
+    pub bucket: Option<BucketArg>,
     /// Rows of the longer tables (issue codes, re-ask fixes, time buckets) in text and HTML;
     /// JSON lists everything.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
 }
 
-/// `--since`: an RFC 3339 time, a date, or a span back from now, as Unix milliseconds.
-fn parse_since(text: &str) -> Result<i64, String> {
-    if let Some(ms) = read::parse_time_ms(text) {
-        return Ok(ms);
-    }
-    if let Some(ms) = read::parse_time_ms(&format!("{}T00:00:00Z", text.trim())) {
-        return Ok(ms);
-    }
-    match humantime::parse_duration(text.trim()) {
-        Ok(span) => {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis());
-            let back = now.saturating_sub(span.as_millis());
-            Ok(i64::try_from(back).unwrap_or(0))
+/// `--bucket`: [`Bucket`] as a flag value (the library crate has no command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BucketArg {
+    /// One hour.
+    Hour,
+    /// One day (UTC).
+    Day,
+    /// One week, Monday to Sunday (UTC).
+    Week,
+}
+
+impl From<BucketArg> for Bucket {
+    fn from(arg: BucketArg) -> Bucket {
+        match arg {
+            BucketArg::Hour => Bucket::Hour,
+            BucketArg::Day => Bucket::Day,
+            BucketArg::Week => Bucket::Week,
         }
-        Err(_) => Err(format!(
-            "`{text}` is neither an RFC 3339 UTC time (2026-11-23T08:00:00Z), a date \
-             (2026-11-23) nor a span back from now (24h, 7d, 30min)"
-        )),
     }
 }
 
@@ -123,28 +113,21 @@ pub fn run(args: Args) -> ExitCode {
 }
 
 fn execute(args: &Args) -> Result<(), String> {
-    let mut aggregator = Aggregator::new(Options {
+    let options = Options {
         since_ms: args.since,
-        bucket: args.bucket,
-    });
-    let mut files = Vec::with_capacity(args.files.len());
-    for path in &args.files {
-        let summary = read::read_file(path, &mut |record| aggregator.add(&record))
-            .map_err(|e| e.to_string())?;
-        if let Some(error) = &summary.error {
-            eprintln!("enforce report: warning: {error}");
-        }
-        aggregator.add_file(&summary);
-        files.push(summary);
+        bucket: args.bucket.map(Bucket::from),
+    };
+    let report = enforce_report::summarize(&args.files, options).map_err(|e| e.to_string())?;
+    for error in report.files.iter().filter_map(|file| file.error.as_ref()) {
+        eprintln!("enforce report: warning: {error}");
     }
-    let report = aggregator.finish(files, args.since.map(aggregate::format_time_ms));
 
     if let Some(path) = &args.html {
-        let page = html::render(&report, args.top).map_err(|e| e.to_string())?;
+        let page = enforce_report::html::render(&report, args.top).map_err(|e| e.to_string())?;
         std::fs::write(path, page).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     let out = match args.format {
-        Format::Text => text::render(&report, args.top),
+        Format::Text => enforce_report::text::render(&report, args.top),
         Format::Json => {
             let mut json = serde_json::to_string_pretty(&report)
                 .map_err(|e| format!("cannot serialize the report: {e}"))?;
@@ -161,25 +144,5 @@ fn execute(args: &Args) -> Result<(), String> {
         // `enforce report ... | head` is fine.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(format!("cannot write the report: {e}")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn since_takes_times_dates_and_spans() {
-        assert_eq!(parse_since("2026-11-23T22:10:00Z"), Ok(1_795_471_800_000));
-        assert_eq!(parse_since("2026-11-23"), Ok(1_795_392_000_000));
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .expect("clock after 1970");
-        let day_ago = parse_since("24h").expect("a span");
-        assert!((now - 86_400_000 - day_ago).abs() < 60_000, "{day_ago}");
-        let week_ago = parse_since("7d").expect("a span");
-        assert!((now - 7 * 86_400_000 - week_ago).abs() < 60_000);
-        assert!(parse_since("last tuesday").is_err());
     }
 }

@@ -8,6 +8,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::ops::Range;
 
+/// The colour of a series, re-exported so that callers need no plotters of their own.
+pub use plotters::style::RGBColor;
+
 const WIDTH: u32 = 760;
 const HEIGHT: u32 = 340;
 /// Category labels longer than this are shortened (the table beneath has them whole).
@@ -26,7 +29,9 @@ pub struct ChartError {
 /// One series of a column chart.
 #[derive(Debug, Clone)]
 pub struct Series {
+    /// Its name in the legend.
     pub name: String,
+    /// Its colour.
     pub color: RGBColor,
     /// One value per category.
     pub values: Vec<f64>,

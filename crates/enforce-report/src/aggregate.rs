@@ -18,7 +18,7 @@ const MAX_FILLED_BUCKETS: i64 = 2000;
 pub const UNKNOWN_PROFILE: &str = "(unknown)";
 
 /// The width of the time buckets of "outcomes over time".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Bucket {
     /// One hour.
@@ -74,10 +74,15 @@ pub struct Options {
 pub struct StatusCounts {
     /// All of them.
     pub total: u64,
+    /// `passed`: a response passed every validator.
     pub passed: u64,
+    /// `repaired`: repairs made the last response pass.
     pub repaired: u64,
+    /// `unresolved`: errors remained after re-asks and repairs.
     pub unresolved: u64,
+    /// `unavailable`: a required validator gave no verdict.
     pub unavailable: u64,
+    /// `aborted`: the loop stopped early.
     pub aborted: u64,
 }
 
@@ -226,9 +231,13 @@ pub struct TimeBucket {
 /// How often one issue code was found.
 #[derive(Debug, Clone, Serialize)]
 pub struct CodeCount {
+    /// The profile enforced.
     pub profile: String,
+    /// The validator that raised it.
     pub validator: String,
+    /// The stable issue code.
     pub code: String,
+    /// Error or warning.
     pub severity: Severity,
     /// Times found, over every attempt of every request.
     pub occurrences: u64,
@@ -239,7 +248,9 @@ pub struct CodeCount {
 /// How often re-asking fixed one error code.
 #[derive(Debug, Clone, Serialize)]
 pub struct CodeFixes {
+    /// The validator that raised it.
     pub validator: String,
+    /// The stable issue code.
     pub code: String,
     /// Attempts that had the code and were followed by another attempt.
     pub reasked: u64,
@@ -254,8 +265,11 @@ pub struct CodeFixes {
 /// Re-asks after attempt `attempt`.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct AttemptFixes {
+    /// The number of the attempt that had the code.
     pub attempt: u32,
+    /// Times it was followed by another attempt.
     pub reasked: u64,
+    /// Of those, times the next attempt no longer had it and the request ended well.
     pub fixed: u64,
 }
 
@@ -271,7 +285,9 @@ pub struct Repairs {
 /// A name and how often.
 #[derive(Debug, Clone, Serialize)]
 pub struct NamedCount {
+    /// The name.
     pub name: String,
+    /// How often.
     pub count: u64,
 }
 
@@ -289,7 +305,9 @@ pub struct AttemptStats {
 /// Requests that took `attempts` attempts.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct AttemptCount {
+    /// Attempts per request.
     pub attempts: u64,
+    /// Requests that took that many.
     pub requests: u64,
 }
 
@@ -309,10 +327,13 @@ pub struct SpendPart {
     pub attempts: u64,
     /// Of those, attempts whose runner reported token usage.
     pub with_usage: u64,
+    /// Input tokens they reported.
     pub input_tokens: u64,
+    /// Output tokens they reported.
     pub output_tokens: u64,
     /// Of those, attempts whose runner reported a cost.
     pub with_cost: u64,
+    /// The cost they reported, USD.
     pub cost_usd: f64,
 }
 
@@ -347,9 +368,13 @@ pub struct Latency {
 pub struct Percentiles {
     /// Values.
     pub count: u64,
+    /// The median.
     pub p50: u64,
+    /// 90th percentile.
     pub p90: u64,
+    /// 99th percentile.
     pub p99: u64,
+    /// The largest value.
     pub max: u64,
 }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::time::UNIX_EPOCH;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Longest line read as a record; the rest of a longer line is skipped and it counts as
 /// invalid. Records hold the whole response, so this is generous, but it bounds memory.
@@ -128,6 +128,9 @@ pub struct AttemptRecord {
     /// Read leniently: a `cut` of another shape still counts as a cut, without details.
     #[serde(default, deserialize_with = "lenient_cut")]
     pub cut: Option<CutRecord>,
+    /// Time spent waiting on the runner for this attempt, µs.
+    #[serde(default)]
+    pub runner_us: Option<u64>,
     /// `true` when `usage` is enforce's own count (a cut attempt the runner had reported no
     /// usage for); absent from older records.
     #[serde(default)]
@@ -191,6 +194,31 @@ pub fn parse_time_ms(text: &str) -> Option<i64> {
     let at = humantime::parse_rfc3339_weak(text.trim()).ok()?;
     let ms = at.duration_since(UNIX_EPOCH).ok()?.as_millis();
     i64::try_from(ms).ok()
+}
+
+/// A `--since` bound as Unix milliseconds: an RFC 3339 UTC time (`2026-11-23T08:00:00Z`), a date
+/// (`2026-11-23`, its midnight UTC) or a span back from now (`24h`, `7d`, `30min`). The error
+/// says which forms are accepted.
+pub fn parse_since(text: &str) -> Result<i64, String> {
+    if let Some(ms) = parse_time_ms(text) {
+        return Ok(ms);
+    }
+    if let Some(ms) = parse_time_ms(&format!("{}T00:00:00Z", text.trim())) {
+        return Ok(ms);
+    }
+    match humantime::parse_duration(text.trim()) {
+        Ok(span) => {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            let back = now.saturating_sub(span.as_millis());
+            Ok(i64::try_from(back).unwrap_or(0))
+        }
+        Err(_) => Err(format!(
+            "`{text}` is neither an RFC 3339 UTC time (2026-11-23T08:00:00Z), a date \
+             (2026-11-23) nor a span back from now (24h, 7d, 30min)"
+        )),
+    }
 }
 
 /// What reading one file gave.
@@ -330,6 +358,21 @@ fn next_line(reader: &mut dyn BufRead, line: &mut Vec<u8>, cap: usize) -> io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn since_takes_times_dates_and_spans() {
+        assert_eq!(parse_since("2026-11-23T22:10:00Z"), Ok(1_795_471_800_000));
+        assert_eq!(parse_since("2026-11-23"), Ok(1_795_392_000_000));
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .expect("clock after 1970");
+        let day_ago = parse_since("24h").expect("a span");
+        assert!((now - 86_400_000 - day_ago).abs() < 60_000, "{day_ago}");
+        let week_ago = parse_since("7d").expect("a span");
+        assert!((now - 7 * 86_400_000 - week_ago).abs() < 60_000);
+        assert!(parse_since("last tuesday").is_err());
+    }
 
     fn read(text: &[u8]) -> (FileSummary, Vec<Record>) {
         let mut summary = FileSummary::default();

@@ -7,16 +7,20 @@ use std::ops::Range;
 /// A table: a title, an optional note, and rows of cells already formatted.
 #[derive(Debug, Clone)]
 pub struct Table {
+    /// The heading.
     pub title: String,
     /// A line under the title: what the numbers mean, what was left out.
     pub note: Option<String>,
+    /// Column headers.
     pub headers: Vec<String>,
+    /// Rows of formatted cells, one per header.
     pub rows: Vec<Vec<String>>,
     /// The columns holding numbers (right-aligned); the others are text.
     pub numbers: Range<usize>,
 }
 
 impl Table {
+    /// An empty table; `numbers` are the columns holding numbers.
     pub fn new(title: &str, headers: &[&str], numbers: Range<usize>) -> Table {
         Table {
             title: title.to_string(),
@@ -32,6 +36,7 @@ impl Table {
         self.numbers.contains(&column)
     }
 
+    /// Sets the line under the title.
     pub fn note(mut self, note: Option<String>) -> Table {
         self.note = note;
         self

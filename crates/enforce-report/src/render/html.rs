@@ -6,6 +6,7 @@ use enforce_core::Status;
 use plotters::style::RGBColor;
 use std::fmt::Write as _;
 
+/// The page's inline style sheet.
 pub const STYLE: &str = "\
 body{font-family:system-ui,sans-serif;color:#222;max-width:980px;margin:24px auto;padding:0 16px}\
 h1{font-size:24px}h2{font-size:18px;margin:0 0 4px}\
@@ -15,6 +16,7 @@ th,td{padding:3px 10px;border-bottom:1px solid #ddd;text-align:left}\
 th{background:#f4f4f4}.n{text-align:right;font-variant-numeric:tabular-nums}\
 .note{color:#555;font-size:13px;margin:4px 0}";
 
+/// The colour a status has in every chart.
 pub fn status_color(status: Status) -> RGBColor {
     match status {
         Status::Passed => RGBColor(46, 125, 50),
@@ -25,9 +27,13 @@ pub fn status_color(status: Status) -> RGBColor {
     }
 }
 
+/// Series colours besides the statuses'.
 pub const BLUE: RGBColor = RGBColor(21, 101, 192);
+/// A second series colour.
 pub const TEAL: RGBColor = RGBColor(0, 131, 143);
+/// A third series colour.
 pub const ORANGE: RGBColor = RGBColor(239, 108, 0);
+/// Totals and the rest.
 pub const GREY: RGBColor = RGBColor(120, 120, 120);
 
 /// Text for HTML element content and attribute values.
@@ -46,6 +52,7 @@ pub fn escape(text: &str) -> String {
     out
 }
 
+/// Appends `table` as an HTML `<table>` (with its title and note) to `out`.
 pub fn write_table(out: &mut String, table: &Table) {
     if let Some(note) = &table.note {
         let _ = write!(out, "<p class=\"note\">{}</p>", escape(note));
