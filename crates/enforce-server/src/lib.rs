@@ -76,8 +76,8 @@ pub use config::{
     parse_key_list, ApiKeyEntry, ApiKeySpec, BlankKey, ConcurrencyScope, FailureResponse,
     FsyncPolicy, KeyGrant, Model, ModelOptions, OtlpConfig, OtlpSection, SectionError,
     ServerConfig, ServerSection, StateConfig, StateSection, StreamMode, API_KEYS_ENV,
-    DEFAULT_OTLP_TRACES_URL, DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV, OTEL_SERVICE_NAME_ENV,
-    OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV,
+    DEFAULT_OTLP_LOGS_URL, DEFAULT_OTLP_TRACES_URL, DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV,
+    OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV, OTLP_LOGS_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV,
 };
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
@@ -241,7 +241,15 @@ impl ServerBuilder {
         if let Some(shared) = &shared {
             sessions = sessions.with_shared(shared.clone());
         }
+        let telemetry = self
+            .config
+            .otlp
+            .as_ref()
+            .map(otel::Telemetry::start)
+            .transpose()?;
+        let audit_logs = telemetry.as_ref().and_then(otel::Telemetry::audit_logs);
         let audit = match &self.config.audit_log {
+            None => audit_logs.map(|logs| Arc::new(AuditLog::logs_only(logs))),
             Some(path) => Some(Arc::new(
                 AuditLog::open_observed(path, self.config.audit_fsync, {
                     let metrics = metrics.clone();
@@ -252,17 +260,11 @@ impl ServerBuilder {
                 .map_err(|source| ServerError::AuditLog {
                     path: path.display().to_string(),
                     source,
-                })?,
+                })?
+                .with_logs(audit_logs),
             )),
-            None => None,
         };
         let limiter = Arc::new(Semaphore::new(self.config.max_concurrent.max(1)));
-        let telemetry = self
-            .config
-            .otlp
-            .as_ref()
-            .map(otel::Telemetry::start)
-            .transpose()?;
         let series = models
             .keys()
             .map(|id| (id.clone(), ModelSeries::new(metrics.clone(), id)))
