@@ -327,17 +327,19 @@ async fn serve_starts_on_the_config_map_with_the_deployment_s_arguments_and_keys
 
     let proxy = Proxy::start_with_env(&serve_args, env.clone());
     let http = client();
+    // The proxy names its OpenAI base URL; the probes ask from the root.
+    let root = proxy.base.trim_end_matches("/v1");
     for probe in ["readinessProbe", "livenessProbe"] {
         let path = proxied.container[probe]["httpGet"]["path"].as_str().unwrap();
-        let response = http.get(proxy.url(path)).send().await.unwrap();
+        let response = http.get(format!("{root}{path}")).send().await.unwrap();
         assert_eq!(response.status(), 200, "{probe} {path}");
     }
     // The Secret's client key opens the API; no key does not.
     let key = env[enforce_server::API_KEYS_ENV].split(',').next().unwrap();
-    let models = http.get(proxy.url("/v1/models")).bearer_auth(key);
+    let models = http.get(proxy.url("/models")).bearer_auth(key);
     let models: Value = models.send().await.unwrap().json().await.unwrap();
     assert_eq!(models["data"][0]["id"], proxied.config["models"][0]["id"]);
-    let refused = http.get(proxy.url("/v1/models")).send().await.unwrap();
+    let refused = http.get(proxy.url("/models")).send().await.unwrap();
     assert_eq!(refused.status(), 401);
     assert!(proxy.terminate().success(), "SIGTERM drains and exits 0");
 }

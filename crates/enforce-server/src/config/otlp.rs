@@ -205,8 +205,9 @@ pub struct OtlpSection {
     /// `service.name` of the spans. Default: `OTEL_SERVICE_NAME`, else `enforce`.
     pub service_name: Option<String>,
     /// Also send every audit record (one per request, as written to `audit_log`) as an
-    /// OpenTelemetry log record, to `{endpoint}/v1/logs` (default:
-    /// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, else beside the traces). Default false.
+    /// OpenTelemetry log record, to `{endpoint}/v1/logs`; without `endpoint`, to
+    /// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, else `{OTEL_EXPORTER_OTLP_ENDPOINT}/v1/logs`, else
+    /// `http://localhost:4318/v1/logs`. Default false.
     pub logs: bool,
 }
 
