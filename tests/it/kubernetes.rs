@@ -177,7 +177,10 @@ fn probes_ports_and_grace_period_match_the_server_configuration() {
         .as_f64()
         .expect("server.shutdown_grace_secs is set");
     let pre_stop = int(container, "/lifecycle/preStop/sleep/seconds") as f64;
-    let termination = int(deployment, "/spec/template/spec/terminationGracePeriodSeconds") as f64;
+    let termination = int(
+        deployment,
+        "/spec/template/spec/terminationGracePeriodSeconds",
+    ) as f64;
     assert!(
         termination > pre_stop + grace,
         "terminationGracePeriodSeconds {termination} <= preStop {pre_stop} + shutdown_grace_secs {grace}"
@@ -185,7 +188,10 @@ fn probes_ports_and_grace_period_match_the_server_configuration() {
     // A draining pod (listener closed, probes refused) is not restarted before it is done.
     let liveness = &container["livenessProbe"];
     let tolerated = int(liveness, "/periodSeconds") * int(liveness, "/failureThreshold");
-    assert!(tolerated as f64 >= pre_stop + grace, "liveness gives up after {tolerated} s");
+    assert!(
+        tolerated as f64 >= pre_stop + grace,
+        "liveness gives up after {tolerated} s"
+    );
 
     let service = find(&objects, "Service", "enforce");
     assert_eq!(
@@ -212,7 +218,10 @@ fn probes_ports_and_grace_period_match_the_server_configuration() {
     let redis_service = find(&objects, "Service", "enforce-redis");
     let (host, redis_port) = host_port.split_once(':').unwrap();
     assert_eq!(host, "enforce-redis");
-    assert_eq!(redis_port, redis_service["spec"]["ports"][0]["port"].to_string());
+    assert_eq!(
+        redis_port,
+        redis_service["spec"]["ports"][0]["port"].to_string()
+    );
     let redis_deployment = find(&objects, "Deployment", "enforce-redis");
     assert_eq!(
         redis_service["spec"]["selector"],
@@ -249,7 +258,9 @@ fn config_argument(proxied: &Proxied<'_>) -> usize {
 fn environment(objects: &[Value], container: &Value) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     for from in container["envFrom"].as_array().into_iter().flatten() {
-        let name = from["secretRef"]["name"].as_str().expect("envFrom a Secret");
+        let name = from["secretRef"]["name"]
+            .as_str()
+            .expect("envFrom a Secret");
         let secret = find(objects, "Secret", name);
         for (key, value) in secret["stringData"].as_object().expect("stringData") {
             env.insert(key.clone(), value.as_str().unwrap().to_string());
@@ -311,7 +322,10 @@ async fn serve_starts_on_the_config_map_with_the_deployment_s_arguments_and_keys
         .collect();
     assert_eq!(proxied.container["command"][0], "enforce");
     assert_eq!(args[0], "serve");
-    let help = Command::new(BIN).args(["serve", "--help"]).output().unwrap();
+    let help = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
     let help = crate::text(&help.stdout);
     for flag in args.iter().filter(|a| a.starts_with("--")) {
         assert!(help.contains(flag.as_str()), "enforce serve has no {flag}");
@@ -330,7 +344,9 @@ async fn serve_starts_on_the_config_map_with_the_deployment_s_arguments_and_keys
     // The proxy names its OpenAI base URL; the probes ask from the root.
     let root = proxy.base.trim_end_matches("/v1");
     for probe in ["readinessProbe", "livenessProbe"] {
-        let path = proxied.container[probe]["httpGet"]["path"].as_str().unwrap();
+        let path = proxied.container[probe]["httpGet"]["path"]
+            .as_str()
+            .unwrap();
         let response = http.get(format!("{root}{path}")).send().await.unwrap();
         assert_eq!(response.status(), 200, "{probe} {path}");
     }

@@ -99,7 +99,9 @@ impl OtlpConfig {
             (Some(endpoint), _, _) => {
                 signal_url(endpoint, Some(TRACES_PATH)).map_err(bad("otlp.endpoint"))?
             }
-            (None, Some(url), _) => signal_url(&url, None).map_err(bad(FROM_TRACES_ENDPOINT_ENV))?,
+            (None, Some(url), _) => {
+                signal_url(&url, None).map_err(bad(FROM_TRACES_ENDPOINT_ENV))?
+            }
             (None, None, Some(base)) => {
                 signal_url(base, Some(TRACES_PATH)).map_err(bad(FROM_ENDPOINT_ENV))?
             }
@@ -272,7 +274,9 @@ mod tests {
         };
         let c = OtlpConfig::resolve(Some(&logs), &base).unwrap().unwrap();
         assert_eq!(c.logs_url.as_deref(), Some("http://base:4318/v1/logs"));
-        let c = OtlpConfig::resolve(Some(&logs), vars(&[])).unwrap().unwrap();
+        let c = OtlpConfig::resolve(Some(&logs), vars(&[]))
+            .unwrap()
+            .unwrap();
         assert_eq!(c.logs_url.as_deref(), Some(DEFAULT_OTLP_LOGS_URL));
         let own = vars(&[
             (OTLP_ENDPOINT_ENV, "http://base:4318"),
@@ -289,7 +293,9 @@ mod tests {
             assert_eq!(c.logs_url.as_deref(), Some("http://file:4318/v1/logs"));
             assert_eq!(c.traces_url, "http://file:4318/v1/traces");
         }
-        let c = OtlpConfig::to_endpoint("http://r:1").unwrap().with_audit_logs();
+        let c = OtlpConfig::to_endpoint("http://r:1")
+            .unwrap()
+            .with_audit_logs();
         assert_eq!(c.logs_url.as_deref(), Some("http://r:1/v1/logs"));
         let err = OtlpConfig::resolve(Some(&logs), vars(&[(OTLP_LOGS_ENDPOINT_ENV, "logs")]))
             .unwrap_err();

@@ -18,6 +18,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::{json, Value};
@@ -71,9 +72,7 @@ impl Receiver {
             )
             .route(
                 "/v1/logs",
-                export_route::<_, ExportLogsServiceResponse>(&received, |r, _, e| {
-                    r.logs.push(e)
-                }),
+                export_route::<_, ExportLogsServiceResponse>(&received, |r, _, e| r.logs.push(e)),
             );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -188,13 +187,37 @@ fn traced_server(
     max_retries: u32,
 ) -> Server {
     let config = traced_config(receiver, dir);
-    let model = Model::new(
+    let model = marker_model(mock, repairs, max_retries);
+    Server::builder(config).model(model).build().unwrap()
+}
+
+/// Model `m` in front of `mock`, held to the step marker.
+fn marker_model(mock: &MockOpenAi, repairs: bool, max_retries: u32) -> Model {
+    Model::new(
         "m",
         openai_runner(&mock.url()),
         Arc::new(marker_enforcer_retries(repairs, max_retries)),
     )
-    .with_upstream_model("mock-model");
-    Server::builder(config).model(model).build().unwrap()
+    .with_upstream_model("mock-model")
+}
+
+/// Asks `model` through the chat surface.
+async fn chat(harness: &Harness, model: &str) -> reqwest::Response {
+    harness
+        .client
+        .post(harness.url("/v1/chat/completions"))
+        .json(&json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// `service.name` of an export's resource.
+fn service_name(resource: Option<&Resource>) -> String {
+    match attr(&resource.expect("a resource").attributes, "service.name") {
+        Some(any_value::Value::StringValue(name)) => name.clone(),
+        other => panic!("service.name: {other:?}"),
+    }
 }
 
 fn audit(dir: &tempfile::TempDir) -> Value {
@@ -236,11 +259,8 @@ async fn a_reasked_request_exports_request_attempt_and_validator_spans() {
         let (headers, first) = &received.exports[0];
         assert_eq!(headers["content-type"], "application/x-protobuf");
         assert_eq!(headers["x-collector-key"], "k-123");
-        let resource = first.resource_spans[0].resource.as_ref().unwrap();
-        match attr(&resource.attributes, "service.name") {
-            Some(any_value::Value::StringValue(name)) => assert_eq!(name, "enforce-under-test"),
-            other => panic!("service.name: {other:?}"),
-        }
+        let resource = first.resource_spans[0].resource.as_ref();
+        assert_eq!(service_name(resource), "enforce-under-test");
     }
 
     let requests = named(&spans, "chat_completion");
@@ -607,21 +627,10 @@ async fn every_audit_record_is_also_an_otlp_log_record() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = traced_config(&receiver, &dir);
     config.otlp = config.otlp.map(OtlpConfig::with_audit_logs);
-    let model = Model::new(
-        "m",
-        openai_runner(&mock.url()),
-        Arc::new(marker_enforcer_retries(false, 0)),
-    )
-    .with_profile("markers");
+    let model = marker_model(&mock, false, 0).with_profile("markers");
     let harness = Harness::start(Server::builder(config).model(model).build().unwrap()).await;
     for model in ["m", "m", "no-such-model"] {
-        harness
-            .client
-            .post(harness.url("/v1/chat/completions"))
-            .json(&json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}))
-            .send()
-            .await
-            .unwrap();
+        chat(&harness, model).await;
     }
     harness.shutdown().await.unwrap();
 
@@ -636,11 +645,8 @@ async fn every_audit_record_is_also_an_otlp_log_record() {
     assert_eq!(statuses, ["passed", "unresolved", "refused"]);
     {
         let received = receiver.received.lock().unwrap();
-        let resource = received.logs[0].resource_logs[0].resource.as_ref().unwrap();
-        match attr(&resource.attributes, "service.name") {
-            Some(any_value::Value::StringValue(name)) => assert_eq!(name, "enforce-under-test"),
-            other => panic!("service.name: {other:?}"),
-        }
+        let resource = received.logs[0].resource_logs[0].resource.as_ref();
+        assert_eq!(service_name(resource), "enforce-under-test");
     }
     for line in lines {
         let audit: Value = serde_json::from_str(line).unwrap();
@@ -666,21 +672,33 @@ async fn every_audit_record_is_also_an_otlp_log_record() {
             Some("passed") => (9, "INFO"),
             _ => (13, "WARN"),
         };
-        assert_eq!((record.severity_number, record.severity_text.as_str()), (number, text));
+        assert_eq!(
+            (record.severity_number, record.severity_text.as_str()),
+            (number, text)
+        );
     }
     // The refusal names the model it asked for; the enforcements their request and profile.
     let refused = records
         .iter()
         .find(|r| log_attribute(r, "enforce.status").as_deref() == Some("refused"))
         .unwrap();
-    assert_eq!(log_attribute(refused, "enforce.model").as_deref(), Some("no-such-model"));
-    assert_eq!(log_attribute(refused, "enforce.reason").as_deref(), Some("unknown_model"));
+    assert_eq!(
+        log_attribute(refused, "enforce.model").as_deref(),
+        Some("no-such-model")
+    );
+    assert_eq!(
+        log_attribute(refused, "enforce.reason").as_deref(),
+        Some("unknown_model")
+    );
     let passed = records
         .iter()
         .find(|r| log_attribute(r, "enforce.status").as_deref() == Some("passed"))
         .unwrap();
     assert!(log_attribute(passed, "enforce.request_id").is_some_and(|id| !id.is_empty()));
-    assert_eq!(log_attribute(passed, "enforce.profile").as_deref(), Some("markers"));
+    assert_eq!(
+        log_attribute(passed, "enforce.profile").as_deref(),
+        Some("markers")
+    );
 }
 
 #[tokio::test]
@@ -693,23 +711,16 @@ async fn audit_logs_flow_without_an_audit_file() {
     .unwrap();
     let config = ServerConfig {
         audit_log: None,
-        otlp: Some(OtlpConfig::to_endpoint(&receiver.url).unwrap().with_audit_logs()),
+        otlp: Some(
+            OtlpConfig::to_endpoint(&receiver.url)
+                .unwrap()
+                .with_audit_logs(),
+        ),
         ..ServerConfig::default()
     };
-    let model = Model::new(
-        "m",
-        openai_runner(&mock.url()),
-        Arc::new(marker_enforcer_retries(false, 0)),
-    );
+    let model = marker_model(&mock, false, 0);
     let harness = Harness::start(Server::builder(config).model(model).build().unwrap()).await;
-    let response = harness
-        .client
-        .post(harness.url("/v1/chat/completions"))
-        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    assert_eq!(chat(&harness, "m").await.status(), 200);
     harness.shutdown().await.unwrap();
     let records = receiver.log_records();
     assert_eq!(records.len(), 1, "{records:#?}");
