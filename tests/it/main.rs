@@ -12,6 +12,7 @@ mod docs_samples;
 mod eval;
 mod eval_examples;
 mod grafana;
+mod kubernetes;
 mod local;
 mod per_type;
 mod plugins;

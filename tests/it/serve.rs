@@ -30,7 +30,6 @@ impl Proxy {
             // Traces only where a test asks for them.
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            .envs(env)
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .env_remove("ENFORCE_API_KEYS")
@@ -42,6 +41,8 @@ impl Proxy {
             .env_remove("ALL_PROXY")
             .env_remove("all_proxy")
             .env_remove("ENFORCE_CONFIG")
+            // After the removals: what a test sets on purpose is kept.
+            .envs(env)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

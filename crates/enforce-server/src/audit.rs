@@ -1,7 +1,9 @@
 //! The audit log: one JSON line per enforcement (the [`Outcome`](enforce_core::Outcome)
-//! record), appended by a dedicated thread so that file I/O and fsync never block the runtime.
+//! record), appended by a dedicated thread so that file I/O and fsync never block the runtime,
+//! and, with `server.otlp.logs`, each line also sent as an OpenTelemetry log record.
 
 use crate::config::FsyncPolicy;
+use crate::otel::AuditLogs;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
@@ -66,6 +68,8 @@ pub struct AuditLog {
     sender: Mutex<Option<Sender<Entry>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     policy: FsyncPolicy,
+    /// Where every line goes too: OpenTelemetry log records.
+    logs: Option<AuditLogs>,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -102,7 +106,24 @@ impl AuditLog {
             sender: Mutex::new(Some(sender)),
             writer: Mutex::new(Some(writer)),
             policy,
+            logs: None,
         })
+    }
+
+    /// An audit without a file: every line goes to `logs` only.
+    pub(crate) fn logs_only(logs: AuditLogs) -> Self {
+        AuditLog {
+            sender: Mutex::new(None),
+            writer: Mutex::new(None),
+            policy: FsyncPolicy::Never,
+            logs: Some(logs),
+        }
+    }
+
+    /// Sends every line to `logs` too (when given), as it is queued for the file.
+    pub(crate) fn with_logs(mut self, logs: Option<AuditLogs>) -> Self {
+        self.logs = logs;
+        self
     }
 
     /// The fsync policy this log was opened with.
@@ -132,6 +153,9 @@ impl AuditLog {
     }
 
     fn send(&self, entry: Entry) {
+        if let Some(logs) = &self.logs {
+            logs.emit(&entry.line);
+        }
         let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(sender) = sender.as_ref() {
             // The writer only stops after close(): a send error means it already did, and the

@@ -17,8 +17,9 @@ mod served;
 mod tests;
 pub use keys::{parse_key_list, ApiKeyEntry, ApiKeySpec, BlankKey, KeyGrant};
 pub use otlp::{
-    OtlpConfig, OtlpSection, DEFAULT_OTLP_TRACES_URL, DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV,
-    OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV,
+    OtlpConfig, OtlpSection, DEFAULT_OTLP_LOGS_URL, DEFAULT_OTLP_TRACES_URL, DEFAULT_SERVICE_NAME,
+    OTEL_SDK_DISABLED_ENV, OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV, OTLP_LOGS_ENDPOINT_ENV,
+    OTLP_TRACES_ENDPOINT_ENV,
 };
 pub use section::{SectionError, ServerSection, StateSection};
 pub use served::{ClassifyConfig, RouteConfig, ServedModelConfig, WhenConfig};

@@ -1,6 +1,7 @@
 //! OpenTelemetry traces: [`Telemetry`] (the OTLP/HTTP exporter) and [`RequestTrace`] (the
-//! spans of one request). With the `otel` feature off both are empty types that cannot be
-//! made, so every `Option` of them is `None` and the request path carries no tracing code.
+//! spans of one request); and [`AuditLogs`], the audit records as OpenTelemetry log records.
+//! With the `otel` feature off all three are empty types that cannot be made, so every
+//! `Option` of them is `None` and the request path carries no tracing code.
 //!
 //! Spans of one request (names and attributes are documented in the crate README):
 //!
@@ -13,12 +14,18 @@
 //! ```
 
 #[cfg(feature = "otel")]
+mod client;
+#[cfg(feature = "otel")]
 mod export;
 #[cfg(feature = "otel")]
+mod logs;
+#[cfg(feature = "otel")]
 pub(crate) use export::{RequestTrace, Telemetry};
+#[cfg(feature = "otel")]
+pub(crate) use logs::AuditLogs;
 
 #[cfg(not(feature = "otel"))]
-pub(crate) use off::{RequestTrace, Telemetry};
+pub(crate) use off::{AuditLogs, RequestTrace, Telemetry};
 
 /// What the request span says about its request.
 #[cfg_attr(not(feature = "otel"), allow(dead_code))]
@@ -60,11 +67,24 @@ mod off {
     /// Never made: tracing was not built in.
     pub(crate) enum RequestTrace {}
 
+    /// Never made: tracing was not built in.
+    #[derive(Clone)]
+    pub(crate) enum AuditLogs {}
+
+    impl AuditLogs {
+        pub fn emit(&self, _: &str) {
+            match *self {}
+        }
+    }
+
     impl Telemetry {
         pub fn start(_: &OtlpConfig) -> Result<Self, ServerError> {
             Err(ServerError::TracingNotBuilt)
         }
         pub fn shutdown(&self) {
+            match *self {}
+        }
+        pub fn audit_logs(&self) -> Option<AuditLogs> {
             match *self {}
         }
         pub fn request(&self, _: &HeaderMap, _: RequestInfo<'_>) -> Arc<RequestTrace> {

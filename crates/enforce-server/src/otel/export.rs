@@ -1,16 +1,17 @@
 //! The OTLP/HTTP exporter and the spans of a request (feature `otel`).
 
+use super::client::RuntimeClient;
+use super::logs::AuditLogs;
 use super::RequestInfo;
 use crate::config::OtlpConfig;
 use crate::error::ServerError;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use enforce_core::{async_trait, Event, Issue, Outcome, Reply, RunnerError};
+use enforce_core::{Event, Issue, Outcome, Reply, RunnerError};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{
     Span as _, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{Array, Context, InstrumentationScope, KeyValue, StringValue, Value};
-use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
@@ -21,14 +22,14 @@ use std::time::{Duration, SystemTime};
 
 /// One export may take this long (the OTLP default).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
-/// A receiver's answer is read up to this size (it is a short status, never needed whole).
-const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
-/// The exporter: a batch span processor on its own thread, posting protobuf to the receiver.
+/// The exporter: a batch span processor on its own thread, posting protobuf to the receiver;
+/// and, when `server.otlp.logs` is on, the audit's log exporter beside it.
 pub(crate) struct Telemetry {
     provider: SdkTracerProvider,
     tracer: SdkTracer,
     propagator: TraceContextPropagator,
+    audit_logs: Option<AuditLogs>,
 }
 
 impl Telemetry {
@@ -53,9 +54,24 @@ impl Telemetry {
             .timeout(EXPORT_TIMEOUT)
             .build()
             .map_err(|e| failed("cannot build the HTTP client", &e))?;
+        let client = RuntimeClient { client, runtime };
+        let resource = Resource::builder()
+            .with_service_name(config.service_name.clone())
+            .build();
+        let audit_logs = match &config.logs_url {
+            Some(url) => Some(AuditLogs::start(
+                url,
+                client.clone(),
+                headers.clone(),
+                resource.clone(),
+                scope(),
+                EXPORT_TIMEOUT,
+            )?),
+            None => None,
+        };
         let exporter = SpanExporter::builder()
             .with_http()
-            .with_http_client(RuntimeClient { client, runtime })
+            .with_http_client(client)
             .with_protocol(Protocol::HttpBinary)
             .with_endpoint(config.traces_url.clone())
             .with_timeout(EXPORT_TIMEOUT)
@@ -64,22 +80,20 @@ impl Telemetry {
             .map_err(|e| failed("cannot build the OTLP exporter", &e))?;
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
-            .with_resource(
-                Resource::builder()
-                    .with_service_name(config.service_name.clone())
-                    .build(),
-            )
+            .with_resource(resource)
             .build();
-        let tracer = provider.tracer_with_scope(
-            InstrumentationScope::builder("enforce-server")
-                .with_version(env!("CARGO_PKG_VERSION"))
-                .build(),
-        );
+        let tracer = provider.tracer_with_scope(scope());
         Ok(Telemetry {
             provider,
             tracer,
             propagator: TraceContextPropagator::new(),
+            audit_logs,
         })
+    }
+
+    /// The audit's log exporter, when `server.otlp.logs` is on.
+    pub fn audit_logs(&self) -> Option<AuditLogs> {
+        self.audit_logs.clone()
     }
 
     /// Exports what is queued and stops. Blocks: call it off the runtime's threads
@@ -87,6 +101,9 @@ impl Telemetry {
     pub fn shutdown(&self) {
         if let Err(e) = self.provider.shutdown() {
             tracing::warn!(error = %e, "OpenTelemetry export did not shut down cleanly");
+        }
+        if let Some(logs) = &self.audit_logs {
+            logs.shutdown();
         }
     }
 
@@ -142,36 +159,11 @@ impl Telemetry {
     }
 }
 
-/// Sends the exporter's requests with reqwest on the server's runtime. The batch processor
-/// exports from its own thread, where an async client has no runtime: it hands each request
-/// to the runtime and waits for the answer.
-#[derive(Debug)]
-struct RuntimeClient {
-    client: reqwest::Client,
-    runtime: tokio::runtime::Handle,
-}
-
-#[async_trait]
-impl HttpClient for RuntimeClient {
-    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-        let request = reqwest::Request::try_from(request)?;
-        let client = self.client.clone();
-        let answer = self.runtime.spawn(async move {
-            let mut response = client.execute(request).await?;
-            let status = response.status();
-            let headers = std::mem::take(response.headers_mut());
-            let mut body = Vec::new();
-            while let Some(chunk) = response.chunk().await? {
-                let room = MAX_ANSWER_BYTES.saturating_sub(body.len());
-                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            }
-            Ok::<_, reqwest::Error>((status, headers, body))
-        });
-        let (status, headers, body) = answer.await??;
-        let mut response = Response::builder().status(status).body(Bytes::from(body))?;
-        *response.headers_mut() = headers;
-        Ok(response)
-    }
+/// The instrumentation scope of the spans and log records: this crate and its version.
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("enforce-server")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
 }
 
 /// The spans of one request. The loop's observer and the runner wrapper feed it from the

@@ -7,10 +7,11 @@ use crate::config::{Model, ServerConfig, StateConfig};
 use crate::error::ServerError;
 use crate::hooks::{ScrapeHook, StepExtractor, StepMark};
 use crate::metrics::{self, Metrics, ModelSeries, AUDIT_WRITE_FAILURES};
+use crate::otel::{self, AuditLogs};
 use crate::session::SessionStore;
 use crate::shared::{ReplicaState, SharedState};
 use crate::state::{self, App};
-use crate::{otel, tools};
+use crate::tools;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
@@ -113,14 +114,15 @@ impl ServerBuilder {
         if let Some(shared) = &shared {
             sessions = sessions.with_shared(shared.clone());
         }
-        let audit = open_audit(&self.config, &metrics)?;
-        let limiter = Arc::new(Semaphore::new(self.config.max_concurrent.max(1)));
         let telemetry = self
             .config
             .otlp
             .as_ref()
             .map(otel::Telemetry::start)
             .transpose()?;
+        let audit_logs = telemetry.as_ref().and_then(otel::Telemetry::audit_logs);
+        let audit = open_audit(&self.config, &metrics, audit_logs)?;
+        let limiter = Arc::new(Semaphore::new(self.config.max_concurrent.max(1)));
         let series = models
             .keys()
             .map(|id| (id.clone(), ModelSeries::new(metrics.clone(), id)))
@@ -187,13 +189,15 @@ fn open_sessions(config: &ServerConfig) -> Result<SessionStore, ServerError> {
     Ok(store.with_limits(config.max_cached_sessions, config.max_stored_response_bytes))
 }
 
-/// The audit log of `config.audit_log`, counting its failed writes in `metrics`.
+/// The audit log of `config.audit_log`, counting its failed writes in `metrics`, and sending
+/// every record to `logs` too (the OTLP logs exporter) when there is one.
 fn open_audit(
     config: &ServerConfig,
     metrics: &Arc<Metrics>,
+    logs: Option<AuditLogs>,
 ) -> Result<Option<Arc<AuditLog>>, ServerError> {
     let Some(path) = &config.audit_log else {
-        return Ok(None);
+        return Ok(logs.map(|logs| Arc::new(AuditLog::logs_only(logs))));
     };
     let metrics = metrics.clone();
     // Present from the start, so an alert can watch it before the first failure.
@@ -205,7 +209,7 @@ fn open_audit(
             source,
         }
     })?;
-    Ok(Some(Arc::new(log)))
+    Ok(Some(Arc::new(log.with_logs(logs))))
 }
 
 /// Refuses a blank accepted key, however the configuration was put together.

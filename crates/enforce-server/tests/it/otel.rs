@@ -1,5 +1,6 @@
-//! OpenTelemetry traces (feature `otel`): the proxy exports to an OTLP/HTTP receiver that the
-//! test runs itself on 127.0.0.1, which decodes each protobuf body and keeps the spans.
+//! OpenTelemetry traces and audit logs (feature `otel`): the proxy exports to an OTLP/HTTP
+//! receiver that the test runs itself on 127.0.0.1, which decodes each protobuf body and keeps
+//! the spans and log records.
 
 use crate::common::{marker_enforcer_retries, Harness};
 use axum::body::Bytes;
@@ -9,10 +10,15 @@ use enforce_core::Runner;
 use enforce_runner::{OpenAiConfig, OpenAiRunner};
 use enforce_server::{KeyGrant, Model, ModelOptions, OtlpConfig, Server, ServerConfig};
 use enforce_testkit::{MockOpenAi, MockReply, MockScript};
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::{json, Value};
@@ -22,6 +28,7 @@ use std::sync::{Arc, Mutex};
 #[derive(Default)]
 struct Received {
     exports: Vec<(HeaderMap, ExportTraceServiceRequest)>,
+    logs: Vec<ExportLogsServiceRequest>,
 }
 
 /// An OTLP/HTTP receiver on a free loopback port; stops with the test's runtime.
@@ -30,24 +37,43 @@ struct Receiver {
     received: Arc<Mutex<Received>>,
 }
 
+/// A route that decodes an export `E`, keeps it with `keep` and answers `A`, as a receiver
+/// does.
+fn export_route<E, A>(
+    received: &Arc<Mutex<Received>>,
+    keep: fn(&mut Received, HeaderMap, E),
+) -> axum::routing::MethodRouter
+where
+    E: Message + Default + Send + 'static,
+    A: Message + Default,
+{
+    let store = received.clone();
+    post(move |headers: HeaderMap, body: Bytes| {
+        let store = store.clone();
+        async move {
+            let Ok(request) = E::decode(body) else {
+                return (StatusCode::BAD_REQUEST, Vec::new());
+            };
+            keep(&mut store.lock().unwrap(), headers, request);
+            (StatusCode::OK, A::default().encode_to_vec())
+        }
+    })
+}
+
 impl Receiver {
     async fn start() -> Receiver {
         let received = Arc::new(Mutex::new(Received::default()));
-        let store = received.clone();
-        let app = axum::Router::new().route(
-            "/v1/traces",
-            post(move |headers: HeaderMap, body: Bytes| {
-                let store = store.clone();
-                async move {
-                    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
-                        return (StatusCode::BAD_REQUEST, Vec::new());
-                    };
-                    store.lock().unwrap().exports.push((headers, request));
-                    let answer = ExportTraceServiceResponse::default().encode_to_vec();
-                    (StatusCode::OK, answer)
-                }
-            }),
-        );
+        let app = axum::Router::new()
+            .route(
+                "/v1/traces",
+                export_route::<_, ExportTraceServiceResponse>(&received, |r, headers, e| {
+                    r.exports.push((headers, e))
+                }),
+            )
+            .route(
+                "/v1/logs",
+                export_route::<_, ExportLogsServiceResponse>(&received, |r, _, e| r.logs.push(e)),
+            );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -55,6 +81,17 @@ impl Receiver {
             url: format!("http://{addr}"),
             received,
         }
+    }
+
+    fn log_records(&self) -> Vec<LogRecord> {
+        let received = self.received.lock().unwrap();
+        received
+            .logs
+            .iter()
+            .flat_map(|r| &r.resource_logs)
+            .flat_map(|r| &r.scope_logs)
+            .flat_map(|s| s.log_records.clone())
+            .collect()
     }
 
     fn spans(&self) -> Vec<Span> {
@@ -150,13 +187,37 @@ fn traced_server(
     max_retries: u32,
 ) -> Server {
     let config = traced_config(receiver, dir);
-    let model = Model::new(
+    let model = marker_model(mock, repairs, max_retries);
+    Server::builder(config).model(model).build().unwrap()
+}
+
+/// Model `m` in front of `mock`, held to the step marker.
+fn marker_model(mock: &MockOpenAi, repairs: bool, max_retries: u32) -> Model {
+    Model::new(
         "m",
         openai_runner(&mock.url()),
         Arc::new(marker_enforcer_retries(repairs, max_retries)),
     )
-    .with_upstream_model("mock-model");
-    Server::builder(config).model(model).build().unwrap()
+    .with_upstream_model("mock-model")
+}
+
+/// Asks `model` through the chat surface.
+async fn chat(harness: &Harness, model: &str) -> reqwest::Response {
+    harness
+        .client
+        .post(harness.url("/v1/chat/completions"))
+        .json(&json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// `service.name` of an export's resource.
+fn service_name(resource: Option<&Resource>) -> String {
+    match attr(&resource.expect("a resource").attributes, "service.name") {
+        Some(any_value::Value::StringValue(name)) => name.clone(),
+        other => panic!("service.name: {other:?}"),
+    }
 }
 
 fn audit(dir: &tempfile::TempDir) -> Value {
@@ -198,11 +259,8 @@ async fn a_reasked_request_exports_request_attempt_and_validator_spans() {
         let (headers, first) = &received.exports[0];
         assert_eq!(headers["content-type"], "application/x-protobuf");
         assert_eq!(headers["x-collector-key"], "k-123");
-        let resource = first.resource_spans[0].resource.as_ref().unwrap();
-        match attr(&resource.attributes, "service.name") {
-            Some(any_value::Value::StringValue(name)) => assert_eq!(name, "enforce-under-test"),
-            other => panic!("service.name: {other:?}"),
-        }
+        let resource = first.resource_spans[0].resource.as_ref();
+        assert_eq!(service_name(resource), "enforce-under-test");
     }
 
     let requests = named(&spans, "chat_completion");
@@ -540,4 +598,133 @@ async fn the_request_span_names_the_route_and_surface_it_came_in_on() {
             ("/v1/responses".to_string(), "responses".to_string()),
         ]
     );
+}
+
+fn body(record: &LogRecord) -> String {
+    match record.body.as_ref().and_then(|b| b.value.as_ref()) {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        other => panic!("the body is not a string: {other:?}"),
+    }
+}
+
+fn log_attribute(record: &LogRecord, key: &str) -> Option<String> {
+    match attr(&record.attributes, key) {
+        Some(any_value::Value::StringValue(s)) => Some(s.clone()),
+        None => None,
+        other => panic!("{key} is not a string: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn every_audit_record_is_also_an_otlp_log_record() {
+    let receiver = Receiver::start().await;
+    let mock = MockOpenAi::start(MockScript::new().replies([
+        MockReply::text("An answer.\n<!-- STEP: why -->"),
+        MockReply::text("No marker, and no re-ask left."),
+    ]))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = traced_config(&receiver, &dir);
+    config.otlp = config.otlp.map(OtlpConfig::with_audit_logs);
+    let model = marker_model(&mock, false, 0).with_profile("markers");
+    let harness = Harness::start(Server::builder(config).model(model).build().unwrap()).await;
+    for model in ["m", "m", "no-such-model"] {
+        chat(&harness, model).await;
+    }
+    harness.shutdown().await.unwrap();
+
+    let text = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let records = receiver.log_records();
+    assert_eq!(records.len(), lines.len(), "one log record per audit line");
+    let statuses: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["status"].clone())
+        .collect();
+    assert_eq!(statuses, ["passed", "unresolved", "refused"]);
+    {
+        let received = receiver.received.lock().unwrap();
+        let resource = received.logs[0].resource_logs[0].resource.as_ref();
+        assert_eq!(service_name(resource), "enforce-under-test");
+    }
+    for line in lines {
+        let audit: Value = serde_json::from_str(line).unwrap();
+        let record = records
+            .iter()
+            .find(|r| body(r) == line)
+            .unwrap_or_else(|| panic!("no log record has the body {line}"));
+        assert_eq!(record.event_name, "enforce.audit");
+        for (attribute, field) in [
+            ("enforce.request_id", "request_id"),
+            ("enforce.status", "status"),
+            ("enforce.model", "model"),
+            ("enforce.profile", "profile"),
+            ("enforce.reason", "reason"),
+        ] {
+            assert_eq!(
+                log_attribute(record, attribute).as_deref(),
+                audit[field].as_str(),
+                "{attribute} of {line}"
+            );
+        }
+        let (number, text) = match audit["status"].as_str() {
+            Some("passed") => (9, "INFO"),
+            _ => (13, "WARN"),
+        };
+        assert_eq!(
+            (record.severity_number, record.severity_text.as_str()),
+            (number, text)
+        );
+    }
+    // The refusal names the model it asked for; the enforcements their request and profile.
+    let refused = records
+        .iter()
+        .find(|r| log_attribute(r, "enforce.status").as_deref() == Some("refused"))
+        .unwrap();
+    assert_eq!(
+        log_attribute(refused, "enforce.model").as_deref(),
+        Some("no-such-model")
+    );
+    assert_eq!(
+        log_attribute(refused, "enforce.reason").as_deref(),
+        Some("unknown_model")
+    );
+    let passed = records
+        .iter()
+        .find(|r| log_attribute(r, "enforce.status").as_deref() == Some("passed"))
+        .unwrap();
+    assert!(log_attribute(passed, "enforce.request_id").is_some_and(|id| !id.is_empty()));
+    assert_eq!(
+        log_attribute(passed, "enforce.profile").as_deref(),
+        Some("markers")
+    );
+}
+
+#[tokio::test]
+async fn audit_logs_flow_without_an_audit_file() {
+    let receiver = Receiver::start().await;
+    let mock = MockOpenAi::start(
+        MockScript::new().replies([MockReply::text("An answer.\n<!-- STEP: why -->")]),
+    )
+    .await
+    .unwrap();
+    let config = ServerConfig {
+        audit_log: None,
+        otlp: Some(
+            OtlpConfig::to_endpoint(&receiver.url)
+                .unwrap()
+                .with_audit_logs(),
+        ),
+        ..ServerConfig::default()
+    };
+    let model = marker_model(&mock, false, 0);
+    let harness = Harness::start(Server::builder(config).model(model).build().unwrap()).await;
+    assert_eq!(chat(&harness, "m").await.status(), 200);
+    harness.shutdown().await.unwrap();
+    let records = receiver.log_records();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let line: Value = serde_json::from_str(&body(&records[0])).unwrap();
+    assert_eq!(line["status"], "passed");
+    assert_eq!(line["model"], "m");
 }
