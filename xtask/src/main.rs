@@ -81,7 +81,9 @@ Commands:
                   with the peers' installs)
   bench-peers --surfaces [ARGS]
                   the surfaces section of BENCHMARKS.md only: the proxy's added latency above
-                  the relay floor on chat completions, responses and messages at c=1 (manual)
+                  the relay floor on chat completions, responses and messages at c=1 (manual);
+                  `--baseline-bin PATH` measures another enforce binary side by side in the same
+                  run (rounds alternate which binary goes first)
   bench-peers --real-model [ARGS]
                   the real-model section of BENCHMARKS.md only: `enforce eval` with the local
                   runner (SmolLM2) on every contract of examples/eval, every arm, and the

@@ -12,7 +12,7 @@
 use crate::load::Surface;
 use crate::peers::{
     command, keep_cores_awake, loadavg, machine, output_json, start_enforce, start_mock,
-    start_printing_address, Pinning,
+    start_printing_address, Guarded, Pinning,
 };
 use crate::results::Results;
 use crate::section::SURFACES;
@@ -34,8 +34,35 @@ impl SurfacesArgs {
             rounds: 5,
             sequential: 400,
             let_cores_idle: peers.let_cores_idle,
+            baseline_bin: None,
         }
     }
+}
+
+/// Which binary a row measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Binary {
+    /// `--enforce-bin`.
+    Measured,
+    /// `--baseline-bin`.
+    Baseline,
+}
+
+impl Binary {
+    fn label(self) -> &'static str {
+        match self {
+            Binary::Measured => "enforce",
+            Binary::Baseline => "baseline",
+        }
+    }
+}
+
+/// One row of the table: a binary on a surface, plain or streamed.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    binary: Binary,
+    surface: Surface,
+    stream: bool,
 }
 
 /// Options of the surfaces run.
@@ -59,6 +86,10 @@ pub struct SurfacesArgs {
     /// Let idle cores halt (see `enforce-bench peers --help`).
     #[arg(long)]
     pub let_cores_idle: bool,
+    /// Another `enforce` binary (e.g. the last release) measured side by side in the same run:
+    /// every round asks both, in alternating order, and the table has a row per binary.
+    #[arg(long)]
+    pub baseline_bin: Option<PathBuf>,
 }
 
 /// What one surfaces run measured.
@@ -67,8 +98,8 @@ struct Measured {
     relay: Vec<f64>,
     /// The HTTP relay's p50 per round (ms).
     http_relay: Vec<f64>,
-    /// `(surface, stream)` → the p50 per round (ms).
-    enforce: Vec<((Surface, bool), Vec<f64>)>,
+    /// `(binary, surface, stream)` → the p50 per round (ms).
+    enforce: Vec<(Row, Vec<f64>)>,
     commands: Vec<String>,
     cores_awake: String,
     pinned: bool,
@@ -133,7 +164,16 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
         ],
         &mut r,
     )?;
-    let (enforce, base) = start_enforce(&args.enforce_bin, &pin, &ok_url, &args.work_dir, &mut r)?;
+    let mut proxies = vec![(
+        Binary::Measured,
+        start_enforce(&args.enforce_bin, &pin, &ok_url, &args.work_dir, &mut r)?,
+    )];
+    if let Some(baseline) = &args.baseline_bin {
+        let work = args.work_dir.join("baseline");
+        std::fs::create_dir_all(&work)?;
+        let started = start_enforce(baseline, &pin, &ok_url, &work, &mut r)?;
+        proxies.push((Binary::Baseline, started));
+    }
     let drive = |r: &mut Results, url: &str, surface: Surface, stream: bool, pid: u32| {
         let mut a: Vec<String> = [
             "load",
@@ -160,13 +200,24 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
     };
     let mut relay_p50 = Vec::new();
     let mut http_relay_p50 = Vec::new();
-    let mut enforce_p50: Vec<((Surface, bool), Vec<f64>)> = Surface::ALL
+    let mut enforce_p50: Vec<(Row, Vec<f64>)> = proxies
         .iter()
-        .flat_map(|s| [false, true].map(|stream| ((*s, stream), Vec::new())))
+        .flat_map(|(binary, _)| {
+            Surface::ALL.iter().flat_map(move |surface| {
+                [false, true].map(|stream| {
+                    let row = Row {
+                        binary: *binary,
+                        surface: *surface,
+                        stream,
+                    };
+                    (row, Vec::new())
+                })
+            })
+        })
         .collect();
     let relay_url = format!("http://{relay_addr}/v1/chat/completions");
     let http_relay_url = format!("http://{http_relay_addr}/v1/chat/completions");
-    for _ in 0..args.rounds.max(1) {
+    for round in 0..args.rounds.max(1) {
         relay_p50.push(drive(
             &mut r,
             &relay_url,
@@ -181,9 +232,27 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
             false,
             http_relay.0.id(),
         )?);
-        for ((surface, stream), p50s) in &mut enforce_p50 {
-            let url = format!("{base}/v1{}", surface.path());
-            p50s.push(drive(&mut r, &url, *surface, *stream, enforce.0.id())?);
+        // With a baseline, the binaries take turns going first, so neither always runs on
+        // the cooler (or warmer) half of a round.
+        let order: Vec<&(Binary, (Guarded, String))> = if round % 2 == 0 {
+            proxies.iter().collect()
+        } else {
+            proxies.iter().rev().collect()
+        };
+        for (binary, (process, base)) in order {
+            for (row, p50s) in enforce_p50
+                .iter_mut()
+                .filter(|(row, _)| row.binary == *binary)
+            {
+                let url = format!("{base}/v1{}", row.surface.path());
+                p50s.push(drive(
+                    &mut r,
+                    &url,
+                    row.surface,
+                    row.stream,
+                    process.0.id(),
+                )?);
+            }
         }
     }
     // The commands once: every round repeats them.
@@ -261,7 +330,8 @@ fn render(args: &SurfacesArgs, m: &Measured) -> String {
         rounds(&m.http_relay),
         above_floor(&m.http_relay, &m.relay)
     ));
-    for ((surface, stream), p50s) in &m.enforce {
+    for (row, p50s) in &m.enforce {
+        let (surface, stream) = (row.surface, row.stream);
         let p50 = median(p50s);
         let above = above_floor(p50s, &m.relay);
         let verdict = if above <= TARGET_ABOVE_FLOOR_MS {
@@ -270,10 +340,11 @@ fn render(args: &SurfacesArgs, m: &Measured) -> String {
             "**missed**"
         };
         s.push_str(&format!(
-            "| enforce {} (`{}`) | {} | {p50:.3} ({}) | {above:.3} | ≤ {TARGET_ABOVE_FLOOR_MS} | {verdict} |\n",
+            "| {} {} (`{}`) | {} | {p50:.3} ({}) | {above:.3} | ≤ {TARGET_ABOVE_FLOOR_MS} | {verdict} |\n",
+            row.binary.label(),
             surface.name(),
             surface.path(),
-            if *stream { "yes" } else { "no" },
+            if stream { "yes" } else { "no" },
             rounds(p50s),
         ));
     }
