@@ -596,7 +596,10 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
         return Duration::try_from_secs_f64(secs).ok();
     }
     let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 /// The message of an error body, from any of the shapes servers use: OpenAI, Ollama and
@@ -808,7 +811,10 @@ mod tests {
     fn retry_after_dates_are_waits_from_now() {
         let in_two_minutes = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(120));
         let wait = parse_retry_after(&in_two_minutes).map(|d| d.as_secs_f64());
-        assert!(matches!(wait, Some(w) if (118.0..=120.0).contains(&w)), "{wait:?}");
+        assert!(
+            matches!(wait, Some(w) if (118.0..=120.0).contains(&w)),
+            "{wait:?}"
+        );
         assert_eq!(parse_retry_after("Sun, 06 Foo 1994 08:49:37 GMT"), None);
         assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37"), None);
     }

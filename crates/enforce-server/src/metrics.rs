@@ -313,7 +313,8 @@ impl Metrics {
         help: &'static str,
         labels: &[(&'static str, &str)],
     ) -> Option<LatencyHistogram> {
-        let new = || Series::Histograms(Family::new_with_constructor(latency_histogram as fn() -> _));
+        let new =
+            || Series::Histograms(Family::new_with_constructor(latency_histogram as fn() -> _));
         match self.series(name, help, new) {
             Series::Histograms(family) => Some(family.get_or_create_owned(&sorted(labels))),
             _ => None,
