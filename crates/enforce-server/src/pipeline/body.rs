@@ -29,7 +29,7 @@ pub(crate) fn present<'de, D: Deserializer<'de>>(from: D) -> Result<Option<Value
 }
 
 /// A request body as the JSON object every surface's body is; a 400 otherwise.
-pub(crate) fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
     })?;
