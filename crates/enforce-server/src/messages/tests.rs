@@ -115,8 +115,14 @@ fn repeats_nulls_and_unread_fields_are_read_as_a_map_reads_them() {
     .expect("read");
     assert_eq!(request.model, "b");
     assert_eq!(request.enforce, Some(Value::Null));
-    assert_eq!(Value::Object(request.params), json!({"max_tokens": 5, "top_k": 4}));
-    assert_eq!(request.ignored, ["tools.web_search_20250305", "alpha", "zeta"]);
+    assert_eq!(
+        Value::Object(request.params),
+        json!({"max_tokens": 5, "top_k": 4})
+    );
+    assert_eq!(
+        request.ignored,
+        ["tools.web_search_20250305", "alpha", "zeta"]
+    );
     let refused = parse(json!({"model": "m", "max_tokens": null,
         "messages": [{"role": "user", "content": "q"}]}));
     assert_eq!(refused.expect_err("refused").param, Some("max_tokens"));

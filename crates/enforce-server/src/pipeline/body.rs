@@ -17,9 +17,8 @@ pub(crate) fn read_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiErr
     }
     // Not an object, not JSON, or a field given twice (the last one counts, as in a map):
     // read as a map first.
-    serde_json::from_value(Value::Object(body_object(body)?)).map_err(|e| {
-        ApiError::bad_request(format!("The request body cannot be read: {e}."), None)
-    })
+    serde_json::from_value(Value::Object(body_object(body)?))
+        .map_err(|e| ApiError::bad_request(format!("The request body cannot be read: {e}."), None))
 }
 
 /// A field of a request body as sent: present (`null` included) or absent. Use with
