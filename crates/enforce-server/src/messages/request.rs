@@ -355,12 +355,11 @@ fn read_params(body: &MessagesBody, request: &mut MessagesRequest) -> Result<(),
             params.insert(key.into(), v.clone());
         }
     }
-    match &body.stop_sequences {
+    // An empty list stops nothing: not forwarded.
+    match body.stop_sequences.as_ref().filter(|s| s != &&json!([])) {
         None => {}
         Some(Value::Array(stops)) if stops.iter().all(Value::is_string) => {
-            if !stops.is_empty() {
-                params.insert("stop".into(), Value::Array(stops.clone()));
-            }
+            params.insert("stop".into(), Value::Array(stops.clone()));
         }
         Some(_) => {
             return Err(bad(

@@ -103,12 +103,12 @@ fn text_blocks_join_as_chat_text_parts_do_and_images_become_chat_parts() {
 }
 
 /// A field sent twice counts once (the last), `enforce: null` stays one, a `null` sampling
-/// field is not forwarded and every unread field is listed once, after the server tools.
+/// field and an empty `stop_sequences` are not forwarded and every unread field is listed once, after the server tools.
 #[test]
 fn repeats_nulls_and_unread_fields_are_read_as_a_map_reads_them() {
     let request = parse_messages_request(
         br#"{"model":"a","model":"b","max_tokens":5,"enforce":null,"temperature":null,
-        "top_k":3,"top_k":4,"zeta":1,"alpha":2,"alpha":3,
+        "top_k":3,"top_k":4,"zeta":1,"alpha":2,"alpha":3,"stop_sequences":[],
         "tools":[{"type":"web_search_20250305","name":"w"}],
         "messages":[{"role":"user","content":"q"}]}"#,
     )
