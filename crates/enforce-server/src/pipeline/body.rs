@@ -1,5 +1,5 @@
-//! What every surface's request reader shares: the body as a JSON object, its `model`, its
-//! `stream`, and how an error shows a message's `role`.
+//! What every surface's request reader shares: the body read into its derived request type,
+//! its `model`, its `stream`, and how an error shows a message's `role`.
 
 use crate::error::ApiError;
 use serde::de::DeserializeOwned;
