@@ -1,5 +1,6 @@
 //! `enforce serve`: the OpenAI-compatible enforcement proxy.
 
+use enforce_core::{Ask};
 use super::model_flags::ModelFlags;
 use crate::config::{ClassifyConfig, LoadedConfig, RouteConfig, ServedModelConfig, WhenConfig};
 use clap::Args as ClapArgs;
@@ -618,7 +619,7 @@ mod tests {
                 let request = enforce_core::Request::prompt("Say hello.");
                 let reply = served
                     .runner
-                    .ask(&request)
+                    .ask(Ask::new(&request)).reply()
                     .await
                     .expect("the model answers");
                 assert_eq!(reply.usage.map(|u| u.output_tokens <= 8), Some(true));

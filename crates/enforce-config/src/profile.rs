@@ -35,7 +35,7 @@
 use crate::config::{Config, ConfigError, ConfigSource};
 use crate::registry::Registry;
 use enforce_core::{
-    ContextSource, Enforcer, InputStage, OnInputFailure, Policy, Reformulator, Validator,
+    input::ContextSource, Enforcer, input::InputStage, input::OnInputFailure, Policy, input::Reformulator, Validator,
 };
 use enforce_validators::BuildEnv;
 use enforce_validators::BuildError;
@@ -318,7 +318,7 @@ impl ProfileSet {
                         "name the `fact` and give at least one template",
                     ));
                 }
-                policy.fallback_by = Some(enforce_core::FallbackBy {
+                policy.fallback_by = Some(enforce_core::policy::FallbackBy {
                     fact: by.fact.trim().to_string(),
                     templates: by.templates.clone(),
                 });

@@ -52,6 +52,7 @@
 //! | `JUDGE_REJECTED` (configurable `code`) | the judge answered the non-passing verdict; its reason is the message, and the hint unless `hint` is set |
 //! | `REQUEST_DATA_MISSING` | the template reads the question, context or system prompt and the request has none (`on_missing: warn`) |
 
+use enforce_core::{Ask};
 use crate::guard::{cap_chars, excerpt, Guard};
 use crate::request::{self, OnMissing};
 use enforce_core::{
@@ -340,7 +341,12 @@ impl LlmJudge {
             messages: vec![Message::system(JUDGE_SYSTEM_PROMPT), Message::user(prompt)],
             ..Request::default()
         };
-        let reply = self.runner.ask(&request).await.map_err(|e| e.to_string())?;
+        let reply = self
+            .runner
+            .ask(Ask::new(&request))
+            .reply()
+            .await
+            .map_err(|e| e.to_string())?;
         tracing::debug!(
             target: "enforce_external::judge",
             validator = %self.name,

@@ -10,7 +10,7 @@ use crate::sse::{Chunk, EventReader, SseFramer, StreamFault};
 use crate::transport::UpstreamResponse;
 use bytes::Bytes;
 use enforce_core::{
-    async_trait, FinishReason, Message, Reply, Request, Role, RunnerError, ToolCall, Usage,
+    async_trait, runner::FinishReason, Message, Reply, Request, Role, RunnerError, runner::ToolCall, Usage,
 };
 use serde_json::{json, Map, Value};
 

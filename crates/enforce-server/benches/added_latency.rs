@@ -18,6 +18,7 @@
 //!
 //! Run: `cargo bench -p enforce-server --bench added_latency` (Linux, for /proc RSS).
 
+use enforce_core::{Ask, ReplyStream};
 use enforce_core::{
     async_trait, Context, Enforcer, Issue, Reply, Request, Runner, RunnerError, Validation,
     Validator,
@@ -37,16 +38,14 @@ struct Gated {
     gate: Option<Arc<RwLock<()>>>,
 }
 
-#[async_trait]
 impl Runner for Gated {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        if let Some(gate) = &self.gate {
-            drop(gate.read().await);
-        }
-        Ok(Reply::text(ANSWER))
-    }
-    async fn follow_up(&self, r: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        self.ask(r).await
+    fn ask<'a>(&'a self, _: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async move {
+            if let Some(gate) = &self.gate {
+                drop(gate.read().await);
+            }
+            Ok(Reply::text(ANSWER))
+        })
     }
 }
 

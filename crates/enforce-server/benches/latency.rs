@@ -7,6 +7,7 @@
 //!
 //! Run: `cargo bench -p enforce-server --bench latency`
 
+use enforce_core::{Ask, ReplyStream};
 use criterion::{criterion_group, criterion_main, Criterion};
 use enforce_core::{
     async_trait, Context, Enforcer, Issue, Reply, Request, Runner, RunnerError, Validation,
@@ -23,13 +24,9 @@ const ANSWER: &str =
 /// Answers at once.
 struct Instant0;
 
-#[async_trait]
 impl Runner for Instant0 {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        Ok(Reply::text(ANSWER))
-    }
-    async fn follow_up(&self, _: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        Ok(Reply::text(ANSWER))
+    fn ask<'a>(&'a self, _: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async { Ok(Reply::text(ANSWER)) })
     }
 }
 

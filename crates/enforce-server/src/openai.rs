@@ -10,7 +10,7 @@ use crate::verdict::{cut_at_token_limit, Enforcement};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use enforce_core::json;
-use enforce_core::{Outcome, ToolCall, Usage};
+use enforce_core::{Outcome, runner::ToolCall, Usage};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -411,7 +411,7 @@ mod tests {
     fn the_completion_is_the_bytes_of_its_value() {
         use crate::verdict::enforcement_json;
         use crate::verdict::fixtures::{attempt, outcome};
-        use enforce_core::{FinishReason, Status};
+        use enforce_core::{runner::FinishReason, Status};
 
         let id = TurnId {
             id: "chatcmpl-enf1".into(),

@@ -11,6 +11,7 @@
 //! Models without routes pay nothing: their `Model::routes` is `None` and the
 //! handler skips this module.
 
+use enforce_core::{Ask};
 use axum::http::{HeaderMap, HeaderName};
 use enforce_core::{Enforcer, Message, Request, Role, Runner};
 use regex::Regex;
@@ -247,7 +248,7 @@ impl Classifier {
     /// The label the runner gives `question`, or why there is none.
     async fn classify(&self, question: &str) -> Result<String, String> {
         let request = Request::prompt(self.prompt_for(question));
-        let reply = match tokio::time::timeout(self.timeout, self.runner.ask(&request)).await {
+        let reply = match tokio::time::timeout(self.timeout, self.runner.ask(Ask::new(&request)).reply()).await {
             Err(_) => return Err(format!("no answer within {} ms", self.timeout.as_millis())),
             Ok(Err(e)) => return Err(format!("the runner failed: {e}")),
             Ok(Ok(reply)) => reply,

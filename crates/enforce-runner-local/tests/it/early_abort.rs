@@ -1,6 +1,7 @@
 //! Dropping a stream stops the generation itself, and the loop's early abort saves real
 //! tokens.
 
+use enforce_core::{Ask};
 use crate::own_runner;
 use enforce_core::{
     async_trait, Context, Enforcer, Issue, PartialCheck, Policy, Request, Runner, StreamEvent,
@@ -59,7 +60,7 @@ async fn dropping_the_stream_stops_generating() {
         .as_object()
         .cloned()
         .unwrap();
-    let mut stream = runner.ask_streamed(&request);
+    let mut stream = runner.ask(Ask::new(&request).streamed());
     let mut texts = 0;
     while texts < 5 {
         match stream.next().await {

@@ -2,9 +2,10 @@
 //! calls, every way a stream can go wrong, the fallbacks for servers that cannot do it, and
 //! cancellation by dropping the stream.
 
+use enforce_core::{Ask};
 use crate::common::{collect, texts};
 use enforce_core::{
-    FinishReason, Reply, Request, Runner, RunnerError, StreamEvent, ToolCall, Usage,
+    runner::FinishReason, Reply, Request, Runner, RunnerError, StreamEvent, runner::ToolCall, Usage,
 };
 use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_testkit::{MockOpenAi, MockReply, MockScript};
@@ -77,7 +78,7 @@ async fn the_finish_reason_comes_with_the_reply_whole_or_streamed() {
             Some(FinishReason::Length),
             "stream: {stream}"
         );
-        let reply = runner.ask(&Request::prompt("Count")).await.unwrap();
+        let reply = runner.ask(Ask::new(&Request::prompt("Count"))).reply().await.unwrap();
         assert_eq!(
             reply.finish_reason,
             Some(FinishReason::Stop),
@@ -196,7 +197,7 @@ async fn dropping_the_stream_closes_the_connection() {
     let runner = runner(&mock, true);
     let request = Request::prompt("x");
     {
-        let mut stream = runner.ask_streamed(&request);
+        let mut stream = runner.ask(Ask::new(&request).streamed());
         let first = stream.next().await;
         assert!(matches!(first, Some(Ok(StreamEvent::Text(_)))), "{first:?}");
     }

@@ -2,9 +2,10 @@
 //! shape), and `X-Enforce-Max-Retries` / `X-Enforce-Token-Budget` lowering a model's limits
 //! where its configuration allows them.
 
+use enforce_core::{Ask, ReplyStream};
 use crate::common::*;
 use enforce_core::{
-    async_trait, Budget, Enforcer, Policy, Reask, Reply, Request, Runner, RunnerError, Usage,
+    async_trait, Budget, Enforcer, Policy, policy::Reask, Reply, Request, Runner, RunnerError, Usage,
 };
 use enforce_server::{KeyGrant, Model, ModelOptions, Route, Routes, Server, ServerConfig, When};
 use serde_json::{json, Value};
@@ -45,13 +46,9 @@ impl Always {
     }
 }
 
-#[async_trait]
 impl Runner for Always {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        self.reply()
-    }
-    async fn follow_up(&self, _: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        self.reply()
+    fn ask<'a>(&'a self, _: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async move { self.reply() })
     }
 }
 

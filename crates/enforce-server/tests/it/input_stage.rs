@@ -4,8 +4,8 @@
 
 use crate::common::{server_with, Harness};
 use enforce_core::{
-    async_trait, keys, Context, ContextSource, Enforcer, InputStage, Issue, OnInputFailure,
-    Reformulation, Reformulator, Runner, ScriptedCall, ScriptedRunner, Validation, Validator,
+    async_trait, context::keys, Context, input::ContextSource, Enforcer, input::InputStage, Issue, input::OnInputFailure,
+    input::Reformulation, input::Reformulator, Runner, scripted::ScriptedCall, ScriptedRunner, Validation, Validator,
 };
 use enforce_server::{ModelOptions, ServerConfig};
 use serde_json::{json, Value};
@@ -22,7 +22,7 @@ impl Validator for Relevance {
     async fn validate(&self, question: &str, context: &Context) -> Validation {
         let retrieved = context
             .get(keys::RETRIEVED_CONTEXT)
-            .map(enforce_core::retrieved_text)
+            .map(enforce_core::input::retrieved_text)
             .unwrap_or_default()
             .to_lowercase();
         let relevant = question

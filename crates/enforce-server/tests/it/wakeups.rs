@@ -3,6 +3,7 @@
 //! thread, and every request sets one (its deadline). The server keeps a timer pending ahead of
 //! them, so serving a request writes once: its answer.
 
+use enforce_core::{Ask, ReplyStream};
 use crate::common::server_with;
 use enforce_core::{async_trait, Enforcer, Reply, Request, Runner, RunnerError};
 use enforce_server::{ModelOptions, ServerConfig};
@@ -11,14 +12,12 @@ use std::sync::Arc;
 /// Answers after yielding once, so the request's deadline timer is set while it waits.
 struct YieldsOnce;
 
-#[async_trait]
 impl Runner for YieldsOnce {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        tokio::task::yield_now().await;
-        Ok(Reply::text("An answer."))
-    }
-    async fn follow_up(&self, request: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        self.ask(request).await
+    fn ask<'a>(&'a self, _: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async {
+            tokio::task::yield_now().await;
+            Ok(Reply::text("An answer."))
+        })
     }
 }
 
