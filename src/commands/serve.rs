@@ -1,6 +1,5 @@
 //! `enforce serve`: the OpenAI-compatible enforcement proxy.
 
-use enforce_core::{Ask};
 use super::model_flags::ModelFlags;
 use crate::config::{ClassifyConfig, LoadedConfig, RouteConfig, ServedModelConfig, WhenConfig};
 use clap::Args as ClapArgs;
@@ -619,7 +618,8 @@ mod tests {
                 let request = enforce_core::Request::prompt("Say hello.");
                 let reply = served
                     .runner
-                    .ask(Ask::new(&request)).reply()
+                    .ask(enforce_core::Ask::new(&request))
+                    .reply()
                     .await
                     .expect("the model answers");
                 assert_eq!(reply.usage.map(|u| u.output_tokens <= 8), Some(true));

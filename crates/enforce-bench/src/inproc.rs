@@ -1,7 +1,7 @@
 //! enforce's side of scenarios 1 (validators only) and 2 (the loop), run in this process.
 
-use enforce_core::{Ask};
 use enforce_config::{ProfileSet, Registry};
+use enforce_core::Ask;
 use enforce_core::{Context, Enforcer, Request, Runner, Status, Validator};
 use enforce_runner::{OpenAiConfig, OpenAiRunner};
 use enforce_validators::json::JsonValidator;

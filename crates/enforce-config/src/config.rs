@@ -34,7 +34,10 @@
 //! ```
 
 use crate::env::{self, Expanded};
-use enforce_core::{policy::AnswerFormat, Budget, FailMode, feedback::FeedbackTemplate, feedback::IssueText, feedback::Language};
+use enforce_core::{
+    feedback::FeedbackTemplate, feedback::IssueText, feedback::Language, policy::AnswerFormat,
+    Budget, FailMode,
+};
 use enforce_validators::BuildError;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;

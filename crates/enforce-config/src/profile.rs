@@ -35,7 +35,8 @@
 use crate::config::{Config, ConfigError, ConfigSource};
 use crate::registry::Registry;
 use enforce_core::{
-    input::ContextSource, Enforcer, input::InputStage, input::OnInputFailure, Policy, input::Reformulator, Validator,
+    input::ContextSource, input::InputStage, input::OnInputFailure, input::Reformulator, Enforcer,
+    Policy, Validator,
 };
 use enforce_validators::BuildEnv;
 use enforce_validators::BuildError;

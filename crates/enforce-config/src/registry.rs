@@ -389,7 +389,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_validator_scoped_to_a_tool_checks_each_call_of_it_and_no_text() {
-        use enforce_core::{Context, Reply, runner::ToolCall};
+        use enforce_core::{runner::ToolCall, Context, Reply};
         let r = Registry::builtin();
         let v = r
             .build(

@@ -52,9 +52,9 @@
 //! | `JUDGE_REJECTED` (configurable `code`) | the judge answered the non-passing verdict; its reason is the message, and the hint unless `hint` is set |
 //! | `REQUEST_DATA_MISSING` | the template reads the question, context or system prompt and the request has none (`on_missing: warn`) |
 
-use enforce_core::{Ask};
 use crate::guard::{cap_chars, excerpt, Guard};
 use crate::request::{self, OnMissing};
+use enforce_core::Ask;
 use enforce_core::{
     async_trait, Context, FailMode, Issue, Message, Request, Runner, Severity, Validation,
     Validator,

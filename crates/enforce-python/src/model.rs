@@ -7,7 +7,6 @@
 
 use enforce_core::runner::ToolFeedback;
 use enforce_core::{Ask, Message, Reply, ReplyStream, Runner, RunnerError, StreamEvent};
-use futures_util::StreamExt;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyIterator, PyList, PyString};

@@ -154,15 +154,22 @@ pub(crate) fn generate(
         output_tokens: u64::from(generated),
     };
     let max_tokens = sampling.max_tokens;
-    let sampled = decoding.answer(model, &mut sampler, max_tokens, cancel, generated_total, |event| {
-        sink.send(match event {
-            Sampled::Text(text) => StreamEvent::Text(text),
-            Sampled::Token { generated } => StreamEvent::Spent {
-                usage: Some(usage(generated)),
-                cost_usd: None,
-            },
-        })
-    })?;
+    let sampled = decoding.answer(
+        model,
+        &mut sampler,
+        max_tokens,
+        cancel,
+        generated_total,
+        |event| {
+            sink.send(match event {
+                Sampled::Text(text) => StreamEvent::Text(text),
+                Sampled::Token { generated } => StreamEvent::Spent {
+                    usage: Some(usage(generated)),
+                    cost_usd: None,
+                },
+            })
+        },
+    )?;
     Ok(sampled.map(|answer| Reply {
         text: answer.text,
         usage: Some(usage(answer.generated)),
@@ -258,7 +265,11 @@ impl<'m> Decoding<'m> {
 
     /// Reads the prompt, in batches; only its last token's logits are needed. `false` when
     /// cancelled.
-    fn read_prompt(&mut self, tokens: &[LlamaToken], cancel: &AtomicBool) -> Result<bool, RunnerError> {
+    fn read_prompt(
+        &mut self,
+        tokens: &[LlamaToken],
+        cancel: &AtomicBool,
+    ) -> Result<bool, RunnerError> {
         for chunk in tokens.chunks(self.batch_size) {
             if cancel.load(Ordering::Relaxed) {
                 return Ok(false);

@@ -4,8 +4,8 @@ use crate::config::{LocalConfig, LocalConfigError};
 use crate::generate::{generate, Grammar, Sampling, Sink};
 use crate::model::{unavailable, LoadedModel};
 use enforce_core::runner::ToolFeedback;
-use enforce_core::{Ask, Message, Reply, ReplyStream, Request, Runner, RunnerError, StreamEvent};
-use futures_util::{Stream, StreamExt};
+use enforce_core::{Ask, Message, ReplyStream, Request, Runner, RunnerError, StreamEvent};
+use futures_util::Stream;
 use serde_json::{Map, Value};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -172,7 +172,7 @@ impl LocalRunner {
     fn stream(&self, messages: Vec<Message>, request: &Request) -> ReplyStream<'static> {
         let sampling = match self.sampling(&request.params, request.seed_offset) {
             Ok(sampling) => sampling,
-            Err(e) => return futures_util::stream::once(async move { Err(e) }).boxed(),
+            Err(e) => return ReplyStream::whole(async move { Err(e) }),
         };
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let cancel = Arc::new(AtomicBool::new(false));
@@ -190,7 +190,7 @@ impl LocalRunner {
                 message: format!("cannot start the generation thread: {e}"),
                 exit_code: None,
             };
-            return futures_util::stream::once(async move { Err(e) }).boxed();
+            return ReplyStream::whole(async move { Err(e) });
         }
         ReplyStream::new(Generation {
             rx,
@@ -333,6 +333,7 @@ impl Runner for LocalRunner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use enforce_core::Reply;
     use serde_json::json;
 
     fn runner() -> LocalRunner {
@@ -423,8 +424,13 @@ mod tests {
         let r = runner();
         for result in [
             r.ask(Ask::new(&Request::prompt("hi"))).reply().await,
-            r.ask(Ask::follow_up(&Request::prompt("hi"), &Reply::text("x"), "again")).reply()
-                .await,
+            r.ask(Ask::follow_up(
+                &Request::prompt("hi"),
+                &Reply::text("x"),
+                "again",
+            ))
+            .reply()
+            .await,
         ] {
             match result {
                 Err(RunnerError::Unavailable { message }) => {

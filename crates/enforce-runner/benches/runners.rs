@@ -3,8 +3,8 @@
 //!
 //! `cargo bench -p enforce-runner --bench runners`
 
-use enforce_core::{Ask};
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use enforce_core::Ask;
 use enforce_core::{Request, Runner};
 use enforce_runner::{
     parse_completion, parse_result, CommandConfig, CommandRunner, OpenAiConfig, OpenAiRunner,

@@ -17,8 +17,8 @@ use crate::process::tail;
 use crate::transport::UpstreamResponse;
 use bytes::Bytes;
 use enforce_core::{
-    async_trait, Ask, Message, Reply, ReplyStream, Request, Role, Runner,
-    RunnerError, runner::ToolCall, runner::ToolFeedback, Usage,
+    async_trait, runner::ToolCall, runner::ToolFeedback, Ask, Message, Reply, ReplyStream, Request,
+    Role, Runner, RunnerError, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};

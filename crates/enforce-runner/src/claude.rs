@@ -224,8 +224,9 @@ impl ClaudeRunner {
             Some((previous, feedback)) => match &previous.session_id {
                 Some(id) => (rendered.system, Some(id.clone()), feedback.to_string()),
                 None => {
-                    let messages =
-                        enforce_core::runner::stateless_follow_up_messages(request, previous, feedback);
+                    let messages = enforce_core::runner::stateless_follow_up_messages(
+                        request, previous, feedback,
+                    );
                     let rendered = render_prompt(&messages);
                     (rendered.system, None, rendered.prompt)
                 }

@@ -8,8 +8,7 @@ use crate::error::{duration_from_secs, timeout_from_secs, ConfigError};
 use crate::process::{exit_failure, process_events, run_process, ProcessSpec, StreamingProcess};
 use crate::prompt::{inline_system, render_prompt};
 use enforce_core::{
-    runner::ToolFeedback, Ask, Message, Reply, ReplyStream, Request, Runner, RunnerError,
-    StreamEvent,
+    runner::ToolFeedback, Ask, Message, Reply, ReplyStream, Runner, RunnerError, StreamEvent,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -13,8 +13,8 @@ use crate::sse::SseReader;
 use crate::transport::UpstreamResponse;
 use bytes::Bytes;
 use enforce_core::{
-    async_trait, runner::FinishReason, Ask, Message, Reply, ReplyStream, Request, Role,
-    Runner, RunnerError, runner::ToolCall, runner::ToolFeedback, Usage,
+    async_trait, runner::FinishReason, runner::ToolCall, runner::ToolFeedback, Ask, Message, Reply,
+    ReplyStream, Request, Role, Runner, RunnerError, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

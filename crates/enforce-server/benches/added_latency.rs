@@ -18,11 +18,8 @@
 //!
 //! Run: `cargo bench -p enforce-server --bench added_latency` (Linux, for /proc RSS).
 
+use enforce_core::{async_trait, Context, Enforcer, Issue, Reply, Runner, Validation, Validator};
 use enforce_core::{Ask, ReplyStream};
-use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Reply, Request, Runner, RunnerError, Validation,
-    Validator,
-};
 use enforce_server::{Model, Server, ServerConfig};
 use serde_json::json;
 use std::sync::Arc;

@@ -7,12 +7,9 @@
 //!
 //! Run: `cargo bench -p enforce-server --bench latency`
 
-use enforce_core::{Ask, ReplyStream};
 use criterion::{criterion_group, criterion_main, Criterion};
-use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Reply, Request, Runner, RunnerError, Validation,
-    Validator,
-};
+use enforce_core::{async_trait, Context, Enforcer, Issue, Reply, Runner, Validation, Validator};
+use enforce_core::{Ask, ReplyStream};
 use enforce_server::{Model, Server, ServerConfig};
 use serde_json::json;
 use std::sync::Arc;

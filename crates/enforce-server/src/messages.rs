@@ -21,7 +21,7 @@ use axum::body::Bytes;
 use axum::http::{HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use enforce_core::json;
-use enforce_core::{Outcome, runner::ToolCall, Usage};
+use enforce_core::{runner::ToolCall, Outcome, Usage};
 use serde::Serialize;
 use serde_json::{json, Value};
 

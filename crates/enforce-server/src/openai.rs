@@ -10,7 +10,7 @@ use crate::verdict::{cut_at_token_limit, Enforcement};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use enforce_core::json;
-use enforce_core::{Outcome, runner::ToolCall, Usage};
+use enforce_core::{runner::ToolCall, Outcome, Usage};
 use serde::Serialize;
 use serde_json::{json, Value};
 

@@ -11,7 +11,7 @@ use crate::verdict::cut_at_token_limit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use enforce_core::{Outcome, runner::ToolCall};
+use enforce_core::{runner::ToolCall, Outcome};
 use events::{
     ArgumentsDelta, ArgumentsDone, ContentPart, Event, ItemEvent, StreamError, SummaryDelta,
     SummaryDone, SummaryPart, TextDelta, TextDone, WithResponse,

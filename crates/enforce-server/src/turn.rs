@@ -17,8 +17,8 @@ use crate::verdict;
 use axum::http::StatusCode;
 use bytes::Bytes;
 use enforce_core::{
-    async_trait, Ask, Attempt, AuditRecord, Context, Event, Message, Observer, Outcome, Reply,
-    ReplyStream, Request, Runner, RunnerError, Status, StopReason, Validator,
+    Ask, Attempt, AuditRecord, Context, Event, Message, Observer, Outcome, Reply, ReplyStream,
+    Request, Runner, RunnerError, Status, StopReason, Validator,
 };
 use futures_util::{FutureExt, StreamExt};
 use serde_json::{Map, Value};

@@ -426,7 +426,9 @@ pub fn outcome_failure(outcome: &Outcome) -> ApiError {
 /// Outcomes for the surfaces' rendering tests.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use enforce_core::{Attempt, runner::FinishReason, Outcome, Status, StopReason, runner::ToolCall};
+    use enforce_core::{
+        runner::FinishReason, runner::ToolCall, Attempt, Outcome, Status, StopReason,
+    };
 
     /// An attempt that stopped for `finish_reason`, repaired by `repairs`.
     pub(crate) fn attempt(finish_reason: Option<FinishReason>, repairs: &[&str]) -> Attempt {

@@ -37,9 +37,7 @@
 
 use crate::error::BuildError;
 use crate::text::{locate_json, JsonForm, JsonSpan};
-use enforce_core::{
-    async_trait, Context, FailMode, Issue, PartialCheck, Reply, Validation, Validator,
-};
+use enforce_core::{async_trait, Context, Issue, PartialCheck, Reply, Validation, Validator};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 

@@ -27,7 +27,7 @@
 //! assert!(issues[0].message.contains("/city"));
 //! ```
 
-use enforce_core::{async_trait, Context, Issue, Reply, runner::ToolCall, Validation, Validator};
+use enforce_core::{async_trait, runner::ToolCall, Context, Issue, Reply, Validation, Validator};
 use serde_json::Value;
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@
 //! surprised a validator becomes a regression test by copying its line there.
 
 use enforce_core::{
-    runner::FinishReason, Ask, Reply, ReplyStream, Request, Role, Runner, RunnerError, StreamEvent,
+    runner::FinishReason, Ask, ReplyStream, Request, Role, Runner, RunnerError, StreamEvent,
 };
 use futures_core::Stream;
 use serde_json::{json, Value};
@@ -49,7 +49,6 @@ impl Recorder {
             answers.push(answer);
         }
     }
-
 }
 
 impl Runner for Recorder {
@@ -160,7 +159,7 @@ pub fn lines(answers: &[Recorded], request: &Request, from: &Provenance<'_>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use enforce_core::{Message, ScriptedRunner};
+    use enforce_core::{Message, Reply, ScriptedRunner};
 
     fn block_on<F: std::future::Future>(future: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()

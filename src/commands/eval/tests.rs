@@ -1,15 +1,15 @@
 //! The eval engine on an in-process model whose answers depend only on the conversation and
 //! the seed, so every property below is checked without a real model.
 
-use enforce_core::{Ask, FollowUp, ReplyStream};
 use super::arms::Arm;
 use super::dataset::Case;
 use super::summary;
 use super::trials::{self, Plan, Sink, Trial};
 use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Message, Reply, Request, Runner, RunnerError, Usage,
-    Validation, Validator,
+    async_trait, Context, Enforcer, Issue, Message, Reply, Request, Runner, Usage, Validation,
+    Validator,
 };
+use enforce_core::{Ask, FollowUp, ReplyStream};
 use serde_json::Map;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

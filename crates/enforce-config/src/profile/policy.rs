@@ -2,7 +2,7 @@
 //! answer format inferred from its validators.
 
 use crate::config::{Config, Defaults, FeedbackConfig, ProfileConfig};
-use enforce_core::{policy::AnswerFormat, feedback::Feedback, Policy};
+use enforce_core::{feedback::Feedback, policy::AnswerFormat, Policy};
 use enforce_validators::BuildError;
 use serde_json::Value;
 use std::collections::BTreeMap;

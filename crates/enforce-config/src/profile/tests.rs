@@ -1,6 +1,6 @@
 use super::*;
 use crate::testing::block_on;
-use enforce_core::{policy::AnswerFormat, Context, FailMode, feedback::Language, Status};
+use enforce_core::{feedback::Language, policy::AnswerFormat, Context, FailMode, Status};
 
 fn load(yaml: &str) -> Result<ProfileSet, ConfigError> {
     ProfileSet::load(
@@ -81,7 +81,10 @@ fn reask_and_repair_keys_layer_over_defaults() {
     )
     .unwrap();
     let fresh = set.get("fresh").unwrap().policy();
-    assert_eq!(fresh.reask, enforce_core::policy::Reask::FeedbackFresh.into());
+    assert_eq!(
+        fresh.reask,
+        enforce_core::policy::Reask::FeedbackFresh.into()
+    );
     assert_eq!(fresh.repair, enforce_core::policy::RepairWhen::Last);
     assert!(fresh.repair_first_codes.is_empty());
     let inherits = set.get("inherits").unwrap().policy();

@@ -1,8 +1,8 @@
 //! Dropping a stream stops the generation itself, and the loop's early abort saves real
 //! tokens.
 
-use enforce_core::{Ask};
 use crate::own_runner;
+use enforce_core::Ask;
 use enforce_core::{
     async_trait, Context, Enforcer, Issue, PartialCheck, Policy, Request, Runner, StreamEvent,
     Validation, Validator,

@@ -1,7 +1,7 @@
 //! What cannot work fails with a typed, clear error, never a crash.
 
-use enforce_core::{Ask};
 use crate::{model_path, own_runner, unavailable_message};
+use enforce_core::Ask;
 use enforce_core::{Request, Runner};
 use enforce_runner_local::{LocalConfig, LocalRunner};
 use std::io::Read;
@@ -39,7 +39,8 @@ async fn corrupt_model_files_are_unavailable() {
     }
     for (path, says) in files {
         let runner = LocalRunner::new(LocalConfig::new(&path)).unwrap();
-        let message = unavailable_message(runner.ask(Ask::new(&Request::prompt("hi"))).reply().await);
+        let message =
+            unavailable_message(runner.ask(Ask::new(&Request::prompt("hi"))).reply().await);
         assert!(
             message.contains(&path.display().to_string()) && message.contains(says),
             "{message}"
@@ -66,7 +67,11 @@ async fn a_prompt_that_overflows_the_context_is_unavailable() {
     );
     assert_eq!(runner.tokens_generated(), 0);
     // A prompt that fits, on the same runner, still works; the answer ends at the context.
-    let reply = runner.ask(Ask::new(&Request::prompt("Hi"))).reply().await.expect("a reply");
+    let reply = runner
+        .ask(Ask::new(&Request::prompt("Hi")))
+        .reply()
+        .await
+        .expect("a reply");
     assert!(reply.usage.expect("usage").total() <= 64);
 }
 

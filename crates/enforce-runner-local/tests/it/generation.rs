@@ -1,7 +1,7 @@
 //! Streaming, token counts, finish reasons, seeds, follow-ups.
 
-use enforce_core::{Ask};
 use crate::{drain, own_runner, shared_runner};
+use enforce_core::Ask;
 use enforce_core::{runner::FinishReason, Reply, Request, Runner, StreamEvent};
 use enforce_runner_local::LocalConfig;
 use serde_json::json;
@@ -106,7 +106,14 @@ async fn seeds_make_answers_repeatable() {
             "Invent a name for a new fruit and describe its taste.",
             json!({"max_tokens": 20, "seed": seed, "temperature": 1.0}),
         );
-        async move { runner.ask(Ask::new(&req)).reply().await.expect("a reply").text }
+        async move {
+            runner
+                .ask(Ask::new(&req))
+                .reply()
+                .await
+                .expect("a reply")
+                .text
+        }
     };
     let first = ask(11).await;
     assert_eq!(ask(11).await, first, "same seed, same text");
@@ -152,7 +159,12 @@ async fn a_follow_up_carries_the_previous_answer_and_the_feedback() {
     let first = runner.ask(Ask::new(&req)).reply().await.expect("a reply");
     let previous = Reply::text("Blue is a colour that many people like a lot.");
     let again = runner
-        .ask(Ask::follow_up(&req, &previous, "Answer with one word only.")).reply()
+        .ask(Ask::follow_up(
+            &req,
+            &previous,
+            "Answer with one word only.",
+        ))
+        .reply()
         .await
         .expect("a reply");
     let (first_in, again_in) = (

@@ -1,7 +1,7 @@
 //! What several test modules share: collecting a streamed answer, and a validator with a
 //! partial check that cuts an answer naming "Acme".
 
-use enforce_core::{Ask};
+use enforce_core::Ask;
 use enforce_core::{
     async_trait, Context, Issue, PartialCheck, Request, Runner, RunnerError, Severity, StreamEvent,
     Validation, Validator,

@@ -2,10 +2,10 @@
 //! calls, every way a stream can go wrong, the fallbacks for servers that cannot do it, and
 //! cancellation by dropping the stream.
 
-use enforce_core::{Ask};
 use crate::common::{collect, texts};
+use enforce_core::Ask;
 use enforce_core::{
-    runner::FinishReason, Reply, Request, Runner, RunnerError, StreamEvent, runner::ToolCall, Usage,
+    runner::FinishReason, runner::ToolCall, Reply, Request, Runner, RunnerError, StreamEvent, Usage,
 };
 use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_testkit::{MockOpenAi, MockReply, MockScript};
@@ -78,7 +78,11 @@ async fn the_finish_reason_comes_with_the_reply_whole_or_streamed() {
             Some(FinishReason::Length),
             "stream: {stream}"
         );
-        let reply = runner.ask(Ask::new(&Request::prompt("Count"))).reply().await.unwrap();
+        let reply = runner
+            .ask(Ask::new(&Request::prompt("Count")))
+            .reply()
+            .await
+            .unwrap();
         assert_eq!(
             reply.finish_reason,
             Some(FinishReason::Stop),

@@ -1,8 +1,8 @@
 //! Streamed answers from the Claude CLI (`fake-claude`'s stream-json) and from commands, cut
 //! short by the loop's early abort.
 
-use enforce_core::{Ask};
 use crate::common::NoAcme;
+use enforce_core::Ask;
 use enforce_core::{
     Context, Enforcer, Policy, Reply, Request, Runner, RunnerError, Status, StreamEvent,
 };
@@ -64,7 +64,10 @@ async fn claude_streams_deltas_then_the_reply_from_the_result() {
     assert_eq!(reply.cost_usd, Some(0.02));
     assert_eq!(reply.usage.unwrap().output_tokens, 5);
     // The API's `stop_reason` (the result object has none) is the reply's finish reason.
-    assert_eq!(reply.finish_reason, Some(enforce_core::runner::FinishReason::Stop));
+    assert_eq!(
+        reply.finish_reason,
+        Some(enforce_core::runner::FinishReason::Stop)
+    );
     let call = &fake.calls()[0];
     assert_eq!(
         &call.args[..5],

@@ -3,7 +3,7 @@
 
 use crate::error::ApiError;
 use crate::plain_body::{self, once, Key, TextTurn};
-use enforce_core::{Message, Role, runner::ToolCall};
+use enforce_core::{runner::ToolCall, Message, Role};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::{json, Map, Value};
 use std::fmt;

@@ -5,7 +5,7 @@
 use crate::error::ApiError;
 use crate::pipeline::{json_body, non_empty, Ask};
 use crate::plain_body::{self, once, Key, TextTurn};
-use enforce_core::{Message, Role, runner::ToolCall};
+use enforce_core::{runner::ToolCall, Message, Role};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 use std::fmt;

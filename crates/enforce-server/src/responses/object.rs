@@ -9,7 +9,7 @@ use crate::pipeline::{push_digits, Surface, Warnings};
 use crate::turn::{Turn, TurnId};
 use crate::verdict::{cut_at_token_limit, Enforcement};
 use enforce_core::json::{self, ObjectWriter};
-use enforce_core::{Outcome, runner::ToolCall, Usage};
+use enforce_core::{runner::ToolCall, Outcome, Usage};
 use serde::ser::Serializer;
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -10,7 +10,7 @@
 use super::Kept;
 use crate::error::ApiError;
 use crate::pipeline::{body_object, model_of, non_empty, stream_of, Ask};
-use enforce_core::{Message, Role, runner::ToolCall};
+use enforce_core::{runner::ToolCall, Message, Role};
 use serde_json::{json, Map, Value};
 
 /// Request fields echoed in the `response` object, as the client sent them.

@@ -11,7 +11,7 @@ use crate::turn::TurnId;
 use crate::verdict::fixtures::{attempt, outcome};
 use crate::verdict::{cut_at_token_limit, outcome_failure};
 use axum::http::StatusCode;
-use enforce_core::{Outcome, Status, runner::ToolCall};
+use enforce_core::{runner::ToolCall, Outcome, Status};
 use serde_json::{json, Map, Value};
 
 /// The writer as it was before its events were typed: every event a `json!` tree with `type`

@@ -7,7 +7,9 @@ use crate::pipeline::Surface;
 use crate::turn::TurnId;
 use crate::verdict::fixtures::{self, attempt};
 use crate::verdict::{cut_at_token_limit, enforcement_json};
-use enforce_core::{Attempt, runner::FinishReason, Issue, Outcome, Status, StopReason, runner::ToolCall, Usage};
+use enforce_core::{
+    runner::FinishReason, runner::ToolCall, Attempt, Issue, Outcome, Status, StopReason, Usage,
+};
 use serde_json::{json, Map, Value};
 
 /// The `Value`-built object as the surface wrote it before it was typed: the reference.

@@ -2,9 +2,9 @@
 //! request id, model, profile, chat, runner, then the outcome), also for requests cut short by
 //! the deadline or a panic, with the attempts made until then.
 
-use enforce_core::{Ask, ReplyStream};
 use crate::common::*;
-use enforce_core::{async_trait, Outcome, Reply, Request, Runner, RunnerError, StopReason};
+use enforce_core::{Ask, ReplyStream};
+use enforce_core::{Outcome, Reply, Runner, StopReason};
 use enforce_server::{FsyncPolicy, KeyGrant, Model, ModelOptions, Server, ServerConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;

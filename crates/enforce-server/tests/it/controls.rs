@@ -2,11 +2,9 @@
 //! shape), and `X-Enforce-Max-Retries` / `X-Enforce-Token-Budget` lowering a model's limits
 //! where its configuration allows them.
 
-use enforce_core::{Ask, ReplyStream};
 use crate::common::*;
-use enforce_core::{
-    async_trait, Budget, Enforcer, Policy, policy::Reask, Reply, Request, Runner, RunnerError, Usage,
-};
+use enforce_core::{policy::Reask, Budget, Enforcer, Policy, Reply, Runner, RunnerError, Usage};
+use enforce_core::{Ask, ReplyStream};
 use enforce_server::{KeyGrant, Model, ModelOptions, Route, Routes, Server, ServerConfig, When};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,9 +2,9 @@
 //! stream's first byte (issue 25 §2), and the upstream's busy answers passed on with their
 //! `Retry-After` (§4), on every surface: chat completions, responses and messages.
 
-use enforce_core::{Ask, ReplyStream};
 use crate::common::*;
-use enforce_core::{async_trait, Policy, Reply, Request, Runner, RunnerError};
+use enforce_core::{Ask, ReplyStream};
+use enforce_core::{Policy, Reply, Runner};
 use enforce_runner::{AnthropicConfig, AnthropicRunner, OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_server::{FailureResponse, Model, ModelOptions, ServerConfig};
 use enforce_testkit::sse::parse_sse;

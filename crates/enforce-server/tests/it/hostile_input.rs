@@ -2,12 +2,11 @@
 //! characters and SSE syntax cannot forge SSE events, audit lines or log lines; API keys (the
 //! proxy's own and the upstream's) never reach the logs or the audit records.
 
-use enforce_core::{Ask, ReplyStream};
 use crate::common::{server_with, streams_start_at_once, Harness};
 use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Policy, Reply, Request, Runner, RunnerError, Validation,
-    Validator,
+    async_trait, Context, Enforcer, Issue, Policy, Reply, Runner, Validation, Validator,
 };
+use enforce_core::{Ask, ReplyStream};
 use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_server::{FailureResponse, FsyncPolicy, ModelOptions, ServerConfig};
 use enforce_testkit::sse::parse_sse;

@@ -4,8 +4,9 @@
 
 use crate::common::{server_with, Harness};
 use enforce_core::{
-    async_trait, context::keys, Context, input::ContextSource, Enforcer, input::InputStage, Issue, input::OnInputFailure,
-    input::Reformulation, input::Reformulator, Runner, scripted::ScriptedCall, ScriptedRunner, Validation, Validator,
+    async_trait, context::keys, input::ContextSource, input::InputStage, input::OnInputFailure,
+    input::Reformulation, input::Reformulator, scripted::ScriptedCall, Context, Enforcer, Issue,
+    Runner, ScriptedRunner, Validation, Validator,
 };
 use enforce_server::{ModelOptions, ServerConfig};
 use serde_json::{json, Value};

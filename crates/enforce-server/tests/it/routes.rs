@@ -2,9 +2,9 @@
 //! call (body field, header, regex on the last user message, classifier label), first match
 //! wins; the pick shows in `X-Enforce-Profile`, the `enforcement` object and the audit line.
 
-use enforce_core::{Ask, ReplyStream};
 use crate::common::*;
-use enforce_core::{async_trait, Enforcer, Reply, Request, Runner, RunnerError};
+use enforce_core::{Ask, ReplyStream};
+use enforce_core::{Enforcer, Reply, Runner, RunnerError};
 use enforce_server::{Classifier, FsyncPolicy, Model, Route, Routes, Server, ServerConfig, When};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -4,10 +4,10 @@
 //! such an answer can break, and the runner of a client script that prints one JSON line per
 //! case.
 
-use enforce_core::{Ask};
+use enforce_core::Ask;
 use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Policy, Reply, ReplyStream, Request, Role, Runner,
-    RunnerError, StreamEvent, runner::ToolCall, Usage, Validation, Validator,
+    async_trait, runner::ToolCall, Context, Enforcer, Issue, Policy, Reply, ReplyStream, Request,
+    Role, Runner, StreamEvent, Usage, Validation, Validator,
 };
 use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerConfig, StreamMode};
 use futures_util::StreamExt;

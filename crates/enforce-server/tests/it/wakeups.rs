@@ -3,9 +3,9 @@
 //! thread, and every request sets one (its deadline). The server keeps a timer pending ahead of
 //! them, so serving a request writes once: its answer.
 
-use enforce_core::{Ask, ReplyStream};
 use crate::common::server_with;
-use enforce_core::{async_trait, Enforcer, Reply, Request, Runner, RunnerError};
+use enforce_core::{Ask, ReplyStream};
+use enforce_core::{Enforcer, Reply, Runner};
 use enforce_server::{ModelOptions, ServerConfig};
 use std::sync::Arc;
 

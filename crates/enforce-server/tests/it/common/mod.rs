@@ -1,11 +1,11 @@
 //! Test fixtures: a server on 127.0.0.1:0, simple validators and runners, and a stream parser
 //! that reads SSE the way openai-python and Open WebUI do.
 
-use enforce_core::{Ask, ReplyStream};
 use enforce_core::{
     async_trait, Context, Enforcer, Issue, Policy, Reply, Request, Runner, RunnerError, Validation,
     Validator,
 };
+use enforce_core::{Ask, ReplyStream};
 use enforce_server::{Model, ModelOptions, Server, ServerConfig, ServerError};
 use serde_json::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
