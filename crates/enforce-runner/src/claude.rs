@@ -102,10 +102,10 @@ impl Default for ClaudeConfig {
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let runner = ClaudeRunner::new(ClaudeConfig::default())?;
-/// let first = runner.ask(Ask::new(&Request::prompt("Write an ADR"))).reply().await?;
+/// let request = Request::prompt("Write an ADR");
+/// let first = runner.ask(Ask::new(&request)).reply().await?;
 /// let feedback = "Add the section ## Kontext";
-/// let second = runner.ask(Ask::follow_up(&Request::prompt("Write an ADR"), &first, feedback));
-/// let second = second.reply().await?;
+/// let second = runner.ask(Ask::follow_up(&request, &first, feedback)).reply().await?;
 /// # let _ = second; Ok(()) }
 /// ```
 #[derive(Debug, Clone)]

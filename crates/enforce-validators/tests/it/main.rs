@@ -2,6 +2,7 @@
 //! `cargo test -p enforce-validators --test it`.
 
 mod partial;
+mod scope;
 
 /// Polls a future that is ready at once (every check here is; no runtime needed).
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
