@@ -1,11 +1,19 @@
 //! # enforce-core
 //!
 //! The heart of enforce: check an LLM response with [`Validator`]s, ask the model again through
-//! a [`Runner`] with precise [`Feedback`](feedback::Feedback) when it fails, apply deterministic repairs when asking
-//! no longer helps, and return a typed [`Outcome`] instead of passing bad output on.
+//! a [`Runner`] with precise [`Feedback`](feedback::Feedback) when it fails, apply deterministic
+//! repairs when asking no longer helps, and return a typed [`Outcome`] instead of passing bad
+//! output on.
 //!
 //! This crate has no async runtime, HTTP or FFI dependency, so it embeds anywhere: the loop is
 //! plain `async` code that any executor can drive.
+//!
+//! The crate root holds what an embedder uses: the [`Enforcer`], the traits it calls
+//! ([`Runner`], [`Validator`], [`Observer`]), what goes in ([`Request`], [`Context`],
+//! [`Policy`]) and what comes out ([`Outcome`]). The rest is in its module: [`input`] (checks
+//! of the request before the first ask), [`feedback`] (the text of a re-ask), [`policy`]
+//! (re-ask ladders, repairs, budgets), [`runner`] (tool calls, follow-up messages),
+//! [`validator`] (adapters, status names), [`outcome`], [`audit`] and [`scripted`].
 //!
 //! ```
 //! use enforce_core::{async_trait, Context, Enforcer, Issue, Request, ScriptedRunner, Status,
@@ -59,8 +67,6 @@ mod serde_millis;
 mod time;
 pub mod validator;
 
-// What an embedder uses: the loop, the traits it calls, what goes in and what comes out. The
-// rest is reached through its module (`input::InputStage`, `feedback::FeedbackTemplate`, ...).
 pub use async_trait::async_trait;
 pub use audit::AuditRecord;
 pub use context::Context;
