@@ -543,7 +543,8 @@ mod tests {
                 let request = enforce_core::Request::prompt("Say hello.");
                 let reply = served
                     .runner
-                    .ask(&request)
+                    .ask(enforce_core::Ask::new(&request))
+                    .reply()
                     .await
                     .expect("the model answers");
                 assert_eq!(reply.usage.map(|u| u.output_tokens <= 8), Some(true));

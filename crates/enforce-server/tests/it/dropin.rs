@@ -4,7 +4,7 @@
 //! errors carry the status they stand for, and `x-request-id` is the completion id.
 
 use crate::common::*;
-use enforce_core::{Enforcer, ScriptedCall, ScriptedRunner};
+use enforce_core::{scripted::ScriptedCall, Enforcer, ScriptedRunner};
 use enforce_server::{FailureResponse, FsyncPolicy, ModelOptions, ServerConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;

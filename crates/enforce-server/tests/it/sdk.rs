@@ -4,9 +4,10 @@
 //! such an answer can break, and the runner of a client script that prints one JSON line per
 //! case.
 
+use enforce_core::Ask;
 use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Policy, Reply, ReplyStream, Request, Role, Runner,
-    RunnerError, StreamEvent, ToolCall, Usage, Validation, Validator,
+    async_trait, runner::ToolCall, Context, Enforcer, Issue, Policy, Reply, ReplyStream, Request,
+    Role, Runner, StreamEvent, Usage, Validation, Validator,
 };
 use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerConfig, StreamMode};
 use futures_util::StreamExt;
@@ -288,30 +289,19 @@ fn streamed(reply: Reply, pace: Duration) -> ReplyStream<'static> {
             tokio::time::sleep(pace).await;
         }
     });
-    Box::pin(
+    ReplyStream::new(
         futures_util::stream::iter(events)
             .chain(pause.flat_map(move |()| futures_util::stream::iter(rest.clone()))),
     )
 }
 
-#[async_trait]
 impl Runner for ByQuestion {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        Ok(self.reply(request, false))
-    }
-    async fn follow_up(&self, request: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        Ok(self.reply(request, true))
-    }
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        streamed(self.reply(request, false), self.pace)
-    }
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        _: &'a Reply,
-        _: &'a str,
-    ) -> ReplyStream<'a> {
-        streamed(self.reply(request, true), self.pace)
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        let reply = self.reply(ask.request, ask.follow_up.is_some());
+        if ask.stream {
+            return streamed(reply, self.pace);
+        }
+        ReplyStream::whole(std::future::ready(Ok(reply)))
     }
 }
 
