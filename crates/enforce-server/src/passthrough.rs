@@ -163,7 +163,11 @@ async fn admit(
             .and_then(|n| n.model);
         (named, Body::from(bytes))
     } else {
-        (None, limited(body, app.config.max_body_bytes))
+        let limit = app.config.max_body_bytes;
+        if declared_length(headers).is_some_and(|length| length > limit) {
+            return Err(Rejection::new("body_too_large", too_large(limit)));
+        }
+        (None, limited(body, limit))
     };
     let grant = controls::grant(app, granted);
     let own = named.as_deref().and_then(|id| app.models.get(id));
@@ -200,6 +204,22 @@ fn is_json(headers: &HeaderMap) -> bool {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().starts_with("application/json"))
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<usize> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "invalid_request_error",
+        "request_too_large",
+        format!("The request body is larger than this proxy accepts ({limit} bytes)."),
+    )
 }
 
 /// `body` as it comes, failing once it is longer than `limit` bytes.

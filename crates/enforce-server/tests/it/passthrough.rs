@@ -258,3 +258,36 @@ async fn a_model_without_an_http_upstream_refuses_in_the_openai_error_shape() {
     let missing = h.client.get(h.url("/v1/models/gpt-4o")).send().await.unwrap();
     assert_eq!(missing.status(), 404);
 }
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_refused_json_or_not() {
+    let mock = MockOpenAi::start(MockScript::new()).await.unwrap();
+    let config = ServerConfig {
+        max_body_bytes: 1000,
+        ..ServerConfig::default()
+    };
+    let model = Model::new("m", mock_upstream(&mock), Arc::new(marker_enforcer(false)))
+        .with_passthrough(Upstream::openai(mock.url(), None));
+    let h = Harness::start(Server::builder(config).model(model).build().unwrap()).await;
+    let big = "x".repeat(2000);
+    let json = h
+        .client
+        .post(h.url("/v1/embeddings"))
+        .json(&json!({"model": "e", "input": big}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json.status(), 413);
+    let upload = h
+        .client
+        .post(h.url("/v1/audio/transcriptions"))
+        .header("content-type", "multipart/form-data; boundary=x")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upload.status(), 413);
+    let body: Value = upload.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "request_too_large");
+    assert!(mock.requests().is_empty());
+}
