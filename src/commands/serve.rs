@@ -589,6 +589,23 @@ mod tests {
     }
 
     #[test]
+    fn openai_runners_forward_with_their_key_and_the_claude_cli_does_not() {
+        let openai = RunnerConfig::OpenAi(enforce_runner::OpenAiConfig {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key: Some("sk-runner".into()),
+            ..Default::default()
+        });
+        let upstream = passthrough_of(&openai).expect("an OpenAI runner forwards");
+        assert_eq!(upstream.base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(
+            upstream.headers,
+            vec![("authorization".to_string(), "Bearer sk-runner".to_string())]
+        );
+        let claude = RunnerConfig::Claude(ClaudeConfig::default());
+        assert!(passthrough_of(&claude).is_none());
+    }
+
+    #[test]
     fn serve_takes_the_anthropic_runner_from_the_flags() {
         let profiles = ProfileSet::builtin(&Registry::builtin(), None).unwrap();
         let args = serve_args(&[
@@ -610,6 +627,10 @@ mod tests {
         assert_eq!(model.runner_kind.as_deref(), Some("anthropic"));
         assert_eq!(model.id, "claude-x");
         assert_eq!(model.upstream_model.as_deref(), Some("claude-x"));
+        let upstream = model.passthrough.expect("an Anthropic runner forwards");
+        assert_eq!(upstream.base_url, "http://127.0.0.1:9/v1");
+        assert!(upstream.headers.contains(&("x-api-key".into(), "k".into())));
+        assert!(upstream.headers.iter().any(|(name, _)| name == "anthropic-version"));
         let args = serve_args(&["--runner", "anthropic"]);
         let Err(err) = args.model.entry(None, profiles.default_name()) else {
             panic!("a model without a name")
