@@ -468,7 +468,8 @@ fn classifier_from_config(config: &ClassifyConfig) -> Result<Classifier, RouteEr
 /// variable); `None` for runners without one (the Claude CLI, a local model, a command).
 fn passthrough_of(runner: &RunnerConfig) -> Option<Upstream> {
     let key = |key: &Option<String>, env: Option<&str>| {
-        key.clone().or_else(|| env.and_then(|var| std::env::var(var).ok()))
+        key.clone()
+            .or_else(|| env.and_then(|var| std::env::var(var).ok()))
     };
     match runner {
         RunnerConfig::OpenAi(c) => Some(Upstream::openai(
@@ -478,7 +479,11 @@ fn passthrough_of(runner: &RunnerConfig) -> Option<Upstream> {
         RunnerConfig::Anthropic(c) => {
             let env = c.api_key_env.as_deref().or(Some(ANTHROPIC_API_KEY_ENV));
             let key = key(&c.api_key, env);
-            Some(Upstream::anthropic(&c.base_url, key.as_deref(), &c.anthropic_version))
+            Some(Upstream::anthropic(
+                &c.base_url,
+                key.as_deref(),
+                &c.anthropic_version,
+            ))
         }
         _ => None,
     }
@@ -630,7 +635,10 @@ mod tests {
         let upstream = model.passthrough.expect("an Anthropic runner forwards");
         assert_eq!(upstream.base_url, "http://127.0.0.1:9/v1");
         assert!(upstream.headers.contains(&("x-api-key".into(), "k".into())));
-        assert!(upstream.headers.iter().any(|(name, _)| name == "anthropic-version"));
+        assert!(upstream
+            .headers
+            .iter()
+            .any(|(name, _)| name == "anthropic-version"));
         let args = serve_args(&["--runner", "anthropic"]);
         let Err(err) = args.model.entry(None, profiles.default_name()) else {
             panic!("a model without a name")

@@ -28,7 +28,9 @@ pub(crate) async fn require_key(
         }
         Ok(None) => {}
         // Each surface answers in its own error shape.
-        Err(error) if crate::passthrough::api_path(request.uri().path()).starts_with("/messages") => {
+        Err(error)
+            if crate::passthrough::api_path(request.uri().path()).starts_with("/messages") =>
+        {
             return crate::messages::error_response(*error);
         }
         Err(error) => return error.into_response(),
@@ -189,7 +191,10 @@ pub(crate) const ENDPOINTS: &[(&str, &str)] = &[
     ("GET", "/"),
     ("GET", "/healthz"),
     ("GET", "/metrics"),
-    ("ANY", "/v1/* (any other endpoint: forwarded to the model's upstream)"),
+    (
+        "ANY",
+        "/v1/* (any other endpoint: forwarded to the model's upstream)",
+    ),
 ];
 
 fn served() -> String {

@@ -180,7 +180,10 @@ async fn admit(
         }
     }
     let model = own.or_else(|| default_model(app)).cloned().ok_or_else(|| {
-        Rejection::new("passthrough_unsupported", unsupported("this proxy serves no model"))
+        Rejection::new(
+            "passthrough_unsupported",
+            unsupported("this proxy serves no model"),
+        )
     })?;
     let upstream = model.passthrough.clone().ok_or_else(|| {
         let runner = model.runner_kind.as_deref().unwrap_or("custom");

@@ -713,9 +713,7 @@ async fn completions(
         .and_then(Value::as_str)
         .unwrap_or("mock-instruct")
         .to_string();
-    let choice = |text: &str, finish: Value| {
-        json!({"text": text, "index": 0, "logprobs": null, "finish_reason": finish})
-    };
+    let choice = |text: &str, finish: Value| json!({"text": text, "index": 0, "logprobs": null, "finish_reason": finish});
     let completion = |choices: Value| {
         json!({"id": "cmpl-mock", "object": "text_completion", "created": 0, "model": model,
                "choices": choices})
@@ -723,8 +721,7 @@ async fn completions(
     if request.get("stream").and_then(Value::as_bool) != Some(true) {
         let tokens = approx_tokens(&prompt);
         let mut answer = completion(json!([choice(&prompt, json!("stop"))]));
-        answer["usage"] =
-            json!({"prompt_tokens": tokens, "completion_tokens": tokens, "total_tokens": 2 * tokens});
+        answer["usage"] = json!({"prompt_tokens": tokens, "completion_tokens": tokens, "total_tokens": 2 * tokens});
         return axum::Json(answer).into_response();
     }
     let (chunks, gap) = {

@@ -174,11 +174,7 @@ impl Server {
 
 /// Routes `path` under `/v1` and without it, as OpenAI-compatible servers do (clients are
 /// configured with either base URL).
-fn both(
-    router: Router<Arc<App>>,
-    path: &str,
-    method: MethodRouter<Arc<App>>,
-) -> Router<Arc<App>> {
+fn both(router: Router<Arc<App>>, path: &str, method: MethodRouter<Arc<App>>) -> Router<Arc<App>> {
     router
         .route(&format!("/v1{path}"), method.clone())
         .route(path, method)

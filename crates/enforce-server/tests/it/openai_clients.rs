@@ -160,7 +160,10 @@ async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() 
         sdk::joined(&streamed["chunks"]),
         "Say this is a test (completions_stream)"
     );
-    assert!(streamed["chunks"].as_array().unwrap().len() > 1, "{streamed}");
+    assert!(
+        streamed["chunks"].as_array().unwrap().len() > 1,
+        "{streamed}"
+    );
 
     // One ask and one re-ask each: no client retried an unresolved answer.
     upstream.assert_not_retried(&[

@@ -81,22 +81,21 @@ async fn embeddings_reach_the_upstream_with_the_runners_key_and_are_audited() {
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].path, "/v1/embeddings");
     let upstream_auth = format!("Bearer {UPSTREAM_KEY}");
-    assert_eq!(sent[0].authorization.as_deref(), Some(upstream_auth.as_str()));
+    assert_eq!(
+        sent[0].authorization.as_deref(),
+        Some(upstream_auth.as_str())
+    );
     assert!(
         !sent[0].headers.iter().any(|(_, v)| v.contains(CLIENT_KEY)),
         "the client's key to enforce never reaches the upstream: {:?}",
         sent[0].headers
     );
-    assert_eq!(
-        sent[0].body["input"],
-        json!(["red apples", "green pears"])
-    );
+    assert_eq!(sent[0].body["input"], json!(["red apples", "green pears"]));
 
-    let metric = p
-        .harness
-        .server
-        .metrics()
-        .value("enforce_requests_total", &[("model", "m"), ("status", "passthrough")]);
+    let metric = p.harness.server.metrics().value(
+        "enforce_requests_total",
+        &[("model", "m"), ("status", "passthrough")],
+    );
     assert_eq!(metric, 1.0);
     let lines = p.audit_lines().await;
     let line = lines
@@ -199,7 +198,11 @@ async fn routes_answer_without_v1_and_a_missing_key_is_401() {
         .await
         .unwrap();
     assert_eq!(models["data"][0]["id"], "m");
-    let chat = p.post("/chat/completions", user_body(false)).send().await.unwrap();
+    let chat = p
+        .post("/chat/completions", user_body(false))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(chat.status(), 200);
     assert!(!p.mock.chat_requests().is_empty());
 }
@@ -237,7 +240,10 @@ async fn unknown_model_ids_are_asked_upstream_and_the_proxys_own_stay_its_own() 
 async fn a_model_without_an_http_upstream_refuses_in_the_openai_error_shape() {
     let runner = Arc::new(ScriptedRunner::texts(vec!["never asked"]));
     let server = Server::builder(ServerConfig::default())
-        .model(Model::new("cli", runner.clone(), Arc::new(marker_enforcer(false))).with_runner_kind("claude"))
+        .model(
+            Model::new("cli", runner.clone(), Arc::new(marker_enforcer(false)))
+                .with_runner_kind("claude"),
+        )
         .build()
         .unwrap();
     let h = Harness::start(server).await;
@@ -252,10 +258,18 @@ async fn a_model_without_an_http_upstream_refuses_in_the_openai_error_shape() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "passthrough_unsupported");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("`cli`") && message.contains("claude"), "{message}");
+    assert!(
+        message.contains("`cli`") && message.contains("claude"),
+        "{message}"
+    );
     assert!(runner.calls().is_empty());
     // Unknown ids of models stay a 404 without an upstream to ask.
-    let missing = h.client.get(h.url("/v1/models/gpt-4o")).send().await.unwrap();
+    let missing = h
+        .client
+        .get(h.url("/v1/models/gpt-4o"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(missing.status(), 404);
 }
 
