@@ -728,14 +728,9 @@ async fn completions(
         let script = lock(&shared.script);
         (script.chunks, script.chunk_gap)
     };
-    let chars: Vec<char> = prompt.chars().collect();
-    let per = chars.len().div_ceil(chunks.max(1)).max(1);
-    let mut events: Vec<String> = chars
-        .chunks(per)
-        .map(|piece| {
-            let piece: String = piece.iter().collect();
-            completion(json!([choice(&piece, Value::Null)])).to_string()
-        })
+    let mut events: Vec<String> = pieces(&prompt, chunks)
+        .iter()
+        .map(|piece| completion(json!([choice(piece, Value::Null)])).to_string())
         .collect();
     events.push(completion(json!([choice("", json!("stop"))])).to_string());
     events.push("[DONE]".to_string());
@@ -1012,6 +1007,16 @@ fn with_status(status: u16, body: String, retry_after: Option<String>) -> Respon
     response
 }
 
+/// `text` in `chunks` pieces (at least 1) of about the same number of characters.
+fn pieces(text: &str, chunks: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let per = chars.len().div_ceil(chunks.max(1)).max(1);
+    chars
+        .chunks(per)
+        .map(|piece| piece.iter().collect())
+        .collect()
+}
+
 /// The `data:` payloads of a streamed completion: a role chunk, `chunks` content chunks, a
 /// finish chunk, the usage chunk when asked for, `[DONE]`.
 fn stream_events(
@@ -1028,13 +1033,8 @@ fn stream_events(
         .to_string()
     };
     let mut events = vec![chunk(json!({"role": "assistant"}), Value::Null)];
-    let chars: Vec<char> = text.chars().collect();
-    let per = chars.len().div_ceil(chunks.max(1)).max(1);
-    for piece in chars.chunks(per) {
-        events.push(chunk(
-            json!({"content": piece.iter().collect::<String>()}),
-            Value::Null,
-        ));
+    for piece in pieces(text, chunks) {
+        events.push(chunk(json!({"content": piece}), Value::Null));
     }
     events.push(chunk(json!({}), json!(finish.unwrap_or("stop"))));
     if include_usage {

@@ -49,6 +49,13 @@ impl Passing {
             .json(&body)
     }
 
+    /// The JSON answer to a `GET` of `path` with the client's key.
+    async fn get_json(&self, path: &str) -> Value {
+        let h = &self.harness;
+        let response = h.client.get(h.url(path)).bearer_auth(CLIENT_KEY).send();
+        response.await.unwrap().json().await.unwrap()
+    }
+
     /// The audit lines, once the server has stopped and flushed them.
     async fn audit_lines(self) -> Vec<Value> {
         self.harness.shutdown().await.unwrap();
@@ -187,16 +194,7 @@ async fn routes_answer_without_v1_and_a_missing_key_is_401() {
     assert_eq!(embedded.status(), 200);
     assert_eq!(p.mock.embedding_requests()[0].path, "/v1/embeddings");
 
-    let models: Value = h
-        .client
-        .get(h.url("/models"))
-        .bearer_auth(CLIENT_KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models = p.get_json("/models").await;
     assert_eq!(models["data"][0]["id"], "m");
     let chat = p
         .post("/chat/completions", user_body(false))
@@ -211,16 +209,7 @@ async fn routes_answer_without_v1_and_a_missing_key_is_401() {
 async fn unknown_model_ids_are_asked_upstream_and_the_proxys_own_stay_its_own() {
     let p = Passing::start(MockScript::new()).await;
     let h = &p.harness;
-    let own: Value = h
-        .client
-        .get(h.url("/v1/models/m"))
-        .bearer_auth(CLIENT_KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let own = p.get_json("/v1/models/m").await;
     assert_eq!(own["owned_by"], "enforce");
     // The mock serves no /v1/models/{id}: its own 404 comes back.
     let other = h
