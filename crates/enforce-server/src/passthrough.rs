@@ -112,11 +112,24 @@ pub(crate) async fn forward(app: Arc<App>, request: Request) -> Response {
         Ok(admitted) => admitted,
         Err(rejection) => return rejection.refused(&app, granted).into_response(),
     };
-    let path = parts.uri.path();
+    let (model, key) = (admitted.model.id.clone(), admitted.key.clone());
+    let response = send(&app, &parts, admitted).await;
+    if let Some(series) = app.series.get(&model) {
+        series.count_request("passthrough");
+    }
+    if let Some(audit) = &app.audit {
+        let status = response.status().as_u16();
+        audit.append(audit_line(&model, key.as_deref(), parts.uri.path(), status));
+    }
+    response
+}
+
+/// Sends the admitted request upstream: its answer, or a 502 when there was none.
+async fn send(app: &App, parts: &axum::http::request::Parts, admitted: Admitted) -> Response {
     let mut url = format!(
         "{}{}",
         admitted.upstream.base_url.trim_end_matches('/'),
-        api_path(path)
+        api_path(parts.uri.path())
     );
     if let Some(query) = parts.uri.query() {
         url.push('?');
@@ -128,23 +141,11 @@ pub(crate) async fn forward(app: Arc<App>, request: Request) -> Response {
         .headers(upstream_headers(&parts.headers, &admitted.upstream))
         .body(reqwest::Body::wrap_stream(admitted.body.into_data_stream()))
         .send();
-    let answer = match tokio::time::timeout(app.config.request_timeout, sent).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(error)) => return upstream_failed(&format!("could not be reached: {error}")),
-        Err(_) => return upstream_failed("did not answer in time"),
-    };
-    if let Some(series) = app.series.get(&admitted.model.id) {
-        series.count_request("passthrough");
+    match tokio::time::timeout(app.config.request_timeout, sent).await {
+        Ok(Ok(answer)) => respond(answer, admitted.permit),
+        Ok(Err(error)) => upstream_failed(&format!("could not be reached: {error}")),
+        Err(_) => upstream_failed("did not answer in time"),
     }
-    if let Some(audit) = &app.audit {
-        audit.append(audit_line(
-            &admitted.model.id,
-            admitted.key.as_deref(),
-            path,
-            answer.status().as_u16(),
-        ));
-    }
-    respond(answer, admitted.permit)
 }
 
 /// Admission: the permit, the body (a JSON one read to find its `model`, any other streamed

@@ -294,3 +294,32 @@ async fn bodies_over_the_limit_are_refused_json_or_not() {
     assert_eq!(body["error"]["code"], "request_too_large");
     assert!(mock.requests().is_empty());
 }
+
+#[tokio::test]
+async fn an_upstream_that_cannot_be_reached_is_a_502_and_still_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        audit_log: Some(dir.path().join("audit.jsonl")),
+        ..ServerConfig::default()
+    };
+    let runner = Arc::new(ScriptedRunner::texts(vec!["never asked"]));
+    // Port 1 on the loopback: nothing listens there, the connection is refused at once.
+    let model = Model::new("m", runner, Arc::new(marker_enforcer(false)))
+        .with_passthrough(Upstream::openai("http://127.0.0.1:1/v1", None));
+    let h = Harness::start(Server::builder(config).model(model).build().unwrap()).await;
+    let response = h
+        .client
+        .post(h.url("/v1/embeddings"))
+        .json(&json!({"model": "e", "input": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 502);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "upstream_error");
+    h.shutdown().await.unwrap();
+    let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+    let line: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
+    assert_eq!(line["status"], "passthrough");
+    assert_eq!(line["http_status"], 502);
+}
