@@ -95,7 +95,8 @@ struct Named {
 struct Admitted {
     model: Arc<Model>,
     upstream: Upstream,
-    body: Body,
+    /// A read JSON body goes with its length; any other streams as it comes.
+    body: reqwest::Body,
     key: Option<String>,
     permit: OwnedSemaphorePermit,
 }
@@ -139,7 +140,7 @@ async fn send(app: &App, parts: &axum::http::request::Parts, admitted: Admitted)
         .http
         .request(parts.method.clone(), url)
         .headers(upstream_headers(&parts.headers, &admitted.upstream))
-        .body(reqwest::Body::wrap_stream(admitted.body.into_data_stream()))
+        .body(admitted.body)
         .send();
     match tokio::time::timeout(app.config.request_timeout, sent).await {
         Ok(Ok(answer)) => respond(answer, admitted.permit),
@@ -162,13 +163,13 @@ async fn admit(
         let named = serde_json::from_slice::<Named>(&bytes)
             .ok()
             .and_then(|n| n.model);
-        (named, Body::from(bytes))
+        (named, reqwest::Body::from(bytes))
     } else {
         let limit = app.config.max_body_bytes;
         if declared_length(headers).is_some_and(|length| length > limit) {
             return Err(Rejection::new("body_too_large", too_large(limit)));
         }
-        (None, limited(body, limit))
+        (None, reqwest::Body::wrap_stream(limited(body, limit)))
     };
     let grant = controls::grant(app, granted);
     let own = named.as_deref().and_then(|id| app.models.get(id));
@@ -227,9 +228,9 @@ fn too_large(limit: usize) -> ApiError {
 }
 
 /// `body` as it comes, failing once it is longer than `limit` bytes.
-fn limited(body: Body, limit: usize) -> Body {
+fn limited(body: Body, limit: usize) -> impl Stream<Item = Result<Bytes, std::io::Error>> {
     let mut seen = 0usize;
-    Body::from_stream(body.into_data_stream().map(move |chunk| {
+    body.into_data_stream().map(move |chunk| {
         let chunk = chunk.map_err(std::io::Error::other)?;
         seen = seen.saturating_add(chunk.len());
         if seen > limit {
@@ -237,7 +238,7 @@ fn limited(body: Body, limit: usize) -> Body {
             return Err(std::io::Error::other(message));
         }
         Ok::<Bytes, std::io::Error>(chunk)
-    }))
+    })
 }
 
 /// The client's headers without the connection's, its key and what the upstream's own

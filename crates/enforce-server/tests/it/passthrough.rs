@@ -98,6 +98,8 @@ async fn embeddings_reach_the_upstream_with_the_runners_key_and_are_audited() {
         sent[0].headers
     );
     assert_eq!(sent[0].body["input"], json!(["red apples", "green pears"]));
+    // A JSON body read to find its model goes with its length, not chunked.
+    assert!(sent[0].header("content-length").is_some(), "{:?}", sent[0].headers);
 
     let metric = p.harness.server.metrics().value(
         "enforce_requests_total",
