@@ -5,7 +5,7 @@
 
 use crate::common::*;
 use enforce_core::ScriptedRunner;
-use enforce_server::{FsyncPolicy, Model, Server, ServerConfig, Upstream};
+use enforce_server::{FsyncPolicy, KeyGrant, Model, Server, ServerConfig, Upstream};
 use enforce_testkit::{MockOpenAi, MockScript};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -99,7 +99,11 @@ async fn embeddings_reach_the_upstream_with_the_runners_key_and_are_audited() {
     );
     assert_eq!(sent[0].body["input"], json!(["red apples", "green pears"]));
     // A JSON body read to find its model goes with its length, not chunked.
-    assert!(sent[0].header("content-length").is_some(), "{:?}", sent[0].headers);
+    assert!(
+        sent[0].header("content-length").is_some(),
+        "{:?}",
+        sent[0].headers
+    );
 
     let metric = p.harness.server.metrics().value(
         "enforce_requests_total",
@@ -324,4 +328,32 @@ async fn an_upstream_that_cannot_be_reached_is_a_502_and_still_audited() {
     let line: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
     assert_eq!(line["status"], "passthrough");
     assert_eq!(line["http_status"], 502);
+}
+
+#[tokio::test]
+async fn a_key_limited_to_some_models_passes_through_only_what_names_one() {
+    let mock = MockOpenAi::start(MockScript::new()).await.unwrap();
+    let config = ServerConfig {
+        key_grants: vec![KeyGrant {
+            name: "app".into(),
+            key: "limited-key".into(),
+            models: Some(vec!["m".into()]),
+            profiles: None,
+        }],
+        ..ServerConfig::default()
+    };
+    let model = Model::new("m", mock_upstream(&mock), Arc::new(marker_enforcer(false)))
+        .with_passthrough(Upstream::openai(mock.url(), None));
+    let h = Harness::start(Server::builder(config).model(model).build().unwrap()).await;
+    let embed = |model: &'static str| {
+        h.client
+            .post(h.url("/v1/embeddings"))
+            .bearer_auth("limited-key")
+            .json(&json!({"model": model, "input": "x"}))
+            .send()
+    };
+    assert_eq!(embed("m").await.unwrap().status(), 200);
+    let other = embed("text-embedding-3-small").await.unwrap();
+    assert_eq!(other.status(), 403);
+    assert_eq!(mock.embedding_requests().len(), 1);
 }
