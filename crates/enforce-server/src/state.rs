@@ -40,6 +40,8 @@ pub(crate) struct App {
     pub in_flight: Gauge,
     pub audit: Option<Arc<AuditLog>>,
     pub limiter: Arc<Semaphore>,
+    /// The pooled client that forwards the endpoints this proxy does not enforce.
+    pub http: reqwest::Client,
     /// The OpenTelemetry exporter, when traces are on.
     pub telemetry: Option<Telemetry>,
     pub draining: AtomicBool,

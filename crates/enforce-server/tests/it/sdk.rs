@@ -9,7 +9,9 @@ use enforce_core::{
     async_trait, runner::ToolCall, Context, Enforcer, Issue, Policy, Reply, ReplyStream, Request,
     Role, Runner, StreamEvent, Usage, Validation, Validator,
 };
-use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerConfig, StreamMode};
+use enforce_server::{
+    FailureResponse, Model, ModelOptions, Server, ServerConfig, StreamMode, Upstream,
+};
 use futures_util::StreamExt;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -310,6 +312,11 @@ impl Runner for ByQuestion {
 /// every attempt as it comes, as reasoning (its upstream paced, 50 ms after a reply's first
 /// word).
 pub fn server(upstream: Arc<ByQuestion>) -> Server {
+    forwarding_server(upstream, None)
+}
+
+/// [`server`], `m` forwarding the endpoints enforce does not enforce to `passthrough`.
+pub fn forwarding_server(upstream: Arc<ByQuestion>, passthrough: Option<Upstream>) -> Server {
     let paced: Arc<ByQuestion> = Arc::new(upstream.paced(Duration::from_millis(50)));
     let model = |id: &str, runner: Arc<ByQuestion>, stream_mode: StreamMode| {
         let enforcer = Enforcer::new(vec![Box::new(NoBrokenWord)])
@@ -320,8 +327,13 @@ pub fn server(upstream: Arc<ByQuestion>) -> Server {
             ..ModelOptions::default()
         })
     };
+    let m = model("m", upstream, StreamMode::Hold);
+    let m = match passthrough {
+        Some(passthrough) => m.with_passthrough(passthrough),
+        None => m,
+    };
     Server::builder(ServerConfig::default())
-        .model(model("m", upstream, StreamMode::Hold))
+        .model(m)
         .model(model("draft", paced, StreamMode::Draft))
         .build()
         .unwrap()
