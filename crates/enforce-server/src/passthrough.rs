@@ -312,7 +312,7 @@ fn audit_line(model: &str, key: Option<&str>, path: &str, http_status: u16) -> S
         http_status: u16,
     }
     serde_json::to_string(&Line {
-        ts: enforce_core::rfc3339_millis(std::time::SystemTime::now()),
+        ts: enforce_core::audit::rfc3339_millis(std::time::SystemTime::now()),
         model,
         key,
         status: "passthrough",
