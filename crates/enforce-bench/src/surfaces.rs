@@ -69,6 +69,8 @@ struct Measured {
     http_relay: Vec<f64>,
     /// `(surface, stream)` → the p50 per round (ms).
     enforce: Vec<((Surface, bool), Vec<f64>)>,
+    /// The answer cache's models ([`crate::cache::MODELS`]) → the p50 per round (ms).
+    cache: [Vec<f64>; 3],
     commands: Vec<String>,
     cores_awake: String,
     pinned: bool,
@@ -134,7 +136,14 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
         &mut r,
     )?;
     let (enforce, base) = start_enforce(&args.enforce_bin, &pin, &ok_url, &args.work_dir, &mut r)?;
-    let drive = |r: &mut Results, url: &str, surface: Surface, stream: bool, pid: u32| {
+    let (cached, cached_base) =
+        crate::cache::start(&args.enforce_bin, &pin, &ok_url, &args.work_dir, &mut r)?;
+    let drive_model = |r: &mut Results,
+                       url: &str,
+                       model: &str,
+                       surface: Surface,
+                       stream: bool,
+                       pid: u32| {
         let mut a: Vec<String> = [
             "load",
             "--url",
@@ -142,7 +151,7 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
             "--surface",
             surface.name(),
             "--model",
-            "mock",
+            model,
             "--key",
             "sk-bench",
             "--pid",
@@ -158,6 +167,10 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
         let report = output_json(command(&pin.driver, &me, &a), r)?;
         p50_of(&report)
     };
+    let drive = |r: &mut Results, url: &str, surface: Surface, stream: bool, pid: u32| {
+        drive_model(r, url, "mock", surface, stream, pid)
+    };
+    let mut cache_p50: [Vec<f64>; 3] = Default::default();
     let mut relay_p50 = Vec::new();
     let mut http_relay_p50 = Vec::new();
     let mut enforce_p50: Vec<((Surface, bool), Vec<f64>)> = Surface::ALL
@@ -185,6 +198,10 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
             let url = format!("{base}/v1{}", surface.path());
             p50s.push(drive(&mut r, &url, *surface, *stream, enforce.0.id())?);
         }
+        let url = format!("{cached_base}/v1{}", Surface::Chat.path());
+        for (model, p50s) in crate::cache::MODELS.iter().zip(&mut cache_p50) {
+            p50s.push(drive_model(&mut r, &url, model, Surface::Chat, false, cached.0.id())?);
+        }
     }
     // The commands once: every round repeats them.
     let mut commands = Vec::new();
@@ -197,6 +214,7 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
         relay: relay_p50,
         http_relay: http_relay_p50,
         enforce: enforce_p50,
+        cache: cache_p50,
         commands,
         cores_awake: r.cores_awake,
         pinned,
@@ -277,6 +295,7 @@ fn render(args: &SurfacesArgs, m: &Measured) -> String {
             rounds(p50s),
         ));
     }
+    s.push_str(&crate::cache::render(&m.cache));
     s.push_str("\nCommands:\n\n```sh\n");
     for c in &m.commands {
         s.push_str(c);
