@@ -579,7 +579,11 @@ async fn last_audit_record(dir: &Path, replica: &str) -> Value {
         if let Some(line) = text.lines().last() {
             return serde_json::from_str(line).unwrap();
         }
-        assert!(Instant::now() < deadline, "no audit record in {}", path.display());
+        assert!(
+            Instant::now() < deadline,
+            "no audit record in {}",
+            path.display()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -601,10 +605,16 @@ async fn an_answer_cached_in_redis_serves_every_replica_until_the_contract_chang
     let a = start(&replica_config(&dir, "a", &same, &redis.url(), ""));
     let b = start(&replica_config(&dir, "b", &same, &redis.url(), ""));
     let (cache, answer) = cache_turn(&a, "first").await;
-    assert_eq!((cache.as_str(), &answer["enforcement"]["status"]), ("miss", &json!("passed")));
+    assert_eq!(
+        (cache.as_str(), &answer["enforcement"]["status"]),
+        ("miss", &json!("passed"))
+    );
     let (cache, again) = cache_turn(&b, "first").await;
     assert_eq!(cache, "hit", "the other replica reads it from Redis");
-    assert_eq!(again["choices"][0]["message"], answer["choices"][0]["message"]);
+    assert_eq!(
+        again["choices"][0]["message"],
+        answer["choices"][0]["message"]
+    );
     assert_eq!(upstream.chat_requests().len(), 1, "one upstream call");
     let hit = last_audit_record(&dir, "b").await;
     assert_eq!(hit["cache"]["status"], "hit", "{hit}");
@@ -620,6 +630,10 @@ async fn an_answer_cached_in_redis_serves_every_replica_until_the_contract_chang
     assert_eq!(cache_turn(&c, "first").await.0, "miss");
     assert_eq!(upstream.chat_requests().len(), 2);
     assert_eq!(cache_turn(&c, "first").await.0, "hit");
-    assert_eq!(cache_turn(&a, "first").await.0, "hit", "the first contract's stays");
+    assert_eq!(
+        cache_turn(&a, "first").await.0,
+        "hit",
+        "the first contract's stays"
+    );
     assert_eq!(upstream.chat_requests().len(), 2);
 }

@@ -68,9 +68,8 @@ pub(crate) fn start(
 /// [`MODELS`]' order), and the verdicts.
 pub fn render(p50s: &[Vec<f64>; 3]) -> String {
     let [uncached, hit, miss] = p50s;
-    let differences = |of: &[f64]| -> Vec<f64> {
-        of.iter().zip(uncached).map(|(x, base)| x - base).collect()
-    };
+    let differences =
+        |of: &[f64]| -> Vec<f64> { of.iter().zip(uncached).map(|(x, base)| x - base).collect() };
     let saved = -median(&differences(hit));
     let miss_cost = median(&differences(miss));
     let verdict = if miss_cost <= TARGET_MISS_COST_MS {

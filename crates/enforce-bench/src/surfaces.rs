@@ -138,35 +138,31 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
     let (enforce, base) = start_enforce(&args.enforce_bin, &pin, &ok_url, &args.work_dir, &mut r)?;
     let (cached, cached_base) =
         crate::cache::start(&args.enforce_bin, &pin, &ok_url, &args.work_dir, &mut r)?;
-    let drive_model = |r: &mut Results,
-                       url: &str,
-                       model: &str,
-                       surface: Surface,
-                       stream: bool,
-                       pid: u32| {
-        let mut a: Vec<String> = [
-            "load",
-            "--url",
-            url,
-            "--surface",
-            surface.name(),
-            "--model",
-            model,
-            "--key",
-            "sk-bench",
-            "--pid",
-        ]
-        .map(String::from)
-        .to_vec();
-        a.push(pid.to_string());
-        a.extend(["--sequential".into(), args.sequential.to_string()]);
-        a.extend(["--concurrency", "0", "--rate", "0"].map(String::from));
-        if stream {
-            a.push("--stream".into());
-        }
-        let report = output_json(command(&pin.driver, &me, &a), r)?;
-        p50_of(&report)
-    };
+    let drive_model =
+        |r: &mut Results, url: &str, model: &str, surface: Surface, stream: bool, pid: u32| {
+            let mut a: Vec<String> = [
+                "load",
+                "--url",
+                url,
+                "--surface",
+                surface.name(),
+                "--model",
+                model,
+                "--key",
+                "sk-bench",
+                "--pid",
+            ]
+            .map(String::from)
+            .to_vec();
+            a.push(pid.to_string());
+            a.extend(["--sequential".into(), args.sequential.to_string()]);
+            a.extend(["--concurrency", "0", "--rate", "0"].map(String::from));
+            if stream {
+                a.push("--stream".into());
+            }
+            let report = output_json(command(&pin.driver, &me, &a), r)?;
+            p50_of(&report)
+        };
     let drive = |r: &mut Results, url: &str, surface: Surface, stream: bool, pid: u32| {
         drive_model(r, url, "mock", surface, stream, pid)
     };
@@ -200,7 +196,14 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
         }
         let url = format!("{cached_base}/v1{}", Surface::Chat.path());
         for (model, p50s) in crate::cache::MODELS.iter().zip(&mut cache_p50) {
-            p50s.push(drive_model(&mut r, &url, model, Surface::Chat, false, cached.0.id())?);
+            p50s.push(drive_model(
+                &mut r,
+                &url,
+                model,
+                Surface::Chat,
+                false,
+                cached.0.id(),
+            )?);
         }
     }
     // The commands once: every round repeats them.

@@ -443,14 +443,21 @@ mod tests {
         assert!(cache.get("a", Instant::now()).is_some());
         assert!(cache.get("c", Instant::now()).is_some());
         cache.put("d", Bytes::from(vec![0; 30]), far());
-        assert!(cache.get("d", Instant::now()).is_none(), "larger than the cache");
+        assert!(
+            cache.get("d", Instant::now()).is_none(),
+            "larger than the cache"
+        );
     }
 
     #[test]
     fn memory_forgets_an_answer_past_its_ttl() {
         let cache = MemoryCache::new(100);
         let now = Instant::now();
-        cache.put("a", Bytes::from_static(b"x"), now + Duration::from_millis(5));
+        cache.put(
+            "a",
+            Bytes::from_static(b"x"),
+            now + Duration::from_millis(5),
+        );
         assert!(cache.get("a", now).is_some());
         assert!(cache.get("a", now + Duration::from_millis(5)).is_none());
         let entries = cache.entries.lock().unwrap();

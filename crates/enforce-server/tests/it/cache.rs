@@ -31,7 +31,12 @@ async fn upstream(answer: &str) -> MockOpenAi {
 }
 
 /// A server of model `m` (profile `chat`, whose contract is `contract`) over `mock`.
-fn server(config: ServerConfig, mock: &MockOpenAi, options: ModelOptions, contract: &str) -> Server {
+fn server(
+    config: ServerConfig,
+    mock: &MockOpenAi,
+    options: ModelOptions,
+    contract: &str,
+) -> Server {
     Server::builder(config)
         .model(
             Model::new("m", mock_upstream(mock), Arc::new(marker_enforcer(false)))
@@ -56,7 +61,11 @@ async fn ask(h: &Harness, body: &Value, headers: &[(&str, &str)]) -> (u16, Strin
     }
     let response = request.send().await.unwrap();
     let cache = cache_header(&response);
-    (response.status().as_u16(), cache, response.json().await.unwrap())
+    (
+        response.status().as_u16(),
+        cache,
+        response.json().await.unwrap(),
+    )
 }
 
 fn cache_header(response: &reqwest::Response) -> String {
@@ -80,9 +89,15 @@ async fn a_repeated_request_is_answered_once_upstream() {
     let mock = upstream(GOOD).await;
     let h = start(&mock, CacheConfig::default()).await;
     let (status, first, answer) = ask(&h, &user_body(false), &[]).await;
-    assert_eq!((status, first.as_str(), content(&answer)), (200, "miss", GOOD));
+    assert_eq!(
+        (status, first.as_str(), content(&answer)),
+        (200, "miss", GOOD)
+    );
     let (status, second, again) = ask(&h, &user_body(false), &[]).await;
-    assert_eq!((status, second.as_str(), content(&again)), (200, "hit", GOOD));
+    assert_eq!(
+        (status, second.as_str(), content(&again)),
+        (200, "hit", GOOD)
+    );
     assert_eq!(mock.chat_requests().len(), 1, "one upstream call");
     assert_ne!(answer["id"], again["id"], "a hit is an answer of its own");
     assert_eq!(again["enforcement"]["status"], "passed");

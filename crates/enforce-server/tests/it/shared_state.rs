@@ -93,7 +93,9 @@ impl SharedState for MemoryState {
     async fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>, StateError> {
         self.up()?;
         let answers = self.answers.lock().unwrap();
-        let live = answers.get(key).filter(|(_, expires)| *expires > Instant::now());
+        let live = answers
+            .get(key)
+            .filter(|(_, expires)| *expires > Instant::now());
         Ok(live.map(|(answer, _)| answer.clone()))
     }
 }
