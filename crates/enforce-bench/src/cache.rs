@@ -6,12 +6,10 @@
 //! upstream). A hit's figure against `uncached` is the upstream call it saves; `cache-miss`
 //! against `uncached` is what the cache costs a request it cannot answer (target ≤ 0.01 ms).
 
-use crate::peers::{command, describe, free_port, wait_http, Guarded, Pinning, PERSON_CONFIG};
+use crate::peers::{serve, Guarded, Pinning, Served, PERSON_CONFIG};
 use crate::results::Results;
 use crate::stats::median;
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
 /// The bound on what the cache adds to a request it misses, at c=1 (ms).
 pub const TARGET_MISS_COST_MS: f64 = 0.01;
@@ -39,29 +37,12 @@ pub(crate) fn start(
     work: &Path,
     r: &mut Results,
 ) -> anyhow::Result<(Guarded, String)> {
-    let cfg = work.join("enforce-cache.yaml");
-    std::fs::write(&cfg, config(ok_url))?;
-    let port = free_port()?;
-    let a: Vec<String> = vec![
-        "serve".into(),
-        "--config".into(),
-        cfg.to_string_lossy().to_string(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-    ];
-    let mut cmd = command(&pin.sut, enforce_bin, &a);
-    cmd.env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(
-            work.join("enforce-cache.log"),
-        )?));
-    r.commands.push(describe(&cmd));
-    let child = Guarded(cmd.spawn()?);
-    let base = format!("http://127.0.0.1:{port}");
-    if !wait_http(&format!("{base}/healthz"), None, Duration::from_secs(20)) {
-        anyhow::bail!("enforce serve (cache) did not become healthy (see enforce-cache.log)");
-    }
-    Ok((child, base))
+    let served = Served {
+        name: "enforce-cache",
+        config: &config(ok_url),
+        log: "enforce-cache.log",
+    };
+    serve(enforce_bin, pin, work, r, &served, &[])
 }
 
 /// The rows of the surfaces table for the cache: each model's p50 per round (`p50s`, in

@@ -103,15 +103,7 @@ async fn a_repeated_request_is_answered_once_upstream() {
     assert_eq!(again["enforcement"]["status"], "passed");
     let other = ask(&h, &asking("Something else."), &[]).await;
     assert_eq!(other.1, "miss", "another request");
-    let metrics = h
-        .client
-        .get(h.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     assert!(
         metrics.contains(r#"enforce_cache_lookups_total{model="m",result="hit"} 1"#),
         "{metrics}"
