@@ -30,6 +30,13 @@ async fn upstream(answer: &str) -> MockOpenAi {
     MockOpenAi::start(script).await.unwrap()
 }
 
+/// Model `m` over `mock`, with profile `chat` (the step marker).
+fn chat_model(mock: &MockOpenAi, options: ModelOptions) -> Model {
+    Model::new("m", mock_upstream(mock), Arc::new(marker_enforcer(false)))
+        .with_profile("chat")
+        .with_options(options)
+}
+
 /// A server of model `m` (profile `chat`, whose contract is `contract`) over `mock`.
 fn server(
     config: ServerConfig,
@@ -38,11 +45,7 @@ fn server(
     contract: &str,
 ) -> Server {
     Server::builder(config)
-        .model(
-            Model::new("m", mock_upstream(mock), Arc::new(marker_enforcer(false)))
-                .with_profile("chat")
-                .with_options(options),
-        )
+        .model(chat_model(mock, options))
         .contract("chat", contract)
         .step_extractor(step_mark)
         .build()
@@ -212,11 +215,7 @@ async fn a_changed_contract_is_a_miss_in_the_shared_store() {
             ..ServerConfig::default()
         };
         Server::builder(config)
-            .model(
-                Model::new("m", mock_upstream(&mock), Arc::new(marker_enforcer(false)))
-                    .with_profile("chat")
-                    .with_options(cached(shared)),
-            )
+            .model(chat_model(&mock, cached(shared)))
             .contract("chat", contract)
             .shared_state(store.clone())
             .build()
@@ -240,11 +239,7 @@ async fn a_changed_contract_is_a_miss_in_the_shared_store() {
 async fn a_profile_without_a_contract_fingerprint_is_not_cached() {
     let mock = upstream(GOOD).await;
     let server = Server::builder(ServerConfig::default())
-        .model(
-            Model::new("m", mock_upstream(&mock), Arc::new(marker_enforcer(false)))
-                .with_profile("chat")
-                .with_options(cached(CacheConfig::default())),
-        )
+        .model(chat_model(&mock, cached(CacheConfig::default())))
         .build()
         .unwrap();
     let h = Harness::start(server).await;
