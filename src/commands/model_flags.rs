@@ -221,6 +221,7 @@ impl ModelFlags {
             // `server.allow_request_limits` decides, as for a `models:` entry without the key.
             allow_request_limits: None,
             classify: None,
+            cache: None,
         }))
     }
 

@@ -120,7 +120,7 @@ pub struct Prepared {
 /// upstream's `/models` for its first model.
 pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     let loaded = LoadedConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
-    let (registry, _host) = crate::plugin_host::registry_with_plugins(&loaded);
+    let (registry, host) = crate::plugin_host::registry_with_plugins(&loaded);
     let profiles = loaded
         .profiles(&registry, args.root.clone())
         .map_err(|e| e.to_string())?;
@@ -211,6 +211,10 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     let names: Vec<String> = profiles.names().map(str::to_string).collect();
     for name in names {
         builder = builder.profile(name.clone(), enforcer_for(&profiles, &name)?);
+        if let Some(profile) = profiles.get(&name) {
+            let contract = contract_of(&loaded, profile, &host);
+            builder = builder.contract(name, enforce_server::contract_fingerprint(&contract));
+        }
     }
     let server = builder.build().map_err(|e| e.to_string())?;
     if let Some(shared) = server.shared_state() {
@@ -222,6 +226,55 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
         listen,
         listen_in_file,
         server,
+    })
+}
+
+/// What a profile checks answers against, for the answer cache's key (`cache:` on a model):
+/// this enforce's version, the profile's configuration and the policy built from it, each of
+/// its validators' options, and the version of every plugin loaded. Any change to one of
+/// them is another contract, whose cache is empty.
+fn contract_of(
+    loaded: &LoadedConfig,
+    profile: &enforce_config::Profile,
+    host: &enforce_plugin_host::PluginHost,
+) -> serde_json::Value {
+    let config = &loaded.config;
+    let own = config.profiles.get(profile.name());
+    let names: Vec<String> = match own {
+        Some(own) => own
+            .validators
+            .iter()
+            .chain(&own.input_validators)
+            .cloned()
+            .collect(),
+        None => profile
+            .validator_names()
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
+    };
+    let validators: serde_json::Map<String, serde_json::Value> = names
+        .into_iter()
+        .map(|name| {
+            let spec = config.validators.get(&name).cloned();
+            (name, spec.unwrap_or_default())
+        })
+        .collect();
+    let plugins: Vec<String> = host
+        .plugins()
+        .iter()
+        .map(|p| format!("{}@{}", p.name(), p.version()))
+        .collect();
+    serde_json::json!({
+        "enforce": env!("CARGO_PKG_VERSION"),
+        "profile": profile.name(),
+        "config": own,
+        "defaults": config.defaults,
+        "validators": validators,
+        // The policy as built (defaults layered, files read): its `Debug` form, which the
+        // enforce version above pins.
+        "policy": format!("{:?}", profile.policy()),
+        "plugins": plugins,
     })
 }
 

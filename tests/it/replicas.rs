@@ -543,3 +543,97 @@ async fn stored_responses_are_shared_by_the_replicas_through_redis() {
     assert_eq!(error["error"]["param"], "previous_response_id");
     drop(redis);
 }
+
+/// A profile `p` (the step marker and a length limit of `max` characters) and model `m` over
+/// `upstream` with the answer cache in Redis.
+fn cached_model(upstream: &str, max: u32) -> String {
+    format!(
+        "validators:\n  short:\n    type: length\n    unit: chars\n    max: {max}\nprofiles:\n  p:\n    validators: [step_marker, short]\n{}    cache:\n      ttl_secs: 60\n      store: redis\n",
+        openai_model(upstream, "p")
+    )
+}
+
+/// One turn of `question`; `X-Enforce-Cache` and the answer.
+async fn cache_turn(proxy: &Proxy, question: &str) -> (String, Value) {
+    let response = client()
+        .post(proxy.url("/chat/completions"))
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": question}]}))
+        .send()
+        .await
+        .unwrap();
+    let cache = response
+        .headers()
+        .get("x-enforce-cache")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    (cache, response.json().await.unwrap_or(Value::Null))
+}
+
+/// The last audit record of replica `replica`, once its writer has written one.
+async fn last_audit_record(dir: &Path, replica: &str) -> Value {
+    let path = dir.join(format!("{replica}-audit.jsonl"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if let Some(line) = text.lines().last() {
+            return serde_json::from_str(line).unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no audit record in {}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_cached_in_redis_serves_every_replica_until_the_contract_changes() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let upstream = MockOpenAi::start(
+        MockScript::new()
+            .reply(MockReply::text("What.\n<!-- STEP: what -->"))
+            .then(enforce_testkit::Then::RepeatLast),
+    )
+    .await
+    .unwrap();
+    let dir = temp_dir("replicas-cache");
+    let same = cached_model(&upstream.url(), 500);
+    let a = start(&replica_config(&dir, "a", &same, &redis.url(), ""));
+    let b = start(&replica_config(&dir, "b", &same, &redis.url(), ""));
+    let (cache, answer) = cache_turn(&a, "first").await;
+    assert_eq!(
+        (cache.as_str(), &answer["enforcement"]["status"]),
+        ("miss", &json!("passed"))
+    );
+    let (cache, again) = cache_turn(&b, "first").await;
+    assert_eq!(cache, "hit", "the other replica reads it from Redis");
+    assert_eq!(
+        again["choices"][0]["message"],
+        answer["choices"][0]["message"]
+    );
+    assert_eq!(upstream.chat_requests().len(), 1, "one upstream call");
+    let hit = last_audit_record(&dir, "b").await;
+    assert_eq!(hit["cache"]["status"], "hit", "{hit}");
+    assert_eq!(hit["attempts"], json!([]), "no model was asked");
+    assert!(hit["cache"]["tokens_saved"].as_u64() > Some(0), "{hit}");
+    assert!(metrics(&b)
+        .await
+        .contains(r#"enforce_cache_lookups_total{model="m",result="hit"} 1"#));
+
+    // Another option of a validator is another contract: its answers are not replayed.
+    let changed = cached_model(&upstream.url(), 400);
+    let c = start(&replica_config(&dir, "c", &changed, &redis.url(), ""));
+    assert_eq!(cache_turn(&c, "first").await.0, "miss");
+    assert_eq!(upstream.chat_requests().len(), 2);
+    assert_eq!(cache_turn(&c, "first").await.0, "hit");
+    assert_eq!(
+        cache_turn(&a, "first").await.0,
+        "hit",
+        "the first contract's stays"
+    );
+    assert_eq!(upstream.chat_requests().len(), 2);
+}

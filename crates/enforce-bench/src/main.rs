@@ -13,6 +13,7 @@
 //! - `enforce-bench python`      enforce from Python (the enforce-llm wheel) against Guardrails
 //!   and Instructor; writes the Python section of BENCHMARKS.md
 
+mod cache;
 mod inproc;
 mod load;
 mod mock;

@@ -13,7 +13,7 @@ mod harness;
 mod proxies;
 pub(crate) use harness::*;
 use proxies::{proxy_enforce, proxy_litellm, proxy_relay, proxy_tensorzero};
-pub(crate) use proxies::{start_enforce, PERSON_CONFIG};
+pub(crate) use proxies::{serve, start_enforce, Served, PERSON_CONFIG};
 
 /// Options of the full run.
 #[derive(Debug, Clone, clap::Args)]

@@ -100,6 +100,8 @@ struct Measured {
     http_relay: Vec<f64>,
     /// `(binary, surface, stream)` → the p50 per round (ms).
     enforce: Vec<(Row, Vec<f64>)>,
+    /// The answer cache's models ([`crate::cache::MODELS`]) → the p50 per round (ms).
+    cache: [Vec<f64>; 3],
     commands: Vec<String>,
     cores_awake: String,
     pinned: bool,
@@ -174,30 +176,37 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
         let started = start_enforce(baseline, &pin, &ok_url, &work, &mut r)?;
         proxies.push((Binary::Baseline, started));
     }
+    let (cached, cached_base) =
+        crate::cache::start(&args.enforce_bin, &pin, &ok_url, &args.work_dir, &mut r)?;
+    let drive_model =
+        |r: &mut Results, url: &str, model: &str, surface: Surface, stream: bool, pid: u32| {
+            let mut a: Vec<String> = [
+                "load",
+                "--url",
+                url,
+                "--surface",
+                surface.name(),
+                "--model",
+                model,
+                "--key",
+                "sk-bench",
+                "--pid",
+            ]
+            .map(String::from)
+            .to_vec();
+            a.push(pid.to_string());
+            a.extend(["--sequential".into(), args.sequential.to_string()]);
+            a.extend(["--concurrency", "0", "--rate", "0"].map(String::from));
+            if stream {
+                a.push("--stream".into());
+            }
+            let report = output_json(command(&pin.driver, &me, &a), r)?;
+            p50_of(&report)
+        };
     let drive = |r: &mut Results, url: &str, surface: Surface, stream: bool, pid: u32| {
-        let mut a: Vec<String> = [
-            "load",
-            "--url",
-            url,
-            "--surface",
-            surface.name(),
-            "--model",
-            "mock",
-            "--key",
-            "sk-bench",
-            "--pid",
-        ]
-        .map(String::from)
-        .to_vec();
-        a.push(pid.to_string());
-        a.extend(["--sequential".into(), args.sequential.to_string()]);
-        a.extend(["--concurrency", "0", "--rate", "0"].map(String::from));
-        if stream {
-            a.push("--stream".into());
-        }
-        let report = output_json(command(&pin.driver, &me, &a), r)?;
-        p50_of(&report)
+        drive_model(r, url, "mock", surface, stream, pid)
     };
+    let mut cache_p50: [Vec<f64>; 3] = Default::default();
     let mut relay_p50 = Vec::new();
     let mut http_relay_p50 = Vec::new();
     let mut enforce_p50: Vec<(Row, Vec<f64>)> = proxies
@@ -254,6 +263,17 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
                 )?);
             }
         }
+        let url = format!("{cached_base}/v1{}", Surface::Chat.path());
+        for (model, p50s) in crate::cache::MODELS.iter().zip(&mut cache_p50) {
+            p50s.push(drive_model(
+                &mut r,
+                &url,
+                model,
+                Surface::Chat,
+                false,
+                cached.0.id(),
+            )?);
+        }
     }
     // The commands once: every round repeats them.
     let mut commands = Vec::new();
@@ -266,6 +286,7 @@ fn measure(args: &SurfacesArgs) -> anyhow::Result<Measured> {
         relay: relay_p50,
         http_relay: http_relay_p50,
         enforce: enforce_p50,
+        cache: cache_p50,
         commands,
         cores_awake: r.cores_awake,
         pinned,
@@ -348,6 +369,7 @@ fn render(args: &SurfacesArgs, m: &Measured) -> String {
             rounds(p50s),
         ));
     }
+    s.push_str(&crate::cache::render(&m.cache));
     s.push_str("\nCommands:\n\n```sh\n");
     for c in &m.commands {
         s.push_str(c);

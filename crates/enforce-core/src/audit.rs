@@ -41,6 +41,7 @@ pub struct AuditRecord<'a> {
     route: Option<&'a serde_json::Value>,
     request_limits: Option<&'a serde_json::Value>,
     step: Option<&'a str>,
+    cache: Option<&'a serde_json::Value>,
     outcome: &'a Outcome,
 }
 
@@ -63,6 +64,8 @@ struct AuditLine<'a> {
     request_limits: Option<&'a serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     step: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache: Option<&'a serde_json::Value>,
     #[serde(flatten)]
     outcome: &'a Outcome,
 }
@@ -81,6 +84,7 @@ impl<'a> AuditRecord<'a> {
             route: None,
             request_limits: None,
             step: None,
+            cache: None,
             outcome,
         }
     }
@@ -144,6 +148,13 @@ impl<'a> AuditRecord<'a> {
         self
     }
 
+    /// Whether the answer came from an answer cache (`{"status": "hit", "tokens_saved": 812}`;
+    /// left out when the request was not looked up).
+    pub fn cache(mut self, cache: impl Into<Option<&'a serde_json::Value>>) -> Self {
+        self.cache = cache.into();
+        self
+    }
+
     /// The record as one line of JSON (no newline).
     pub fn to_json_line(&self) -> String {
         // Strings, numbers and enums only: serialization cannot fail.
@@ -164,6 +175,7 @@ impl Serialize for AuditRecord<'_> {
             route: self.route,
             request_limits: self.request_limits,
             step: self.step,
+            cache: self.cache,
             outcome: self.outcome,
         }
         .serialize(serializer)

@@ -96,6 +96,49 @@ pub struct ModelOptions {
     /// configuration is the contract, and a request sending either header is refused (400)
     /// rather than served with limits it did not get.
     pub request_limits: bool,
+    /// Keep this model's checked answers and replay them for the same request under the same
+    /// contract (`None`: no cache).
+    pub cache: Option<CacheConfig>,
+}
+
+/// A model's `cache:`: checked answers (`passed` or `repaired`) kept for `ttl_secs`, keyed by
+/// the request, the model and a digest of the profile's contract, so that any change to the
+/// contract is a miss.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// How long an answer is replayed, in seconds (default 600).
+    pub ttl_secs: u64,
+    /// Most bytes of answers kept in memory; the least recently used go first (default
+    /// 64 MiB). Redis bounds its own memory (`maxmemory`).
+    pub max_bytes: u64,
+    /// `memory` (default: this replica's own) or `redis` (the shared state of `server.state`,
+    /// shared by the replicas; memory when no `server.state` is configured).
+    pub store: CacheStore,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            ttl_secs: 600,
+            max_bytes: 64 << 20,
+            store: CacheStore::Memory,
+        }
+    }
+}
+
+/// Where a model's cached answers are kept.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CacheStore {
+    /// In this replica's memory, bounded by `max_bytes`.
+    #[default]
+    Memory,
+    /// In the Redis server of `server.state`, shared by the replicas.
+    Redis,
 }
 
 impl Default for ModelOptions {
@@ -108,6 +151,7 @@ impl Default for ModelOptions {
             hide_step_marker: false,
             stream_mode: StreamMode::Hold,
             request_limits: false,
+            cache: None,
         }
     }
 }

@@ -18,7 +18,7 @@ pub const VALIDATION_STATUS_HEADER: &str = "x-enforce-validation-status";
 
 /// How many headers an answer carries: its content type, the enforcement headers, the
 /// profile, the request ids and the warnings (a stream's three of its own come on top).
-pub(crate) const ANSWER_HEADERS: usize = 10;
+pub(crate) const ANSWER_HEADERS: usize = 11;
 
 /// The header Open WebUI sends with `ENABLE_FORWARD_USER_INFO_HEADERS`.
 pub(crate) const CHAT_ID_HEADER: &str = "x-openwebui-chat-id";
@@ -57,3 +57,6 @@ pub(crate) const CONTEXT: HeaderName = HeaderName::from_static(CONTEXT_HEADER);
 pub(crate) const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 pub(crate) const MAX_RETRIES: HeaderName = HeaderName::from_static(MAX_RETRIES_HEADER);
 pub(crate) const TOKEN_BUDGET: HeaderName = HeaderName::from_static(TOKEN_BUDGET_HEADER);
+/// Whether an answer came from the answer cache: `hit`, `miss` or `bypass` (a request's
+/// `Cache-Control: no-cache`); absent for a model without `cache:`.
+pub(crate) const CACHE: HeaderName = HeaderName::from_static("x-enforce-cache");

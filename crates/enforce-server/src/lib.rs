@@ -40,6 +40,7 @@
 mod app;
 mod audit;
 mod auth;
+mod cache;
 mod config;
 mod connections;
 mod controls;
@@ -75,13 +76,14 @@ mod verdict;
 
 pub use audit::AuditLog;
 pub use auth::constant_time_eq;
+pub use cache::contract_fingerprint;
 pub use config::{
-    parse_key_list, ApiKeyEntry, ApiKeySpec, BlankKey, ClassifyConfig, ConcurrencyScope,
-    FailureResponse, FsyncPolicy, KeyGrant, Model, ModelOptions, OtlpConfig, OtlpSection,
-    RouteConfig, SectionError, ServedModelConfig, ServerConfig, ServerSection, StateConfig,
-    StateSection, StreamMode, Upstream, WhenConfig, API_KEYS_ENV, DEFAULT_OTLP_LOGS_URL,
-    DEFAULT_OTLP_TRACES_URL, DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV, OTEL_SERVICE_NAME_ENV,
-    OTLP_ENDPOINT_ENV, OTLP_LOGS_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV,
+    parse_key_list, ApiKeyEntry, ApiKeySpec, BlankKey, CacheConfig, CacheStore, ClassifyConfig,
+    ConcurrencyScope, FailureResponse, FsyncPolicy, KeyGrant, Model, ModelOptions, OtlpConfig,
+    OtlpSection, RouteConfig, SectionError, ServedModelConfig, ServerConfig, ServerSection,
+    StateConfig, StateSection, StreamMode, Upstream, WhenConfig, API_KEYS_ENV,
+    DEFAULT_OTLP_LOGS_URL, DEFAULT_OTLP_TRACES_URL, DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV,
+    OTEL_SERVICE_NAME_ENV, OTLP_ENDPOINT_ENV, OTLP_LOGS_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV,
 };
 pub use error::{ApiError, ServerError};
 pub use headers::{ENFORCE_STATUS_HEADER, VALIDATION_STATUS_HEADER};

@@ -127,6 +127,14 @@ pub(crate) const FALLBACKS: Metric = counter(
     "enforce_fallbacks_total",
     "Answers that failed every attempt and met the profile's fallback, by model, profile and outcome (applied: the fallback text was sent; rejected: it failed its own validators and the last answer went out instead).",
 );
+pub(crate) const CACHE_LOOKUPS: Metric = counter(
+    "enforce_cache_lookups_total",
+    "Answer-cache lookups of models with `cache:`, by model and result (hit, miss, bypass: the request sent Cache-Control: no-cache).",
+);
+pub(crate) const CACHE_TOKENS_SAVED: Metric = counter(
+    "enforce_cache_tokens_saved_total",
+    "Tokens the answers replayed from the answer cache cost when they were made, by model.",
+);
 pub(crate) const ROUTES: Metric = counter(
     "enforce_routes_total",
     "Requests of models with routes, by the route taken, its profile and what matched.",
@@ -483,6 +491,8 @@ mod tests {
             STATE_FALLBACKS,
             INPUT_CHECKS,
             ROUTES,
+            CACHE_LOOKUPS,
+            CACHE_TOKENS_SAVED,
         ];
         let mut names = std::collections::BTreeSet::new();
         for metric in declared {

@@ -220,6 +220,15 @@ async fn admit<S: Surface>(
         Ok(prepared) => prepared,
         Err(rejection) => return Err(rejection.asked_for(&ask.model)),
     };
+    let asked = crate::cache::Asked {
+        surface: S::NAME,
+        messages: &ask.messages,
+        params: &ask.params,
+        context: &context,
+        headers,
+        grant,
+    };
+    let (cache, cached) = crate::cache::look_up(&app.caches, &app.metrics, &model, &asked).await;
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = TurnId {
         id: turn_id(S::ID_PREFIX, app.started, n),
@@ -276,11 +285,15 @@ async fn admit<S: Surface>(
         request_limits,
         attempts: Default::default(),
         recorded: Default::default(),
+        cache,
         _permit: permit,
         _slot: session.slot,
     };
     let runner_session = session.found.and_then(|s| s.runner_session_id);
-    let job = span.in_scope(|| turn.start(ask.messages, ask.params, runner_session, context));
+    let job = match cached {
+        Some(outcome) => crate::turn::Job::ended_with(outcome, turn.deadline()),
+        None => span.in_scope(|| turn.start(ask.messages, ask.params, runner_session, context)),
+    };
     Ok(Admitted {
         turn,
         job,
@@ -339,6 +352,7 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         let profile = profile_header(&turn.model.profile);
         let request_id = HeaderValue::from_str(&turn.id.id).ok();
         let warnings = warnings_header(&turn);
+        let cache = turn.cache.header();
         let writer = S::writer(&turn, kept);
         // Boxed: the stream driver's state would otherwise make every request's future, the
         // ones not streamed too, larger by its size, and axum copies that future into a box.
@@ -361,6 +375,9 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         }
         if let Some(warnings) = warnings {
             headers.insert(names::WARNINGS, warnings);
+        }
+        if let Some(cache) = cache {
+            headers.insert(names::CACHE, cache);
         }
         return response;
     }
@@ -389,6 +406,9 @@ async fn respond<S: Surface>(admitted: Admitted<S>) -> Response {
         }
         if let Some(warnings) = warnings_header(&turn) {
             response.headers_mut().insert(names::WARNINGS, warnings);
+        }
+        if let Some(cache) = turn.cache.header() {
+            response.headers_mut().insert(names::CACHE, cache);
         }
         response
     }

@@ -221,6 +221,21 @@ impl SharedState for RedisState {
         self.run::<Option<Vec<u8>>>("GET", Self::query(get)).await
     }
 
+    async fn cache_put(&self, key: &str, answer: &[u8], ttl: Duration) -> Result<(), StateError> {
+        let mut set = redis::cmd("SET");
+        set.arg(self.key(&["cache", key]))
+            .arg(answer)
+            .arg("PX")
+            .arg(millis(ttl).max(1));
+        self.run::<()>("SET", Self::query(set)).await
+    }
+
+    async fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>, StateError> {
+        let mut get = redis::cmd("GET");
+        get.arg(self.key(&["cache", key]));
+        self.run::<Option<Vec<u8>>>("GET", Self::query(get)).await
+    }
+
     async fn try_slot(&self, slot: &str, limit: usize, ttl: Duration) -> Result<bool, StateError> {
         let now = unix_ms();
         let (key, script) = (self.key(&["slots"]), self.try_slot.clone());

@@ -71,6 +71,17 @@ pub trait SharedState: Send + Sync {
         let _ = id;
         Ok(None)
     }
+    /// Keeps a cached answer (`answer`: its stored form) under `key` for `ttl`. The default
+    /// keeps nothing (a store without a shared cache: every lookup misses).
+    async fn cache_put(&self, key: &str, answer: &[u8], ttl: Duration) -> Result<(), StateError> {
+        let _ = (key, answer, ttl);
+        Ok(())
+    }
+    /// A cached answer under `key`, unless it expired. The default has none.
+    async fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>, StateError> {
+        let _ = key;
+        Ok(None)
+    }
 }
 
 /// How often the monitor checks the store, renews the heartbeat and, after an outage, resyncs.
@@ -193,6 +204,21 @@ impl ReplicaState {
     pub(crate) async fn load_response(&self, id: &str) -> Option<Option<Vec<u8>>> {
         self.attempt("load_response", None, self.store.load_response(id))
             .await
+    }
+
+    /// Keeps a cached answer in the store (a failure is logged and counted: the answer is
+    /// just not cached).
+    pub(crate) async fn cache_put(&self, key: &str, answer: &[u8], ttl: Duration) {
+        let _ = self
+            .attempt("cache_put", None, self.store.cache_put(key, answer, ttl))
+            .await;
+    }
+
+    /// A cached answer from the store; `None` when it has none or failed (a miss).
+    pub(crate) async fn cache_get(&self, key: &str) -> Option<Vec<u8>> {
+        self.attempt("cache_get", None, self.store.cache_get(key))
+            .await
+            .flatten()
     }
 
     /// Takes a global concurrency slot: `Some(Some(slot))` taken, `Some(None)` all taken,

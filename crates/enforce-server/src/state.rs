@@ -33,6 +33,8 @@ pub(crate) struct App {
     pub tool_checks: ToolCheckCache,
     /// Compiled checks of the `response_format` requests declare.
     pub format_checks: FormatCheckCache,
+    /// The models' answer caches.
+    pub caches: crate::cache::AnswerCaches,
     pub metrics: Arc<Metrics>,
     /// Every configured model's own series, by model id.
     pub series: HashMap<String, ModelSeries>,

@@ -361,6 +361,8 @@ pub(crate) struct Turn {
     /// Whether the request was counted and audited ([`Turn::record`]): a turn dropped before
     /// that lost its client, and is audited as such when dropped.
     pub recorded: AtomicBool,
+    /// What the answer cache made of the request.
+    pub cache: crate::cache::Lookup,
     pub _permit: OwnedSemaphorePermit,
     /// The global concurrency slot, when `max_concurrent` counts all replicas.
     pub _slot: Option<GlobalSlot>,
@@ -419,6 +421,11 @@ impl Turn {
         if let Err(e) = self.app.sessions.store_response(&self.id.id, stored).await {
             tracing::error!(response_id = %self.id.id, error = %e, "could not store the response");
         }
+    }
+
+    /// When the turn's enforcement must have ended: the request's timeout from now.
+    pub fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.app.config.request_timeout
     }
 
     /// Adds how the request was routed to an `enforcement` object (when it was routed).
@@ -503,7 +510,23 @@ impl Turn {
                 attempts,
             },
             events: Progresses(events),
-            deadline: tokio::time::Instant::now() + self.app.config.request_timeout,
+            deadline: self.deadline(),
+        }
+    }
+}
+
+impl Job {
+    /// A job whose loop ended at once with `outcome` (an answer from the cache).
+    pub fn ended_with(outcome: Outcome, deadline: tokio::time::Instant) -> Self {
+        let work: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> =
+            Box::pin(std::future::ready(outcome));
+        Job {
+            running: Running {
+                work: Some(std::panic::AssertUnwindSafe(work).catch_unwind()),
+                attempts: AttemptsSoFar::default(),
+            },
+            events: Progresses(None),
+            deadline,
         }
     }
 }

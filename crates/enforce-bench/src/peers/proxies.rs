@@ -114,40 +114,68 @@ pub(crate) fn start_enforce(
     work: &Path,
     r: &mut Results,
 ) -> anyhow::Result<(Guarded, String)> {
-    let cfg = work.join("enforce-bench.yaml");
-    std::fs::write(&cfg, PERSON_CONFIG)?;
+    let flags = [
+        "--upstream-url",
+        ok_url,
+        "--upstream-model",
+        "mock",
+        "--upstream-key",
+        "sk-bench",
+        "--profile",
+        "person",
+        "--model-id",
+        "mock",
+        "--api-key",
+        "sk-bench",
+    ];
+    let served = Served {
+        name: "enforce-bench",
+        config: PERSON_CONFIG,
+        log: "enforce-serve.log",
+    };
+    serve(enforce_bin, pin, work, r, &served, &flags)
+}
+
+/// An `enforce serve` of the benchmark: its configuration's file name (in the work folder,
+/// without `.yaml`), its text, and its log's file name.
+pub(crate) struct Served<'a> {
+    pub name: &'a str,
+    pub config: &'a str,
+    pub log: &'a str,
+}
+
+/// Starts `enforce serve` with `served`'s configuration and `flags` on the SUT core; the
+/// process and its base URL (without `/v1`), once healthy.
+pub(crate) fn serve(
+    enforce_bin: &Path,
+    pin: &Pinning,
+    work: &Path,
+    r: &mut Results,
+    served: &Served<'_>,
+    flags: &[&str],
+) -> anyhow::Result<(Guarded, String)> {
+    let cfg = work.join(format!("{}.yaml", served.name));
+    std::fs::write(&cfg, served.config)?;
     let port = free_port()?;
-    let a: Vec<String> = vec![
+    let mut a: Vec<String> = vec![
         "serve".into(),
         "--config".into(),
         cfg.to_string_lossy().to_string(),
         "--listen".into(),
         format!("127.0.0.1:{port}"),
-        "--upstream-url".into(),
-        ok_url.into(),
-        "--upstream-model".into(),
-        "mock".into(),
-        "--upstream-key".into(),
-        "sk-bench".into(),
-        "--profile".into(),
-        "person".into(),
-        "--model-id".into(),
-        "mock".into(),
-        "--api-key".into(),
-        "sk-bench".into(),
     ];
+    a.extend(flags.iter().map(|f| f.to_string()));
     let mut cmd = command(&pin.sut, enforce_bin, &a);
     cmd.env("RUST_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(
-            work.join("enforce-serve.log"),
-        )?));
+        .stderr(Stdio::from(std::fs::File::create(work.join(served.log))?));
     r.commands.push(describe(&cmd));
     let child = Guarded(cmd.spawn()?);
     let base = format!("http://127.0.0.1:{port}");
     if !wait_http(&format!("{base}/healthz"), None, Duration::from_secs(20)) {
         return Err(anyhow!(
-            "enforce serve did not become healthy (see enforce-serve.log)"
+            "enforce serve did not become healthy (see {})",
+            served.log
         ));
     }
     Ok((child, base))

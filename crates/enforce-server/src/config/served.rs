@@ -3,7 +3,7 @@
 //! [`WhenConfig`]) and `classify:` ([`ClassifyConfig`]) that pick a profile per request.
 //! Generic over the runner's configuration `R`: this crate is given runners, it builds none.
 
-use super::{FailureResponse, ModelOptions, StreamMode};
+use super::{CacheConfig, FailureResponse, ModelOptions, StreamMode};
 use crate::routes::{RouteError, When};
 use serde::Deserialize;
 
@@ -82,6 +82,10 @@ pub struct ServedModelConfig<R> {
     /// is reached; a failure, a timeout or an unknown answer matches no label route.
     #[serde(default)]
     pub classify: Option<ClassifyConfig<R>>,
+    /// Replay checked answers (`passed`, `repaired`) to the same request under the same
+    /// contract: `{ttl_secs: 600, max_bytes: 67108864, store: memory | redis}`. Off by default.
+    #[serde(default)]
+    pub cache: Option<CacheConfig>,
 }
 
 /// One entry of a model's `routes:`.
@@ -177,6 +181,7 @@ impl<R> ServedModelConfig<R> {
             hide_step_marker: self.hide_step_marker,
             stream_mode: self.stream_mode,
             request_limits: self.allow_request_limits.unwrap_or(server_allows_limits),
+            cache: self.cache,
         }
     }
 }

@@ -25,6 +25,7 @@ pub struct ServerBuilder {
     scrape_hook: Option<ScrapeHook>,
     profiles: HashMap<String, Arc<enforce_core::Enforcer>>,
     shared_state: Option<Arc<dyn SharedState>>,
+    contracts: HashMap<String, String>,
 }
 
 impl ServerBuilder {
@@ -37,6 +38,7 @@ impl ServerBuilder {
             scrape_hook: None,
             profiles: HashMap::new(),
             shared_state: None,
+            contracts: HashMap::new(),
         }
     }
 
@@ -77,6 +79,16 @@ impl ServerBuilder {
         enforcer: Arc<enforce_core::Enforcer>,
     ) -> Self {
         self.profiles.insert(name.into(), enforcer);
+        self
+    }
+
+    /// Names the contract of profile `name` by its `fingerprint`
+    /// ([`contract_fingerprint`](crate::contract_fingerprint) of its validators, their
+    /// options, its policy and the plugins' versions): the answer cache of a model with
+    /// `cache:` is keyed by it, so that a changed contract never replays an answer checked
+    /// under the old one. A profile without a fingerprint is never cached.
+    pub fn contract(mut self, name: impl Into<String>, fingerprint: impl Into<String>) -> Self {
+        self.contracts.insert(name.into(), fingerprint.into());
         self
     }
 
@@ -131,6 +143,11 @@ impl ServerBuilder {
         let http = reqwest::Client::builder()
             .build()
             .map_err(|e| ServerError::PassthroughClient(e.to_string()))?;
+        let caches = crate::cache::AnswerCaches::new(
+            models.values().map(|m| m.as_ref()),
+            shared.clone(),
+            self.contracts,
+        );
         Ok(Server {
             app: Arc::new(App {
                 config: self.config,
@@ -143,6 +160,7 @@ impl ServerBuilder {
                 shared,
                 tool_checks: tools::ToolCheckCache::default(),
                 format_checks: tools::FormatCheckCache::default(),
+                caches,
                 series,
                 in_flight,
                 metrics,

@@ -64,7 +64,11 @@ impl Turn {
             (deliverable, _) => deliverable,
         };
         self.record_session(&outcome, step, hidden).await;
-        self.answer_or_error(deliverable, outcome)
+        let answer = self.answer_or_error(deliverable, outcome);
+        if let Ok((_, outcome)) = &answer {
+            self.cache.keep(outcome).await;
+        }
+        answer
     }
 
     /// Records a loop cut short (`reason`, counted as `status`) with the attempts made until

@@ -67,6 +67,7 @@ impl Turn {
         self.account_fallback(outcome);
         self.count(status, outcome, total);
         self.app.audit.as_ref().map(|_| {
+            let cache = self.cache.audit();
             AuditRecord::new(&self.id.id, outcome)
                 .model(self.model.id.as_str())
                 .profile(Some(self.model.profile.as_str()).filter(|p| !p.is_empty()))
@@ -77,6 +78,7 @@ impl Turn {
                 .request_limits(self.request_limits.as_ref())
                 // The step belongs to a chat's history: only for requests of a chat.
                 .step(step.filter(|_| self.chat_id.is_some()))
+                .cache(cache.as_ref())
                 .to_json_line()
         })
     }

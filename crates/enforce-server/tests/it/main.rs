@@ -9,6 +9,7 @@ mod ai_sdk;
 mod anthropic_sdk;
 mod audit_gaps;
 mod audit_record;
+mod cache;
 mod common;
 mod connections;
 mod controls;

@@ -12,15 +12,17 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const GOOD: &str = "Fine.\n<!-- STEP: what -->";
 
-/// Sessions and heartbeats in memory; `down` fails every operation.
+/// Sessions, heartbeats and cached answers in memory; `down` fails every operation.
 #[derive(Default)]
-struct MemoryState {
+pub(crate) struct MemoryState {
     sessions: Mutex<HashMap<String, SessionStatus>>,
     alive: Mutex<HashMap<String, bool>>,
+    /// Cached answers and when they expire.
+    answers: Mutex<HashMap<String, (Vec<u8>, Instant)>>,
     down: AtomicBool,
 }
 
@@ -80,6 +82,21 @@ impl SharedState for MemoryState {
     }
     async fn breaker_close(&self, _: &str) -> Result<(), StateError> {
         self.up()
+    }
+    async fn cache_put(&self, key: &str, answer: &[u8], ttl: Duration) -> Result<(), StateError> {
+        self.up()?;
+        let expires = Instant::now() + ttl;
+        let mut answers = self.answers.lock().unwrap();
+        answers.insert(key.into(), (answer.to_vec(), expires));
+        Ok(())
+    }
+    async fn cache_get(&self, key: &str) -> Result<Option<Vec<u8>>, StateError> {
+        self.up()?;
+        let answers = self.answers.lock().unwrap();
+        let live = answers
+            .get(key)
+            .filter(|(_, expires)| *expires > Instant::now());
+        Ok(live.map(|(answer, _)| answer.clone()))
     }
 }
 

@@ -95,6 +95,12 @@ impl Harness {
         response.json().await.unwrap()
     }
 
+    /// The text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        let response = self.client.get(self.url("/metrics")).send().await.unwrap();
+        response.text().await.unwrap()
+    }
+
     /// Waits (up to 10 s) until `n` enforcements are in flight.
     pub async fn wait_in_flight(&self, n: usize) {
         for _ in 0..1000 {
