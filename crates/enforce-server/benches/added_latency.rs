@@ -18,16 +18,15 @@
 //!
 //! Run: `cargo bench -p enforce-server --bench added_latency` (Linux, for /proc RSS).
 
-use enforce_core::{async_trait, Context, Enforcer, Issue, Reply, Runner, Validation, Validator};
-use enforce_core::{Ask, ReplyStream};
-use enforce_server::{Model, Server, ServerConfig};
+mod fixtures;
+
+use enforce_core::{Ask, Reply, ReplyStream, Runner};
+use fixtures::{start_bare, start_proxy_with, ANSWER};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::RwLock;
 
-const ANSWER: &str =
-    "A short answer that explains the decision in two sentences. It is fine.\n<!-- STEP: why -->";
 const N: usize = 4000;
 
 /// Answers at once, or once the write lock on `gate` is released.
@@ -46,44 +45,8 @@ impl Runner for Gated {
     }
 }
 
-struct HasMarker;
-
-#[async_trait]
-impl Validator for HasMarker {
-    fn name(&self) -> &str {
-        "step_marker"
-    }
-    async fn validate(&self, response: &str, _: &Context) -> Validation {
-        Ok(if response.contains("<!-- STEP:") {
-            vec![]
-        } else {
-            vec![Issue::error(
-                "step_marker",
-                "MISSING_STEP_MARKER",
-                "no marker",
-            )]
-        })
-    }
-}
-
 async fn start_proxy(gate: Option<Arc<RwLock<()>>>) -> String {
-    let server = Server::builder(ServerConfig {
-        max_concurrent: 4096,
-        ..ServerConfig::default()
-    })
-    .model(Model::new(
-        "m",
-        Arc::new(Gated { gate }),
-        Arc::new(Enforcer::new(vec![Box::new(HasMarker)])),
-    ))
-    .build()
-    .expect("server");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(server.serve(listener, std::future::pending()));
-    format!("http://{addr}/v1/chat/completions")
+    start_proxy_with(Arc::new(Gated { gate }), 4096).await
 }
 
 /// The proxy in front of `upstream` (an OpenAI-compatible base URL).
@@ -98,41 +61,7 @@ async fn start_proxy_upstream(upstream: &str) -> String {
         ..enforce_runner::OpenAiConfig::default()
     })
     .expect("runner");
-    let server = Server::builder(ServerConfig {
-        max_concurrent: 4096,
-        ..ServerConfig::default()
-    })
-    .model(Model::new(
-        "m",
-        Arc::new(runner),
-        Arc::new(Enforcer::new(vec![Box::new(HasMarker)])),
-    ))
-    .build()
-    .expect("server");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(server.serve(listener, std::future::pending()));
-    format!("http://{addr}/v1/chat/completions")
-}
-
-async fn start_bare() -> String {
-    let body = json!({"id":"x","object":"chat.completion","created":0,"model":"m",
-        "choices":[{"index":0,"message":{"role":"assistant","content":ANSWER},"finish_reason":"stop"}]});
-    let app = axum::Router::new().route(
-        "/v1/chat/completions",
-        axum::routing::post(move |_: axum::body::Bytes| {
-            let body = body.clone();
-            async move { axum::Json(body) }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/v1/chat/completions")
+    start_proxy_with(Arc::new(runner), 4096).await
 }
 
 fn client() -> reqwest::Client {

@@ -8,15 +8,13 @@
 //! Run: `cargo bench -p enforce-server --bench latency`
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use enforce_core::{async_trait, Context, Enforcer, Issue, Reply, Runner, Validation, Validator};
-use enforce_core::{Ask, ReplyStream};
-use enforce_server::{Model, Server, ServerConfig};
+mod fixtures;
+
+use enforce_core::{Ask, Reply, ReplyStream, Runner};
+use fixtures::{start_bare, start_proxy_with, ANSWER};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const ANSWER: &str =
-    "A short answer that explains the decision in two sentences. It is fine.\n<!-- STEP: why -->";
 
 /// Answers at once.
 struct Instant0;
@@ -27,62 +25,8 @@ impl Runner for Instant0 {
     }
 }
 
-struct HasMarker;
-
-#[async_trait]
-impl Validator for HasMarker {
-    fn name(&self) -> &str {
-        "step_marker"
-    }
-    async fn validate(&self, response: &str, _: &Context) -> Validation {
-        Ok(if response.contains("<!-- STEP:") {
-            vec![]
-        } else {
-            vec![Issue::error(
-                "step_marker",
-                "MISSING_STEP_MARKER",
-                "no marker",
-            )]
-        })
-    }
-}
-
 async fn start_proxy() -> String {
-    let server = Server::builder(ServerConfig {
-        max_concurrent: 1024,
-        ..ServerConfig::default()
-    })
-    .model(Model::new(
-        "m",
-        Arc::new(Instant0),
-        Arc::new(Enforcer::new(vec![Box::new(HasMarker)])),
-    ))
-    .build()
-    .expect("server");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(server.serve(listener, std::future::pending()));
-    format!("http://{addr}/v1/chat/completions")
-}
-
-async fn start_bare() -> String {
-    let body = json!({"id":"x","object":"chat.completion","created":0,"model":"m",
-        "choices":[{"index":0,"message":{"role":"assistant","content":ANSWER},"finish_reason":"stop"}]});
-    let app = axum::Router::new().route(
-        "/v1/chat/completions",
-        axum::routing::post(move |_: axum::body::Bytes| {
-            let body = body.clone();
-            async move { axum::Json(body) }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/v1/chat/completions")
+    start_proxy_with(Arc::new(Instant0), 1024).await
 }
 
 async fn one(client: &reqwest::Client, url: &str, stream: bool) {
