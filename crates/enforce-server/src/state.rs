@@ -40,6 +40,8 @@ pub(crate) struct App {
     pub in_flight: Gauge,
     pub audit: Option<Arc<AuditLog>>,
     pub limiter: Arc<Semaphore>,
+    /// The request-body bytes being held, in KiB permits ([`crate::config::ServerConfig::body_budget`]).
+    pub body_budget: Arc<Semaphore>,
     /// The OpenTelemetry exporter, when traces are on.
     pub telemetry: Option<Telemetry>,
     pub draining: AtomicBool,

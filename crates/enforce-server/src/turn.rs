@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::mpsc;
 use tracing::Instrument;
 
 mod conclude;
@@ -388,7 +388,8 @@ pub(crate) struct Turn {
     /// Whether the request was counted and audited ([`Turn::record`]): a turn dropped before
     /// that lost its client, and is audited as such when dropped.
     pub recorded: AtomicBool,
-    pub _permit: OwnedSemaphorePermit,
+    /// The concurrency permit and the body's bytes in the body budget, held until answered.
+    pub _permit: crate::pipeline::Admission,
     /// The global concurrency slot, when `max_concurrent` counts all replicas.
     pub _slot: Option<GlobalSlot>,
     pub _in_flight: InFlight,

@@ -123,6 +123,9 @@ impl ServerBuilder {
         let audit_logs = telemetry.as_ref().and_then(otel::Telemetry::audit_logs);
         let audit = open_audit(&self.config, &metrics, audit_logs)?;
         let limiter = Arc::new(Semaphore::new(self.config.max_concurrent.max(1)));
+        let body_budget = Arc::new(Semaphore::new(crate::pipeline::kib(
+            self.config.body_budget(),
+        )));
         let series = models
             .keys()
             .map(|id| (id.clone(), ModelSeries::new(metrics.clone(), id)))
@@ -145,6 +148,7 @@ impl ServerBuilder {
                 metrics,
                 audit,
                 limiter,
+                body_budget,
                 telemetry,
                 draining: AtomicBool::new(false),
                 started: state::unix_now(),
