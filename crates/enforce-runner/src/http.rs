@@ -161,22 +161,23 @@ impl HttpEndpoint {
         body: &B,
         messages: &[Message],
     ) -> Result<UpstreamResponse, RunnerError> {
-        self.post_bytes(body_bytes(body, messages)?).await
+        self.post_bytes(|| body_bytes(body, messages)).await
     }
 
-    /// [`post`](Self::post) of a body already serialized.
+    /// [`post`](Self::post) of the body `body` serializes.
     pub(crate) async fn post_bytes(
         &self,
-        body: bytes::Bytes,
+        body: impl Fn() -> Result<bytes::Bytes, RunnerError>,
     ) -> Result<UpstreamResponse, RunnerError> {
-        // Serialized once; a retry shares the bytes instead of copying them.
+        // Serialized for each try, not kept for a retry: the bytes are freed once sent, so a
+        // long conversation is not in memory twice while the upstream thinks.
         let retry = &self.retry;
         let mut attempt: u32 = 0;
         loop {
             let deadline = tokio::time::Instant::now() + self.timeout;
             let sent = self
                 .transport
-                .post(&self.url, &self.uri, &self.headers, body.clone(), deadline)
+                .post(&self.url, &self.uri, &self.headers, body()?, deadline)
                 .await;
             let (error, retry_after) = match sent {
                 Ok(response) => {
@@ -308,7 +309,7 @@ pub(crate) async fn ask_whole<S: StreamSource>(
     let started = Instant::now();
     let endpoint = source.http();
     let response = endpoint
-        .post_bytes(source.whole_body(request, messages)?)
+        .post_bytes(|| source.whole_body(request, messages))
         .await?;
     let text = endpoint.read(response).await?;
     let mut reply = source.parse_whole(&text)?;

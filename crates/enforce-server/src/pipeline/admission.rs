@@ -119,13 +119,14 @@ async fn read_body_within(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if let Some(declared) = declared {
-        let declared = usize::try_from(declared).map_err(|_| too_large())?;
-        if declared > limit {
-            return Err(too_large());
-        }
-        admission.reserve(app, declared)?;
-    }
+    let declared = match declared {
+        Some(declared) => usize::try_from(declared)
+            .ok()
+            .filter(|&declared| declared <= limit)
+            .ok_or_else(too_large)?,
+        None => 0,
+    };
+    admission.reserve(app, declared)?;
     // Frame by frame, not through `axum::body::to_bytes` (a limit wrapper and a frame queue):
     // a request's body is nearly always one frame, taken as it came without a copy. As there,
     // a body that fails to arrive is refused like one too large.
@@ -146,6 +147,10 @@ async fn read_body_within(
             whole = data;
         } else {
             if joined.is_empty() {
+                // Room for the whole body at once (its bytes are reserved already): grown
+                // from a frame, the buffer would be copied as it grew and end up to twice
+                // the body's size.
+                joined.reserve_exact(declared.max(read));
                 joined.extend_from_slice(&whole);
                 whole = Bytes::new();
             }
