@@ -232,7 +232,7 @@ pub struct ServerConfig {
     pub key_grants: Vec<KeyGrant>,
     /// Largest accepted request body in bytes (default 10 MB).
     pub max_body_bytes: usize,
-    /// Most request-body bytes held at once by the requests being answered (`None`: twice
+    /// Most request-body bytes held at once by the requests being answered (`None`:
     /// [`max_body_bytes`](Self::max_body_bytes)); see [`body_budget`](Self::body_budget).
     pub max_body_bytes_in_flight: Option<usize>,
     /// Largest JSON of facts a request may carry, per source (`enforce.context` in the body,
@@ -372,13 +372,14 @@ pub(crate) fn check_redis_url(url: &str) -> Result<(), String> {
 
 impl ServerConfig {
     /// The request-body bytes this replica holds at once, over all requests being answered.
-    /// `max_concurrent` alone does not bound memory: each body is in memory several times
-    /// over (the bytes, the parsed conversation, the upstream request), so as many bodies as
-    /// enforcements may be far more than a replica's share. Twice the largest body by default:
-    /// one largest body is always admitted, and many ordinary ones at once.
+    /// `max_concurrent` alone does not bound memory: a body is in memory about two and a half
+    /// times over at its peak (the bytes and the parsed request, then the conversation and the
+    /// upstream request), so `max_concurrent` large bodies may be many times a replica's idle
+    /// size. `max_body_bytes` by default: one largest body at a time (about 25 MB over idle
+    /// at the default 10 MiB), or as many ordinary ones as `max_concurrent` admits (64 bodies
+    /// of 160 KiB).
     pub fn body_budget(&self) -> usize {
-        self.max_body_bytes_in_flight
-            .unwrap_or(self.max_body_bytes.saturating_mul(2))
+        self.max_body_bytes_in_flight.unwrap_or(self.max_body_bytes)
     }
 }
 

@@ -35,7 +35,7 @@ pub struct ServerSection {
     pub allow_request_limits: Option<bool>,
     /// Largest request body in bytes.
     pub max_body_bytes: Option<usize>,
-    /// Most request-body bytes held at once by the requests being answered (default twice
+    /// Most request-body bytes held at once by the requests being answered (default
     /// `max_body_bytes`); beyond it requests get 429 with `Retry-After`.
     pub max_body_bytes_in_flight: Option<usize>,
     /// Largest JSON of facts per request source (`enforce.context`, `X-Enforce-Context`).
