@@ -211,7 +211,10 @@ impl OpenAiRunner {
         let with_usage = !self.no_stream_options.load(Ordering::Relaxed);
         let first = self
             .endpoint
-            .post(&self.wire_body(request, messages, true, with_usage), messages)
+            .post(
+                &self.wire_body(request, messages, true, with_usage),
+                messages,
+            )
             .await;
         match first {
             Err(RunnerError::Upstream {

@@ -43,8 +43,8 @@ use crate::headers as names;
 mod admission;
 mod body;
 mod session_stage;
-pub(crate) use admission::{kib, read_body, take_permit, Admission};
 use admission::overloaded;
+pub(crate) use admission::{kib, read_body, take_permit, Admission};
 pub(crate) use body::{body_object, json_body, model_of, non_empty, shown_role, stream_of};
 use session_stage::{open_session, SessionStage};
 
