@@ -44,7 +44,7 @@ mod admission;
 mod body;
 mod session_stage;
 use admission::overloaded;
-pub(crate) use admission::{kib, read_body, take_permit, Admission};
+pub(crate) use admission::{kib, read_body, take_permit};
 pub(crate) use body::{body_object, json_body, model_of, non_empty, shown_role, stream_of};
 use session_stage::{open_session, SessionStage};
 

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Everything the handlers and the turns they start share.
 pub(crate) struct App {
@@ -47,6 +47,14 @@ pub(crate) struct App {
     pub draining: AtomicBool,
     pub started: u64,
     pub next_id: AtomicU64,
+}
+
+/// What an admitted request holds of this replica's limits until its answer is sent: its
+/// concurrency permit and the KiB of the body budget its body takes (taken and grown in
+/// `pipeline::admission`).
+pub(crate) struct Admission {
+    pub(crate) _concurrency: OwnedSemaphorePermit,
+    pub(crate) body: OwnedSemaphorePermit,
 }
 
 pub(crate) fn unix_now() -> u64 {

@@ -389,7 +389,7 @@ pub(crate) struct Turn {
     /// that lost its client, and is audited as such when dropped.
     pub recorded: AtomicBool,
     /// The concurrency permit and the body's bytes in the body budget, held until answered.
-    pub _permit: crate::pipeline::Admission,
+    pub _permit: crate::state::Admission,
     /// The global concurrency slot, when `max_concurrent` counts all replicas.
     pub _slot: Option<GlobalSlot>,
     pub _in_flight: InFlight,

@@ -6,17 +6,10 @@
 
 use super::{rejected, Rejection};
 use crate::error::ApiError;
-use crate::state::App;
+use crate::state::{Admission, App};
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::{header, HeaderMap, StatusCode};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
-/// What an admitted request holds until its answer is sent: its concurrency permit and the
-/// KiB of the body budget its body takes.
-pub(crate) struct Admission {
-    _concurrency: OwnedSemaphorePermit,
-    body: OwnedSemaphorePermit,
-}
+use tokio::sync::Semaphore;
 
 /// `bytes` in the body budget's unit, KiB rounded up (a semaphore's permits are counted in
 /// `u32` per acquire: bytes would cap a body at 4 GiB, KiB never matter).
