@@ -594,8 +594,8 @@ pub fn backoff_delay(retry: &RetryConfig, attempt: u32, retry_after: Option<Dura
     }
 }
 
-/// Parses `Retry-After`: seconds (`120`, also `1.5`) or an HTTP date (`Sun, 06 Nov 1994
-/// 08:49:37 GMT`), as a wait from now.
+/// Parses `Retry-After`: seconds (`120`, also `1.5`) or an HTTP date in any of the three forms
+/// HTTP allows (`Sun, 06 Nov 1994 08:49:37 GMT`), as a wait from now.
 ///
 /// ```
 /// use enforce_runner::parse_retry_after;
@@ -609,42 +609,11 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
     if let Ok(secs) = value.parse::<f64>() {
         return Duration::try_from_secs_f64(secs).ok();
     }
-    let at = parse_http_date(value)?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
-    Some(Duration::from_secs(at.saturating_sub(now)))
-}
-
-/// Seconds since the epoch of an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
-fn parse_http_date(value: &str) -> Option<u64> {
-    let parts: Vec<&str> = value.split_whitespace().collect();
-    let [_weekday, day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    let day: u64 = day.parse().ok()?;
-    let month = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ]
-    .iter()
-    .position(|m| m == month)? as u64
-        + 1;
-    let year: i64 = year.parse().ok()?;
-    let hms: Vec<u64> = time.split(':').filter_map(|p| p.parse().ok()).collect();
-    let [h, m, s] = hms.as_slice() else {
-        return None;
-    };
-    if !(1..=31).contains(&day) || *h > 23 || *m > 59 || *s > 60 {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + (*h as i64) * 3600 + (*m as i64) * 60 + *s as i64;
-    u64::try_from(secs).ok()
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 /// The message of an error body, from any of the shapes servers use: OpenAI, Ollama and
@@ -853,11 +822,14 @@ mod tests {
     }
 
     #[test]
-    fn http_date() {
-        assert_eq!(
-            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
-            Some(784_111_777)
+    fn retry_after_dates_are_waits_from_now() {
+        let in_two_minutes = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(120));
+        let wait = parse_retry_after(&in_two_minutes).map(|d| d.as_secs_f64());
+        assert!(
+            matches!(wait, Some(w) if (118.0..=120.0).contains(&w)),
+            "{wait:?}"
         );
-        assert_eq!(parse_http_date("Sun, 06 Foo 1994 08:49:37 GMT"), None);
+        assert_eq!(parse_retry_after("Sun, 06 Foo 1994 08:49:37 GMT"), None);
+        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37"), None);
     }
 }

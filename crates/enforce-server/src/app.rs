@@ -120,7 +120,7 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
         )],
         app.metrics.render(),
     )

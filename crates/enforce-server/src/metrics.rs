@@ -1,11 +1,14 @@
-//! A small Prometheus registry: labelled counters, gauges and histograms rendered in the text
-//! exposition format. Hand-rolled because the proxy needs a dozen series, not a metrics
-//! framework. The metrics the server itself exports are declared once here, as [`Metric`]s.
+//! The server's Prometheus registry: labelled counters, gauges and histograms of
+//! `prometheus-client`, made on first use and rendered in the Prometheus text exposition format
+//! (version 0.0.4). The metrics the server itself exports are declared once here, as [`Metric`]s.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 
 /// Upper bounds (seconds) of the latency histograms: from 100 µs (proxy overhead) to 5 min
 /// (a slow model with re-asks).
@@ -14,7 +17,10 @@ const LATENCY_BUCKETS: &[f64] = &[
     5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
 
-/// A label set, kept sorted by name so equal sets render identically.
+/// The `Content-Type` of what [`Metrics::render`] writes.
+pub(crate) const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+/// A label set, kept sorted by name so equal sets are one series.
 type Labels = Vec<(&'static str, String)>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,16 +28,6 @@ enum Kind {
     Counter,
     Gauge,
     Histogram,
-}
-
-impl Kind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-            Kind::Histogram => "histogram",
-        }
-    }
 }
 
 /// A metric the server exports, declared once below: the name dashboards and alerts know it
@@ -136,113 +132,38 @@ pub(crate) const ROUTES: Metric = counter(
     "Requests of models with routes, by the route taken, its profile and what matched.",
 );
 
-/// A counter's or gauge's value (the bits of an `f64`), shared by the registry that renders
-/// it and the handles that update it without the registry's lock.
+/// One counter series, updated without the registry's lock (see [`Metrics::counter`]).
+pub(crate) type Counter = prometheus_client::metrics::counter::Counter;
+
+/// One gauge series, updated without the registry's lock (see [`Metrics::gauge`]).
+pub(crate) type Gauge = prometheus_client::metrics::gauge::Gauge<f64, AtomicU64>;
+
+/// One latency histogram series (see [`Metrics::histogram`]).
+pub(crate) type LatencyHistogram = prometheus_client::metrics::histogram::Histogram;
+
+fn latency_histogram() -> LatencyHistogram {
+    LatencyHistogram::new(LATENCY_BUCKETS.iter().copied())
+}
+
+/// The series of one metric, by label set; a clone shares them.
+#[derive(Debug, Clone)]
+enum Series {
+    Counters(Family<Labels, Counter>),
+    Gauges(Family<Labels, Gauge>),
+    Histograms(Family<Labels, LatencyHistogram, fn() -> LatencyHistogram>),
+}
+
+/// The metrics made so far, by the name they are exported as.
 #[derive(Debug, Default)]
-struct Cell(AtomicU64);
-
-impl Cell {
-    fn get(&self) -> f64 {
-        f64::from_bits(self.0.load(Ordering::Relaxed))
-    }
-
-    fn set(&self, value: f64) {
-        self.0.store(value.to_bits(), Ordering::Relaxed);
-    }
-
-    fn add(&self, by: f64) {
-        // `fetch_update` retries until no other update came in between: never fails.
-        let _ = self
-            .0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                Some((f64::from_bits(bits) + by).to_bits())
-            });
-    }
-}
-
-/// The number of latency buckets.
-const BUCKETS: usize = LATENCY_BUCKETS.len();
-
-/// A latency histogram. Each observation counts in the one bucket it falls in (the render
-/// makes them cumulative), so recording one is three atomic additions.
-#[derive(Debug)]
-struct Histogram {
-    buckets: [AtomicU64; BUCKETS],
-    count: AtomicU64,
-    sum: Cell,
-}
-
-impl Default for Histogram {
-    fn default() -> Self {
-        Histogram {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            count: AtomicU64::new(0),
-            sum: Cell::default(),
-        }
-    }
-}
-
-impl Histogram {
-    fn observe(&self, seconds: f64) {
-        // The first bucket whose bound holds it; none (only `+Inf`) past the last, or for NaN.
-        let bucket = if seconds.is_nan() {
-            BUCKETS
-        } else {
-            LATENCY_BUCKETS.partition_point(|bound| *bound < seconds)
-        };
-        if let Some(slot) = self.buckets.get(bucket) {
-            slot.fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum.add(seconds);
-    }
-}
-
-#[derive(Debug)]
-struct Family {
-    help: &'static str,
-    kind: Kind,
-    values: BTreeMap<Labels, Arc<Cell>>,
-    histograms: BTreeMap<Labels, Arc<Histogram>>,
+struct Registered {
+    registry: Registry,
+    series: HashMap<&'static str, Series>,
 }
 
 /// The registry. Every method takes `&self`; share it in an `Arc`.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    families: Mutex<BTreeMap<&'static str, Family>>,
-}
-
-/// One counter series, updated without the registry's lock (see [`Metrics::counter`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Counter(Arc<Cell>);
-
-impl Counter {
-    /// Adds `by`.
-    pub fn add(&self, by: u64) {
-        self.0.add(by as f64);
-    }
-}
-
-/// One gauge series, updated without the registry's lock (see [`Metrics::gauge`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Gauge(Arc<Cell>);
-
-impl Gauge {
-    /// Adds `delta`.
-    pub fn shift(&self, delta: f64) {
-        self.0.add(delta);
-    }
-}
-
-/// One histogram series, updated without the registry's lock (see [`Metrics::histogram`]).
-#[derive(Debug, Clone)]
-pub(crate) struct LatencyHistogram(Arc<Histogram>);
-
-impl LatencyHistogram {
-    /// Records `seconds`.
-    pub fn observe(&self, seconds: f64) {
-        self.0.observe(seconds);
-    }
+    registered: Mutex<Registered>,
 }
 
 /// The series every request of one model updates: each made on its first use, then updated
@@ -306,13 +227,13 @@ impl ModelSeries {
     pub fn count_request(&self, status: &str) {
         let mut requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, counter)) = requests.iter().find(|(s, _)| s == status) {
-            counter.add(1);
+            counter.inc();
             return;
         }
         let counter = self
             .metrics
             .counter(&REQUESTS, &[("model", &self.model), ("status", status)]);
-        counter.add(1);
+        counter.inc();
         requests.push((status.to_string(), counter));
     }
 }
@@ -323,93 +244,84 @@ fn sorted(labels: &[(&'static str, &str)]) -> Labels {
     out
 }
 
-fn escape(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn render_labels(labels: &Labels, extra: Option<(&str, String)>) -> String {
-    let mut parts: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-        .collect();
-    if let Some((k, v)) = extra {
-        parts.push(format!("{k}=\"{v}\""));
-    }
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("{{{}}}", parts.join(","))
-    }
-}
-
-fn format_number(value: f64) -> String {
-    if value.fract() == 0.0 && value.abs() < 1e15 {
-        format!("{}", value as i64)
-    } else {
-        format!("{value}")
-    }
-}
-
 impl Metrics {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<&'static str, Family>> {
-        // Plain numbers behind the lock: a panic elsewhere cannot leave them inconsistent.
-        self.families.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Registered> {
+        // The registry only grows: a panic elsewhere cannot leave it inconsistent.
+        self.registered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn family<'a>(
-        families: &'a mut BTreeMap<&'static str, Family>,
-        name: &'static str,
-        help: &'static str,
-        kind: Kind,
-    ) -> &'a mut Family {
-        families.entry(name).or_insert_with(|| Family {
-            help,
-            kind,
-            values: BTreeMap::new(),
-            histograms: BTreeMap::new(),
-        })
+    /// The series of the metric `name`, registered with `new` on first use. `prometheus-client`
+    /// adds a counter's `_total` and the `.` ending the help text itself, so both are taken off
+    /// what it is given.
+    fn series(&self, name: &'static str, help: &'static str, new: fn() -> Series) -> Series {
+        let mut registered = self.lock();
+        if let Some(series) = registered.series.get(name) {
+            return series.clone();
+        }
+        let series = new();
+        let help = help.strip_suffix('.').unwrap_or(help);
+        let registry = &mut registered.registry;
+        match series.clone() {
+            Series::Counters(family) => {
+                registry.register(name.strip_suffix("_total").unwrap_or(name), help, family)
+            }
+            Series::Gauges(family) => registry.register(name, help, family),
+            Series::Histograms(family) => registry.register(name, help, family),
+        }
+        registered.series.insert(name, series.clone());
+        series
     }
 
-    /// The value of a counter or gauge series, made at zero when new.
-    fn cell(
+    /// The counter `name` (ending in `_total`) with `labels`, made at zero when new; `None`
+    /// when `name` is another type's.
+    fn counter_of(
         &self,
         name: &'static str,
         help: &'static str,
-        kind: Kind,
         labels: &[(&'static str, &str)],
-    ) -> Arc<Cell> {
-        let mut families = self.lock();
-        let family = Self::family(&mut families, name, help, kind);
-        family.values.entry(sorted(labels)).or_default().clone()
+    ) -> Option<Counter> {
+        match self.series(name, help, || Series::Counters(Family::default())) {
+            Series::Counters(family) => Some(family.get_or_create_owned(&sorted(labels))),
+            _ => None,
+        }
     }
 
-    /// A histogram series, made empty when new.
+    /// The gauge `name` with `labels` (see [`Metrics::counter_of`]).
+    fn gauge_of(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, &str)],
+    ) -> Option<Gauge> {
+        match self.series(name, help, || Series::Gauges(Family::default())) {
+            Series::Gauges(family) => Some(family.get_or_create_owned(&sorted(labels))),
+            _ => None,
+        }
+    }
+
+    /// The histogram `name` with `labels` (see [`Metrics::counter_of`]).
     fn histogram_of(
         &self,
         name: &'static str,
         help: &'static str,
         labels: &[(&'static str, &str)],
-    ) -> Arc<Histogram> {
-        let mut families = self.lock();
-        let family = Self::family(&mut families, name, help, Kind::Histogram);
-        family.histograms.entry(sorted(labels)).or_default().clone()
+    ) -> Option<LatencyHistogram> {
+        let new =
+            || Series::Histograms(Family::new_with_constructor(latency_histogram as fn() -> _));
+        match self.series(name, help, new) {
+            Series::Histograms(family) => Some(family.get_or_create_owned(&sorted(labels))),
+            _ => None,
+        }
     }
 
-    /// Adds `by` to a counter.
+    /// Adds `by` to a counter (its name ending in `_total`).
     pub fn add(
         &self,
         name: &'static str,
@@ -417,18 +329,9 @@ impl Metrics {
         labels: &[(&'static str, &str)],
         by: u64,
     ) {
-        self.cell(name, help, Kind::Counter, labels).add(by as f64);
-    }
-
-    /// Adds `delta` to a gauge.
-    pub fn gauge_add(
-        &self,
-        name: &'static str,
-        help: &'static str,
-        labels: &[(&'static str, &str)],
-        delta: f64,
-    ) {
-        self.cell(name, help, Kind::Gauge, labels).add(delta);
+        if let Some(counter) = self.counter_of(name, help, labels) {
+            counter.inc_by(by);
+        }
     }
 
     /// Sets a gauge to `value`.
@@ -439,7 +342,9 @@ impl Metrics {
         labels: &[(&'static str, &str)],
         value: f64,
     ) {
-        self.cell(name, help, Kind::Gauge, labels).set(value);
+        if let Some(gauge) = self.gauge_of(name, help, labels) {
+            gauge.set(value);
+        }
     }
 
     /// Records `seconds` in a latency histogram.
@@ -450,7 +355,9 @@ impl Metrics {
         labels: &[(&'static str, &str)],
         seconds: f64,
     ) {
-        self.histogram_of(name, help, labels).observe(seconds);
+        if let Some(histogram) = self.histogram_of(name, help, labels) {
+            histogram.observe(seconds);
+        }
     }
 
     /// The series of the declared counter `metric` with `labels`, to update without looking
@@ -458,13 +365,16 @@ impl Metrics {
     /// from the moment it is made, at zero.
     pub(crate) fn counter(&self, metric: &Metric, labels: &[(&'static str, &str)]) -> Counter {
         debug_assert_eq!(metric.kind, Kind::Counter, "{}", metric.name);
-        Counter(self.cell(metric.name, metric.help, Kind::Counter, labels))
+        // A declared metric has one type (see the tests), so the fallback is never taken.
+        self.counter_of(metric.name, metric.help, labels)
+            .unwrap_or_default()
     }
 
     /// The series of the declared gauge `metric` with `labels` (see [`Metrics::counter`]).
     pub(crate) fn gauge(&self, metric: &Metric, labels: &[(&'static str, &str)]) -> Gauge {
         debug_assert_eq!(metric.kind, Kind::Gauge, "{}", metric.name);
-        Gauge(self.cell(metric.name, metric.help, Kind::Gauge, labels))
+        self.gauge_of(metric.name, metric.help, labels)
+            .unwrap_or_default()
     }
 
     /// The series of the declared histogram `metric` with `labels` (see [`Metrics::counter`]).
@@ -474,13 +384,13 @@ impl Metrics {
         labels: &[(&'static str, &str)],
     ) -> LatencyHistogram {
         debug_assert_eq!(metric.kind, Kind::Histogram, "{}", metric.name);
-        LatencyHistogram(self.histogram_of(metric.name, metric.help, labels))
+        self.histogram_of(metric.name, metric.help, labels)
+            .unwrap_or_else(latency_histogram)
     }
 
     /// Adds `by` to the declared counter `metric`.
     pub(crate) fn count(&self, metric: &Metric, labels: &[(&'static str, &str)], by: u64) {
-        debug_assert_eq!(metric.kind, Kind::Counter, "{}", metric.name);
-        self.add(metric.name, metric.help, labels, by);
+        self.counter(metric, labels).inc_by(by);
     }
 
     /// Sets the declared gauge `metric` to `value`.
@@ -490,56 +400,25 @@ impl Metrics {
         labels: &[(&'static str, &str)],
         value: f64,
     ) {
-        debug_assert_eq!(metric.kind, Kind::Gauge, "{}", metric.name);
-        self.set_gauge(metric.name, metric.help, labels, value);
+        self.gauge(metric, labels).set(value);
     }
 
     /// The current value of a counter or gauge (0 when never touched). For tests and checks.
     pub fn value(&self, name: &str, labels: &[(&'static str, &str)]) -> f64 {
-        let families = self.lock();
-        families
-            .get(name)
-            .and_then(|f| f.values.get(&sorted(labels)).map(|cell| cell.get()))
-            .unwrap_or(0.0)
+        let labels = sorted(labels);
+        match self.lock().series.get(name) {
+            Some(Series::Counters(family)) => family.get(&labels).map(|c| c.get() as f64),
+            Some(Series::Gauges(family)) => family.get(&labels).map(|g| g.get()),
+            _ => None,
+        }
+        .unwrap_or(0.0)
     }
 
     /// Everything in the Prometheus text exposition format (version 0.0.4).
     pub fn render(&self) -> String {
-        let families = self.lock();
         let mut out = String::new();
-        for (name, family) in families.iter() {
-            let _ = writeln!(out, "# HELP {name} {}", family.help);
-            let _ = writeln!(out, "# TYPE {name} {}", family.kind.as_str());
-            for (labels, value) in &family.values {
-                let _ = writeln!(
-                    out,
-                    "{name}{} {}",
-                    render_labels(labels, None),
-                    format_number(value.get())
-                );
-            }
-            for (labels, h) in &family.histograms {
-                let mut below = 0;
-                for (count, bound) in h.buckets.iter().zip(LATENCY_BUCKETS) {
-                    below += count.load(Ordering::Relaxed);
-                    let _ = writeln!(
-                        out,
-                        "{name}_bucket{} {below}",
-                        render_labels(labels, Some(("le", format!("{bound}"))))
-                    );
-                }
-                let count = h.count.load(Ordering::Relaxed);
-                let _ = writeln!(
-                    out,
-                    "{name}_bucket{} {}",
-                    render_labels(labels, Some(("le", "+Inf".to_string()))),
-                    count
-                );
-                let sum = h.sum.get();
-                let _ = writeln!(out, "{name}_sum{} {sum}", render_labels(labels, None));
-                let _ = writeln!(out, "{name}_count{} {count}", render_labels(labels, None));
-            }
-        }
+        // Writing into a `String` cannot fail, nor can encoding classic histograms.
+        let _ = prometheus_text::encode(&mut out, &self.lock().registry);
         out
     }
 }
@@ -547,6 +426,12 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The value of the one sample line of `series` (name and labels as rendered) in `text`.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
 
     #[test]
     fn renders_counters_with_escaped_labels() {
@@ -609,7 +494,7 @@ mod tests {
                 Kind::Histogram => metric.name.ends_with("_seconds"),
                 Kind::Gauge => !metric.name.ends_with("_total"),
             };
-            assert!(suffix_ok, "{} is a {}", metric.name, metric.kind.as_str());
+            assert!(suffix_ok, "{} is a {:?}", metric.name, metric.kind);
         }
     }
 
@@ -617,7 +502,7 @@ mod tests {
     fn a_declared_metric_renders_its_help_and_type() {
         let m = Metrics::new();
         m.count(&REJECTED, &[("reason", "overloaded")], 2);
-        m.gauge(&IN_FLIGHT, &[]).shift(1.0);
+        m.gauge(&IN_FLIGHT, &[]).inc();
         m.histogram(&OVERHEAD, &[("model", "m")]).observe(0.001);
         let text = m.render();
         assert!(
@@ -628,7 +513,8 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("# TYPE enforce_in_flight gauge\nenforce_in_flight 1\n"));
+        assert!(text.contains("# TYPE enforce_in_flight gauge\n"), "{text}");
+        assert_eq!(sample(&text, "enforce_in_flight"), Some(1.0), "{text}");
         assert!(text.contains("# TYPE enforce_overhead_seconds histogram\n"));
         assert!(text.contains("enforce_overhead_seconds_count{model=\"m\"} 1\n"));
     }
@@ -652,8 +538,8 @@ mod tests {
             m.value(REQUESTS.name, &[("model", "m"), ("status", "failed")]),
             1.0
         );
-        series.attempts().add(2);
-        ModelSeries::new(m.clone(), "m").attempts().add(1);
+        series.attempts().inc_by(2);
+        ModelSeries::new(m.clone(), "m").attempts().inc();
         assert_eq!(m.value(ATTEMPTS.name, &[("model", "m")]), 3.0);
         let text = m.render();
         assert!(!text.contains("enforce_overhead_seconds"), "{text}");

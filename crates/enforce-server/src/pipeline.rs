@@ -45,7 +45,7 @@ mod body;
 mod session_stage;
 use admission::overloaded;
 pub(crate) use admission::{kib, read_body, take_permit};
-pub(crate) use body::{body_object, json_body, model_of, non_empty, shown_role, stream_of};
+pub(crate) use body::{model_of, non_empty, present, read_request, shown_role, stream_of};
 use session_stage::{open_session, SessionStage};
 
 /// What every surface parses its request into: the surface-neutral turn.

@@ -337,14 +337,14 @@ pub(crate) struct InFlight(Gauge);
 impl InFlight {
     /// Counts one more in `enforce_in_flight` (`gauge`) until dropped.
     pub fn new(gauge: &Gauge) -> Self {
-        gauge.shift(1.0);
+        gauge.inc();
         InFlight(gauge.clone())
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.shift(-1.0);
+        self.0.dec();
     }
 }
 

@@ -2,11 +2,36 @@
 //! blocks) and the params the runners forward, every unread field listed as ignored.
 
 use crate::error::ApiError;
+use crate::pipeline::{model_of, present, read_request, stream_of};
 use enforce_core::{Message, Role, ToolCall};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-/// Body fields read here besides [`PARAMS`]; every other field is listed as ignored.
-const READ: &[&str] = &["model", "messages", "system", "stream", "enforce"];
+/// A Messages request body as sent: the fields this surface reads, and the rest, which the
+/// proxy cannot carry to the upstream and lists as ignored.
+#[derive(Deserialize)]
+struct MessagesBody {
+    #[serde(default, deserialize_with = "present")]
+    model: Option<Value>,
+    messages: Option<Value>,
+    system: Option<Value>,
+    stream: Option<Value>,
+    /// The proxy's own field; `null` kept as sent.
+    #[serde(default, deserialize_with = "present")]
+    enforce: Option<Value>,
+    /// `null` is refused, as any other value that is not a positive integer.
+    #[serde(default, deserialize_with = "present")]
+    max_tokens: Option<Value>,
+    stop_sequences: Option<Value>,
+    temperature: Option<Value>,
+    top_p: Option<Value>,
+    top_k: Option<Value>,
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    metadata: Option<Value>,
+    #[serde(flatten)]
+    unread: Map<String, Value>,
+}
 
 /// A parsed `POST /v1/messages` body.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,23 +80,18 @@ fn bad(message: impl Into<String>, param: &'static str) -> ApiError {
 /// Parses a request body. Errors are 400s naming the field; [`error_response`](super::error_response)
 /// renders them.
 pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> {
-    let mut fields = crate::pipeline::body_object(body)?;
-    let model = match fields.remove("model") {
-        Some(Value::String(m)) if !m.is_empty() => m,
-        _ => {
-            return Err(bad(
-                "The request needs a `model` (one of the ids listed by /v1/models).",
-                "model",
-            ))
-        }
-    };
-    let mut request = start_request(
+    let mut body: MessagesBody = read_request(body)?;
+    let model = model_of(body.model.take())?;
+    let mut request = MessagesRequest {
         model,
-        fields.remove("stream"),
-        fields.remove("enforce"),
-        fields.remove("system"),
-    )?;
-    let Some(Value::Array(turns)) = fields.remove("messages") else {
+        messages: Vec::new(),
+        stream: stream_of(body.stream.as_ref())?,
+        enforce: body.enforce.take(),
+        params: Map::new(),
+        ignored: Vec::new(),
+    };
+    read_system(body.system.take(), &mut request)?;
+    let Some(Value::Array(turns)) = body.messages.take() else {
         return Err(bad(
             "The request needs `messages`, an array of user and assistant turns.",
             "messages",
@@ -86,61 +106,31 @@ pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> 
     for turn in &turns {
         read_turn(turn, &mut request)?;
     }
-    read_params(&fields, &mut request)?;
-    for key in fields.keys() {
-        if !READ.contains(&key.as_str()) && !PARAMS.contains(&key.as_str()) {
-            request.ignore(key.clone());
-        }
+    read_params(&body, &mut request)?;
+    for (key, _) in body.unread {
+        request.ignore(key);
     }
     Ok(request)
 }
 
-/// The request before its turns: the model, `stream`, `enforce`, and `system` as the first
-/// message.
-fn start_request(
-    model: String,
-    stream: Option<Value>,
-    enforce: Option<Value>,
-    system: Option<Value>,
-) -> Result<MessagesRequest, ApiError> {
-    let mut request = MessagesRequest {
-        model,
-        messages: Vec::new(),
-        stream: crate::pipeline::stream_of(stream.as_ref())?,
-        enforce,
-        params: Map::new(),
-        ignored: Vec::new(),
+/// `system` as the first message (none when it is empty).
+fn read_system(system: Option<Value>, request: &mut MessagesRequest) -> Result<(), ApiError> {
+    let text = match system {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::String(s)) => s,
+        Some(Value::Array(blocks)) => text_of_blocks(&blocks, "system", request)?,
+        Some(_) => {
+            return Err(bad(
+                "`system` must be a string or an array of text blocks.",
+                "system",
+            ))
+        }
     };
-    if let Some(system) = system {
-        let text = match system {
-            Value::Null => String::new(),
-            Value::String(s) => s,
-            Value::Array(blocks) => text_of_blocks(&blocks, "system", &mut request)?,
-            _ => {
-                return Err(bad(
-                    "`system` must be a string or an array of text blocks.",
-                    "system",
-                ))
-            }
-        };
-        if !text.is_empty() {
-            request.messages.push(Message::system(text));
-        }
+    if !text.is_empty() {
+        request.messages.push(Message::system(text));
     }
-    Ok(request)
+    Ok(())
 }
-
-/// The fields [`read_params`] reads.
-const PARAMS: &[&str] = &[
-    "max_tokens",
-    "stop_sequences",
-    "temperature",
-    "top_p",
-    "top_k",
-    "tools",
-    "tool_choice",
-    "metadata",
-];
 
 /// One turn of `messages`: its text, tool calls (assistant) and tool results (user).
 fn read_turn(turn: &Value, request: &mut MessagesRequest) -> Result<(), ApiError> {
@@ -340,9 +330,9 @@ fn tool_call(block: &Value) -> Result<ToolCall, ApiError> {
 }
 
 /// The sampling fields, tools and metadata, in the chat-completions dialect.
-fn read_params(fields: &Map<String, Value>, request: &mut MessagesRequest) -> Result<(), ApiError> {
+fn read_params(body: &MessagesBody, request: &mut MessagesRequest) -> Result<(), ApiError> {
     let params = &mut request.params;
-    if let Some(max) = fields.get("max_tokens") {
+    if let Some(max) = &body.max_tokens {
         match max.as_u64() {
             Some(n) if n > 0 => {
                 params.insert("max_tokens".into(), Value::from(n));
@@ -355,17 +345,21 @@ fn read_params(fields: &Map<String, Value>, request: &mut MessagesRequest) -> Re
             }
         }
     }
-    for key in ["temperature", "top_p", "top_k"] {
-        if let Some(v) = fields.get(key).filter(|v| !v.is_null()) {
+    let sampling = [
+        ("temperature", &body.temperature),
+        ("top_p", &body.top_p),
+        ("top_k", &body.top_k),
+    ];
+    for (key, value) in sampling {
+        if let Some(v) = value {
             params.insert(key.into(), v.clone());
         }
     }
-    match fields.get("stop_sequences") {
-        None | Some(Value::Null) => {}
+    // An empty list stops nothing: not forwarded.
+    match body.stop_sequences.as_ref().filter(|s| s != &&json!([])) {
+        None => {}
         Some(Value::Array(stops)) if stops.iter().all(Value::is_string) => {
-            if !stops.is_empty() {
-                params.insert("stop".into(), Value::Array(stops.clone()));
-            }
+            params.insert("stop".into(), Value::Array(stops.clone()));
         }
         Some(_) => {
             return Err(bad(
@@ -374,64 +368,77 @@ fn read_params(fields: &Map<String, Value>, request: &mut MessagesRequest) -> Re
             ))
         }
     }
-    if let Some(user) = fields
-        .get("metadata")
+    if let Some(user) = body
+        .metadata
+        .as_ref()
         .and_then(|m| m.get("user_id"))
         .and_then(Value::as_str)
     {
         params.insert("user".into(), Value::String(user.to_string()));
     }
-    let mut ignored = Vec::new();
-    match fields.get("tools") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(tools)) => {
-            let mut functions = Vec::with_capacity(tools.len());
-            for tool in tools {
-                match tool.get("type").and_then(Value::as_str) {
-                    None | Some("custom") => functions.push(function_of(tool)?),
-                    // Server tools (web search, code execution, ...) run at Anthropic only.
-                    Some(other) => ignored.push(format!("tools.{other}")),
-                }
-            }
-            if !functions.is_empty() {
-                params.insert("tools".into(), Value::Array(functions));
-            }
-        }
+    read_tools(body.tools.as_ref(), request)?;
+    read_tool_choice(body.tool_choice.as_ref(), &mut request.params)
+}
+
+/// `tools` as chat functions; server tools (web search, code execution, ...) run at Anthropic
+/// only, so they are listed as ignored.
+fn read_tools(tools: Option<&Value>, request: &mut MessagesRequest) -> Result<(), ApiError> {
+    let tools = match tools {
+        None => return Ok(()),
+        Some(Value::Array(tools)) => tools,
         Some(_) => return Err(bad("`tools` must be an array of tools.", "tools")),
-    }
-    if let Some(choice) = fields.get("tool_choice").filter(|c| !c.is_null()) {
-        let kind = choice.get("type").and_then(Value::as_str);
-        let openai = match kind {
-            Some("auto") => json!("auto"),
-            Some("any") => json!("required"),
-            Some("none") => json!("none"),
-            Some("tool") => {
-                let name = choice.get("name").and_then(Value::as_str).ok_or_else(|| {
-                    bad(
-                        "`tool_choice` of type `tool` needs a `name`.",
-                        "tool_choice",
-                    )
-                })?;
-                json!({"type": "function", "function": {"name": name}})
-            }
-            _ => {
-                return Err(bad(
-                    "`tool_choice` must be an object of type `auto`, `any`, `tool` or `none`.",
-                    "tool_choice",
-                ))
-            }
-        };
-        params.insert("tool_choice".into(), openai);
-        if choice
-            .get("disable_parallel_tool_use")
-            .and_then(Value::as_bool)
-            == Some(true)
-        {
-            params.insert("parallel_tool_calls".into(), Value::Bool(false));
+    };
+    let mut functions = Vec::with_capacity(tools.len());
+    for tool in tools {
+        match tool.get("type").and_then(Value::as_str) {
+            None | Some("custom") => functions.push(function_of(tool)?),
+            Some(other) => request.ignore(format!("tools.{other}")),
         }
     }
-    for what in ignored {
-        request.ignore(what);
+    if !functions.is_empty() {
+        request
+            .params
+            .insert("tools".into(), Value::Array(functions));
+    }
+    Ok(())
+}
+
+/// `tool_choice` in the chat dialect, and `disable_parallel_tool_use` as
+/// `parallel_tool_calls: false`.
+fn read_tool_choice(
+    choice: Option<&Value>,
+    params: &mut Map<String, Value>,
+) -> Result<(), ApiError> {
+    let Some(choice) = choice else {
+        return Ok(());
+    };
+    let openai = match choice.get("type").and_then(Value::as_str) {
+        Some("auto") => json!("auto"),
+        Some("any") => json!("required"),
+        Some("none") => json!("none"),
+        Some("tool") => {
+            let name = choice.get("name").and_then(Value::as_str).ok_or_else(|| {
+                bad(
+                    "`tool_choice` of type `tool` needs a `name`.",
+                    "tool_choice",
+                )
+            })?;
+            json!({"type": "function", "function": {"name": name}})
+        }
+        _ => {
+            return Err(bad(
+                "`tool_choice` must be an object of type `auto`, `any`, `tool` or `none`.",
+                "tool_choice",
+            ))
+        }
+    };
+    params.insert("tool_choice".into(), openai);
+    if choice
+        .get("disable_parallel_tool_use")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
+        params.insert("parallel_tool_calls".into(), Value::Bool(false));
     }
     Ok(())
 }

@@ -102,6 +102,32 @@ fn text_blocks_join_as_chat_text_parts_do_and_images_become_chat_parts() {
     assert_eq!(request.messages, [Message::tool("t", "[tool error]\nboom")]);
 }
 
+/// A field sent twice counts once (the last), `enforce: null` stays one, a `null` sampling
+/// field and an empty `stop_sequences` are not forwarded and every unread field is listed once, after the server tools.
+#[test]
+fn repeats_nulls_and_unread_fields_are_read_as_a_map_reads_them() {
+    let request = parse_messages_request(
+        br#"{"model":"a","model":"b","max_tokens":5,"enforce":null,"temperature":null,
+        "top_k":3,"top_k":4,"zeta":1,"alpha":2,"alpha":3,"stop_sequences":[],
+        "tools":[{"type":"web_search_20250305","name":"w"}],
+        "messages":[{"role":"user","content":"q"}]}"#,
+    )
+    .expect("read");
+    assert_eq!(request.model, "b");
+    assert_eq!(request.enforce, Some(Value::Null));
+    assert_eq!(
+        Value::Object(request.params),
+        json!({"max_tokens": 5, "top_k": 4})
+    );
+    assert_eq!(
+        request.ignored,
+        ["tools.web_search_20250305", "alpha", "zeta"]
+    );
+    let refused = parse(json!({"model": "m", "max_tokens": null,
+        "messages": [{"role": "user", "content": "q"}]}));
+    assert_eq!(refused.expect_err("refused").param, Some("max_tokens"));
+}
+
 #[test]
 fn malformed_requests_are_400s_naming_the_field() {
     for (body, param) in [

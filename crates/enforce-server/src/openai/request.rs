@@ -1,10 +1,27 @@
-//! A chat-completions request read into the shared [`Ask`] through a `Value` map, which gives
-//! every error. Every field the proxy does not interpret goes to the runner unchanged.
+//! A chat-completions request read into the shared [`Ask`] by one derived [`ChatRequest`]. Every
+//! field the proxy does not interpret goes to the runner unchanged.
 
 use crate::error::ApiError;
-use crate::pipeline::{json_body, non_empty, Ask};
+use crate::pipeline::{model_of, non_empty, present, read_request, stream_of, Ask};
 use enforce_core::{Message, Role, ToolCall};
+use serde::Deserialize;
 use serde_json::{Map, Value};
+
+/// A chat-completions request: the fields the proxy interprets, each as sent, and the rest
+/// (`temperature`, `tools`, `n`, `metadata`, `user`, ...) for the runner as they came.
+#[derive(Deserialize)]
+struct ChatRequest {
+    #[serde(default, deserialize_with = "present")]
+    model: Option<Value>,
+    messages: Option<Value>,
+    stream: Option<Value>,
+    stream_options: Option<Value>,
+    /// The request's facts, for the proxy itself; `null` kept as sent.
+    #[serde(default, deserialize_with = "present")]
+    enforce: Option<Value>,
+    #[serde(flatten)]
+    params: Map<String, Value>,
+}
 
 /// The chat a chat-completions body names: `metadata.chat_id`, else `user`.
 fn chat_hint(params: &Map<String, Value>) -> Option<String> {
@@ -59,8 +76,9 @@ fn content_text(content: Option<&mut Value>) -> Result<String, ApiError> {
 /// `stream`, `stream_options` and `enforce` (the request's facts, for the proxy itself) are
 /// interpreted here and never forwarded upstream.
 pub(crate) fn parse_chat_request(body: &[u8]) -> Result<Ask, ApiError> {
-    let (mut params, model) = json_body(body)?;
-    let Some(Value::Array(raw_messages)) = params.remove("messages") else {
+    let request: ChatRequest = read_request(body)?;
+    let model = model_of(request.model)?;
+    let Some(Value::Array(raw_messages)) = request.messages else {
         return Err(ApiError::bad_request(
             "The request needs `messages`, an array of chat messages.",
             Some("messages"),
@@ -76,10 +94,10 @@ pub(crate) fn parse_chat_request(body: &[u8]) -> Result<Ask, ApiError> {
             Some("messages"),
         ));
     }
-    one_choice(&params)?;
-    let stream = crate::pipeline::stream_of(params.remove("stream").as_ref())?;
-    let include_usage = params
-        .remove("stream_options")
+    one_choice(&request.params)?;
+    let stream = stream_of(request.stream.as_ref())?;
+    let include_usage = request
+        .stream_options
         .as_ref()
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
@@ -89,9 +107,9 @@ pub(crate) fn parse_chat_request(body: &[u8]) -> Result<Ask, ApiError> {
         messages,
         stream,
         include_usage,
-        enforce: params.remove("enforce"),
-        chat_hint: chat_hint(&params),
-        params,
+        enforce: request.enforce,
+        chat_hint: chat_hint(&request.params),
+        params: request.params,
         continues: None,
         store: false,
         ignored: Vec::new(),
@@ -216,6 +234,21 @@ mod tests {
             assert_eq!(e.status, StatusCode::BAD_REQUEST);
             assert_eq!(e.param, param);
         }
+    }
+
+    /// A field sent twice counts once (the last), as a JSON map reads it; an `enforce` of
+    /// `null` stays one; `n` of 1 still reaches the upstream.
+    #[test]
+    fn repeats_nulls_and_n_are_kept() {
+        let r = parse_chat_request(
+            br#"{"model":"a","model":"b","messages":[{"role":"user","content":"q"}],"enforce":null,"n":1,"top_p":0.5,"top_p":0.25}"#,
+        )
+        .unwrap();
+        assert_eq!(r.model, "b");
+        assert_eq!(r.enforce, Some(Value::Null));
+        assert_eq!(r.params["n"], 1);
+        assert_eq!(r.params["top_p"], 0.25);
+        assert_eq!(r.params.len(), 2);
     }
 
     #[test]

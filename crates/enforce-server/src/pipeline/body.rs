@@ -1,11 +1,34 @@
-//! What every surface's request reader shares: the body as a JSON object, its `model`, its
-//! `stream`, and how an error shows a message's `role`.
+//! What every surface's request reader shares: the body read into its derived request type,
+//! its `model`, its `stream`, and how an error shows a message's `role`.
 
 use crate::error::ApiError;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
+/// A request body read into a surface's derived request type; a body that is not one JSON
+/// object is refused as every surface refuses it ([`body_object`]).
+pub(crate) fn read_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    // Only an object: serde would read an array into the fields one by one.
+    if body.trim_ascii_start().first() == Some(&b'{') {
+        if let Ok(request) = serde_json::from_slice(body) {
+            return Ok(request);
+        }
+    }
+    // Not an object, not JSON, or a field given twice (the last one counts, as in a map):
+    // read as a map first.
+    serde_json::from_value(Value::Object(body_object(body)?))
+        .map_err(|e| ApiError::bad_request(format!("The request body cannot be read: {e}."), None))
+}
+
+/// A field of a request body as sent: present (`null` included) or absent. Use with
+/// `#[serde(default, deserialize_with = "present")]`.
+pub(crate) fn present<'de, D: Deserializer<'de>>(from: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(from).map(Some)
+}
+
 /// A request body as the JSON object every surface's body is; a 400 otherwise.
-pub(crate) fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!("The request body is not valid JSON: {e}."), None)
     })?;
@@ -16,14 +39,6 @@ pub(crate) fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
             None,
         )),
     }
-}
-
-/// The start every surface's parser shares: the body as a JSON object, and its `model`
-/// (taken out of it).
-pub(crate) fn json_body(body: &[u8]) -> Result<(Map<String, Value>, String), ApiError> {
-    let mut fields = body_object(body)?;
-    let model = model_of(fields.remove("model"))?;
-    Ok((fields, model))
 }
 
 /// A request's `stream`: absent or `null` is not streamed, a boolean says; anything else is a

@@ -8,9 +8,9 @@
 //! `reasoning_effort`. What cannot be carried is refused with a 400 naming the field.
 
 use crate::error::ApiError;
-use crate::pipeline::{body_object, model_of, non_empty, stream_of, Ask};
+use crate::pipeline::{model_of, non_empty, present, read_request, stream_of, Ask};
 use enforce_core::{Message, Role, ToolCall};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 fn invalid(message: impl Into<String>, param: &'static str) -> ApiError {
@@ -239,11 +239,6 @@ fn response_format(text: &Value) -> Result<Option<Value>, ApiError> {
     }
 }
 
-/// A field of a request body as sent: present (`null` included) or absent.
-fn present<'de, D: Deserializer<'de>>(from: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(from).map(Some)
-}
-
 /// A Responses request: the fields this surface reads, each as sent (`null` included, so that
 /// an echoed `null` stays one); the rest of a body is skipped unread.
 #[derive(Deserialize)]
@@ -366,20 +361,9 @@ fn asked_for(value: &Option<Value>) -> bool {
 }
 
 impl ResponsesRequest {
-    /// Reads a body; a body that is not one JSON object is refused as every surface refuses
-    /// it ([`body_object`]).
+    /// Reads a body ([`read_request`]).
     fn read(body: &[u8]) -> Result<Self, ApiError> {
-        // Only an object: serde would read an array into the fields one by one.
-        if body.trim_ascii_start().first() == Some(&b'{') {
-            if let Ok(request) = serde_json::from_slice(body) {
-                return Ok(request);
-            }
-        }
-        // Not an object, not JSON, or a field given twice (the last one counts, as in a map):
-        // read as every surface reads a body.
-        serde_json::from_value(Value::Object(body_object(body)?)).map_err(|e| {
-            ApiError::bad_request(format!("The request body cannot be read: {e}."), None)
-        })
+        read_request(body)
     }
 
     /// Refuses the fields this proxy cannot carry to a chat-completions upstream, rather than

@@ -171,7 +171,7 @@ impl Turn {
         };
         series.count_request(status);
         series.duration().observe(total.as_secs_f64());
-        series.attempts().add(outcome.attempts.len() as u64);
+        series.attempts().inc_by(outcome.attempts.len() as u64);
         for attempt in &outcome.attempts {
             series
                 .upstream_latency()

@@ -77,11 +77,7 @@ fn limits_allowed(allowed: bool) -> ModelOptions {
 }
 
 async fn post(h: &Harness, path: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Value) {
-    let mut request = h.client.post(h.url(path)).json(body);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = request.send().await.unwrap();
+    let response = h.post(path, body, headers).await;
     let status = response.status().as_u16();
     (status, response.json().await.unwrap())
 }

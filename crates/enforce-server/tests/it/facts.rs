@@ -63,11 +63,11 @@ fn body(extra: Value) -> Value {
 }
 
 async fn post(h: &Harness, body: &Value, header: Option<&str>) -> reqwest::Response {
-    let mut request = h.client.post(h.url("/v1/chat/completions")).json(body);
-    if let Some(value) = header {
-        request = request.header("X-Enforce-Context", value);
-    }
-    request.send().await.expect("response")
+    let headers: Vec<(&str, &str)> = header
+        .map(|v| ("X-Enforce-Context", v))
+        .into_iter()
+        .collect();
+    h.post("/v1/chat/completions", body, &headers).await
 }
 
 fn status(resp: &reqwest::Response) -> String {

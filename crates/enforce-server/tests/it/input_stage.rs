@@ -74,12 +74,7 @@ fn body(question: &str, stream: bool) -> Value {
 }
 
 async fn post(h: &Harness, body: &Value) -> reqwest::Response {
-    h.client
-        .post(h.url("/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .expect("response")
+    h.post("/v1/chat/completions", body, &[]).await
 }
 
 async fn start(on_failure: OnInputFailure) -> (Arc<ScriptedRunner>, Harness) {

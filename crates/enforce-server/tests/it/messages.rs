@@ -67,13 +67,8 @@ fn weather_tools() -> Value {
 }
 
 async fn post(h: &Harness, body: &Value) -> reqwest::Response {
-    h.client
-        .post(h.url("/v1/messages"))
-        .header("anthropic-version", "2023-06-01")
-        .json(body)
-        .send()
+    h.post("/v1/messages", body, &[("anthropic-version", "2023-06-01")])
         .await
-        .unwrap()
 }
 
 /// The events of a Messages stream as (event name, data), each checked: the data's `type` is

@@ -33,12 +33,7 @@ async fn against_mock(
 }
 
 async fn post(h: &Harness, body: Value) -> reqwest::Response {
-    h.client
-        .post(h.url("/v1/responses"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
+    h.post("/v1/responses", &body, &[]).await
 }
 
 /// The `(event, data)` pairs of a Responses stream, checking that every event's `type` is its

@@ -22,12 +22,7 @@ async fn harness(replies: Vec<MockReply>) -> (MockOpenAi, Harness) {
 }
 
 async fn post(h: &Harness, body: Value) -> reqwest::Response {
-    h.client
-        .post(h.url("/v1/responses"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
+    h.post("/v1/responses", &body, &[]).await
 }
 
 #[tokio::test]

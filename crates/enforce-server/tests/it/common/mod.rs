@@ -71,12 +71,21 @@ impl Harness {
     }
 
     pub async fn chat(&self, body: Value) -> reqwest::Response {
-        self.client
-            .post(self.url("/v1/chat/completions"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
+        self.post("/v1/chat/completions", &body, &[]).await
+    }
+
+    /// POSTs `body` as JSON to `path` with the extra `headers`.
+    pub async fn post(
+        &self,
+        path: &str,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut request = self.client.post(self.url(path)).json(body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().await.unwrap()
     }
 
     /// The JSON body of a GET of `path`.
