@@ -60,6 +60,15 @@ async fn read_until_closed(tcp: &mut TcpStream, within: Duration) -> Option<Stri
         .map(|()| String::from_utf8_lossy(&got).into_owned())
 }
 
+/// What the server answers to `head` sent alone, its body never sent.
+async fn answer_to_head(h: &Harness, head: &str) -> String {
+    let mut tcp = connect(h).await;
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    read_until_closed(&mut tcp, Duration::from_secs(5))
+        .await
+        .expect("answered without the body")
+}
+
 /// The head of a chat request whose body is `length` bytes long.
 fn chat_head(length: usize) -> String {
     format!(
@@ -91,12 +100,8 @@ async fn a_request_refused_for_load_is_refused_before_its_body_is_read() {
         .expect("answered without the body");
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     // The token count holds a permit too.
-    let mut tcp = connect(&h).await;
     let head = chat_head(9_000_000).replace("/v1/chat/completions", "/v1/messages/count_tokens");
-    tcp.write_all(head.as_bytes()).await.unwrap();
-    let answer = read_until_closed(&mut tcp, Duration::from_secs(5))
-        .await
-        .expect("answered without the body");
+    let answer = answer_to_head(&h, &head).await;
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     gate.add_permits(1);
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
@@ -120,19 +125,11 @@ async fn the_bodies_held_at_once_stay_within_the_body_budget() {
     };
     h.wait_in_flight(1).await;
     // 80 KB more would pass the budget while the first body is held: a 429 before the body.
-    let mut tcp = connect(&h).await;
-    tcp.write_all(chat_head(80_000).as_bytes()).await.unwrap();
-    let answer = read_until_closed(&mut tcp, Duration::from_secs(5))
-        .await
-        .expect("answered without the body");
+    let answer = answer_to_head(&h, &chat_head(80_000)).await;
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     assert!(answer.contains("retry-after"), "{answer}");
     // A body larger than the whole budget (though within max_body_bytes) is never admitted.
-    let mut tcp = connect(&h).await;
-    tcp.write_all(chat_head(160_000).as_bytes()).await.unwrap();
-    let answer = read_until_closed(&mut tcp, Duration::from_secs(5))
-        .await
-        .expect("answered without the body");
+    let answer = answer_to_head(&h, &chat_head(160_000)).await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     // A body without Content-Length reserves as it grows: refused once it passes the budget.
     let mut tcp = connect(&h).await;
