@@ -94,7 +94,7 @@ impl Checked {
         if let Some(u) = self.outcome.unavailable() {
             issues.push(Issue::error(
                 u.validator.clone(),
-                enforce_core::VALIDATOR_UNAVAILABLE,
+                enforce_core::validator::VALIDATOR_UNAVAILABLE,
                 format!("The validator gave no verdict: {}", u.reason),
             ));
         }

@@ -6,9 +6,9 @@ use clap::Args as ClapArgs;
 use enforce_config::ProfileSet;
 use enforce_core::Runner;
 use enforce_external::breaker::{BreakerState, SharedBreakers, SharedError};
-use enforce_runner::{ClaudeConfig, RunnerConfig};
+use enforce_runner::{ClaudeConfig, RunnerConfig, ANTHROPIC_API_KEY_ENV};
 use enforce_server::{
-    Classifier, Model, Route, RouteError, Routes, Server, ServerSection, StepMark,
+    Classifier, Model, Route, RouteError, Routes, Server, ServerSection, StepMark, Upstream,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -399,8 +399,13 @@ pub(crate) fn model_from_config(
             entry.id
         );
     }
+    let model = Model::new(entry.id.clone(), runner, enforcer);
+    let model = match passthrough_of(runner_config) {
+        Some(upstream) => model.with_passthrough(upstream),
+        None => model,
+    };
     Ok(with_upstream_model(
-        Model::new(entry.id.clone(), runner, enforcer)
+        model
             .with_decode_params(constrained.params)
             .with_profile(profile)
             .with_runner_kind(runner_config.kind())
@@ -456,6 +461,32 @@ fn classifier_from_config(config: &ClassifyConfig) -> Result<Classifier, RouteEr
         Duration::from_millis(config.timeout_ms),
         config.max_question_chars,
     )
+}
+
+/// Where the endpoints the proxy does not enforce go for a model of this runner: its HTTP API
+/// with its key (`api_key`, else the variable `api_key_env` names, else Anthropic's default
+/// variable); `None` for runners without one (the Claude CLI, a local model, a command).
+fn passthrough_of(runner: &RunnerConfig) -> Option<Upstream> {
+    let key = |key: &Option<String>, env: Option<&str>| {
+        key.clone()
+            .or_else(|| env.and_then(|var| std::env::var(var).ok()))
+    };
+    match runner {
+        RunnerConfig::OpenAi(c) => Some(Upstream::openai(
+            c.base_url.clone(),
+            key(&c.api_key, c.api_key_env.as_deref()).as_deref(),
+        )),
+        RunnerConfig::Anthropic(c) => {
+            let env = c.api_key_env.as_deref().or(Some(ANTHROPIC_API_KEY_ENV));
+            let key = key(&c.api_key, env);
+            Some(Upstream::anthropic(
+                &c.base_url,
+                key.as_deref(),
+                &c.anthropic_version,
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// Names the model the runner asks, for the `gen_ai.request.model` of trace spans.
@@ -543,7 +574,8 @@ mod tests {
                 let request = enforce_core::Request::prompt("Say hello.");
                 let reply = served
                     .runner
-                    .ask(&request)
+                    .ask(enforce_core::Ask::new(&request))
+                    .reply()
                     .await
                     .expect("the model answers");
                 assert_eq!(reply.usage.map(|u| u.output_tokens <= 8), Some(true));
@@ -560,6 +592,23 @@ mod tests {
         }
         <Cli as clap::Parser>::parse_from(std::iter::once("enforce").chain(args.iter().copied()))
             .serve
+    }
+
+    #[test]
+    fn openai_runners_forward_with_their_key_and_the_claude_cli_does_not() {
+        let openai = RunnerConfig::OpenAi(enforce_runner::OpenAiConfig {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key: Some("sk-runner".into()),
+            ..Default::default()
+        });
+        let upstream = passthrough_of(&openai).expect("an OpenAI runner forwards");
+        assert_eq!(upstream.base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(
+            upstream.headers,
+            vec![("authorization".to_string(), "Bearer sk-runner".to_string())]
+        );
+        let claude = RunnerConfig::Claude(ClaudeConfig::default());
+        assert!(passthrough_of(&claude).is_none());
     }
 
     #[test]
@@ -584,6 +633,13 @@ mod tests {
         assert_eq!(model.runner_kind.as_deref(), Some("anthropic"));
         assert_eq!(model.id, "claude-x");
         assert_eq!(model.upstream_model.as_deref(), Some("claude-x"));
+        let upstream = model.passthrough.expect("an Anthropic runner forwards");
+        assert_eq!(upstream.base_url, "http://127.0.0.1:9/v1");
+        assert!(upstream.headers.contains(&("x-api-key".into(), "k".into())));
+        assert!(upstream
+            .headers
+            .iter()
+            .any(|(name, _)| name == "anthropic-version"));
         let args = serve_args(&["--runner", "anthropic"]);
         let Err(err) = args.model.entry(None, profiles.default_name()) else {
             panic!("a model without a name")

@@ -210,7 +210,7 @@ fn the_fenced_json_of_issue_24_is_not_cut_and_is_repaired() {
     let enforcer: Enforcer = json.enforcer().with_policy(
         Policy::builder()
             .partial_check_bytes(1)
-            .repair(enforce_core::RepairWhen::First)
+            .repair(enforce_core::policy::RepairWhen::First)
             .build(),
     );
     let outcome = block_on(enforcer.run(
@@ -290,7 +290,7 @@ fn the_ladder_climbs_past_a_feedback_reask_the_model_copied_byte_for_byte() {
         .find(|(_, a)| a.id == "none/city-oslo/0/1")
         .expect("the Oslo case");
     let profile = contracts.of(at, oslo);
-    let run = |reask: enforce_core::Ladder| {
+    let run = |reask: enforce_core::policy::Ladder| {
         let runner = ScriptedRunner::texts([failed.as_str(), failed.as_str(), resampled.as_str()]);
         let enforcer = profile
             .enforcer()
@@ -301,12 +301,12 @@ fn the_ladder_climbs_past_a_feedback_reask_the_model_copied_byte_for_byte() {
             &Context::new(),
         ))
     };
-    let feedback = run(enforce_core::Reask::Feedback.into());
+    let feedback = run(enforce_core::policy::Reask::Feedback.into());
     assert_eq!(feedback.stop_reason, enforce_core::StopReason::NoProgress);
     assert_eq!(feedback.attempts.len(), 2);
-    let ladder = enforce_core::Ladder::new(vec![
-        enforce_core::Reask::Feedback,
-        enforce_core::Reask::Resample,
+    let ladder = enforce_core::policy::Ladder::new(vec![
+        enforce_core::policy::Reask::Feedback,
+        enforce_core::policy::Reask::Resample,
     ])
     .expect("two rungs");
     let outcome = run(ladder);

@@ -2,6 +2,7 @@
 
 use crate::stats::median;
 use enforce_config::{ProfileSet, Registry};
+use enforce_core::Ask;
 use enforce_core::{Context, Enforcer, Request, Runner, Status, Validator};
 use enforce_runner::{OpenAiConfig, OpenAiRunner};
 use enforce_validators::json::JsonValidator;
@@ -131,13 +132,13 @@ pub async fn looped(
     let ok = runner(ok_url)?;
     let ff = runner(fail_first_url)?;
     for _ in 0..30 {
-        let _ = ok.ask(&request).await;
+        let _ = ok.ask(Ask::new(&request)).reply().await;
         let _ = enforcer.run(&ff, &request, &ctx).await;
     }
     let mut raw = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();
-        ok.ask(&request).await?;
+        ok.ask(Ask::new(&request)).reply().await?;
         raw.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let (mut ok_t, mut ok_passed) = (Vec::new(), 0);

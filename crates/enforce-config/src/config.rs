@@ -34,7 +34,10 @@
 //! ```
 
 use crate::env::{self, Expanded};
-use enforce_core::{AnswerFormat, Budget, FailMode, FeedbackTemplate, IssueText, Language};
+use enforce_core::{
+    feedback::FeedbackTemplate, feedback::IssueText, feedback::Language, policy::AnswerFormat,
+    Budget, FailMode,
+};
 use enforce_validators::BuildError;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -117,7 +120,7 @@ pub struct Defaults {
     /// `feedback_fresh` (the original request plus the feedback, without the failed answer);
     /// or a list, one per re-ask, the last repeating (`[feedback, resample]`). Every re-ask
     /// advances the seed by one per attempt.
-    pub reask: Option<enforce_core::Ladder>,
+    pub reask: Option<enforce_core::policy::Ladder>,
     /// End the loop when an attempt makes no progress on the last strategy of `reask` (default
     /// `true`; before it, the next re-ask climbs); `false` makes every attempt, as the seed
     /// documents' loop does.
@@ -125,7 +128,7 @@ pub struct Defaults {
     /// When the validators' deterministic repairs run: `last` (default: after the re-asks)
     /// or `first` (before spending a re-ask: a repair that makes the answer clean is returned
     /// as `repaired` at once).
-    pub repair: Option<enforce_core::RepairWhen>,
+    pub repair: Option<enforce_core::policy::RepairWhen>,
     /// Issue codes whose repair runs before a re-ask even with `repair: last`: an attempt
     /// whose every error has one of these codes, and which a repair makes clean, is returned
     /// as `repaired` at once (e.g. `[INVALID_JSON]`: a fence around JSON is not worth a model
@@ -184,12 +187,12 @@ pub struct ProfileConfig {
     pub partial_check_bytes: Option<usize>,
     /// How each re-ask asks: `feedback`, `resample`, `feedback_fresh`, or a list of them, one
     /// per re-ask (overrides `defaults`).
-    pub reask: Option<enforce_core::Ladder>,
+    pub reask: Option<enforce_core::policy::Ladder>,
     /// End the loop when an attempt makes no progress on the last strategy of `reask`
     /// (overrides `defaults`).
     pub stop_on_no_progress: Option<bool>,
     /// When the deterministic repairs run: `last` or `first` (overrides `defaults`).
-    pub repair: Option<enforce_core::RepairWhen>,
+    pub repair: Option<enforce_core::policy::RepairWhen>,
     /// Issue codes whose repair runs before a re-ask (overrides `defaults`).
     pub repair_first_codes: Option<Vec<String>>,
     /// Re-asks allowed per issue code (laid over `defaults`' per code).

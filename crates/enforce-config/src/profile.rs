@@ -35,7 +35,8 @@
 use crate::config::{Config, ConfigError, ConfigSource};
 use crate::registry::Registry;
 use enforce_core::{
-    ContextSource, Enforcer, InputStage, OnInputFailure, Policy, Reformulator, Validator,
+    input::ContextSource, input::InputStage, input::OnInputFailure, input::Reformulator, Enforcer,
+    Policy, Validator,
 };
 use enforce_validators::BuildEnv;
 use enforce_validators::BuildError;
@@ -318,7 +319,7 @@ impl ProfileSet {
                         "name the `fact` and give at least one template",
                     ));
                 }
-                policy.fallback_by = Some(enforce_core::FallbackBy {
+                policy.fallback_by = Some(enforce_core::policy::FallbackBy {
                     fact: by.fact.trim().to_string(),
                     templates: by.templates.clone(),
                 });

@@ -44,7 +44,7 @@
 //! assert!(err.message.contains("unknown field"), "{err}");
 //! ```
 
-use enforce_core::{is_status_name, Validator, ValidatorExt};
+use enforce_core::{validator::is_status_name, Validator, ValidatorExt};
 use enforce_validators::scope::{Scope, Scoped};
 use enforce_validators::{BuildEnv, BuildError, FactoryInput};
 use serde_json::{Map, Value};
@@ -389,7 +389,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_validator_scoped_to_a_tool_checks_each_call_of_it_and_no_text() {
-        use enforce_core::{Context, Reply, ToolCall};
+        use enforce_core::{runner::ToolCall, Context, Reply};
         let r = Registry::builtin();
         let v = r
             .build(

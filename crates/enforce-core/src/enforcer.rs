@@ -2,8 +2,8 @@
 
 use crate::validator::{push_leaves, Leaf, Verdict};
 use crate::{
-    Budget, BudgetKind, Context, Event, InputStage, Issue, Observer, Outcome, Policy, Reply,
-    Request, Runner, Status, StopReason, Validator,
+    input::InputStage, policy::BudgetKind, Budget, Context, Event, Issue, Observer, Outcome,
+    Policy, Reply, Request, Runner, Status, StopReason, Validator,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -106,7 +106,7 @@ fn reseeded(request: &Request, number: u32) -> Request {
     let seed = again
         .params
         .get("seed")
-        .and_then(|seed| crate::advance_seed(seed, u64::from(step)));
+        .and_then(|seed| crate::runner::advance_seed(seed, u64::from(step)));
     if let Some(seed) = seed {
         again.params.insert("seed".to_string(), seed);
     }

@@ -9,7 +9,7 @@
 use crate::context::keys;
 use crate::time::micros;
 use crate::validator::{push_leaves, validate_leaves, Leaf, Verdict};
-use crate::{Context, FailMode, Issue, Message, Reply, Request, Role, Runner, Validator};
+use crate::{Ask, Context, FailMode, Issue, Message, Reply, Request, Role, Runner, Validator};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
@@ -163,9 +163,11 @@ impl Reformulator for RunnerReformulator {
         );
         let messages: Vec<&str> = issues.iter().map(|i| i.message.as_str()).collect();
         view.insert("issues", messages.join("\n"));
+        let request = Request::prompt(view.render(&self.prompt));
         let reply = self
             .runner
-            .ask(&Request::prompt(view.render(&self.prompt)))
+            .ask(Ask::new(&request))
+            .reply()
             .await
             .map_err(|e| e.to_string())?;
         let question = reply.text.trim();
@@ -381,7 +383,7 @@ pub(crate) enum Staged {
     /// A fail-closed input validator gave no verdict.
     Unavailable {
         record: InputCheck,
-        unavailable: crate::UnavailableValidator,
+        unavailable: crate::validator::UnavailableValidator,
     },
 }
 

@@ -1,11 +1,19 @@
 //! # enforce-core
 //!
 //! The heart of enforce: check an LLM response with [`Validator`]s, ask the model again through
-//! a [`Runner`] with precise [`Feedback`] when it fails, apply deterministic repairs when asking
-//! no longer helps, and return a typed [`Outcome`] instead of passing bad output on.
+//! a [`Runner`] with precise [`Feedback`](feedback::Feedback) when it fails, apply deterministic
+//! repairs when asking no longer helps, and return a typed [`Outcome`] instead of passing bad
+//! output on.
 //!
 //! This crate has no async runtime, HTTP or FFI dependency, so it embeds anywhere: the loop is
 //! plain `async` code that any executor can drive.
+//!
+//! The crate root holds what an embedder uses: the [`Enforcer`], the traits it calls
+//! ([`Runner`], [`Validator`], [`Observer`]), what goes in ([`Request`], [`Context`],
+//! [`Policy`]) and what comes out ([`Outcome`]). The rest is in its module: [`input`] (checks
+//! of the request before the first ask), [`feedback`] (the text of a re-ask), [`policy`]
+//! (re-ask ladders, repairs, budgets), [`runner`] (tool calls, follow-up messages),
+//! [`validator`] (adapters, status names), [`outcome`], [`audit`] and [`scripted`].
 //!
 //! ```
 //! use enforce_core::{async_trait, Context, Enforcer, Issue, Request, ScriptedRunner, Status,
@@ -42,48 +50,37 @@
 #![deny(missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
-mod audit;
-mod context;
-mod enforcer;
-mod feedback;
-mod input;
+pub mod audit;
+pub mod context;
+pub mod enforcer;
+pub mod feedback;
+pub mod input;
 mod issue;
 mod observer;
-mod outcome;
+pub mod outcome;
 mod partial;
-mod policy;
-mod runner;
-mod scripted;
+pub mod policy;
+pub mod runner;
+pub mod scripted;
 mod serde_millis;
 mod time;
-mod validator;
+pub mod validator;
 
 pub use async_trait::async_trait;
-pub use audit::{rfc3339_millis, AuditRecord};
-pub use context::{keys, Context};
-pub use enforcer::{Check, Enforcer, FALLBACK_INVALID, FINISH_REASON, TRUNCATED};
-pub use feedback::{Feedback, FeedbackTemplate, IssueText, Language, ANSWER_QUOTE_CHARS};
-pub use input::{
-    chunk_text, retrieved_text, ContextSource, InputAction, InputCheck, InputStage, OnInputFailure,
-    Reformulation, ReformulationRecord, Reformulator, RunnerReformulator,
-};
+pub use audit::AuditRecord;
+pub use context::Context;
+pub use enforcer::{Check, Enforcer};
 pub use issue::{Issue, Severity};
 pub use observer::{Event, Observer};
-pub use outcome::{fnv1a_hex, Attempt, Cut, Outcome, Status, StopReason};
+pub use outcome::{Attempt, Outcome, Status, StopReason};
 pub use partial::PartialCheck;
-pub use policy::{
-    AnswerFormat, Budget, BudgetKind, FallbackBy, Ladder, Policy, PolicyBuilder, Reask, RepairWhen,
-};
+pub use policy::{Budget, Policy, PolicyBuilder};
 pub use runner::{
-    advance_seed, follow_up_messages, stateless_follow_up_messages, FinishReason, Message, Reply,
-    ReplyStream, Request, Role, Runner, RunnerError, StreamEvent, ToolCall, ToolFeedback, Usage,
-    REJECTED_TOOL_CALL,
+    Ask, FollowUp, Message, Reply, ReplyStream, Request, Role, Runner, RunnerError, StreamEvent,
+    Usage,
 };
-pub use scripted::{ScriptedCall, ScriptedRunner};
-pub use validator::{
-    is_status_name, FailMode, Unavailable, UnavailableValidator, Validation, Validator,
-    ValidatorExt, WithFailMode, WithUnavailableStatus, VALIDATOR_DISABLED, VALIDATOR_UNAVAILABLE,
-};
+pub use scripted::ScriptedRunner;
+pub use validator::{FailMode, Unavailable, Validation, Validator, ValidatorExt};
 
 /// The examples in README.md are compiled and run as doctests.
 #[cfg(doctest)]

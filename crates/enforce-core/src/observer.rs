@@ -12,7 +12,7 @@ pub enum Event<'a> {
     /// The input stage checked the request before the first model call.
     InputChecked {
         /// What it found and did.
-        check: &'a crate::InputCheck,
+        check: &'a crate::input::InputCheck,
     },
     /// The runner is being asked (attempt numbers start at 1).
     Asking {

@@ -1,7 +1,10 @@
 //! What the loop returns: [`Outcome`], its [`Status`] and the audit of every [`Attempt`].
 
 use crate::validator::UnavailableValidator;
-use crate::{BudgetKind, FinishReason, InputCheck, Issue, Reask, RunnerError, ToolCall, Usage};
+use crate::{
+    input::InputCheck, policy::BudgetKind, policy::Reask, runner::FinishReason, runner::ToolCall,
+    Issue, RunnerError, Usage,
+};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
@@ -522,7 +525,8 @@ impl Outcome {
 
 /// `true` for the warning of a validator that did not check the response.
 pub(crate) fn is_unchecked_warning(warning: &Issue) -> bool {
-    warning.code == crate::VALIDATOR_UNAVAILABLE || warning.code == crate::VALIDATOR_DISABLED
+    warning.code == crate::validator::VALIDATOR_UNAVAILABLE
+        || warning.code == crate::validator::VALIDATOR_DISABLED
 }
 
 /// FNV-1a 64-bit digest of `text`, as 16 lower-case hex digits: `Attempt::response_digest`,

@@ -1,6 +1,6 @@
 //! How hard the loop tries: [`Policy`] and [`Budget`].
 
-use crate::{FailMode, Feedback, Issue};
+use crate::{feedback::Feedback, FailMode, Issue};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -175,7 +175,7 @@ pub enum Reask {
 /// `reask: [feedback, resample]`.
 ///
 /// ```
-/// use enforce_core::{Ladder, Reask};
+/// use enforce_core::{policy::Ladder, policy::Reask};
 ///
 /// let ladder = Ladder::new(vec![Reask::Feedback, Reask::Resample]).unwrap();
 /// assert_eq!(ladder.rung(0), Reask::Feedback);

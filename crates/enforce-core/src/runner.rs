@@ -1,14 +1,15 @@
-//! The [`Runner`] trait: how the loop asks a model, whole or streamed ([`StreamEvent`]).
+//! The [`Runner`] trait: how the loop asks a model ([`Ask`]), whole or streamed
+//! ([`StreamEvent`]), and the request and reply it exchanges.
 
 use async_trait::async_trait;
-use futures_core::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
+
+mod stream;
+pub use stream::{ReplyStream, StreamEvent};
 
 /// Who said a [`Message`]. Exhaustive: runners map every role onto their wire format, and a new
 /// role would need a new message shape anyway.
@@ -189,9 +190,9 @@ fn is_zero(n: &u64) -> bool {
 ///
 /// ```
 /// use serde_json::json;
-/// assert_eq!(enforce_core::advance_seed(&json!(41), 2), Some(json!(43)));
-/// assert_eq!(enforce_core::advance_seed(&json!(-1), 1), Some(json!(0)));
-/// assert_eq!(enforce_core::advance_seed(&json!("7"), 1), None);
+/// assert_eq!(enforce_core::runner::advance_seed(&json!(41), 2), Some(json!(43)));
+/// assert_eq!(enforce_core::runner::advance_seed(&json!(-1), 1), Some(json!(0)));
+/// assert_eq!(enforce_core::runner::advance_seed(&json!("7"), 1), None);
 /// ```
 pub fn advance_seed(seed: &Value, steps: u64) -> Option<Value> {
     match (seed.as_u64(), seed.as_i64()) {
@@ -409,16 +410,89 @@ impl RunnerError {
     }
 }
 
-/// Asks a model. A first ask sends the request; a follow-up carries the feedback on the previous
-/// reply.
+/// One ask of a runner: the request, whether it continues a conversation (a re-ask carrying
+/// feedback on the previous reply) and whether the answer should stream.
+///
+/// Non-exhaustive: built with [`Ask::new`] and [`Ask::follow_up`], then
+/// [`streamed`](Ask::streamed); runners read the fields.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Ask<'a> {
+    /// The request (for a follow-up: the original conversation).
+    pub request: &'a Request,
+    /// The previous reply and the feedback on it, for a re-ask; `None` for a first ask.
+    pub follow_up: Option<FollowUp<'a>>,
+    /// `true` when the caller reads the answer as it is written ([`StreamEvent::Text`]); a
+    /// runner that cannot stream answers with one [`StreamEvent::Done`] all the same.
+    pub stream: bool,
+}
+
+/// What a re-ask continues from: the previous reply and the feedback on it.
+///
+/// `previous` may be an answer the loop cut short: its text is the part received, its session
+/// id the one the stream reported. A session runner resumes that session (whose history may
+/// not even hold the partial answer); the feedback quotes what was wrong.
+#[derive(Debug, Clone, Copy)]
+pub struct FollowUp<'a> {
+    /// The reply the feedback is about.
+    pub previous: &'a Reply,
+    /// The feedback text.
+    pub feedback: &'a str,
+}
+
+impl<'a> Ask<'a> {
+    /// A first ask of `request`, answered whole.
+    pub fn new(request: &'a Request) -> Self {
+        Ask {
+            request,
+            follow_up: None,
+            stream: false,
+        }
+    }
+
+    /// A re-ask of `request` carrying `feedback` about `previous`, answered whole.
+    pub fn follow_up(request: &'a Request, previous: &'a Reply, feedback: &'a str) -> Self {
+        Ask {
+            request,
+            follow_up: Some(FollowUp { previous, feedback }),
+            stream: false,
+        }
+    }
+
+    /// This ask with its answer streamed.
+    pub fn streamed(self) -> Self {
+        Ask {
+            stream: true,
+            ..self
+        }
+    }
+
+    /// The messages a stateless runner sends: the request's for a first ask; for a follow-up
+    /// the original messages, the previous answer and the feedback
+    /// ([`follow_up_messages`] with `style`).
+    pub fn messages(&self, style: ToolFeedback) -> Cow<'a, [Message]> {
+        match self.follow_up {
+            None => Cow::Borrowed(&self.request.messages),
+            Some(FollowUp { previous, feedback }) => {
+                Cow::Owned(follow_up_messages(self.request, previous, feedback, style))
+            }
+        }
+    }
+}
+
+/// Asks a model: one [`Ask`] in, a [`ReplyStream`] out. A first ask sends the request; a
+/// follow-up carries the feedback on the previous reply.
 ///
 /// A runner with sessions (the Claude CLI's `--resume`) sends only the feedback and continues
-/// `previous.session_id`; a stateless one sends the original messages, the previous answer and the
-/// feedback, never every earlier attempt, so the context does not grow with retries.
+/// `previous.session_id`; a stateless one sends the original messages, the previous answer and
+/// the feedback ([`Ask::messages`]), never every earlier attempt, so the context does not grow
+/// with retries. A runner that cannot stream answers with [`ReplyStream::whole`]; a caller that
+/// does not stream reads the whole reply with [`ReplyStream::reply`].
 ///
 /// ```
-/// use enforce_core::{async_trait, stateless_follow_up_messages, Context, Enforcer, Issue,
-///                    Reply, Request, Runner, RunnerError, Status, Validation, Validator};
+/// use enforce_core::runner::ToolFeedback;
+/// use enforce_core::{Ask, Context, Enforcer, Issue, Reply, ReplyStream, Request, Runner,
+///                    RunnerError, Status, Validation, Validator, async_trait};
 /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
 /// #     let mut f = std::pin::pin!(f);
 /// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -428,20 +502,20 @@ impl RunnerError {
 /// /// A stand-in "model" that shouts once it is told to.
 /// struct Parrot;
 ///
-/// #[async_trait]
 /// impl Runner for Parrot {
-///     async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-///         let prompt = request.last_user_text().ok_or(RunnerError::Protocol {
-///             message: "no user message".into(),
-///         })?;
-///         Ok(Reply::text(prompt))
-///     }
-///     async fn follow_up(&self, request: &Request, previous: &Reply, feedback: &str)
-///         -> Result<Reply, RunnerError> {
-///         // A stateless model gets the conversation, its last answer and the feedback.
-///         let messages = stateless_follow_up_messages(request, previous, feedback);
-///         assert_eq!(messages.len(), request.messages.len() + 2);
-///         Ok(Reply::text(previous.text.to_uppercase()))
+///     fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+///         ReplyStream::whole(async move {
+///             let Some(follow_up) = ask.follow_up else {
+///                 let prompt = ask.request.last_user_text().ok_or(RunnerError::Protocol {
+///                     message: "no user message".into(),
+///                 })?;
+///                 return Ok(Reply::text(prompt));
+///             };
+///             // A stateless model gets the conversation, its last answer and the feedback.
+///             let messages = ask.messages(ToolFeedback::ToolMessages);
+///             assert_eq!(messages.len(), ask.request.messages.len() + 2);
+///             Ok(Reply::text(follow_up.previous.text.to_uppercase()))
+///         })
 ///     }
 /// }
 ///
@@ -461,42 +535,15 @@ impl RunnerError {
 /// let outcome = block_on(enforcer.run(&Parrot, &Request::prompt("hello"), &Context::new()));
 /// assert_eq!(outcome.status, Status::Passed);
 /// assert_eq!(outcome.response.as_deref(), Some("HELLO"));
+/// let reply = block_on(Parrot.ask(Ask::new(&Request::prompt("hi"))).reply());
+/// assert_eq!(reply.map(|r| r.text), Ok("hi".to_string()));
 /// ```
 #[async_trait]
 pub trait Runner: Send + Sync {
-    /// The first ask.
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError>;
-
-    /// A follow-up ask carrying `feedback` about `previous`, the reply to the last ask.
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError>;
-
-    /// The first ask, streamed: text as the model writes it, then the whole [`Reply`]
-    /// ([`StreamEvent::Done`]). Dropping the stream cancels the generation.
-    ///
-    /// The default streams nothing: it yields [`ask`](Runner::ask)'s reply as one `Done`, so a
-    /// runner that cannot stream works unchanged (the loop then simply cannot cut it short).
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        WholeReply::stream(self.ask(request))
-    }
-
-    /// [`follow_up`](Runner::follow_up), streamed; the default wraps `follow_up`.
-    ///
-    /// `previous` may be an answer the loop cut short: its text is the part received, its
-    /// session id the one the stream reported. A session runner resumes that session (whose
-    /// history may not even hold the partial answer); the feedback quotes what was wrong.
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        previous: &'a Reply,
-        feedback: &'a str,
-    ) -> ReplyStream<'a> {
-        WholeReply::stream(self.follow_up(request, previous, feedback))
-    }
+    /// Answers `ask`: text as the model writes it when [`Ask::stream`] is set and the runner
+    /// can stream, then the whole [`Reply`] ([`StreamEvent::Done`]). Dropping the stream
+    /// cancels the generation.
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a>;
 
     /// The input tokens `request` would take, as the model's server counts them (the
     /// Anthropic API's `count_tokens`); `None` (the default) when this runner cannot ask.
@@ -511,63 +558,23 @@ impl fmt::Debug for dyn Runner + '_ {
     }
 }
 
-#[async_trait]
-impl<R: Runner + ?Sized> Runner for Box<R> {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        (**self).ask(request).await
-    }
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        (**self).follow_up(request, previous, feedback).await
-    }
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        (**self).ask_streamed(request)
-    }
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        previous: &'a Reply,
-        feedback: &'a str,
-    ) -> ReplyStream<'a> {
-        (**self).follow_up_streamed(request, previous, feedback)
-    }
-    async fn count_tokens(&self, request: &Request) -> Option<Result<u64, RunnerError>> {
-        (**self).count_tokens(request).await
-    }
+/// Forwards every method, so a shared or boxed runner is the runner itself.
+macro_rules! forward_runner {
+    ($($pointer:ident)::+) => {
+        #[async_trait]
+        impl<R: Runner + ?Sized> Runner for $($pointer)::+<R> {
+            fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+                (**self).ask(ask)
+            }
+            async fn count_tokens(&self, request: &Request) -> Option<Result<u64, RunnerError>> {
+                (**self).count_tokens(request).await
+            }
+        }
+    };
 }
 
-#[async_trait]
-impl<R: Runner + ?Sized> Runner for std::sync::Arc<R> {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        (**self).ask(request).await
-    }
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        (**self).follow_up(request, previous, feedback).await
-    }
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        (**self).ask_streamed(request)
-    }
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        previous: &'a Reply,
-        feedback: &'a str,
-    ) -> ReplyStream<'a> {
-        (**self).follow_up_streamed(request, previous, feedback)
-    }
-    async fn count_tokens(&self, request: &Request) -> Option<Result<u64, RunnerError>> {
-        (**self).count_tokens(request).await
-    }
-}
+forward_runner!(Box);
+forward_runner!(std::sync::Arc);
 
 /// How a follow-up tells the model that its tool calls were rejected.
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
@@ -646,86 +653,4 @@ fn written_out_calls(reply: &Reply) -> String {
         ));
     }
     out
-}
-
-/// One item of a streamed answer.
-///
-/// Non-exhaustive: runners will report more kinds (tool-call fragments, the model's own
-/// reasoning) and the loop ignores the kinds it does not use, so a consumer keeps a `_` arm.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum StreamEvent {
-    /// More answer text, to be appended to what came before.
-    Text(String),
-    /// More of the model's own reasoning (`reasoning_content`), which is not part of the answer:
-    /// never validated, only reported to the observer.
-    Reasoning(String),
-    /// The session the answer belongs to, as soon as the runner knows it: an answer cut short
-    /// is continued (`--resume`) from it.
-    Session(String),
-    /// What was spent so far (a snapshot that replaces the previous one). An answer cut short
-    /// is audited with the last snapshot, so a runner reports it as early and as often as it
-    /// learns it.
-    Spent {
-        /// Tokens so far.
-        usage: Option<Usage>,
-        /// Cost so far, in US dollars.
-        cost_usd: Option<f64>,
-    },
-    /// The whole reply, with usage, cost and session id. The stream ends after it; its text is
-    /// what counts (the loop does not rebuild it from the deltas).
-    Done(Reply),
-}
-
-/// A streamed answer. Polling drives the generation; **dropping the stream cancels it** (a
-/// runner stops its process or closes its connection).
-pub type ReplyStream<'a> =
-    Pin<Box<dyn Stream<Item = Result<StreamEvent, RunnerError>> + Send + 'a>>;
-
-/// A whole reply on its way, as `Runner::ask` returns it.
-type ReplyFuture<'a> = Pin<Box<dyn Future<Output = Result<Reply, RunnerError>> + Send + 'a>>;
-
-/// A one-item stream around a whole-reply future: how a runner that cannot stream streams.
-pub(crate) struct WholeReply<'a> {
-    future: Option<ReplyFuture<'a>>,
-}
-
-impl<'a> WholeReply<'a> {
-    pub(crate) fn stream(future: ReplyFuture<'a>) -> ReplyStream<'a> {
-        Box::pin(WholeReply {
-            future: Some(future),
-        })
-    }
-}
-
-impl fmt::Debug for WholeReply<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WholeReply")
-            .field("done", &self.future.is_none())
-            .finish()
-    }
-}
-
-impl Stream for WholeReply<'_> {
-    type Item = Result<StreamEvent, RunnerError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
-        let Some(future) = self.future.as_mut() else {
-            return Poll::Ready(None);
-        };
-        match future.as_mut().poll(cx) {
-            Poll::Ready(result) => {
-                self.future = None;
-                Poll::Ready(Some(result.map(StreamEvent::Done)))
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-/// The next item of `stream` (no `StreamExt` needed: core keeps its dependencies minimal).
-pub(crate) async fn next_event(
-    stream: &mut ReplyStream<'_>,
-) -> Option<Result<StreamEvent, RunnerError>> {
-    std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await
 }

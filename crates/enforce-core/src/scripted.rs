@@ -1,7 +1,7 @@
 //! A runner that replays preset replies: [`ScriptedRunner`], for tests, demos and examples.
 
+use crate::runner::{Ask, FollowUp};
 use crate::{Reply, ReplyStream, Request, Runner, RunnerError, StreamEvent, Usage};
-use async_trait::async_trait;
 use futures_core::Stream;
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -127,7 +127,7 @@ impl ScriptedRunner {
         let index = lock(&self.delivered).len().saturating_sub(1);
         let Some(chunk_bytes) = self.chunk_bytes else {
             // Not streamed: the whole reply as one item, as a runner that cannot stream.
-            return Box::pin(Chunks {
+            return ReplyStream::new(Chunks {
                 runner: self,
                 index,
                 chunk_bytes: 0,
@@ -137,7 +137,7 @@ impl ScriptedRunner {
                 spent_reported: false,
             });
         };
-        Box::pin(Chunks {
+        ReplyStream::new(Chunks {
             runner: self,
             index,
             chunk_bytes,
@@ -203,51 +203,23 @@ impl Stream for Chunks<'_> {
     }
 }
 
-#[async_trait]
 impl Runner for ScriptedRunner {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        self.next(
-            ScriptedCall::Ask {
-                request: request.clone(),
-            },
-            true,
-        )
-    }
-
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        self.next(
-            ScriptedCall::FollowUp {
-                request: request.clone(),
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        let request = ask.request.clone();
+        let call = match ask.follow_up {
+            None => ScriptedCall::Ask { request },
+            Some(FollowUp { previous, feedback }) => ScriptedCall::FollowUp {
+                request,
                 previous: previous.text.clone(),
                 session_id: previous.session_id.clone(),
                 feedback: feedback.to_string(),
             },
-            true,
-        )
-    }
-
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        self.stream(ScriptedCall::Ask {
-            request: request.clone(),
-        })
-    }
-
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        previous: &'a Reply,
-        feedback: &'a str,
-    ) -> ReplyStream<'a> {
-        self.stream(ScriptedCall::FollowUp {
-            request: request.clone(),
-            previous: previous.text.clone(),
-            session_id: previous.session_id.clone(),
-            feedback: feedback.to_string(),
-        })
+        };
+        if ask.stream {
+            self.stream(call)
+        } else {
+            let reply = self.next(call, true);
+            ReplyStream::whole(std::future::ready(reply))
+        }
     }
 }

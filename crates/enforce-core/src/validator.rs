@@ -5,8 +5,14 @@ use crate::{Context, Issue, Reply};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::ops::Range;
 use std::sync::Arc;
+
+mod group;
+mod leaves;
+use group::validate_group;
+pub(crate) use leaves::{
+    push_leaves, repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict,
+};
 
 /// Code of the warning recorded when a fail-open validator gives no verdict.
 pub const VALIDATOR_UNAVAILABLE: &str = "VALIDATOR_UNAVAILABLE";
@@ -113,12 +119,26 @@ pub trait Validator: Send + Sync {
     /// Checks `response` and returns every issue found (empty: it passed), or [`Unavailable`].
     async fn validate(&self, response: &str, context: &Context) -> Validation;
 
+    /// The validator this one wraps, for an adapter that changes only some of its answers
+    /// ([`WithFailMode`], a scope). Every provided method the adapter does not override
+    /// answers as the wrapped validator does, so an adapter cannot lose one by forgetting to
+    /// forward it; it overrides exactly what it changes (an adapter that changes the verdict
+    /// overrides [`validate_reply`](Validator::validate_reply), which the loop calls, and an
+    /// adapter that must not be opened up as a group overrides
+    /// [`members`](Validator::members)). `None` (the default): not an adapter.
+    fn wrapped(&self) -> Option<&dyn Validator> {
+        None
+    }
+
     /// Checks a whole reply: its text and its tool calls. The loop calls this one.
     ///
     /// The default is for text validators: it validates the text, and passes a reply that only
     /// calls tools (a step marker, a length or a structure rule has nothing to judge there).
     /// Validators of tool calls override it.
     async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
+        if let Some(wrapped) = self.wrapped() {
+            return wrapped.validate_reply(reply, context).await;
+        }
         if reply.only_tool_calls() {
             return Ok(Vec::new());
         }
@@ -128,8 +148,7 @@ pub trait Validator: Send + Sync {
     /// Tries a deterministic repair. `issues` are the errors this validator raised on
     /// `response`. Returns the repaired text, or `None` when this validator cannot repair it.
     fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
-        let _ = (response, context, issues);
-        None
+        self.wrapped()?.repair(response, context, issues)
     }
 
     /// Starts following one answer while the model writes it, for early abort: a checker that
@@ -139,22 +158,20 @@ pub trait Validator: Send + Sync {
     /// The loop asks for one checker per attempt, so a checker may keep its place in the text
     /// instead of rescanning the whole prefix on every call.
     fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
-        let _ = context;
-        None
+        self.wrapped()?.partial_check(context)
     }
 
     /// `true` when [`repair`](Validator::repair) fixes `issue` (one of this validator's
     /// errors) without asking the model again. The loop does not cut an answer short for such
     /// an error: the answer runs to its end, where the repair can fix it. Default `false`.
     fn repair_fixes(&self, issue: &Issue) -> bool {
-        let _ = issue;
-        false
+        self.wrapped().is_some_and(|v| v.repair_fixes(issue))
     }
 
     /// This validator's own answer to "what if I am unavailable?", overriding the policy's.
     /// For a group, the answer for members that have none of their own.
     fn fail_mode(&self) -> Option<FailMode> {
-        None
+        self.wrapped()?.fail_mode()
     }
 
     /// The literal status a deployment reports when this validator gives no verdict (failed
@@ -162,7 +179,7 @@ pub trait Validator: Send + Sync {
     /// [`Outcome::unavailable_statuses`](crate::Outcome::unavailable_statuses). `None` (the
     /// default): the deployment's own name for it (the proxy's `<NAME>_UNAVAILABLE`).
     fn unavailable_status(&self) -> Option<&str> {
-        None
+        self.wrapped()?.unavailable_status()
     }
 
     /// The validators this one is made of, when it only groups others (`Vec`, `Option`).
@@ -172,7 +189,7 @@ pub trait Validator: Send + Sync {
     /// member without verdict is judged by its own fail mode, else the group's, else the
     /// policy's. `None` (the default): the loop runs this validator as one.
     fn members(&self) -> Option<Vec<&dyn Validator>> {
-        None
+        self.wrapped()?.members()
     }
 
     /// `false` for a check of the request's facts alone, whose verdict is the same whatever
@@ -180,15 +197,16 @@ pub trait Validator: Send + Sync {
     /// text is not held to such checks: it is what answers a request that failed them. Every
     /// other validator judges the fallback like an answer. Default `true`.
     fn reads_response(&self) -> bool {
-        true
+        self.wrapped().is_none_or(|v| v.reads_response())
     }
 
     /// `true` for a validator that reads the request itself, not only the response and the
     /// facts (an LLM judge asking whether the answer stays within the retrieved sources). The
     /// loop then gives it a context that also holds the question, the system prompt and the
-    /// retrieved context under the [`keys`](crate::keys). Default `false`: the loop adds nothing.
+    /// retrieved context under the [`keys`](crate::context::keys). Default `false`: the loop
+    /// adds nothing.
     fn reads_request(&self) -> bool {
-        false
+        self.wrapped().is_some_and(|v| v.reads_request())
     }
 }
 
@@ -211,6 +229,9 @@ macro_rules! forward_validator {
         impl<V: Validator + ?Sized> Validator for $($pointer)::+<V> {
             fn name(&self) -> &str {
                 (**self).name()
+            }
+            fn wrapped(&self) -> Option<&dyn Validator> {
+                (**self).wrapped()
             }
             async fn validate(&self, response: &str, context: &Context) -> Validation {
                 (**self).validate(response, context).await
@@ -239,7 +260,6 @@ macro_rules! forward_validator {
             fn reads_response(&self) -> bool {
                 (**self).reads_response()
             }
-
             fn reads_request(&self) -> bool {
                 (**self).reads_request()
             }
@@ -249,108 +269,6 @@ macro_rules! forward_validator {
 
 forward_validator!(Box);
 forward_validator!(Arc);
-
-/// A group: the members in order. It has no name of its own (empty); its members' issues carry
-/// the members' names.
-///
-/// In the loop each member counts as if listed on its own (see [`Validator::members`]). Called
-/// directly (or through a wrapper that is not a group), it validates every member; a member
-/// without verdict and without a fail mode of its own makes the whole group [`Unavailable`],
-/// and the caller's fail mode decides. Its repair runs each member's repair, in order, with
-/// that member's own issues.
-#[async_trait]
-impl<V: Validator> Validator for Vec<V> {
-    fn name(&self) -> &str {
-        ""
-    }
-
-    async fn validate(&self, response: &str, context: &Context) -> Validation {
-        validate_group(self, &Reply::text(response), context).await
-    }
-
-    async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
-        validate_group(self, reply, context).await
-    }
-
-    fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
-        repair_group(self, response, context, issues)
-    }
-
-    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
-        GroupCheck::start(self, context)
-    }
-
-    fn repair_fixes(&self, issue: &Issue) -> bool {
-        group_repair_fixes(self, issue)
-    }
-
-    fn members(&self) -> Option<Vec<&dyn Validator>> {
-        Some(self.iter().map(|v| v as &dyn Validator).collect())
-    }
-
-    fn reads_response(&self) -> bool {
-        self.iter().any(Validator::reads_response)
-    }
-
-    fn reads_request(&self) -> bool {
-        self.iter().any(Validator::reads_request)
-    }
-}
-
-/// A validator that may be left out: `None` checks nothing, `Some(v)` is `v` (same name, same
-/// fail mode), e.g. a validator that only exists when its configuration is given.
-#[async_trait]
-impl<V: Validator> Validator for Option<V> {
-    fn name(&self) -> &str {
-        self.as_ref().map_or("", |v| v.name())
-    }
-
-    async fn validate(&self, response: &str, context: &Context) -> Validation {
-        match self {
-            Some(v) => v.validate(response, context).await,
-            None => Ok(Vec::new()),
-        }
-    }
-
-    async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
-        match self {
-            Some(v) => v.validate_reply(reply, context).await,
-            None => Ok(Vec::new()),
-        }
-    }
-
-    fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
-        self.as_ref()?.repair(response, context, issues)
-    }
-
-    fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
-        self.as_ref()?.partial_check(context)
-    }
-
-    fn repair_fixes(&self, issue: &Issue) -> bool {
-        self.as_ref().is_some_and(|v| v.repair_fixes(issue))
-    }
-
-    fn fail_mode(&self) -> Option<FailMode> {
-        self.as_ref()?.fail_mode()
-    }
-
-    fn unavailable_status(&self) -> Option<&str> {
-        self.as_ref()?.unavailable_status()
-    }
-
-    fn members(&self) -> Option<Vec<&dyn Validator>> {
-        Some(self.iter().map(|v| v as &dyn Validator).collect())
-    }
-
-    fn reads_response(&self) -> bool {
-        self.as_ref().is_some_and(|v| v.reads_response())
-    }
-
-    fn reads_request(&self) -> bool {
-        self.as_ref().is_some_and(|v| v.reads_request())
-    }
-}
 
 /// Adapters for any [`Validator`], in the manner of iterator adapters.
 ///
@@ -412,40 +330,6 @@ pub trait ValidatorExt: Validator {
 
 impl<V: Validator + ?Sized> ValidatorExt for V {}
 
-/// The methods an adapter with an `inner` validator forwards unchanged: it is that validator
-/// except where the adapter says otherwise (its fail mode, its unavailable status).
-macro_rules! forward_to_inner {
-    () => {
-        fn name(&self) -> &str {
-            self.inner.name()
-        }
-
-        fn repair(&self, response: &str, context: &Context, issues: &[Issue]) -> Option<String> {
-            self.inner.repair(response, context, issues)
-        }
-
-        fn partial_check<'a>(&'a self, context: &'a Context) -> Option<Box<dyn PartialCheck + 'a>> {
-            self.inner.partial_check(context)
-        }
-
-        fn repair_fixes(&self, issue: &Issue) -> bool {
-            self.inner.repair_fixes(issue)
-        }
-
-        fn reads_response(&self) -> bool {
-            self.inner.reads_response()
-        }
-
-        fn reads_request(&self) -> bool {
-            self.inner.reads_request()
-        }
-
-        fn members(&self) -> Option<Vec<&dyn Validator>> {
-            self.inner.members()
-        }
-    };
-}
-
 /// A validator with its fail mode overridden: see [`ValidatorExt::with_fail_mode`].
 #[derive(Debug, Clone)]
 pub struct WithFailMode<V> {
@@ -472,6 +356,14 @@ impl<V> WithFailMode<V> {
 
 #[async_trait]
 impl<V: Validator> Validator for WithFailMode<V> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn wrapped(&self) -> Option<&dyn Validator> {
+        Some(&self.inner)
+    }
+
     async fn validate(&self, response: &str, context: &Context) -> Validation {
         if self.inner.members().is_some() {
             // A direct call of a group: members without a mode of their own get this one.
@@ -490,12 +382,6 @@ impl<V: Validator> Validator for WithFailMode<V> {
     fn fail_mode(&self) -> Option<FailMode> {
         Some(self.mode)
     }
-
-    fn unavailable_status(&self) -> Option<&str> {
-        self.inner.unavailable_status()
-    }
-
-    forward_to_inner!();
 }
 
 /// `true` for a status name: non-empty, upper-case ASCII letters, digits and underscores
@@ -528,300 +414,19 @@ impl<V> WithUnavailableStatus<V> {
 
 #[async_trait]
 impl<V: Validator> Validator for WithUnavailableStatus<V> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn wrapped(&self) -> Option<&dyn Validator> {
+        Some(&self.inner)
+    }
+
     async fn validate(&self, response: &str, context: &Context) -> Validation {
         self.inner.validate(response, context).await
     }
 
-    async fn validate_reply(&self, reply: &Reply, context: &Context) -> Validation {
-        self.inner.validate_reply(reply, context).await
-    }
-
-    fn fail_mode(&self) -> Option<FailMode> {
-        self.inner.fail_mode()
-    }
-
     fn unavailable_status(&self) -> Option<&str> {
         Some(&self.status)
-    }
-
-    forward_to_inner!();
-}
-
-/// One validator the loop runs on its own, with the fail mode its groups hand down.
-#[derive(Clone, Copy)]
-pub(crate) struct Leaf<'a> {
-    pub(crate) validator: &'a dyn Validator,
-    inherited: Option<FailMode>,
-}
-
-impl Leaf<'_> {
-    /// The leaf's own fail mode, else its nearest group's, else `default` (the policy's).
-    fn fail_mode(&self, default: FailMode) -> FailMode {
-        self.validator
-            .fail_mode()
-            .or(self.inherited)
-            .unwrap_or(default)
-    }
-}
-
-/// Appends the validators `validator` stands for: itself, or its members' leaves.
-pub(crate) fn push_leaves<'a>(
-    validator: &'a dyn Validator,
-    inherited: Option<FailMode>,
-    out: &mut Vec<Leaf<'a>>,
-) {
-    match validator.members() {
-        Some(members) => {
-            let inherited = validator.fail_mode().or(inherited);
-            for member in members {
-                push_leaves(member, inherited, out);
-            }
-        }
-        None => out.push(Leaf {
-            validator,
-            inherited,
-        }),
-    }
-}
-
-/// What every leaf found in one text: the issues in leaf order, and which are whose.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Found {
-    pub(crate) issues: Vec<Issue>,
-    /// `issues[by_leaf[i].clone()]` came from leaf `i`.
-    by_leaf: Vec<Range<usize>>,
-}
-
-impl Found {
-    /// Issues that belong to no leaf's repair (those that cut an answer short).
-    pub(crate) fn unattributed(issues: Vec<Issue>) -> Self {
-        Found {
-            issues,
-            by_leaf: Vec::new(),
-        }
-    }
-
-    /// Puts `issue` (one of no leaf) before all others.
-    pub(crate) fn insert_first(&mut self, issue: Issue) {
-        self.issues.insert(0, issue);
-        for range in &mut self.by_leaf {
-            *range = range.start.saturating_add(1)..range.end.saturating_add(1);
-        }
-    }
-
-    /// The errors leaf `index` raised.
-    fn errors_of(&self, index: usize) -> Vec<Issue> {
-        self.by_leaf
-            .get(index)
-            .and_then(|range| self.issues.get(range.clone()))
-            .unwrap_or_default()
-            .iter()
-            .filter(|i| i.is_error())
-            .cloned()
-            .collect()
-    }
-}
-
-/// The verdict of all leaves on one text.
-pub(crate) enum Verdict {
-    Found(Found),
-    Unavailable(UnavailableValidator),
-}
-
-/// Runs every leaf on `reply`, stamping each leaf's name on its unnamed issues. A leaf without
-/// verdict that fails open becomes a `VALIDATOR_UNAVAILABLE` warning; one that fails closed
-/// ends the verdict.
-pub(crate) async fn validate_leaves(
-    leaves: &[Leaf<'_>],
-    reply: &Reply,
-    context: &Context,
-    default: FailMode,
-    mut on_ran: Option<&mut (dyn FnMut(LeafRun<'_>) + Send)>,
-) -> Verdict {
-    let mut found = Found {
-        issues: Vec::new(),
-        by_leaf: Vec::with_capacity(leaves.len()),
-    };
-    for leaf in leaves {
-        let start = found.issues.len();
-        let name = leaf.validator.name();
-        // The clock is read only for a listener (see `Observer::wants_validator_runs`).
-        let started = on_ran.is_some().then(std::time::Instant::now);
-        let mut no_verdict = None;
-        match leaf.validator.validate_reply(reply, context).await {
-            Ok(issues) => found
-                .issues
-                .extend(issues.into_iter().map(|i| i.or_validator(name))),
-            Err(unavailable) => match leaf.fail_mode(default) {
-                FailMode::Closed => {
-                    if let (Some(report), Some(started)) = (on_ran.as_mut(), started) {
-                        report(LeafRun {
-                            validator: name,
-                            issues: &[],
-                            unavailable: Some(&unavailable.reason),
-                            elapsed: started.elapsed(),
-                        });
-                    }
-                    return Verdict::Unavailable(UnavailableValidator {
-                        validator: name.to_string(),
-                        reason: unavailable.reason,
-                    });
-                }
-                FailMode::Open => {
-                    found.issues.push(
-                        Issue::warning(
-                            name,
-                            VALIDATOR_UNAVAILABLE,
-                            format!("not checked: {}", unavailable.reason),
-                        )
-                        .with_hint(
-                            "the validator failed open; the response was passed without this check",
-                        ),
-                    );
-                    no_verdict = Some(unavailable.reason);
-                }
-            },
-        }
-        if let (Some(report), Some(started)) = (on_ran.as_mut(), started) {
-            report(LeafRun {
-                validator: name,
-                issues: &found.issues[start..],
-                unavailable: no_verdict.as_deref(),
-                elapsed: started.elapsed(),
-            });
-        }
-        found.by_leaf.push(start..found.issues.len());
-    }
-    Verdict::Found(found)
-}
-
-/// One validator run as [`validate_leaves`] reports it to a listener.
-pub(crate) struct LeafRun<'a> {
-    pub validator: &'a str,
-    pub issues: &'a [Issue],
-    pub unavailable: Option<&'a str>,
-    pub elapsed: std::time::Duration,
-}
-
-/// Runs the repair of every leaf that raised an error on `text`, in leaf order, each with its
-/// own errors, telling `on_applied` the name of each whose repair changed the text. Returns
-/// the repaired text and those names.
-pub(crate) fn repair_leaves(
-    leaves: &[Leaf<'_>],
-    text: &str,
-    context: &Context,
-    found: &Found,
-    mut on_applied: impl FnMut(&str),
-) -> (String, Vec<String>) {
-    let mut current = text.to_string();
-    let mut applied = Vec::new();
-    for (index, leaf) in leaves.iter().enumerate() {
-        let own = found.errors_of(index);
-        if own.is_empty() {
-            continue;
-        }
-        if let Some(repaired) = leaf.validator.repair(&current, context, &own) {
-            if repaired != current {
-                let name = leaf.validator.name();
-                on_applied(name);
-                applied.push(name.to_string());
-                current = repaired;
-            }
-        }
-    }
-    (current, applied)
-}
-
-/// A group validated on its own, outside the loop: see the `Vec` impl.
-async fn validate_group(group: &dyn Validator, reply: &Reply, context: &Context) -> Validation {
-    let mut leaves = Vec::new();
-    push_leaves(group, None, &mut leaves);
-    // Without the policy at hand, a member that has no answer of its own passes "no verdict"
-    // up, and the caller's fail mode decides.
-    match validate_leaves(&leaves, reply, context, FailMode::Closed, None).await {
-        Verdict::Found(found) => Ok(found.issues),
-        Verdict::Unavailable(u) => Err(Unavailable::new(format!("{}: {}", u.validator, u.reason))),
-    }
-}
-
-/// A group's repair outside the loop: each member's repair with the issues carrying its name.
-fn repair_group(
-    group: &dyn Validator,
-    text: &str,
-    context: &Context,
-    issues: &[Issue],
-) -> Option<String> {
-    let mut leaves = Vec::new();
-    push_leaves(group, None, &mut leaves);
-    let mut current = text.to_string();
-    for leaf in &leaves {
-        let name = leaf.validator.name();
-        let own: Vec<Issue> = issues
-            .iter()
-            .filter(|i| i.validator == name)
-            .cloned()
-            .collect();
-        if own.is_empty() {
-            continue;
-        }
-        if let Some(repaired) = leaf.validator.repair(&current, context, &own) {
-            current = repaired;
-        }
-    }
-    (current != text).then_some(current)
-}
-
-/// A group's answer to [`Validator::repair_fixes`]: the member the issue names answers.
-fn group_repair_fixes(group: &dyn Validator, issue: &Issue) -> bool {
-    let mut leaves = Vec::new();
-    push_leaves(group, None, &mut leaves);
-    leaves
-        .iter()
-        .any(|leaf| leaf.validator.name() == issue.validator && leaf.validator.repair_fixes(issue))
-}
-
-/// The checkers of a group's members, for a group checked as one (inside a wrapper that is
-/// not a group): each member's issues carry its name.
-pub(crate) struct GroupCheck<'a> {
-    members: Vec<(&'a str, Box<dyn PartialCheck + 'a>)>,
-}
-
-impl<'a> GroupCheck<'a> {
-    /// A checker over the members of `group` that have one; `None` when none has.
-    pub(crate) fn start(
-        group: &'a dyn Validator,
-        context: &'a Context,
-    ) -> Option<Box<dyn PartialCheck + 'a>> {
-        let mut leaves = Vec::new();
-        push_leaves(group, None, &mut leaves);
-        let members: Vec<_> = leaves
-            .into_iter()
-            .filter_map(|leaf| {
-                let check = leaf.validator.partial_check(context)?;
-                Some((leaf.validator.name(), check))
-            })
-            .collect();
-        if members.is_empty() {
-            None
-        } else {
-            Some(Box::new(GroupCheck { members }))
-        }
-    }
-}
-
-#[async_trait]
-impl PartialCheck for GroupCheck<'_> {
-    async fn check(&mut self, prefix: &str) -> Vec<Issue> {
-        let mut found = Vec::new();
-        for (name, check) in &mut self.members {
-            found.extend(
-                check
-                    .check(prefix)
-                    .await
-                    .into_iter()
-                    .map(|i| i.or_validator(name)),
-            );
-        }
-        found
     }
 }

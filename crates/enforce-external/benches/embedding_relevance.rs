@@ -12,7 +12,7 @@
 //! `cargo bench -p enforce-external --bench embedding_relevance`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use enforce_core::{async_trait, keys, Context, Validator};
+use enforce_core::{async_trait, context::keys, Context, Validator};
 use enforce_external::embedding::{Embedder, EmbeddingRelevance};
 use std::collections::HashMap;
 use std::hint::black_box;

@@ -8,7 +8,7 @@
 //! the fail mode.
 
 use crate::breaker::CircuitBreaker;
-use enforce_core::{FailMode, Issue, Unavailable, VALIDATOR_DISABLED};
+use enforce_core::{validator::VALIDATOR_DISABLED, FailMode, Issue, Unavailable};
 use enforce_validators::BuildError;
 use std::future::Future;
 use std::time::Duration;

@@ -54,6 +54,7 @@
 
 use crate::guard::{cap_chars, excerpt, Guard};
 use crate::request::{self, OnMissing};
+use enforce_core::Ask;
 use enforce_core::{
     async_trait, Context, FailMode, Issue, Message, Request, Runner, Severity, Validation,
     Validator,
@@ -340,7 +341,12 @@ impl LlmJudge {
             messages: vec![Message::system(JUDGE_SYSTEM_PROMPT), Message::user(prompt)],
             ..Request::default()
         };
-        let reply = self.runner.ask(&request).await.map_err(|e| e.to_string())?;
+        let reply = self
+            .runner
+            .ask(Ask::new(&request))
+            .reply()
+            .await
+            .map_err(|e| e.to_string())?;
         tracing::debug!(
             target: "enforce_external::judge",
             validator = %self.name,

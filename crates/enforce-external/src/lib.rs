@@ -15,7 +15,7 @@
 //!   endpoint, against a threshold.
 //! - [`reformulate`]: the command and HTTP reformulation hooks of the input stage.
 //!
-//! The judges read the request through the [`keys`](enforce_core::keys) of the context
+//! The judges read the request through the [`keys`](enforce_core::context::keys) of the context
 //! ([`request`]), so they work as input validators (the text is the question) and as output
 //! validators (the text is the answer).
 //!

@@ -15,7 +15,9 @@
 //! Anything else (a non-zero exit, an HTTP error, a timeout, other JSON) is a failed hook: the
 //! loop then generates with the original request and the audit says why.
 
-use enforce_core::{async_trait, keys, Context, Issue, Reformulation, Reformulator};
+use enforce_core::{
+    async_trait, context::keys, input::Reformulation, input::Reformulator, Context, Issue,
+};
 use serde_json::{json, Map, Value};
 use std::process::Stdio;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! prompt, the retrieved context, under [`keys`]), and what a judge does when the request does
 //! not carry what it needs ([`OnMissing`]).
 
-use enforce_core::{keys, Context, Issue, Severity, Unavailable, Validation};
+use enforce_core::{context::keys, Context, Issue, Severity, Unavailable, Validation};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -74,11 +74,11 @@ pub fn system(context: &Context) -> Option<String> {
 /// nothing is left.
 pub fn retrieved_chunks(context: &Context, separator: &str) -> Option<Vec<String>> {
     let chunks: Vec<String> = match context.get(keys::RETRIEVED_CONTEXT)? {
-        Value::Array(items) => items.iter().map(enforce_core::chunk_text).collect(),
+        Value::Array(items) => items.iter().map(enforce_core::input::chunk_text).collect(),
         Value::String(s) if separator.is_empty() => vec![s.clone()],
         Value::String(s) => s.split(separator).map(str::to_string).collect(),
         Value::Null => return None,
-        other => vec![enforce_core::chunk_text(other)],
+        other => vec![enforce_core::input::chunk_text(other)],
     };
     let chunks: Vec<String> = chunks
         .into_iter()

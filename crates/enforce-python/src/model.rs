@@ -5,11 +5,8 @@
 //! The loop runs with the GIL released; each call of the callable and each chunk taken from
 //! its iterator holds it only for that call.
 
-use enforce_core::{
-    async_trait, stateless_follow_up_messages, Message, Reply, ReplyStream, Request, Runner,
-    RunnerError, StreamEvent,
-};
-use futures_util::StreamExt;
+use enforce_core::runner::ToolFeedback;
+use enforce_core::{Ask, Message, Reply, ReplyStream, Runner, RunnerError, StreamEvent};
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyIterator, PyList, PyString};
@@ -41,7 +38,7 @@ impl PyModel {
 
     fn stream<'a>(&self, messages: Vec<Message>) -> ReplyStream<'a> {
         let call = Python::attach(|py| self.call.clone_ref(py));
-        Box::pin(Answer {
+        ReplyStream::new(Answer {
             start: Some((call, messages)),
             chunks: None,
             text: String::new(),
@@ -51,45 +48,12 @@ impl PyModel {
     }
 }
 
-#[async_trait]
 impl Runner for PyModel {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        whole(self.stream(request.messages.clone())).await
+    /// The callable's answer as a stream, whether or not the ask reads the chunks: a whole
+    /// ask reads the same stream to its end.
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        self.stream(ask.messages(ToolFeedback::ToolMessages).into_owned())
     }
-
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        whole(self.stream(stateless_follow_up_messages(request, previous, feedback))).await
-    }
-
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        self.stream(request.messages.clone())
-    }
-
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        previous: &'a Reply,
-        feedback: &'a str,
-    ) -> ReplyStream<'a> {
-        self.stream(stateless_follow_up_messages(request, previous, feedback))
-    }
-}
-
-/// A streamed answer read to its end.
-async fn whole(mut stream: ReplyStream<'_>) -> Result<Reply, RunnerError> {
-    while let Some(event) = stream.next().await {
-        if let StreamEvent::Done(reply) = event? {
-            return Ok(reply);
-        }
-    }
-    Err(RunnerError::Protocol {
-        message: "the model's answer ended without a reply".into(),
-    })
 }
 
 /// The iterator an answer is read from; dropping it before its end closes it (a generator

@@ -154,7 +154,7 @@ fn error_severity() -> Severity {
     Severity::Error
 }
 
-/// An early cut of a streamed attempt (`enforce_core::Cut`).
+/// An early cut of a streamed attempt (`enforce_core::outcome::Cut`).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct CutRecord {
     /// Bytes of the answer received when it was cut.

@@ -3,10 +3,12 @@
 //! token.
 
 use crate::model::{unavailable, LoadedModel};
-use enforce_core::{FinishReason, Message, Reply, RunnerError, StreamEvent, Usage};
+use enforce_core::{runner::FinishReason, Message, Reply, RunnerError, StreamEvent, Usage};
 use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
 use serde_json::Value;
 use std::num::NonZeroU32;
@@ -140,12 +142,56 @@ pub(crate) fn generate(
     sink: &mut dyn Sink,
 ) -> Result<Option<Reply>, RunnerError> {
     let started = Instant::now();
+    let (tokens, limit) = prompt_tokens(model, messages, sampling)?;
+    let prompt_tokens = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
+    let mut decoding = Decoding::start(model, sampling, prompt_tokens, limit)?;
+    let mut sampler = sampling.sampler(model)?;
+    if !decoding.read_prompt(&tokens, cancel)? {
+        return Ok(None);
+    }
+    let usage = |generated: u32| Usage {
+        input_tokens: u64::from(prompt_tokens),
+        output_tokens: u64::from(generated),
+    };
+    let max_tokens = sampling.max_tokens;
+    let sampled = decoding.answer(
+        model,
+        &mut sampler,
+        max_tokens,
+        cancel,
+        generated_total,
+        |event| {
+            sink.send(match event {
+                Sampled::Text(text) => StreamEvent::Text(text),
+                Sampled::Token { generated } => StreamEvent::Spent {
+                    usage: Some(usage(generated)),
+                    cost_usd: None,
+                },
+            })
+        },
+    )?;
+    Ok(sampled.map(|answer| Reply {
+        text: answer.text,
+        usage: Some(usage(answer.generated)),
+        duration: Some(started.elapsed()),
+        finish_reason: Some(answer.finish),
+        seed: sampling.seed,
+        ..Reply::default()
+    }))
+}
+
+/// The tokens of `messages` in the model's chat template, and the context limit they are
+/// held to: a prompt that leaves no room for an answer is refused.
+fn prompt_tokens(
+    model: &LoadedModel,
+    messages: &[Message],
+    sampling: &Sampling,
+) -> Result<(Vec<LlamaToken>, u32), RunnerError> {
     if messages.is_empty() {
         return Err(unavailable("the request has no messages"));
     }
     let prompt = model.prompt(messages)?;
-    let vocab = model.model.vocab();
-    let tokens = vocab.tokenize(prompt.as_bytes(), true, true);
+    let tokens = model.model.vocab().tokenize(prompt.as_bytes(), true, true);
     let limit = sampling.context_size.min(model.trained_context().max(1));
     let prompt_tokens = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
     if tokens.is_empty() {
@@ -160,104 +206,160 @@ pub(crate) fn generate(
             model.trained_context()
         )));
     }
-    // The context holds this prompt and its longest answer, no more: a smaller KV cache is
-    // faster to allocate.
-    let wanted = prompt_tokens.saturating_add(sampling.max_tokens).min(limit);
-    let threads = i32::try_from(sampling.threads).unwrap_or(1);
-    let batch_size = BATCH.min(wanted as usize);
-    let params = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(wanted))
-        .with_n_batch(batch_size as u32)
-        .with_n_ubatch(batch_size as u32)
-        .with_n_threads(threads)
-        .with_n_threads_batch(threads);
-    let mut ctx = model.context(params)?;
-    // llama.cpp may round the context up; the limit is what was asked for.
-    let context_tokens = wanted.min(ctx.n_ctx());
-    let mut sampler = sampling.sampler(model)?;
-    let mut batch = LlamaBatch::new(batch_size, 1);
+    Ok((tokens, limit))
+}
 
-    // The prompt, in batches; only its last token's logits are needed.
-    let mut position: i32 = 0;
-    for chunk in tokens.chunks(batch_size) {
-        if cancel.load(Ordering::Relaxed) {
-            return Ok(None);
-        }
-        batch.clear();
-        for token in chunk {
-            let last = position as usize == tokens.len() - 1;
-            batch
-                .add(*token, position, &[0], last)
-                .map_err(|e| process(format!("batch: {e}")))?;
-            position += 1;
-        }
-        ctx.decode(&mut batch).map_err(decode_error)?;
+/// What sampling hands on as it goes: new text (whole characters), or that one more token
+/// was generated (`generated` so far, the text included).
+enum Sampled {
+    Text(String),
+    Token { generated: u32 },
+}
+
+/// A sampled answer.
+struct Answer {
+    text: String,
+    generated: u32,
+    finish: FinishReason,
+}
+
+/// One generation's llama.cpp context and batch, and the next position in the context.
+struct Decoding<'m> {
+    ctx: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    batch_size: usize,
+    position: i32,
+    /// How many tokens the context holds: prompt and answer together never count more.
+    context_tokens: u32,
+}
+
+impl<'m> Decoding<'m> {
+    /// A context that holds this prompt and its longest answer, no more: a smaller KV cache
+    /// is faster to allocate.
+    fn start(
+        model: &'m LoadedModel,
+        sampling: &Sampling,
+        prompt_tokens: u32,
+        limit: u32,
+    ) -> Result<Self, RunnerError> {
+        let wanted = prompt_tokens.saturating_add(sampling.max_tokens).min(limit);
+        let threads = i32::try_from(sampling.threads).unwrap_or(1);
+        let batch_size = BATCH.min(wanted as usize);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(wanted))
+            .with_n_batch(batch_size as u32)
+            .with_n_ubatch(batch_size as u32)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        let ctx = model.context(params)?;
+        // llama.cpp may round the context up; the limit is what was asked for.
+        let context_tokens = wanted.min(ctx.n_ctx());
+        Ok(Decoding {
+            ctx,
+            batch: LlamaBatch::new(batch_size, 1),
+            batch_size,
+            position: 0,
+            context_tokens,
+        })
     }
 
-    let usage = |generated: u32| Usage {
-        input_tokens: u64::from(prompt_tokens),
-        output_tokens: u64::from(generated),
-    };
-    let mut text = String::new();
-    let mut pieces = Utf8Pieces::default();
-    let mut generated: u32 = 0;
-    let mut piece = Vec::with_capacity(16);
-    let finish = loop {
-        if cancel.load(Ordering::Relaxed) {
-            return Ok(None);
+    /// Reads the prompt, in batches; only its last token's logits are needed. `false` when
+    /// cancelled.
+    fn read_prompt(
+        &mut self,
+        tokens: &[LlamaToken],
+        cancel: &AtomicBool,
+    ) -> Result<bool, RunnerError> {
+        for chunk in tokens.chunks(self.batch_size) {
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
+            self.batch.clear();
+            for token in chunk {
+                let last = self.position as usize == tokens.len() - 1;
+                self.batch
+                    .add(*token, self.position, &[0], last)
+                    .map_err(|e| process(format!("batch: {e}")))?;
+                self.position += 1;
+            }
+            self.ctx.decode(&mut self.batch).map_err(decode_error)?;
         }
-        // A token sampled now would need slot `position`: with the context full, the answer
-        // ends here, so prompt and answer never count more than the context holds.
-        if position as u32 >= context_tokens {
-            break FinishReason::Length;
-        }
-        let token = sampler.sample(&ctx, batch.n_tokens() - 1);
-        generated += 1;
-        generated_total.fetch_add(1, Ordering::Relaxed);
-        if vocab.is_eog(token) {
-            break FinishReason::Stop;
-        }
-        piece.clear();
-        vocab.token_to_piece_into(token, &mut piece, false, None);
-        let new_text = pieces.push(&piece);
-        if !new_text.is_empty() {
-            text.push_str(&new_text);
-            if !sink.send(StreamEvent::Text(new_text)) {
+        Ok(true)
+    }
+
+    /// Feeds the token just sampled back in, so the next one follows it.
+    fn feed(&mut self, token: LlamaToken) -> Result<(), RunnerError> {
+        self.batch.clear();
+        self.batch
+            .add(token, self.position, &[0], true)
+            .map_err(|e| process(format!("batch: {e}")))?;
+        self.position += 1;
+        self.ctx.decode(&mut self.batch).map_err(decode_error)
+    }
+
+    /// Samples the answer token by token, handing text and each token on to `send` as they
+    /// come (and counting every token sampled in `generated_total`), until the end of
+    /// generation, `max_tokens` or a full context. `None` when cancelled or when `send` says
+    /// nobody reads any more.
+    fn answer(
+        &mut self,
+        model: &LoadedModel,
+        sampler: &mut LlamaSampler,
+        max_tokens: u32,
+        cancel: &AtomicBool,
+        generated_total: &AtomicU64,
+        mut send: impl FnMut(Sampled) -> bool,
+    ) -> Result<Option<Answer>, RunnerError> {
+        let vocab = model.model.vocab();
+        let mut text = String::new();
+        let mut pieces = Utf8Pieces::default();
+        let mut generated: u32 = 0;
+        let mut piece = Vec::with_capacity(16);
+        let finish = loop {
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            // A token sampled now would need slot `position`: with the context full, the
+            // answer ends here, so prompt and answer never count more than the context holds.
+            if self.position as u32 >= self.context_tokens {
+                break FinishReason::Length;
+            }
+            let token = sampler.sample(&self.ctx, self.batch.n_tokens() - 1);
+            generated += 1;
+            generated_total.fetch_add(1, Ordering::Relaxed);
+            if vocab.is_eog(token) {
+                break FinishReason::Stop;
+            }
+            piece.clear();
+            vocab.token_to_piece_into(token, &mut piece, false, None);
+            let new_text = pieces.push(&piece);
+            if !new_text.is_empty() {
+                text.push_str(&new_text);
+                if !send(Sampled::Text(new_text)) {
+                    return Ok(None);
+                }
+            }
+            if !send(Sampled::Token { generated }) {
+                return Ok(None);
+            }
+            if generated >= max_tokens {
+                break FinishReason::Length;
+            }
+            self.feed(token)?;
+        };
+        let rest = pieces.finish();
+        if !rest.is_empty() {
+            text.push_str(&rest);
+            if !send(Sampled::Text(rest)) {
                 return Ok(None);
             }
         }
-        let spent = StreamEvent::Spent {
-            usage: Some(usage(generated)),
-            cost_usd: None,
-        };
-        if !sink.send(spent) {
-            return Ok(None);
-        }
-        if generated >= sampling.max_tokens {
-            break FinishReason::Length;
-        }
-        batch.clear();
-        batch
-            .add(token, position, &[0], true)
-            .map_err(|e| process(format!("batch: {e}")))?;
-        position += 1;
-        ctx.decode(&mut batch).map_err(decode_error)?;
-    };
-    let rest = pieces.finish();
-    if !rest.is_empty() {
-        text.push_str(&rest);
-        if !sink.send(StreamEvent::Text(rest)) {
-            return Ok(None);
-        }
+        Ok(Some(Answer {
+            text,
+            generated,
+            finish,
+        }))
     }
-    Ok(Some(Reply {
-        text,
-        usage: Some(usage(generated)),
-        duration: Some(started.elapsed()),
-        finish_reason: Some(finish),
-        seed: sampling.seed,
-        ..Reply::default()
-    }))
 }
 
 fn process(message: String) -> RunnerError {

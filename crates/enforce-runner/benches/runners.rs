@@ -4,6 +4,7 @@
 //! `cargo bench -p enforce-runner --bench runners`
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use enforce_core::Ask;
 use enforce_core::{Request, Runner};
 use enforce_runner::{
     parse_completion, parse_result, CommandConfig, CommandRunner, OpenAiConfig, OpenAiRunner,
@@ -47,7 +48,7 @@ fn round_trips(c: &mut Criterion) {
     };
     let request = Request::prompt("Say hello.");
     c.bench_function("openai_ask_loopback", |b| {
-        b.iter(|| runtime.block_on(openai.ask(&request)))
+        b.iter(|| runtime.block_on(openai.ask(Ask::new(&request)).reply()))
     });
 
     let Ok(command) = CommandRunner::new(CommandConfig {
@@ -57,7 +58,7 @@ fn round_trips(c: &mut Criterion) {
         return;
     };
     c.bench_function("command_ask_cat", |b| {
-        b.iter(|| runtime.block_on(command.ask(&request)))
+        b.iter(|| runtime.block_on(command.ask(Ask::new(&request)).reply()))
     });
 }
 

@@ -17,8 +17,8 @@ use crate::process::tail;
 use crate::transport::UpstreamResponse;
 use bytes::Bytes;
 use enforce_core::{
-    async_trait, follow_up_messages, Message, Reply, ReplyStream, Request, Role, Runner,
-    RunnerError, ToolCall, ToolFeedback, Usage,
+    async_trait, runner::ToolCall, runner::ToolFeedback, Ask, Message, Reply, ReplyStream, Request,
+    Role, Runner, RunnerError, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -113,7 +113,7 @@ impl Default for AnthropicConfig {
 /// the feedback.
 ///
 /// ```no_run
-/// use enforce_core::{Request, Runner};
+/// use enforce_core::{Ask, Request, Runner};
 /// use enforce_runner::{AnthropicConfig, AnthropicRunner};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -122,7 +122,7 @@ impl Default for AnthropicConfig {
 ///     model: "claude-sonnet-4-5".into(),
 ///     ..AnthropicConfig::default()
 /// })?;
-/// let reply = runner.ask(&Request::prompt("Say hi")).await?;
+/// let reply = runner.ask(Ask::new(&Request::prompt("Say hi"))).reply().await?;
 /// # let _ = reply; Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -276,32 +276,14 @@ impl StreamSource for AnthropicRunner {
 
 #[async_trait]
 impl Runner for AnthropicRunner {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        ask_whole(self, request, &request.messages).await
-    }
-
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        let messages = follow_up_messages(request, previous, feedback, ToolFeedback::ToolMessages);
-        ask_whole(self, request, &messages).await
-    }
-
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        answer(self, request, request.messages.clone(), self.config.stream)
-    }
-
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        previous: &'a Reply,
-        feedback: &'a str,
-    ) -> ReplyStream<'a> {
-        let messages = follow_up_messages(request, previous, feedback, ToolFeedback::ToolMessages);
-        answer(self, request, messages, self.config.stream)
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        let messages = ask.messages(ToolFeedback::ToolMessages);
+        if !ask.stream {
+            return ReplyStream::whole(
+                async move { ask_whole(self, ask.request, &messages).await },
+            );
+        }
+        answer(self, ask.request, messages.into_owned(), self.config.stream)
     }
 
     /// Asks `{base_url}/v1/messages/count_tokens` (with the runner's retries).
@@ -598,7 +580,7 @@ fn tool_use_blocks(call: &ToolCall) -> Vec<Value> {
 ///     "usage":{"input_tokens":5,"output_tokens":1}}"#).unwrap();
 /// assert_eq!(r.text, "Hi");
 /// assert_eq!(r.usage.unwrap().input_tokens, 5);
-/// assert_eq!(r.finish_reason, Some(enforce_core::FinishReason::Stop));
+/// assert_eq!(r.finish_reason, Some(enforce_core::runner::FinishReason::Stop));
 /// ```
 pub fn parse_message(body: &str) -> Result<Reply, RunnerError> {
     let v: Value = serde_json::from_str(body).map_err(|e| RunnerError::Protocol {
@@ -664,7 +646,7 @@ pub fn parse_message(body: &str) -> Result<Reply, RunnerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use enforce_core::FinishReason;
+    use enforce_core::runner::FinishReason;
 
     fn runner() -> AnthropicRunner {
         AnthropicRunner::new(AnthropicConfig {

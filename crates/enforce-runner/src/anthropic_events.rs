@@ -5,7 +5,7 @@
 
 use crate::process::tail;
 use crate::sse::{Chunk, EventReader, SseFramer, StreamFault};
-use enforce_core::{FinishReason, ToolCall, Usage};
+use enforce_core::{runner::FinishReason, runner::ToolCall, Usage};
 use serde_json::Value;
 
 /// Most content blocks one answer may open: a hostile index must not make the reader allocate.

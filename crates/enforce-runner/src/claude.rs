@@ -15,7 +15,7 @@ use crate::process::{
 };
 use crate::prompt::render_prompt;
 use enforce_core::{
-    async_trait, FinishReason, Reply, ReplyStream, Request, Runner, RunnerError, StreamEvent, Usage,
+    runner::FinishReason, Ask, Reply, ReplyStream, Request, Runner, RunnerError, StreamEvent, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -97,14 +97,15 @@ impl Default for ClaudeConfig {
 /// result, since some CLI versions hand back a new one on resume.
 ///
 /// ```no_run
-/// use enforce_core::{Request, Runner};
+/// use enforce_core::{Ask, Request, Runner};
 /// use enforce_runner::{ClaudeConfig, ClaudeRunner};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let runner = ClaudeRunner::new(ClaudeConfig::default())?;
-/// let first = runner.ask(&Request::prompt("Write an ADR")).await?;
-/// let second = runner.follow_up(&Request::prompt("Write an ADR"), &first,
-///                               "Add the section ## Kontext").await?;
+/// let request = Request::prompt("Write an ADR");
+/// let first = runner.ask(Ask::new(&request)).reply().await?;
+/// let feedback = "Add the section ## Kontext";
+/// let second = runner.ask(Ask::follow_up(&request, &first, feedback)).reply().await?;
 /// # let _ = second; Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -223,8 +224,9 @@ impl ClaudeRunner {
             Some((previous, feedback)) => match &previous.session_id {
                 Some(id) => (rendered.system, Some(id.clone()), feedback.to_string()),
                 None => {
-                    let messages =
-                        enforce_core::stateless_follow_up_messages(request, previous, feedback);
+                    let messages = enforce_core::runner::stateless_follow_up_messages(
+                        request, previous, feedback,
+                    );
                     let rendered = render_prompt(&messages);
                     (rendered.system, None, rendered.prompt)
                 }
@@ -239,28 +241,6 @@ impl ClaudeRunner {
                 None => (rendered.system, None, rendered.prompt),
             },
         }
-    }
-
-    /// A streamed call, or the whole-reply call wrapped when streaming is off.
-    fn streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        follow_up: Option<(&'a Reply, &'a str)>,
-    ) -> ReplyStream<'a> {
-        let (system, resume, prompt) = Self::what_to_send(request, follow_up);
-        if !self.config.stream {
-            return Box::pin(futures_util::stream::once(async move {
-                self.call(system.as_deref(), resume.as_deref(), prompt)
-                    .await
-                    .map(StreamEvent::Done)
-            }));
-        }
-        let spec = self.spec(
-            self.stream_args(system.as_deref(), resume.as_deref()),
-            prompt,
-        );
-        let program = self.config.binary.display().to_string();
-        stream_json(spec, program)
     }
 
     async fn call(
@@ -290,36 +270,24 @@ impl ClaudeRunner {
     }
 }
 
-#[async_trait]
 impl Runner for ClaudeRunner {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        let (system, resume, prompt) = Self::what_to_send(request, None);
-        self.call(system.as_deref(), resume.as_deref(), prompt)
-            .await
-    }
-
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        let (system, resume, prompt) = Self::what_to_send(request, Some((previous, feedback)));
-        self.call(system.as_deref(), resume.as_deref(), prompt)
-            .await
-    }
-
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        self.streamed(request, None)
-    }
-
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        previous: &'a Reply,
-        feedback: &'a str,
-    ) -> ReplyStream<'a> {
-        self.streamed(request, Some((previous, feedback)))
+    /// A streamed call (`stream-json`), or the whole-reply call when the ask or the
+    /// configuration does not stream.
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        let follow_up = ask.follow_up.map(|f| (f.previous, f.feedback));
+        let (system, resume, prompt) = Self::what_to_send(ask.request, follow_up);
+        if !(ask.stream && self.config.stream) {
+            return ReplyStream::whole(async move {
+                self.call(system.as_deref(), resume.as_deref(), prompt)
+                    .await
+            });
+        }
+        let spec = self.spec(
+            self.stream_args(system.as_deref(), resume.as_deref()),
+            prompt,
+        );
+        let program = self.config.binary.display().to_string();
+        stream_json(spec, program)
     }
 }
 
@@ -686,7 +654,7 @@ mod tests {
         let reply = result.into_reply().expect("a reply");
         assert_eq!(
             reply.finish_reason,
-            Some(enforce_core::FinishReason::Length)
+            Some(enforce_core::runner::FinishReason::Length)
         );
     }
 

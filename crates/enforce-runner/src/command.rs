@@ -8,8 +8,7 @@ use crate::error::{duration_from_secs, timeout_from_secs, ConfigError};
 use crate::process::{exit_failure, process_events, run_process, ProcessSpec, StreamingProcess};
 use crate::prompt::{inline_system, render_prompt};
 use enforce_core::{
-    async_trait, stateless_follow_up_messages, Message, Reply, ReplyStream, Request, Runner,
-    RunnerError, StreamEvent,
+    runner::ToolFeedback, Ask, Message, Reply, ReplyStream, Runner, RunnerError, StreamEvent,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -62,7 +61,7 @@ impl Default for CommandConfig {
 /// follow-up sends the conversation, the previous answer and the feedback as one transcript.
 ///
 /// ```no_run
-/// use enforce_core::{Request, Runner};
+/// use enforce_core::{Ask, Request, Runner};
 /// use enforce_runner::{CommandConfig, CommandRunner};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -71,7 +70,7 @@ impl Default for CommandConfig {
 ///     args: vec!["run".into(), "llama3.2".into()],
 ///     ..CommandConfig::default()
 /// })?;
-/// let reply = runner.ask(&Request::prompt("Say hi")).await?;
+/// let reply = runner.ask(Ask::new(&Request::prompt("Say hi"))).reply().await?;
 /// # let _ = reply; Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -126,33 +125,13 @@ impl CommandRunner {
     }
 }
 
-#[async_trait]
 impl Runner for CommandRunner {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        self.call(&request.messages).await
-    }
-
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        self.call(&stateless_follow_up_messages(request, previous, feedback))
-            .await
-    }
-
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        self.stream(&request.messages)
-    }
-
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        previous: &'a Reply,
-        feedback: &'a str,
-    ) -> ReplyStream<'a> {
-        self.stream(&stateless_follow_up_messages(request, previous, feedback))
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        let messages = ask.messages(ToolFeedback::ToolMessages);
+        if ask.stream {
+            return self.stream(&messages);
+        }
+        ReplyStream::whole(async move { self.call(&messages).await })
     }
 }
 

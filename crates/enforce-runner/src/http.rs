@@ -326,7 +326,7 @@ pub(crate) fn answer<'a, S: StreamSource>(
     stream: bool,
 ) -> ReplyStream<'a> {
     if !stream {
-        return Box::pin(futures_util::stream::once(async move {
+        return ReplyStream::new(futures_util::stream::once(async move {
             ask_whole(source, request, &messages)
                 .await
                 .map(StreamEvent::Done)
@@ -356,7 +356,7 @@ fn stream_reply<'a, S: StreamSource>(
         started: Instant::now(),
         finished: false,
     };
-    Box::pin(futures_util::stream::unfold(state, Streaming::next))
+    ReplyStream::new(futures_util::stream::unfold(state, Streaming::next))
 }
 
 /// The state of one streamed answer, advanced by [`Streaming::next`].

@@ -12,8 +12,8 @@ use crate::sse::SseReader;
 use crate::transport::UpstreamResponse;
 use bytes::Bytes;
 use enforce_core::{
-    async_trait, follow_up_messages, FinishReason, Message, Reply, ReplyStream, Request, Role,
-    Runner, RunnerError, ToolCall, ToolFeedback, Usage,
+    async_trait, runner::FinishReason, runner::ToolCall, runner::ToolFeedback, Ask, Message, Reply,
+    ReplyStream, Request, Role, Runner, RunnerError, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -109,7 +109,7 @@ impl Default for OpenAiConfig {
 /// and the feedback, never every earlier attempt.
 ///
 /// ```no_run
-/// use enforce_core::{Request, Runner};
+/// use enforce_core::{Ask, Request, Runner};
 /// use enforce_runner::{OpenAiConfig, OpenAiRunner};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -118,7 +118,7 @@ impl Default for OpenAiConfig {
 ///     model: "llama3.2".into(),
 ///     ..OpenAiConfig::default()
 /// })?;
-/// let reply = runner.ask(&Request::prompt("Say hi")).await?;
+/// let reply = runner.ask(Ask::new(&Request::prompt("Say hi"))).reply().await?;
 /// # let _ = reply; Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -264,46 +264,21 @@ impl StreamSource for OpenAiRunner {
     }
 }
 
-#[async_trait]
 impl Runner for OpenAiRunner {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        match &self.responses {
-            Some(api) => ask_whole(api, request, &request.messages).await,
-            None => ask_whole(self, request, &request.messages).await,
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        let messages = ask.messages(self.config.tool_feedback);
+        if !ask.stream {
+            return ReplyStream::whole(async move {
+                match &self.responses {
+                    Some(api) => ask_whole(api, ask.request, &messages).await,
+                    None => ask_whole(self, ask.request, &messages).await,
+                }
+            });
         }
-    }
-
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        let messages = follow_up_messages(request, previous, feedback, self.config.tool_feedback);
+        let messages = messages.into_owned();
         match &self.responses {
-            Some(api) => ask_whole(api, request, &messages).await,
-            None => ask_whole(self, request, &messages).await,
-        }
-    }
-
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        let messages = request.messages.clone();
-        match &self.responses {
-            Some(api) => answer(api, request, messages, self.config.stream),
-            None => answer(self, request, messages, self.config.stream),
-        }
-    }
-
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        previous: &'a Reply,
-        feedback: &'a str,
-    ) -> ReplyStream<'a> {
-        let messages = follow_up_messages(request, previous, feedback, self.config.tool_feedback);
-        match &self.responses {
-            Some(api) => answer(api, request, messages, self.config.stream),
-            None => answer(self, request, messages, self.config.stream),
+            Some(api) => answer(api, ask.request, messages, self.config.stream),
+            None => answer(self, ask.request, messages, self.config.stream),
         }
     }
 }
@@ -366,7 +341,7 @@ fn reseeded_config_seed(config: &Map<String, Value>, request: &Request) -> Optio
     if request.seed_offset == 0 || request.params.contains_key("seed") {
         return None;
     }
-    enforce_core::advance_seed(config.get("seed")?, request.seed_offset)
+    enforce_core::runner::advance_seed(config.get("seed")?, request.seed_offset)
 }
 
 /// A field of [`ChatBody`] the runner writes itself.
@@ -436,7 +411,7 @@ impl serde::Serialize for WireMessage<'_> {
 ///     "usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}"#).unwrap();
 /// assert_eq!(r.text, "Hi");
 /// assert_eq!(r.usage.unwrap().input_tokens, 5);
-/// assert_eq!(r.finish_reason, Some(enforce_core::FinishReason::Stop));
+/// assert_eq!(r.finish_reason, Some(enforce_core::runner::FinishReason::Stop));
 /// ```
 pub fn parse_completion(body: &str) -> Result<Reply, RunnerError> {
     match serde_json::from_str::<CompletionBody<'_>>(body) {

@@ -10,7 +10,8 @@ use crate::sse::{Chunk, EventReader, SseFramer, StreamFault};
 use crate::transport::UpstreamResponse;
 use bytes::Bytes;
 use enforce_core::{
-    async_trait, FinishReason, Message, Reply, Request, Role, RunnerError, ToolCall, Usage,
+    async_trait, runner::FinishReason, runner::ToolCall, Message, Reply, Request, Role,
+    RunnerError, Usage,
 };
 use serde_json::{json, Map, Value};
 

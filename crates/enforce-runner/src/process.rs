@@ -225,7 +225,7 @@ where
         Ok(state) => Step::Reading(state),
         Err(error) => Step::Failed(error),
     };
-    Box::pin(futures_util::stream::unfold(first, move |step| {
+    ReplyStream::new(futures_util::stream::unfold(first, move |step| {
         let read = match step {
             Step::Reading(state) => Ok(next(state)),
             other => Err(other),

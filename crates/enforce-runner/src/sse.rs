@@ -3,7 +3,7 @@
 //! `chat.completion.chunk` JSON from them, as OpenAI, Ollama, vLLM and llama.cpp send it, quirks
 //! included. The Anthropic Messages reader (`anthropic_events.rs`) reads the same frames.
 
-use enforce_core::{FinishReason, ToolCall, Usage};
+use enforce_core::{runner::FinishReason, runner::ToolCall, Usage};
 use serde_json::Value;
 
 /// A stream that cannot go on.

@@ -18,10 +18,8 @@
 //!
 //! Run: `cargo bench -p enforce-server --bench added_latency` (Linux, for /proc RSS).
 
-use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Reply, Request, Runner, RunnerError, Validation,
-    Validator,
-};
+use enforce_core::{async_trait, Context, Enforcer, Issue, Reply, Runner, Validation, Validator};
+use enforce_core::{Ask, ReplyStream};
 use enforce_server::{Model, Server, ServerConfig};
 use serde_json::json;
 use std::sync::Arc;
@@ -37,16 +35,14 @@ struct Gated {
     gate: Option<Arc<RwLock<()>>>,
 }
 
-#[async_trait]
 impl Runner for Gated {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        if let Some(gate) = &self.gate {
-            drop(gate.read().await);
-        }
-        Ok(Reply::text(ANSWER))
-    }
-    async fn follow_up(&self, r: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        self.ask(r).await
+    fn ask<'a>(&'a self, _: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async move {
+            if let Some(gate) = &self.gate {
+                drop(gate.read().await);
+            }
+            Ok(Reply::text(ANSWER))
+        })
     }
 }
 

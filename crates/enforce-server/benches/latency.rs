@@ -8,10 +8,8 @@
 //! Run: `cargo bench -p enforce-server --bench latency`
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Reply, Request, Runner, RunnerError, Validation,
-    Validator,
-};
+use enforce_core::{async_trait, Context, Enforcer, Issue, Reply, Runner, Validation, Validator};
+use enforce_core::{Ask, ReplyStream};
 use enforce_server::{Model, Server, ServerConfig};
 use serde_json::json;
 use std::sync::Arc;
@@ -23,13 +21,9 @@ const ANSWER: &str =
 /// Answers at once.
 struct Instant0;
 
-#[async_trait]
 impl Runner for Instant0 {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        Ok(Reply::text(ANSWER))
-    }
-    async fn follow_up(&self, _: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        Ok(Reply::text(ANSWER))
+    fn ask<'a>(&'a self, _: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async { Ok(Reply::text(ANSWER)) })
     }
 }
 

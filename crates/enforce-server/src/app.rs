@@ -28,7 +28,9 @@ pub(crate) async fn require_key(
         }
         Ok(None) => {}
         // Each surface answers in its own error shape.
-        Err(error) if request.uri().path().starts_with("/v1/messages") => {
+        Err(error)
+            if crate::passthrough::api_path(request.uri().path()).starts_with("/messages") =>
+        {
             return crate::messages::error_response(*error);
         }
         Err(error) => return error.into_response(),
@@ -54,10 +56,13 @@ fn model_object(app: &App, id: &str) -> Value {
     json!({"id": id, "object": "model", "created": app.started, "owned_by": "enforce"})
 }
 
+/// One of this proxy's models; another id is asked of the default upstream when there is
+/// one (a client looking up the upstream's models through this base URL), else a 404.
 pub(crate) async fn get_model(
     State(app): State<Arc<App>>,
     granted: Option<Extension<auth::Granted>>,
     Path(id): Path<String>,
+    request: HttpRequest,
 ) -> Response {
     let grant = crate::controls::grant(&app, granted.map(|Extension(g)| g));
     if let Some(grant) = grant.filter(|g| !g.allows_model(&id)) {
@@ -65,6 +70,8 @@ pub(crate) async fn get_model(
     }
     if app.models.contains_key(&id) {
         Json(model_object(&app, &id)).into_response()
+    } else if crate::passthrough::has_default(&app) {
+        crate::passthrough::forward(app, request).await
     } else {
         ApiError {
             param: Some("model"),
@@ -171,7 +178,7 @@ pub(crate) async fn get_response(
 }
 
 /// What this proxy serves, for the error that answers any other route or method. A surface's
-/// routes are listed here when `Server::router` mounts them.
+/// routes are listed here when `Server::router` mounts them; each answers without `/v1` too.
 pub(crate) const ENDPOINTS: &[(&str, &str)] = &[
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/messages"),
@@ -184,6 +191,10 @@ pub(crate) const ENDPOINTS: &[(&str, &str)] = &[
     ("GET", "/"),
     ("GET", "/healthz"),
     ("GET", "/metrics"),
+    (
+        "ANY",
+        "/v1/* (any other endpoint: forwarded to the model's upstream)",
+    ),
 ];
 
 fn served() -> String {
@@ -206,9 +217,13 @@ fn matches(pattern: &str, path: &str) -> bool {
     }
 }
 
-/// Any route this proxy does not serve: a 404 in the OpenAI error shape that names the routes
-/// it does serve (an empty 404 shows users only "Not Found").
-pub(crate) async fn unknown_route(request: HttpRequest) -> Response {
+/// Any route this proxy does not serve: an API endpoint it does not enforce is forwarded
+/// upstream ([`crate::passthrough`]); anything else is a 404 in the OpenAI error shape that
+/// names the routes it does serve (an empty 404 shows users only "Not Found").
+pub(crate) async fn unknown_route(State(app): State<Arc<App>>, request: HttpRequest) -> Response {
+    if crate::passthrough::forwards(request.uri().path()) {
+        return crate::passthrough::forward(app, request).await;
+    }
     let (method, path) = (request.method().clone(), request.uri().path().to_string());
     let mut error = ApiError::new(
         StatusCode::NOT_FOUND,

@@ -43,7 +43,7 @@ impl Refusal<'_> {
             http_status: u16,
         }
         serde_json::to_string(&Line {
-            ts: enforce_core::rfc3339_millis(std::time::SystemTime::now()),
+            ts: enforce_core::audit::rfc3339_millis(std::time::SystemTime::now()),
             model: self.model,
             key: self.key,
             status: "refused",

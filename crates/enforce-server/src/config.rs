@@ -138,6 +138,59 @@ pub struct Model {
     /// constrained`), added to each request that does not set them itself. They are not a
     /// contract of the request: the profile's validators check the answer already.
     pub decode_params: serde_json::Map<String, serde_json::Value>,
+    /// Where requests to endpoints this proxy does not enforce (`/v1/embeddings`,
+    /// `/v1/completions`, ...) naming this model go as they are; `None`: its runner cannot take
+    /// them (a CLI, a local model, a command), and they are refused.
+    pub passthrough: Option<Upstream>,
+}
+
+/// An upstream HTTP API that requests this proxy does not enforce are forwarded to, with the
+/// runner's own credentials.
+#[derive(Clone)]
+pub struct Upstream {
+    /// The URL the client's path goes under, up to and including its `/v1` (e.g.
+    /// `https://api.openai.com/v1`): `/v1/embeddings` goes to `{base_url}/embeddings`.
+    pub base_url: String,
+    /// Headers set on every forwarded request, replacing the client's (its key to this proxy
+    /// is never sent on).
+    pub headers: Vec<(String, String)>,
+}
+
+impl Upstream {
+    /// An OpenAI-compatible API at `base_url` (ending in its `/v1`), with `Authorization:
+    /// Bearer key` when a key is given.
+    pub fn openai(base_url: impl Into<String>, key: Option<&str>) -> Self {
+        Upstream {
+            base_url: base_url.into(),
+            headers: key
+                .map(|key| vec![("authorization".to_string(), format!("Bearer {key}"))])
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Anthropic's API at `base_url` (without `/v1`, as the Anthropic runner takes it), with
+    /// `anthropic-version` and, when a key is given, `x-api-key`.
+    pub fn anthropic(base_url: &str, key: Option<&str>, version: &str) -> Self {
+        let mut headers = vec![("anthropic-version".to_string(), version.to_string())];
+        if let Some(key) = key {
+            headers.push(("x-api-key".to_string(), key.to_string()));
+        }
+        Upstream {
+            base_url: format!("{}/v1", base_url.trim_end_matches('/')),
+            headers,
+        }
+    }
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The header values hold the upstream key.
+        let names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("Upstream")
+            .field("base_url", &self.base_url)
+            .field("headers", &names)
+            .finish()
+    }
 }
 
 impl Model {
@@ -153,7 +206,14 @@ impl Model {
             runner_kind: None,
             routes: None,
             decode_params: serde_json::Map::new(),
+            passthrough: None,
         }
+    }
+
+    /// Forwards the requests this proxy does not enforce to `upstream`, builder style.
+    pub fn with_passthrough(mut self, upstream: Upstream) -> Self {
+        self.passthrough = Some(upstream);
+        self
     }
 
     /// Sets the params that constrain decoding, builder style.
@@ -206,6 +266,7 @@ impl fmt::Debug for Model {
             .field("upstream_model", &self.upstream_model)
             .field("runner_kind", &self.runner_kind)
             .field("routes", &self.routes)
+            .field("passthrough", &self.passthrough)
             .finish_non_exhaustive()
     }
 }

@@ -17,6 +17,10 @@ pub enum ServerError {
     /// No model is configured.
     #[error("no model is configured")]
     NoModels,
+    /// The HTTP client that forwards the endpoints this proxy does not enforce could not be
+    /// built (its TLS setup failed).
+    #[error("the HTTP client of the passthrough: {0}")]
+    PassthroughClient(String),
     /// An accepted API key is empty or blank: a request presenting no key at all would match it.
     #[error("an API key is empty ({origin}); give the key, or no keys at all to serve without authentication")]
     EmptyApiKey {

@@ -55,6 +55,7 @@ mod messages;
 mod metrics;
 mod openai;
 mod otel;
+mod passthrough;
 mod pipeline;
 #[cfg(feature = "redis")]
 mod redis_state;
@@ -78,7 +79,7 @@ pub use config::{
     parse_key_list, ApiKeyEntry, ApiKeySpec, BlankKey, ClassifyConfig, ConcurrencyScope,
     FailureResponse, FsyncPolicy, KeyGrant, Model, ModelOptions, OtlpConfig, OtlpSection,
     RouteConfig, SectionError, ServedModelConfig, ServerConfig, ServerSection, StateConfig,
-    StateSection, StreamMode, WhenConfig, API_KEYS_ENV, DEFAULT_OTLP_LOGS_URL,
+    StateSection, StreamMode, Upstream, WhenConfig, API_KEYS_ENV, DEFAULT_OTLP_LOGS_URL,
     DEFAULT_OTLP_TRACES_URL, DEFAULT_SERVICE_NAME, OTEL_SDK_DISABLED_ENV, OTEL_SERVICE_NAME_ENV,
     OTLP_ENDPOINT_ENV, OTLP_LOGS_ENDPOINT_ENV, OTLP_TRACES_ENDPOINT_ENV,
 };

@@ -20,7 +20,7 @@ use crate::verdict::Enforcement;
 use axum::body::Bytes;
 use axum::http::{HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
-use enforce_core::{Outcome, ToolCall, Usage};
+use enforce_core::{runner::ToolCall, Outcome, Usage};
 use serde::Serialize;
 use serde_json::{json, Value};
 

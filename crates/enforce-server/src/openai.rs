@@ -9,7 +9,7 @@ use crate::turn::{Turn, TurnId};
 use crate::verdict::{cut_at_token_limit, Enforcement};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use enforce_core::{Outcome, ToolCall, Usage};
+use enforce_core::{runner::ToolCall, Outcome, Usage};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -410,7 +410,7 @@ mod tests {
     fn the_completion_holds_the_answer() {
         use crate::verdict::enforcement_json;
         use crate::verdict::fixtures::{attempt, outcome};
-        use enforce_core::{FinishReason, Status};
+        use enforce_core::{runner::FinishReason, Status};
 
         let id = TurnId {
             id: "chatcmpl-enf1".into(),

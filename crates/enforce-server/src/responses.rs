@@ -10,7 +10,7 @@ use crate::turn::{Turn, TurnId};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use enforce_core::{Outcome, ToolCall};
+use enforce_core::{runner::ToolCall, Outcome};
 use events::{
     ArgumentsDelta, ArgumentsDone, ContentPart, ItemEvent, Sequenced, StreamError, SummaryDelta,
     SummaryDone, SummaryPart, TextDelta, TextDone, WithResponse,

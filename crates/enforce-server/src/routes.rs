@@ -12,6 +12,7 @@
 //! handler skips this module.
 
 use axum::http::{HeaderMap, HeaderName};
+use enforce_core::Ask;
 use enforce_core::{Enforcer, Message, Request, Role, Runner};
 use regex::Regex;
 use serde::Serialize;
@@ -247,11 +248,14 @@ impl Classifier {
     /// The label the runner gives `question`, or why there is none.
     async fn classify(&self, question: &str) -> Result<String, String> {
         let request = Request::prompt(self.prompt_for(question));
-        let reply = match tokio::time::timeout(self.timeout, self.runner.ask(&request)).await {
-            Err(_) => return Err(format!("no answer within {} ms", self.timeout.as_millis())),
-            Ok(Err(e)) => return Err(format!("the runner failed: {e}")),
-            Ok(Ok(reply)) => reply,
-        };
+        let reply =
+            match tokio::time::timeout(self.timeout, self.runner.ask(Ask::new(&request)).reply())
+                .await
+            {
+                Err(_) => return Err(format!("no answer within {} ms", self.timeout.as_millis())),
+                Ok(Err(e)) => return Err(format!("the runner failed: {e}")),
+                Ok(Ok(reply)) => reply,
+            };
         match known_label(&reply.text, &self.labels) {
             Some(label) => Ok(label.to_string()),
             None => {

@@ -19,7 +19,7 @@ pub const STATUS_FILE: &str = "status.json";
 /// The digest that recognizes an answer the client sends back: of its text with surrounding
 /// whitespace trimmed (clients trim).
 pub fn answer_digest(text: &str) -> String {
-    enforce_core::fnv1a_hex(text.trim())
+    enforce_core::outcome::fnv1a_hex(text.trim())
 }
 
 /// What one finished turn adds to a chat.
@@ -102,7 +102,7 @@ pub fn chat_dir_name(chat_id: &str) -> String {
     if safe {
         chat_id.to_string()
     } else {
-        format!("h-{}", enforce_core::fnv1a_hex(chat_id))
+        format!("h-{}", enforce_core::outcome::fnv1a_hex(chat_id))
     }
 }
 

@@ -42,6 +42,8 @@ pub(crate) struct App {
     pub limiter: Arc<Semaphore>,
     /// The request-body bytes being held, in KiB permits ([`crate::config::ServerConfig::body_budget`]).
     pub body_budget: Arc<Semaphore>,
+    /// The pooled client that forwards the endpoints this proxy does not enforce.
+    pub http: reqwest::Client,
     /// The OpenTelemetry exporter, when traces are on.
     pub telemetry: Option<Telemetry>,
     pub draining: AtomicBool,

@@ -11,8 +11,8 @@ use crate::shared::GlobalSlot;
 use crate::state::App;
 use bytes::Bytes;
 use enforce_core::{
-    async_trait, Attempt, Context, Event, Message, Observer, Outcome, Reply, ReplyStream, Request,
-    Runner, RunnerError, StopReason, Validator,
+    Ask, Attempt, Context, Event, Message, Observer, Outcome, Reply, ReplyStream, Request, Runner,
+    RunnerError, StopReason, Validator,
 };
 use futures_util::{FutureExt, StreamExt};
 use serde_json::{Map, Value};
@@ -161,51 +161,24 @@ struct TracedRunner {
     trace: Option<Arc<RequestTrace>>,
 }
 
-#[async_trait]
 impl Runner for TracedRunner {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
         let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
-        let span = tracing::info_span!("attempt", attempt, kind = "ask");
-        let result = self.inner.ask(request).instrument(span.clone()).await;
-        span.in_scope(|| replied(self.trace.as_deref(), result.as_ref()));
-        result
-    }
-
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
-        let span = tracing::info_span!("attempt", attempt, kind = "follow_up");
-        let result = self
-            .inner
-            .follow_up(request, previous, feedback)
-            .instrument(span.clone())
-            .await;
-        span.in_scope(|| replied(self.trace.as_deref(), result.as_ref()));
-        result
-    }
-
-    // The loop asks through these: without them every answer would arrive whole and nothing
-    // could be cut short.
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
-        let span = tracing::info_span!("attempt", attempt, kind = "ask", streamed = true);
-        let stream = span.in_scope(|| self.inner.ask_streamed(request));
-        logged(span, self.trace.clone(), stream)
-    }
-
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        previous: &'a Reply,
-        feedback: &'a str,
-    ) -> ReplyStream<'a> {
-        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed) + 1;
-        let span = tracing::info_span!("attempt", attempt, kind = "follow_up", streamed = true);
-        let stream = span.in_scope(|| self.inner.follow_up_streamed(request, previous, feedback));
+        let kind = if ask.follow_up.is_some() {
+            "follow_up"
+        } else {
+            "ask"
+        };
+        if !ask.stream {
+            let span = tracing::info_span!("attempt", attempt, kind);
+            return ReplyStream::whole(async move {
+                let result = self.inner.ask(ask).reply().instrument(span.clone()).await;
+                span.in_scope(|| replied(self.trace.as_deref(), result.as_ref()));
+                result
+            });
+        }
+        let span = tracing::info_span!("attempt", attempt, kind, streamed = true);
+        let stream = span.in_scope(|| self.inner.ask(ask));
         logged(span, self.trace.clone(), stream)
     }
 }
@@ -217,7 +190,7 @@ fn logged<'a>(
     trace: Option<Arc<RequestTrace>>,
     stream: ReplyStream<'a>,
 ) -> ReplyStream<'a> {
-    Box::pin(stream.inspect(move |item| {
+    ReplyStream::new(stream.inspect(move |item| {
         let ended = match item {
             Ok(enforce_core::StreamEvent::Done(reply)) => Ok(reply),
             Err(e) => Err(e),

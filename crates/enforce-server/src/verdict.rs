@@ -16,7 +16,7 @@ pub(crate) fn cut_at_token_limit(outcome: &Outcome) -> bool {
     outcome
         .attempts
         .last()
-        .is_some_and(|a| a.finish_reason == Some(enforce_core::FinishReason::Length))
+        .is_some_and(|a| a.finish_reason == Some(enforce_core::runner::FinishReason::Length))
 }
 
 fn issue_json(issue: &Issue) -> Value {
@@ -396,7 +396,9 @@ pub fn outcome_failure(outcome: &Outcome) -> ApiError {
 /// Outcomes for the surfaces' rendering tests.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use enforce_core::{Attempt, FinishReason, Outcome, Status, StopReason, ToolCall};
+    use enforce_core::{
+        runner::FinishReason, runner::ToolCall, Attempt, Outcome, Status, StopReason,
+    };
 
     /// An attempt that stopped for `finish_reason`, repaired by `repairs`.
     pub(crate) fn attempt(finish_reason: Option<FinishReason>, repairs: &[&str]) -> Attempt {
@@ -577,7 +579,7 @@ mod tests {
     fn a_validator_without_verdict_is_named_by_its_own_status_when_it_has_one() {
         let mut closed = outcome(Status::Unavailable, Vec::new(), vec![attempt(None, &[])]);
         closed.stop_reason = StopReason::ValidatorUnavailable {
-            unavailable: enforce_core::UnavailableValidator {
+            unavailable: enforce_core::validator::UnavailableValidator {
                 validator: "avap_parser".into(),
                 reason: "down".into(),
             },
@@ -585,7 +587,7 @@ mod tests {
         let mut open = outcome(Status::Passed, Vec::new(), vec![attempt(None, &[])]);
         open.warnings = vec![Issue::warning(
             "avap_parser",
-            enforce_core::VALIDATOR_UNAVAILABLE,
+            enforce_core::validator::VALIDATOR_UNAVAILABLE,
             "not checked: down",
         )];
         for mut unchecked in [closed, open] {

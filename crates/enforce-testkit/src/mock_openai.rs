@@ -527,6 +527,7 @@ impl MockOpenAi {
             .route("/v1/responses", post(responses))
             .route("/v1/models", get(models))
             .route("/v1/embeddings", post(embeddings))
+            .route("/v1/completions", post(completions))
             .fallback(not_found)
             .with_state(Arc::clone(&shared));
         Ok(MockOpenAi {
@@ -563,6 +564,14 @@ impl MockOpenAi {
         self.requests()
             .into_iter()
             .filter(|r| r.path.ends_with("/embeddings"))
+            .collect()
+    }
+
+    /// The legacy `/v1/completions` requests received so far.
+    pub fn completion_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/v1/completions"))
             .collect()
     }
 
@@ -672,6 +681,60 @@ async fn embeddings(
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }))
     .into_response()
+}
+
+/// `POST /v1/completions`, the legacy text completion: the answer echoes `prompt` (a string, or
+/// the first of a list) as OpenAI's `text_completion`, or, with `stream: true`, as
+/// `text_completion` chunks of it (the script's `stream_chunks`, paced alike), a chunk with
+/// `finish_reason: "stop"`, then `[DONE]`.
+async fn completions(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    record(&shared, method, uri.path(), &headers, &body);
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let prompt = match request.get("prompt") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(items)) => items
+            .first()
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        _ => {
+            let message = "'prompt' must be a string or a list of strings";
+            return with_status(400, ErrorShape::OpenAi.body(400, message).to_string(), None);
+        }
+    };
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("mock-instruct")
+        .to_string();
+    let choice = |text: &str, finish: Value| json!({"text": text, "index": 0, "logprobs": null, "finish_reason": finish});
+    let completion = |choices: Value| {
+        json!({"id": "cmpl-mock", "object": "text_completion", "created": 0, "model": model,
+               "choices": choices})
+    };
+    if request.get("stream").and_then(Value::as_bool) != Some(true) {
+        let tokens = approx_tokens(&prompt);
+        let mut answer = completion(json!([choice(&prompt, json!("stop"))]));
+        answer["usage"] = json!({"prompt_tokens": tokens, "completion_tokens": tokens, "total_tokens": 2 * tokens});
+        return axum::Json(answer).into_response();
+    }
+    let (chunks, gap) = {
+        let script = lock(&shared.script);
+        (script.chunks, script.chunk_gap)
+    };
+    let mut events: Vec<String> = pieces(&prompt, chunks)
+        .iter()
+        .map(|piece| completion(json!([choice(piece, Value::Null)])).to_string())
+        .collect();
+    events.push(completion(json!([choice("", json!("stop"))])).to_string());
+    events.push("[DONE]".to_string());
+    sse(&shared, events, gap, false)
 }
 
 fn record(shared: &Shared, method: Method, path: &str, headers: &HeaderMap, body: &Bytes) {
@@ -944,6 +1007,16 @@ fn with_status(status: u16, body: String, retry_after: Option<String>) -> Respon
     response
 }
 
+/// `text` in `chunks` pieces (at least 1) of about the same number of characters.
+fn pieces(text: &str, chunks: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let per = chars.len().div_ceil(chunks.max(1)).max(1);
+    chars
+        .chunks(per)
+        .map(|piece| piece.iter().collect())
+        .collect()
+}
+
 /// The `data:` payloads of a streamed completion: a role chunk, `chunks` content chunks, a
 /// finish chunk, the usage chunk when asked for, `[DONE]`.
 fn stream_events(
@@ -960,13 +1033,8 @@ fn stream_events(
         .to_string()
     };
     let mut events = vec![chunk(json!({"role": "assistant"}), Value::Null)];
-    let chars: Vec<char> = text.chars().collect();
-    let per = chars.len().div_ceil(chunks.max(1)).max(1);
-    for piece in chars.chunks(per) {
-        events.push(chunk(
-            json!({"content": piece.iter().collect::<String>()}),
-            Value::Null,
-        ));
+    for piece in pieces(text, chunks) {
+        events.push(chunk(json!({"content": piece}), Value::Null));
     }
     events.push(chunk(json!({}), json!(finish.unwrap_or("stop"))));
     if include_usage {

@@ -37,9 +37,7 @@
 
 use crate::error::BuildError;
 use crate::text::{locate_json, JsonForm, JsonSpan};
-use enforce_core::{
-    async_trait, Context, FailMode, Issue, PartialCheck, Reply, Validation, Validator,
-};
+use enforce_core::{async_trait, Context, Issue, PartialCheck, Reply, Validation, Validator};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -468,6 +466,17 @@ impl Validator for Scoped {
         self.inner.name()
     }
 
+    /// What the scope does not change (the fail mode, the unavailable status) is the inner
+    /// validator's.
+    fn wrapped(&self) -> Option<&dyn Validator> {
+        Some(self.inner.as_ref())
+    }
+
+    /// Never a group: opened up, its members would run outside the scope.
+    fn members(&self) -> Option<Vec<&dyn Validator>> {
+        None
+    }
+
     async fn validate(&self, response: &str, context: &Context) -> Validation {
         let mut json = None;
         if !self.holds(response, context, &mut json) {
@@ -576,13 +585,5 @@ impl Validator for Scoped {
             }
         }
         Some(out)
-    }
-
-    fn fail_mode(&self) -> Option<FailMode> {
-        self.inner.fail_mode()
-    }
-
-    fn unavailable_status(&self) -> Option<&str> {
-        self.inner.unavailable_status()
     }
 }

@@ -6,7 +6,7 @@
 //! `parameters` schema, is re-asked like for any other error.
 //!
 //! ```
-//! use enforce_core::{Context, Reply, ToolCall, Validator};
+//! use enforce_core::{Context, Reply, runner::ToolCall, Validator};
 //! use enforce_validators::tool_calls::ToolCalls;
 //! use serde_json::json;
 //! # fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -27,7 +27,7 @@
 //! assert!(issues[0].message.contains("/city"));
 //! ```
 
-use enforce_core::{async_trait, Context, Issue, Reply, ToolCall, Validation, Validator};
+use enforce_core::{async_trait, runner::ToolCall, Context, Issue, Reply, Validation, Validator};
 use serde_json::Value;
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@
 //! surprised a validator becomes a regression test by copying its line there.
 
 use enforce_core::{
-    async_trait, FinishReason, Reply, ReplyStream, Request, Role, Runner, RunnerError, StreamEvent,
+    runner::FinishReason, Ask, ReplyStream, Request, Role, Runner, RunnerError, StreamEvent,
 };
 use futures_core::Stream;
 use serde_json::{json, Value};
@@ -49,65 +49,27 @@ impl Recorder {
             answers.push(answer);
         }
     }
+}
 
-    fn keep_reply(&self, reply: &Result<Reply, RunnerError>) {
-        if let Ok(reply) = reply {
-            self.keep(Recorded {
-                text: reply.text.clone(),
-                finish_reason: reply.finish_reason.clone(),
-                cut: false,
-            });
-        }
-    }
-
-    fn tap<'a>(&'a self, inner: ReplyStream<'a>) -> ReplyStream<'a> {
-        Box::pin(Tap {
+impl Runner for Recorder {
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::new(Tap {
             recorder: self,
-            inner,
+            inner: self.inner.ask(ask),
+            streamed: ask.stream,
             received: String::new(),
             ended: false,
         })
     }
 }
 
-#[async_trait]
-impl Runner for Recorder {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        let reply = self.inner.ask(request).await;
-        self.keep_reply(&reply);
-        reply
-    }
-
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        let reply = self.inner.follow_up(request, previous, feedback).await;
-        self.keep_reply(&reply);
-        reply
-    }
-
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        self.tap(self.inner.ask_streamed(request))
-    }
-
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        previous: &'a Reply,
-        feedback: &'a str,
-    ) -> ReplyStream<'a> {
-        self.tap(self.inner.follow_up_streamed(request, previous, feedback))
-    }
-}
-
 /// A reply stream passed through unchanged, whose text is kept: whole when the reply ends,
-/// as received when the loop drops the stream first (a cut).
+/// as received when the loop drops a streamed answer first (a cut).
 struct Tap<'a> {
     recorder: &'a Recorder,
     inner: ReplyStream<'a>,
+    /// Asked for as a stream: only such an answer can be cut.
+    streamed: bool,
     received: String,
     ended: bool,
 }
@@ -116,7 +78,7 @@ impl Stream for Tap<'_> {
     type Item = Result<StreamEvent, RunnerError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
-        let polled = self.inner.as_mut().poll_next(cx);
+        let polled = Pin::new(&mut self.inner).poll_next(cx);
         match &polled {
             Poll::Ready(Some(Ok(StreamEvent::Text(text)))) => self.received.push_str(text),
             Poll::Ready(Some(Ok(StreamEvent::Done(reply)))) => {
@@ -137,7 +99,7 @@ impl Stream for Tap<'_> {
 
 impl Drop for Tap<'_> {
     fn drop(&mut self) {
-        if !self.ended {
+        if self.streamed && !self.ended {
             self.recorder.keep(Recorded {
                 text: std::mem::take(&mut self.received),
                 finish_reason: None,
@@ -197,11 +159,7 @@ pub fn lines(answers: &[Recorded], request: &Request, from: &Provenance<'_>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use enforce_core::{Message, ScriptedRunner};
-
-    async fn next(stream: &mut ReplyStream<'_>) -> Option<Result<StreamEvent, RunnerError>> {
-        std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await
-    }
+    use enforce_core::{Message, Reply, ScriptedRunner};
 
     fn block_on<F: std::future::Future>(future: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
@@ -228,15 +186,15 @@ mod tests {
         let recorder = Recorder::new(scripted);
         let request = request();
         block_on(async {
-            let mut whole = recorder.ask_streamed(&request);
-            while next(&mut whole).await.is_some() {}
+            let mut whole = recorder.ask(Ask::new(&request).streamed());
+            while whole.next_event().await.is_some() {}
             drop(whole);
             let previous = Reply::default();
-            let mut cut = recorder.follow_up_streamed(&request, &previous, "fix it");
+            let mut cut = recorder.ask(Ask::follow_up(&request, &previous, "fix it").streamed());
             // Two chunks, then the loop would cut.
             let mut received = String::new();
             for _ in 0..2 {
-                if let Some(Ok(StreamEvent::Text(text))) = next(&mut cut).await {
+                if let Some(Ok(StreamEvent::Text(text))) = cut.next_event().await {
                     received.push_str(&text);
                 }
             }

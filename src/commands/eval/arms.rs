@@ -1,7 +1,7 @@
 //! Arms: the strategies an eval compares. Each is `+`-joined words that change only the
 //! profile's policy (how to re-ask, when to repair, early abort).
 
-use enforce_core::{Ladder, Policy, Reask, RepairWhen};
+use enforce_core::{policy::Ladder, policy::Reask, policy::RepairWhen, Policy};
 
 /// The words an arm is made of, with what each means (for `--help` and errors).
 pub const WORDS: [(&str, &str); 9] = [

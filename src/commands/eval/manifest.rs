@@ -126,7 +126,9 @@ impl Manifest {
 /// The digest `eval.json` keeps of a file (the dataset).
 pub fn file_digest(path: &Path) -> Result<String, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(enforce_core::fnv1a_hex(&String::from_utf8_lossy(&bytes)))
+    Ok(enforce_core::outcome::fnv1a_hex(&String::from_utf8_lossy(
+        &bytes,
+    )))
 }
 
 /// A value as JSON, cut to a readable length.

@@ -367,7 +367,7 @@ fn manifest_of(
         arms: plan.arms.iter().map(|a| a.name.clone()).collect(),
         cases: plan.cases.iter().map(|c| c.id.clone()).collect(),
         dataset_digest: manifest::file_digest(dataset)?,
-        config_digest: config_text.map(enforce_core::fnv1a_hex),
+        config_digest: config_text.map(enforce_core::outcome::fnv1a_hex),
     })
 }
 

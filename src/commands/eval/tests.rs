@@ -6,9 +6,10 @@ use super::dataset::Case;
 use super::summary;
 use super::trials::{self, Plan, Sink, Trial};
 use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Message, Reply, Request, Runner, RunnerError, Usage,
-    Validation, Validator,
+    async_trait, Context, Enforcer, Issue, Message, Reply, Request, Runner, Usage, Validation,
+    Validator,
 };
+use enforce_core::{Ask, FollowUp, ReplyStream};
 use serde_json::Map;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -64,32 +65,30 @@ fn seed_of(request: &Request) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-#[async_trait]
 impl Runner for SeededModel {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        let prompt = request.last_user_text().unwrap_or_default();
-        let h = mix(prompt, seed_of(request));
-        Ok(reply(if h % 3 == 0 {
-            format!("OK {h}")
-        } else {
-            format!("no {h}")
-        }))
-    }
-
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let h = mix(&format!("{}{feedback}", previous.text), seed_of(request));
-        Ok(reply(if h % 2 == 0 {
-            format!("OK again {h}")
-        } else {
-            format!("still no {h}")
-        }))
+        let request = ask.request;
+        let text = match ask.follow_up {
+            None => {
+                let prompt = request.last_user_text().unwrap_or_default();
+                let h = mix(prompt, seed_of(request));
+                if h % 3 == 0 {
+                    format!("OK {h}")
+                } else {
+                    format!("no {h}")
+                }
+            }
+            Some(FollowUp { previous, feedback }) => {
+                let h = mix(&format!("{}{feedback}", previous.text), seed_of(request));
+                if h % 2 == 0 {
+                    format!("OK again {h}")
+                } else {
+                    format!("still no {h}")
+                }
+            }
+        };
+        ReplyStream::whole(std::future::ready(Ok(reply(text))))
     }
 }
 

@@ -4,7 +4,10 @@
 use super::InputSpec;
 use crate::config::ProfileConfig;
 use crate::config::{InputFailureAction, ReformulateConfig, RetrievedContextConfig, SectionConfig};
-use enforce_core::{ContextSource, OnInputFailure, Reformulator, RunnerReformulator, Validator};
+use enforce_core::{
+    input::ContextSource, input::OnInputFailure, input::Reformulator, input::RunnerReformulator,
+    Validator,
+};
 use enforce_validators::BuildEnv;
 use enforce_validators::BuildError;
 use std::sync::Arc;
@@ -196,7 +199,8 @@ fn build_reformulator(
 mod reformulate_prompt_tests {
     use super::DEFAULT_REFORMULATE_PROMPT;
     use enforce_core::{
-        keys, Context, Reformulator, RunnerReformulator, ScriptedCall, ScriptedRunner,
+        context::keys, input::Reformulator, input::RunnerReformulator, scripted::ScriptedCall,
+        Context, ScriptedRunner,
     };
     use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! answer format inferred from its validators.
 
 use crate::config::{Config, Defaults, FeedbackConfig, ProfileConfig};
-use enforce_core::{AnswerFormat, Feedback, Policy};
+use enforce_core::{feedback::Feedback, policy::AnswerFormat, Policy};
 use enforce_validators::BuildError;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -16,9 +16,9 @@ pub(super) struct PolicyFields<'a> {
     on_unavailable: Option<enforce_core::FailMode>,
     early_abort: Option<bool>,
     partial_check_bytes: Option<usize>,
-    reask: Option<&'a enforce_core::Ladder>,
+    reask: Option<&'a enforce_core::policy::Ladder>,
     stop_on_no_progress: Option<bool>,
-    repair: Option<enforce_core::RepairWhen>,
+    repair: Option<enforce_core::policy::RepairWhen>,
     repair_first_codes: Option<&'a Vec<String>>,
     max_retries_for: Option<&'a BTreeMap<String, u32>>,
     fallback: Option<&'a String>,

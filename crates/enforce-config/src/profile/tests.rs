@@ -1,6 +1,6 @@
 use super::*;
 use crate::testing::block_on;
-use enforce_core::{AnswerFormat, Context, FailMode, Language, Status};
+use enforce_core::{feedback::Language, policy::AnswerFormat, Context, FailMode, Status};
 
 fn load(yaml: &str) -> Result<ProfileSet, ConfigError> {
     ProfileSet::load(
@@ -48,14 +48,14 @@ fn profile_policy_layers_over_defaults() {
     );
     assert_eq!(
         p.policy().feedback.template(),
-        &enforce_core::FeedbackTemplate::for_language(Language::De)
+        &enforce_core::feedback::FeedbackTemplate::for_language(Language::De)
     );
     assert_eq!(set.get("chat").unwrap().policy().max_retries, 5);
 }
 
 #[test]
 fn reask_takes_a_ladder_and_stop_on_no_progress_a_switch() {
-    use enforce_core::Reask;
+    use enforce_core::policy::Reask;
     let set = load(
         "defaults:\n  stop_on_no_progress: true\n\
          profiles:\n  p:\n    validators: [step_marker]\n    reask: [feedback, resample]\n    \
@@ -81,12 +81,15 @@ fn reask_and_repair_keys_layer_over_defaults() {
     )
     .unwrap();
     let fresh = set.get("fresh").unwrap().policy();
-    assert_eq!(fresh.reask, enforce_core::Reask::FeedbackFresh.into());
-    assert_eq!(fresh.repair, enforce_core::RepairWhen::Last);
+    assert_eq!(
+        fresh.reask,
+        enforce_core::policy::Reask::FeedbackFresh.into()
+    );
+    assert_eq!(fresh.repair, enforce_core::policy::RepairWhen::Last);
     assert!(fresh.repair_first_codes.is_empty());
     let inherits = set.get("inherits").unwrap().policy();
-    assert_eq!(inherits.reask, enforce_core::Reask::Resample.into());
-    assert_eq!(inherits.repair, enforce_core::RepairWhen::First);
+    assert_eq!(inherits.reask, enforce_core::policy::Reask::Resample.into());
+    assert_eq!(inherits.repair, enforce_core::policy::RepairWhen::First);
     assert_eq!(
         inherits.repair_first_codes,
         vec!["INVALID_JSON".to_string()]
@@ -94,12 +97,12 @@ fn reask_and_repair_keys_layer_over_defaults() {
     let plain = load("profiles:\n  p:\n    validators: [step_marker]\n").unwrap();
     assert_eq!(
         plain.get("p").unwrap().policy().reask,
-        enforce_core::Reask::Feedback.into()
+        enforce_core::policy::Reask::Feedback.into()
     );
     assert!(plain.get("p").unwrap().policy().stop_on_no_progress);
     assert_eq!(
         plain.get("p").unwrap().policy().repair,
-        enforce_core::RepairWhen::Last
+        enforce_core::policy::RepairWhen::Last
     );
     let err = load("profiles:\n  p:\n    validators: [step_marker]\n    reask: twice\n")
         .unwrap_err()
@@ -194,7 +197,7 @@ fn a_hint_profile_appends_its_note() {
     let enforcer = set.get("rag").unwrap().enforcer();
     let outcome = block_on(enforcer.run(&runner, &long, &Context::new()));
     assert_eq!(outcome.status, Status::Passed);
-    let enforce_core::ScriptedCall::Ask { request } = &runner.calls()[0] else {
+    let enforce_core::scripted::ScriptedCall::Ask { request } = &runner.calls()[0] else {
         panic!("not an ask")
     };
     assert!(request.messages[0].content.ends_with("\n\nSay if unsure."));

@@ -3,12 +3,12 @@
 
 use super::{error_codes, split_issues, Enforcer, FALLBACK_INVALID};
 use crate::outcome::{fnv1a_hex, is_unchecked_warning};
-use crate::runner::next_event;
 use crate::time::micros;
 use crate::validator::{repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict};
 use crate::{
-    AnswerFormat, Attempt, Context, Event, InputCheck, Issue, Observer, Outcome, PartialCheck,
-    RepairWhen, Reply, ReplyStream, RunnerError, Status, StopReason, StreamEvent, ToolCall, Usage,
+    input::InputCheck, policy::AnswerFormat, policy::RepairWhen, runner::ToolCall, Attempt,
+    Context, Event, Issue, Observer, Outcome, PartialCheck, Reply, ReplyStream, RunnerError,
+    Status, StopReason, StreamEvent, Usage,
 };
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -97,7 +97,7 @@ pub(super) struct Asked {
     /// The `seed` its request carried.
     pub(super) seed: Option<u64>,
     /// The rung that asked it (none for a first ask or a re-ask after truncation).
-    pub(super) reask: Option<crate::Reask>,
+    pub(super) reask: Option<crate::policy::Reask>,
     /// The token limit a re-ask after truncation gave.
     pub(super) more_room: Option<u64>,
 }
@@ -174,7 +174,7 @@ impl<'a> Run<'a> {
         let mut partial = Reply::default();
         let mut checked = 0;
         let mut deltas: u64 = 0;
-        while let Some(event) = next_event(&mut stream).await {
+        while let Some(event) = stream.next_event().await {
             match event {
                 Err(error) => return (Err(error), checking),
                 Ok(StreamEvent::Done(reply)) => return (Ok(Received::Whole(reply)), checking),

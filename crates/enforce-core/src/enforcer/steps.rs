@@ -4,11 +4,11 @@
 use super::run::{Asked, Received, Run, Spent};
 use super::{error_codes, error_set, message_bytes, reseeded, seed_of, truncated, Enforcer};
 use crate::input::{request_context, Staged};
-use crate::runner::WholeReply;
 use crate::validator::{push_leaves, Found, Verdict};
 use crate::{
-    Context, Cut, Event, FinishReason, InputCheck, Issue, Message, Reask, Reply, ReplyStream,
-    Request, Runner, RunnerError, Status, StopReason, UnavailableValidator, Usage, Validator,
+    input::InputCheck, outcome::Cut, policy::Reask, runner::FinishReason,
+    validator::UnavailableValidator, Ask, Context, Event, FollowUp, Issue, Message, Reply, Request,
+    Runner, RunnerError, Status, StopReason, Usage, Validator,
 };
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -54,7 +54,7 @@ enum NoAnswer {
 
 /// What one attempt sends: a first ask, a fresh ask (resample, fresh feedback), or a
 /// follow-up about the previous answer.
-enum Ask<'r, 'p> {
+enum Asking<'r, 'p> {
     Fresh(Cow<'r, Request>),
     FollowUp {
         request: Request,
@@ -62,28 +62,33 @@ enum Ask<'r, 'p> {
     },
 }
 
-impl Ask<'_, '_> {
+impl Asking<'_, '_> {
     /// Bytes of the messages sent: what an estimate of input tokens counts.
     fn sent_bytes(&self) -> usize {
         match self {
-            Ask::Fresh(request) => message_bytes(request),
-            Ask::FollowUp { request, previous } => message_bytes(request)
+            Asking::Fresh(request) => message_bytes(request),
+            Asking::FollowUp { request, previous } => message_bytes(request)
                 .saturating_add(previous.reply.text.len())
                 .saturating_add(previous.feedback.len()),
         }
     }
 
-    /// Sends the ask to `runner`, streamed or whole.
-    fn send<'a>(&'a self, runner: &'a dyn Runner, streamed: bool) -> ReplyStream<'a> {
-        match (self, streamed) {
-            (Ask::Fresh(request), true) => runner.ask_streamed(request),
-            (Ask::Fresh(request), false) => WholeReply::stream(runner.ask(request)),
-            (Ask::FollowUp { request, previous }, true) => {
-                runner.follow_up_streamed(request, &previous.reply, &previous.feedback)
-            }
-            (Ask::FollowUp { request, previous }, false) => {
-                WholeReply::stream(runner.follow_up(request, &previous.reply, &previous.feedback))
-            }
+    /// The ask as the runner receives it, streamed or whole.
+    fn ask(&self, stream: bool) -> Ask<'_> {
+        let (request, follow_up) = match self {
+            Asking::Fresh(request) => (request.as_ref(), None),
+            Asking::FollowUp { request, previous } => (
+                request,
+                Some(FollowUp {
+                    previous: &previous.reply,
+                    feedback: &previous.feedback,
+                }),
+            ),
+        };
+        Ask {
+            request,
+            follow_up,
+            stream,
         }
     }
 }
@@ -239,11 +244,11 @@ impl Enforcer {
         } else {
             Vec::new()
         };
-        let ask = self.ask_for(request, run, number, previous);
+        let asking = self.ask_for(request, run, number, previous);
         let asked = Instant::now();
         let streamed = !checks.is_empty() || run.show_deltas;
         let (received, checking) = run
-            .receive(ask.send(runner, streamed), number, checks)
+            .receive(runner.ask(asking.ask(streamed)), number, checks)
             .await;
         let runner_time = asked.elapsed().saturating_sub(checking);
         match received {
@@ -263,7 +268,7 @@ impl Enforcer {
                         .collect(),
                 };
                 let timing = (runner_time, checking);
-                let sent = ask.sent_bytes();
+                let sent = asking.sent_bytes();
                 Ok(Self::record_cut(
                     run, number, reply, issues, cut, deltas, sent, timing,
                 ))
@@ -288,13 +293,13 @@ impl Enforcer {
         run: &mut Run<'_>,
         number: u32,
         previous: Option<&'p Previous>,
-    ) -> Ask<'r, 'p> {
+    ) -> Asking<'r, 'p> {
         let Some(previous) = previous else {
             run.asked = Asked {
                 seed: seed_of(request),
                 ..Asked::default()
             };
-            return Ask::Fresh(Cow::Borrowed(request));
+            return Asking::Fresh(Cow::Borrowed(request));
         };
         let mut asking = reseeded(request, number);
         let seed = seed_of(&asking);
@@ -306,7 +311,7 @@ impl Enforcer {
                 reask: None,
                 more_room,
             };
-            return Ask::Fresh(Cow::Owned(asking));
+            return Asking::Fresh(Cow::Owned(asking));
         }
         let reask = self.policy.reask.rung(run.rungs_used);
         run.rungs_used = run.rungs_used.saturating_add(1);
@@ -316,14 +321,14 @@ impl Enforcer {
             more_room: None,
         };
         match reask {
-            Reask::Feedback => Ask::FollowUp {
+            Reask::Feedback => Asking::FollowUp {
                 request: asking,
                 previous,
             },
-            Reask::Resample => Ask::Fresh(Cow::Owned(asking)),
+            Reask::Resample => Asking::Fresh(Cow::Owned(asking)),
             Reask::FeedbackFresh => {
                 asking.messages.push(Message::user(&previous.feedback));
-                Ask::Fresh(Cow::Owned(asking))
+                Asking::Fresh(Cow::Owned(asking))
             }
         }
     }

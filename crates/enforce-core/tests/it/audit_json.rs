@@ -382,7 +382,7 @@ fn stop_reason_on_its_own_is_its_tag() {
         (StopReason::NoProgress, r#"{"reason":"no_progress"}"#),
         (
             StopReason::Budget {
-                budget: enforce_core::BudgetKind::WallTime,
+                budget: enforce_core::policy::BudgetKind::WallTime,
             },
             r#"{"reason":"budget","budget":"wall_time"}"#,
         ),
@@ -446,7 +446,7 @@ fn runner_failure_and_unavailable_validator_live_in_the_stop_reason() {
         r#"{"reason":"runner_failed"}"#
     );
     let reason = StopReason::ValidatorUnavailable {
-        unavailable: enforce_core::UnavailableValidator {
+        unavailable: enforce_core::validator::UnavailableValidator {
             validator: "down".into(),
             reason: "no".into(),
         },

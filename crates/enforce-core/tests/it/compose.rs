@@ -2,8 +2,8 @@
 //! loop stamps on issues.
 
 use enforce_core::{
-    async_trait, Check, Context, Enforcer, FailMode, Issue, Policy, Severity, Status, StopReason,
-    Unavailable, Validation, Validator, ValidatorExt, VALIDATOR_UNAVAILABLE,
+    async_trait, validator::VALIDATOR_UNAVAILABLE, Check, Context, Enforcer, FailMode, Issue,
+    Policy, Severity, Status, StopReason, Unavailable, Validation, Validator, ValidatorExt,
 };
 use std::sync::{Arc, Mutex};
 

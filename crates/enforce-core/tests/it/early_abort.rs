@@ -2,8 +2,8 @@
 
 use crate::req;
 use enforce_core::{
-    async_trait, Context, Cut, Enforcer, Event, Issue, PartialCheck, Policy, ScriptedCall,
-    ScriptedRunner, Severity, Status, StopReason, Validation, Validator,
+    async_trait, outcome::Cut, scripted::ScriptedCall, Context, Enforcer, Event, Issue,
+    PartialCheck, Policy, ScriptedRunner, Severity, Status, StopReason, Validation, Validator,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,10 +1,11 @@
 //! The input stage: checks of the request before the first model call.
 
 use enforce_core::{
-    async_trait, keys, Context, ContextSource, Enforcer, FailMode, InputAction, InputStage, Issue,
-    Message, OnInputFailure, Outcome, Reformulation, Reformulator, Request, RunnerError,
-    RunnerReformulator, ScriptedCall, ScriptedRunner, Status, StopReason, Unavailable, Validation,
-    Validator, ValidatorExt,
+    async_trait, context::keys, input::ContextSource, input::InputAction, input::InputStage,
+    input::OnInputFailure, input::Reformulation, input::Reformulator, input::RunnerReformulator,
+    scripted::ScriptedCall, Context, Enforcer, FailMode, Issue, Message, Outcome, Request,
+    RunnerError, ScriptedRunner, Status, StopReason, Unavailable, Validation, Validator,
+    ValidatorExt,
 };
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
@@ -408,7 +409,10 @@ async fn a_fail_open_input_validator_without_verdict_lets_the_request_through() 
     assert_eq!(outcome.status, Status::Passed);
     let input = outcome.input.expect("input record");
     assert!(input.passed);
-    assert_eq!(input.issues[0].code, enforce_core::VALIDATOR_UNAVAILABLE);
+    assert_eq!(
+        input.issues[0].code,
+        enforce_core::validator::VALIDATOR_UNAVAILABLE
+    );
 }
 
 #[tokio::test]

@@ -5,8 +5,8 @@
 use crate::req;
 use crate::seeds::NeedsTitle;
 use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Ladder, Policy, Reask, ScriptedCall, ScriptedRunner,
-    Status, StopReason, Validation, Validator,
+    async_trait, policy::Ladder, policy::Reask, scripted::ScriptedCall, Context, Enforcer, Issue,
+    Policy, ScriptedRunner, Status, StopReason, Validation, Validator,
 };
 
 fn ladder(rungs: &[Reask]) -> Ladder {

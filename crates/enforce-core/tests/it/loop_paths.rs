@@ -2,10 +2,12 @@
 
 use crate::req;
 use enforce_core::{
-    async_trait, Budget, BudgetKind, Check, Context, Enforcer, Event, FailMode, Issue, Observer,
-    Policy, Reply, Request, Runner, RunnerError, ScriptedCall, ScriptedRunner, Status, StopReason,
-    Unavailable, Usage, Validation, Validator, ValidatorExt, VALIDATOR_UNAVAILABLE,
+    async_trait, policy::BudgetKind, scripted::ScriptedCall, validator::VALIDATOR_UNAVAILABLE,
+    Budget, Check, Context, Enforcer, Event, FailMode, Issue, Observer, Policy, Reply, Runner,
+    RunnerError, ScriptedRunner, Status, StopReason, Unavailable, Usage, Validation, Validator,
+    ValidatorExt,
 };
+use enforce_core::{Ask, ReplyStream};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -353,16 +355,14 @@ struct SlowRunner {
     calls: Mutex<u32>,
 }
 
-#[async_trait]
 impl Runner for SlowRunner {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        tokio::time::sleep(self.delay).await;
-        let mut n = self.calls.lock().unwrap();
-        *n += 1;
-        Ok(Reply::text("x".repeat(*n as usize)))
-    }
-    async fn follow_up(&self, r: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        self.ask(r).await
+    fn ask<'a>(&'a self, _: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async move {
+            tokio::time::sleep(self.delay).await;
+            let mut n = self.calls.lock().unwrap();
+            *n += 1;
+            Ok(Reply::text("x".repeat(*n as usize)))
+        })
     }
 }
 
@@ -861,7 +861,7 @@ async fn a_json_fallback_stays_json_with_a_quote_in_a_fact() {
         .with("company_name", "Müller \"Bau\" GmbH")
         .with("n", 3)
         .with("tags", vec!["a", "b"]);
-    let run = |format: enforce_core::AnswerFormat| {
+    let run = |format: enforce_core::policy::AnswerFormat| {
         let e = with_policy(vec![Box::new(json_only())], |p| {
             p.max_retries = 0;
             p.fallback = Some(template.into());
@@ -873,7 +873,7 @@ async fn a_json_fallback_stays_json_with_a_quote_in_a_fact() {
                 .await
         }
     };
-    let out = run(enforce_core::AnswerFormat::Json).await;
+    let out = run(enforce_core::policy::AnswerFormat::Json).await;
     assert!(out.fallback_used, "{:?}", out.warnings);
     let v: serde_json::Value = serde_json::from_str(out.response.as_deref().unwrap()).unwrap();
     assert_eq!(v["text"], "Die Müller \"Bau\" GmbH beschreibt 3 Maßnahmen.");
@@ -882,13 +882,16 @@ async fn a_json_fallback_stays_json_with_a_quote_in_a_fact() {
 
     // Rendered as plain text, the quote breaks the JSON: the fallback is refused, the last
     // answer stays with its own status and issues, and the outcome says why.
-    let out = run(enforce_core::AnswerFormat::Text).await;
+    let out = run(enforce_core::policy::AnswerFormat::Text).await;
     assert!(!out.fallback_used);
     assert_eq!(out.status, Status::Unresolved);
     assert_eq!(out.response.as_deref(), Some("not json"));
     assert_eq!(out.codes(), vec!["INVALID_JSON"]);
     assert_eq!(out.warnings.len(), 1);
-    assert_eq!(out.warnings[0].code, enforce_core::FALLBACK_INVALID);
+    assert_eq!(
+        out.warnings[0].code,
+        enforce_core::enforcer::FALLBACK_INVALID
+    );
     assert!(
         out.warnings[0].message.contains("INVALID_JSON"),
         "{}",
@@ -923,7 +926,10 @@ async fn a_fallback_that_cannot_be_validated_is_not_used() {
     assert_eq!(out.status, Status::Unresolved);
     assert!(!out.fallback_used);
     assert_eq!(out.response.as_deref(), Some("answer"));
-    assert_eq!(out.warnings[0].code, enforce_core::FALLBACK_INVALID);
+    assert_eq!(
+        out.warnings[0].code,
+        enforce_core::enforcer::FALLBACK_INVALID
+    );
     assert!(out.warnings[0]
         .message
         .contains("checker unavailable: checker gone"));

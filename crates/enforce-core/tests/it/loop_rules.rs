@@ -6,9 +6,10 @@
 use crate::early_abort::{Forbidden, BAD, GOOD};
 use crate::req;
 use enforce_core::{
-    async_trait, Budget, BudgetKind, Context, Enforcer, FinishReason, Issue, Message, Policy,
-    Reask, RepairWhen, Reply, Request, Role, ScriptedCall, ScriptedRunner, Status, StopReason,
-    Usage, Validation, Validator, FINISH_REASON, TRUNCATED,
+    async_trait, enforcer::FINISH_REASON, enforcer::TRUNCATED, policy::BudgetKind, policy::Reask,
+    policy::RepairWhen, runner::FinishReason, scripted::ScriptedCall, Budget, Context, Enforcer,
+    Issue, Message, Policy, Reply, Request, Role, ScriptedRunner, Status, StopReason, Usage,
+    Validation, Validator,
 };
 
 fn every(bytes: usize) -> Policy {

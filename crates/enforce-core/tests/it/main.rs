@@ -10,6 +10,7 @@ mod loop_paths;
 mod loop_rules;
 mod seeds;
 mod tool_calls;
+mod wrappers;
 
 /// The request most tests send.
 fn req() -> enforce_core::Request {

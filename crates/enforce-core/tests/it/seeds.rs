@@ -3,9 +3,10 @@
 
 use async_trait::async_trait;
 use enforce_core::{
-    Context, Enforcer, Issue, Policy, Reask, Reply, Request, Runner, RunnerError, Status,
+    policy::Reask, Context, Enforcer, Issue, Policy, Reply, Request, Runner, RunnerError, Status,
     Validation, Validator,
 };
+use enforce_core::{Ask, ReplyStream};
 use serde_json::json;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
@@ -57,18 +58,9 @@ impl SeededModel {
     }
 }
 
-#[async_trait]
 impl Runner for SeededModel {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        self.draw(request)
-    }
-    async fn follow_up(
-        &self,
-        request: &Request,
-        _previous: &Reply,
-        _feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        self.draw(request)
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async move { self.draw(ask.request) })
     }
 }
 

@@ -3,9 +3,9 @@
 
 use crate::req;
 use enforce_core::{
-    async_trait, follow_up_messages, Context, Enforcer, Issue, Message, Policy, Reply, Request,
-    Role, ScriptedRunner, Status, ToolCall, ToolFeedback, Validation, Validator,
-    REJECTED_TOOL_CALL,
+    async_trait, runner::follow_up_messages, runner::ToolCall, runner::ToolFeedback,
+    runner::REJECTED_TOOL_CALL, Context, Enforcer, Issue, Message, Policy, Reply, Request, Role,
+    ScriptedRunner, Status, Validation, Validator,
 };
 
 /// A text rule that fails anything without "ok".

@@ -2,7 +2,7 @@
 //! sharing words score higher), its faults, and the vector cache.
 
 use enforce_config::{BuildEnv, Registry};
-use enforce_core::{keys, Context, Validator};
+use enforce_core::{context::keys, Context, Validator};
 use enforce_testkit::{bag_of_words_embedding, EmbeddingsFault, MockOpenAi, MockScript};
 use serde_json::{json, Value};
 use std::time::Duration;

@@ -192,7 +192,7 @@ async fn timeout_zero_disables_the_validator_and_says_so() {
     let v = build(json!({"type": "external", "command": ["false"], "timeout_ms": 0}));
     let issues = v.validate("x", &Context::new()).await.unwrap();
     assert_eq!(issues.len(), 1);
-    assert_eq!(issues[0].code, enforce_core::VALIDATOR_DISABLED);
+    assert_eq!(issues[0].code, enforce_core::validator::VALIDATOR_DISABLED);
     assert!(!issues[0].is_error());
     let outcome = enforce_core::Enforcer::new(vec![v])
         .check("x", &Context::new(), enforce_core::Check::Report)

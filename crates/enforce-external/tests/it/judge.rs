@@ -2,7 +2,9 @@
 //! mock whose scripted chat answers are the judge's verdicts.
 
 use enforce_config::{BuildEnv, Registry, RunnerFactory};
-use enforce_core::{keys, Context, FailMode, Runner, Validator, VALIDATOR_DISABLED};
+use enforce_core::{
+    context::keys, validator::VALIDATOR_DISABLED, Context, FailMode, Runner, Validator,
+};
 use enforce_external::breaker::BreakerState;
 use enforce_testkit::{MockOpenAi, MockReply, MockScript};
 use serde_json::{json, Value};
@@ -280,7 +282,7 @@ async fn as_an_input_validator_it_judges_the_question_against_the_context() {
 
 #[tokio::test]
 async fn the_loop_applies_fail_mode_to_a_judge_without_verdict() {
-    use enforce_core::{Check, Enforcer, Status, VALIDATOR_UNAVAILABLE};
+    use enforce_core::{validator::VALIDATOR_UNAVAILABLE, Check, Enforcer, Status};
     let mock = MockOpenAi::start(MockScript::new().reply(MockReply::text("Hard to say.")))
         .await
         .unwrap();

@@ -1,6 +1,6 @@
 //! The command and HTTP reformulation hooks of the input stage.
 
-use enforce_core::{keys, Context, Issue, Reformulator};
+use enforce_core::{context::keys, input::Reformulator, Context, Issue};
 use enforce_external::{CommandReformulator, HttpReformulator};
 use serde_json::{json, Value};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! this 1.1 host without a partial check; a 1.1 plugin's partial check cuts a streamed answer.
 
 use enforce_core::{
-    Context, Enforcer, Policy, Request, ScriptedCall, ScriptedRunner, Status, Validator,
+    scripted::ScriptedCall, Context, Enforcer, Policy, Request, ScriptedRunner, Status, Validator,
 };
 use enforce_plugin_host::{load_plugin, CallOptions, DirSource, PluginDir, PluginHost};
 use enforce_testkit::plugins::{dir_with, library};

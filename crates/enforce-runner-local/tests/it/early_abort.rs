@@ -2,6 +2,7 @@
 //! tokens.
 
 use crate::own_runner;
+use enforce_core::Ask;
 use enforce_core::{
     async_trait, Context, Enforcer, Issue, PartialCheck, Policy, Request, Runner, StreamEvent,
     Validation, Validator,
@@ -59,7 +60,7 @@ async fn dropping_the_stream_stops_generating() {
         .as_object()
         .cloned()
         .unwrap();
-    let mut stream = runner.ask_streamed(&request);
+    let mut stream = runner.ask(Ask::new(&request).streamed());
     let mut texts = 0;
     while texts < 5 {
         match stream.next().await {

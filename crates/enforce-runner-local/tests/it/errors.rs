@@ -1,6 +1,7 @@
 //! What cannot work fails with a typed, clear error, never a crash.
 
 use crate::{model_path, own_runner, unavailable_message};
+use enforce_core::Ask;
 use enforce_core::{Request, Runner};
 use enforce_runner_local::{LocalConfig, LocalRunner};
 use std::io::Read;
@@ -8,7 +9,7 @@ use std::io::Read;
 #[tokio::test]
 async fn a_missing_model_file_is_unavailable() {
     let runner = LocalRunner::new(LocalConfig::new("/nonexistent/dir/model.gguf")).unwrap();
-    let message = unavailable_message(runner.ask(&Request::prompt("hi")).await);
+    let message = unavailable_message(runner.ask(Ask::new(&Request::prompt("hi"))).reply().await);
     assert!(message.contains("/nonexistent/dir/model.gguf"), "{message}");
     assert!(message.contains("not found"), "{message}");
 }
@@ -38,13 +39,14 @@ async fn corrupt_model_files_are_unavailable() {
     }
     for (path, says) in files {
         let runner = LocalRunner::new(LocalConfig::new(&path)).unwrap();
-        let message = unavailable_message(runner.ask(&Request::prompt("hi")).await);
+        let message =
+            unavailable_message(runner.ask(Ask::new(&Request::prompt("hi"))).reply().await);
         assert!(
             message.contains(&path.display().to_string()) && message.contains(says),
             "{message}"
         );
         // The failure is not remembered as a loaded model: the next request tries again.
-        unavailable_message(runner.ask(&Request::prompt("hi")).await);
+        unavailable_message(runner.ask(Ask::new(&Request::prompt("hi"))).reply().await);
     }
 }
 
@@ -58,14 +60,18 @@ async fn a_prompt_that_overflows_the_context_is_unavailable() {
         return;
     };
     let prompt = "Please summarise this. ".repeat(40);
-    let message = unavailable_message(runner.ask(&Request::prompt(prompt)).await);
+    let message = unavailable_message(runner.ask(Ask::new(&Request::prompt(prompt))).reply().await);
     assert!(
         message.contains("context") && message.contains("64"),
         "{message}"
     );
     assert_eq!(runner.tokens_generated(), 0);
     // A prompt that fits, on the same runner, still works; the answer ends at the context.
-    let reply = runner.ask(&Request::prompt("Hi")).await.expect("a reply");
+    let reply = runner
+        .ask(Ask::new(&Request::prompt("Hi")))
+        .reply()
+        .await
+        .expect("a reply");
     assert!(reply.usage.expect("usage").total() <= 64);
 }
 
@@ -78,6 +84,6 @@ async fn a_broken_grammar_is_unavailable() {
     }) else {
         return;
     };
-    let message = unavailable_message(runner.ask(&Request::prompt("hi")).await);
+    let message = unavailable_message(runner.ask(Ask::new(&Request::prompt("hi"))).reply().await);
     assert!(message.contains("grammar"), "{message}");
 }

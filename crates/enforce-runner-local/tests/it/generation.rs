@@ -1,7 +1,8 @@
 //! Streaming, token counts, finish reasons, seeds, follow-ups.
 
 use crate::{drain, own_runner, shared_runner};
-use enforce_core::{FinishReason, Reply, Request, Runner, StreamEvent};
+use enforce_core::Ask;
+use enforce_core::{runner::FinishReason, Reply, Request, Runner, StreamEvent};
 use enforce_runner_local::LocalConfig;
 use serde_json::json;
 use std::time::Instant;
@@ -24,7 +25,7 @@ async fn it_streams_token_by_token_and_counts_exactly() {
         json!({"max_tokens": 24, "seed": 1, "temperature": 0.7}),
     );
     let started = Instant::now();
-    let (events, reply) = drain(runner.ask_streamed(&req)).await;
+    let (events, reply) = drain(runner.ask(Ask::new(&req).streamed())).await;
     let elapsed = started.elapsed();
     let reply = reply.expect("a reply");
     let usage = reply.usage.expect("usage");
@@ -77,7 +78,7 @@ async fn a_finished_answer_stops_and_counts_its_end_token() {
         "What is the capital of France? Answer in one short sentence.",
         json!({"max_tokens": 64, "temperature": 0}),
     );
-    let (events, reply) = drain(runner.ask_streamed(&req)).await;
+    let (events, reply) = drain(runner.ask(Ask::new(&req).streamed())).await;
     let reply = reply.expect("a reply");
     assert_eq!(reply.finish_reason, Some(FinishReason::Stop), "{reply:?}");
     let spent = events
@@ -105,7 +106,14 @@ async fn seeds_make_answers_repeatable() {
             "Invent a name for a new fruit and describe its taste.",
             json!({"max_tokens": 20, "seed": seed, "temperature": 1.0}),
         );
-        async move { runner.ask(&req).await.expect("a reply").text }
+        async move {
+            runner
+                .ask(Ask::new(&req))
+                .reply()
+                .await
+                .expect("a reply")
+                .text
+        }
     };
     let first = ask(11).await;
     assert_eq!(ask(11).await, first, "same seed, same text");
@@ -130,8 +138,8 @@ async fn the_configuration_supplies_what_the_request_does_not() {
         return;
     };
     let req = Request::prompt("Tell me about the sea.");
-    let a = runner.ask(&req).await.expect("a reply");
-    let b = runner.ask(&req).await.expect("a reply");
+    let a = runner.ask(Ask::new(&req)).reply().await.expect("a reply");
+    let b = runner.ask(Ask::new(&req)).reply().await.expect("a reply");
     assert_eq!(a.usage.map(|u| u.output_tokens), Some(6));
     assert_eq!(a.finish_reason, Some(FinishReason::Length));
     assert_eq!(a.text, b.text);
@@ -148,10 +156,15 @@ async fn a_follow_up_carries_the_previous_answer_and_the_feedback() {
         "Name a colour.",
         json!({"max_tokens": 12, "temperature": 0}),
     );
-    let first = runner.ask(&req).await.expect("a reply");
+    let first = runner.ask(Ask::new(&req)).reply().await.expect("a reply");
     let previous = Reply::text("Blue is a colour that many people like a lot.");
     let again = runner
-        .follow_up(&req, &previous, "Answer with one word only.")
+        .ask(Ask::follow_up(
+            &req,
+            &previous,
+            "Answer with one word only.",
+        ))
+        .reply()
         .await
         .expect("a reply");
     let (first_in, again_in) = (
@@ -194,7 +207,7 @@ async fn a_feedback_reask_draws_anew_and_is_no_copy_of_the_failed_answer() {
     let enforcer = enforce_core::Enforcer::new(vec![Box::new(NeverRight)]).with_policy(
         enforce_core::Policy::builder()
             .max_retries(1)
-            .reask(enforce_core::Reask::Feedback)
+            .reask(enforce_core::policy::Reask::Feedback)
             .build(),
     );
     let request = Request::prompt("Name a colour of the sky, with a short reason.");

@@ -1,7 +1,8 @@
 //! Grammar-constrained generation: the answer follows the JSON Schema.
 
 use crate::shared_runner;
-use enforce_core::{FinishReason, Request, Runner};
+use enforce_core::Ask;
+use enforce_core::{runner::FinishReason, Request, Runner};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -26,7 +27,11 @@ async fn a_json_schema_response_format_gives_json_that_matches() {
     .as_object()
     .cloned()
     .unwrap();
-    let reply = runner.ask(&request).await.expect("a reply");
+    let reply = runner
+        .ask(Ask::new(&request))
+        .reply()
+        .await
+        .expect("a reply");
     assert_eq!(
         reply.finish_reason,
         Some(FinishReason::Stop),
@@ -52,7 +57,11 @@ async fn a_json_object_response_format_gives_an_object() {
             .as_object()
             .cloned()
             .unwrap();
-    let reply = runner.ask(&request).await.expect("a reply");
+    let reply = runner
+        .ask(Ask::new(&request))
+        .reply()
+        .await
+        .expect("a reply");
     if reply.finish_reason == Some(FinishReason::Stop) {
         let value: Value = serde_json::from_str(&reply.text)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", reply.text));
@@ -88,7 +97,11 @@ async fn a_schema_with_max_length_10000_is_taken_by_llama_cpps_grammar_parser() 
     .as_object()
     .cloned()
     .unwrap();
-    let reply = runner.ask(&request).await.expect("the grammar is accepted");
+    let reply = runner
+        .ask(Ask::new(&request))
+        .reply()
+        .await
+        .expect("the grammar is accepted");
     let compact: String = reply.text.split_whitespace().collect();
     assert!(compact.starts_with(r#"{"code":""#), "{}", reply.text);
 }

@@ -3,9 +3,10 @@
 //! timeouts, and the early abort closing the stream.
 
 use crate::common::{collect, texts, NoAcme};
+use enforce_core::Ask;
 use enforce_core::{
-    Context, Enforcer, FinishReason, Message, Policy, Reply, Request, Runner, RunnerError, Status,
-    StreamEvent, ToolCall, Usage,
+    runner::FinishReason, runner::ToolCall, Context, Enforcer, Message, Policy, Reply, Request,
+    Runner, RunnerError, Status, StreamEvent, Usage,
 };
 use enforce_runner::{AnthropicConfig, AnthropicRunner, RetryConfig};
 use enforce_testkit::mock_anthropic::{
@@ -116,7 +117,11 @@ async fn a_whole_answer_when_streaming_is_off() {
     assert_eq!(reply.finish_reason, Some(FinishReason::Length));
     assert_eq!(reply.usage, Some(expected_usage("whole", "")));
     assert_eq!(mock.requests()[0].body["stream"], false);
-    let reply = runner.ask(&Request::prompt("again")).await.unwrap();
+    let reply = runner
+        .ask(Ask::new(&Request::prompt("again")))
+        .reply()
+        .await
+        .unwrap();
     assert_eq!(reply.text, "whole");
 }
 
@@ -183,7 +188,8 @@ async fn a_follow_up_sends_the_calls_back_with_a_result_each_and_the_feedback() 
         tool_calls: vec![ToolCall::new("toolu_7", "get_weather", r#"{"city":1}"#)],
         ..Reply::default()
     };
-    let mut stream = runner.follow_up_streamed(&request, &previous, "City must be a string.");
+    let mut stream =
+        runner.ask(Ask::follow_up(&request, &previous, "City must be a string.").streamed());
     while let Some(event) = stream.next().await {
         event.unwrap();
     }
@@ -218,7 +224,7 @@ async fn client_errors_are_typed_and_never_retried() {
     ] {
         let mock = scripted(vec![AnthropicReply::error(status, kind, message)]).await;
         let error = runner(&mock, true, 3)
-            .ask_streamed(&Request::prompt("x"))
+            .ask(Ask::new(&Request::prompt("x")).streamed())
             .next()
             .await
             .unwrap()
@@ -244,7 +250,8 @@ async fn overloaded_and_server_errors_are_retried_then_reported() {
     ])
     .await;
     let reply = runner(&mock, true, 2)
-        .ask(&Request::prompt("x"))
+        .ask(Ask::new(&Request::prompt("x")))
+        .reply()
         .await
         .unwrap();
     assert_eq!(reply.text, "after the storm");
@@ -272,7 +279,8 @@ async fn overloaded_and_server_errors_are_retried_then_reported() {
 
     let mock = scripted(vec![AnthropicReply::error(500, "api_error", "Internal")]).await;
     let error = runner(&mock, false, 0)
-        .ask(&Request::prompt("x"))
+        .ask(Ask::new(&Request::prompt("x")))
+        .reply()
         .await
         .unwrap_err();
     assert!(
@@ -290,7 +298,8 @@ async fn a_rate_limit_waits_for_retry_after() {
     .await;
     let started = Instant::now();
     let reply = runner(&mock, true, 1)
-        .ask(&Request::prompt("x"))
+        .ask(Ask::new(&Request::prompt("x")))
+        .reply()
         .await
         .unwrap();
     assert_eq!(reply.text, "ok");
@@ -304,7 +313,8 @@ async fn a_rate_limit_waits_for_retry_after() {
     let mock = scripted(vec![AnthropicReply::rate_limited(3600)]).await;
     let started = Instant::now();
     let error = runner(&mock, true, 3)
-        .ask(&Request::prompt("x"))
+        .ask(Ask::new(&Request::prompt("x")))
+        .reply()
         .await
         .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(2));
@@ -381,7 +391,11 @@ async fn timeouts_and_an_unreachable_server() {
         ..AnthropicConfig::default()
     })
     .unwrap();
-    let error = runner.ask(&Request::prompt("x")).await.unwrap_err();
+    let error = runner
+        .ask(Ask::new(&Request::prompt("x")))
+        .reply()
+        .await
+        .unwrap_err();
     assert!(
         matches!(&error, RunnerError::Upstream { status: None, message } if message.contains("cannot connect")),
         "{error:?}"

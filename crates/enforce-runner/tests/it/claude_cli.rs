@@ -1,5 +1,6 @@
 //! The Claude CLI runner against `fake-claude`, which prints the documented result formats.
 
+use enforce_core::Ask;
 use enforce_core::{Context, Enforcer, Issue, Reply, Request, Runner, RunnerError, Status};
 use enforce_runner::{ClaudeConfig, ClaudeRunner};
 use enforce_testkit::{process_is_gone, FakeClaude};
@@ -34,7 +35,11 @@ async fn success_parses_text_session_cost_and_usage() {
         ],
         ..Request::default()
     };
-    let reply = runner(&fake, 10.0).ask(&request).await.unwrap();
+    let reply = runner(&fake, 10.0)
+        .ask(Ask::new(&request))
+        .reply()
+        .await
+        .unwrap();
     assert_eq!(reply.text, "Hello there");
     assert_eq!(reply.session_id.as_deref(), Some("sess-1"));
     assert_eq!(reply.cost_usd, Some(0.25));
@@ -62,7 +67,8 @@ async fn older_cost_field_is_read() {
     let fake =
         FakeClaude::new(json!([{"result": "x", "cost": 0.5, "old_cost_field": true}])).unwrap();
     let reply = runner(&fake, 10.0)
-        .ask(&Request::prompt("q"))
+        .ask(Ask::new(&Request::prompt("q")))
+        .reply()
         .await
         .unwrap();
     assert_eq!(reply.cost_usd, Some(0.5));
@@ -79,14 +85,20 @@ async fn follow_up_resumes_the_session_with_only_the_feedback() {
     .unwrap();
     let r = runner(&fake, 10.0);
     let request = Request::prompt("Write an ADR");
-    let first = r.ask(&request).await.unwrap();
+    let first = r.ask(Ask::new(&request)).reply().await.unwrap();
     let second = r
-        .follow_up(&request, &first, "Add the section ## Kontext")
+        .ask(Ask::follow_up(
+            &request,
+            &first,
+            "Add the section ## Kontext",
+        ))
+        .reply()
         .await
         .unwrap();
     assert_eq!(second.session_id.as_deref(), Some("sess-B"));
     let third = r
-        .follow_up(&request, &second, "Add the step marker")
+        .ask(Ask::follow_up(&request, &second, "Add the step marker"))
+        .reply()
         .await
         .unwrap();
     assert_eq!(third.text, "draft 3");
@@ -107,7 +119,10 @@ async fn follow_up_without_session_sends_one_earlier_answer() {
     let r = runner(&fake, 10.0);
     let request = Request::prompt("Q");
     let previous = Reply::text("old answer");
-    r.follow_up(&request, &previous, "fix it").await.unwrap();
+    r.ask(Ask::follow_up(&request, &previous, "fix it"))
+        .reply()
+        .await
+        .unwrap();
     let call = &fake.calls()[0];
     assert_eq!(call.resume_id(), None);
     assert_eq!(
@@ -154,7 +169,8 @@ async fn array_form_uses_the_last_result() {
         "session_id": "arr-1"}]))
     .unwrap();
     let reply = runner(&fake, 10.0)
-        .ask(&Request::prompt("q"))
+        .ask(Ask::new(&Request::prompt("q")))
+        .reply()
         .await
         .unwrap();
     assert_eq!(reply.text, "from array");
@@ -166,7 +182,11 @@ async fn is_error_result_is_a_typed_error_with_the_message() {
     let fake = FakeClaude::new(json!([{"kind": "error", "subtype": "error_max_turns",
         "errors": ["Reached maximum number of turns (2)"]}]))
     .unwrap();
-    match runner(&fake, 10.0).ask(&Request::prompt("q")).await {
+    match runner(&fake, 10.0)
+        .ask(Ask::new(&Request::prompt("q")))
+        .reply()
+        .await
+    {
         Err(RunnerError::Upstream { status, message }) => {
             assert_eq!(status, None);
             assert!(message.contains("error_max_turns"), "{message}");
@@ -184,7 +204,11 @@ async fn non_zero_exit_without_result_carries_stderr_tail() {
     let fake = FakeClaude::new(json!([{"kind": "exit", "code": 7,
         "stderr": "error: unknown option '--frobnicate'"}]))
     .unwrap();
-    match runner(&fake, 10.0).ask(&Request::prompt("q")).await {
+    match runner(&fake, 10.0)
+        .ask(Ask::new(&Request::prompt("q")))
+        .reply()
+        .await
+    {
         Err(RunnerError::Process { message, exit_code }) => {
             assert_eq!(exit_code, Some(7));
             assert!(
@@ -200,7 +224,11 @@ async fn non_zero_exit_without_result_carries_stderr_tail() {
 async fn garbage_is_a_protocol_error() {
     let fake =
         FakeClaude::new(json!([{"kind": "garbage", "stdout": "Welcome to Claude!"}])).unwrap();
-    match runner(&fake, 10.0).ask(&Request::prompt("q")).await {
+    match runner(&fake, 10.0)
+        .ask(Ask::new(&Request::prompt("q")))
+        .reply()
+        .await
+    {
         Err(RunnerError::Protocol { message }) => {
             assert!(message.contains("Welcome to Claude!"), "{message}")
         }
@@ -215,7 +243,7 @@ async fn missing_binary_names_it() {
         ..ClaudeConfig::default()
     })
     .unwrap();
-    match r.ask(&Request::prompt("q")).await {
+    match r.ask(Ask::new(&Request::prompt("q"))).reply().await {
         Err(RunnerError::Process { message, exit_code }) => {
             assert_eq!(exit_code, None);
             assert!(message.contains("/nonexistent/dir/claude-xyz"), "{message}");
@@ -230,7 +258,10 @@ async fn assert_hang_is_killed(ignore_interrupt: bool) {
         "ignore_interrupt": ignore_interrupt}]))
     .unwrap();
     let started = Instant::now();
-    let result = runner(&fake, 0.5).ask(&Request::prompt("q")).await;
+    let result = runner(&fake, 0.5)
+        .ask(Ask::new(&Request::prompt("q")))
+        .reply()
+        .await;
     assert_eq!(result, Err(RunnerError::Timeout { after_ms: 500 }));
     assert!(started.elapsed() < Duration::from_secs(5));
 
@@ -270,7 +301,11 @@ async fn ask_with_a_session_id_continues_it_with_the_last_user_message() {
         session_id: Some("chat-7".into()),
         ..Request::default()
     };
-    let reply = runner(&fake, 10.0).ask(&request).await.unwrap();
+    let reply = runner(&fake, 10.0)
+        .ask(Ask::new(&request))
+        .reply()
+        .await
+        .unwrap();
     assert_eq!(reply.session_id.as_deref(), Some("chat-7"));
     let call = &fake.calls()[0];
     assert_eq!(call.resume_id(), Some("chat-7"));
@@ -283,7 +318,11 @@ async fn a_cancelled_call_leaves_no_process() {
     let r = runner(&fake, 60.0);
     let request = Request::prompt("q");
     // Drop the call half-way, as a server does when its client goes away.
-    let cancelled = tokio::time::timeout(Duration::from_millis(500), r.ask(&request)).await;
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(500),
+        r.ask(Ask::new(&request)).reply(),
+    )
+    .await;
     assert!(cancelled.is_err());
     let calls = fake.calls();
     assert_eq!(calls.len(), 1);

@@ -1,6 +1,7 @@
 //! What several test modules share: collecting a streamed answer, and a validator with a
 //! partial check that cuts an answer naming "Acme".
 
+use enforce_core::Ask;
 use enforce_core::{
     async_trait, Context, Issue, PartialCheck, Request, Runner, RunnerError, Severity, StreamEvent,
     Validation, Validator,
@@ -12,7 +13,7 @@ pub async fn collect(
     runner: &dyn Runner,
     request: &Request,
 ) -> (Vec<StreamEvent>, Option<RunnerError>) {
-    let mut stream = runner.ask_streamed(request);
+    let mut stream = runner.ask(Ask::new(request).streamed());
     let mut events = Vec::new();
     while let Some(item) = stream.next().await {
         match item {

@@ -1,5 +1,6 @@
 //! The OpenAI-compatible runner against the in-process mock server.
 
+use enforce_core::Ask;
 use enforce_core::{
     Context, Enforcer, Issue, Message, Reply, Request, Runner, RunnerError, Status,
 };
@@ -41,7 +42,11 @@ async fn success_sends_model_messages_params_and_reads_usage() {
     request.params.insert("temperature".into(), json!(0.7));
     request.params.insert("stream".into(), json!(true));
     request.params.insert("model".into(), json!("client-model"));
-    let reply = runner(&mock, 0).ask(&request).await.unwrap();
+    let reply = runner(&mock, 0)
+        .ask(Ask::new(&request))
+        .reply()
+        .await
+        .unwrap();
     assert_eq!(reply.text, "Hi!");
     assert!(reply.usage.unwrap().input_tokens > 0);
     assert!(reply.duration.is_some());
@@ -73,7 +78,11 @@ async fn rate_limit_then_success_honours_retry_after() {
     .await
     .unwrap();
     let started = Instant::now();
-    let reply = runner(&mock, 3).ask(&Request::prompt("q")).await.unwrap();
+    let reply = runner(&mock, 3)
+        .ask(Ask::new(&Request::prompt("q")))
+        .reply()
+        .await
+        .unwrap();
     assert_eq!(reply.text, "after the wait");
     assert!(
         started.elapsed() >= Duration::from_millis(950),
@@ -92,7 +101,11 @@ async fn server_error_until_retries_are_spent() {
     )))
     .await
     .unwrap();
-    match runner(&mock, 2).ask(&Request::prompt("q")).await {
+    match runner(&mock, 2)
+        .ask(Ask::new(&Request::prompt("q")))
+        .reply()
+        .await
+    {
         Err(RunnerError::Upstream { status, message }) => {
             assert_eq!(status, Some(500));
             assert!(message.contains("The server had an error"), "{message}");
@@ -112,7 +125,10 @@ async fn client_errors_are_not_retried() {
     )))
     .await
     .unwrap();
-    let result = runner(&mock, 3).ask(&Request::prompt("q")).await;
+    let result = runner(&mock, 3)
+        .ask(Ask::new(&Request::prompt("q")))
+        .reply()
+        .await;
     assert!(matches!(
         result,
         Err(RunnerError::Upstream {
@@ -129,7 +145,10 @@ async fn too_long_retry_after_is_not_waited_for() {
         .await
         .unwrap();
     let started = Instant::now();
-    let result = runner(&mock, 3).ask(&Request::prompt("q")).await;
+    let result = runner(&mock, 3)
+        .ask(Ask::new(&Request::prompt("q")))
+        .reply()
+        .await;
     // Busy, with the server's wait, which the proxy passes on as its own `Retry-After`.
     assert!(
         matches!(
@@ -173,7 +192,11 @@ async fn every_error_shape_yields_its_message() {
         )))
         .await
         .unwrap();
-        match runner(&mock, 0).ask(&Request::prompt("q")).await {
+        match runner(&mock, 0)
+            .ask(Ask::new(&Request::prompt("q")))
+            .reply()
+            .await
+        {
             Err(RunnerError::Upstream { status: s, message }) => {
                 assert_eq!(s, Some(status), "{shape:?}");
                 assert_eq!(message, expect, "{shape:?}");
@@ -197,15 +220,15 @@ async fn error_in_a_200_and_garbage_are_errors() {
     .unwrap();
     let r = runner(&mock, 0);
     assert!(matches!(
-        r.ask(&Request::prompt("q")).await,
+        r.ask(Ask::new(&Request::prompt("q"))).reply().await,
         Err(RunnerError::Upstream { message, .. }) if message == "vLLM says no"
     ));
     assert!(matches!(
-        r.ask(&Request::prompt("q")).await,
+        r.ask(Ask::new(&Request::prompt("q"))).reply().await,
         Err(RunnerError::Protocol { message }) if message.contains("<html>oops</html>")
     ));
     assert!(matches!(
-        r.ask(&Request::prompt("q")).await,
+        r.ask(Ask::new(&Request::prompt("q"))).reply().await,
         Err(RunnerError::Protocol { message }) if message.contains("no choices")
     ));
 }
@@ -230,7 +253,7 @@ async fn connect_errors_are_retried_then_reported() {
         ..OpenAiConfig::default()
     })
     .unwrap();
-    match r.ask(&Request::prompt("q")).await {
+    match r.ask(Ask::new(&Request::prompt("q"))).reply().await {
         Err(RunnerError::Upstream {
             status: None,
             message,
@@ -257,7 +280,7 @@ async fn slow_server_is_a_timeout() {
     })
     .unwrap();
     assert_eq!(
-        r.ask(&Request::prompt("q")).await,
+        r.ask(Ask::new(&Request::prompt("q"))).reply().await,
         Err(RunnerError::Timeout { after_ms: 300 })
     );
 }
@@ -323,7 +346,8 @@ async fn stateless_follow_up_carries_exactly_one_earlier_answer() {
 
     // The same through the trait directly.
     let _ = r
-        .follow_up(&request, &Reply::text("prev"), "feedback")
+        .ask(Ask::follow_up(&request, &Reply::text("prev"), "feedback"))
+        .reply()
         .await;
     let last = mock.chat_requests().pop().unwrap().messages();
     let assistants: Vec<_> = last.iter().filter(|(r, _)| r == "assistant").collect();
@@ -395,10 +419,11 @@ async fn fail_first_mode_and_token_echo() {
     .unwrap();
     let r = runner(&mock, 0);
     let request = Request::prompt("hello [token:abc123]");
-    let first = r.ask(&request).await.unwrap();
+    let first = r.ask(Ask::new(&request)).reply().await.unwrap();
     assert_eq!(first.text, "bad abc123");
     let second = r
-        .follow_up(&request, &first, "FEEDBACK: fix")
+        .ask(Ask::follow_up(&request, &first, "FEEDBACK: fix"))
+        .reply()
         .await
         .unwrap();
     assert_eq!(second.text, "good abc123");

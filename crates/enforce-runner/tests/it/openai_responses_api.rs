@@ -2,8 +2,9 @@
 //! translated (instructions, input items, Responses fields), answers read back whole and
 //! streamed (text, tool calls, usage, the token limit), re-asks and errors typed as on chat.
 
-use enforce_core::FinishReason;
-use enforce_core::{Message, Reply, Request, Runner, RunnerError, StreamEvent, ToolCall};
+use enforce_core::runner::FinishReason;
+use enforce_core::Ask;
+use enforce_core::{runner::ToolCall, Message, Reply, Request, Runner, RunnerError, StreamEvent};
 use enforce_runner::{OpenAiApi, OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_testkit::{MockOpenAi, MockReply, MockScript};
 use futures_util::StreamExt;
@@ -30,7 +31,7 @@ async fn streamed(
     runner: &OpenAiRunner,
     request: &Request,
 ) -> (String, Result<Reply, RunnerError>) {
-    let mut stream = runner.ask_streamed(request);
+    let mut stream = runner.ask(Ask::new(request).streamed());
     let mut text = String::new();
     while let Some(event) = stream.next().await {
         match event {
@@ -85,7 +86,11 @@ async fn answers_come_from_the_responses_api_whole_and_streamed() {
     );
 
     // Whole, cut at the token limit: the loop's TRUNCATED.
-    let reply = runner(&mock, false).ask(&request).await.expect("an answer");
+    let reply = runner(&mock, false)
+        .ask(Ask::new(&request))
+        .reply()
+        .await
+        .expect("an answer");
     assert_eq!(reply.text, "Hello th");
     assert_eq!(reply.finish_reason, Some(FinishReason::Length));
     assert_eq!(mock.requests()[1].body["stream"], false);
@@ -112,7 +117,7 @@ async fn tool_calls_and_their_results_round_trip() {
         let reply = if stream {
             streamed(&runner, &request).await.1
         } else {
-            runner.ask(&request).await
+            runner.ask(Ask::new(&request)).reply().await
         }
         .expect("an answer");
         assert_eq!(reply.tool_calls, expected, "stream={stream}");
@@ -138,7 +143,11 @@ async fn tool_calls_and_their_results_round_trip() {
     let mock = MockOpenAi::start(MockScript::new().reply(MockReply::text("18 C in Paris.")))
         .await
         .unwrap();
-    let reply = runner(&mock, false).ask(&follow).await.expect("an answer");
+    let reply = runner(&mock, false)
+        .ask(Ask::new(&follow))
+        .reply()
+        .await
+        .expect("an answer");
     assert_eq!(reply.text, "18 C in Paris.");
     assert_eq!(
         mock.requests()[0].body["input"],
@@ -156,7 +165,8 @@ async fn errors_are_typed_as_on_chat() {
         .await
         .unwrap();
     let error = runner(&mock, true)
-        .ask(&Request::prompt("x"))
+        .ask(Ask::new(&Request::prompt("x")))
+        .reply()
         .await
         .unwrap_err();
     assert!(

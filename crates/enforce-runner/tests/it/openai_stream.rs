@@ -3,8 +3,9 @@
 //! cancellation by dropping the stream.
 
 use crate::common::{collect, texts};
+use enforce_core::Ask;
 use enforce_core::{
-    FinishReason, Reply, Request, Runner, RunnerError, StreamEvent, ToolCall, Usage,
+    runner::FinishReason, runner::ToolCall, Reply, Request, Runner, RunnerError, StreamEvent, Usage,
 };
 use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_testkit::{MockOpenAi, MockReply, MockScript};
@@ -77,7 +78,11 @@ async fn the_finish_reason_comes_with_the_reply_whole_or_streamed() {
             Some(FinishReason::Length),
             "stream: {stream}"
         );
-        let reply = runner.ask(&Request::prompt("Count")).await.unwrap();
+        let reply = runner
+            .ask(Ask::new(&Request::prompt("Count")))
+            .reply()
+            .await
+            .unwrap();
         assert_eq!(
             reply.finish_reason,
             Some(FinishReason::Stop),
@@ -196,7 +201,7 @@ async fn dropping_the_stream_closes_the_connection() {
     let runner = runner(&mock, true);
     let request = Request::prompt("x");
     {
-        let mut stream = runner.ask_streamed(&request);
+        let mut stream = runner.ask(Ask::new(&request).streamed());
         let first = stream.next().await;
         assert!(matches!(first, Some(Ok(StreamEvent::Text(_)))), "{first:?}");
     }

@@ -2,6 +2,7 @@
 //! short by the loop's early abort.
 
 use crate::common::NoAcme;
+use enforce_core::Ask;
 use enforce_core::{
     Context, Enforcer, Policy, Reply, Request, Runner, RunnerError, Status, StreamEvent,
 };
@@ -29,7 +30,7 @@ const LONG: &str = "We recommend Acme, the supplier we trust, for reasons we wou
 
 /// Everything a stream yields, errors included.
 async fn collect(runner: &dyn Runner, request: &Request) -> Vec<Result<StreamEvent, RunnerError>> {
-    runner.ask_streamed(request).collect().await
+    runner.ask(Ask::new(request).streamed()).collect().await
 }
 
 #[tokio::test]
@@ -63,7 +64,10 @@ async fn claude_streams_deltas_then_the_reply_from_the_result() {
     assert_eq!(reply.cost_usd, Some(0.02));
     assert_eq!(reply.usage.unwrap().output_tokens, 5);
     // The API's `stop_reason` (the result object has none) is the reply's finish reason.
-    assert_eq!(reply.finish_reason, Some(enforce_core::FinishReason::Stop));
+    assert_eq!(
+        reply.finish_reason,
+        Some(enforce_core::runner::FinishReason::Stop)
+    );
     let call = &fake.calls()[0];
     assert_eq!(
         &call.args[..5],

@@ -6,7 +6,7 @@ use super::Responses;
 use crate::pipeline::{Surface, Warnings};
 use crate::turn::{Turn, TurnId};
 use crate::verdict::{cut_at_token_limit, Enforcement};
-use enforce_core::{Outcome, ToolCall, Usage};
+use enforce_core::{runner::ToolCall, Outcome, Usage};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::borrow::Cow;

@@ -9,7 +9,7 @@
 
 use crate::error::ApiError;
 use crate::pipeline::{model_of, non_empty, present, read_request, stream_of, Ask};
-use enforce_core::{Message, Role, ToolCall};
+use enforce_core::{runner::ToolCall, Message, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 

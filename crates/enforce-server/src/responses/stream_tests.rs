@@ -10,7 +10,7 @@ use crate::stream::{self, StreamWriter, CONTENT_PIECE};
 use crate::verdict::fixtures::{attempt, outcome};
 use crate::verdict::outcome_failure;
 use axum::http::StatusCode;
-use enforce_core::{Outcome, Status, ToolCall};
+use enforce_core::{runner::ToolCall, Outcome, Status};
 use serde_json::{json, Value};
 
 /// A stream's events: each one's `event:` name and its `data:` parsed.

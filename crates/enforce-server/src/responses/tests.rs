@@ -6,7 +6,8 @@ use super::request::{parse_responses_request, Echo};
 use crate::turn::TurnId;
 use crate::verdict::enforcement_json;
 use crate::verdict::fixtures::{self, attempt};
-use enforce_core::{Attempt, FinishReason, Issue, Outcome, Status, StopReason, ToolCall, Usage};
+use enforce_core::runner::{FinishReason, ToolCall};
+use enforce_core::{Attempt, Issue, Outcome, Status, StopReason, Usage};
 use serde_json::{json, Value};
 
 /// An outcome whose last attempt is `last`.

@@ -131,6 +131,9 @@ impl ServerBuilder {
             .map(|id| (id.clone(), ModelSeries::new(metrics.clone(), id)))
             .collect();
         let in_flight = metrics.gauge(&metrics::IN_FLIGHT, &[]);
+        let http = reqwest::Client::builder()
+            .build()
+            .map_err(|e| ServerError::PassthroughClient(e.to_string()))?;
         Ok(Server {
             app: Arc::new(App {
                 config: self.config,
@@ -149,6 +152,7 @@ impl ServerBuilder {
                 audit,
                 limiter,
                 body_budget,
+                http,
                 telemetry,
                 draining: AtomicBool::new(false),
                 started: state::unix_now(),

@@ -9,7 +9,7 @@ use crate::metrics::Metrics;
 use crate::shared::ReplicaState;
 use crate::state::App;
 use crate::{app, connections, count_tokens, messages, openai, pipeline, responses};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use builder::ServerBuilder;
 use std::future::Future;
@@ -52,29 +52,34 @@ impl Server {
     /// The routes, ready to serve.
     pub fn router(&self) -> Router {
         // The pipeline's surfaces check the key themselves, as their first stage.
-        let surfaces = Router::new()
-            .route(
-                "/v1/chat/completions",
-                post(pipeline::serve::<openai::Chat>),
-            )
-            .route("/v1/messages", post(pipeline::serve::<messages::Messages>))
-            .route(
-                "/v1/responses",
-                post(pipeline::serve::<responses::Responses>),
-            );
-        let authed = Router::new()
-            .route("/v1/models", get(app::list_models))
-            .route("/v1/models/{id}", get(app::get_model))
-            .route(
-                "/v1/messages/count_tokens",
-                post(count_tokens::count_tokens),
-            )
-            .route("/v1/responses/{id}", get(app::get_response))
-            .route("/v1/sessions/{id}", get(app::get_session))
-            .route_layer(axum::middleware::from_fn_with_state(
-                self.app.clone(),
-                app::require_key,
-            ));
+        let surfaces = Router::new();
+        let surfaces = both(
+            surfaces,
+            "/chat/completions",
+            post(pipeline::serve::<openai::Chat>),
+        );
+        let surfaces = both(
+            surfaces,
+            "/messages",
+            post(pipeline::serve::<messages::Messages>),
+        );
+        let surfaces = both(
+            surfaces,
+            "/responses",
+            post(pipeline::serve::<responses::Responses>),
+        );
+        let authed = Router::new();
+        let authed = both(authed, "/models", get(app::list_models));
+        let authed = both(authed, "/models/{id}", get(app::get_model));
+        let authed = both(
+            authed,
+            "/messages/count_tokens",
+            post(count_tokens::count_tokens),
+        );
+        let authed = both(authed, "/responses/{id}", get(app::get_response));
+        let authed = both(authed, "/sessions/{id}", get(app::get_session)).route_layer(
+            axum::middleware::from_fn_with_state(self.app.clone(), app::require_key),
+        );
         Router::new()
             .merge(surfaces)
             .merge(authed)
@@ -165,6 +170,14 @@ impl Server {
         }
         result
     }
+}
+
+/// Routes `path` under `/v1` and without it, as OpenAI-compatible servers do (clients are
+/// configured with either base URL).
+fn both(router: Router<Arc<App>>, path: &str, method: MethodRouter<Arc<App>>) -> Router<Arc<App>> {
+    router
+        .route(&format!("/v1{path}"), method.clone())
+        .route(path, method)
 }
 
 /// How far ahead [`keep_a_timer_ahead`] keeps its timer.

@@ -97,7 +97,7 @@ impl Turn {
         let fallback_rejected = outcome
             .warnings
             .iter()
-            .find(|w| w.code == enforce_core::FALLBACK_INVALID);
+            .find(|w| w.code == enforce_core::enforcer::FALLBACK_INVALID);
         if outcome.fallback_used || fallback_rejected.is_some() {
             let applied = if outcome.fallback_used {
                 "applied"

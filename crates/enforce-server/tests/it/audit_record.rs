@@ -3,7 +3,8 @@
 //! the deadline or a panic, with the attempts made until then.
 
 use crate::common::*;
-use enforce_core::{async_trait, Outcome, Reply, Request, Runner, RunnerError, StopReason};
+use enforce_core::{Ask, ReplyStream};
+use enforce_core::{Outcome, Reply, Runner, StopReason};
 use enforce_server::{FsyncPolicy, KeyGrant, Model, ModelOptions, Server, ServerConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -25,23 +26,24 @@ struct FirstBad {
     then: ThenDo,
 }
 
-#[async_trait]
 impl Runner for FirstBad {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        Ok(Reply {
-            session_id: Some("sess-1".into()),
-            ..Reply::text(BAD)
-        })
-    }
-    async fn follow_up(&self, _: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        match self.then {
-            ThenDo::Answer => Ok(Reply::text(GOOD)),
-            ThenDo::Hang => {
-                tokio::time::sleep(Duration::from_secs(30)).await;
-                Ok(Reply::text(GOOD))
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async move {
+            if ask.follow_up.is_none() {
+                return Ok(Reply {
+                    session_id: Some("sess-1".into()),
+                    ..Reply::text(BAD)
+                });
             }
-            ThenDo::Panic => panic!("runner bug on the re-ask"),
-        }
+            match self.then {
+                ThenDo::Answer => Ok(Reply::text(GOOD)),
+                ThenDo::Hang => {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    Ok(Reply::text(GOOD))
+                }
+                ThenDo::Panic => panic!("runner bug on the re-ask"),
+            }
+        })
     }
 }
 

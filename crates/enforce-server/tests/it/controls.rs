@@ -3,9 +3,8 @@
 //! where its configuration allows them.
 
 use crate::common::*;
-use enforce_core::{
-    async_trait, Budget, Enforcer, Policy, Reask, Reply, Request, Runner, RunnerError, Usage,
-};
+use enforce_core::{policy::Reask, Budget, Enforcer, Policy, Reply, Runner, RunnerError, Usage};
+use enforce_core::{Ask, ReplyStream};
 use enforce_server::{KeyGrant, Model, ModelOptions, Route, Routes, Server, ServerConfig, When};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -45,13 +44,9 @@ impl Always {
     }
 }
 
-#[async_trait]
 impl Runner for Always {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        self.reply()
-    }
-    async fn follow_up(&self, _: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        self.reply()
+    fn ask<'a>(&'a self, _: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async move { self.reply() })
     }
 }
 

@@ -4,7 +4,7 @@
 //! errors carry the status they stand for, and `x-request-id` is the completion id.
 
 use crate::common::*;
-use enforce_core::{Enforcer, ScriptedCall, ScriptedRunner};
+use enforce_core::{scripted::ScriptedCall, Enforcer, ScriptedRunner};
 use enforce_server::{FailureResponse, FsyncPolicy, ModelOptions, ServerConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -45,7 +45,7 @@ async fn unknown_routes_and_methods_answer_in_json_naming_the_served_endpoints()
     let (h, _) = scripted(vec![GOOD], marker_enforcer(false), ModelOptions::default()).await;
     let resp = h
         .client
-        .post(h.url("/v1/completions"))
+        .post(h.url("/v2/completions"))
         .json(&json!({"model": "m", "prompt": "hi"}))
         .send()
         .await
@@ -58,7 +58,7 @@ async fn unknown_routes_and_methods_answer_in_json_naming_the_served_endpoints()
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "unknown_route");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("POST /v1/completions"), "{message}");
+    assert!(message.contains("POST /v2/completions"), "{message}");
     assert!(message.contains("POST /v1/chat/completions"), "{message}");
 
     let resp = h

@@ -3,7 +3,8 @@
 //! `Retry-After`, on every surface: chat completions, responses and messages.
 
 use crate::common::*;
-use enforce_core::{async_trait, Policy, Reply, Request, Runner, RunnerError};
+use enforce_core::{Ask, ReplyStream};
+use enforce_core::{Policy, Reply, Runner};
 use enforce_runner::{AnthropicConfig, AnthropicRunner, OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_server::{FailureResponse, Model, ModelOptions, ServerConfig};
 use enforce_testkit::sse::parse_sse;
@@ -46,13 +47,9 @@ fn error_code(surface: &str, body: &Value) -> String {
 /// Answers [`BAD`] to every call.
 struct AlwaysBad;
 
-#[async_trait]
 impl Runner for AlwaysBad {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        Ok(Reply::text(BAD))
-    }
-    async fn follow_up(&self, _: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        Ok(Reply::text(BAD))
+    fn ask<'a>(&'a self, _: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async { Ok(Reply::text(BAD)) })
     }
 }
 

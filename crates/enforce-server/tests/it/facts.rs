@@ -4,7 +4,7 @@
 
 use crate::common::{server_with, Harness};
 use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Policy, Runner, ScriptedCall, ScriptedRunner,
+    async_trait, scripted::ScriptedCall, Context, Enforcer, Issue, Policy, Runner, ScriptedRunner,
     Validation, Validator,
 };
 use enforce_server::{ModelOptions, ServerConfig};

@@ -4,9 +4,9 @@
 
 use crate::common::{server_with, streams_start_at_once, Harness};
 use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Policy, Reply, Request, Runner, RunnerError, Validation,
-    Validator,
+    async_trait, Context, Enforcer, Issue, Policy, Reply, Runner, Validation, Validator,
 };
+use enforce_core::{Ask, ReplyStream};
 use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
 use enforce_server::{FailureResponse, FsyncPolicy, ModelOptions, ServerConfig};
 use enforce_testkit::sse::parse_sse;
@@ -19,20 +19,17 @@ use std::sync::{Arc, OnceLock};
 /// Answers with the last user message, as it is.
 struct Echo;
 
-#[async_trait]
 impl Runner for Echo {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        let text = request
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        let text = ask
+            .request
             .messages
             .iter()
             .rev()
             .find(|m| m.role == enforce_core::Role::User)
             .map(|m| m.content.clone())
             .unwrap_or_default();
-        Ok(Reply::text(text))
-    }
-    async fn follow_up(&self, request: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        self.ask(request).await
+        ReplyStream::whole(std::future::ready(Ok(Reply::text(text))))
     }
 }
 

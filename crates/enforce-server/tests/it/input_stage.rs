@@ -4,8 +4,9 @@
 
 use crate::common::{server_with, Harness};
 use enforce_core::{
-    async_trait, keys, Context, ContextSource, Enforcer, InputStage, Issue, OnInputFailure,
-    Reformulation, Reformulator, Runner, ScriptedCall, ScriptedRunner, Validation, Validator,
+    async_trait, context::keys, input::ContextSource, input::InputStage, input::OnInputFailure,
+    input::Reformulation, input::Reformulator, scripted::ScriptedCall, Context, Enforcer, Issue,
+    Runner, ScriptedRunner, Validation, Validator,
 };
 use enforce_server::{ModelOptions, ServerConfig};
 use serde_json::{json, Value};
@@ -22,7 +23,7 @@ impl Validator for Relevance {
     async fn validate(&self, question: &str, context: &Context) -> Validation {
         let retrieved = context
             .get(keys::RETRIEVED_CONTEXT)
-            .map(enforce_core::retrieved_text)
+            .map(enforce_core::input::retrieved_text)
             .unwrap_or_default()
             .to_lowercase();
         let relevant = question

@@ -24,6 +24,7 @@ mod messages_extras;
 mod openai_clients;
 #[cfg(feature = "otel")]
 mod otel;
+mod passthrough;
 mod proxy;
 mod responses;
 mod responses_extras;

@@ -226,6 +226,31 @@ def openai_family():
             "first_id": first.id,
         }
 
+    def embeddings_create(tag):
+        r = client.embeddings.create(
+            model="text-embedding-3-small", input=[f"red apples {tag}", "green pears"]
+        )
+        return {
+            "type": type(r).__name__,
+            "vectors": len(r.data),
+            "dimensions": len(r.data[0].embedding),
+        }
+
+    def completions_create(tag):
+        r = client.completions.create(
+            model="gpt-3.5-turbo-instruct", prompt=f"Say this is a test {tag}"
+        )
+        return {"type": type(r).__name__, "text": r.choices[0].text}
+
+    def completions_stream(tag):
+        stream = client.completions.create(
+            model="gpt-3.5-turbo-instruct", prompt=f"Say this is a test {tag}", stream=True
+        )
+        return {"chunks": [c.choices[0].text for c in stream if c.choices[0].text]}
+
+    case("embeddings_create", embeddings_create)
+    case("completions_create", completions_create)
+    case("completions_stream", completions_stream)
     case("responses_text", responses_text)
     case("responses_mended", responses_mended)
     case("responses_stream_draft", responses_stream_draft)

@@ -3,11 +3,15 @@
 //! `chat.completions.parse` with a Pydantic model), LangChain's `ChatOpenAI` (invoke, stream,
 //! `with_structured_output`, tools, the Responses API) and the OpenAI Agents SDK (one agent,
 //! one function tool, by model name). An answer that stays broken must reach each client as
-//! its own error type with enforce's message in it. One script run serves the three tests;
+//! its own error type with enforce's message in it. The endpoints enforce does not enforce
+//! (`embeddings.create`, the legacy `completions.create`) reach the mock OpenAI upstream through
+//! it. One script run serves the three tests;
 //! the clients install themselves into the shared venv under the target directory.
 
 use crate::common::Harness;
 use crate::sdk::{self, ByQuestion, Cases, Clients, AFTER_TOOL, BROKEN_CODE, HELLO};
+use enforce_server::Upstream;
+use enforce_testkit::{MockOpenAi, MockScript};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -19,7 +23,9 @@ async fn python_cases() -> Option<&'static (Cases, Arc<ByQuestion>)> {
         tokio::sync::OnceCell::const_new();
     RUN.get_or_init(|| async {
         let upstream = Arc::new(ByQuestion::default());
-        let h = Harness::start(sdk::server(upstream.clone())).await;
+        let mock = MockOpenAi::start(MockScript::new()).await.ok()?;
+        let forwarded = Upstream::openai(mock.url(), Some("sk-upstream"));
+        let h = Harness::start(sdk::forwarding_server(upstream.clone(), Some(forwarded))).await;
         let args = [h.base.as_str(), "m", "openai,langchain,agents"];
         let cases = sdk::run_script(Clients::Python, "openai_clients.py", &args).await?;
         Some((cases, upstream))
@@ -141,6 +147,24 @@ async fn the_openai_python_sdk_reads_responses_tools_parsed_models_and_errors() 
         &["ResponseFailedEvent", held[0]],
         BROKEN_CODE,
     );
+    // Not enforced, passed through to the upstream and read as the SDK's own types.
+    let embedded = cases.ok("embeddings_create");
+    assert_eq!(embedded["type"], "CreateEmbeddingResponse", "{embedded}");
+    assert_eq!(embedded["vectors"], 2);
+    assert_eq!(embedded["dimensions"], 64);
+    let completed = cases.ok("completions_create");
+    assert_eq!(completed["type"], "Completion", "{completed}");
+    assert_eq!(completed["text"], "Say this is a test (completions_create)");
+    let streamed = cases.ok("completions_stream");
+    assert_eq!(
+        sdk::joined(&streamed["chunks"]),
+        "Say this is a test (completions_stream)"
+    );
+    assert!(
+        streamed["chunks"].as_array().unwrap().len() > 1,
+        "{streamed}"
+    );
+
     // One ask and one re-ask each: no client retried an unresolved answer.
     upstream.assert_not_retried(&[
         "(responses_unresolved)",

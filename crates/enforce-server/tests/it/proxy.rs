@@ -283,7 +283,7 @@ async fn fields_pass_through_and_max_completion_tokens_is_accepted() {
         .await;
     assert_eq!(resp.status(), 200);
     let calls = runner.calls();
-    let enforce_core::ScriptedCall::Ask { request } = &calls[0] else {
+    let enforce_core::scripted::ScriptedCall::Ask { request } = &calls[0] else {
         panic!("first call is an ask")
     };
     assert_eq!(request.params["max_completion_tokens"], 50);

@@ -3,7 +3,8 @@
 //! wins; the pick shows in `X-Enforce-Profile`, the `enforcement` object and the audit line.
 
 use crate::common::*;
-use enforce_core::{async_trait, Enforcer, Reply, Request, Runner, RunnerError};
+use enforce_core::{Ask, ReplyStream};
+use enforce_core::{Enforcer, Reply, Runner, RunnerError};
 use enforce_server::{Classifier, FsyncPolicy, Model, Route, Routes, Server, ServerConfig, When};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,14 +17,12 @@ struct Answers {
     calls: AtomicUsize,
 }
 
-#[async_trait]
 impl Runner for Answers {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        Ok(Reply::text("ok"))
-    }
-    async fn follow_up(&self, r: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        self.ask(r).await
+    fn ask<'a>(&'a self, _: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async move {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Ok(Reply::text("ok"))
+        })
     }
 }
 
@@ -53,27 +52,25 @@ impl Labeler {
     }
 }
 
-#[async_trait]
 impl Runner for Labeler {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        let prompt = request.messages.last().map(|m| m.content.clone());
-        self.prompts
-            .lock()
-            .unwrap()
-            .push(prompt.unwrap_or_default());
-        self.main_calls_seen
-            .store(self.main.calls.load(Ordering::SeqCst), Ordering::SeqCst);
-        tokio::time::sleep(self.delay).await;
-        match self.answer {
-            Some(text) => Ok(Reply::text(text)),
-            None => Err(RunnerError::Upstream {
-                status: Some(500),
-                message: "classifier down".into(),
-            }),
-        }
-    }
-    async fn follow_up(&self, r: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        self.ask(r).await
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async move {
+            let prompt = ask.request.messages.last().map(|m| m.content.clone());
+            self.prompts
+                .lock()
+                .unwrap()
+                .push(prompt.unwrap_or_default());
+            self.main_calls_seen
+                .store(self.main.calls.load(Ordering::SeqCst), Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            match self.answer {
+                Some(text) => Ok(Reply::text(text)),
+                None => Err(RunnerError::Upstream {
+                    status: Some(500),
+                    message: "classifier down".into(),
+                }),
+            }
+        })
     }
 }
 

@@ -4,11 +4,14 @@
 //! such an answer can break, and the runner of a client script that prints one JSON line per
 //! case.
 
+use enforce_core::Ask;
 use enforce_core::{
-    async_trait, Context, Enforcer, Issue, Policy, Reply, ReplyStream, Request, Role, Runner,
-    RunnerError, StreamEvent, ToolCall, Usage, Validation, Validator,
+    async_trait, runner::ToolCall, Context, Enforcer, Issue, Policy, Reply, ReplyStream, Request,
+    Role, Runner, StreamEvent, Usage, Validation, Validator,
 };
-use enforce_server::{FailureResponse, Model, ModelOptions, Server, ServerConfig, StreamMode};
+use enforce_server::{
+    FailureResponse, Model, ModelOptions, Server, ServerConfig, StreamMode, Upstream,
+};
 use futures_util::StreamExt;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -288,30 +291,19 @@ fn streamed(reply: Reply, pace: Duration) -> ReplyStream<'static> {
             tokio::time::sleep(pace).await;
         }
     });
-    Box::pin(
+    ReplyStream::new(
         futures_util::stream::iter(events)
             .chain(pause.flat_map(move |()| futures_util::stream::iter(rest.clone()))),
     )
 }
 
-#[async_trait]
 impl Runner for ByQuestion {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        Ok(self.reply(request, false))
-    }
-    async fn follow_up(&self, request: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        Ok(self.reply(request, true))
-    }
-    fn ask_streamed<'a>(&'a self, request: &'a Request) -> ReplyStream<'a> {
-        streamed(self.reply(request, false), self.pace)
-    }
-    fn follow_up_streamed<'a>(
-        &'a self,
-        request: &'a Request,
-        _: &'a Reply,
-        _: &'a str,
-    ) -> ReplyStream<'a> {
-        streamed(self.reply(request, true), self.pace)
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        let reply = self.reply(ask.request, ask.follow_up.is_some());
+        if ask.stream {
+            return streamed(reply, self.pace);
+        }
+        ReplyStream::whole(std::future::ready(Ok(reply)))
     }
 }
 
@@ -320,6 +312,11 @@ impl Runner for ByQuestion {
 /// every attempt as it comes, as reasoning (its upstream paced, 50 ms after a reply's first
 /// word).
 pub fn server(upstream: Arc<ByQuestion>) -> Server {
+    forwarding_server(upstream, None)
+}
+
+/// [`server`], `m` forwarding the endpoints enforce does not enforce to `passthrough`.
+pub fn forwarding_server(upstream: Arc<ByQuestion>, passthrough: Option<Upstream>) -> Server {
     let paced: Arc<ByQuestion> = Arc::new(upstream.paced(Duration::from_millis(50)));
     let model = |id: &str, runner: Arc<ByQuestion>, stream_mode: StreamMode| {
         let enforcer = Enforcer::new(vec![Box::new(NoBrokenWord)])
@@ -330,8 +327,13 @@ pub fn server(upstream: Arc<ByQuestion>) -> Server {
             ..ModelOptions::default()
         })
     };
+    let m = model("m", upstream, StreamMode::Hold);
+    let m = match passthrough {
+        Some(passthrough) => m.with_passthrough(passthrough),
+        None => m,
+    };
     Server::builder(ServerConfig::default())
-        .model(model("m", upstream, StreamMode::Hold))
+        .model(m)
         .model(model("draft", paced, StreamMode::Draft))
         .build()
         .unwrap()

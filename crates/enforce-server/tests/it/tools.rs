@@ -6,7 +6,7 @@
 use crate::common::{
     marker_enforcer, mock_upstream_with, read_stream, server_with, step_mark, Harness,
 };
-use enforce_core::{Enforcer, Policy, ToolFeedback, Validator};
+use enforce_core::{runner::ToolFeedback, Enforcer, Policy, Validator};
 use enforce_server::{Model, ModelOptions, Server, ServerConfig};
 use enforce_testkit::{MockOpenAi, MockReply, MockScript, RecordedRequest, ToolHistory};
 use enforce_validators::pattern::{Pattern, Rule};

@@ -4,21 +4,20 @@
 //! them, so serving a request writes once: its answer.
 
 use crate::common::server_with;
-use enforce_core::{async_trait, Enforcer, Reply, Request, Runner, RunnerError};
+use enforce_core::{Ask, ReplyStream};
+use enforce_core::{Enforcer, Reply, Runner};
 use enforce_server::{ModelOptions, ServerConfig};
 use std::sync::Arc;
 
 /// Answers after yielding once, so the request's deadline timer is set while it waits.
 struct YieldsOnce;
 
-#[async_trait]
 impl Runner for YieldsOnce {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        tokio::task::yield_now().await;
-        Ok(Reply::text("An answer."))
-    }
-    async fn follow_up(&self, request: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        self.ask(request).await
+    fn ask<'a>(&'a self, _: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async {
+            tokio::task::yield_now().await;
+            Ok(Reply::text("An answer."))
+        })
     }
 }
 

@@ -2,5 +2,6 @@
 //! `cargo test -p enforce-validators --test it`.
 
 mod partial;
+mod scope;
 
 use futures_executor::block_on;

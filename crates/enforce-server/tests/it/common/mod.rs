@@ -5,6 +5,7 @@ use enforce_core::{
     async_trait, Context, Enforcer, Issue, Policy, Reply, Request, Runner, RunnerError, Validation,
     Validator,
 };
+use enforce_core::{Ask, ReplyStream};
 use enforce_server::{Model, ModelOptions, Server, ServerConfig, ServerError};
 use serde_json::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,13 +17,13 @@ use tokio::task::JoinHandle;
 /// The OpenAI runner against `mock` (model `mock-model`), without HTTP retries: what a test
 /// scripts is what the proxy gets.
 pub fn mock_upstream(mock: &enforce_testkit::MockOpenAi) -> Arc<enforce_runner::OpenAiRunner> {
-    mock_upstream_with(mock, enforce_core::ToolFeedback::default())
+    mock_upstream_with(mock, enforce_core::runner::ToolFeedback::default())
 }
 
 /// [`mock_upstream`], feeding tool-call errors back to the model as `tool_feedback` says.
 pub fn mock_upstream_with(
     mock: &enforce_testkit::MockOpenAi,
-    tool_feedback: enforce_core::ToolFeedback,
+    tool_feedback: enforce_core::runner::ToolFeedback,
 ) -> Arc<enforce_runner::OpenAiRunner> {
     use enforce_runner::{OpenAiConfig, OpenAiRunner, RetryConfig};
     Arc::new(
@@ -235,20 +236,12 @@ pub struct Slow<R> {
     pub delay: Duration,
 }
 
-#[async_trait]
 impl<R: Runner> Runner for Slow<R> {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        tokio::time::sleep(self.delay).await;
-        self.inner.ask(request).await
-    }
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        tokio::time::sleep(self.delay).await;
-        self.inner.follow_up(request, previous, feedback).await
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async move {
+            tokio::time::sleep(self.delay).await;
+            self.inner.ask(ask).reply().await
+        })
     }
 }
 
@@ -277,37 +270,23 @@ pub struct Gated<R> {
     pub gate: Arc<tokio::sync::Semaphore>,
 }
 
-#[async_trait]
 impl<R: Runner> Runner for Gated<R> {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        if let Ok(permit) = self.gate.acquire().await {
-            permit.forget();
-        }
-        self.inner.ask(request).await
-    }
-    async fn follow_up(
-        &self,
-        request: &Request,
-        previous: &Reply,
-        feedback: &str,
-    ) -> Result<Reply, RunnerError> {
-        if let Ok(permit) = self.gate.acquire().await {
-            permit.forget();
-        }
-        self.inner.follow_up(request, previous, feedback).await
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async move {
+            if let Ok(permit) = self.gate.acquire().await {
+                permit.forget();
+            }
+            self.inner.ask(ask).reply().await
+        })
     }
 }
 
 /// Panics on every call.
 pub struct Panicking;
 
-#[async_trait]
 impl Runner for Panicking {
-    async fn ask(&self, _: &Request) -> Result<Reply, RunnerError> {
-        panic!("runner bug")
-    }
-    async fn follow_up(&self, _: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        panic!("runner bug")
+    fn ask<'a>(&'a self, _: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async { panic!("runner bug") })
     }
 }
 
@@ -336,13 +315,9 @@ impl Sessions {
     }
 }
 
-#[async_trait]
 impl Runner for Sessions {
-    async fn ask(&self, request: &Request) -> Result<Reply, RunnerError> {
-        self.answer(request)
-    }
-    async fn follow_up(&self, request: &Request, _: &Reply, _: &str) -> Result<Reply, RunnerError> {
-        self.answer(request)
+    fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
+        ReplyStream::whole(async move { self.answer(ask.request) })
     }
 }
 
