@@ -15,6 +15,25 @@ use clap::{Parser, Subcommand};
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Makes mimalloc give memory back to the OS as soon as it is freed (its `purge_delay` 0)
+/// unless `MIMALLOC_PURGE_DELAY` says otherwise. With its default delay, pages freed are
+/// returned only when the thread that freed them allocates again, so a proxy gone quiet after
+/// a burst of large requests kept the whole burst's memory (RELIABILITY.md, "Hostile clients").
+#[cfg(feature = "mimalloc")]
+fn return_freed_memory_at_once() {
+    use std::ffi::{c_int, c_long};
+    /// `mi_option_purge_delay` in mimalloc.h's `mi_option_t` (the Rust bindings do not name it).
+    const MI_OPTION_PURGE_DELAY: c_int = 15;
+    extern "C" {
+        fn mi_option_set(option: c_int, value: c_long);
+    }
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets one option of the allocator linked in above, before any other thread
+        // runs (mimalloc's option setters are not thread-safe); the option is read at each purge.
+        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
+    }
+}
 use std::process::ExitCode;
 
 /// Make LLM output meet a contract: validate, re-ask with feedback, repair, report.
@@ -51,6 +70,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "mimalloc")]
+    return_freed_memory_at_once();
     match Cli::parse().command {
         Command::Check(args) => commands::check::run(args),
         Command::Run(args) => commands::run::run(args),

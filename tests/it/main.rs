@@ -14,6 +14,7 @@ mod eval_examples;
 mod grafana;
 mod kubernetes;
 mod local;
+mod memory_bound;
 mod per_type;
 mod plugins;
 mod properties;

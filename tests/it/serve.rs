@@ -67,6 +67,11 @@ impl Proxy {
         Proxy { child, base }
     }
 
+    /// The process id of the running `enforce serve`.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

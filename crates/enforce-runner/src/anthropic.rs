@@ -257,12 +257,12 @@ impl StreamSource for AnthropicRunner {
         messages: &[Message],
     ) -> Result<UpstreamResponse, RunnerError> {
         self.endpoint
-            .post(&self.body_with(request, messages, true))
+            .post(&self.body_with(request, messages, true), messages)
             .await
     }
 
     fn whole_body(&self, request: &Request, messages: &[Message]) -> Result<Bytes, RunnerError> {
-        body_bytes(&self.body(request, messages))
+        body_bytes(&self.body(request, messages), messages)
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {
@@ -289,7 +289,10 @@ impl Runner for AnthropicRunner {
     /// Asks `{base_url}/v1/messages/count_tokens` (with the runner's retries).
     async fn count_tokens(&self, request: &Request) -> Option<Result<u64, RunnerError>> {
         let counted = async {
-            let response = self.count_endpoint.post(&self.count_body(request)).await?;
+            let response = self
+                .count_endpoint
+                .post(&self.count_body(request), &request.messages)
+                .await?;
             let text = self.count_endpoint.read(response).await?;
             serde_json::from_str::<Value>(&text)
                 .ok()

@@ -153,28 +153,31 @@ impl HttpEndpoint {
         self.max_response_bytes
     }
 
-    /// Posts `body`, retrying connect errors, 408, 429 and 5xx (Anthropic's 529 too); returns
-    /// the successful response, or the error of the last try with the server's own message.
+    /// Posts `body` (carrying `messages`), retrying connect errors, 408, 429 and 5xx
+    /// (Anthropic's 529 too); returns the successful response, or the error of the last try
+    /// with the server's own message.
     pub(crate) async fn post<B: serde::Serialize + ?Sized>(
         &self,
         body: &B,
+        messages: &[Message],
     ) -> Result<UpstreamResponse, RunnerError> {
-        self.post_bytes(body_bytes(body)?).await
+        self.post_bytes(|| body_bytes(body, messages)).await
     }
 
-    /// [`post`](Self::post) of a body already serialized.
+    /// [`post`](Self::post) of the body `body` serializes.
     pub(crate) async fn post_bytes(
         &self,
-        body: bytes::Bytes,
+        body: impl Fn() -> Result<bytes::Bytes, RunnerError>,
     ) -> Result<UpstreamResponse, RunnerError> {
-        // Serialized once; a retry shares the bytes instead of copying them.
+        // Serialized for each try, not kept for a retry: the bytes are freed once sent, so a
+        // long conversation is not in memory twice while the upstream thinks.
         let retry = &self.retry;
         let mut attempt: u32 = 0;
         loop {
             let deadline = tokio::time::Instant::now() + self.timeout;
             let sent = self
                 .transport
-                .post(&self.url, &self.uri, &self.headers, body.clone(), deadline)
+                .post(&self.url, &self.uri, &self.headers, body()?, deadline)
                 .await;
             let (error, retry_after) = match sent {
                 Ok(response) => {
@@ -273,17 +276,28 @@ pub(crate) trait StreamSource: Sync {
     fn stream_error(&self, data: &str) -> RunnerError;
 }
 
-/// A request body as the bytes posted.
+/// A request body carrying `messages` as the bytes posted.
 pub(crate) fn body_bytes<B: serde::Serialize + ?Sized>(
     body: &B,
+    messages: &[Message],
 ) -> Result<bytes::Bytes, RunnerError> {
-    // Room for a short conversation at once: a buffer grown from empty is copied as it grows.
-    let mut bytes = Vec::with_capacity(1024);
+    // Room for the conversation made once: a buffer grown from empty is copied each time it
+    // grows and ends with up to twice the body's size, all of it held until the answer.
+    let mut bytes = Vec::with_capacity(room_for(messages));
     serde_json::to_writer(&mut bytes, body)
         .map(|()| bytes::Bytes::from(bytes))
         .map_err(|e| RunnerError::Protocol {
             message: format!("cannot serialize the request: {e}"),
         })
+}
+
+/// Room for a request body carrying `messages`: their text, an eighth more for escapes, and
+/// a kilobyte for the fields around them.
+fn room_for(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .map(|m| m.content.len() + m.content.len() / 8 + 64)
+        .fold(1024, usize::saturating_add)
 }
 
 /// Asks without streaming: posts the whole body, reads and parses the answer.
@@ -295,7 +309,7 @@ pub(crate) async fn ask_whole<S: StreamSource>(
     let started = Instant::now();
     let endpoint = source.http();
     let response = endpoint
-        .post_bytes(source.whole_body(request, messages)?)
+        .post_bytes(|| source.whole_body(request, messages))
         .await?;
     let text = endpoint.read(response).await?;
     let mut reply = source.parse_whole(&text)?;

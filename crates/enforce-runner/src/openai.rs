@@ -211,7 +211,10 @@ impl OpenAiRunner {
         let with_usage = !self.no_stream_options.load(Ordering::Relaxed);
         let first = self
             .endpoint
-            .post(&self.wire_body(request, messages, true, with_usage))
+            .post(
+                &self.wire_body(request, messages, true, with_usage),
+                messages,
+            )
             .await;
         match first {
             Err(RunnerError::Upstream {
@@ -220,7 +223,7 @@ impl OpenAiRunner {
             }) if with_usage && message.contains("stream_options") => {
                 self.no_stream_options.store(true, Ordering::Relaxed);
                 self.endpoint
-                    .post(&self.wire_body(request, messages, true, false))
+                    .post(&self.wire_body(request, messages, true, false), messages)
                     .await
             }
             other => other,
@@ -245,7 +248,7 @@ impl StreamSource for OpenAiRunner {
     }
 
     fn whole_body(&self, request: &Request, messages: &[Message]) -> Result<Bytes, RunnerError> {
-        body_bytes(&self.wire_body(request, messages, false, false))
+        body_bytes(&self.wire_body(request, messages, false, false), messages)
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {
@@ -653,8 +656,8 @@ mod tests {
                 let options = serde_json::json!({"include_usage": true});
                 expected.insert("stream_options".into(), options);
             }
-            let written = body_bytes(&runner.wire_body(&request, &messages, stream, include_usage))
-                .expect("serializes");
+            let body = runner.wire_body(&request, &messages, stream, include_usage);
+            let written = body_bytes(&body, &messages).expect("serializes");
             assert_eq!(
                 String::from_utf8_lossy(&written),
                 Value::Object(expected).to_string(),

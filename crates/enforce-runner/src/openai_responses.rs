@@ -73,12 +73,12 @@ impl StreamSource for ResponsesApi {
         messages: &[Message],
     ) -> Result<UpstreamResponse, RunnerError> {
         self.endpoint
-            .post(&self.body(request, messages, true))
+            .post(&self.body(request, messages, true), messages)
             .await
     }
 
     fn whole_body(&self, request: &Request, messages: &[Message]) -> Result<Bytes, RunnerError> {
-        body_bytes(&self.body(request, messages, false))
+        body_bytes(&self.body(request, messages, false), messages)
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {

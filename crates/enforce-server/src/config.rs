@@ -337,6 +337,9 @@ pub struct ServerConfig {
     pub key_grants: Vec<KeyGrant>,
     /// Largest accepted request body in bytes (default 10 MB).
     pub max_body_bytes: usize,
+    /// Most request-body bytes held at once by the requests being answered (`None`:
+    /// [`max_body_bytes`](Self::max_body_bytes)); see [`body_budget`](Self::body_budget).
+    pub max_body_bytes_in_flight: Option<usize>,
     /// Largest JSON of facts a request may carry, per source (`enforce.context` in the body,
     /// the `X-Enforce-Context` header), in bytes (default 16 KiB).
     pub max_context_bytes: usize,
@@ -472,12 +475,26 @@ pub(crate) fn check_redis_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+impl ServerConfig {
+    /// The request-body bytes this replica holds at once, over all requests being answered.
+    /// `max_concurrent` alone does not bound memory: a body is in memory about two and a half
+    /// times over at its peak (the bytes and the parsed request, then the conversation and the
+    /// upstream request), so `max_concurrent` large bodies may be many times a replica's idle
+    /// size. `max_body_bytes` by default: one largest body at a time (about 25 MB over idle
+    /// at the default 10 MiB), or as many ordinary ones as `max_concurrent` admits (64 bodies
+    /// of 160 KiB).
+    pub fn body_budget(&self) -> usize {
+        self.max_body_bytes_in_flight.unwrap_or(self.max_body_bytes)
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             api_keys: Vec::new(),
             key_grants: Vec::new(),
             max_body_bytes: 10 * 1024 * 1024,
+            max_body_bytes_in_flight: None,
             max_context_bytes: 16 * 1024,
             max_concurrent: 64,
             retry_after_secs: 1,

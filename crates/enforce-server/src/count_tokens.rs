@@ -7,7 +7,7 @@ use crate::config::Model;
 use crate::controls;
 use crate::messages::{error_response, Messages};
 use crate::pipeline::{known_model, read_body, take_permit, Ask, Rejection, Surface};
-use crate::state::App;
+use crate::state::{Admission, App};
 use axum::body::Body;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderValue};
@@ -16,7 +16,6 @@ use axum::Json;
 use enforce_core::{Message, Request};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use tokio::sync::OwnedSemaphorePermit;
 
 /// The response header that marks an estimated count: `estimated`.
 pub(crate) const TOKEN_COUNT_HEADER: &str = "x-enforce-token-count";
@@ -70,9 +69,9 @@ async fn admit(
     granted: Option<Granted>,
     headers: &HeaderMap,
     body: Body,
-) -> Result<(Ask, Arc<Model>, OwnedSemaphorePermit), Rejection> {
-    let permit = take_permit(app)?;
-    let bytes = read_body(app, headers, body).await?;
+) -> Result<(Ask, Arc<Model>, Admission), Rejection> {
+    let mut permit = take_permit(app)?;
+    let bytes = read_body(app, headers, body, &mut permit).await?;
     let (ask, ()) = Messages::parse(&bytes).map_err(|e| Rejection::new("bad_request", e))?;
     let grant = controls::grant(app, granted);
     let model = controls::admit_model(grant, &ask.model, &HeaderMap::new())

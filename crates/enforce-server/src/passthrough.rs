@@ -13,7 +13,7 @@ use crate::config::{Model, Upstream};
 use crate::controls;
 use crate::error::ApiError;
 use crate::pipeline::{read_body, take_permit, Rejection};
-use crate::state::App;
+use crate::state::{Admission, App};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -21,7 +21,6 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use std::sync::Arc;
-use tokio::sync::OwnedSemaphorePermit;
 
 /// The first path segments (after an optional `/v1`) of the OpenAI API resources forwarded
 /// when asked without `/v1`; with `/v1`, every path this proxy does not serve is forwarded.
@@ -98,7 +97,7 @@ struct Admitted {
     /// A read JSON body goes with its length; any other streams as it comes.
     body: reqwest::Body,
     key: Option<String>,
-    permit: OwnedSemaphorePermit,
+    permit: Admission,
 }
 
 /// Forwards `request` to the upstream of the model it names (or the default one) and answers
@@ -157,9 +156,9 @@ async fn admit(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Admitted, Rejection> {
-    let permit = take_permit(app)?;
+    let mut permit = take_permit(app)?;
     let (named, body) = if is_json(headers) {
-        let bytes = read_body(app, headers, body).await?;
+        let bytes = read_body(app, headers, body, &mut permit).await?;
         let named = serde_json::from_slice::<Named>(&bytes)
             .ok()
             .and_then(|n| n.model);
@@ -272,7 +271,7 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 }
 
 /// The upstream's answer, its body streamed as it comes; the permit is held until it ends.
-fn respond(answer: reqwest::Response, permit: OwnedSemaphorePermit) -> Response {
+fn respond(answer: reqwest::Response, permit: Admission) -> Response {
     let status = answer.status();
     let headers: HeaderMap = answer
         .headers()
@@ -288,7 +287,7 @@ fn respond(answer: reqwest::Response, permit: OwnedSemaphorePermit) -> Response 
 }
 
 /// `stream`, keeping `permit` until it ends.
-fn held<S>(stream: S, permit: OwnedSemaphorePermit) -> impl Stream<Item = S::Item> + Send
+fn held<S>(stream: S, permit: Admission) -> impl Stream<Item = S::Item> + Send
 where
     S: Stream + Send,
 {

@@ -3,10 +3,11 @@
 //! everything between runs once, here, in this order:
 //!
 //! 1. admission: the concurrency permit ([`take_permit`]), then the body ([`read_body`]: its
-//!    size, within the request deadline), then parse (the surface); the key check
-//!    ([`crate::auth::authenticate`]) runs first. The permit comes before the body so that
-//!    `max_concurrent` bounds the memory of bodies in flight too: a request refused for load
-//!    is refused before a byte of its body is read;
+//!    size, its bytes reserved in the replica's body budget, within the request deadline), then
+//!    parse (the surface); the key check ([`crate::auth::authenticate`]) runs first. Both come
+//!    before the body's bytes are read: a request refused for load is refused before a byte of
+//!    its body is in memory, and the bodies in memory at once stay within
+//!    `max_body_bytes_in_flight`;
 //! 2. model and profile resolution ([`resolve_model`]: the model id, `X-Enforce-Profile`);
 //! 3. routing ([`route`]: the model's routes pick the profile);
 //! 4. session ([`open_session`]: chat id, global slot, session and replica check, hidden
@@ -26,7 +27,7 @@ use crate::otel::RequestInfo;
 use crate::state::{unix_now, App};
 use crate::stream::{self, Start, StreamWriter};
 use crate::turn::{wait, InFlight, Turn, TurnId};
-use axum::body::{Body, Bytes, HttpBody};
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -35,13 +36,15 @@ use serde_json::{Map, Value};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
-use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use crate::headers as names;
 
+mod admission;
 mod body;
 mod session_stage;
+use admission::overloaded;
+pub(crate) use admission::{kib, read_body, take_permit};
 pub(crate) use body::{model_of, non_empty, present, read_request, shown_role, stream_of};
 use session_stage::{open_session, SessionStage};
 
@@ -206,8 +209,8 @@ async fn admit<S: Surface>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Admitted<S>, Rejection> {
-    let permit = take_permit(app)?;
-    let bytes = read_body(app, headers, body).await?;
+    let mut permit = take_permit(app)?;
+    let bytes = read_body(app, headers, body, &mut permit).await?;
     let (mut ask, kept) = S::parse(&bytes).map_err(rejected("bad_request"))?;
     let grant = controls::grant(app, granted);
     let Prepared {
@@ -468,80 +471,6 @@ impl serde::Serialize for Warnings<'_> {
     }
 }
 
-/// Admission: the body, at most `max_body_bytes` (refused from `Content-Length` before reading
-/// when it says more), within the request deadline (a 408 for a body sent too slowly).
-pub(crate) async fn read_body(
-    app: &App,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Bytes, Rejection> {
-    let limit = app.config.max_body_bytes;
-    let deadline = app.config.request_timeout;
-    match tokio::time::timeout(deadline, read_body_within(limit, headers, body)).await {
-        Ok(read) => read,
-        Err(_) => Err(rejected("body_timeout")(ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "invalid_request_error",
-            "request_body_timeout",
-            format!(
-                "The request body did not arrive within this proxy's limit of {} s.",
-                deadline.as_secs_f64()
-            ),
-        ))),
-    }
-}
-
-/// The body, at most `limit` bytes.
-async fn read_body_within(
-    limit: usize,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Bytes, Rejection> {
-    let too_large = || {
-        rejected("body_too_large")(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            "request_too_large",
-            format!("The request body is larger than this proxy accepts ({limit} bytes)."),
-        ))
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large());
-    }
-    // Frame by frame, not through `axum::body::to_bytes` (a limit wrapper and a frame queue):
-    // a request's body is nearly always one frame, taken as it came without a copy. As there,
-    // a body that fails to arrive is refused like one too large.
-    let mut body = std::pin::pin!(body);
-    let mut whole = Bytes::new();
-    let mut joined: Vec<u8> = Vec::new();
-    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
-        let Ok(data) = frame.map_err(|_| too_large())?.into_data() else {
-            continue;
-        };
-        if whole.len() + joined.len() + data.len() > limit {
-            return Err(too_large());
-        }
-        if whole.is_empty() && joined.is_empty() {
-            whole = data;
-        } else {
-            if joined.is_empty() {
-                joined.extend_from_slice(&whole);
-                whole = Bytes::new();
-            }
-            joined.extend_from_slice(&data);
-        }
-    }
-    Ok(if joined.is_empty() {
-        whole
-    } else {
-        Bytes::from(joined)
-    })
-}
-
 /// The model `id`, else a 404 that lists the models the request's key may use.
 pub(crate) fn known_model(
     app: &App,
@@ -607,14 +536,6 @@ fn resolve_model(
             Err(rejected("unknown_profile")(error))
         }
     }
-}
-
-/// Admission: this replica's concurrency permit (a 429 when none is free).
-pub(crate) fn take_permit(app: &App) -> Result<OwnedSemaphorePermit, Rejection> {
-    app.limiter
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| rejected("overloaded")(overloaded(app)))
 }
 
 /// Routing: the model's routes pick the profile before any model call (a classifier counts
@@ -688,18 +609,6 @@ fn context(
         context.insert("previous_step", last.step.clone());
     }
     Ok(context)
-}
-
-fn overloaded(app: &App) -> ApiError {
-    ApiError {
-        retry_after: Some(app.config.retry_after_secs),
-        ..ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limit_error",
-            "too_many_requests",
-            "This proxy is busy checking other answers. Please try again in a moment.",
-        )
-    }
 }
 
 /// The `X-Enforce-Profile` value naming the profile enforced (none when unnamed).

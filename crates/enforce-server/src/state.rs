@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Everything the handlers and the turns they start share.
 pub(crate) struct App {
@@ -42,6 +42,8 @@ pub(crate) struct App {
     pub in_flight: Gauge,
     pub audit: Option<Arc<AuditLog>>,
     pub limiter: Arc<Semaphore>,
+    /// The request-body bytes being held, in KiB permits ([`crate::config::ServerConfig::body_budget`]).
+    pub body_budget: Arc<Semaphore>,
     /// The pooled client that forwards the endpoints this proxy does not enforce.
     pub http: reqwest::Client,
     /// The OpenTelemetry exporter, when traces are on.
@@ -49,6 +51,14 @@ pub(crate) struct App {
     pub draining: AtomicBool,
     pub started: u64,
     pub next_id: AtomicU64,
+}
+
+/// What an admitted request holds of this replica's limits until its answer is sent: its
+/// concurrency permit and the KiB of the body budget its body takes (taken and grown in
+/// `pipeline::admission`).
+pub(crate) struct Admission {
+    pub(crate) _concurrency: OwnedSemaphorePermit,
+    pub(crate) body: OwnedSemaphorePermit,
 }
 
 pub(crate) fn unix_now() -> u64 {

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::mpsc;
 use tracing::Instrument;
 
 mod conclude;
@@ -363,7 +363,8 @@ pub(crate) struct Turn {
     pub recorded: AtomicBool,
     /// What the answer cache made of the request.
     pub cache: crate::cache::Lookup,
-    pub _permit: OwnedSemaphorePermit,
+    /// The concurrency permit and the body's bytes in the body budget, held until answered.
+    pub _permit: crate::state::Admission,
     /// The global concurrency slot, when `max_concurrent` counts all replicas.
     pub _slot: Option<GlobalSlot>,
     pub _in_flight: InFlight,

@@ -35,6 +35,9 @@ pub struct ServerSection {
     pub allow_request_limits: Option<bool>,
     /// Largest request body in bytes.
     pub max_body_bytes: Option<usize>,
+    /// Most request-body bytes held at once by the requests being answered (default
+    /// `max_body_bytes`); beyond it requests get 429 with `Retry-After`.
+    pub max_body_bytes_in_flight: Option<usize>,
     /// Largest JSON of facts per request source (`enforce.context`, `X-Enforce-Context`).
     pub max_context_bytes: Option<usize>,
     /// Most enforcements at once.
@@ -237,6 +240,15 @@ impl ServerSection {
                 });
             }
             c.max_body_bytes = v;
+        }
+        if let Some(v) = self.max_body_bytes_in_flight {
+            if v == 0 {
+                return Err(SectionError {
+                    field: "max_body_bytes_in_flight".into(),
+                    message: "must be at least 1".into(),
+                });
+            }
+            c.max_body_bytes_in_flight = Some(v);
         }
         if let Some(v) = self.max_context_bytes {
             c.max_context_bytes = v;

@@ -12,6 +12,10 @@ fn key_list_refuses_blanks() {
 fn zero_limits_and_timeouts_are_refused() {
     for (text, field) in [
         (r#"{"max_body_bytes":0}"#, "max_body_bytes"),
+        (
+            r#"{"max_body_bytes_in_flight":0}"#,
+            "max_body_bytes_in_flight",
+        ),
         (r#"{"request_timeout_secs":0}"#, "request_timeout_secs"),
         (r#"{"request_timeout_secs":0.0}"#, "request_timeout_secs"),
     ] {

@@ -50,11 +50,12 @@ fn role_of(name: &str) -> Option<Role> {
 }
 
 /// The text of a message `content`: a string, or the `text` of every text part of an array;
-/// `null` (an assistant turn that only called tools) is empty.
-fn content_text(content: Option<&Value>) -> Result<String, ApiError> {
+/// `null` (an assistant turn that only called tools) is empty. A string is taken out of the
+/// request, not copied: a long conversation is in memory once.
+fn content_text(content: Option<&mut Value>) -> Result<String, ApiError> {
     match content {
         None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::String(s)) => Ok(std::mem::take(s)),
         Some(Value::Array(parts)) => {
             let texts: Vec<&str> = parts
                 .iter()
@@ -84,7 +85,7 @@ pub(crate) fn parse_chat_request(body: &[u8]) -> Result<Ask, ApiError> {
         ));
     };
     let messages = raw_messages
-        .iter()
+        .into_iter()
         .map(read_message)
         .collect::<Result<Vec<_>, _>>()?;
     if messages.is_empty() {
@@ -129,8 +130,9 @@ fn one_choice(params: &Map<String, Value>) -> Result<(), ApiError> {
 }
 
 /// One message of `messages`: its role, text, parts beyond text, tool calls and tool call id.
-fn read_message(raw: &Value) -> Result<Message, ApiError> {
+fn read_message(mut raw: Value) -> Result<Message, ApiError> {
     let role_name = raw.get("role").and_then(Value::as_str).unwrap_or("");
+    let legacy_function = role_name == "function";
     let role = role_of(role_name).ok_or_else(|| {
         ApiError::bad_request(
             format!(
@@ -140,8 +142,8 @@ fn read_message(raw: &Value) -> Result<Message, ApiError> {
             Some("messages"),
         )
     })?;
-    let mut content = content_text(raw.get("content"))?;
-    if role_name == "function" {
+    let mut content = content_text(raw.get_mut("content"))?;
+    if legacy_function {
         content = format!("[tool result]\n{content}");
     }
     let mut message = Message::new(role, content);

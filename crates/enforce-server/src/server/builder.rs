@@ -135,6 +135,9 @@ impl ServerBuilder {
         let audit_logs = telemetry.as_ref().and_then(otel::Telemetry::audit_logs);
         let audit = open_audit(&self.config, &metrics, audit_logs)?;
         let limiter = Arc::new(Semaphore::new(self.config.max_concurrent.max(1)));
+        let body_budget = Arc::new(Semaphore::new(crate::pipeline::kib(
+            self.config.body_budget(),
+        )));
         let series = models
             .keys()
             .map(|id| (id.clone(), ModelSeries::new(metrics.clone(), id)))
@@ -166,6 +169,7 @@ impl ServerBuilder {
                 metrics,
                 audit,
                 limiter,
+                body_budget,
                 http,
                 telemetry,
                 draining: AtomicBool::new(false),

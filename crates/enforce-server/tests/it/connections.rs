@@ -1,5 +1,5 @@
 //! Client connections under hostile timing, with small limits: a request refused for load is
-//! refused before its body is read, slow heads and idle keep-alive connections are closed
+//! refused before its body is read, the bodies held at once stay within the body budget, slow heads and idle keep-alive connections are closed
 //! after `header_timeout`, a slow body gets a 408 at the request deadline, and a shutdown
 //! does not wait for a connection that never sent a whole request head.
 
@@ -60,6 +60,15 @@ async fn read_until_closed(tcp: &mut TcpStream, within: Duration) -> Option<Stri
         .map(|()| String::from_utf8_lossy(&got).into_owned())
 }
 
+/// What the server answers to `head` sent alone, its body never sent.
+async fn answer_to_head(h: &Harness, head: &str) -> String {
+    let mut tcp = connect(h).await;
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    read_until_closed(&mut tcp, Duration::from_secs(5))
+        .await
+        .expect("answered without the body")
+}
+
 /// The head of a chat request whose body is `length` bytes long.
 fn chat_head(length: usize) -> String {
     format!(
@@ -91,15 +100,67 @@ async fn a_request_refused_for_load_is_refused_before_its_body_is_read() {
         .expect("answered without the body");
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     // The token count holds a permit too.
-    let mut tcp = connect(&h).await;
     let head = chat_head(9_000_000).replace("/v1/chat/completions", "/v1/messages/count_tokens");
-    tcp.write_all(head.as_bytes()).await.unwrap();
-    let answer = read_until_closed(&mut tcp, Duration::from_secs(5))
-        .await
-        .expect("answered without the body");
+    let answer = answer_to_head(&h, &head).await;
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     gate.add_permits(1);
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn the_bodies_held_at_once_stay_within_the_body_budget() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let config = ServerConfig {
+        max_concurrent: 4,
+        max_body_bytes: 200_000,
+        max_body_bytes_in_flight: Some(150_000),
+        ..ServerConfig::default()
+    };
+    let h = gated_server(config, gate.clone()).await;
+    let mut held = user_body(false);
+    held["messages"][0]["content"] = "x".repeat(100_000).into();
+    let first = {
+        let (client, url) = (h.client.clone(), h.url("/v1/chat/completions"));
+        tokio::spawn(async move { client.post(url).json(&held).send().await })
+    };
+    h.wait_in_flight(1).await;
+    // 80 KB more would pass the budget while the first body is held: a 429 before the body.
+    let answer = answer_to_head(&h, &chat_head(80_000)).await;
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("retry-after"), "{answer}");
+    // A body larger than the whole budget (though within max_body_bytes) is never admitted.
+    let answer = answer_to_head(&h, &chat_head(160_000)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    // A body without Content-Length reserves as it grows: refused once it passes the budget.
+    let mut tcp = connect(&h).await;
+    let head = chat_head(0).replace("content-length: 0", "transfer-encoding: chunked");
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let chunk = format!("{:x}\r\n{}\r\n", 20_000, "x".repeat(20_000));
+    let mut answer = None;
+    for _ in 0..5 {
+        if tcp.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+        answer = read_until_closed(&mut tcp, Duration::from_millis(100)).await;
+        if answer.is_some() {
+            break;
+        }
+    }
+    let answer = answer.expect("refused before the body ended");
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    gate.add_permits(1);
+    assert_eq!(first.await.unwrap().unwrap().status(), 200);
+    // Answered, the first request gave its bytes back: a body of the same size is admitted.
+    let mut again = user_body(false);
+    again["messages"][0]["content"] = "x".repeat(100_000).into();
+    gate.add_permits(1);
+    let resp = h
+        .client
+        .post(h.url("/v1/chat/completions"))
+        .json(&again)
+        .send()
+        .await;
+    assert_eq!(resp.unwrap().status(), 200);
 }
 
 #[tokio::test]
