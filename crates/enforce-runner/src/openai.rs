@@ -243,8 +243,13 @@ impl StreamSource for OpenAiRunner {
         self.open_stream(request, messages).await
     }
 
-    fn whole_body(&self, request: &Request, messages: &[Message]) -> Result<Bytes, RunnerError> {
-        body_bytes(&self.wire_body(request, messages, false, false))
+    fn request_body(
+        &self,
+        request: &Request,
+        messages: &[Message],
+        stream: bool,
+    ) -> Result<Bytes, RunnerError> {
+        body_bytes(&self.wire_body(request, messages, stream, false))
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {
