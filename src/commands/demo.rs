@@ -10,8 +10,10 @@ const REQUEST: &str = "Write an ADR (adr_id ADR-042) deciding how we cache valid
 End with the workflow step marker.";
 
 /// The scripted model's first answer: the acceptance criteria section and the step marker are
-/// missing.
-const FIRST_ANSWER: &str = "\
+/// missing. A macro, so the second answer can extend it with `concat!`.
+macro_rules! first_answer {
+    () => {
+        "\
 ---
 adr_id: ADR-042
 title: Cache validated answers
@@ -24,28 +26,21 @@ Validating and re-asking costs time; identical requests arrive often.
 
 ## Entscheidung
 Cache each validated answer for one hour, keyed by profile and request digest.
-";
+"
+    };
+}
+const FIRST_ANSWER: &str = first_answer!();
 
 /// The second answer: the section is there now, the step marker still is not.
-const SECOND_ANSWER: &str = "\
----
-adr_id: ADR-042
-title: Cache validated answers
-status: proposed
----
-# ADR-042: Cache validated answers
-
-## Kontext
-Validating and re-asking costs time; identical requests arrive often.
-
-## Entscheidung
-Cache each validated answer for one hour, keyed by profile and request digest.
-
+const SECOND_ANSWER: &str = concat!(
+    first_answer!(),
+    "
 ## Akzeptanzkriterien
 - [ ] A repeated request within the hour is answered from the cache.
 - [ ] Only answers with status passed or repaired are cached.
 - [ ] The cache can be switched off per profile.
-";
+"
+);
 
 /// Show the enforcement loop on a built-in scripted model: two answers, feedback, a repair.
 #[derive(Debug, ClapArgs)]

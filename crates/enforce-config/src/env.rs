@@ -54,6 +54,32 @@ pub struct Expanded {
 }
 
 impl Expanded {
+    /// Writes a reference's value in place of its text `consumed` at the (original, expanded)
+    /// `columns`, noting the shift when the lengths differ, and advances both columns past it.
+    fn push_reference(
+        &mut self,
+        line: usize,
+        columns: (&mut usize, &mut usize),
+        consumed: &str,
+        value: &str,
+    ) {
+        let (col, out_col) = columns;
+        let consumed_chars = consumed.chars().count();
+        let value_chars = value.chars().count();
+        if consumed_chars != value_chars {
+            self.shifts.push(Shift {
+                line,
+                expanded_start: *out_col,
+                expanded_end: *out_col + value_chars,
+                original_start: *col,
+                original_end: *col + consumed_chars,
+            });
+        }
+        self.text.push_str(value);
+        *col += consumed_chars;
+        *out_col += value_chars;
+    }
+
     /// The 1-based column in the original text of the 1-based `column` of `line` in the
     /// expanded text (a column inside an expansion maps to its `$`).
     pub fn original_column(&self, line: usize, column: usize) -> usize {
@@ -167,20 +193,7 @@ pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Exp
                     },
                 };
                 let (consumed, value) = reference(rest, line_no, col, position, lookup)?;
-                let consumed_chars = rest[..consumed].chars().count();
-                let value_chars = value.chars().count();
-                if consumed_chars != value_chars {
-                    out.shifts.push(Shift {
-                        line: line_no,
-                        expanded_start: out_col,
-                        expanded_end: out_col + value_chars,
-                        original_start: col,
-                        original_end: col + consumed_chars,
-                    });
-                }
-                out.text.push_str(&value);
-                col += consumed_chars;
-                out_col += value_chars;
+                out.push_reference(line_no, (&mut col, &mut out_col), &rest[..consumed], &value);
                 // Skip the rest of the reference.
                 while chars.peek().is_some_and(|&(j, _)| j < i + consumed) {
                     chars.next();
@@ -239,20 +252,7 @@ fn expand_span(
         out_col += before_chars;
         if tail.starts_with("${") || tail.starts_with("$${") {
             let (consumed, value) = reference(tail, line_no, col, position, lookup)?;
-            let consumed_chars = tail[..consumed].chars().count();
-            let value_chars = value.chars().count();
-            if consumed_chars != value_chars {
-                out.shifts.push(Shift {
-                    line: line_no,
-                    expanded_start: out_col,
-                    expanded_end: out_col + value_chars,
-                    original_start: col,
-                    original_end: col + consumed_chars,
-                });
-            }
-            out.text.push_str(&value);
-            col += consumed_chars;
-            out_col += value_chars;
+            out.push_reference(line_no, (&mut col, &mut out_col), &tail[..consumed], &value);
             rest = &tail[consumed..];
         } else {
             out.text.push('$');

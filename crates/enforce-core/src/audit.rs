@@ -29,26 +29,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// let back: Outcome = serde_json::from_str(&line).unwrap();
 /// assert_eq!(back, outcome);
 /// ```
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize)]
 pub struct AuditRecord<'a> {
+    #[serde(serialize_with = "serialize_ts")]
     ts: SystemTime,
-    request_id: &'a str,
-    model: Option<&'a str>,
-    profile: Option<&'a str>,
-    chat_id: Option<&'a str>,
-    key: Option<&'a str>,
-    runner: Option<&'a str>,
-    route: Option<&'a serde_json::Value>,
-    request_limits: Option<&'a serde_json::Value>,
-    step: Option<&'a str>,
-    cache: Option<&'a serde_json::Value>,
-    outcome: &'a Outcome,
-}
-
-/// The record as written: header fields first, in this order, then the outcome's fields.
-#[derive(Serialize)]
-struct AuditLine<'a> {
-    ts: String,
     request_id: &'a str,
     model: Option<&'a str>,
     profile: Option<&'a str>,
@@ -68,6 +52,11 @@ struct AuditLine<'a> {
     cache: Option<&'a serde_json::Value>,
     #[serde(flatten)]
     outcome: &'a Outcome,
+}
+
+/// The record's `ts`, as [`rfc3339_millis`] writes it.
+fn serialize_ts<S: serde::Serializer>(ts: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&rfc3339_millis(*ts))
 }
 
 impl<'a> AuditRecord<'a> {
@@ -159,26 +148,6 @@ impl<'a> AuditRecord<'a> {
     pub fn to_json_line(&self) -> String {
         // Strings, numbers and enums only: serialization cannot fail.
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-    }
-}
-
-impl Serialize for AuditRecord<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        AuditLine {
-            ts: rfc3339_millis(self.ts),
-            request_id: self.request_id,
-            model: self.model,
-            profile: self.profile,
-            chat_id: self.chat_id,
-            key: self.key,
-            runner: self.runner,
-            route: self.route,
-            request_limits: self.request_limits,
-            step: self.step,
-            cache: self.cache,
-            outcome: self.outcome,
-        }
-        .serialize(serializer)
     }
 }
 

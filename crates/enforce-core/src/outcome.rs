@@ -538,12 +538,7 @@ pub fn fnv1a_hex(text: &str) -> String {
         hash ^= u64::from(b);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
-    // Written by hand: `format!` cost more than the hash (one digest per attempt).
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    (0..16)
-        .rev()
-        .map(|nibble| char::from(HEX[((hash >> (nibble * 4)) & 0xf) as usize]))
-        .collect()
+    format!("{hash:016x}")
 }
 
 #[cfg(test)]

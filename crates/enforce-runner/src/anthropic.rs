@@ -14,7 +14,6 @@ use crate::http::{
     HttpEndpoint, RetryConfig, StreamSource, DEFAULT_MAX_RESPONSE_BYTES,
 };
 use crate::process::tail;
-use crate::transport::UpstreamResponse;
 use bytes::Bytes;
 use enforce_core::{
     async_trait, runner::ToolCall, runner::ToolFeedback, Ask, Message, Reply, ReplyStream, Request,
@@ -251,18 +250,13 @@ impl StreamSource for AnthropicRunner {
         &self.endpoint
     }
 
-    async fn open(
+    fn request_body(
         &self,
         request: &Request,
         messages: &[Message],
-    ) -> Result<UpstreamResponse, RunnerError> {
-        self.endpoint
-            .post(&self.body_with(request, messages, true), messages)
-            .await
-    }
-
-    fn whole_body(&self, request: &Request, messages: &[Message]) -> Result<Bytes, RunnerError> {
-        body_bytes(&self.body(request, messages), messages)
+        stream: bool,
+    ) -> Result<Bytes, RunnerError> {
+        body_bytes(&self.body_with(request, messages, stream), messages)
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {

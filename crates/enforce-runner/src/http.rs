@@ -258,18 +258,23 @@ pub(crate) trait StreamSource: Sync {
     type Reader: EventReader;
     /// The endpoint the answers come from.
     fn http(&self) -> &HttpEndpoint;
+    /// The serialized body of the request for `messages`, streamed or not.
+    fn request_body(
+        &self,
+        request: &Request,
+        messages: &[Message],
+        stream: bool,
+    ) -> Result<bytes::Bytes, RunnerError>;
     /// Posts the streamed request for `messages`.
     async fn open(
         &self,
         request: &Request,
         messages: &[Message],
-    ) -> Result<UpstreamResponse, RunnerError>;
-    /// The body of a request not streamed, serialized.
-    fn whole_body(
-        &self,
-        request: &Request,
-        messages: &[Message],
-    ) -> Result<bytes::Bytes, RunnerError>;
+    ) -> Result<UpstreamResponse, RunnerError> {
+        self.http()
+            .post_bytes(|| self.request_body(request, messages, true))
+            .await
+    }
     /// Reads a whole answer (asked without streaming, or a server that cannot stream).
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError>;
     /// The error an error event's data carries.
@@ -309,7 +314,7 @@ pub(crate) async fn ask_whole<S: StreamSource>(
     let started = Instant::now();
     let endpoint = source.http();
     let response = endpoint
-        .post_bytes(|| source.whole_body(request, messages))
+        .post_bytes(|| source.request_body(request, messages, false))
         .await?;
     let text = endpoint.read(response).await?;
     let mut reply = source.parse_whole(&text)?;

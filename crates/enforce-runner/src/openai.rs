@@ -18,6 +18,7 @@ use enforce_core::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -192,13 +193,11 @@ impl OpenAiRunner {
         include_usage: bool,
     ) -> ChatBody<'a> {
         ChatBody {
-            config_params: &self.config.params,
-            request_params: &request.params,
-            config_seed: reseeded_config_seed(&self.config.params, request),
+            params: merged_params(&self.config.params, request),
             model: &self.config.model,
-            messages,
+            messages: messages.iter().map(WireMessage::from).collect(),
             stream,
-            include_usage,
+            stream_options: include_usage.then(|| serde_json::json!({"include_usage": true})),
         }
     }
     /// Opens a streamed answer: `stream: true` with `stream_options.include_usage`, or without
@@ -247,8 +246,13 @@ impl StreamSource for OpenAiRunner {
         self.open_stream(request, messages).await
     }
 
-    fn whole_body(&self, request: &Request, messages: &[Message]) -> Result<Bytes, RunnerError> {
-        body_bytes(&self.wire_body(request, messages, false, false), messages)
+    fn request_body(
+        &self,
+        request: &Request,
+        messages: &[Message],
+        stream: bool,
+    ) -> Result<Bytes, RunnerError> {
+        body_bytes(&self.wire_body(request, messages, stream, false), messages)
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {
@@ -283,55 +287,36 @@ impl Runner for OpenAiRunner {
     }
 }
 
-/// A chat-completions request body: the configured params, the request's params over them
+/// A chat-completions request body: the configured params with the request's over them
 /// (neither may set the fields the runner writes itself), then model, messages, `stream` and
-/// `stream_options`, in the sorted key order a `Value` object writes.
+/// `stream_options`.
+#[derive(Serialize)]
 struct ChatBody<'a> {
-    config_params: &'a Map<String, Value>,
-    request_params: &'a Map<String, Value>,
-    /// The configured `seed` advanced for a re-ask, written in its place.
-    config_seed: Option<Value>,
+    #[serde(flatten)]
+    params: BTreeMap<&'a str, Cow<'a, Value>>,
     model: &'a str,
-    messages: &'a [Message],
+    messages: Vec<WireMessage<'a>>,
     stream: bool,
-    include_usage: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<Value>,
 }
 
-impl serde::Serialize for ChatBody<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        // Both maps iterate in key order; the runner's own fields are merged in at their place.
-        let mut params: Vec<(&str, &Value)> = self
-            .config_params
-            .iter()
-            .filter(|(k, _)| !self.request_params.contains_key(k.as_str()))
-            .chain(self.request_params.iter())
-            .filter(|(k, _)| !OWN_FIELDS.contains(&k.as_str()))
-            .map(|(k, v)| match (k.as_str(), &self.config_seed) {
-                ("seed", Some(seed)) => ("seed", seed),
-                (k, _) => (k, v),
-            })
-            .collect();
-        params.sort_unstable_by_key(|(k, _)| *k);
-        let mut map = serializer.serialize_map(None)?;
-        let mut own: [(&str, Own<'_>); 4] = [
-            ("messages", Own::Messages(self.messages)),
-            ("model", Own::Model(self.model)),
-            ("stream", Own::Stream(self.stream)),
-            ("stream_options", Own::Options(self.include_usage)),
-        ];
-        let mut own = own.iter_mut().peekable();
-        for (key, value) in params {
-            while let Some((name, field)) = own.next_if(|(name, _)| *name < key) {
-                field.write(name, &mut map)?;
-            }
-            map.serialize_entry(key, value)?;
-        }
-        for (name, field) in own {
-            field.write(name, &mut map)?;
-        }
-        map.end()
+/// The configured params, the request's over them, without the runner's own fields; the
+/// configured `seed` advanced for a re-ask ([`reseeded_config_seed`]) in its place.
+fn merged_params<'a>(
+    config: &'a Map<String, Value>,
+    request: &'a Request,
+) -> BTreeMap<&'a str, Cow<'a, Value>> {
+    let mut params: BTreeMap<&str, Cow<'_, Value>> = config
+        .iter()
+        .chain(request.params.iter())
+        .filter(|(k, _)| !OWN_FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.as_str(), Cow::Borrowed(v)))
+        .collect();
+    if let Some(seed) = reseeded_config_seed(config, request) {
+        params.insert("seed", Cow::Owned(seed));
     }
+    params
 }
 
 /// The configured `seed` advanced by the request's `seed_offset`, when the request carries
@@ -344,60 +329,43 @@ fn reseeded_config_seed(config: &Map<String, Value>, request: &Request) -> Optio
     enforce_core::runner::advance_seed(config.get("seed")?, request.seed_offset)
 }
 
-/// A field of [`ChatBody`] the runner writes itself.
-enum Own<'a> {
-    Messages(&'a [Message]),
-    Model(&'a str),
-    Stream(bool),
-    /// `stream_options.include_usage`, written only when asked for.
-    Options(bool),
-}
-
-impl Own<'_> {
-    fn write<M: serde::ser::SerializeMap>(&self, name: &str, map: &mut M) -> Result<(), M::Error> {
-        match self {
-            Own::Messages(messages) => {
-                let wire: Vec<WireMessage<'_>> = messages.iter().map(WireMessage).collect();
-                map.serialize_entry(name, &wire)
-            }
-            Own::Model(model) => map.serialize_entry(name, model),
-            Own::Stream(stream) => map.serialize_entry(name, stream),
-            Own::Options(true) => {
-                map.serialize_entry(name, &serde_json::json!({"include_usage": true}))
-            }
-            Own::Options(false) => Ok(()),
-        }
-    }
-}
-
 /// One message on the wire. An assistant turn that only calls tools has `content: null`, as
 /// OpenAI writes it; a tool result carries the id of the call it answers; a message with
 /// content parts beyond text (an image) sends those parts.
-struct WireMessage<'a>(&'a Message);
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    content: WireContent<'a>,
+    role: Role,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<Value>,
+}
 
-impl serde::Serialize for WireMessage<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let m = self.0;
-        let mut map = serializer.serialize_map(None)?;
-        if !m.parts.is_empty() {
-            map.serialize_entry("content", &m.parts)?;
+/// A message's `content`: its parts, `null`, or its text.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireContent<'a> {
+    Parts(&'a [Value]),
+    Null,
+    Text(&'a str),
+}
+
+impl<'a> From<&'a Message> for WireMessage<'a> {
+    fn from(m: &'a Message) -> Self {
+        let content = if !m.parts.is_empty() {
+            WireContent::Parts(&m.parts)
         } else if m.content.is_empty() && !m.tool_calls.is_empty() {
-            map.serialize_entry("content", &())?;
+            WireContent::Null
         } else {
-            map.serialize_entry("content", &m.content)?;
+            WireContent::Text(&m.content)
+        };
+        WireMessage {
+            content,
+            role: m.role,
+            tool_call_id: m.tool_call_id.as_deref().filter(|_| m.role == Role::Tool),
+            tool_calls: m.tool_calls.iter().map(ToolCall::to_openai).collect(),
         }
-        map.serialize_entry("role", &m.role)?;
-        if m.role == Role::Tool {
-            if let Some(id) = &m.tool_call_id {
-                map.serialize_entry("tool_call_id", id)?;
-            }
-        }
-        if !m.tool_calls.is_empty() {
-            let calls: Vec<Value> = m.tool_calls.iter().map(ToolCall::to_openai).collect();
-            map.serialize_entry("tool_calls", &calls)?;
-        }
-        map.end()
     }
 }
 
@@ -659,15 +627,15 @@ mod tests {
             let body = runner.wire_body(&request, &messages, stream, include_usage);
             let written = body_bytes(&body, &messages).expect("serializes");
             assert_eq!(
-                String::from_utf8_lossy(&written),
-                Value::Object(expected).to_string(),
+                serde_json::from_slice::<Value>(&written).expect("JSON"),
+                Value::Object(expected),
                 "stream {stream}, usage {include_usage}"
             );
         }
     }
 
     fn message_json(m: &Message) -> Value {
-        serde_json::to_value(WireMessage(m)).expect("a message serializes")
+        serde_json::to_value(WireMessage::from(m)).expect("a message serializes")
     }
 
     /// The typed reading of a completion gives what reading it as any JSON gives, for bodies

@@ -7,7 +7,6 @@
 use crate::http::{body_bytes, error_message, HttpEndpoint, StreamSource};
 use crate::process::tail;
 use crate::sse::{Chunk, EventReader, SseFramer, StreamFault};
-use crate::transport::UpstreamResponse;
 use bytes::Bytes;
 use enforce_core::{
     async_trait, runner::FinishReason, runner::ToolCall, Message, Reply, Request, Role,
@@ -67,18 +66,13 @@ impl StreamSource for ResponsesApi {
         &self.endpoint
     }
 
-    async fn open(
+    fn request_body(
         &self,
         request: &Request,
         messages: &[Message],
-    ) -> Result<UpstreamResponse, RunnerError> {
-        self.endpoint
-            .post(&self.body(request, messages, true), messages)
-            .await
-    }
-
-    fn whole_body(&self, request: &Request, messages: &[Message]) -> Result<Bytes, RunnerError> {
-        body_bytes(&self.body(request, messages, false), messages)
+        stream: bool,
+    ) -> Result<Bytes, RunnerError> {
+        body_bytes(&self.body(request, messages, stream), messages)
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {
