@@ -183,12 +183,8 @@ async fn routes_answer_without_v1_and_a_missing_key_is_401() {
     let p = Passing::start(MockScript::new()).await;
     let h = &p.harness;
     let unauthorized = h
-        .client
-        .post(h.url("/v1/embeddings"))
-        .json(&json!({"model": "e", "input": "x"}))
-        .send()
-        .await
-        .unwrap();
+        .post("/v1/embeddings", &json!({"model": "e", "input": "x"}), &[])
+        .await;
     assert_eq!(unauthorized.status(), 401);
     assert!(p.mock.embedding_requests().is_empty());
 
@@ -243,12 +239,12 @@ async fn a_model_without_an_http_upstream_refuses_in_the_openai_error_shape() {
         .unwrap();
     let h = Harness::start(server).await;
     let response = h
-        .client
-        .post(h.url("/v1/completions"))
-        .json(&json!({"model": "cli", "prompt": "hi"}))
-        .send()
-        .await
-        .unwrap();
+        .post(
+            "/v1/completions",
+            &json!({"model": "cli", "prompt": "hi"}),
+            &[],
+        )
+        .await;
     assert_eq!(response.status(), 501);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "passthrough_unsupported");
@@ -280,12 +276,8 @@ async fn bodies_over_the_limit_are_refused_json_or_not() {
     let h = Harness::start(Server::builder(config).model(model).build().unwrap()).await;
     let big = "x".repeat(2000);
     let json = h
-        .client
-        .post(h.url("/v1/embeddings"))
-        .json(&json!({"model": "e", "input": big}))
-        .send()
-        .await
-        .unwrap();
+        .post("/v1/embeddings", &json!({"model": "e", "input": big}), &[])
+        .await;
     assert_eq!(json.status(), 413);
     let upload = h
         .client
@@ -314,12 +306,8 @@ async fn an_upstream_that_cannot_be_reached_is_a_502_and_still_audited() {
         .with_passthrough(Upstream::openai("http://127.0.0.1:1/v1", None));
     let h = Harness::start(Server::builder(config).model(model).build().unwrap()).await;
     let response = h
-        .client
-        .post(h.url("/v1/embeddings"))
-        .json(&json!({"model": "e", "input": "x"}))
-        .send()
-        .await
-        .unwrap();
+        .post("/v1/embeddings", &json!({"model": "e", "input": "x"}), &[])
+        .await;
     assert_eq!(response.status(), 502);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "upstream_error");
