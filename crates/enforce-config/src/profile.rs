@@ -83,6 +83,8 @@ pub struct Profile {
     /// What the contract lets a decoder enforce, whether or not `decode` asks for it (an
     /// eval arm may).
     constraint: Option<Constraint>,
+    /// The model the re-ask strategy `escalate` asks (`escalate_to:`), by name.
+    escalate_to: Option<String>,
 }
 
 /// A profile's input stage, built: what [`InputStage`] is made of, shareable.
@@ -118,6 +120,7 @@ impl Profile {
             input: None,
             decode: Decode::Free,
             constraint: None,
+            escalate_to: None,
         }
     }
 
@@ -140,6 +143,12 @@ impl Profile {
     /// `one_of` list), whatever `decode` says; `None` when the contract gives nothing.
     pub fn constraint(&self) -> Option<&Constraint> {
         self.constraint.as_ref()
+    }
+
+    /// The model the re-ask strategy `escalate` asks (`escalate_to:`), by name; the caller
+    /// that builds runners resolves it.
+    pub fn escalate_to(&self) -> Option<&str> {
+        self.escalate_to.as_deref()
     }
 
     /// The validators, in the order they run.
@@ -295,6 +304,7 @@ impl ProfileSet {
                     input: None,
                     decode: Decode::Free,
                     constraint,
+                    escalate_to: None,
                 },
             );
         }
@@ -347,6 +357,7 @@ impl ProfileSet {
                     input,
                     decode,
                     constraint,
+                    escalate_to: p.escalate_to.clone(),
                 },
             );
         }
