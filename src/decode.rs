@@ -330,7 +330,10 @@ mod tests {
         own.params.insert("seed".into(), json!(4));
         got.apply_to(&mut own);
         assert_eq!(own.params["response_format"], json!({"type": "text"}));
-        assert!(own.constraint_params.is_empty(), "the caller's own is no constraint");
+        assert!(
+            own.constraint_params.is_empty(),
+            "the caller's own is no constraint"
+        );
         let mut empty = Request::default();
         got.apply_to(&mut empty);
         assert_eq!(empty.params["response_format"]["type"], "json_schema");

@@ -45,7 +45,9 @@ fn entry_runner(loaded: &LoadedConfig, name: &str) -> Result<Arc<dyn Runner>, St
         .runner
         .as_ref()
         .or(loaded.config.runner.as_ref())
-        .ok_or_else(|| format!("model `{name}` has no `runner:` and the config has no top-level `runner:`"))?;
+        .ok_or_else(|| {
+            format!("model `{name}` has no `runner:` and the config has no top-level `runner:`")
+        })?;
     config
         .build()
         .map(Arc::from)

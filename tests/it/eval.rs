@@ -854,7 +854,10 @@ async fn the_reason_format_arm_asks_freely_then_for_the_format() {
         assert_eq!(record["status"], "passed", "{record}");
         let attempts = record["attempts"].as_array().expect("attempts");
         assert_eq!(attempts.len(), 2, "{record}");
-        assert!(attempts.iter().all(|a| a["free_answer"].is_object()), "{record}");
+        assert!(
+            attempts.iter().all(|a| a["free_answer"].is_object()),
+            "{record}"
+        );
         assert_eq!(attempts[1]["reask"], "reason_then_format");
     }
     let s = summary(&setup.path("reasoned"));

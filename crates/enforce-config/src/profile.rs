@@ -35,8 +35,8 @@
 use crate::config::{Config, ConfigError, ConfigSource};
 use crate::registry::Registry;
 use enforce_core::{
-    input::ContextSource, input::InputStage, input::OnInputFailure, input::Reformulator, enforcer::Escalation, Enforcer,
-    Policy, Runner, Validator,
+    enforcer::Escalation, input::ContextSource, input::InputStage, input::OnInputFailure,
+    input::Reformulator, Enforcer, Policy, Runner, Validator,
 };
 use enforce_validators::BuildEnv;
 use enforce_validators::BuildError;
@@ -241,9 +241,8 @@ impl ProfileSet {
             let runner = match built.get(&model) {
                 Some(runner) => Arc::clone(runner),
                 None => {
-                    let runner = runner_of(&model).map_err(|e| {
-                        BuildError::at(format!("profiles.{name}.escalate_to"), e)
-                    })?;
+                    let runner = runner_of(&model)
+                        .map_err(|e| BuildError::at(format!("profiles.{name}.escalate_to"), e))?;
                     built.insert(model.clone(), Arc::clone(&runner));
                     runner
                 }

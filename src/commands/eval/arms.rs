@@ -111,7 +111,11 @@ impl Arm {
                     set_reask(&mut reask, "reason-format", Reask::ReasonThenFormat.into())?;
                     first_attempt = FirstAttempt::ReasonThenFormat;
                 }
-                "escalate" => set_reask(&mut reask, "escalate", rungs(&[Reask::Feedback, Reask::Escalate]))?,
+                "escalate" => set_reask(
+                    &mut reask,
+                    "escalate",
+                    rungs(&[Reask::Feedback, Reask::Escalate]),
+                )?,
                 "all-attempts" => stop_on_no_progress = false,
                 "abort" => early_abort = true,
                 "repair-first" => repair = RepairWhen::First,

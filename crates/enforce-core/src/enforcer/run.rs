@@ -6,9 +6,9 @@ use crate::outcome::{fnv1a_hex, is_unchecked_warning};
 use crate::time::micros;
 use crate::validator::{repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict};
 use crate::{
-    input::InputCheck, outcome::FreeAnswer, policy::AnswerFormat, policy::RepairWhen, runner::ToolCall, Attempt,
-    Context, Event, Issue, Observer, Outcome, PartialCheck, Reply, ReplyStream, RunnerError,
-    Status, StopReason, StreamEvent, Usage,
+    input::InputCheck, outcome::FreeAnswer, policy::AnswerFormat, policy::RepairWhen,
+    runner::ToolCall, Attempt, Context, Event, Issue, Observer, Outcome, PartialCheck, Reply,
+    ReplyStream, RunnerError, Status, StopReason, StreamEvent, Usage,
 };
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -2,12 +2,12 @@
 //! rules, and the re-ask that follows a failed attempt.
 
 use super::run::{Asked, Received, Run, Spent};
-use super::{error_codes, error_set, message_bytes, reseeded, seed_of, truncated, Enforcer};
 use super::ESCALATION_NO_TARGET;
+use super::{error_codes, error_set, message_bytes, reseeded, seed_of, truncated, Enforcer};
+use crate::input::{request_context, Staged};
 use crate::outcome::FreeAnswer;
 use crate::policy::FirstAttempt;
 use crate::time::micros;
-use crate::input::{request_context, Staged};
 use crate::validator::{push_leaves, Found, Verdict};
 use crate::{
     input::InputCheck, outcome::Cut, policy::Reask, runner::FinishReason,
@@ -306,7 +306,13 @@ impl Enforcer {
             Planned::ReasonFirst(two) => match Self::reason_first(run, runner, *two).await {
                 Ok(format) => Asking::Fresh(Cow::Owned(format)),
                 Err((error, took)) => {
-                    return Err(Self::runner_failed(run, number, error, took, Duration::ZERO))
+                    return Err(Self::runner_failed(
+                        run,
+                        number,
+                        error,
+                        took,
+                        Duration::ZERO,
+                    ))
                 }
             },
         };

@@ -66,7 +66,11 @@ impl Validator for AnswerIsFour {
     async fn validate(&self, response: &str, _: &Context) -> Validation {
         Ok(match serde_json::from_str::<serde_json::Value>(response) {
             Ok(value) if value == json!({"answer": 4}) => vec![],
-            Ok(_) => vec![Issue::error("answer", "WRONG_ANSWER", "The answer is wrong.")],
+            Ok(_) => vec![Issue::error(
+                "answer",
+                "WRONG_ANSWER",
+                "The answer is wrong.",
+            )],
             Err(_) => vec![Issue::error("answer", "NOT_JSON", "Answer as JSON.")],
         })
     }
@@ -90,9 +94,14 @@ fn enforcer(policy: Policy) -> Enforcer {
 #[tokio::test]
 async fn reason_then_format_gets_the_answer_that_feedback_loses_to_the_format() {
     let model = StrainedByFormat::default();
-    let feedback = enforcer(Policy::builder().max_retries(2).reask(Reask::Feedback).build())
-        .run(&model, &constrained_request(), &Context::new())
-        .await;
+    let feedback = enforcer(
+        Policy::builder()
+            .max_retries(2)
+            .reask(Reask::Feedback)
+            .build(),
+    )
+    .run(&model, &constrained_request(), &Context::new())
+    .await;
     assert_ne!(feedback.status, Status::Passed, "{feedback:?}");
 
     let model = StrainedByFormat::default();
@@ -106,7 +115,11 @@ async fn reason_then_format_gets_the_answer_that_feedback_loses_to_the_format() 
     assert_eq!(outcome.status, Status::Passed, "{outcome:?}");
     assert_eq!(outcome.response.as_deref(), Some(r#"{"answer": 4}"#));
     let asks = model.asks();
-    assert_eq!(asks.len(), 3, "a first ask, then the free and the format call");
+    assert_eq!(
+        asks.len(),
+        3,
+        "a first ask, then the free and the format call"
+    );
     // The free call: no constraint, the other parameters kept, an instruction to answer
     // in plain words.
     let free = &asks[1];
@@ -116,7 +129,10 @@ async fn reason_then_format_gets_the_answer_that_feedback_loses_to_the_format() 
     assert!(free.last_user_text().unwrap().contains("plain words"));
     // The format call: the constraint, the free answer, and the feedback on attempt 1.
     let format = &asks[2];
-    assert_eq!(format.params["response_format"], json!({"type": "json_object"}));
+    assert_eq!(
+        format.params["response_format"],
+        json!({"type": "json_object"})
+    );
     let last = format.messages.last().unwrap();
     assert_eq!(last.role, Role::User);
     assert!(last.content.contains("The answer is wrong."), "{last:?}");

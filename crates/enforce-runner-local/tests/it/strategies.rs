@@ -19,10 +19,7 @@ struct Recorder<'r> {
 
 impl Runner for Recorder<'_> {
     fn ask<'a>(&'a self, ask: Ask<'a>) -> ReplyStream<'a> {
-        self.asked
-            .lock()
-            .unwrap()
-            .push(ask.request.clone());
+        self.asked.lock().unwrap().push(ask.request.clone());
         self.inner.ask(ask)
     }
 }
