@@ -139,12 +139,12 @@ impl TwoPass {
 }
 
 /// The instruction of reason-then-format's free call.
-pub(super) const REASON_FIRST: &str = "First answer the question in plain words: think it \
+const REASON_FIRST: &str = "First answer the question in plain words: think it \
 through and give the answer. Do not worry about the output format yet; it comes in the next \
 step.";
 
 /// The instruction of reason-then-format's format call, after the free answer.
-pub(super) const FORMAT_NEXT: &str = "Now give exactly that answer in the format the question \
+const FORMAT_NEXT: &str = "Now give exactly that answer in the format the question \
 asks for, and nothing else.";
 
 /// What precedes the feedback in the format call of a reason-then-format re-ask.
@@ -301,21 +301,7 @@ impl Enforcer {
         } else {
             Vec::new()
         };
-        let asking = match self.ask_for(request, run, number, previous) {
-            Planned::Ready(asking) => asking,
-            Planned::ReasonFirst(two) => match Self::reason_first(run, runner, *two).await {
-                Ok(format) => Asking::Fresh(Cow::Owned(format)),
-                Err((error, took)) => {
-                    return Err(Self::runner_failed(
-                        run,
-                        number,
-                        error,
-                        took,
-                        Duration::ZERO,
-                    ))
-                }
-            },
-        };
+        let asking = self.prepare(runner, request, run, number, previous).await?;
         let runner = match (&self.escalation, run.asked.escalated) {
             (Some(escalation), true) => escalation.runner.as_ref(),
             _ => runner,
@@ -355,6 +341,31 @@ impl Enforcer {
                 runner_time,
                 checking,
             )),
+        }
+    }
+
+    /// What attempt `number` sends ([`ask_for`](Self::ask_for)), with the free call of a
+    /// reason-then-format attempt made; a failed free call is the attempt's failure.
+    async fn prepare<'r, 'p>(
+        &self,
+        runner: &dyn Runner,
+        request: &'r Request,
+        run: &mut Run<'_>,
+        number: u32,
+        previous: Option<&'p Previous>,
+    ) -> Result<Asking<'r, 'p>, NoAnswer> {
+        match self.ask_for(request, run, number, previous) {
+            Planned::Ready(asking) => Ok(asking),
+            Planned::ReasonFirst(two) => match Self::reason_first(run, runner, *two).await {
+                Ok(format) => Ok(Asking::Fresh(Cow::Owned(format))),
+                Err((error, took)) => Err(Self::runner_failed(
+                    run,
+                    number,
+                    error,
+                    took,
+                    Duration::ZERO,
+                )),
+            },
         }
     }
 
