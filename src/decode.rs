@@ -8,7 +8,7 @@
 
 use enforce_config::profile::{Constraint, Decode};
 use enforce_config::Profile;
-use enforce_core::Issue;
+use enforce_core::{Issue, Request};
 use enforce_runner_local::{choices_to_gbnf, json_schema_to_gbnf};
 use serde_json::{json, Map, Value};
 
@@ -26,11 +26,15 @@ pub struct Constrained {
 }
 
 impl Constrained {
-    /// Adds the parameters to `params`; a parameter the request already has is kept (the
-    /// caller's own `response_format` wins).
-    pub fn apply(&self, params: &mut Map<String, Value>) {
+    /// Adds the parameters to `request`'s; a parameter the request already has is kept (the
+    /// caller's own `response_format` wins). Those added are the request's constraint
+    /// (`constraint_params`), which reason-then-format's free call leaves out.
+    pub fn apply_to(&self, request: &mut Request) {
         for (key, value) in &self.params {
-            params.entry(key.clone()).or_insert_with(|| value.clone());
+            if !request.params.contains_key(key) {
+                request.params.insert(key.clone(), value.clone());
+                request.constraint_params.push(key.clone());
+            }
         }
     }
 }
@@ -320,13 +324,19 @@ mod tests {
     #[test]
     fn the_requests_own_parameters_win() {
         let got = for_runner("openai", &json_constraint(city()));
-        let mut params = Map::new();
-        params.insert("response_format".into(), json!({"type": "text"}));
-        params.insert("seed".into(), json!(4));
-        got.apply(&mut params);
-        assert_eq!(params["response_format"], json!({"type": "text"}));
-        let mut empty = Map::new();
-        got.apply(&mut empty);
-        assert_eq!(empty["response_format"]["type"], "json_schema");
+        let mut own = Request::default();
+        own.params
+            .insert("response_format".into(), json!({"type": "text"}));
+        own.params.insert("seed".into(), json!(4));
+        got.apply_to(&mut own);
+        assert_eq!(own.params["response_format"], json!({"type": "text"}));
+        assert!(
+            own.constraint_params.is_empty(),
+            "the caller's own is no constraint"
+        );
+        let mut empty = Request::default();
+        got.apply_to(&mut empty);
+        assert_eq!(empty.params["response_format"]["type"], "json_schema");
+        assert_eq!(empty.constraint_params, ["response_format"]);
     }
 }

@@ -3,6 +3,7 @@
 mod commands;
 mod config;
 mod decode;
+mod escalation;
 mod plugin_host;
 mod runner_options;
 mod usage;

@@ -56,6 +56,11 @@ pub struct RunnerOptions {
     /// Runner timeout per call, in seconds.
     #[arg(long)]
     pub timeout: Option<f64>,
+    /// The model the re-ask strategy `escalate` asks: a model name or a GGUF file, run with
+    /// the same runner flags as `--model` [default: the profile's `escalate_to`, a `models:`
+    /// entry].
+    #[arg(long, value_name = "MODEL")]
+    pub escalate_model: Option<String>,
 }
 
 impl RunnerOptions {
@@ -147,6 +152,25 @@ impl RunnerOptions {
             }
         }
         Ok(config)
+    }
+
+    /// The escalation model of `--escalate-model`: its name and a runner configured as the
+    /// main one, with that model. `None` without the flag.
+    pub fn escalation(
+        &self,
+        from_file: Option<RunnerConfig>,
+    ) -> Result<Option<(String, RunnerConfig)>, String> {
+        let Some(model) = &self.escalate_model else {
+            return Ok(None);
+        };
+        let options = RunnerOptions {
+            model: Some(model.clone()),
+            ..self.clone()
+        };
+        let config = options
+            .runner_config(from_file)
+            .map_err(|e| format!("--escalate-model: {e}"))?;
+        Ok(Some((model.clone(), config)))
     }
 
     /// The flags of the HTTP runners laid over their settings; the model is required.

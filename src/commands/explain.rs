@@ -262,6 +262,7 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
     c.push("budget", budget, layer("budget"));
     for (key, value) in [
         ("reask", serde_json::to_value(&policy.reask)),
+        ("first_attempt", serde_json::to_value(policy.first_attempt)),
         (
             "stop_on_no_progress",
             Ok(Value::from(policy.stop_on_no_progress)),
@@ -277,6 +278,17 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
         c.push(key, value.unwrap_or(Value::Null), layer(file_key));
     }
 
+    let escalates = policy
+        .reask
+        .rungs()
+        .contains(&enforce_core::policy::Reask::Escalate);
+    if escalates || built.escalate_to().is_some() {
+        let target = built.escalate_to().map_or_else(
+            || Value::from("none: `escalate` asks the profile's own model"),
+            Value::from,
+        );
+        c.push("escalate_to", target, layer("escalate_to"));
+    }
     decode_line(&mut c, built, runner.map(|r| r.kind()), layer("decode"));
 
     // Timeouts and per-request limits.

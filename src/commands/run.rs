@@ -116,7 +116,9 @@ fn load(args: &Args) -> Result<Loaded, UsageError> {
     let loaded = LoadedConfig::load(args.config.as_deref())?;
     // Libraries are never unloaded, so the host need not outlive this function.
     let (registry, _host) = crate::plugin_host::registry_with_plugins(&loaded);
-    let profiles = loaded.profiles(&registry, args.root.clone())?;
+    let mut profiles = loaded.profiles(&registry, args.root.clone())?;
+    let escalation = args.runner.escalation(loaded.config.runner.clone())?;
+    crate::escalation::connect(&mut profiles, &loaded, escalation)?;
     let audit_fsync = match &loaded.config.server {
         Some(server) => server.fsync_policy()?,
         None => FsyncPolicy::Never,
@@ -233,7 +235,7 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         for note in &constrained.notes {
             eprintln!("enforce run: decode: constrained: {note}");
         }
-        constrained.apply(&mut request.params);
+        constrained.apply_to(&mut request);
     }
     if let Some(system) = &args.system {
         request

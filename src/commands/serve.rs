@@ -121,9 +121,10 @@ pub struct Prepared {
 pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     let loaded = LoadedConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
     let (registry, host) = crate::plugin_host::registry_with_plugins(&loaded);
-    let profiles = loaded
+    let mut profiles = loaded
         .profiles(&registry, args.root.clone())
         .map_err(|e| e.to_string())?;
+    crate::escalation::connect(&mut profiles, &loaded, None)?;
 
     let section: ServerSection = loaded.config.server.clone().unwrap_or_default();
     let mut config = section.to_config().map_err(|e| section_error(&loaded, e))?;

@@ -441,3 +441,49 @@ models:
         "{value}"
     );
 }
+
+/// A ladder with `escalate` shows its target, and `first_attempt` where it came from; a ladder
+/// without a target says that `escalate` stays on the profile's own model.
+#[test]
+fn explain_shows_the_ladder_and_its_escalation_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = "\
+defaults:
+  first_attempt: reason_then_format
+profiles:
+  small:
+    validators: []
+    reask: [feedback, escalate]
+    escalate_to: big
+  alone:
+    validators: []
+    reask: escalate
+runner: {type: openai, base_url: \"http://127.0.0.1:9/v1\", model: m}
+models:
+  - {id: small, profile: small}
+  - {id: big, profile: alone}
+";
+    let config = write(dir.path(), "enforce.yaml", yaml);
+    let small = json(&explain(&config, &["--model", "small", "--json"], None));
+    assert_eq!(
+        entry(&small, "reask"),
+        (
+            &serde_json::json!(["feedback", "escalate"]),
+            "profiles.small.reask"
+        )
+    );
+    assert_eq!(
+        entry(&small, "escalate_to"),
+        (&"big".into(), "profiles.small.escalate_to")
+    );
+    assert_eq!(
+        entry(&small, "first_attempt"),
+        (&"reason_then_format".into(), "defaults.first_attempt")
+    );
+    let alone = json(&explain(&config, &["--model", "big", "--json"], None));
+    let (target, _) = entry(&alone, "escalate_to");
+    assert!(
+        target.as_str().is_some_and(|t| t.starts_with("none")),
+        "{target}"
+    );
+}

@@ -808,3 +808,121 @@ async fn the_constrained_arm_sends_the_profiles_schema_to_the_runner() {
         );
     }
 }
+
+/// The last user message of a request the mock received.
+fn last_user(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The arm `reason-format` asks twice per attempt, the first attempt included: a free call
+/// without the decoding constraint, then the format call with it; the audit records the free
+/// call on every attempt, and the feedback reaches the format call of the re-ask.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reason_format_arm_asks_freely_then_for_the_format() {
+    let setup = Setup::new();
+    let mock = MockOpenAi::start(mock_script()).await.expect("mock");
+    let out = enforce_async(setup.args(
+        &mock.url(),
+        "reasoned",
+        &["--arms", "reason-format+constrained"],
+    ))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let sent = mock.chat_requests();
+    // The mock answers the format call after feedback: every case takes two attempts.
+    assert_eq!(sent.len(), 6 * 2 * 2);
+    for request in &sent {
+        let free = last_user(&request.body).contains("plain words");
+        assert_eq!(
+            request.body["response_format"].is_null(),
+            free,
+            "only the format call is constrained: {}",
+            request.body
+        );
+    }
+    let records = records(&setup.path("reasoned").join("attempts.jsonl"));
+    assert_eq!(records.len(), 6);
+    for record in &records {
+        assert_eq!(record["status"], "passed", "{record}");
+        let attempts = record["attempts"].as_array().expect("attempts");
+        assert_eq!(attempts.len(), 2, "{record}");
+        assert!(
+            attempts.iter().all(|a| a["free_answer"].is_object()),
+            "{record}"
+        );
+        assert_eq!(attempts[1]["reask"], "reason_then_format");
+    }
+    let s = summary(&setup.path("reasoned"));
+    assert_eq!(arm(&s, "reason-format+constrained")["valid"]["k"], 6);
+}
+
+/// The arm `escalate` re-asks with feedback, then asks `--escalate-model` (the same runner
+/// flags, another model); the summary counts the attempts it answered, as the audit and the
+/// upstream saw them. Without an escalation model the arm is refused, and a profile's
+/// `escalate_to` naming no model is a configuration error naming the models.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_escalate_arm_asks_the_escalation_model_and_counts_it() {
+    let setup = Setup::new();
+    // Echo: feedback never helps, so every failing case climbs to the escalation.
+    let mock = MockOpenAi::start(MockScript::new().then(enforce_testkit::Then::Echo))
+        .await
+        .expect("mock");
+    let out = enforce_async(setup.args(
+        &mock.url(),
+        "escalated",
+        &["--arms", "feedback,escalate", "--escalate-model", "big"],
+    ))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let to_big = mock
+        .chat_requests()
+        .iter()
+        .filter(|r| r.body["model"] == "big")
+        .count() as u64;
+    let records = records(&setup.path("escalated").join("attempts.jsonl"));
+    let audited = |arm: &str| -> u64 {
+        records
+            .iter()
+            .filter(|r| r["eval"]["arm"] == arm)
+            .flat_map(|r| r["attempts"].as_array().expect("attempts").iter())
+            .filter(|a| a["escalated_to"] == "big")
+            .count() as u64
+    };
+    let s = summary(&setup.path("escalated"));
+    // The four cases that fail at first: attempt 2 feedback, attempt 3 the escalation.
+    assert_eq!(to_big, 4);
+    assert_eq!(audited("escalate"), 4);
+    assert_eq!(arm(&s, "escalate")["escalated_attempts"], 4);
+    assert_eq!(audited("feedback"), 0);
+    assert_eq!(arm(&s, "feedback")["escalated_attempts"], 0);
+    assert!(
+        text(&out.stdout).contains("escalated"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let refused = enforce_async(setup.args(&mock.url(), "refused", &["--arms", "escalate"])).await;
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        text(&refused.stderr).contains("--escalate-model"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    let unknown = format!("{CONFIG}    escalate_to: bigger\nmodels:\n  - id: small\n");
+    std::fs::write(setup.path("enforce.yaml"), unknown).expect("config");
+    let refused = enforce_async(setup.args(&mock.url(), "unknown", &["--arms", "feedback"])).await;
+    let stderr = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    for words in ["escalate_to", "no model `bigger`", "models: small"] {
+        assert!(stderr.contains(words), "{words} in {stderr}");
+    }
+}

@@ -116,11 +116,16 @@ pub struct Defaults {
     /// New bytes of a streamed answer between two partial checks (default 32).
     pub partial_check_bytes: Option<usize>,
     /// How each re-ask asks: `feedback` (default: the conversation, the failed answer and
-    /// feedback naming every error), `resample` (the original request again) or
-    /// `feedback_fresh` (the original request plus the feedback, without the failed answer);
-    /// or a list, one per re-ask, the last repeating (`[feedback, resample]`). Every re-ask
-    /// advances the seed by one per attempt.
+    /// feedback naming every error), `resample` (the original request again),
+    /// `feedback_fresh` (the original request plus the feedback, without the failed answer),
+    /// `reason_then_format` (two calls: a free answer without the decoding constraint, then
+    /// that answer in the contract's format, with it) or `escalate` (feedback, asked of the
+    /// profile's `escalate_to` model); or a list, one per re-ask, the last repeating
+    /// (`[feedback, resample]`). Every re-ask advances the seed by one per attempt.
     pub reask: Option<enforce_core::policy::Ladder>,
+    /// How the first attempt asks: `direct` (default: the request as it is) or
+    /// `reason_then_format` (as that re-ask strategy does: a free answer, then the format).
+    pub first_attempt: Option<enforce_core::policy::FirstAttempt>,
     /// End the loop when an attempt makes no progress on the last strategy of `reask` (default
     /// `true`; before it, the next re-ask climbs); `false` makes every attempt, as the seed
     /// documents' loop does.
@@ -185,9 +190,17 @@ pub struct ProfileConfig {
     pub early_abort: Option<bool>,
     /// New bytes of a streamed answer between two partial checks (overrides `defaults`).
     pub partial_check_bytes: Option<usize>,
-    /// How each re-ask asks: `feedback`, `resample`, `feedback_fresh`, or a list of them, one
-    /// per re-ask (overrides `defaults`).
+    /// How each re-ask asks: `feedback`, `resample`, `feedback_fresh`,
+    /// `reason_then_format`, `escalate`, or a list of them, one per re-ask (overrides
+    /// `defaults`).
     pub reask: Option<enforce_core::policy::Ladder>,
+    /// How the first attempt asks: `direct` or `reason_then_format` (overrides `defaults`).
+    pub first_attempt: Option<enforce_core::policy::FirstAttempt>,
+    /// The model the re-ask strategy `escalate` asks: the name of a `models:` entry in
+    /// `enforce serve`; in `enforce run` and `enforce eval`, `--escalate-model` gives it.
+    /// Without one, `escalate` asks the profile's own model and the outcome warns
+    /// `ESCALATION_NO_TARGET`.
+    pub escalate_to: Option<String>,
     /// End the loop when an attempt makes no progress on the last strategy of `reask`
     /// (overrides `defaults`).
     pub stop_on_no_progress: Option<bool>,

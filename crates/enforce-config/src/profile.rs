@@ -35,8 +35,8 @@
 use crate::config::{Config, ConfigError, ConfigSource};
 use crate::registry::Registry;
 use enforce_core::{
-    input::ContextSource, input::InputStage, input::OnInputFailure, input::Reformulator, Enforcer,
-    Policy, Validator,
+    enforcer::Escalation, input::ContextSource, input::InputStage, input::OnInputFailure,
+    input::Reformulator, Enforcer, Policy, Runner, Validator,
 };
 use enforce_validators::BuildEnv;
 use enforce_validators::BuildError;
@@ -83,6 +83,10 @@ pub struct Profile {
     /// What the contract lets a decoder enforce, whether or not `decode` asks for it (an
     /// eval arm may).
     constraint: Option<Constraint>,
+    /// The model the re-ask strategy `escalate` asks (`escalate_to:`), by name.
+    escalate_to: Option<String>,
+    /// That model's runner, once the caller connected it.
+    escalation: Option<Escalation>,
 }
 
 /// A profile's input stage, built: what [`InputStage`] is made of, shareable.
@@ -118,6 +122,8 @@ impl Profile {
             input: None,
             decode: Decode::Free,
             constraint: None,
+            escalate_to: None,
+            escalation: None,
         }
     }
 
@@ -140,6 +146,12 @@ impl Profile {
     /// `one_of` list), whatever `decode` says; `None` when the contract gives nothing.
     pub fn constraint(&self) -> Option<&Constraint> {
         self.constraint.as_ref()
+    }
+
+    /// The model the re-ask strategy `escalate` asks (`escalate_to:`), by name; the caller
+    /// that builds runners resolves it.
+    pub fn escalate_to(&self) -> Option<&str> {
+        self.escalate_to.as_deref()
     }
 
     /// The validators, in the order they run.
@@ -173,7 +185,10 @@ impl Profile {
             .iter()
             .map(|v| Box::new(Arc::clone(v)) as Box<dyn Validator>)
             .collect();
-        let enforcer = Enforcer::new(validators).with_policy(self.policy.clone());
+        let mut enforcer = Enforcer::new(validators).with_policy(self.policy.clone());
+        if let Some(Escalation { model, runner }) = &self.escalation {
+            enforcer = enforcer.with_escalation(model.clone(), Arc::clone(runner));
+        }
         match &self.input {
             None => enforcer,
             Some(input) => {
@@ -203,6 +218,40 @@ pub struct ProfileSet {
 }
 
 impl ProfileSet {
+    /// Gives every profile `escalation`, over what its `escalate_to` names: a run's
+    /// `--escalate-model`.
+    pub fn escalate_all_to(&mut self, escalation: &Escalation) {
+        for profile in self.profiles.values_mut() {
+            profile.escalation = Some(escalation.clone());
+        }
+    }
+
+    /// Gives each profile with `escalate_to` the runner `runner_of` returns for that model's
+    /// name (asked once per name), so its enforcer's rung `escalate` asks it. The error of
+    /// an unknown or unbuildable model is at the profile's `escalate_to`.
+    pub fn connect_escalations(
+        &mut self,
+        mut runner_of: impl FnMut(&str) -> Result<Arc<dyn Runner>, String>,
+    ) -> Result<(), BuildError> {
+        let mut built: BTreeMap<String, Arc<dyn Runner>> = BTreeMap::new();
+        for (name, profile) in &mut self.profiles {
+            let Some(model) = profile.escalate_to.clone() else {
+                continue;
+            };
+            let runner = match built.get(&model) {
+                Some(runner) => Arc::clone(runner),
+                None => {
+                    let runner = runner_of(&model)
+                        .map_err(|e| BuildError::at(format!("profiles.{name}.escalate_to"), e))?;
+                    built.insert(model.clone(), Arc::clone(&runner));
+                    runner
+                }
+            };
+            profile.escalation = Some(Escalation { model, runner });
+        }
+        Ok(())
+    }
+
     /// Only the built-in profiles, with default policy. `root` overrides the `file_refs` root
     /// (default: the current directory).
     pub fn builtin(registry: &Registry, root: Option<PathBuf>) -> Result<Self, BuildError> {
@@ -295,6 +344,8 @@ impl ProfileSet {
                     input: None,
                     decode: Decode::Free,
                     constraint,
+                    escalate_to: None,
+                    escalation: None,
                 },
             );
         }
@@ -347,6 +398,8 @@ impl ProfileSet {
                     input,
                     decode,
                     constraint,
+                    escalate_to: p.escalate_to.clone(),
+                    escalation: None,
                 },
             );
         }

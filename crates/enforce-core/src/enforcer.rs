@@ -37,7 +37,22 @@ pub struct Enforcer {
     validators: Arc<[Box<dyn Validator>]>,
     policy: Policy,
     input: Option<Arc<InputStage>>,
+    escalation: Option<Escalation>,
 }
+
+/// The model the rung [`Reask::Escalate`](crate::policy::Reask::Escalate) asks instead of the
+/// main runner: its name for the audit, and its runner.
+#[derive(Debug, Clone)]
+pub struct Escalation {
+    /// The model's name, as the audit records it (`attempts[].escalated_to`).
+    pub model: String,
+    /// The runner that asks it.
+    pub runner: Arc<dyn Runner>,
+}
+
+/// Code of the warning an outcome carries when the rung `escalate` asked and the enforcer has
+/// no escalation model: the re-ask went to the main runner, with feedback.
+pub const ESCALATION_NO_TARGET: &str = "ESCALATION_NO_TARGET";
 
 fn error_codes(issues: &[Issue]) -> Vec<&str> {
     let mut codes: Vec<&str> = issues
@@ -130,7 +145,23 @@ impl Enforcer {
             validators: validators.into(),
             policy: Policy::default(),
             input: None,
+            escalation: None,
         }
+    }
+
+    /// Sends the re-asks of the rung [`Reask::Escalate`](crate::policy::Reask::Escalate) to
+    /// `runner`, recorded in the audit as `model`.
+    pub fn with_escalation(mut self, model: impl Into<String>, runner: Arc<dyn Runner>) -> Self {
+        self.escalation = Some(Escalation {
+            model: model.into(),
+            runner,
+        });
+        self
+    }
+
+    /// The escalation model, if the rung `escalate` has one.
+    pub fn escalation(&self) -> Option<&Escalation> {
+        self.escalation.as_ref()
     }
 
     /// Checks every request with `stage` before the first model call.
@@ -189,6 +220,7 @@ impl Enforcer {
             validators: Arc::clone(&self.validators),
             policy,
             input: self.input.clone(),
+            escalation: self.escalation.clone(),
         }
     }
 

@@ -221,6 +221,30 @@ pub struct Attempt {
     /// with its instruction to answer shorter. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub more_room: Option<u64>,
+    /// Set when the attempt asked for a free answer before the formatted one
+    /// (reason-then-format): that first call's figures. The attempt's `usage`, `cost_usd` and
+    /// `runner_us` include them; its response is the second call's. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_answer: Option<FreeAnswer>,
+    /// The escalation model that answered this attempt (rung `escalate`). Absent when the
+    /// main runner answered, also for an `escalate` rung without an escalation model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalated_to: Option<String>,
+}
+
+/// The free answer of a reason-then-format attempt, which is not validated.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FreeAnswer {
+    /// Length of the free answer in bytes.
+    pub response_bytes: usize,
+    /// Time the runner took for it, in microseconds.
+    pub runner_us: u64,
+    /// Token usage the runner reported for it.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// Cost the runner reported for it, in US dollars.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
 }
 
 /// Why and where an attempt was cut short.

@@ -122,6 +122,8 @@ pub struct Policy {
     /// (e.g. `INVALID_JSON: 1`: one regeneration of an answer that is no JSON, then the
     /// fallback).
     pub max_retries_for: std::collections::BTreeMap<String, u32>,
+    /// How the first attempt asks (default [`FirstAttempt::Direct`]).
+    pub first_attempt: FirstAttempt,
 }
 
 /// Fallback templates chosen by the value of a request fact (see [`Policy::fallback_by`]).
@@ -166,6 +168,31 @@ pub enum Reask {
     Resample,
     /// The original request with the feedback appended, without the failed answer.
     FeedbackFresh,
+    /// Two calls: the original request with the decoding constraint left out and an
+    /// instruction to answer in plain words first, then a follow-up that gives that free
+    /// answer (and the feedback) and asks for it in the contract's format, with the
+    /// constraint. Only the second answer is validated; both calls count in the attempt's
+    /// usage and the budget. For small models whose accuracy suffers from the format
+    /// instruction itself.
+    ReasonThenFormat,
+    /// Like [`Feedback`](Reask::Feedback), asked of the escalation model
+    /// ([`Enforcer::with_escalation`](crate::Enforcer::with_escalation)); without one, asked
+    /// of the main runner, and the outcome warns `ESCALATION_NO_TARGET`.
+    Escalate,
+}
+
+/// How the first attempt asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub enum FirstAttempt {
+    /// The request as it is (with the decoding constraint, if any).
+    #[default]
+    Direct,
+    /// As the rung [`Reask::ReasonThenFormat`] asks: a free answer first, then the same
+    /// answer in the contract's format.
+    ReasonThenFormat,
 }
 
 /// The strategies of the re-asks, one rung per re-ask: re-ask 1 uses the first, re-ask 2 the
@@ -242,7 +269,7 @@ impl<'de> Deserialize<'de> for Ladder {
             type Value = Ladder;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(
-                    "a re-ask strategy (feedback, resample, feedback_fresh) or a list of them",
+                    "a re-ask strategy (feedback, resample, feedback_fresh, reason_then_format, escalate) or a list of them",
                 )
             }
             fn visit_str<E: de::Error>(self, value: &str) -> Result<Ladder, E> {
@@ -312,6 +339,7 @@ impl Default for Policy {
             repair_first_codes: Vec::new(),
             fallback_by: None,
             max_retries_for: std::collections::BTreeMap::new(),
+            first_attempt: FirstAttempt::Direct,
         }
     }
 }
@@ -440,6 +468,12 @@ impl PolicyBuilder {
     /// [`Policy::max_retries_for`]).
     pub fn max_retries_for(mut self, code: impl Into<String>, retries: u32) -> Self {
         self.policy.max_retries_for.insert(code.into(), retries);
+        self
+    }
+
+    /// How the first attempt asks.
+    pub fn first_attempt(mut self, first: FirstAttempt) -> Self {
+        self.policy.first_attempt = first;
         self
     }
 

@@ -179,6 +179,12 @@ pub struct Request {
     /// `params` is already advanced by the loop.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub seed_offset: u64,
+    /// The names of the `params` that carry a decoding constraint (a grammar, a strict
+    /// `response_format`) the caller added for the contract: the free pass of
+    /// reason-then-format ([`Reask::ReasonThenFormat`](crate::policy::Reask::ReasonThenFormat))
+    /// leaves them out, its format pass keeps them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraint_params: Vec<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -475,14 +475,21 @@ impl Turn {
         }
         // After the request's own checks: the profile's decoding constraint is no contract of
         // the request's.
+        // Those it adds are the request's constraint, which a reason-then-format free call
+        // leaves out.
         let mut params = params;
+        let mut constraint_params = Vec::new();
         for (key, value) in &self.model.decode_params {
-            params.entry(key.clone()).or_insert_with(|| value.clone());
+            if !params.contains_key(key) {
+                params.insert(key.clone(), value.clone());
+                constraint_params.push(key.clone());
+            }
         }
         let request = Request {
             messages,
             session_id,
             params,
+            constraint_params,
             ..Request::default()
         };
         let attempts = self.attempts.clone();

@@ -420,6 +420,8 @@ pub(crate) mod fixtures {
             seed: None,
             reask: None,
             more_room: None,
+            free_answer: None,
+            escalated_to: None,
         }
     }
 

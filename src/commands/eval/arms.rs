@@ -1,10 +1,12 @@
 //! Arms: the strategies an eval compares. Each is `+`-joined words that change only the
 //! profile's policy (how to re-ask, when to repair, early abort).
 
-use enforce_core::{policy::Ladder, policy::Reask, policy::RepairWhen, Policy};
+use enforce_core::{
+    policy::FirstAttempt, policy::Ladder, policy::Reask, policy::RepairWhen, Policy,
+};
 
 /// The words an arm is made of, with what each means (for `--help` and errors).
-pub const WORDS: [(&str, &str); 9] = [
+pub const WORDS: [(&str, &str); 11] = [
     (
         "none",
         "no re-ask (max_retries 0); repairs still apply at the end",
@@ -24,6 +26,14 @@ pub const WORDS: [(&str, &str); 9] = [
     (
         "ladder",
         "re-ask with feedback first, then resample (reask: [feedback, resample])",
+    ),
+    (
+        "reason-format",
+        "every attempt, the first included, asks twice: a free answer without the decoding constraint, then that answer in the contract's format (first_attempt and reask: reason_then_format)",
+    ),
+    (
+        "escalate",
+        "re-ask with feedback first, then ask the escalation model (--escalate-model, or the profile's escalate_to) with feedback (reask: [feedback, escalate])",
     ),
     (
         "all-attempts",
@@ -60,6 +70,8 @@ pub struct Arm {
     pub early_abort: bool,
     /// Constrained decoding, as `decode: constrained` asks for it.
     pub constrained: bool,
+    /// How the first attempt asks.
+    pub first_attempt: FirstAttempt,
 }
 
 impl Arm {
@@ -78,6 +90,7 @@ impl Arm {
         let mut repair = RepairWhen::Last;
         let mut early_abort = false;
         let mut constrained = false;
+        let mut first_attempt = FirstAttempt::Direct;
         for word in name.split('+').map(str::trim) {
             let set_reask = |current: &mut Option<(&str, Ladder)>, w, r: Ladder| match current {
                 Some((other, _)) => Err(format!(
@@ -94,6 +107,15 @@ impl Arm {
                 "feedback" => set_reask(&mut reask, "feedback", Reask::Feedback.into())?,
                 "fresh" => set_reask(&mut reask, "fresh", Reask::FeedbackFresh.into())?,
                 "ladder" => set_reask(&mut reask, "ladder", feedback_then_resample())?,
+                "reason-format" => {
+                    set_reask(&mut reask, "reason-format", Reask::ReasonThenFormat.into())?;
+                    first_attempt = FirstAttempt::ReasonThenFormat;
+                }
+                "escalate" => set_reask(
+                    &mut reask,
+                    "escalate",
+                    rungs(&[Reask::Feedback, Reask::Escalate]),
+                )?,
                 "all-attempts" => stop_on_no_progress = false,
                 "abort" => early_abort = true,
                 "repair-first" => repair = RepairWhen::First,
@@ -127,7 +149,13 @@ impl Arm {
             repair,
             early_abort,
             constrained,
+            first_attempt,
         })
+    }
+
+    /// Whether a re-ask of this arm asks the escalation model.
+    pub fn escalates(&self) -> bool {
+        self.reasks && self.reask.rungs().contains(&Reask::Escalate)
     }
 
     /// Parses a comma-separated list; names must not repeat.
@@ -153,13 +181,19 @@ impl Arm {
         policy.stop_on_no_progress = self.stop_on_no_progress;
         policy.repair = self.repair;
         policy.early_abort = self.early_abort;
+        policy.first_attempt = self.first_attempt;
         policy
     }
 }
 
 /// The `ladder` arm's rungs: feedback first, then fresh draws.
 fn feedback_then_resample() -> Ladder {
-    Ladder::new(vec![Reask::Feedback, Reask::Resample]).unwrap_or_default()
+    rungs(&[Reask::Feedback, Reask::Resample])
+}
+
+/// A ladder of `rungs` (never empty here).
+fn rungs(rungs: &[Reask]) -> Ladder {
+    Ladder::new(rungs.to_vec()).unwrap_or_default()
 }
 
 fn word_list() -> String {
@@ -236,6 +270,32 @@ mod tests {
             .expect("the documented list");
         assert_eq!(arms.len(), 5);
         assert!(Arm::parse("ladder+resample")
+            .expect_err("two")
+            .contains("pick one"));
+    }
+
+    #[test]
+    fn reason_format_reasons_first_from_the_first_attempt_and_escalate_climbs_to_it() {
+        let base = Policy::default();
+        let policy = Arm::parse("reason-format").expect("word").policy(&base);
+        assert_eq!(policy.first_attempt, FirstAttempt::ReasonThenFormat);
+        assert_eq!(policy.reask.rungs(), [Reask::ReasonThenFormat]);
+        let constrained = Arm::parse("reason-format+constrained").expect("combined");
+        assert!(constrained.constrained);
+        // Any other arm leaves the first attempt direct, whatever the profile says.
+        let profile = Policy::builder()
+            .first_attempt(FirstAttempt::ReasonThenFormat)
+            .build();
+        let policy = Arm::parse("feedback").expect("word").policy(&profile);
+        assert_eq!(policy.first_attempt, FirstAttempt::Direct);
+        let arm = Arm::parse("escalate").expect("word");
+        assert!(arm.escalates());
+        assert_eq!(
+            arm.policy(&base).reask.rungs(),
+            [Reask::Feedback, Reask::Escalate]
+        );
+        assert!(!Arm::parse("ladder").expect("word").escalates());
+        assert!(Arm::parse("escalate+resample")
             .expect_err("two")
             .contains("pick one"));
     }

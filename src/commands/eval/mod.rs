@@ -179,7 +179,9 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     let cases = dataset::read(dataset_path)?;
     let loaded = LoadedConfig::load(args.config.as_deref())?;
     let (registry, _host) = crate::plugin_host::registry_with_plugins(&loaded);
-    let profiles = loaded.profiles(&registry, args.root.clone())?;
+    let mut profiles = loaded.profiles(&registry, args.root.clone())?;
+    let escalation = args.runner.escalation(loaded.config.runner.clone())?;
+    crate::escalation::connect(&mut profiles, &loaded, escalation)?;
     let profile_name = args
         .profile
         .clone()
@@ -202,6 +204,14 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
             };
             unknown_profile(&profiles, name, &whose)
         })?;
+        if let Some(arm) = arms.iter().find(|arm| arm.escalates()) {
+            if profile.enforcer().escalation().is_none() {
+                return Err(UsageError(format!(
+                    "arm `{}` escalates, but profile `{name}` has no escalation model: give --escalate-model MODEL or the profile's `escalate_to`",
+                    arm.name
+                )));
+            }
+        }
         let per_arm = (0..arms.len())
             .map(|a| {
                 Arc::clone(built.entry((name.clone(), a)).or_insert_with(|| {

@@ -74,6 +74,8 @@ pub struct ArmSummary {
     pub outcomes: BTreeMap<&'static str, u64>,
     /// Attempts made, in all.
     pub attempts: u64,
+    /// Of those, attempts the escalation model answered (`attempts[].escalated_to`).
+    pub escalated_attempts: u64,
     /// Prompt (input) tokens, in all.
     pub prompt_tokens: u64,
     /// Completion (output) tokens, in all.
@@ -205,6 +207,7 @@ pub fn build(setup: Setup, arms: &[String], trials: &[Trial]) -> Summary {
             .collect();
         let (mut prompt, mut completion, mut estimated, mut wall_us, mut attempts) =
             (0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut escalated_attempts = 0u64;
         let mut with_usage = false;
         for t in in_arm(trials, arm) {
             if let Some(u) = t.outcome.usage {
@@ -215,6 +218,12 @@ pub fn build(setup: Setup, arms: &[String], trials: &[Trial]) -> Summary {
             estimated += t.estimated_tokens;
             wall_us += t.outcome.total_us;
             attempts += t.outcome.attempts.len() as u64;
+            escalated_attempts += t
+                .outcome
+                .attempts
+                .iter()
+                .filter(|a| a.escalated_to.is_some())
+                .count() as u64;
         }
         let wall_ms = wall_us as f64 / 1000.0;
         arm_summaries.push(ArmSummary {
@@ -225,6 +234,7 @@ pub fn build(setup: Setup, arms: &[String], trials: &[Trial]) -> Summary {
             valid: Rate::wilson(valid, n),
             outcomes,
             attempts,
+            escalated_attempts,
             prompt_tokens: prompt,
             completion_tokens: completion,
             estimated_tokens: estimated,
@@ -391,6 +401,7 @@ pub fn tables(summary: &Summary) -> Tables {
         &[
             "arm",
             "attempts",
+            "escalated",
             "prompt tok",
             "completion tok",
             "estimated tok",
@@ -398,17 +409,19 @@ pub fn tables(summary: &Summary) -> Tables {
             "completion tok/valid",
             "ms/valid",
         ],
-        1..8,
+        1..9,
     )
     .note(Some(
-        "all tokens and time of the arm divided by its valid answers; estimated = counted \
-         from the chunks received, not reported by the model"
+        "all tokens and time of the arm divided by its valid answers; escalated = attempts \
+         the escalation model answered; estimated = counted from the chunks received, not \
+         reported by the model"
             .into(),
     ));
     for a in &summary.arms {
         cost.rows.push(vec![
             a.arm.clone(),
             a.attempts.to_string(),
+            a.escalated_attempts.to_string(),
             a.prompt_tokens.to_string(),
             a.completion_tokens.to_string(),
             a.estimated_tokens.to_string(),

@@ -122,14 +122,15 @@ impl Plan {
             "seed".into(),
             Value::from(self.seed_of(job.case, job.repeat)),
         );
-        if let Some(constrained) = self.constrained_of(job) {
-            constrained.apply(&mut params);
-        }
-        Request {
+        let mut request = Request {
             messages: self.cases[job.case].messages.clone(),
             params,
             ..Request::default()
+        };
+        if let Some(constrained) = self.constrained_of(job) {
+            constrained.apply_to(&mut request);
         }
+        request
     }
 
     fn constrained_of(&self, job: Job) -> Option<&Constrained> {

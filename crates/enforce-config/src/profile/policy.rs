@@ -17,6 +17,7 @@ pub(super) struct PolicyFields<'a> {
     early_abort: Option<bool>,
     partial_check_bytes: Option<usize>,
     reask: Option<&'a enforce_core::policy::Ladder>,
+    first_attempt: Option<enforce_core::policy::FirstAttempt>,
     stop_on_no_progress: Option<bool>,
     repair: Option<enforce_core::policy::RepairWhen>,
     repair_first_codes: Option<&'a Vec<String>>,
@@ -35,6 +36,7 @@ impl<'a> From<&'a Defaults> for PolicyFields<'a> {
             early_abort: d.early_abort,
             partial_check_bytes: d.partial_check_bytes,
             reask: d.reask.as_ref(),
+            first_attempt: d.first_attempt,
             stop_on_no_progress: d.stop_on_no_progress,
             repair: d.repair,
             repair_first_codes: d.repair_first_codes.as_ref(),
@@ -55,6 +57,7 @@ impl<'a> From<&'a ProfileConfig> for PolicyFields<'a> {
             early_abort: p.early_abort,
             partial_check_bytes: p.partial_check_bytes,
             reask: p.reask.as_ref(),
+            first_attempt: p.first_attempt,
             stop_on_no_progress: p.stop_on_no_progress,
             repair: p.repair,
             repair_first_codes: p.repair_first_codes.as_ref(),
@@ -102,6 +105,9 @@ pub(super) fn build_policy(
     if let Some(reask) = defaults.reask {
         policy.reask = reask.clone();
     }
+    if let Some(first) = defaults.first_attempt {
+        policy.first_attempt = first;
+    }
     if let Some(yes) = defaults.stop_on_no_progress {
         policy.stop_on_no_progress = yes;
     }
@@ -143,6 +149,9 @@ pub(super) fn build_policy(
         }
         if let Some(reask) = p.reask {
             policy.reask = reask.clone();
+        }
+        if let Some(first) = p.first_attempt {
+            policy.first_attempt = first;
         }
         if let Some(yes) = p.stop_on_no_progress {
             policy.stop_on_no_progress = yes;

@@ -73,6 +73,35 @@ fn reask_takes_a_ladder_and_stop_on_no_progress_a_switch() {
 }
 
 #[test]
+fn the_new_strategies_parse_as_rungs_and_first_attempt_and_escalate_to_are_kept() {
+    use enforce_core::policy::{FirstAttempt, Reask};
+    let set = load(
+        "defaults:\n  first_attempt: reason_then_format\n\
+         profiles:\n  p:\n    validators: [step_marker]\n    \
+         reask: [reason_then_format, escalate, resample]\n    escalate_to: big\n  \
+         q:\n    validators: [step_marker]\n    first_attempt: direct\n",
+    )
+    .unwrap();
+    let p = set.get("p").unwrap();
+    assert_eq!(
+        p.policy().reask.rungs(),
+        [Reask::ReasonThenFormat, Reask::Escalate, Reask::Resample]
+    );
+    assert_eq!(p.policy().first_attempt, FirstAttempt::ReasonThenFormat);
+    assert_eq!(p.escalate_to(), Some("big"));
+    let q = set.get("q").unwrap();
+    assert_eq!(q.policy().first_attempt, FirstAttempt::Direct);
+    assert_eq!(q.escalate_to(), None);
+    let err = load("profiles:\n  p:\n    validators: [step_marker]\n    reask: escalated\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("reason_then_format") && err.contains("escalate"),
+        "the valid strategies are named: {err}"
+    );
+}
+
+#[test]
 fn reask_and_repair_keys_layer_over_defaults() {
     let set = load(
         "defaults:\n  reask: resample\n  repair: first\n  repair_first_codes: [INVALID_JSON]\n\

@@ -6,9 +6,9 @@ use crate::outcome::{fnv1a_hex, is_unchecked_warning};
 use crate::time::micros;
 use crate::validator::{repair_leaves, validate_leaves, Found, Leaf, LeafRun, Verdict};
 use crate::{
-    input::InputCheck, policy::AnswerFormat, policy::RepairWhen, runner::ToolCall, Attempt,
-    Context, Event, Issue, Observer, Outcome, PartialCheck, Reply, ReplyStream, RunnerError,
-    Status, StopReason, StreamEvent, Usage,
+    input::InputCheck, outcome::FreeAnswer, policy::AnswerFormat, policy::RepairWhen,
+    runner::ToolCall, Attempt, Context, Event, Issue, Observer, Outcome, PartialCheck, Reply,
+    ReplyStream, RunnerError, Status, StopReason, StreamEvent, Usage,
 };
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -89,6 +89,8 @@ pub(super) struct Run<'a> {
     pub(super) asked: Asked,
     /// Re-asks made by a rung of the policy's ladder so far.
     pub(super) rungs_used: usize,
+    /// Warnings about the run itself (not an answer's), for the outcome.
+    pub(super) notes: Vec<Issue>,
 }
 
 /// How an attempt asked: what its audit records besides the answer.
@@ -100,6 +102,10 @@ pub(super) struct Asked {
     pub(super) reask: Option<crate::policy::Reask>,
     /// The token limit a re-ask after truncation gave.
     pub(super) more_room: Option<u64>,
+    /// The free answer a reason-then-format attempt asked for first.
+    pub(super) free_answer: Option<FreeAnswer>,
+    /// The escalation model was asked.
+    pub(super) escalated: bool,
 }
 
 impl<'a> Run<'a> {
@@ -124,6 +130,7 @@ impl<'a> Run<'a> {
             reasked: Vec::new(),
             asked: Asked::default(),
             rungs_used: 0,
+            notes: Vec::new(),
         }
     }
 
@@ -278,6 +285,8 @@ impl<'a> Run<'a> {
             seed: reply.seed,
             reask: None,
             more_room: None,
+            free_answer: None,
+            escalated_to: None,
         }
     }
 
@@ -286,6 +295,20 @@ impl<'a> Run<'a> {
         attempt.seed = attempt.seed.or(self.asked.seed);
         attempt.reask = self.asked.reask;
         attempt.more_room = self.asked.more_room;
+        if let Some(free) = self.asked.free_answer {
+            // Both calls of a reason-then-format attempt are its cost.
+            if let Some(usage) = free.usage {
+                attempt.usage.get_or_insert_with(Usage::default).add(usage);
+            }
+            if let Some(cost) = free.cost_usd {
+                *attempt.cost_usd.get_or_insert(0.0) += cost;
+            }
+            attempt.runner_us = attempt.runner_us.saturating_add(free.runner_us);
+            attempt.free_answer = Some(free);
+        }
+        if self.asked.escalated {
+            attempt.escalated_to = self.enforcer.escalation.as_ref().map(|e| e.model.clone());
+        }
         self.attempts.push(attempt);
         if let Some(attempt) = self.attempts.last() {
             self.observer.on_event(&Event::Recorded { attempt });
@@ -494,6 +517,7 @@ impl<'a> Run<'a> {
             None => (None, Vec::new(), Vec::new()),
         };
         let (issues, mut warnings) = split_issues(all_issues);
+        warnings.extend(self.notes.iter().cloned());
         let mut fallback_used = false;
         match fallback {
             Some(Ok(text)) => {

@@ -2,8 +2,12 @@
 //! rules, and the re-ask that follows a failed attempt.
 
 use super::run::{Asked, Received, Run, Spent};
+use super::ESCALATION_NO_TARGET;
 use super::{error_codes, error_set, message_bytes, reseeded, seed_of, truncated, Enforcer};
 use crate::input::{request_context, Staged};
+use crate::outcome::FreeAnswer;
+use crate::policy::FirstAttempt;
+use crate::time::micros;
 use crate::validator::{push_leaves, Found, Verdict};
 use crate::{
     input::InputCheck, outcome::Cut, policy::Reask, runner::FinishReason,
@@ -92,6 +96,59 @@ impl Asking<'_, '_> {
         }
     }
 }
+
+/// What [`Enforcer::ask_for`] plans: an ask to send, or the two calls of reason-then-format,
+/// whose second ask the first call's answer completes.
+enum Planned<'r, 'p> {
+    Ready(Asking<'r, 'p>),
+    ReasonFirst(Box<TwoPass>),
+}
+
+/// The calls of a reason-then-format attempt: a free ask, and the format ask that gets the
+/// free answer and `instruction`.
+struct TwoPass {
+    free: Request,
+    format: Request,
+    instruction: String,
+}
+
+impl TwoPass {
+    /// The two calls for `asking` (the request as this attempt sends it): the free one
+    /// without the decoding constraint, the format one with it; `feedback` about a failed
+    /// attempt goes with the format instruction.
+    fn of(asking: Request, feedback: Option<&str>) -> TwoPass {
+        let mut free = asking.clone();
+        for key in std::mem::take(&mut free.constraint_params) {
+            free.params.remove(&key);
+        }
+        free.messages.push(Message::user(REASON_FIRST));
+        let format = Request {
+            messages: free.messages.clone(),
+            ..asking
+        };
+        let instruction = match feedback {
+            Some(feedback) => format!("{FORMAT_NEXT}\n\n{EARLIER_REJECTED}\n\n{feedback}"),
+            None => FORMAT_NEXT.to_string(),
+        };
+        TwoPass {
+            free,
+            format,
+            instruction,
+        }
+    }
+}
+
+/// The instruction of reason-then-format's free call.
+const REASON_FIRST: &str = "First answer the question in plain words: think it \
+through and give the answer. Do not worry about the output format yet; it comes in the next \
+step.";
+
+/// The instruction of reason-then-format's format call, after the free answer.
+const FORMAT_NEXT: &str = "Now give exactly that answer in the format the question \
+asks for, and nothing else.";
+
+/// What precedes the feedback in the format call of a reason-then-format re-ask.
+const EARLIER_REJECTED: &str = "An earlier answer in that format was rejected:";
 
 /// The instruction a re-ask after a truncated answer sends, with more room, instead of
 /// feedback about what the cut left broken.
@@ -244,7 +301,11 @@ impl Enforcer {
         } else {
             Vec::new()
         };
-        let asking = self.ask_for(request, run, number, previous);
+        let asking = self.prepare(runner, request, run, number, previous).await?;
+        let runner = match (&self.escalation, run.asked.escalated) {
+            (Some(escalation), true) => escalation.runner.as_ref(),
+            _ => runner,
+        };
         let asked = Instant::now();
         let streamed = !checks.is_empty() || run.show_deltas;
         let (received, checking) = run
@@ -273,15 +334,80 @@ impl Enforcer {
                     run, number, reply, issues, cut, deltas, sent, timing,
                 ))
             }
-            Err(error) => {
-                run.spent.runner += runner_time;
-                let mut attempt =
-                    Run::attempt(number, &Reply::default(), Vec::new(), runner_time, checking);
-                attempt.runner_error = Some(error.clone());
-                run.push_attempt(attempt);
-                Err(NoAnswer::RunnerFailed(error))
-            }
+            Err(error) => Err(Self::runner_failed(
+                run,
+                number,
+                error,
+                runner_time,
+                checking,
+            )),
         }
+    }
+
+    /// What attempt `number` sends ([`ask_for`](Self::ask_for)), with the free call of a
+    /// reason-then-format attempt made; a failed free call is the attempt's failure.
+    async fn prepare<'r, 'p>(
+        &self,
+        runner: &dyn Runner,
+        request: &'r Request,
+        run: &mut Run<'_>,
+        number: u32,
+        previous: Option<&'p Previous>,
+    ) -> Result<Asking<'r, 'p>, NoAnswer> {
+        match self.ask_for(request, run, number, previous) {
+            Planned::Ready(asking) => Ok(asking),
+            Planned::ReasonFirst(two) => match Self::reason_first(run, runner, *two).await {
+                Ok(format) => Ok(Asking::Fresh(Cow::Owned(format))),
+                Err((error, took)) => Err(Self::runner_failed(
+                    run,
+                    number,
+                    error,
+                    took,
+                    Duration::ZERO,
+                )),
+            },
+        }
+    }
+
+    /// Records attempt `number` as one the runner failed.
+    fn runner_failed(
+        run: &mut Run<'_>,
+        number: u32,
+        error: RunnerError,
+        runner_time: Duration,
+        checking: Duration,
+    ) -> NoAnswer {
+        run.spent.runner += runner_time;
+        let mut attempt =
+            Run::attempt(number, &Reply::default(), Vec::new(), runner_time, checking);
+        attempt.runner_error = Some(error.clone());
+        run.push_attempt(attempt);
+        NoAnswer::RunnerFailed(error)
+    }
+
+    /// The free call of a reason-then-format attempt, asked whole and not validated: its
+    /// usage counts in the run's spend and the attempt's. Returns the format call, which
+    /// carries the free answer; or the runner's error and the time it took.
+    async fn reason_first(
+        run: &mut Run<'_>,
+        runner: &dyn Runner,
+        two: TwoPass,
+    ) -> Result<Request, (RunnerError, Duration)> {
+        let started = Instant::now();
+        let free = runner.ask(Ask::new(&two.free)).reply().await;
+        let took = started.elapsed();
+        let free = free.map_err(|error| (error, took))?;
+        run.spent.add(&free, took);
+        run.asked.free_answer = Some(FreeAnswer {
+            response_bytes: free.text.len(),
+            runner_us: micros(took),
+            usage: free.usage,
+            cost_usd: free.cost_usd,
+        });
+        let mut format = two.format;
+        format.messages.push(Message::assistant(free.text));
+        format.messages.push(Message::user(two.instruction));
+        Ok(format)
     }
 
     /// What attempt `number` sends: the request with this attempt's seed (every re-ask draws
@@ -293,13 +419,16 @@ impl Enforcer {
         run: &mut Run<'_>,
         number: u32,
         previous: Option<&'p Previous>,
-    ) -> Asking<'r, 'p> {
+    ) -> Planned<'r, 'p> {
         let Some(previous) = previous else {
             run.asked = Asked {
                 seed: seed_of(request),
                 ..Asked::default()
             };
-            return Asking::Fresh(Cow::Borrowed(request));
+            if self.policy.first_attempt == FirstAttempt::ReasonThenFormat {
+                return Planned::ReasonFirst(Box::new(TwoPass::of(request.clone(), None)));
+            }
+            return Planned::Ready(Asking::Fresh(Cow::Borrowed(request)));
         };
         let mut asking = reseeded(request, number);
         let seed = seed_of(&asking);
@@ -308,19 +437,19 @@ impl Enforcer {
             asking.messages.push(Message::user(SHORTER));
             run.asked = Asked {
                 seed,
-                reask: None,
                 more_room,
+                ..Asked::default()
             };
-            return Asking::Fresh(Cow::Owned(asking));
+            return Planned::Ready(Asking::Fresh(Cow::Owned(asking)));
         }
         let reask = self.policy.reask.rung(run.rungs_used);
         run.rungs_used = run.rungs_used.saturating_add(1);
         run.asked = Asked {
             seed,
             reask: Some(reask),
-            more_room: None,
+            ..Asked::default()
         };
-        match reask {
+        let asking = match reask {
             Reask::Feedback => Asking::FollowUp {
                 request: asking,
                 previous,
@@ -330,6 +459,33 @@ impl Enforcer {
                 asking.messages.push(Message::user(&previous.feedback));
                 Asking::Fresh(Cow::Owned(asking))
             }
+            Reask::ReasonThenFormat => {
+                let two = TwoPass::of(asking, Some(&previous.feedback));
+                return Planned::ReasonFirst(Box::new(two));
+            }
+            Reask::Escalate => {
+                self.escalate(run);
+                Asking::FollowUp {
+                    request: asking,
+                    previous,
+                }
+            }
+        };
+        Planned::Ready(asking)
+    }
+
+    /// Notes on `run` that this re-ask goes to the escalation model; without one, the
+    /// outcome's warning that it went to the main runner.
+    fn escalate(&self, run: &mut Run<'_>) {
+        if self.escalation.is_some() {
+            run.asked.escalated = true;
+        } else if !run.notes.iter().any(|n| n.code == ESCALATION_NO_TARGET) {
+            run.notes.push(Issue::warning(
+                "reask",
+                ESCALATION_NO_TARGET,
+                "The re-ask strategy `escalate` has no escalation model (`escalate_to`); the \
+                 re-ask went to the main model, with feedback.",
+            ));
         }
     }
 

@@ -9,6 +9,7 @@ mod ladder;
 mod loop_paths;
 mod loop_rules;
 mod seeds;
+mod strategies;
 mod tool_calls;
 mod wrappers;
 

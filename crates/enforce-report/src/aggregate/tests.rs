@@ -24,6 +24,8 @@ fn attempt(number: u32, codes: &[&str]) -> Attempt {
         seed: None,
         reask: None,
         more_room: None,
+        free_answer: None,
+        escalated_to: None,
     }
 }
 

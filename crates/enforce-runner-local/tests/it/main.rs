@@ -11,6 +11,7 @@ mod early_abort;
 mod errors;
 mod generation;
 mod grammar;
+mod strategies;
 
 use enforce_core::{Reply, ReplyStream, RunnerError, StreamEvent};
 use enforce_runner_local::{LocalConfig, LocalRunner};
