@@ -413,7 +413,8 @@ impl Turn {
         let Some(kept) = self.conversation.take() else {
             return;
         };
-        let mut conversation = std::mem::take(&mut *kept.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut conversation =
+            std::mem::take(&mut *kept.lock().unwrap_or_else(PoisonError::into_inner));
         conversation.push(Message::assistant_calling(text, outcome.tool_calls.clone()));
         let stored = StoredResponse {
             response: body.clone(),

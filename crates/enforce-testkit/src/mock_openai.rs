@@ -6,8 +6,8 @@
 
 use crate::loopback::Loopback;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
 use axum::extract::Request;
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -568,14 +568,6 @@ impl MockOpenAi {
             .collect()
     }
 
-    /// The legacy `/v1/completions` requests received so far.
-    pub fn completion_requests(&self) -> Vec<RecordedRequest> {
-        self.requests()
-            .into_iter()
-            .filter(|r| r.path.ends_with("/v1/completions"))
-            .collect()
-    }
-
     /// Makes `/v1/embeddings` fail this way from now on (`None`: answer correctly again).
     pub fn set_embeddings_fault(&self, fault: Option<EmbeddingsFault>) {
         lock(&self.shared.script).embeddings_fault = fault;
@@ -850,7 +842,10 @@ async fn chat(State(shared): State<Arc<Shared>>, request: Request) -> Response {
         )
     };
     if reject_options && request.get("stream_options").is_some() {
-        return openai_error(400, "Unrecognized request argument supplied: stream_options");
+        return openai_error(
+            400,
+            "Unrecognized request argument supplied: stream_options",
+        );
     }
     let messages = request
         .get("messages")
@@ -978,7 +973,11 @@ fn approx_tokens(text: &str) -> u64 {
 
 /// An error in OpenAI's shape.
 fn openai_error(status: u16, message: &str) -> Response {
-    with_status(status, ErrorShape::OpenAi.body(status, message).to_string(), None)
+    with_status(
+        status,
+        ErrorShape::OpenAi.body(status, message).to_string(),
+        None,
+    )
 }
 
 fn with_status(status: u16, body: String, retry_after: Option<String>) -> Response {

@@ -51,7 +51,8 @@ impl Passing {
 
     /// The JSON answer to a `POST` of `body` to `path` with the client's key.
     async fn post_json(&self, path: &str, body: Value) -> Value {
-        self.post(path, body).send().await.unwrap().json().await.unwrap()
+        let response = self.post(path, body).send().await.unwrap();
+        response.json().await.unwrap()
     }
 
     /// The JSON answer to a `GET` of `path` with the client's key.
