@@ -285,7 +285,7 @@ struct OutcomeRecord<'a> {
     status: Status,
     stop_reason: StopTag,
     response: Option<Cow<'a, str>>,
-    #[serde(default, skip_serializing_if = "is_empty")]
+    #[serde(default, skip_serializing_if = "<[ToolCall]>::is_empty")]
     tool_calls: Cow<'a, [ToolCall]>,
     issues: Cow<'a, [Issue]>,
     warnings: Cow<'a, [Issue]>,
@@ -308,10 +308,6 @@ struct OutcomeRecord<'a> {
     cost_usd: Option<f64>,
     total_us: u64,
     runner_us: u64,
-}
-
-fn is_empty<T: Clone>(list: &Cow<'_, [T]>) -> bool {
-    list.is_empty()
 }
 
 /// An audit record whose stop reason and details disagree.
