@@ -1,12 +1,19 @@
 import socket, sys, threading, time, json
+# load.py PORT N SIZE [--responses]: N concurrent SIZE-byte chat-completions requests, or
+# Responses API requests (`input`, stored by default) with --responses.
 port, n, size = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+responses = "--responses" in sys.argv[4:]
 pad = "x" * (size - 200)
-body = json.dumps({"model": "m", "messages": [{"role": "user", "content": pad}]}).encode()
+if responses:
+    path, request = "/v1/responses", {"model": "m", "input": pad}
+else:
+    path, request = "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": pad}]}
+body = json.dumps(request).encode()
 codes = []
 def one():
     try:
         s = socket.create_connection(("127.0.0.1", port))
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+        s.sendall(b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % (path.encode(), len(body)))
         try:
             s.sendall(body)
         except OSError:

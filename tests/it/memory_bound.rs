@@ -107,9 +107,9 @@ async fn concurrent_large_bodies_raise_memory_by_the_body_budget_and_all_are_ans
         answered.contains(&429) || answered.contains(&REFUSED_WHILE_SENDING),
         "{answered:?}"
     );
-    // A body is in memory about two and a half times over at its peak (the bytes and the
-    // parsed request, then the conversation and the upstream request), and twenty
-    // connections, the threads' heaps and the allocator take some 10-20 MiB of their own.
+    // A body is in memory twice over at its peaks (the bytes and the parsed request, then the
+    // conversation and the upstream request), the allocator grows RSS in 2 MB huge pages on
+    // top, and twenty connections and the threads' heaps take some 10-20 MiB of their own.
     // Without the budget (eight bodies at once) the proxy grew by about 48 MB here.
     let grown = peak.saturating_sub(idle);
     eprintln!("idle {idle} peak {peak} grown {grown} ({answered:?})");

@@ -7,6 +7,7 @@ use crate::{
 };
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -301,55 +302,30 @@ pub struct Outcome {
     pub unavailable_statuses: BTreeMap<String, String>,
 }
 
-/// The audit record as written: the stop reason's details sit beside its tag. Field order and
-/// names are the public contract; keep them in step with [`OutcomeRecord`].
-#[derive(Serialize)]
-struct OutcomeRecordRef<'a> {
+/// The audit record, written from an outcome and read back into one: the stop reason's details
+/// sit beside its tag. Field order and names are the public contract.
+#[derive(Serialize, Deserialize)]
+struct OutcomeRecord<'a> {
     status: Status,
     stop_reason: StopTag,
-    response: &'a Option<String>,
-    #[serde(skip_serializing_if = "<[ToolCall]>::is_empty")]
-    tool_calls: &'a [ToolCall],
-    issues: &'a [Issue],
-    warnings: &'a [Issue],
-    attempts: &'a [Attempt],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    input: &'a Option<InputCheck>,
-    fallback_used: bool,
-    runner_error: Option<&'a RunnerError>,
-    unavailable: Option<&'a UnavailableValidator>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    unavailable_statuses: &'a BTreeMap<String, String>,
-    session_id: &'a Option<String>,
-    usage: Option<Usage>,
-    cost_usd: Option<f64>,
-    total_us: u64,
-    runner_us: u64,
-}
-
-/// The audit record as read.
-#[derive(Deserialize)]
-struct OutcomeRecord {
-    status: Status,
-    stop_reason: StopTag,
-    response: Option<String>,
-    #[serde(default)]
-    tool_calls: Vec<ToolCall>,
-    issues: Vec<Issue>,
-    warnings: Vec<Issue>,
-    attempts: Vec<Attempt>,
-    #[serde(default)]
-    input: Option<InputCheck>,
+    response: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "<[ToolCall]>::is_empty")]
+    tool_calls: Cow<'a, [ToolCall]>,
+    issues: Cow<'a, [Issue]>,
+    warnings: Cow<'a, [Issue]>,
+    attempts: Cow<'a, [Attempt]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    input: Option<Cow<'a, InputCheck>>,
     #[serde(default)]
     fallback_used: bool,
     #[serde(default)]
-    runner_error: Option<RunnerError>,
+    runner_error: Option<Cow<'a, RunnerError>>,
     #[serde(default)]
-    unavailable: Option<UnavailableValidator>,
+    unavailable: Option<Cow<'a, UnavailableValidator>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    unavailable_statuses: Cow<'a, BTreeMap<String, String>>,
     #[serde(default)]
-    unavailable_statuses: BTreeMap<String, String>,
-    #[serde(default)]
-    session_id: Option<String>,
+    session_id: Option<Cow<'a, str>>,
     #[serde(default)]
     usage: Option<Usage>,
     #[serde(default)]
@@ -371,14 +347,18 @@ enum InconsistentRecord {
     StrayUnavailable,
 }
 
-impl OutcomeRecord {
+impl OutcomeRecord<'_> {
     fn into_outcome(self) -> Result<Outcome, InconsistentRecord> {
         let r = self;
         let stop_reason = match (r.stop_reason, r.runner_error, r.unavailable) {
-            (StopTag::RunnerFailed, Some(error), None) => StopReason::RunnerFailed { error },
+            (StopTag::RunnerFailed, Some(error), None) => StopReason::RunnerFailed {
+                error: error.into_owned(),
+            },
             (StopTag::RunnerFailed, None, _) => return Err(InconsistentRecord::MissingRunnerError),
             (StopTag::ValidatorUnavailable, None, Some(unavailable)) => {
-                StopReason::ValidatorUnavailable { unavailable }
+                StopReason::ValidatorUnavailable {
+                    unavailable: unavailable.into_owned(),
+                }
             }
             (StopTag::ValidatorUnavailable, _, None) => {
                 return Err(InconsistentRecord::MissingUnavailable)
@@ -399,19 +379,19 @@ impl OutcomeRecord {
         Ok(Outcome {
             status: r.status,
             stop_reason,
-            response: r.response,
-            tool_calls: r.tool_calls,
-            issues: r.issues,
-            warnings: r.warnings,
-            attempts: r.attempts,
-            input: r.input,
+            response: r.response.map(Cow::into_owned),
+            tool_calls: r.tool_calls.into_owned(),
+            issues: r.issues.into_owned(),
+            warnings: r.warnings.into_owned(),
+            attempts: r.attempts.into_owned(),
+            input: r.input.map(Cow::into_owned),
             fallback_used: r.fallback_used,
-            session_id: r.session_id,
+            session_id: r.session_id.map(Cow::into_owned),
             usage: r.usage,
             cost_usd: r.cost_usd,
             total_us: r.total_us,
             runner_us: r.runner_us,
-            unavailable_statuses: r.unavailable_statuses,
+            unavailable_statuses: r.unavailable_statuses.into_owned(),
         })
     }
 }
@@ -426,20 +406,20 @@ impl<'de> Deserialize<'de> for Outcome {
 
 impl Serialize for Outcome {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        OutcomeRecordRef {
+        OutcomeRecord {
             status: self.status,
             stop_reason: self.stop_reason.tag(),
-            response: &self.response,
-            tool_calls: &self.tool_calls,
-            issues: &self.issues,
-            warnings: &self.warnings,
-            attempts: &self.attempts,
-            input: &self.input,
+            response: self.response.as_deref().map(Cow::Borrowed),
+            tool_calls: Cow::Borrowed(&self.tool_calls),
+            issues: Cow::Borrowed(&self.issues),
+            warnings: Cow::Borrowed(&self.warnings),
+            attempts: Cow::Borrowed(&self.attempts),
+            input: self.input.as_ref().map(Cow::Borrowed),
             fallback_used: self.fallback_used,
-            runner_error: self.stop_reason.runner_error(),
-            unavailable: self.stop_reason.unavailable(),
-            unavailable_statuses: &self.unavailable_statuses,
-            session_id: &self.session_id,
+            runner_error: self.stop_reason.runner_error().map(Cow::Borrowed),
+            unavailable: self.stop_reason.unavailable().map(Cow::Borrowed),
+            unavailable_statuses: Cow::Borrowed(&self.unavailable_statuses),
+            session_id: self.session_id.as_deref().map(Cow::Borrowed),
             usage: self.usage,
             cost_usd: self.cost_usd,
             total_us: self.total_us,

@@ -149,11 +149,6 @@ impl HostedValidator {
         }
     }
 
-    /// The plugin validator's own name (the name it is registered under in its plugin).
-    pub fn plugin_validator(&self) -> &str {
-        &self.validator
-    }
-
     /// The name of the plugin that built it.
     pub fn plugin(&self) -> &str {
         &self.plugin

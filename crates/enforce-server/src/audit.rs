@@ -33,25 +33,44 @@ impl Refusal<'_> {
     /// `reason`, `http_status`.
     pub(crate) fn to_json_line(self) -> String {
         #[derive(serde::Serialize)]
-        struct Line<'a> {
-            ts: String,
-            model: Option<&'a str>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            key: Option<&'a str>,
-            status: &'static str,
+        struct Refused {
             reason: &'static str,
             http_status: u16,
         }
-        serde_json::to_string(&Line {
-            ts: enforce_core::audit::rfc3339_millis(std::time::SystemTime::now()),
-            model: self.model,
-            key: self.key,
-            status: "refused",
+        let refused = Refused {
             reason: self.reason,
             http_status: self.status,
-        })
-        .unwrap_or_default()
+        };
+        short_record(self.model, self.key, "refused", refused)
     }
+}
+
+/// The short audit record of a request the loop did not run, as one JSON line: `ts`, `model`,
+/// `key` (when named), `status`, then the fields of its kind (`fields`).
+pub(crate) fn short_record(
+    model: Option<&str>,
+    key: Option<&str>,
+    status: &'static str,
+    fields: impl serde::Serialize,
+) -> String {
+    #[derive(serde::Serialize)]
+    struct Line<'a, F> {
+        ts: String,
+        model: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        key: Option<&'a str>,
+        status: &'static str,
+        #[serde(flatten)]
+        fields: F,
+    }
+    serde_json::to_string(&Line {
+        ts: enforce_core::audit::rfc3339_millis(std::time::SystemTime::now()),
+        model,
+        key,
+        status,
+        fields,
+    })
+    .unwrap_or_default()
 }
 
 /// Called by the writer thread once per line that could not be written or synced.

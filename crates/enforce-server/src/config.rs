@@ -477,12 +477,12 @@ pub(crate) fn check_redis_url(url: &str) -> Result<(), String> {
 
 impl ServerConfig {
     /// The request-body bytes this replica holds at once, over all requests being answered.
-    /// `max_concurrent` alone does not bound memory: a body is in memory about two and a half
-    /// times over at its peak (the bytes and the parsed request, then the conversation and the
-    /// upstream request), so `max_concurrent` large bodies may be many times a replica's idle
-    /// size. `max_body_bytes` by default: one largest body at a time (about 25 MB over idle
-    /// at the default 10 MiB), or as many ordinary ones as `max_concurrent` admits (64 bodies
-    /// of 160 KiB).
+    /// `max_concurrent` alone does not bound memory: a body is in memory twice over at its
+    /// peaks (the bytes and the parsed request, then the conversation and the upstream
+    /// request), so `max_concurrent` large bodies may be many times a replica's idle size.
+    /// `max_body_bytes` by default: one largest body at a time (about 20–25 MB over idle at
+    /// the default 10 MiB, with the allocator's slack), or as many ordinary ones as
+    /// `max_concurrent` admits (64 bodies of 160 KiB).
     pub fn body_budget(&self) -> usize {
         self.max_body_bytes_in_flight.unwrap_or(self.max_body_bytes)
     }

@@ -301,24 +301,12 @@ where
 /// `status: "passthrough"`, `path`, `http_status` (the upstream's).
 fn audit_line(model: &str, key: Option<&str>, path: &str, http_status: u16) -> String {
     #[derive(serde::Serialize)]
-    struct Line<'a> {
-        ts: String,
-        model: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        key: Option<&'a str>,
-        status: &'static str,
+    struct Forwarded<'a> {
         path: &'a str,
         http_status: u16,
     }
-    serde_json::to_string(&Line {
-        ts: enforce_core::audit::rfc3339_millis(std::time::SystemTime::now()),
-        model,
-        key,
-        status: "passthrough",
-        path,
-        http_status,
-    })
-    .unwrap_or_default()
+    let forwarded = Forwarded { path, http_status };
+    crate::audit::short_record(Some(model), key, "passthrough", forwarded)
 }
 
 fn unsupported(why: &str) -> ApiError {

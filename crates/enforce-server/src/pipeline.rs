@@ -31,7 +31,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
-use enforce_core::{Context, Enforcer, Message, Outcome, Role};
+use enforce_core::{Context, Enforcer, Message, Outcome};
 use serde_json::{Map, Value};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
@@ -219,7 +219,7 @@ async fn admit<S: Surface>(
         request_limits,
         session,
         context,
-    } = match prepare(app, grant, headers, &bytes, &mut ask).await {
+    } = match prepare(app, grant, headers, bytes, &mut ask).await {
         Ok(prepared) => prepared,
         Err(rejection) => return Err(rejection.asked_for(&ask.model)),
     };
@@ -263,17 +263,9 @@ async fn admit<S: Surface>(
             },
         )
     });
-    // What a stored answer continues from: the conversation without its system messages.
-    let conversation = ask.store.then(|| {
-        ask.messages
-            .iter()
-            .filter(|m| m.role != Role::System)
-            .cloned()
-            .collect()
-    });
     let turn = Turn {
         _in_flight: InFlight::new(&app.in_flight),
-        conversation,
+        conversation: ask.store.then(Default::default),
         app: app.clone(),
         model,
         stream: ask.stream,
@@ -294,7 +286,10 @@ async fn admit<S: Surface>(
     };
     let runner_session = session.found.and_then(|s| s.runner_session_id);
     let job = match cached {
-        Some(outcome) => crate::turn::Job::ended_with(outcome, turn.deadline()),
+        Some(outcome) => {
+            turn.keep_conversation(ask.messages);
+            crate::turn::Job::ended_with(outcome, turn.deadline())
+        }
         None => span.in_scope(|| turn.start(ask.messages, ask.params, runner_session, context)),
     };
     Ok(Admitted {
@@ -319,7 +314,7 @@ async fn prepare(
     app: &Arc<App>,
     grant: Option<&crate::config::KeyGrant>,
     headers: &HeaderMap,
-    bytes: &[u8],
+    bytes: Bytes,
     ask: &mut Ask,
 ) -> Result<Prepared, Rejection> {
     let own = own_headers(headers);
@@ -327,8 +322,11 @@ async fn prepare(
     let (mut model, header_profile) = resolve_model(app, grant, &ask.model, own)?;
     let route = match header_profile {
         Some(_) => None,
-        None => route(&mut model, bytes, &ask.params, headers, &ask.messages).await,
+        None => route(&mut model, &bytes, &ask.params, headers, &ask.messages).await,
     };
+    // Routing was the body's last reader: it is freed before the stages that may wait (a
+    // continuation's or a session's store) and before the enforcement.
+    drop(bytes);
     let request_limits = controls::apply(grant, &mut model, own)?;
     controls::admit_continuation(app, grant, ask.continues.as_deref()).await?;
     let session = open_session(app, own, ask, &model).await?;

@@ -11,8 +11,8 @@ use crate::shared::GlobalSlot;
 use crate::state::App;
 use bytes::Bytes;
 use enforce_core::{
-    Ask, Attempt, Context, Event, Message, Observer, Outcome, Reply, ReplyStream, Request, Runner,
-    RunnerError, StopReason, Validator,
+    Ask, Attempt, Context, Event, Message, Observer, Outcome, Reply, ReplyStream, Request, Role,
+    Runner, RunnerError, StopReason, Validator,
 };
 use futures_util::{FutureExt, StreamExt};
 use serde_json::{Map, Value};
@@ -346,7 +346,7 @@ pub(crate) struct Turn {
     /// Request fields the surface left out (see [`Ask::ignored`](crate::pipeline::Ask)).
     pub ignored: Vec<String>,
     /// The conversation, kept when the answer is to be stored (Responses' `store`).
-    pub conversation: Option<Vec<Message>>,
+    pub conversation: Option<KeptConversation>,
     pub started: Instant,
     /// The request's OpenTelemetry spans, when traces are on.
     pub trace: Option<Arc<RequestTrace>>,
@@ -410,9 +410,11 @@ impl Turn {
     /// (taken: a turn is stored once), when the request asked for it: for
     /// `GET /v1/responses/{id}` and `previous_response_id`.
     pub async fn store(&mut self, body: &Bytes, text: &str, outcome: &Outcome) {
-        let Some(mut conversation) = self.conversation.take() else {
+        let Some(kept) = self.conversation.take() else {
             return;
         };
+        let mut conversation =
+            std::mem::take(&mut *kept.lock().unwrap_or_else(PoisonError::into_inner));
         conversation.push(Message::assistant_calling(text, outcome.tool_calls.clone()));
         let stored = StoredResponse {
             response: body.clone(),
@@ -421,6 +423,14 @@ impl Turn {
         };
         if let Err(e) = self.app.sessions.store_response(&self.id.id, stored).await {
             tracing::error!(response_id = %self.id.id, error = %e, "could not store the response");
+        }
+    }
+
+    /// Keeps `messages`, without the system ones, as the conversation of an answer to be
+    /// stored (nothing when it is not).
+    pub fn keep_conversation(&self, messages: Vec<Message>) {
+        if let Some(kept) = &self.conversation {
+            keep(kept, messages);
         }
     }
 
@@ -504,11 +514,16 @@ impl Turn {
             trace: self.trace.clone(),
             max_attempts: enforcer.max_attempts(),
         };
+        let kept = self.conversation.clone();
         let work: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> = Box::pin(
             async move {
-                enforcer
+                let outcome = enforcer
                     .run_with(&runner, &request, &context, &observer, &request_checks)
-                    .await
+                    .await;
+                if let Some(kept) = kept {
+                    keep(&kept, request.messages);
+                }
+                outcome
             }
             .in_current_span(),
         );
@@ -537,6 +552,20 @@ impl Job {
             deadline,
         }
     }
+}
+
+/// The conversation of an answer to be stored (Responses' `store`), without its system
+/// messages: the request's own messages, handed over when the enforcement ends rather than
+/// copied before it, so a long conversation is in memory once while the model is asked.
+pub type KeptConversation = Arc<Mutex<Vec<Message>>>;
+
+/// Keeps `messages`, without the system ones, in `kept`.
+fn keep(kept: &KeptConversation, messages: Vec<Message>) {
+    let conversation = messages
+        .into_iter()
+        .filter(|m| m.role != Role::System)
+        .collect();
+    *kept.lock().unwrap_or_else(PoisonError::into_inner) = conversation;
 }
 
 /// Waits for the job, bounded by its deadline.

@@ -13,6 +13,7 @@
 //! request is recorded with its headers ([`MockAnthropic::requests`]).
 
 use crate::loopback::Loopback;
+use crate::mock_openai::pieces;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -229,17 +230,8 @@ impl MockAnthropic {
         chunks: usize,
         gap: Duration,
     ) -> std::io::Result<MockAnthropic> {
-        Self::serve(Shared {
-            script: None,
-            answers: Mutex::new(answers.into_iter().map(Into::into).collect()),
-            last: Mutex::new("OK".to_string()),
-            chunks: chunks.max(1),
-            gap,
-            requests: Mutex::new(Vec::new()),
-            abandoned: AtomicUsize::new(0),
-            counted: Mutex::new(Vec::new()),
-        })
-        .await
+        let answers = answers.into_iter().map(Into::into).collect();
+        Self::serve(None, answers, chunks, gap).await
     }
 
     /// Answers every request with the next of `replies` (the last one repeats), streamed in
@@ -249,21 +241,26 @@ impl MockAnthropic {
         chunks: usize,
         gap: Duration,
     ) -> std::io::Result<MockAnthropic> {
-        Self::serve(Shared {
-            script: Some(Mutex::new((replies.into_iter().collect(), None))),
-            answers: Mutex::new(VecDeque::new()),
+        let script = Some(Mutex::new((replies.into_iter().collect(), None)));
+        Self::serve(script, VecDeque::new(), chunks, gap).await
+    }
+
+    async fn serve(
+        script: Option<Mutex<(VecDeque<AnthropicReply>, Option<AnthropicReply>)>>,
+        answers: VecDeque<String>,
+        chunks: usize,
+        gap: Duration,
+    ) -> std::io::Result<MockAnthropic> {
+        let shared = Arc::new(Shared {
+            script,
+            answers: Mutex::new(answers),
             last: Mutex::new("OK".to_string()),
             chunks: chunks.max(1),
             gap,
             requests: Mutex::new(Vec::new()),
             abandoned: AtomicUsize::new(0),
             counted: Mutex::new(Vec::new()),
-        })
-        .await
-    }
-
-    async fn serve(shared: Shared) -> std::io::Result<MockAnthropic> {
-        let shared = Arc::new(shared);
+        });
         let app = Router::new()
             .route("/v1/messages", post(messages))
             .route("/v1/messages/count_tokens", post(count_tokens))
@@ -421,8 +418,6 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
     }
     let chunks = if main { shared.chunks } else { 1 };
     let gap = if main { shared.gap } else { Duration::ZERO };
-    let chars: Vec<char> = text.chars().collect();
-    let per = chars.len().div_ceil(chunks).max(1);
     let mut events: VecDeque<(String, Value)> = VecDeque::new();
     events.push_back((
         "message_start".into(),
@@ -431,27 +426,16 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
         "content": [], "stop_reason": null, "stop_sequence": null,
         "usage": {"input_tokens": 10, "output_tokens": 1}}}),
     ));
-    events.push_back((
-        "content_block_start".into(),
-        json!({"type": "content_block_start",
-        "index": 0, "content_block": {"type": "text", "text": ""}}),
-    ));
-    for piece in chars.chunks(per) {
-        events.push_back((
-            "content_block_delta".into(),
-            json!({"type": "content_block_delta",
-            "index": 0, "delta": {"type": "text_delta", "text": piece.iter().collect::<String>()}}),
-        ));
+    events.push_back(block_start(0, json!({"type": "text", "text": ""})));
+    for piece in pieces(&text, chunks) {
+        events.push_back(block_delta(0, json!({"type": "text_delta", "text": piece})));
     }
-    events.push_back((
-        "content_block_stop".into(),
-        json!({"type": "content_block_stop", "index": 0}),
-    ));
+    events.push_back(block_stop(0));
     events.push_back((
         "message_delta".into(),
         json!({"type": "message_delta",
         "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-        "usage": {"output_tokens": chars.len().div_ceil(4)}}),
+        "usage": {"output_tokens": text.chars().count().div_ceil(4)}}),
     ));
     events.push_back(("message_stop".into(), json!({"type": "message_stop"})));
     sse_response(events, gap, main.then(|| Arc::clone(&shared)))
@@ -548,9 +532,7 @@ async fn scripted_reply(shared: &Arc<Shared>, request: &Value, reply: AnthropicR
     }
     if !text.is_empty() {
         events.push_back(block_start(index, json!({"type": "text", "text": ""})));
-        let chars: Vec<char> = text.chars().collect();
-        for piece in chars.chunks(chars.len().div_ceil(shared.chunks).max(1)) {
-            let piece: String = piece.iter().collect();
+        for piece in pieces(&text, shared.chunks) {
             events.push_back(block_delta(
                 index,
                 json!({"type": "text_delta", "text": piece}),
@@ -573,9 +555,7 @@ async fn scripted_reply(shared: &Arc<Shared>, request: &Value, reply: AnthropicR
                     index,
                     json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
                 ));
-                let chars: Vec<char> = input.chars().collect();
-                for piece in chars.chunks(chars.len().div_ceil(3).max(1)) {
-                    let piece: String = piece.iter().collect();
+                for piece in pieces(input, 3) {
                     events.push_back(block_delta(
                         index,
                         json!({"type": "input_json_delta", "partial_json": piece}),

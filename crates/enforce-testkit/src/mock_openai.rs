@@ -6,8 +6,9 @@
 
 use crate::loopback::Loopback;
 use axum::body::{Body, Bytes};
+use axum::extract::Request;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -567,14 +568,6 @@ impl MockOpenAi {
             .collect()
     }
 
-    /// The legacy `/v1/completions` requests received so far.
-    pub fn completion_requests(&self) -> Vec<RecordedRequest> {
-        self.requests()
-            .into_iter()
-            .filter(|r| r.path.ends_with("/v1/completions"))
-            .collect()
-    }
-
     /// Makes `/v1/embeddings` fail this way from now on (`None`: answer correctly again).
     pub fn set_embeddings_fault(&self, fault: Option<EmbeddingsFault>) {
         lock(&self.shared.script).embeddings_fault = fault;
@@ -606,8 +599,8 @@ async fn not_found() -> Response {
         .into_response()
 }
 
-async fn models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    record(&shared, Method::GET, "/v1/models", &headers, &Bytes::new());
+async fn models(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    record(&shared, request).await;
     let model = lock(&shared.script).model.clone();
     axum::Json(json!({"object": "list", "data": [
         {"id": model, "object": "model", "created": 0, "owned_by": "enforce-testkit"}]}))
@@ -617,15 +610,8 @@ async fn models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
 /// `POST /v1/embeddings`: `input` is a string or a list of strings; the answer is OpenAI's
 /// `{"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model",
 /// "usage"}`.
-async fn embeddings(
-    State(shared): State<Arc<Shared>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    record(&shared, method, uri.path(), &headers, &body);
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+async fn embeddings(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let request = record(&shared, request).await;
     let inputs: Vec<String> = match request.get("input") {
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
@@ -633,8 +619,7 @@ async fn embeddings(
             .filter_map(|i| i.as_str().map(str::to_string))
             .collect(),
         _ => {
-            let message = "'input' must be a string or a list of strings";
-            return with_status(400, ErrorShape::OpenAi.body(400, message).to_string(), None);
+            return openai_error(400, "'input' must be a string or a list of strings");
         }
     };
     let (dimensions, fault) = {
@@ -648,12 +633,7 @@ async fn embeddings(
     match fault {
         None => {}
         Some(EmbeddingsFault::Status(status)) => {
-            let message = "the embeddings model failed";
-            return with_status(
-                status,
-                ErrorShape::OpenAi.body(status, message).to_string(),
-                None,
-            );
+            return openai_error(status, "the embeddings model failed");
         }
         Some(EmbeddingsFault::Delay(delay)) => tokio::time::sleep(delay).await,
         Some(EmbeddingsFault::MissingVector) => {
@@ -687,15 +667,8 @@ async fn embeddings(
 /// the first of a list) as OpenAI's `text_completion`, or, with `stream: true`, as
 /// `text_completion` chunks of it (the script's `stream_chunks`, paced alike), a chunk with
 /// `finish_reason: "stop"`, then `[DONE]`.
-async fn completions(
-    State(shared): State<Arc<Shared>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    record(&shared, method, uri.path(), &headers, &body);
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+async fn completions(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let request = record(&shared, request).await;
     let prompt = match request.get("prompt") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(items)) => items
@@ -704,8 +677,7 @@ async fn completions(
             .unwrap_or_default()
             .to_string(),
         _ => {
-            let message = "'prompt' must be a string or a list of strings";
-            return with_status(400, ErrorShape::OpenAi.body(400, message).to_string(), None);
+            return openai_error(400, "'prompt' must be a string or a list of strings");
         }
     };
     let model = request
@@ -737,8 +709,15 @@ async fn completions(
     sse(&shared, events, gap, false)
 }
 
-fn record(shared: &Shared, method: Method, path: &str, headers: &HeaderMap, body: &Bytes) {
-    let headers: Vec<(String, String)> = headers
+/// Records `request` and returns its body as JSON (`Null` when it is not JSON).
+async fn record(shared: &Shared, request: Request) -> Value {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let headers: Vec<(String, String)> = parts
+        .headers
         .iter()
         .map(|(k, v)| {
             (
@@ -752,12 +731,41 @@ fn record(shared: &Shared, method: Method, path: &str, headers: &HeaderMap, body
         .find(|(k, _)| k == "authorization")
         .map(|(_, v)| v.clone());
     lock(&shared.requests).push(RecordedRequest {
-        method: method.to_string(),
-        path: path.to_string(),
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_string(),
         authorization,
         headers,
-        body: serde_json::from_slice(body).unwrap_or(Value::Null),
+        body: body.clone(),
     });
+    body
+}
+
+/// The next reply for a request whose last user message is `last_user`, after its delays; a
+/// scripted status or error is the response already.
+async fn next_reply(shared: &Shared, last_user: &str) -> Result<MockReply, Response> {
+    let mut reply = choose(shared, last_user);
+    while let MockReply::Delayed(delay, inner) = reply {
+        tokio::time::sleep(delay).await;
+        reply = *inner;
+    }
+    match reply {
+        MockReply::Status {
+            status,
+            body,
+            retry_after,
+        } => Err(with_status(status, body, retry_after)),
+        MockReply::Error {
+            shape,
+            status,
+            message,
+            retry_after,
+        } => Err(with_status(
+            status,
+            shape.body(status, &message).to_string(),
+            retry_after,
+        )),
+        reply => Ok(reply),
+    }
 }
 
 /// The next reply for a request with this body.
@@ -804,15 +812,8 @@ fn fill(text: &str, body: &Value, last_user: &str) -> String {
         .replace("{{token}}", &token)
 }
 
-async fn chat(
-    State(shared): State<Arc<Shared>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    record(&shared, method, uri.path(), &headers, &body);
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+async fn chat(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let request = record(&shared, request).await;
     let last_user = request
         .get("messages")
         .and_then(Value::as_array)
@@ -841,8 +842,10 @@ async fn chat(
         )
     };
     if reject_options && request.get("stream_options").is_some() {
-        let message = "Unrecognized request argument supplied: stream_options";
-        return with_status(400, ErrorShape::OpenAi.body(400, message).to_string(), None);
+        return openai_error(
+            400,
+            "Unrecognized request argument supplied: stream_options",
+        );
     }
     let messages = request
         .get("messages")
@@ -850,13 +853,12 @@ async fn chat(
         .map(Vec::as_slice)
         .unwrap_or_default();
     if let Some(fault) = tool_history_fault(tool_rule, messages) {
-        return with_status(400, ErrorShape::OpenAi.body(400, &fault).to_string(), None);
+        return openai_error(400, &fault);
     }
-    let mut reply = choose(&shared, &last_user);
-    while let MockReply::Delayed(delay, inner) = reply {
-        tokio::time::sleep(delay).await;
-        reply = *inner;
-    }
+    let reply = match next_reply(&shared, &last_user).await {
+        Ok(reply) => reply,
+        Err(failed) => return failed,
+    };
     let prompt_tokens = approx_tokens(&request.to_string());
     match reply {
         MockReply::Text(_) | MockReply::Truncated(_) => {
@@ -879,60 +881,25 @@ async fn chat(
                     tokio::time::sleep(gap * u32::try_from(pieces).unwrap_or(u32::MAX)).await;
                     shared.content_chunks.fetch_add(pieces, Ordering::SeqCst);
                 }
-                axum::Json(json!({
-                    "id": "chatcmpl-mock", "object": "chat.completion", "created": 0,
-                    "model": model,
-                    "choices": [{"index": 0, "finish_reason": finish,
-                                 "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": prompt_tokens,
-                              "completion_tokens": approx_tokens(&text),
-                              "total_tokens": prompt_tokens + approx_tokens(&text)},
-                }))
-                .into_response()
+                let message = json!({"role": "assistant", "content": text});
+                let usage = usage(prompt_tokens, approx_tokens(&text));
+                completion(&model, finish, message, usage)
             }
         }
-        MockReply::Status {
-            status,
-            body,
-            retry_after,
-        } => with_status(status, body, retry_after),
-        MockReply::Error {
-            shape,
-            status,
-            message,
-            retry_after,
-        } => with_status(
-            status,
-            shape.body(status, &message).to_string(),
-            retry_after,
-        ),
         MockReply::Garbage(body) => with_status(200, body, None),
         MockReply::Reasoning { reasoning, text } => {
             let text = fill(&text, &request, &last_user);
             if stream {
                 let mut events = stream_events(&model, &text, chunks, None, include_usage);
-                let chunk = |piece: String| {
-                    json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk",
-                           "created": 0, "model": model,
-                           "choices": [{"index": 0, "delta": {"reasoning_content": piece},
-                                        "finish_reason": null}]})
-                    .to_string()
-                };
-                let words: Vec<String> =
-                    reasoning.split_inclusive(' ').map(str::to_string).collect();
-                for (i, piece) in words.into_iter().enumerate() {
-                    events.insert(1 + i, chunk(piece));
+                for (i, piece) in reasoning.split_inclusive(' ').enumerate() {
+                    let delta = json!({"reasoning_content": piece});
+                    events.insert(1 + i, chat_chunk(&model, delta, Value::Null));
                 }
                 sse(&shared, events, gap, false)
             } else {
-                axum::Json(json!({
-                    "id": "chatcmpl-mock", "object": "chat.completion", "created": 0,
-                    "model": model,
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text,
-                                             "reasoning_content": reasoning}}],
-                }))
-                .into_response()
+                let message = json!({"role": "assistant", "content": text,
+                                     "reasoning_content": reasoning});
+                completion(&model, "stop", message, Value::Null)
             }
         }
         MockReply::ToolCalls { text, calls } => {
@@ -952,16 +919,8 @@ async fn chat(
                         "function": {"name": name, "arguments": arguments}})
                     })
                     .collect();
-                axum::Json(json!({
-                    "id": "chatcmpl-mock", "object": "chat.completion", "created": 0,
-                    "model": model,
-                    "choices": [{"index": 0, "finish_reason": "tool_calls",
-                                 "message": {"role": "assistant", "content": text,
-                                             "tool_calls": calls}}],
-                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 10,
-                              "total_tokens": prompt_tokens + 10},
-                }))
-                .into_response()
+                let message = json!({"role": "assistant", "content": text, "tool_calls": calls});
+                completion(&model, "tool_calls", message, usage(prompt_tokens, 10))
             }
         }
         MockReply::StreamCut { text, after_chunks } => {
@@ -983,13 +942,42 @@ async fn chat(
             events.push("[DONE]".to_string());
             sse(&shared, events, gap, false)
         }
-        // Unwrapped above; kept total without a panic.
-        MockReply::Delayed(_, _) => with_status(500, "nested delay".to_string(), None),
+        // Answered by `next_reply`; kept total without a panic.
+        MockReply::Delayed(..) | MockReply::Status { .. } | MockReply::Error { .. } => {
+            openai_error(500, "the mock's reply was answered before")
+        }
     }
+}
+
+/// A whole `chat.completion` with one choice; `usage` left out when `Null`.
+fn completion(model: &str, finish: &str, message: Value, usage: Value) -> Response {
+    let mut answer = json!({
+        "id": "chatcmpl-mock", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+    });
+    if !usage.is_null() {
+        answer["usage"] = usage;
+    }
+    axum::Json(answer).into_response()
+}
+
+/// A completion's `usage`.
+fn usage(prompt_tokens: u64, completion_tokens: u64) -> Value {
+    json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+           "total_tokens": prompt_tokens + completion_tokens})
 }
 
 fn approx_tokens(text: &str) -> u64 {
     (text.chars().count() as u64).div_ceil(4)
+}
+
+/// An error in OpenAI's shape.
+fn openai_error(status: u16, message: &str) -> Response {
+    with_status(
+        status,
+        ErrorShape::OpenAi.body(status, message).to_string(),
+        None,
+    )
 }
 
 fn with_status(status: u16, body: String, retry_after: Option<String>) -> Response {
@@ -1008,13 +996,21 @@ fn with_status(status: u16, body: String, retry_after: Option<String>) -> Respon
 }
 
 /// `text` in `chunks` pieces (at least 1) of about the same number of characters.
-fn pieces(text: &str, chunks: usize) -> Vec<String> {
+pub(crate) fn pieces(text: &str, chunks: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     let per = chars.len().div_ceil(chunks.max(1)).max(1);
     chars
         .chunks(per)
         .map(|piece| piece.iter().collect())
         .collect()
+}
+
+/// One `chat.completion.chunk` of a stream, as its `data:` payload.
+fn chat_chunk(model: &str, delta: Value, finish_reason: Value) -> String {
+    json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
+           "model": model,
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
+    .to_string()
 }
 
 /// The `data:` payloads of a streamed completion: a role chunk, `chunks` content chunks, a
@@ -1026,12 +1022,7 @@ fn stream_events(
     finish: Option<&str>,
     include_usage: bool,
 ) -> Vec<String> {
-    let chunk = |delta: Value, finish_reason: Value| {
-        json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
-               "model": model,
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
-        .to_string()
-    };
+    let chunk = |delta: Value, finish_reason: Value| chat_chunk(model, delta, finish_reason);
     let mut events = vec![chunk(json!({"role": "assistant"}), Value::Null)];
     for piece in pieces(text, chunks) {
         events.push(chunk(json!({"content": piece}), Value::Null));
@@ -1058,12 +1049,7 @@ fn tool_call_events(
     text: Option<&str>,
     calls: &[(String, String, String)],
 ) -> Vec<String> {
-    let chunk = |delta: Value, finish_reason: Value| {
-        json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
-               "model": model,
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
-        .to_string()
-    };
+    let chunk = |delta: Value, finish_reason: Value| chat_chunk(model, delta, finish_reason);
     let mut events = vec![chunk(
         json!({"role": "assistant", "content": null}),
         Value::Null,
@@ -1148,15 +1134,8 @@ fn sse(shared: &Arc<Shared>, events: Vec<String>, gap: Duration, cut: bool) -> R
 /// errors; streamed as typed events (`response.created`, `response.output_text.delta`...,
 /// `response.output_item.done`, then `response.completed` or `response.incomplete`) when the
 /// request streams. Other replies are a 500 naming them.
-async fn responses(
-    State(shared): State<Arc<Shared>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    record(&shared, method, uri.path(), &headers, &body);
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+async fn responses(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let request = record(&shared, request).await;
     let last_user = match request.get("input") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(items)) => items
@@ -1173,41 +1152,19 @@ async fn responses(
         let s = lock(&shared.script);
         (s.chunks, s.chunk_gap, s.model.clone())
     };
-    let mut reply = choose(&shared, &last_user);
-    while let MockReply::Delayed(delay, inner) = reply {
-        tokio::time::sleep(delay).await;
-        reply = *inner;
-    }
+    let reply = match next_reply(&shared, &last_user).await {
+        Ok(reply) => reply,
+        Err(failed) => return failed,
+    };
     let (text, calls, incomplete) = match reply {
         MockReply::Text(text) => (Some(fill(&text, &request, &last_user)), Vec::new(), false),
         MockReply::Truncated(text) => (Some(fill(&text, &request, &last_user)), Vec::new(), true),
         MockReply::ToolCalls { text, calls } => {
             (text.map(|t| fill(&t, &request, &last_user)), calls, false)
         }
-        MockReply::Status {
-            status,
-            body,
-            retry_after,
-        } => return with_status(status, body, retry_after),
-        MockReply::Error {
-            shape,
-            status,
-            message,
-            retry_after,
-        } => {
-            return with_status(
-                status,
-                shape.body(status, &message).to_string(),
-                retry_after,
-            )
-        }
         other => {
             let message = format!("the mock's /v1/responses does not play {other:?}");
-            return with_status(
-                500,
-                ErrorShape::OpenAi.body(500, &message).to_string(),
-                None,
-            );
+            return openai_error(500, &message);
         }
     };
     let mut output = Vec::new();
@@ -1247,14 +1204,10 @@ async fn responses(
     for (index, item) in output.iter().enumerate() {
         match item["type"].as_str() {
             Some("message") => {
-                let text = text.as_deref().unwrap_or_default();
-                let chars: Vec<char> = text.chars().collect();
-                let per = chars.len().div_ceil(chunks.max(1)).max(1);
-                for piece in chars.chunks(per) {
+                for piece in pieces(text.as_deref().unwrap_or_default(), chunks) {
                     events.push(
                         json!({"type": "response.output_text.delta", "item_id": "msg_mock",
-                               "output_index": index, "content_index": 0,
-                               "delta": piece.iter().collect::<String>()})
+                               "output_index": index, "content_index": 0, "delta": piece})
                         .to_string(),
                     );
                 }

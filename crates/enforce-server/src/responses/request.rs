@@ -18,13 +18,14 @@ fn invalid(message: impl Into<String>, param: &'static str) -> ApiError {
 }
 
 /// The text of a Responses `content` (a string, or parts); the parts that are not text
-/// (images, files, audio) in the chat dialect, passed on to the upstream.
-fn content_of(content: &Value) -> Result<(String, Vec<Value>), ApiError> {
+/// (images, files, audio) in the chat dialect, passed on to the upstream. A string is taken out
+/// of the request, not copied: a long input is in memory once.
+fn content_of(content: Option<&mut Value>) -> Result<(String, Vec<Value>), ApiError> {
     let parts = match content {
-        Value::Null => return Ok((String::new(), Vec::new())),
-        Value::String(s) => return Ok((s.clone(), Vec::new())),
-        Value::Array(parts) => parts,
-        _ => {
+        None | Some(Value::Null) => return Ok((String::new(), Vec::new())),
+        Some(Value::String(s)) => return Ok((std::mem::take(s), Vec::new())),
+        Some(Value::Array(parts)) => parts,
+        Some(_) => {
             return Err(invalid(
                 "An input message's `content` must be a string or an array of content parts.",
                 "input",
@@ -33,7 +34,7 @@ fn content_of(content: &Value) -> Result<(String, Vec<Value>), ApiError> {
     };
     let mut texts = Vec::new();
     let mut other = Vec::new();
-    for part in parts {
+    for part in parts.iter() {
         match part.get("type").and_then(Value::as_str).unwrap_or("") {
             "input_text" | "output_text" | "text" | "summary_text" => {
                 if let Some(text) = part.get("text").and_then(Value::as_str) {
@@ -96,10 +97,10 @@ fn message_with_parts(role: Role, text: String, other: Vec<Value>) -> Message {
 }
 
 /// The `input` items as messages.
-fn input_messages(input: &Value, messages: &mut Vec<Message>) -> Result<(), ApiError> {
+fn input_messages(input: Value, messages: &mut Vec<Message>) -> Result<(), ApiError> {
     let items = match input {
         Value::String(text) => {
-            messages.push(Message::new(Role::User, text.clone()));
+            messages.push(Message::new(Role::User, text));
             return Ok(());
         }
         Value::Array(items) => items,
@@ -110,15 +111,15 @@ fn input_messages(input: &Value, messages: &mut Vec<Message>) -> Result<(), ApiE
             ))
         }
     };
-    for item in items {
+    for mut item in items {
         let kind = item
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or("message");
         match kind {
-            "message" => messages.push(input_message(item)?),
+            "message" => messages.push(input_message(&mut item)?),
             "function_call" => {
-                let call = function_call(item)?;
+                let call = function_call(&item)?;
                 // Calls of one turn follow each other: they belong to one assistant message.
                 match messages.last_mut() {
                     Some(last) if last.role == Role::Assistant && last.parts.is_empty() => {
@@ -128,14 +129,15 @@ fn input_messages(input: &Value, messages: &mut Vec<Message>) -> Result<(), ApiE
                 }
             }
             "function_call_output" => {
-                let call_id = item.get("call_id").and_then(Value::as_str).unwrap_or("");
+                let call_id = item.get("call_id").and_then(Value::as_str);
+                let call_id = call_id.unwrap_or("").to_string();
                 if call_id.is_empty() {
                     return Err(invalid(
                         "A `function_call_output` input item needs the `call_id` of the call it answers.",
                         "input",
                     ));
                 }
-                let (output, _) = content_of(item.get("output").unwrap_or(&Value::Null))?;
+                let (output, _) = content_of(item.get_mut("output"))?;
                 messages.push(Message::tool(call_id, output));
             }
             // The model's reasoning of an earlier turn is not part of the conversation a chat
@@ -153,7 +155,7 @@ fn input_messages(input: &Value, messages: &mut Vec<Message>) -> Result<(), ApiE
 }
 
 /// A `message` input item.
-fn input_message(item: &Value) -> Result<Message, ApiError> {
+fn input_message(item: &mut Value) -> Result<Message, ApiError> {
     let role = match item.get("role").and_then(Value::as_str).unwrap_or("") {
         "user" => Role::User,
         "assistant" => Role::Assistant,
@@ -168,7 +170,7 @@ fn input_message(item: &Value) -> Result<Message, ApiError> {
             ))
         }
     };
-    let (text, other) = content_of(item.get("content").unwrap_or(&Value::Null))?;
+    let (text, other) = content_of(item.get_mut("content"))?;
     Ok(message_with_parts(role, text, other))
 }
 
@@ -406,7 +408,7 @@ impl ResponsesRequest {
             Some(_) => return Err(invalid("`instructions` must be a string.", "instructions")),
         }
         match self.input.take() {
-            Some(input) => input_messages(&input, &mut messages)?,
+            Some(input) => input_messages(input, &mut messages)?,
             None => return Err(invalid("The request needs an `input`.", "input")),
         }
         if !messages.iter().any(|m| m.role != Role::System) {

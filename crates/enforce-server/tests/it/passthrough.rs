@@ -49,6 +49,12 @@ impl Passing {
             .json(&body)
     }
 
+    /// The JSON answer to a `POST` of `body` to `path` with the client's key.
+    async fn post_json(&self, path: &str, body: Value) -> Value {
+        let response = self.post(path, body).send().await.unwrap();
+        response.json().await.unwrap()
+    }
+
     /// The JSON answer to a `GET` of `path` with the client's key.
     async fn get_json(&self, path: &str) -> Value {
         let h = &self.harness;
@@ -124,17 +130,12 @@ async fn embeddings_reach_the_upstream_with_the_runners_key_and_are_audited() {
 async fn legacy_completions_pass_whole_and_streamed_as_a_stream() {
     let gap = Duration::from_millis(150);
     let p = Passing::start(MockScript::new().stream_chunks(4, gap)).await;
-    let whole: Value = p
-        .post(
+    let whole = p
+        .post_json(
             "/v1/completions",
             json!({"model": "gpt-3.5-turbo-instruct", "prompt": "Say this is a test"}),
         )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(whole["object"], "text_completion");
     assert_eq!(whole["choices"][0]["text"], "Say this is a test");
 
@@ -255,12 +256,7 @@ async fn a_model_without_an_http_upstream_refuses_in_the_openai_error_shape() {
     );
     assert!(runner.calls().is_empty());
     // Unknown ids of models stay a 404 without an upstream to ask.
-    let missing = h
-        .client
-        .get(h.url("/v1/models/gpt-4o"))
-        .send()
-        .await
-        .unwrap();
+    let missing = h.get("/v1/models/gpt-4o").await;
     assert_eq!(missing.status(), 404);
 }
 

@@ -89,10 +89,14 @@ impl Harness {
         request.send().await.unwrap()
     }
 
+    /// A GET of `path`.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).send().await.unwrap()
+    }
+
     /// The JSON body of a GET of `path`.
     pub async fn get_json(&self, path: &str) -> Value {
-        let response = self.client.get(self.url(path)).send().await.unwrap();
-        response.json().await.unwrap()
+        self.get(path).await.json().await.unwrap()
     }
 
     /// The text of `/metrics`.
