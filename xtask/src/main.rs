@@ -84,6 +84,11 @@ Commands:
                   the relay floor on chat completions, responses and messages at c=1 (manual);
                   `--baseline-bin PATH` measures another enforce binary side by side in the same
                   run (rounds alternate which binary goes first)
+  bench-peers --local-speed [ARGS]
+                  the local-speed section of BENCHMARKS.md only: the local runner's prompt and
+                  generation tokens/s beside llama.cpp's own (node-llama-cpp, installed by npm)
+                  on the same GGUF (the test model and, when installed, Qwen2.5-Coder 0.5B; or
+                  `--gguf PATH`, repeated), one thread, greedy, 200 tokens (manual)
   bench-peers --real-model [ARGS]
                   the real-model section of BENCHMARKS.md only: `enforce eval` with the local
                   runner (SmolLM2) on every contract of examples/eval, every arm, and the
@@ -769,6 +774,11 @@ fn bench_peers(extra: &[String]) -> Result<()> {
         rest.remove(i);
         return bench_python(&rest);
     }
+    if let Some(i) = extra.iter().position(|a| a == "--local-speed") {
+        let mut rest = extra.to_vec();
+        rest.remove(i);
+        return bench_local_speed(&rest);
+    }
     if let Some(i) = extra.iter().position(|a| a == "--surfaces") {
         let mut rest = extra.to_vec();
         rest.remove(i);
@@ -783,6 +793,43 @@ fn bench_real_model(extra: &[String]) -> Result<()> {
     let gguf = test_model()?;
     let gguf = gguf.to_string_lossy().into_owned();
     run_harness("real-model", WITH_LOCAL, &["--gguf", &gguf], extra)
+}
+
+/// `bench-peers --local-speed`: the local-speed section of BENCHMARKS.md (the local runner's
+/// tokens/s beside llama.cpp's through node-llama-cpp). Without `--gguf`: the test model, and
+/// Qwen2.5-Coder 0.5B when `cargo xtask models --bench` has installed it.
+fn bench_local_speed(extra: &[String]) -> Result<()> {
+    let mut args: Vec<OsString> = Vec::new();
+    if !extra.iter().any(|a| a == "--gguf") {
+        args.extend(["--gguf".into(), test_model()?.into()]);
+        let qwen = bench_models::BENCH_MODELS[0].gguf();
+        if qwen.is_file() {
+            args.extend(["--gguf".into(), qwen.into()]);
+        } else {
+            eprintln!(
+                "xtask: {} is not installed (cargo xtask models --bench {}): the test model only",
+                qwen.display(),
+                bench_models::BENCH_MODELS[0].name
+            );
+        }
+    }
+    // `enforce` too, with the features of `--real-model`'s build, so both share what is built.
+    let mut build = cargo();
+    build
+        .args([
+            "build",
+            "--profile",
+            DIST,
+            "-p",
+            "enforce",
+            "-p",
+            "enforce-bench",
+            "--features",
+            "enforce/local,enforce-bench/local",
+        ])
+        .args(locked());
+    run(build)?;
+    start_harness("local-speed", &args, extra)
 }
 
 /// `bench-peers --python`: the Python section of BENCHMARKS.md (the enforce-llm wheel, `dist`,

@@ -1,0 +1,145 @@
+//! enforce's side: the local runner (`enforce-runner-local`, llama.cpp linked in with the
+//! feature `local`), timed from its stream: the first `Spent` event is the first answer token.
+
+#[cfg(not(feature = "local"))]
+use super::Timing;
+#[cfg(not(feature = "local"))]
+use std::path::Path;
+
+#[cfg(feature = "local")]
+pub use with_llama::open;
+
+/// The llama.cpp the runner links: the version of `llama-cpp-sys-2`, which vendors it, from
+/// `cargo metadata` of the checkout the bench runs in.
+pub fn llama_version() -> String {
+    let metadata = std::process::Command::new("cargo")
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .stderr(std::process::Stdio::null())
+        .output();
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        packages: Vec<Package>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Package {
+        name: String,
+        version: String,
+    }
+    metadata
+        .ok()
+        .and_then(|o| serde_json::from_slice::<Metadata>(&o.stdout).ok())
+        .and_then(|m| m.packages.into_iter().find(|p| p.name == "llama-cpp-sys-2"))
+        .map(|p| format!("the llama.cpp vendored by llama-cpp-sys-2 {}", p.version))
+        .unwrap_or_else(|| "the llama.cpp vendored by llama-cpp-sys-2".into())
+}
+
+#[cfg(not(feature = "local"))]
+/// Without the feature `local` there is no runner to time.
+pub enum Local {}
+
+#[cfg(not(feature = "local"))]
+/// Says that this build has no local runner.
+pub fn open(_gguf: &Path, _threads: u32) -> anyhow::Result<Local> {
+    anyhow::bail!(
+        "enforce-bench was built without the feature `local` (cargo xtask bench-peers \
+         --local-speed builds it with)"
+    )
+}
+
+#[cfg(not(feature = "local"))]
+impl Local {
+    pub fn time(
+        &self,
+        _messages: Vec<enforce_core::Message>,
+        _max_tokens: u32,
+        _grammar: Option<&str>,
+    ) -> anyhow::Result<Timing> {
+        match *self {}
+    }
+}
+
+#[cfg(feature = "local")]
+mod with_llama {
+    use super::super::Timing;
+    use anyhow::anyhow;
+    use enforce_core::{Ask, Message, Request, Runner, StreamEvent};
+    use enforce_runner_local::{LocalConfig, LocalRunner};
+    use futures_util::StreamExt;
+    use serde_json::json;
+    use std::path::Path;
+    use std::time::Instant;
+
+    /// A loaded model and the runtime its stream is read on.
+    pub struct Local {
+        runner: LocalRunner,
+        rt: tokio::runtime::Runtime,
+    }
+
+    /// The runner of `gguf`, its model loaded (loading is not timed).
+    pub fn open(gguf: &Path, threads: u32) -> anyhow::Result<Local> {
+        let runner = LocalRunner::new(LocalConfig {
+            threads,
+            temperature: 0.0,
+            seed: Some(0),
+            ..LocalConfig::new(gguf)
+        })?;
+        runner.load()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(Local { runner, rt })
+    }
+
+    impl Local {
+        /// Times one greedy answer to `messages`, under `grammar` (GBNF) when given.
+        pub fn time(
+            &self,
+            messages: Vec<Message>,
+            max_tokens: u32,
+            grammar: Option<&str>,
+        ) -> anyhow::Result<Timing> {
+            let mut request = Request {
+                messages,
+                ..Request::default()
+            };
+            request.params.insert("temperature".into(), json!(0));
+            request
+                .params
+                .insert("max_tokens".into(), json!(max_tokens));
+            if let Some(gbnf) = grammar {
+                request.params.insert("grammar".into(), json!(gbnf));
+            }
+            self.rt.block_on(async {
+                let started = Instant::now();
+                let mut stream = self.runner.ask(Ask::new(&request).streamed());
+                let (mut first, mut last, mut tokens) = (None, None, 0u64);
+                while let Some(event) = stream.next().await {
+                    match event? {
+                        // One `Spent` per answer token, sent as it is sampled (none for the
+                        // end-of-generation token).
+                        StreamEvent::Spent { .. } => {
+                            let now = Instant::now();
+                            tokens += 1;
+                            first.get_or_insert(now);
+                            last = Some(now);
+                        }
+                        StreamEvent::Done(reply) => {
+                            let usage = reply
+                                .usage
+                                .ok_or_else(|| anyhow!("the reply has no usage"))?;
+                            let (first, last) = first.zip(last).unwrap_or((started, started));
+                            return Ok(Timing {
+                                prompt_tokens: usage.input_tokens,
+                                tokens,
+                                first_s: (first - started).as_secs_f64(),
+                                rest_s: (last - first).as_secs_f64(),
+                            });
+                        }
+                        _ => {}
+                    }
+                }
+                Err(anyhow!("the stream ended without a reply"))
+            })
+        }
+    }
+}
