@@ -81,9 +81,14 @@ impl Timing {
 pub enum Side {
     /// enforce's local runner (`enforce-runner-local`, llama.cpp linked in).
     Runner,
-    /// llama.cpp through node-llama-cpp.
+    /// llama.cpp through node-llama-cpp, the best CPU variant it has for this CPU.
     Llama,
+    /// llama.cpp through node-llama-cpp, held to the CPU variant of the runner's build.
+    LlamaRunnerIsa,
 }
+
+/// Every side, in the order of a round that starts with the runner.
+const SIDES: [Side; 3] = [Side::Runner, Side::Llama, Side::LlamaRunnerIsa];
 
 /// What is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +160,8 @@ pub struct Setting {
     pub runner_llama: String,
     /// node-llama-cpp and the llama.cpp release it ships, or why it was skipped.
     pub reference: Result<String, String>,
+    /// Whether the reference was also run with the runner's instruction set, or why not.
+    pub runner_isa: Result<(), String>,
     /// The commands that ran the reference, one per model and answer.
     pub reference_commands: Vec<String>,
 }
@@ -222,7 +229,11 @@ pub fn run(args: LocalSpeedArgs) -> anyhow::Result<()> {
     let grammar = city_grammar(&args.eval_dir)?;
     let load_before = loadavg();
     let reference = node::install(&work);
-    if let Err(why) = &reference {
+    let runner_isa = reference
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(node::Peer::runner_isa);
+    for why in [&reference, &runner_isa].into_iter().filter_map(|r| r.as_ref().err()) {
         eprintln!("bench: {why}");
     }
     let prompts = node::Prompts::write(
@@ -248,11 +259,10 @@ pub fn run(args: LocalSpeedArgs) -> anyhow::Result<()> {
         for round in 0..args.rounds.max(1) {
             // The side that goes first alternates, so neither always meets a cold cache or
             // the same phase of the machine's other work.
-            let order = if round % 2 == 0 {
-                [Side::Runner, Side::Llama]
-            } else {
-                [Side::Llama, Side::Runner]
-            };
+            let mut order = SIDES;
+            if round % 2 == 1 {
+                order.reverse();
+            }
             for side in order {
                 for answer in ANSWERS {
                     let messages = match answer {
@@ -260,13 +270,18 @@ pub fn run(args: LocalSpeedArgs) -> anyhow::Result<()> {
                         Answer::CityGrammar => city_messages(),
                     };
                     let gbnf = (answer == Answer::CityGrammar).then_some(grammar.as_str());
-                    match (side, &runner, &reference) {
+                    let peer = match side {
+                        Side::Runner => None,
+                        Side::Llama => reference.as_ref().ok(),
+                        Side::LlamaRunnerIsa => runner_isa.as_ref().ok(),
+                    };
+                    match (side, &runner, peer) {
                         (Side::Runner, Ok(runner), _) => run.record(
                             side,
                             answer,
                             runner.time(messages, args.max_tokens, gbnf),
                         ),
-                        (Side::Llama, _, Ok(peer)) => {
+                        (_, _, Some(peer)) => {
                             let cmd = peer.command(gguf, &prompts, answer, &args);
                             let line = describe(&cmd);
                             if round == 0 {
@@ -299,6 +314,7 @@ pub fn run(args: LocalSpeedArgs) -> anyhow::Result<()> {
         seconds: started.elapsed().as_secs_f64(),
         runner_llama: local::llama_version(),
         reference: reference.map(|peer| peer.version),
+        runner_isa: runner_isa.map(|_| ()),
         reference_commands,
     };
     let section = render(&setting, &runs);

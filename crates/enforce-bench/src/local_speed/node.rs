@@ -106,7 +106,48 @@ pub fn install(work: &Path) -> Result<Peer, String> {
     })
 }
 
+/// The CPU variant of ggml the runner's llama.cpp matches: llama-cpp-sys-2 builds without
+/// `target-cpu` for SSE4.2, AVX, AVX2, F16C, FMA and BMI2 (`GGML_NATIVE` off), which is
+/// ggml's `haswell` variant; node-llama-cpp loads the best variant the CPU runs.
+const RUNNER_VARIANT: &str = "libggml-cpu-haswell.so";
+
 impl Peer {
+    /// A copy of this installation (hard links) that holds only the CPU variant of the
+    /// runner's build, so llama.cpp runs with the runner's instruction set.
+    pub fn runner_isa(&self) -> Result<Peer, String> {
+        let dir = self.dir.with_file_name("node-llama-cpp-haswell");
+        if !dir.join("llama.mjs").is_file() {
+            let _ = std::fs::remove_dir_all(&dir);
+            let status = Command::new("cp")
+                .arg("-al")
+                .arg(&self.dir)
+                .arg(&dir)
+                .status()
+                .map_err(|e| format!("cannot run cp: {e}"))?;
+            if !status.success() {
+                return Err(format!("cp -al {} failed", self.dir.display()));
+            }
+        }
+        let bins = dir.join("node_modules/@node-llama-cpp/linux-x64/bins/linux-x64");
+        let variants = std::fs::read_dir(&bins).map_err(|e| format!("{}: {e}", bins.display()))?;
+        let mut kept = false;
+        for entry in variants.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == RUNNER_VARIANT {
+                kept = true;
+            } else if name.starts_with("libggml-cpu-") {
+                std::fs::remove_file(entry.path()).map_err(|e| format!("{name}: {e}"))?;
+            }
+        }
+        if !kept {
+            return Err(format!("{RUNNER_VARIANT} is not in {}", bins.display()));
+        }
+        Ok(Peer {
+            dir,
+            version: self.version.clone(),
+        })
+    }
+
     /// The command that times one answer of `gguf`.
     pub fn command(
         &self,

@@ -14,6 +14,7 @@ impl Side {
         match self {
             Side::Runner => "enforce local runner",
             Side::Llama => "llama.cpp (node-llama-cpp)",
+            Side::LlamaRunnerIsa => "llama.cpp (node-llama-cpp), AVX2 variant",
         }
     }
 }
@@ -47,31 +48,48 @@ impl ModelRun {
             .find(|r| r.side == side && r.answer == answer)
     }
 
-    /// The runner's median generation rate over llama.cpp's on `answer`.
-    pub fn ratio(&self, answer: Answer) -> Option<f64> {
+    /// The runner's median generation rate over `reference`'s on `answer`.
+    pub fn ratio(&self, answer: Answer, reference: Side) -> Option<f64> {
         let rate = |side| {
             let rates = self.row(side, answer)?.generation_rates();
             (!rates.is_empty()).then(|| median(&rates))
         };
-        Some(rate(Side::Runner)? / rate(Side::Llama)?)
+        Some(rate(Side::Runner)? / rate(reference)?)
     }
 }
 
-/// The sentence that answers "is the runner at llama.cpp's speed?", for every model that has
-/// both sides on free text.
-fn verdict(runs: &[ModelRun]) -> String {
-    let ratios: Vec<(&str, f64)> = runs
-        .iter()
-        .filter_map(|r| Some((r.model.as_str(), r.ratio(Answer::Text)?)))
-        .collect();
-    if ratios.is_empty() {
-        return "No model was measured on both sides, so there is no ratio to llama.cpp.".into();
-    }
-    let listed = ratios
+/// Each model's free-text ratio of the runner to `reference`.
+fn text_ratios(runs: &[ModelRun], reference: Side) -> Vec<(&str, f64)> {
+    runs.iter()
+        .filter_map(|r| Some((r.model.as_str(), r.ratio(Answer::Text, reference)?)))
+        .collect()
+}
+
+fn listed(ratios: &[(&str, f64)]) -> String {
+    ratios
         .iter()
         .map(|(model, ratio)| format!("{model} {ratio:.2}×"))
         .collect::<Vec<_>>()
-        .join(", ");
+        .join(", ")
+}
+
+/// The sentence that answers "is the runner at llama.cpp's speed?", for every model that has
+/// both sides on free text; then the same against llama.cpp on the runner's instruction set.
+fn verdict(runs: &[ModelRun]) -> String {
+    let ratios = text_ratios(runs, Side::Llama);
+    if ratios.is_empty() {
+        return "No model was measured on both sides, so there is no ratio to llama.cpp.".into();
+    }
+    let same_isa = text_ratios(runs, Side::LlamaRunnerIsa);
+    let same_isa = if same_isa.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " Against llama.cpp held to the runner's instruction set (ggml's AVX2 `haswell` variant): {}.",
+            listed(&same_isa)
+        )
+    };
+    let listed = listed(&ratios);
     let slow: Vec<&str> = ratios
         .iter()
         .filter(|(_, ratio)| *ratio < TARGET_RATIO)
@@ -79,11 +97,11 @@ fn verdict(runs: &[ModelRun]) -> String {
         .collect();
     if slow.is_empty() {
         format!(
-            "**The local runner generates at ≥ {TARGET_RATIO}× llama.cpp's rate on every model measured** (free text: {listed})."
+            "**The local runner generates at ≥ {TARGET_RATIO}× llama.cpp's rate on every model measured** (free text: {listed}).{same_isa}"
         )
     } else {
         format!(
-            "**The local runner is below {TARGET_RATIO}× llama.cpp's generation rate on {}** (free text: {listed}).",
+            "**The local runner is below {TARGET_RATIO}× llama.cpp's generation rate on {}** (free text: {listed}).{same_isa}",
             slow.join(", ")
         )
     }
@@ -114,27 +132,30 @@ fn counts_cell(counts: impl Iterator<Item = u64>) -> String {
 
 fn model_table(s: &mut String, run: &ModelRun) {
     let _ = writeln!(s, "### {}\n", run.model);
-    s.push_str("| runner | answer | prompt tokens | prompt tokens/s | answer tokens | generation tokens/s | generation × llama.cpp |\n|---|---|---|---|---|---|---|\n");
+    s.push_str("| runner | answer | prompt tokens | prompt tokens/s | answer tokens | generation tokens/s | generation × llama.cpp | × llama.cpp AVX2 |\n|---|---|---|---|---|---|---|---|\n");
     for answer in super::ANSWERS {
-        for side in [Side::Runner, Side::Llama] {
+        for side in super::SIDES {
             let Some(row) = run.row(side, answer) else {
                 continue;
             };
-            let ratio = match side {
-                Side::Llama => "1".to_string(),
+            let ratio = |reference| match side {
                 Side::Runner => run
-                    .ratio(answer)
+                    .ratio(answer, reference)
                     .map_or("–".into(), |r| format!("**{r:.2}**")),
+                _ if side == reference => "1".to_string(),
+                _ => String::new(),
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {ratio} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
                 side.label(),
                 answer.label(),
                 counts_cell(row.timings.iter().map(|t| t.prompt_tokens)),
                 rates_cell(&row.prompt_rates()),
                 counts_cell(row.timings.iter().map(|t| t.tokens)),
                 rates_cell(&row.generation_rates()),
+                ratio(Side::Llama),
+                ratio(Side::LlamaRunnerIsa),
             );
         }
     }
@@ -159,9 +180,13 @@ pub fn render(setting: &Setting, runs: &[ModelRun]) -> String {
         Ok(version) => version.clone(),
         Err(why) => format!("not measured: {why}"),
     };
+    let runner_isa = match &setting.runner_isa {
+        Ok(()) => "measured".to_string(),
+        Err(why) => format!("not measured: {why}"),
+    };
     let _ = writeln!(
         s,
-        "enforce's local runner (`enforce-runner-local`, in process, {}) and llama.cpp itself ({reference}) on the same GGUF and the same prompt in the model's chat template, {} thread(s), greedy sampling (temperature 0), at most {} tokens an answer, a fresh context per answer on both sides. *Prompt tokens/s*: prompt tokens / the time to the first answer token (making the context, reading the prompt, sampling one token). *Generation tokens/s*: answer tokens after the first / the time from the first to the last. {} rounds; each times both sides one after the other, the side that goes first alternating; the median of the rounds, then each round's figure. The grammar rows hold the answer to the GBNF grammar of the city contract's JSON Schema (`examples/eval/enforce.yaml`, `validators.city`, as `json_schema_to_gbnf` writes it) on both sides.\n",
+        "enforce's local runner (`enforce-runner-local`, in process, {}) and llama.cpp itself ({reference}) on the same GGUF and the same prompt in the model's chat template, {} thread(s), greedy sampling (temperature 0), at most {} tokens an answer, a fresh context per answer on both sides. node-llama-cpp loads the best of its CPU variants of ggml for this CPU; the runner's llama.cpp is built without `target-cpu` for AVX2 (`GGML_NATIVE` off: SSE4.2, AVX, AVX2, F16C, FMA, BMI2), so the *AVX2 variant* rows ({runner_isa}) run node-llama-cpp with only ggml's `haswell` variant, the same instruction set, to tell the instruction set from the runner's own cost. *Prompt tokens/s*: prompt tokens / the time to the first answer token (making the context, reading the prompt, sampling one token). *Generation tokens/s*: answer tokens after the first / the time from the first to the last. {} rounds; each times both sides one after the other, the side that goes first alternating; the median of the rounds, then each round's figure. The grammar rows hold the answer to the GBNF grammar of the city contract's JSON Schema (`examples/eval/enforce.yaml`, `validators.city`, as `json_schema_to_gbnf` writes it) on both sides.\n",
         setting.runner_llama, setting.threads, setting.max_tokens, setting.rounds
     );
     let _ = writeln!(s, "{}\n", verdict(runs));
@@ -208,6 +233,7 @@ mod tests {
             seconds: 42.0,
             runner_llama: "llama.cpp X".into(),
             reference: Ok("node-llama-cpp Y".into()),
+            runner_isa: Ok(()),
             reference_commands: vec!["node llama.mjs m.gguf".into()],
         }
     }
@@ -236,11 +262,11 @@ mod tests {
         assert!(s.starts_with(LOCAL_SPEED.begin) && s.trim_end().ends_with(LOCAL_SPEED.end));
         assert!(s.contains("### a.gguf"), "{s}");
         assert!(
-            s.contains("| enforce local runner | free text | 40 | 80.0 (80.0 80.0) | 11 | 10.0 (9.0 11.0) | **0.50** |"),
+            s.contains("| enforce local runner | free text | 40 | 80.0 (80.0 80.0) | 11 | 10.0 (9.0 11.0) | **0.50** | – |"),
             "{s}"
         );
         assert!(
-            s.contains("| llama.cpp (node-llama-cpp) | free text | 40 | 80.0 (80.0 80.0) | 11 | 20.0 (20.0 20.0) | 1 |"),
+            s.contains("| llama.cpp (node-llama-cpp) | free text | 40 | 80.0 (80.0 80.0) | 11 | 20.0 (20.0 20.0) | 1 |  |"),
             "{s}"
         );
         for part in [
@@ -255,6 +281,25 @@ mod tests {
         ] {
             assert!(s.contains(part), "{part} missing from {s}");
         }
+    }
+
+    #[test]
+    fn the_avx2_reference_gets_its_own_ratio() {
+        let mut both = run("a.gguf", [9.0, 11.0], [20.0, 20.0]);
+        let mut same_isa = both.rows[1].clone();
+        same_isa.side = Side::LlamaRunnerIsa;
+        same_isa.timings = vec![timing(40, 0.5, 11, 10.0 / 12.5)];
+        both.rows.push(same_isa);
+        let s = render(&setting(), &[both]);
+        assert!(s.contains("| 10.0 (9.0 11.0) | **0.50** | **0.80** |"), "{s}");
+        assert!(
+            s.contains("| llama.cpp (node-llama-cpp), AVX2 variant | free text | 40 | 80.0 (80.0) | 11 | 12.5 (12.5) |  | 1 |"),
+            "{s}"
+        );
+        assert!(
+            s.contains("runner's instruction set (ggml's AVX2 `haswell` variant): a.gguf 0.80×."),
+            "{s}"
+        );
     }
 
     #[test]
@@ -282,7 +327,7 @@ mod tests {
         };
         let s = render(&setting, &[only_runner]);
         assert!(s.contains("not measured: skipped: npm not found"), "{s}");
-        assert!(s.contains("| 10.0 (10.0 10.0) | – |"), "{s}");
+        assert!(s.contains("| 10.0 (10.0 10.0) | – | – |"), "{s}");
         assert!(s.contains("- Llama Text: node failed"), "{s}");
         assert!(s.contains("No model was measured on both sides"), "{s}");
         assert!(!s.contains("```"), "no reference commands: {s}");
