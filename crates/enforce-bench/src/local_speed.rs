@@ -62,6 +62,11 @@ pub struct Timing {
     pub first_s: f64,
     /// Seconds from the first answer token to the last.
     pub rest_s: f64,
+    /// CPU seconds the generation used from the first answer token to the last (the runner's
+    /// generating thread; the reference's whole process): unlike `rest_s`, it does not grow
+    /// while other work holds the core.
+    #[serde(default)]
+    pub rest_cpu_s: Option<f64>,
 }
 
 impl Timing {
@@ -72,8 +77,18 @@ impl Timing {
 
     /// Answer tokens a second after the first; `None` with fewer than two tokens.
     pub fn generation_rate(&self) -> Option<f64> {
-        (self.tokens >= 2 && self.rest_s > 0.0).then(|| (self.tokens - 1) as f64 / self.rest_s)
+        per_second(self.tokens, self.rest_s)
     }
+
+    /// Answer tokens a CPU-second after the first.
+    pub fn generation_cpu_rate(&self) -> Option<f64> {
+        per_second(self.tokens, self.rest_cpu_s?)
+    }
+}
+
+/// The tokens after the first over `seconds`; `None` with fewer than two tokens.
+fn per_second(tokens: u64, seconds: f64) -> Option<f64> {
+    (tokens >= 2 && seconds > 0.0).then(|| (tokens - 1) as f64 / seconds)
 }
 
 /// Who generates.
@@ -360,9 +375,11 @@ mod tests {
             tokens: 11,
             first_s: 0.5,
             rest_s: 2.0,
+            rest_cpu_s: Some(1.0),
         };
         assert_eq!(t.prompt_rate(), 100.0);
         assert_eq!(t.generation_rate(), Some(5.0), "10 tokens after the first");
+        assert_eq!(t.generation_cpu_rate(), Some(10.0));
         let one = Timing { tokens: 1, ..t };
         assert_eq!(one.generation_rate(), None);
     }
@@ -383,6 +400,7 @@ mod tests {
             tokens: 2,
             first_s: 1.0,
             rest_s: 1.0,
+            rest_cpu_s: None,
         };
         let mut run = ModelRun::default();
         run.record(Side::Runner, Answer::Text, Ok(t));

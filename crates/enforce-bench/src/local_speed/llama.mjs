@@ -3,7 +3,8 @@
 // then tokens are sampled greedily until an end-of-generation token or MAX_TOKENS samples.
 // Usage: node llama.mjs MODEL.gguf PROMPT_FILE THREADS MAX_TOKENS [GBNF_FILE]
 // Prints one JSON line: prompt tokens, answer tokens (the end-of-generation token not
-// counted), seconds to the first answer token, seconds from the first answer token to the last.
+// counted), seconds to the first answer token, seconds from the first answer token to the last,
+// and the CPU seconds of this process over the same span.
 import {getLlama, LlamaGrammar, LlamaGrammarEvaluationState} from "node-llama-cpp";
 import {readFileSync} from "node:fs";
 
@@ -35,7 +36,7 @@ const sequence = context.getSequence();
 const grammarEvaluationState = grammar
     ? new LlamaGrammarEvaluationState({model, grammar})
     : undefined;
-let first, last;
+let first, last, firstCpu, lastCpu;
 let sampled = 0;
 let answer = 0;
 for await (const token of sequence.evaluate(tokens, {temperature: 0, grammarEvaluationState})) {
@@ -43,16 +44,21 @@ for await (const token of sequence.evaluate(tokens, {temperature: 0, grammarEval
     sampled += 1;
     if (model.isEogToken(token)) break;
     answer += 1;
+    const cpu = process.cpuUsage();
     first ??= now;
+    firstCpu ??= cpu;
     last = now;
+    lastCpu = cpu;
     if (sampled >= maxTokens) break;
 }
 const seconds = (from, to) => Number(to - from) / 1e9;
+const cpuSeconds = (from, to) => (to.user + to.system - from.user - from.system) / 1e6;
 console.log(JSON.stringify({
     prompt_tokens: tokens.length,
     tokens: answer,
     first_s: first === undefined ? 0 : seconds(started, first),
     rest_s: first === undefined ? 0 : seconds(first, last),
+    rest_cpu_s: first === undefined ? null : cpuSeconds(firstCpu, lastCpu),
 }));
 await context.dispose();
 await model.dispose();

@@ -69,6 +69,20 @@ mod with_llama {
     use std::path::Path;
     use std::time::Instant;
 
+    /// Nanoseconds on a CPU of the runner's generating thread (named `enforce-local`; one
+    /// at a time here), from the kernel's `schedstat`; `None` where that is not available.
+    fn generation_cpu_ns() -> Option<u64> {
+        std::fs::read_dir("/proc/self/task")
+            .ok()?
+            .flatten()
+            .find(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|comm| comm.trim() == "enforce-local")
+            })
+            .and_then(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+            .and_then(|stat| stat.split_whitespace().next()?.parse().ok())
+    }
+
     /// A loaded model and the runtime its stream is read on.
     pub struct Local {
         runner: LocalRunner,
@@ -118,7 +132,7 @@ mod with_llama {
                         // One `Spent` per answer token, sent as it is sampled (none for the
                         // end-of-generation token).
                         StreamEvent::Spent { .. } => {
-                            let now = Instant::now();
+                            let now = (Instant::now(), generation_cpu_ns());
                             tokens += 1;
                             first.get_or_insert(now);
                             last = Some(now);
@@ -127,12 +141,17 @@ mod with_llama {
                             let usage = reply
                                 .usage
                                 .ok_or_else(|| anyhow!("the reply has no usage"))?;
-                            let (first, last) = first.zip(last).unwrap_or((started, started));
+                            let none = (started, None);
+                            let (first, last) = first.zip(last).unwrap_or((none, none));
                             return Ok(Timing {
                                 prompt_tokens: usage.input_tokens,
                                 tokens,
-                                first_s: (first - started).as_secs_f64(),
-                                rest_s: (last - first).as_secs_f64(),
+                                first_s: (first.0 - started).as_secs_f64(),
+                                rest_s: (last.0 - first.0).as_secs_f64(),
+                                rest_cpu_s: first
+                                    .1
+                                    .zip(last.1)
+                                    .map(|(a, b)| b.saturating_sub(a) as f64 / 1e9),
                             });
                         }
                         _ => {}

@@ -1,6 +1,6 @@
 //! The local-speed section of BENCHMARKS.md, from the figures alone.
 
-use super::{Answer, ModelRun, Row, Setting, Side};
+use super::{Answer, ModelRun, Row, Setting, Side, Timing};
 use crate::section::LOCAL_SPEED;
 use crate::stats::median;
 use std::fmt::Write as _;
@@ -28,12 +28,14 @@ impl Answer {
     }
 }
 
+/// How a generation rate is counted: per second of the clock, or per CPU-second.
+type Rate = fn(&Timing) -> Option<f64>;
+const WALL: Rate = Timing::generation_rate;
+const CPU: Rate = Timing::generation_cpu_rate;
+
 impl Row {
-    fn generation_rates(&self) -> Vec<f64> {
-        self.timings
-            .iter()
-            .filter_map(|t| t.generation_rate())
-            .collect()
+    fn generation_rates(&self, rate: Rate) -> Vec<f64> {
+        self.timings.iter().filter_map(rate).collect()
     }
 
     fn prompt_rates(&self) -> Vec<f64> {
@@ -48,29 +50,35 @@ impl ModelRun {
             .find(|r| r.side == side && r.answer == answer)
     }
 
-    /// The runner's median generation rate over `reference`'s on `answer`.
-    pub fn ratio(&self, answer: Answer, reference: Side) -> Option<f64> {
-        let rate = |side| {
-            let rates = self.row(side, answer)?.generation_rates();
+    /// The runner's median generation rate over `reference`'s on `answer`, counted by `rate`.
+    pub fn ratio(&self, answer: Answer, reference: Side, rate: Rate) -> Option<f64> {
+        let median_of = |side| {
+            let rates = self.row(side, answer)?.generation_rates(rate);
             (!rates.is_empty()).then(|| median(&rates))
         };
-        Some(rate(Side::Runner)? / rate(reference)?)
+        Some(median_of(Side::Runner)? / median_of(reference)?)
     }
 }
 
-/// Each model's free-text ratio of the runner to `reference`.
-fn text_ratios(runs: &[ModelRun], reference: Side) -> Vec<(&str, f64)> {
+/// Each model's free-text ratio of the runner to `reference`, and the same per CPU-second.
+fn text_ratios(runs: &[ModelRun], reference: Side) -> Vec<(&str, f64, Option<f64>)> {
     runs.iter()
-        .filter_map(|r| Some((r.model.as_str(), r.ratio(Answer::Text, reference)?)))
+        .filter_map(|r| {
+            let wall = r.ratio(Answer::Text, reference, WALL)?;
+            Some((r.model.as_str(), wall, r.ratio(Answer::Text, reference, CPU)))
+        })
         .collect()
 }
 
-fn listed(ratios: &[(&str, f64)]) -> String {
+fn listed(ratios: &[(&str, f64, Option<f64>)]) -> String {
     ratios
         .iter()
-        .map(|(model, ratio)| format!("{model} {ratio:.2}×"))
+        .map(|(model, wall, cpu)| match cpu {
+            Some(cpu) => format!("{model} {wall:.2}×, per CPU-second {cpu:.2}×"),
+            None => format!("{model} {wall:.2}×"),
+        })
         .collect::<Vec<_>>()
-        .join(", ")
+        .join("; ")
 }
 
 /// The sentence that answers "is the runner at llama.cpp's speed?", for every model that has
@@ -92,8 +100,8 @@ fn verdict(runs: &[ModelRun]) -> String {
     let listed = listed(&ratios);
     let slow: Vec<&str> = ratios
         .iter()
-        .filter(|(_, ratio)| *ratio < TARGET_RATIO)
-        .map(|(model, _)| *model)
+        .filter(|(_, ratio, _)| *ratio < TARGET_RATIO)
+        .map(|(model, _, _)| *model)
         .collect();
     if slow.is_empty() {
         format!(
@@ -132,28 +140,34 @@ fn counts_cell(counts: impl Iterator<Item = u64>) -> String {
 
 fn model_table(s: &mut String, run: &ModelRun) {
     let _ = writeln!(s, "### {}\n", run.model);
-    s.push_str("| runner | answer | prompt tokens | prompt tokens/s | answer tokens | generation tokens/s | generation × llama.cpp | × llama.cpp AVX2 |\n|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| runner | answer | prompt tokens | prompt tokens/s | answer tokens | generation tokens/s | per CPU-second | generation × llama.cpp (per CPU-second) | × llama.cpp AVX2 (per CPU-second) |\n|---|---|---|---|---|---|---|---|---|\n");
     for answer in super::ANSWERS {
         for side in super::SIDES {
             let Some(row) = run.row(side, answer) else {
                 continue;
             };
             let ratio = |reference| match side {
-                Side::Runner => run
-                    .ratio(answer, reference)
-                    .map_or("–".into(), |r| format!("**{r:.2}**")),
+                Side::Runner => match (
+                    run.ratio(answer, reference, WALL),
+                    run.ratio(answer, reference, CPU),
+                ) {
+                    (Some(wall), Some(cpu)) => format!("**{wall:.2}** ({cpu:.2})"),
+                    (Some(wall), None) => format!("**{wall:.2}**"),
+                    _ => "–".into(),
+                },
                 _ if side == reference => "1".to_string(),
                 _ => String::new(),
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 side.label(),
                 answer.label(),
                 counts_cell(row.timings.iter().map(|t| t.prompt_tokens)),
                 rates_cell(&row.prompt_rates()),
                 counts_cell(row.timings.iter().map(|t| t.tokens)),
-                rates_cell(&row.generation_rates()),
+                rates_cell(&row.generation_rates(WALL)),
+                rates_cell(&row.generation_rates(CPU)),
                 ratio(Side::Llama),
                 ratio(Side::LlamaRunnerIsa),
             );
@@ -186,7 +200,7 @@ pub fn render(setting: &Setting, runs: &[ModelRun]) -> String {
     };
     let _ = writeln!(
         s,
-        "enforce's local runner (`enforce-runner-local`, in process, {}) and llama.cpp itself ({reference}) on the same GGUF and the same prompt in the model's chat template, {} thread(s), greedy sampling (temperature 0), at most {} tokens an answer, a fresh context per answer on both sides. node-llama-cpp loads the best of its CPU variants of ggml for this CPU; the runner's llama.cpp is built without `target-cpu` for AVX2 (`GGML_NATIVE` off: SSE4.2, AVX, AVX2, F16C, FMA, BMI2), so the *AVX2 variant* rows ({runner_isa}) run node-llama-cpp with only ggml's `haswell` variant, the same instruction set, to tell the instruction set from the runner's own cost. *Prompt tokens/s*: prompt tokens / the time to the first answer token (making the context, reading the prompt, sampling one token). *Generation tokens/s*: answer tokens after the first / the time from the first to the last. {} rounds; each times both sides one after the other, the side that goes first alternating; the median of the rounds, then each round's figure. The grammar rows hold the answer to the GBNF grammar of the city contract's JSON Schema (`examples/eval/enforce.yaml`, `validators.city`, as `json_schema_to_gbnf` writes it) on both sides.\n",
+        "enforce's local runner (`enforce-runner-local`, in process, {}) and llama.cpp itself ({reference}) on the same GGUF and the same prompt in the model's chat template, {} thread(s), greedy sampling (temperature 0), at most {} tokens an answer, a fresh context per answer on both sides. node-llama-cpp loads the best of its CPU variants of ggml for this CPU; the runner's llama.cpp is built without `target-cpu` for AVX2 (`GGML_NATIVE` off: SSE4.2, AVX, AVX2, F16C, FMA, BMI2), so the *AVX2 variant* rows ({runner_isa}) run node-llama-cpp with only ggml's `haswell` variant, the same instruction set, to tell the instruction set from the runner's own cost. *Prompt tokens/s*: prompt tokens / the time to the first answer token (making the context, reading the prompt, sampling one token). *Generation tokens/s*: answer tokens after the first / the time from the first to the last; *per CPU-second*: the same tokens / the CPU time the generation used meanwhile (the runner's generating thread, from the kernel's `schedstat`; the reference's node process, `process.cpuUsage()`), which other work on the machine stretches much less than the clock. {} rounds; each times both sides one after the other, the side that goes first alternating; the median of the rounds, then each round's figure. The grammar rows hold the answer to the GBNF grammar of the city contract's JSON Schema (`examples/eval/enforce.yaml`, `validators.city`, as `json_schema_to_gbnf` writes it) on both sides.\n",
         setting.runner_llama, setting.threads, setting.max_tokens, setting.rounds
     );
     let _ = writeln!(s, "{}\n", verdict(runs));
@@ -217,6 +231,7 @@ mod tests {
             tokens,
             first_s,
             rest_s,
+            rest_cpu_s: Some(rest_s / 2.0),
         }
     }
 
@@ -262,11 +277,11 @@ mod tests {
         assert!(s.starts_with(LOCAL_SPEED.begin) && s.trim_end().ends_with(LOCAL_SPEED.end));
         assert!(s.contains("### a.gguf"), "{s}");
         assert!(
-            s.contains("| enforce local runner | free text | 40 | 80.0 (80.0 80.0) | 11 | 10.0 (9.0 11.0) | **0.50** | – |"),
+            s.contains("| enforce local runner | free text | 40 | 80.0 (80.0 80.0) | 11 | 10.0 (9.0 11.0) | 20.0 (18.0 22.0) | **0.50** (0.50) | – |"),
             "{s}"
         );
         assert!(
-            s.contains("| llama.cpp (node-llama-cpp) | free text | 40 | 80.0 (80.0 80.0) | 11 | 20.0 (20.0 20.0) | 1 |  |"),
+            s.contains("| llama.cpp (node-llama-cpp) | free text | 40 | 80.0 (80.0 80.0) | 11 | 20.0 (20.0 20.0) | 40.0 (40.0 40.0) | 1 |  |"),
             "{s}"
         );
         for part in [
@@ -291,13 +306,13 @@ mod tests {
         same_isa.timings = vec![timing(40, 0.5, 11, 10.0 / 12.5)];
         both.rows.push(same_isa);
         let s = render(&setting(), &[both]);
-        assert!(s.contains("| 10.0 (9.0 11.0) | **0.50** | **0.80** |"), "{s}");
+        assert!(s.contains("| 10.0 (9.0 11.0) | 20.0 (18.0 22.0) | **0.50** (0.50) | **0.80** (0.80) |"), "{s}");
         assert!(
-            s.contains("| llama.cpp (node-llama-cpp), AVX2 variant | free text | 40 | 80.0 (80.0) | 11 | 12.5 (12.5) |  | 1 |"),
+            s.contains("| llama.cpp (node-llama-cpp), AVX2 variant | free text | 40 | 80.0 (80.0) | 11 | 12.5 (12.5) | 25.0 (25.0) |  | 1 |"),
             "{s}"
         );
         assert!(
-            s.contains("runner's instruction set (ggml's AVX2 `haswell` variant): a.gguf 0.80×."),
+            s.contains("runner's instruction set (ggml's AVX2 `haswell` variant): a.gguf 0.80×, per CPU-second 0.80×."),
             "{s}"
         );
     }
@@ -307,10 +322,10 @@ mod tests {
         let fast = run("fast.gguf", [19.0, 19.0], [20.0, 20.0]);
         let slow = run("slow.gguf", [17.0, 17.0], [20.0, 20.0]);
         let s = render(&setting(), &[fast.clone()]);
-        assert!(s.contains("≥ 0.9× llama.cpp's rate on every model measured** (free text: fast.gguf 0.95×)"), "{s}");
+        assert!(s.contains("≥ 0.9× llama.cpp's rate on every model measured** (free text: fast.gguf 0.95×, per CPU-second 0.95×)"), "{s}");
         let s = render(&setting(), &[fast, slow]);
         assert!(
-            s.contains("below 0.9× llama.cpp's generation rate on slow.gguf** (free text: fast.gguf 0.95×, slow.gguf 0.85×)"),
+            s.contains("below 0.9× llama.cpp's generation rate on slow.gguf** (free text: fast.gguf 0.95×, per CPU-second 0.95×; slow.gguf 0.85×, per CPU-second 0.85×)"),
             "{s}"
         );
     }
@@ -327,7 +342,7 @@ mod tests {
         };
         let s = render(&setting, &[only_runner]);
         assert!(s.contains("not measured: skipped: npm not found"), "{s}");
-        assert!(s.contains("| 10.0 (10.0 10.0) | – | – |"), "{s}");
+        assert!(s.contains("| 10.0 (10.0 10.0) | 20.0 (20.0 20.0) | – | – |"), "{s}");
         assert!(s.contains("- Llama Text: node failed"), "{s}");
         assert!(s.contains("No model was measured on both sides"), "{s}");
         assert!(!s.contains("```"), "no reference commands: {s}");
