@@ -83,6 +83,15 @@ mod with_llama {
             .and_then(|stat| stat.split_whitespace().next()?.parse().ok())
     }
 
+    /// The CPU seconds of the `tokens - 1` tokens after the first, from the readings at
+    /// two tokens: the CPU time a token took between them, times the tokens.
+    fn cpu_seconds(readings: Option<((u64, u64), (u64, u64))>, tokens: u64) -> Option<f64> {
+        let ((from_token, from_ns), (to_token, to_ns)) = readings?;
+        let span = to_token.checked_sub(from_token).filter(|n| *n > 0)?;
+        let per_token = to_ns.saturating_sub(from_ns) as f64 / 1e9 / span as f64;
+        Some(per_token * tokens.saturating_sub(1) as f64)
+    }
+
     /// A loaded model and the runtime its stream is read on.
     pub struct Local {
         runner: LocalRunner,
@@ -127,31 +136,35 @@ mod with_llama {
                 let started = Instant::now();
                 let mut stream = self.runner.ask(Ask::new(&request).streamed());
                 let (mut first, mut last, mut tokens) = (None, None, 0u64);
+                // (tokens so far, CPU ns) at the first and the last token the generating
+                // thread was still there to be read at: events wait in a channel, so the
+                // thread may have ended before the last ones are read.
+                let (mut first_cpu, mut last_cpu) = (None, None);
                 while let Some(event) = stream.next().await {
                     match event? {
                         // One `Spent` per answer token, sent as it is sampled (none for the
                         // end-of-generation token).
                         StreamEvent::Spent { .. } => {
-                            let now = (Instant::now(), generation_cpu_ns());
+                            let now = Instant::now();
                             tokens += 1;
                             first.get_or_insert(now);
                             last = Some(now);
+                            if let Some(ns) = generation_cpu_ns() {
+                                first_cpu.get_or_insert((tokens, ns));
+                                last_cpu = Some((tokens, ns));
+                            }
                         }
                         StreamEvent::Done(reply) => {
                             let usage = reply
                                 .usage
                                 .ok_or_else(|| anyhow!("the reply has no usage"))?;
-                            let none = (started, None);
-                            let (first, last) = first.zip(last).unwrap_or((none, none));
+                            let (first, last) = first.zip(last).unwrap_or((started, started));
                             return Ok(Timing {
                                 prompt_tokens: usage.input_tokens,
                                 tokens,
-                                first_s: (first.0 - started).as_secs_f64(),
-                                rest_s: (last.0 - first.0).as_secs_f64(),
-                                rest_cpu_s: first
-                                    .1
-                                    .zip(last.1)
-                                    .map(|(a, b)| b.saturating_sub(a) as f64 / 1e9),
+                                first_s: (first - started).as_secs_f64(),
+                                rest_s: (last - first).as_secs_f64(),
+                                rest_cpu_s: cpu_seconds(first_cpu.zip(last_cpu), tokens),
                             });
                         }
                         _ => {}
