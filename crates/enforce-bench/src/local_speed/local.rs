@@ -33,6 +33,16 @@ pub fn llama_version() -> String {
         .unwrap_or_else(|| "the llama.cpp vendored by llama-cpp-sys-2".into())
 }
 
+/// The CPU seconds of the `tokens - 1` tokens after the first, from the readings at
+/// two tokens: the CPU time a token took between them, times the tokens.
+#[cfg_attr(not(feature = "local"), allow(dead_code))]
+fn cpu_seconds(readings: Option<((u64, u64), (u64, u64))>, tokens: u64) -> Option<f64> {
+    let ((from_token, from_ns), (to_token, to_ns)) = readings?;
+    let span = to_token.checked_sub(from_token).filter(|n| *n > 0)?;
+    let per_token = to_ns.saturating_sub(from_ns) as f64 / 1e9 / span as f64;
+    Some(per_token * tokens.saturating_sub(1) as f64)
+}
+
 #[cfg(not(feature = "local"))]
 /// Without the feature `local` there is no runner to time.
 pub enum Local {}
@@ -61,6 +71,7 @@ impl Local {
 #[cfg(feature = "local")]
 mod with_llama {
     use super::super::Timing;
+    use super::cpu_seconds;
     use anyhow::anyhow;
     use enforce_core::{Ask, Message, Request, Runner, StreamEvent};
     use enforce_runner_local::{LocalConfig, LocalRunner};
@@ -81,15 +92,6 @@ mod with_llama {
             })
             .and_then(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
             .and_then(|stat| stat.split_whitespace().next()?.parse().ok())
-    }
-
-    /// The CPU seconds of the `tokens - 1` tokens after the first, from the readings at
-    /// two tokens: the CPU time a token took between them, times the tokens.
-    fn cpu_seconds(readings: Option<((u64, u64), (u64, u64))>, tokens: u64) -> Option<f64> {
-        let ((from_token, from_ns), (to_token, to_ns)) = readings?;
-        let span = to_token.checked_sub(from_token).filter(|n| *n > 0)?;
-        let per_token = to_ns.saturating_sub(from_ns) as f64 / 1e9 / span as f64;
-        Some(per_token * tokens.saturating_sub(1) as f64)
     }
 
     /// A loaded model and the runtime its stream is read on.
@@ -173,5 +175,19 @@ mod with_llama {
                 Err(anyhow!("the stream ended without a reply"))
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_seconds;
+
+    #[test]
+    fn cpu_time_between_two_readings_is_scaled_to_every_token_after_the_first() {
+        // 2 ms a token between tokens 1 and 5; 9 tokens after the first.
+        let s = cpu_seconds(Some(((1, 1_000_000), (5, 9_000_000))), 10).unwrap();
+        assert!((s - 0.018).abs() < 1e-12, "{s}");
+        assert_eq!(cpu_seconds(Some(((3, 0), (3, 5))), 10), None, "one reading");
+        assert_eq!(cpu_seconds(None, 10), None);
     }
 }
