@@ -173,6 +173,8 @@ pub struct Setting {
     pub seconds: f64,
     /// The runner's llama.cpp (the `llama-cpp-sys-2` crate that vendors it).
     pub runner_llama: String,
+    /// How the harness, and so the runner's Rust code, was compiled.
+    pub build: String,
     /// node-llama-cpp and the llama.cpp release it ships, or why it was skipped.
     pub reference: Result<String, String>,
     /// Whether the reference was also run with the runner's instruction set, or why not.
@@ -328,6 +330,13 @@ pub fn run(args: LocalSpeedArgs) -> anyhow::Result<()> {
         load_after: loadavg(),
         seconds: started.elapsed().as_secs_f64(),
         runner_llama: local::llama_version(),
+        build: if cfg!(debug_assertions) {
+            "a debug build of the harness: the runner's Rust code unoptimised (llama.cpp itself \
+             is compiled optimised in every profile), which can only slow the runner"
+                .into()
+        } else {
+            "the harness built optimised (`cargo xtask` builds it with `--profile dist`)".into()
+        },
         reference: reference.map(|peer| peer.version),
         runner_isa: runner_isa.map(|_| ()),
         reference_commands,

@@ -200,8 +200,8 @@ pub fn render(setting: &Setting, runs: &[ModelRun]) -> String {
     };
     let _ = writeln!(
         s,
-        "enforce's local runner (`enforce-runner-local`, in process, {}) and llama.cpp itself ({reference}) on the same GGUF and the same prompt in the model's chat template, {} thread(s), greedy sampling (temperature 0), at most {} tokens an answer, a fresh context per answer on both sides. node-llama-cpp loads the best of its CPU variants of ggml for this CPU; the runner's llama.cpp is built without `target-cpu` for AVX2 (`GGML_NATIVE` off: SSE4.2, AVX, AVX2, F16C, FMA, BMI2), so the *AVX2 variant* rows ({runner_isa}) run node-llama-cpp with only ggml's `haswell` variant, the same instruction set, to tell the instruction set from the runner's own cost. *Prompt tokens/s*: prompt tokens / the time to the first answer token (making the context, reading the prompt, sampling one token). *Generation tokens/s*: answer tokens after the first / the time from the first to the last; *per CPU-second*: the same tokens / the CPU time the generation used meanwhile (the runner's generating thread, from the kernel's `schedstat`; the reference's node process, `process.cpuUsage()`), which other work on the machine stretches much less than the clock. {} rounds; each times both sides one after the other, the side that goes first alternating; the median of the rounds, then each round's figure. The grammar rows hold the answer to the GBNF grammar of the city contract's JSON Schema (`examples/eval/enforce.yaml`, `validators.city`, as `json_schema_to_gbnf` writes it) on both sides.\n",
-        setting.runner_llama, setting.threads, setting.max_tokens, setting.rounds
+        "enforce's local runner (`enforce-runner-local`, in process, {}; {}) and llama.cpp itself ({reference}) on the same GGUF and the same prompt in the model's chat template, {} thread(s), greedy sampling (temperature 0), at most {} tokens an answer, a fresh context per answer on both sides. node-llama-cpp loads the best of its CPU variants of ggml for this CPU; the runner's llama.cpp is built without `target-cpu` for AVX2 (`GGML_NATIVE` off: SSE4.2, AVX, AVX2, F16C, FMA, BMI2), so the *AVX2 variant* rows ({runner_isa}) run node-llama-cpp with only ggml's `haswell` variant, the same instruction set, to tell the instruction set from the runner's own cost. *Prompt tokens/s*: prompt tokens / the time to the first answer token (making the context, reading the prompt, sampling one token). *Generation tokens/s*: answer tokens after the first / the time from the first to the last; *per CPU-second*: the same tokens / the CPU time the generation used meanwhile (the runner's generating thread, from the kernel's `schedstat`; the reference's node process, `process.cpuUsage()`), which other work on the machine stretches much less than the clock. {} rounds; each times both sides one after the other, the side that goes first alternating; the median of the rounds, then each round's figure. The grammar rows hold the answer to the GBNF grammar of the city contract's JSON Schema (`examples/eval/enforce.yaml`, `validators.city`, as `json_schema_to_gbnf` writes it) on both sides.\n",
+        setting.runner_llama, setting.build, setting.threads, setting.max_tokens, setting.rounds
     );
     let _ = writeln!(s, "{}\n", verdict(runs));
     for run in runs {
@@ -247,6 +247,7 @@ mod tests {
             load_after: "4.00 5.00 6.00".into(),
             seconds: 42.0,
             runner_llama: "llama.cpp X".into(),
+            build: "build Z".into(),
             reference: Ok("node-llama-cpp Y".into()),
             runner_isa: Ok(()),
             reference_commands: vec!["node llama.mjs m.gguf".into()],
@@ -290,6 +291,7 @@ mod tests {
             "load average before: 1.00 2.00 3.00, after: 4.00 5.00 6.00",
             "Measured under load",
             "llama.cpp X",
+            "build Z",
             "node-llama-cpp Y",
             "node llama.mjs m.gguf",
             "2 rounds",
