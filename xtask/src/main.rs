@@ -814,21 +814,7 @@ fn bench_local_speed(extra: &[String]) -> Result<()> {
         }
     }
     // `enforce` too, with the features of `--real-model`'s build, so both share what is built.
-    let mut build = cargo();
-    build
-        .args([
-            "build",
-            "--profile",
-            DIST,
-            "-p",
-            "enforce",
-            "-p",
-            "enforce-bench",
-            "--features",
-            "enforce/local,enforce-bench/local",
-        ])
-        .args(locked());
-    run(build)?;
+    build_dist_harness(&["--features", "enforce/local,enforce-bench/local"])?;
     start_harness("local-speed", &args, extra)
 }
 
@@ -847,6 +833,17 @@ fn bench_python(extra: &[String]) -> Result<()> {
 /// Builds `enforce` (with `features`) and `enforce-bench` with the `dist` profile, then runs the harness's
 /// `subcommand` with the binary, the work directory and BENCHMARKS.md, then `args` and `extra`.
 fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[String]) -> Result<()> {
+    build_dist_harness(features)?;
+    let mut all = vec![
+        OsString::from("--enforce-bin"),
+        target_dir().join(DIST).join("enforce").into(),
+    ];
+    all.extend(args.iter().map(OsString::from));
+    start_harness(subcommand, &all, extra)
+}
+
+/// Builds `enforce` and `enforce-bench` with the `dist` profile and `features`.
+fn build_dist_harness(features: &[&str]) -> Result<()> {
     let mut build = cargo();
     build
         .args([
@@ -860,13 +857,7 @@ fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[Stri
         ])
         .args(features)
         .args(locked());
-    run(build)?;
-    let mut all = vec![
-        OsString::from("--enforce-bin"),
-        target_dir().join(DIST).join("enforce").into(),
-    ];
-    all.extend(args.iter().map(OsString::from));
-    start_harness(subcommand, &all, extra)
+    run(build)
 }
 
 /// Runs the built harness's `subcommand` with `args`, the work directory and BENCHMARKS.md,

@@ -231,7 +231,8 @@ fn chatml(messages: &[Message]) -> String {
 fn city_grammar(eval_dir: &Path) -> anyhow::Result<String> {
     let path = eval_dir.join("enforce.yaml");
     let yaml: Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?,
+        &std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?,
     )?;
     let schema = yaml
         .pointer("/validators/city/schema")
@@ -250,7 +251,10 @@ pub fn run(args: LocalSpeedArgs) -> anyhow::Result<()> {
         .as_ref()
         .map_err(Clone::clone)
         .and_then(node::Peer::runner_isa);
-    for why in [&reference, &runner_isa].into_iter().filter_map(|r| r.as_ref().err()) {
+    for why in [&reference, &runner_isa]
+        .into_iter()
+        .filter_map(|r| r.as_ref().err())
+    {
         eprintln!("bench: {why}");
     }
     let prompts = node::Prompts::write(
@@ -293,11 +297,9 @@ pub fn run(args: LocalSpeedArgs) -> anyhow::Result<()> {
                         Side::LlamaRunnerIsa => runner_isa.as_ref().ok(),
                     };
                     match (side, &runner, peer) {
-                        (Side::Runner, Ok(runner), _) => run.record(
-                            side,
-                            answer,
-                            runner.time(messages, args.max_tokens, gbnf),
-                        ),
+                        (Side::Runner, Ok(runner), _) => {
+                            run.record(side, answer, runner.time(messages, args.max_tokens, gbnf))
+                        }
                         (_, _, Some(peer)) => {
                             let cmd = peer.command(gguf, &prompts, answer, &args);
                             let line = describe(&cmd);
@@ -343,7 +345,10 @@ pub fn run(args: LocalSpeedArgs) -> anyhow::Result<()> {
     };
     let section = render(&setting, &runs);
     let old = std::fs::read_to_string(&args.out).unwrap_or_default();
-    std::fs::write(&args.out, LOCAL_SPEED.splice_after(&old, &section, &REAL_MODEL))?;
+    std::fs::write(
+        &args.out,
+        LOCAL_SPEED.splice_after(&old, &section, &REAL_MODEL),
+    )?;
     eprintln!(
         "bench: wrote the local-speed section of {} in {:.0} s",
         args.out.display(),

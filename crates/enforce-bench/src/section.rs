@@ -76,7 +76,10 @@ impl Markers {
         if self.section_of(old).is_some() {
             return self.splice(old, section);
         }
-        match old.find(after.end).filter(|_| after.section_of(old).is_some()) {
+        match old
+            .find(after.end)
+            .filter(|_| after.section_of(old).is_some())
+        {
             Some(e) => {
                 let (head, rest) = old.split_at(e + after.end.len());
                 let rest = if rest.is_empty() { "\n" } else { rest };

@@ -105,7 +105,8 @@ impl Samplers {
         let Some(grammar) = self.grammar.as_mut() else {
             return token;
         };
-        let mut single = LlamaTokenDataArray::new(vec![LlamaTokenData::new(token, 1.0, 0.0)], false);
+        let mut single =
+            LlamaTokenDataArray::new(vec![LlamaTokenData::new(token, 1.0, 0.0)], false);
         grammar.apply(&mut single);
         let allowed = single
             .data
