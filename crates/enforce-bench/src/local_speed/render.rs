@@ -335,7 +335,7 @@ mod tests {
     fn the_verdict_names_the_models_below_the_target() {
         let fast = run("fast.gguf", [19.0, 19.0], [20.0, 20.0]);
         let slow = run("slow.gguf", [17.0, 17.0], [20.0, 20.0]);
-        let s = render(&setting(), &[fast.clone()]);
+        let s = render(&setting(), std::slice::from_ref(&fast));
         assert!(s.contains("≥ 0.9× llama.cpp's rate on every model measured** (free text: fast.gguf 0.95×, per CPU-second 0.95×)"), "{s}");
         let s = render(&setting(), &[fast, slow]);
         assert!(
