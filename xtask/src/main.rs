@@ -84,6 +84,11 @@ Commands:
                   the relay floor on chat completions, responses and messages at c=1 (manual);
                   `--baseline-bin PATH` measures another enforce binary side by side in the same
                   run (rounds alternate which binary goes first)
+  bench-peers --local-speed [ARGS]
+                  the local-speed section of BENCHMARKS.md only: the local runner's prompt and
+                  generation tokens/s beside llama.cpp's own (node-llama-cpp, installed by npm)
+                  on the same GGUF (the test model and, when installed, Qwen2.5-Coder 0.5B; or
+                  `--gguf PATH`, repeated), one thread, greedy, 200 tokens (manual)
   bench-peers --real-model [--bench-model NAME] [ARGS]
                   the real-model section of BENCHMARKS.md only: `enforce eval` with the local
                   runner (SmolLM2, or a `models --bench` GGUF) on every contract of
@@ -771,6 +776,11 @@ fn bench_peers(extra: &[String]) -> Result<()> {
         rest.remove(i);
         return bench_python(&rest);
     }
+    if let Some(i) = extra.iter().position(|a| a == "--local-speed") {
+        let mut rest = extra.to_vec();
+        rest.remove(i);
+        return bench_local_speed(&rest);
+    }
     if let Some(i) = extra.iter().position(|a| a == "--surfaces") {
         let mut rest = extra.to_vec();
         rest.remove(i);
@@ -802,6 +812,29 @@ fn bench_real_model(extra: &[String]) -> Result<()> {
     run_harness("real-model", WITH_LOCAL, &["--gguf", &gguf], &rest)
 }
 
+/// `bench-peers --local-speed`: the local-speed section of BENCHMARKS.md (the local runner's
+/// tokens/s beside llama.cpp's through node-llama-cpp). Without `--gguf`: the test model, and
+/// Qwen2.5-Coder 0.5B when `cargo xtask models --bench` has installed it.
+fn bench_local_speed(extra: &[String]) -> Result<()> {
+    let mut args: Vec<OsString> = Vec::new();
+    if !extra.iter().any(|a| a == "--gguf") {
+        args.extend(["--gguf".into(), test_model()?.into()]);
+        let qwen = bench_models::BENCH_MODELS[0].gguf();
+        if qwen.is_file() {
+            args.extend(["--gguf".into(), qwen.into()]);
+        } else {
+            eprintln!(
+                "xtask: {} is not installed (cargo xtask models --bench {}): the test model only",
+                qwen.display(),
+                bench_models::BENCH_MODELS[0].name
+            );
+        }
+    }
+    // `enforce` too, with the features of `--real-model`'s build, so both share what is built.
+    build_dist_harness(&["--features", "enforce/local,enforce-bench/local"])?;
+    start_harness("local-speed", &args, extra)
+}
+
 /// `bench-peers --python`: the Python section of BENCHMARKS.md (the enforce-llm wheel, `dist`,
 /// against Guardrails and Instructor). Needs no `enforce` binary: only the harness is built.
 fn bench_python(extra: &[String]) -> Result<()> {
@@ -817,6 +850,17 @@ fn bench_python(extra: &[String]) -> Result<()> {
 /// Builds `enforce` (with `features`) and `enforce-bench` with the `dist` profile, then runs the harness's
 /// `subcommand` with the binary, the work directory and BENCHMARKS.md, then `args` and `extra`.
 fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[String]) -> Result<()> {
+    build_dist_harness(features)?;
+    let mut all = vec![
+        OsString::from("--enforce-bin"),
+        target_dir().join(DIST).join("enforce").into(),
+    ];
+    all.extend(args.iter().map(OsString::from));
+    start_harness(subcommand, &all, extra)
+}
+
+/// Builds `enforce` and `enforce-bench` with the `dist` profile and `features`.
+fn build_dist_harness(features: &[&str]) -> Result<()> {
     let mut build = cargo();
     build
         .args([
@@ -830,13 +874,7 @@ fn run_harness(subcommand: &str, features: &[&str], args: &[&str], extra: &[Stri
         ])
         .args(features)
         .args(locked());
-    run(build)?;
-    let mut all = vec![
-        OsString::from("--enforce-bin"),
-        target_dir().join(DIST).join("enforce").into(),
-    ];
-    all.extend(args.iter().map(OsString::from));
-    start_harness(subcommand, &all, extra)
+    run(build)
 }
 
 /// Runs the built harness's `subcommand` with `args`, the work directory and BENCHMARKS.md,

@@ -10,12 +10,15 @@
 //!   BENCHMARKS.md
 //! - `enforce-bench real-model`  `enforce eval` with the local runner on every example contract,
 //!   and the peers' loops on the same model; writes the real-model section of BENCHMARKS.md
+//! - `enforce-bench local-speed` the local runner's tokens/s beside llama.cpp's own
+//!   (node-llama-cpp) on the same GGUF; writes the local-speed section of BENCHMARKS.md
 //! - `enforce-bench python`      enforce from Python (the enforce-llm wheel) against Guardrails
 //!   and Instructor; writes the Python section of BENCHMARKS.md
 
 mod cache;
 mod inproc;
 mod load;
+mod local_speed;
 mod mock;
 mod peers;
 mod python_api;
@@ -105,6 +108,8 @@ enum Cmd {
     Peers(peers::PeersArgs),
     /// The real-model section: enforce eval and the peers' loops on a local GGUF model.
     RealModel(real_model::RealModelArgs),
+    /// The local-speed section: the local runner's tokens/s beside llama.cpp's on the same GGUF.
+    LocalSpeed(local_speed::LocalSpeedArgs),
     /// The Python section: enforce-llm's check and loop against Guardrails and Instructor.
     Python(python_api::PythonArgs),
     /// The surfaces section: the proxy's added latency on every API surface at c=1.
@@ -185,6 +190,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::RealModel(args) => real_model::run(args),
+        Cmd::LocalSpeed(args) => local_speed::run(args),
         Cmd::Python(args) => python_api::run(args),
         Cmd::Surfaces(args) => surfaces::run(args),
     }

@@ -330,13 +330,14 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
     r.load_after = loadavg();
     r.duration_s = started.elapsed().as_secs_f64();
     let mut text = report::render(&r);
-    // The real-model, Python and surfaces sections are measured by runs of their own (the
+    // The real-model, Python, surfaces and local-speed sections are measured by runs of their own (the
     // surfaces one right after this run, by main): keep the last ones.
     let old = std::fs::read_to_string(&args.out).unwrap_or_default();
     for markers in [
         crate::section::REAL_MODEL,
         crate::section::PYTHON,
         crate::section::SURFACES,
+        crate::section::LOCAL_SPEED,
     ] {
         if let Some(section) = markers.section_of(&old) {
             text = markers.splice(&text, section);

@@ -59,9 +59,13 @@ pub fn render(r: &Results) -> String {
     for c in &r.commands {
         let _ = writeln!(o, "{c}");
     }
-    let _ = writeln!(o, "```");
+    let _ = writeln!(o, "```\n");
+    let _ = writeln!(o, "{SECTIONS_ON_THEIR_OWN}");
     o
 }
+
+/// The runs that measure a section of their own, each naming its exact commands there.
+const SECTIONS_ON_THEIR_OWN: &str = "Measured by runs of their own, each section below naming its commands: `cargo xtask bench-peers --real-model`, `cargo xtask bench-peers --local-speed` (the local runner beside llama.cpp), `cargo xtask bench-peers --python`, `cargo xtask bench-peers --surfaces`.";
 
 /// The heading, the machine, the versions and pins, and what did not run.
 fn setting_section(o: &mut String, r: &Results) {

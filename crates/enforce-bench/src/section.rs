@@ -1,6 +1,6 @@
-//! The sections of BENCHMARKS.md measured on their own (the real-model, Python and surfaces ones):
-//! their markers, and how a run replaces its section or keeps it (the full peers run, which
-//! rewrites everything else).
+//! The sections of BENCHMARKS.md measured on their own (the real-model, Python, surfaces and
+//! local-speed ones): their markers, and how a run replaces its section or keeps it (the full
+//! peers run, which rewrites everything else).
 
 /// Where a section starts and ends in BENCHMARKS.md, so that each run (its own and the full
 /// `peers` run) replaces only its own part.
@@ -28,6 +28,12 @@ pub const SURFACES: Markers = Markers {
     end: "<!-- surfaces:end -->",
 };
 
+/// `cargo xtask bench-peers --local-speed`.
+pub const LOCAL_SPEED: Markers = Markers {
+    begin: "<!-- local-speed:begin -->",
+    end: "<!-- local-speed:end -->",
+};
+
 impl Markers {
     /// `old` with this section replaced by `section` (appended when it had none).
     pub fn splice(&self, old: &str, section: &str) -> String {
@@ -51,6 +57,25 @@ impl Markers {
                 s.push_str(section);
                 s
             }
+        }
+    }
+
+    /// `old` with this section replaced by `section`; when it had none, the section goes right
+    /// after the section `after` (appended when that is missing too).
+    pub fn splice_after(&self, old: &str, section: &str, after: &Markers) -> String {
+        if self.section_of(old).is_some() {
+            return self.splice(old, section);
+        }
+        match old
+            .find(after.end)
+            .filter(|_| after.section_of(old).is_some())
+        {
+            Some(e) => {
+                let (head, rest) = old.split_at(e + after.end.len());
+                let rest = if rest.is_empty() { "\n" } else { rest };
+                format!("{head}\n\n{}{rest}", section.trim_end())
+            }
+            None => self.splice(old, section),
         }
     }
 
@@ -100,6 +125,24 @@ mod tests {
         assert_eq!(REAL_MODEL.section_of(&doc), Some(real.trim_end()));
         assert_eq!(PYTHON.section_of(&doc), Some(python("py 2").trim_end()));
         assert!(!doc.contains("py 1"), "{doc}");
+    }
+
+    #[test]
+    fn a_new_section_goes_after_the_one_named() {
+        let doc = format!("# B\n\n{BEGIN}\nreal\n{END}\n\n## Python\n");
+        let section = |x: &str| format!("{}\n{x}\n{}\n", LOCAL_SPEED.begin, LOCAL_SPEED.end);
+        let first = LOCAL_SPEED.splice_after(&doc, &section("speed 1"), &REAL_MODEL);
+        assert_eq!(
+            first,
+            format!(
+                "# B\n\n{BEGIN}\nreal\n{END}\n\n{}\nspeed 1\n{}\n\n## Python\n",
+                LOCAL_SPEED.begin, LOCAL_SPEED.end
+            )
+        );
+        let second = LOCAL_SPEED.splice_after(&first, &section("speed 2"), &REAL_MODEL);
+        assert_eq!(second, first.replace("speed 1", "speed 2"));
+        let appended = LOCAL_SPEED.splice_after("# B\n", &section("x"), &REAL_MODEL);
+        assert!(appended.ends_with(&section("x")), "{appended}");
     }
 
     #[test]

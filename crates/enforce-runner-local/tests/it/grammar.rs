@@ -45,6 +45,34 @@ async fn a_json_schema_response_format_gives_json_that_matches() {
     assert_eq!(value.as_object().map(|o| o.len()), Some(2), "{value}");
 }
 
+/// A grammar the model's own first choice breaks at once: the answer is still one the
+/// grammar allows (the token drawn without the grammar is refused and drawn again under it).
+#[tokio::test]
+async fn a_grammar_the_model_would_not_follow_still_holds() {
+    let Some(runner) = shared_runner() else {
+        return;
+    };
+    let mut request = Request::prompt("Write a short poem about the sea.");
+    request.params = json!({
+        "max_tokens": 16, "temperature": 0,
+        "grammar": "root ::= (\"yes\" | \"no\") \".\""
+    })
+    .as_object()
+    .cloned()
+    .unwrap();
+    let reply = runner
+        .ask(Ask::new(&request))
+        .reply()
+        .await
+        .expect("a reply");
+    assert!(
+        ["yes.", "no."].contains(&reply.text.as_str()),
+        "{:?}",
+        reply.text
+    );
+    assert_eq!(reply.finish_reason, Some(FinishReason::Stop));
+}
+
 /// `json_object` asks for any JSON object.
 #[tokio::test]
 async fn a_json_object_response_format_gives_an_object() {
