@@ -417,6 +417,8 @@ models:
   - {id: city, profile: city}
   - {id: loose, profile: loose}
   - {id: cli, profile: city, runner: {type: command, program: cat}}
+  - {id: local, profile: city, runner: {type: local, model: m.gguf}}
+  - {id: local-gbnf, profile: city, runner: {type: local, model: m.gguf, constraint_engine: gbnf}}
 ",
     );
     let explained = |model: &str| {
@@ -440,4 +442,20 @@ models:
         value["notes"].to_string().contains("cannot constrain"),
         "{value}"
     );
+    // The local runner names the engine that compiles the schema.
+    let (gbnf, _) = entry(&explained("local-gbnf"), "decode");
+    assert_eq!(gbnf["engine"], "gbnf", "{gbnf}");
+    assert_eq!(gbnf["sends"], serde_json::json!(["response_format"]));
+    let (local, _) = entry(&explained("local"), "decode");
+    if cfg!(feature = "local") {
+        assert_eq!(local["engine"], "llguidance", "{local}");
+        assert_eq!(local["notes"], serde_json::json!([]), "{local}");
+    } else {
+        // A build without llguidance falls back to GBNF, and says why.
+        assert_eq!(local["engine"], "gbnf", "{local}");
+        assert!(
+            local["notes"].to_string().contains("no llguidance"),
+            "{local}"
+        );
+    }
 }

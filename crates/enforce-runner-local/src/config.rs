@@ -315,8 +315,10 @@ mod tests {
             LocalConfig::default().constraint_engine,
             ConstraintEngine::Llguidance
         );
-        assert!(serde_json::from_str::<LocalConfig>(r#"{"model":"m","constraint_engine":"x"}"#)
-            .is_err());
+        assert!(
+            serde_json::from_str::<LocalConfig>(r#"{"model":"m","constraint_engine":"x"}"#)
+                .is_err()
+        );
     }
 
     #[test]

@@ -42,7 +42,9 @@ pub fn plan_schema(engine: ConstraintEngine, schema: &Value) -> SchemaPlan {
                         .collect(),
                 }
             }
-            Err(why) => notes.push(format!("llguidance cannot take the schema ({why}); the GBNF grammar is used")),
+            Err(why) => notes.push(format!(
+                "llguidance cannot take the schema ({why}); the GBNF grammar is used"
+            )),
         }
     }
     notes.extend(

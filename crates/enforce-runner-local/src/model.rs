@@ -126,7 +126,10 @@ impl LoadedModel {
     }
 
     /// A sampler that keeps the answer inside `grammar`, or why llguidance rejects it.
-    pub(crate) fn llguidance_sampler(&self, grammar: TopLevelGrammar) -> Result<LlamaSampler, String> {
+    pub(crate) fn llguidance_sampler(
+        &self,
+        grammar: TopLevelGrammar,
+    ) -> Result<LlamaSampler, String> {
         let factory = self
             .llguidance
             .get_or_init(|| {

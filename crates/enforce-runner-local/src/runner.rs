@@ -125,7 +125,9 @@ impl LocalRunner {
                 return Err(bad_param("grammar", "a GBNF grammar (a string)", other))
             }
             (None, None, Some(Value::String(regex))) => Some(Grammar::Regex(regex.clone())),
-            (None, None, Some(other)) => return Err(bad_param("regex", "a regex (a string)", other)),
+            (None, None, Some(other)) => {
+                return Err(bad_param("regex", "a regex (a string)", other))
+            }
             (None, None, None) => match (&c.grammar, &c.json_schema) {
                 (Some(gbnf), _) => Some(Grammar::Gbnf(gbnf.clone())),
                 (None, Some(schema)) => Some(Grammar::Schema(schema.clone())),

@@ -193,21 +193,20 @@ mod tests {
             "    required: [{regex: 'code'}, {regex: '^[A-Z]{3}-\\d{2}$', case_insensitive: true}]\n",
         ));
         let names = ["inline".into(), "warn".into(), "code".into()];
-        let Some(Constraint::Regex(regex)) =
-            derive(&names, &c, &BuildEnv::default()).unwrap()
+        let Some(Constraint::Regex(regex)) = derive(&names, &c, &BuildEnv::default()).unwrap()
         else {
             panic!("no regex constraint");
         };
         // The anchors are gone, the case folding is spelled out, the meaning is the same.
         assert!(!regex.contains('^') && !regex.contains('$'), "{regex}");
         let whole = regex::Regex::new(&format!("^(?:{regex})$")).unwrap();
-        assert!(whole.is_match("abc-12") && whole.is_match("ABC-12"), "{regex}");
+        assert!(
+            whole.is_match("abc-12") && whole.is_match("ABC-12"),
+            "{regex}"
+        );
         assert!(!whole.is_match("ABC-123"), "{regex}");
         // A multi-line anchor, a warning or an unanchored rule alone give none.
-        assert_eq!(
-            derive(&names[..2], &c, &BuildEnv::default()).unwrap(),
-            None
-        );
+        assert_eq!(derive(&names[..2], &c, &BuildEnv::default()).unwrap(), None);
     }
 
     #[test]
