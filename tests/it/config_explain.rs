@@ -443,10 +443,12 @@ models:
         "{value}"
     );
     // The local runner names the engine that compiles the schema.
-    let (gbnf, _) = entry(&explained("local-gbnf"), "decode");
+    let gbnf_model = explained("local-gbnf");
+    let (gbnf, _) = entry(&gbnf_model, "decode");
     assert_eq!(gbnf["engine"], "gbnf", "{gbnf}");
     assert_eq!(gbnf["sends"], serde_json::json!(["response_format"]));
-    let (local, _) = entry(&explained("local"), "decode");
+    let local_model = explained("local");
+    let (local, _) = entry(&local_model, "decode");
     if cfg!(feature = "local") {
         assert_eq!(local["engine"], "llguidance", "{local}");
         assert_eq!(local["notes"], serde_json::json!([]), "{local}");
