@@ -125,6 +125,18 @@ mod with_llguidance {
         TopLevelGrammar::from_regex(regex)
     }
 
+    /// Whether `grammar` accepts `text` whole, one byte per token.
+    #[cfg(test)]
+    pub(super) fn accepts(grammar: TopLevelGrammar, text: &str) -> bool {
+        let Ok(factory) = byte_factory() else {
+            return false;
+        };
+        let mut matcher = Matcher::new(factory.create_parser(grammar));
+        let tokens: Vec<u32> = text.bytes().map(u32::from).collect();
+        matcher.try_consume_tokens(&tokens).ok() == Some(tokens.len())
+            && matcher.is_accepting().unwrap_or(false)
+    }
+
     /// A parser factory over a vocabulary of the 256 bytes: enough to compile any grammar,
     /// and built once.
     fn byte_factory() -> Result<&'static ParserFactory, String> {
@@ -203,6 +215,22 @@ mod tests {
         );
         // And the GBNF grammar's own note on the pattern follows.
         assert!(plan.notes[1].starts_with("grammar: "), "{:?}", plan.notes);
+    }
+
+    #[cfg(feature = "llguidance")]
+    #[test]
+    fn whitespace_between_json_tokens_is_bounded_as_in_the_gbnf_grammar() {
+        use with_llguidance::accepts;
+        let object = json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}});
+        let schema = || schema_grammar(&object);
+        assert!(accepts(schema(), r#"{"a":1}"#));
+        assert!(accepts(schema(), "{\n  \"a\": 1\n}"));
+        // One space, or a line break and at most 20 blanks: no runs of blank lines.
+        assert!(!accepts(schema(), r#"{  "a":1}"#));
+        assert!(!accepts(schema(), "{\n\n\"a\":1}"));
+        assert!(!accepts(schema(), &format!("{{\n{}\"a\":1}}", " ".repeat(21))));
+        // And the bound is llguidance's own: `minimum` holds.
+        assert!(!accepts(schema(), r#"{"a":-1}"#));
     }
 
     #[cfg(feature = "llguidance")]
