@@ -221,14 +221,18 @@ mod tests {
     #[test]
     fn whitespace_between_json_tokens_is_bounded_as_in_the_gbnf_grammar() {
         use with_llguidance::accepts;
-        let object = json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}});
+        let object =
+            json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}});
         let schema = || schema_grammar(&object);
         assert!(accepts(schema(), r#"{"a":1}"#));
         assert!(accepts(schema(), "{\n  \"a\": 1\n}"));
         // One space, or a line break and at most 20 blanks: no runs of blank lines.
         assert!(!accepts(schema(), r#"{  "a":1}"#));
         assert!(!accepts(schema(), "{\n\n\"a\":1}"));
-        assert!(!accepts(schema(), &format!("{{\n{}\"a\":1}}", " ".repeat(21))));
+        assert!(!accepts(
+            schema(),
+            &format!("{{\n{}\"a\":1}}", " ".repeat(21))
+        ));
         // And the bound is llguidance's own: `minimum` holds.
         assert!(!accepts(schema(), r#"{"a":-1}"#));
     }
