@@ -170,7 +170,7 @@ mod with_llguidance {
     }
 }
 
-#[cfg(feature = "llguidance")]
+#[cfg(feature = "llama")]
 pub(crate) use with_llguidance::first_line;
 
 #[cfg(test)]
