@@ -100,13 +100,15 @@ mod with_llguidance {
     use serde_json::{Map, Value};
     use std::sync::OnceLock;
 
-    /// The grammar of a JSON Schema, with whitespace between tokens bounded.
+    /// The grammar of a JSON Schema, with whitespace between tokens bounded and objects
+    /// closed as the GBNF converter closes them.
     pub(crate) fn schema_grammar(schema: &Value) -> TopLevelGrammar {
         let mut schema = match schema {
             Value::Object(map) => Value::Object(map.clone()),
             // `true` (anything) is the empty schema; llguidance takes only objects.
             _ => Value::Object(Map::new()),
         };
+        close_objects(&mut schema, 0);
         let options = JsonCompileOptions {
             whitespace_pattern: Some(JSON_WHITESPACE.into()),
             // A keyword llguidance does not implement (`uniqueItems`, `not`, …) is a warning,
@@ -118,6 +120,41 @@ mod with_llguidance {
             map.insert("x-guidance".into(), options);
         }
         TopLevelGrammar::from_json_schema(schema)
+    }
+
+    /// Gives every object schema that lists `properties` and says nothing of
+    /// `additionalProperties` an `additionalProperties: false`, as the GBNF converter (and
+    /// llama.cpp's own) reads it: left open, a small model appended keys until its token limit
+    /// (SmolLM2 on the city contract: three of 22 first answers cut or broken that way).
+    /// Not inside `allOf`, whose parts are merged (a closed part would exclude the others'
+    /// keys), nor in values (`const`, `enum`, `default`, `examples`).
+    fn close_objects(schema: &mut Value, depth: usize) {
+        if depth > crate::MAX_GRAMMAR_DEPTH {
+            return;
+        }
+        match schema {
+            Value::Object(map) => {
+                if map.get("properties").is_some_and(Value::is_object)
+                    && !map.contains_key("additionalProperties")
+                {
+                    map.insert("additionalProperties".into(), Value::Bool(false));
+                }
+                for (key, sub) in map.iter_mut() {
+                    if !matches!(
+                        key.as_str(),
+                        "allOf" | "const" | "enum" | "default" | "examples"
+                    ) {
+                        close_objects(sub, depth + 1);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for sub in items {
+                    close_objects(sub, depth + 1);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// The grammar of texts `regex` matches whole.
@@ -235,6 +272,38 @@ mod tests {
         ));
         // And the bound is llguidance's own: `minimum` holds.
         assert!(!accepts(schema(), r#"{"a":-1}"#));
+    }
+
+    /// The start of a real answer of SmolLM2 under an open llguidance grammar (closed with a
+    /// `}`): the city schema lists its properties without `additionalProperties`, and the
+    /// model went on adding keys until its token limit.
+    #[cfg(feature = "llguidance")]
+    #[test]
+    fn objects_that_list_properties_are_closed_as_in_the_gbnf_grammar() {
+        use with_llguidance::accepts;
+        let city = json!({
+            "type": "object",
+            "required": ["name", "country", "population"],
+            "properties": {
+                "name": {"type": "string"},
+                "country": {"type": "string"},
+                "population": {"type": "integer"}
+            }
+        });
+        let rambling = "{\n  \"name\": \"Lima\",\n  \"country\": \"Perú\",\n  \"population\": 1,\n\"population_percent\": 0.08,\n\"population_percentage_miles_per_acre\": 20.00\n}";
+        assert!(!accepts(schema_grammar(&city), rambling));
+        assert!(accepts(
+            schema_grammar(&city),
+            "{\n  \"name\": \"Lima\",\n  \"country\": \"Perú\",\n  \"population\": 1\n}"
+        ));
+        // Said otherwise, the schema keeps its word; `allOf` parts stay open to be merged.
+        let open = json!({"properties": {"a": {"type": "integer"}}, "additionalProperties": true});
+        assert!(accepts(schema_grammar(&open), r#"{"a":1,"b":2}"#));
+        let merged = json!({"allOf": [
+            {"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            {"properties": {"b": {"type": "integer"}}, "required": ["b"]}
+        ]});
+        assert!(accepts(schema_grammar(&merged), r#"{"a":1,"b":2}"#));
     }
 
     #[cfg(feature = "llguidance")]
