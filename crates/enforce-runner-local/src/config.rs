@@ -56,25 +56,24 @@ pub struct LocalConfig {
     /// A JSON Schema every answer must follow, compiled by `constraint_engine`. A request's
     /// `response_format` (`json_schema` or `json_object`) replaces it for that request.
     pub json_schema: Option<Value>,
-    /// What compiles a JSON Schema or a regex into the sampler's constraint (default
-    /// `llguidance`).
+    /// What compiles a JSON Schema into the sampler's constraint: `llguidance` (default) or
+    /// `gbnf`.
     pub constraint_engine: ConstraintEngine,
 }
 
-/// What turns a JSON Schema (or a regex) into the constraint the local runner samples under.
+/// What turns a JSON Schema into the constraint the local runner samples under.
 ///
 /// `llguidance` takes the schema itself, `pattern`, `format`, numeric bounds and long
-/// `maxLength`s included, and regexes; a schema it rejects is compiled to GBNF instead, and the
-/// reason is a decode note. `gbnf` is enforce's own JSON Schema → GBNF converter run by
-/// llama.cpp's grammar sampler: the shape only (types, keys, lengths up to 2000, enums), no
-/// regex. On the city contract llguidance gave as many valid answers as GBNF and, with
-/// `minimum` enforced, never a negative population (docs/benchmarks.md).
+/// `maxLength`s included; a schema it rejects is compiled to GBNF instead, and the reason is a
+/// decode note. `gbnf` is enforce's own JSON Schema → GBNF converter run by llama.cpp's grammar
+/// sampler: the shape only (types, keys, lengths up to 2000, enums). A regex always goes to
+/// llguidance. The two are compared side by side in docs/benchmarks.md.
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum ConstraintEngine {
-    /// llguidance: the whole JSON Schema and regexes.
+    /// llguidance: the whole JSON Schema.
     #[default]
     Llguidance,
     /// enforce's GBNF converter and llama.cpp's grammar sampler: the schema's shape.
