@@ -25,6 +25,16 @@ async fn answer(runner: &LocalRunner, prompt: &str, params: Value) -> Reply {
         .expect("a reply")
 }
 
+/// The schema of an object with exactly the key `key`, of schema `value`.
+fn one_key_object(key: &str, value: Value) -> Value {
+    json!({
+        "type": "object",
+        "properties": {key: value},
+        "required": [key],
+        "additionalProperties": false
+    })
+}
+
 /// `AAA-123`: three capitals, a dash, three digits (the pattern the tests below ask for).
 fn is_booking_code(text: &str) -> bool {
     let b = text.as_bytes();
@@ -41,12 +51,10 @@ async fn a_schema_pattern_holds_in_every_answer_under_llguidance() {
     let Some(runner) = shared_runner() else {
         return;
     };
-    let schema = json!({
-        "type": "object",
-        "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{3}$"}},
-        "required": ["code"],
-        "additionalProperties": false
-    });
+    let schema = one_key_object(
+        "code",
+        json!({"type": "string", "pattern": "^[A-Z]{3}-[0-9]{3}$"}),
+    );
     for seed in [1, 2, 3] {
         let reply = answer(
             runner,
@@ -103,12 +111,10 @@ async fn a_schema_llguidance_rejects_is_answered_under_gbnf() {
     let Some(runner) = shared_runner() else {
         return;
     };
-    let schema = json!({
-        "type": "object",
-        "properties": {"password": {"type": "string", "maxLength": 16, "pattern": "^(?=.*[0-9]).{8,}$"}},
-        "required": ["password"],
-        "additionalProperties": false
-    });
+    let schema = one_key_object(
+        "password",
+        json!({"type": "string", "maxLength": 16, "pattern": "^(?=.*[0-9]).{8,}$"}),
+    );
     let reply = answer(
         runner,
         "Make up a password and give it as JSON with the key `password`.",
