@@ -106,8 +106,8 @@ impl LocalRunner {
 
     /// The settings of one request: `params` (`seed`, `temperature`, `max_tokens` or
     /// `max_completion_tokens`, `response_format`, `grammar`: GBNF text, `regex`: a regex the
-    /// whole answer matches) over the configuration. The configured seed is advanced by `seed_offset`, so a re-ask never
-    /// repeats a failed draw.
+    /// whole answer matches) over the configuration. The configured seed is advanced by
+    /// `seed_offset`, so a re-ask never repeats a failed draw.
     fn sampling(
         &self,
         params: &Map<String, Value>,
