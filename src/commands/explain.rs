@@ -367,7 +367,12 @@ fn decode_line(c: &mut Contract, profile: &Profile, runner: Option<&RunnerConfig
         (Decode::Constrained, Some(runner)) => {
             let constrained = decode::for_profile(profile, runner, false).unwrap_or_default();
             let sends: Vec<&String> = constrained.params.keys().collect();
-            let mut value = json!({"constrained": true, "runner": runner.kind(), "sends": sends, "notes": constrained.notes});
+            let mut value = json!({
+                "constrained": true,
+                "runner": runner.kind(),
+                "sends": sends,
+                "notes": constrained.notes,
+            });
             if let Some(engine) = constrained.engine {
                 value["engine"] = json!(engine);
             }
