@@ -1,15 +1,17 @@
 //! A profile's decoding constraint in the request parameters each runner understands.
 //!
 //! One place for `decode: constrained` (and the `constrained` arm of `enforce eval`): the
-//! local runner gets a llama.cpp grammar (`response_format` with the JSON Schema, or `grammar`
-//! for a `one_of` list), the openai runner a `json_schema` response format (strict when the
+//! local runner gets the JSON Schema (`response_format`, compiled by its `constraint_engine`),
+//! a `regex` for a whole-answer `pattern` rule, or a GBNF `grammar` for a `one_of` list; the
+//! openai runner a `json_schema` response format (strict when the
 //! schema fits OpenAI's strict mode), the anthropic runner the same response format, which it
 //! sends as `output_config.format`. Runners without such a control get nothing and a note.
 
 use enforce_config::profile::{Constraint, Decode};
 use enforce_config::Profile;
 use enforce_core::{Issue, Request};
-use enforce_runner_local::{choices_to_gbnf, json_schema_to_gbnf};
+use enforce_runner::RunnerConfig;
+use enforce_runner_local::{choices_to_gbnf, plan_regex, plan_schema, ConstraintEngine};
 use serde_json::{json, Map, Value};
 
 /// The schema's name in a `json_schema` response format (OpenAI requires one).
@@ -23,6 +25,9 @@ pub struct Constrained {
     /// What the user should know: the runner cannot constrain, the constraint is looser than
     /// the contract. Each says what happens instead.
     pub notes: Vec<String>,
+    /// The local runner's engine for this constraint (`llguidance`, or `gbnf` as configured or
+    /// as the fallback for a schema llguidance rejects); `None` for other runners.
+    pub engine: Option<&'static str>,
 }
 
 impl Constrained {
@@ -42,13 +47,21 @@ impl Constrained {
 /// Issue code of a decoding note in the outcome's warnings (the audit's `warnings`).
 pub const DECODE_NOTE: &str = "DECODE_NOT_CONSTRAINED";
 
-/// What `profile` asks of a runner of kind `runner`: `None` when it decodes freely (and
-/// `forced`, the eval arm `constrained`, is off) or its contract gives no constraint.
-pub fn for_profile(profile: &Profile, runner: &str, forced: bool) -> Option<Constrained> {
+/// What `profile` asks of `runner`: `None` when it decodes freely (and `forced`, the eval arm
+/// `constrained`, is off) or its contract gives no constraint.
+pub fn for_profile(profile: &Profile, runner: &RunnerConfig, forced: bool) -> Option<Constrained> {
     if profile.decode() != Decode::Constrained && !forced {
         return None;
     }
     profile.constraint().map(|c| for_runner(runner, c))
+}
+
+/// The engine that compiles the local runner's JSON Schemas (`None` for other runners).
+pub fn engine(runner: &RunnerConfig) -> Option<ConstraintEngine> {
+    match runner {
+        RunnerConfig::Local(c) => Some(c.constraint_engine),
+        _ => None,
+    }
 }
 
 impl Constrained {
@@ -61,26 +74,14 @@ impl Constrained {
     }
 }
 
-/// The parameters and notes for `constraint` on a runner of kind `runner` (`local`,
-/// `openai`, `anthropic`, `claude`, `command`).
-pub fn for_runner(runner: &str, constraint: &Constraint) -> Constrained {
+/// The parameters and notes for `constraint` on `runner`.
+pub fn for_runner(runner: &RunnerConfig, constraint: &Constraint) -> Constrained {
     let mut out = Constrained::default();
+    let runner = match engine(runner) {
+        Some(engine) => return for_local(engine, constraint),
+        None => runner.kind(),
+    };
     match (runner, constraint) {
-        ("local", Constraint::Json { schema, .. }) => {
-            let schema = schema.clone().unwrap_or(Value::Bool(true));
-            out.notes.extend(
-                json_schema_to_gbnf(&schema)
-                    .loosened
-                    .into_iter()
-                    .map(|l| format!("grammar: {l}")),
-            );
-            out.params
-                .insert("response_format".into(), json_schema_format(schema, None));
-        }
-        ("local", Constraint::OneOf(values)) => {
-            out.params
-                .insert("grammar".into(), Value::String(choices_to_gbnf(values)));
-        }
         ("openai", Constraint::Json { schema: None, .. }) => {
             // JSON mode: a JSON object, the closest a schema-less request gets.
             out.params
@@ -119,9 +120,47 @@ pub fn for_runner(runner: &str, constraint: &Constraint) -> Constrained {
         ("openai" | "anthropic", Constraint::OneOf(_)) => out.notes.push(format!(
             "the {runner} runner constrains only to a JSON Schema, not to a one_of list; answers are decoded freely"
         )),
+        ("openai" | "anthropic", Constraint::Regex(_)) => out.notes.push(format!(
+            "the {runner} runner constrains only to a JSON Schema, not to a regex; answers are decoded freely"
+        )),
         (other, _) => out.notes.push(format!(
             "the {other} runner cannot constrain decoding; answers are decoded freely"
         )),
+    }
+    out
+}
+
+/// The local runner's parameters: the schema for its engine (what that engine leaves looser
+/// is a note), the regex for llguidance, a GBNF grammar of the choices.
+fn for_local(engine: ConstraintEngine, constraint: &Constraint) -> Constrained {
+    let mut out = Constrained::default();
+    match constraint {
+        Constraint::Json { schema, .. } => {
+            let schema = schema.clone().unwrap_or(Value::Bool(true));
+            let plan = plan_schema(engine, &schema);
+            out.engine = Some(plan.engine.as_str());
+            out.notes = plan.notes;
+            out.params
+                .insert("response_format".into(), json_schema_format(schema, None));
+        }
+        Constraint::OneOf(values) => {
+            out.engine = Some(ConstraintEngine::Gbnf.as_str());
+            out.params
+                .insert("grammar".into(), Value::String(choices_to_gbnf(values)));
+        }
+        Constraint::Regex(regex) => match plan_regex(regex) {
+            Ok(()) => {
+                out.engine = Some(ConstraintEngine::Llguidance.as_str());
+                out.params
+                    .insert("regex".into(), Value::String(regex.clone()));
+            }
+            Err(why) => out.notes.push(format!(
+                "llguidance cannot take the regex ({why}); answers are decoded freely"
+            )),
+        },
+        _ => out.notes.push(
+            "the local runner cannot take this constraint; answers are decoded freely".into(),
+        ),
     }
     out
 }
@@ -215,6 +254,23 @@ mod tests {
         })
     }
 
+    /// A runner of `kind` with its defaults (`local-gbnf`: the local runner on GBNF).
+    fn runner(kind: &str) -> RunnerConfig {
+        use enforce_runner::{AnthropicConfig, ClaudeConfig, CommandConfig, OpenAiConfig};
+        use enforce_runner_local::LocalConfig;
+        match kind {
+            "claude" => RunnerConfig::Claude(ClaudeConfig::default()),
+            "openai" => RunnerConfig::OpenAi(OpenAiConfig::default()),
+            "anthropic" => RunnerConfig::Anthropic(AnthropicConfig::default()),
+            "command" => RunnerConfig::Command(CommandConfig::default()),
+            "local" => RunnerConfig::Local(LocalConfig::default()),
+            _ => RunnerConfig::Local(LocalConfig {
+                constraint_engine: ConstraintEngine::Gbnf,
+                ..LocalConfig::default()
+            }),
+        }
+    }
+
     fn json_constraint(schema: Value) -> Constraint {
         Constraint::Json {
             schema: Some(schema),
@@ -224,7 +280,7 @@ mod tests {
 
     #[test]
     fn openai_gets_a_strict_json_schema_when_the_schema_fits() {
-        let got = for_runner("openai", &json_constraint(city()));
+        let got = for_runner(&runner("openai"), &json_constraint(city()));
         assert_eq!(
             Value::Object(got.params),
             json!({"response_format": {"type": "json_schema", "json_schema":
@@ -240,7 +296,7 @@ mod tests {
             "properties": {"a": {"type": "string"}, "b": {"type": "object", "properties": {"c": {"type": "integer"}}}},
             "required": ["a"]
         });
-        let got = for_runner("openai", &json_constraint(loose));
+        let got = for_runner(&runner("openai"), &json_constraint(loose));
         assert_eq!(
             got.params["response_format"]["json_schema"]["strict"],
             json!(false)
@@ -262,13 +318,13 @@ mod tests {
 
     #[test]
     fn the_local_runner_gets_the_schema_or_a_grammar_of_the_choices() {
-        let got = for_runner("local", &json_constraint(city()));
+        let got = for_runner(&runner("local"), &json_constraint(city()));
         assert_eq!(
             got.params["response_format"]["json_schema"]["schema"],
             city()
         );
         let any = for_runner(
-            "local",
+            &runner("local"),
             &Constraint::Json {
                 schema: None,
                 bare: false,
@@ -278,7 +334,10 @@ mod tests {
             any.params["response_format"]["json_schema"]["schema"],
             json!(true)
         );
-        let choices = for_runner("local", &Constraint::OneOf(vec!["yes".into(), "no".into()]));
+        let choices = for_runner(
+            &runner("local"),
+            &Constraint::OneOf(vec!["yes".into(), "no".into()]),
+        );
         let grammar = choices.params["grammar"].as_str().unwrap();
         assert!(
             grammar.contains(r#""yes""#) && grammar.contains(r#""no""#),
@@ -289,7 +348,7 @@ mod tests {
     #[test]
     fn what_the_local_grammar_loosens_is_a_note() {
         let got = for_runner(
-            "local",
+            &runner("local-gbnf"),
             &json_constraint(json!({"type": "string", "maxLength": 10000})),
         );
         assert!(
@@ -297,15 +356,46 @@ mod tests {
             "{:?}",
             got.notes
         );
+        assert_eq!(got.engine, Some("gbnf"));
+    }
+
+    /// llguidance is in the binary with the local runner only.
+    #[cfg(feature = "local")]
+    #[test]
+    fn llguidance_takes_the_whole_schema_and_a_regex() {
+        let schema = json!({"type": "string", "maxLength": 10000, "pattern": "^[a-z]+$"});
+        let got = for_runner(&runner("local"), &json_constraint(schema.clone()));
+        assert!(got.notes.is_empty(), "{:?}", got.notes);
+        assert_eq!(got.engine, Some("llguidance"));
+        assert_eq!(
+            got.params["response_format"]["json_schema"]["schema"],
+            schema
+        );
+        let regex = for_runner(
+            &runner("local"),
+            &Constraint::Regex("[A-Z]{3}-[0-9]{2}".into()),
+        );
+        assert_eq!(regex.params["regex"], "[A-Z]{3}-[0-9]{2}");
+        assert!(regex.notes.is_empty(), "{:?}", regex.notes);
+        // A regex llguidance cannot compile is said, and nothing is sent.
+        let refused = for_runner(&runner("local-gbnf"), &Constraint::Regex("a(?=b)".into()));
+        assert!(refused.params.is_empty(), "{:?}", refused.params);
+        assert!(
+            refused.notes[0].contains("decoded freely"),
+            "{:?}",
+            refused.notes
+        );
     }
 
     #[test]
     fn runners_that_cannot_constrain_say_so_and_send_nothing() {
-        for (runner, constraint) in [
+        for (kind, constraint) in [
             ("claude", json_constraint(city())),
             ("command", json_constraint(city())),
             ("openai", Constraint::OneOf(vec!["a".into()])),
             ("anthropic", Constraint::OneOf(vec!["a".into()])),
+            ("openai", Constraint::Regex("a+".into())),
+            ("anthropic", Constraint::Regex("a+".into())),
             (
                 "anthropic",
                 Constraint::Json {
@@ -314,16 +404,16 @@ mod tests {
                 },
             ),
         ] {
-            let got = for_runner(runner, &constraint);
-            assert!(got.params.is_empty(), "{runner}: {:?}", got.params);
-            assert_eq!(got.notes.len(), 1, "{runner}");
+            let got = for_runner(&runner(kind), &constraint);
+            assert!(got.params.is_empty(), "{kind}: {:?}", got.params);
+            assert_eq!(got.notes.len(), 1, "{kind}");
             assert!(got.notes[0].contains("freely"), "{}", got.notes[0]);
         }
     }
 
     #[test]
     fn the_requests_own_parameters_win() {
-        let got = for_runner("openai", &json_constraint(city()));
+        let got = for_runner(&runner("openai"), &json_constraint(city()));
         let mut own = Request::default();
         own.params
             .insert("response_format".into(), json!({"type": "text"}));

@@ -11,6 +11,7 @@ use crate::config::{LoadedConfig, ServedModelConfig, WhenConfig};
 use crate::decode;
 use enforce_config::profile::Decode;
 use enforce_config::Profile;
+use enforce_runner::RunnerConfig;
 use enforce_server::{ApiKeyEntry, FailureResponse, ServerSection, StreamMode};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -289,7 +290,7 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
         );
         c.push("escalate_to", target, layer("escalate_to"));
     }
-    decode_line(&mut c, built, runner.map(|r| r.kind()), layer("decode"));
+    decode_line(&mut c, built, runner, layer("decode"));
 
     // Timeouts and per-request limits.
     let secs = server.request_timeout.as_secs_f64();
@@ -371,14 +372,23 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
 
 /// `decode`: how answers are decoded and, when constrained, what the runner is sent or why
 /// it cannot constrain.
-fn decode_line(c: &mut Contract, profile: &Profile, runner: Option<&str>, from: String) {
+fn decode_line(c: &mut Contract, profile: &Profile, runner: Option<&RunnerConfig>, from: String) {
     let value = match (profile.decode(), runner) {
         (Decode::Free, _) => json!("free"),
         (Decode::Constrained, None) => json!("constrained (no runner)"),
-        (Decode::Constrained, Some(kind)) => {
-            let constrained = decode::for_profile(profile, kind, false).unwrap_or_default();
+        (Decode::Constrained, Some(runner)) => {
+            let constrained = decode::for_profile(profile, runner, false).unwrap_or_default();
             let sends: Vec<&String> = constrained.params.keys().collect();
-            json!({"constrained": true, "runner": kind, "sends": sends, "notes": constrained.notes})
+            let mut value = json!({
+                "constrained": true,
+                "runner": runner.kind(),
+                "sends": sends,
+                "notes": constrained.notes,
+            });
+            if let Some(engine) = constrained.engine {
+                value["engine"] = json!(engine);
+            }
+            value
         }
     };
     c.push("decode", value, from);

@@ -417,6 +417,8 @@ models:
   - {id: city, profile: city}
   - {id: loose, profile: loose}
   - {id: cli, profile: city, runner: {type: command, program: cat}}
+  - {id: local, profile: city, runner: {type: local, model: m.gguf}}
+  - {id: local-gbnf, profile: city, runner: {type: local, model: m.gguf, constraint_engine: gbnf}}
 ",
     );
     let explained = |model: &str| {
@@ -440,6 +442,24 @@ models:
         value["notes"].to_string().contains("cannot constrain"),
         "{value}"
     );
+    // The local runner names the engine that compiles the schema.
+    let gbnf_model = explained("local-gbnf");
+    let (gbnf, _) = entry(&gbnf_model, "decode");
+    assert_eq!(gbnf["engine"], "gbnf", "{gbnf}");
+    assert_eq!(gbnf["sends"], serde_json::json!(["response_format"]));
+    let local_model = explained("local");
+    let (local, _) = entry(&local_model, "decode");
+    if cfg!(feature = "local") {
+        assert_eq!(local["engine"], "llguidance", "{local}");
+        assert_eq!(local["notes"], serde_json::json!([]), "{local}");
+    } else {
+        // A build without llguidance falls back to GBNF, and says why.
+        assert_eq!(local["engine"], "gbnf", "{local}");
+        assert!(
+            local["notes"].to_string().contains("no llguidance"),
+            "{local}"
+        );
+    }
 }
 
 /// A ladder with `escalate` shows its target, and `first_attempt` where it came from; a ladder

@@ -138,8 +138,13 @@ fn committed_schema_is_what_enforce_config_schema_prints() {
     );
     let printed = String::from_utf8(out.stdout).unwrap();
     let committed = std::fs::read_to_string(committed_schema_path()).unwrap_or_default();
+    // A build with the local runner writes the keys in another order (llguidance turns on
+    // serde_json's `preserve_order`); the committed file is the default build's.
+    let same_keys_in_any_order = cfg!(feature = "local")
+        && serde_json::from_str::<serde_json::Value>(&printed).ok()
+            == serde_json::from_str::<serde_json::Value>(&committed).ok();
     assert!(
-        printed == committed,
+        printed == committed || same_keys_in_any_order,
         "schema/enforce.schema.json is out of date with the configuration types; regenerate it \
          with\n\n    cargo run -q -- config schema > schema/enforce.schema.json\n"
     );

@@ -53,10 +53,41 @@ pub struct LocalConfig {
     pub context_size: u32,
     /// A llama.cpp grammar (GBNF, root rule `root`) every answer must follow.
     pub grammar: Option<String>,
-    /// A JSON Schema every answer must follow, turned into a llama.cpp grammar (its shape;
-    /// `pattern`, `format` and numeric bounds are left to the validators). A request's
+    /// A JSON Schema every answer must follow, compiled by `constraint_engine`. A request's
     /// `response_format` (`json_schema` or `json_object`) replaces it for that request.
     pub json_schema: Option<Value>,
+    /// What compiles a JSON Schema into the sampler's constraint: `llguidance` (default) or
+    /// `gbnf`.
+    pub constraint_engine: ConstraintEngine,
+}
+
+/// What turns a JSON Schema into the constraint the local runner samples under.
+///
+/// `llguidance` takes the schema itself, `pattern`, `format`, numeric bounds and long
+/// `maxLength`s included; a schema it rejects is compiled to GBNF instead, and the reason is a
+/// decode note. `gbnf` is enforce's own JSON Schema → GBNF converter run by llama.cpp's grammar
+/// sampler: the shape only (types, keys, lengths up to 2000, enums). A regex always goes to
+/// llguidance. The two are compared side by side in docs/benchmarks.md.
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum ConstraintEngine {
+    /// llguidance: the whole JSON Schema.
+    #[default]
+    Llguidance,
+    /// enforce's GBNF converter and llama.cpp's grammar sampler: the schema's shape.
+    Gbnf,
+}
+
+impl ConstraintEngine {
+    /// The name as written in a configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConstraintEngine::Llguidance => "llguidance",
+            ConstraintEngine::Gbnf => "gbnf",
+        }
+    }
 }
 
 /// Default of [`LocalConfig::max_tokens`].
@@ -78,6 +109,7 @@ impl Default for LocalConfig {
             context_size: DEFAULT_CONTEXT_SIZE,
             grammar: None,
             json_schema: None,
+            constraint_engine: ConstraintEngine::default(),
         }
     }
 }
@@ -271,6 +303,21 @@ mod tests {
             not_schema.check(),
             Err(LocalConfigError::BadSchema(_))
         ));
+    }
+
+    #[test]
+    fn the_constraint_engine_is_named_in_lowercase() {
+        let c: LocalConfig =
+            serde_json::from_str(r#"{"model":"m","constraint_engine":"gbnf"}"#).unwrap();
+        assert_eq!(c.constraint_engine, ConstraintEngine::Gbnf);
+        assert_eq!(
+            LocalConfig::default().constraint_engine,
+            ConstraintEngine::Llguidance
+        );
+        assert!(
+            serde_json::from_str::<LocalConfig>(r#"{"model":"m","constraint_engine":"x"}"#)
+                .is_err()
+        );
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! Runs on its own thread; the only way in from outside is the cancel flag, read before every
 //! token.
 
+use crate::config::ConstraintEngine;
+use crate::constraint::{regex_grammar, schema_grammar};
 use crate::model::{unavailable, LoadedModel};
 use enforce_core::{runner::FinishReason, Message, Reply, RunnerError, StreamEvent, Usage};
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -25,8 +27,10 @@ const BATCH: usize = 512;
 pub(crate) enum Grammar {
     /// A GBNF grammar with a `root` rule.
     Gbnf(String),
-    /// A JSON Schema, turned into a grammar by [`crate::json_schema_to_gbnf`].
+    /// A JSON Schema, compiled by the configured engine.
     Schema(Value),
+    /// A regex the whole answer matches (llguidance).
+    Regex(String),
 }
 
 /// The sampling settings of one request: the configuration with the request's params laid
@@ -43,6 +47,8 @@ pub(crate) struct Sampling {
     pub(crate) max_tokens: u32,
     pub(crate) context_size: u32,
     pub(crate) grammar: Option<Grammar>,
+    /// What compiles a JSON Schema.
+    pub(crate) engine: ConstraintEngine,
 }
 
 impl Sampling {
@@ -77,7 +83,7 @@ impl Sampling {
             chain.push(LlamaSampler::dist(self.seed()));
         }
         let grammar = match &self.grammar {
-            Some(grammar) => Some(grammar_sampler(model, grammar)?),
+            Some(grammar) => Some(grammar_sampler(model, grammar, self.engine)?),
             None => None,
         };
         Ok(Samplers {
@@ -131,14 +137,33 @@ impl Samplers {
     }
 }
 
-fn grammar_sampler(model: &LoadedModel, grammar: &Grammar) -> Result<LlamaSampler, RunnerError> {
-    let gbnf = match grammar {
-        Grammar::Gbnf(text) => text.clone(),
-        // What the grammar loosens is the validators' to check; `enforce config explain`
-        // lists it for a profile's own schema.
-        Grammar::Schema(schema) => crate::json_schema_to_gbnf(schema).gbnf,
-    };
-    LlamaSampler::grammar(&model.model, &gbnf, "root").map_err(|e| {
+fn grammar_sampler(
+    model: &LoadedModel,
+    grammar: &Grammar,
+    engine: ConstraintEngine,
+) -> Result<LlamaSampler, RunnerError> {
+    match grammar {
+        Grammar::Gbnf(text) => gbnf_sampler(model, text),
+        Grammar::Schema(schema) => {
+            if engine == ConstraintEngine::Llguidance {
+                // A schema llguidance rejects is compiled to GBNF, as `plan_schema` says in
+                // the decode notes.
+                if let Ok(sampler) = model.llguidance_sampler(schema_grammar(schema)) {
+                    return Ok(sampler);
+                }
+            }
+            // What the grammar loosens is the validators' to check; `enforce config explain`
+            // lists it for a profile's own schema.
+            gbnf_sampler(model, &crate::json_schema_to_gbnf(schema).gbnf)
+        }
+        Grammar::Regex(regex) => model
+            .llguidance_sampler(regex_grammar(regex))
+            .map_err(|e| unavailable(format!("the regex cannot constrain decoding: {e}"))),
+    }
+}
+
+fn gbnf_sampler(model: &LoadedModel, gbnf: &str) -> Result<LlamaSampler, RunnerError> {
+    LlamaSampler::grammar(&model.model, gbnf, "root").map_err(|e| {
         unavailable(format!(
             "the grammar cannot be used ({e}); it needs a `root` rule in llama.cpp's GBNF"
         ))
@@ -455,6 +480,7 @@ mod tests {
             max_tokens: 1,
             context_size: 64,
             grammar: None,
+            engine: ConstraintEngine::Gbnf,
         };
         assert_eq!(s.seed(), 7);
         s.seed = Some(u64::from(u32::MAX));

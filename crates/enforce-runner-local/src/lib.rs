@@ -14,13 +14,14 @@
 //! - the model's own chat template; `seed`, `temperature`, `max_tokens` and `response_format`
 //!   of a request's `params` over the configuration;
 //! - exact prompt and completion token counts; `finish_reason` `stop` or `length`;
-//! - optional grammar-constrained generation (a GBNF grammar, or a JSON Schema turned into
-//!   one);
+//! - optional constrained generation: a JSON Schema or a regex through llguidance (or a JSON
+//!   Schema turned into GBNF, `constraint_engine: gbnf`), or a GBNF grammar;
 //! - a missing, corrupt or oversized model and a prompt longer than the context are
 //!   [`RunnerError::Unavailable`](enforce_core::RunnerError::Unavailable), never a crash.
 #![deny(missing_docs)]
 
 mod config;
+mod constraint;
 #[cfg(feature = "llama")]
 mod generate;
 #[cfg(feature = "llama")]
@@ -29,7 +30,10 @@ mod model;
 mod runner;
 mod schema_grammar;
 
-pub use config::{LocalConfig, LocalConfigError, DEFAULT_CONTEXT_SIZE, DEFAULT_MAX_TOKENS};
+pub use config::{
+    ConstraintEngine, LocalConfig, LocalConfigError, DEFAULT_CONTEXT_SIZE, DEFAULT_MAX_TOKENS,
+};
+pub use constraint::{plan_regex, plan_schema, SchemaPlan};
 #[cfg(feature = "llama")]
 pub use runner::LocalRunner;
 pub use schema_grammar::{

@@ -9,6 +9,9 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -49,6 +52,9 @@ pub(crate) struct LoadedModel {
     /// two requests must not create their contexts at the same time. Generation itself runs
     /// in parallel, one context per request.
     new_context: Mutex<()>,
+    /// llguidance's parser factory over this model's vocabulary: built on the first
+    /// llguidance constraint (it walks the whole vocabulary), then shared by every request.
+    llguidance: OnceLock<Result<ParserFactory, String>>,
 }
 
 impl std::fmt::Debug for LoadedModel {
@@ -89,6 +95,7 @@ impl LoadedModel {
             path: path.to_path_buf(),
             load_time: started.elapsed(),
             new_context: Mutex::new(()),
+            llguidance: OnceLock::new(),
         })
     }
 
@@ -116,6 +123,31 @@ impl LoadedModel {
                     self.path.display()
                 ))
             })
+    }
+
+    /// A sampler that keeps the answer inside `grammar`, or why llguidance rejects it.
+    pub(crate) fn llguidance_sampler(
+        &self,
+        grammar: TopLevelGrammar,
+    ) -> Result<LlamaSampler, String> {
+        let factory = self
+            .llguidance
+            .get_or_init(|| {
+                let env = LlamaSampler::llguidance_tok_env(&self.model);
+                ParserFactory::new_simple(&env)
+                    .map(|mut factory| {
+                        factory.quiet();
+                        factory
+                    })
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)?;
+        let matcher = Matcher::new(factory.create_parser(grammar));
+        match matcher.get_error() {
+            Some(e) => Err(crate::constraint::first_line(&e)),
+            None => Ok(LlamaSampler::from(matcher)),
+        }
     }
 
     /// A fresh context (its own KV cache) for one generation.

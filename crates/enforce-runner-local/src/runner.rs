@@ -105,22 +105,30 @@ impl LocalRunner {
     }
 
     /// The settings of one request: `params` (`seed`, `temperature`, `max_tokens` or
-    /// `max_completion_tokens`, `response_format`, `grammar`: GBNF text) over the
-    /// configuration. The configured seed is advanced by `seed_offset`, so a re-ask never
-    /// repeats a failed draw.
+    /// `max_completion_tokens`, `response_format`, `grammar`: GBNF text, `regex`: a regex the
+    /// whole answer matches) over the configuration. The configured seed is advanced by
+    /// `seed_offset`, so a re-ask never repeats a failed draw.
     fn sampling(
         &self,
         params: &Map<String, Value>,
         seed_offset: u64,
     ) -> Result<Sampling, RunnerError> {
         let c = &*self.config;
-        let grammar = match (params.get("response_format"), params.get("grammar")) {
-            (Some(format), _) => response_format_grammar(format)?,
-            (None, Some(Value::String(gbnf))) => Some(Grammar::Gbnf(gbnf.clone())),
-            (None, Some(other)) => {
+        let grammar = match (
+            params.get("response_format"),
+            params.get("grammar"),
+            params.get("regex"),
+        ) {
+            (Some(format), _, _) => response_format_grammar(format)?,
+            (None, Some(Value::String(gbnf)), _) => Some(Grammar::Gbnf(gbnf.clone())),
+            (None, Some(other), _) => {
                 return Err(bad_param("grammar", "a GBNF grammar (a string)", other))
             }
-            (None, None) => match (&c.grammar, &c.json_schema) {
+            (None, None, Some(Value::String(regex))) => Some(Grammar::Regex(regex.clone())),
+            (None, None, Some(other)) => {
+                return Err(bad_param("regex", "a regex (a string)", other))
+            }
+            (None, None, None) => match (&c.grammar, &c.json_schema) {
                 (Some(gbnf), _) => Some(Grammar::Gbnf(gbnf.clone())),
                 (None, Some(schema)) => Some(Grammar::Schema(schema.clone())),
                 (None, None) => None,
@@ -164,6 +172,7 @@ impl LocalRunner {
             max_tokens,
             context_size: c.context_size,
             grammar,
+            engine: c.constraint_engine,
         })
     }
 

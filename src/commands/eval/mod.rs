@@ -226,7 +226,7 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         enforcers.push(per_arm);
         let per_arm: Vec<_> = arms
             .iter()
-            .map(|arm| decode::for_profile(profile, runner_config.kind(), arm.constrained))
+            .map(|arm| decode::for_profile(profile, &runner_config, arm.constrained))
             .collect();
         for note in per_arm.iter().flatten().flat_map(|c| &c.notes) {
             if noted.insert((name.clone(), note.clone())) {

@@ -255,8 +255,12 @@ fn only_a_constrained_arm_carries_the_constraint() {
         .arms
         .iter()
         .map(|arm| {
-            arm.constrained
-                .then(|| crate::decode::for_runner("local", &constraint))
+            arm.constrained.then(|| {
+                crate::decode::for_runner(
+                    &enforce_runner::RunnerConfig::Local(Default::default()),
+                    &constraint,
+                )
+            })
         })
         .collect();
     p.constrained = vec![per_arm];

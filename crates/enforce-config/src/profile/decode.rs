@@ -1,8 +1,9 @@
 //! `decode: constrained`: the constraint a profile's own contract gives the decoder.
 //!
 //! Read from the validators' configuration, not from the built validators: the `json`
-//! validator's schema (`schema` or `schema_file`) and `bare`, or a `one_of` list. The first
-//! such validator on the whole answer (no `input`) wins. What a grammar cannot say stays with
+//! validator's schema (`schema` or `schema_file`) and `bare`, a `one_of` list, or a `pattern`
+//! validator's required rule anchored at both ends (`^…$`, so it matches the whole answer).
+//! The first such validator on the whole answer (no `input`) wins. What a grammar cannot say stays with
 //! the validators, which still check every answer.
 
 pub use crate::config::Decode;
@@ -26,6 +27,9 @@ pub enum Constraint {
     },
     /// Exactly one of these texts (`one_of` with a literal list).
     OneOf(Vec<String>),
+    /// A text this regex matches whole (a `pattern` validator's required rule `^…$`; the
+    /// regex without its anchors, case folding written out).
+    Regex(String),
 }
 
 /// The constraint of the validators `names` (a profile's list), `None` when none of them
@@ -81,10 +85,43 @@ pub(crate) fn derive(
                     }
                 }
             }
+            "pattern" => {
+                if let Some(regex) = option("required").and_then(whole_answer_regex) {
+                    return Ok(Some(Constraint::Regex(regex)));
+                }
+            }
             _ => {}
         }
     }
     Ok(None)
+}
+
+/// The first of a `pattern` validator's `required` rules that is an error and anchored at the
+/// start and end of the text (`^…$` or `\A…\z`, not `(?m)`), as a regex without the anchors:
+/// an answer it accepts is what such a rule matches whole. `None` when no rule is.
+fn whole_answer_regex(rules: &Value) -> Option<String> {
+    use regex_syntax::hir::{Hir, HirKind, Look};
+    rules.as_array()?.iter().find_map(|rule| {
+        let severity = rule.get("severity").and_then(Value::as_str);
+        if !matches!(severity, None | Some("error")) {
+            return None;
+        }
+        let regex = rule.get("regex")?.as_str()?;
+        let case_insensitive = rule.get("case_insensitive").and_then(Value::as_bool);
+        let hir = regex_syntax::ParserBuilder::new()
+            .case_insensitive(case_insensitive.unwrap_or(false))
+            .build()
+            .parse(regex)
+            .ok()?;
+        let HirKind::Concat(parts) = hir.kind() else {
+            return None;
+        };
+        let (first, rest) = parts.split_first()?;
+        let (last, middle) = rest.split_last()?;
+        let anchored = matches!(first.kind(), HirKind::Look(Look::Start))
+            && matches!(last.kind(), HirKind::Look(Look::End));
+        anchored.then(|| Hir::concat(middle.to_vec()).to_string())
+    })
 }
 
 #[cfg(test)]
@@ -144,6 +181,32 @@ mod tests {
             derive(&["later".into()], &c, &BuildEnv::default()).unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn a_required_pattern_anchored_at_both_ends_is_a_regex_constraint() {
+        let c = config(concat!(
+            "validators:\n",
+            "  inline:\n    type: pattern\n    required: [{regex: '(?m)^## Summary$'}]\n",
+            "  warn:\n    type: pattern\n    required: [{regex: '^x$', severity: warning}]\n",
+            "  code:\n    type: pattern\n    forbidden: [{regex: '^bad$'}]\n",
+            "    required: [{regex: 'code'}, {regex: '^[A-Z]{3}-\\d{2}$', case_insensitive: true}]\n",
+        ));
+        let names = ["inline".into(), "warn".into(), "code".into()];
+        let Some(Constraint::Regex(regex)) = derive(&names, &c, &BuildEnv::default()).unwrap()
+        else {
+            panic!("no regex constraint");
+        };
+        // The anchors are gone, the case folding is spelled out, the meaning is the same.
+        assert!(!regex.contains('^') && !regex.contains('$'), "{regex}");
+        let whole = regex::Regex::new(&format!("^(?:{regex})$")).unwrap();
+        assert!(
+            whole.is_match("abc-12") && whole.is_match("ABC-12"),
+            "{regex}"
+        );
+        assert!(!whole.is_match("ABC-123"), "{regex}");
+        // A multi-line anchor, a warning or an unanchored rule alone give none.
+        assert_eq!(derive(&names[..2], &c, &BuildEnv::default()).unwrap(), None);
     }
 
     #[test]

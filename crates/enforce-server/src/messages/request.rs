@@ -30,7 +30,9 @@ struct MessagesBody {
     tool_choice: Option<Value>,
     metadata: Option<Value>,
     #[serde(flatten)]
-    unread: Map<String, Value>,
+    // Sorted whatever serde_json's features (llguidance turns on `preserve_order`), so the
+    // ignored fields are listed in one order in every build.
+    unread: std::collections::BTreeMap<String, Value>,
 }
 
 /// A parsed `POST /v1/messages` body.

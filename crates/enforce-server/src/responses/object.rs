@@ -123,6 +123,10 @@ pub(super) fn item_status(outcome: &Outcome) -> &'static str {
 }
 
 /// The `enforcement` object: the verdict of an answer, or the one a refusal carries.
+// One per response, serialized at once: boxing the verdict would add an allocation and save
+// nothing. (With the local runner llguidance turns on serde_json's `preserve_order`, whose
+// maps are larger, and the variant crosses clippy's size threshold.)
+#[allow(clippy::large_enum_variant)]
 #[derive(Serialize)]
 #[serde(untagged)]
 pub(super) enum Verdict<'a> {
