@@ -205,11 +205,17 @@ def run(answer_path, timeout_s):
         print(error_line("FileNotFoundError", f"no answer file {answer_path}"))
         return 2
     answer_path = os.path.abspath(answer_path)
-    child = [sys.executable, "-I", os.path.abspath(__file__), "--child", answer_path]
+    # Isolated as `-I` would be (no user site, no script directory on the path, no PYTHON*
+    # variables but one), with string hashing fixed: one answer, one verdict. With per-process
+    # hashing, an answer that relies on the order of a set of strings would pass in one run and
+    # fail in the next.
+    child = [sys.executable, "-s", "-P", os.path.abspath(__file__), "--child", answer_path]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONHASHSEED"] = "0"
     with tempfile.TemporaryDirectory() as scratch:
         try:
             done = subprocess.run(child, input=json.dumps(tests), capture_output=True, text=True,
-                                  timeout=timeout_s, cwd=scratch)
+                                  timeout=timeout_s, cwd=scratch, env=env)
         except subprocess.TimeoutExpired as e:
             stderr = e.stderr.decode("utf-8", "replace") if isinstance(e.stderr, bytes) else e.stderr
             test = running_test(stderr)

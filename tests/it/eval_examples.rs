@@ -239,3 +239,23 @@ fn the_checker_places_errors_of_the_answers_code_and_stops_an_endless_loop() {
         text(&out.stdout)
     );
 }
+
+/// One answer, one verdict: an answer whose result depends on the order of a set of strings
+/// (which Python varies from process to process unless hashing is fixed) is judged the same way
+/// every time. The answer Qwen2.5-Coder-0.5B gave to `remove-duplicates` passed in one arm of a
+/// benchmark and failed in another before the checker fixed the hashing.
+#[test]
+fn the_checker_judges_an_answer_that_relies_on_set_order_the_same_every_time() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let answer = dir.path().join("set-order.md");
+    std::fs::write(
+        &answer,
+        fenced("def remove_duplicates(items):\n    return list(set(items))"),
+    )
+    .expect("answer");
+    let context = context_of("remove-duplicates");
+    let verdicts: BTreeSet<Option<i32>> = (0..8)
+        .map(|_| run_tests(&answer, &context, &[]).status.code())
+        .collect();
+    assert_eq!(verdicts.len(), 1, "verdicts: {verdicts:?}");
+}
