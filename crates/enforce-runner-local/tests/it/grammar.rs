@@ -143,19 +143,12 @@ async fn a_json_schema_response_format_gives_json_that_matches() {
         "required": ["city", "population"],
         "additionalProperties": false
     });
-    let mut request = Request::prompt("Give the largest city of Japan and its population as JSON.");
-    request.params = json!({
+    let params = json!({
         "max_tokens": 96, "seed": 3, "temperature": 0.7,
         "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}}
-    })
-    .as_object()
-    .cloned()
-    .unwrap();
-    let reply = runner
-        .ask(Ask::new(&request))
-        .reply()
-        .await
-        .expect("a reply");
+    });
+    let prompt = "Give the largest city of Japan and its population as JSON.";
+    let reply = answer(&runner, prompt, params).await;
     assert_eq!(
         reply.finish_reason,
         Some(FinishReason::Stop),
@@ -176,19 +169,11 @@ async fn a_grammar_the_model_would_not_follow_still_holds() {
     let Some(runner) = shared_runner() else {
         return;
     };
-    let mut request = Request::prompt("Write a short poem about the sea.");
-    request.params = json!({
+    let params = json!({
         "max_tokens": 16, "temperature": 0,
         "grammar": "root ::= (\"yes\" | \"no\") \".\""
-    })
-    .as_object()
-    .cloned()
-    .unwrap();
-    let reply = runner
-        .ask(Ask::new(&request))
-        .reply()
-        .await
-        .expect("a reply");
+    });
+    let reply = answer(&runner, "Write a short poem about the sea.", params).await;
     assert!(
         ["yes.", "no."].contains(&reply.text.as_str()),
         "{:?}",
@@ -203,17 +188,14 @@ async fn a_json_object_response_format_gives_an_object() {
     let Some(runner) = shared_runner() else {
         return;
     };
-    let mut request = Request::prompt("Describe a cat as JSON with a name and an age.");
-    request.params =
-        json!({"max_tokens": 64, "temperature": 0, "response_format": {"type": "json_object"}})
-            .as_object()
-            .cloned()
-            .unwrap();
-    let reply = runner
-        .ask(Ask::new(&request))
-        .reply()
-        .await
-        .expect("a reply");
+    let params =
+        json!({"max_tokens": 64, "temperature": 0, "response_format": {"type": "json_object"}});
+    let reply = answer(
+        &runner,
+        "Describe a cat as JSON with a name and an age.",
+        params,
+    )
+    .await;
     if reply.finish_reason == Some(FinishReason::Stop) {
         let value: Value = serde_json::from_str(&reply.text)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", reply.text));
