@@ -148,7 +148,7 @@ async fn a_json_schema_response_format_gives_json_that_matches() {
         "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}}
     });
     let prompt = "Give the largest city of Japan and its population as JSON.";
-    let reply = answer(&runner, prompt, params).await;
+    let reply = answer(runner, prompt, params).await;
     assert_eq!(
         reply.finish_reason,
         Some(FinishReason::Stop),
@@ -173,7 +173,7 @@ async fn a_grammar_the_model_would_not_follow_still_holds() {
         "max_tokens": 16, "temperature": 0,
         "grammar": "root ::= (\"yes\" | \"no\") \".\""
     });
-    let reply = answer(&runner, "Write a short poem about the sea.", params).await;
+    let reply = answer(runner, "Write a short poem about the sea.", params).await;
     assert!(
         ["yes.", "no."].contains(&reply.text.as_str()),
         "{:?}",
@@ -191,7 +191,7 @@ async fn a_json_object_response_format_gives_an_object() {
     let params =
         json!({"max_tokens": 64, "temperature": 0, "response_format": {"type": "json_object"}});
     let reply = answer(
-        &runner,
+        runner,
         "Describe a cat as JSON with a name and an age.",
         params,
     )
