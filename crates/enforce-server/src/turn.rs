@@ -484,9 +484,8 @@ impl Turn {
             request_checks.push(format);
         }
         // After the request's own checks: the profile's decoding constraint is no contract of
-        // the request's.
-        // Those it adds are the request's constraint, which a reason-then-format free call
-        // leaves out.
+        // the request's. The keys added here are named, so that a reason-then-format free call
+        // can leave them out.
         let mut params = params;
         let mut constraint_params = Vec::new();
         for (key, value) in &self.model.decode_params {
