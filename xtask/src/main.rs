@@ -89,12 +89,13 @@ Commands:
                   generation tokens/s beside llama.cpp's own (node-llama-cpp, installed by npm)
                   on the same GGUF (the test model and, when installed, Qwen2.5-Coder 0.5B; or
                   `--gguf PATH`, repeated), one thread, greedy, 200 tokens (manual)
-  bench-peers --real-model [--bench-model NAME] [ARGS]
+  bench-peers --real-model [--bench-model NAME] [--escalate-model NAME] [ARGS]
                   the real-model section of BENCHMARKS.md only: `enforce eval` with the local
                   runner (SmolLM2, or a `models --bench` GGUF) on every contract of
                   examples/eval, one eval per arm, and the Instructor, Pydantic AI and
                   Guardrails loops on the same model; each model has its own part of the
-                  section; --reuse reads back arms measured by the same command (manual)
+                  section; --escalate-model gives the `escalate` arm a larger model;
+                  --reuse reads back arms measured by the same command (manual)
 ";
 
 type Result<T> = std::result::Result<T, String>;
@@ -792,24 +793,40 @@ fn bench_peers(extra: &[String]) -> Result<()> {
 /// `bench-peers --real-model`: the real-model section of BENCHMARKS.md (enforce eval with the
 /// local runner on every example contract, and the peers' loops on the same model).
 /// `--bench-model NAME` runs it on one of `models --bench`'s GGUFs (installed when missing)
-/// instead of the test model.
+/// instead of the test model; `--escalate-model NAME` is the one the `escalate` arm re-asks.
 fn bench_real_model(extra: &[String]) -> Result<()> {
     let mut rest = extra.to_vec();
-    let gguf = match rest.iter().position(|a| a == "--bench-model") {
-        Some(i) => {
-            let name = rest
-                .get(i + 1)
-                .cloned()
-                .ok_or("--bench-model needs a model name (see `cargo xtask models --bench`)")?;
-            rest.drain(i..=i + 1);
-            bench_models::install(&[name])?
-                .and_then(|paths| paths.into_iter().next())
-                .ok_or("skipped: pip not found: cannot install the bench model")?
-        }
+    let gguf = match bench_model_flag(&mut rest, "--bench-model")? {
+        Some(path) => path,
         None => test_model()?,
     };
     let gguf = gguf.to_string_lossy().into_owned();
-    run_harness("real-model", WITH_LOCAL, &["--gguf", &gguf], &rest)
+    let mut args = vec!["--gguf".to_string(), gguf];
+    if let Some(larger) = bench_model_flag(&mut rest, "--escalate-model")? {
+        args.extend([
+            "--escalate-gguf".into(),
+            larger.to_string_lossy().into_owned(),
+        ]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run_harness("real-model", WITH_LOCAL, &args, &rest)
+}
+
+/// The GGUF of the bench model named after `flag` in `rest` (installed when missing), with
+/// the flag and its name taken out of `rest`; `None` without the flag.
+fn bench_model_flag(rest: &mut Vec<String>, flag: &str) -> Result<Option<PathBuf>> {
+    let Some(i) = rest.iter().position(|a| a == flag) else {
+        return Ok(None);
+    };
+    let name = rest
+        .get(i + 1)
+        .cloned()
+        .ok_or_else(|| format!("{flag} needs a model name (see `cargo xtask models --bench`)"))?;
+    rest.drain(i..=i + 1);
+    let path = bench_models::install(&[name])?
+        .and_then(|paths| paths.into_iter().next())
+        .ok_or("skipped: pip not found: cannot install the bench model")?;
+    Ok(Some(path))
 }
 
 /// `bench-peers --local-speed`: the local-speed section of BENCHMARKS.md (the local runner's

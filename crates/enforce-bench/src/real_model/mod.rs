@@ -40,9 +40,13 @@ pub struct RealModelArgs {
     #[arg(long, default_value = "examples/eval")]
     pub eval_dir: PathBuf,
     /// Arms of every eval (`constrained` runs only on contracts with a JSON Schema: the others
-    /// have no grammar to constrain to).
-    #[arg(long, default_value = "none,resample,feedback,ladder,constrained")]
+    /// have no grammar to constrain to; `escalate` only with `--escalate-gguf`).
+    #[arg(long, default_value = DEFAULT_ARMS)]
     pub arms: String,
+    /// The model the `escalate` arm re-asks (`enforce eval --escalate-model`), a larger GGUF
+    /// than `--gguf`.
+    #[arg(long)]
+    pub escalate_gguf: Option<PathBuf>,
     /// Only these contracts, by profile name (comma-separated; every contract by default).
     #[arg(long)]
     pub contracts: Option<String>,
@@ -77,6 +81,9 @@ pub struct RealModelArgs {
     #[arg(long)]
     pub reuse: bool,
 }
+
+/// The arms measured unless `--arms` says otherwise.
+pub const DEFAULT_ARMS: &str = "none,resample,feedback,ladder,constrained,reason-format,escalate";
 
 /// One contract of `examples/eval/`: its dataset and profile.
 #[derive(Debug)]
@@ -280,6 +287,12 @@ fn eval_contract(
             ));
             continue;
         }
+        if escalates(arm) && args.escalate_gguf.is_none() {
+            run.skipped.push(format!(
+                "`{arm}`: no escalation model (--escalate-gguf; `cargo xtask bench-peers --real-model --escalate-model NAME`)"
+            ));
+            continue;
+        }
         run.arms
             .push(eval_arm(args, work, contract, &dataset, max_tokens, arm)?);
     }
@@ -318,8 +331,11 @@ fn eval_arm(
         .arg("--model")
         .arg(&args.gguf)
         .arg("--threads")
-        .arg(args.threads.to_string())
-        .arg("-o")
+        .arg(args.threads.to_string());
+    if let Some(larger) = args.escalate_gguf.as_ref().filter(|_| escalates(arm)) {
+        cmd.arg("--escalate-model").arg(larger);
+    }
+    cmd.arg("-o")
         .arg(&out)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
@@ -368,6 +384,11 @@ fn eval_arm(
     Ok(run)
 }
 
+/// Whether `arm` re-asks another model (its words include `escalate`).
+fn escalates(arm: &str) -> bool {
+    arm.split('+').any(|w| w == "escalate")
+}
+
 /// The arm recorded at `record` when it was run by exactly `command`.
 fn read_back(record: &Path, command: &str) -> Option<ArmRun> {
     let text = std::fs::read_to_string(record).ok()?;
@@ -411,6 +432,7 @@ mod tests {
             out: dir.join("BENCHMARKS.md"),
             eval_dir: "examples/eval".into(),
             arms: "none,constrained".into(),
+            escalate_gguf: None,
             contracts: None,
             seed: 42,
             temperature: 0.7,
@@ -440,6 +462,56 @@ mod tests {
         let e = chosen_contracts(&a).unwrap_err().to_string();
         assert!(e.contains("poems") && e.contains("city_json"), "{e}");
         assert_eq!(model_name(&a), "Tiny-Model.Q4");
+    }
+
+    #[test]
+    fn escalate_runs_only_with_a_larger_model_and_asks_it() {
+        let dir = std::env::temp_dir().join(format!("real-model-esc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut a = args(&dir);
+        a.arms = "escalate,feedback+escalate".into();
+        let code = chosen_contracts(&a).unwrap()[4];
+        let run = eval_contract(&a, &dir, code).unwrap();
+        assert!(run.arms.is_empty());
+        assert_eq!(run.skipped.len(), 2, "{:?}", run.skipped);
+        assert!(
+            run.skipped[0].contains("no escalation model"),
+            "{:?}",
+            run.skipped
+        );
+        // With a larger model the arm runs, and its command names that model: a record of
+        // that command is read back (`--reuse`), so nothing is run here.
+        a.escalate_gguf = Some(dir.join("Larger.Q4.gguf"));
+        a.arms = "escalate".into();
+        a.reuse = true;
+        let command = format!(
+            "enforce eval examples/eval/code.jsonl --config examples/eval/enforce.yaml --profile code --arms escalate --seed 42 --temperature 0.7 --max-tokens 384 --concurrency 2 --runner local --model {} --threads 1 --escalate-model {} -o {}",
+            a.gguf.display(),
+            dir.join("Larger.Q4.gguf").display(),
+            dir.join("real-model/Tiny-Model.Q4/code/escalate").display()
+        );
+        let record = dir.join("real-model/Tiny-Model.Q4/code");
+        std::fs::create_dir_all(&record).unwrap();
+        let earlier = ArmRun {
+            summary: serde_json::json!({"arm": "escalate"}),
+            command,
+            wall_s: 1.0,
+            measured: "then".into(),
+            reused: false,
+        };
+        std::fs::write(
+            record.join("escalate.json"),
+            serde_json::to_vec(&earlier).unwrap(),
+        )
+        .unwrap();
+        let run = eval_contract(&a, &dir, code).unwrap();
+        assert!(run.skipped.is_empty(), "{:?}", run.skipped);
+        assert!(
+            run.arms[0].reused,
+            "the command differs: {:?}",
+            run.arms[0].command
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! between markers of its own so that a run on one model replaces only that model's part.
 
 use super::peer_loops::PeerRun;
-use super::{model_name, ArmRun, ContractRun, RealModelArgs};
+use super::{model_name, ArmRun, ContractRun, RealModelArgs, DEFAULT_ARMS};
 use crate::peers;
 use crate::section::{REAL_MODEL, SURFACES};
 use serde_json::Value;
@@ -27,10 +27,14 @@ or repaired; the intervals are 95 % Wilson intervals. Each model's part is gener
 command, named in it; a row measured by an earlier run of the same command says when.
 
 Arms: `none` one attempt (repairs at the end); `resample` the original prompt again; `feedback`
-the failed answer and feedback naming its errors; `ladder` feedback first, then resample;
-`constrained` decoding constrained to the contract's JSON Schema (a grammar; only on the JSON
-contract). A truncated answer is re-asked with more room in every arm that re-asks. The local
-runner's speed against llama.cpp's own is measured apart, side by side.
+the failed answer and feedback naming its errors; `ladder` the eval's ladder (`enforce eval
+--help` names its rungs); `constrained` every attempt decoded under the contract's JSON Schema
+(a grammar; only on the JSON contract); `reason-format` every attempt asked twice, a free answer
+first, then that answer in the contract's format; `escalate` feedback first, then the same
+re-ask of a larger model (named in the part; only where one was given). A truncated answer is
+re-asked with more room in every arm that re-asks. The ladder is held against the best single
+arm on the same model (`escalate` asks another one). The local runner's speed against
+llama.cpp's own is measured apart, side by side.
 ";
 
 /// `old` (BENCHMARKS.md) with `model`'s part of the real-model section replaced by `part`, or
@@ -101,7 +105,11 @@ fn reproduce(args: &RealModelArgs, model: &str) -> String {
     if let Some(list) = &args.contracts {
         let _ = write!(command, " --contracts {list}");
     }
-    if args.arms != "none,resample,feedback,ladder,constrained" {
+    if let Some(larger) = &args.escalate_gguf {
+        let stem = larger.file_stem().unwrap_or_default().to_string_lossy();
+        let _ = write!(command, " --escalate-model {stem}");
+    }
+    if args.arms != DEFAULT_ARMS {
         let _ = write!(command, " --arms {}", args.arms);
     }
     if let Some(n) = args.max_tokens {
@@ -137,13 +145,17 @@ pub(super) fn model_part(
     );
     let _ = writeln!(
         s,
-        "Model: `{model}.gguf` ({}). {} thread(s) per generation, {} generation(s) at once; temperature {}, first seed {}; re-asks: {} at most.\n",
+        "Model: `{model}.gguf` ({}). {} thread(s) per generation, {} generation(s) at once; temperature {}, first seed {}; re-asks: {} at most{}.\n",
         provenance(&model),
         args.threads,
         args.concurrency,
         args.temperature,
         args.seed,
-        args.retries
+        args.retries,
+        args.escalate_gguf.as_ref().map_or(String::new(), |larger| format!(
+            "; `escalate` re-asks `{}`",
+            larger.file_name().unwrap_or_default().to_string_lossy()
+        )),
     );
     if !runs.is_empty() {
         let _ = writeln!(s, "In words:\n");
@@ -233,12 +245,12 @@ fn verdict(run: &ContractRun) -> String {
         ),
         _ => format!("{name}: no `none` arm to compare with."),
     };
-    // The ladder decodes freely: it is held against the other re-ask strategies, not against
-    // constrained decoding, which the line above already names.
+    // The ladder is one strategy of the model's own: it is held against every other arm on
+    // the same model, `escalate` (which asks a larger one) aside.
     let reasking = best(
         run.arms
             .iter()
-            .filter(|a| arm_name(a) != "ladder" && !arm_name(a).contains("constrained")),
+            .filter(|a| arm_name(a) != "ladder" && !arm_name(a).contains("escalate")),
     );
     let ladder = run
         .arms
@@ -249,7 +261,7 @@ fn verdict(run: &ContractRun) -> String {
         let kb = valid(b).map_or(0.0, |v| v.0);
         let _ = write!(
             line,
-            " The ladder: {kl:.0}/{n:.0}, {} the best single free-decoding arm (`{}`, {kb:.0}/{n:.0}).",
+            " The ladder: {kl:.0}/{n:.0}, {} the best single arm on this model (`{}`, {kb:.0}/{n:.0}).",
             if kl + 1.0 >= kb {
                 "within one case of"
             } else {
@@ -437,7 +449,7 @@ mod tests {
             "{line}"
         );
         assert!(
-            line.contains("within one case of the best single free-decoding arm (`none`"),
+            line.contains("within one case of the best single arm on this model (`none`"),
             "{line}"
         );
         let noise = run(vec![arm("none", 5, 10, 50.0), arm("resample", 6, 10, 60.0)]);
@@ -449,19 +461,31 @@ mod tests {
         let grammar = run(vec![
             arm("none", 1, 10, 50.0),
             arm("resample", 5, 10, 60.0),
-            arm("ladder", 4, 10, 60.0),
+            arm("ladder", 9, 10, 60.0),
             arm("constrained", 10, 10, 9.0),
+            arm("escalate", 10, 10, 70.0),
         ]);
         let line = verdict(&grammar);
         assert!(
             line.contains("`constrained` 10/10 — that arm paid"),
             "{line}"
         );
+        // Constrained decoding is a strategy of the same model; escalating asks another.
         assert!(
-            line.contains(
-                "within one case of the best single free-decoding arm (`resample`, 5/10)"
-            ),
+            line.contains("The ladder: 9/10, within one case of the best single arm on this model (`constrained`, 10/10)"),
             "{line}"
+        );
+        let below = run(vec![
+            arm("none", 1, 10, 50.0),
+            arm("ladder", 4, 10, 60.0),
+            arm("constrained", 10, 10, 9.0),
+        ]);
+        assert!(
+            verdict(&below).contains(
+                "**more than one case below** the best single arm on this model (`constrained`"
+            ),
+            "{}",
+            verdict(&below)
         );
     }
 
