@@ -2,8 +2,8 @@
 //! rules, and the re-ask that follows a failed attempt.
 
 use super::run::{Asked, Received, Run, Spent};
-use super::{CONSTRAINT_UNAVAILABLE, ESCALATION_NO_TARGET};
 use super::{error_codes, error_set, message_bytes, reseeded, seed_of, truncated, Enforcer};
+use super::{CONSTRAINT_UNAVAILABLE, ESCALATION_NO_TARGET};
 use crate::input::{request_context, Staged};
 use crate::outcome::FreeAnswer;
 use crate::policy::FirstAttempt;
@@ -178,12 +178,9 @@ fn no_progress(
     let repeated = run.reasked.iter().any(|(_, earlier, _)| {
         earlier.text == answer.reply.text && earlier.tool_calls == answer.reply.tool_calls
     });
-    let resampled = matches!(
-        run.asked.reask,
-        Some(Reask::Resample | Reask::Constrained)
-    );
-    let same_errors = !resampled
-        && previous.is_some_and(|prev| error_set(&prev.found.issues) == errors);
+    let resampled = matches!(run.asked.reask, Some(Reask::Resample | Reask::Constrained));
+    let same_errors =
+        !resampled && previous.is_some_and(|prev| error_set(&prev.found.issues) == errors);
     repeated || same_errors
 }
 

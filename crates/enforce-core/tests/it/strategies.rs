@@ -442,7 +442,11 @@ async fn a_truncated_answer_gets_room_before_the_constrained_rung() {
         .collect();
     assert_eq!(
         asked,
-        [(None, false), (None, true), (Some(Reask::Constrained), false)]
+        [
+            (None, false),
+            (None, true),
+            (Some(Reask::Constrained), false)
+        ]
     );
 }
 
