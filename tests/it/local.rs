@@ -163,6 +163,96 @@ profiles:
     assert!(!stderr.contains("population.minimum"), "{stderr}");
 }
 
+/// The re-ask rung `constrained` on the real test model: the city JSON contract of
+/// `examples/eval/` with `reask: [constrained]`. The first answer is free (and fails on these
+/// cases: prose, or JSON cut at the token limit, which gets a free re-ask with more room
+/// first); the constrained re-ask gives valid JSON.
+#[cfg(feature = "local")]
+#[test]
+fn the_constrained_rung_repairs_free_answers_on_the_test_model() {
+    use crate::repo;
+    use serde_json::Value;
+    let Some(model) = enforce_testkit::models::test_gguf() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(repo().join("examples/eval/enforce.yaml")).unwrap();
+    let mut yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&example).unwrap();
+    yaml["profiles"]["city_json"]["reask"] = serde_yaml_ng::from_str("[constrained]").unwrap();
+    let config = dir.path().join("enforce.yaml");
+    std::fs::write(&config, serde_yaml_ng::to_string(&yaml).unwrap()).unwrap();
+    let cases: Vec<Value> = std::fs::read_to_string(repo().join("examples/eval/city-json.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|case: &Value| {
+            ["city-paris", "city-toronto", "city-vienna"].contains(&case["id"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(cases.len(), 3);
+    for case in &cases {
+        let audit = dir
+            .path()
+            .join(format!("{}.jsonl", case["id"].as_str().unwrap()));
+        let out = enforce_in(
+            dir.path(),
+            &[
+                "run",
+                "-c",
+                config.to_str().unwrap(),
+                "-p",
+                "city_json",
+                "--runner",
+                "local",
+                "--model",
+                model.to_str().unwrap(),
+                "--threads",
+                "1",
+                "--seed",
+                "7",
+                "--temperature",
+                "0.7",
+                "--max-tokens",
+                "96",
+                "--audit",
+                audit.to_str().unwrap(),
+                case["prompt"].as_str().unwrap(),
+            ],
+        );
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{case}\n{stdout}\n{stderr}");
+        let record: Value =
+            serde_json::from_str(std::fs::read_to_string(&audit).unwrap().trim()).unwrap();
+        assert_eq!(record["status"], "passed", "{record}");
+        assert_eq!(record["warnings"], serde_json::json!([]), "{record}");
+        let attempts = record["attempts"].as_array().unwrap();
+        let (last, before) = attempts.split_last().unwrap();
+        assert!(!before.is_empty(), "the free first answer fails: {record}");
+        // Every free answer failed, and only a truncated one got a re-ask before the rung.
+        for (i, attempt) in before.iter().enumerate() {
+            assert!(attempt["reask"].is_null(), "{record}");
+            assert!(
+                !attempt["issues"].as_array().unwrap().is_empty(),
+                "{record}"
+            );
+            let after_truncation = i > 0 && before[i - 1]["finish_reason"] == "length";
+            assert_eq!(
+                !attempt["more_room"].is_null(),
+                after_truncation,
+                "{record}"
+            );
+        }
+        assert_eq!(last["reask"], "constrained", "{record}");
+        let answer: Value = serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+        assert!(
+            answer["name"].as_str().is_some_and(|n| !n.is_empty()),
+            "{answer}"
+        );
+        assert!(answer["population"].is_u64(), "{answer}");
+    }
+}
+
 #[cfg(not(feature = "local"))]
 #[test]
 fn without_the_feature_the_local_runner_says_how_to_build_it() {
