@@ -98,6 +98,39 @@ fn a_missing_model_file_is_a_runner_failure_naming_it() {
     assert!(stderr.contains("missing.gguf"), "{stderr}");
 }
 
+/// `enforce run` of `profile` in `config` on the test model `model`: one thread, `seed`,
+/// temperature 0.7, at most 96 tokens, then `rest` (flags and the prompt).
+#[cfg(feature = "local")]
+fn run_city(
+    dir: &std::path::Path,
+    (config, profile): (&std::path::Path, &str),
+    model: &std::path::Path,
+    seed: &str,
+    rest: &[&str],
+) -> Output {
+    let mut args = vec![
+        "run",
+        "-c",
+        config.to_str().unwrap(),
+        "-p",
+        profile,
+        "--runner",
+        "local",
+        "--model",
+        model.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--seed",
+        seed,
+        "--temperature",
+        "0.7",
+        "--max-tokens",
+        "96",
+    ];
+    args.extend_from_slice(rest);
+    enforce_in(dir, &args)
+}
+
 /// `decode: constrained` on the real test model: the profile's own city schema goes to
 /// llguidance, so the first answer is JSON of that shape within its bounds (one thread, fixed
 /// seed).
@@ -131,26 +164,12 @@ profiles:
 "#,
     )
     .unwrap();
-    let out = enforce_in(
+    let out = run_city(
         dir.path(),
-        &[
-            "run",
-            "-c",
-            config.to_str().unwrap(),
-            "-p",
-            "city",
-            "--model",
-            model.to_str().unwrap(),
-            "--threads",
-            "1",
-            "--seed",
-            "3",
-            "--temperature",
-            "0.7",
-            "--max-tokens",
-            "96",
-            "Give the largest city of Japan and its population as JSON.",
-        ],
+        (&config, "city"),
+        &model,
+        "3",
+        &["Give the largest city of Japan and its population as JSON."],
     );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
@@ -194,31 +213,9 @@ fn the_constrained_rung_repairs_free_answers_on_the_test_model() {
         let audit = dir
             .path()
             .join(format!("{}.jsonl", case["id"].as_str().unwrap()));
-        let out = enforce_in(
-            dir.path(),
-            &[
-                "run",
-                "-c",
-                config.to_str().unwrap(),
-                "-p",
-                "city_json",
-                "--runner",
-                "local",
-                "--model",
-                model.to_str().unwrap(),
-                "--threads",
-                "1",
-                "--seed",
-                "7",
-                "--temperature",
-                "0.7",
-                "--max-tokens",
-                "96",
-                "--audit",
-                audit.to_str().unwrap(),
-                case["prompt"].as_str().unwrap(),
-            ],
-        );
+        let prompt = case["prompt"].as_str().unwrap();
+        let audit_flag = ["--audit", audit.to_str().unwrap(), prompt];
+        let out = run_city(dir.path(), (&config, "city_json"), &model, "7", &audit_flag);
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert_eq!(out.status.code(), Some(0), "{case}\n{stdout}\n{stderr}");
         let record: Value =

@@ -326,37 +326,43 @@ fn ladder(rungs: &[Reask]) -> Ladder {
     Ladder::new(rungs.to_vec()).expect("rungs")
 }
 
-#[tokio::test]
-async fn only_the_constrained_rung_sends_the_constraint() {
-    let runner = ScriptedRunner::texts(["a", "bb", "ccc", "title"]);
+/// The outcome of asking `runner` for `request` under [`NeedsTitle`], with `max_retries`
+/// re-asks on the ladder `rungs`.
+async fn titled(
+    runner: &ScriptedRunner,
+    request: &Request,
+    max_retries: u32,
+    rungs: &[Reask],
+) -> enforce_core::Outcome {
     let policy = Policy::builder()
-        .max_retries(3)
-        .reask(ladder(&[
-            Reask::Constrained,
-            Reask::Resample,
-            Reask::Feedback,
-        ]))
+        .max_retries(max_retries)
+        .reask(ladder(rungs))
         .build();
     let outcome = Enforcer::new(vec![Box::new(NeedsTitle)])
         .with_policy(policy)
-        .run(&runner, &constrained_request(), &Context::new())
+        .run(runner, request, &Context::new())
         .await;
     assert_eq!(outcome.status, Status::Passed, "{outcome:?}");
+    outcome
+}
+
+/// The rung of every attempt, as the audit names it.
+fn rungs_of(outcome: &enforce_core::Outcome) -> Vec<Option<Reask>> {
+    outcome.attempts.iter().map(|a| a.reask).collect()
+}
+
+#[tokio::test]
+async fn only_the_constrained_rung_sends_the_constraint() {
+    let runner = ScriptedRunner::texts(["a", "bb", "ccc", "title"]);
+    let rungs = [Reask::Constrained, Reask::Resample, Reask::Feedback];
+    let outcome = titled(&runner, &constrained_request(), 3, &rungs).await;
     // The first answer is free, the first re-ask constrained, then free again.
     assert_eq!(
         constrained_calls(&runner),
         [(false, false), (true, false), (false, false), (false, true)]
     );
-    let rungs: Vec<_> = outcome.attempts.iter().map(|a| a.reask).collect();
-    assert_eq!(
-        rungs,
-        [
-            None,
-            Some(Reask::Constrained),
-            Some(Reask::Resample),
-            Some(Reask::Feedback)
-        ]
-    );
+    let audited: Vec<_> = rungs.into_iter().map(Some).collect();
+    assert_eq!(rungs_of(&outcome)[1..], audited);
     assert!(outcome.warnings.is_empty(), "{:?}", outcome.warnings);
     let line = outcome.to_json_line();
     assert!(line.contains(r#""reask":"constrained""#), "{line}");
@@ -365,15 +371,8 @@ async fn only_the_constrained_rung_sends_the_constraint() {
 #[tokio::test]
 async fn without_a_constrained_rung_every_attempt_keeps_the_constraint() {
     let runner = ScriptedRunner::texts(["a", "bb", "title"]);
-    let policy = Policy::builder()
-        .max_retries(2)
-        .reask(ladder(&[Reask::Resample, Reask::Feedback]))
-        .build();
-    let outcome = Enforcer::new(vec![Box::new(NeedsTitle)])
-        .with_policy(policy)
-        .run(&runner, &constrained_request(), &Context::new())
-        .await;
-    assert_eq!(outcome.status, Status::Passed, "{outcome:?}");
+    let rungs = [Reask::Resample, Reask::Feedback];
+    titled(&runner, &constrained_request(), 2, &rungs).await;
     assert_eq!(
         constrained_calls(&runner),
         [(true, false), (true, false), (true, true)]
@@ -383,15 +382,7 @@ async fn without_a_constrained_rung_every_attempt_keeps_the_constraint() {
 #[tokio::test]
 async fn a_constrained_rung_without_a_constraint_resamples_and_warns_once() {
     let runner = ScriptedRunner::texts(["a", "bb", "title"]);
-    let policy = Policy::builder()
-        .max_retries(2)
-        .reask(Reask::Constrained)
-        .build();
-    let outcome = Enforcer::new(vec![Box::new(NeedsTitle)])
-        .with_policy(policy)
-        .run(&runner, &req(), &Context::new())
-        .await;
-    assert_eq!(outcome.status, Status::Passed, "{outcome:?}");
+    let outcome = titled(&runner, &req(), 2, &[Reask::Constrained]).await;
     let calls = runner.calls();
     assert!(
         calls.iter().all(
@@ -402,9 +393,8 @@ async fn a_constrained_rung_without_a_constraint_resamples_and_warns_once() {
     assert_eq!(calls.len(), 3);
     let warned: Vec<_> = outcome.warnings.iter().map(|w| w.code.as_str()).collect();
     assert_eq!(warned, [CONSTRAINT_UNAVAILABLE], "said once");
-    let rungs: Vec<_> = outcome.attempts.iter().map(|a| a.reask).collect();
     assert_eq!(
-        rungs,
+        rungs_of(&outcome),
         [None, Some(Reask::Constrained), Some(Reask::Constrained)]
     );
 }
@@ -420,34 +410,16 @@ async fn a_truncated_answer_gets_room_before_the_constrained_rung() {
         Ok(Reply::text("no heading")),
         Ok(Reply::text("title")),
     ]);
-    let policy = Policy::builder()
-        .max_retries(2)
-        .reask(Reask::Constrained)
-        .build();
     let mut request = constrained_request();
     request.params.insert("max_tokens".into(), json!(16));
-    let outcome = Enforcer::new(vec![Box::new(NeedsTitle)])
-        .with_policy(policy)
-        .run(&runner, &request, &Context::new())
-        .await;
-    assert_eq!(outcome.status, Status::Passed, "{outcome:?}");
+    let outcome = titled(&runner, &request, 2, &[Reask::Constrained]).await;
     assert_eq!(
         constrained_calls(&runner),
         [(false, false), (false, false), (true, false)]
     );
-    let asked: Vec<_> = outcome
-        .attempts
-        .iter()
-        .map(|a| (a.reask, a.more_room.is_some()))
-        .collect();
-    assert_eq!(
-        asked,
-        [
-            (None, false),
-            (None, true),
-            (Some(Reask::Constrained), false)
-        ]
-    );
+    let room: Vec<_> = outcome.attempts.iter().map(|a| a.more_room).collect();
+    assert_eq!(room, [None, Some(32), None]);
+    assert_eq!(rungs_of(&outcome), [None, None, Some(Reask::Constrained)]);
 }
 
 #[tokio::test]
