@@ -27,9 +27,8 @@ or repaired; the intervals are 95 % Wilson intervals. Each model's part is gener
 command, named in it; a row measured by an earlier run of the same command says when.
 
 Arms: `none` one attempt (repairs at the end); `resample` the original prompt again; `feedback`
-the failed answer and feedback naming its errors; `ladder` a free first answer, then a
-constrained re-ask (a resample where the contract gives no constraint), then resample, feedback
-last; `constrained` decoding constrained to the contract's JSON Schema (a grammar; only on the JSON
+the failed answer and feedback naming its errors; `ladder` feedback first, then resample;
+`constrained` decoding constrained to the contract's JSON Schema (a grammar; only on the JSON
 contract). A truncated answer is re-asked with more room in every arm that re-asks. The local
 runner's speed against llama.cpp's own is measured apart, side by side.
 ";
