@@ -1,15 +1,16 @@
 //! A profile's decoding constraint in the request parameters each runner understands.
 //!
-//! One place for `decode: constrained` (and the `constrained` arm of `enforce eval`): the
-//! local runner gets the JSON Schema (`response_format`, compiled by its `constraint_engine`),
-//! a `regex` for a whole-answer `pattern` rule, or a GBNF `grammar` for a `one_of` list; the
-//! openai runner a `json_schema` response format (strict when the
-//! schema fits OpenAI's strict mode), the anthropic runner the same response format, which it
-//! sends as `output_config.format`. Runners without such a control get nothing and a note.
+//! One place for `decode: constrained`, the re-ask rung `constrained` (and the `constrained`
+//! arm of `enforce eval`): the local runner gets the JSON Schema (`response_format`, compiled
+//! by its `constraint_engine`), a `regex` for a whole-answer `pattern` rule, or a GBNF
+//! `grammar` for a `one_of` list; the openai runner a `json_schema` response format (strict
+//! when the schema fits OpenAI's strict mode), the anthropic runner the same response format,
+//! which it sends as `output_config.format`. Runners without such a control get nothing and a
+//! note.
 
 use enforce_config::profile::{Constraint, Decode};
 use enforce_config::Profile;
-use enforce_core::{Issue, Request};
+use enforce_core::{policy::Reask, Issue, Policy, Request};
 use enforce_runner::RunnerConfig;
 use enforce_runner_local::{choices_to_gbnf, plan_regex, plan_schema, ConstraintEngine};
 use serde_json::{json, Map, Value};
@@ -47,13 +48,27 @@ impl Constrained {
 /// Issue code of a decoding note in the outcome's warnings (the audit's `warnings`).
 pub const DECODE_NOTE: &str = "DECODE_NOT_CONSTRAINED";
 
-/// What `profile` asks of `runner`: `None` when it decodes freely (and `forced`, the eval arm
-/// `constrained`, is off) or its contract gives no constraint.
-pub fn for_profile(profile: &Profile, runner: &RunnerConfig, forced: bool) -> Option<Constrained> {
-    if profile.decode() != Decode::Constrained && !forced {
+/// What `profile` asks of `runner` when its answers are enforced with `policy` (the profile's
+/// own, or an eval arm's): `None` when nothing is constrained (the profile decodes freely,
+/// `forced`, the eval arm `constrained`, is off, and no re-ask rung of `policy` is
+/// `constrained`) or its contract gives no constraint. With the rung, the loop sends the
+/// constraint only on that rung's attempts.
+pub fn for_profile(
+    profile: &Profile,
+    policy: &Policy,
+    runner: &RunnerConfig,
+    forced: bool,
+) -> Option<Constrained> {
+    let wanted = forced || profile.decode() == Decode::Constrained || has_constrained_rung(policy);
+    if !wanted {
         return None;
     }
     profile.constraint().map(|c| for_runner(runner, c))
+}
+
+/// Whether a re-ask rung of `policy` is `constrained`.
+pub fn has_constrained_rung(policy: &Policy) -> bool {
+    policy.reask.rungs().contains(&Reask::Constrained)
 }
 
 /// The engine that compiles the local runner's JSON Schemas (`None` for other runners).
@@ -409,6 +424,47 @@ mod tests {
             assert_eq!(got.notes.len(), 1, "{kind}");
             assert!(got.notes[0].contains("freely"), "{}", got.notes[0]);
         }
+    }
+
+    /// Profiles of one file: `json` decodes freely, `rung` has the re-ask rung `constrained`,
+    /// `prose` has the rung and a contract without a constraint.
+    fn profiles() -> enforce_config::ProfileSet {
+        let yaml = "validators:\n  j:\n    type: json\n    bare: true\n\
+                    profiles:\n  json:\n    validators: [j]\n  \
+                    rung:\n    validators: [j]\n    reask: [constrained, resample]\n  \
+                    prose:\n    validators: [step_marker]\n    reask: constrained\n";
+        enforce_config::ProfileSet::load(
+            &enforce_config::ConfigSource::from_string("t.yaml", yaml),
+            &enforce_config::Registry::builtin(),
+            None,
+        )
+        .expect("profiles")
+    }
+
+    #[test]
+    fn a_constrained_rung_in_the_policy_asks_for_the_constraint() {
+        let set = profiles();
+        let local = runner("local");
+        let sends = |profile: &str, policy: Option<&Policy>, forced: bool| {
+            let profile = set.get(profile).expect("profile");
+            let policy = policy.unwrap_or(profile.policy());
+            for_profile(profile, policy, &local, forced)
+                .is_some_and(|c| c.params.contains_key("response_format"))
+        };
+        assert!(!sends("json", None, false), "free decoding, no rung");
+        assert!(sends("json", None, true), "the eval arm `constrained`");
+        assert!(sends("rung", None, false), "the profile's own rung");
+        // An eval arm's ladder decides, not the profile's.
+        let ladder = Policy::builder()
+            .reask(
+                enforce_core::policy::Ladder::new(vec![Reask::Constrained, Reask::Feedback])
+                    .unwrap(),
+            )
+            .build();
+        assert!(sends("json", Some(&ladder), false));
+        assert!(!sends("rung", Some(&Policy::default()), false));
+        // A rung whose contract gives no constraint has nothing to send: it resamples.
+        assert!(!sends("prose", None, false));
     }
 
     #[test]

@@ -290,7 +290,12 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
         );
         c.push("escalate_to", target, layer("escalate_to"));
     }
-    decode_line(&mut c, built, runner, layer("decode"));
+    // A `constrained` rung on a freely decoding profile is what constrains: say where it is.
+    let decode_from = match (built.decode(), decode::has_constrained_rung(policy)) {
+        (Decode::Free, true) => layer("reask"),
+        _ => layer("decode"),
+    };
+    decode_line(&mut c, built, runner, decode_from);
 
     // Timeouts and per-request limits.
     let secs = server.request_timeout.as_secs_f64();
@@ -370,28 +375,52 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
     Ok((text, allowed))
 }
 
-/// `decode`: how answers are decoded and, when constrained, what the runner is sent or why
-/// it cannot constrain.
+/// `decode`: how answers are decoded and, when constrained (every attempt with `decode:
+/// constrained`, the re-asks of the rung `constrained`), what the runner is sent or why it
+/// cannot constrain.
 fn decode_line(c: &mut Contract, profile: &Profile, runner: Option<&RunnerConfig>, from: String) {
-    let value = match (profile.decode(), runner) {
-        (Decode::Free, _) => json!("free"),
-        (Decode::Constrained, None) => json!("constrained (no runner)"),
-        (Decode::Constrained, Some(runner)) => {
-            let constrained = decode::for_profile(profile, runner, false).unwrap_or_default();
-            let sends: Vec<&String> = constrained.params.keys().collect();
-            let mut value = json!({
-                "constrained": true,
-                "runner": runner.kind(),
-                "sends": sends,
-                "notes": constrained.notes,
-            });
-            if let Some(engine) = constrained.engine {
-                value["engine"] = json!(engine);
-            }
-            value
+    let rung = decode::has_constrained_rung(profile.policy());
+    let value = match (profile.decode(), rung, runner) {
+        (Decode::Free, false, _) => json!("free"),
+        (Decode::Constrained, _, None) => json!("constrained (no runner)"),
+        (Decode::Free, true, None) => {
+            json!("free; the re-ask rung `constrained` constrains its re-asks (no runner)")
         }
+        (_, _, Some(runner)) => constrained_on(profile, runner, rung),
     };
     c.push("decode", value, from);
+}
+
+/// What constraining `profile`'s answers sends `runner`, on which attempts (`rung`: only the
+/// re-asks of the rung `constrained`), with the notes; a rung whose contract gives no
+/// constraint resamples, and says so.
+fn constrained_on(profile: &Profile, runner: &RunnerConfig, rung: bool) -> Value {
+    let on = if rung {
+        "the re-asks of the rung `constrained`; other attempts answer freely"
+    } else {
+        "every attempt"
+    };
+    let Some(constrained) = decode::for_profile(profile, profile.policy(), runner, false) else {
+        return json!({
+            "constrained": false,
+            "on": on,
+            "runner": runner.kind(),
+            "sends": [],
+            "notes": ["the contract gives no constraint (a `json` validator on the whole answer, a `one_of` list, a whole-answer `pattern`): the rung `constrained` resamples without one"],
+        });
+    };
+    let sends: Vec<&String> = constrained.params.keys().collect();
+    let mut value = json!({
+        "constrained": true,
+        "on": on,
+        "runner": runner.kind(),
+        "sends": sends,
+        "notes": constrained.notes,
+    });
+    if let Some(engine) = constrained.engine {
+        value["engine"] = json!(engine);
+    }
+    value
 }
 
 /// The entry's presentation options and where they come from.

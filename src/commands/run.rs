@@ -230,7 +230,7 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
 
     let mut request = Request::prompt(prompt.clone());
     request.params = args.sampling.params();
-    let constrained = crate::decode::for_profile(profile, &runner_config, false);
+    let constrained = crate::decode::for_profile(profile, enforcer.policy(), &runner_config, false);
     if let Some(constrained) = &constrained {
         for note in &constrained.notes {
             eprintln!("enforce run: decode: constrained: {note}");

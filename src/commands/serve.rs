@@ -445,7 +445,7 @@ pub(crate) fn model_from_config(
     let enforcer = enforcer_for(profiles, &profile).map_err(|e| error("profile".into(), e))?;
     let constrained = profiles
         .get(&profile)
-        .and_then(|p| crate::decode::for_profile(p, runner_config, false))
+        .and_then(|p| crate::decode::for_profile(p, p.policy(), runner_config, false))
         .unwrap_or_default();
     for note in &constrained.notes {
         eprintln!(

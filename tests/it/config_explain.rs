@@ -412,10 +412,18 @@ profiles:
     decode: constrained
   loose:
     validators: [city_json]
+  rung:
+    validators: [city_json]
+    reask: [constrained, resample]
+  prose:
+    validators: [step_marker]
+    reask: constrained
 runner: {type: openai, base_url: \"http://127.0.0.1:9/v1\", model: m}
 models:
   - {id: city, profile: city}
   - {id: loose, profile: loose}
+  - {id: rung, profile: rung}
+  - {id: prose, profile: prose}
   - {id: cli, profile: city, runner: {type: command, program: cat}}
   - {id: local, profile: city, runner: {type: local, model: m.gguf}}
   - {id: local-gbnf, profile: city, runner: {type: local, model: m.gguf, constraint_engine: gbnf}}
@@ -433,8 +441,27 @@ models:
     let notes = value["notes"].to_string();
     assert!(notes.contains("strict mode"), "{notes}");
     assert!(notes.contains("additionalProperties"), "{notes}");
+    assert_eq!(value["on"], "every attempt");
     let loose = explained("loose");
     assert_eq!(entry(&loose, "decode").0, "free");
+    // The rung `constrained` constrains its re-asks only; without a constraint from the
+    // contract it resamples, and says so.
+    let rung = explained("rung");
+    let (value, from) = entry(&rung, "decode");
+    assert_eq!(from, "profiles.rung.reask");
+    assert_eq!(value["constrained"], true, "{value}");
+    assert_eq!(value["sends"], serde_json::json!(["response_format"]));
+    assert!(
+        value["on"]
+            .as_str()
+            .unwrap()
+            .contains("re-asks of the rung"),
+        "{value}"
+    );
+    let prose = explained("prose");
+    let (value, _) = entry(&prose, "decode");
+    assert_eq!(value["constrained"], false, "{value}");
+    assert!(value["notes"].to_string().contains("resamples"), "{value}");
     let cli = explained("cli");
     let (value, _) = entry(&cli, "decode");
     assert_eq!(value["sends"], serde_json::json!([]));

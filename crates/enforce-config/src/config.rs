@@ -119,9 +119,11 @@ pub struct Defaults {
     /// feedback naming every error), `resample` (the original request again),
     /// `feedback_fresh` (the original request plus the feedback, without the failed answer),
     /// `reason_then_format` (two calls: a free answer without the decoding constraint, then
-    /// that answer in the contract's format, with it) or `escalate` (feedback, asked of the
-    /// profile's `escalate_to` model); or a list, one per re-ask, the last repeating
-    /// (`[feedback, resample]`). Every re-ask advances the seed by one per attempt.
+    /// that answer in the contract's format, with it), `escalate` (feedback, asked of the
+    /// profile's `escalate_to` model) or `constrained` (a resample with the contract's decoding
+    /// constraint, which the other attempts then leave out); or a list, one per re-ask, the
+    /// last repeating (`[feedback, resample]`). Every re-ask advances the seed by one per
+    /// attempt.
     pub reask: Option<enforce_core::policy::Ladder>,
     /// How the first attempt asks: `direct` (default: the request as it is) or
     /// `reason_then_format` (as that re-ask strategy does: a free answer, then the format).
@@ -191,8 +193,8 @@ pub struct ProfileConfig {
     /// New bytes of a streamed answer between two partial checks (overrides `defaults`).
     pub partial_check_bytes: Option<usize>,
     /// How each re-ask asks: `feedback`, `resample`, `feedback_fresh`,
-    /// `reason_then_format`, `escalate`, or a list of them, one per re-ask (overrides
-    /// `defaults`).
+    /// `reason_then_format`, `escalate`, `constrained`, or a list of them, one per re-ask
+    /// (overrides `defaults`).
     pub reask: Option<enforce_core::policy::Ladder>,
     /// How the first attempt asks: `direct` or `reason_then_format` (overrides `defaults`).
     pub first_attempt: Option<enforce_core::policy::FirstAttempt>,

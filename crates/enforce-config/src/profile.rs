@@ -388,6 +388,17 @@ impl ProfileSet {
                     "`constrained` needs a constraint from the contract: a `json` validator on the whole answer or a `one_of` validator with a literal `values` list",
                 ));
             }
+            if decode == Decode::Constrained
+                && policy
+                    .reask
+                    .rungs()
+                    .contains(&enforce_core::policy::Reask::Constrained)
+            {
+                return Err(BuildError::at(
+                    format!("{prefix}.decode"),
+                    "`decode: constrained` constrains every attempt, the re-ask rung `constrained` only its own re-asks; pick one: drop `decode: constrained` to answer freely first and constrain that rung's re-asks, or drop the rung to constrain every attempt",
+                ));
+            }
             profiles.insert(
                 name.clone(),
                 Profile {

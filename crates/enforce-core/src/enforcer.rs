@@ -54,6 +54,11 @@ pub struct Escalation {
 /// no escalation model: the re-ask went to the main runner, with feedback.
 pub const ESCALATION_NO_TARGET: &str = "ESCALATION_NO_TARGET";
 
+/// Code of the warning an outcome carries when the rung `constrained` asked and the request
+/// had no decoding constraint to send (the contract gives none, or the runner cannot take
+/// one): the re-ask was a plain resample.
+pub const CONSTRAINT_UNAVAILABLE: &str = "CONSTRAINT_UNAVAILABLE";
+
 fn error_codes(issues: &[Issue]) -> Vec<&str> {
     let mut codes: Vec<&str> = issues
         .iter()

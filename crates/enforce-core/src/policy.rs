@@ -179,6 +179,13 @@ pub enum Reask {
     /// ([`Enforcer::with_escalation`](crate::Enforcer::with_escalation)); without one, asked
     /// of the main runner, and the outcome warns `ESCALATION_NO_TARGET`.
     Escalate,
+    /// Like [`Resample`](Reask::Resample), with the decoding constraint the caller added to
+    /// the request ([`Request::constraint_params`](crate::Request::constraint_params)). A
+    /// ladder with this rung sends the constraint only on its attempts: the first attempt and
+    /// the other rungs answer freely, because constraining a small model's every answer can
+    /// cost it content it gets right unconstrained. Without a constraint in the request the
+    /// rung is a plain resample, and the outcome warns `CONSTRAINT_UNAVAILABLE`.
+    Constrained,
 }
 
 /// How the first attempt asks.
@@ -269,7 +276,7 @@ impl<'de> Deserialize<'de> for Ladder {
             type Value = Ladder;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(
-                    "a re-ask strategy (feedback, resample, feedback_fresh, reason_then_format, escalate) or a list of them",
+                    "a re-ask strategy (feedback, resample, feedback_fresh, reason_then_format, escalate, constrained) or a list of them",
                 )
             }
             fn visit_str<E: de::Error>(self, value: &str) -> Result<Ladder, E> {

@@ -182,7 +182,9 @@ pub struct Request {
     /// The names of the `params` that carry a decoding constraint (a grammar, a strict
     /// `response_format`) the caller added for the contract: the free pass of
     /// reason-then-format ([`Reask::ReasonThenFormat`](crate::policy::Reask::ReasonThenFormat))
-    /// leaves them out, its format pass keeps them.
+    /// leaves them out, its format pass keeps them; with the rung
+    /// [`Reask::Constrained`](crate::policy::Reask::Constrained) in the ladder, only that
+    /// rung's attempts send them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub constraint_params: Vec<String>,
 }

@@ -25,7 +25,7 @@ pub const WORDS: [(&str, &str); 11] = [
     ),
     (
         "ladder",
-        "re-ask with feedback first, then resample (reask: [feedback, resample])",
+        "answer freely first, then re-ask with constrained decoding (a plain resample where the contract gives no constraint), then with fresh samples, feedback last (reask: [constrained, resample, feedback])",
     ),
     (
         "reason-format",
@@ -106,7 +106,7 @@ impl Arm {
                 "resample" => set_reask(&mut reask, "resample", Reask::Resample.into())?,
                 "feedback" => set_reask(&mut reask, "feedback", Reask::Feedback.into())?,
                 "fresh" => set_reask(&mut reask, "fresh", Reask::FeedbackFresh.into())?,
-                "ladder" => set_reask(&mut reask, "ladder", feedback_then_resample())?,
+                "ladder" => set_reask(&mut reask, "ladder", constrained_resample_feedback())?,
                 "reason-format" => {
                     set_reask(&mut reask, "reason-format", Reask::ReasonThenFormat.into())?;
                     first_attempt = FirstAttempt::ReasonThenFormat;
@@ -127,6 +127,15 @@ impl Arm {
                     ))
                 }
             }
+        }
+        if constrained
+            && reask
+                .as_ref()
+                .is_some_and(|(_, r)| r.rungs().contains(&Reask::Constrained))
+        {
+            return Err(format!(
+                "arm `{name}`: `ladder` constrains its re-asks and answers freely first; every attempt constrained is the arm `constrained` (with another way to re-ask, e.g. `constrained+resample`)"
+            ));
         }
         if none {
             if let Some((w, _)) = reask {
@@ -186,9 +195,10 @@ impl Arm {
     }
 }
 
-/// The `ladder` arm's rungs: feedback first, then fresh draws.
-fn feedback_then_resample() -> Ladder {
-    rungs(&[Reask::Feedback, Reask::Resample])
+/// The `ladder` arm's rungs, ordered by what paid on small models: the format fixed by
+/// constrained decoding, then fresh draws, feedback last.
+fn constrained_resample_feedback() -> Ladder {
+    rungs(&[Reask::Constrained, Reask::Resample, Reask::Feedback])
 }
 
 /// A ladder of `rungs` (never empty here).
@@ -229,7 +239,7 @@ mod tests {
                 RepairWhen::First,
                 false,
             ),
-            ("ladder", 3, Reask::Feedback, RepairWhen::Last, false),
+            ("ladder", 3, Reask::Constrained, RepairWhen::Last, false),
         ];
         for (text, retries, reask, repair, abort) in cases {
             let policy = Arm::parse(text).expect(text).policy(&base);
@@ -301,11 +311,19 @@ mod tests {
     }
 
     #[test]
-    fn the_ladder_arm_climbs_from_feedback_to_resample() {
+    fn the_ladder_arm_climbs_from_constrained_to_resample_to_feedback() {
         let base = Policy::default();
-        let policy = Arm::parse("ladder").expect("ladder").policy(&base);
-        assert_eq!(policy.reask.rungs(), [Reask::Feedback, Reask::Resample]);
+        let arm = Arm::parse("ladder").expect("ladder");
+        // The arm constrains only its re-asks: the loop's rung does, not `decode`.
+        assert!(!arm.constrained);
+        let policy = arm.policy(&base);
+        assert_eq!(
+            policy.reask.rungs(),
+            [Reask::Constrained, Reask::Resample, Reask::Feedback]
+        );
         assert!(policy.stop_on_no_progress);
+        let err = Arm::parse("ladder+constrained").expect_err("every attempt or the re-asks");
+        assert!(err.contains("every attempt constrained"), "{err}");
         let policy = Arm::parse("ladder+all-attempts")
             .expect("combined")
             .policy(&base);

@@ -226,7 +226,10 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         enforcers.push(per_arm);
         let per_arm: Vec<_> = arms
             .iter()
-            .map(|arm| decode::for_profile(profile, &runner_config, arm.constrained))
+            .map(|arm| {
+                let policy = arm.policy(profile.policy());
+                decode::for_profile(profile, &policy, &runner_config, arm.constrained)
+            })
             .collect();
         for note in per_arm.iter().flatten().flat_map(|c| &c.notes) {
             if noted.insert((name.clone(), note.clone())) {

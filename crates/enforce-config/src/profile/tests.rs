@@ -102,6 +102,39 @@ fn the_new_strategies_parse_as_rungs_and_first_attempt_and_escalate_to_are_kept(
 }
 
 #[test]
+fn a_constrained_rung_needs_no_constraint_but_not_decode_constrained_beside_it() {
+    use enforce_core::policy::Reask;
+    // A contract that gives no constraint may have the rung: it resamples.
+    let set = load(
+        "profiles:\n  p:\n    validators: [step_marker]\n    \
+         reask: [constrained, resample, feedback]\n",
+    )
+    .unwrap();
+    let p = set.get("p").unwrap();
+    assert_eq!(
+        p.policy().reask.rungs(),
+        [Reask::Constrained, Reask::Resample, Reask::Feedback]
+    );
+    assert!(p.constraint().is_none());
+    let json = "validators:\n  j:\n    type: json\n    bare: true\n";
+    let set = load(&format!(
+        "{json}profiles:\n  p:\n    validators: [j]\n    reask: [constrained, resample]\n"
+    ))
+    .unwrap();
+    assert!(set.get("p").unwrap().constraint().is_some());
+    // With every attempt constrained, the rung would change nothing: the error names the fix,
+    // also when the rung comes from `defaults`.
+    let err = load(&format!(
+        "{json}defaults:\n  reask: constrained\n\
+         profiles:\n  p:\n    validators: [j]\n    decode: constrained\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("profiles.p.decode"), "{err}");
+    assert!(err.contains("drop `decode: constrained`"), "{err}");
+}
+
+#[test]
 fn reask_and_repair_keys_layer_over_defaults() {
     let set = load(
         "defaults:\n  reask: resample\n  repair: first\n  repair_first_codes: [INVALID_JSON]\n\

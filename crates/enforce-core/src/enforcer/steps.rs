@@ -2,8 +2,8 @@
 //! rules, and the re-ask that follows a failed attempt.
 
 use super::run::{Asked, Received, Run, Spent};
-use super::ESCALATION_NO_TARGET;
 use super::{error_codes, error_set, message_bytes, reseeded, seed_of, truncated, Enforcer};
+use super::{CONSTRAINT_UNAVAILABLE, ESCALATION_NO_TARGET};
 use crate::input::{request_context, Staged};
 use crate::outcome::FreeAnswer;
 use crate::policy::FirstAttempt;
@@ -117,10 +117,7 @@ impl TwoPass {
     /// without the decoding constraint, the format one with it; `feedback` about a failed
     /// attempt goes with the format instruction.
     fn of(asking: Request, feedback: Option<&str>) -> TwoPass {
-        let mut free = asking.clone();
-        for key in std::mem::take(&mut free.constraint_params) {
-            free.params.remove(&key);
-        }
+        let mut free = without_constraint(asking.clone());
         free.messages.push(Message::user(REASON_FIRST));
         let format = Request {
             messages: free.messages.clone(),
@@ -136,6 +133,14 @@ impl TwoPass {
             instruction,
         }
     }
+}
+
+/// `request` without the decoding constraint its caller added (its `constraint_params`).
+fn without_constraint(mut request: Request) -> Request {
+    for key in std::mem::take(&mut request.constraint_params) {
+        request.params.remove(&key);
+    }
+    request
 }
 
 /// The instruction of reason-then-format's free call.
@@ -173,9 +178,17 @@ fn no_progress(
     let repeated = run.reasked.iter().any(|(_, earlier, _)| {
         earlier.text == answer.reply.text && earlier.tool_calls == answer.reply.tool_calls
     });
-    let same_errors = run.asked.reask != Some(Reask::Resample)
-        && previous.is_some_and(|prev| error_set(&prev.found.issues) == errors);
+    let resampled = matches!(run.asked.reask, Some(Reask::Resample | Reask::Constrained));
+    let same_errors =
+        !resampled && previous.is_some_and(|prev| error_set(&prev.found.issues) == errors);
     repeated || same_errors
+}
+
+/// Adds the warning `code` to the outcome's notes, unless an earlier re-ask of the run did.
+fn warn_once(run: &mut Run<'_>, code: &str, message: &str) {
+    if !run.notes.iter().any(|n| n.code == code) {
+        run.notes.push(Issue::warning("reask", code, message));
+    }
 }
 
 impl Enforcer {
@@ -421,18 +434,15 @@ impl Enforcer {
         previous: Option<&'p Previous>,
     ) -> Planned<'r, 'p> {
         let Some(previous) = previous else {
-            run.asked = Asked {
-                seed: seed_of(request),
-                ..Asked::default()
-            };
-            if self.policy.first_attempt == FirstAttempt::ReasonThenFormat {
-                return Planned::ReasonFirst(Box::new(TwoPass::of(request.clone(), None)));
-            }
-            return Planned::Ready(Asking::Fresh(Cow::Borrowed(request)));
+            return self.first_ask(request, run);
         };
         let mut asking = reseeded(request, number);
         let seed = seed_of(&asking);
         if previous.reply.finish_reason == Some(FinishReason::Length) {
+            // Not a rung's attempt: the constraint waits for its rung.
+            if self.constrains_its_rung_only() {
+                asking = without_constraint(asking);
+            }
             let more_room = self.more_room(&mut asking, &previous.reply, &run.spent);
             asking.messages.push(Message::user(SHORTER));
             run.asked = Asked {
@@ -449,6 +459,41 @@ impl Enforcer {
             reask: Some(reask),
             ..Asked::default()
         };
+        self.by_rung(reask, asking, run, previous)
+    }
+
+    /// The first attempt: the request as it is, its two calls with reason-then-format, or
+    /// without its decoding constraint when the ladder keeps that for the rung `constrained`.
+    fn first_ask<'r, 'p>(&self, request: &'r Request, run: &mut Run<'_>) -> Planned<'r, 'p> {
+        run.asked = Asked {
+            seed: seed_of(request),
+            ..Asked::default()
+        };
+        if self.policy.first_attempt == FirstAttempt::ReasonThenFormat {
+            return Planned::ReasonFirst(Box::new(TwoPass::of(request.clone(), None)));
+        }
+        if self.constrains_its_rung_only() && !request.constraint_params.is_empty() {
+            let free = without_constraint(request.clone());
+            return Planned::Ready(Asking::Fresh(Cow::Owned(free)));
+        }
+        Planned::Ready(Asking::Fresh(Cow::Borrowed(request)))
+    }
+
+    /// How rung `reask` asks again about `previous`, from `asking` (the request with this
+    /// attempt's seed).
+    fn by_rung<'r, 'p>(
+        &self,
+        reask: Reask,
+        mut asking: Request,
+        run: &mut Run<'_>,
+        previous: &'p Previous,
+    ) -> Planned<'r, 'p> {
+        // Reason-then-format leaves the constraint out of its free call and keeps it for the
+        // format call, whatever the ladder.
+        let answers_freely = !matches!(reask, Reask::Constrained | Reask::ReasonThenFormat);
+        if answers_freely && self.constrains_its_rung_only() {
+            asking = without_constraint(asking);
+        }
         let asking = match reask {
             Reask::Feedback => Asking::FollowUp {
                 request: asking,
@@ -470,8 +515,26 @@ impl Enforcer {
                     previous,
                 }
             }
+            Reask::Constrained => {
+                if asking.constraint_params.is_empty() {
+                    warn_once(
+                        run,
+                        CONSTRAINT_UNAVAILABLE,
+                        "The re-ask strategy `constrained` had no decoding constraint to send \
+                         (the contract gives none, or the runner cannot take one); the re-ask \
+                         resampled without one.",
+                    );
+                }
+                Asking::Fresh(Cow::Owned(asking))
+            }
         };
         Planned::Ready(asking)
+    }
+
+    /// Whether the request's decoding constraint goes only with the rung `constrained`'s
+    /// attempts: when the ladder has that rung, the others answer freely.
+    fn constrains_its_rung_only(&self) -> bool {
+        self.policy.reask.rungs().contains(&Reask::Constrained)
     }
 
     /// Notes on `run` that this re-ask goes to the escalation model; without one, the
@@ -479,13 +542,13 @@ impl Enforcer {
     fn escalate(&self, run: &mut Run<'_>) {
         if self.escalation.is_some() {
             run.asked.escalated = true;
-        } else if !run.notes.iter().any(|n| n.code == ESCALATION_NO_TARGET) {
-            run.notes.push(Issue::warning(
-                "reask",
+        } else {
+            warn_once(
+                run,
                 ESCALATION_NO_TARGET,
                 "The re-ask strategy `escalate` has no escalation model (`escalate_to`); the \
                  re-ask went to the main model, with feedback.",
-            ));
+            );
         }
     }
 

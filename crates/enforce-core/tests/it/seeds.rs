@@ -81,7 +81,12 @@ impl Validator for NeedsTitle {
     }
 }
 
-const REASKS: [Reask; 3] = [Reask::Feedback, Reask::FeedbackFresh, Reask::Resample];
+const REASKS: [Reask; 4] = [
+    Reask::Feedback,
+    Reask::FeedbackFresh,
+    Reask::Resample,
+    Reask::Constrained,
+];
 
 #[tokio::test]
 async fn no_reask_sends_a_failed_attempts_seed_whatever_the_strategy() {

@@ -1,11 +1,12 @@
 //! The strategies beyond asking the same runner again: reason-then-format (a free answer,
-//! then the same answer in the contract's format) and escalate (the re-ask goes to a second
-//! model).
+//! then the same answer in the contract's format), escalate (the re-ask goes to a second
+//! model) and constrained (a resample with the decoding constraint, which the other rungs
+//! then leave out).
 
 use crate::req;
 use crate::seeds::NeedsTitle;
-use enforce_core::enforcer::ESCALATION_NO_TARGET;
-use enforce_core::policy::{FirstAttempt, Reask};
+use enforce_core::enforcer::{CONSTRAINT_UNAVAILABLE, ESCALATION_NO_TARGET};
+use enforce_core::policy::{FirstAttempt, Ladder, Reask};
 use enforce_core::runner::Role;
 use enforce_core::scripted::ScriptedCall;
 use enforce_core::{
@@ -295,4 +296,148 @@ async fn escalate_without_a_target_asks_the_main_model_and_warns() {
     assert!(outcome.attempts.iter().all(|a| a.escalated_to.is_none()));
     let warned: Vec<_> = outcome.warnings.iter().map(|w| w.code.as_str()).collect();
     assert_eq!(warned, [ESCALATION_NO_TARGET], "said once");
+}
+
+/// Per call: whether it carried the constraint (`response_format`, named in
+/// `constraint_params`), and whether it was a follow-up.
+fn constrained_calls(runner: &ScriptedRunner) -> Vec<(bool, bool)> {
+    runner
+        .calls()
+        .iter()
+        .map(|call| {
+            let (request, follow_up) = match call {
+                ScriptedCall::Ask { request } => (request, false),
+                ScriptedCall::FollowUp { request, .. } => (request, true),
+                other => panic!("an unknown call: {other:?}"),
+            };
+            let sent = request.params.contains_key("response_format");
+            assert_eq!(
+                sent,
+                !request.constraint_params.is_empty(),
+                "the constraint and its names travel together: {request:?}"
+            );
+            assert_eq!(request.params["temperature"], json!(0.2), "{request:?}");
+            (sent, follow_up)
+        })
+        .collect()
+}
+
+fn ladder(rungs: &[Reask]) -> Ladder {
+    Ladder::new(rungs.to_vec()).expect("rungs")
+}
+
+/// The outcome of asking `runner` for `request` under [`NeedsTitle`], with `max_retries`
+/// re-asks on the ladder `rungs`.
+async fn titled(
+    runner: &ScriptedRunner,
+    request: &Request,
+    max_retries: u32,
+    rungs: &[Reask],
+) -> enforce_core::Outcome {
+    let policy = Policy::builder()
+        .max_retries(max_retries)
+        .reask(ladder(rungs))
+        .build();
+    let outcome = Enforcer::new(vec![Box::new(NeedsTitle)])
+        .with_policy(policy)
+        .run(runner, request, &Context::new())
+        .await;
+    assert_eq!(outcome.status, Status::Passed, "{outcome:?}");
+    outcome
+}
+
+/// The rung of every attempt, as the audit names it.
+fn rungs_of(outcome: &enforce_core::Outcome) -> Vec<Option<Reask>> {
+    outcome.attempts.iter().map(|a| a.reask).collect()
+}
+
+#[tokio::test]
+async fn only_the_constrained_rung_sends_the_constraint() {
+    let runner = ScriptedRunner::texts(["a", "bb", "ccc", "title"]);
+    let rungs = [Reask::Constrained, Reask::Resample, Reask::Feedback];
+    let outcome = titled(&runner, &constrained_request(), 3, &rungs).await;
+    // The first answer is free, the first re-ask constrained, then free again.
+    assert_eq!(
+        constrained_calls(&runner),
+        [(false, false), (true, false), (false, false), (false, true)]
+    );
+    let audited: Vec<_> = rungs.into_iter().map(Some).collect();
+    assert_eq!(rungs_of(&outcome)[1..], audited);
+    assert!(outcome.warnings.is_empty(), "{:?}", outcome.warnings);
+    let line = outcome.to_json_line();
+    assert!(line.contains(r#""reask":"constrained""#), "{line}");
+}
+
+#[tokio::test]
+async fn without_a_constrained_rung_every_attempt_keeps_the_constraint() {
+    let runner = ScriptedRunner::texts(["a", "bb", "title"]);
+    let rungs = [Reask::Resample, Reask::Feedback];
+    titled(&runner, &constrained_request(), 2, &rungs).await;
+    assert_eq!(
+        constrained_calls(&runner),
+        [(true, false), (true, false), (true, true)]
+    );
+}
+
+#[tokio::test]
+async fn a_constrained_rung_without_a_constraint_resamples_and_warns_once() {
+    let runner = ScriptedRunner::texts(["a", "bb", "title"]);
+    let outcome = titled(&runner, &req(), 2, &[Reask::Constrained]).await;
+    let calls = runner.calls();
+    assert!(
+        calls.iter().all(
+            |c| matches!(c, ScriptedCall::Ask { request } if request.messages == req().messages)
+        ),
+        "fresh asks of the original request: {calls:?}"
+    );
+    assert_eq!(calls.len(), 3);
+    let warned: Vec<_> = outcome.warnings.iter().map(|w| w.code.as_str()).collect();
+    assert_eq!(warned, [CONSTRAINT_UNAVAILABLE], "said once");
+    assert_eq!(
+        rungs_of(&outcome),
+        [None, Some(Reask::Constrained), Some(Reask::Constrained)]
+    );
+}
+
+#[tokio::test]
+async fn a_truncated_answer_gets_room_before_the_constrained_rung() {
+    let cut = Reply {
+        finish_reason: Some(enforce_core::runner::FinishReason::Length),
+        ..Reply::text("a tit")
+    };
+    let runner = ScriptedRunner::new([
+        Ok(cut),
+        Ok(Reply::text("no heading")),
+        Ok(Reply::text("title")),
+    ]);
+    let mut request = constrained_request();
+    request.params.insert("max_tokens".into(), json!(16));
+    let outcome = titled(&runner, &request, 2, &[Reask::Constrained]).await;
+    assert_eq!(
+        constrained_calls(&runner),
+        [(false, false), (false, false), (true, false)]
+    );
+    let room: Vec<_> = outcome.attempts.iter().map(|a| a.more_room).collect();
+    assert_eq!(room, [None, Some(32), None]);
+    assert_eq!(rungs_of(&outcome), [None, None, Some(Reask::Constrained)]);
+}
+
+#[tokio::test]
+async fn reason_then_format_keeps_the_constraint_for_its_format_call_beside_a_constrained_rung() {
+    let model = StrainedByFormat::default();
+    let policy = Policy::builder()
+        .max_retries(1)
+        .first_attempt(FirstAttempt::ReasonThenFormat)
+        .reask(ladder(&[Reask::Constrained]))
+        .build();
+    let outcome = enforcer(policy)
+        .run(&model, &constrained_request(), &Context::new())
+        .await;
+    assert_eq!(outcome.status, Status::Passed, "{outcome:?}");
+    let constrained: Vec<bool> = model
+        .asks()
+        .iter()
+        .map(|r| r.params.contains_key("response_format"))
+        .collect();
+    assert_eq!(constrained, [false, true]);
 }

@@ -555,3 +555,42 @@ async fn decode_params_reach_the_upstream_without_becoming_a_check() {
         .collect();
     assert_eq!(sent, vec![format, json!({"type": "text"}), Value::Null]);
 }
+
+/// With the re-ask rung `constrained`, the model's decoding constraint goes only with that
+/// rung's re-asks: the first ask answers freely.
+#[tokio::test]
+async fn a_constrained_rung_sends_the_decode_params_with_its_reask_only() {
+    use enforce_core::{policy::Reask, Policy};
+    use enforce_testkit::{MockOpenAi, MockReply, MockScript};
+    let mock = MockOpenAi::start(MockScript::new().replies(vec![
+        MockReply::text("no marker"),
+        MockReply::text("done <!-- STEP: done -->"),
+    ]))
+    .await
+    .unwrap();
+    let runner = mock_upstream(&mock);
+    let grammar = json!("root ::= \"done\"");
+    let mut decode = serde_json::Map::new();
+    decode.insert("grammar".into(), grammar.clone());
+    let policy = Policy::builder()
+        .max_retries(1)
+        .reask(Reask::Constrained)
+        .build();
+    let enforcer =
+        Enforcer::new(vec![Box::new(NeedsMarker { repairs: false })]).with_policy(policy);
+    let server = enforce_server::Server::builder(ServerConfig::default())
+        .model(
+            enforce_server::Model::new("m", runner, Arc::new(enforcer)).with_decode_params(decode),
+        )
+        .build()
+        .unwrap();
+    let h = Harness::start(server).await;
+    let resp = h.chat(user_body(false)).await;
+    assert_eq!(resp.headers()["x-enforce-status"], "passed");
+    let sent: Vec<Value> = mock
+        .chat_requests()
+        .iter()
+        .map(|r| r.body["grammar"].clone())
+        .collect();
+    assert_eq!(sent, vec![Value::Null, grammar]);
+}
