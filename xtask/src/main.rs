@@ -766,27 +766,18 @@ fn build_and_copy_cdylibs(mut cmd: Command, dir: &Path) -> Result<usize> {
 /// Builds the bench harness and the `enforce` binary with the `dist` profile, then runs the harness,
 /// which installs the peers, runs every scenario and writes `BENCHMARKS.md`.
 fn bench_peers(extra: &[String]) -> Result<()> {
-    if let Some(i) = extra.iter().position(|a| a == "--real-model") {
-        let mut rest = extra.to_vec();
-        rest.remove(i);
-        return bench_real_model(&rest);
+    let modes = ["--real-model", "--python", "--local-speed", "--surfaces"];
+    let Some(i) = extra.iter().position(|a| modes.contains(&a.as_str())) else {
+        return run_harness("peers", &[], &[], extra);
+    };
+    let mut rest = extra.to_vec();
+    let mode = rest.remove(i);
+    match mode.as_str() {
+        "--real-model" => bench_real_model(&rest),
+        "--python" => bench_python(&rest),
+        "--local-speed" => bench_local_speed(&rest),
+        _ => run_harness("surfaces", &[], &[], &rest),
     }
-    if let Some(i) = extra.iter().position(|a| a == "--python") {
-        let mut rest = extra.to_vec();
-        rest.remove(i);
-        return bench_python(&rest);
-    }
-    if let Some(i) = extra.iter().position(|a| a == "--local-speed") {
-        let mut rest = extra.to_vec();
-        rest.remove(i);
-        return bench_local_speed(&rest);
-    }
-    if let Some(i) = extra.iter().position(|a| a == "--surfaces") {
-        let mut rest = extra.to_vec();
-        rest.remove(i);
-        return run_harness("surfaces", &[], &[], &rest);
-    }
-    run_harness("peers", &[], &[], extra)
 }
 
 /// `bench-peers --real-model`: the real-model section of BENCHMARKS.md (enforce eval with the
