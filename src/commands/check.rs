@@ -4,6 +4,7 @@
 //! Exit codes: 0 every input passed (warnings allowed; with `--fix`, repaired counts as
 //! passed), 1 any input failed, 2 usage, configuration or read error.
 
+use crate::commands::Format;
 use crate::config::LoadedConfig;
 use annotate_snippets::{Level, Renderer, Snippet};
 use enforce_config::ProfileSet;
@@ -15,15 +16,6 @@ use std::process::ExitCode;
 
 /// Largest input read (a larger one is a read error, not an out-of-memory).
 const MAX_INPUT_BYTES: u64 = 256 * 1024 * 1024;
-
-/// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// Compiler-style diagnostics.
-    Text,
-    /// One JSON document.
-    Json,
-}
 
 /// Arguments of `enforce check`.
 #[derive(Debug, clap::Args)]

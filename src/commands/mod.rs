@@ -12,3 +12,12 @@ pub mod run;
 pub mod serve;
 pub mod session_file;
 pub mod validators;
+
+/// What a command prints on standard output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// For people: diagnostics, a listing or tables.
+    Text,
+    /// One JSON document.
+    Json,
+}
