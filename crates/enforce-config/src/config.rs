@@ -97,7 +97,8 @@ impl From<ValidationSections> for Config {
 }
 
 /// Declares a configuration struct with its own fields followed by the policy keys that
-/// `defaults:` and every profile take, and `policy_keys()`, which lends them for layering.
+/// `defaults:` and every profile take, and `lay_policy_over()`, which layers them into a
+/// [`Policy`](enforce_core::Policy): one list of the keys, so a new one is added in one place.
 /// A macro rather than a `#[serde(flatten)]` struct: flatten would cost the unknown-key
 /// refusal, the file:line:key of errors in those keys, and YAML's reading of `fallback: 123`
 /// as a string.
@@ -163,45 +164,46 @@ macro_rules! with_policy_keys {
         }
 
         impl $name {
-            /// The policy keys, for layering into a [`Policy`](enforce_core::Policy).
-            pub(crate) fn policy_keys(&self) -> PolicyKeys<'_> {
-                PolicyKeys {
-                    max_retries: self.max_retries,
-                    feedback: self.feedback.as_ref(),
-                    budget: self.budget,
-                    on_unavailable: self.on_unavailable,
-                    early_abort: self.early_abort,
-                    partial_check_bytes: self.partial_check_bytes,
-                    reask: self.reask.as_ref(),
-                    first_attempt: self.first_attempt,
-                    stop_on_no_progress: self.stop_on_no_progress,
-                    repair: self.repair,
-                    repair_first_codes: self.repair_first_codes.as_ref(),
-                    max_retries_for: self.max_retries_for.as_ref(),
-                    fallback: self.fallback.as_ref(),
-                    fallback_file: self.fallback_file.as_ref(),
+            /// Sets in `policy` what these keys set; `max_retries_for` is laid over per code.
+            /// The feedback and the fallback are the caller's to layer (they merge, and read a
+            /// file).
+            pub(crate) fn lay_policy_over(&self, policy: &mut enforce_core::Policy) {
+                if let Some(n) = self.max_retries {
+                    policy.max_retries = n;
+                }
+                if let Some(b) = self.budget {
+                    policy.budget = b;
+                }
+                if let Some(m) = self.on_unavailable {
+                    policy.on_unavailable = m;
+                }
+                if let Some(yes) = self.early_abort {
+                    policy.early_abort = yes;
+                }
+                if let Some(bytes) = self.partial_check_bytes {
+                    policy.partial_check_bytes = bytes;
+                }
+                if let Some(reask) = &self.reask {
+                    policy.reask = reask.clone();
+                }
+                if let Some(first) = self.first_attempt {
+                    policy.first_attempt = first;
+                }
+                if let Some(yes) = self.stop_on_no_progress {
+                    policy.stop_on_no_progress = yes;
+                }
+                if let Some(when) = self.repair {
+                    policy.repair = when;
+                }
+                if let Some(codes) = &self.repair_first_codes {
+                    policy.repair_first_codes = codes.clone();
+                }
+                if let Some(budgets) = &self.max_retries_for {
+                    policy.max_retries_for.extend(budgets.clone());
                 }
             }
         }
     };
-}
-
-/// The policy keys of `defaults:` or a profile, borrowed.
-pub(crate) struct PolicyKeys<'a> {
-    pub(crate) max_retries: Option<u32>,
-    pub(crate) feedback: Option<&'a FeedbackConfig>,
-    pub(crate) budget: Option<Budget>,
-    pub(crate) on_unavailable: Option<FailMode>,
-    pub(crate) early_abort: Option<bool>,
-    pub(crate) partial_check_bytes: Option<usize>,
-    pub(crate) reask: Option<&'a enforce_core::policy::Ladder>,
-    pub(crate) first_attempt: Option<enforce_core::policy::FirstAttempt>,
-    pub(crate) stop_on_no_progress: Option<bool>,
-    pub(crate) repair: Option<enforce_core::policy::RepairWhen>,
-    pub(crate) repair_first_codes: Option<&'a Vec<String>>,
-    pub(crate) max_retries_for: Option<&'a BTreeMap<String, u32>>,
-    pub(crate) fallback: Option<&'a String>,
-    pub(crate) fallback_file: Option<&'a PathBuf>,
 }
 
 with_policy_keys! {

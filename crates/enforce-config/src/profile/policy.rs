@@ -1,11 +1,11 @@
 //! A profile's [`Policy`]: defaults and profile settings layered, the fallback file read, the
 //! answer format inferred from its validators.
 
-use crate::config::{Config, FeedbackConfig, PolicyKeys};
+use crate::config::{Config, Defaults, ProfileConfig};
 use enforce_core::{feedback::Feedback, policy::AnswerFormat, Policy};
 use enforce_validators::BuildError;
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn read_fallback(base_dir: &Path, file: &Path, key: &str) -> Result<String, BuildError> {
     let path = if file.is_absolute() {
@@ -17,30 +17,25 @@ fn read_fallback(base_dir: &Path, file: &Path, key: &str) -> Result<String, Buil
         .map_err(|e| BuildError::at(key, format!("cannot read {}: {e}", path.display())))
 }
 
-/// Lays `profile` over `defaults` into a [`Policy`]. `key` prefixes error keys.
+/// Lays `profile` (with its key, the prefix of its error keys) over `defaults` into a [`Policy`].
 pub(super) fn build_policy(
-    defaults: PolicyKeys<'_>,
-    profile: Option<(PolicyKeys<'_>, &str)>,
+    defaults: &Defaults,
+    profile: Option<(&ProfileConfig, &str)>,
     base_dir: &Path,
 ) -> Result<Policy, BuildError> {
     let mut policy = Policy::default();
-    let mut feedback = FeedbackConfig::default();
-    for (keys, prefix) in std::iter::once((defaults, "defaults")).chain(profile) {
-        lay_over(&mut policy, &keys);
-        if let Some(own) = keys.feedback {
+    defaults.lay_policy_over(&mut policy);
+    let mut feedback = defaults.feedback.clone().unwrap_or_default();
+    let (text, file) = (defaults.fallback.as_ref(), defaults.fallback_file.as_ref());
+    policy.fallback = fallback_of(text, file, "defaults", base_dir)?;
+    if let Some((p, prefix)) = profile {
+        p.lay_policy_over(&mut policy);
+        if let Some(own) = &p.feedback {
             feedback = own.over(&feedback);
         }
-        let fallback_key = format!("{prefix}.fallback_file");
-        match (keys.fallback, keys.fallback_file) {
-            (Some(_), Some(_)) => {
-                return Err(BuildError::at(
-                    fallback_key,
-                    "give either 'fallback' or 'fallback_file', not both",
-                ))
-            }
-            (Some(t), None) => policy.fallback = Some(t.clone()),
-            (None, Some(f)) => policy.fallback = Some(read_fallback(base_dir, f, &fallback_key)?),
-            (None, None) => {}
+        let (text, file) = (p.fallback.as_ref(), p.fallback_file.as_ref());
+        if let Some(fallback) = fallback_of(text, file, prefix, base_dir)? {
+            policy.fallback = Some(fallback);
         }
     }
     policy.feedback = Feedback::new(feedback.template())
@@ -48,40 +43,23 @@ pub(super) fn build_policy(
     Ok(policy)
 }
 
-/// Sets what `keys` set; `max_retries_for` is laid over per code.
-fn lay_over(policy: &mut Policy, keys: &PolicyKeys<'_>) {
-    if let Some(n) = keys.max_retries {
-        policy.max_retries = n;
-    }
-    if let Some(b) = keys.budget {
-        policy.budget = b;
-    }
-    if let Some(m) = keys.on_unavailable {
-        policy.on_unavailable = m;
-    }
-    if let Some(yes) = keys.early_abort {
-        policy.early_abort = yes;
-    }
-    if let Some(bytes) = keys.partial_check_bytes {
-        policy.partial_check_bytes = bytes;
-    }
-    if let Some(reask) = keys.reask {
-        policy.reask = reask.clone();
-    }
-    if let Some(first) = keys.first_attempt {
-        policy.first_attempt = first;
-    }
-    if let Some(yes) = keys.stop_on_no_progress {
-        policy.stop_on_no_progress = yes;
-    }
-    if let Some(when) = keys.repair {
-        policy.repair = when;
-    }
-    if let Some(codes) = keys.repair_first_codes {
-        policy.repair_first_codes = codes.clone();
-    }
-    if let Some(budgets) = keys.max_retries_for {
-        policy.max_retries_for.extend(budgets.clone());
+/// The fallback text a layer gives: its `fallback`, or its `fallback_file` read; an error
+/// when it gives both. `prefix` is the layer's key.
+fn fallback_of(
+    text: Option<&String>,
+    file: Option<&PathBuf>,
+    prefix: &str,
+    base_dir: &Path,
+) -> Result<Option<String>, BuildError> {
+    let key = format!("{prefix}.fallback_file");
+    match (text, file) {
+        (Some(_), Some(_)) => Err(BuildError::at(
+            key,
+            "give either 'fallback' or 'fallback_file', not both",
+        )),
+        (Some(t), None) => Ok(Some(t.clone())),
+        (None, Some(f)) => read_fallback(base_dir, f, &key).map(Some),
+        (None, None) => Ok(None),
     }
 }
 
