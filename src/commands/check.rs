@@ -103,7 +103,11 @@ impl Checked {
 /// Runs `enforce check`.
 pub fn run(args: Args) -> ExitCode {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_inner(args))) {
-        Ok(code) => code,
+        Ok(Ok(code)) => code,
+        Ok(Err(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
         Err(_) => {
             eprintln!("error: internal error while checking (this is a bug in enforce)");
             ExitCode::from(2)
@@ -111,32 +115,24 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
-fn run_inner(args: Args) -> ExitCode {
+/// The exit code of the check, or the message of an error that stops it before (exit 2).
+fn run_inner(args: Args) -> Result<ExitCode, String> {
     if args.write && args.inputs.iter().any(|i| i == "-") {
-        eprintln!("error: --write cannot replace standard input; name files instead of '-'");
-        return ExitCode::from(2);
+        return Err("--write cannot replace standard input; name files instead of '-'".into());
     }
     if args.inputs.iter().filter(|i| *i == "-").count() > 1 {
-        eprintln!("error: standard input ('-') can be read only once");
-        return ExitCode::from(2);
+        return Err("standard input ('-') can be read only once".into());
     }
-    let profiles = match load_profiles(&args) {
-        Ok(p) => p,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
-        }
-    };
+    let profiles = load_profiles(&args)?;
     let profile_name = args
         .profile
         .clone()
         .unwrap_or_else(|| profiles.default_name().to_string());
     let Some(profile) = profiles.get(&profile_name) else {
-        eprintln!(
-            "error: no profile named '{profile_name}' (profiles: {})",
-            profiles.names().collect::<Vec<_>>().join(", ")
-        );
-        return ExitCode::from(2);
+        let names = profiles.names().collect::<Vec<_>>().join(", ");
+        return Err(format!(
+            "no profile named '{profile_name}' (profiles: {names})"
+        ));
     };
     let enforcer = profile.enforcer();
     let check_mode = if args.fix {
@@ -148,16 +144,10 @@ fn run_inner(args: Args) -> ExitCode {
     for (k, v) in &args.context {
         context.insert(k.clone(), v.clone());
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
 
     let mut results = Vec::new();
     let mut read_failed = false;
@@ -201,18 +191,12 @@ fn run_inner(args: Args) -> ExitCode {
         Format::Json => print_json(&results, args.fix),
         Format::Text => print_text(&results, &args),
     };
-    if let Err(e) = printed {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("error: cannot write the report: {e}");
-        }
-        return ExitCode::from(2);
-    }
-    if read_failed || write_failed {
-        ExitCode::from(2)
-    } else if results.iter().all(|r| r.status() != "failed") {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+    match printed {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::from(2)),
+        Err(e) => Err(format!("cannot write the report: {e}")),
+        Ok(()) if read_failed || write_failed => Ok(ExitCode::from(2)),
+        Ok(()) if results.iter().all(|r| r.status() != "failed") => Ok(ExitCode::SUCCESS),
+        Ok(()) => Ok(ExitCode::from(1)),
     }
 }
 
