@@ -13,7 +13,7 @@
 //! request is recorded with its headers ([`MockAnthropic::requests`]).
 
 use crate::loopback::Loopback;
-use crate::mock_openai::{pieces, RecordedRequest};
+use crate::mock_openai::{lock, pieces, RecordedRequest};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -23,7 +23,7 @@ use axum::Router;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// One scripted answer of [`MockAnthropic::scripted`].
@@ -185,10 +185,6 @@ struct Shared {
     abandoned: AtomicUsize,
     /// Every `POST /v1/messages/count_tokens` body, in order.
     counted: Mutex<Vec<Value>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A running mock; it stops when dropped.

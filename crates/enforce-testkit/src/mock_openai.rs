@@ -505,7 +505,7 @@ impl Drop for StreamGuard {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking test thread leaves plain data behind: keep using it.
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
