@@ -191,13 +191,14 @@ fn run_inner(args: Args) -> Result<ExitCode, String> {
         Format::Json => print_json(&results, args.fix),
         Format::Text => print_text(&results, &args),
     };
-    match printed {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::from(2)),
-        Err(e) => Err(format!("cannot write the report: {e}")),
-        Ok(()) if read_failed || write_failed => Ok(ExitCode::from(2)),
-        Ok(()) if results.iter().all(|r| r.status() != "failed") => Ok(ExitCode::SUCCESS),
-        Ok(()) => Ok(ExitCode::from(1)),
-    }
+    let done = if read_failed || write_failed {
+        ExitCode::from(2)
+    } else if results.iter().all(|r| r.status() != "failed") {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    };
+    Ok(super::after_printing(printed, "report", done))
 }
 
 fn load_profiles(args: &Args) -> Result<ProfileSet, String> {

@@ -1,5 +1,7 @@
 //! One module per subcommand. Each exposes `Args` (clap) and `run(args) -> ExitCode`.
 
+use std::process::ExitCode;
+
 pub mod check;
 pub mod config;
 pub mod demo;
@@ -20,4 +22,18 @@ pub enum Format {
     Text,
     /// One JSON document.
     Json,
+}
+
+/// `done`, or exit code 2 when the output of `what` could not be written (said on stderr,
+/// except for a closed pipe: `| head` is no error worth a word).
+pub fn after_printing(printed: std::io::Result<()>, what: &str, done: ExitCode) -> ExitCode {
+    match printed {
+        Ok(()) => done,
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                eprintln!("error: cannot write the {what}: {e}");
+            }
+            ExitCode::from(2)
+        }
+    }
 }

@@ -73,17 +73,12 @@ pub fn run(args: Args) -> ExitCode {
         Format::Text => print_text(&dirs, &entries),
         Format::Json => print_json(&dirs, &entries),
     };
-    if let Err(e) = printed {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("error: cannot write the listing: {e}");
-        }
-        return ExitCode::from(2);
-    }
-    if host.failures().is_empty() {
+    let done = if host.failures().is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    }
+    };
+    super::after_printing(printed, "listing", done)
 }
 
 fn print_text(dirs: &[PluginDir], entries: &[Entry<'_>]) -> std::io::Result<()> {

@@ -76,15 +76,7 @@ pub fn run(args: Args) -> ExitCode {
         Format::Text => print_text(&listed),
         Format::Json => print_json(&listed),
     };
-    match printed {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            if e.kind() != std::io::ErrorKind::BrokenPipe {
-                eprintln!("error: cannot write the listing: {e}");
-            }
-            ExitCode::from(2)
-        }
-    }
+    super::after_printing(printed, "listing", ExitCode::SUCCESS)
 }
 
 fn print_text(listed: &[Listed]) -> std::io::Result<()> {
