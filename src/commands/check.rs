@@ -144,10 +144,7 @@ fn run_inner(args: Args) -> Result<ExitCode, String> {
     for (k, v) in &args.context {
         context.insert(k.clone(), v.clone());
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let runtime = super::current_thread_runtime()?;
 
     let mut results = Vec::new();
     let mut read_failed = false;

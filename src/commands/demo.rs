@@ -128,10 +128,7 @@ fn demo(args: &Args) -> Result<ExitCode, String> {
         }
         _ => {}
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let runtime = super::current_thread_runtime()?;
     let outcome = runtime.block_on(enforcer.run_observed(
         &runner,
         &Request::prompt(REQUEST),

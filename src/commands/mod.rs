@@ -37,3 +37,11 @@ pub fn after_printing(printed: std::io::Result<()>, what: &str, done: ExitCode) 
         }
     }
 }
+
+/// The runtime of a command that waits on one thing at a time.
+pub fn current_thread_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
