@@ -67,15 +67,9 @@ impl RunnerOptions {
     /// The runner configuration: the file's, switched to `--runner` if asked, with the flags
     /// laid over it. The error is a usage message.
     pub fn runner_config(&self, from_file: Option<RunnerConfig>) -> Result<RunnerConfig, String> {
-        let kind = self.runner.or(match &from_file {
-            Some(RunnerConfig::Claude(_)) => Some(RunnerKind::Claude),
-            Some(RunnerConfig::OpenAi(_)) => Some(RunnerKind::Openai),
-            Some(RunnerConfig::Anthropic(_)) => Some(RunnerKind::Anthropic),
-            Some(RunnerConfig::Command(_)) => Some(RunnerKind::Command),
-            Some(RunnerConfig::Local(_)) => Some(RunnerKind::Local),
-            None => None,
-        });
-        let kind = match kind {
+        // The runner types are spelled as the `--runner` values are.
+        let of_file = |c: &RunnerConfig| RunnerKind::from_str(c.kind(), false).ok();
+        let kind = match self.runner.or(from_file.as_ref().and_then(of_file)) {
             Some(kind) => kind,
             // Without a word on the runner, guess from the flags given.
             None if self.command_line.is_some() => RunnerKind::Command,
@@ -85,17 +79,15 @@ impl RunnerOptions {
             }
             None => RunnerKind::Claude,
         };
-        let mut config = match (kind, from_file) {
-            (RunnerKind::Claude, Some(c @ RunnerConfig::Claude(_)))
-            | (RunnerKind::Openai, Some(c @ RunnerConfig::OpenAi(_)))
-            | (RunnerKind::Anthropic, Some(c @ RunnerConfig::Anthropic(_)))
-            | (RunnerKind::Command, Some(c @ RunnerConfig::Command(_)))
-            | (RunnerKind::Local, Some(c @ RunnerConfig::Local(_))) => c,
-            (RunnerKind::Claude, _) => RunnerConfig::Claude(ClaudeConfig::default()),
-            (RunnerKind::Openai, _) => RunnerConfig::OpenAi(OpenAiConfig::default()),
-            (RunnerKind::Anthropic, _) => RunnerConfig::Anthropic(AnthropicConfig::default()),
-            (RunnerKind::Command, _) => RunnerConfig::Command(CommandConfig::default()),
-            (RunnerKind::Local, _) => RunnerConfig::Local(LocalConfig::default()),
+        let mut config = match from_file.filter(|c| of_file(c) == Some(kind)) {
+            Some(c) => c,
+            None => match kind {
+                RunnerKind::Claude => RunnerConfig::Claude(ClaudeConfig::default()),
+                RunnerKind::Openai => RunnerConfig::OpenAi(OpenAiConfig::default()),
+                RunnerKind::Anthropic => RunnerConfig::Anthropic(AnthropicConfig::default()),
+                RunnerKind::Command => RunnerConfig::Command(CommandConfig::default()),
+                RunnerKind::Local => RunnerConfig::Local(LocalConfig::default()),
+            },
         };
         match &mut config {
             RunnerConfig::Claude(c) => {
@@ -205,34 +197,30 @@ impl RunnerOptions {
 
 /// The sampling flags, sent with a request as its `params` (`seed`, `temperature`,
 /// `max_tokens`), which a runner reads over its configured values.
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Default, Args, serde::Serialize)]
 pub struct SamplingOptions {
     /// Sampling seed: with a seeded model the same seed gives the same answer (`enforce eval`:
     /// the first seed, request i (case × repeat) gets SEED + i; default 0).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     /// Sampling temperature.
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
     /// Most tokens per answer.
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
 }
 
 impl SamplingOptions {
     /// The request parameters of the flags given.
     pub fn params(&self) -> Map<String, Value> {
-        let mut params = Map::new();
-        if let Some(seed) = self.seed {
-            params.insert("seed".into(), Value::from(seed));
+        match serde_json::to_value(self) {
+            Ok(Value::Object(params)) => params,
+            _ => Map::new(),
         }
-        if let Some(t) = self.temperature {
-            params.insert("temperature".into(), Value::from(t));
-        }
-        if let Some(n) = self.max_tokens {
-            params.insert("max_tokens".into(), Value::from(n));
-        }
-        params
     }
 }
 
@@ -260,6 +248,29 @@ mod tests {
 
     fn options(args: &[&str]) -> RunnerOptions {
         Cli::parse_from(std::iter::once("x").chain(args.iter().copied())).runner
+    }
+
+    /// Every `--runner` value is spelled as its runner's `type:`, so a file's runner of that
+    /// type keeps its settings when the flag names it.
+    #[test]
+    fn a_file_runner_of_the_flag_s_kind_keeps_its_settings() {
+        for kind in RunnerKind::value_variants() {
+            let name = kind.to_possible_value().map(|v| v.get_name().to_string());
+            let file = options(&[
+                "--runner",
+                name.as_deref().unwrap_or_default(),
+                "--model",
+                "m.gguf",
+                "--command",
+                "true",
+            ])
+            .runner_config(None)
+            .unwrap();
+            let kept = options(&["--runner", name.as_deref().unwrap_or_default()])
+                .runner_config(Some(file.clone()))
+                .unwrap();
+            assert_eq!(kept, file, "{name:?}");
+        }
     }
 
     #[test]

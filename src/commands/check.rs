@@ -4,6 +4,7 @@
 //! Exit codes: 0 every input passed (warnings allowed; with `--fix`, repaired counts as
 //! passed), 1 any input failed, 2 usage, configuration or read error.
 
+use crate::commands::Format;
 use crate::config::LoadedConfig;
 use annotate_snippets::{Level, Renderer, Snippet};
 use enforce_config::ProfileSet;
@@ -15,15 +16,6 @@ use std::process::ExitCode;
 
 /// Largest input read (a larger one is a read error, not an out-of-memory).
 const MAX_INPUT_BYTES: u64 = 256 * 1024 * 1024;
-
-/// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// Compiler-style diagnostics.
-    Text,
-    /// One JSON document.
-    Json,
-}
 
 /// Arguments of `enforce check`.
 #[derive(Debug, clap::Args)]
@@ -111,7 +103,11 @@ impl Checked {
 /// Runs `enforce check`.
 pub fn run(args: Args) -> ExitCode {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_inner(args))) {
-        Ok(code) => code,
+        Ok(Ok(code)) => code,
+        Ok(Err(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
         Err(_) => {
             eprintln!("error: internal error while checking (this is a bug in enforce)");
             ExitCode::from(2)
@@ -119,32 +115,24 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
-fn run_inner(args: Args) -> ExitCode {
+/// The exit code of the check, or the message of an error that stops it before (exit 2).
+fn run_inner(args: Args) -> Result<ExitCode, String> {
     if args.write && args.inputs.iter().any(|i| i == "-") {
-        eprintln!("error: --write cannot replace standard input; name files instead of '-'");
-        return ExitCode::from(2);
+        return Err("--write cannot replace standard input; name files instead of '-'".into());
     }
     if args.inputs.iter().filter(|i| *i == "-").count() > 1 {
-        eprintln!("error: standard input ('-') can be read only once");
-        return ExitCode::from(2);
+        return Err("standard input ('-') can be read only once".into());
     }
-    let profiles = match load_profiles(&args) {
-        Ok(p) => p,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
-        }
-    };
+    let profiles = load_profiles(&args)?;
     let profile_name = args
         .profile
         .clone()
         .unwrap_or_else(|| profiles.default_name().to_string());
     let Some(profile) = profiles.get(&profile_name) else {
-        eprintln!(
-            "error: no profile named '{profile_name}' (profiles: {})",
-            profiles.names().collect::<Vec<_>>().join(", ")
-        );
-        return ExitCode::from(2);
+        let names = profiles.names().collect::<Vec<_>>().join(", ");
+        return Err(format!(
+            "no profile named '{profile_name}' (profiles: {names})"
+        ));
     };
     let enforcer = profile.enforcer();
     let check_mode = if args.fix {
@@ -156,16 +144,7 @@ fn run_inner(args: Args) -> ExitCode {
     for (k, v) in &args.context {
         context.insert(k.clone(), v.clone());
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let runtime = super::current_thread_runtime()?;
 
     let mut results = Vec::new();
     let mut read_failed = false;
@@ -209,19 +188,14 @@ fn run_inner(args: Args) -> ExitCode {
         Format::Json => print_json(&results, args.fix),
         Format::Text => print_text(&results, &args),
     };
-    if let Err(e) = printed {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("error: cannot write the report: {e}");
-        }
-        return ExitCode::from(2);
-    }
-    if read_failed || write_failed {
+    let done = if read_failed || write_failed {
         ExitCode::from(2)
     } else if results.iter().all(|r| r.status() != "failed") {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    }
+    };
+    Ok(super::after_printing(printed, "report", done))
 }
 
 fn load_profiles(args: &Args) -> Result<ProfileSet, String> {

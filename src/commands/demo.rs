@@ -81,17 +81,17 @@ fn indent(text: &str) -> String {
 
 /// Runs `enforce demo`.
 pub fn run(args: Args) -> ExitCode {
-    let profiles = match ProfileSet::builtin(&Registry::builtin(), None) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("enforce demo: cannot build the built-in profiles: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let Some(profile) = profiles.get("adr") else {
-        eprintln!("enforce demo: the built-in `adr` profile is missing");
-        return ExitCode::from(2);
-    };
+    demo(&args).unwrap_or_else(|message| {
+        eprintln!("enforce demo: {message}");
+        ExitCode::from(2)
+    })
+}
+
+/// The demo's exit code, or why it could not run.
+fn demo(args: &Args) -> Result<ExitCode, String> {
+    let profiles = ProfileSet::builtin(&Registry::builtin(), None)
+        .map_err(|e| format!("cannot build the built-in profiles: {e}"))?;
+    let profile = (profiles.get("adr")).ok_or("the built-in `adr` profile is missing")?;
     // One re-ask, so the demo shows asking, then repairing once asking is spent.
     let mut policy = profile.policy().clone();
     policy.max_retries = 1;
@@ -126,19 +126,9 @@ pub fn run(args: Args) -> ExitCode {
         Event::Repaired { validator } => {
             println!("\n── repair: `{validator}` fixed the last answer deterministically");
         }
-        Event::Finished { .. } => {}
         _ => {}
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("enforce demo: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let runtime = super::current_thread_runtime()?;
     let outcome = runtime.block_on(enforcer.run_observed(
         &runner,
         &Request::prompt(REQUEST),
@@ -161,9 +151,9 @@ pub fn run(args: Args) -> ExitCode {
             .runner("scripted");
         println!("{}", record.to_json_line());
     }
-    if outcome.status.is_success() {
+    Ok(if outcome.status.is_success() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    }
+    })
 }

@@ -142,11 +142,7 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
         .to_config()
         .map_err(|e| super::serve::section_error(&loaded, e))?;
     // The command-line model, resolved by the function `enforce serve` uses.
-    let upstream_model = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?
-        .block_on(args.flags.upstream_model())?;
+    let upstream_model = super::current_thread_runtime()?.block_on(args.flags.upstream_model())?;
     let flags_entry = args.flags.entry(upstream_model, profiles.default_name())?;
     let served: Vec<&str> = loaded
         .config

@@ -4,6 +4,7 @@
 //! Exit codes: 0 every library loaded (also when there are none), 1 some library failed to
 //! load, 2 configuration error.
 
+use crate::commands::Format;
 use crate::config::LoadedConfig;
 use enforce_plugin_host::{
     host_interface_version, DirSource, LoadFailure, LoadedPlugin, PluginDir, PluginHost,
@@ -12,15 +13,6 @@ use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-/// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// A readable listing.
-    Text,
-    /// One JSON document.
-    Json,
-}
 
 /// Arguments of `enforce plugins`.
 #[derive(Debug, clap::Args)]
@@ -81,17 +73,12 @@ pub fn run(args: Args) -> ExitCode {
         Format::Text => print_text(&dirs, &entries),
         Format::Json => print_json(&dirs, &entries),
     };
-    if let Err(e) = printed {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("error: cannot write the listing: {e}");
-        }
-        return ExitCode::from(2);
-    }
-    if host.failures().is_empty() {
+    let done = if host.failures().is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    }
+    };
+    super::after_printing(printed, "listing", done)
 }
 
 fn print_text(dirs: &[PluginDir], entries: &[Entry<'_>]) -> std::io::Result<()> {

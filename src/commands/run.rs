@@ -252,10 +252,7 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         }
         None => None,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| UsageError(format!("cannot start the async runtime: {e}")))?;
+    let runtime = super::current_thread_runtime().map_err(UsageError)?;
     let mut outcome = runtime.block_on(enforcer.run(&runner, &request, &context));
     outcome
         .warnings

@@ -87,22 +87,16 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         tokio::runtime::Builder::new_multi_thread()
     };
-    let runtime = match builder.enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
+    let served = (builder.enable_all().build())
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+        .and_then(|runtime| runtime.block_on(serve(args, enforce_server::shutdown_signal())));
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
         }
-    };
-    runtime.block_on(async move {
-        match serve(args, enforce_server::shutdown_signal()).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(message) => {
-                eprintln!("error: {message}");
-                ExitCode::from(2)
-            }
-        }
-    })
+    }
 }
 
 /// Everything `serve` needs, resolved from flags and the config file.

@@ -4,20 +4,12 @@
 //! Exit codes: 0 listed (plugins that failed to load are warned about on stderr), 2
 //! configuration error.
 
+use crate::commands::Format;
 use crate::config::LoadedConfig;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// A readable listing.
-    Text,
-    /// One JSON document.
-    Json,
-}
 
 /// Arguments of `enforce validators`.
 #[derive(Debug, clap::Args)]
@@ -84,15 +76,7 @@ pub fn run(args: Args) -> ExitCode {
         Format::Text => print_text(&listed),
         Format::Json => print_json(&listed),
     };
-    match printed {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            if e.kind() != std::io::ErrorKind::BrokenPipe {
-                eprintln!("error: cannot write the listing: {e}");
-            }
-            ExitCode::from(2)
-        }
-    }
+    super::after_printing(printed, "listing", ExitCode::SUCCESS)
 }
 
 fn print_text(listed: &[Listed]) -> std::io::Result<()> {

@@ -318,12 +318,12 @@ const WITHOUT_LOCAL: &[&str] = &["--exclude", "enforce-runner-local"];
 /// The cargo flags that build the local runner where it can be built, with the reason when it
 /// cannot (`.ci/run` installs both, so CI always builds it).
 fn local_runner_flags() -> (&'static [&'static str], Option<String>) {
-    let cmake = Command::new("cmake")
-        .arg("--version")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
+    let cmake = answers("cmake", &["--version"]);
+    // A libclang in a library directory, in an LLVM's `lib`, or in a multiarch directory.
+    let holds_libclang = |dir: &Path| {
+        let mut entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+        entries.any(|f| f.file_name().to_string_lossy().starts_with("libclang"))
+    };
     let libclang = env::var_os("LIBCLANG_PATH").is_some()
         || ["/usr/lib", "/usr/lib64", "/usr/local/lib"]
             .iter()
@@ -332,18 +332,8 @@ fn local_runner_flags() -> (&'static [&'static str], Option<String>) {
                 let path = entry.path();
                 let name = entry.file_name().to_string_lossy().into_owned();
                 name.starts_with("libclang")
-                    || (name.starts_with("llvm-")
-                        && std::fs::read_dir(path.join("lib"))
-                            .into_iter()
-                            .flatten()
-                            .flatten()
-                            .any(|f| f.file_name().to_string_lossy().starts_with("libclang")))
-                    || (name.ends_with("-linux-gnu")
-                        && std::fs::read_dir(&path)
-                            .into_iter()
-                            .flatten()
-                            .flatten()
-                            .any(|f| f.file_name().to_string_lossy().starts_with("libclang")))
+                    || (name.starts_with("llvm-") && holds_libclang(&path.join("lib")))
+                    || (name.ends_with("-linux-gnu") && holds_libclang(&path))
             });
     match (cmake, libclang) {
         (true, true) => (WITH_LOCAL, None),
@@ -433,19 +423,22 @@ fn pip() -> Option<Command> {
     let candidates: [(&str, &[&str]); 3] =
         [("pip3", &[]), ("pip", &[]), ("python3", &["-m", "pip"])];
     candidates.into_iter().find_map(|(program, args)| {
-        let works = Command::new(program)
-            .args(args)
-            .arg("--version")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        works.then(|| {
+        answers(program, &[args, &["--version"]].concat()).then(|| {
             let mut cmd = Command::new(program);
             cmd.args(args).current_dir(root());
             cmd
         })
     })
+}
+
+/// Whether `program` runs with `args` and succeeds (its output unseen).
+fn answers(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn ci() -> Result<()> {
@@ -767,27 +760,18 @@ fn build_and_copy_cdylibs(mut cmd: Command, dir: &Path) -> Result<usize> {
 /// Builds the bench harness and the `enforce` binary with the `dist` profile, then runs the harness,
 /// which installs the peers, runs every scenario and writes `BENCHMARKS.md`.
 fn bench_peers(extra: &[String]) -> Result<()> {
-    if let Some(i) = extra.iter().position(|a| a == "--real-model") {
-        let mut rest = extra.to_vec();
-        rest.remove(i);
-        return bench_real_model(&rest);
+    let modes = ["--real-model", "--python", "--local-speed", "--surfaces"];
+    let Some(i) = extra.iter().position(|a| modes.contains(&a.as_str())) else {
+        return run_harness("peers", &[], &[], extra);
+    };
+    let mut rest = extra.to_vec();
+    let mode = rest.remove(i);
+    match mode.as_str() {
+        "--real-model" => bench_real_model(&rest),
+        "--python" => bench_python(&rest),
+        "--local-speed" => bench_local_speed(&rest),
+        _ => run_harness("surfaces", &[], &[], &rest),
     }
-    if let Some(i) = extra.iter().position(|a| a == "--python") {
-        let mut rest = extra.to_vec();
-        rest.remove(i);
-        return bench_python(&rest);
-    }
-    if let Some(i) = extra.iter().position(|a| a == "--local-speed") {
-        let mut rest = extra.to_vec();
-        rest.remove(i);
-        return bench_local_speed(&rest);
-    }
-    if let Some(i) = extra.iter().position(|a| a == "--surfaces") {
-        let mut rest = extra.to_vec();
-        rest.remove(i);
-        return run_harness("surfaces", &[], &[], &rest);
-    }
-    run_harness("peers", &[], &[], extra)
 }
 
 /// `bench-peers --real-model`: the real-model section of BENCHMARKS.md (enforce eval with the

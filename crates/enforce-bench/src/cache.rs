@@ -8,7 +8,7 @@
 
 use crate::peers::{serve, Guarded, Pinning, Served, PERSON_CONFIG};
 use crate::results::Results;
-use crate::stats::median;
+use crate::stats::{median, rounds};
 use std::path::Path;
 
 /// The bound on what the cache adds to a request it misses, at c=1 (ms).
@@ -57,12 +57,6 @@ pub fn render(p50s: &[Vec<f64>; 3]) -> String {
         "met"
     } else {
         "**missed**"
-    };
-    let rounds = |v: &[f64]| {
-        v.iter()
-            .map(|x| format!("{x:.3}"))
-            .collect::<Vec<_>>()
-            .join(" ")
     };
     let mut s = String::from(
         "\nThe answer cache (`cache:` on a model; [docs/cache.md](docs/cache.md)), chat at c=1 against one more `enforce serve` with the same contract: *uncached* has no cache, *cache hit* answers every measured request from the cache, *cache miss* looks every request up and misses (a cache holding nothing). The differences are medians over the rounds of the same round's p50s.\n\n| model | c=1 p50 ms (rounds) | against uncached ms | target | verdict |\n|---|---|---|---|---|\n",

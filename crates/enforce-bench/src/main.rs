@@ -90,20 +90,7 @@ enum Cmd {
         runs: usize,
     },
     /// Scenario 4, streaming (enforce only: no peer cuts and re-asks).
-    Stream {
-        /// Tokens a second the paced upstream writes.
-        #[arg(long, default_value_t = 50)]
-        tokens_per_sec: u32,
-        /// Tokens in one answer.
-        #[arg(long, default_value_t = 600)]
-        answer_tokens: usize,
-        /// Requests per case and setting.
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-        /// Concurrent streams in the integrity check.
-        #[arg(long, default_value_t = 512)]
-        concurrent: usize,
-    },
+    Stream(streaming::StreamArgs),
     /// Every scenario against every peer; writes BENCHMARKS.md.
     Peers(peers::PeersArgs),
     /// The real-model section: enforce eval and the peers' loops on a local GGUF model.
@@ -160,22 +147,12 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&f)?);
             Ok(())
         }
-        Cmd::Stream {
-            tokens_per_sec,
-            answer_tokens,
-            runs,
-            concurrent,
-        } => {
+        Cmd::Stream(args) => {
             // Hundreds of streams: a multi-threaded runtime, unlike the single-core drivers.
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            let f = rt.block_on(streaming::run(streaming::StreamArgs {
-                tokens_per_sec,
-                answer_tokens,
-                runs,
-                concurrent,
-            }))?;
+            let f = rt.block_on(streaming::run(args))?;
             println!("{}", serde_json::to_string(&f)?);
             Ok(())
         }

@@ -169,40 +169,17 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
     let drive = |r: &mut Results, url: &str, model: &str, key: &str, stream: bool, pid: u32| {
         drive_on(&pin.driver, r, url, model, key, stream, pid)
     };
-    match drive_on(
-        &pin.sut,
-        &mut r,
-        &format!("{ok_url}/chat/completions"),
-        "mock",
-        "sk-bench",
-        false,
-        ok_pid,
-    ) {
-        Ok(v) => r.mock_capacity = Some(v),
-        Err(e) => r
-            .unsupported
-            .insert("mock capacity check".into(), e.to_string())
-            .map(|_| ())
-            .unwrap_or(()),
-    }
+    let ok_chat = format!("{ok_url}/chat/completions");
+    let capacity = drive_on(
+        &pin.sut, &mut r, &ok_chat, "mock", "sk-bench", false, ok_pid,
+    );
+    r.mock_capacity = r.measured("mock capacity check", capacity);
 
     // Scenario 3: the proxy.
     for stream in [false, true] {
-        match drive(
-            &mut r,
-            &format!("{ok_url}/chat/completions"),
-            "mock",
-            "sk-bench",
-            stream,
-            ok_pid,
-        ) {
-            Ok(v) => {
-                r.proxy.insert(("direct".into(), stream), v);
-            }
-            Err(e) => {
-                r.unsupported
-                    .insert(format!("direct stream={stream}"), e.to_string());
-            }
+        let direct = drive(&mut r, &ok_chat, "mock", "sk-bench", stream, ok_pid);
+        if let Some(v) = r.measured(format!("direct stream={stream}"), direct) {
+            r.proxy.insert(("direct".into(), stream), v);
         }
     }
     if let Err(e) = proxy_relay(&me, &pin, &ok_url, &mut r, &drive) {
@@ -232,13 +209,9 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
         "--runs".into(),
         args.loop_runs.to_string(),
     ];
-    match output_json(command(&pin.sut, &me, &a), &mut r) {
-        Ok(v) => {
-            r.loops.insert("enforce".into(), v);
-        }
-        Err(e) => {
-            r.unsupported.insert("enforce loop".into(), e.to_string());
-        }
+    let looped = output_json(command(&pin.sut, &me, &a), &mut r);
+    if let Some(v) = r.measured("enforce loop", looped) {
+        r.loops.insert("enforce".into(), v);
     }
     for (lib, venv, name) in [
         ("instructor", "instructor", "Instructor"),
@@ -258,13 +231,9 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
         ];
         let mut cmd = command(&pin.sut, &python(&work, venv), &a);
         quiet_env(&mut cmd);
-        match output_json(cmd, &mut r) {
-            Ok(v) => {
-                r.loops.insert(name.into(), v);
-            }
-            Err(e) => {
-                r.unsupported.insert(format!("{name} loop"), e.to_string());
-            }
+        let looped = output_json(cmd, &mut r);
+        if let Some(v) = r.measured(format!("{name} loop"), looped) {
+            r.loops.insert(name.into(), v);
         }
     }
 
@@ -280,13 +249,8 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
         "--root".into(),
         root.to_string_lossy().to_string(),
     ];
-    match output_json(command(&pin.sut, &me, &a), &mut r) {
-        Ok(v) => r.validators_rust = Some(v),
-        Err(e) => {
-            r.unsupported
-                .insert("enforce validators".into(), e.to_string());
-        }
-    }
+    let checked = output_json(command(&pin.sut, &me, &a), &mut r);
+    r.validators_rust = r.measured("enforce validators", checked);
     let py_venv = ["guardrails", "litellm", "instructor"]
         .into_iter()
         .find(|v| available.contains_key(v));
@@ -300,13 +264,8 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
         ];
         let mut cmd = command(&pin.sut, &python(&work, venv), &a);
         quiet_env(&mut cmd);
-        match output_json(cmd, &mut r) {
-            Ok(v) => r.validators_python = Some(v),
-            Err(e) => {
-                r.unsupported
-                    .insert("Python validators".into(), e.to_string());
-            }
-        }
+        let checked = output_json(cmd, &mut r);
+        r.validators_python = r.measured("Python validators", checked);
     }
 
     // Scenario 4: streaming (enforce only).
@@ -319,13 +278,8 @@ pub fn run(args: PeersArgs) -> anyhow::Result<()> {
         "--runs".into(),
         args.stream_runs.to_string(),
     ];
-    match output_json(command(&[], &me, &a), &mut r) {
-        Ok(v) => r.streaming = Some(v),
-        Err(e) => {
-            r.unsupported
-                .insert("enforce streaming".into(), e.to_string());
-        }
-    }
+    let streamed = output_json(command(&[], &me, &a), &mut r);
+    r.streaming = r.measured("enforce streaming", streamed);
 
     r.load_after = loadavg();
     r.duration_s = started.elapsed().as_secs_f64();

@@ -76,3 +76,20 @@ pub struct Results {
     /// How idle cores were kept awake, or why not.
     pub cores_awake: String,
 }
+
+impl Results {
+    /// The figures of `what`, or `None` with the error noted as unsupported.
+    pub fn measured(
+        &mut self,
+        what: impl Into<String>,
+        result: anyhow::Result<Value>,
+    ) -> Option<Value> {
+        match result {
+            Ok(figures) => Some(figures),
+            Err(e) => {
+                self.unsupported.insert(what.into(), e.to_string());
+                None
+            }
+        }
+    }
+}

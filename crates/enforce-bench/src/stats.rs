@@ -1,4 +1,5 @@
-//! The one median of the harness: every "median of N runs" in BENCHMARKS.md is this.
+//! The one median of the harness: every "median of N runs" in BENCHMARKS.md is this; and
+//! how the tables list the figure of each round.
 
 /// The median of `values`: the middle one, or the mean of the two middle ones of an even
 /// count; NaN when there are none.
@@ -14,6 +15,12 @@ pub fn median(values: &[f64]) -> f64 {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
+}
+
+/// Each round's figure in ms, as the tables list them: `0.412 0.398 0.405`.
+pub fn rounds(values: &[f64]) -> String {
+    let each: Vec<String> = values.iter().map(|x| format!("{x:.3}")).collect();
+    each.join(" ")
 }
 
 #[cfg(test)]

@@ -21,15 +21,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The scenario's knobs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, clap::Args)]
 pub struct StreamArgs {
-    /// Tokens (chunks) the mock writes a second.
+    /// Tokens (chunks) the paced upstream writes a second.
+    #[arg(long, default_value_t = 50)]
     pub tokens_per_sec: u32,
     /// Tokens in one answer.
+    #[arg(long, default_value_t = 600)]
     pub answer_tokens: usize,
     /// Requests per case and setting (the p50 is reported).
+    #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Concurrent streams in the integrity check.
+    #[arg(long, default_value_t = 512)]
     pub concurrent: usize,
 }
 

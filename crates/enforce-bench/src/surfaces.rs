@@ -16,7 +16,7 @@ use crate::peers::{
 };
 use crate::results::Results;
 use crate::section::SURFACES;
-use crate::stats::median;
+use crate::stats::{median, rounds};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -335,12 +335,6 @@ fn render(args: &SurfacesArgs, m: &Measured) -> String {
         m.seconds
     ));
     s.push_str("| target | stream | c=1 p50 ms (rounds) | above the floor ms | target | verdict |\n|---|---|---|---|---|---|\n");
-    let rounds = |v: &[f64]| {
-        v.iter()
-            .map(|x| format!("{x:.3}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
     s.push_str(&format!(
         "| relay (floor) | no | {floor:.3} ({}) | 0 | – | – |\n",
         rounds(&m.relay)

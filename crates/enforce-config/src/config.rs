@@ -96,59 +96,125 @@ impl From<ValidationSections> for Config {
     }
 }
 
-/// Policy defaults shared by all profiles, and the default profile's name.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct Defaults {
-    /// Profile used when none is named (default `chat`).
-    pub profile: Option<String>,
-    /// Re-asks after the first attempt.
-    pub max_retries: Option<u32>,
-    /// Feedback language and template.
-    pub feedback: Option<FeedbackConfig>,
-    /// Limits on attempts, tokens, cost and time.
-    pub budget: Option<Budget>,
-    /// What an unavailable validator means (`open` or `closed`).
-    pub on_unavailable: Option<FailMode>,
-    /// Cut a streamed answer short at an error no continuation can remove, and re-ask at once
-    /// (default `true`).
-    pub early_abort: Option<bool>,
-    /// New bytes of a streamed answer between two partial checks (default 32).
-    pub partial_check_bytes: Option<usize>,
-    /// How each re-ask asks: `feedback` (default: the conversation, the failed answer and
-    /// feedback naming every error), `resample` (the original request again),
-    /// `feedback_fresh` (the original request plus the feedback, without the failed answer),
-    /// `reason_then_format` (two calls: a free answer without the decoding constraint, then
-    /// that answer in the contract's format, with it), `escalate` (feedback, asked of the
-    /// profile's `escalate_to` model) or `constrained` (a resample with the contract's decoding
-    /// constraint, which the other attempts then leave out); or a list, one per re-ask, the
-    /// last repeating (`[feedback, resample]`). Every re-ask advances the seed by one per
-    /// attempt.
-    pub reask: Option<enforce_core::policy::Ladder>,
-    /// How the first attempt asks: `direct` (default: the request as it is) or
-    /// `reason_then_format` (as that re-ask strategy does: a free answer, then the format).
-    pub first_attempt: Option<enforce_core::policy::FirstAttempt>,
-    /// End the loop when an attempt makes no progress on the last strategy of `reask` (default
-    /// `true`; before it, the next re-ask climbs); `false` makes every attempt, as the seed
-    /// documents' loop does.
-    pub stop_on_no_progress: Option<bool>,
-    /// When the validators' deterministic repairs run: `last` (default: after the re-asks)
-    /// or `first` (before spending a re-ask: a repair that makes the answer clean is returned
-    /// as `repaired` at once).
-    pub repair: Option<enforce_core::policy::RepairWhen>,
-    /// Issue codes whose repair runs before a re-ask even with `repair: last`: an attempt
-    /// whose every error has one of these codes, and which a repair makes clean, is returned
-    /// as `repaired` at once (e.g. `[INVALID_JSON]`: a fence around JSON is not worth a model
-    /// call, a missing field still is).
-    pub repair_first_codes: Option<Vec<String>>,
-    /// Re-asks allowed per issue code, below `max_retries`: an answer with such an error is
-    /// not re-asked once that many re-asks were made (e.g. `{INVALID_JSON: 1}`: one
-    /// regeneration of an answer that is no JSON, then the fallback).
-    pub max_retries_for: Option<BTreeMap<String, u32>>,
-    /// Text returned when a response stays unresolved; `{{key}}` is filled from the context.
-    pub fallback: Option<String>,
-    /// File holding the fallback text, relative to the configuration file.
-    pub fallback_file: Option<PathBuf>,
+/// Declares a configuration struct with its own fields followed by the policy keys that
+/// `defaults:` and every profile take, and `lay_policy_over()`, which layers them into a
+/// [`Policy`](enforce_core::Policy): one list of the keys, so a new one is added in one place.
+/// A macro rather than a `#[serde(flatten)]` struct: flatten would cost the unknown-key
+/// refusal, the file:line:key of errors in those keys, and YAML's reading of `fallback: 123`
+/// as a string.
+macro_rules! with_policy_keys {
+    (
+        $(#[$attr:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_attr:meta])* pub $field:ident: $ty:ty, )*
+        }
+    ) => {
+        $(#[$attr])*
+        pub struct $name {
+            $( $(#[$field_attr])* pub $field: $ty, )*
+            /// Re-asks after the first attempt.
+            pub max_retries: Option<u32>,
+            /// Feedback language and template (a profile's is laid over the defaults' field by
+            /// field).
+            pub feedback: Option<FeedbackConfig>,
+            /// Limits on attempts, tokens, cost and time.
+            pub budget: Option<Budget>,
+            /// What an unavailable validator means (`open` or `closed`).
+            pub on_unavailable: Option<FailMode>,
+            /// Cut a streamed answer short at an error no continuation can remove, and re-ask at
+            /// once (default `true`).
+            pub early_abort: Option<bool>,
+            /// New bytes of a streamed answer between two partial checks (default 32).
+            pub partial_check_bytes: Option<usize>,
+            /// How each re-ask asks: `feedback` (default: the conversation, the failed answer and
+            /// feedback naming every error), `resample` (the original request again),
+            /// `feedback_fresh` (the original request plus the feedback, without the failed
+            /// answer), `reason_then_format` (two calls: a free answer without the decoding
+            /// constraint, then that answer in the contract's format, with it), `escalate`
+            /// (feedback, asked of the profile's `escalate_to` model) or `constrained` (a
+            /// resample with the contract's decoding constraint, which the other attempts then
+            /// leave out); or a list, one per re-ask, the last repeating (`[feedback, resample]`).
+            /// Every re-ask advances the seed by one per attempt.
+            pub reask: Option<enforce_core::policy::Ladder>,
+            /// How the first attempt asks: `direct` (default: the request as it is) or
+            /// `reason_then_format` (as that re-ask strategy does: a free answer, then the format).
+            pub first_attempt: Option<enforce_core::policy::FirstAttempt>,
+            /// End the loop when an attempt makes no progress on the last strategy of `reask`
+            /// (default `true`; before it, the next re-ask climbs); `false` makes every attempt, as
+            /// the seed documents' loop does.
+            pub stop_on_no_progress: Option<bool>,
+            /// When the validators' deterministic repairs run: `last` (default: after the re-asks)
+            /// or `first` (before spending a re-ask: a repair that makes the answer clean is
+            /// returned as `repaired` at once).
+            pub repair: Option<enforce_core::policy::RepairWhen>,
+            /// Issue codes whose repair runs before a re-ask even with `repair: last`: an attempt
+            /// whose every error has one of these codes, and which a repair makes clean, is
+            /// returned as `repaired` at once (e.g. `[INVALID_JSON]`: a fence around JSON is not
+            /// worth a model call, a missing field still is).
+            pub repair_first_codes: Option<Vec<String>>,
+            /// Re-asks allowed per issue code, below `max_retries`: an answer with such an error is
+            /// not re-asked once that many re-asks were made (e.g. `{INVALID_JSON: 1}`: one
+            /// regeneration of an answer that is no JSON, then the fallback). A profile's are laid
+            /// over the defaults' code by code.
+            pub max_retries_for: Option<BTreeMap<String, u32>>,
+            /// Text returned when a response stays unresolved; `{{key}}` is filled from the
+            /// context. It must pass the profile's validators itself, else it is not used.
+            pub fallback: Option<String>,
+            /// File holding the fallback text, relative to the configuration file.
+            pub fallback_file: Option<PathBuf>,
+        }
+
+        impl $name {
+            /// Sets in `policy` what these keys set; `max_retries_for` is laid over per code.
+            /// The feedback and the fallback are the caller's to layer (they merge, and read a
+            /// file).
+            pub(crate) fn lay_policy_over(&self, policy: &mut enforce_core::Policy) {
+                if let Some(n) = self.max_retries {
+                    policy.max_retries = n;
+                }
+                if let Some(b) = self.budget {
+                    policy.budget = b;
+                }
+                if let Some(m) = self.on_unavailable {
+                    policy.on_unavailable = m;
+                }
+                if let Some(yes) = self.early_abort {
+                    policy.early_abort = yes;
+                }
+                if let Some(bytes) = self.partial_check_bytes {
+                    policy.partial_check_bytes = bytes;
+                }
+                if let Some(reask) = &self.reask {
+                    policy.reask = reask.clone();
+                }
+                if let Some(first) = self.first_attempt {
+                    policy.first_attempt = first;
+                }
+                if let Some(yes) = self.stop_on_no_progress {
+                    policy.stop_on_no_progress = yes;
+                }
+                if let Some(when) = self.repair {
+                    policy.repair = when;
+                }
+                if let Some(codes) = &self.repair_first_codes {
+                    policy.repair_first_codes = codes.clone();
+                }
+                if let Some(budgets) = &self.max_retries_for {
+                    policy.max_retries_for.extend(budgets.clone());
+                }
+            }
+        }
+    };
+}
+
+with_policy_keys! {
+    /// Policy defaults shared by all profiles, and the default profile's name.
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+    #[serde(default, deny_unknown_fields)]
+    pub struct Defaults {
+        /// Profile used when none is named (default `chat`).
+        pub profile: Option<String>,
+    }
 }
 
 /// A profile's fallback templates per kind of request.
@@ -170,85 +236,55 @@ pub struct FallbackByConfig {
     pub templates: BTreeMap<String, String>,
 }
 
-/// One profile: an ordered list of validators plus policy.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct ProfileConfig {
-    /// What the profile is for (shown by tools).
-    pub description: Option<String>,
-    /// Validator names, in the order they run: a key of the `validators` section, or a
-    /// registered type used with its default options.
-    pub validators: Vec<String>,
-    /// Re-asks after the first attempt (overrides `defaults`).
-    pub max_retries: Option<u32>,
-    /// Feedback language and template (overrides `defaults` field by field).
-    pub feedback: Option<FeedbackConfig>,
-    /// Limits (replaces `defaults.budget`).
-    pub budget: Option<Budget>,
-    /// What an unavailable validator means.
-    pub on_unavailable: Option<FailMode>,
-    /// Cut a streamed answer short at an error no continuation can remove (overrides
-    /// `defaults`).
-    pub early_abort: Option<bool>,
-    /// New bytes of a streamed answer between two partial checks (overrides `defaults`).
-    pub partial_check_bytes: Option<usize>,
-    /// How each re-ask asks: `feedback`, `resample`, `feedback_fresh`,
-    /// `reason_then_format`, `escalate`, `constrained`, or a list of them, one per re-ask
-    /// (overrides `defaults`).
-    pub reask: Option<enforce_core::policy::Ladder>,
-    /// How the first attempt asks: `direct` or `reason_then_format` (overrides `defaults`).
-    pub first_attempt: Option<enforce_core::policy::FirstAttempt>,
-    /// The model the re-ask strategy `escalate` asks: the name of a `models:` entry in
-    /// `enforce serve`; in `enforce run` and `enforce eval`, `--escalate-model` gives it.
-    /// Without one, `escalate` asks the profile's own model and the outcome warns
-    /// `ESCALATION_NO_TARGET`.
-    pub escalate_to: Option<String>,
-    /// End the loop when an attempt makes no progress on the last strategy of `reask`
-    /// (overrides `defaults`).
-    pub stop_on_no_progress: Option<bool>,
-    /// When the deterministic repairs run: `last` or `first` (overrides `defaults`).
-    pub repair: Option<enforce_core::policy::RepairWhen>,
-    /// Issue codes whose repair runs before a re-ask (overrides `defaults`).
-    pub repair_first_codes: Option<Vec<String>>,
-    /// Re-asks allowed per issue code (laid over `defaults`' per code).
-    pub max_retries_for: Option<BTreeMap<String, u32>>,
-    /// Fallback text for unresolved responses; `{{key}}` is filled from the request context.
-    /// It must pass the profile's validators itself, else it is not used.
-    pub fallback: Option<String>,
-    /// File holding the fallback text, relative to the configuration file.
-    pub fallback_file: Option<PathBuf>,
-    /// Fallback templates per kind of request: the request fact `fact` (e.g. `block_type`)
-    /// picks a template from `templates`; `fallback` is the default for any other value.
-    pub fallback_by: Option<FallbackByConfig>,
-    /// What the answers are: `json` fills the fallback's placeholders JSON-escaped, `text` as
-    /// they are. Default: `json` when the profile has a `json` validator on the whole
-    /// response (no `input`), else `text`.
-    pub answer_format: Option<AnswerFormat>,
-    /// Validators run on the request before the first model call, like `validators`. They
-    /// validate the question (the last user message) and read the system prompt and the
-    /// retrieved context from the context (`enforce.system`, `enforce.retrieved_context`,
-    /// `enforce.history`).
-    pub input_validators: Vec<String>,
-    /// What an error of an input validator leads to: `reject` (default: no model call, the
-    /// outcome is `aborted` with stop reason `input_rejected`), `hint` (append `input_hint` to
-    /// the question, then generate) or `reformulate` (call the `reformulate` hook once, then
-    /// generate with its question and/or context, or with the original if it fails).
-    pub on_input_failure: Option<InputFailureAction>,
-    /// The note `on_input_failure: hint` appends to the question.
-    pub input_hint: Option<String>,
-    /// Where requests carry their retrieved context: `{fact: KEY}` (a fact of the request),
-    /// `{pointer: /metadata/context}` (a JSON pointer into the request body) or
-    /// `{section: {start: "<context>", end: "</context>"}}` (delimited, in the system prompt or
-    /// the last user message).
-    pub retrieved_context: Option<RetrievedContextConfig>,
-    /// The hook `on_input_failure: reformulate` calls.
-    pub reformulate: Option<ReformulateConfig>,
-    /// How answers are decoded: `free` (default) or `constrained`, which asks the runner to
-    /// constrain decoding to the contract: the `json` validator's schema (a llama.cpp
-    /// grammar, OpenAI's strict `json_schema`, Anthropic's `output_config.format`) or a
-    /// `one_of` list (a grammar). A runner that cannot constrain says so once and answers
-    /// freely; the validators check every answer either way.
-    pub decode: Option<Decode>,
+with_policy_keys! {
+    /// One profile: an ordered list of validators plus policy. Its policy keys override
+    /// `defaults`' (`feedback` and `max_retries_for` are laid over them).
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+    #[serde(default, deny_unknown_fields)]
+    pub struct ProfileConfig {
+        /// What the profile is for (shown by tools).
+        pub description: Option<String>,
+        /// Validator names, in the order they run: a key of the `validators` section, or a
+        /// registered type used with its default options.
+        pub validators: Vec<String>,
+        /// The model the re-ask strategy `escalate` asks: the name of a `models:` entry in
+        /// `enforce serve`; in `enforce run` and `enforce eval`, `--escalate-model` gives it.
+        /// Without one, `escalate` asks the profile's own model and the outcome warns
+        /// `ESCALATION_NO_TARGET`.
+        pub escalate_to: Option<String>,
+        /// Fallback templates per kind of request: the request fact `fact` (e.g. `block_type`)
+        /// picks a template from `templates`; `fallback` is the default for any other value.
+        pub fallback_by: Option<FallbackByConfig>,
+        /// What the answers are: `json` fills the fallback's placeholders JSON-escaped, `text` as
+        /// they are. Default: `json` when the profile has a `json` validator on the whole
+        /// response (no `input`), else `text`.
+        pub answer_format: Option<AnswerFormat>,
+        /// Validators run on the request before the first model call, like `validators`. They
+        /// validate the question (the last user message) and read the system prompt and the
+        /// retrieved context from the context (`enforce.system`, `enforce.retrieved_context`,
+        /// `enforce.history`).
+        pub input_validators: Vec<String>,
+        /// What an error of an input validator leads to: `reject` (default: no model call, the
+        /// outcome is `aborted` with stop reason `input_rejected`), `hint` (append `input_hint` to
+        /// the question, then generate) or `reformulate` (call the `reformulate` hook once, then
+        /// generate with its question and/or context, or with the original if it fails).
+        pub on_input_failure: Option<InputFailureAction>,
+        /// The note `on_input_failure: hint` appends to the question.
+        pub input_hint: Option<String>,
+        /// Where requests carry their retrieved context: `{fact: KEY}` (a fact of the request),
+        /// `{pointer: /metadata/context}` (a JSON pointer into the request body) or
+        /// `{section: {start: "<context>", end: "</context>"}}` (delimited, in the system prompt or
+        /// the last user message).
+        pub retrieved_context: Option<RetrievedContextConfig>,
+        /// The hook `on_input_failure: reformulate` calls.
+        pub reformulate: Option<ReformulateConfig>,
+        /// How answers are decoded: `free` (default) or `constrained`, which asks the runner to
+        /// constrain decoding to the contract: the `json` validator's schema (a llama.cpp
+        /// grammar, OpenAI's strict `json_schema`, Anthropic's `output_config.format`) or a
+        /// `one_of` list (a grammar). A runner that cannot constrain says so once and answers
+        /// freely; the validators check every answer either way.
+        pub decode: Option<Decode>,
+    }
 }
 
 /// How a profile's answers are decoded.

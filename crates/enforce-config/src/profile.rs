@@ -333,7 +333,7 @@ impl ProfileSet {
                 .collect::<Result<Vec<_>, _>>()?;
             let names: Vec<String> = validators.iter().map(|v| v.to_string()).collect();
             let constraint = decode::derive(&names, config, &builtin_env)?;
-            let policy = build_policy((&config.defaults).into(), None, &env.base_dir)?;
+            let policy = build_policy(&config.defaults, None, &env.base_dir)?;
             profiles.insert(
                 name.to_string(),
                 Profile {
@@ -355,11 +355,7 @@ impl ProfileSet {
             for (i, v) in p.validators.iter().enumerate() {
                 list.push(get(v, &format!("{prefix}.validators[{i}]"), false)?);
             }
-            let mut policy = build_policy(
-                (&config.defaults).into(),
-                Some((p.into(), &prefix)),
-                &env.base_dir,
-            )?;
+            let mut policy = build_policy(&config.defaults, Some((p, &prefix)), &env.base_dir)?;
             policy.answer_format = p
                 .answer_format
                 .unwrap_or_else(|| answer_format_of(&p.validators, config));

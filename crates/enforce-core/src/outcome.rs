@@ -63,7 +63,8 @@ impl fmt::Display for Status {
 /// On its own it serializes as its audit tag (`{"reason": "runner_failed"}`,
 /// `{"reason": "budget", "budget": "tokens"}`): the proxy sends that to clients. In the audit
 /// record the details sit beside it, in `runner_error` and `unavailable` (see [`Outcome`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum StopReason {
     /// The last response had no errors.
@@ -82,11 +83,13 @@ pub enum StopReason {
     /// The runner failed.
     RunnerFailed {
         /// How it failed.
+        #[serde(skip)]
         error: RunnerError,
     },
     /// A fail-closed validator was unavailable.
     ValidatorUnavailable {
         /// Which validator, and why.
+        #[serde(skip)]
         unavailable: UnavailableValidator,
     },
     /// A runner-free check: there was nobody to ask.
@@ -121,33 +124,10 @@ impl StopReason {
             _ => None,
         }
     }
-
-    fn tag(&self) -> StopTag {
-        match self {
-            StopReason::Clean => StopTag::Clean,
-            StopReason::RetriesExhausted => StopTag::RetriesExhausted,
-            StopReason::HardAbort => StopTag::HardAbort,
-            StopReason::NoProgress => StopTag::NoProgress,
-            StopReason::Budget { budget } => StopTag::Budget { budget: *budget },
-            StopReason::RunnerFailed { .. } => StopTag::RunnerFailed,
-            StopReason::ValidatorUnavailable { .. } => StopTag::ValidatorUnavailable,
-            StopReason::CheckOnly => StopTag::CheckOnly,
-            StopReason::DeadlineExceeded => StopTag::DeadlineExceeded,
-            StopReason::Panicked => StopTag::Panicked,
-            StopReason::ClientDisconnected => StopTag::ClientDisconnected,
-            StopReason::InputRejected => StopTag::InputRejected,
-        }
-    }
 }
 
-impl Serialize for StopReason {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.tag().serialize(serializer)
-    }
-}
-
-/// The stop reason as the audit record spells it: the tag without the details.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The stop reason as the audit record spells it, read back: the tag without the details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 enum StopTag {
     Clean,
@@ -304,10 +284,11 @@ pub struct Outcome {
 
 /// The audit record, written from an outcome and read back into one: the stop reason's details
 /// sit beside its tag. Field order and names are the public contract.
+/// `S` is the stop reason: the outcome's own when written, its tag when read back.
 #[derive(Serialize, Deserialize)]
-struct OutcomeRecord<'a> {
+struct OutcomeRecord<'a, S> {
     status: Status,
-    stop_reason: StopTag,
+    stop_reason: S,
     response: Option<Cow<'a, str>>,
     #[serde(default, skip_serializing_if = "<[ToolCall]>::is_empty")]
     tool_calls: Cow<'a, [ToolCall]>,
@@ -347,7 +328,7 @@ enum InconsistentRecord {
     StrayUnavailable,
 }
 
-impl OutcomeRecord<'_> {
+impl OutcomeRecord<'_, StopTag> {
     fn into_outcome(self) -> Result<Outcome, InconsistentRecord> {
         let r = self;
         let stop_reason = match (r.stop_reason, r.runner_error, r.unavailable) {
@@ -398,7 +379,7 @@ impl OutcomeRecord<'_> {
 
 impl<'de> Deserialize<'de> for Outcome {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        OutcomeRecord::deserialize(deserializer)?
+        OutcomeRecord::<StopTag>::deserialize(deserializer)?
             .into_outcome()
             .map_err(D::Error::custom)
     }
@@ -408,7 +389,7 @@ impl Serialize for Outcome {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         OutcomeRecord {
             status: self.status,
-            stop_reason: self.stop_reason.tag(),
+            stop_reason: &self.stop_reason,
             response: self.response.as_deref().map(Cow::Borrowed),
             tool_calls: Cow::Borrowed(&self.tool_calls),
             issues: Cow::Borrowed(&self.issues),

@@ -166,6 +166,27 @@ mod client {
         })
     }
 
+    /// The field `name` of `m`, which must be a string (or, with `repeated`, a list of them).
+    fn string_field(
+        m: &MessageDescriptor,
+        name: &str,
+        key: &str,
+        repeated: bool,
+    ) -> Result<FieldDescriptor, BuildError> {
+        let f = field(m, name, key)?;
+        if f.kind() != Kind::String || f.is_map() || (f.is_list() && !repeated) {
+            let wanted = if repeated {
+                "a string or repeated string"
+            } else {
+                "a string"
+            };
+            let found = kind_name(&f);
+            let message = format!("'{}' is a {found}: it must be {wanted}", f.name());
+            return Err(BuildError::at(key, message));
+        }
+        Ok(f)
+    }
+
     fn kind_name(f: &FieldDescriptor) -> String {
         let base = match f.kind() {
             Kind::Message(m) => m.full_name().to_string(),
@@ -354,17 +375,8 @@ mod client {
                 .map_err(|e| BuildError::at("grpc.method", e.to_string()))?;
 
             let request = method.input();
-            let code = field(&request, &c.request.code_field, "grpc.request.code_field")?;
-            if code.kind() != Kind::String || code.is_list() || code.is_map() {
-                return Err(BuildError::at(
-                    "grpc.request.code_field",
-                    format!(
-                        "'{}' is a {}: it must be a string",
-                        code.name(),
-                        kind_name(&code)
-                    ),
-                ));
-            }
+            let code_key = "grpc.request.code_field";
+            let code = string_field(&request, &c.request.code_field, code_key, false)?;
             if c.request.fields.contains_key(code.name())
                 || c.request.fields.contains_key(code.json_name())
             {
@@ -380,13 +392,7 @@ mod client {
                 None => None,
                 Some(name) => {
                     let key = "grpc.request.context_field";
-                    let f = field(&request, name, key)?;
-                    if f.kind() != Kind::String || f.is_list() || f.is_map() {
-                        return Err(BuildError::at(
-                            key,
-                            format!("'{}' is a {}: it must be a string", f.name(), kind_name(&f)),
-                        ));
-                    }
+                    let f = string_field(&request, name, key, false)?;
                     let taken = f.number() == code.number()
                         || c.request.fields.contains_key(f.name())
                         || c.request.fields.contains_key(f.json_name());
@@ -421,23 +427,12 @@ mod client {
                 "grpc.response.valid_field",
             )?;
             let expected = expected(&valid, c.response.valid_value.as_ref())?;
-            let trace = match &c.response.trace_field {
-                None => None,
-                Some(name) => {
-                    let f = field(&response, name, "grpc.response.trace_field")?;
-                    if f.kind() != Kind::String || f.is_map() {
-                        return Err(BuildError::at(
-                            "grpc.response.trace_field",
-                            format!(
-                                "'{}' is a {}: it must be a string or repeated string",
-                                f.name(),
-                                kind_name(&f)
-                            ),
-                        ));
-                    }
-                    Some(f)
-                }
-            };
+            let trace = c
+                .response
+                .trace_field
+                .as_ref()
+                .map(|name| string_field(&response, name, "grpc.response.trace_field", true));
+            let trace = trace.transpose()?;
 
             let url = match c.url.split_once("://") {
                 Some(("grpc", rest)) => format!("http://{rest}"),

@@ -63,10 +63,7 @@ fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
-    let kind = step
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("success");
+    let kind = text_of(&step, "kind", "success");
 
     let mut child_pid = None;
     if kind == "hang" {
@@ -105,26 +102,17 @@ fn main() -> ExitCode {
     match kind {
         "hang" => hang(),
         "exit" => {
-            let stderr = step
-                .get("stderr")
-                .and_then(Value::as_str)
-                .unwrap_or("error: unknown option");
+            let stderr = text_of(&step, "stderr", "error: unknown option");
             eprintln!("{stderr}");
             ExitCode::from(code(&step, 2))
         }
         "garbage" => {
-            let out = step
-                .get("stdout")
-                .and_then(Value::as_str)
-                .unwrap_or("this is not json");
+            let out = text_of(&step, "stdout", "this is not json");
             print(out);
             ExitCode::from(code(&step, 0))
         }
         "error" => {
-            let subtype = step
-                .get("subtype")
-                .and_then(Value::as_str)
-                .unwrap_or("error_during_execution");
+            let subtype = text_of(&step, "subtype", "error_during_execution");
             let errors = step
                 .get("errors")
                 .cloned()
@@ -138,19 +126,11 @@ fn main() -> ExitCode {
             ExitCode::from(code(&step, 1))
         }
         _ if output_format(&args) == Some("stream-json") => {
-            let text = step
-                .get("result")
-                .and_then(Value::as_str)
-                .unwrap_or("echo: {{stdin}}")
-                .replace("{{stdin}}", &stdin);
+            let text = text_of(&step, "result", "echo: {{stdin}}").replace("{{stdin}}", &stdin);
             stream(&step, &args, &session, &text)
         }
         _ => {
-            let text = step
-                .get("result")
-                .and_then(Value::as_str)
-                .unwrap_or("echo: {{stdin}}")
-                .replace("{{stdin}}", &stdin);
+            let text = text_of(&step, "result", "echo: {{stdin}}").replace("{{stdin}}", &stdin);
             let cost = step.get("cost").and_then(Value::as_f64).unwrap_or(0.001);
             let usage = step
                 .get("usage")
@@ -306,6 +286,11 @@ fn interrupted(session: &str, chunks_sent: usize) -> ExitCode {
         }
     }
     ExitCode::from(1)
+}
+
+/// The script step's string `key`, else `default`.
+fn text_of<'a>(step: &'a Value, key: &str, default: &'a str) -> &'a str {
+    step.get(key).and_then(Value::as_str).unwrap_or(default)
 }
 
 fn code(step: &Value, default: u8) -> u8 {

@@ -3,8 +3,9 @@
 
 use super::aggregate::{Report, STATUSES};
 use super::tables;
-use crate::render::chart::{self, ChartError, Layout, Series};
+use crate::render::chart::{self, ChartError, Layout, RGBColor, Series};
 use crate::render::html::{escape, figure, page_start, status_color, BLUE, GREY, ORANGE, TEAL};
+use crate::render::table::Table;
 use std::fmt::Write as _;
 
 fn status_series(counts: &[&super::aggregate::StatusCounts]) -> Vec<Series> {
@@ -16,6 +17,22 @@ fn status_series(counts: &[&super::aggregate::StatusCounts]) -> Vec<Series> {
             values: counts.iter().map(|c| c.get(status) as f64).collect(),
         })
         .collect()
+}
+
+/// A bar chart of `(name, value)` rows, `(title, unit, colour)`, as a figure above `table`;
+/// `max` fixes the end of the value axis.
+fn bar_figure(
+    out: &mut String,
+    id: &str,
+    (title, unit, color): (&str, &str, RGBColor),
+    rows: impl Iterator<Item = (String, f64)>,
+    max: Option<f64>,
+    table: &Table,
+) -> Result<(), ChartError> {
+    let (names, values): (Vec<String>, Vec<f64>) = rows.unzip();
+    let svg = chart::bars(title, unit, &names, &values, color, max)?;
+    figure(out, id, &svg, table);
+    Ok(())
 }
 
 /// The whole page. `top` cuts the longer tables and charts (time buckets are all shown).
@@ -57,57 +74,28 @@ pub fn render(report: &Report, top: usize) -> Result<String, ChartError> {
     )?;
     figure(&mut out, "outcomes", &svg, &tables::outcomes(report));
 
-    let codes = &report.issue_codes[..report.issue_codes.len().min(top)];
-    let svg = chart::bars(
-        "Top issue codes",
-        "found (over every attempt)",
-        &codes
-            .iter()
-            .map(|c| format!("{} {}/{}", c.profile, c.validator, c.code))
-            .collect::<Vec<_>>(),
-        &codes
-            .iter()
-            .map(|c| c.occurrences as f64)
-            .collect::<Vec<_>>(),
-        ORANGE,
-        None,
-    )?;
-    figure(
-        &mut out,
-        "issue-codes",
-        &svg,
-        &tables::issue_codes(report, top),
-    );
+    let codes = report.issue_codes.iter().take(top).map(|c| {
+        let name = format!("{} {}/{}", c.profile, c.validator, c.code);
+        (name, c.occurrences as f64)
+    });
+    let chart = ("Top issue codes", "found (over every attempt)", ORANGE);
+    let table = tables::issue_codes(report, top);
+    bar_figure(&mut out, "issue-codes", chart, codes, None, &table)?;
 
-    let fixes = &report.reask_fixes[..report.reask_fixes.len().min(top)];
-    let svg = chart::bars(
-        "Re-ask fix rate",
-        "% of re-asks after which the code was gone",
-        &fixes
-            .iter()
-            .map(|f| format!("{}/{}", f.validator, f.code))
-            .collect::<Vec<_>>(),
-        &fixes.iter().map(|f| f.rate * 100.0).collect::<Vec<_>>(),
-        BLUE,
-        Some(100.0),
-    )?;
-    figure(
-        &mut out,
-        "reask-fixes",
-        &svg,
-        &tables::reask_fixes(report, top),
-    );
+    let fixes = report.reask_fixes.iter().take(top).map(|f| {
+        let name = format!("{}/{}", f.validator, f.code);
+        (name, f.rate * 100.0)
+    });
+    let unit = "% of re-asks after which the code was gone";
+    let chart = ("Re-ask fix rate", unit, BLUE);
+    let table = tables::reask_fixes(report, top);
+    bar_figure(&mut out, "reask-fixes", chart, fixes, Some(100.0), &table)?;
 
-    let repairs = &report.repairs.by_validator[..report.repairs.by_validator.len().min(top)];
-    let svg = chart::bars(
-        "Repairs applied",
-        "repairs",
-        &repairs.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
-        &repairs.iter().map(|r| r.count as f64).collect::<Vec<_>>(),
-        TEAL,
-        None,
-    )?;
-    figure(&mut out, "repairs", &svg, &tables::repairs(report, top));
+    let repairs = report.repairs.by_validator.iter().take(top);
+    let repairs = repairs.map(|r| (r.name.clone(), r.count as f64));
+    let chart = ("Repairs applied", "repairs", TEAL);
+    let table = tables::repairs(report, top);
+    bar_figure(&mut out, "repairs", chart, repairs, None, &table)?;
 
     let distribution = &report.attempts.distribution;
     let svg = chart::columns(
@@ -188,64 +176,31 @@ pub fn render(report: &Report, top: usize) -> Result<String, ChartError> {
     )?;
     figure(&mut out, "latency", &svg, &tables::latency(report));
 
-    let cuts = &report.cuts.by_code[..report.cuts.by_code.len().min(top)];
-    let svg = chart::bars(
-        "Early cuts by code",
-        "attempts cut",
-        &cuts.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
-        &cuts.iter().map(|c| c.count as f64).collect::<Vec<_>>(),
-        GREY,
-        None,
-    )?;
-    figure(&mut out, "cuts", &svg, &tables::cuts(report, top));
+    let cuts = report.cuts.by_code.iter().take(top);
+    let cuts = cuts.map(|c| (c.name.clone(), c.count as f64));
+    let chart = ("Early cuts by code", "attempts cut", GREY);
+    let table = tables::cuts(report, top);
+    bar_figure(&mut out, "cuts", chart, cuts, None, &table)?;
 
-    let routes = &report.routes[..report.routes.len().min(top)];
-    let svg = chart::bars(
-        "Requests by route",
-        "requests",
-        &routes
-            .iter()
-            .map(|r| format!("{} → {}", r.route, r.profile))
-            .collect::<Vec<_>>(),
-        &routes.iter().map(|r| r.requests as f64).collect::<Vec<_>>(),
-        BLUE,
-        None,
-    )?;
-    figure(&mut out, "routes", &svg, &tables::routes(report, top));
+    let routes = report.routes.iter().take(top).map(|r| {
+        let name = format!("{} → {}", r.route, r.profile);
+        (name, r.requests as f64)
+    });
+    let chart = ("Requests by route", "requests", BLUE);
+    let table = tables::routes(report, top);
+    bar_figure(&mut out, "routes", chart, routes, None, &table)?;
 
-    let svg = chart::bars(
-        "Input checks by action",
-        "requests",
-        &report
-            .input_checks
-            .iter()
-            .map(|c| c.name.clone())
-            .collect::<Vec<_>>(),
-        &report
-            .input_checks
-            .iter()
-            .map(|c| c.count as f64)
-            .collect::<Vec<_>>(),
-        GREY,
-        None,
-    )?;
-    figure(
-        &mut out,
-        "input-checks",
-        &svg,
-        &tables::input_checks(report),
-    );
+    let checks = report.input_checks.iter();
+    let checks = checks.map(|c| (c.name.clone(), c.count as f64));
+    let chart = ("Input checks by action", "requests", GREY);
+    let table = tables::input_checks(report);
+    bar_figure(&mut out, "input-checks", chart, checks, None, &table)?;
 
-    let keys = &report.keys[..report.keys.len().min(top)];
-    let svg = chart::bars(
-        "Requests by key",
-        "requests",
-        &keys.iter().map(|k| k.name.clone()).collect::<Vec<_>>(),
-        &keys.iter().map(|k| k.count as f64).collect::<Vec<_>>(),
-        GREY,
-        None,
-    )?;
-    figure(&mut out, "keys", &svg, &tables::keys(report, top));
+    let keys = report.keys.iter().take(top);
+    let keys = keys.map(|k| (k.name.clone(), k.count as f64));
+    let chart = ("Requests by key", "requests", GREY);
+    let table = tables::keys(report, top);
+    bar_figure(&mut out, "keys", chart, keys, None, &table)?;
 
     out.push_str("</body></html>\n");
     Ok(out)

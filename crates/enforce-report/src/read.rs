@@ -86,15 +86,13 @@ pub struct Record {
 
 /// The `route` of a [`Record`]: which route picked which profile, and how.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct RouteRecord {
     /// The route's name.
-    #[serde(default)]
     pub name: String,
     /// The profile it picked.
-    #[serde(default)]
     pub profile: String,
     /// What matched: `field`, `header`, `matches`, `classify` or `default`.
-    #[serde(default)]
     pub by: String,
 }
 
@@ -107,33 +105,27 @@ pub struct InputRecord {
 }
 
 /// One attempt of a [`Record`].
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct AttemptRecord {
     /// 1-based attempt number.
-    #[serde(default)]
     pub number: Option<u32>,
     /// The issues found in this attempt's response.
-    #[serde(default)]
     pub issues: Vec<IssueRecord>,
     /// Token usage the runner reported.
-    #[serde(default)]
     pub usage: Option<Usage>,
     /// Cost the runner reported, USD.
-    #[serde(default)]
     pub cost_usd: Option<f64>,
     /// Validators whose repair changed this response.
-    #[serde(default)]
     pub repairs: Vec<String>,
     /// Set when a streamed answer was cut early because a validator already failed on it.
     /// Read leniently: a `cut` of another shape still counts as a cut, without details.
     #[serde(default, deserialize_with = "lenient_cut")]
     pub cut: Option<CutRecord>,
     /// Time spent waiting on the runner for this attempt, µs.
-    #[serde(default)]
     pub runner_us: Option<u64>,
     /// `true` when `usage` is enforce's own count (a cut attempt the runner had reported no
     /// usage for); absent from older records.
-    #[serde(default)]
     pub usage_estimated: bool,
 }
 
@@ -156,12 +148,11 @@ fn error_severity() -> Severity {
 
 /// An early cut of a streamed attempt (`enforce_core::outcome::Cut`).
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct CutRecord {
     /// Bytes of the answer received when it was cut.
-    #[serde(default)]
     pub bytes: Option<u64>,
     /// The codes that caused the cut.
-    #[serde(default)]
     pub codes: Vec<String>,
 }
 

@@ -13,7 +13,7 @@
 //! request is recorded with its headers ([`MockAnthropic::requests`]).
 
 use crate::loopback::Loopback;
-use crate::mock_openai::pieces;
+use crate::mock_openai::{lock, pieces, RecordedRequest};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -23,7 +23,7 @@ use axum::Router;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// One scripted answer of [`MockAnthropic::scripted`].
@@ -170,24 +170,7 @@ pub fn mock_output_tokens(text: &str, tool_input: &str) -> u64 {
 }
 
 /// One request the mock received.
-#[derive(Debug, Clone)]
-pub struct RecordedMessages {
-    /// Its headers, names in lower case.
-    pub headers: Vec<(String, String)>,
-    /// Its JSON body (`null` if it was not JSON).
-    pub body: Value,
-}
-
-impl RecordedMessages {
-    /// The value of header `name` (case-insensitive).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
+pub type RecordedMessages = RecordedRequest;
 
 struct Shared {
     /// The script of [`MockAnthropic::scripted`], which answers every request.
@@ -202,10 +185,6 @@ struct Shared {
     abandoned: AtomicUsize,
     /// Every `POST /v1/messages/count_tokens` body, in order.
     counted: Mutex<Vec<Value>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A running mock; it stops when dropped.
@@ -364,19 +343,9 @@ async fn count_tokens(State(shared): State<Arc<Shared>>, body: Bytes) -> Respons
 }
 
 async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    lock(&shared.requests).push(RecordedMessages {
-        headers: headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_ascii_lowercase(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        body: request.clone(),
-    });
+    let recorded = RecordedRequest::new("POST", "/v1/messages", &headers, &body);
+    let request = recorded.body.clone();
+    lock(&shared.requests).push(recorded);
     if let Some(script) = &shared.script {
         let reply = {
             let mut script = lock(script);

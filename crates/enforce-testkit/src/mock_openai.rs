@@ -8,7 +8,7 @@ use crate::loopback::Loopback;
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -417,6 +417,30 @@ pub struct RecordedRequest {
 }
 
 impl RecordedRequest {
+    /// A request of `method` to `path` with `headers` and `body` (JSON, else `Null`).
+    pub(crate) fn new(method: &str, path: &str, headers: &HeaderMap, body: &[u8]) -> Self {
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        let authorization = headers
+            .iter()
+            .find(|(k, _)| k == "authorization")
+            .map(|(_, v)| v.clone());
+        RecordedRequest {
+            method: method.to_string(),
+            path: path.to_string(),
+            authorization,
+            headers,
+            body: serde_json::from_slice(body).unwrap_or(Value::Null),
+        }
+    }
+
     /// The `(role, content)` pairs of the body's `messages`.
     pub fn messages(&self) -> Vec<(String, String)> {
         self.body
@@ -481,7 +505,7 @@ impl Drop for StreamGuard {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking test thread leaves plain data behind: keep using it.
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -715,28 +739,14 @@ async fn record(shared: &Shared, request: Request) -> Value {
     let body = axum::body::to_bytes(body, usize::MAX)
         .await
         .unwrap_or_default();
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let headers: Vec<(String, String)> = parts
-        .headers
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_string(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let authorization = headers
-        .iter()
-        .find(|(k, _)| k == "authorization")
-        .map(|(_, v)| v.clone());
-    lock(&shared.requests).push(RecordedRequest {
-        method: parts.method.to_string(),
-        path: parts.uri.path().to_string(),
-        authorization,
-        headers,
-        body: body.clone(),
-    });
+    let recorded = RecordedRequest::new(
+        parts.method.as_str(),
+        parts.uri.path(),
+        &parts.headers,
+        &body,
+    );
+    let body = recorded.body.clone();
+    lock(&shared.requests).push(recorded);
     body
 }
 

@@ -5,19 +5,11 @@
 //! Exit codes: 0 report written, 2 usage error, a file that cannot be opened, or output that
 //! cannot be written.
 
+use crate::commands::Format;
 use enforce_report::{Bucket, Options};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// Output format on standard output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// Compact tables.
-    Text,
-    /// One JSON document with every number (tables not cut to --top).
-    Json,
-}
 
 /// The long help of `enforce report` (set on its subcommand in `main.rs`).
 pub const ABOUT: &str = "\

@@ -56,14 +56,9 @@ fn drive_both(
     pid: u32,
 ) {
     for stream in [false, true] {
-        match drive(r, url, model, key, stream, pid) {
-            Ok(v) => {
-                r.proxy.insert((name.to_string(), stream), v);
-            }
-            Err(e) => {
-                r.unsupported
-                    .insert(format!("{name} stream={stream}"), e.to_string());
-            }
+        let driven = drive(r, url, model, key, stream, pid);
+        if let Some(v) = r.measured(format!("{name} stream={stream}"), driven) {
+            r.proxy.insert((name.to_string(), stream), v);
         }
     }
 }

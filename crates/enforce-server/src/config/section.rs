@@ -143,20 +143,13 @@ impl StateSection {
             }
             c.replica = replica.trim().to_string();
         }
-        if let Some(scope) = self.concurrency {
-            c.concurrency = scope;
-        }
+        c.concurrency = self.concurrency.unwrap_or(c.concurrency);
         if let Some(secs) = self.session_ttl_secs {
-            if secs == 0 {
-                return Err(error("state.session_ttl_secs", "must be at least 1".into()));
-            }
+            let secs = positive("state.session_ttl_secs", secs, AT_LEAST_ONE)?;
             c.session_ttl = Duration::from_secs(secs);
         }
         if let Some(ms) = self.timeout_ms {
-            if ms == 0 {
-                return Err(error("state.timeout_ms", "must be at least 1".into()));
-            }
-            c.timeout = Duration::from_millis(ms);
+            c.timeout = Duration::from_millis(positive("state.timeout_ms", ms, AT_LEAST_ONE)?);
         }
         Ok(c)
     }
@@ -196,12 +189,19 @@ pub struct SectionError {
     pub message: String,
 }
 
-/// `value` when it is above zero (a zero limit would refuse everything).
-fn positive<T: Default + PartialEq>(field: &'static str, value: T) -> Result<T, SectionError> {
+const AT_LEAST_ONE: &str = "must be at least 1";
+const MORE_THAN_ZERO: &str = "must be more than 0";
+
+/// `value` when it is above zero (a zero limit would refuse everything); else `message`.
+fn positive<T: Default + PartialEq>(
+    field: &'static str,
+    value: T,
+    message: &str,
+) -> Result<T, SectionError> {
     if value == T::default() {
         return Err(SectionError {
             field: field.into(),
-            message: "must be more than 0".into(),
+            message: message.into(),
         });
     }
     Ok(value)
@@ -233,67 +233,34 @@ impl ServerSection {
             c.otlp = OtlpConfig::resolve(Some(section), |_| None)?;
         }
         if let Some(v) = self.max_body_bytes {
-            if v == 0 {
-                return Err(SectionError {
-                    field: "max_body_bytes".into(),
-                    message: "must be at least 1".into(),
-                });
-            }
-            c.max_body_bytes = v;
+            c.max_body_bytes = positive("max_body_bytes", v, AT_LEAST_ONE)?;
         }
         if let Some(v) = self.max_body_bytes_in_flight {
-            if v == 0 {
-                return Err(SectionError {
-                    field: "max_body_bytes_in_flight".into(),
-                    message: "must be at least 1".into(),
-                });
-            }
-            c.max_body_bytes_in_flight = Some(v);
+            c.max_body_bytes_in_flight =
+                Some(positive("max_body_bytes_in_flight", v, AT_LEAST_ONE)?);
         }
-        if let Some(v) = self.max_context_bytes {
-            c.max_context_bytes = v;
-        }
+        c.max_context_bytes = self.max_context_bytes.unwrap_or(c.max_context_bytes);
         if let Some(v) = self.max_concurrent {
-            if v == 0 {
-                return Err(SectionError {
-                    field: "max_concurrent".into(),
-                    message: "must be at least 1".into(),
-                });
-            }
-            c.max_concurrent = v;
+            c.max_concurrent = positive("max_concurrent", v, AT_LEAST_ONE)?;
         }
-        if let Some(v) = self.retry_after_secs {
-            c.retry_after_secs = v;
-        }
+        c.retry_after_secs = self.retry_after_secs.unwrap_or(c.retry_after_secs);
         if let Some(d) = seconds("request_timeout_secs", self.request_timeout_secs)? {
-            if d.is_zero() {
-                return Err(SectionError {
-                    field: "request_timeout_secs".into(),
-                    message: "must be more than 0 (every request would time out at once)".into(),
-                });
-            }
-            c.request_timeout = d;
+            let why = "must be more than 0 (every request would time out at once)";
+            c.request_timeout = positive("request_timeout_secs", d, why)?;
         }
         if let Some(d) = seconds("keepalive_secs", self.keepalive_secs)? {
-            if d.is_zero() {
-                return Err(SectionError {
-                    field: "keepalive_secs".into(),
-                    message: "must be more than 0".into(),
-                });
-            }
-            c.keepalive_interval = d;
+            c.keepalive_interval = positive("keepalive_secs", d, MORE_THAN_ZERO)?;
         }
         if let Some(d) = seconds("shutdown_grace_secs", self.shutdown_grace_secs)? {
             c.shutdown_grace = d;
         }
         if let Some(d) = seconds("header_timeout_secs", self.header_timeout_secs)? {
-            c.header_timeout = positive("header_timeout_secs", d)?;
+            c.header_timeout = positive("header_timeout_secs", d, MORE_THAN_ZERO)?;
         }
-        if let Some(v) = self.max_stored_response_bytes {
-            c.max_stored_response_bytes = v;
-        }
+        c.max_stored_response_bytes =
+            (self.max_stored_response_bytes).unwrap_or(c.max_stored_response_bytes);
         if let Some(v) = self.max_cached_sessions {
-            c.max_cached_sessions = positive("max_cached_sessions", v)?;
+            c.max_cached_sessions = positive("max_cached_sessions", v, MORE_THAN_ZERO)?;
         }
         c.audit_fsync = self.fsync_policy()?;
         c.state = self
