@@ -2,8 +2,7 @@
 //! (its prebuilt CPU binaries; nothing is compiled and no model is downloaded), timed by
 //! `llama.mjs`.
 
-use super::{Answer, LocalSpeedArgs, Timing};
-use anyhow::{anyhow, Context as _};
+use super::{Answer, LocalSpeedArgs};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -40,6 +39,11 @@ impl Prompts {
         std::fs::write(&prompts.city, city)?;
         std::fs::write(&prompts.grammar, grammar)?;
         Ok(prompts)
+    }
+
+    /// The GBNF grammar of the city answer.
+    pub fn grammar(&self) -> &Path {
+        &self.grammar
     }
 }
 
@@ -170,25 +174,4 @@ impl Peer {
         }
         cmd
     }
-}
-
-/// Runs `cmd` and reads its timing (the last line it prints).
-pub fn time(mut cmd: Command) -> anyhow::Result<Timing> {
-    let out = cmd
-        .stderr(Stdio::piped())
-        .output()
-        .context("cannot run node")?;
-    if !out.status.success() {
-        return Err(anyhow!(
-            "node failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .last()
-        .ok_or_else(|| anyhow!("node printed nothing"))?;
-    serde_json::from_str(line).with_context(|| format!("node printed {line:?}"))
 }
