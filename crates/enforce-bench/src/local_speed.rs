@@ -327,7 +327,11 @@ impl Subprocesses {
             Side::Llama => &self.reference,
             Side::LlamaRunnerIsa => &self.runner_isa,
         };
-        Some(peer.as_ref().ok()?.command(gguf, &self.prompts, answer, args))
+        Some(
+            peer.as_ref()
+                .ok()?
+                .command(gguf, &self.prompts, answer, args),
+        )
     }
 }
 

@@ -58,10 +58,12 @@ impl Harness {
     /// The harness at `path`; `Err` says why the side is not measured, and how to add it.
     pub fn find(path: Option<&Path>) -> Result<Harness, String> {
         let Some(path) = path else {
-            return Err("not asked for: `cargo xtask bench-peers --local-speed --native` adds \
+            return Err(
+                "not asked for: `cargo xtask bench-peers --local-speed --native` adds \
                         it (or `--native-harness PATH` to an enforce-bench built with \
                         `RUSTFLAGS=\"-C target-cpu=native\"`)"
-                .into());
+                    .into(),
+            );
         };
         if !path.is_file() {
             return Err(format!("{} is not a file", path.display()));
@@ -156,7 +158,9 @@ mod tests {
     fn a_missing_harness_says_how_to_add_it() {
         let why = Harness::find(None).err().unwrap();
         assert!(why.contains("--native"), "{why}");
-        let why = Harness::find(Some(Path::new("/no/such/harness"))).err().unwrap();
+        let why = Harness::find(Some(Path::new("/no/such/harness")))
+            .err()
+            .unwrap();
         assert!(why.contains("/no/such/harness"), "{why}");
     }
 }

@@ -446,7 +446,9 @@ mod tests {
         let s = render(&setting, &[only_runner]);
         assert!(s.contains("not measured: skipped: npm not found"), "{s}");
         assert!(
-            s.contains("*built for this CPU* rows (not measured: not asked for: `--native` adds it)"),
+            s.contains(
+                "*built for this CPU* rows (not measured: not asked for: `--native` adds it)"
+            ),
             "{s}"
         );
         assert!(
