@@ -271,6 +271,15 @@ fn city_grammar(eval_dir: &Path) -> anyhow::Result<String> {
     Ok(enforce_runner_local::json_schema_to_gbnf(schema).gbnf)
 }
 
+/// One answer a subprocess side times.
+pub struct Job<'a> {
+    /// The GGUF, as an absolute path.
+    pub gguf: PathBuf,
+    pub answer: Answer,
+    pub prompts: &'a node::Prompts,
+    pub args: &'a LocalSpeedArgs,
+}
+
 /// What times the sides other than the in-process runner: a command per answer, or why the
 /// side is not measured.
 struct Subprocesses {
@@ -318,20 +327,18 @@ impl Subprocesses {
         answer: Answer,
         args: &LocalSpeedArgs,
     ) -> Option<Command> {
-        let peer = match side {
-            Side::Runner => return None,
-            Side::RunnerNative => {
-                let native = self.native.as_ref().ok()?;
-                return Some(native.command(gguf, &self.prompts, answer, args));
-            }
-            Side::Llama => &self.reference,
-            Side::LlamaRunnerIsa => &self.runner_isa,
+        let job = Job {
+            gguf: std::path::absolute(gguf).unwrap_or_else(|_| gguf.to_path_buf()),
+            answer,
+            prompts: &self.prompts,
+            args,
         };
-        Some(
-            peer.as_ref()
-                .ok()?
-                .command(gguf, &self.prompts, answer, args),
-        )
+        match side {
+            Side::Runner => None,
+            Side::RunnerNative => Some(self.native.as_ref().ok()?.command(&job)),
+            Side::Llama => Some(self.reference.as_ref().ok()?.command(&job)),
+            Side::LlamaRunnerIsa => Some(self.runner_isa.as_ref().ok()?.command(&job)),
+        }
     }
 }
 

@@ -4,8 +4,7 @@
 //! (not timed), times one answer the way the in-process side does (`local.rs`) and prints the
 //! `Timing` as `llama.mjs` does.
 
-use super::node::Prompts;
-use super::{local, messages, Answer, LocalSpeedArgs};
+use super::{local, messages, Answer, Job};
 use crate::peers::describe;
 use anyhow::bail;
 use clap::ValueEnum as _;
@@ -78,27 +77,21 @@ impl Harness {
         describe(&Command::new(&self.path))
     }
 
-    /// The command that times one answer of `gguf`.
-    pub fn command(
-        &self,
-        gguf: &Path,
-        prompts: &Prompts,
-        answer: Answer,
-        args: &LocalSpeedArgs,
-    ) -> Command {
+    /// The command that times `job`.
+    pub fn command(&self, job: &Job) -> Command {
         let mut cmd = Command::new(&self.path);
         cmd.arg(SUBCOMMAND)
             .arg("--gguf")
-            .arg(std::path::absolute(gguf).unwrap_or_else(|_| gguf.to_path_buf()))
+            .arg(&job.gguf)
             .arg("--threads")
-            .arg(args.threads.to_string())
+            .arg(job.args.threads.to_string())
             .arg("--max-tokens")
-            .arg(args.max_tokens.to_string());
-        if let Some(value) = answer.to_possible_value() {
+            .arg(job.args.max_tokens.to_string());
+        if let Some(value) = job.answer.to_possible_value() {
             cmd.arg("--answer").arg(value.get_name());
         }
-        if answer == Answer::CityGrammar {
-            cmd.arg("--grammar").arg(prompts.grammar());
+        if job.answer == Answer::CityGrammar {
+            cmd.arg("--grammar").arg(job.prompts.grammar());
         }
         cmd
     }
@@ -106,6 +99,7 @@ impl Harness {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{node::Prompts, LocalSpeedArgs};
     use super::*;
     use clap::Parser;
 
@@ -140,7 +134,14 @@ mod tests {
             path: PathBuf::from("/h/enforce-bench"),
         };
         for answer in super::super::ANSWERS {
-            let cmd = harness.command(Path::new("/m/a.gguf"), &prompts, answer, &args());
+            let args = args();
+            let job = Job {
+                gguf: PathBuf::from("/m/a.gguf"),
+                answer,
+                prompts: &prompts,
+                args: &args,
+            };
+            let cmd = harness.command(&job);
             let argv = std::iter::once(cmd.get_program()).chain(cmd.get_args());
             let Sub::LocalSpeedAnswer(read) = Cli::try_parse_from(argv).unwrap().command;
             assert_eq!(read.answer, answer);

@@ -2,7 +2,7 @@
 //! (its prebuilt CPU binaries; nothing is compiled and no model is downloaded), timed by
 //! `llama.mjs`.
 
-use super::{Answer, LocalSpeedArgs};
+use super::{Answer, Job};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -152,25 +152,19 @@ impl Peer {
         })
     }
 
-    /// The command that times one answer of `gguf`.
-    pub fn command(
-        &self,
-        gguf: &Path,
-        prompts: &Prompts,
-        answer: Answer,
-        args: &LocalSpeedArgs,
-    ) -> Command {
+    /// The command that times `job`.
+    pub fn command(&self, job: &Job) -> Command {
         let mut cmd = Command::new("node");
         cmd.arg(self.dir.join("llama.mjs"))
-            .arg(std::path::absolute(gguf).unwrap_or_else(|_| gguf.to_path_buf()))
-            .arg(match answer {
-                Answer::Text => &prompts.text,
-                Answer::CityGrammar => &prompts.city,
+            .arg(&job.gguf)
+            .arg(match job.answer {
+                Answer::Text => &job.prompts.text,
+                Answer::CityGrammar => &job.prompts.city,
             })
-            .arg(args.threads.to_string())
-            .arg(args.max_tokens.to_string());
-        if answer == Answer::CityGrammar {
-            cmd.arg(&prompts.grammar);
+            .arg(job.args.threads.to_string())
+            .arg(job.args.max_tokens.to_string());
+        if job.answer == Answer::CityGrammar {
+            cmd.arg(&job.prompts.grammar);
         }
         cmd
     }
