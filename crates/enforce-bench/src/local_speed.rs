@@ -515,6 +515,26 @@ mod tests {
     }
 
     #[test]
+    fn a_subprocess_timing_is_its_last_line_and_a_failure_names_the_program() {
+        let t = Timing {
+            prompt_tokens: 3,
+            tokens: 4,
+            first_s: 0.5,
+            rest_s: 1.5,
+            rest_cpu_s: None,
+        };
+        // What `local-speed-answer` prints, after a line of its own.
+        let printed = serde_json::to_string(&t).unwrap();
+        let mut ok = Command::new("sh");
+        ok.args(["-c", &format!("echo loading; echo '{printed}'")]);
+        assert_eq!(time_subprocess(ok).unwrap(), t);
+        let mut failing = Command::new("sh");
+        failing.args(["-c", "echo broken >&2; exit 3"]);
+        let e = format!("{:#}", time_subprocess(failing).unwrap_err());
+        assert!(e.starts_with("sh failed") && e.contains("broken"), "{e}");
+    }
+
+    #[test]
     fn chatml_ends_where_the_answer_starts() {
         let text = chatml(&[Message::system("s"), Message::user("u")]);
         assert_eq!(
