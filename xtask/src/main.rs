@@ -84,11 +84,13 @@ Commands:
                   the relay floor on chat completions, responses and messages at c=1 (manual);
                   `--baseline-bin PATH` measures another enforce binary side by side in the same
                   run (rounds alternate which binary goes first)
-  bench-peers --local-speed [ARGS]
+  bench-peers --local-speed [--native] [ARGS]
                   the local-speed section of BENCHMARKS.md only: the local runner's prompt and
                   generation tokens/s beside llama.cpp's own (node-llama-cpp, installed by npm)
                   on the same GGUF (the test model and, when installed, Qwen2.5-Coder 0.5B; or
-                  `--gguf PATH`, repeated), one thread, greedy, 200 tokens (manual)
+                  `--gguf PATH`, repeated), one thread, greedy, 200 tokens (manual); `--native`
+                  adds the runner built for this CPU (a second harness built with
+                  RUSTFLAGS=\"-C target-cpu=native\" into target/native-cpu: tens of minutes)
   bench-peers --real-model [--bench-model NAME] [--escalate-model NAME] [ARGS]
                   the real-model section of BENCHMARKS.md only: `enforce eval` with the local
                   runner (SmolLM2, or a `models --bench` GGUF) on every contract of
@@ -815,9 +817,15 @@ fn bench_model_flag(rest: &mut Vec<String>, flag: &str) -> Result<Option<PathBuf
 
 /// `bench-peers --local-speed`: the local-speed section of BENCHMARKS.md (the local runner's
 /// tokens/s beside llama.cpp's through node-llama-cpp). Without `--gguf`: the test model, and
-/// Qwen2.5-Coder 0.5B when `cargo xtask models --bench` has installed it.
+/// Qwen2.5-Coder 0.5B when `cargo xtask models --bench` has installed it. `--native` adds the
+/// runner built for this CPU (`native_cpu_harness`).
 fn bench_local_speed(extra: &[String]) -> Result<()> {
     let mut args: Vec<OsString> = Vec::new();
+    let mut extra = extra.to_vec();
+    if let Some(i) = extra.iter().position(|a| a == "--native") {
+        extra.remove(i);
+        args.extend(["--native-harness".into(), native_cpu_harness()?.into()]);
+    }
     if !extra.iter().any(|a| a == "--gguf") {
         args.extend(["--gguf".into(), test_model()?.into()]);
         let qwen = bench_models::BENCH_MODELS[0].gguf();
@@ -833,7 +841,26 @@ fn bench_local_speed(extra: &[String]) -> Result<()> {
     }
     // `enforce` too, with the features of `--real-model`'s build, so both share what is built.
     build_dist_harness(&["--features", "enforce/local,enforce-bench/local"])?;
-    start_harness("local-speed", &args, extra)
+    start_harness("local-speed", &args, &extra)
+}
+
+/// Builds the harness a second time for this CPU: `RUSTFLAGS="-C target-cpu=native"` (so
+/// llama-cpp-sys-2 builds llama.cpp with `GGML_NATIVE`), the `dist` profile and the harness's
+/// features, in `target/native-cpu`, where the other flags cannot make cargo rebuild the
+/// normal one. `enforce` is left out: only the harness is run.
+fn native_cpu_harness() -> Result<PathBuf> {
+    let target = target_dir().join("native-cpu");
+    let mut build = cargo();
+    build
+        .args(["build", "--profile", DIST, "-p", "enforce-bench"])
+        .args(["--features", "enforce-bench/local"])
+        .args(locked())
+        .env("CARGO_TARGET_DIR", &target)
+        .env("RUSTFLAGS", "-C target-cpu=native")
+        // It would win over RUSTFLAGS.
+        .env_remove("CARGO_ENCODED_RUSTFLAGS");
+    run(build)?;
+    Ok(target.join(DIST).join("enforce-bench"))
 }
 
 /// `bench-peers --python`: the Python section of BENCHMARKS.md (the enforce-llm wheel, `dist`,

@@ -8,9 +8,14 @@
 //! both; each side answers a long free-text prompt and, with the GBNF grammar of the city
 //! contract, a JSON one.
 //!
+//! A fourth side, with `--native-harness PATH`: the runner built for this CPU, a second build
+//! of this harness (`RUSTFLAGS="-C target-cpu=native"`) run as a subprocess per answer
+//! (`native.rs`), so the instruction set the shipped build leaves out is measured beside it.
+//!
 //! Blocking code, like `peers.rs`: it starts processes and waits for them.
 
 mod local;
+mod native;
 mod node;
 mod render;
 
@@ -20,8 +25,10 @@ use anyhow::{anyhow, Context as _};
 use enforce_core::Message;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
+pub use native::{answer, AnswerArgs};
 pub use render::render;
 
 /// Options of the local-speed run.
@@ -48,10 +55,15 @@ pub struct LocalSpeedArgs {
     /// The eval examples: the city contract's schema is read from their `enforce.yaml`.
     #[arg(long, default_value = "examples/eval")]
     pub eval_dir: PathBuf,
+    /// This harness built with `RUSTFLAGS="-C target-cpu=native"`: times the runner built for
+    /// this CPU as a fourth side (`cargo xtask bench-peers --local-speed --native` builds it).
+    #[arg(long)]
+    pub native_harness: Option<PathBuf>,
 }
 
-/// One timed generation: the prompt read and the answer sampled.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+/// One timed generation: the prompt read and the answer sampled. The subprocess sides print
+/// it as one JSON line.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Timing {
     /// Tokens of the prompt.
     pub prompt_tokens: u64,
@@ -94,8 +106,11 @@ fn per_second(tokens: u64, seconds: f64) -> Option<f64> {
 /// Who generates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
-    /// enforce's local runner (`enforce-runner-local`, llama.cpp linked in).
+    /// enforce's local runner (`enforce-runner-local`, llama.cpp linked in), as shipped: built
+    /// without `target-cpu`, for AVX2.
     Runner,
+    /// The same runner built for this CPU (`-C target-cpu=native`, llama.cpp's `GGML_NATIVE`).
+    RunnerNative,
     /// llama.cpp through node-llama-cpp, the best CPU variant it has for this CPU.
     Llama,
     /// llama.cpp through node-llama-cpp, held to the CPU variant of the runner's build.
@@ -103,10 +118,15 @@ pub enum Side {
 }
 
 /// Every side, in the order of a round that starts with the runner.
-const SIDES: [Side; 3] = [Side::Runner, Side::Llama, Side::LlamaRunnerIsa];
+const SIDES: [Side; 4] = [
+    Side::Runner,
+    Side::RunnerNative,
+    Side::Llama,
+    Side::LlamaRunnerIsa,
+];
 
 /// What is asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Answer {
     /// A long free-text answer.
     Text,
@@ -179,8 +199,11 @@ pub struct Setting {
     pub reference: Result<String, String>,
     /// Whether the reference was also run with the runner's instruction set, or why not.
     pub runner_isa: Result<(), String>,
-    /// The commands that ran the reference, one per model and answer.
-    pub reference_commands: Vec<String>,
+    /// The harness built for this CPU, or why that side was not measured.
+    pub native: Result<String, String>,
+    /// The commands of the subprocess sides (the reference, the harness built for this CPU),
+    /// one per side, model and answer.
+    pub commands: Vec<String>,
 }
 
 /// The fixed prompt of a free-text answer long enough to reach `max_tokens`.
@@ -197,6 +220,14 @@ fn text_messages() -> Vec<Message> {
              keeper's daily work and what the message says.",
         ),
     ]
+}
+
+/// The messages of `answer`.
+fn messages(answer: Answer) -> Vec<Message> {
+    match answer {
+        Answer::Text => text_messages(),
+        Answer::CityGrammar => city_messages(),
+    }
 }
 
 /// The fixed prompt of the city contract's JSON answer.
@@ -240,82 +271,163 @@ fn city_grammar(eval_dir: &Path) -> anyhow::Result<String> {
     Ok(enforce_runner_local::json_schema_to_gbnf(schema).gbnf)
 }
 
+/// One answer a subprocess side times.
+pub struct Job<'a> {
+    /// The GGUF, as an absolute path.
+    pub gguf: PathBuf,
+    pub answer: Answer,
+    pub prompts: &'a node::Prompts,
+    pub args: &'a LocalSpeedArgs,
+}
+
+/// What times the sides other than the in-process runner: a command per answer, or why the
+/// side is not measured.
+struct Subprocesses {
+    prompts: node::Prompts,
+    reference: Result<node::Peer, String>,
+    runner_isa: Result<node::Peer, String>,
+    native: Result<native::Harness, String>,
+}
+
+impl Subprocesses {
+    fn prepare(args: &LocalSpeedArgs, work: &Path, grammar: &str) -> anyhow::Result<Self> {
+        let reference = node::install(work);
+        let runner_isa = reference
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(node::Peer::runner_isa);
+        let native = native::Harness::find(args.native_harness.as_deref());
+        for why in [reference.as_ref().err(), runner_isa.as_ref().err()]
+            .into_iter()
+            .chain([native.as_ref().err()])
+            .flatten()
+        {
+            eprintln!("bench: {why}");
+        }
+        let prompts = node::Prompts::write(
+            work,
+            &chatml(&text_messages()),
+            &chatml(&city_messages()),
+            grammar,
+        )?;
+        Ok(Subprocesses {
+            prompts,
+            reference,
+            runner_isa,
+            native,
+        })
+    }
+
+    /// The command that times `side`'s `answer` of `gguf`; `None` for the in-process runner
+    /// and for a side that is not measured.
+    fn command(
+        &self,
+        side: Side,
+        gguf: &Path,
+        answer: Answer,
+        args: &LocalSpeedArgs,
+    ) -> Option<Command> {
+        let job = Job {
+            gguf: std::path::absolute(gguf).unwrap_or_else(|_| gguf.to_path_buf()),
+            answer,
+            prompts: &self.prompts,
+            args,
+        };
+        match side {
+            Side::Runner => None,
+            Side::RunnerNative => Some(self.native.as_ref().ok()?.command(&job)),
+            Side::Llama => Some(self.reference.as_ref().ok()?.command(&job)),
+            Side::LlamaRunnerIsa => Some(self.runner_isa.as_ref().ok()?.command(&job)),
+        }
+    }
+}
+
+/// Every round on `gguf`: each side's timings, and the first round's subprocess commands.
+fn time_model(
+    gguf: &Path,
+    args: &LocalSpeedArgs,
+    grammar: &str,
+    subprocesses: &Subprocesses,
+    commands: &mut Vec<String>,
+) -> ModelRun {
+    let mut run = ModelRun {
+        model: gguf
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| gguf.display().to_string()),
+        ..ModelRun::default()
+    };
+    let runner = local::open(gguf, args.threads);
+    if let Err(e) = &runner {
+        run.failures.push(format!("the local runner: {e:#}"));
+    }
+    for round in 0..args.rounds.max(1) {
+        // The side that goes first alternates, so neither always meets a cold cache or
+        // the same phase of the machine's other work.
+        let mut order = SIDES;
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for side in order {
+            for answer in ANSWERS {
+                let gbnf = (answer == Answer::CityGrammar).then_some(grammar);
+                if side == Side::Runner {
+                    if let Ok(runner) = &runner {
+                        let timing = runner.time(messages(answer), args.max_tokens, gbnf);
+                        run.record(side, answer, timing);
+                    }
+                } else if let Some(cmd) = subprocesses.command(side, gguf, answer, args) {
+                    if round == 0 {
+                        commands.push(describe(&cmd));
+                    }
+                    run.record(side, answer, time_subprocess(cmd));
+                }
+            }
+        }
+        eprintln!("bench: {} round {} done", run.model, round + 1);
+    }
+    run
+}
+
+/// Runs `cmd` and reads the timing it prints (its last line), like `llama.mjs` and the
+/// harness's `local-speed-answer` do.
+fn time_subprocess(mut cmd: Command) -> anyhow::Result<Timing> {
+    let program = Path::new(cmd.get_program())
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let out = cmd
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("cannot run {program}"))?;
+    if !out.status.success() {
+        return Err(anyhow!(
+            "{program} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .last()
+        .ok_or_else(|| anyhow!("{program} printed nothing"))?;
+    serde_json::from_str(line).with_context(|| format!("{program} printed {line:?}"))
+}
+
 pub fn run(args: LocalSpeedArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     std::fs::create_dir_all(&args.work_dir)?;
     let work = std::path::absolute(&args.work_dir)?;
     let grammar = city_grammar(&args.eval_dir)?;
     let load_before = loadavg();
-    let reference = node::install(&work);
-    let runner_isa = reference
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(node::Peer::runner_isa);
-    for why in [&reference, &runner_isa]
-        .into_iter()
-        .filter_map(|r| r.as_ref().err())
-    {
-        eprintln!("bench: {why}");
-    }
-    let prompts = node::Prompts::write(
-        &work,
-        &chatml(&text_messages()),
-        &chatml(&city_messages()),
-        &grammar,
-    )?;
-    let mut runs = Vec::new();
-    let mut reference_commands = Vec::new();
-    for gguf in &args.gguf {
-        let mut run = ModelRun {
-            model: gguf
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| gguf.display().to_string()),
-            ..ModelRun::default()
-        };
-        let runner = local::open(gguf, args.threads);
-        if let Err(e) = &runner {
-            run.failures.push(format!("the local runner: {e:#}"));
-        }
-        for round in 0..args.rounds.max(1) {
-            // The side that goes first alternates, so neither always meets a cold cache or
-            // the same phase of the machine's other work.
-            let mut order = SIDES;
-            if round % 2 == 1 {
-                order.reverse();
-            }
-            for side in order {
-                for answer in ANSWERS {
-                    let messages = match answer {
-                        Answer::Text => text_messages(),
-                        Answer::CityGrammar => city_messages(),
-                    };
-                    let gbnf = (answer == Answer::CityGrammar).then_some(grammar.as_str());
-                    let peer = match side {
-                        Side::Runner => None,
-                        Side::Llama => reference.as_ref().ok(),
-                        Side::LlamaRunnerIsa => runner_isa.as_ref().ok(),
-                    };
-                    match (side, &runner, peer) {
-                        (Side::Runner, Ok(runner), _) => {
-                            run.record(side, answer, runner.time(messages, args.max_tokens, gbnf))
-                        }
-                        (_, _, Some(peer)) => {
-                            let cmd = peer.command(gguf, &prompts, answer, &args);
-                            let line = describe(&cmd);
-                            if round == 0 {
-                                reference_commands.push(line);
-                            }
-                            run.record(side, answer, node::time(cmd));
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            eprintln!("bench: {} round {} done", run.model, round + 1);
-        }
-        runs.push(run);
-    }
+    let subprocesses = Subprocesses::prepare(&args, &work, &grammar)?;
+    let mut commands = Vec::new();
+    let runs: Vec<ModelRun> = args
+        .gguf
+        .iter()
+        .map(|gguf| time_model(gguf, &args, &grammar, &subprocesses, &mut commands))
+        .collect();
     let m = machine();
     let setting = Setting {
         command: reproduce(&args),
@@ -339,9 +451,10 @@ pub fn run(args: LocalSpeedArgs) -> anyhow::Result<()> {
         } else {
             "the harness built optimised (`cargo xtask` builds it with `--profile dist`)".into()
         },
-        reference: reference.map(|peer| peer.version),
-        runner_isa: runner_isa.map(|_| ()),
-        reference_commands,
+        reference: subprocesses.reference.map(|peer| peer.version),
+        runner_isa: subprocesses.runner_isa.map(|_| ()),
+        native: subprocesses.native.map(|harness| harness.describe()),
+        commands,
     };
     let section = render(&setting, &runs);
     let old = std::fs::read_to_string(&args.out).unwrap_or_default();
@@ -375,6 +488,9 @@ fn reproduce(args: &LocalSpeedArgs) -> String {
     if args.max_tokens != 200 {
         command.push_str(&format!(" --max-tokens {}", args.max_tokens));
     }
+    if args.native_harness.is_some() {
+        command.push_str(" --native");
+    }
     command
 }
 
@@ -396,6 +512,26 @@ mod tests {
         assert_eq!(t.generation_cpu_rate(), Some(10.0));
         let one = Timing { tokens: 1, ..t };
         assert_eq!(one.generation_rate(), None);
+    }
+
+    #[test]
+    fn a_subprocess_timing_is_its_last_line_and_a_failure_names_the_program() {
+        let t = Timing {
+            prompt_tokens: 3,
+            tokens: 4,
+            first_s: 0.5,
+            rest_s: 1.5,
+            rest_cpu_s: None,
+        };
+        // What `local-speed-answer` prints, after a line of its own.
+        let printed = serde_json::to_string(&t).unwrap();
+        let mut ok = Command::new("sh");
+        ok.args(["-c", &format!("echo loading; echo '{printed}'")]);
+        assert_eq!(time_subprocess(ok).unwrap(), t);
+        let mut failing = Command::new("sh");
+        failing.args(["-c", "echo broken >&2; exit 3"]);
+        let e = format!("{:#}", time_subprocess(failing).unwrap_err());
+        assert!(e.starts_with("sh failed") && e.contains("broken"), "{e}");
     }
 
     #[test]

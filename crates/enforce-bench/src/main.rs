@@ -12,6 +12,8 @@
 //!   and the peers' loops on the same model; writes the real-model section of BENCHMARKS.md
 //! - `enforce-bench local-speed` the local runner's tokens/s beside llama.cpp's own
 //!   (node-llama-cpp) on the same GGUF; writes the local-speed section of BENCHMARKS.md
+//! - `enforce-bench local-speed-answer` (hidden) one timed answer of the local runner, for
+//!   local-speed's side of the harness built for this CPU (prints JSON)
 //! - `enforce-bench python`      enforce from Python (the enforce-llm wheel) against Guardrails
 //!   and Instructor; writes the Python section of BENCHMARKS.md
 
@@ -97,6 +99,10 @@ enum Cmd {
     RealModel(real_model::RealModelArgs),
     /// The local-speed section: the local runner's tokens/s beside llama.cpp's on the same GGUF.
     LocalSpeed(local_speed::LocalSpeedArgs),
+    /// One timed answer of the local runner (local-speed runs it from the harness built for
+    /// this CPU).
+    #[command(hide = true)]
+    LocalSpeedAnswer(local_speed::AnswerArgs),
     /// The Python section: enforce-llm's check and loop against Guardrails and Instructor.
     Python(python_api::PythonArgs),
     /// The surfaces section: the proxy's added latency on every API surface at c=1.
@@ -168,6 +174,7 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::RealModel(args) => real_model::run(args),
         Cmd::LocalSpeed(args) => local_speed::run(args),
+        Cmd::LocalSpeedAnswer(args) => local_speed::answer(args),
         Cmd::Python(args) => python_api::run(args),
         Cmd::Surfaces(args) => surfaces::run(args),
     }

@@ -2,8 +2,7 @@
 //! (its prebuilt CPU binaries; nothing is compiled and no model is downloaded), timed by
 //! `llama.mjs`.
 
-use super::{Answer, LocalSpeedArgs, Timing};
-use anyhow::{anyhow, Context as _};
+use super::{Answer, Job};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -40,6 +39,11 @@ impl Prompts {
         std::fs::write(&prompts.city, city)?;
         std::fs::write(&prompts.grammar, grammar)?;
         Ok(prompts)
+    }
+
+    /// The GBNF grammar of the city answer.
+    pub fn grammar(&self) -> &Path {
+        &self.grammar
     }
 }
 
@@ -148,47 +152,20 @@ impl Peer {
         })
     }
 
-    /// The command that times one answer of `gguf`.
-    pub fn command(
-        &self,
-        gguf: &Path,
-        prompts: &Prompts,
-        answer: Answer,
-        args: &LocalSpeedArgs,
-    ) -> Command {
+    /// The command that times `job`.
+    pub fn command(&self, job: &Job) -> Command {
         let mut cmd = Command::new("node");
         cmd.arg(self.dir.join("llama.mjs"))
-            .arg(std::path::absolute(gguf).unwrap_or_else(|_| gguf.to_path_buf()))
-            .arg(match answer {
-                Answer::Text => &prompts.text,
-                Answer::CityGrammar => &prompts.city,
+            .arg(&job.gguf)
+            .arg(match job.answer {
+                Answer::Text => &job.prompts.text,
+                Answer::CityGrammar => &job.prompts.city,
             })
-            .arg(args.threads.to_string())
-            .arg(args.max_tokens.to_string());
-        if answer == Answer::CityGrammar {
-            cmd.arg(&prompts.grammar);
+            .arg(job.args.threads.to_string())
+            .arg(job.args.max_tokens.to_string());
+        if job.answer == Answer::CityGrammar {
+            cmd.arg(&job.prompts.grammar);
         }
         cmd
     }
-}
-
-/// Runs `cmd` and reads its timing (the last line it prints).
-pub fn time(mut cmd: Command) -> anyhow::Result<Timing> {
-    let out = cmd
-        .stderr(Stdio::piped())
-        .output()
-        .context("cannot run node")?;
-    if !out.status.success() {
-        return Err(anyhow!(
-            "node failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .last()
-        .ok_or_else(|| anyhow!("node printed nothing"))?;
-    serde_json::from_str(line).with_context(|| format!("node printed {line:?}"))
 }

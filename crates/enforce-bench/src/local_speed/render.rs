@@ -12,7 +12,8 @@ pub const TARGET_RATIO: f64 = 0.9;
 impl Side {
     fn label(self) -> &'static str {
         match self {
-            Side::Runner => "enforce local runner",
+            Side::Runner => "enforce local runner, as shipped (AVX2)",
+            Side::RunnerNative => "enforce local runner, built for this CPU",
             Side::Llama => "llama.cpp (node-llama-cpp)",
             Side::LlamaRunnerIsa => "llama.cpp (node-llama-cpp), AVX2 variant",
         }
@@ -50,25 +51,57 @@ impl ModelRun {
             .find(|r| r.side == side && r.answer == answer)
     }
 
-    /// The runner's median generation rate over `reference`'s on `answer`, counted by `rate`.
-    pub fn ratio(&self, answer: Answer, reference: Side, rate: Rate) -> Option<f64> {
+    /// `side`'s median generation rate over `reference`'s on `answer`, counted by `rate`.
+    pub fn ratio(&self, side: Side, answer: Answer, reference: Side, rate: Rate) -> Option<f64> {
         let median_of = |side| {
             let rates = self.row(side, answer)?.generation_rates(rate);
             (!rates.is_empty()).then(|| median(&rates))
         };
-        Some(median_of(Side::Runner)? / median_of(reference)?)
+        Some(median_of(side)? / median_of(reference)?)
     }
 }
 
-/// Each model's free-text ratio of the runner to `reference`, and the same per CPU-second.
-fn text_ratios(runs: &[ModelRun], reference: Side) -> Vec<(&str, f64, Option<f64>)> {
+/// A build of the runner held against a build of llama.cpp: in the table's ratio columns
+/// and in the verdict, most telling first.
+struct Comparison {
+    side: Side,
+    reference: Side,
+    /// Who generates, as the verdict's subject.
+    subject: &'static str,
+    /// The reference, as the verdict names it.
+    against: &'static str,
+}
+
+const COMPARISONS: [Comparison; 3] = [
+    Comparison {
+        side: Side::RunnerNative,
+        reference: Side::Llama,
+        subject: "Built for this CPU (`-C target-cpu=native`), the local runner",
+        against: "llama.cpp's best build",
+    },
+    Comparison {
+        side: Side::Runner,
+        reference: Side::LlamaRunnerIsa,
+        subject: "As shipped (AVX2), the local runner",
+        against: "llama.cpp's AVX2 variant",
+    },
+    Comparison {
+        side: Side::Runner,
+        reference: Side::Llama,
+        subject: "As shipped (AVX2), the local runner",
+        against: "llama.cpp's best build",
+    },
+];
+
+/// Each model's free-text ratio of `side` to `reference`, and the same per CPU-second.
+fn text_ratios(runs: &[ModelRun], side: Side, reference: Side) -> Vec<(&str, f64, Option<f64>)> {
     runs.iter()
         .filter_map(|r| {
-            let wall = r.ratio(Answer::Text, reference, WALL)?;
+            let wall = r.ratio(side, Answer::Text, reference, WALL)?;
             Some((
                 r.model.as_str(),
                 wall,
-                r.ratio(Answer::Text, reference, CPU),
+                r.ratio(side, Answer::Text, reference, CPU),
             ))
         })
         .collect()
@@ -85,38 +118,36 @@ fn listed(ratios: &[(&str, f64, Option<f64>)]) -> String {
         .join("; ")
 }
 
-/// The sentence that answers "is the runner at llama.cpp's speed?", for every model that has
-/// both sides on free text; then the same against llama.cpp on the runner's instruction set.
+/// The sentences that answer "is the runner at llama.cpp's speed?": one per comparison with
+/// figures on free text, each naming the models below the target.
 fn verdict(runs: &[ModelRun]) -> String {
-    let ratios = text_ratios(runs, Side::Llama);
-    if ratios.is_empty() {
+    let sentences: Vec<String> = COMPARISONS
+        .iter()
+        .filter_map(|c| {
+            let ratios = text_ratios(runs, c.side, c.reference);
+            if ratios.is_empty() {
+                return None;
+            }
+            let slow: Vec<&str> = ratios
+                .iter()
+                .filter(|(_, ratio, _)| *ratio < TARGET_RATIO)
+                .map(|(model, _, _)| *model)
+                .collect();
+            let (subject, against, listed) = (c.subject, c.against, listed(&ratios));
+            Some(if slow.is_empty() {
+                format!("**{subject} generates at ≥ {TARGET_RATIO}× the rate of {against} on every model measured** (free text: {listed}).")
+            } else {
+                format!(
+                    "**{subject} is below {TARGET_RATIO}× the rate of {against} on {}** (free text: {listed}).",
+                    slow.join(", ")
+                )
+            })
+        })
+        .collect();
+    if sentences.is_empty() {
         return "No model was measured on both sides, so there is no ratio to llama.cpp.".into();
     }
-    let same_isa = text_ratios(runs, Side::LlamaRunnerIsa);
-    let same_isa = if same_isa.is_empty() {
-        String::new()
-    } else {
-        format!(
-            " Against llama.cpp held to the runner's instruction set (ggml's AVX2 `haswell` variant): {}.",
-            listed(&same_isa)
-        )
-    };
-    let listed = listed(&ratios);
-    let slow: Vec<&str> = ratios
-        .iter()
-        .filter(|(_, ratio, _)| *ratio < TARGET_RATIO)
-        .map(|(model, _, _)| *model)
-        .collect();
-    if slow.is_empty() {
-        format!(
-            "**The local runner generates at ≥ {TARGET_RATIO}× llama.cpp's rate on every model measured** (free text: {listed}).{same_isa}"
-        )
-    } else {
-        format!(
-            "**The local runner is below {TARGET_RATIO}× llama.cpp's generation rate on {}** (free text: {listed}).{same_isa}",
-            slow.join(", ")
-        )
-    }
+    sentences.join(" ")
 }
 
 fn rates_cell(rates: &[f64]) -> String {
@@ -150,17 +181,24 @@ fn model_table(s: &mut String, run: &ModelRun) {
             let Some(row) = run.row(side, answer) else {
                 continue;
             };
-            let ratio = |reference| match side {
-                Side::Runner => match (
-                    run.ratio(answer, reference, WALL),
-                    run.ratio(answer, reference, CPU),
+            let ratio = |reference| {
+                if side == reference {
+                    return "1".to_string();
+                }
+                if !COMPARISONS
+                    .iter()
+                    .any(|c| c.side == side && c.reference == reference)
+                {
+                    return String::new();
+                }
+                match (
+                    run.ratio(side, answer, reference, WALL),
+                    run.ratio(side, answer, reference, CPU),
                 ) {
                     (Some(wall), Some(cpu)) => format!("**{wall:.2}** ({cpu:.2})"),
                     (Some(wall), None) => format!("**{wall:.2}**"),
                     _ => "–".into(),
-                },
-                _ if side == reference => "1".to_string(),
-                _ => String::new(),
+                }
             };
             let _ = writeln!(
                 s,
@@ -205,18 +243,22 @@ pub fn render(setting: &Setting, runs: &[ModelRun]) -> String {
         Ok(()) => "measured".to_string(),
         Err(why) => format!("not measured: {why}"),
     };
+    let native = match &setting.native {
+        Ok(harness) => format!("measured with `{harness}`"),
+        Err(why) => format!("not measured: {why}"),
+    };
     let _ = writeln!(
         s,
-        "enforce's local runner (`enforce-runner-local`, in process, {}; {}) and llama.cpp itself ({reference}) on the same GGUF and the same prompt in the model's chat template, {} thread(s), greedy sampling (temperature 0), at most {} tokens an answer, a fresh context per answer on both sides. node-llama-cpp loads the best of its CPU variants of ggml for this CPU; the runner's llama.cpp is built without `target-cpu` for AVX2 (`GGML_NATIVE` off: SSE4.2, AVX, AVX2, F16C, FMA, BMI2), so the *AVX2 variant* rows ({runner_isa}) run node-llama-cpp with only ggml's `haswell` variant, the same instruction set, to tell the instruction set from the runner's own cost. *Prompt tokens/s*: prompt tokens / the time to the first answer token (making the context, reading the prompt, sampling one token). *Generation tokens/s*: answer tokens after the first / the time from the first to the last; *per CPU-second*: the same tokens / the CPU time the generation used meanwhile (the runner's generating thread, from the kernel's `schedstat`; the reference's node process, `process.cpuUsage()`), which other work on the machine stretches much less than the clock. {} rounds; each times both sides one after the other, the side that goes first alternating; the median of the rounds, then each round's figure. The grammar rows hold the answer to the GBNF grammar of the city contract's JSON Schema (`examples/eval/enforce.yaml`, `validators.city`, as `json_schema_to_gbnf` writes it) on both sides.\n",
+        "enforce's local runner (`enforce-runner-local`, in process, {}; {}) and llama.cpp itself ({reference}) on the same GGUF and the same prompt in the model's chat template, {} thread(s), greedy sampling (temperature 0), at most {} tokens an answer, a fresh context per answer on every side. node-llama-cpp loads the best of its CPU variants of ggml for this CPU; the runner's llama.cpp is built without `target-cpu` for AVX2 (`GGML_NATIVE` off: SSE4.2, AVX, AVX2, F16C, FMA, BMI2), so the *AVX2 variant* rows ({runner_isa}) run node-llama-cpp with only ggml's `haswell` variant, the same instruction set, to tell the instruction set from the runner's own cost. The *built for this CPU* rows ({native}) time the same runner in a second build of the harness made with `RUSTFLAGS=\"-C target-cpu=native\"` (the Rust code for this CPU, llama.cpp with `GGML_NATIVE` on: what a user who builds enforce for their own CPU runs), a subprocess per answer that loads the model untimed, then times the answer as the in-process runner is timed; they are held against node-llama-cpp's best variant. *Prompt tokens/s*: prompt tokens / the time to the first answer token (making the context, reading the prompt, sampling one token). *Generation tokens/s*: answer tokens after the first / the time from the first to the last; *per CPU-second*: the same tokens / the CPU time the generation used meanwhile (the runner's generating thread, from the kernel's `schedstat`; the reference's node process, `process.cpuUsage()`), which other work on the machine stretches much less than the clock. {} rounds; each times every side one after the other, the side that goes first alternating; the median of the rounds, then each round's figure. The grammar rows hold the answer to the GBNF grammar of the city contract's JSON Schema (`examples/eval/enforce.yaml`, `validators.city`, as `json_schema_to_gbnf` writes it) on every side.\n",
         setting.runner_llama, setting.build, setting.threads, setting.max_tokens, setting.rounds
     );
     let _ = writeln!(s, "{}\n", verdict(runs));
     for run in runs {
         model_table(&mut s, run);
     }
-    if !setting.reference_commands.is_empty() {
-        s.push_str("The reference's commands (the first round's; `llama.mjs` is `crates/enforce-bench/src/local_speed/llama.mjs`):\n\n```sh\n");
-        for command in &setting.reference_commands {
+    if !setting.commands.is_empty() {
+        s.push_str("The commands of the subprocess sides (the first round's; `llama.mjs` is `crates/enforce-bench/src/local_speed/llama.mjs`, `local-speed-answer` the harness's hidden subcommand that times one answer of the local runner):\n\n```sh\n");
+        for command in &setting.commands {
             s.push_str(command);
             s.push('\n');
         }
@@ -257,7 +299,8 @@ mod tests {
             build: "build Z".into(),
             reference: Ok("node-llama-cpp Y".into()),
             runner_isa: Ok(()),
-            reference_commands: vec!["node llama.mjs m.gguf".into()],
+            native: Ok("target/native-cpu/dist/enforce-bench".into()),
+            commands: vec!["node llama.mjs m.gguf".into()],
         }
     }
 
@@ -279,13 +322,23 @@ mod tests {
         }
     }
 
+    /// `run` with `side`'s free-text row at `rate` tokens/s, one round.
+    fn with_side(mut run: ModelRun, side: Side, rate: f64) -> ModelRun {
+        run.rows.push(Row {
+            side,
+            answer: Answer::Text,
+            timings: vec![timing(40, 0.5, 11, 10.0 / rate)],
+        });
+        run
+    }
+
     #[test]
     fn the_table_holds_medians_rounds_and_the_ratio() {
         let s = render(&setting(), &[run("a.gguf", [9.0, 11.0], [20.0, 20.0])]);
         assert!(s.starts_with(LOCAL_SPEED.begin) && s.trim_end().ends_with(LOCAL_SPEED.end));
         assert!(s.contains("### a.gguf"), "{s}");
         assert!(
-            s.contains("| enforce local runner | free text | 40 | 80.0 (80.0 80.0) | 11 | 10.0 (9.0 11.0) | 20.0 (18.0 22.0) | **0.50** (0.50) | – |"),
+            s.contains("| enforce local runner, as shipped (AVX2) | free text | 40 | 80.0 (80.0 80.0) | 11 | 10.0 (9.0 11.0) | 20.0 (18.0 22.0) | **0.50** (0.50) | – |"),
             "{s}"
         );
         assert!(
@@ -302,6 +355,7 @@ mod tests {
             "node-llama-cpp Y",
             "node llama.mjs m.gguf",
             "2 rounds",
+            "*built for this CPU* rows (measured with `target/native-cpu/dist/enforce-bench`)",
         ] {
             assert!(s.contains(part), "{part} missing from {s}");
         }
@@ -309,11 +363,11 @@ mod tests {
 
     #[test]
     fn the_avx2_reference_gets_its_own_ratio() {
-        let mut both = run("a.gguf", [9.0, 11.0], [20.0, 20.0]);
-        let mut same_isa = both.rows[1].clone();
-        same_isa.side = Side::LlamaRunnerIsa;
-        same_isa.timings = vec![timing(40, 0.5, 11, 10.0 / 12.5)];
-        both.rows.push(same_isa);
+        let both = with_side(
+            run("a.gguf", [9.0, 11.0], [20.0, 20.0]),
+            Side::LlamaRunnerIsa,
+            12.5,
+        );
         let s = render(&setting(), &[both]);
         assert!(
             s.contains(
@@ -326,20 +380,54 @@ mod tests {
             "{s}"
         );
         assert!(
-            s.contains("runner's instruction set (ggml's AVX2 `haswell` variant): a.gguf 0.80×, per CPU-second 0.80×."),
+            s.contains("**As shipped (AVX2), the local runner is below 0.9× the rate of llama.cpp's AVX2 variant on a.gguf** (free text: a.gguf 0.80×, per CPU-second 0.80×)."),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn the_build_for_this_cpu_is_held_against_the_best_build() {
+        let all = with_side(
+            with_side(
+                run("a.gguf", [9.0, 11.0], [20.0, 20.0]),
+                Side::LlamaRunnerIsa,
+                10.0,
+            ),
+            Side::RunnerNative,
+            19.0,
+        );
+        let s = render(&setting(), &[all]);
+        assert!(
+            s.contains("| enforce local runner, built for this CPU | free text | 40 | 80.0 (80.0) | 11 | 19.0 (19.0) | 38.0 (38.0) | **0.95** (0.95) |  |"),
+            "{s}"
+        );
+        let native_row = s.find("built for this CPU | free text").unwrap();
+        let best_row = s.find("| llama.cpp (node-llama-cpp) | free text").unwrap();
+        assert!(s.find("as shipped (AVX2) | free text").unwrap() < native_row);
+        assert!(native_row < best_row, "the runner's rows first: {s}");
+        assert!(
+            s.contains("**Built for this CPU (`-C target-cpu=native`), the local runner generates at ≥ 0.9× the rate of llama.cpp's best build on every model measured** (free text: a.gguf 0.95×, per CPU-second 0.95×). **As shipped (AVX2), the local runner generates at ≥ 0.9× the rate of llama.cpp's AVX2 variant on every model measured** (free text: a.gguf 1.00×, per CPU-second 1.00×). **As shipped (AVX2), the local runner is below 0.9× the rate of llama.cpp's best build on a.gguf** (free text: a.gguf 0.50×, per CPU-second 0.50×)."),
             "{s}"
         );
     }
 
     #[test]
     fn the_verdict_names_the_models_below_the_target() {
-        let fast = run("fast.gguf", [19.0, 19.0], [20.0, 20.0]);
-        let slow = run("slow.gguf", [17.0, 17.0], [20.0, 20.0]);
+        let fast = with_side(
+            run("fast.gguf", [1.0, 1.0], [20.0, 20.0]),
+            Side::RunnerNative,
+            19.0,
+        );
+        let slow = with_side(
+            run("slow.gguf", [1.0, 1.0], [20.0, 20.0]),
+            Side::RunnerNative,
+            17.0,
+        );
         let s = render(&setting(), std::slice::from_ref(&fast));
-        assert!(s.contains("≥ 0.9× llama.cpp's rate on every model measured** (free text: fast.gguf 0.95×, per CPU-second 0.95×)"), "{s}");
+        assert!(s.contains("local runner generates at ≥ 0.9× the rate of llama.cpp's best build on every model measured** (free text: fast.gguf 0.95×, per CPU-second 0.95×)"), "{s}");
         let s = render(&setting(), &[fast, slow]);
         assert!(
-            s.contains("below 0.9× llama.cpp's generation rate on slow.gguf** (free text: fast.gguf 0.95×, per CPU-second 0.95×; slow.gguf 0.85×, per CPU-second 0.85×)"),
+            s.contains("local runner is below 0.9× the rate of llama.cpp's best build on slow.gguf** (free text: fast.gguf 0.95×, per CPU-second 0.95×; slow.gguf 0.85×, per CPU-second 0.85×)"),
             "{s}"
         );
     }
@@ -351,17 +439,24 @@ mod tests {
         only_runner.failures.push("Llama Text: node failed".into());
         let setting = Setting {
             reference: Err("skipped: npm not found".into()),
-            reference_commands: vec![],
+            native: Err("not asked for: `--native` adds it".into()),
+            commands: vec![],
             ..setting()
         };
         let s = render(&setting, &[only_runner]);
         assert!(s.contains("not measured: skipped: npm not found"), "{s}");
+        assert!(
+            s.contains(
+                "*built for this CPU* rows (not measured: not asked for: `--native` adds it)"
+            ),
+            "{s}"
+        );
         assert!(
             s.contains("| 10.0 (10.0 10.0) | 20.0 (20.0 20.0) | – | – |"),
             "{s}"
         );
         assert!(s.contains("- Llama Text: node failed"), "{s}");
         assert!(s.contains("No model was measured on both sides"), "{s}");
-        assert!(!s.contains("```"), "no reference commands: {s}");
+        assert!(!s.contains("```"), "no subprocess commands: {s}");
     }
 }
