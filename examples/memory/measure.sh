@@ -2,7 +2,8 @@
 # The proxy's RSS under oversized requests (RELIABILITY.md, "Hostile clients"):
 #   N=40 examples/memory/measure.sh target/debug/enforce [--responses]
 # starts a Python upstream that answers after 2 s and `enforce serve` with cfg.yaml
-# (max_concurrent: 4) on ports 18931/18932, sends N (default 40) concurrent 9 MB requests
+# (max_concurrent: 4; CFG=cfg-checked.yaml adds a check the model is asked streamed for) on
+# ports 18931/18932, sends N (default 40) concurrent 9 MB requests
 # (chat completions; Responses API requests, stored, with --responses), and prints idle,
 # peak and the RSS 3 s after the last answer.
 #
@@ -15,7 +16,7 @@ BIN=$(realpath "$1")
 cd "$(dirname "$0")"
 OUT=$(mktemp -d)
 python3 upstream.py 18931 & UP=$!
-$BIN serve --config cfg.yaml --listen 127.0.0.1:18932 >"$OUT/serve.log" 2>&1 & SRV=$!
+$BIN serve --config "${CFG:-cfg.yaml}" --listen 127.0.0.1:18932 >"$OUT/serve.log" 2>&1 & SRV=$!
 sleep 2
 kb() { awk -v key="$1:" '$1 == key {print $2}' /proc/$SRV/status; }
 curl -s -o /dev/null http://127.0.0.1:18932/healthz
