@@ -277,7 +277,7 @@ impl Runner for AnthropicRunner {
                 async move { ask_whole(self, ask.request, &messages).await },
             );
         }
-        answer(self, ask.request, messages.into_owned(), self.config.stream)
+        answer(self, ask.request, messages, self.config.stream)
     }
 
     /// Asks `{base_url}/v1/messages/count_tokens` (with the runner's retries).

@@ -12,6 +12,7 @@ use enforce_core::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -323,11 +324,13 @@ pub(crate) async fn ask_whole<S: StreamSource>(
 }
 
 /// An answer as a [`ReplyStream`]: streamed ([`stream_reply`]), or with `stream` off the whole
-/// answer as one event.
+/// answer as one event. `messages` stay borrowed when they are the request's own
+/// ([`Ask::messages`](enforce_core::Ask::messages)): a copy would hold a long conversation
+/// twice while the model answers.
 pub(crate) fn answer<'a, S: StreamSource>(
     source: &'a S,
     request: &'a Request,
-    messages: Vec<Message>,
+    messages: Cow<'a, [Message]>,
     stream: bool,
 ) -> ReplyStream<'a> {
     if !stream {
@@ -346,7 +349,7 @@ pub(crate) fn answer<'a, S: StreamSource>(
 fn stream_reply<'a, S: StreamSource>(
     source: &'a S,
     request: &'a Request,
-    messages: Vec<Message>,
+    messages: Cow<'a, [Message]>,
 ) -> ReplyStream<'a> {
     let state = Streaming {
         source,
@@ -368,7 +371,7 @@ fn stream_reply<'a, S: StreamSource>(
 struct Streaming<'a, S: StreamSource> {
     source: &'a S,
     request: &'a Request,
-    messages: Vec<Message>,
+    messages: Cow<'a, [Message]>,
     /// The open response; `None` before it is opened.
     response: Option<UpstreamResponse>,
     reader: S::Reader,

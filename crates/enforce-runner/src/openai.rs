@@ -279,7 +279,6 @@ impl Runner for OpenAiRunner {
                 }
             });
         }
-        let messages = messages.into_owned();
         match &self.responses {
             Some(api) => answer(api, ask.request, messages, self.config.stream),
             None => answer(self, ask.request, messages, self.config.stream),

@@ -1,8 +1,9 @@
 //! Client connections: HTTP/1.1 served by hyper, each request head due within
 //! [`ServerConfig::header_timeout`](crate::ServerConfig::header_timeout) of the connection
 //! opening or its previous answer ending (so a slow head and an idle keep-alive connection
-//! are both closed after it), and a shutdown that closes at once the connections that never
-//! sent a whole request head while the others finish their answer.
+//! are both closed after it), read about [`READ_BUFFER_BYTES`] at a time, and a shutdown
+//! that closes at once the connections that never sent a whole request head while the others
+//! finish their answer.
 
 use axum::body::Body;
 use axum::Router;
@@ -20,6 +21,13 @@ use tower_service::Service;
 /// How long accepting pauses after an error that is not the client's (out of file
 /// descriptors): retrying at once would spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// About the most a connection reads from its socket at once, which also bounds the request
+/// head it accepts (a larger one gets 431). Read with hyper's default, about 400 KiB at a
+/// time, a 9 MB body left some 6 MB more resident than read 64 KiB at a time: the read
+/// buffers the body arrives in, on top of the body (RELIABILITY.md, "Hostile clients").
+/// A small request arrives in one read either way; request heads are a few KiB.
+const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Accepts connections on `listener` and serves `router` on each until `stopping` turns
 /// true, then stops accepting and returns once every connection has closed.
@@ -83,7 +91,8 @@ async fn connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout);
+        .header_read_timeout(header_timeout)
+        .max_buf_size(READ_BUFFER_BYTES);
     let mut served = pin!(builder.serve_connection(TokioIo::new(tcp), service));
     tokio::select! {
         result = served.as_mut() => {

@@ -1,7 +1,8 @@
 //! Client connections under hostile timing, with small limits: a request refused for load is
 //! refused before its body is read, the bodies held at once stay within the body budget, slow heads and idle keep-alive connections are closed
-//! after `header_timeout`, a slow body gets a 408 at the request deadline, and a shutdown
-//! does not wait for a connection that never sent a whole request head.
+//! after `header_timeout`, a request head over the read buffer gets a 431, a slow body gets a
+//! 408 at the request deadline, and a shutdown does not wait for a connection that never sent
+//! a whole request head.
 
 use crate::common::*;
 use enforce_core::ScriptedRunner;
@@ -161,6 +162,23 @@ async fn the_bodies_held_at_once_stay_within_the_body_budget() {
         .send()
         .await;
     assert_eq!(resp.unwrap().status(), 200);
+}
+
+/// A connection reads about 64 KiB at a time, and that bounds a request head too: one well
+/// under is answered, one of 150 KiB gets 431 (hyper's default would read and accept it).
+#[tokio::test]
+async fn a_request_head_larger_than_the_read_buffer_gets_a_431() {
+    let h = with_header_timeout_300ms().await;
+    let head = |padding: usize| {
+        format!(
+            "GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\nx-padding: {}\r\n\r\n",
+            "p".repeat(padding)
+        )
+    };
+    let under = answer_to_head(&h, &head(40 * 1024)).await;
+    assert!(under.starts_with("HTTP/1.1 200"), "{under:.80}");
+    let over = answer_to_head(&h, &head(150 * 1024)).await;
+    assert!(over.starts_with("HTTP/1.1 431"), "{over:.80}");
 }
 
 #[tokio::test]
