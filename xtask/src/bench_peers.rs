@@ -38,6 +38,12 @@ fn bench_real_model(extra: &[String]) -> Result<()> {
     };
     let gguf = gguf.to_string_lossy().into_owned();
     let mut args = vec!["--gguf".to_string(), gguf];
+    if !rest.iter().any(|a| a == "--records") {
+        // In the repository, so that the arms of a run of many hours, measured in pieces on
+        // different days or machines, are read back (`--reuse`) and kept with the figures.
+        let records = root().join("crates/enforce-bench/records/real-model");
+        args.extend(["--records".into(), records.to_string_lossy().into_owned()]);
+    }
     if let Some(larger) = bench_model_flag(&mut rest, "--escalate-model")? {
         args.extend([
             "--escalate-gguf".into(),

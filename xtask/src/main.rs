@@ -97,7 +97,9 @@ Commands:
                   examples/eval, one eval per arm, and the Instructor, Pydantic AI and
                   Guardrails loops on the same model; each model has its own part of the
                   section; --escalate-model gives the `escalate` arm a larger model;
-                  --reuse reads back arms measured by the same command (manual)
+                  --reuse reads back arms measured by the same command (their records are
+                  kept in crates/enforce-bench/records/real-model); --part NAME writes a part
+                  of its own beside the model's, for other arms on the same model (manual)
 ";
 
 type Result<T> = std::result::Result<T, String>;

@@ -80,6 +80,27 @@ pub struct RealModelArgs {
     /// dataset and flags) instead of running it again.
     #[arg(long)]
     pub reuse: bool,
+    /// Where each measured arm's record goes (`MODEL/CONTRACT/ARM.json`: its summary and the
+    /// command that ran it), the records `--reuse` reads back; by default under `--work-dir`.
+    /// A directory in the repository keeps them across machines, so a run of many hours can be
+    /// finished in pieces.
+    #[arg(long)]
+    pub records: Option<PathBuf>,
+    /// The part of the section this run writes, beside the model's own (a name without spaces,
+    /// e.g. `strategies`): other arms measured on the same model then leave the model's part
+    /// as it is. By default the model's part.
+    #[arg(long, value_parser = part_name)]
+    pub part: Option<String>,
+}
+
+/// A `--part` name: it goes into the section's markers, which a space would break.
+fn part_name(name: &str) -> Result<String, String> {
+    if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == ':') {
+        return Err(format!(
+            "`{name}`: a part's name is one word (no spaces or colons)"
+        ));
+    }
+    Ok(name.to_string())
 }
 
 /// The arms measured unless `--arms` says otherwise.
@@ -205,11 +226,11 @@ pub fn run(args: RealModelArgs) -> anyhow::Result<()> {
     let old = std::fs::read_to_string(&args.out).unwrap_or_default();
     std::fs::write(
         &args.out,
-        render::splice_model(&old, &model_name(&args), &part),
+        render::splice_model(&old, &part_key(&args), &part),
     )?;
     eprintln!(
         "bench: wrote {}'s part of the real-model section of {} in {:.0} s",
-        model_name(&args),
+        part_key(&args),
         args.out.display(),
         started.elapsed().as_secs_f64()
     );
@@ -221,6 +242,14 @@ fn model_name(args: &RealModelArgs) -> String {
     args.gguf
         .file_stem()
         .map_or("model".into(), |n| n.to_string_lossy().into_owned())
+}
+
+/// The key of the part this run writes: the model's name, with `/PART` for `--part`.
+fn part_key(args: &RealModelArgs) -> String {
+    match &args.part {
+        Some(part) => format!("{}/{part}", model_name(args)),
+        None => model_name(args),
+    }
 }
 
 fn chosen_contracts(args: &RealModelArgs) -> anyhow::Result<Vec<&'static Contract>> {
@@ -340,7 +369,13 @@ fn eval_arm(
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
     let command = peers::describe(&cmd);
-    let record = dir.join(format!("{arm}.json"));
+    let records = match &args.records {
+        Some(records) => absolute(records)?,
+        None => work.join("real-model"),
+    }
+    .join(model_name(args))
+    .join(contract.profile);
+    let record = records.join(format!("{arm}.json"));
     if args.reuse {
         if let Some(mut earlier) = read_back(&record, &command) {
             eprintln!("bench: reused {} ({})", record.display(), earlier.measured);
@@ -380,6 +415,7 @@ fn eval_arm(
         measured: peers::version_of("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         reused: false,
     };
+    std::fs::create_dir_all(&records)?;
     std::fs::write(&record, serde_json::to_vec_pretty(&run)?)?;
     Ok(run)
 }
@@ -443,6 +479,8 @@ mod tests {
             no_peers: true,
             cases: None,
             reuse: true,
+            records: None,
+            part: None,
         }
     }
 
@@ -511,6 +549,50 @@ mod tests {
             "the command differs: {:?}",
             run.arms[0].command
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn records_go_where_told_and_a_part_is_written_beside_the_models_own() {
+        let dir = std::env::temp_dir().join(format!("real-model-part-{}", std::process::id()));
+        let records = dir.join("kept");
+        let mut a = args(&dir);
+        a.records = Some(records.clone());
+        a.arms = "none".into();
+        let city = chosen_contracts(&a).unwrap()[0];
+        let command = format!(
+            "enforce eval examples/eval/city-json.jsonl --config examples/eval/enforce.yaml --profile city_json --arms none --seed 42 --temperature 0.7 --max-tokens 256 --concurrency 2 --runner local --model {} --threads 1 -o {}",
+            a.gguf.display(),
+            dir.join("real-model/Tiny-Model.Q4/city_json/none").display()
+        );
+        let at = records.join("Tiny-Model.Q4/city_json");
+        std::fs::create_dir_all(&at).unwrap();
+        let earlier = ArmRun {
+            summary: serde_json::json!({"arm": "none"}),
+            command,
+            wall_s: 1.0,
+            measured: "then".into(),
+            reused: false,
+        };
+        std::fs::write(at.join("none.json"), serde_json::to_vec(&earlier).unwrap()).unwrap();
+        // Read back from the records directory, not from under the work dir.
+        let run = eval_contract(&a, &dir, city).unwrap();
+        assert!(run.arms[0].reused);
+
+        a.part = Some("strategies".into());
+        assert_eq!(part_key(&a), "Tiny-Model.Q4/strategies");
+        let part = render::model_part(&a, &[run], &[], &[], "0", Default::default());
+        assert!(part.contains("### Tiny-Model.Q4: strategies"), "{part}");
+        assert!(part.contains("--part strategies"), "{part}");
+        let own =
+            "<!-- real-model:Tiny-Model.Q4:begin -->\nOWN\n<!-- real-model:Tiny-Model.Q4:end -->\n";
+        let once = render::splice_model("# B\n", "Tiny-Model.Q4", own);
+        let both = render::splice_model(&once, &part_key(&a), &part);
+        assert!(
+            both.contains("OWN") && both.contains("strategies"),
+            "{both}"
+        );
+        assert!(part_name("two words").is_err() && part_name("a:b").is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
