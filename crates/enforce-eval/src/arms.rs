@@ -6,6 +6,10 @@ use enforce_core::{
     policy::FirstAttempt, policy::Ladder, policy::Reask, policy::RepairWhen, Policy,
 };
 
+/// The arms compared when none are named: one attempt, the three ways to re-ask most
+/// contracts take, and repairs first.
+pub const DEFAULT: &str = "none,resample,feedback,feedback+abort,repair-first";
+
 /// The words an arm is made of, with what each means (for `--help` and errors).
 pub const WORDS: [(&str, &str); 11] = [
     (

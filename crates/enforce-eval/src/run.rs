@@ -7,13 +7,14 @@ use crate::manifest::{self, Manifest};
 use crate::outputs::{self, ANSWERS, ATTEMPTS};
 use crate::shard::Shard;
 use crate::summary::{self, Setup, Summary};
-use crate::trials::{self, Plan, Sink, Trial};
+use crate::trials::{self, Job, Plan, Sink, Trial};
 use crate::EvalError;
 use enforce_config::profile::Constrained;
 use enforce_config::{Profile, ProfileSet};
 use enforce_core::{Enforcer, Policy, Runner};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -105,6 +106,41 @@ pub enum Event<'a> {
     Trial(&'a Trial),
 }
 
+impl fmt::Display for Event<'_> {
+    /// The event in words, as `enforce eval` prints it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::ConstraintNote { profile, note } => {
+                write!(f, "profile `{profile}`: constrained decoding: {note}")
+            }
+            Event::Shard { part, held, cases } => {
+                write!(f, "shard {part}: {held} of the dataset's {cases} case(s)")
+            }
+            Event::OtherRecords { count, path } => write!(
+                f,
+                "{count} record(s) in {} belong to another eval (other arms, cases or seeds) \
+                 and are left out of this summary",
+                path.display()
+            ),
+            Event::Resuming {
+                done,
+                pending,
+                path,
+            } => write!(
+                f,
+                "resuming: {done} trial(s) already in {}, {pending} to run",
+                path.display()
+            ),
+            Event::Started { pending } => write!(f, "{pending} trial(s) to run"),
+            Event::Trial(trial) => write!(
+                f,
+                "trial {}/{}/{} done",
+                trial.key.arm, trial.key.case, trial.key.repeat
+            ),
+        }
+    }
+}
+
 /// Receives an eval's [`Event`]s, from the thread that runs the eval or a worker of its
 /// runtime.
 pub type Observer = Arc<dyn Fn(Event<'_>) + Send + Sync>;
@@ -171,7 +207,22 @@ impl Eval {
         observer(Event::Started {
             pending: pending.len(),
         });
-        let on_trial = Arc::clone(&observer);
+        let new = self
+            .run_trials(plan, runner, pending, output, observer)
+            .await?;
+        trials.extend(new);
+        self.finish(manifest, &trials)
+    }
+
+    /// Runs `pending`, each trial recorded in `output` as it ends.
+    async fn run_trials(
+        &self,
+        plan: Arc<Plan>,
+        runner: Arc<dyn Runner>,
+        pending: Vec<Job>,
+        output: Option<Output>,
+        observer: Observer,
+    ) -> Result<Vec<Trial>, EvalError> {
         let (file, answers, attempts) = match output {
             Some(o) => (
                 Some(o.attempts_file),
@@ -183,16 +234,14 @@ impl Eval {
         let sink = Sink {
             file,
             answers,
-            on_trial: Box::new(move |trial: &Trial| on_trial(Event::Trial(trial))),
+            on_trial: Box::new(move |trial: &Trial| observer(Event::Trial(trial))),
         };
-        let new = trials::run_all(Arc::clone(&plan), runner, pending, self.concurrency, sink)
+        trials::run_all(plan, runner, pending, self.concurrency, sink)
             .await
             .map_err(|source| match attempts {
                 Some(path) => EvalError::Record { path, source },
                 None => EvalError::Output(source.to_string()),
-            })?;
-        trials.extend(new);
-        self.finish(manifest, &trials)
+            })
     }
 
     /// What every trial shares: an enforcer per (case, arm) (one per (profile, arm), shared by

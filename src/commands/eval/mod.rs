@@ -109,10 +109,7 @@ pub struct Args {
     #[arg(long, short = 'p')]
     pub profile: Option<String>,
     /// Arms to compare, comma-separated (see above).
-    #[arg(
-        long,
-        default_value = "none,resample,feedback,feedback+abort,repair-first"
-    )]
+    #[arg(long, default_value = arms::DEFAULT)]
     pub arms: String,
     /// Runs per case and arm (each with its own seed).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -229,34 +226,15 @@ fn finished(
     }
 }
 
-/// The eval's events on stderr: notes, resuming, and the progress bar.
+/// The eval's events on stderr: the progress bar, and the notes in words.
 fn observer(bar: indicatif::ProgressBar) -> Observer {
     Arc::new(move |event| match event {
-        Event::ConstraintNote { profile, note } => {
-            eprintln!("enforce eval: profile `{profile}`: constrained decoding: {note}");
-        }
-        Event::Shard { part, held, cases } => {
-            eprintln!("enforce eval: shard {part}: {held} of the dataset's {cases} case(s)");
-        }
-        Event::OtherRecords { count, path } => eprintln!(
-            "enforce eval: {count} record(s) in {} belong to another eval (other arms, cases \
-             or seeds) and are left out of this summary",
-            path.display()
-        ),
-        Event::Resuming {
-            done,
-            pending,
-            path,
-        } => eprintln!(
-            "enforce eval: resuming: {done} trial(s) already in {}, {pending} to run",
-            path.display()
-        ),
         Event::Started { pending } => bar.set_length(pending as u64),
         Event::Trial(trial) => {
             bar.set_message(format!("{} {}", trial.key.arm, trial.key.case));
             bar.inc(1);
         }
-        _ => {}
+        note => bar.suspend(|| eprintln!("enforce eval: {note}")),
     })
 }
 
