@@ -8,45 +8,15 @@
 //! which it sends as `output_config.format`. Runners without such a control get nothing and a
 //! note.
 
-use enforce_config::profile::{Constraint, Decode};
+use enforce_config::profile::{Constrained, Constraint, Decode};
 use enforce_config::Profile;
-use enforce_core::{policy::Reask, Issue, Policy, Request};
+use enforce_core::{policy::Reask, Policy};
 use enforce_runner::RunnerConfig;
 use enforce_runner_local::{choices_to_gbnf, plan_regex, plan_schema, ConstraintEngine};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 /// The schema's name in a `json_schema` response format (OpenAI requires one).
 const SCHEMA_NAME: &str = "contract";
-
-/// What constraining one profile's answers on one runner amounts to.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Constrained {
-    /// Request parameters that carry the constraint (empty when the runner cannot take it).
-    pub params: Map<String, Value>,
-    /// What the user should know: the runner cannot constrain, the constraint is looser than
-    /// the contract. Each says what happens instead.
-    pub notes: Vec<String>,
-    /// The local runner's engine for this constraint (`llguidance`, or `gbnf` as configured or
-    /// as the fallback for a schema llguidance rejects); `None` for other runners.
-    pub engine: Option<&'static str>,
-}
-
-impl Constrained {
-    /// Adds the parameters to `request`'s; a parameter the request already has is kept (the
-    /// caller's own `response_format` wins). Those added are the request's constraint
-    /// (`constraint_params`), which reason-then-format's free call leaves out.
-    pub fn apply_to(&self, request: &mut Request) {
-        for (key, value) in &self.params {
-            if !request.params.contains_key(key) {
-                request.params.insert(key.clone(), value.clone());
-                request.constraint_params.push(key.clone());
-            }
-        }
-    }
-}
-
-/// Issue code of a decoding note in the outcome's warnings (the audit's `warnings`).
-pub const DECODE_NOTE: &str = "DECODE_NOT_CONSTRAINED";
 
 /// What `profile` asks of `runner` when its answers are enforced with `policy` (the profile's
 /// own, or an eval arm's): `None` when nothing is constrained (the profile decodes freely,
@@ -76,16 +46,6 @@ pub fn engine(runner: &RunnerConfig) -> Option<ConstraintEngine> {
     match runner {
         RunnerConfig::Local(c) => Some(c.constraint_engine),
         _ => None,
-    }
-}
-
-impl Constrained {
-    /// The notes as warnings of an outcome, so the audit says that (and how) decoding was not
-    /// constrained as asked.
-    pub fn warnings(&self) -> impl Iterator<Item = Issue> + '_ {
-        self.notes
-            .iter()
-            .map(|note| Issue::warning("decode", DECODE_NOTE, note.clone()))
     }
 }
 
@@ -259,6 +219,7 @@ fn objects_gaps(schema: &Value, at: &str, gaps: &mut Vec<String>, depth: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use enforce_core::Request;
 
     fn city() -> Value {
         json!({

@@ -560,6 +560,24 @@ const LAYERING: &[(&str, &[&str])] = &[
             "enforce-server",
         ],
     ),
+    // The eval engine, shared by the binary, the benchmark and the Python package: the model
+    // comes as a `Runner` and the plugins as a registry, so no runners (nor llama.cpp), plugin
+    // loading, proxy or Python. (The HTTP client comes with enforce-external's validators.)
+    (
+        "enforce-eval",
+        &[
+            "axum",
+            "abi_stable",
+            "llama-cpp-2",
+            "llama-cpp-sys-2",
+            "redis",
+            "pyo3",
+            "enforce-runner",
+            "enforce-runner-local",
+            "enforce-server",
+            "enforce-plugin-host",
+        ],
+    ),
     // The sample project that depends on enforce-validators alone (examples/validators-only).
     (
         "enforce-example-validators-only",

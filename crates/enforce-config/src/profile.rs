@@ -50,7 +50,7 @@ mod input;
 mod policy;
 #[cfg(test)]
 mod tests;
-pub use decode::{Constraint, Decode};
+pub use decode::{Constrained, Constraint, Decode, DECODE_NOTE};
 use input::build_input;
 pub use input::{DEFAULT_INPUT_HINT, DEFAULT_REFORMULATE_PROMPT, DEFAULT_REFORMULATE_TIMEOUT_MS};
 use policy::{answer_format_of, build_policy};

@@ -10,6 +10,7 @@
 //! later; its tests are the pytest suite in `python/tests`, run by `cargo xtask test`.
 #![deny(missing_docs)]
 
+mod eval;
 mod load;
 mod model;
 mod outcome;
@@ -260,6 +261,13 @@ fn from_json<T: serde::de::DeserializeOwned>(
     serde_json::from_str(&text).map_err(|e| e.to_string())
 }
 
+/// `value` as the Python value of its JSON form (dicts, lists, str, int, float, bool, None).
+fn to_python<'py, T: serde::Serialize>(py: Python<'py>, value: &T) -> PyResult<Bound<'py, PyAny>> {
+    let json = serde_json::to_string(value)
+        .map_err(|e| PyValueError::new_err(format!("cannot serialize the result: {e}")))?;
+    py.import("json")?.call_method1("loads", (json,))
+}
+
 /// The native module `enforce_llm._native`.
 #[pymodule]
 #[pyo3(name = "_native")]
@@ -270,6 +278,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check, m)?)?;
     m.add_function(wrap_pyfunction!(repair, m)?)?;
     m.add_function(wrap_pyfunction!(report::report, m)?)?;
+    m.add_function(wrap_pyfunction!(eval::eval, m)?)?;
     m.add("ConfigError", m.py().get_type::<ConfigError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -91,6 +91,15 @@ fn refuse_async_judge(py: Python<'_>, judge: &Bound<'_, PyAny>) -> PyResult<()> 
     Ok(())
 }
 
+/// The judge given, if any (`None` passed from Python is none), refused when it is async.
+fn judge_of(py: Python<'_>, judge: Option<Py<PyAny>>) -> PyResult<Option<Py<PyAny>>> {
+    let judge = judge.filter(|j| !j.is_none(py));
+    if let Some(judge) = &judge {
+        refuse_async_judge(py, judge.bind(py))?;
+    }
+    Ok(judge)
+}
+
 /// The profile `profile` of `config` (see `Profile` in lib.rs for the defaults), from the
 /// cache while the file is unchanged. Plugin load failures and name clashes are Python
 /// `RuntimeWarning`s, as the CLI prints them as warnings. With a `judge`, the profile is built
@@ -101,14 +110,8 @@ pub fn profile(
     config: Option<&Path>,
     judge: Option<Py<PyAny>>,
 ) -> PyResult<Arc<Loaded>> {
-    let judge = judge.filter(|j| !j.is_none(py));
-    if let Some(judge) = &judge {
-        refuse_async_judge(py, judge.bind(py))?;
-    }
-    let file = match config {
-        Some(path) => Some(path.to_path_buf()),
-        None => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|p| p.exists()),
-    };
+    let judge = judge_of(py, judge)?;
+    let file = config_file(config);
     // The same relative name means another file after a change of directory.
     let file = file.map(|f| std::path::absolute(&f).unwrap_or(f));
     let key = (file.clone(), profile.map(str::to_string));
@@ -126,10 +129,7 @@ pub fn profile(
     }
     let mut warnings = Vec::new();
     let loaded = load(profile, file.as_deref(), JudgeRunners(judge), &mut warnings);
-    for warning in warnings {
-        let message = CString::new(warning.replace('\0', " ")).unwrap_or_default();
-        PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1)?;
-    }
+    warn(py, warnings)?;
     let loaded = Arc::new(loaded.map_err(|e| PyConfigError::new_err(e.to_string()))?);
     if cached {
         if let Ok(mut cache) = cache().lock() {
@@ -145,6 +145,69 @@ fn load(
     judges: JudgeRunners,
     warnings: &mut Vec<String>,
 ) -> Result<Loaded, ConfigError> {
+    let (profiles, _) = profile_set(file, judges, warnings)?;
+    let name = profile
+        .unwrap_or_else(|| profiles.default_name())
+        .to_string();
+    let Some(found) = profiles.get(&name) else {
+        return Err(ConfigError {
+            file: file.map(Path::to_path_buf),
+            line: None,
+            column: None,
+            key: None,
+            message: format!(
+                "no profile named '{name}' (profiles: {})",
+                profiles.names().collect::<Vec<_>>().join(", ")
+            ),
+        });
+    };
+    Ok(Loaded {
+        enforcer: Arc::new(found.enforcer()),
+        name,
+    })
+}
+
+/// Every profile of `config` (see `Profile` in lib.rs for the default file), not cached: for
+/// `eval`, whose cases may name their own profiles. Warnings as for [`profile`]; also the
+/// configuration file the profiles come from, if any.
+pub fn profiles(
+    py: Python<'_>,
+    config: Option<&Path>,
+    judge: Option<Py<PyAny>>,
+) -> PyResult<(ProfileSet, Option<ConfigSource>)> {
+    let judge = judge_of(py, judge)?;
+    let file = config_file(config);
+    let mut warnings = Vec::new();
+    let loaded = profile_set(file.as_deref(), JudgeRunners(judge), &mut warnings);
+    warn(py, warnings)?;
+    loaded.map_err(|e| PyConfigError::new_err(e.to_string()))
+}
+
+/// The configuration file named, else `./enforce.yaml` when it exists.
+fn config_file(config: Option<&Path>) -> Option<PathBuf> {
+    match config {
+        Some(path) => Some(path.to_path_buf()),
+        None => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|p| p.exists()),
+    }
+}
+
+/// `warnings` as Python `RuntimeWarning`s: plugin load failures and name clashes, as the CLI
+/// prints them as warnings.
+pub fn warn(py: Python<'_>, warnings: Vec<String>) -> PyResult<()> {
+    for warning in warnings {
+        let message = CString::new(warning.replace('\0', " ")).unwrap_or_default();
+        PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1)?;
+    }
+    Ok(())
+}
+
+/// The profiles of `file` (the built-in ones without a file) with the plugins of the usual
+/// directories, and the file's source.
+fn profile_set(
+    file: Option<&Path>,
+    judges: JudgeRunners,
+    warnings: &mut Vec<String>,
+) -> Result<(ProfileSet, Option<ConfigSource>), ConfigError> {
     // The binary's own sections (`runner`, `models`, `server`) are accepted unread, so one
     // file serves the CLI, the proxy and Python.
     let (source, config) = match file {
@@ -189,23 +252,5 @@ fn load(
             ProfileSet::from_config(&config, &registry, &env).map_err(|e| source.build_error(e))?
         }
     };
-    let name = profile
-        .unwrap_or_else(|| profiles.default_name())
-        .to_string();
-    let Some(found) = profiles.get(&name) else {
-        return Err(ConfigError {
-            file: file.map(Path::to_path_buf),
-            line: None,
-            column: None,
-            key: None,
-            message: format!(
-                "no profile named '{name}' (profiles: {})",
-                profiles.names().collect::<Vec<_>>().join(", ")
-            ),
-        });
-    };
-    Ok(Loaded {
-        enforcer: Arc::new(found.enforcer()),
-        name,
-    })
+    Ok((profiles, source))
 }

@@ -29,9 +29,7 @@ pub fn report<'py>(
     let report = py
         .detach(|| enforce_report::summarize(&paths, options))
         .map_err(|e| PyOSError::new_err(e.to_string()))?;
-    let json = serde_json::to_string(&report)
-        .map_err(|e| PyValueError::new_err(format!("cannot serialize the report: {e}")))?;
-    py.import("json")?.call_method1("loads", (json,))
+    crate::to_python(py, &report)
 }
 
 /// One path (`str` or `os.PathLike`) or a list of them.

@@ -15,6 +15,10 @@ Rust code as the ``enforce`` CLI and proxy::
 
     outcome = enforce_llm.Enforcer(profile="chat", model=model).run("Which database?")
 
+    # Does re-asking pay, on this model? The arms' valid answers, tokens and time:
+    summary = enforce_llm.eval("cases.jsonl", model, profile="chat", arms="none,feedback")
+    [(arm["arm"], arm["valid"]["k"]) for arm in summary["arms"]]
+
 Profiles come from ``config`` (an ``enforce.yaml``; default ``./enforce.yaml`` when it exists)
 or the built-in ones (``chat``, ``adr``); plugins load from the usual directories, as for the
 CLI. A bad file raises :class:`ConfigError` with the CLI's ``file:line:column: key: message``.
@@ -40,6 +44,7 @@ from typing import (
     Union,
 )
 
+from . import _native
 from ._native import ConfigError, Issue, Outcome, Profile, __version__, check, repair, report
 
 __all__ = [
@@ -56,6 +61,7 @@ __all__ = [
     "report",
     "__version__",
 ]
+# `eval` is left out of `__all__`: `from enforce_llm import *` would hide the builtin `eval`.
 
 Message = Dict[str, Any]
 """One message: ``{"role": "system" | "user" | "assistant" | "tool", "content": str}``."""
@@ -174,6 +180,96 @@ class Enforcer:
 
     def __repr__(self) -> str:
         return f"Enforcer(profile={self._profile.name!r}, model={self._model!r})"
+
+
+def eval(  # noqa: A001 (the name is enforce's command: `enforce_llm.eval`)
+    dataset: PathLike,
+    model: Model,
+    config: Optional[PathLike] = None,
+    profile: Optional[str] = None,
+    arms: Union[str, Sequence[str], None] = None,
+    repeats: int = 1,
+    seed: int = 0,
+    concurrency: int = 1,
+    output_dir: Optional[PathLike] = None,
+    judge: Optional[Judge] = None,
+) -> Dict[str, Any]:
+    """Does enforcing pay, on your model? ``enforce eval`` with ``model`` as the model.
+
+    Runs ``dataset`` (JSONL, one case a line: ``{"prompt": ...}`` or ``{"messages": [...]}``,
+    with optional ``id``, ``context`` and ``profile``; or promptfoo-style YAML) through
+    ``profile`` (default: the configuration's default, else ``chat``) once per arm, ``repeats``
+    times each, and returns the summary as a dict, what ``summary.json`` holds: per arm
+    (``summary["arms"]``) the first-attempt pass rate, ``valid`` (``k`` of ``n``, with its 95 %
+    Wilson interval), the outcomes, tokens and time per valid answer; per issue code how each
+    arm fares; every pair of arms compared.
+
+    ``arms`` is a comma-separated string or a list (default
+    ``none,resample,feedback,feedback+abort,repair-first``); the words are those of
+    ``enforce eval --help``. ``model`` is called as by :class:`Enforcer` (a string, an
+    iterator, or async); it gets the messages only: the per-request ``seed`` (``seed`` + the
+    index of the case and repeat) is in the records, and no decoding constraint reaches it.
+    ``concurrency`` trials run at once, each on a thread of its own. With ``output_dir`` the
+    files of ``enforce eval -o`` are written there (a rerun resumes the trials recorded);
+    without, nothing is written.
+
+    Raises :class:`ConfigError` for the configuration, ``ValueError`` for bad input (the
+    dataset, an arm, an unknown profile), ``OSError`` when the results cannot be written.
+    """
+    with _AsyncModel(model) as call:
+        return _native.eval(
+            os.fspath(dataset),
+            call,
+            config=_path(config),
+            profile=profile,
+            arms=arms if arms is None or isinstance(arms, str) else list(arms),
+            repeats=repeats,
+            seed=seed,
+            concurrency=concurrency,
+            output_dir=_path(output_dir),
+            judge=judge,
+        )
+
+
+class _AsyncModel:
+    """``model`` as the plain callable the native loop takes, called from any thread: its
+    coroutines and async iterators run on one event loop of its own, on a thread started when
+    the first one comes and stopped on exit."""
+
+    def __init__(self, model: Model) -> None:
+        self._model = model
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Callable[[List[Message]], Union[str, Iterator[str]]]:
+        return self._call
+
+    def __exit__(self, *_: Any) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+    def _call(self, messages: List[Message]) -> Union[str, Iterator[str]]:
+        answer = self._model(messages)
+        if inspect.isawaitable(answer) or hasattr(answer, "__aiter__"):
+            return _on_loop(answer, self._wait)
+        return answer
+
+    def _wait(self, awaitable: Awaitable[Any]) -> Any:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=self._loop.run_forever, name="enforce-llm-eval", daemon=True
+                )
+                self._thread.start()
+            loop = self._loop
+        return asyncio.run_coroutine_threadsafe(_await(awaitable), loop).result()
 
 
 def _on_loop(answer: Any, wait: Callable[[Awaitable[Any]], Any]) -> Union[str, Iterator[str]]:

@@ -129,3 +129,18 @@ def report(
     """The report of audit files (one path or a list): the ``enforce report --format json``
     document. ``since`` (``2026-11-23T08:00:00Z``, ``2026-11-23``, ``24h``) leaves out older
     records. A file that cannot be opened raises ``OSError``."""
+
+def eval(
+    dataset: _Path,
+    model: Callable[[List[Dict[str, Any]]], Union[str, Iterator[str]]],
+    config: Optional[_Path] = None,
+    profile: Optional[str] = None,
+    arms: Union[str, Sequence[str], None] = None,
+    repeats: int = 1,
+    seed: int = 0,
+    concurrency: int = 1,
+    output_dir: Optional[_Path] = None,
+    judge: _Judge = None,
+) -> Dict[str, Any]:
+    """``enforce eval`` with a synchronous ``model``: the summary (``summary.json``) as a dict;
+    ``enforce_llm.eval`` adapts async models."""

@@ -2,41 +2,25 @@
 //! per arm (no re-ask, resample, feedback, early abort, repair first...) with the same seeds,
 //! and compares valid answers, spend and time.
 //!
-//! `dataset` reads the cases, `arms` the strategies, `trials` runs them and keeps their audit
-//! records (resume), `summary` counts, `stats` gives intervals and tests, `junit` and `html`
-//! write the other outputs (`outputs` all of them). `shard` picks the part of the dataset a
-//! run of a sharded eval takes, `manifest` records what a run ran, `merge` joins the parts.
-
-mod answers;
-mod arms;
-mod dataset;
-mod html;
-mod junit;
-mod manifest;
-mod merge;
-mod outputs;
-mod shard;
-mod stats;
-mod summary;
-mod trials;
+//! The work is the `enforce_eval` crate's (datasets, arms, trials, statistics, outputs); this
+//! command loads `enforce.yaml`, its plugins and the runner, turns the flags into an
+//! [`Eval`], shows the progress and prints the tables.
 
 use crate::config::LoadedConfig;
 use crate::decode;
 use crate::runner_options::{model_of, RunnerOptions, SamplingOptions};
-use crate::usage::{unknown_profile, UsageError};
-use arms::Arm;
+use crate::usage::UsageError;
 use clap::Args as ClapArgs;
-use enforce_core::{Enforcer, Runner};
-use manifest::Manifest;
-use merge::MergeError;
-use outputs::{ANSWERS, ATTEMPTS};
-use shard::Shard;
-use std::collections::{HashMap, HashSet};
+use enforce_config::Profile;
+use enforce_core::{Policy, Runner};
+use enforce_eval::{
+    arms, summary, Arm, ConfigFile, Eval, EvalError, Event, Observer, Shard, Summary, ANSWERS,
+    ATTEMPTS,
+};
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use trials::{Plan, Sink, Trial};
 
 /// Exit code: usage or configuration error.
 const EXIT_USAGE: u8 = 2;
@@ -125,10 +109,7 @@ pub struct Args {
     #[arg(long, short = 'p')]
     pub profile: Option<String>,
     /// Arms to compare, comma-separated (see above).
-    #[arg(
-        long,
-        default_value = "none,resample,feedback,feedback+abort,repair-first"
-    )]
+    #[arg(long, default_value = arms::DEFAULT)]
     pub arms: String,
     /// Runs per case and arm (each with its own seed).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -169,266 +150,99 @@ pub fn run(args: Args) -> ExitCode {
 
 fn execute(args: &Args) -> Result<u8, UsageError> {
     if !args.merge.is_empty() {
-        return run_merge(args);
+        return finished(
+            enforce_eval::merge(&args.merge, &args.output),
+            &format!("merged {} part(s) into", args.merge.len()),
+            &args.output,
+        );
     }
-    let Some(dataset_path) = &args.dataset else {
+    let Some(dataset) = &args.dataset else {
         return Err(UsageError("give a DATASET, or --merge DIR...".into()));
     };
-    let shard = args.shard.unwrap_or(Shard::WHOLE);
     let arms = Arm::parse_list(&args.arms)?;
-    let cases = dataset::read(dataset_path)?;
     let loaded = LoadedConfig::load(args.config.as_deref())?;
     let (registry, _host) = crate::plugin_host::registry_with_plugins(&loaded);
     let mut profiles = loaded.profiles(&registry, args.root.clone())?;
     let escalation = args.runner.escalation(loaded.config.runner.clone())?;
     crate::escalation::connect(&mut profiles, &loaded, escalation)?;
-    let profile_name = args
-        .profile
-        .clone()
-        .unwrap_or_else(|| profiles.default_name().to_string());
-    let profile_names: Vec<String> = cases
-        .iter()
-        .map(|c| c.profile.clone().unwrap_or_else(|| profile_name.clone()))
-        .collect();
     let runner_config = args.runner.runner_config(loaded.config.runner.clone())?;
-    // An enforcer per (profile, arm), shared by the cases.
-    let mut built: HashMap<(String, usize), Arc<Enforcer>> = HashMap::new();
-    let mut enforcers = Vec::with_capacity(cases.len());
-    let mut constrained = Vec::with_capacity(cases.len());
-    let mut noted = HashSet::new();
-    for (case, name) in cases.iter().zip(&profile_names) {
-        let profile = profiles.get(name).ok_or_else(|| {
-            let whose = match case.profile {
-                Some(_) => format!(" (case `{}`)", case.id),
-                None => String::new(),
-            };
-            unknown_profile(&profiles, name, &whose)
-        })?;
-        if let Some(arm) = arms.iter().find(|arm| arm.escalates()) {
-            if profile.enforcer().escalation().is_none() {
-                return Err(UsageError(format!(
-                    "arm `{}` escalates, but profile `{name}` has no escalation model: give --escalate-model MODEL or the profile's `escalate_to`",
-                    arm.name
-                )));
-            }
-        }
-        let per_arm = (0..arms.len())
-            .map(|a| {
-                Arc::clone(built.entry((name.clone(), a)).or_insert_with(|| {
-                    Arc::new(
-                        profile
-                            .enforcer()
-                            .with_policy(arms[a].policy(profile.policy())),
-                    )
-                }))
-            })
-            .collect();
-        enforcers.push(per_arm);
-        let per_arm: Vec<_> = arms
-            .iter()
-            .map(|arm| {
-                let policy = arm.policy(profile.policy());
-                decode::for_profile(profile, &policy, &runner_config, arm.constrained)
-            })
-            .collect();
-        for note in per_arm.iter().flatten().flat_map(|c| &c.notes) {
-            if noted.insert((name.clone(), note.clone())) {
-                eprintln!("enforce eval: profile `{name}`: constrained decoding: {note}");
-            }
-        }
-        constrained.push(per_arm);
-    }
     let runner: Arc<dyn Runner> = Arc::from(runner_config.build()?);
-
-    // The seed goes in per request (see `Plan::request`); without --seed the first is 0.
-    let params = SamplingOptions {
-        seed: None,
-        ..args.sampling.clone()
-    }
-    .params();
-    let plan = Arc::new(Plan {
-        cases,
+    let eval = Eval {
+        dataset: dataset.clone(),
+        profile: args
+            .profile
+            .clone()
+            .unwrap_or_else(|| profiles.default_name().to_string()),
         arms,
-        enforcers,
-        constrained,
-        profiles: profile_names,
         repeats: args.repeats,
+        // The seed goes in per request; without --seed the first is 0.
         seed: args.sampling.seed.unwrap_or(0),
-        params,
+        params: SamplingOptions {
+            seed: None,
+            ..args.sampling.clone()
+        }
+        .params(),
+        concurrency: args.concurrency as usize,
+        shard: args.shard.unwrap_or(Shard::WHOLE),
+        output: Some(args.output.clone()),
         runner_kind: runner_config.kind().to_string(),
         model: model_of(&runner_config).map(str::to_string),
-        config: loaded
-            .source
-            .as_ref()
-            .map(|s| s.path().display().to_string()),
-    });
-
-    let attempts_path = prepare_output(&args.output)?;
-    let config_text = loaded.source.as_ref().map(|s| s.original_text());
-    let manifest = manifest_of(&plan, dataset_path, profile_name, shard, config_text)?;
-    manifest.claim(&args.output)?;
-    if let Some(part) = shard.part() {
-        let held = (0..plan.cases.len()).filter(|&c| shard.holds(c)).count();
-        eprintln!(
-            "enforce eval: shard {part}: {held} of the dataset's {} case(s)",
-            plan.cases.len()
-        );
-    }
-    let (mut trials, ignored) = resumed(&manifest, &attempts_path)?;
-    if ignored > 0 {
-        eprintln!(
-            "enforce eval: {ignored} record(s) in {} belong to another eval (other arms, cases \
-             or seeds) and are left out of this summary",
-            attempts_path.display()
-        );
-    }
-    let done = trials::done(&trials);
-    let pending: Vec<_> = plan
-        .jobs()
-        .into_iter()
-        .filter(|&job| shard.holds(job.case) && !done.contains(&plan.key(job)))
-        .collect();
-    if !trials.is_empty() {
-        eprintln!(
-            "enforce eval: resuming: {} trial(s) already in {}, {} to run",
-            trials.len(),
-            attempts_path.display(),
-            pending.len()
-        );
-    }
-
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&attempts_path)
-        .map_err(|e| UsageError(format!("cannot write {}: {e}", attempts_path.display())))?;
-    let answers_path = args.output.join(ANSWERS);
-    let answers = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&answers_path)
-        .map_err(|e| UsageError(format!("cannot write {}: {e}", answers_path.display())))?;
-    let progress = progress_bar(pending.len() as u64);
-    let bar = progress.clone();
-    let sink = Sink {
-        file: Some(file),
-        answers: Some(answers),
-        on_trial: Box::new(move |trial: &Trial| {
-            bar.set_message(format!("{} {}", trial.key.arm, trial.key.case));
-            bar.inc(1);
+        config: loaded.source.as_ref().map(|s| ConfigFile {
+            path: s.path().display().to_string(),
+            text: s.original_text().to_string(),
         }),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| UsageError(format!("cannot start the async runtime: {e}")))?;
-    let concurrency = args.concurrency as usize;
-    let new = runtime.block_on(trials::run_all(
-        Arc::clone(&plan),
-        runner,
-        pending,
-        concurrency,
-        sink,
-    ));
-    progress.finish_and_clear();
-    let new = match new {
-        Ok(new) => new,
-        Err(e) => {
-            eprintln!(
-                "enforce eval: stopped: cannot record a trial in {}: {e} (rerun to resume)",
-                attempts_path.display()
-            );
-            return Ok(EXIT_IO);
-        }
+    let constrain = |profile: &Profile, policy: &Policy, forced: bool| {
+        decode::for_profile(profile, policy, &runner_config, forced)
     };
-    trials.extend(new);
-
-    let Manifest {
-        setup, arms, cases, ..
-    } = manifest;
-    if let Err(message) = outputs::finish(&args.output, setup, &arms, &cases, &trials) {
-        eprintln!("enforce eval: {message}");
-        return Ok(EXIT_IO);
-    }
-    eprintln!(
-        "enforce eval: wrote {} (summary.json, junit.xml, report.html, {ATTEMPTS}, {ANSWERS})",
-        args.output.display()
-    );
-    Ok(0)
+    let progress = progress_bar();
+    let result = eval.run(&profiles, runner, &constrain, observer(progress.clone()));
+    progress.finish_and_clear();
+    finished(result, "wrote", &args.output)
 }
 
-/// What this run runs, for `eval.json` and the summary.
-fn manifest_of(
-    plan: &Plan,
-    dataset: &Path,
-    profile: String,
-    shard: Shard,
-    config_text: Option<&str>,
-) -> Result<Manifest, UsageError> {
-    Ok(Manifest {
-        setup: summary::Setup {
-            dataset: dataset.display().to_string(),
-            cases: plan.cases.len(),
-            repeats: plan.repeats,
-            seed: plan.seed,
-            profile,
-            runner: plan.runner_kind.clone(),
-            model: plan.model.clone(),
-            params: plan.params.clone(),
-            shard: shard.part(),
-        },
-        arms: plan.arms.iter().map(|a| a.name.clone()).collect(),
-        cases: plan.cases.iter().map(|c| c.id.clone()).collect(),
-        dataset_digest: manifest::file_digest(dataset)?,
-        config_digest: config_text.map(enforce_core::outcome::fnv1a_hex),
-    })
-}
-
-/// `--merge`: the parts' directories joined into `-o`.
-fn run_merge(args: &Args) -> Result<u8, UsageError> {
-    match merge::merge(&args.merge, &args.output) {
-        Ok(()) => Ok(0),
-        Err(MergeError::Refused(message)) => Err(UsageError(message)),
-        Err(MergeError::Write(message)) => {
-            eprintln!("enforce eval: {message}");
+/// The exit code of a finished eval or merge: the tables on stdout and what was written, or
+/// the error (exit 2 for bad input, 1 for a failure after the eval began).
+fn finished(
+    result: Result<Summary, EvalError>,
+    done: &str,
+    output: &std::path::Path,
+) -> Result<u8, UsageError> {
+    match result {
+        Ok(summary) => {
+            print!("{}", summary::text(&summary));
+            eprintln!(
+                "enforce eval: {done} {} (summary.json, junit.xml, report.html, {ATTEMPTS}, \
+                 {ANSWERS})",
+                output.display()
+            );
+            Ok(0)
+        }
+        Err(e) if e.is_input() => Err(UsageError(e.to_string())),
+        Err(e) => {
+            eprintln!("enforce eval: {e}");
             Ok(EXIT_IO)
         }
     }
 }
 
-/// Creates the output directory; returns the path of `attempts.jsonl` after checking that it
-/// can be written.
-fn prepare_output(dir: &Path) -> Result<PathBuf, UsageError> {
-    std::fs::create_dir_all(dir).map_err(|e| {
-        UsageError(format!(
-            "cannot create the output directory {}: {e}",
-            dir.display()
-        ))
-    })?;
-    let path = dir.join(ATTEMPTS);
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| UsageError(format!("cannot write {}: {e}", path.display())))?;
-    Ok(path)
+/// The eval's events on stderr: the progress bar, and the notes in words.
+fn observer(bar: indicatif::ProgressBar) -> Observer {
+    Arc::new(move |event| match event {
+        Event::Started { pending } => bar.set_length(pending as u64),
+        Event::Trial(trial) => {
+            bar.set_message(format!("{} {}", trial.key.arm, trial.key.case));
+            bar.inc(1);
+        }
+        note => bar.suspend(|| eprintln!("enforce eval: {note}")),
+    })
 }
 
-/// The trials of this run already recorded (one per key, the first), and how many records
-/// belong to another eval (or another shard of this one).
-fn resumed(manifest: &Manifest, path: &Path) -> Result<(Vec<Trial>, usize), UsageError> {
-    let recorded = trials::resume(path)
-        .map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
-    let wanted: HashSet<_> = manifest.keys().into_iter().collect();
-    let (kept, ignored) = trials::select(recorded, &wanted);
-    Ok((kept.into_iter().map(|(_, trial)| trial).collect(), ignored))
-}
-
-fn progress_bar(len: u64) -> indicatif::ProgressBar {
+fn progress_bar() -> indicatif::ProgressBar {
     if !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }
-    let bar = indicatif::ProgressBar::new(len);
+    let bar = indicatif::ProgressBar::new(0);
     if let Ok(style) = indicatif::ProgressStyle::with_template(
         "{bar:30} {pos}/{len} trials, {elapsed} (eta {eta}) {msg}",
     ) {
@@ -436,6 +250,3 @@ fn progress_bar(len: u64) -> indicatif::ProgressBar {
     }
     bar
 }
-
-#[cfg(test)]
-mod tests;

@@ -15,8 +15,8 @@ mod render;
 
 use crate::peers;
 use anyhow::{anyhow, Context as _};
+use enforce_eval::summary::{ArmSummary, Summary};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -167,7 +167,7 @@ const CONTRACTS: &[Contract] = &[
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ArmRun {
     /// The arm's entry of the eval's summary.json.
-    summary: Value,
+    summary: ArmSummary,
     /// The command that ran it.
     command: String,
     /// Its wall time.
@@ -401,13 +401,14 @@ fn eval_arm(
             log.display()
         ));
     }
-    let summary: Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json"))?)?;
+    let summary_path = out.join("summary.json");
+    let summary: Summary = serde_json::from_str(&std::fs::read_to_string(&summary_path)?)
+        .with_context(|| format!("{} is not an eval's summary", summary_path.display()))?;
     let arm_summary = summary
-        .get("arms")
-        .and_then(Value::as_array)
-        .and_then(|arms| arms.first())
-        .cloned()
-        .ok_or_else(|| anyhow!("{} has no arm", out.join("summary.json").display()))?;
+        .arms
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("{} has no arm", summary_path.display()))?;
     let run = ArmRun {
         summary: arm_summary,
         command,
@@ -531,7 +532,10 @@ mod tests {
         let record = dir.join("real-model/Tiny-Model.Q4/code");
         std::fs::create_dir_all(&record).unwrap();
         let earlier = ArmRun {
-            summary: serde_json::json!({"arm": "escalate"}),
+            summary: ArmSummary {
+                arm: "escalate".into(),
+                ..ArmSummary::default()
+            },
             command,
             wall_s: 1.0,
             measured: "then".into(),
@@ -601,16 +605,21 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("real-model-reuse-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let record = dir.join("none.json");
-        let run = ArmRun {
-            summary: serde_json::json!({"arm": "none"}),
-            command: "enforce eval a --arms none".into(),
-            wall_s: 3.0,
-            measured: "2026-12-02 04:00 UTC".into(),
-            reused: false,
-        };
-        std::fs::write(&record, serde_json::to_vec(&run).unwrap()).unwrap();
+        // A record written before the summary had its later fields: they read as defaults.
+        let older = serde_json::json!({
+            "summary": {"arm": "none", "valid": {"k": 3, "n": 4, "rate": 0.75, "low": 0.3, "high": 0.95}},
+            "command": "enforce eval a --arms none",
+            "wall_s": 3.0,
+            "measured": "2026-12-02 04:00 UTC",
+        });
+        std::fs::write(&record, serde_json::to_vec(&older).unwrap()).unwrap();
         let back = read_back(&record, "enforce eval a --arms none").unwrap();
         assert_eq!(back.measured, "2026-12-02 04:00 UTC");
+        assert_eq!(
+            (back.summary.arm.as_str(), back.summary.valid.k),
+            ("none", 3)
+        );
+        assert_eq!(back.summary.escalated_attempts, 0);
         assert!(read_back(&record, "enforce eval a --arms none --seed 7").is_none());
         assert!(read_back(&dir.join("absent.json"), "x").is_none());
         let _ = std::fs::remove_dir_all(&dir);

@@ -5,7 +5,8 @@ use super::peer_loops::PeerRun;
 use super::{model_name, part_key, ArmRun, ContractRun, RealModelArgs, DEFAULT_ARMS};
 use crate::peers;
 use crate::section::{REAL_MODEL, SURFACES};
-use serde_json::Value;
+use enforce_eval::stats::Rate;
+use enforce_eval::summary::ArmSummary;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -198,28 +199,19 @@ fn read_back_note(runs: &[ContractRun]) -> String {
     }
 }
 
-fn num(v: &Value, path: &str) -> Option<f64> {
-    v.pointer(path).and_then(Value::as_f64)
-}
-
 fn arm_name(arm: &ArmRun) -> &str {
-    arm.summary
-        .get("arm")
-        .and_then(Value::as_str)
-        .unwrap_or("?")
+    &arm.summary.arm
 }
 
-/// Valid answers of an arm: (k, n).
+/// Valid answers of an arm: (k, n); `None` when it ran no trial.
 fn valid(arm: &ArmRun) -> Option<(f64, f64)> {
-    Some((
-        num(&arm.summary, "/valid/k")?,
-        num(&arm.summary, "/valid/n")?,
-    ))
+    let valid = &arm.summary.valid;
+    (valid.n > 0).then_some((valid.k as f64, valid.n as f64))
 }
 
 /// The arm with the most valid answers (ties: fewer completion tokens per valid answer).
 fn best<'a>(arms: impl Iterator<Item = &'a ArmRun>) -> Option<&'a ArmRun> {
-    let cost = |a: &ArmRun| num(&a.summary, "/completion_tokens_per_valid").unwrap_or(f64::MAX);
+    let cost = |a: &ArmRun| a.summary.completion_tokens_per_valid.unwrap_or(f64::MAX);
     arms.filter(|a| valid(a).is_some()).max_by(|a, b| {
         let (ka, kb) = (valid(a).map_or(0.0, |v| v.0), valid(b).map_or(0.0, |v| v.0));
         ka.total_cmp(&kb).then(cost(b).total_cmp(&cost(a)))
@@ -277,19 +269,18 @@ fn verdict(run: &ContractRun) -> String {
     line
 }
 
-fn rate_cell(rate: Option<&Value>) -> String {
-    let Some(r) = rate else {
+fn rate_cell(rate: &Rate) -> String {
+    if rate.n == 0 {
         return "–".into();
-    };
-    match (num(r, "/k"), num(r, "/n"), num(r, "/low"), num(r, "/high")) {
-        (Some(k), Some(n), Some(low), Some(high)) if n > 0.0 => format!(
-            "{k:.0}/{n:.0} ({:.0} %, {:.0}–{:.0})",
-            100.0 * k / n,
-            100.0 * low,
-            100.0 * high
-        ),
-        _ => "–".into(),
     }
+    format!(
+        "{}/{} ({:.0} %, {:.0}–{:.0})",
+        rate.k,
+        rate.n,
+        100.0 * rate.rate,
+        100.0 * rate.low,
+        100.0 * rate.high
+    )
 }
 
 fn per_valid(v: Option<f64>, digits: usize) -> String {
@@ -297,12 +288,12 @@ fn per_valid(v: Option<f64>, digits: usize) -> String {
 }
 
 /// Completion tokens, prompt tokens and seconds per valid answer: three table cells.
-fn spend_cells(arm: &Value) -> String {
+fn spend_cells(arm: &ArmSummary) -> String {
     format!(
         "{} | {} | {}",
-        per_valid(num(arm, "/completion_tokens_per_valid"), 0),
-        per_valid(num(arm, "/prompt_tokens_per_valid"), 0),
-        per_valid(num(arm, "/wall_ms_per_valid").map(|ms| ms / 1e3), 1)
+        per_valid(arm.completion_tokens_per_valid, 0),
+        per_valid(arm.prompt_tokens_per_valid, 0),
+        per_valid(arm.wall_ms_per_valid.map(|ms| ms / 1e3), 1)
     )
 }
 
@@ -322,9 +313,9 @@ fn contract_table(s: &mut String, run: &ContractRun) {
             s,
             "| {} | {} | {} | {} | {} | {} |",
             arm_name(arm),
-            rate_cell(arm.summary.get("first_attempt_passed")),
-            rate_cell(arm.summary.get("valid")),
-            num(&arm.summary, "/attempts").map_or("–".into(), |x| format!("{x:.0}")),
+            rate_cell(&arm.summary.first_attempt_passed),
+            rate_cell(&arm.summary.valid),
+            arm.summary.attempts,
             spend_cells(&arm.summary),
             if arm.reused {
                 format!("{} (earlier run, {:.0} s)", arm.measured, arm.wall_s)
@@ -356,8 +347,8 @@ fn peers_table(s: &mut String, args: &RealModelArgs, runs: &[ContractRun], peer_
                 s,
                 "| enforce `{}` | {} | {} | {} | |",
                 arm_name(arm),
-                rate_cell(arm.summary.get("valid")),
-                num(&arm.summary, "/attempts").map_or("–".into(), |x| format!("{x:.0}")),
+                rate_cell(&arm.summary.valid),
+                arm.summary.attempts,
                 spend_cells(&arm.summary),
             );
         }
@@ -406,13 +397,26 @@ mod tests {
 
     fn arm(name: &str, k: u32, n: u32, tokens: f64) -> ArmRun {
         ArmRun {
-            summary: serde_json::json!({
-                "arm": name,
-                "valid": {"k": k, "n": n, "low": 0.1, "high": 0.9},
-                "first_attempt_passed": {"k": 1, "n": n, "low": 0.0, "high": 0.5},
-                "attempts": 3 * n,
-                "completion_tokens_per_valid": tokens,
-            }),
+            summary: ArmSummary {
+                arm: name.into(),
+                valid: Rate {
+                    k: k.into(),
+                    n: n.into(),
+                    rate: f64::from(k) / f64::from(n),
+                    low: 0.1,
+                    high: 0.9,
+                },
+                first_attempt_passed: Rate {
+                    k: 1,
+                    n: n.into(),
+                    rate: 1.0 / f64::from(n),
+                    low: 0.0,
+                    high: 0.5,
+                },
+                attempts: 3 * u64::from(n),
+                completion_tokens_per_valid: Some(tokens),
+                ..ArmSummary::default()
+            },
             command: format!("enforce eval d --arms {name}"),
             wall_s: 10.0,
             measured: "2026-12-02 04:00 UTC".into(),

@@ -9,8 +9,9 @@
 pub use crate::config::Decode;
 
 use crate::config::Config;
+use enforce_core::{Issue, Request};
 use enforce_validators::{BuildEnv, BuildError, FactoryInput};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::path::Path;
 
 /// What a profile's contract lets a decoder enforce.
@@ -123,6 +124,45 @@ fn whole_answer_regex(rules: &Value) -> Option<String> {
         anchored.then(|| Hir::concat(middle.to_vec()).to_string())
     })
 }
+
+/// What constraining one profile's answers on one runner amounts to: the request parameters
+/// that runner understands (built by the binary, which knows the runners).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Constrained {
+    /// Request parameters that carry the constraint (empty when the runner cannot take it).
+    pub params: Map<String, Value>,
+    /// What the user should know: the runner cannot constrain, the constraint is looser than
+    /// the contract. Each says what happens instead.
+    pub notes: Vec<String>,
+    /// The local runner's engine for this constraint (`llguidance`, or `gbnf` as configured or
+    /// as the fallback for a schema llguidance rejects); `None` for other runners.
+    pub engine: Option<&'static str>,
+}
+
+impl Constrained {
+    /// Adds the parameters to `request`'s; a parameter the request already has is kept (the
+    /// caller's own `response_format` wins). Those added are the request's constraint
+    /// (`constraint_params`), which reason-then-format's free call leaves out.
+    pub fn apply_to(&self, request: &mut Request) {
+        for (key, value) in &self.params {
+            if !request.params.contains_key(key) {
+                request.params.insert(key.clone(), value.clone());
+                request.constraint_params.push(key.clone());
+            }
+        }
+    }
+
+    /// The notes as warnings of an outcome, so the audit says that (and how) decoding was not
+    /// constrained as asked.
+    pub fn warnings(&self) -> impl Iterator<Item = Issue> + '_ {
+        self.notes
+            .iter()
+            .map(|note| Issue::warning("decode", DECODE_NOTE, note.clone()))
+    }
+}
+
+/// Issue code of a decoding note in the outcome's warnings (the audit's `warnings`).
+pub const DECODE_NOTE: &str = "DECODE_NOT_CONSTRAINED";
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 use super::answers::{self, Provenance, Recorder};
 use super::arms::Arm;
 use super::dataset::Case;
-use crate::decode::Constrained;
+use enforce_config::profile::Constrained;
 use enforce_core::{AuditRecord, Enforcer, Outcome, Request, Runner};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

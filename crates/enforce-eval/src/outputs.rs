@@ -1,8 +1,7 @@
 //! The results of a finished eval in its output directory, whether its trials ran here or were
-//! merged from the parts of a sharded eval: the tables on stdout, `summary.json`, `junit.xml`
-//! and `report.html`.
+//! merged from the parts of a sharded eval: `summary.json`, `junit.xml` and `report.html`.
 
-use super::summary::{self, Setup};
+use super::summary::{self, Setup, Summary};
 use super::trials::Trial;
 use super::{html, junit};
 use std::path::Path;
@@ -12,23 +11,23 @@ pub const ATTEMPTS: &str = "attempts.jsonl";
 /// The answers, one per attempt.
 pub const ANSWERS: &str = "answers.jsonl";
 
-/// Summarises `trials` for `arms` (in that order), prints the tables and writes the files;
-/// `cases` are the dataset's ids in its order, for the order of the JUnit test cases.
+/// Summarises `trials` for `arms` (in that order) and writes the files; `cases` are the
+/// dataset's ids in its order, for the order of the JUnit test cases.
 pub fn finish(
     dir: &Path,
     setup: Setup,
     arms: &[String],
     cases: &[String],
     trials: &[Trial],
-) -> Result<(), String> {
+) -> Result<Summary, String> {
     let summary = summary::build(setup, arms, trials);
-    print!("{}", summary::text(&summary));
     let write = |name: &str, text: &str| write_file(&dir.join(name), text);
     let json = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
     write("summary.json", &format!("{json}\n"))?;
     write("junit.xml", &junit::render(arms, cases, trials))?;
     let page = html::render(&summary).map_err(|e| e.to_string())?;
-    write("report.html", &page)
+    write("report.html", &page)?;
+    Ok(summary)
 }
 
 /// Writes `text` to `path`; the error names the file.

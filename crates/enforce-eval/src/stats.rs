@@ -1,10 +1,10 @@
 //! The statistics of an eval: Wilson score intervals for rates and the exact sign test
 //! (McNemar's exact test) for paired arms.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A rate with its 95 % Wilson score interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Rate {
     /// Successes.
     pub k: u64,

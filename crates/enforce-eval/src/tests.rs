@@ -247,21 +247,18 @@ fn seeds_are_the_same_in_every_arm_and_differ_by_case_and_repeat() {
 #[test]
 fn only_a_constrained_arm_carries_the_constraint() {
     let mut p = plan("feedback,constrained+feedback", 1, 1, 0);
-    let constraint = enforce_config::profile::Constraint::Json {
-        schema: Some(serde_json::json!({"type": "object"})),
-        bare: true,
+    let schema = serde_json::json!({"type": "object"});
+    let constraint = enforce_config::profile::Constrained {
+        params: serde_json::json!({"response_format": {"json_schema": {"schema": schema}}})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        ..Default::default()
     };
     let per_arm: Vec<_> = p
         .arms
         .iter()
-        .map(|arm| {
-            arm.constrained.then(|| {
-                crate::decode::for_runner(
-                    &enforce_runner::RunnerConfig::Local(Default::default()),
-                    &constraint,
-                )
-            })
-        })
+        .map(|arm| arm.constrained.then(|| constraint.clone()))
         .collect();
     p.constrained = vec![per_arm];
     let job = |arm| trials::Job {

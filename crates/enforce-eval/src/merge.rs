@@ -6,18 +6,11 @@
 use super::manifest::Manifest;
 use super::outputs::{self, write_file, ANSWERS, ATTEMPTS};
 use super::shard::Shard;
+use super::summary::Summary;
 use super::trials::{self, Trial, TrialKey};
+use super::EvalError;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-
-/// Why a merge did not finish.
-#[derive(Debug)]
-pub enum MergeError {
-    /// The parts do not make one whole eval, or cannot be read: nothing was written.
-    Refused(String),
-    /// Writing the merged results failed.
-    Write(String),
-}
 
 /// One part: its directory and what it ran.
 struct Part {
@@ -25,8 +18,10 @@ struct Part {
     manifest: Manifest,
 }
 
-/// Merges the parts in `dirs` into `output`.
-pub fn merge(dirs: &[PathBuf], output: &Path) -> Result<(), MergeError> {
+/// Merges the parts in `dirs` (the output directories of every shard of one eval) into
+/// `output`, as the outputs of the whole eval; returns its summary. [`EvalError::Input`] when
+/// the parts do not make one whole eval or cannot be read (nothing is written then).
+pub fn merge(dirs: &[PathBuf], output: &Path) -> Result<Summary, EvalError> {
     let mut parts = dirs
         .iter()
         .map(|dir| {
@@ -36,34 +31,27 @@ pub fn merge(dirs: &[PathBuf], output: &Path) -> Result<(), MergeError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()
-        .map_err(MergeError::Refused)?;
-    one_eval(&parts).map_err(MergeError::Refused)?;
-    every_shard_once(&parts).map_err(MergeError::Refused)?;
+        .map_err(EvalError::Input)?;
+    one_eval(&parts).map_err(EvalError::Input)?;
+    every_shard_once(&parts).map_err(EvalError::Input)?;
     parts.sort_by_key(|part| part.manifest.shard());
     let mut records = Vec::new();
     for part in &parts {
-        records.extend(records_of(part).map_err(MergeError::Refused)?);
+        records.extend(records_of(part).map_err(EvalError::Input)?);
     }
     if let Some(part) = parts.iter().find(|part| same_dir(&part.dir, output)) {
-        return Err(MergeError::Refused(format!(
+        return Err(EvalError::Input(format!(
             "-o {} is one of the parts; merge into a directory of its own",
             part.dir.display()
         )));
     }
     std::fs::create_dir_all(output).map_err(|e| {
-        MergeError::Refused(format!(
+        EvalError::Input(format!(
             "cannot create the output directory {}: {e}",
             output.display()
         ))
     })?;
-    write(&parts, records, output).map_err(MergeError::Write)?;
-    eprintln!(
-        "enforce eval: merged {} part(s) into {} (summary.json, junit.xml, report.html, \
-         {ATTEMPTS}, {ANSWERS})",
-        parts.len(),
-        output.display()
-    );
-    Ok(())
+    write(&parts, records, output).map_err(EvalError::Output)
 }
 
 /// Every part ran the same eval as the first.
@@ -155,9 +143,9 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 
 /// Writes the merged directory: `eval.json` of the whole eval, the records, the answers and
 /// the summaries.
-fn write(parts: &[Part], records: Vec<(String, Trial)>, output: &Path) -> Result<(), String> {
+fn write(parts: &[Part], records: Vec<(String, Trial)>, output: &Path) -> Result<Summary, String> {
     let Some(first) = parts.first() else {
-        return Ok(());
+        return Err("--merge needs the output directory of every part".into());
     };
     let mut whole = first.manifest.clone();
     whole.setup.shard = None;

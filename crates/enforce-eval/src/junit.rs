@@ -69,7 +69,7 @@ pub fn render(arms: &[String], cases: &[String], trials: &[Trial]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::eval::trials::TrialKey;
+    use crate::trials::TrialKey;
 
     fn trial(arm: &str, case: &str, status: &str, codes: &[&str]) -> Trial {
         let issues: Vec<serde_json::Value> = codes

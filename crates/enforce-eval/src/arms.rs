@@ -1,9 +1,14 @@
 //! Arms: the strategies an eval compares. Each is `+`-joined words that change only the
 //! profile's policy (how to re-ask, when to repair, early abort).
 
+use crate::EvalError;
 use enforce_core::{
     policy::FirstAttempt, policy::Ladder, policy::Reask, policy::RepairWhen, Policy,
 };
+
+/// The arms compared when none are named: one attempt, the three ways to re-ask most
+/// contracts take, and repairs first.
+pub const DEFAULT: &str = "none,resample,feedback,feedback+abort,repair-first";
 
 /// The words an arm is made of, with what each means (for `--help` and errors).
 pub const WORDS: [(&str, &str); 11] = [
@@ -76,7 +81,7 @@ pub struct Arm {
 
 impl Arm {
     /// Parses one arm, e.g. `feedback+abort`.
-    pub fn parse(text: &str) -> Result<Arm, String> {
+    pub(crate) fn parse(text: &str) -> Result<Arm, String> {
         let name = text.trim();
         if name.is_empty() {
             return Err(format!(
@@ -167,13 +172,17 @@ impl Arm {
         self.reasks && self.reask.rungs().contains(&Reask::Escalate)
     }
 
-    /// Parses a comma-separated list; names must not repeat.
-    pub fn parse_list(text: &str) -> Result<Vec<Arm>, String> {
+    /// Parses a comma-separated list, e.g. `none,feedback+abort`; names must not repeat.
+    /// [`EvalError::Input`] names the arm and the word at fault, and lists the valid words.
+    pub fn parse_list(text: &str) -> Result<Vec<Arm>, EvalError> {
         let mut arms: Vec<Arm> = Vec::new();
         for part in text.split(',') {
-            let arm = Arm::parse(part)?;
+            let arm = Arm::parse(part).map_err(EvalError::Input)?;
             if arms.iter().any(|a| a.name == arm.name) {
-                return Err(format!("arm `{}` is listed twice", arm.name));
+                return Err(EvalError::Input(format!(
+                    "arm `{}` is listed twice",
+                    arm.name
+                )));
             }
             arms.push(arm);
         }
@@ -275,6 +284,7 @@ mod tests {
         assert!(Arm::parse_list("none,,feedback").is_err());
         assert!(Arm::parse_list("none,none")
             .expect_err("twice")
+            .to_string()
             .contains("twice"));
         let arms = Arm::parse_list("none,resample,feedback,feedback+abort,repair-first")
             .expect("the documented list");

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What `summary.json` holds.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// What was run.
     pub setup: Setup,
@@ -57,8 +57,10 @@ pub struct Setup {
     pub shard: Option<Shard>,
 }
 
-/// One arm's numbers. "Valid" means passed or repaired.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One arm's numbers. "Valid" means passed or repaired. Read back, a field the record lacks
+/// (one written before the field existed) is its default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ArmSummary {
     /// The arm.
     pub arm: String,
@@ -71,7 +73,7 @@ pub struct ArmSummary {
     /// Valid at the end.
     pub valid: Rate,
     /// Outcomes by status (every status, zeros included).
-    pub outcomes: BTreeMap<&'static str, u64>,
+    pub outcomes: BTreeMap<String, u64>,
     /// Attempts made, in all.
     pub attempts: u64,
     /// Of those, attempts the escalation model answered (`attempts[].escalated_to`).
@@ -94,7 +96,7 @@ pub struct ArmSummary {
 }
 
 /// One issue code across arms.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CodeSummary {
     /// The code.
     pub code: String,
@@ -103,7 +105,7 @@ pub struct CodeSummary {
 }
 
 /// One issue code in one arm.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CodeInArm {
     /// The arm.
     pub arm: String,
@@ -116,7 +118,7 @@ pub struct CodeInArm {
 }
 
 /// Two arms compared on the same (case, repeat).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PairSummary {
     /// The first arm.
     pub a: String,
@@ -198,7 +200,7 @@ pub fn build(setup: Setup, arms: &[String], trials: &[Trial]) -> Summary {
             .iter()
             .map(|s| {
                 (
-                    s.as_str(),
+                    s.as_str().to_string(),
                     in_arm(trials, arm)
                         .filter(|t| t.outcome.status == *s)
                         .count() as u64,

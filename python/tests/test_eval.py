@@ -1,0 +1,121 @@
+"""`enforce_llm.eval`: `enforce eval` with a Python callable as the model, against the wheel
+`cargo xtask test` builds. The model here answers prose first and the contract's JSON once it
+is shown its answer and the feedback, so each arm's valid count is known in advance."""
+
+import json
+import textwrap
+
+import pytest
+
+import enforce_llm
+
+CONFIG = textwrap.dedent(
+    """\
+    validators:
+      city:
+        type: json
+        bare: true
+        schema:
+          type: object
+          required: [city]
+    profiles:
+      city_json:
+        validators: [city]
+        max_retries: 2
+    """
+)
+
+CASES = ["Paris", "Lima", "Oslo"]
+
+
+@pytest.fixture
+def files(tmp_path):
+    config = tmp_path / "enforce.yaml"
+    config.write_text(CONFIG)
+    dataset = tmp_path / "cities.jsonl"
+    dataset.write_text(
+        "".join(json.dumps({"id": c.lower(), "prompt": f"{c} as JSON"}) + "\n" for c in CASES)
+    )
+    return config, dataset
+
+
+class LearnsFromFeedback:
+    """Prose to a first ask and to a resample (the prompt alone); JSON once the conversation
+    holds its previous answer (a re-ask with feedback). Counts its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, messages):
+        self.calls += 1
+        if any(m["role"] == "assistant" for m in messages):
+            return json.dumps({"city": messages[0]["content"].split()[0]})
+        return "Surely a fine city."
+
+
+def valid(summary):
+    return {arm["arm"]: (arm["valid"]["k"], arm["valid"]["n"]) for arm in summary["arms"]}
+
+
+def test_each_arm_counts_the_valid_answers_the_model_gives_it(files, tmp_path):
+    config, dataset = files
+    model = LearnsFromFeedback()
+    summary = enforce_llm.eval(
+        dataset,
+        model,
+        config=config,
+        profile="city_json",
+        arms="none,resample,feedback",
+        repeats=2,
+        seed=3,
+    )
+    assert valid(summary) == {"none": (0, 6), "resample": (0, 6), "feedback": (6, 6)}
+    assert summary["setup"]["runner"] == "python"
+    assert summary["setup"]["seed"] == 3
+    pair = next(p for p in summary["pairs"] if (p["a"], p["b"]) == ("none", "feedback"))
+    assert (pair["paired"], pair["only_a"], pair["only_b"]) == (6, 0, 6)
+    assert sorted(tmp_path.iterdir()) == sorted(files), "nothing written without output_dir"
+
+
+def test_an_output_dir_gets_the_files_and_a_rerun_asks_nothing_again(files, tmp_path):
+    config, dataset = files
+    out = tmp_path / "results"
+    model = LearnsFromFeedback()
+    first = enforce_llm.eval(
+        dataset, model, config=config, profile="city_json", arms=["none", "feedback"], output_dir=out
+    )
+    for name in ["attempts.jsonl", "answers.jsonl", "summary.json", "junit.xml", "report.html"]:
+        assert (out / name).is_file(), name
+    assert json.loads((out / "summary.json").read_text()) == first
+    calls = model.calls
+    again = enforce_llm.eval(
+        dataset, model, config=config, profile="city_json", arms="none,feedback", output_dir=out
+    )
+    assert model.calls == calls
+    assert valid(again) == {"none": (0, 3), "feedback": (3, 3)}
+
+
+def test_an_async_model_runs_concurrently(files):
+    config, dataset = files
+
+    async def model(messages):
+        if any(m["role"] == "assistant" for m in messages):
+            return '{"city": "somewhere"}'
+        return "prose"
+
+    summary = enforce_llm.eval(
+        dataset, model, config=config, profile="city_json", arms="feedback", concurrency=3
+    )
+    assert valid(summary) == {"feedback": (3, 3)}
+
+
+def test_bad_input_raises_value_error_naming_it(files, tmp_path):
+    config, dataset = files
+    model = LearnsFromFeedback()
+    with pytest.raises(ValueError, match="unknown word `feedbak`"):
+        enforce_llm.eval(dataset, model, config=config, profile="city_json", arms="feedbak")
+    with pytest.raises(ValueError, match="no profile named `nope`"):
+        enforce_llm.eval(dataset, model, config=config, profile="nope")
+    with pytest.raises(ValueError, match="absent.jsonl"):
+        enforce_llm.eval(tmp_path / "absent.jsonl", model, config=config, profile="city_json")
+    assert model.calls == 0
