@@ -3,7 +3,7 @@
 
 use super::summary::{self, Summary, STATUSES};
 use enforce_report::render::chart::RGBColor;
-use enforce_report::render::chart::{self, ChartError, Layout, Series};
+use enforce_report::render::chart::{self, ChartError, Layout, Line, Series};
 use enforce_report::render::html::{escape, figure, page_start, status_color, write_table, BLUE};
 use std::fmt::Write as _;
 
@@ -29,8 +29,10 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
         arms: arms_table,
         outcomes: outcomes_table,
         cost: cost_table,
+        cost_matched: cost_matched_table,
         codes: codes_table,
         pairs: pairs_table,
+        provenance: provenance_table,
     } = summary::tables(summary);
     let names: Vec<String> = summary.arms.iter().map(|a| a.arm.clone()).collect();
 
@@ -45,7 +47,7 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
                 .arms
                 .iter()
                 .map(|a| {
-                    let at = |i: usize| a.valid_after_attempts.get(i).map_or(0.0, |r| r.rate);
+                    let at = |i: usize| a.valid_after_attempts.get(i).map_or(0.0, |r| r.rate.rate);
                     let before = if k == 0 { 0.0 } else { at(k - 1) };
                     (at(k) - before) * 100.0
                 })
@@ -103,6 +105,9 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
     )?;
     figure(&mut out, "spend", &svg, &cost_table);
 
+    let svg = pass_at_tokens(summary)?;
+    figure(&mut out, "cost-matched", &svg, &cost_matched_table);
+
     let codes: Vec<String> = summary.issue_codes.iter().map(|c| c.code.clone()).collect();
     let first: Vec<f64> = summary
         .issue_codes
@@ -125,6 +130,65 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
         escape(&pairs_table.title)
     );
     write_table(&mut out, &pairs_table);
-    out.push_str("</figure>\n</body></html>\n");
+    out.push_str("</figure>\n");
+    if !provenance_table.rows.is_empty() {
+        out.push_str("<figure id=\"provenance\">");
+        write_table(&mut out, &provenance_table);
+        out.push_str("</figure>\n");
+    }
+    out.push_str("</body></html>\n");
     Ok(out)
+}
+
+/// pass@t: per arm, the share of trials valid within t tokens, against t; blind resampling's
+/// estimate dashed.
+fn pass_at_tokens(summary: &Summary) -> Result<String, ChartError> {
+    const PALETTE: [RGBColor; 6] = [
+        RGBColor(21, 101, 192),
+        RGBColor(46, 125, 50),
+        RGBColor(239, 108, 0),
+        RGBColor(106, 27, 154),
+        RGBColor(198, 40, 40),
+        RGBColor(0, 131, 143),
+    ];
+    let percent = |points: &[(f64, f64)]| -> Vec<(f64, f64)> {
+        points.iter().map(|&(t, r)| (t, r * 100.0)).collect()
+    };
+    let mut lines: Vec<Line> = summary
+        .arms
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| !a.cost.pass_at_tokens.is_empty())
+        .map(|(i, a)| {
+            // A step up at each trial's tokens: valid from there on.
+            let mut points = Vec::new();
+            let mut rate = 0.0;
+            for &(tokens, reached) in &percent(&a.cost.pass_at_tokens) {
+                points.push((tokens, rate));
+                points.push((tokens, reached));
+                rate = reached;
+            }
+            Line {
+                name: a.arm.clone(),
+                color: PALETTE[i % PALETTE.len()],
+                points,
+                dashed: false,
+            }
+        })
+        .collect();
+    if summary.resample_curve.len() > 1 {
+        lines.push(Line {
+            name: "blind resampling (estimate)".into(),
+            color: RGBColor(97, 97, 97),
+            points: percent(&summary.resample_curve),
+            dashed: true,
+        });
+    }
+    chart::lines(
+        "Valid answers against tokens spent (pass@t)",
+        "tokens per trial (prompt + completion)",
+        "% of trials valid",
+        &lines,
+        Some(100.0),
+    )
 }

@@ -3,6 +3,7 @@
 //! written before the trials run, so `--merge` can tell the parts of one sharded eval from
 //! parts of different evals and knows which trials each part owes, even of a part that died.
 
+use crate::provenance::Provenance;
 use super::shard::Shard;
 use super::summary::Setup;
 use super::trials::{self, TrialKey};
@@ -29,6 +30,10 @@ pub struct Manifest {
     /// FNV-1a digest of the configuration file as written (`${VAR}` unexpanded, so secrets and
     /// per-machine values stay out); `None` without one.
     pub config_digest: Option<String>,
+    /// What ran it: enforce's version, the runner and model, the machine. Not compared
+    /// between the parts of a sharded eval (they may run on different machines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
 }
 
 impl Manifest {
@@ -118,6 +123,7 @@ impl Manifest {
                 }
             }
         }
+        fields.remove("provenance");
         compared.extend(fields);
         compared
     }
@@ -164,6 +170,7 @@ mod tests {
             cases: (1..=5).map(|i| format!("case-{i}")).collect(),
             dataset_digest: "d".into(),
             config_digest: Some("c".into()),
+            provenance: None,
         }
     }
 

@@ -305,6 +305,7 @@ impl Eval {
                 .config
                 .as_ref()
                 .map(|c| enforce_core::outcome::fnv1a_hex(&c.text)),
+            provenance: None,
         })
     }
 

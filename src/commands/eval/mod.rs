@@ -6,6 +6,9 @@
 //! command loads `enforce.yaml`, its plugins and the runner, turns the flags into an
 //! [`Eval`], shows the progress and prints the tables.
 
+mod gates;
+mod runner_provenance;
+
 use crate::config::LoadedConfig;
 use crate::decode;
 use crate::runner_options::{model_of, RunnerOptions, SamplingOptions};
