@@ -132,7 +132,11 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
     write_table(&mut out, &pairs_table);
     out.push_str("</figure>\n");
     if !provenance_table.rows.is_empty() {
-        out.push_str("<figure id=\"provenance\">");
+        let _ = writeln!(
+            out,
+            "<figure id=\"provenance\"><h2>{}</h2>",
+            escape(&provenance_table.title)
+        );
         write_table(&mut out, &provenance_table);
         out.push_str("</figure>\n");
     }

@@ -3,10 +3,10 @@
 //! written before the trials run, so `--merge` can tell the parts of one sharded eval from
 //! parts of different evals and knows which trials each part owes, even of a part that died.
 
-use crate::provenance::Provenance;
+use super::provenance::Provenance;
 use super::shard::Shard;
-use super::summary::Setup;
-use super::trials::{self, TrialKey};
+use super::summary::{self, Setup, Summary};
+use super::trials::{self, Trial, TrialKey};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -37,6 +37,13 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// The summary of `trials` of this eval, with its provenance.
+    pub fn summarise(self, trials: &[Trial]) -> Summary {
+        let mut summary = summary::build(self.setup, &self.arms, trials);
+        summary.provenance = self.provenance;
+        summary
+    }
+
     /// The part of the dataset this run took.
     pub fn shard(&self) -> Shard {
         self.setup.shard.unwrap_or(Shard::WHOLE)

@@ -12,7 +12,7 @@ use enforce_core::policy::{FirstAttempt, Reask, RepairWhen};
 use enforce_core::{Attempt, Outcome, Status};
 use enforce_report::render::table::Table;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What `summary.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -184,14 +184,11 @@ fn first_attempt_passed(outcome: &Outcome) -> bool {
     outcome.attempts.first().is_some_and(attempt_passed)
 }
 
-/// The case ids of `trials`, each once, in the order they first appear.
+/// The case ids of `trials`, each once, sorted: the same order however the trials finished,
+/// so that sums over cases come out the same to the last bit.
 fn case_ids(trials: &[Trial]) -> Vec<&str> {
-    let mut seen = HashSet::new();
-    trials
-        .iter()
-        .map(|t| t.key.case.as_str())
-        .filter(|case| seen.insert(*case))
-        .collect()
+    let ids: BTreeSet<&str> = trials.iter().map(|t| t.key.case.as_str()).collect();
+    ids.into_iter().collect()
 }
 
 /// The rate of the trials of `arm` that `meets`, clustered by case.
