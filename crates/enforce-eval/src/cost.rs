@@ -15,8 +15,7 @@
 //! the arm's trials of each case. Nothing is simulated; where a `resample` arm ran, its
 //! measured numbers check the estimate.
 
-use crate::summary::attempt_passed;
-use crate::trials::Trial;
+use crate::trials::{attempt_passed, Trial};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 

@@ -1,7 +1,8 @@
 //! `report.html`: one self-contained page, each chart over its table, drawn with the chart
 //! code `enforce report` uses.
 
-use super::summary::{self, Summary, STATUSES};
+use super::summary::{Summary, STATUSES};
+use super::tables;
 use enforce_report::render::chart::RGBColor;
 use enforce_report::render::chart::{self, ChartError, Layout, Line, Series};
 use enforce_report::render::html::{escape, figure, page_start, status_color, write_table, BLUE};
@@ -21,11 +22,11 @@ fn attempt_color(k: usize) -> RGBColor {
 /// The page.
 pub fn render(summary: &Summary) -> Result<String, ChartError> {
     let mut out = page_start("enforce eval");
-    let header = summary::text(summary);
+    let header = tables::text(summary);
     if let Some(first) = header.lines().next() {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(first));
     }
-    let summary::Tables {
+    let tables::Tables {
         arms: arms_table,
         outcomes: outcomes_table,
         cost: cost_table,
@@ -33,7 +34,7 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
         codes: codes_table,
         pairs: pairs_table,
         provenance: provenance_table,
-    } = summary::tables(summary);
+    } = tables::tables(summary);
     let names: Vec<String> = summary.arms.iter().map(|a| a.arm.clone()).collect();
 
     // Valid answers: stacked by the attempt that produced them, so a column's height is the

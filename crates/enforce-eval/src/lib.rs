@@ -32,7 +32,7 @@ mod run;
 pub mod shard;
 pub mod stats;
 pub mod summary;
-mod tables;
+pub mod tables;
 mod trials;
 
 pub use arms::Arm;

@@ -6,11 +6,9 @@ use super::clustered::{self, CaseCount, ClusteredRate, PairedTest};
 use super::cost::{self, ArmCost, Sampling};
 use super::provenance::Provenance;
 use super::shard::Shard;
-use super::tables;
-use super::trials::Trial;
+use super::trials::{attempt_passed, error_codes, Trial};
 use enforce_core::policy::{FirstAttempt, Reask, RepairWhen};
-use enforce_core::{Attempt, Outcome, Status};
-use enforce_report::render::table::Table;
+use enforce_core::{Outcome, Status};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -165,20 +163,6 @@ pub const STATUSES: [Status; 5] = [
     Status::Aborted,
     Status::Unavailable,
 ];
-
-/// The distinct codes of the errors (not warnings) among `issues`.
-fn error_codes(issues: &[enforce_core::Issue]) -> BTreeSet<&str> {
-    issues
-        .iter()
-        .filter(|i| i.is_error())
-        .map(|i| i.code.as_str())
-        .collect()
-}
-
-/// The attempt passed every validator and was not cut short.
-pub fn attempt_passed(attempt: &Attempt) -> bool {
-    attempt.cut.is_none() && error_codes(&attempt.issues).is_empty()
-}
 
 fn first_attempt_passed(outcome: &Outcome) -> bool {
     outcome.attempts.first().is_some_and(attempt_passed)
@@ -430,75 +414,6 @@ fn pairs(arms: &[String], trials: &[Trial]) -> Vec<PairSummary> {
     let p_values: Vec<f64> = out.iter().map(|p| p.test.p_value).collect();
     for (pair, adjusted) in out.iter_mut().zip(clustered::holm(&p_values)) {
         pair.p_adjusted = adjusted;
-    }
-    out
-}
-
-/// The tables of a summary.
-pub struct Tables {
-    /// Valid answers per arm.
-    pub arms: Table,
-    /// Outcomes per arm.
-    pub outcomes: Table,
-    /// Tokens and time.
-    pub cost: Table,
-    /// Valid answers for the tokens spent, against blind resampling.
-    pub cost_matched: Table,
-    /// Issue codes.
-    pub codes: Table,
-    /// Pairs of arms.
-    pub pairs: Table,
-    /// What produced the numbers.
-    pub provenance: Table,
-}
-
-/// The tables: arms, outcomes, tokens and time, cost-matched, issue codes, pairs, provenance.
-pub fn tables(summary: &Summary) -> Tables {
-    Tables {
-        arms: tables::arms(summary),
-        outcomes: tables::outcomes(summary),
-        cost: tables::spend(summary),
-        cost_matched: tables::cost_matched(summary),
-        codes: tables::codes(summary),
-        pairs: tables::pairs(summary),
-        provenance: tables::provenance(summary),
-    }
-}
-
-/// The summary as text tables, for the terminal.
-pub fn text(summary: &Summary) -> String {
-    let s = &summary.setup;
-    let mut out = format!(
-        "enforce eval: {} ({} case(s) × {} repeat(s), seed {}){}, profile {}, runner {}{}\n",
-        s.dataset,
-        s.cases,
-        s.repeats,
-        s.seed,
-        s.shard
-            .map(|shard| format!(", shard {shard}"))
-            .unwrap_or_default(),
-        s.profile,
-        s.runner,
-        s.model
-            .as_deref()
-            .map(|m| format!(" ({m})"))
-            .unwrap_or_default()
-    );
-    if let Some(p) = &summary.provenance {
-        let machine = p.machines.first().map_or(String::new(), |m| {
-            format!(", {} {} × {} CPU(s)", m.os, m.arch, m.cpus.unwrap_or(0))
-        });
-        out.push_str(&format!(
-            "enforce {}, dataset {}, config {}{machine}\n",
-            p.enforce_version,
-            p.dataset_digest,
-            p.config_digest.as_deref().unwrap_or("-"),
-        ));
-    }
-    let t = tables(summary);
-    for table in [t.arms, t.outcomes, t.cost, t.cost_matched, t.codes, t.pairs] {
-        out.push('\n');
-        enforce_report::render::table::write_text(&mut out, &table);
     }
     out
 }

@@ -272,3 +272,72 @@ pub fn provenance(summary: &Summary) -> Table {
     }
     table
 }
+
+/// The tables of a summary.
+pub struct Tables {
+    /// Valid answers per arm.
+    pub arms: Table,
+    /// Outcomes per arm.
+    pub outcomes: Table,
+    /// Tokens and time.
+    pub cost: Table,
+    /// Valid answers for the tokens spent, against blind resampling.
+    pub cost_matched: Table,
+    /// Issue codes.
+    pub codes: Table,
+    /// Pairs of arms.
+    pub pairs: Table,
+    /// What produced the numbers.
+    pub provenance: Table,
+}
+
+/// The tables: arms, outcomes, tokens and time, cost-matched, issue codes, pairs, provenance.
+pub fn tables(summary: &Summary) -> Tables {
+    Tables {
+        arms: arms(summary),
+        outcomes: outcomes(summary),
+        cost: spend(summary),
+        cost_matched: cost_matched(summary),
+        codes: codes(summary),
+        pairs: pairs(summary),
+        provenance: provenance(summary),
+    }
+}
+
+/// The summary as text tables, for the terminal.
+pub fn text(summary: &Summary) -> String {
+    let s = &summary.setup;
+    let mut out = format!(
+        "enforce eval: {} ({} case(s) × {} repeat(s), seed {}){}, profile {}, runner {}{}\n",
+        s.dataset,
+        s.cases,
+        s.repeats,
+        s.seed,
+        s.shard
+            .map(|shard| format!(", shard {shard}"))
+            .unwrap_or_default(),
+        s.profile,
+        s.runner,
+        s.model
+            .as_deref()
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default()
+    );
+    if let Some(p) = &summary.provenance {
+        let machine = p.machines.first().map_or(String::new(), |m| {
+            format!(", {} {} × {} CPU(s)", m.os, m.arch, m.cpus.unwrap_or(0))
+        });
+        out.push_str(&format!(
+            "enforce {}, dataset {}, config {}{machine}\n",
+            p.enforce_version,
+            p.dataset_digest,
+            p.config_digest.as_deref().unwrap_or("-"),
+        ));
+    }
+    let t = tables(summary);
+    for table in [t.arms, t.outcomes, t.cost, t.cost_matched, t.codes, t.pairs] {
+        out.push('\n');
+        enforce_report::render::table::write_text(&mut out, &table);
+    }
+    out
+}

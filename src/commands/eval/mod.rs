@@ -17,7 +17,7 @@ use clap::Args as ClapArgs;
 use enforce_config::Profile;
 use enforce_core::{Policy, Runner};
 use enforce_eval::{
-    arms, summary, Arm, ConfigFile, Eval, EvalError, Event, Observer, Shard, Summary, ANSWERS,
+    arms, tables, Arm, ConfigFile, Eval, EvalError, Event, Observer, Shard, Summary, ANSWERS,
     ATTEMPTS,
 };
 use std::io::IsTerminal;
@@ -254,7 +254,7 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
 fn finished(result: Result<Summary, EvalError>, done: &str, args: &Args) -> Result<u8, UsageError> {
     match result {
         Ok(summary) => {
-            print!("{}", summary::text(&summary));
+            print!("{}", tables::text(&summary));
             eprintln!(
                 "enforce eval: {done} {} (summary.json, junit.xml, report.html, {ATTEMPTS}, \
                  {ANSWERS})",
