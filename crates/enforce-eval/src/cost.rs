@@ -282,11 +282,36 @@ pub fn cost_matched(
     let (tokens, with_usage) = counts
         .iter()
         .fold((0, 0), |(t, n), c| (t + c.tokens, n + c.with_usage));
-    // A case without usage reported takes the mean of the others.
-    let mean_tokens = (with_usage > 0).then(|| tokens as f64 / with_usage as f64);
-    let curve_of = |weights: &BTreeMap<&str, f64>| {
-        let mean_tokens = mean_tokens?;
-        let curve: Vec<CaseResample> = cases
+    let fitted = Fitted {
+        cases,
+        mean,
+        strength,
+        mean_tokens: (with_usage > 0).then(|| tokens as f64 / with_usage as f64),
+    };
+    let costs = arms
+        .iter()
+        .map(|arm| arm_cost(arm, trials, &fitted))
+        .collect();
+    let one_each: BTreeMap<&str, f64> = fitted.cases.keys().map(|id| (*id, 1.0)).collect();
+    (costs, fitted.curve(&one_each))
+}
+
+/// The cases' samples with the fitted prior.
+struct Fitted<'a> {
+    cases: BTreeMap<&'a str, Samples>,
+    mean: f64,
+    strength: f64,
+    /// Mean tokens of a sample; `None` without usage reported.
+    mean_tokens: Option<f64>,
+}
+
+impl Fitted<'_> {
+    /// The resampling curve over the cases, each weighted by its trials in `weights`.
+    fn curve(&self, weights: &BTreeMap<&str, f64>) -> Option<ResampleCurve> {
+        let mean_tokens = self.mean_tokens?;
+        let (mean, strength) = (self.mean, self.strength);
+        let curve = self
+            .cases
             .iter()
             .map(|(id, c)| CaseResample {
                 pass_rate: if strength.is_infinite() {
@@ -295,6 +320,7 @@ pub fn cost_matched(
                     (mean * strength + c.passed as f64) / (strength + c.samples as f64)
                 },
                 strength: strength + c.samples as f64,
+                // A case without usage reported takes the mean of the others.
                 tokens_per_attempt: if c.with_usage > 0 {
                     c.tokens as f64 / c.with_usage as f64
                 } else {
@@ -304,41 +330,39 @@ pub fn cost_matched(
             })
             .collect();
         Some(ResampleCurve::new(curve))
-    };
-    let costs = arms
+    }
+}
+
+/// One arm's cost-matched figures.
+fn arm_cost(arm: &str, trials: &[Trial], fitted: &Fitted) -> ArmCost {
+    let mine: Vec<&Trial> = trials.iter().filter(|t| t.key.arm == arm).collect();
+    let mut weights: BTreeMap<&str, f64> = BTreeMap::new();
+    for t in &mine {
+        *weights.entry(t.key.case.as_str()).or_default() += 1.0;
+    }
+    let Some(spent) = mine
         .iter()
-        .map(|arm| {
-            let mine: Vec<&Trial> = trials.iter().filter(|t| &t.key.arm == arm).collect();
-            let mut weights: BTreeMap<&str, f64> = BTreeMap::new();
-            for t in &mine {
-                *weights.entry(t.key.case.as_str()).or_default() += 1.0;
-            }
-            let spent = mine
-                .iter()
-                .filter_map(|t| trial_tokens(t))
-                .reduce(|a, b| a + b);
-            let valid: Vec<u64> = mine
-                .iter()
-                .filter(|t| t.outcome.status.is_success())
-                .map(|t| trial_tokens(t).unwrap_or(0))
-                .collect();
-            let Some(spent) = spent else {
-                return ArmCost {
-                    valid_per_1k_tokens: None,
-                    resample_at_equal_tokens: None,
-                    pass_at_tokens: Vec::new(),
-                };
-            };
-            ArmCost {
-                valid_per_1k_tokens: valid_per_1k_tokens(valid.len() as u64, spent),
-                resample_at_equal_tokens: curve_of(&weights)
-                    .and_then(|curve| curve.at_tokens(spent as f64)),
-                pass_at_tokens: pass_at_tokens(valid, mine.len() as u64),
-            }
-        })
+        .filter_map(|t| trial_tokens(t))
+        .reduce(|a, b| a + b)
+    else {
+        return ArmCost {
+            valid_per_1k_tokens: None,
+            resample_at_equal_tokens: None,
+            pass_at_tokens: Vec::new(),
+        };
+    };
+    let valid: Vec<u64> = mine
+        .iter()
+        .filter(|t| t.outcome.status.is_success())
+        .map(|t| trial_tokens(t).unwrap_or(0))
         .collect();
-    let one_each: BTreeMap<&str, f64> = cases.keys().map(|id| (*id, 1.0)).collect();
-    (costs, curve_of(&one_each))
+    ArmCost {
+        valid_per_1k_tokens: valid_per_1k_tokens(valid.len() as u64, spent),
+        resample_at_equal_tokens: fitted
+            .curve(&weights)
+            .and_then(|curve| curve.at_tokens(spent as f64)),
+        pass_at_tokens: pass_at_tokens(valid, mine.len() as u64),
+    }
 }
 
 /// Valid answers per 1,000 tokens; `None` when no token was counted.

@@ -6,6 +6,7 @@ use super::tables;
 use enforce_report::render::chart::RGBColor;
 use enforce_report::render::chart::{self, ChartError, Layout, Line, Series};
 use enforce_report::render::html::{escape, figure, page_start, status_color, write_table, BLUE};
+use enforce_report::render::table::Table;
 use std::fmt::Write as _;
 
 /// Greens from dark (first attempt) to light (later re-asks).
@@ -35,10 +36,37 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
         pairs: pairs_table,
         provenance: provenance_table,
     } = tables::tables(summary);
-    let names: Vec<String> = summary.arms.iter().map(|a| a.arm.clone()).collect();
+    figure(&mut out, "valid", &valid_columns(summary)?, &arms_table);
+    figure(
+        &mut out,
+        "outcomes",
+        &outcome_columns(summary)?,
+        &outcomes_table,
+    );
+    figure(&mut out, "spend", &spend_bars(summary)?, &cost_table);
+    figure(
+        &mut out,
+        "cost-matched",
+        &pass_at_tokens(summary)?,
+        &cost_matched_table,
+    );
+    figure(&mut out, "codes", &code_bars(summary)?, &codes_table);
 
-    // Valid answers: stacked by the attempt that produced them, so a column's height is the
-    // arm's valid rate and its bottom part the first attempt's.
+    table_figure(&mut out, "pairs", &pairs_table);
+    if !provenance_table.rows.is_empty() {
+        table_figure(&mut out, "provenance", &provenance_table);
+    }
+    out.push_str("</body></html>\n");
+    Ok(out)
+}
+
+fn arm_names(summary: &Summary) -> Vec<String> {
+    summary.arms.iter().map(|a| a.arm.clone()).collect()
+}
+
+/// Valid answers: stacked by the attempt that produced them, so a column's height is the arm's
+/// valid rate and its bottom part the first attempt's.
+fn valid_columns(summary: &Summary) -> Result<String, ChartError> {
     let longest = summary.most_attempts();
     let series: Vec<Series> = (0..longest)
         .map(|k| Series {
@@ -55,15 +83,16 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
                 .collect(),
         })
         .collect();
-    let svg = chart::columns(
+    chart::columns(
         "Valid answers per arm",
         "% of trials",
-        &names,
+        &arm_names(summary),
         &series,
         Layout::Stacked,
-    )?;
-    figure(&mut out, "valid", &svg, &arms_table);
+    )
+}
 
+fn outcome_columns(summary: &Summary) -> Result<String, ChartError> {
     let series: Vec<Series> = STATUSES
         .iter()
         .map(|&status| Series {
@@ -76,18 +105,19 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
                 .collect(),
         })
         .collect();
-    let svg = chart::columns(
+    chart::columns(
         "Outcomes per arm",
         "trials",
-        &names,
+        &arm_names(summary),
         &series,
         Layout::Stacked,
-    )?;
-    figure(&mut out, "outcomes", &svg, &outcomes_table);
+    )
+}
 
-    // Arms whose tokens per valid answer are known (a valid answer, usage reported); none
-    // known draws the chart's "no data".
-    let (spend_names, per_valid): (Vec<String>, Vec<f64>) = summary
+/// The arms whose tokens per valid answer are known (a valid answer, usage reported); none
+/// known draws the chart's "no data".
+fn spend_bars(summary: &Summary) -> Result<String, ChartError> {
+    let (names, per_valid): (Vec<String>, Vec<f64>) = summary
         .arms
         .iter()
         .filter_map(|a| {
@@ -96,53 +126,38 @@ pub fn render(summary: &Summary) -> Result<String, ChartError> {
             Some((a.arm.clone(), prompt + completion))
         })
         .unzip();
-    let svg = chart::bars(
+    chart::bars(
         "Tokens per valid answer",
         "tokens",
-        &spend_names,
+        &names,
         &per_valid,
         BLUE,
         None,
-    )?;
-    figure(&mut out, "spend", &svg, &cost_table);
+    )
+}
 
-    let svg = pass_at_tokens(summary)?;
-    figure(&mut out, "cost-matched", &svg, &cost_matched_table);
-
+fn code_bars(summary: &Summary) -> Result<String, ChartError> {
     let codes: Vec<String> = summary.issue_codes.iter().map(|c| c.code.clone()).collect();
     let first: Vec<f64> = summary
         .issue_codes
         .iter()
         .map(|c| c.arms.iter().map(|a| a.first_attempt).sum::<u64>() as f64)
         .collect();
-    let svg = chart::bars(
+    chart::bars(
         "Issue codes on first attempts (all arms)",
         "trials",
         &codes,
         &first,
         RGBColor(239, 108, 0),
         None,
-    )?;
-    figure(&mut out, "codes", &svg, &codes_table);
+    )
+}
 
-    let _ = writeln!(
-        out,
-        "<figure id=\"pairs\"><h2>{}</h2>",
-        escape(&pairs_table.title)
-    );
-    write_table(&mut out, &pairs_table);
+/// A figure of `table` alone, under its title.
+fn table_figure(out: &mut String, id: &str, table: &Table) {
+    let _ = writeln!(out, "<figure id=\"{id}\"><h2>{}</h2>", escape(&table.title));
+    write_table(out, table);
     out.push_str("</figure>\n");
-    if !provenance_table.rows.is_empty() {
-        let _ = writeln!(
-            out,
-            "<figure id=\"provenance\"><h2>{}</h2>",
-            escape(&provenance_table.title)
-        );
-        write_table(&mut out, &provenance_table);
-        out.push_str("</figure>\n");
-    }
-    out.push_str("</body></html>\n");
-    Ok(out)
 }
 
 /// pass@t: per arm, the share of trials valid within t tokens, against t; blind resampling's

@@ -233,73 +233,11 @@ pub fn build(setup: Setup, arms: &[String], trials: &[Trial]) -> Summary {
         .max(1);
     let cases = case_ids(trials);
     let (costs, curve) = cost::cost_matched(arms, trials, &sampling_of);
-    let mut arm_summaries = Vec::new();
-    for (arm, cost) in arms.iter().zip(costs) {
-        let n = in_arm(trials, arm).count() as u64;
-        let valid = in_arm(trials, arm)
-            .filter(|t| t.outcome.status.is_success())
-            .count() as u64;
-        let valid_after_attempts = (1..=longest)
-            .map(|k| {
-                rate_of(trials, arm, &cases, |t| {
-                    t.outcome.status.is_success() && t.outcome.attempts.len() <= k
-                })
-            })
-            .collect();
-        let outcomes = STATUSES
-            .iter()
-            .map(|s| {
-                (
-                    s.as_str(),
-                    in_arm(trials, arm)
-                        .filter(|t| t.outcome.status == *s)
-                        .count() as u64,
-                )
-            })
-            .collect();
-        let (mut prompt, mut completion, mut estimated, mut wall_us, mut attempts) =
-            (0u64, 0u64, 0u64, 0u64, 0u64);
-        let mut escalated_attempts = 0u64;
-        let mut with_usage = false;
-        for t in in_arm(trials, arm) {
-            if let Some(u) = t.outcome.usage {
-                with_usage = true;
-                prompt += u.input_tokens;
-                completion += u.output_tokens;
-            }
-            estimated += t.estimated_tokens;
-            wall_us += t.outcome.total_us;
-            attempts += t.outcome.attempts.len() as u64;
-            escalated_attempts += t
-                .outcome
-                .attempts
-                .iter()
-                .filter(|a| a.escalated_to.is_some())
-                .count() as u64;
-        }
-        let wall_ms = wall_us as f64 / 1000.0;
-        arm_summaries.push(ArmSummary {
-            arm: arm.clone(),
-            trials: n,
-            first_attempt_passed: rate_of(trials, arm, &cases, |t| {
-                first_attempt_passed(&t.outcome)
-            }),
-            valid_after_attempts,
-            valid: rate_of(trials, arm, &cases, |t| t.outcome.status.is_success()),
-            outcomes,
-            attempts,
-            escalated_attempts,
-            prompt_tokens: prompt,
-            completion_tokens: completion,
-            estimated_tokens: estimated,
-            wall_ms,
-            // Without any usage reported, tokens per answer are unknown rather than 0.
-            prompt_tokens_per_valid: per(prompt as f64, valid).filter(|_| with_usage),
-            completion_tokens_per_valid: per(completion as f64, valid).filter(|_| with_usage),
-            wall_ms_per_valid: per(wall_ms, valid),
-            cost,
-        });
-    }
+    let arm_summaries: Vec<ArmSummary> = arms
+        .iter()
+        .zip(costs)
+        .map(|(arm, cost)| arm_summary(arm, trials, &cases, longest, cost))
+        .collect();
     // The curve reaches as far as the arm that spent the most tokens per trial.
     let widest = arm_summaries
         .iter()
@@ -313,6 +251,76 @@ pub fn build(setup: Setup, arms: &[String], trials: &[Trial]) -> Summary {
         issue_codes: codes(arms, trials),
         pairs: pairs(arms, trials),
         resample_curve: curve.map(|c| c.points(widest)).unwrap_or_default(),
+    }
+}
+
+/// The numbers of `arm` (rates over `cases`, `longest` attempts at most).
+fn arm_summary(
+    arm: &str,
+    trials: &[Trial],
+    cases: &[&str],
+    longest: usize,
+    cost: ArmCost,
+) -> ArmSummary {
+    let n = in_arm(trials, arm).count() as u64;
+    let valid = in_arm(trials, arm)
+        .filter(|t| t.outcome.status.is_success())
+        .count() as u64;
+    let valid_after_attempts = (1..=longest)
+        .map(|k| {
+            rate_of(trials, arm, cases, |t| {
+                t.outcome.status.is_success() && t.outcome.attempts.len() <= k
+            })
+        })
+        .collect();
+    let outcomes = STATUSES
+        .iter()
+        .map(|s| {
+            let count = in_arm(trials, arm)
+                .filter(|t| t.outcome.status == *s)
+                .count();
+            (s.as_str(), count as u64)
+        })
+        .collect();
+    let (mut prompt, mut completion, mut estimated, mut wall_us, mut attempts) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut escalated_attempts = 0u64;
+    let mut with_usage = false;
+    for t in in_arm(trials, arm) {
+        if let Some(u) = t.outcome.usage {
+            with_usage = true;
+            prompt += u.input_tokens;
+            completion += u.output_tokens;
+        }
+        estimated += t.estimated_tokens;
+        wall_us += t.outcome.total_us;
+        attempts += t.outcome.attempts.len() as u64;
+        escalated_attempts += t
+            .outcome
+            .attempts
+            .iter()
+            .filter(|a| a.escalated_to.is_some())
+            .count() as u64;
+    }
+    let wall_ms = wall_us as f64 / 1000.0;
+    ArmSummary {
+        arm: arm.to_string(),
+        trials: n,
+        first_attempt_passed: rate_of(trials, arm, cases, |t| first_attempt_passed(&t.outcome)),
+        valid_after_attempts,
+        valid: rate_of(trials, arm, cases, |t| t.outcome.status.is_success()),
+        outcomes,
+        attempts,
+        escalated_attempts,
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        estimated_tokens: estimated,
+        wall_ms,
+        // Without any usage reported, tokens per answer are unknown rather than 0.
+        prompt_tokens_per_valid: per(prompt as f64, valid).filter(|_| with_usage),
+        completion_tokens_per_valid: per(completion as f64, valid).filter(|_| with_usage),
+        wall_ms_per_valid: per(wall_ms, valid),
+        cost,
     }
 }
 

@@ -4,7 +4,7 @@
 //! sampling keys stay), and for the local runner the GGUF file's size and SHA-256.
 
 use enforce_eval::provenance::{ModelFile, RunnerProvenance};
-use enforce_runner::RunnerConfig;
+use enforce_runner::{LocalConfig, RunnerConfig};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -88,30 +88,7 @@ pub fn runner_provenance(config: &RunnerConfig) -> RunnerProvenance {
             None
         }
         RunnerConfig::Local(c) => {
-            match self::model_file(&c.model) {
-                Ok(file) => model_file = Some(file),
-                Err(e) => {
-                    settings.insert(
-                        "model_file_error".into(),
-                        format!("cannot read {}: {e}", c.model.display()).into(),
-                    );
-                }
-            }
-            for (key, value) in [
-                ("threads", Value::from(c.threads)),
-                ("temperature", Value::from(c.temperature)),
-                ("top_k", Value::from(c.top_k)),
-                ("top_p", Value::from(c.top_p)),
-                ("min_p", Value::from(c.min_p)),
-                ("seed", c.seed.map_or(Value::Null, Value::from)),
-                ("max_tokens", Value::from(c.max_tokens)),
-                ("context_size", Value::from(c.context_size)),
-            ] {
-                settings.insert(key.into(), value);
-            }
-            if let Ok(engine) = serde_json::to_value(c.constraint_engine) {
-                settings.insert("constraint_engine".into(), engine);
-            }
+            model_file = local_settings(c, &mut settings);
             c.model
                 .file_name()
                 .and_then(|name| name.to_str())
@@ -124,6 +101,34 @@ pub fn runner_provenance(config: &RunnerConfig) -> RunnerProvenance {
         base_url,
         model_file,
         settings,
+    }
+}
+
+/// The local runner's settings, into `settings`, and its model file (a file that cannot be
+/// read says why in `settings`).
+fn local_settings(c: &LocalConfig, settings: &mut Map<String, Value>) -> Option<ModelFile> {
+    for (key, value) in [
+        ("threads", Value::from(c.threads)),
+        ("temperature", Value::from(c.temperature)),
+        ("top_k", Value::from(c.top_k)),
+        ("top_p", Value::from(c.top_p)),
+        ("min_p", Value::from(c.min_p)),
+        ("seed", c.seed.map_or(Value::Null, Value::from)),
+        ("max_tokens", Value::from(c.max_tokens)),
+        ("context_size", Value::from(c.context_size)),
+    ] {
+        settings.insert(key.into(), value);
+    }
+    if let Ok(engine) = serde_json::to_value(c.constraint_engine) {
+        settings.insert("constraint_engine".into(), engine);
+    }
+    match model_file(&c.model) {
+        Ok(file) => Some(file),
+        Err(e) => {
+            let error = format!("cannot read {}: {e}", c.model.display());
+            settings.insert("model_file_error".into(), error.into());
+            None
+        }
     }
 }
 
