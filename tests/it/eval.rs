@@ -468,6 +468,24 @@ async fn sharded_and_merged_equals_one_run() {
     assert_eq!(answers(&merged_dir), answers(&whole_dir));
     let page = std::fs::read_to_string(merged_dir.join("report.html")).expect("report.html");
     assert!(page.starts_with("<!DOCTYPE html>"));
+    assert_eq!(
+        merged_summary["provenance"]["machines"][0]["os"],
+        std::env::consts::OS
+    );
+
+    // The gates apply to a merge: the whole eval's rates, and its arms.
+    let gated = |out: &str, gate: &str| {
+        let mut args: Vec<String> = ["eval", "--merge"].iter().map(|s| s.to_string()).collect();
+        args.extend((0..3).map(|i| setup.path(&format!("shard-{i}")).display().to_string()));
+        args.extend(["-o".into(), setup.path(out).display().to_string()]);
+        args.extend(["--fail-under".into(), gate.into()]);
+        enforce(&args)
+    };
+    let missed = gated("merged-gated", "none=50%");
+    assert_eq!(missed.status.code(), Some(3), "{}", text(&missed.stderr));
+    assert!(text(&missed.stderr).contains("arm `none`: valid rate 33.3% (4 of 12)"));
+    let unknown = gated("merged-unknown", "resample=0.5");
+    assert_eq!(unknown.status.code(), Some(2), "{}", text(&unknown.stderr));
 }
 
 /// A merge names what keeps the parts from making one eval, and writes nothing.
