@@ -25,6 +25,7 @@ const MOST_ATTEMPTS: u32 = 1000;
 
 /// Which of an arm's attempts are blind samples of the profile's request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Sampling {
     /// None: its first attempt is already steered (constrained decoding, early abort,
     /// reason-then-format, repairs first).

@@ -17,7 +17,7 @@ pub struct Provenance {
     /// Sampling parameters sent with every request (`temperature`, `max_tokens`), the seed
     /// excepted: see `seeds`.
     pub sampling: Map<String, Value>,
-    /// The seeds the requests carried.
+    /// The seeds of the trials' first attempts (each re-ask advances its trial's seed by one).
     pub seeds: Seeds,
     /// Digest of the dataset file (as `eval.json` has it).
     pub dataset_digest: String,
