@@ -115,8 +115,13 @@ fn summary(dir: &Path) -> Value {
     serde_json::from_str(&text).expect("JSON")
 }
 
-/// The summary without wall times (they differ from run to run).
+/// The summary without wall times and provenance (they differ from run to run: the mock's
+/// port is in the base URL).
 fn without_times(mut summary: Value) -> Value {
+    summary
+        .as_object_mut()
+        .expect("an object")
+        .remove("provenance");
     for arm in summary["arms"].as_array_mut().expect("arms") {
         arm.as_object_mut()
             .expect("object")
@@ -463,6 +468,24 @@ async fn sharded_and_merged_equals_one_run() {
     assert_eq!(answers(&merged_dir), answers(&whole_dir));
     let page = std::fs::read_to_string(merged_dir.join("report.html")).expect("report.html");
     assert!(page.starts_with("<!DOCTYPE html>"));
+    assert_eq!(
+        merged_summary["provenance"]["machines"][0]["os"],
+        std::env::consts::OS
+    );
+
+    // The gates apply to a merge: the whole eval's rates, and its arms.
+    let gated = |out: &str, gate: &str| {
+        let mut args: Vec<String> = ["eval", "--merge"].iter().map(|s| s.to_string()).collect();
+        args.extend((0..3).map(|i| setup.path(&format!("shard-{i}")).display().to_string()));
+        args.extend(["-o".into(), setup.path(out).display().to_string()]);
+        args.extend(["--fail-under".into(), gate.into()]);
+        enforce(&args)
+    };
+    let missed = gated("merged-gated", "none=50%");
+    assert_eq!(missed.status.code(), Some(3), "{}", text(&missed.stderr));
+    assert!(text(&missed.stderr).contains("arm `none`: valid rate 33.3% (4 of 12)"));
+    let unknown = gated("merged-unknown", "resample=0.5");
+    assert_eq!(unknown.status.code(), Some(2), "{}", text(&unknown.stderr));
 }
 
 /// A merge names what keeps the parts from making one eval, and writes nothing.
@@ -925,4 +948,109 @@ async fn the_escalate_arm_asks_the_escalation_model_and_counts_it() {
     for words in ["escalate_to", "no model `bigger`", "models: small"] {
         assert!(stderr.contains(words), "{words} in {stderr}");
     }
+}
+
+/// The CI gates: an eval whose arm's valid rate drops under `--fail-under`, or whose tokens
+/// per valid answer exceed `--max-tokens-per-valid`, exits 3 after writing every output and
+/// names the arm, the measured figure and the threshold; gates met exit 0; a gate on an arm
+/// not run is a usage error (exit 2) before anything runs. The summary says what produced it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gates_fail_the_run_when_an_arm_drops_under_them() {
+    let setup = Setup::new();
+    let mock = MockOpenAi::start(mock_script()).await.expect("mock");
+    let run = |out: &'static str, gates: &[&str]| {
+        let mut extra = vec!["--arms", "none,feedback"];
+        extra.extend_from_slice(gates);
+        enforce_async(setup.args(&mock.url(), out, &extra))
+    };
+    // `none`: 2 of 6 valid; `feedback`: 6 of 6.
+    let met = run(
+        "met",
+        &["--fail-under", "feedback=100%", "--fail-under", "none=0.3"],
+    )
+    .await;
+    assert_eq!(met.status.code(), Some(0), "{}", text(&met.stderr));
+
+    let failed = run(
+        "failed",
+        &["--fail-under", "none=50%", "--fail-under", "feedback=0.9"],
+    )
+    .await;
+    let stderr = text(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("arm `none`: valid rate 33.3% (2 of 6) is under --fail-under 50.0%"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("arm `feedback`"), "{stderr}");
+    let failed_summary = summary(&setup.path("failed"));
+    assert_eq!(arm(&failed_summary, "none")["valid"]["k"], 2);
+
+    // The token ceiling, around what `feedback` spent per valid answer.
+    let s = summary(&setup.path("met"));
+    let feedback = arm(&s, "feedback");
+    let per_valid = feedback["prompt_tokens_per_valid"].as_f64().expect("usage")
+        + feedback["completion_tokens_per_valid"]
+            .as_f64()
+            .expect("usage");
+    let under = format!("feedback={}", (per_valid - 1.0).floor());
+    let over = format!("feedback={}", per_valid.ceil());
+    let tight = enforce_async(setup.args(
+        &mock.url(),
+        "tight",
+        &["--arms", "none,feedback", "--max-tokens-per-valid", &under],
+    ))
+    .await;
+    let stderr = text(&tight.stderr);
+    assert_eq!(tight.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("arm `feedback`: ")
+            && stderr.contains("tokens per valid answer is over --max-tokens-per-valid"),
+        "{stderr}"
+    );
+    let loose = enforce_async(setup.args(
+        &mock.url(),
+        "loose",
+        &["--arms", "none,feedback", "--max-tokens-per-valid", &over],
+    ))
+    .await;
+    assert_eq!(loose.status.code(), Some(0), "{}", text(&loose.stderr));
+
+    // An arm not run: a usage error, nothing run.
+    let requests = mock.chat_requests().len();
+    let unknown = run("unknown", &["--fail-under", "resample=0.5"]).await;
+    let stderr = text(&unknown.stderr);
+    assert_eq!(unknown.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`resample`") && stderr.contains("none, feedback"),
+        "{stderr}"
+    );
+    assert_eq!(mock.chat_requests().len(), requests, "nothing ran");
+    let bad = run("bad", &["--fail-under", "none=90"]).await;
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+
+    // Provenance: the runner, the model and where it was served, the seeds, the digests, the
+    // machine; no key.
+    let p = &s["provenance"];
+    assert_eq!(p["runner"]["kind"], "openai");
+    assert_eq!(p["runner"]["model"], "m");
+    assert_eq!(p["runner"]["base_url"].as_str(), Some(mock.url().as_str()));
+    assert_eq!(
+        (p["seeds"]["first"].as_u64(), p["seeds"]["last"].as_u64()),
+        (Some(40), Some(45))
+    );
+    assert_eq!(p["sampling"]["temperature"], 0.7);
+    assert_eq!(p["enforce_version"], env!("CARGO_PKG_VERSION"));
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(setup.path("met").join("eval.json")).expect("eval.json"),
+    )
+    .expect("JSON");
+    assert_eq!(p["config_digest"], manifest["config_digest"]);
+    assert_eq!(p["dataset_digest"], manifest["dataset_digest"]);
+    assert_eq!(p["machines"][0]["arch"], std::env::consts::ARCH);
+    let page = std::fs::read_to_string(setup.path("met").join("report.html")).expect("page");
+    assert!(
+        page.contains("Provenance") && page.contains("pass@t"),
+        "the page has both"
+    );
 }

@@ -18,6 +18,8 @@
 
 mod answers;
 pub mod arms;
+pub mod clustered;
+pub mod cost;
 mod dataset;
 mod error;
 mod html;
@@ -25,10 +27,12 @@ mod junit;
 mod manifest;
 mod merge;
 mod outputs;
+pub mod provenance;
 mod run;
 pub mod shard;
 pub mod stats;
 pub mod summary;
+pub mod tables;
 mod trials;
 
 pub use arms::Arm;

@@ -3,9 +3,10 @@
 //! written before the trials run, so `--merge` can tell the parts of one sharded eval from
 //! parts of different evals and knows which trials each part owes, even of a part that died.
 
+use super::provenance::Provenance;
 use super::shard::Shard;
-use super::summary::Setup;
-use super::trials::{self, TrialKey};
+use super::summary::{self, Setup, Summary};
+use super::trials::{self, Trial, TrialKey};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -29,9 +30,20 @@ pub struct Manifest {
     /// FNV-1a digest of the configuration file as written (`${VAR}` unexpanded, so secrets and
     /// per-machine values stay out); `None` without one.
     pub config_digest: Option<String>,
+    /// What ran it: enforce's version, the runner and model, the machine. Not compared
+    /// between the parts of a sharded eval (they may run on different machines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
 }
 
 impl Manifest {
+    /// The summary of `trials` of this eval, with its provenance.
+    pub fn summarise(self, trials: &[Trial]) -> Summary {
+        let mut summary = summary::build(self.setup, &self.arms, trials);
+        summary.provenance = self.provenance;
+        summary
+    }
+
     /// The part of the dataset this run took.
     pub fn shard(&self) -> Shard {
         self.setup.shard.unwrap_or(Shard::WHOLE)
@@ -118,6 +130,7 @@ impl Manifest {
                 }
             }
         }
+        fields.remove("provenance");
         compared.extend(fields);
         compared
     }
@@ -164,6 +177,7 @@ mod tests {
             cases: (1..=5).map(|i| format!("case-{i}")).collect(),
             dataset_digest: "d".into(),
             config_digest: Some("c".into()),
+            provenance: None,
         }
     }
 

@@ -5,6 +5,7 @@
 
 use super::manifest::Manifest;
 use super::outputs::{self, write_file, ANSWERS, ATTEMPTS};
+use super::provenance::add_machines;
 use super::shard::Shard;
 use super::summary::Summary;
 use super::trials::{self, Trial, TrialKey};
@@ -149,6 +150,13 @@ fn write(parts: &[Part], records: Vec<(String, Trial)>, output: &Path) -> Result
     };
     let mut whole = first.manifest.clone();
     whole.setup.shard = None;
+    if let Some(provenance) = &mut whole.provenance {
+        for part in &parts[1..] {
+            if let Some(theirs) = &part.manifest.provenance {
+                add_machines(&mut provenance.machines, &theirs.machines);
+            }
+        }
+    }
     whole.write(output)?;
     let (lines, trials): (Vec<String>, Vec<Trial>) = records.into_iter().unzip();
     let attempts: String = lines.iter().map(|line| format!("{line}\n")).collect();
@@ -163,5 +171,5 @@ fn write(parts: &[Part], records: Vec<(String, Trial)>, output: &Path) -> Result
         }
     }
     write_file(&output.join(ANSWERS), &answers)?;
-    outputs::finish(output, whole.setup, &whole.arms, &whole.cases, &trials)
+    outputs::finish(output, whole, &trials)
 }

@@ -1,7 +1,8 @@
 //! The results of a finished eval in its output directory, whether its trials ran here or were
 //! merged from the parts of a sharded eval: `summary.json`, `junit.xml` and `report.html`.
 
-use super::summary::{self, Setup, Summary};
+use super::manifest::Manifest;
+use super::summary::Summary;
 use super::trials::Trial;
 use super::{html, junit};
 use std::path::Path;
@@ -11,16 +12,12 @@ pub const ATTEMPTS: &str = "attempts.jsonl";
 /// The answers, one per attempt.
 pub const ANSWERS: &str = "answers.jsonl";
 
-/// Summarises `trials` for `arms` (in that order) and writes the files; `cases` are the
-/// dataset's ids in its order, for the order of the JUnit test cases.
-pub fn finish(
-    dir: &Path,
-    setup: Setup,
-    arms: &[String],
-    cases: &[String],
-    trials: &[Trial],
-) -> Result<Summary, String> {
-    let summary = summary::build(setup, arms, trials);
+/// Summarises `trials` of the eval `manifest` describes and writes the files (the JUnit test
+/// cases in the order of the dataset).
+pub fn finish(dir: &Path, manifest: Manifest, trials: &[Trial]) -> Result<Summary, String> {
+    let (arms, cases) = (manifest.arms.clone(), manifest.cases.clone());
+    let summary = manifest.summarise(trials);
+    let (arms, cases) = (&arms, &cases);
     let write = |name: &str, text: &str| write_file(&dir.join(name), text);
     let json = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
     write("summary.json", &format!("{json}\n"))?;

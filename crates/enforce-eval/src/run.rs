@@ -5,8 +5,9 @@ use crate::arms::Arm;
 use crate::dataset::{self, Case};
 use crate::manifest::{self, Manifest};
 use crate::outputs::{self, ANSWERS, ATTEMPTS};
+use crate::provenance::{Machine, Provenance, RunnerProvenance, Seeds};
 use crate::shard::Shard;
-use crate::summary::{self, Setup, Summary};
+use crate::summary::{Setup, Summary};
 use crate::trials::{self, Job, Plan, Sink, Trial};
 use crate::EvalError;
 use enforce_config::profile::Constrained;
@@ -56,6 +57,9 @@ pub struct Eval {
     pub runner_kind: String,
     /// The model, for the records.
     pub model: Option<String>,
+    /// The runner and model as the front end knows them (settings, base URL, model file), for
+    /// the provenance; `None`: only `runner_kind` and `model`.
+    pub runner_provenance: Option<RunnerProvenance>,
     /// The configuration file, when the profiles come from one.
     pub config: Option<ConfigFile>,
 }
@@ -335,6 +339,30 @@ impl Eval {
 
     /// What this run runs, for `eval.json` and the summary.
     fn manifest_of(&self, plan: &Plan) -> Result<Manifest, EvalError> {
+        let dataset_digest = manifest::file_digest(&self.dataset).map_err(EvalError::Input)?;
+        let config_digest = self
+            .config
+            .as_ref()
+            .map(|c| enforce_core::outcome::fnv1a_hex(&c.text));
+        let runner = self
+            .runner_provenance
+            .clone()
+            .unwrap_or_else(|| RunnerProvenance {
+                kind: plan.runner_kind.clone(),
+                model: plan.model.clone(),
+                base_url: None,
+                model_file: None,
+                settings: Map::new(),
+            });
+        let provenance = Provenance {
+            enforce_version: env!("CARGO_PKG_VERSION").to_string(),
+            runner,
+            sampling: plan.params.clone(),
+            seeds: Seeds::of(plan.seed, plan.cases.len(), plan.repeats),
+            dataset_digest: dataset_digest.clone(),
+            config_digest: config_digest.clone(),
+            machines: vec![Machine::this()],
+        };
         Ok(Manifest {
             setup: Setup {
                 dataset: self.dataset.display().to_string(),
@@ -349,24 +377,17 @@ impl Eval {
             },
             arms: plan.arms.iter().map(|a| a.name.clone()).collect(),
             cases: plan.cases.iter().map(|c| c.id.clone()).collect(),
-            dataset_digest: manifest::file_digest(&self.dataset).map_err(EvalError::Input)?,
-            config_digest: self
-                .config
-                .as_ref()
-                .map(|c| enforce_core::outcome::fnv1a_hex(&c.text)),
+            dataset_digest,
+            config_digest,
+            provenance: Some(provenance),
         })
     }
 
     /// The summary of `trials`, and the output files when there is an output directory.
     fn finish(&self, manifest: Manifest, trials: &[Trial]) -> Result<Summary, EvalError> {
-        let Manifest {
-            setup, arms, cases, ..
-        } = manifest;
         match &self.output {
-            Some(dir) => {
-                outputs::finish(dir, setup, &arms, &cases, trials).map_err(EvalError::Output)
-            }
-            None => Ok(summary::build(setup, &arms, trials)),
+            Some(dir) => outputs::finish(dir, manifest, trials).map_err(EvalError::Output),
+            None => Ok(manifest.summarise(trials)),
         }
     }
 }

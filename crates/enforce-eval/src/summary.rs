@@ -1,11 +1,14 @@
 //! The numbers of an eval, per arm and between arms, built from the finished trials (so a
 //! resumed eval and a whole one give the same summary), and their tables.
 
+use super::arms::Arm;
+use super::clustered::{self, CaseCount, ClusteredRate, PairedTest};
+use super::cost::{self, ArmCost, Sampling};
+use super::provenance::Provenance;
 use super::shard::Shard;
-use super::stats::{sign_test, Rate};
-use super::trials::Trial;
+use super::trials::{attempt_passed, error_codes, Trial};
+use enforce_core::policy::{FirstAttempt, Reask, RepairWhen};
 use enforce_core::{Outcome, Status};
-use enforce_report::render::table::Table;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -14,12 +17,19 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 pub struct Summary {
     /// What was run.
     pub setup: Setup,
+    /// What produced the numbers: version, runner and model, seeds, digests, machines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
     /// One entry per arm, in the order of `--arms`.
     pub arms: Vec<ArmSummary>,
     /// Per issue code (on first attempts), in every arm.
     pub issue_codes: Vec<CodeSummary>,
-    /// Every pair of arms, compared trial by trial.
+    /// Every pair of arms, compared trial by trial and case by case.
     pub pairs: Vec<PairSummary>,
+    /// Blind resampling estimated from the run's own samples, as `[tokens per trial, valid
+    /// rate]` points from no attempt to the most tokens per trial any arm spent (empty without
+    /// usage reported): the reference line of the pass@t chart.
+    pub resample_curve: Vec<(f64, f64)>,
 }
 
 impl Summary {
@@ -57,8 +67,9 @@ pub struct Setup {
     pub shard: Option<Shard>,
 }
 
-/// One arm's numbers. "Valid" means passed or repaired. Read back, a field the record lacks
-/// (one written before the field existed) is its default.
+/// One arm's numbers. "Valid" means passed or repaired; every rate's interval counts a
+/// case's repeats as one cluster. Read back, a field the record lacks (one written before the
+/// field existed) is its default.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ArmSummary {
@@ -67,11 +78,11 @@ pub struct ArmSummary {
     /// Trials run (cases × repeats).
     pub trials: u64,
     /// The first attempt passed every validator (no repair).
-    pub first_attempt_passed: Rate,
+    pub first_attempt_passed: ClusteredRate,
     /// `valid_after_attempts[k]`: valid within k + 1 attempts (cumulative).
-    pub valid_after_attempts: Vec<Rate>,
+    pub valid_after_attempts: Vec<ClusteredRate>,
     /// Valid at the end.
-    pub valid: Rate,
+    pub valid: ClusteredRate,
     /// Outcomes by status (every status, zeros included).
     pub outcomes: BTreeMap<String, u64>,
     /// Attempts made, in all.
@@ -93,6 +104,9 @@ pub struct ArmSummary {
     pub completion_tokens_per_valid: Option<f64>,
     /// Wall time per valid answer, in milliseconds.
     pub wall_ms_per_valid: Option<f64>,
+    /// Valid answers per 1,000 tokens, blind resampling at equal tokens, pass@t.
+    #[serde(flatten)]
+    pub cost: ArmCost,
 }
 
 /// One issue code across arms.
@@ -134,8 +148,13 @@ pub struct PairSummary {
     pub only_b: u64,
     /// Valid in neither.
     pub neither: u64,
-    /// Two-sided exact sign test (McNemar) of `only_a` against `only_b`.
-    pub p_value: f64,
+    /// The comparison case by case: the sign test over cases, the difference of valid
+    /// rates, the minimum detectable effect.
+    #[serde(flatten)]
+    pub test: PairedTest,
+    /// `p_value` adjusted by Holm's method for the number of pairs compared: read it against
+    /// α = 0.05.
+    pub p_adjusted: f64,
 }
 
 /// The statuses in table order.
@@ -147,20 +166,55 @@ pub const STATUSES: [Status; 5] = [
     Status::Unavailable,
 ];
 
-/// The distinct codes of the errors (not warnings) among `issues`.
-fn error_codes(issues: &[enforce_core::Issue]) -> BTreeSet<&str> {
-    issues
-        .iter()
-        .filter(|i| i.is_error())
-        .map(|i| i.code.as_str())
-        .collect()
+fn first_attempt_passed(outcome: &Outcome) -> bool {
+    outcome.attempts.first().is_some_and(attempt_passed)
 }
 
-fn first_attempt_passed(outcome: &Outcome) -> bool {
-    outcome
-        .attempts
-        .first()
-        .is_some_and(|a| a.cut.is_none() && error_codes(&a.issues).is_empty())
+/// The case ids of `trials`, each once, sorted: the same order however the trials finished,
+/// so that sums over cases come out the same to the last bit.
+fn case_ids(trials: &[Trial]) -> Vec<&str> {
+    let ids: BTreeSet<&str> = trials.iter().map(|t| t.key.case.as_str()).collect();
+    ids.into_iter().collect()
+}
+
+/// The rate of the trials of `arm` that `meets`, clustered by case.
+fn rate_of(
+    trials: &[Trial],
+    arm: &str,
+    cases: &[&str],
+    meets: impl Fn(&Trial) -> bool,
+) -> ClusteredRate {
+    let mut counts: HashMap<&str, CaseCount> = HashMap::new();
+    for t in in_arm(trials, arm) {
+        let count = counts.entry(t.key.case.as_str()).or_default();
+        count.trials += 1;
+        count.valid += u64::from(meets(t));
+    }
+    let per_case: Vec<CaseCount> = cases
+        .iter()
+        .filter_map(|c| counts.get(c).copied())
+        .collect();
+    clustered::clustered_rate(&per_case)
+}
+
+/// Which attempts of the arm named `name` are blind samples of the profile's request: none
+/// when its first attempt is steered (constrained decoding, early abort, reason-then-format,
+/// repairs before a re-ask), every one when it only resamples, else the first.
+fn sampling_of(name: &str) -> Sampling {
+    let Ok(arm) = Arm::parse(name) else {
+        return Sampling::Steered;
+    };
+    if arm.constrained
+        || arm.early_abort
+        || arm.repair != RepairWhen::Last
+        || arm.first_attempt != FirstAttempt::Direct
+    {
+        Sampling::Steered
+    } else if arm.reasks && matches!(arm.reask.rungs(), [Reask::Resample]) {
+        Sampling::Every
+    } else {
+        Sampling::First
+    }
 }
 
 fn in_arm<'a>(trials: &'a [Trial], arm: &'a str) -> impl Iterator<Item = &'a Trial> + 'a {
@@ -179,79 +233,96 @@ pub fn build(setup: Setup, arms: &[String], trials: &[Trial]) -> Summary {
         .max()
         .unwrap_or(1)
         .max(1);
-    let mut arm_summaries = Vec::new();
-    for arm in arms {
-        let n = in_arm(trials, arm).count() as u64;
-        let valid = in_arm(trials, arm)
-            .filter(|t| t.outcome.status.is_success())
-            .count() as u64;
-        let first = in_arm(trials, arm)
-            .filter(|t| first_attempt_passed(&t.outcome))
-            .count() as u64;
-        let valid_after_attempts = (1..=longest)
-            .map(|k| {
-                let within = in_arm(trials, arm)
-                    .filter(|t| t.outcome.status.is_success() && t.outcome.attempts.len() <= k)
-                    .count() as u64;
-                Rate::wilson(within, n)
-            })
-            .collect();
-        let outcomes = STATUSES
-            .iter()
-            .map(|s| {
-                (
-                    s.as_str().to_string(),
-                    in_arm(trials, arm)
-                        .filter(|t| t.outcome.status == *s)
-                        .count() as u64,
-                )
-            })
-            .collect();
-        let (mut prompt, mut completion, mut estimated, mut wall_us, mut attempts) =
-            (0u64, 0u64, 0u64, 0u64, 0u64);
-        let mut escalated_attempts = 0u64;
-        let mut with_usage = false;
-        for t in in_arm(trials, arm) {
-            if let Some(u) = t.outcome.usage {
-                with_usage = true;
-                prompt += u.input_tokens;
-                completion += u.output_tokens;
-            }
-            estimated += t.estimated_tokens;
-            wall_us += t.outcome.total_us;
-            attempts += t.outcome.attempts.len() as u64;
-            escalated_attempts += t
-                .outcome
-                .attempts
-                .iter()
-                .filter(|a| a.escalated_to.is_some())
-                .count() as u64;
-        }
-        let wall_ms = wall_us as f64 / 1000.0;
-        arm_summaries.push(ArmSummary {
-            arm: arm.clone(),
-            trials: n,
-            first_attempt_passed: Rate::wilson(first, n),
-            valid_after_attempts,
-            valid: Rate::wilson(valid, n),
-            outcomes,
-            attempts,
-            escalated_attempts,
-            prompt_tokens: prompt,
-            completion_tokens: completion,
-            estimated_tokens: estimated,
-            wall_ms,
-            // Without any usage reported, tokens per answer are unknown rather than 0.
-            prompt_tokens_per_valid: per(prompt as f64, valid).filter(|_| with_usage),
-            completion_tokens_per_valid: per(completion as f64, valid).filter(|_| with_usage),
-            wall_ms_per_valid: per(wall_ms, valid),
-        });
-    }
+    let cases = case_ids(trials);
+    let (costs, curve) = cost::cost_matched(arms, trials, &sampling_of);
+    let arm_summaries: Vec<ArmSummary> = arms
+        .iter()
+        .zip(costs)
+        .map(|(arm, cost)| arm_summary(arm, trials, &cases, longest, cost))
+        .collect();
+    // The curve reaches as far as the arm that spent the most tokens per trial.
+    let widest = arm_summaries
+        .iter()
+        .filter(|a| a.trials > 0)
+        .map(|a| (a.prompt_tokens + a.completion_tokens) as f64 / a.trials as f64)
+        .fold(0.0, f64::max);
     Summary {
         setup,
+        provenance: None,
         arms: arm_summaries,
         issue_codes: codes(arms, trials),
         pairs: pairs(arms, trials),
+        resample_curve: curve.map(|c| c.points(widest)).unwrap_or_default(),
+    }
+}
+
+/// The numbers of `arm` (rates over `cases`, `longest` attempts at most).
+fn arm_summary(
+    arm: &str,
+    trials: &[Trial],
+    cases: &[&str],
+    longest: usize,
+    cost: ArmCost,
+) -> ArmSummary {
+    let n = in_arm(trials, arm).count() as u64;
+    let valid = in_arm(trials, arm)
+        .filter(|t| t.outcome.status.is_success())
+        .count() as u64;
+    let valid_after_attempts = (1..=longest)
+        .map(|k| {
+            rate_of(trials, arm, cases, |t| {
+                t.outcome.status.is_success() && t.outcome.attempts.len() <= k
+            })
+        })
+        .collect();
+    let outcomes = STATUSES
+        .iter()
+        .map(|s| {
+            let count = in_arm(trials, arm)
+                .filter(|t| t.outcome.status == *s)
+                .count();
+            (s.as_str().to_string(), count as u64)
+        })
+        .collect();
+    let (mut prompt, mut completion, mut estimated, mut wall_us, mut attempts) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut escalated_attempts = 0u64;
+    let mut with_usage = false;
+    for t in in_arm(trials, arm) {
+        if let Some(u) = t.outcome.usage {
+            with_usage = true;
+            prompt += u.input_tokens;
+            completion += u.output_tokens;
+        }
+        estimated += t.estimated_tokens;
+        wall_us += t.outcome.total_us;
+        attempts += t.outcome.attempts.len() as u64;
+        escalated_attempts += t
+            .outcome
+            .attempts
+            .iter()
+            .filter(|a| a.escalated_to.is_some())
+            .count() as u64;
+    }
+    let wall_ms = wall_us as f64 / 1000.0;
+    ArmSummary {
+        arm: arm.to_string(),
+        trials: n,
+        first_attempt_passed: rate_of(trials, arm, cases, |t| first_attempt_passed(&t.outcome)),
+        valid_after_attempts,
+        valid: rate_of(trials, arm, cases, |t| t.outcome.status.is_success()),
+        outcomes,
+        attempts,
+        escalated_attempts,
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        estimated_tokens: estimated,
+        wall_ms,
+        // Without any usage reported, tokens per answer are unknown rather than 0.
+        prompt_tokens_per_valid: per(prompt as f64, valid).filter(|_| with_usage),
+        completion_tokens_per_valid: per(completion as f64, valid).filter(|_| with_usage),
+        wall_ms_per_valid: per(wall_ms, valid),
+        cost,
     }
 }
 
@@ -308,208 +379,51 @@ fn pairs(arms: &[String], trials: &[Trial]) -> Vec<PairSummary> {
             t.outcome.status.is_success(),
         );
     }
+    let cases = case_ids(trials);
     let mut out = Vec::new();
     for (i, a) in arms.iter().enumerate() {
         for b in &arms[i + 1..] {
-            let mut pair = PairSummary {
-                a: a.clone(),
-                b: b.clone(),
-                paired: 0,
-                both_valid: 0,
-                only_a: 0,
-                only_b: 0,
-                neither: 0,
-                p_value: 1.0,
-            };
+            let (mut paired, mut both_valid, mut only_a, mut only_b, mut neither) = (0, 0, 0, 0, 0);
+            // Per case, over the repeats both arms ran.
+            let mut per_case: HashMap<&str, (CaseCount, CaseCount)> = HashMap::new();
             for t in trials.iter().filter(|t| &t.key.arm == a) {
                 let Some(&vb) = valid.get(&(b.as_str(), t.key.case.as_str(), t.key.repeat)) else {
                     continue;
                 };
-                pair.paired += 1;
-                match (t.outcome.status.is_success(), vb) {
-                    (true, true) => pair.both_valid += 1,
-                    (true, false) => pair.only_a += 1,
-                    (false, true) => pair.only_b += 1,
-                    (false, false) => pair.neither += 1,
+                let va = t.outcome.status.is_success();
+                paired += 1;
+                match (va, vb) {
+                    (true, true) => both_valid += 1,
+                    (true, false) => only_a += 1,
+                    (false, true) => only_b += 1,
+                    (false, false) => neither += 1,
                 }
+                let (ca, cb) = per_case.entry(t.key.case.as_str()).or_default();
+                ca.trials += 1;
+                cb.trials += 1;
+                ca.valid += u64::from(va);
+                cb.valid += u64::from(vb);
             }
-            pair.p_value = sign_test(pair.only_a, pair.only_b);
-            out.push(pair);
+            let (in_a, in_b): (Vec<CaseCount>, Vec<CaseCount>) = cases
+                .iter()
+                .filter_map(|c| per_case.get(c).copied())
+                .unzip();
+            out.push(PairSummary {
+                a: a.clone(),
+                b: b.clone(),
+                paired,
+                both_valid,
+                only_a,
+                only_b,
+                neither,
+                test: clustered::paired(&in_a, &in_b),
+                p_adjusted: 1.0,
+            });
         }
     }
-    out
-}
-
-fn opt(value: Option<f64>, decimals: usize) -> String {
-    value.map_or("-".into(), |v| format!("{v:.decimals$}"))
-}
-
-/// The tables of a summary.
-pub struct Tables {
-    /// Valid answers per arm.
-    pub arms: Table,
-    /// Outcomes per arm.
-    pub outcomes: Table,
-    /// Tokens and time.
-    pub cost: Table,
-    /// Issue codes.
-    pub codes: Table,
-    /// Pairs of arms.
-    pub pairs: Table,
-}
-
-/// The tables: arms, outcomes, tokens and time, issue codes, pairs.
-pub fn tables(summary: &Summary) -> Tables {
-    let longest = summary.most_attempts();
-    let mut headers = vec!["arm".to_string(), "trials".into(), "first attempt".into()];
-    headers.extend((1..=longest).map(|k| format!("valid ≤{k} att.")));
-    headers.push("valid".into());
-    let mut arms = Table::new(
-        "Valid answers per arm (95 % Wilson intervals)",
-        &[],
-        1..headers.len(),
-    )
-    .note(Some(
-        "valid = passed or repaired; \"valid ≤k att.\" counts answers valid within k attempts"
-            .into(),
-    ));
-    arms.headers = headers;
-    for a in &summary.arms {
-        let mut row = vec![
-            a.arm.clone(),
-            a.trials.to_string(),
-            a.first_attempt_passed.display(),
-        ];
-        row.extend(a.valid_after_attempts.iter().map(Rate::display));
-        row.push(a.valid.display());
-        arms.rows.push(row);
-    }
-
-    let mut outcome_headers = vec!["arm"];
-    outcome_headers.extend(STATUSES.iter().map(|s| s.as_str()));
-    let mut outcomes = Table::new("Outcomes per arm", &outcome_headers, 1..6);
-    for a in &summary.arms {
-        let mut row = vec![a.arm.clone()];
-        row.extend(
-            STATUSES
-                .iter()
-                .map(|s| a.outcomes.get(s.as_str()).copied().unwrap_or(0).to_string()),
-        );
-        outcomes.rows.push(row);
-    }
-
-    let mut cost = Table::new(
-        "Spend per valid answer",
-        &[
-            "arm",
-            "attempts",
-            "escalated",
-            "prompt tok",
-            "completion tok",
-            "estimated tok",
-            "prompt tok/valid",
-            "completion tok/valid",
-            "ms/valid",
-        ],
-        1..9,
-    )
-    .note(Some(
-        "all tokens and time of the arm divided by its valid answers; escalated = attempts \
-         the escalation model answered; estimated = counted from the chunks received, not \
-         reported by the model"
-            .into(),
-    ));
-    for a in &summary.arms {
-        cost.rows.push(vec![
-            a.arm.clone(),
-            a.attempts.to_string(),
-            a.escalated_attempts.to_string(),
-            a.prompt_tokens.to_string(),
-            a.completion_tokens.to_string(),
-            a.estimated_tokens.to_string(),
-            opt(a.prompt_tokens_per_valid, 0),
-            opt(a.completion_tokens_per_valid, 0),
-            opt(a.wall_ms_per_valid, 1),
-        ]);
-    }
-
-    let mut code_headers = vec!["code".to_string()];
-    for a in &summary.arms {
-        code_headers.push(format!("{}: first/fixed", a.arm));
-    }
-    let mut codes = Table::new(
-        "Issue codes on the first attempt, and how often each arm fixed them",
-        &[],
-        1..code_headers.len(),
-    )
-    .note(Some(
-        "first = trials whose first attempt had the error; fixed = of those, valid at the end"
-            .into(),
-    ));
-    codes.headers = code_headers;
-    for c in &summary.issue_codes {
-        let mut row = vec![c.code.clone()];
-        row.extend(
-            c.arms
-                .iter()
-                .map(|a| format!("{}/{}", a.first_attempt, a.fixed)),
-        );
-        codes.rows.push(row);
-    }
-
-    let mut pairs = Table::new(
-        "Arms compared on the same trials",
-        &["a", "b", "paired", "both valid", "only a", "only b", "neither", "p (sign test)"],
-        2..8,
-    )
-    .note(Some(
-        "p: the chance of a split of \"only a\" against \"only b\" at least this uneven if both arms were equally good"
-            .into(),
-    ));
-    for p in &summary.pairs {
-        pairs.rows.push(vec![
-            p.a.clone(),
-            p.b.clone(),
-            p.paired.to_string(),
-            p.both_valid.to_string(),
-            p.only_a.to_string(),
-            p.only_b.to_string(),
-            p.neither.to_string(),
-            format!("{:.3}", p.p_value),
-        ]);
-    }
-    Tables {
-        arms,
-        outcomes,
-        cost,
-        codes,
-        pairs,
-    }
-}
-
-/// The summary as text tables, for the terminal.
-pub fn text(summary: &Summary) -> String {
-    let s = &summary.setup;
-    let mut out = format!(
-        "enforce eval: {} ({} case(s) × {} repeat(s), seed {}){}, profile {}, runner {}{}\n",
-        s.dataset,
-        s.cases,
-        s.repeats,
-        s.seed,
-        s.shard
-            .map(|shard| format!(", shard {shard}"))
-            .unwrap_or_default(),
-        s.profile,
-        s.runner,
-        s.model
-            .as_deref()
-            .map(|m| format!(" ({m})"))
-            .unwrap_or_default()
-    );
-    let t = tables(summary);
-    for table in [t.arms, t.outcomes, t.cost, t.codes, t.pairs] {
-        out.push('\n');
-        enforce_report::render::table::write_text(&mut out, &table);
+    let p_values: Vec<f64> = out.iter().map(|p| p.test.p_value).collect();
+    for (pair, adjusted) in out.iter_mut().zip(clustered::holm(&p_values)) {
+        pair.p_adjusted = adjusted;
     }
     out
 }

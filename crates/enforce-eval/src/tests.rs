@@ -202,9 +202,9 @@ fn with_a_seeded_model_no_reasking_arm_passes_fewer_than_none() {
     let summary = summary::build(setup(), &arm_names, &trials);
     let none = &summary.arms[0];
     for arm in &summary.arms[1..] {
-        assert!(arm.valid.k >= none.valid.k, "{} vs none", arm.arm);
+        assert!(arm.valid.rate.k >= none.valid.rate.k, "{} vs none", arm.arm);
         // Re-asking recovered some: the feedback answers OK half the time.
-        assert!(arm.valid.k > none.valid.k, "{}", arm.arm);
+        assert!(arm.valid.rate.k > none.valid.rate.k, "{}", arm.arm);
         assert_eq!(arm.first_attempt_passed, none.first_attempt_passed);
     }
     // The pair none/feedback: `none` is never the only valid one.
@@ -374,4 +374,48 @@ fn answers_jsonl_has_one_line_per_attempt_with_the_text_the_model_wrote() {
                 .starts_with("question "));
         }
     }
+}
+
+/// The arm `resample` is blind resampling: the estimate of what blind resampling gives with
+/// its tokens, made from the run's own samples, lands near what it measured.
+#[test]
+fn the_resample_estimate_matches_an_arm_that_resamples() {
+    let trials = run(plan("none,resample,feedback", 40, 3, 11), 4, Arc::default());
+    let names: Vec<String> = ["none", "resample", "feedback"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let summary = summary::build(setup(), &names, &trials);
+    let resample = &summary.arms[1];
+    let estimate = resample
+        .cost
+        .resample_at_equal_tokens
+        .expect("the model reports usage");
+    let measured = resample.valid.rate.k as f64;
+    assert!(
+        (estimate.valid - measured).abs() <= 0.1 * resample.trials as f64,
+        "estimated {estimate:?}, measured {measured}"
+    );
+    assert!(estimate.attempts > 1.0, "{estimate:?}");
+    // `none` spends one attempt a trial: its baseline is one attempt's pass rate.
+    let none = summary.arms[0]
+        .cost
+        .resample_at_equal_tokens
+        .expect("usage");
+    assert!((none.attempts - 1.0).abs() < 0.2, "{none:?}");
+    let tokens = (resample.prompt_tokens + resample.completion_tokens) as f64;
+    let per_1k = resample.cost.valid_per_1k_tokens.expect("usage");
+    assert!((per_1k - measured * 1000.0 / tokens).abs() < 1e-9);
+    // pass@t reaches the arm's valid rate at its costliest valid trial.
+    let last = resample
+        .cost
+        .pass_at_tokens
+        .last()
+        .copied()
+        .unwrap_or_default();
+    assert!(
+        (last.1 - resample.valid.rate.rate).abs() < 1e-12,
+        "{last:?}"
+    );
+    assert!(summary.resample_curve.len() > 2);
 }

@@ -5,10 +5,10 @@ use super::answers::{self, Provenance, Recorder};
 use super::arms::Arm;
 use super::dataset::Case;
 use enforce_config::profile::Constrained;
-use enforce_core::{AuditRecord, Enforcer, Outcome, Request, Runner};
+use enforce_core::{Attempt, AuditRecord, Enforcer, Issue, Outcome, Request, Runner};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -193,6 +193,20 @@ fn with_eval(line: &str, key: &TrialKey) -> String {
         Some(head) => format!("{head},\"eval\":{eval}}}"),
         None => line.to_string(),
     }
+}
+
+/// The distinct codes of the errors (not warnings) among `issues`.
+pub fn error_codes(issues: &[Issue]) -> BTreeSet<&str> {
+    issues
+        .iter()
+        .filter(|i| i.is_error())
+        .map(|i| i.code.as_str())
+        .collect()
+}
+
+/// The attempt passed every validator and was not cut short.
+pub fn attempt_passed(attempt: &Attempt) -> bool {
+    attempt.cut.is_none() && error_codes(&attempt.issues).is_empty()
 }
 
 /// Reads one audit line of an eval; `None` when it is not one (torn, or without `eval`).

@@ -63,6 +63,8 @@ pub fn eval<'py>(
         output: output_dir,
         runner_kind: "python".into(),
         model: None,
+        // A Python callable: nothing about its model is known here (provenance says `python`).
+        runner_provenance: None,
         config: source.map(|s| ConfigFile {
             path: s.path().display().to_string(),
             text: s.original_text().to_string(),

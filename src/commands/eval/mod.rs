@@ -6,6 +6,9 @@
 //! command loads `enforce.yaml`, its plugins and the runner, turns the flags into an
 //! [`Eval`], shows the progress and prints the tables.
 
+mod gates;
+mod runner_provenance;
+
 use crate::config::LoadedConfig;
 use crate::decode;
 use crate::runner_options::{model_of, RunnerOptions, SamplingOptions};
@@ -14,7 +17,7 @@ use clap::Args as ClapArgs;
 use enforce_config::Profile;
 use enforce_core::{Policy, Runner};
 use enforce_eval::{
-    arms, summary, Arm, ConfigFile, Eval, EvalError, Event, Observer, Shard, Summary, ANSWERS,
+    arms, tables, Arm, ConfigFile, Eval, EvalError, Event, Observer, Shard, Summary, ANSWERS,
     ATTEMPTS,
 };
 use std::io::IsTerminal;
@@ -26,6 +29,8 @@ use std::sync::Arc;
 const EXIT_USAGE: u8 = 2;
 /// Exit code: the eval stopped on an I/O error after it began.
 const EXIT_IO: u8 = 1;
+/// Exit code: an arm missed a `--fail-under` or `--max-tokens-per-valid` gate.
+const EXIT_GATE: u8 = 3;
 
 /// The long help; the arms' words come from [`arms::WORDS`].
 pub fn about() -> String {
@@ -65,9 +70,13 @@ Outputs, in the -o directory:
                   \"eval\": {arm, case, repeat, seed}); `enforce report` reads it. A rerun with the
                   same -o resumes: the trials recorded there (same arm, case id, repeat and
                   seed) are not run again.
-  summary.json    per arm: first-attempt pass rate, valid rate after each attempt with 95 % Wilson
-                  intervals, outcomes, tokens and time per valid answer; per issue code how often
-                  it occurs and each arm fixes it; every pair of arms compared (sign test)
+  summary.json    per arm: first-attempt pass rate, valid rate after each attempt with 95 %
+                  intervals (clustered by case), outcomes, tokens and time per valid answer,
+                  valid answers per 1,000 tokens, blind resampling at equal tokens, pass@t; per
+                  issue code how often it occurs and each arm fixes it; every pair of arms
+                  compared (sign test over cases, Holm-adjusted p, minimum detectable effect);
+                  the provenance (enforce version, runner and model, the GGUF file's sha256,
+                  sampling, seeds, digests, machine; never a key)
   answers.jsonl   every attempt's answer as the model wrote it (before repairs; `cut`: the part
                   received before early abort), one line each in the format of
                   tests/fixtures/real-answers/ (id arm/case/repeat/attempt, contract = the
@@ -75,8 +84,29 @@ Outputs, in the -o directory:
   junit.xml       one test case per case × arm × repeat; a failure is an answer not valid
   report.html     one self-contained page with the charts
   eval.json       what the run was asked to run (setup, shard, arms, case ids, digests of the
-                  dataset and the configuration), for --merge
+                  dataset and the configuration, provenance), for --merge
 The tables go to stdout, a progress bar to stderr (when it is a terminal).
+
+Statistics: with --repeats N a case's repeats count as one cluster: each interval is Wilson's \
+on the trials divided by the design effect (the between-case variance of the rate over the \
+binomial one; one repeat gives the plain Wilson interval). Pairs of arms are compared with the \
+exact sign test over cases, its p adjusted by Holm's method for the number of pairs (read `p \
+(Holm)` against 0.05), and MDE, the smallest difference of valid rates the run would detect \
+with 80 % power at α 0.05: (1.96 + 0.84) · s / √cases, s the spread of the per-case \
+differences, at least the 6 one-sided cases the sign test needs over the cases (\"-\": too few \
+cases).
+
+Cost-matched: \"resample at equal tok\" is how many valid answers blind resampling would give \
+with the arm's tokens. From the run's blind samples (first attempts of arms that ask plainly, \
+every attempt of an arm that only resamples, one per case and seed), each case's pass \
+probability gets a Beta prior fitted to the spread between cases; resampling until valid, at \
+most K attempts, gives 1 − E[(1 − p)^K] valid answers per trial for t · Σ_{j<K} E[(1 − p)^j] \
+tokens (t: tokens per attempt), with K set so the tokens equal the arm's.
+
+CI gates: --fail-under ARM=RATE and --max-tokens-per-valid ARM=N (each repeatable) check the \
+arms once every output is written; each gate missed is printed with the arm, the measured \
+figure and the threshold, and the exit code is 3. A gate on an arm the eval does not run is a \
+usage error.
 
 Scaling out: --shard I/N runs part I of N, I from 0 to N-1 (as a Kubernetes indexed Job's \
 JOB_COMPLETION_INDEX): the cases at positions I, I+N, I+2N... of the dataset (counted from 0), \
@@ -91,8 +121,9 @@ Example (a llama.cpp or Ollama server; see examples/eval/):
     --temperature 0.7 --max-tokens 256 --runner openai --base-url http://localhost:8080/v1 \\
     --model smollm2 -o results/
 
-Exit codes: 0 the eval ran (whatever the answers), 1 it stopped writing its results, 2 usage or \
-configuration error.";
+Exit codes: 0 the eval ran (whatever the answers) and met every gate, 1 it stopped writing its \
+results, 2 usage or configuration error (a gate naming an arm not run included), 3 an arm \
+missed a --fail-under or --max-tokens-per-valid gate (the outputs are written).";
 
 /// Run a dataset through a profile once per arm and compare.
 #[derive(Debug, ClapArgs)]
@@ -133,6 +164,13 @@ pub struct Args {
     /// outputs of the whole eval.
     #[arg(long, value_name = "DIR", num_args = 1.., conflicts_with = "dataset")]
     pub merge: Vec<PathBuf>,
+    /// Exit 3 when ARM's valid rate is under RATE, a fraction (feedback=0.9) or a percentage
+    /// (feedback=90%); repeatable. The outputs are written first.
+    #[arg(long, value_name = "ARM=RATE")]
+    pub fail_under: Vec<gates::RateGate>,
+    /// Exit 3 when ARM's tokens (prompt + completion) per valid answer exceed N; repeatable.
+    #[arg(long, value_name = "ARM=N")]
+    pub max_tokens_per_valid: Vec<gates::TokenGate>,
     #[command(flatten)]
     pub runner: RunnerOptions,
 }
@@ -153,13 +191,18 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         return finished(
             enforce_eval::merge(&args.merge, &args.output),
             &format!("merged {} part(s) into", args.merge.len()),
-            &args.output,
+            args,
         );
     }
     let Some(dataset) = &args.dataset else {
         return Err(UsageError("give a DATASET, or --merge DIR...".into()));
     };
     let arms = Arm::parse_list(&args.arms)?;
+    let names: Vec<String> = arms.iter().map(|a| a.name.clone()).collect();
+    if let Some(message) = gates::unknown_arm(&args.fail_under, &args.max_tokens_per_valid, &names)
+    {
+        return Err(UsageError(message));
+    }
     let loaded = LoadedConfig::load(args.config.as_deref())?;
     let (registry, _host) = crate::plugin_host::registry_with_plugins(&loaded);
     let mut profiles = loaded.profiles(&registry, args.root.clone())?;
@@ -187,6 +230,7 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         output: Some(args.output.clone()),
         runner_kind: runner_config.kind().to_string(),
         model: model_of(&runner_config).map(str::to_string),
+        runner_provenance: Some(runner_provenance::runner_provenance(&runner_config)),
         config: loaded.source.as_ref().map(|s| ConfigFile {
             path: s.path().display().to_string(),
             text: s.original_text().to_string(),
@@ -198,25 +242,32 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     let progress = progress_bar();
     let result = eval.run(&profiles, runner, &constrain, observer(progress.clone()));
     progress.finish_and_clear();
-    finished(result, "wrote", &args.output)
+    finished(result, "wrote", args)
 }
 
-/// The exit code of a finished eval or merge: the tables on stdout and what was written, or
-/// the error (exit 2 for bad input, 1 for a failure after the eval began).
-fn finished(
-    result: Result<Summary, EvalError>,
-    done: &str,
-    output: &std::path::Path,
-) -> Result<u8, UsageError> {
+/// The exit code of a finished eval or merge: the tables on stdout, what was written and the
+/// gates missed (exit 3), or the error (exit 2 for bad input, 1 for a failure after the eval
+/// began).
+fn finished(result: Result<Summary, EvalError>, done: &str, args: &Args) -> Result<u8, UsageError> {
     match result {
         Ok(summary) => {
-            print!("{}", summary::text(&summary));
+            print!("{}", tables::text(&summary));
             eprintln!(
                 "enforce eval: {done} {} (summary.json, junit.xml, report.html, {ATTEMPTS}, \
                  {ANSWERS})",
-                output.display()
+                args.output.display()
             );
-            Ok(0)
+            let (rates, tokens) = (&args.fail_under, &args.max_tokens_per_valid);
+            // A merge learns its arms from the parts.
+            let names: Vec<String> = summary.arms.iter().map(|a| a.arm.clone()).collect();
+            if let Some(message) = gates::unknown_arm(rates, tokens, &names) {
+                return Err(UsageError(message));
+            }
+            let missed = gates::failures(&summary.arms, rates, tokens);
+            for message in &missed {
+                eprintln!("enforce eval: {message}");
+            }
+            Ok(if missed.is_empty() { 0 } else { EXIT_GATE })
         }
         Err(e) if e.is_input() => Err(UsageError(e.to_string())),
         Err(e) => {

@@ -429,7 +429,13 @@ fn escalates(arm: &str) -> bool {
 /// The arm recorded at `record` when it was run by exactly `command`.
 fn read_back(record: &Path, command: &str) -> Option<ArmRun> {
     let text = std::fs::read_to_string(record).ok()?;
-    let run: ArmRun = serde_json::from_str(&text).ok()?;
+    let run: ArmRun = match serde_json::from_str(&text) {
+        Ok(run) => run,
+        Err(e) => {
+            eprintln!("bench: {} cannot be read back: {e}", record.display());
+            return None;
+        }
+    };
     (run.command == command).then_some(run)
 }
 
@@ -572,7 +578,10 @@ mod tests {
         let at = records.join("Tiny-Model.Q4/city_json");
         std::fs::create_dir_all(&at).unwrap();
         let earlier = ArmRun {
-            summary: serde_json::json!({"arm": "none"}),
+            summary: ArmSummary {
+                arm: "none".into(),
+                ..ArmSummary::default()
+            },
             command,
             wall_s: 1.0,
             measured: "then".into(),
@@ -616,7 +625,7 @@ mod tests {
         let back = read_back(&record, "enforce eval a --arms none").unwrap();
         assert_eq!(back.measured, "2026-12-02 04:00 UTC");
         assert_eq!(
-            (back.summary.arm.as_str(), back.summary.valid.k),
+            (back.summary.arm.as_str(), back.summary.valid.rate.k),
             ("none", 3)
         );
         assert_eq!(back.summary.escalated_attempts, 0);

@@ -206,7 +206,7 @@ fn arm_name(arm: &ArmRun) -> &str {
 /// Valid answers of an arm: (k, n); `None` when it ran no trial.
 fn valid(arm: &ArmRun) -> Option<(f64, f64)> {
     let valid = &arm.summary.valid;
-    (valid.n > 0).then_some((valid.k as f64, valid.n as f64))
+    (valid.rate.n > 0).then_some((valid.rate.k as f64, valid.rate.n as f64))
 }
 
 /// The arm with the most valid answers (ties: fewer completion tokens per valid answer).
@@ -313,8 +313,8 @@ fn contract_table(s: &mut String, run: &ContractRun) {
             s,
             "| {} | {} | {} | {} | {} | {} |",
             arm_name(arm),
-            rate_cell(&arm.summary.first_attempt_passed),
-            rate_cell(&arm.summary.valid),
+            rate_cell(&arm.summary.first_attempt_passed.rate),
+            rate_cell(&arm.summary.valid.rate),
             arm.summary.attempts,
             spend_cells(&arm.summary),
             if arm.reused {
@@ -347,7 +347,7 @@ fn peers_table(s: &mut String, args: &RealModelArgs, runs: &[ContractRun], peer_
                 s,
                 "| enforce `{}` | {} | {} | {} | |",
                 arm_name(arm),
-                rate_cell(&arm.summary.valid),
+                rate_cell(&arm.summary.valid.rate),
                 arm.summary.attempts,
                 spend_cells(&arm.summary),
             );
@@ -394,24 +394,31 @@ fn peer_row(args: &RealModelArgs, p: &PeerRun) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use enforce_eval::clustered::ClusteredRate;
 
     fn arm(name: &str, k: u32, n: u32, tokens: f64) -> ArmRun {
         ArmRun {
             summary: ArmSummary {
                 arm: name.into(),
-                valid: Rate {
-                    k: k.into(),
-                    n: n.into(),
-                    rate: f64::from(k) / f64::from(n),
-                    low: 0.1,
-                    high: 0.9,
+                valid: ClusteredRate {
+                    rate: Rate {
+                        k: k.into(),
+                        n: n.into(),
+                        rate: f64::from(k) / f64::from(n),
+                        low: 0.1,
+                        high: 0.9,
+                    },
+                    ..ClusteredRate::default()
                 },
-                first_attempt_passed: Rate {
-                    k: 1,
-                    n: n.into(),
-                    rate: 1.0 / f64::from(n),
-                    low: 0.0,
-                    high: 0.5,
+                first_attempt_passed: ClusteredRate {
+                    rate: Rate {
+                        k: 1,
+                        n: n.into(),
+                        rate: 1.0 / f64::from(n),
+                        low: 0.0,
+                        high: 0.5,
+                    },
+                    ..ClusteredRate::default()
                 },
                 attempts: 3 * u64::from(n),
                 completion_tokens_per_valid: Some(tokens),

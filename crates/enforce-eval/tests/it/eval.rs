@@ -68,6 +68,7 @@ fn eval(dataset: PathBuf, arms: &str, output: Option<PathBuf>) -> Eval {
         params: Map::new(),
         concurrency: 2,
         shard: Shard::WHOLE,
+        runner_provenance: None,
         output,
         runner_kind: "test".into(),
         model: None,
@@ -99,7 +100,7 @@ fn valid(summary: &Summary, arm: &str) -> (u64, u64) {
         .iter()
         .find(|a| a.arm == arm)
         .expect("the arm is summarised");
-    (arm.valid.k, arm.valid.n)
+    (arm.valid.rate.k, arm.valid.rate.n)
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Charts as SVG text, drawn with plotters' SVG backend (no fonts loaded: the browser draws
-//! the text). Two shapes cover the report: columns over categories (stacked or grouped
-//! series, e.g. outcomes per day) and horizontal bars (one value per name, e.g. issue codes).
+//! the text). Three shapes cover the reports: columns over categories (stacked or grouped
+//! series, e.g. outcomes per day), horizontal bars (one value per name, e.g. issue codes) and
+//! lines over a numeric axis (e.g. `enforce eval`'s valid rate against tokens spent).
 
 use plotters::coord::ranged1d::{AsRangedCoord, DefaultFormatting, KeyPointHint, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
@@ -35,6 +36,19 @@ pub struct Series {
     pub color: RGBColor,
     /// One value per category.
     pub values: Vec<f64>,
+}
+
+/// One line of a line chart.
+#[derive(Debug, Clone)]
+pub struct Line {
+    /// Its name in the legend.
+    pub name: String,
+    /// Its colour.
+    pub color: RGBColor,
+    /// Its points, (x, y), in the order drawn.
+    pub points: Vec<(f64, f64)>,
+    /// Dashed (a reference, e.g. an estimate) rather than solid.
+    pub dashed: bool,
 }
 
 /// How several series share a column.
@@ -333,6 +347,66 @@ pub fn bars(
     })
 }
 
+/// A line chart over numeric axes from 0: x up to the largest x, y up to `y_max` (default the
+/// largest y, with room for the legend).
+pub fn lines(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    lines: &[Line],
+    y_max: Option<f64>,
+) -> Result<String, ChartError> {
+    svg(title, |root| {
+        let finite = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite();
+        let all = || {
+            lines
+                .iter()
+                .flat_map(|l| l.points.iter().copied().filter(finite))
+        };
+        if all().next().is_none() {
+            return no_data(root, title);
+        }
+        let x_top = all().map(|p| p.0).fold(0.0, f64::max);
+        let y_top = all().map(|p| p.1).fold(0.0, f64::max);
+        let x_max = if x_top > 0.0 { x_top * 1.05 } else { 1.0 };
+        let y_max = y_max.unwrap_or(if y_top > 0.0 { y_top * 1.3 } else { 1.0 });
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
+        chart
+            .configure_mesh()
+            .light_line_style(TRANSPARENT)
+            .x_label_formatter(&|v| tick(*v))
+            .y_label_formatter(&|v| tick(*v))
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .draw()?;
+        for line in lines {
+            let color = line.color;
+            let style = color.stroke_width(2);
+            let points: Vec<(f64, f64)> = line.points.iter().copied().filter(finite).collect();
+            let drawn = if line.dashed {
+                chart.draw_series(DashedLineSeries::new(points, 6, 4, style))?
+            } else {
+                chart.draw_series(LineSeries::new(points, style))?
+            };
+            drawn.label(line.name.clone()).legend(move |(x, y)| {
+                PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .draw()?;
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,6 +429,30 @@ mod tests {
         );
         assert!(!svg.contains("http"), "{svg}");
         assert!(svg.matches("<rect").count() >= 2);
+    }
+
+    #[test]
+    fn a_line_chart_draws_each_line_and_its_legend() {
+        let line = |name: &str, dashed| Line {
+            name: name.into(),
+            color: BLUE,
+            points: vec![(0.0, 0.0), (10.0, 40.0), (25.0, 60.0)],
+            dashed,
+        };
+        let one = lines("T", "tokens", "%", &[line("arm", false)], Some(100.0)).expect("draws");
+        let two = lines(
+            "T",
+            "tokens",
+            "%",
+            &[line("arm", false), line("estimate", true)],
+            Some(100.0),
+        )
+        .expect("draws");
+        assert!(one.contains("arm") && two.contains("estimate"), "{two}");
+        // A dashed line is drawn as several segments.
+        assert!(two.matches("<polyline").count() > one.matches("<polyline").count() + 1);
+        let empty = lines("T", "x", "y", &[], None).expect("draws");
+        assert!(empty.contains("no data"));
     }
 
     #[test]
