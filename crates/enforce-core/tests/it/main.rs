@@ -2,6 +2,7 @@
 //! file; new test files become modules here): `cargo test -p enforce-core --test it`.
 
 mod audit_json;
+mod auto;
 mod compose;
 mod early_abort;
 mod input_stage;
