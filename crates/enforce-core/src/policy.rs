@@ -157,22 +157,11 @@ impl Policy {
 ///
 /// Which one pays depends on the model and the contract: a small model may ignore feedback
 /// that a large one follows, and then drawing a fresh answer does better. `enforce eval`
-/// measures it, and [`Policy::reask_auto`] chooses by that measurement.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
+/// measures it, and `reask: auto` ([`Policy::reask_auto`]) chooses by that measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Reask {
     /// The conversation, the failed answer and feedback naming every error.

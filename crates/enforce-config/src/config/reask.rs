@@ -56,7 +56,7 @@ impl Serialize for ReaskConfig {
     }
 }
 
-/// The schema: the ladder's, or the string `auto`.
+/// How each re-ask asks: `auto`, one strategy, or a list of them (a ladder).
 #[derive(JsonSchema)]
 #[allow(dead_code)]
 #[serde(untagged)]
@@ -76,7 +76,7 @@ enum AutoWord {
 
 impl JsonSchema for ReaskConfig {
     fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Reask".into()
+        "ReaskSetting".into()
     }
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
         ReaskSchema::json_schema(generator)

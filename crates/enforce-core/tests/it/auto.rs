@@ -66,13 +66,29 @@ fn warnings(outcome: &Outcome, code: &str) -> usize {
     outcome.warnings.iter().filter(|w| w.code == code).count()
 }
 
+/// Runs `policy` with the chooser over `stats` on `request`, asking a model that fails once
+/// and then passes.
+async fn fail_once(
+    policy: Policy,
+    stats: &StrategyStats,
+    request: &Request,
+) -> (ScriptedRunner, Outcome) {
+    let runner = ScriptedRunner::texts(["no", "a title"]);
+    let outcome = enforcer(policy)
+        .with_chooser(chooser(stats))
+        .run(&runner, request, &Context::new())
+        .await;
+    (runner, outcome)
+}
+
 #[tokio::test]
 async fn auto_takes_the_strategy_the_statistics_favour_and_the_audit_says_why() {
-    let runner = ScriptedRunner::texts(["no", "a title"]);
-    let outcome = enforcer(auto_policy(&[Reask::Feedback, Reask::Resample]))
-        .with_chooser(chooser(&stats_favouring(Reask::Resample)))
-        .run(&runner, &req(), &Context::new())
-        .await;
+    let (runner, outcome) = fail_once(
+        auto_policy(&[Reask::Feedback, Reask::Resample]),
+        &stats_favouring(Reask::Resample),
+        &req(),
+    )
+    .await;
     assert_eq!(outcome.status, Status::Passed, "{outcome:?}");
     let second = &outcome.attempts[1];
     assert_eq!(second.reask, Some(Reask::Resample));
@@ -105,11 +121,12 @@ async fn auto_takes_the_strategy_the_statistics_favour_and_the_audit_says_why() 
 
 #[tokio::test]
 async fn a_ladder_records_no_choice() {
-    let runner = ScriptedRunner::texts(["no", "a title"]);
-    let outcome = enforcer(Policy::builder().reask(Reask::Resample).build())
-        .with_chooser(chooser(&stats_favouring(Reask::FeedbackFresh)))
-        .run(&runner, &req(), &Context::new())
-        .await;
+    let (_, outcome) = fail_once(
+        Policy::builder().reask(Reask::Resample).build(),
+        &stats_favouring(Reask::FeedbackFresh),
+        &req(),
+    )
+    .await;
     assert_eq!(outcome.attempts[1].reask, Some(Reask::Resample));
     assert!(outcome.attempts.iter().all(|a| a.reask_choice.is_none()));
     assert!(!outcome.to_json_line().contains("reask_choice"));
@@ -143,11 +160,12 @@ async fn without_a_chooser_auto_takes_the_ladder_and_warns_once() {
 async fn without_data_for_the_code_auto_takes_the_ladder_without_a_warning() {
     let mut stats = StrategyStats::default();
     stats.add(key("OTHER_CODE", Reask::Resample), tally(40, 40));
-    let runner = ScriptedRunner::texts(["no", "a title"]);
-    let outcome = enforcer(auto_policy(&[Reask::Feedback, Reask::Resample]))
-        .with_chooser(chooser(&stats))
-        .run(&runner, &req(), &Context::new())
-        .await;
+    let (_, outcome) = fail_once(
+        auto_policy(&[Reask::Feedback, Reask::Resample]),
+        &stats,
+        &req(),
+    )
+    .await;
     assert_eq!(outcome.attempts[1].reask, Some(Reask::Feedback));
     let reason = outcome.attempts[1].reask_choice.as_ref().unwrap();
     assert_eq!(reason.by, ChosenBy::NoData);
@@ -183,11 +201,7 @@ async fn constrained_is_a_candidate_only_with_a_constraint_and_then_constrains_i
     let policy = auto_policy(&[Reask::Feedback, Reask::Constrained]);
 
     // No constraint in the request: `constrained` is not compared.
-    let runner = ScriptedRunner::texts(["no", "a title"]);
-    let outcome = enforcer(policy.clone())
-        .with_chooser(chooser(&stats))
-        .run(&runner, &req(), &Context::new())
-        .await;
+    let (_, outcome) = fail_once(policy.clone(), &stats, &req()).await;
     assert_eq!(outcome.attempts[1].reask, Some(Reask::Feedback));
     let reason = outcome.attempts[1].reask_choice.as_ref().unwrap();
     assert!(reason
@@ -196,20 +210,17 @@ async fn constrained_is_a_candidate_only_with_a_constraint_and_then_constrains_i
         .all(|c| c.strategy != Reask::Constrained));
 
     // With one: chosen, and only its re-ask carries the constraint.
-    let runner = ScriptedRunner::texts(["no", "a title"]);
-    let outcome = enforcer(policy)
-        .with_chooser(chooser(&stats))
-        .run(&runner, &constrained_request(), &Context::new())
-        .await;
+    let (runner, outcome) = fail_once(policy, &stats, &constrained_request()).await;
     assert_eq!(outcome.attempts[1].reask, Some(Reask::Constrained));
     assert_eq!(sent_constraint(&runner), [false, true]);
 
     // Without `constrained` among the strategies (`decode: constrained`), every ask keeps it.
-    let runner = ScriptedRunner::texts(["no", "a title"]);
-    enforcer(auto_policy(&[Reask::Feedback, Reask::Resample]))
-        .with_chooser(chooser(&stats_favouring(Reask::Resample)))
-        .run(&runner, &constrained_request(), &Context::new())
-        .await;
+    let (runner, _) = fail_once(
+        auto_policy(&[Reask::Feedback, Reask::Resample]),
+        &stats_favouring(Reask::Resample),
+        &constrained_request(),
+    )
+    .await;
     assert_eq!(sent_constraint(&runner), [true, true]);
 }
 
@@ -217,11 +228,7 @@ async fn constrained_is_a_candidate_only_with_a_constraint_and_then_constrains_i
 async fn escalate_is_a_candidate_only_with_an_escalation_model() {
     let stats = stats_favouring(Reask::Escalate);
     let policy = auto_policy(&[Reask::Feedback, Reask::Escalate]);
-    let runner = ScriptedRunner::texts(["no", "a title"]);
-    let outcome = enforcer(policy.clone())
-        .with_chooser(chooser(&stats))
-        .run(&runner, &req(), &Context::new())
-        .await;
+    let (_, outcome) = fail_once(policy.clone(), &stats, &req()).await;
     assert_eq!(outcome.attempts[1].reask, Some(Reask::Feedback));
 
     let main = ScriptedRunner::texts(["no"]);
