@@ -33,6 +33,27 @@ async fn enforce_async(args: Vec<String>) -> Output {
     .expect("the blocking task finishes")
 }
 
+/// `enforce run --config CONFIG --profile PROFILE [--audit AUDIT] PROMPT`, off the runtime.
+async fn run_profile(
+    config: &std::path::Path,
+    profile: &str,
+    audit: Option<&std::path::Path>,
+    prompt: &str,
+) -> Output {
+    let mut args = vec![
+        "run".to_string(),
+        "--config".into(),
+        config.display().to_string(),
+        "--profile".into(),
+        profile.into(),
+    ];
+    if let Some(audit) = audit {
+        args.extend(["--audit".to_string(), audit.display().to_string()]);
+    }
+    args.push(prompt.into());
+    enforce_async(args).await
+}
+
 fn audit_records(path: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -255,17 +276,7 @@ async fn run_from_a_config_file_can_end_unresolved() {
     )
     .unwrap();
     let audit = dir.path().join("audit.jsonl");
-    let out = enforce_async(vec![
-        "run".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--profile".into(),
-        "data".into(),
-        "--audit".into(),
-        audit.display().to_string(),
-        "Give me the user as JSON.".into(),
-    ])
-    .await;
+    let out = run_profile(&config, "data", Some(&audit), "Give me the user as JSON.").await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("INVALID_JSON"), "{stderr}");
@@ -487,17 +498,7 @@ async fn run_with_reask_auto_takes_the_strategy_the_statistics_favour() {
     )
     .unwrap();
     let audit = dir.path().join("audit.jsonl");
-    let out = enforce_async(vec![
-        "run".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--profile".into(),
-        "p".into(),
-        "--audit".into(),
-        audit.display().to_string(),
-        "What now?".into(),
-    ])
-    .await;
+    let out = run_profile(&config, "p", Some(&audit), "What now?").await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let sent = mock.chat_requests();
@@ -512,15 +513,7 @@ async fn run_with_reask_auto_takes_the_strategy_the_statistics_favour() {
 
     // A statistics file that is missing is an error naming it, before any model call.
     std::fs::remove_file(dir.path().join("stats.json")).unwrap();
-    let out = enforce_async(vec![
-        "run".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--profile".into(),
-        "p".into(),
-        "What now?".into(),
-    ])
-    .await;
+    let out = run_profile(&config, "p", None, "What now?").await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("stats.json"), "{stderr}");

@@ -16,7 +16,8 @@ use enforce_core::{
 use serde_json::json;
 use std::sync::Arc;
 
-fn key(code: &str, strategy: Reask) -> StatsKey {
+/// The statistics key of `code` and `strategy` for model `m` under profile `p`.
+pub(crate) fn key(code: &str, strategy: Reask) -> StatsKey {
     StatsKey {
         model: "m".into(),
         profile: "p".into(),
@@ -25,15 +26,20 @@ fn key(code: &str, strategy: Reask) -> StatsKey {
     }
 }
 
-fn tally(attempts: u64, valid: u64) -> Tally {
+/// `attempts` re-asks, `valid` of them valid (and fixed), `tokens_each` tokens each.
+pub(crate) fn tally_of(attempts: u64, valid: u64, tokens_each: u64) -> Tally {
     Tally {
         attempts,
         fixed: valid,
         valid,
-        tokens: 100 * attempts,
+        tokens: tokens_each * attempts,
         tokens_counted: attempts,
         runner_us: 0,
     }
+}
+
+fn tally(attempts: u64, valid: u64) -> Tally {
+    tally_of(attempts, valid, 100)
 }
 
 /// Statistics in which `best` fixes NO_TITLE far more often than feedback.

@@ -3,6 +3,7 @@
 
 mod audit_json;
 mod auto;
+mod chooser;
 mod compose;
 mod early_abort;
 mod input_stage;
