@@ -12,7 +12,7 @@ use crate::decode;
 use crate::runner_options::model_of;
 use enforce_config::profile::Decode;
 use enforce_config::Profile;
-use enforce_core::strategy::ChoiceInput;
+use enforce_core::strategy::{Choice, ChoiceInput};
 use enforce_runner::RunnerConfig;
 use enforce_server::{ApiKeyEntry, FailureResponse, ServerSection, StreamMode};
 use serde_json::{json, Value};
@@ -432,16 +432,36 @@ fn auto_lines(
     }
     for code in codes {
         let codes = [code];
-        let input = ChoiceInput::new(&codes, &candidates, fallback.rung(0));
-        let choice = chooser.by_means(&input);
-        let value = json!({
-            "choose": choice.strategy,
-            "by": choice.reason.by,
-            "compared": choice.reason.compared,
-        });
-        c.push(format!("reask_auto.choices.{code}"), value, from.clone());
+        let choice = chooser.by_means(&ChoiceInput::new(&codes, &candidates, fallback.rung(0)));
+        c.push(
+            format!("reask_auto.choices.{code}"),
+            choice_json(&choice),
+            from.clone(),
+        );
     }
     Ok(())
+}
+
+/// A choice as `explain` shows it: the strategy, how, and the strategies compared, their
+/// figures rounded (what a reader compares, not a float's last digits).
+fn choice_json(choice: &Choice) -> Value {
+    let round = |x: f64| (x * 1e4).round() / 1e4;
+    let compared: Vec<Value> = choice
+        .reason
+        .compared
+        .iter()
+        .map(|c| {
+            json!({
+                "strategy": c.strategy,
+                "attempts": c.attempts,
+                "valid": c.valid,
+                "mean": round(c.mean),
+                "tokens": c.tokens.map(round),
+                "score": round(c.score),
+            })
+        })
+        .collect();
+    json!({"choose": choice.strategy, "by": choice.reason.by, "compared": compared})
 }
 
 /// `decode`: how answers are decoded and, when constrained (every attempt with `decode:
