@@ -36,9 +36,14 @@ pub fn for_profile(
     profile.constraint().map(|c| for_runner(runner, c))
 }
 
-/// Whether a re-ask rung of `policy` is `constrained`.
+/// Whether a re-ask of `policy` may be `constrained`: a rung of its ladder, or a strategy
+/// `reask: auto` may take.
 pub fn has_constrained_rung(policy: &Policy) -> bool {
     policy.reask.rungs().contains(&Reask::Constrained)
+        || policy
+            .reask_auto
+            .as_ref()
+            .is_some_and(|auto| auto.strategies.contains(&Reask::Constrained))
 }
 
 /// The engine that compiles the local runner's JSON Schemas (`None` for other runners).

@@ -1,5 +1,6 @@
 //! The `enforce` command line: check LLM output, run the enforcement loop, serve the proxy.
 
+mod auto;
 mod commands;
 mod config;
 mod decode;

@@ -9,8 +9,10 @@
 use super::model_flags::ModelFlags;
 use crate::config::{LoadedConfig, ServedModelConfig, WhenConfig};
 use crate::decode;
+use crate::runner_options::model_of;
 use enforce_config::profile::Decode;
 use enforce_config::Profile;
+use enforce_core::strategy::{Choice, ChoiceInput};
 use enforce_runner::RunnerConfig;
 use enforce_server::{ApiKeyEntry, FailureResponse, ServerSection, StreamMode};
 use serde_json::{json, Value};
@@ -257,8 +259,12 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
     c.push("max_retries", policy.max_retries, layer("max_retries"));
     let budget = serde_json::to_value(policy.budget).unwrap_or(Value::Null);
     c.push("budget", budget, layer("budget"));
+    let reask = match policy.reask_auto {
+        Some(_) => Ok(Value::from("auto")),
+        None => serde_json::to_value(&policy.reask),
+    };
     for (key, value) in [
-        ("reask", serde_json::to_value(&policy.reask)),
+        ("reask", reask),
         ("first_attempt", serde_json::to_value(policy.first_attempt)),
         (
             "stop_on_no_progress",
@@ -275,6 +281,7 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
         c.push(key, value.unwrap_or(Value::Null), layer(file_key));
     }
 
+    auto_lines(&mut c, built, runner, &layer)?;
     let escalates = policy
         .reask
         .rungs()
@@ -369,6 +376,92 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
         render_text(&args.model, &c, access.as_ref())
     };
     Ok((text, allowed))
+}
+
+/// `reask: auto`: its settings, and what the statistics file says it would choose for the
+/// profile's model per issue code, with the rates compared (exploration off: the best
+/// expected valid answers per token; exploring, a request may draw another). An unreadable
+/// statistics file is an error, as it is for `enforce serve`.
+fn auto_lines(
+    c: &mut Contract,
+    profile: &Profile,
+    runner: Option<&RunnerConfig>,
+    layer: &dyn Fn(&str) -> String,
+) -> Result<(), String> {
+    let (Some(auto), Some(reask_auto)) = (profile.reask_auto(), &profile.policy().reask_auto)
+    else {
+        return Ok(());
+    };
+    let fallback = &profile.policy().reask;
+    let settings = &auto.settings;
+    let stats_file = auto.stats.as_ref().map(|p| p.display().to_string());
+    let value = json!({
+        "stats": stats_file,
+        "fallback": fallback,
+        "strategies": reask_auto.strategies,
+        "explore": settings.explore,
+        "seed": settings.seed,
+        "min_attempts": settings.min_attempts,
+    });
+    c.push("reask_auto", value, layer("reask_auto"));
+    let Some(stats) = auto.read_stats().map_err(|e| e.to_string())? else {
+        let none = "no statistics file (`reask_auto.stats`): every re-ask takes the fallback ladder, and the outcome warns REASK_AUTO_NO_CHOOSER";
+        c.push("reask_auto.choices", none, BUILT_IN);
+        return Ok(());
+    };
+    let model = runner.and_then(model_of).unwrap_or_default();
+    let chooser = auto.chooser(&stats, model, profile.name());
+    let constraint = runner
+        .and_then(|r| decode::for_profile(profile, profile.policy(), r, false))
+        .is_some_and(|c| !c.params.is_empty());
+    let candidates = reask_auto.candidates(
+        fallback.rung(0),
+        constraint,
+        profile.escalate_to().is_some(),
+    );
+    let from = format!(
+        "{} for model `{model}`, profile `{}`",
+        stats_file.unwrap_or_default(),
+        profile.name()
+    );
+    let codes = chooser.codes();
+    if codes.is_empty() {
+        let none = "no re-asks measured for this model and profile: every re-ask takes the fallback ladder";
+        c.push("reask_auto.choices", none, from);
+        return Ok(());
+    }
+    for code in codes {
+        let codes = [code];
+        let choice = chooser.by_means(&ChoiceInput::new(&codes, &candidates, fallback.rung(0)));
+        c.push(
+            format!("reask_auto.choices.{code}"),
+            choice_json(&choice),
+            from.clone(),
+        );
+    }
+    Ok(())
+}
+
+/// A choice as `explain` shows it: the strategy, how, and the strategies compared, their
+/// figures rounded (what a reader compares, not a float's last digits).
+fn choice_json(choice: &Choice) -> Value {
+    let round = |x: f64| (x * 1e4).round() / 1e4;
+    let compared: Vec<Value> = choice
+        .reason
+        .compared
+        .iter()
+        .map(|c| {
+            json!({
+                "strategy": c.strategy,
+                "attempts": c.attempts,
+                "valid": c.valid,
+                "mean": round(c.mean),
+                "tokens": c.tokens.map(round),
+                "score": round(c.score),
+            })
+        })
+        .collect();
+    json!({"choose": choice.strategy, "by": choice.reason.by, "compared": compared})
 }
 
 /// `decode`: how answers are decoded and, when constrained (every attempt with `decode:

@@ -1,6 +1,7 @@
 //! `enforce run`: ask a model through a runner and enforce a profile on its answer.
 
 use super::session_file::{self, SessionFile};
+use crate::auto::Choosers;
 use crate::config::LoadedConfig;
 use crate::runner_options::{model_of, RunnerOptions, SamplingOptions};
 use crate::usage::{unknown_profile, UsageError};
@@ -227,6 +228,8 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
     }
     let runner_config = args.runner.runner_config(runner_from_file)?;
     let runner = runner_config.build()?;
+    let choosers = Choosers::for_profile(profile)?;
+    let enforcer = choosers.attach(enforcer, profile, model_of(&runner_config));
 
     let mut request = Request::prompt(prompt.clone());
     request.params = args.sampling.params();

@@ -1,7 +1,9 @@
 //! `enforce serve`: the OpenAI-compatible enforcement proxy.
 
 use super::model_flags::ModelFlags;
+use crate::auto::Choosers;
 use crate::config::{ClassifyConfig, LoadedConfig, RouteConfig, ServedModelConfig};
+use crate::runner_options::model_of;
 use clap::Args as ClapArgs;
 use enforce_config::ProfileSet;
 use enforce_core::Runner;
@@ -119,6 +121,8 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
         .profiles(&registry, args.root.clone())
         .map_err(|e| e.to_string())?;
     crate::escalation::connect(&mut profiles, &loaded, None)?;
+    let choosers =
+        Choosers::load(&profiles).map_err(|e| loaded.error_at(&e.key, e.message).to_string())?;
 
     let section: ServerSection = loaded.config.server.clone().unwrap_or_default();
     let mut config = section.to_config().map_err(|e| section_error(&loaded, e))?;
@@ -161,15 +165,18 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
         let model = model_from_config(
             entry,
             loaded.config.runner.as_ref(),
-            &profiles,
+            (&profiles, &choosers),
             section.allow_request_limits.unwrap_or(false),
         )
         .map_err(|e| e.located(&loaded, index))?;
-        let routes = routes_from_config(entry, &profiles).map_err(|e| {
-            loaded
-                .error_at(&format!("models[{index}].{}", e.key), e.message)
-                .to_string()
-        })?;
+        let asks = entry.runner.as_ref().or(loaded.config.runner.as_ref());
+        let model_name = asks.and_then(model_of);
+        let routes =
+            routes_from_config(entry, (&profiles, &choosers), model_name).map_err(|e| {
+                loaded
+                    .error_at(&format!("models[{index}].{}", e.key), e.message)
+                    .to_string()
+            })?;
         models.push(model.with_routes(routes));
     }
     let upstream_model = args.model.upstream_model().await?;
@@ -178,7 +185,7 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
             model_from_config(
                 &entry,
                 None,
-                &profiles,
+                (&profiles, &choosers),
                 section.allow_request_limits.unwrap_or(false),
             )
             .map_err(|e| e.to_string())?,
@@ -329,6 +336,27 @@ fn enforcer_for(profiles: &ProfileSet, name: &str) -> Result<Arc<enforce_core::E
     })
 }
 
+/// The enforcer of profile `name` for the model `model` (its `reask: auto` chooses by that
+/// model's statistics).
+fn enforcer_asking(
+    profiles: &ProfileSet,
+    choosers: &Choosers,
+    name: &str,
+    model: Option<&str>,
+) -> Result<Arc<enforce_core::Enforcer>, String> {
+    let profile = profiles.get(name).ok_or_else(|| {
+        format!(
+            "no profile named '{name}' (profiles: {})",
+            profiles.names().collect::<Vec<_>>().join(", ")
+        )
+    })?;
+    Ok(Arc::new(choosers.attach(
+        profile.enforcer(),
+        profile,
+        model,
+    )))
+}
+
 /// A `server:` error, located in the file (`server.api_keys[1].key_env`).
 pub(crate) fn section_error(loaded: &LoadedConfig, e: enforce_server::SectionError) -> String {
     loaded
@@ -415,7 +443,7 @@ fn build_runner(config: &RunnerConfig, at: &str) -> Result<Arc<dyn Runner>, (Str
 pub(crate) fn model_from_config(
     entry: &ServedModelConfig,
     default_runner: Option<&RunnerConfig>,
-    profiles: &ProfileSet,
+    (profiles, choosers): (&ProfileSet, &Choosers),
     server_allows_limits: bool,
 ) -> Result<Model, EntryError> {
     let error = |key: String, message: String| EntryError {
@@ -436,7 +464,8 @@ pub(crate) fn model_from_config(
         .profile
         .clone()
         .unwrap_or_else(|| profiles.default_name().to_string());
-    let enforcer = enforcer_for(profiles, &profile).map_err(|e| error("profile".into(), e))?;
+    let enforcer = enforcer_asking(profiles, choosers, &profile, model_of(runner_config))
+        .map_err(|e| error("profile".into(), e))?;
     let constrained = profiles
         .get(&profile)
         .and_then(|p| crate::decode::for_profile(p, p.policy(), runner_config, false))
@@ -465,7 +494,8 @@ pub(crate) fn model_from_config(
 /// The routes of a model entry. Errors carry the key below the entry (`routes[1].profile`).
 fn routes_from_config(
     entry: &ServedModelConfig,
-    profiles: &ProfileSet,
+    (profiles, choosers): (&ProfileSet, &Choosers),
+    model: Option<&str>,
 ) -> Result<Routes, RouteError> {
     let classifier = entry
         .classify
@@ -483,18 +513,15 @@ fn routes_from_config(
             profile,
             when,
         } = config;
-        let enforcer = profiles.enforcer(profile).ok_or_else(|| {
+        let enforcer = enforcer_asking(profiles, choosers, profile, model).map_err(|message| {
             within(RouteError {
                 key: "profile".into(),
-                message: format!(
-                    "no profile named '{profile}' (profiles: {})",
-                    profiles.names().collect::<Vec<_>>().join(", ")
-                ),
+                message,
             })
         })?;
         let when = when.to_when().map_err(within)?;
         let name = name.clone().unwrap_or_else(|| profile.clone());
-        routes.push(Route::new(name, profile.clone(), Arc::new(enforcer), when));
+        routes.push(Route::new(name, profile.clone(), enforcer, when));
     }
     Routes::new(routes, classifier)
 }
@@ -602,7 +629,12 @@ mod tests {
         .unwrap();
         let loaded = LoadedConfig::load(Some(&file)).unwrap();
         let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
-        let built = model_from_config(&loaded.config.models[0], None, &profiles, false);
+        let built = model_from_config(
+            &loaded.config.models[0],
+            None,
+            (&profiles, &Choosers::default()),
+            false,
+        );
         #[cfg(not(feature = "local"))]
         {
             let Err(err) = built else {
@@ -677,7 +709,8 @@ mod tests {
             .entry(args.model.upstream_model.clone(), profiles.default_name())
             .expect("builds")
             .expect("a model");
-        let model = model_from_config(&entry, None, &profiles, false).expect("builds");
+        let model = model_from_config(&entry, None, (&profiles, &Choosers::default()), false)
+            .expect("builds");
         assert_eq!(model.runner_kind.as_deref(), Some("anthropic"));
         assert_eq!(model.id, "claude-x");
         assert_eq!(model.upstream_model.as_deref(), Some("claude-x"));
@@ -695,6 +728,40 @@ mod tests {
         assert!(err.contains("--upstream-model"), "{err}");
     }
 
+    /// Each model entry's enforcer chooses by its own model's statistics: the entry's
+    /// profile and its routes get a chooser, read once from the profile's file.
+    #[test]
+    fn a_served_model_with_reask_auto_gets_the_chooser_of_its_model() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("stats.json"),
+            r#"{"version": 1, "rows": []}"#,
+        )
+        .unwrap();
+        let yaml = "profiles:\n  a:\n    validators: []\n    reask: auto\n    \
+                    reask_auto: {stats: stats.json}\n  plain:\n    validators: []\n\
+                    runner: {type: openai, base_url: 'http://127.0.0.1:9/v1', model: m}\n\
+                    models:\n  - id: one\n    profile: a\n    routes:\n      \
+                    - {profile: plain, when: {header: X-Kind, equals: p}}\n  \
+                    - {id: two, profile: plain}\n";
+        let path = dir.path().join("enforce.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let loaded = LoadedConfig::load(Some(&path)).unwrap();
+        let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
+        let choosers = Choosers::load(&profiles).unwrap();
+        let runner = loaded.config.runner.as_ref();
+        let models = &loaded.config.models;
+        let one = model_from_config(&models[0], runner, (&profiles, &choosers), false).unwrap();
+        assert!(one.enforcer.chooser().is_some());
+        let two = model_from_config(&models[1], runner, (&profiles, &choosers), false).unwrap();
+        assert!(two.enforcer.chooser().is_none(), "`plain` says no `auto`");
+        // Without the file, loading refuses it by name.
+        std::fs::remove_file(dir.path().join("stats.json")).unwrap();
+        let err = Choosers::load(&profiles).unwrap_err();
+        assert!(err.message.contains("stats.json"), "{err}");
+        assert_eq!(err.key, "profiles.a.reask_auto.stats");
+    }
+
     #[test]
     fn the_example_s_routes_build() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/serve.yaml");
@@ -702,7 +769,7 @@ mod tests {
         let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
         let mut routed = 0;
         for entry in &loaded.config.models {
-            let routes = routes_from_config(entry, &profiles)
+            let routes = routes_from_config(entry, (&profiles, &Choosers::default()), None)
                 .unwrap_or_else(|e| panic!("{}: {}: {}", entry.id, e.key, e.message));
             routed += usize::from(!routes.is_empty());
         }
@@ -724,10 +791,15 @@ mod tests {
             .models
             .iter()
             .map(|e| {
-                model_from_config(e, loaded.config.runner.as_ref(), &profiles, false)
-                    .unwrap()
-                    .options
-                    .on_unresolved
+                model_from_config(
+                    e,
+                    loaded.config.runner.as_ref(),
+                    (&profiles, &Choosers::default()),
+                    false,
+                )
+                .unwrap()
+                .options
+                .on_unresolved
             })
             .collect();
         assert_eq!(
@@ -754,10 +826,15 @@ mod tests {
                 .models
                 .iter()
                 .map(|e| {
-                    model_from_config(e, loaded.config.runner.as_ref(), &profiles, server)
-                        .unwrap()
-                        .options
-                        .request_limits
+                    model_from_config(
+                        e,
+                        loaded.config.runner.as_ref(),
+                        (&profiles, &Choosers::default()),
+                        server,
+                    )
+                    .unwrap()
+                    .options
+                    .request_limits
                 })
                 .collect()
         };

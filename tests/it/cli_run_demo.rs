@@ -33,6 +33,27 @@ async fn enforce_async(args: Vec<String>) -> Output {
     .expect("the blocking task finishes")
 }
 
+/// `enforce run --config CONFIG --profile PROFILE [--audit AUDIT] PROMPT`, off the runtime.
+async fn run_profile(
+    config: &std::path::Path,
+    profile: &str,
+    audit: Option<&std::path::Path>,
+    prompt: &str,
+) -> Output {
+    let mut args = vec![
+        "run".to_string(),
+        "--config".into(),
+        config.display().to_string(),
+        "--profile".into(),
+        profile.into(),
+    ];
+    if let Some(audit) = audit {
+        args.extend(["--audit".to_string(), audit.display().to_string()]);
+    }
+    args.push(prompt.into());
+    enforce_async(args).await
+}
+
 fn audit_records(path: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -255,17 +276,7 @@ async fn run_from_a_config_file_can_end_unresolved() {
     )
     .unwrap();
     let audit = dir.path().join("audit.jsonl");
-    let out = enforce_async(vec![
-        "run".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--profile".into(),
-        "data".into(),
-        "--audit".into(),
-        audit.display().to_string(),
-        "Give me the user as JSON.".into(),
-    ])
-    .await;
+    let out = run_profile(&config, "data", Some(&audit), "Give me the user as JSON.").await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("INVALID_JSON"), "{stderr}");
@@ -454,4 +465,57 @@ async fn run_session_sends_a_stateless_runner_the_history() {
     // A bad id is a usage error before any model call.
     let out = enforce(&["run", "--session", "../x", "q"], &BTreeMap::new());
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+/// `reask: auto` in `enforce run`: the statistics of the runner's model say a resample fixes
+/// a missing step marker and feedback does not, so the re-ask is a fresh ask, and the audit
+/// says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_reask_auto_takes_the_strategy_the_statistics_favour() {
+    let mock = MockOpenAi::start(MockScript::new().replies([
+        MockReply::text("No marker."),
+        MockReply::text("Done.\n<!-- STEP: done -->"),
+    ]))
+    .await
+    .unwrap();
+    let dir = ScratchDir::new("enforce-run-auto").unwrap();
+    let row = |strategy: &str, valid: u32| {
+        json!({"model": "m", "profile": "p", "code": "MISSING_STEP_MARKER",
+               "strategy": strategy, "attempts": 20, "valid": valid,
+               "tokens": 2000, "tokens_counted": 20})
+    };
+    let stats = json!({"version": 1, "rows": [row("feedback", 1), row("resample", 19)]});
+    std::fs::write(dir.path().join("stats.json"), stats.to_string()).unwrap();
+    let config = dir.path().join("enforce.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "runner:\n  type: openai\n  base_url: {}\n  model: m\n\
+             profiles:\n  p:\n    validators: [step_marker]\n    reask: auto\n    \
+             reask_auto: {{stats: stats.json, explore: false}}\n",
+            mock.url()
+        ),
+    )
+    .unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let out = run_profile(&config, "p", Some(&audit), "What now?").await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let sent = mock.chat_requests();
+    assert_eq!(sent.len(), 2);
+    // A resample: the question alone, no failed answer and no feedback.
+    assert_eq!(sent[1].messages(), sent[0].messages());
+    let records = audit_records(&audit);
+    let second = &records[0]["attempts"][1];
+    assert_eq!(second["reask"], "resample", "{second}");
+    assert_eq!(second["reask_choice"]["by"], "mean", "{second}");
+    assert_eq!(second["reask_choice"]["compared"][1]["valid"], 19);
+
+    // A statistics file that is missing is an error naming it, before any model call.
+    std::fs::remove_file(dir.path().join("stats.json")).unwrap();
+    let out = run_profile(&config, "p", None, "What now?").await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("stats.json"), "{stderr}");
+    assert_eq!(mock.chat_requests().len(), 2);
 }

@@ -534,3 +534,81 @@ models:
         "{target}"
     );
 }
+
+/// Statistics of model `m` under profile `city`: on INVALID_JSON resample made 18 of 20
+/// re-asks valid, feedback 3 of 20 at the same tokens; SCHEMA_VIOLATION has too few re-asks.
+const STATS: &str = r#"{"version": 1, "rows": [
+  {"model": "m", "profile": "city", "code": "INVALID_JSON", "strategy": "feedback",
+   "attempts": 20, "fixed": 5, "valid": 3, "tokens": 4000, "tokens_counted": 20},
+  {"model": "m", "profile": "city", "code": "INVALID_JSON", "strategy": "resample",
+   "attempts": 20, "fixed": 19, "valid": 18, "tokens": 4000, "tokens_counted": 20},
+  {"model": "m", "profile": "city", "code": "SCHEMA_VIOLATION", "strategy": "resample",
+   "attempts": 2, "valid": 2},
+  {"model": "other", "profile": "city", "code": "INVALID_JSON", "strategy": "feedback",
+   "attempts": 90, "valid": 90}
+]}"#;
+
+const AUTO: &str = "\
+profiles:
+  city:
+    validators: []
+    reask: auto
+    reask_auto: {stats: stats.json, fallback: [feedback, resample], seed: 4}
+runner: {type: openai, base_url: \"http://127.0.0.1:9/v1\", model: m}
+models:
+  - {id: city, profile: city}
+";
+
+#[test]
+fn explain_shows_auto_its_statistics_and_what_it_would_choose_per_code() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "stats.json", STATS);
+    let config = write(dir.path(), "enforce.yaml", AUTO);
+    let out = json(&explain(&config, &["--model", "city", "--json"], None));
+    assert_eq!(
+        entry(&out, "reask"),
+        (&"auto".into(), "profiles.city.reask")
+    );
+    let (settings, from) = entry(&out, "reask_auto");
+    assert_eq!(from, "profiles.city.reask_auto");
+    assert!(
+        settings["stats"].as_str().unwrap().ends_with("stats.json"),
+        "{settings}"
+    );
+    assert_eq!(
+        settings["fallback"],
+        serde_json::json!(["feedback", "resample"])
+    );
+    assert_eq!(settings["seed"], 4);
+    let (choice, from) = entry(&out, "reask_auto.choices.INVALID_JSON");
+    assert!(from.contains("model `m`"), "{from}");
+    assert_eq!(choice["choose"], "resample", "{choice}");
+    let compared = choice["compared"].as_array().unwrap();
+    assert_eq!(compared.len(), 2, "{choice}");
+    assert_eq!(compared[1]["valid"], 18);
+    // Too few re-asks measured: the fallback's first rung.
+    let (choice, _) = entry(&out, "reask_auto.choices.SCHEMA_VIOLATION");
+    assert_eq!(choice["choose"], "feedback", "{choice}");
+    assert_eq!(choice["by"], "no_data");
+    // The text form says the same.
+    let text = explain(&config, &["--model", "city"], None);
+    assert!(text.status.success());
+    assert!(crate::text(&text.stdout).contains("reask_auto.choices.INVALID_JSON"));
+}
+
+#[test]
+fn explain_refuses_an_unreadable_statistics_file_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(dir.path(), "enforce.yaml", AUTO);
+    let missing = explain(&config, &["--model", "city"], None);
+    assert_eq!(missing.status.code(), Some(2));
+    let stderr = crate::text(&missing.stderr);
+    assert!(
+        stderr.contains("stats.json") && stderr.contains("reask_auto"),
+        "{stderr}"
+    );
+    write(dir.path(), "stats.json", r#"{"version": 7, "rows": []}"#);
+    let newer = explain(&config, &["--model", "city"], None);
+    assert_eq!(newer.status.code(), Some(2));
+    assert!(crate::text(&newer.stderr).contains("version 7"));
+}

@@ -46,6 +46,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+mod reask;
+pub use reask::{ReaskAutoConfig, ReaskConfig};
+
 /// Largest configuration file read.
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -134,8 +137,12 @@ macro_rules! with_policy_keys {
             /// (feedback, asked of the profile's `escalate_to` model) or `constrained` (a
             /// resample with the contract's decoding constraint, which the other attempts then
             /// leave out); or a list, one per re-ask, the last repeating (`[feedback, resample]`).
-            /// Every re-ask advances the seed by one per attempt.
-            pub reask: Option<enforce_core::policy::Ladder>,
+            /// Every re-ask advances the seed by one per attempt. `auto`: each re-ask takes the
+            /// strategy measured statistics favour for the answer's issue codes (`reask_auto:`).
+            pub reask: Option<ReaskConfig>,
+            /// How `reask: auto` chooses: the statistics file, the fallback ladder, the
+            /// strategies, exploration, the seed.
+            pub reask_auto: Option<ReaskAutoConfig>,
             /// How the first attempt asks: `direct` (default: the request as it is) or
             /// `reason_then_format` (as that re-ask strategy does: a free answer, then the format).
             pub first_attempt: Option<enforce_core::policy::FirstAttempt>,
@@ -184,8 +191,14 @@ macro_rules! with_policy_keys {
                 if let Some(bytes) = self.partial_check_bytes {
                     policy.partial_check_bytes = bytes;
                 }
-                if let Some(reask) = &self.reask {
-                    policy.reask = reask.clone();
+                match &self.reask {
+                    Some(ReaskConfig::Ladder(ladder)) => {
+                        policy.reask = ladder.clone();
+                        policy.reask_auto = None;
+                    }
+                    // The fallback ladder and the strategies come from `reask_auto`, layered.
+                    Some(ReaskConfig::Auto) => policy.reask_auto = Some(Default::default()),
+                    None => {}
                 }
                 if let Some(first) = self.first_attempt {
                     policy.first_attempt = first;

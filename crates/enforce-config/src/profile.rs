@@ -45,11 +45,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+mod auto;
 mod decode;
 mod input;
 mod policy;
 #[cfg(test)]
 mod tests;
+pub use auto::{read_stats, ReaskAuto};
 pub use decode::{Constrained, Constraint, Decode, DECODE_NOTE};
 use input::build_input;
 pub use input::{DEFAULT_INPUT_HINT, DEFAULT_REFORMULATE_PROMPT, DEFAULT_REFORMULATE_TIMEOUT_MS};
@@ -87,6 +89,8 @@ pub struct Profile {
     escalate_to: Option<String>,
     /// That model's runner, once the caller connected it.
     escalation: Option<Escalation>,
+    /// `reask: auto`'s settings, when the policy says `auto`.
+    reask_auto: Option<ReaskAuto>,
 }
 
 /// A profile's input stage, built: what [`InputStage`] is made of, shareable.
@@ -124,6 +128,7 @@ impl Profile {
             constraint: None,
             escalate_to: None,
             escalation: None,
+            reask_auto: None,
         }
     }
 
@@ -152,6 +157,13 @@ impl Profile {
     /// that builds runners resolves it.
     pub fn escalate_to(&self) -> Option<&str> {
         self.escalate_to.as_deref()
+    }
+
+    /// `reask: auto`'s settings (the statistics file, how to choose), when the policy says
+    /// `auto`; the caller reads the file and gives each enforcer its chooser
+    /// ([`Enforcer::with_chooser`]).
+    pub fn reask_auto(&self) -> Option<&ReaskAuto> {
+        self.reask_auto.as_ref()
     }
 
     /// The validators, in the order they run.
@@ -333,7 +345,7 @@ impl ProfileSet {
                 .collect::<Result<Vec<_>, _>>()?;
             let names: Vec<String> = validators.iter().map(|v| v.to_string()).collect();
             let constraint = decode::derive(&names, config, &builtin_env)?;
-            let policy = build_policy(&config.defaults, None, &env.base_dir)?;
+            let (policy, reask_auto) = build_policy(&config.defaults, None, &env.base_dir)?;
             profiles.insert(
                 name.to_string(),
                 Profile {
@@ -346,6 +358,7 @@ impl ProfileSet {
                     constraint,
                     escalate_to: None,
                     escalation: None,
+                    reask_auto,
                 },
             );
         }
@@ -355,7 +368,8 @@ impl ProfileSet {
             for (i, v) in p.validators.iter().enumerate() {
                 list.push(get(v, &format!("{prefix}.validators[{i}]"), false)?);
             }
-            let mut policy = build_policy(&config.defaults, Some((p, &prefix)), &env.base_dir)?;
+            let (mut policy, reask_auto) =
+                build_policy(&config.defaults, Some((p, &prefix)), &env.base_dir)?;
             policy.answer_format = p
                 .answer_format
                 .unwrap_or_else(|| answer_format_of(&p.validators, config));
@@ -395,6 +409,9 @@ impl ProfileSet {
                     "`decode: constrained` constrains every attempt, the re-ask rung `constrained` only its own re-asks; pick one: drop `decode: constrained` to answer freely first and constrain that rung's re-asks, or drop the rung to constrain every attempt",
                 ));
             }
+            if decode == Decode::Constrained {
+                auto::without_constrained(&mut policy);
+            }
             profiles.insert(
                 name.clone(),
                 Profile {
@@ -407,6 +424,7 @@ impl ProfileSet {
                     constraint,
                     escalate_to: p.escalate_to.clone(),
                     escalation: None,
+                    reask_auto,
                 },
             );
         }

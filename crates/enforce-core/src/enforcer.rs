@@ -1,5 +1,7 @@
 //! The enforcement loop: [`Enforcer`].
 
+use crate::issue::error_codes;
+use crate::strategy::ReaskChooser;
 use crate::validator::{push_leaves, Leaf, Verdict};
 use crate::{
     input::InputStage, policy::BudgetKind, Budget, Context, Event, Issue, Observer, Outcome,
@@ -8,6 +10,7 @@ use crate::{
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod auto;
 mod run;
 mod steps;
 use run::{Run, Spent};
@@ -38,6 +41,7 @@ pub struct Enforcer {
     policy: Policy,
     input: Option<Arc<InputStage>>,
     escalation: Option<Escalation>,
+    chooser: Option<Arc<dyn ReaskChooser>>,
 }
 
 /// The model the rung [`Reask::Escalate`](crate::policy::Reask::Escalate) asks instead of the
@@ -59,16 +63,9 @@ pub const ESCALATION_NO_TARGET: &str = "ESCALATION_NO_TARGET";
 /// one): the re-ask was a plain resample.
 pub const CONSTRAINT_UNAVAILABLE: &str = "CONSTRAINT_UNAVAILABLE";
 
-fn error_codes(issues: &[Issue]) -> Vec<&str> {
-    let mut codes: Vec<&str> = issues
-        .iter()
-        .filter(|i| i.is_error())
-        .map(|i| i.code.as_str())
-        .collect();
-    codes.sort_unstable();
-    codes.dedup();
-    codes
-}
+/// Code of the warning an outcome carries when the policy says `reask: auto` and the
+/// enforcer has no chooser ([`Enforcer::with_chooser`]): the re-asks took the fallback ladder.
+pub const REASK_AUTO_NO_CHOOSER: &str = "REASK_AUTO_NO_CHOOSER";
 
 /// The errors of `issues` as (code, line, message), sorted, without repeats: two attempts
 /// with the same set made no progress (the same code at another place, or with another
@@ -151,6 +148,7 @@ impl Enforcer {
             policy: Policy::default(),
             input: None,
             escalation: None,
+            chooser: None,
         }
     }
 
@@ -162,6 +160,18 @@ impl Enforcer {
             runner,
         });
         self
+    }
+
+    /// Lets `chooser` pick the strategy of each re-ask when the policy says `reask: auto`
+    /// ([`Policy::reask_auto`]); see [`strategy`](crate::strategy).
+    pub fn with_chooser(mut self, chooser: Arc<dyn ReaskChooser>) -> Self {
+        self.chooser = Some(chooser);
+        self
+    }
+
+    /// The chooser of `reask: auto`, if one was given.
+    pub fn chooser(&self) -> Option<&Arc<dyn ReaskChooser>> {
+        self.chooser.as_ref()
     }
 
     /// The escalation model, if the rung `escalate` has one.
@@ -226,6 +236,7 @@ impl Enforcer {
             policy,
             input: self.input.clone(),
             escalation: self.escalation.clone(),
+            chooser: self.chooser.clone(),
         }
     }
 

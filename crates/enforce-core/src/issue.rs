@@ -167,6 +167,18 @@ impl fmt::Display for Issue {
     }
 }
 
+/// The error codes of `issues`, sorted, without repeats.
+pub(crate) fn error_codes(issues: &[Issue]) -> Vec<&str> {
+    let mut codes: Vec<&str> = issues
+        .iter()
+        .filter(|i| i.is_error())
+        .map(|i| i.code.as_str())
+        .collect();
+    codes.sort_unstable();
+    codes.dedup();
+    codes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

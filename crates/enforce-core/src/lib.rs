@@ -12,7 +12,8 @@
 //! ([`Runner`], [`Validator`], [`Observer`]), what goes in ([`Request`], [`Context`],
 //! [`Policy`]) and what comes out ([`Outcome`]). The rest is in its module: [`input`] (checks
 //! of the request before the first ask), [`feedback`] (the text of a re-ask), [`policy`]
-//! (re-ask ladders, repairs, budgets), [`runner`] (tool calls, follow-up messages),
+//! (re-ask ladders, repairs, budgets), [`strategy`] (`reask: auto`: statistics and the
+//! chooser), [`runner`] (tool calls, follow-up messages),
 //! [`validator`] (adapters, status names), [`outcome`], [`audit`] and [`scripted`].
 //!
 //! ```
@@ -63,6 +64,7 @@ pub mod policy;
 pub mod runner;
 pub mod scripted;
 mod serde_millis;
+pub mod strategy;
 mod time;
 pub mod validator;
 

@@ -211,6 +211,67 @@ pub struct Attempt {
     /// main runner answered, also for an `escalate` rung without an escalation model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalated_to: Option<String>,
+    /// Why `reask: auto` took this attempt's strategy (`reask`): the rates it compared, or
+    /// that it fell back to the ladder. Absent for an attempt no chooser was asked about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reask_choice: Option<ChoiceReason>,
+}
+
+/// Why a re-ask of `reask: auto` took its strategy, as the audit records it
+/// (`attempts[].reask_choice`). The strategy itself is the attempt's `reask`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChoiceReason {
+    /// How the strategy was chosen.
+    pub by: ChosenBy,
+    /// The error codes of the answer the re-ask is about, sorted: the statistics read.
+    pub codes: Vec<String>,
+    /// The strategies compared, in the order considered; empty for a fallback.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compared: Vec<Compared>,
+}
+
+/// How `reask: auto` chose a strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ChosenBy {
+    /// The best of rates drawn from each strategy's posterior (exploration on).
+    Sampled,
+    /// The best posterior mean (exploration off).
+    Mean,
+    /// The fallback ladder's rung: no strategy had enough re-asks measured for these codes.
+    NoData,
+    /// The fallback ladder's rung: the enforcer has no chooser (no statistics).
+    NoChooser,
+}
+
+impl ChosenBy {
+    /// `true` when the ladder chose, not the statistics.
+    pub fn is_fallback(self) -> bool {
+        matches!(self, ChosenBy::NoData | ChosenBy::NoChooser)
+    }
+}
+
+/// One strategy as `reask: auto` weighed it for a re-ask.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Compared {
+    /// The strategy.
+    pub strategy: Reask,
+    /// Re-asks with it measured about answers with these codes (summed over the codes).
+    pub attempts: u64,
+    /// Of those, re-asks whose answer had no error.
+    pub valid: u64,
+    /// The posterior mean of its rate of valid answers: `(valid + 1) / (attempts + 2)`.
+    pub mean: f64,
+    /// The rate drawn from its posterior, when exploring and it was in the draw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<f64>,
+    /// Mean tokens (input + output) such a re-ask spent; absent when none reported usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<f64>,
+    /// What was compared: valid answers per 1,000 tokens (the sampled rate, else the mean),
+    /// or the rate alone when a strategy compared has no token counts.
+    pub score: f64,
 }
 
 /// The free answer of a reason-then-format attempt, which is not validated.
@@ -518,12 +579,17 @@ pub(crate) fn is_unchecked_warning(warning: &Issue) -> bool {
 /// and the proxy's answer digests and chat directory names. Stored digests must stay
 /// findable, so the function never changes.
 pub fn fnv1a_hex(text: &str) -> String {
+    format!("{:016x}", fnv1a(text))
+}
+
+/// FNV-1a 64-bit digest of `text`.
+pub(crate) fn fnv1a(text: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in text.as_bytes() {
         hash ^= u64::from(b);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
-    format!("{hash:016x}")
+    hash
 }
 
 #[cfg(test)]

@@ -99,8 +99,11 @@ pub struct Policy {
     /// [`Policy::DEFAULT_PARTIAL_CHECK_BYTES`]; 0 counts as 1).
     pub partial_check_bytes: usize,
     /// How each re-ask asks: one rung per re-ask, the last repeating (default
-    /// [`Reask::Feedback`] alone).
+    /// [`Reask::Feedback`] alone). With [`reask_auto`](Self::reask_auto), the fallback.
     pub reask: Ladder,
+    /// `reask: auto`: each re-ask takes the strategy the enforcer's chooser picks (default
+    /// `None`: the ladder alone).
+    pub reask_auto: Option<AutoReask>,
     /// End the loop when an attempt makes no progress on the last rung of
     /// [`reask`](Self::reask) (default `true`; before the last rung, the next re-ask climbs).
     /// `false` never ends it for want of progress: the last rung repeats until the retries or
@@ -154,10 +157,11 @@ impl Policy {
 ///
 /// Which one pays depends on the model and the contract: a small model may ignore feedback
 /// that a large one follows, and then drawing a fresh answer does better. `enforce eval`
-/// measures it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// measures it, and `reask: auto` ([`Policy::reask_auto`]) chooses by that measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Reask {
     /// The conversation, the failed answer and feedback naming every error.
@@ -186,6 +190,93 @@ pub enum Reask {
     /// cost it content it gets right unconstrained. Without a constraint in the request the
     /// rung is a plain resample, and the outcome warns `CONSTRAINT_UNAVAILABLE`.
     Constrained,
+}
+
+impl Reask {
+    /// Every strategy, in the order `reask: auto` considers them after the fallback's rung.
+    pub const ALL: [Reask; 6] = [
+        Reask::Feedback,
+        Reask::Resample,
+        Reask::FeedbackFresh,
+        Reask::ReasonThenFormat,
+        Reask::Escalate,
+        Reask::Constrained,
+    ];
+
+    /// The strategy's name, as configuration files and the audit write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reask::Feedback => "feedback",
+            Reask::Resample => "resample",
+            Reask::FeedbackFresh => "feedback_fresh",
+            Reask::ReasonThenFormat => "reason_then_format",
+            Reask::Escalate => "escalate",
+            Reask::Constrained => "constrained",
+        }
+    }
+}
+
+/// `reask: auto`: each re-ask takes the strategy the enforcer's chooser picks
+/// ([`Enforcer::with_chooser`](crate::Enforcer::with_chooser)) from measured statistics, and
+/// [`Policy::reask`] is the fallback ladder for answers the statistics say nothing about.
+/// Without a chooser every re-ask takes the ladder's rung and the outcome warns
+/// `REASK_AUTO_NO_CHOOSER`. A truncated answer still gets more room, not a strategy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AutoReask {
+    /// The strategies the chooser may take (default: all). Each is a candidate only when it
+    /// applies to the request: `constrained` when the request carries a decoding constraint,
+    /// `escalate` when the enforcer has an escalation model. With `constrained` among them
+    /// the request's constraint goes only with that strategy's re-asks, as a ladder with the
+    /// rung does; without it (e.g. `decode: constrained`, where every attempt is constrained
+    /// by rule) the constraint goes with every ask.
+    pub strategies: Vec<Reask>,
+}
+
+impl Default for AutoReask {
+    fn default() -> Self {
+        AutoReask {
+            strategies: Reask::ALL.to_vec(),
+        }
+    }
+}
+
+impl AutoReask {
+    /// `reask: auto` choosing among `strategies` only.
+    pub fn among(strategies: impl IntoIterator<Item = Reask>) -> Self {
+        AutoReask {
+            strategies: strategies.into_iter().collect(),
+        }
+    }
+
+    /// The strategies a chooser may take for a re-ask whose fallback rung is `rung`: that rung
+    /// first, then the others of [`strategies`](Self::strategies) that apply: `constrained`
+    /// when the request carries a decoding `constraint`, `escalate` when there is an
+    /// escalation model.
+    ///
+    /// ```
+    /// use enforce_core::policy::{AutoReask, Reask};
+    /// let auto = AutoReask::default();
+    /// assert_eq!(
+    ///     auto.candidates(Reask::Resample, false, false),
+    ///     [Reask::Resample, Reask::Feedback, Reask::FeedbackFresh, Reask::ReasonThenFormat]
+    /// );
+    /// assert!(auto.candidates(Reask::Feedback, true, true).contains(&Reask::Constrained));
+    /// ```
+    pub fn candidates(&self, rung: Reask, constraint: bool, escalation: bool) -> Vec<Reask> {
+        let applies = |strategy: &&Reask| match strategy {
+            Reask::Constrained => constraint,
+            Reask::Escalate => escalation,
+            _ => true,
+        };
+        let mut candidates = vec![rung];
+        for strategy in self.strategies.iter().filter(applies) {
+            if !candidates.contains(strategy) {
+                candidates.push(*strategy);
+            }
+        }
+        candidates
+    }
 }
 
 /// How the first attempt asks.
@@ -341,6 +432,7 @@ impl Default for Policy {
             early_abort: true,
             partial_check_bytes: Policy::DEFAULT_PARTIAL_CHECK_BYTES,
             reask: Ladder::from(Reask::Feedback),
+            reask_auto: None,
             stop_on_no_progress: true,
             repair: RepairWhen::Last,
             repair_first_codes: Vec::new(),
@@ -447,6 +539,13 @@ impl PolicyBuilder {
     /// How each re-ask asks: one strategy, or a [`Ladder`] of them.
     pub fn reask(mut self, reask: impl Into<Ladder>) -> Self {
         self.policy.reask = reask.into();
+        self
+    }
+
+    /// `reask: auto`: each re-ask takes the chooser's strategy, the ladder of
+    /// [`reask`](Self::reask) being the fallback.
+    pub fn reask_auto(mut self, auto: AutoReask) -> Self {
+        self.policy.reask_auto = Some(auto);
         self
     }
 

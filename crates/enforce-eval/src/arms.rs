@@ -196,6 +196,8 @@ impl Arm {
             policy.max_retries = 0;
         }
         policy.reask = self.reask.clone();
+        // The arm's strategy is the one measured: a profile's `reask: auto` would choose another.
+        policy.reask_auto = None;
         policy.stop_on_no_progress = self.stop_on_no_progress;
         policy.repair = self.repair;
         policy.early_abort = self.early_abort;
@@ -222,6 +224,16 @@ fn word_list() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_arm_measures_its_own_strategy_even_on_a_profile_that_chooses() {
+        let mut base = Policy::builder().max_retries(2).build();
+        base.reask_auto = Some(Default::default());
+        let arm = &Arm::parse_list("resample").unwrap()[0];
+        let policy = arm.policy(&base);
+        assert!(policy.reask_auto.is_none());
+        assert_eq!(policy.reask.rungs(), [Reask::Resample]);
+    }
 
     #[test]
     fn every_word_parses_into_its_policy() {

@@ -422,6 +422,7 @@ pub(crate) mod fixtures {
             more_room: None,
             free_answer: None,
             escalated_to: None,
+            reask_choice: None,
         }
     }
 

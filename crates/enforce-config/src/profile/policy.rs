@@ -1,6 +1,7 @@
 //! A profile's [`Policy`]: defaults and profile settings layered, the fallback file read, the
 //! answer format inferred from its validators.
 
+use super::auto::{self, ReaskAuto};
 use crate::config::{Config, Defaults, ProfileConfig};
 use enforce_core::{feedback::Feedback, policy::AnswerFormat, Policy};
 use enforce_validators::BuildError;
@@ -17,12 +18,13 @@ fn read_fallback(base_dir: &Path, file: &Path, key: &str) -> Result<String, Buil
         .map_err(|e| BuildError::at(key, format!("cannot read {}: {e}", path.display())))
 }
 
-/// Lays `profile` (with its key, the prefix of its error keys) over `defaults` into a [`Policy`].
+/// Lays `profile` (with its key, the prefix of its error keys) over `defaults` into a
+/// [`Policy`], with the profile's `reask: auto` settings when it has them.
 pub(super) fn build_policy(
     defaults: &Defaults,
     profile: Option<(&ProfileConfig, &str)>,
     base_dir: &Path,
-) -> Result<Policy, BuildError> {
+) -> Result<(Policy, Option<ReaskAuto>), BuildError> {
     let mut policy = Policy::default();
     defaults.lay_policy_over(&mut policy);
     let mut feedback = defaults.feedback.clone().unwrap_or_default();
@@ -40,7 +42,17 @@ pub(super) fn build_policy(
     }
     policy.feedback = Feedback::new(feedback.template())
         .with_texts(feedback.messages.clone().unwrap_or_default());
-    Ok(policy)
+    let base = defaults.reask_auto.clone().unwrap_or_default();
+    let (auto, stats_prefix) = match profile {
+        Some((p, prefix)) => match &p.reask_auto {
+            Some(own) if own.stats.is_some() => (own.over(&base), prefix),
+            Some(own) => (own.over(&base), "defaults"),
+            None => (base, "defaults"),
+        },
+        None => (base, "defaults"),
+    };
+    let auto = auto::resolve(&mut policy, &auto, stats_prefix, base_dir);
+    Ok((policy, auto))
 }
 
 /// The fallback text a layer gives: its `fallback`, or its `fallback_file` read; an error

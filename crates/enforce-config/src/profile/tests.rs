@@ -1,6 +1,7 @@
 use super::*;
 use crate::testing::block_on;
 use enforce_core::{feedback::Language, policy::AnswerFormat, Context, FailMode, Status};
+use std::path::Path;
 
 fn load(yaml: &str) -> Result<ProfileSet, ConfigError> {
     ProfileSet::load(
@@ -453,4 +454,103 @@ fn feedback_messages_give_every_built_in_code_its_own_words() {
         );
         assert!(!text.contains("English"), "{text}");
     }
+}
+
+#[test]
+fn reask_auto_layers_its_settings_and_takes_its_fallback_ladder() {
+    use enforce_core::policy::Reask;
+    let set = load(
+        "defaults:\n  reask: auto\n  reask_auto:\n    stats: /nowhere/stats.json\n    seed: 3\n\
+         profiles:\n  p:\n    validators: [step_marker]\n    \
+         reask_auto: {explore: false, fallback: [resample, feedback], strategies: [feedback, resample]}\n  \
+         q:\n    validators: [step_marker]\n    reask: [feedback_fresh]\n",
+    )
+    .unwrap();
+    let p = set.get("p").unwrap();
+    let auto = p.reask_auto().expect("auto");
+    assert_eq!(
+        auto.stats.as_deref(),
+        Some(Path::new("/nowhere/stats.json"))
+    );
+    assert_eq!(auto.stats_key, "defaults.reask_auto.stats");
+    assert_eq!(auto.settings.seed, 3);
+    assert!(!auto.settings.explore);
+    assert_eq!(auto.settings.min_attempts, 5);
+    assert_eq!(p.policy().reask.rungs(), [Reask::Resample, Reask::Feedback]);
+    let strategies = &p.policy().reask_auto.as_ref().unwrap().strategies;
+    assert_eq!(strategies, &[Reask::Feedback, Reask::Resample]);
+    // A profile's own ladder is no `auto`.
+    let q = set.get("q").unwrap();
+    assert!(q.reask_auto().is_none() && q.policy().reask_auto.is_none());
+    assert_eq!(q.policy().reask.rungs(), [Reask::FeedbackFresh]);
+    // The built-in profiles take `defaults:`, with the default fallback and every strategy.
+    let chat = set.get("chat").unwrap();
+    assert!(chat.reask_auto().is_some());
+    assert_eq!(chat.policy().reask.rungs(), [Reask::Feedback]);
+    assert_eq!(
+        chat.policy().reask_auto.as_ref().unwrap().strategies,
+        Reask::ALL
+    );
+}
+
+#[test]
+fn reask_auto_is_no_bet_on_constrained_when_every_attempt_is_constrained() {
+    use enforce_core::policy::Reask;
+    let yaml = "validators:\n  j: {type: json}\nprofiles:\n  p:\n    validators: [j]\n    \
+                reask: auto\n    decode: constrained\n  free:\n    validators: [j]\n    reask: auto\n";
+    let set = load(yaml).unwrap();
+    let strategies = |name: &str| {
+        set.get(name)
+            .unwrap()
+            .policy()
+            .reask_auto
+            .as_ref()
+            .unwrap()
+            .strategies
+            .clone()
+    };
+    assert!(!strategies("p").contains(&Reask::Constrained));
+    assert!(strategies("free").contains(&Reask::Constrained));
+}
+
+#[test]
+fn a_bad_reask_value_or_auto_key_is_an_error_at_its_line() {
+    let err = load("profiles:\n  p:\n    validators: [step_marker]\n    reask: automatic\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(":4:") && err.contains("`auto`"), "{err}");
+    let err = load(
+        "profiles:\n  p:\n    validators: [step_marker]\n    reask: auto\n    \
+         reask_auto:\n      explor: false\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains(":6:") && err.contains("explor"), "{err}");
+}
+
+#[test]
+fn the_statistics_file_is_refused_with_its_name_when_unreadable_or_of_another_version() {
+    use super::auto::read_stats;
+    let dir = std::env::temp_dir().join(format!("enforce-stats-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("missing.json");
+    let err = read_stats(&missing, "defaults.reask_auto.stats").unwrap_err();
+    assert_eq!(err.key, "defaults.reask_auto.stats");
+    assert!(err.message.contains("missing.json"), "{err}");
+    let newer = dir.join("newer.json");
+    std::fs::write(&newer, r#"{"version": 2, "rows": []}"#).unwrap();
+    let err = read_stats(&newer, "k").unwrap_err();
+    assert!(
+        err.message.contains("newer.json") && err.message.contains("version 2"),
+        "{err}"
+    );
+    let good = dir.join("good.json");
+    let row = r#"{"model": "m", "profile": "p", "code": "X", "strategy": "resample", "attempts": 4, "valid": 1}"#;
+    std::fs::write(&good, format!(r#"{{"version": 1, "rows": [{row}]}}"#)).unwrap();
+    let stats = read_stats(&good, "k").unwrap();
+    assert_eq!(
+        stats.iter().next().map(|(_, t)| (t.attempts, t.valid)),
+        Some((4, 1))
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

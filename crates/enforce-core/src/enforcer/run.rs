@@ -94,7 +94,7 @@ pub(super) struct Run<'a> {
 }
 
 /// How an attempt asked: what its audit records besides the answer.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct Asked {
     /// The `seed` its request carried.
     pub(super) seed: Option<u64>,
@@ -106,6 +106,8 @@ pub(super) struct Asked {
     pub(super) free_answer: Option<FreeAnswer>,
     /// The escalation model was asked.
     pub(super) escalated: bool,
+    /// Why `reask: auto` took the strategy.
+    pub(super) choice: Option<crate::outcome::ChoiceReason>,
 }
 
 impl<'a> Run<'a> {
@@ -287,6 +289,7 @@ impl<'a> Run<'a> {
             more_room: None,
             free_answer: None,
             escalated_to: None,
+            reask_choice: None,
         }
     }
 
@@ -295,6 +298,7 @@ impl<'a> Run<'a> {
         attempt.seed = attempt.seed.or(self.asked.seed);
         attempt.reask = self.asked.reask;
         attempt.more_room = self.asked.more_room;
+        attempt.reask_choice = self.asked.choice.clone();
         if let Some(free) = self.asked.free_answer {
             // Both calls of a reason-then-format attempt are its cost.
             if let Some(usage) = free.usage {

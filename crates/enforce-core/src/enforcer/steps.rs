@@ -185,7 +185,7 @@ fn no_progress(
 }
 
 /// Adds the warning `code` to the outcome's notes, unless an earlier re-ask of the run did.
-fn warn_once(run: &mut Run<'_>, code: &str, message: &str) {
+pub(super) fn warn_once(run: &mut Run<'_>, code: &str, message: &str) {
     if !run.notes.iter().any(|n| n.code == code) {
         run.notes.push(Issue::warning("reask", code, message));
     }
@@ -452,11 +452,11 @@ impl Enforcer {
             };
             return Planned::Ready(Asking::Fresh(Cow::Owned(asking)));
         }
-        let reask = self.policy.reask.rung(run.rungs_used);
-        run.rungs_used = run.rungs_used.saturating_add(1);
+        let (reask, choice) = self.strategy_for(request, run, number, &previous.found.issues);
         run.asked = Asked {
             seed,
             reask: Some(reask),
+            choice,
             ..Asked::default()
         };
         self.by_rung(reask, asking, run, previous)
@@ -532,9 +532,10 @@ impl Enforcer {
     }
 
     /// Whether the request's decoding constraint goes only with the rung `constrained`'s
-    /// attempts: when the ladder has that rung, the others answer freely.
+    /// attempts: when the ladder has that rung, or `reask: auto` may take it, the others
+    /// answer freely.
     fn constrains_its_rung_only(&self) -> bool {
-        self.policy.reask.rungs().contains(&Reask::Constrained)
+        self.policy.reask.rungs().contains(&Reask::Constrained) || self.auto_may_constrain()
     }
 
     /// Notes on `run` that this re-ask goes to the escalation model; without one, the

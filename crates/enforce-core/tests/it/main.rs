@@ -2,6 +2,8 @@
 //! file; new test files become modules here): `cargo test -p enforce-core --test it`.
 
 mod audit_json;
+mod auto;
+mod chooser;
 mod compose;
 mod early_abort;
 mod input_stage;

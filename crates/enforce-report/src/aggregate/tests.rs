@@ -26,6 +26,7 @@ fn attempt(number: u32, codes: &[&str]) -> Attempt {
         more_room: None,
         free_answer: None,
         escalated_to: None,
+        reask_choice: None,
     }
 }
 

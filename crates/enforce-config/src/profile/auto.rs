@@ -1,0 +1,84 @@
+//! A profile's `reask: auto`, resolved from `reask_auto:` (defaults and profile layered): the
+//! fallback ladder and the strategies go into the policy, the rest is what a caller needs to
+//! build the chooser, and the statistics file is read here, not in the loop.
+
+use crate::config::ReaskAutoConfig;
+use enforce_core::policy::{AutoReask, Reask};
+use enforce_core::strategy::{StrategyStats, ThompsonChooser, ThompsonSettings};
+use enforce_core::Policy;
+use enforce_validators::BuildError;
+use std::path::{Path, PathBuf};
+
+/// A profile's `reask: auto` settings, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReaskAuto {
+    /// The statistics file, resolved against the configuration file's directory.
+    pub stats: Option<PathBuf>,
+    /// The key that names it (`profiles.NAME.reask_auto.stats` or
+    /// `defaults.reask_auto.stats`), for errors about the file.
+    pub stats_key: String,
+    /// How the chooser chooses.
+    pub settings: ThompsonSettings,
+}
+
+impl ReaskAuto {
+    /// Reads the statistics file, when one is named: an error that names the file and the
+    /// key when it cannot be read or is not a statistics file of this version.
+    pub fn read_stats(&self) -> Result<Option<StrategyStats>, BuildError> {
+        self.stats
+            .as_deref()
+            .map(|path| read_stats(path, &self.stats_key))
+            .transpose()
+    }
+
+    /// The chooser for `model` under `profile`, over `stats`.
+    pub fn chooser(&self, stats: &StrategyStats, model: &str, profile: &str) -> ThompsonChooser {
+        ThompsonChooser::new(stats, model, profile, self.settings)
+    }
+}
+
+/// Reads the statistics file at `path`; `key` is the configuration key that names it.
+pub fn read_stats(path: &Path, key: &str) -> Result<StrategyStats, BuildError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        BuildError::at(
+            key,
+            format!("cannot read the statistics file {}: {e}", path.display()),
+        )
+    })?;
+    StrategyStats::from_json(&text)
+        .map_err(|e| BuildError::at(key, format!("{}: {e}", path.display())))
+}
+
+/// With `reask: auto` in `policy`: the fallback ladder and the strategies from `auto` (the
+/// layered `reask_auto:`), set in the policy, and the resolved settings. `prefix` is the
+/// layer whose `reask_auto.stats` names the file, `base_dir` the configuration's directory.
+pub(super) fn resolve(
+    policy: &mut Policy,
+    auto: &ReaskAutoConfig,
+    stats_prefix: &str,
+    base_dir: &Path,
+) -> Option<ReaskAuto> {
+    let reask_auto = policy.reask_auto.as_mut()?;
+    policy.reask = auto.fallback.clone().unwrap_or_default();
+    reask_auto.strategies = match &auto.strategies {
+        Some(strategies) => strategies.clone(),
+        None => AutoReask::default().strategies,
+    };
+    let mut settings = ThompsonSettings::default();
+    settings.explore = auto.explore.unwrap_or(settings.explore);
+    settings.seed = auto.seed.unwrap_or(settings.seed);
+    settings.min_attempts = auto.min_attempts.unwrap_or(settings.min_attempts);
+    Some(ReaskAuto {
+        stats: auto.stats.as_ref().map(|file| base_dir.join(file)),
+        stats_key: format!("{stats_prefix}.reask_auto.stats"),
+        settings,
+    })
+}
+
+/// Under `decode: constrained` every attempt is constrained by rule: `auto` does not bet on
+/// the strategy `constrained`, which would be a plain resample.
+pub(super) fn without_constrained(policy: &mut Policy) {
+    if let Some(auto) = policy.reask_auto.as_mut() {
+        auto.strategies.retain(|s| *s != Reask::Constrained);
+    }
+}
