@@ -10,11 +10,14 @@
 
 use crate::outcome::ChoiceReason;
 use crate::policy::Reask;
+use crate::Outcome;
 
+mod live;
 mod stats;
 mod thompson;
 
 pub use crate::outcome::{ChosenBy, Compared};
+pub use live::{LiveChooser, LiveStats};
 pub use stats::{StatsError, StatsKey, StrategyStats, Tally, STATS_VERSION};
 pub use thompson::{ThompsonChooser, ThompsonSettings};
 
@@ -25,6 +28,13 @@ pub trait ReaskChooser: Send + Sync + std::fmt::Debug {
     /// The strategy for the re-ask `input` describes, and why. It should be one of
     /// `input.candidates`; the loop takes the fallback's rung otherwise.
     fn choose(&self, input: &ChoiceInput<'_>) -> Choice;
+
+    /// Told the outcome of an enforcement by the enforcer this chooser chose for (a service
+    /// calls it once per concluded request): a chooser that learns adds it to its
+    /// statistics ([`LiveChooser`]). By default, nothing.
+    fn record(&self, outcome: &Outcome) {
+        let _ = outcome;
+    }
 }
 
 /// What a chooser is told about one re-ask.

@@ -8,6 +8,7 @@ mod compose;
 mod early_abort;
 mod input_stage;
 mod ladder;
+mod live;
 mod loop_paths;
 mod loop_rules;
 mod seeds;
