@@ -1,18 +1,20 @@
 //! `reask: auto` in the binary: each profile's statistics file (`reask_auto.stats`) read once,
-//! and an enforcer given the chooser for the model it asks (statistics are per model).
+//! and an enforcer given the chooser for the model it asks (statistics are per model). The
+//! chooser reads the statistics live: the outcomes it is told of add to them (`enforce serve`
+//! tells it each request's, and writes them back, see `live_stats`).
 
 use enforce_config::{BuildError, Profile, ProfileSet};
-use enforce_core::strategy::StrategyStats;
+use enforce_core::strategy::{LiveChooser, LiveStats};
 use enforce_core::Enforcer;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The statistics files of the profiles with `reask: auto`, read.
 #[derive(Debug, Default)]
 pub struct Choosers {
     /// By file: several profiles may name one.
-    files: BTreeMap<PathBuf, Arc<StrategyStats>>,
+    files: BTreeMap<PathBuf, Arc<LiveStats>>,
 }
 
 impl Choosers {
@@ -44,16 +46,24 @@ impl Choosers {
         };
         if !self.files.contains_key(path) {
             if let Some(stats) = auto.read_stats()? {
-                self.files.insert(path.clone(), Arc::new(stats));
+                self.files
+                    .insert(path.clone(), Arc::new(LiveStats::new(stats)));
             }
         }
         Ok(())
     }
 
     /// The statistics `profile` chooses by, when it has `reask: auto` and they were read.
-    pub fn stats_of(&self, profile: &Profile) -> Option<&StrategyStats> {
+    pub fn stats_of(&self, profile: &Profile) -> Option<&Arc<LiveStats>> {
         let path = profile.reask_auto()?.stats.as_ref()?;
-        self.files.get(path).map(Arc::as_ref)
+        self.files.get(path)
+    }
+
+    /// Every statistics file read, with the live statistics it started.
+    pub fn files(&self) -> impl Iterator<Item = (&Path, &Arc<LiveStats>)> {
+        self.files
+            .iter()
+            .map(|(path, stats)| (path.as_path(), stats))
     }
 
     /// `enforcer` (one of `profile`'s) with the chooser for `model` (the runner's model name,
@@ -63,7 +73,12 @@ impl Choosers {
         let (Some(auto), Some(stats)) = (profile.reask_auto(), self.stats_of(profile)) else {
             return enforcer;
         };
-        let chooser = auto.chooser(stats, model.unwrap_or_default(), profile.name());
+        let chooser = LiveChooser::new(
+            stats.clone(),
+            model.unwrap_or_default(),
+            profile.name(),
+            auto.settings,
+        );
         enforcer.with_chooser(Arc::new(chooser))
     }
 }

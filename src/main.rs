@@ -5,6 +5,7 @@ mod commands;
 mod config;
 mod decode;
 mod escalation;
+mod live_stats;
 mod plugin_host;
 mod runner_options;
 mod usage;

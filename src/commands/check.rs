@@ -300,7 +300,7 @@ fn special_file_kind(_: &std::fs::FileType) -> &'static str {
 /// permissions, rename over the original. A symlink is followed to the file it names, which is
 /// the one replaced: renaming over the link would turn it into a regular file and leave its
 /// target unrepaired.
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let path = &std::fs::canonicalize(path)?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),

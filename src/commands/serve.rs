@@ -3,6 +3,7 @@
 use super::model_flags::ModelFlags;
 use crate::auto::Choosers;
 use crate::config::{ClassifyConfig, LoadedConfig, RouteConfig, ServedModelConfig};
+use crate::live_stats::{StatsWriter, WRITE_PERIOD};
 use crate::runner_options::model_of;
 use clap::Args as ClapArgs;
 use enforce_config::ProfileSet;
@@ -110,6 +111,8 @@ pub struct Prepared {
     pub listen_in_file: Option<enforce_config::ConfigError>,
     /// The built server.
     pub server: Server,
+    /// Writes the `reask: auto` statistics back, when a profile names a file.
+    pub stats: Option<Arc<StatsWriter>>,
 }
 
 /// Builds the server from flags and configuration. Without `--upstream-model`, asks the
@@ -228,6 +231,7 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
         listen,
         listen_in_file,
         server,
+        stats: StatsWriter::of(&choosers).map(Arc::new),
     })
 }
 
@@ -597,11 +601,14 @@ pub async fn serve(
         })?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     eprintln!("enforce serve: listening on http://{addr}/v1");
-    prepared
-        .server
-        .serve(listener, shutdown)
-        .await
-        .map_err(|e| e.to_string())
+    let writing = (prepared.stats.clone()).map(|stats| tokio::spawn(stats.every(WRITE_PERIOD)));
+    let served = prepared.server.serve(listener, shutdown).await;
+    if let (Some(writing), Some(stats)) = (writing, &prepared.stats) {
+        writing.abort();
+        // After the last request: the file holds every outcome served.
+        stats.write().await;
+    }
+    served.map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ mod real_model;
 mod replicas;
 mod report;
 mod serve;
+mod serve_auto;
 mod serve_routes;
 
 /// The `enforce` binary under test.

@@ -264,6 +264,12 @@ impl Lookup {
         }
     }
 
+    /// Whether the request was answered from the cache: its outcome's attempts were made,
+    /// and counted, by the request that filled the cache.
+    pub(crate) fn is_hit(&self) -> bool {
+        matches!(self, Lookup::Hit { .. })
+    }
+
     /// The `X-Enforce-Cache` value.
     pub(crate) fn header(&self) -> Option<HeaderValue> {
         self.word().map(HeaderValue::from_static)

@@ -66,6 +66,7 @@ impl Turn {
         }
         self.account_fallback(outcome);
         self.count(status, outcome, total);
+        self.learn(outcome);
         self.app.audit.as_ref().map(|_| {
             let cache = self.cache.audit();
             AuditRecord::new(&self.id.id, outcome)
@@ -81,6 +82,17 @@ impl Turn {
                 .cache(cache.as_ref())
                 .to_json_line()
         })
+    }
+
+    /// Tells the enforcer's `reask: auto` chooser the outcome, which adds its re-asks to the
+    /// live statistics the next choices read.
+    fn learn(&self, outcome: &Outcome) {
+        if self.cache.is_hit() {
+            return;
+        }
+        if let Some(chooser) = self.model.enforcer.chooser() {
+            chooser.record(outcome);
+        }
     }
 
     /// The profile enforced: the one routed to, else the model's.
