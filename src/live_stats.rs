@@ -1,22 +1,29 @@
 //! `enforce serve` keeps the `reask: auto` statistics files: each request's outcome adds to
-//! the live statistics its chooser reads (see `auto`), and [`StatsWriter`] writes every file
+//! the live statistics its chooser reads (see `auto`), and [`StatsKeeper`] writes every file
 //! back, whole and atomically (a temporary file renamed over it), every [`WRITE_PERIOD`] when
 //! it changed and once more at shutdown. A crash loses at most the last period's counts.
+//!
+//! With a shared state (`server.state`), each period first adds this replica's new counts to
+//! the replicas' shared counters and reads their sum back (`ReplicaState::share_stats`), so
+//! every replica chooses by, and writes, what all of them measured.
 
 use crate::auto::Choosers;
 use crate::commands::check::write_atomically;
 use enforce_core::strategy::{LiveStats, StrategyStats};
+use enforce_server::ReplicaState;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-/// How often the statistics files are written back while serving.
+/// How often the statistics are shared and the files written back while serving.
 pub const WRITE_PERIOD: Duration = Duration::from_secs(30);
 
-/// Writes the live statistics back to the files they were read from.
+/// Shares the live statistics with the other replicas and writes them back to the files
+/// they were read from.
 #[derive(Debug)]
-pub struct StatsWriter {
+pub struct StatsKeeper {
     files: Vec<KeptFile>,
+    shared: Option<Arc<ReplicaState>>,
 }
 
 #[derive(Debug)]
@@ -27,9 +34,10 @@ struct KeptFile {
     written: Mutex<StrategyStats>,
 }
 
-impl StatsWriter {
-    /// A writer of every statistics file `choosers` read; `None` when they read none.
-    pub fn of(choosers: &Choosers) -> Option<Self> {
+impl StatsKeeper {
+    /// The keeper of every statistics file `choosers` read, shared through `shared` when
+    /// replicas share state; `None` when they read none.
+    pub fn of(choosers: &Choosers, shared: Option<Arc<ReplicaState>>) -> Option<Self> {
         let files: Vec<KeptFile> = choosers
             .files()
             .map(|(path, stats)| KeptFile {
@@ -38,12 +46,32 @@ impl StatsWriter {
                 stats: stats.clone(),
             })
             .collect();
-        (!files.is_empty()).then_some(StatsWriter { files })
+        (!files.is_empty()).then_some(StatsKeeper { files, shared })
+    }
+
+    /// The shared counters of each file start from its counts, unless a replica started
+    /// them before. Once, before serving.
+    pub async fn start_shared(&self) {
+        if let Some(shared) = &self.shared {
+            for file in &self.files {
+                shared.seed_stats(&file.shared_name(), &file.stats).await;
+            }
+        }
+    }
+
+    /// Shares the counts (with a shared state), then writes the files.
+    pub async fn keep(self: &Arc<Self>) {
+        if let Some(shared) = &self.shared {
+            for file in &self.files {
+                shared.share_stats(&file.shared_name(), &file.stats).await;
+            }
+        }
+        self.write().await;
     }
 
     /// Writes every file whose statistics changed since it was last written; a file that
     /// cannot be written is named in a warning and tried again next time.
-    pub async fn write(self: &Arc<Self>) {
+    async fn write(self: &Arc<Self>) {
         let writer = self.clone();
         let written = tokio::task::spawn_blocking(move || writer.write_now()).await;
         if written.is_err() {
@@ -68,7 +96,7 @@ impl StatsWriter {
         }
     }
 
-    /// Writes the files every `period`, until dropped (aborted).
+    /// Keeps the statistics ([`keep`](Self::keep)) every `period`, until aborted.
     pub async fn every(self: Arc<Self>, period: Duration) {
         let mut ticks = tokio::time::interval(period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -76,7 +104,18 @@ impl StatsWriter {
         ticks.tick().await;
         loop {
             ticks.tick().await;
-            self.write().await;
+            self.keep().await;
         }
+    }
+}
+
+impl KeptFile {
+    /// The name the replicas share the file's counts under: its file name, the same for
+    /// every replica whatever directory it reads the file from.
+    fn shared_name(&self) -> String {
+        self.path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default()
     }
 }

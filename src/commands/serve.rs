@@ -3,7 +3,7 @@
 use super::model_flags::ModelFlags;
 use crate::auto::Choosers;
 use crate::config::{ClassifyConfig, LoadedConfig, RouteConfig, ServedModelConfig};
-use crate::live_stats::{StatsWriter, WRITE_PERIOD};
+use crate::live_stats::{StatsKeeper, WRITE_PERIOD};
 use crate::runner_options::model_of;
 use clap::Args as ClapArgs;
 use enforce_config::ProfileSet;
@@ -111,8 +111,8 @@ pub struct Prepared {
     pub listen_in_file: Option<enforce_config::ConfigError>,
     /// The built server.
     pub server: Server,
-    /// Writes the `reask: auto` statistics back, when a profile names a file.
-    pub stats: Option<Arc<StatsWriter>>,
+    /// Shares the `reask: auto` statistics and writes them back, when a profile names a file.
+    pub stats: Option<Arc<StatsKeeper>>,
 }
 
 /// Builds the server from flags and configuration. Without `--upstream-model`, asks the
@@ -225,13 +225,14 @@ pub async fn prepare(args: &Args) -> Result<Prepared, String> {
     if let Some(shared) = server.shared_state() {
         enforce_external::breaker::share_state(Arc::new(SharedBreakerLink(shared)));
     }
+    let stats = StatsKeeper::of(&choosers, server.shared_state()).map(Arc::new);
     let listen_in_file = (args.listen.is_none() && section.listen.is_some())
         .then(|| loaded.error_at("server.listen", ""));
     Ok(Prepared {
         listen,
         listen_in_file,
         server,
-        stats: StatsWriter::of(&choosers).map(Arc::new),
+        stats,
     })
 }
 
@@ -601,12 +602,15 @@ pub async fn serve(
         })?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     eprintln!("enforce serve: listening on http://{addr}/v1");
-    let writing = (prepared.stats.clone()).map(|stats| tokio::spawn(stats.every(WRITE_PERIOD)));
+    if let Some(stats) = &prepared.stats {
+        stats.start_shared().await;
+    }
+    let keeping = (prepared.stats.clone()).map(|stats| tokio::spawn(stats.every(WRITE_PERIOD)));
     let served = prepared.server.serve(listener, shutdown).await;
-    if let (Some(writing), Some(stats)) = (writing, &prepared.stats) {
-        writing.abort();
+    if let (Some(keeping), Some(stats)) = (keeping, &prepared.stats) {
+        keeping.abort();
         // After the last request: the file holds every outcome served.
-        stats.write().await;
+        stats.keep().await;
     }
     served.map_err(|e| e.to_string())
 }

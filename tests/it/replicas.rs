@@ -637,3 +637,48 @@ async fn an_answer_cached_in_redis_serves_every_replica_until_the_contract_chang
     );
     assert_eq!(upstream.chat_requests().len(), 2);
 }
+
+/// `reask: auto` statistics on two replicas: each adds its re-asks to the shared counters,
+/// which start from the file once (not once per replica), and the replica that stops last
+/// writes the sum of both to its file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_add_their_reask_statistics_up() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let upstream = MockOpenAi::start(MockScript::new()).await.unwrap();
+    // Never the OK the profile wants: every request re-asks once, by feedback.
+    upstream.push(MockReply::text("No."));
+    let dir = temp_dir("replicas-stats");
+    let seed = r#"{"version": 1, "rows": [{"model": "mock-model", "profile": "auto_p",
+        "code": "MISSING_OK", "strategy": "feedback", "attempts": 2, "fixed": 1, "valid": 1}]}"#;
+    let body = format!(
+        "{}validators:\n  needs_ok:\n    type: pattern\n    required:\n      - regex: 'OK$'\n        code: MISSING_OK\n        message: The answer must end with OK.\n        severity: error\n\
+         profiles:\n  auto_p:\n    validators: [needs_ok]\n    max_retries: 1\n    reask: auto\n    reask_auto: {{stats: stats.json, explore: false, min_attempts: 1}}\n",
+        openai_model(&upstream.url(), "auto_p")
+    );
+    let replica = |name: &str| {
+        let own = dir.join(name);
+        std::fs::create_dir_all(&own).unwrap();
+        std::fs::write(own.join("stats.json"), seed).unwrap();
+        (
+            start(&replica_config(&own, name, &body, &redis.url(), "")),
+            own,
+        )
+    };
+    let ((a, _), (b, b_dir)) = (replica("a"), replica("b"));
+    for (proxy, requests) in [(&a, 2), (&b, 3)] {
+        for i in 0..requests {
+            turn(proxy, &format!("s{i}"), "Why?").await;
+        }
+    }
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(b_dir.join("stats.json")).unwrap()).unwrap();
+    let rows = written["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "{written}");
+    // The file's 2 once, and each replica's re-asks: 2 on a, 3 on b.
+    assert_eq!(rows[0]["attempts"], 2 + 2 + 3, "{written}");
+    assert_eq!(rows[0]["valid"], 1, "{written}");
+}

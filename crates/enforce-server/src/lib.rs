@@ -67,6 +67,7 @@ mod session;
 mod session_cache;
 mod session_status;
 mod shared;
+mod shared_stats;
 mod shutdown;
 mod state;
 mod stream;

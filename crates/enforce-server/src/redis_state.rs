@@ -17,6 +17,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
 
+/// The field of a statistics hash that says its counters were started from a file.
+const STATS_SEEDED: &str = "seeded";
+
 /// After a failed connect, operations fail at once for this long instead of each waiting for
 /// its own connect timeout while Redis is down.
 const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
@@ -234,6 +237,49 @@ impl SharedState for RedisState {
         let mut get = redis::cmd("GET");
         get.arg(self.key(&["cache", key]));
         self.run::<Option<Vec<u8>>>("GET", Self::query(get)).await
+    }
+
+    async fn seed_stats(&self, name: &str, counters: &[(String, u64)]) -> Result<(), StateError> {
+        // The first replica to set the marker adds the file's counts; the others find it.
+        let mut mark = redis::cmd("HSETNX");
+        mark.arg(self.key(&["stats", name]))
+            .arg(STATS_SEEDED)
+            .arg(1);
+        let first = self.run::<i64>("HSETNX", Self::query(mark)).await?;
+        if first == 1 {
+            self.add_stats(name, counters).await?;
+        }
+        Ok(())
+    }
+
+    async fn add_stats(&self, name: &str, counters: &[(String, u64)]) -> Result<(), StateError> {
+        if counters.is_empty() {
+            return Ok(());
+        }
+        let key = self.key(&["stats", name]);
+        let mut pipe = redis::pipe();
+        for (field, n) in counters {
+            pipe.cmd("HINCRBY").arg(&key).arg(field).arg(*n).ignore();
+        }
+        self.run::<()>("HINCRBY", move |mut c| {
+            let pipe = pipe.clone();
+            Box::pin(async move { pipe.query_async(&mut c).await })
+        })
+        .await
+    }
+
+    async fn load_stats(&self, name: &str) -> Result<Option<Vec<(String, u64)>>, StateError> {
+        let mut all = redis::cmd("HGETALL");
+        all.arg(self.key(&["stats", name]));
+        let fields = self
+            .run::<Vec<(String, u64)>>("HGETALL", Self::query(all))
+            .await?;
+        Ok(Some(
+            fields
+                .into_iter()
+                .filter(|(field, _)| field != STATS_SEEDED)
+                .collect(),
+        ))
     }
 
     async fn try_slot(&self, slot: &str, limit: usize, ttl: Duration) -> Result<bool, StateError> {

@@ -82,6 +82,24 @@ pub trait SharedState: Send + Sync {
         let _ = key;
         Ok(None)
     }
+    /// Adds `counters` (name, amount) to the `reask: auto` statistics `name`, unless they
+    /// were started before (by any replica). The default shares no statistics.
+    async fn seed_stats(&self, name: &str, counters: &[(String, u64)]) -> Result<(), StateError> {
+        let _ = (name, counters);
+        Ok(())
+    }
+    /// Adds `counters` (name, amount) to the `reask: auto` statistics `name`. The default
+    /// shares no statistics.
+    async fn add_stats(&self, name: &str, counters: &[(String, u64)]) -> Result<(), StateError> {
+        let _ = (name, counters);
+        Ok(())
+    }
+    /// Every counter of the `reask: auto` statistics `name`; `None` from a store that shares
+    /// none (the default).
+    async fn load_stats(&self, name: &str) -> Result<Option<Vec<(String, u64)>>, StateError> {
+        let _ = name;
+        Ok(None)
+    }
 }
 
 /// How often the monitor checks the store, renews the heartbeat and, after an outage, resyncs.
@@ -92,7 +110,7 @@ const HEARTBEAT_TTL: Duration = Duration::from_secs(10);
 /// A [`SharedState`] store in front of this replica's local state: tracks whether the store is
 /// reachable, counts fallbacks, remembers what must be written again. Share it in an `Arc`.
 pub struct ReplicaState {
-    store: Arc<dyn SharedState>,
+    pub(crate) store: Arc<dyn SharedState>,
     replica: String,
     metrics: Arc<Metrics>,
     degraded: AtomicBool,
@@ -274,7 +292,7 @@ impl ReplicaState {
     }
 
     /// Like [`attempt`](Self::attempt) but hands the error on (the breaker decides locally).
-    async fn observed<T>(
+    pub(crate) async fn observed<T>(
         &self,
         op: &'static str,
         call: impl std::future::Future<Output = Result<T, StateError>>,
