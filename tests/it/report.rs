@@ -340,7 +340,7 @@ fn html_report_is_one_self_contained_page_with_one_svg_per_chart() {
     let html = std::fs::read_to_string(&page).expect("written");
     assert!(html.starts_with("<!DOCTYPE html>"));
     let figures = html.matches("<figure").count();
-    assert_eq!(figures, 12, "one figure per chart");
+    assert_eq!(figures, 13, "one figure per chart");
     assert_eq!(html.matches("<svg").count(), figures, "one SVG per chart");
     assert_eq!(html.matches("</svg>").count(), figures);
     assert_eq!(

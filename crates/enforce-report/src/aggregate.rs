@@ -147,6 +147,8 @@ pub struct Report {
     pub issue_codes: Vec<CodeCount>,
     /// How often the next attempt no longer had an error code, most re-asked first.
     pub reask_fixes: Vec<CodeFixes>,
+    /// Which strategy fixed which issue code, at what token cost, most re-asked first.
+    pub strategies: Vec<crate::strategies::StrategyFixes>,
     /// Repairs that changed a response.
     pub repairs: Repairs,
     /// Attempts per request.
@@ -425,6 +427,7 @@ pub struct Aggregator {
     undated: u64,
     codes: BTreeMap<(String, String, String, Severity), (u64, u64)>,
     fixes: BTreeMap<(String, String), BTreeMap<u32, (u64, u64)>>,
+    strategies: crate::strategies::StrategyCounter,
     repairs: BTreeMap<String, u64>,
     repaired_requests: u64,
     attempts: BTreeMap<u64, u64>,
@@ -521,6 +524,7 @@ impl Aggregator {
 
         self.count_codes(record, profile);
         self.count_fixes(record);
+        self.strategies.add(record);
         if let Some(route) = &record.route {
             let key = (route.name.clone(), route.profile.clone(), route.by.clone());
             *self.routes.entry(key).or_default() += 1;
@@ -675,6 +679,7 @@ impl Aggregator {
             over_time,
             issue_codes,
             reask_fixes,
+            strategies: self.strategies.finish(),
             repairs: Repairs {
                 requests: self.repaired_requests,
                 by_validator: by_count_desc(self.repairs),

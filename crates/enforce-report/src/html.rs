@@ -91,6 +91,22 @@ pub fn render(report: &Report, top: usize) -> Result<String, ChartError> {
     let table = tables::reask_fixes(report, top);
     bar_figure(&mut out, "reask-fixes", chart, fixes, Some(100.0), &table)?;
 
+    let strategies = report.strategies.iter().take(top).map(|s| {
+        let name = format!("{} ({}) {}", s.strategy, s.chosen, s.code);
+        (name, s.rate * 100.0)
+    });
+    let unit = "% of re-asks whose answer no longer had the code";
+    let chart = ("Fix rate by re-ask strategy", unit, TEAL);
+    let table = tables::strategies(report, top);
+    bar_figure(
+        &mut out,
+        "strategies",
+        chart,
+        strategies,
+        Some(100.0),
+        &table,
+    )?;
+
     let repairs = report.repairs.by_validator.iter().take(top);
     let repairs = repairs.map(|r| (r.name.clone(), r.count as f64));
     let chart = ("Repairs applied", "repairs", TEAL);

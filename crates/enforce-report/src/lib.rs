@@ -23,6 +23,7 @@ pub mod aggregate;
 pub mod html;
 pub mod read;
 pub mod render;
+pub mod strategies;
 pub mod tables;
 pub mod text;
 

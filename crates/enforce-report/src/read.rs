@@ -127,6 +127,22 @@ pub struct AttemptRecord {
     /// `true` when `usage` is enforce's own count (a cut attempt the runner had reported no
     /// usage for); absent from older records.
     pub usage_estimated: bool,
+    /// The strategy that asked this attempt (`feedback`, `resample`, ...): absent for the
+    /// first ask and a re-ask after a truncated answer.
+    pub reask: Option<String>,
+    /// Why `reask: auto` chose it, when it did.
+    pub reask_choice: Option<ChoiceRecord>,
+    /// Set (to anything) when the runner failed on this attempt: it brought no answer.
+    pub runner_error: Option<serde_json::Value>,
+}
+
+/// The `reask_choice` of an [`AttemptRecord`] (`enforce_core::outcome::ChoiceReason`), as far
+/// as the report reads it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct ChoiceRecord {
+    /// How: `sampled`, `mean`, `no_data` or `no_chooser`.
+    pub by: String,
 }
 
 /// One issue of an [`AttemptRecord`]: who raised which code.

@@ -176,6 +176,46 @@ pub fn reask_fixes(report: &Report, limit: usize) -> Table {
     table
 }
 
+/// Which strategy fixed which issue code, at what token cost.
+pub fn strategies(report: &Report, limit: usize) -> Table {
+    let mut table = Table::new(
+        "Re-ask strategies",
+        &[
+            "strategy",
+            "chosen",
+            "code",
+            "re-asks",
+            "fixed",
+            "rate",
+            "tokens",
+            "tokens per fix",
+        ],
+        3..8,
+    )
+    .note(notes([
+        Some(
+            "fixed: the re-ask's answer no longer had the code; chosen: the ladder's rung, or \
+             why reask: auto took it; tokens per fix over the re-asks that reported usage"
+                .into(),
+        ),
+        cut_note(report.strategies.len(), limit),
+    ]));
+    for s in report.strategies.iter().take(limit) {
+        table.rows.push(vec![
+            s.strategy.clone(),
+            s.chosen.clone(),
+            s.code.clone(),
+            s.reasks.to_string(),
+            s.fixed.to_string(),
+            percent(s.fixed, s.reasks),
+            s.tokens.to_string(),
+            s.tokens_per_fix
+                .map_or_else(|| "-".to_string(), |t| format!("{t:.0}")),
+        ]);
+    }
+    table
+}
+
 /// Repairs applied, by validator.
 pub fn repairs(report: &Report, limit: usize) -> Table {
     let r = &report.repairs;

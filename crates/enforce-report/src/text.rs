@@ -16,6 +16,7 @@ pub fn render(report: &Report, top: usize) -> String {
         tables::over_time(report, top),
         tables::issue_codes(report, top),
         tables::reask_fixes(report, top),
+        tables::strategies(report, top),
         tables::repairs(report, top),
         tables::attempts(report),
         tables::spend(report),
