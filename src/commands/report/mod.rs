@@ -28,6 +28,12 @@ any enforcement) are counted apart, not as requests.
 Re-ask fixes: an error code in attempt n counts as re-asked when attempt n+1 exists, and as \
 fixed when attempt n+1 no longer has it and the request ended passed or repaired.
 
+Re-ask strategies: each re-ask (an attempt with a `reask` strategy) counts once per error code \
+of the last answer before it, under its strategy and how it was chosen (`ladder`, or reask: \
+auto's `sampled`, `mean`, `no_data`, `no_chooser`); fixed when its own whole answer no longer \
+has the code, whatever became of the request. Tokens are input + output of the re-asks whose \
+runner reported usage; tokens per fix divides them by the fixes among those.
+
 Spend: attempt 1 of each request against attempts 2 and later, as the runners reported tokens \
 and cost (attempts without them are counted apart).
 
