@@ -12,6 +12,7 @@ use crate::auto::Choosers;
 use enforce_core::strategy::{LiveStats, StrategyStats};
 use enforce_server::ReplicaState;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -32,6 +33,10 @@ struct KeptFile {
     stats: Arc<LiveStats>,
     /// What the file holds: unchanged statistics are not written again.
     written: Mutex<StrategyStats>,
+    /// The file's counts as read, which the replicas' shared counters start from.
+    initial: StrategyStats,
+    /// Whether the shared counters are known to have started from the file's counts.
+    seeded: AtomicBool,
 }
 
 impl StatsKeeper {
@@ -40,30 +45,25 @@ impl StatsKeeper {
     pub fn of(choosers: &Choosers, shared: Option<Arc<ReplicaState>>) -> Option<Self> {
         let files: Vec<KeptFile> = choosers
             .files()
-            .map(|(path, stats)| KeptFile {
-                path: path.to_path_buf(),
-                written: Mutex::new(stats.snapshot()),
-                stats: stats.clone(),
+            .map(|(path, stats)| {
+                let initial = stats.snapshot();
+                KeptFile {
+                    path: path.to_path_buf(),
+                    written: Mutex::new(initial.clone()),
+                    initial,
+                    seeded: AtomicBool::new(false),
+                    stats: stats.clone(),
+                }
             })
             .collect();
         (!files.is_empty()).then_some(StatsKeeper { files, shared })
-    }
-
-    /// The shared counters of each file start from its counts, unless a replica started
-    /// them before. Once, before serving.
-    pub async fn start_shared(&self) {
-        if let Some(shared) = &self.shared {
-            for file in &self.files {
-                shared.seed_stats(&file.shared_name(), &file.stats).await;
-            }
-        }
     }
 
     /// Shares the counts (with a shared state), then writes the files.
     pub async fn keep(self: &Arc<Self>) {
         if let Some(shared) = &self.shared {
             for file in &self.files {
-                shared.share_stats(&file.shared_name(), &file.stats).await;
+                file.share(shared).await;
             }
         }
         self.write().await;
@@ -110,6 +110,21 @@ impl StatsKeeper {
 }
 
 impl KeptFile {
+    /// Adds the counts recorded since the last time to the shared counters and reads their
+    /// sum back. The counters start from the file's counts first (unless a replica started
+    /// them before); until that succeeds nothing is shared, so that a sum without them never
+    /// replaces the file's. What is recorded meanwhile waits, counted, for the next time.
+    async fn share(&self, shared: &ReplicaState) {
+        let name = self.shared_name();
+        if !self.seeded.load(Ordering::Relaxed) {
+            if !shared.seed_stats(&name, &self.initial).await {
+                return;
+            }
+            self.seeded.store(true, Ordering::Relaxed);
+        }
+        shared.share_stats(&name, &self.stats).await;
+    }
+
     /// The name the replicas share the file's counts under: its file name, the same for
     /// every replica whatever directory it reads the file from.
     fn shared_name(&self) -> String {

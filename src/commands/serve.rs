@@ -603,7 +603,8 @@ pub async fn serve(
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     eprintln!("enforce serve: listening on http://{addr}/v1");
     if let Some(stats) = &prepared.stats {
-        stats.start_shared().await;
+        // Before any request: the shared counters start from the files' counts.
+        stats.keep().await;
     }
     let keeping = (prepared.stats.clone()).map(|stats| tokio::spawn(stats.every(WRITE_PERIOD)));
     let served = prepared.server.serve(listener, shutdown).await;

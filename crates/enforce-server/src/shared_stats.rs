@@ -107,14 +107,14 @@ pub(crate) fn from_counters(counters: impl IntoIterator<Item = (String, u64)>) -
 }
 
 impl ReplicaState {
-    /// Starts the shared statistics `name` (a statistics file's name) from `live`'s counts
-    /// (the file's), unless a replica did so before. Call it once, before any outcome is
-    /// recorded; when the store fails, the replica goes on with its own counts.
-    pub async fn seed_stats(&self, name: &str, live: &LiveStats) {
-        let initial = counters(&live.snapshot());
-        let _ = self
-            .observed("stats", self.store.seed_stats(name, &initial))
-            .await;
+    /// Starts the shared statistics `name` (a statistics file's name) from `initial` (the
+    /// file's counts as read), unless a replica did so before: `false` when the store failed,
+    /// and it is to be tried again before the counts are shared.
+    pub async fn seed_stats(&self, name: &str, initial: &StrategyStats) -> bool {
+        let initial = counters(initial);
+        self.observed("stats", self.store.seed_stats(name, &initial))
+            .await
+            .is_ok()
     }
 
     /// Adds the counts recorded in `live` since the last call to the shared statistics
