@@ -31,6 +31,7 @@ pub mod provenance;
 mod run;
 pub mod shard;
 pub mod stats;
+pub mod strategy_stats;
 pub mod summary;
 pub mod tables;
 mod trials;

@@ -7,11 +7,13 @@ use crate::manifest::{self, Manifest};
 use crate::outputs::{self, ANSWERS, ATTEMPTS};
 use crate::provenance::{Machine, Provenance, RunnerProvenance, Seeds};
 use crate::shard::Shard;
+use crate::strategy_stats::{self, Added};
 use crate::summary::{Setup, Summary};
 use crate::trials::{self, Job, Plan, Sink, Trial};
 use crate::EvalError;
 use enforce_config::profile::Constrained;
 use enforce_config::{Profile, ProfileSet};
+use enforce_core::strategy::{StrategyStats, ThompsonChooser};
 use enforce_core::{Enforcer, Policy, Runner};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -62,6 +64,12 @@ pub struct Eval {
     pub runner_provenance: Option<RunnerProvenance>,
     /// The configuration file, when the profiles come from one.
     pub config: Option<ConfigFile>,
+    /// Add the re-asks the trials measured to this statistics file once the eval is done
+    /// (created when missing; see [`strategy_stats`](crate::strategy_stats)).
+    pub stats: Option<PathBuf>,
+    /// The statistics the arm `auto` chooses by (learned by another eval: other seeds or
+    /// cases); an eval with the arm `auto` and none is an input error.
+    pub stats_from: Option<Arc<StrategyStats>>,
 }
 
 /// What an eval reports while it runs, for a front end to show.
@@ -108,6 +116,21 @@ pub enum Event<'a> {
     },
     /// A trial finished (and is recorded).
     Trial(&'a Trial),
+    /// The statistics of `--stats-from` have nothing measured for this model and profile: the
+    /// arm `auto` re-asks as the profile's ladder does (once per profile).
+    AutoWithoutData {
+        /// The profile.
+        profile: &'a str,
+        /// The model's name (empty when the runner names none).
+        model: &'a str,
+    },
+    /// The trials' re-asks were added to the statistics file.
+    StatsAdded {
+        /// The file.
+        path: &'a Path,
+        /// What was added.
+        added: Added,
+    },
 }
 
 impl fmt::Display for Event<'_> {
@@ -141,6 +164,27 @@ impl fmt::Display for Event<'_> {
                 "trial {}/{}/{} done",
                 trial.key.arm, trial.key.case, trial.key.repeat
             ),
+            Event::AutoWithoutData { profile, model } => write!(
+                f,
+                "arm `auto`: the statistics have nothing for model `{model}` under profile \
+                 `{profile}`; its re-asks take the profile's ladder"
+            ),
+            Event::StatsAdded { path, added } => {
+                write!(
+                    f,
+                    "added the re-asks of {} trial(s) to {}",
+                    added.added,
+                    path.display()
+                )?;
+                if added.already > 0 {
+                    write!(
+                        f,
+                        " ({} trial(s) already added by an earlier run into this -o)",
+                        added.already
+                    )?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -180,6 +224,10 @@ impl Eval {
         constrain: Constrain<'_>,
         observer: Observer,
     ) -> Result<Summary, EvalError> {
+        if let Some(path) = &self.stats {
+            // An unreadable file is refused before any trial runs.
+            strategy_stats::read(path).map_err(EvalError::Input)?;
+        }
         let cases = dataset::read(&self.dataset).map_err(EvalError::Input)?;
         let plan = Arc::new(self.plan(cases, profiles, constrain, &observer)?);
         let manifest = self.manifest_of(&plan)?;
@@ -212,10 +260,16 @@ impl Eval {
             pending: pending.len(),
         });
         let new = self
-            .run_trials(plan, runner, pending, output, observer)
+            .run_trials(plan, runner, pending, output, Arc::clone(&observer))
             .await?;
         trials.extend(new);
-        self.finish(manifest, &trials)
+        let summary = self.finish(manifest, &trials)?;
+        if let Some(path) = &self.stats {
+            let model = self.model.as_deref().unwrap_or_default();
+            let added = strategy_stats::add_trials(path, &trials, model, self.output.as_deref())?;
+            observer(Event::StatsAdded { path, added });
+        }
+        Ok(summary)
     }
 
     /// Runs `pending`, each trial recorded in `output` as it ends.
@@ -265,14 +319,14 @@ impl Eval {
         let mut enforcers = Vec::with_capacity(cases.len());
         let mut constrained = Vec::with_capacity(cases.len());
         let mut noted = HashSet::new();
+        self.note_auto_without_data(&names, observer)?;
         for (case, name) in cases.iter().zip(&names) {
             let profile = self.profile_of(profiles, case, name)?;
             let per_arm = (0..self.arms.len())
                 .map(|a| {
-                    let enforcer = built.entry((name.clone(), a)).or_insert_with(|| {
-                        let policy = self.arms[a].policy(profile.policy());
-                        Arc::new(profile.enforcer().with_policy(policy))
-                    });
+                    let enforcer = built
+                        .entry((name.clone(), a))
+                        .or_insert_with(|| Arc::new(self.enforcer(profile, &self.arms[a])));
                     Arc::clone(enforcer)
                 })
                 .collect();
@@ -305,6 +359,58 @@ impl Eval {
             model: self.model.clone(),
             config: self.config.as_ref().map(|c| c.path.clone()),
         })
+    }
+
+    /// With the arm `auto`: an input error without statistics to choose by, and a note for
+    /// each profile of `names` the statistics have nothing on for the runner's model.
+    fn note_auto_without_data(
+        &self,
+        names: &[String],
+        observer: &Observer,
+    ) -> Result<(), EvalError> {
+        let Some(arm) = self.arms.iter().find(|arm| arm.auto) else {
+            return Ok(());
+        };
+        let Some(stats) = &self.stats_from else {
+            return Err(EvalError::Input(format!(
+                "arm `{}` chooses each re-ask's strategy from statistics learned by another \
+                 eval: give them with --stats-from FILE (a file `enforce eval --stats FILE` \
+                 wrote; in Python, stats_from=)",
+                arm.name
+            )));
+        };
+        let model = self.model.as_deref().unwrap_or_default();
+        let mut noted = HashSet::new();
+        for name in names {
+            let known = stats
+                .iter()
+                .any(|(key, _)| key.model == model && key.profile == *name);
+            if !known && noted.insert(name) {
+                observer(Event::AutoWithoutData {
+                    profile: name,
+                    model,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `profile`'s enforcer with `arm`'s policy; for the arm `auto`, with the chooser over
+    /// the statistics of the runner's model under the profile.
+    fn enforcer(&self, profile: &Profile, arm: &Arm) -> Enforcer {
+        let enforcer = profile.enforcer().with_policy(arm.policy(profile.policy()));
+        match (&self.stats_from, arm.auto) {
+            (Some(stats), true) => {
+                let settings = profile
+                    .reask_auto()
+                    .map(|auto| auto.settings)
+                    .unwrap_or_default();
+                let model = self.model.as_deref().unwrap_or_default();
+                let chooser = ThompsonChooser::new(stats, model, profile.name(), settings);
+                enforcer.with_chooser(Arc::new(chooser))
+            }
+            _ => enforcer,
+        }
     }
 
     /// The profile `name` of `case`; an error when there is none, or when an arm escalates and

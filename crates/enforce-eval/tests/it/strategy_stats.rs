@@ -1,0 +1,178 @@
+//! `--stats` and the arm `auto`: the statistics an eval writes, added up over evals, and an
+//! `auto` arm choosing by statistics another eval learned.
+
+use crate::eval::{dataset, eval, run, valid, LearnsFromFeedback};
+use enforce_core::policy::Reask;
+use enforce_core::strategy::{StrategyStats, Tally};
+use enforce_eval::strategy_stats::ADDED;
+use enforce_eval::Eval;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+const MODEL: &str = "scripted";
+const PROFILE: &str = "city_resample";
+
+/// An eval of `arms` under the profile whose ladder resamples, by the model `scripted`, three
+/// cases, two repeats.
+fn learning(data: PathBuf, arms: &str, seed: u64, output: &Path, stats: &Path) -> Eval {
+    let mut eval = eval(data, arms, Some(output.to_path_buf()));
+    eval.profile = PROFILE.into();
+    eval.model = Some(MODEL.into());
+    eval.seed = seed;
+    eval.stats = Some(stats.to_path_buf());
+    eval
+}
+
+fn read_stats(path: &Path) -> StrategyStats {
+    StrategyStats::from_json(&std::fs::read_to_string(path).expect("the statistics file"))
+        .expect("a statistics file")
+}
+
+/// The tallies of `strategy`, summed over the codes.
+fn tally_of(stats: &StrategyStats, strategy: Reask) -> Tally {
+    let mut sum = Tally::default();
+    for (key, tally) in stats.iter().filter(|(key, _)| key.strategy == strategy) {
+        assert_eq!((key.model.as_str(), key.profile.as_str()), (MODEL, PROFILE));
+        sum.add(tally);
+    }
+    sum
+}
+
+/// The re-asks of `strategy` in the records of `dir`'s `attempts.jsonl`, counted from the
+/// records themselves.
+fn reasks_recorded(dir: &Path, strategy: &str) -> u64 {
+    let text = std::fs::read_to_string(dir.join("attempts.jsonl")).expect("attempts.jsonl");
+    text.lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("a record"))
+        .flat_map(|record| record["attempts"].as_array().cloned().unwrap_or_default())
+        .filter(|attempt| attempt["reask"] == strategy)
+        .count() as u64
+}
+
+#[test]
+fn stats_count_the_trials_reasks_and_add_up_over_evals_but_not_over_a_rerun() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dataset(dir.path(), 3);
+    let stats = dir.path().join("stats.json");
+    let first = dir.path().join("first");
+    let arms = "resample,feedback";
+    let (summary, events) = run(
+        learning(data.clone(), arms, 7, &first, &stats),
+        Arc::default(),
+    );
+    let summary = summary.expect("the eval ran");
+    let written = read_stats(&stats);
+    let feedback = tally_of(&written, Reask::Feedback);
+    // Every feedback trial is valid after its one re-ask; no resample fixes anything.
+    assert_eq!(valid(&summary, "feedback").0, feedback.valid);
+    assert_eq!(feedback.attempts, reasks_recorded(&first, "feedback"));
+    assert_eq!(feedback.fixed, feedback.attempts);
+    let resample = tally_of(&written, Reask::Resample);
+    assert_eq!(resample.attempts, reasks_recorded(&first, "resample"));
+    assert!(resample.attempts > 0);
+    assert_eq!((resample.fixed, resample.valid), (0, 0));
+    assert!(
+        events.iter().any(|e| e.contains("StatsAdded")),
+        "{events:?}"
+    );
+
+    // A rerun into the same directory resumes: nothing is added twice.
+    let (again, _) = run(
+        learning(data.clone(), arms, 7, &first, &stats),
+        Arc::default(),
+    );
+    again.expect("resumed");
+    assert_eq!(read_stats(&stats), written);
+    assert!(first.join(ADDED).is_file());
+
+    // Another eval (other seeds, its own directory) adds its re-asks.
+    let second = dir.path().join("second");
+    let (other, _) = run(learning(data, arms, 1007, &second, &stats), Arc::default());
+    other.expect("the second eval ran");
+    let both = tally_of(&read_stats(&stats), Reask::Feedback);
+    assert_eq!(
+        both.attempts,
+        feedback.attempts + reasks_recorded(&second, "feedback")
+    );
+    assert_eq!(both.valid, both.attempts);
+}
+
+#[test]
+fn the_auto_arm_takes_the_strategy_that_paid_on_other_seeds() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dataset(dir.path(), 3);
+    let stats = dir.path().join("stats.json");
+    let (learned, _) = run(
+        learning(
+            data.clone(),
+            "resample,feedback",
+            7,
+            &dir.path().join("train"),
+            &stats,
+        ),
+        Arc::default(),
+    );
+    learned.expect("the learning eval ran");
+
+    let out = dir.path().join("measured");
+    let mut measured = eval(data, "resample,auto", Some(out.clone()));
+    measured.profile = PROFILE.into();
+    measured.model = Some(MODEL.into());
+    measured.seed = 1000;
+    measured.stats_from = Some(Arc::new(read_stats(&stats)));
+    let (summary, events) = run(measured, Arc::default());
+    let summary = summary.expect("the eval ran");
+    assert!(
+        events.iter().all(|e| !e.contains("AutoWithoutData")),
+        "{events:?}"
+    );
+    // The profile's ladder resamples, which never pays here; `auto` re-asks with feedback.
+    let (auto, trials) = valid(&summary, "auto");
+    assert_eq!(auto, trials);
+    assert!(valid(&summary, "resample").0 < auto);
+    let text = std::fs::read_to_string(out.join("attempts.jsonl")).expect("attempts.jsonl");
+    let mut choices = 0;
+    for record in text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("record"))
+    {
+        let reasks = record["attempts"].as_array().cloned().unwrap_or_default();
+        for attempt in reasks.iter().filter(|a| !a["reask"].is_null()) {
+            if record["eval"]["arm"] == "auto" {
+                assert_eq!(attempt["reask"], "feedback", "{attempt}");
+                assert_eq!(attempt["reask_choice"]["by"], "sampled", "{attempt}");
+                choices += 1;
+            } else {
+                assert!(attempt["reask_choice"].is_null(), "{attempt}");
+            }
+        }
+    }
+    assert_eq!(choices, trials);
+}
+
+#[test]
+fn auto_without_statistics_and_an_unreadable_stats_file_are_input_errors() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dataset(dir.path(), 1);
+    let model = Arc::new(LearnsFromFeedback::default());
+    let (result, _) = run(eval(data.clone(), "none,auto", None), Arc::clone(&model));
+    let error = result.expect_err("auto needs statistics");
+    assert!(error.is_input(), "{error}");
+    assert!(error.to_string().contains("--stats-from"), "{error}");
+
+    let stats = dir.path().join("stats.json");
+    std::fs::write(&stats, "{\"version\": 99, \"rows\": []}").expect("written");
+    let mut bad = eval(data, "none", None);
+    bad.stats = Some(stats.clone());
+    let (result, _) = run(bad, Arc::clone(&model));
+    let error = result.expect_err("not a statistics file of this version");
+    assert!(error.is_input(), "{error}");
+    assert!(error.to_string().contains("stats.json"), "{error}");
+    assert_eq!(model.calls.load(Ordering::SeqCst), 0, "no trial ran");
+    assert_eq!(
+        std::fs::read_to_string(&stats).expect("kept"),
+        "{\"version\": 99, \"rows\": []}"
+    );
+}
