@@ -31,13 +31,3 @@ pub fn finish(dir: &Path, manifest: Manifest, trials: &[Trial]) -> Result<Summar
 pub fn write_file(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
-
-/// Writes `text` to a temporary file beside `path`, then renames it over `path`: a crash
-/// leaves the old file or the new one, never part of one.
-pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let mut temp = path.as_os_str().to_owned();
-    temp.push(".tmp");
-    let temp = std::path::PathBuf::from(temp);
-    std::fs::write(&temp, text)?;
-    std::fs::rename(&temp, path)
-}

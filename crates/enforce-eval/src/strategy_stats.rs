@@ -6,8 +6,9 @@
 //! (`stats-added.json`), so a rerun that resumes a finished eval adds none of them twice,
 //! while several evals (other seeds, other datasets) add up in one file.
 
+use crate::atomic::write_atomically;
 use crate::manifest::Manifest;
-use crate::outputs::{write_atomically, ATTEMPTS};
+use crate::outputs::ATTEMPTS;
 use crate::trials::{self, Trial, TrialKey};
 use crate::EvalError;
 use enforce_core::strategy::StrategyStats;

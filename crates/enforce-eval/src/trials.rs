@@ -294,7 +294,7 @@ pub fn resume(path: &Path) -> std::io::Result<Vec<(String, Trial)>> {
             .iter()
             .map(|(line, _)| format!("{line}\n"))
             .collect();
-        crate::outputs::write_atomically(path, &kept)?;
+        crate::atomic::write_atomically(path, &kept)?;
     }
     Ok(records)
 }
