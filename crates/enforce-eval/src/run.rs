@@ -11,8 +11,9 @@ use crate::strategy_stats::{self, Added};
 use crate::summary::{Setup, Summary};
 use crate::trials::{self, Job, Plan, Sink, Trial};
 use crate::EvalError;
-use enforce_config::profile::Constrained;
+use enforce_config::profile::{Constrained, Decode};
 use enforce_config::{Profile, ProfileSet};
+use enforce_core::policy::Reask;
 use enforce_core::strategy::{StrategyStats, ThompsonChooser};
 use enforce_core::{Enforcer, Policy, Runner};
 use serde_json::{Map, Value};
@@ -334,7 +335,7 @@ impl Eval {
             let per_arm: Vec<_> = self
                 .arms
                 .iter()
-                .map(|arm| constrain(profile, &arm.policy(profile.policy()), arm.constrained))
+                .map(|arm| constrain(profile, &policy_of(profile, arm), arm.constrained))
                 .collect();
             for note in per_arm.iter().flatten().flat_map(|c| &c.notes) {
                 if noted.insert((name.clone(), note.clone())) {
@@ -398,7 +399,7 @@ impl Eval {
     /// `profile`'s enforcer with `arm`'s policy; for the arm `auto`, with the chooser over
     /// the statistics of the runner's model under the profile.
     fn enforcer(&self, profile: &Profile, arm: &Arm) -> Enforcer {
-        let enforcer = profile.enforcer().with_policy(arm.policy(profile.policy()));
+        let enforcer = profile.enforcer().with_policy(policy_of(profile, arm));
         match (&self.stats_from, arm.auto) {
             (Some(stats), true) => {
                 let settings = profile
@@ -498,6 +499,19 @@ impl Eval {
     }
 }
 
+/// `arm`'s policy on `profile`. Under `decode: constrained` every attempt is constrained by
+/// rule, so `auto` bets not on `constrained` (a plain resample there), as a profile's own
+/// `reask: auto` does not.
+fn policy_of(profile: &Profile, arm: &Arm) -> Policy {
+    let mut policy = arm.policy(profile.policy());
+    if profile.decode() == Decode::Constrained {
+        if let Some(auto) = policy.reask_auto.as_mut() {
+            auto.strategies.retain(|s| *s != Reask::Constrained);
+        }
+    }
+    policy
+}
+
 /// An output directory opened for an eval: its `attempts.jsonl` (checked writable, torn lines
 /// dropped) and `answers.jsonl`, both appended to, and the trials of this eval recorded there.
 struct Output {
@@ -545,4 +559,37 @@ fn append_to(path: &Path) -> Result<File, EvalError> {
         .append(true)
         .open(path)
         .map_err(|e| EvalError::Input(format!("cannot write {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use enforce_config::config::Config;
+    use enforce_config::{BuildEnv, Registry};
+
+    #[test]
+    fn auto_bets_on_constrained_only_where_not_every_attempt_is_constrained() {
+        let yaml = "
+validators:
+  j: {type: json, bare: true}
+profiles:
+  free: {validators: [j]}
+  grammar: {validators: [j], decode: constrained}
+";
+        let config: Config = serde_yaml_ng::from_str(yaml).expect("a configuration");
+        let profiles = ProfileSet::from_config(&config, &Registry::builtin(), &BuildEnv::default())
+            .expect("the profiles");
+        let auto = &Arm::parse_list("auto").expect("the arm")[0];
+        let strategies = |name: &str| {
+            let profile = profiles.get(name).expect("the profile");
+            policy_of(profile, auto)
+                .reask_auto
+                .expect("auto")
+                .strategies
+        };
+        assert!(strategies("free").contains(&Reask::Constrained));
+        let grammar = strategies("grammar");
+        assert!(!grammar.contains(&Reask::Constrained), "{grammar:?}");
+        assert!(grammar.contains(&Reask::Resample), "{grammar:?}");
+    }
 }

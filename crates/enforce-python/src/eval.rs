@@ -126,7 +126,10 @@ fn arm_list(arms: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
 /// another eval in `output_dir`, left out of the summary.
 fn observer(notes: Arc<Mutex<Vec<String>>>) -> Observer {
     Arc::new(move |event| {
-        if matches!(event, Event::OtherRecords { .. }) {
+        if matches!(
+            event,
+            Event::OtherRecords { .. } | Event::AutoWithoutData { .. }
+        ) {
             if let Ok(mut notes) = notes.lock() {
                 notes.push(event.to_string());
             }
