@@ -111,6 +111,23 @@ pub fn add_output(dir: &Path, path: &Path) -> Result<Added, EvalError> {
     add_trials(path, &trials, &model, Some(dir))
 }
 
+/// Lists in `output`'s `stats-added.json` every trial the `parts` (output directories of the
+/// shards of one eval) list in theirs, so that `--merge --stats` adds none a part added.
+pub(crate) fn carry_added(parts: &[&Path], output: &Path) -> Result<(), String> {
+    let mut listed = read_added(output)?;
+    for part in parts {
+        for (file, keys) in read_added(part)? {
+            let known = listed.entry(file).or_default();
+            let mut seen: HashSet<TrialKey> = known.iter().cloned().collect();
+            known.extend(keys.into_iter().filter(|key| seen.insert(key.clone())));
+        }
+    }
+    if listed.is_empty() {
+        return Ok(());
+    }
+    write_added(output, &listed)
+}
+
 /// How `stats-added.json` names a statistics file: the canonical path of its directory (which
 /// exists before the file does) joined with its name.
 fn identity(path: &Path) -> String {

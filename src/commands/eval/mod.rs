@@ -106,8 +106,9 @@ tokens (t: tokens per attempt), with K set so the tokens equal the arm's.
 Learning reask: auto: --stats FILE adds what every arm's re-asks achieved (per model, \
 profile, issue code and strategy) to the statistics file `reask_auto.stats` reads, once the \
 eval is done or merged; an existing file is added to (several evals add up; a rerun into the \
-same -o adds no trial twice: stats-added.json there lists them), written through a temporary \
-file and a rename. The arm `auto` chooses by --stats-from FILE, statistics another eval \
+same -o, or a merge, adds no trial twice: stats-added.json lists them), written through a \
+temporary file and a rename; the file is not locked, so give it to --merge rather than to \
+shards running at once. The arm `auto` chooses by --stats-from FILE, statistics another eval \
 learned: learn on other seeds (e.g. --seed 1042 --stats s.json), then measure `auto` on yours \
 (--seed 42 --stats-from s.json), so it is never measured on answers it learned from.
 

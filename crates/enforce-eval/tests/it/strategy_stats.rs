@@ -4,8 +4,8 @@
 use crate::eval::{dataset, eval, run, valid, LearnsFromFeedback};
 use enforce_core::policy::Reask;
 use enforce_core::strategy::{StrategyStats, Tally};
-use enforce_eval::strategy_stats::ADDED;
-use enforce_eval::Eval;
+use enforce_eval::strategy_stats::{add_output, ADDED};
+use enforce_eval::{Eval, Shard};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -175,4 +175,44 @@ fn auto_without_statistics_and_an_unreadable_stats_file_are_input_errors() {
         std::fs::read_to_string(&stats).expect("kept"),
         "{\"version\": 99, \"rows\": []}"
     );
+}
+
+#[test]
+fn a_merge_adds_no_trial_its_parts_added_and_adds_those_they_did_not() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dataset(dir.path(), 4);
+    let stats = dir.path().join("stats.json");
+    let parts: Vec<PathBuf> = (0..2)
+        .map(|i| dir.path().join(format!("part-{i}")))
+        .collect();
+    for (index, part) in parts.iter().enumerate() {
+        let mut shard = learning(data.clone(), "resample,feedback", 7, part, &stats);
+        shard.shard = Shard {
+            index: index as u32,
+            count: 2,
+        };
+        // Only the first part adds its trials to the file.
+        if index == 1 {
+            shard.stats = None;
+        }
+        let (summary, _) = run(shard, Arc::default());
+        summary.expect("the part ran");
+    }
+    let after_part = read_stats(&stats);
+    let merged = dir.path().join("merged");
+    enforce_eval::merge(&parts, &merged).expect("the parts merge");
+    let added = add_output(&merged, &stats).expect("added");
+    let trials = 4 * 2 * 2;
+    assert_eq!(added.added + added.already, trials);
+    assert_eq!(added.already, trials / 2, "the first part's trials");
+    let total = tally_of(&read_stats(&stats), Reask::Feedback);
+    assert_eq!(
+        total.attempts,
+        reasks_recorded(&merged, "feedback"),
+        "every feedback re-ask of the whole eval, once"
+    );
+    assert!(total.attempts > tally_of(&after_part, Reask::Feedback).attempts);
+    // Merging again adds nothing more.
+    let again = add_output(&merged, &stats).expect("added");
+    assert_eq!((again.added, again.already), (0, trials));
 }
