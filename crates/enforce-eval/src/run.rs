@@ -180,7 +180,7 @@ impl fmt::Display for Event<'_> {
                 if added.already > 0 {
                     write!(
                         f,
-                        " ({} trial(s) already added by an earlier run into this -o)",
+                        " ({} trial(s) left out: added before from this -o or its parts)",
                         added.already
                     )?;
                 }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 pub const ADDED: &str = "stats-added.json";
 
 /// What [`add_trials`] did: trials whose re-asks were added, and trials left out because an
-/// earlier run with the same output directory had added them.
+/// earlier run with the same output directory (or a part it merges) had added them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Added {
     /// Trials added now.
