@@ -710,6 +710,14 @@ fn bad_input_is_a_clear_usage_error() {
         ),
         (
             [
+                cases_for(cases, "j", "none,feedback", out_dir),
+                vec!["--split".into(), "1/2".into()],
+            ]
+            .concat(),
+            "give --arms with `auto` and at least one other arm",
+        ),
+        (
+            [
                 cases_for(cases, "j", "auto", out_dir),
                 vec!["--stats-from".into(), missing_stats.clone()],
             ]
@@ -757,6 +765,7 @@ fn bad_input_is_a_clear_usage_error() {
         "--stats",
         "--stats-from",
         "reask: auto",
+        "--split",
         "Example",
         "enforce eval examples/eval/",
     ] {

@@ -7,6 +7,7 @@ use crate::manifest::{self, Manifest};
 use crate::outputs::{self, ANSWERS, ATTEMPTS};
 use crate::provenance::{Machine, Provenance, RunnerProvenance, Seeds};
 use crate::shard::Shard;
+use crate::split::SplitSide;
 use crate::strategy_stats::{self, Added};
 use crate::summary::{Setup, Summary};
 use crate::trials::{self, Job, Plan, Sink, Trial};
@@ -68,6 +69,10 @@ pub struct Eval {
     /// Add the re-asks the trials measured to this statistics file once the eval is done
     /// (created when missing; see [`strategy_stats`](crate::strategy_stats)).
     pub stats: Option<PathBuf>,
+    /// The side of a train/test split this eval takes (`None`: every case): the learning
+    /// side's arms write the statistics (`stats`) the measuring side's `auto` reads
+    /// (`stats_from`), so `auto` is never measured on a case it learned from.
+    pub split: Option<SplitSide>,
     /// The statistics the arm `auto` chooses by (learned by another eval: other seeds or
     /// cases); an eval with the arm `auto` and none is an input error.
     pub stats_from: Option<Arc<StrategyStats>>,
@@ -248,7 +253,7 @@ impl Eval {
         let pending: Vec<_> = plan
             .jobs()
             .into_iter()
-            .filter(|&job| self.shard.holds(job.case) && !done.contains(&plan.key(job)))
+            .filter(|&job| self.holds(job.case) && !done.contains(&plan.key(job)))
             .collect();
         if let Some(output) = output.as_ref().filter(|o| !o.resumed.is_empty()) {
             observer(Event::Resuming {
@@ -360,6 +365,11 @@ impl Eval {
             model: self.model.clone(),
             config: self.config.as_ref().map(|c| c.path.clone()),
         })
+    }
+
+    /// Whether this run takes the case at `position`: in its shard, on its side of a split.
+    fn holds(&self, position: usize) -> bool {
+        self.shard.holds(position) && self.split.is_none_or(|side| side.holds(position))
     }
 
     /// With the arm `auto`: an input error without statistics to choose by, and a note for
@@ -481,6 +491,7 @@ impl Eval {
                 model: plan.model.clone(),
                 params: plan.params.clone(),
                 shard: self.shard.part(),
+                split: self.split,
             },
             arms: plan.arms.iter().map(|a| a.name.clone()).collect(),
             cases: plan.cases.iter().map(|c| c.id.clone()).collect(),

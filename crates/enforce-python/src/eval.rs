@@ -88,6 +88,7 @@ pub fn eval<'py>(
         }),
         stats,
         stats_from,
+        split: None,
     };
     let model = Arc::new(PyModel::new(model));
     let runner: Arc<dyn Runner> = Arc::clone(&model) as Arc<dyn Runner>;

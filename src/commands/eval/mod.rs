@@ -17,7 +17,7 @@ use clap::Args as ClapArgs;
 use enforce_config::Profile;
 use enforce_core::{Policy, Runner};
 use enforce_eval::{
-    arms, strategy_stats, tables, Arm, ConfigFile, Eval, EvalError, Event, Observer, Shard,
+    arms, strategy_stats, tables, Arm, ConfigFile, Eval, EvalError, Event, Observer, Shard, Split,
     Summary, ANSWERS, ATTEMPTS,
 };
 use std::io::IsTerminal;
@@ -110,7 +110,9 @@ same -o, or a merge, adds no trial twice: stats-added.json lists them), written 
 temporary file and a rename; the file is not locked, so give it to --merge rather than to \
 shards running at once. The arm `auto` chooses by --stats-from FILE, statistics another eval \
 learned: learn on other seeds (e.g. --seed 1042 --stats s.json), then measure `auto` on yours \
-(--seed 42 --stats-from s.json), so it is never measured on answers it learned from.
+(--seed 42 --stats-from s.json), so it is never measured on answers it learned from; or split \
+the cases with --split K/N (the other arms learn on K of every N cases, every arm is measured \
+on the rest).
 
 CI gates: --fail-under ARM=RATE and --max-tokens-per-valid ARM=N (each repeatable) check the \
 arms once every output is written; each gate missed is printed with the arm, the measured \
@@ -191,6 +193,12 @@ pub struct Args {
     /// seeds or cases, so `auto` is not measured on what it learned from). Required by `auto`.
     #[arg(long, value_name = "FILE", conflicts_with = "merge")]
     pub stats_from: Option<PathBuf>,
+    /// Learn `auto` on K of every N cases, measure every arm on the others: the cases at
+    /// positions i (from 0) with i mod N < K learn. The arms other than `auto` run on them into
+    /// -o's learn/ (their statistics in learn/learned-stats.json), then every arm runs on the
+    /// other cases, `auto` choosing by those statistics; -o's summary is of those cases.
+    #[arg(long, value_name = "K/N", conflicts_with_all = ["merge", "stats_from"])]
+    pub split: Option<Split>,
     #[command(flatten)]
     pub runner: RunnerOptions,
 }
@@ -270,12 +278,19 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         }),
         stats: args.stats.clone(),
         stats_from,
+        split: None,
     };
     let constrain = |profile: &Profile, policy: &Policy, forced: bool| {
         decode::for_profile(profile, policy, &runner_config, forced)
     };
     let progress = progress_bar();
-    let result = eval.run(&profiles, runner, &constrain, observer(progress.clone()));
+    let observer = observer(progress.clone());
+    let result = match args.split {
+        Some(split) => {
+            enforce_eval::run_split(eval, split, &profiles, runner, &constrain, observer)
+        }
+        None => eval.run(&profiles, runner, &constrain, observer),
+    };
     progress.finish_and_clear();
     finished(result, "wrote", args)
 }
@@ -315,7 +330,11 @@ fn finished(result: Result<Summary, EvalError>, done: &str, args: &Args) -> Resu
 /// The eval's events on stderr: the progress bar, and the notes in words.
 fn observer(bar: indicatif::ProgressBar) -> Observer {
     Arc::new(move |event| match event {
-        Event::Started { pending } => bar.set_length(pending as u64),
+        Event::Started { pending } => {
+            // A split eval starts twice: the learning cases, then the measured ones.
+            bar.set_position(0);
+            bar.set_length(pending as u64);
+        }
         Event::Trial(trial) => {
             bar.set_message(format!("{} {}", trial.key.arm, trial.key.case));
             bar.inc(1);

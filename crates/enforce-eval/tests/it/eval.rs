@@ -47,7 +47,7 @@ profiles:
     reask: resample
 ";
 
-fn profiles() -> ProfileSet {
+pub(crate) fn profiles() -> ProfileSet {
     let config: Config = serde_yaml_ng::from_str(CONFIG).expect("a configuration");
     ProfileSet::from_config(&config, &Registry::builtin(), &BuildEnv::default())
         .expect("the profiles")
@@ -79,6 +79,7 @@ pub(crate) fn eval(dataset: PathBuf, arms: &str, output: Option<PathBuf>) -> Eva
         config: None,
         stats: None,
         stats_from: None,
+        split: None,
     }
 }
 

@@ -1,12 +1,13 @@
 //! `--stats` and the arm `auto`: the statistics an eval writes, added up over evals, and an
 //! `auto` arm choosing by statistics another eval learned.
 
-use crate::eval::{dataset, eval, run, valid, LearnsFromFeedback};
+use crate::eval::{dataset, eval, profiles, run, valid, LearnsFromFeedback};
 use enforce_core::policy::Reask;
 use enforce_core::strategy::{StrategyStats, Tally};
 use enforce_eval::strategy_stats::{add_output, ADDED};
-use enforce_eval::{Eval, Shard};
+use enforce_eval::{run_split, Eval, Shard, Side, Split, LEARNED, LEARN_DIR};
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -215,4 +216,74 @@ fn a_merge_adds_no_trial_its_parts_added_and_adds_those_they_did_not() {
     // Merging again adds nothing more.
     let again = add_output(&merged, &stats).expect("added");
     assert_eq!((again.added, again.already), (0, trials));
+}
+
+/// The (arm, case) pairs recorded in `dir`'s `attempts.jsonl`.
+fn recorded(dir: &Path) -> BTreeSet<(String, String)> {
+    let text = std::fs::read_to_string(dir.join("attempts.jsonl")).expect("attempts.jsonl");
+    text.lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("a record"))
+        .map(|r| {
+            let field = |k: &str| r["eval"][k].as_str().expect("a string").to_string();
+            (field("arm"), field("case"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_split_measures_auto_only_on_cases_the_other_arms_did_not_learn_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dataset(dir.path(), 6);
+    let out = dir.path().join("split");
+    let mut whole = eval(data, "resample,feedback,auto", Some(out.clone()));
+    whole.profile = PROFILE.into();
+    whole.model = Some(MODEL.into());
+    let split: Split = "2/3".parse().expect("a split");
+    let observer: enforce_eval::Observer = Arc::new(|_| {});
+    let summary = run_split(
+        whole,
+        split,
+        &profiles(),
+        Arc::new(LearnsFromFeedback::default()),
+        &|_, _, _| None,
+        observer,
+    )
+    .expect("both sides ran");
+    let pairs = |arms: &[&str], cases: &[&str]| -> BTreeSet<(String, String)> {
+        arms.iter()
+            .flat_map(|a| cases.iter().map(move |c| (a.to_string(), c.to_string())))
+            .collect()
+    };
+    // Cases 0, 1, 3 and 4 learn (position mod 3 < 2); 2 and 5 are measured, by every arm.
+    assert_eq!(
+        recorded(&out.join(LEARN_DIR)),
+        pairs(&["resample", "feedback"], &["c0", "c1", "c3", "c4"])
+    );
+    assert_eq!(
+        recorded(&out),
+        pairs(&["resample", "feedback", "auto"], &["c2", "c5"])
+    );
+    let learned = read_stats(&out.join(LEARN_DIR).join(LEARNED));
+    assert_eq!(
+        tally_of(&learned, Reask::Feedback).attempts,
+        reasks_recorded(&out.join(LEARN_DIR), "feedback")
+    );
+    // Learned on the other cases, `auto` re-asks with feedback where the profile resamples.
+    assert_eq!(valid(&summary, "auto"), (4, 4));
+    assert_eq!(valid(&summary, "resample"), (0, 4));
+    assert_eq!(summary.setup.split.map(|s| s.side), Some(Side::Measure));
+
+    let alone = run_split(
+        eval(dataset(dir.path(), 2), "auto", Some(dir.path().join("x"))),
+        split,
+        &profiles(),
+        Arc::new(LearnsFromFeedback::default()),
+        &|_, _, _| None,
+        Arc::new(|_| {}),
+    );
+    let error = alone.expect_err("auto alone learns from nothing");
+    assert!(
+        error.is_input() && error.to_string().contains("at least one other arm"),
+        "{error}"
+    );
 }
