@@ -459,37 +459,7 @@ fn eval_arm(
 ) -> anyhow::Result<ArmRun> {
     let dir = contract_dir(args, work, contract);
     let out = dir.join(&variant.name);
-    let mut cmd = Command::new(&args.enforce_bin);
-    cmd.arg("eval")
-        .arg(dataset)
-        .arg("--config")
-        .arg(args.eval_dir.join("enforce.yaml"))
-        .arg("--profile")
-        .arg(contract.profile)
-        .arg("--arms")
-        .arg(arm)
-        .args(sampling(args, variant.seed, max_tokens))
-        .arg("--concurrency")
-        .arg(args.concurrency.to_string())
-        .arg("--runner")
-        .arg("local")
-        .arg("--model")
-        .arg(&args.gguf)
-        .arg("--threads")
-        .arg(args.threads.to_string());
-    if let Some(larger) = args.escalate_gguf.as_ref().filter(|_| escalates(arm)) {
-        cmd.arg("--escalate-model").arg(larger);
-    }
-    if variant.learns {
-        cmd.arg("--stats").arg(out.join(LEARNED));
-    }
-    if let Some(stats) = &variant.stats_from {
-        cmd.arg("--stats-from").arg(stats);
-    }
-    cmd.arg("-o")
-        .arg(&out)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null());
+    let mut cmd = eval_command(args, contract, dataset, max_tokens, arm, variant, &out);
     let command = peers::describe(&cmd);
     let records = match &args.records {
         Some(records) => absolute(records)?,
@@ -547,6 +517,50 @@ fn eval_arm(
     std::fs::create_dir_all(&records)?;
     std::fs::write(&record, serde_json::to_vec_pretty(&run)?)?;
     Ok(run)
+}
+
+/// The `enforce eval` of `arm` on `contract` (as `variant` runs it) into `out`.
+fn eval_command(
+    args: &RealModelArgs,
+    contract: &Contract,
+    dataset: &Path,
+    max_tokens: u64,
+    arm: &str,
+    variant: &Variant,
+    out: &Path,
+) -> Command {
+    let mut cmd = Command::new(&args.enforce_bin);
+    cmd.arg("eval")
+        .arg(dataset)
+        .arg("--config")
+        .arg(args.eval_dir.join("enforce.yaml"))
+        .arg("--profile")
+        .arg(contract.profile)
+        .arg("--arms")
+        .arg(arm)
+        .args(sampling(args, variant.seed, max_tokens))
+        .arg("--concurrency")
+        .arg(args.concurrency.to_string())
+        .arg("--runner")
+        .arg("local")
+        .arg("--model")
+        .arg(&args.gguf)
+        .arg("--threads")
+        .arg(args.threads.to_string());
+    if let Some(larger) = args.escalate_gguf.as_ref().filter(|_| escalates(arm)) {
+        cmd.arg("--escalate-model").arg(larger);
+    }
+    if variant.learns {
+        cmd.arg("--stats").arg(out.join(LEARNED));
+    }
+    if let Some(stats) = &variant.stats_from {
+        cmd.arg("--stats-from").arg(stats);
+    }
+    cmd.arg("-o")
+        .arg(out)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
+    cmd
 }
 
 /// The statistics a learning run (`command`) wrote in its output directory `out`.
@@ -770,6 +784,27 @@ mod tests {
         .unwrap();
     }
 
+    /// The command the city contract's `arm` runs as with `seed`, for the test model.
+    fn city_command(a: &RealModelArgs, arm: &str, seed: u64) -> String {
+        format!(
+            "enforce eval examples/eval/city-json.jsonl --config examples/eval/enforce.yaml --profile city_json --arms {arm} --seed {seed} --temperature 0.7 --max-tokens 256 --concurrency 2 --runner local --model {} --threads 1",
+            a.gguf.display()
+        )
+    }
+
+    /// The record of the learning run of `arm` in `at`, with `stats`.
+    fn learning_record(a: &RealModelArgs, at: &Path, arm: &str, stats: Option<StrategyStats>) {
+        let name = format!("learn-{arm}");
+        let out = at.join(&name);
+        let command = format!(
+            "{} --stats {} -o {}",
+            city_command(a, arm, 1042),
+            out.join(LEARNED).display(),
+            out.display()
+        );
+        record(at, &name, arm, command, stats);
+    }
+
     #[test]
     fn auto_learns_on_the_training_seeds_and_reads_what_they_measured() {
         use enforce_core::policy::Reask;
@@ -779,22 +814,8 @@ mod tests {
         a.arms = "auto".into();
         let city = chosen_contracts(&a).unwrap()[0];
         let at = dir.join("real-model/Tiny-Model.Q4/city_json");
-        let base = |arm: &str, seed: u64| {
-            format!(
-                "enforce eval examples/eval/city-json.jsonl --config examples/eval/enforce.yaml --profile city_json --arms {arm} --seed {seed} --temperature 0.7 --max-tokens 256 --concurrency 2 --runner local --model {} --threads 1",
-                a.gguf.display()
-            )
-        };
         let mut expected = StrategyStats::default();
         for (i, arm) in LEARNING_ARMS.iter().enumerate() {
-            let name = format!("learn-{arm}");
-            let out = at.join(&name);
-            let command = format!(
-                "{} --stats {} -o {}",
-                base(arm, 1042),
-                out.join(LEARNED).display(),
-                out.display()
-            );
             let mut stats = StrategyStats::default();
             let key = StatsKey {
                 model: "Tiny-Model.Q4.gguf".into(),
@@ -809,12 +830,12 @@ mod tests {
             };
             stats.add(key, tally);
             expected.merge(&stats);
-            record(&at, &name, arm, command, Some(stats));
+            learning_record(&a, &at, arm, Some(stats));
         }
         let learned = at.join("auto-stats.json");
         let auto = format!(
             "{} --stats-from {} -o {}",
-            base("auto", 42),
+            city_command(&a, "auto", 42),
             learned.display(),
             at.join("auto").display()
         );
@@ -827,14 +848,7 @@ mod tests {
         assert_eq!(StrategyStats::from_json(&written).unwrap(), expected);
 
         // A learning record without statistics cannot teach `auto`: a clear error.
-        let out = at.join("learn-resample");
-        let command = format!(
-            "{} --stats {} -o {}",
-            base("resample", 1042),
-            out.join(LEARNED).display(),
-            out.display()
-        );
-        record(&at, "learn-resample", "resample", command, None);
+        learning_record(&a, &at, "resample", None);
         let Err(e) = eval_contract(&a, &dir, city) else {
             panic!("a learning record without statistics was taken");
         };
