@@ -6,6 +6,7 @@
 //! (`stats-added.json`), so a rerun that resumes a finished eval adds none of them twice,
 //! while several evals (other seeds, other datasets) add up in one file.
 
+use crate::arms::Arm;
 use crate::atomic::write_atomically;
 use crate::manifest::Manifest;
 use crate::outputs::ATTEMPTS;
@@ -29,13 +30,21 @@ pub struct Added {
 }
 
 /// The re-asks of `trials` of `model` (the runner's model name, empty when it names none),
-/// each under its trial's profile.
+/// each under its trial's profile. Trials of an arm with the word `constrained` are left
+/// out: that arm constrains every attempt whatever the profile says, so its re-asks would
+/// credit a strategy with what the constraint did (where the profile itself decodes
+/// constrained, every other arm's re-asks are constrained too and say it).
 pub fn measured(trials: &[Trial], model: &str) -> StrategyStats {
     let mut stats = StrategyStats::default();
-    for trial in trials {
+    for trial in trials.iter().filter(|t| !forces_constraint(&t.key.arm)) {
         stats.record(model, &trial.profile, &trial.outcome);
     }
     stats
+}
+
+/// Whether the arm named `arm` constrains decoding by itself (the word `constrained`).
+fn forces_constraint(arm: &str) -> bool {
+    Arm::parse(arm).is_ok_and(|arm| arm.constrained)
 }
 
 /// Reads the statistics file at `path`; `None` when there is none yet. The error names the

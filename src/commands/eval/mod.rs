@@ -104,7 +104,7 @@ most K attempts, gives 1 − E[(1 − p)^K] valid answers per trial for t · Σ_
 tokens (t: tokens per attempt), with K set so the tokens equal the arm's.
 
 Learning reask: auto: --stats FILE adds what every arm's re-asks achieved (per model, \
-profile, issue code and strategy) to the statistics file `reask_auto.stats` reads, once the \
+profile, issue code and strategy; not an arm with `constrained`, which constrains every attempt) to the statistics file `reask_auto.stats` reads, once the \
 eval is done or merged; an existing file is added to (several evals add up; a rerun into the \
 same -o, or a merge, adds no trial twice: stats-added.json lists them), written through a \
 temporary file and a rename; the file is not locked, so give it to --merge rather than to \
