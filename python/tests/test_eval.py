@@ -119,3 +119,36 @@ def test_bad_input_raises_value_error_naming_it(files, tmp_path):
     with pytest.raises(ValueError, match="absent.jsonl"):
         enforce_llm.eval(tmp_path / "absent.jsonl", model, config=config, profile="city_json")
     assert model.calls == 0
+
+
+def test_stats_one_eval_writes_make_auto_choose_what_paid_in_another(files, tmp_path):
+    _, dataset = files
+    # A profile whose own ladder resamples, which never pays with this model.
+    config = tmp_path / "resample.yaml"
+    resampling = CONFIG.replace("    max_retries: 2", "    max_retries: 2\n    reask: resample")
+    config.write_text(resampling)
+
+    def run(arms, seed=0, **stats):
+        return enforce_llm.eval(
+            dataset,
+            LearnsFromFeedback(),
+            config=config,
+            profile="city_json",
+            arms=arms,
+            repeats=2,
+            seed=seed,
+            **stats,
+        )
+
+    stats = tmp_path / "stats.json"
+    run("resample,feedback", seed=7, stats=stats)
+    rows = json.loads(stats.read_text())["rows"]
+    feedback = [r for r in rows if r["strategy"] == "feedback"]
+    # Six trials, each fixed by its one feedback re-ask (counted under each code it fixed).
+    assert feedback and all((r["attempts"], r["valid"]) == (6, 6) for r in feedback)
+    assert all(r["valid"] == 0 for r in rows if r["strategy"] == "resample")
+
+    summary = run("resample,auto", seed=1000, stats_from=stats)
+    assert valid(summary) == {"resample": (0, 6), "auto": (6, 6)}
+    with pytest.raises(ValueError, match="stats_from"):
+        run("auto")

@@ -409,7 +409,10 @@ fn merge_cmd(setup: &Setup, parts: &[&str], out: &str) -> Output {
 async fn sharded_and_merged_equals_one_run() {
     let setup = Setup::new();
     let whole_mock = MockOpenAi::start(mock_script()).await.expect("mock");
-    let whole = enforce_async(setup.args(&whole_mock.url(), "whole", &SHARDED)).await;
+    let whole_stats = setup.path("whole-stats.json");
+    let mut whole_args = SHARDED.to_vec();
+    whole_args.extend(["--stats", whole_stats.to_str().expect("utf-8")]);
+    let whole = enforce_async(setup.args(&whole_mock.url(), "whole", &whole_args)).await;
     assert_eq!(whole.status.code(), Some(0), "{}", text(&whole.stderr));
     let mock = MockOpenAi::start(mock_script()).await.expect("mock");
     for index in 0..3 {
@@ -430,8 +433,40 @@ async fn sharded_and_merged_equals_one_run() {
         1
     );
 
-    let merged = merge_cmd(&setup, &["shard-2", "shard-0", "shard-1"], "merged");
+    let merged_stats = setup.path("merged-stats.json");
+    let mut merge_args = vec!["eval".to_string(), "--merge".to_string()];
+    for part in ["shard-2", "shard-0", "shard-1"] {
+        merge_args.push(setup.path(part).display().to_string());
+    }
+    merge_args.extend(["-o".to_string(), setup.path("merged").display().to_string()]);
+    merge_args.extend(["--stats".to_string(), merged_stats.display().to_string()]);
+    let merged = enforce(&merge_args);
     assert_eq!(merged.status.code(), Some(0), "{}", text(&merged.stderr));
+    // The merged trials measure what the whole run's measured (time aside: the clock's).
+    let stats_of = |path: &Path| -> Value {
+        let text = std::fs::read_to_string(path).expect("a statistics file");
+        let mut stats: Value = serde_json::from_str(&text).expect("JSON");
+        for row in stats["rows"].as_array_mut().expect("rows") {
+            row.as_object_mut().expect("a row").remove("runner_us");
+        }
+        stats
+    };
+    let stats = stats_of(&whole_stats);
+    assert_eq!(stats_of(&merged_stats), stats);
+    let feedback_reasks = records(&setup.path("whole").join("attempts.jsonl"))
+        .iter()
+        .flat_map(|r| r["attempts"].as_array().cloned().unwrap_or_default())
+        .filter(|a| a["reask"] == "feedback")
+        .count() as u64;
+    let counted: u64 = stats["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|row| row["strategy"] == "feedback" && row["model"] == "m")
+        .map(|row| row["attempts"].as_u64().expect("attempts"))
+        .sum();
+    assert!(feedback_reasks > 0);
+    assert_eq!(counted, feedback_reasks);
     assert!(text(&merged.stdout).contains("Valid answers per arm"));
     let (whole_dir, merged_dir) = (setup.path("whole"), setup.path("merged"));
     let merged_summary = summary(&merged_dir);
@@ -640,6 +675,9 @@ fn bad_input_is_a_clear_usage_error() {
     };
     let empty = setup.path("empty.jsonl");
     let bad = setup.path("bad.jsonl");
+    let missing_stats = setup.path("missing-stats.json").display().to_string();
+    let bad_stats = setup.path("bad-stats.json").display().to_string();
+    std::fs::write(&bad_stats, "{\"version\": 99, \"rows\": []}").expect("write");
     let missing = setup.path("missing.jsonl");
     for (args, words) in [
         (
@@ -665,6 +703,34 @@ fn bad_input_is_a_clear_usage_error() {
         (
             cases_for(cases, "j", "none", unwritable),
             "cannot create the output directory",
+        ),
+        (
+            cases_for(cases, "j", "none,auto", out_dir),
+            "--stats-from FILE",
+        ),
+        (
+            [
+                cases_for(cases, "j", "none,feedback", out_dir),
+                vec!["--split".into(), "1/2".into()],
+            ]
+            .concat(),
+            "give --arms with `auto` and at least one other arm",
+        ),
+        (
+            [
+                cases_for(cases, "j", "auto", out_dir),
+                vec!["--stats-from".into(), missing_stats.clone()],
+            ]
+            .concat(),
+            "no such file",
+        ),
+        (
+            [
+                cases_for(cases, "j", "none", out_dir),
+                vec!["--stats".into(), bad_stats.clone()],
+            ]
+            .concat(),
+            "statistics file version 99",
         ),
     ] {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -696,6 +762,10 @@ fn bad_input_is_a_clear_usage_error() {
         "JOB_COMPLETION_INDEX",
         "--merge",
         "eval.json",
+        "--stats",
+        "--stats-from",
+        "reask: auto",
+        "--split",
         "Example",
         "enforce eval examples/eval/",
     ] {

@@ -11,7 +11,7 @@ use enforce_core::{
 pub const DEFAULT: &str = "none,resample,feedback,feedback+abort,repair-first";
 
 /// The words an arm is made of, with what each means (for `--help` and errors).
-pub const WORDS: [(&str, &str); 11] = [
+pub const WORDS: [(&str, &str); 12] = [
     (
         "none",
         "no re-ask (max_retries 0); repairs still apply at the end",
@@ -39,6 +39,10 @@ pub const WORDS: [(&str, &str); 11] = [
     (
         "escalate",
         "re-ask with feedback first, then ask the escalation model (--escalate-model, or the profile's escalate_to) with feedback (reask: [feedback, escalate])",
+    ),
+    (
+        "auto",
+        "reask: auto: each re-ask takes the strategy the statistics of --stats-from FILE (learned by another eval, e.g. on other seeds) say pays best for the answer's issue codes; the profile's ladder where they have no data",
     ),
     (
         "all-attempts",
@@ -77,6 +81,10 @@ pub struct Arm {
     pub constrained: bool,
     /// How the first attempt asks.
     pub first_attempt: FirstAttempt,
+    /// `reask: auto`: a chooser picks each re-ask's strategy from learned statistics (the
+    /// eval's `stats_from`); [`reask`](Self::reask) is unused, the profile's ladder is the
+    /// fallback.
+    pub auto: bool,
 }
 
 impl Arm {
@@ -96,6 +104,7 @@ impl Arm {
         let mut early_abort = false;
         let mut constrained = false;
         let mut first_attempt = FirstAttempt::Direct;
+        let mut auto = false;
         for word in name.split('+').map(str::trim) {
             let set_reask = |current: &mut Option<(&str, Ladder)>, w, r: Ladder| match current {
                 Some((other, _)) => Err(format!(
@@ -121,6 +130,10 @@ impl Arm {
                     "escalate",
                     rungs(&[Reask::Feedback, Reask::Escalate]),
                 )?,
+                "auto" => {
+                    set_reask(&mut reask, "auto", Ladder::default())?;
+                    auto = true;
+                }
                 "all-attempts" => stop_on_no_progress = false,
                 "abort" => early_abort = true,
                 "repair-first" => repair = RepairWhen::First,
@@ -164,6 +177,7 @@ impl Arm {
             early_abort,
             constrained,
             first_attempt,
+            auto,
         })
     }
 
@@ -195,9 +209,21 @@ impl Arm {
         if !self.reasks {
             policy.max_retries = 0;
         }
-        policy.reask = self.reask.clone();
-        // The arm's strategy is the one measured: a profile's `reask: auto` would choose another.
-        policy.reask_auto = None;
+        if self.auto {
+            // The profile's own `reask_auto` (its strategies, its fallback ladder) when it has
+            // one; otherwise every strategy, with the profile's ladder as the fallback.
+            let mut auto = profile.reask_auto.clone().unwrap_or_default();
+            if self.constrained {
+                // Every attempt is constrained by rule: `constrained` would be a resample.
+                auto.strategies.retain(|s| *s != Reask::Constrained);
+            }
+            policy.reask_auto = Some(auto);
+        } else {
+            policy.reask = self.reask.clone();
+            // The arm's strategy is the one measured: a profile's `reask: auto` would choose
+            // another.
+            policy.reask_auto = None;
+        }
         policy.stop_on_no_progress = self.stop_on_no_progress;
         policy.repair = self.repair;
         policy.early_abort = self.early_abort;
@@ -233,6 +259,40 @@ mod tests {
         let policy = arm.policy(&base);
         assert!(policy.reask_auto.is_none());
         assert_eq!(policy.reask.rungs(), [Reask::Resample]);
+    }
+
+    #[test]
+    fn the_auto_arm_chooses_with_the_profile_ladder_as_fallback() {
+        let base = Policy::builder()
+            .max_retries(2)
+            .reask(Reask::Resample)
+            .build();
+        let arm = Arm::parse("auto+repair-first").expect("auto combines");
+        assert!(arm.auto && !arm.escalates());
+        let policy = arm.policy(&base);
+        assert_eq!(policy.reask.rungs(), [Reask::Resample]);
+        assert_eq!(policy.repair, RepairWhen::First);
+        let auto = policy.reask_auto.expect("reask: auto");
+        assert!(auto.strategies.contains(&Reask::Constrained));
+        // The profile's own choice of strategies is kept.
+        let mut chooses = base.clone();
+        chooses.reask_auto = Some(enforce_core::policy::AutoReask::among([Reask::Feedback]));
+        let policy = arm.policy(&chooses);
+        assert_eq!(
+            policy.reask_auto.expect("auto").strategies,
+            [Reask::Feedback]
+        );
+        let constrained = Arm::parse("auto+constrained").expect("auto combines");
+        let strategies = constrained
+            .policy(&base)
+            .reask_auto
+            .expect("auto")
+            .strategies;
+        assert!(!strategies.contains(&Reask::Constrained), "{strategies:?}");
+        assert!(Arm::parse("auto+feedback")
+            .expect_err("two")
+            .contains("pick one"));
+        assert!(Arm::parse("none+auto").is_err());
     }
 
     #[test]

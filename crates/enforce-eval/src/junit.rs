@@ -88,6 +88,7 @@ mod tests {
                 repeat: 0,
                 seed: 0,
             },
+            profile: "p".into(),
             outcome,
             estimated_tokens: 0,
         }

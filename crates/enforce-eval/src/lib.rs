@@ -18,6 +18,7 @@
 
 mod answers;
 pub mod arms;
+mod atomic;
 pub mod clustered;
 pub mod cost;
 mod dataset;
@@ -30,7 +31,10 @@ mod outputs;
 pub mod provenance;
 mod run;
 pub mod shard;
+pub mod split;
+mod split_run;
 pub mod stats;
+pub mod strategy_stats;
 pub mod summary;
 pub mod tables;
 mod trials;
@@ -41,6 +45,8 @@ pub use merge::merge;
 pub use outputs::{ANSWERS, ATTEMPTS};
 pub use run::{ConfigFile, Constrain, Eval, Event, Observer};
 pub use shard::Shard;
+pub use split::{Side, Split, SplitSide};
+pub use split_run::{run_split, LEARNED, LEARN_DIR};
 pub use summary::Summary;
 pub use trials::{Trial, TrialKey};
 

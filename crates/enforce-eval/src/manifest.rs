@@ -49,13 +49,14 @@ impl Manifest {
         self.setup.shard.unwrap_or(Shard::WHOLE)
     }
 
-    /// The trials of its part: every arm and repeat of each case it holds, with the seeds of
-    /// the whole dataset.
+    /// The trials of its part: every arm and repeat of each case it holds (and that is on its
+    /// side of a split), with the seeds of the whole dataset.
     pub fn keys(&self) -> Vec<TrialKey> {
         let shard = self.shard();
         let mut keys = Vec::new();
         for (position, case) in self.cases.iter().enumerate() {
-            if !shard.holds(position) {
+            let on_side = self.setup.split.is_none_or(|side| side.holds(position));
+            if !shard.holds(position) || !on_side {
                 continue;
             }
             for repeat in 0..self.setup.repeats {
@@ -172,6 +173,7 @@ mod tests {
                 model: Some("m".into()),
                 params: Map::new(),
                 shard,
+                split: None,
             },
             arms: vec!["none".into(), "feedback".into()],
             cases: (1..=5).map(|i| format!("case-{i}")).collect(),

@@ -7,6 +7,7 @@ use super::manifest::Manifest;
 use super::outputs::{self, write_file, ANSWERS, ATTEMPTS};
 use super::provenance::add_machines;
 use super::shard::Shard;
+use super::strategy_stats;
 use super::summary::Summary;
 use super::trials::{self, Trial, TrialKey};
 use super::EvalError;
@@ -171,5 +172,7 @@ fn write(parts: &[Part], records: Vec<(String, Trial)>, output: &Path) -> Result
         }
     }
     write_file(&output.join(ANSWERS), &answers)?;
+    let dirs: Vec<&Path> = parts.iter().map(|part| part.dir.as_path()).collect();
+    strategy_stats::carry_added(&dirs, output)?;
     outputs::finish(output, whole, &trials)
 }

@@ -7,11 +7,15 @@ use crate::manifest::{self, Manifest};
 use crate::outputs::{self, ANSWERS, ATTEMPTS};
 use crate::provenance::{Machine, Provenance, RunnerProvenance, Seeds};
 use crate::shard::Shard;
+use crate::split::SplitSide;
+use crate::strategy_stats::{self, Added};
 use crate::summary::{Setup, Summary};
 use crate::trials::{self, Job, Plan, Sink, Trial};
 use crate::EvalError;
-use enforce_config::profile::Constrained;
+use enforce_config::profile::{Constrained, Decode};
 use enforce_config::{Profile, ProfileSet};
+use enforce_core::policy::Reask;
+use enforce_core::strategy::{StrategyStats, ThompsonChooser};
 use enforce_core::{Enforcer, Policy, Runner};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -62,6 +66,16 @@ pub struct Eval {
     pub runner_provenance: Option<RunnerProvenance>,
     /// The configuration file, when the profiles come from one.
     pub config: Option<ConfigFile>,
+    /// Add the re-asks the trials measured to this statistics file once the eval is done
+    /// (created when missing; see [`strategy_stats`](crate::strategy_stats)).
+    pub stats: Option<PathBuf>,
+    /// The side of a train/test split this eval takes (`None`: every case): the learning
+    /// side's arms write the statistics (`stats`) the measuring side's `auto` reads
+    /// (`stats_from`), so `auto` is never measured on a case it learned from.
+    pub split: Option<SplitSide>,
+    /// The statistics the arm `auto` chooses by (learned by another eval: other seeds or
+    /// cases); an eval with the arm `auto` and none is an input error.
+    pub stats_from: Option<Arc<StrategyStats>>,
 }
 
 /// What an eval reports while it runs, for a front end to show.
@@ -108,6 +122,21 @@ pub enum Event<'a> {
     },
     /// A trial finished (and is recorded).
     Trial(&'a Trial),
+    /// The statistics of `--stats-from` have nothing measured for this model and profile: the
+    /// arm `auto` re-asks as the profile's ladder does (once per profile).
+    AutoWithoutData {
+        /// The profile.
+        profile: &'a str,
+        /// The model's name (empty when the runner names none).
+        model: &'a str,
+    },
+    /// The trials' re-asks were added to the statistics file.
+    StatsAdded {
+        /// The file.
+        path: &'a Path,
+        /// What was added.
+        added: Added,
+    },
 }
 
 impl fmt::Display for Event<'_> {
@@ -141,6 +170,27 @@ impl fmt::Display for Event<'_> {
                 "trial {}/{}/{} done",
                 trial.key.arm, trial.key.case, trial.key.repeat
             ),
+            Event::AutoWithoutData { profile, model } => write!(
+                f,
+                "arm `auto`: the statistics have nothing for model `{model}` under profile \
+                 `{profile}`; its re-asks take the profile's ladder"
+            ),
+            Event::StatsAdded { path, added } => {
+                write!(
+                    f,
+                    "added the re-asks of {} trial(s) to {}",
+                    added.added,
+                    path.display()
+                )?;
+                if added.already > 0 {
+                    write!(
+                        f,
+                        " ({} trial(s) left out: added before from this -o or its parts)",
+                        added.already
+                    )?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -180,6 +230,10 @@ impl Eval {
         constrain: Constrain<'_>,
         observer: Observer,
     ) -> Result<Summary, EvalError> {
+        if let Some(path) = &self.stats {
+            // An unreadable file is refused before any trial runs.
+            strategy_stats::read(path).map_err(EvalError::Input)?;
+        }
         let cases = dataset::read(&self.dataset).map_err(EvalError::Input)?;
         let plan = Arc::new(self.plan(cases, profiles, constrain, &observer)?);
         let manifest = self.manifest_of(&plan)?;
@@ -199,7 +253,7 @@ impl Eval {
         let pending: Vec<_> = plan
             .jobs()
             .into_iter()
-            .filter(|&job| self.shard.holds(job.case) && !done.contains(&plan.key(job)))
+            .filter(|&job| self.holds(job.case) && !done.contains(&plan.key(job)))
             .collect();
         if let Some(output) = output.as_ref().filter(|o| !o.resumed.is_empty()) {
             observer(Event::Resuming {
@@ -212,10 +266,16 @@ impl Eval {
             pending: pending.len(),
         });
         let new = self
-            .run_trials(plan, runner, pending, output, observer)
+            .run_trials(plan, runner, pending, output, Arc::clone(&observer))
             .await?;
         trials.extend(new);
-        self.finish(manifest, &trials)
+        let summary = self.finish(manifest, &trials)?;
+        if let Some(path) = &self.stats {
+            let model = self.model.as_deref().unwrap_or_default();
+            let added = strategy_stats::add_trials(path, &trials, model, self.output.as_deref())?;
+            observer(Event::StatsAdded { path, added });
+        }
+        Ok(summary)
     }
 
     /// Runs `pending`, each trial recorded in `output` as it ends.
@@ -265,14 +325,14 @@ impl Eval {
         let mut enforcers = Vec::with_capacity(cases.len());
         let mut constrained = Vec::with_capacity(cases.len());
         let mut noted = HashSet::new();
+        self.note_auto_without_data(&names, observer)?;
         for (case, name) in cases.iter().zip(&names) {
             let profile = self.profile_of(profiles, case, name)?;
             let per_arm = (0..self.arms.len())
                 .map(|a| {
-                    let enforcer = built.entry((name.clone(), a)).or_insert_with(|| {
-                        let policy = self.arms[a].policy(profile.policy());
-                        Arc::new(profile.enforcer().with_policy(policy))
-                    });
+                    let enforcer = built
+                        .entry((name.clone(), a))
+                        .or_insert_with(|| Arc::new(self.enforcer(profile, &self.arms[a])));
                     Arc::clone(enforcer)
                 })
                 .collect();
@@ -280,7 +340,7 @@ impl Eval {
             let per_arm: Vec<_> = self
                 .arms
                 .iter()
-                .map(|arm| constrain(profile, &arm.policy(profile.policy()), arm.constrained))
+                .map(|arm| constrain(profile, &policy_of(profile, arm), arm.constrained))
                 .collect();
             for note in per_arm.iter().flatten().flat_map(|c| &c.notes) {
                 if noted.insert((name.clone(), note.clone())) {
@@ -305,6 +365,63 @@ impl Eval {
             model: self.model.clone(),
             config: self.config.as_ref().map(|c| c.path.clone()),
         })
+    }
+
+    /// Whether this run takes the case at `position`: in its shard, on its side of a split.
+    fn holds(&self, position: usize) -> bool {
+        self.shard.holds(position) && self.split.is_none_or(|side| side.holds(position))
+    }
+
+    /// With the arm `auto`: an input error without statistics to choose by, and a note for
+    /// each profile of `names` the statistics have nothing on for the runner's model.
+    fn note_auto_without_data(
+        &self,
+        names: &[String],
+        observer: &Observer,
+    ) -> Result<(), EvalError> {
+        let Some(arm) = self.arms.iter().find(|arm| arm.auto) else {
+            return Ok(());
+        };
+        let Some(stats) = &self.stats_from else {
+            return Err(EvalError::Input(format!(
+                "arm `{}` chooses each re-ask's strategy from statistics learned by another \
+                 eval: give them with --stats-from FILE (a file `enforce eval --stats FILE` \
+                 wrote; in Python, stats_from=)",
+                arm.name
+            )));
+        };
+        let model = self.model.as_deref().unwrap_or_default();
+        let mut noted = HashSet::new();
+        for name in names {
+            let known = stats
+                .iter()
+                .any(|(key, _)| key.model == model && key.profile == *name);
+            if !known && noted.insert(name) {
+                observer(Event::AutoWithoutData {
+                    profile: name,
+                    model,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `profile`'s enforcer with `arm`'s policy; for the arm `auto`, with the chooser over
+    /// the statistics of the runner's model under the profile.
+    fn enforcer(&self, profile: &Profile, arm: &Arm) -> Enforcer {
+        let enforcer = profile.enforcer().with_policy(policy_of(profile, arm));
+        match (&self.stats_from, arm.auto) {
+            (Some(stats), true) => {
+                let settings = profile
+                    .reask_auto()
+                    .map(|auto| auto.settings)
+                    .unwrap_or_default();
+                let model = self.model.as_deref().unwrap_or_default();
+                let chooser = ThompsonChooser::new(stats, model, profile.name(), settings);
+                enforcer.with_chooser(Arc::new(chooser))
+            }
+            _ => enforcer,
+        }
     }
 
     /// The profile `name` of `case`; an error when there is none, or when an arm escalates and
@@ -374,6 +491,7 @@ impl Eval {
                 model: plan.model.clone(),
                 params: plan.params.clone(),
                 shard: self.shard.part(),
+                split: self.split,
             },
             arms: plan.arms.iter().map(|a| a.name.clone()).collect(),
             cases: plan.cases.iter().map(|c| c.id.clone()).collect(),
@@ -390,6 +508,19 @@ impl Eval {
             None => Ok(manifest.summarise(trials)),
         }
     }
+}
+
+/// `arm`'s policy on `profile`. Under `decode: constrained` every attempt is constrained by
+/// rule, so `auto` bets not on `constrained` (a plain resample there), as a profile's own
+/// `reask: auto` does not.
+fn policy_of(profile: &Profile, arm: &Arm) -> Policy {
+    let mut policy = arm.policy(profile.policy());
+    if profile.decode() == Decode::Constrained {
+        if let Some(auto) = policy.reask_auto.as_mut() {
+            auto.strategies.retain(|s| *s != Reask::Constrained);
+        }
+    }
+    policy
 }
 
 /// An output directory opened for an eval: its `attempts.jsonl` (checked writable, torn lines
@@ -439,4 +570,37 @@ fn append_to(path: &Path) -> Result<File, EvalError> {
         .append(true)
         .open(path)
         .map_err(|e| EvalError::Input(format!("cannot write {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use enforce_config::config::Config;
+    use enforce_config::{BuildEnv, Registry};
+
+    #[test]
+    fn auto_bets_on_constrained_only_where_not_every_attempt_is_constrained() {
+        let yaml = "
+validators:
+  j: {type: json, bare: true}
+profiles:
+  free: {validators: [j]}
+  grammar: {validators: [j], decode: constrained}
+";
+        let config: Config = serde_yaml_ng::from_str(yaml).expect("a configuration");
+        let profiles = ProfileSet::from_config(&config, &Registry::builtin(), &BuildEnv::default())
+            .expect("the profiles");
+        let auto = &Arm::parse_list("auto").expect("the arm")[0];
+        let strategies = |name: &str| {
+            let profile = profiles.get(name).expect("the profile");
+            policy_of(profile, auto)
+                .reask_auto
+                .expect("auto")
+                .strategies
+        };
+        assert!(strategies("free").contains(&Reask::Constrained));
+        let grammar = strategies("grammar");
+        assert!(!grammar.contains(&Reask::Constrained), "{grammar:?}");
+        assert!(grammar.contains(&Reask::Resample), "{grammar:?}");
+    }
 }

@@ -6,6 +6,7 @@ use super::clustered::{self, CaseCount, ClusteredRate, PairedTest};
 use super::cost::{self, ArmCost, Sampling};
 use super::provenance::Provenance;
 use super::shard::Shard;
+use super::split::SplitSide;
 use super::trials::{attempt_passed, error_codes, Trial};
 use enforce_core::policy::{FirstAttempt, Reask, RepairWhen};
 use enforce_core::{Outcome, Status};
@@ -65,6 +66,9 @@ pub struct Setup {
     /// The part of the dataset run (`--shard`); absent for the whole dataset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<Shard>,
+    /// The side of a train/test split run (`--split`); absent when the eval takes every case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<SplitSide>,
 }
 
 /// One arm's numbers. "Valid" means passed or repaired; every rate's interval counts a

@@ -226,6 +226,7 @@ fn setup() -> summary::Setup {
         model: None,
         params: Map::new(),
         shard: None,
+        split: None,
     }
 }
 

@@ -32,6 +32,8 @@ pub struct TrialKey {
 pub struct Trial {
     /// Which trial.
     pub key: TrialKey,
+    /// The profile the case was enforced under (its record's `profile`).
+    pub profile: String,
     /// What the loop returned.
     pub outcome: Outcome,
     /// Tokens of attempts whose usage is marked `estimated` (counted from the chunks received
@@ -217,9 +219,15 @@ pub fn parse_line(line: &str) -> Option<Trial> {
         .get("attempts")
         .and_then(Value::as_array)
         .map_or(0, |attempts| attempts.iter().map(estimated).sum());
+    let profile = value
+        .get("profile")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let outcome: Outcome = serde_json::from_value(value).ok()?;
     Some(Trial {
         key,
+        profile,
         outcome,
         estimated_tokens,
     })
@@ -286,9 +294,7 @@ pub fn resume(path: &Path) -> std::io::Result<Vec<(String, Trial)>> {
             .iter()
             .map(|(line, _)| format!("{line}\n"))
             .collect();
-        let temp = path.with_extension("jsonl.tmp");
-        std::fs::write(&temp, kept.as_bytes())?;
-        std::fs::rename(&temp, path)?;
+        crate::atomic::write_atomically(path, &kept)?;
     }
     Ok(records)
 }
@@ -357,6 +363,7 @@ pub async fn run_all(
                 }
                 let trial = parse_line(&line).unwrap_or(Trial {
                     key: plan.key(job),
+                    profile: plan.profiles[job.case].clone(),
                     outcome,
                     estimated_tokens: 0,
                 });

@@ -4,7 +4,7 @@
 use crate::model::PyModel;
 use crate::{load, to_python};
 use enforce_core::Runner;
-use enforce_eval::{Arm, ConfigFile, Eval, EvalError, Event, Observer, Shard};
+use enforce_eval::{strategy_stats, Arm, ConfigFile, Eval, EvalError, Event, Observer, Shard};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -23,12 +23,17 @@ use std::sync::{Arc, Mutex};
 /// `enforce eval -o` writes there (and resumes the trials already recorded there); without,
 /// nothing is written.
 ///
+/// With `stats` (a path) the re-asks the trials measured are added to that statistics file
+/// (created when missing), as `enforce eval --stats` adds them; `stats_from` (a path) is the
+/// statistics file the arm `auto` chooses by (required by it), as `--stats-from`. The model
+/// is unnamed: the statistics are keyed by the empty model name.
+///
 /// Raises `ConfigError` for the configuration, `ValueError` for bad input (the dataset, an
 /// arm, an unknown profile), `OSError` when the results cannot be written.
 #[pyfunction]
 #[pyo3(signature = (
     dataset, model, config = None, profile = None, arms = None, repeats = 1, seed = 0,
-    concurrency = 1, output_dir = None, judge = None
+    concurrency = 1, output_dir = None, judge = None, stats = None, stats_from = None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn eval<'py>(
@@ -43,6 +48,8 @@ pub fn eval<'py>(
     concurrency: usize,
     output_dir: Option<PathBuf>,
     judge: Option<Py<PyAny>>,
+    stats: Option<PathBuf>,
+    stats_from: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if repeats == 0 || concurrency == 0 {
         return Err(PyValueError::new_err(
@@ -50,6 +57,16 @@ pub fn eval<'py>(
         ));
     }
     let arms = Arm::parse_list(&arm_list(arms)?).map_err(to_py_error)?;
+    let stats_from = match stats_from {
+        Some(path) => Some(Arc::new(
+            strategy_stats::read(&path)
+                .map_err(PyValueError::new_err)?
+                .ok_or_else(|| {
+                    PyValueError::new_err(format!("stats_from {}: no such file", path.display()))
+                })?,
+        )),
+        None => None,
+    };
     let (profiles, source) = load::profiles(py, config.as_deref(), judge)?;
     let eval = Eval {
         dataset,
@@ -69,6 +86,9 @@ pub fn eval<'py>(
             path: s.path().display().to_string(),
             text: s.original_text().to_string(),
         }),
+        stats,
+        stats_from,
+        split: None,
     };
     let model = Arc::new(PyModel::new(model));
     let runner: Arc<dyn Runner> = Arc::clone(&model) as Arc<dyn Runner>;
@@ -107,7 +127,10 @@ fn arm_list(arms: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
 /// another eval in `output_dir`, left out of the summary.
 fn observer(notes: Arc<Mutex<Vec<String>>>) -> Observer {
     Arc::new(move |event| {
-        if matches!(event, Event::OtherRecords { .. }) {
+        if matches!(
+            event,
+            Event::OtherRecords { .. } | Event::AutoWithoutData { .. }
+        ) {
             if let Ok(mut notes) = notes.lock() {
                 notes.push(event.to_string());
             }

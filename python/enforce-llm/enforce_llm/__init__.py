@@ -193,6 +193,8 @@ def eval(  # noqa: A001 (the name is enforce's command: `enforce_llm.eval`)
     concurrency: int = 1,
     output_dir: Optional[PathLike] = None,
     judge: Optional[Judge] = None,
+    stats: Optional[PathLike] = None,
+    stats_from: Optional[PathLike] = None,
 ) -> Dict[str, Any]:
     """Does enforcing pay, on your model? ``enforce eval`` with ``model`` as the model.
 
@@ -213,6 +215,11 @@ def eval(  # noqa: A001 (the name is enforce's command: `enforce_llm.eval`)
     files of ``enforce eval -o`` are written there (a rerun resumes the trials recorded);
     without, nothing is written.
 
+    With ``stats`` (a path) the re-asks the trials measured are added to that strategy
+    statistics file (created when missing), as ``enforce eval --stats`` adds them: the file
+    ``reask_auto.stats`` reads. ``stats_from`` (a path) is the statistics file the arm ``auto``
+    chooses by, learned by another eval (required by that arm), as ``--stats-from``.
+
     Raises :class:`ConfigError` for the configuration, ``ValueError`` for bad input (the
     dataset, an arm, an unknown profile), ``OSError`` when the results cannot be written.
     """
@@ -228,6 +235,8 @@ def eval(  # noqa: A001 (the name is enforce's command: `enforce_llm.eval`)
             concurrency=concurrency,
             output_dir=_path(output_dir),
             judge=judge,
+            stats=_path(stats),
+            stats_from=_path(stats_from),
         )
 
 

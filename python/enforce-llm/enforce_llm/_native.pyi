@@ -141,6 +141,8 @@ def eval(
     concurrency: int = 1,
     output_dir: Optional[_Path] = None,
     judge: _Judge = None,
+    stats: Optional[_Path] = None,
+    stats_from: Optional[_Path] = None,
 ) -> Dict[str, Any]:
     """``enforce eval`` with a synchronous ``model``: the summary (``summary.json``) as a dict;
     ``enforce_llm.eval`` adapts async models."""

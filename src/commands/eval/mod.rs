@@ -17,8 +17,8 @@ use clap::Args as ClapArgs;
 use enforce_config::Profile;
 use enforce_core::{Policy, Runner};
 use enforce_eval::{
-    arms, tables, Arm, ConfigFile, Eval, EvalError, Event, Observer, Shard, Summary, ANSWERS,
-    ATTEMPTS,
+    arms, strategy_stats, tables, Arm, ConfigFile, Eval, EvalError, Event, Observer, Shard, Split,
+    Summary, ANSWERS, ATTEMPTS,
 };
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -103,6 +103,17 @@ probability gets a Beta prior fitted to the spread between cases; resampling unt
 most K attempts, gives 1 − E[(1 − p)^K] valid answers per trial for t · Σ_{j<K} E[(1 − p)^j] \
 tokens (t: tokens per attempt), with K set so the tokens equal the arm's.
 
+Learning reask: auto: --stats FILE adds what every arm's re-asks achieved (per model, \
+profile, issue code and strategy; not an arm with `constrained`, which constrains every attempt) to the statistics file `reask_auto.stats` reads, once the \
+eval is done or merged; an existing file is added to (several evals add up; a rerun into the \
+same -o, or a merge, adds no trial twice: stats-added.json lists them), written through a \
+temporary file and a rename; the file is not locked, so give it to --merge rather than to \
+shards running at once. The arm `auto` chooses by --stats-from FILE, statistics another eval \
+learned: learn on other seeds (e.g. --seed 1042 --stats s.json), then measure `auto` on yours \
+(--seed 42 --stats-from s.json), so it is never measured on answers it learned from; or split \
+the cases with --split K/N (the other arms learn on K of every N cases, every arm is measured \
+on the rest).
+
 CI gates: --fail-under ARM=RATE and --max-tokens-per-valid ARM=N (each repeatable) check the \
 arms once every output is written; each gate missed is printed with the arm, the measured \
 figure and the threshold, and the exit code is 3. A gate on an arm the eval does not run is a \
@@ -171,6 +182,23 @@ pub struct Args {
     /// Exit 3 when ARM's tokens (prompt + completion) per valid answer exceed N; repeatable.
     #[arg(long, value_name = "ARM=N")]
     pub max_tokens_per_valid: Vec<gates::TokenGate>,
+    /// Once the eval is done (or merged), add what each re-ask strategy achieved per model,
+    /// profile and issue code to this statistics file, the one `reask_auto.stats` and
+    /// --stats-from read; created when missing, added to when it exists (several evals add
+    /// up; a rerun into the same -o adds no trial twice). Written to a temporary file and
+    /// renamed, so a crash loses nothing.
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
+    /// The statistics the arm `auto` chooses by: a file --stats wrote in another eval (other
+    /// seeds or cases, so `auto` is not measured on what it learned from). Required by `auto`.
+    #[arg(long, value_name = "FILE", conflicts_with = "merge")]
+    pub stats_from: Option<PathBuf>,
+    /// Learn `auto` on K of every N cases, measure every arm on the others: the cases at
+    /// positions i (from 0) with i mod N < K learn. The arms other than `auto` run on them into
+    /// -o's learn/ (their statistics in learn/learned-stats.json), then every arm runs on the
+    /// other cases, `auto` choosing by those statistics; -o's summary is of those cases.
+    #[arg(long, value_name = "K/N", conflicts_with_all = ["merge", "stats_from"])]
+    pub split: Option<Split>,
     #[command(flatten)]
     pub runner: RunnerOptions,
 }
@@ -188,8 +216,15 @@ pub fn run(args: Args) -> ExitCode {
 
 fn execute(args: &Args) -> Result<u8, UsageError> {
     if !args.merge.is_empty() {
+        let merged = enforce_eval::merge(&args.merge, &args.output).and_then(|summary| {
+            if let Some(path) = &args.stats {
+                let added = strategy_stats::add_output(&args.output, path)?;
+                eprintln!("enforce eval: {}", Event::StatsAdded { path, added });
+            }
+            Ok(summary)
+        });
         return finished(
-            enforce_eval::merge(&args.merge, &args.output),
+            merged,
             &format!("merged {} part(s) into", args.merge.len()),
             args,
         );
@@ -198,6 +233,12 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
         return Err(UsageError("give a DATASET, or --merge DIR...".into()));
     };
     let arms = Arm::parse_list(&args.arms)?;
+    let stats_from = match &args.stats_from {
+        Some(path) => Some(Arc::new(strategy_stats::read(path)?.ok_or_else(|| {
+            UsageError(format!("--stats-from {}: no such file", path.display()))
+        })?)),
+        None => None,
+    };
     let names: Vec<String> = arms.iter().map(|a| a.name.clone()).collect();
     if let Some(message) = gates::unknown_arm(&args.fail_under, &args.max_tokens_per_valid, &names)
     {
@@ -235,12 +276,21 @@ fn execute(args: &Args) -> Result<u8, UsageError> {
             path: s.path().display().to_string(),
             text: s.original_text().to_string(),
         }),
+        stats: args.stats.clone(),
+        stats_from,
+        split: None,
     };
     let constrain = |profile: &Profile, policy: &Policy, forced: bool| {
         decode::for_profile(profile, policy, &runner_config, forced)
     };
     let progress = progress_bar();
-    let result = eval.run(&profiles, runner, &constrain, observer(progress.clone()));
+    let observer = observer(progress.clone());
+    let result = match args.split {
+        Some(split) => {
+            enforce_eval::run_split(eval, split, &profiles, runner, &constrain, observer)
+        }
+        None => eval.run(&profiles, runner, &constrain, observer),
+    };
     progress.finish_and_clear();
     finished(result, "wrote", args)
 }
@@ -280,7 +330,11 @@ fn finished(result: Result<Summary, EvalError>, done: &str, args: &Args) -> Resu
 /// The eval's events on stderr: the progress bar, and the notes in words.
 fn observer(bar: indicatif::ProgressBar) -> Observer {
     Arc::new(move |event| match event {
-        Event::Started { pending } => bar.set_length(pending as u64),
+        Event::Started { pending } => {
+            // A split eval starts twice: the learning cases, then the measured ones.
+            bar.set_position(0);
+            bar.set_length(pending as u64);
+        }
         Event::Trial(trial) => {
             bar.set_message(format!("{} {}", trial.key.arm, trial.key.case));
             bar.inc(1);

@@ -15,6 +15,7 @@ mod render;
 
 use crate::peers;
 use anyhow::{anyhow, Context as _};
+use enforce_core::strategy::StrategyStats;
 use enforce_eval::summary::{ArmSummary, Summary};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -53,6 +54,11 @@ pub struct RealModelArgs {
     /// The first seed (request i gets SEED + i, in every arm and for every peer).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// The first seed of the evals the arm `auto` learns from (the arms of [`LEARNING_ARMS`],
+    /// with `--stats`); by default --seed + 1000, so `auto` is measured on seeds it did not
+    /// learn from.
+    #[arg(long)]
+    pub train_seed: Option<u64>,
     /// Sampling temperature.
     #[arg(long, default_value_t = 0.7)]
     pub temperature: f64,
@@ -104,7 +110,13 @@ fn part_name(name: &str) -> Result<String, String> {
 }
 
 /// The arms measured unless `--arms` says otherwise.
-pub const DEFAULT_ARMS: &str = "none,resample,feedback,ladder,constrained,reason-format,escalate";
+pub const DEFAULT_ARMS: &str =
+    "none,resample,feedback,ladder,constrained,reason-format,escalate,auto";
+
+/// The evals `auto` learns from, on the training seeds: the arms whose re-asks are each one
+/// strategy `auto` can choose (`ladder`'s first rung is `constrained`, run only where the
+/// contract gives a constraint).
+pub const LEARNING_ARMS: [&str; 4] = ["resample", "feedback", "reason-format", "ladder"];
 
 /// One contract of `examples/eval/`: its dataset and profile.
 #[derive(Debug)]
@@ -177,7 +189,40 @@ struct ArmRun {
     /// Read back from an earlier run (`--reuse`), not run now.
     #[serde(skip)]
     reused: bool,
+    /// A learning run's strategy statistics (`enforce eval --stats`), kept in the record so
+    /// that `auto` can learn from an arm read back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stats: Option<StrategyStats>,
 }
+
+/// How one eval of an arm differs from the measured runs: the learning runs of `auto` have
+/// their own seeds, name and statistics file; `auto` reads the learned statistics.
+#[derive(Debug, Clone)]
+struct Variant {
+    /// The record's and the output directory's name.
+    name: String,
+    /// The first seed.
+    seed: u64,
+    /// `--stats` (a file in the output directory) for a learning run.
+    learns: bool,
+    /// `--stats-from FILE` for `auto`.
+    stats_from: Option<PathBuf>,
+}
+
+impl Variant {
+    /// A measured run of `arm` on the usual seeds.
+    fn measured(args: &RealModelArgs, arm: &str) -> Self {
+        Variant {
+            name: arm.to_string(),
+            seed: args.seed,
+            learns: false,
+            stats_from: None,
+        }
+    }
+}
+
+/// The statistics file a learning run writes in its output directory.
+const LEARNED: &str = "learned-stats.json";
 
 /// The evals of one contract: one run per arm.
 struct ContractRun {
@@ -186,6 +231,8 @@ struct ContractRun {
     arms: Vec<ArmRun>,
     /// Arms not run on this contract, with why.
     skipped: Vec<String>,
+    /// The learning runs of `auto` (on the training seeds), when it ran.
+    learned: Vec<ArmRun>,
 }
 
 pub fn run(args: RealModelArgs) -> anyhow::Result<()> {
@@ -279,11 +326,11 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
     })
 }
 
-/// The sampling flags every request gets, enforce's and the peers'.
-fn sampling(args: &RealModelArgs, max_tokens: u64) -> Vec<String> {
+/// The sampling flags every request gets, enforce's and the peers', from the first seed `seed`.
+fn sampling(args: &RealModelArgs, seed: u64, max_tokens: u64) -> Vec<String> {
     vec![
         "--seed".into(),
-        args.seed.to_string(),
+        seed.to_string(),
         "--temperature".into(),
         args.temperature.to_string(),
         "--max-tokens".into(),
@@ -303,6 +350,7 @@ fn eval_contract(
         max_tokens,
         arms: Vec::new(),
         skipped: Vec::new(),
+        learned: Vec::new(),
     };
     for arm in args
         .arms
@@ -322,10 +370,80 @@ fn eval_contract(
             ));
             continue;
         }
-        run.arms
-            .push(eval_arm(args, work, contract, &dataset, max_tokens, arm)?);
+        let mut variant = Variant::measured(args, arm);
+        if learns_elsewhere(arm) {
+            if run.learned.is_empty() {
+                run.learned = learn(args, work, contract, &dataset, max_tokens)?;
+            }
+            variant.stats_from = Some(learned_stats(args, work, contract, &run.learned)?);
+        }
+        run.arms.push(eval_arm(
+            args, work, contract, &dataset, max_tokens, arm, &variant,
+        )?);
     }
     Ok(run)
+}
+
+/// Whether `arm` chooses by learned statistics (its words include `auto`).
+fn learns_elsewhere(arm: &str) -> bool {
+    arm.split('+').any(|w| w == "auto")
+}
+
+/// The learning runs of `auto`: each of [`LEARNING_ARMS`] (the `ladder` only where the
+/// contract has a constraint) on the training seeds, with `--stats`.
+fn learn(
+    args: &RealModelArgs,
+    work: &Path,
+    contract: &Contract,
+    dataset: &Path,
+    max_tokens: u64,
+) -> anyhow::Result<Vec<ArmRun>> {
+    let seed = args.train_seed.unwrap_or(args.seed.saturating_add(1000));
+    LEARNING_ARMS
+        .iter()
+        .filter(|arm| contract.json || **arm != "ladder")
+        .map(|arm| {
+            let variant = Variant {
+                name: format!("learn-{arm}"),
+                seed,
+                learns: true,
+                stats_from: None,
+            };
+            eval_arm(args, work, contract, dataset, max_tokens, arm, &variant)
+        })
+        .collect()
+}
+
+/// The statistics of the learning runs, added up into one file in the contract's work
+/// directory, for `--stats-from`.
+fn learned_stats(
+    args: &RealModelArgs,
+    work: &Path,
+    contract: &Contract,
+    learned: &[ArmRun],
+) -> anyhow::Result<PathBuf> {
+    let mut stats = StrategyStats::default();
+    for run in learned {
+        let found = run.stats.as_ref().ok_or_else(|| {
+            anyhow!(
+                "the learning run `{}` has no statistics (rerun without --reuse)",
+                run.command
+            )
+        })?;
+        stats.merge(found);
+    }
+    let dir = contract_dir(args, work, contract);
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("auto-stats.json");
+    std::fs::write(&path, stats.to_json())?;
+    Ok(path)
+}
+
+/// Where a contract's evals go under the work dir.
+fn contract_dir(args: &RealModelArgs, work: &Path, contract: &Contract) -> PathBuf {
+    work.join("real-model")
+        .join(model_name(args))
+        .join(contract.profile)
 }
 
 /// One arm of one contract: `enforce eval` into a directory of its own, or the result of the
@@ -337,37 +455,11 @@ fn eval_arm(
     dataset: &Path,
     max_tokens: u64,
     arm: &str,
+    variant: &Variant,
 ) -> anyhow::Result<ArmRun> {
-    let dir = work
-        .join("real-model")
-        .join(model_name(args))
-        .join(contract.profile);
-    let out = dir.join(arm);
-    let mut cmd = Command::new(&args.enforce_bin);
-    cmd.arg("eval")
-        .arg(dataset)
-        .arg("--config")
-        .arg(args.eval_dir.join("enforce.yaml"))
-        .arg("--profile")
-        .arg(contract.profile)
-        .arg("--arms")
-        .arg(arm)
-        .args(sampling(args, max_tokens))
-        .arg("--concurrency")
-        .arg(args.concurrency.to_string())
-        .arg("--runner")
-        .arg("local")
-        .arg("--model")
-        .arg(&args.gguf)
-        .arg("--threads")
-        .arg(args.threads.to_string());
-    if let Some(larger) = args.escalate_gguf.as_ref().filter(|_| escalates(arm)) {
-        cmd.arg("--escalate-model").arg(larger);
-    }
-    cmd.arg("-o")
-        .arg(&out)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null());
+    let dir = contract_dir(args, work, contract);
+    let out = dir.join(&variant.name);
+    let mut cmd = eval_command(args, contract, dataset, max_tokens, arm, variant, &out);
     let command = peers::describe(&cmd);
     let records = match &args.records {
         Some(records) => absolute(records)?,
@@ -375,7 +467,7 @@ fn eval_arm(
     }
     .join(model_name(args))
     .join(contract.profile);
-    let record = records.join(format!("{arm}.json"));
+    let record = records.join(format!("{}.json", variant.name));
     if args.reuse {
         if let Some(mut earlier) = read_back(&record, &command) {
             eprintln!("bench: reused {} ({})", record.display(), earlier.measured);
@@ -388,7 +480,7 @@ fn eval_arm(
         std::fs::remove_dir_all(&out)?;
     }
     std::fs::create_dir_all(&dir)?;
-    let log = dir.join(format!("{arm}.log"));
+    let log = dir.join(format!("{}.log", variant.name));
     cmd.stderr(Stdio::from(std::fs::File::create(&log)?));
     eprintln!("bench: {command}");
     let started = Instant::now();
@@ -409,16 +501,75 @@ fn eval_arm(
         .into_iter()
         .next()
         .ok_or_else(|| anyhow!("{} has no arm", summary_path.display()))?;
+    let stats = if variant.learns {
+        Some(learned_by(&out, &command)?)
+    } else {
+        None
+    };
     let run = ArmRun {
         summary: arm_summary,
         command,
         wall_s: started.elapsed().as_secs_f64(),
         measured: peers::version_of("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         reused: false,
+        stats,
     };
     std::fs::create_dir_all(&records)?;
     std::fs::write(&record, serde_json::to_vec_pretty(&run)?)?;
     Ok(run)
+}
+
+/// The `enforce eval` of `arm` on `contract` (as `variant` runs it) into `out`.
+fn eval_command(
+    args: &RealModelArgs,
+    contract: &Contract,
+    dataset: &Path,
+    max_tokens: u64,
+    arm: &str,
+    variant: &Variant,
+    out: &Path,
+) -> Command {
+    let mut cmd = Command::new(&args.enforce_bin);
+    cmd.arg("eval")
+        .arg(dataset)
+        .arg("--config")
+        .arg(args.eval_dir.join("enforce.yaml"))
+        .arg("--profile")
+        .arg(contract.profile)
+        .arg("--arms")
+        .arg(arm)
+        .args(sampling(args, variant.seed, max_tokens))
+        .arg("--concurrency")
+        .arg(args.concurrency.to_string())
+        .arg("--runner")
+        .arg("local")
+        .arg("--model")
+        .arg(&args.gguf)
+        .arg("--threads")
+        .arg(args.threads.to_string());
+    if let Some(larger) = args.escalate_gguf.as_ref().filter(|_| escalates(arm)) {
+        cmd.arg("--escalate-model").arg(larger);
+    }
+    if variant.learns {
+        cmd.arg("--stats").arg(out.join(LEARNED));
+    }
+    if let Some(stats) = &variant.stats_from {
+        cmd.arg("--stats-from").arg(stats);
+    }
+    cmd.arg("-o")
+        .arg(out)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
+    cmd
+}
+
+/// The statistics a learning run (`command`) wrote in its output directory `out`.
+fn learned_by(out: &Path, command: &str) -> anyhow::Result<StrategyStats> {
+    let path = out.join(LEARNED);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{command} wrote no statistics at {}", path.display()))?;
+    StrategyStats::from_json(&text)
+        .with_context(|| format!("{} is not a statistics file", path.display()))
 }
 
 /// Whether `arm` re-asks another model (its words include `escalate`).
@@ -478,6 +629,7 @@ mod tests {
             escalate_gguf: None,
             contracts: None,
             seed: 42,
+            train_seed: None,
             temperature: 0.7,
             max_tokens: None,
             threads: 1,
@@ -546,6 +698,7 @@ mod tests {
             wall_s: 1.0,
             measured: "then".into(),
             reused: false,
+            stats: None,
         };
         std::fs::write(
             record.join("escalate.json"),
@@ -586,6 +739,7 @@ mod tests {
             wall_s: 1.0,
             measured: "then".into(),
             reused: false,
+            stats: None,
         };
         std::fs::write(at.join("none.json"), serde_json::to_vec(&earlier).unwrap()).unwrap();
         // Read back from the records directory, not from under the work dir.
@@ -606,6 +760,99 @@ mod tests {
             "{both}"
         );
         assert!(part_name("two words").is_err() && part_name("a:b").is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The record of `name` (`arm` run by `command`) written where `--reuse` reads it back.
+    fn record(at: &Path, name: &str, arm: &str, command: String, stats: Option<StrategyStats>) {
+        let earlier = ArmRun {
+            summary: ArmSummary {
+                arm: arm.into(),
+                ..ArmSummary::default()
+            },
+            command,
+            wall_s: 1.0,
+            measured: "then".into(),
+            reused: false,
+            stats,
+        };
+        std::fs::create_dir_all(at).unwrap();
+        std::fs::write(
+            at.join(format!("{name}.json")),
+            serde_json::to_vec(&earlier).unwrap(),
+        )
+        .unwrap();
+    }
+
+    /// The command the city contract's `arm` runs as with `seed`, for the test model.
+    fn city_command(a: &RealModelArgs, arm: &str, seed: u64) -> String {
+        format!(
+            "enforce eval examples/eval/city-json.jsonl --config examples/eval/enforce.yaml --profile city_json --arms {arm} --seed {seed} --temperature 0.7 --max-tokens 256 --concurrency 2 --runner local --model {} --threads 1",
+            a.gguf.display()
+        )
+    }
+
+    /// The record of the learning run of `arm` in `at`, with `stats`.
+    fn learning_record(a: &RealModelArgs, at: &Path, arm: &str, stats: Option<StrategyStats>) {
+        let name = format!("learn-{arm}");
+        let out = at.join(&name);
+        let command = format!(
+            "{} --stats {} -o {}",
+            city_command(a, arm, 1042),
+            out.join(LEARNED).display(),
+            out.display()
+        );
+        record(at, &name, arm, command, stats);
+    }
+
+    #[test]
+    fn auto_learns_on_the_training_seeds_and_reads_what_they_measured() {
+        use enforce_core::policy::Reask;
+        use enforce_core::strategy::{StatsKey, Tally};
+        let dir = std::env::temp_dir().join(format!("real-model-auto-{}", std::process::id()));
+        let mut a = args(&dir);
+        a.arms = "auto".into();
+        let city = chosen_contracts(&a).unwrap()[0];
+        let at = dir.join("real-model/Tiny-Model.Q4/city_json");
+        let mut expected = StrategyStats::default();
+        for (i, arm) in LEARNING_ARMS.iter().enumerate() {
+            let mut stats = StrategyStats::default();
+            let key = StatsKey {
+                model: "Tiny-Model.Q4.gguf".into(),
+                profile: "city_json".into(),
+                code: "INVALID_JSON".into(),
+                strategy: Reask::ALL[i],
+            };
+            let tally = Tally {
+                attempts: 10 + i as u64,
+                valid: i as u64,
+                ..Tally::default()
+            };
+            stats.add(key, tally);
+            expected.merge(&stats);
+            learning_record(&a, &at, arm, Some(stats));
+        }
+        let learned = at.join("auto-stats.json");
+        let auto = format!(
+            "{} --stats-from {} -o {}",
+            city_command(&a, "auto", 42),
+            learned.display(),
+            at.join("auto").display()
+        );
+        record(&at, "auto", "auto", auto, None);
+        // Everything is read back: nothing runs, and the learned statistics add up.
+        let run = eval_contract(&a, &dir, city).unwrap();
+        assert_eq!(run.learned.len(), LEARNING_ARMS.len());
+        assert!(run.arms[0].reused, "{}", run.arms[0].command);
+        let written = std::fs::read_to_string(&learned).unwrap();
+        assert_eq!(StrategyStats::from_json(&written).unwrap(), expected);
+
+        // A learning record without statistics cannot teach `auto`: a clear error.
+        learning_record(&a, &at, "resample", None);
+        let Err(e) = eval_contract(&a, &dir, city) else {
+            panic!("a learning record without statistics was taken");
+        };
+        assert!(e.to_string().contains("has no statistics"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -33,8 +33,12 @@ the failed answer and feedback naming its errors; `ladder` the eval's ladder (`e
 (a grammar; only on the JSON contract); `reason-format` every attempt asked twice, a free answer
 first, then that answer in the contract's format; `escalate` feedback first, then the same
 re-ask of a larger model (named in the part; only where one was given). A truncated answer is
-re-asked with more room in every arm that re-asks. The ladder is held against the best single
-arm on the same model (`escalate` asks another one). The local runner's speed against
+re-asked with more room in every arm that re-asks; `auto` (`reask: auto`) each re-ask's strategy
+chosen by statistics learned on other seeds: `resample`, `feedback`, `reason-format` and, on the
+JSON contract, `ladder` first run with the first seed + 1000 and `enforce eval --stats`, then
+`auto` with `--stats-from` on the usual seeds. The ladder is held against the best single arm on
+the same model (`escalate` asks another one); so is `auto`, which should be within one case of
+it, never below `none`, at no more than 1.1× its tokens (prompt + completion) per valid answer. The local runner's speed against
 llama.cpp's own is measured apart, side by side.
 ";
 
@@ -226,7 +230,7 @@ fn verdict(run: &ContractRun) -> String {
         .iter()
         .find(|a| arm_name(a) == "none")
         .and_then(valid);
-    let single = best(run.arms.iter().filter(|a| arm_name(a) != "ladder"));
+    let single = best(run.arms.iter().filter(|a| single_strategy(a)));
     let mut line = match (none, single.and_then(|b| Some((b, valid(b)?)))) {
         (Some((k0, n)), Some((b, (kb, _)))) if kb > k0 + 1.0 => format!(
             "{name}: one attempt (repairs at the end) {k0:.0}/{n:.0}; `{}` {kb:.0}/{n:.0} — that arm paid here.",
@@ -246,7 +250,7 @@ fn verdict(run: &ContractRun) -> String {
     let reasking = best(
         run.arms
             .iter()
-            .filter(|a| arm_name(a) != "ladder" && !arm_name(a).contains("escalate")),
+            .filter(|a| single_strategy(a) && !arm_name(a).contains("escalate")),
     );
     let ladder = run
         .arms
@@ -266,7 +270,83 @@ fn verdict(run: &ContractRun) -> String {
             arm_name(b)
         );
     }
+    if let Some(auto) = auto_verdict(run, reasking) {
+        line.push_str(&auto);
+    }
     line
+}
+
+/// An arm of one strategy: not the ladder (several) nor `auto` (chosen among them).
+fn single_strategy(arm: &ArmRun) -> bool {
+    !matches!(arm_name(arm), "ladder" | "auto")
+}
+
+/// Tokens (prompt + completion) per valid answer.
+fn tokens_per_valid(arm: &ArmRun) -> Option<f64> {
+    Some(arm.summary.prompt_tokens_per_valid? + arm.summary.completion_tokens_per_valid?)
+}
+
+/// How `auto` fared against its goal, in words: within one case of `best` (the best single
+/// arm on the same model), not below `none`, at most 1.1× `best`'s tokens per valid answer.
+fn auto_verdict(run: &ContractRun, best: Option<&ArmRun>) -> Option<String> {
+    let auto = run.arms.iter().find(|a| arm_name(a) == "auto")?;
+    let (ka, n) = valid(auto)?;
+    let mut said = Vec::new();
+    let mut met = true;
+    if let Some(b) = best {
+        let kb = valid(b).map_or(0.0, |v| v.0);
+        let within = ka + 1.0 >= kb;
+        met &= within;
+        said.push(format!(
+            "{} the best single arm (`{}`, {kb:.0}/{n:.0})",
+            if within {
+                "within one case of"
+            } else {
+                "**more than one case below**"
+            },
+            arm_name(b)
+        ));
+        match (tokens_per_valid(auto), tokens_per_valid(b)) {
+            (Some(ta), Some(tb)) => {
+                let cheap = ta <= 1.1 * tb;
+                met &= cheap;
+                said.push(format!(
+                    "{ta:.0} tokens per valid answer against its {tb:.0} ({})",
+                    if cheap {
+                        "at most 1.1×"
+                    } else {
+                        "**over 1.1×**"
+                    }
+                ));
+            }
+            _ => {
+                met = false;
+                said.push("tokens per valid answer not comparable (no valid answer)".into());
+            }
+        }
+    }
+    if let Some((k0, _)) = run
+        .arms
+        .iter()
+        .find(|a| arm_name(a) == "none")
+        .and_then(valid)
+    {
+        let kept = ka >= k0;
+        met &= kept;
+        said.push(format!(
+            "{} `none` ({k0:.0}/{n:.0})",
+            if kept { "not below" } else { "**below**" }
+        ));
+    }
+    Some(format!(
+        " `auto`, learned on other seeds: {ka:.0}/{n:.0}, {}: {}.",
+        said.join(", "),
+        if met {
+            "it meets the goal"
+        } else {
+            "it **misses** the goal"
+        }
+    ))
 }
 
 fn rate_cell(rate: &Rate) -> String {
@@ -327,6 +407,19 @@ fn contract_table(s: &mut String, run: &ContractRun) {
     let _ = writeln!(s);
     for why in &run.skipped {
         let _ = writeln!(s, "Not run: {why}.\n");
+    }
+    if !run.learned.is_empty() {
+        let arms: Vec<String> = run
+            .learned
+            .iter()
+            .map(|a| format!("`{}`", arm_name(a)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "`auto` chose by the statistics of {} run on other seeds with `--stats` (first: `{}`).\n",
+            arms.join(", "),
+            run.learned[0].command
+        );
     }
 }
 
@@ -428,6 +521,7 @@ mod tests {
             wall_s: 10.0,
             measured: "2026-12-02 04:00 UTC".into(),
             reused: name == "resample",
+            stats: None,
         }
     }
 
@@ -437,6 +531,7 @@ mod tests {
             max_tokens: 256,
             arms,
             skipped: vec!["`constrained+x`: no schema".into()],
+            learned: Vec::new(),
         }
     }
 
@@ -502,6 +597,46 @@ mod tests {
             "{}",
             verdict(&below)
         );
+    }
+
+    /// `arm` with `prompt` prompt tokens per valid answer besides its completion tokens.
+    fn costing(mut arm: ArmRun, prompt: f64) -> ArmRun {
+        arm.summary.prompt_tokens_per_valid = Some(prompt);
+        arm
+    }
+
+    #[test]
+    fn the_auto_verdict_holds_auto_to_the_best_single_arm_none_and_its_tokens() {
+        let met = run(vec![
+            costing(arm("none", 3, 10, 50.0), 100.0),
+            costing(arm("resample", 6, 10, 80.0), 100.0),
+            costing(arm("feedback", 7, 10, 100.0), 100.0),
+            costing(arm("ladder", 9, 10, 60.0), 100.0),
+            costing(arm("auto", 6, 10, 110.0), 100.0),
+        ]);
+        let line = verdict(&met);
+        // The ladder and auto are no single arm: `feedback` is the best one.
+        assert!(line.contains("`feedback` 7/10 — that arm paid"), "{line}");
+        assert!(
+            line.contains("`auto`, learned on other seeds: 6/10, within one case of the best single arm (`feedback`, 7/10), 210 tokens per valid answer against its 200 (at most 1.1×), not below `none` (3/10): it meets the goal."),
+            "{line}"
+        );
+        let missed = run(vec![
+            costing(arm("none", 5, 10, 50.0), 100.0),
+            costing(arm("feedback", 7, 10, 100.0), 100.0),
+            costing(arm("auto", 4, 10, 150.0), 100.0),
+        ]);
+        let line = verdict(&missed);
+        for words in [
+            "**more than one case below** the best single arm (`feedback`, 7/10)",
+            "250 tokens per valid answer against its 200 (**over 1.1×**)",
+            "**below** `none` (5/10)",
+            "it **misses** the goal",
+        ] {
+            assert!(line.contains(words), "{words} in {line}");
+        }
+        let without = run(vec![arm("none", 5, 10, 50.0)]);
+        assert!(!verdict(&without).contains("`auto`"));
     }
 
     #[test]

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 
 /// Prose to a first ask, the JSON the contract wants to a re-ask with feedback.
 #[derive(Default)]
-struct LearnsFromFeedback {
-    calls: AtomicUsize,
+pub(crate) struct LearnsFromFeedback {
+    pub(crate) calls: AtomicUsize,
 }
 
 impl Runner for LearnsFromFeedback {
@@ -41,15 +41,19 @@ profiles:
   city_json:
     validators: [city]
     max_retries: 2
+  city_resample:
+    validators: [city]
+    max_retries: 2
+    reask: resample
 ";
 
-fn profiles() -> ProfileSet {
+pub(crate) fn profiles() -> ProfileSet {
     let config: Config = serde_yaml_ng::from_str(CONFIG).expect("a configuration");
     ProfileSet::from_config(&config, &Registry::builtin(), &BuildEnv::default())
         .expect("the profiles")
 }
 
-fn dataset(dir: &Path, cases: usize) -> PathBuf {
+pub(crate) fn dataset(dir: &Path, cases: usize) -> PathBuf {
     let path = dir.join("cities.jsonl");
     let lines: String = (0..cases)
         .map(|i| format!("{{\"id\": \"c{i}\", \"prompt\": \"City {i} as JSON\"}}\n"))
@@ -58,7 +62,7 @@ fn dataset(dir: &Path, cases: usize) -> PathBuf {
     path
 }
 
-fn eval(dataset: PathBuf, arms: &str, output: Option<PathBuf>) -> Eval {
+pub(crate) fn eval(dataset: PathBuf, arms: &str, output: Option<PathBuf>) -> Eval {
     Eval {
         dataset,
         profile: "city_json".into(),
@@ -73,11 +77,17 @@ fn eval(dataset: PathBuf, arms: &str, output: Option<PathBuf>) -> Eval {
         runner_kind: "test".into(),
         model: None,
         config: None,
+        stats: None,
+        stats_from: None,
+        split: None,
     }
 }
 
 /// Runs `eval`; returns the summary and the events other than finished trials, in words.
-fn run(eval: Eval, model: Arc<LearnsFromFeedback>) -> (Result<Summary, EvalError>, Vec<String>) {
+pub(crate) fn run(
+    eval: Eval,
+    model: Arc<LearnsFromFeedback>,
+) -> (Result<Summary, EvalError>, Vec<String>) {
     let events = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&events);
     let observer: Observer = Arc::new(move |event| {
@@ -94,7 +104,7 @@ fn run(eval: Eval, model: Arc<LearnsFromFeedback>) -> (Result<Summary, EvalError
     (result, events)
 }
 
-fn valid(summary: &Summary, arm: &str) -> (u64, u64) {
+pub(crate) fn valid(summary: &Summary, arm: &str) -> (u64, u64) {
     let arm = summary
         .arms
         .iter()

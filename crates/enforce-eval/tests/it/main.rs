@@ -2,3 +2,4 @@
 //! in-process model.
 
 mod eval;
+mod strategy_stats;
