@@ -7,9 +7,9 @@
 //! the replicas' shared counters and reads their sum back (`ReplicaState::share_stats`), so
 //! every replica chooses by, and writes, what all of them measured.
 
-use crate::atomic_file::write_atomically;
 use crate::auto::Choosers;
 use enforce_core::strategy::{LiveStats, StrategyStats};
+use enforce_eval::atomic::write_atomically;
 use enforce_server::ReplicaState;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,5 @@
 //! The `enforce` command line: check LLM output, run the enforcement loop, serve the proxy.
 
-mod atomic_file;
 mod auto;
 mod commands;
 mod config;

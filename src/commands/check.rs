@@ -4,12 +4,12 @@
 //! Exit codes: 0 every input passed (warnings allowed; with `--fix`, repaired counts as
 //! passed), 1 any input failed, 2 usage, configuration or read error.
 
-use crate::atomic_file::write_atomically;
 use crate::commands::Format;
 use crate::config::LoadedConfig;
 use annotate_snippets::{Level, Renderer, Snippet};
 use enforce_config::ProfileSet;
 use enforce_core::{Check, Context, Issue, Outcome, Severity, Status};
+use enforce_eval::atomic::write_atomically;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};

@@ -18,7 +18,7 @@
 
 mod answers;
 pub mod arms;
-mod atomic;
+pub mod atomic;
 pub mod clustered;
 pub mod cost;
 mod dataset;
