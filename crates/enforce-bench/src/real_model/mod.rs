@@ -16,7 +16,7 @@ mod render;
 use crate::peers;
 use anyhow::{anyhow, Context as _};
 use enforce_core::strategy::StrategyStats;
-use enforce_eval::summary::{ArmSummary, Summary};
+use enforce_eval::summary::ArmSummary;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -494,13 +494,8 @@ fn eval_arm(
         ));
     }
     let summary_path = out.join("summary.json");
-    let summary: Summary = serde_json::from_str(&std::fs::read_to_string(&summary_path)?)
+    let arm_summary = first_arm(&std::fs::read_to_string(&summary_path)?)
         .with_context(|| format!("{} is not an eval's summary", summary_path.display()))?;
-    let arm_summary = summary
-        .arms
-        .into_iter()
-        .next()
-        .ok_or_else(|| anyhow!("{} has no arm", summary_path.display()))?;
     let stats = if variant.learns {
         Some(learned_by(&out, &command)?)
     } else {
@@ -570,6 +565,21 @@ fn learned_by(out: &Path, command: &str) -> anyhow::Result<StrategyStats> {
         .with_context(|| format!("{command} wrote no statistics at {}", path.display()))?;
     StrategyStats::from_json(&text)
         .with_context(|| format!("{} is not a statistics file", path.display()))
+}
+
+/// The first arm of an eval's summary.json. Only the arm is read: the rest of the summary
+/// (the setup, the pairs, the provenance) differs between versions of `enforce`, and a run of
+/// many hours may be finished by another build.
+fn first_arm(summary_json: &str) -> anyhow::Result<ArmSummary> {
+    #[derive(Deserialize)]
+    struct Arms {
+        arms: Vec<ArmSummary>,
+    }
+    let arms: Arms = serde_json::from_str(summary_json)?;
+    arms.arms
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("the summary has no arm"))
 }
 
 /// Whether `arm` re-asks another model (its words include `escalate`).
@@ -854,6 +864,16 @@ mod tests {
         };
         assert!(e.to_string().contains("has no statistics"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn only_the_first_arm_of_a_summary_is_read_so_another_builds_summary_reads() {
+        // The shape of an earlier build's summary.json: pairs without the fields of today's.
+        let older = r#"{"setup": {"dataset": "d.jsonl"}, "arms": [{"arm": "none", "valid": {"k": 3, "n": 4, "rate": 0.75, "low": 0.3, "high": 0.95}}], "issue_codes": [], "pairs": [{"a": "none", "b": "feedback", "p_value": 0.5}]}"#;
+        let arm = first_arm(older).unwrap();
+        assert_eq!((arm.arm.as_str(), arm.valid.rate.k), ("none", 3));
+        assert!(first_arm(r#"{"arms": []}"#).is_err());
+        assert!(first_arm("{}").is_err());
     }
 
     #[test]
