@@ -262,11 +262,7 @@ fn verdict(run: &ContractRun) -> String {
         let _ = write!(
             line,
             " The ladder: {kl:.0}/{n:.0}, {} the best single arm on this model (`{}`, {kb:.0}/{n:.0}).",
-            if kl + 1.0 >= kb {
-                "within one case of"
-            } else {
-                "**more than one case below**"
-            },
+            standing(kl, kb),
             arm_name(b)
         );
     }
@@ -274,6 +270,17 @@ fn verdict(run: &ContractRun) -> String {
         line.push_str(&auto);
     }
     line
+}
+
+/// Where `k` valid answers stand against the best single arm's `best`, in words.
+fn standing(k: f64, best: f64) -> &'static str {
+    if k > best {
+        "above"
+    } else if k + 1.0 >= best {
+        "within one case of"
+    } else {
+        "**more than one case below**"
+    }
 }
 
 /// An arm of one strategy: not the ladder (several) nor `auto` (chosen among them).
@@ -299,11 +306,7 @@ fn auto_verdict(run: &ContractRun, best: Option<&ArmRun>) -> Option<String> {
         met &= within;
         said.push(format!(
             "{} the best single arm (`{}`, {kb:.0}/{n:.0})",
-            if within {
-                "within one case of"
-            } else {
-                "**more than one case below**"
-            },
+            standing(ka, kb),
             arm_name(b)
         ));
         match (tokens_per_valid(auto), tokens_per_valid(b)) {
@@ -637,6 +640,14 @@ mod tests {
         }
         let without = run(vec![arm("none", 5, 10, 50.0)]);
         assert!(!verdict(&without).contains("`auto`"));
+    }
+
+    #[test]
+    fn an_arm_above_the_best_single_arm_is_said_to_be_above_it() {
+        assert_eq!(standing(8.0, 2.0), "above");
+        assert_eq!(standing(9.0, 10.0), "within one case of");
+        assert_eq!(standing(10.0, 10.0), "within one case of");
+        assert_eq!(standing(7.0, 9.0), "**more than one case below**");
     }
 
     #[test]
