@@ -653,6 +653,21 @@ mod tests {
         }
     }
 
+    /// A record of `arm` measured earlier by `command`.
+    fn measured_then(arm: &str, command: String) -> ArmRun {
+        ArmRun {
+            summary: ArmSummary {
+                arm: arm.into(),
+                ..ArmSummary::default()
+            },
+            command,
+            wall_s: 1.0,
+            measured: "then".into(),
+            reused: false,
+            stats: None,
+        }
+    }
+
     #[test]
     fn contracts_are_chosen_by_profile_and_an_unknown_one_is_named() {
         let dir = std::env::temp_dir();
@@ -699,17 +714,7 @@ mod tests {
         );
         let record = dir.join("real-model/Tiny-Model.Q4/code");
         std::fs::create_dir_all(&record).unwrap();
-        let earlier = ArmRun {
-            summary: ArmSummary {
-                arm: "escalate".into(),
-                ..ArmSummary::default()
-            },
-            command,
-            wall_s: 1.0,
-            measured: "then".into(),
-            reused: false,
-            stats: None,
-        };
+        let earlier = measured_then("escalate", command);
         std::fs::write(
             record.join("escalate.json"),
             serde_json::to_vec(&earlier).unwrap(),
@@ -740,17 +745,7 @@ mod tests {
         );
         let at = records.join("Tiny-Model.Q4/city_json");
         std::fs::create_dir_all(&at).unwrap();
-        let earlier = ArmRun {
-            summary: ArmSummary {
-                arm: "none".into(),
-                ..ArmSummary::default()
-            },
-            command,
-            wall_s: 1.0,
-            measured: "then".into(),
-            reused: false,
-            stats: None,
-        };
+        let earlier = measured_then("none", command);
         std::fs::write(at.join("none.json"), serde_json::to_vec(&earlier).unwrap()).unwrap();
         // Read back from the records directory, not from under the work dir.
         let run = eval_contract(&a, &dir, city).unwrap();
