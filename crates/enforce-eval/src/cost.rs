@@ -231,7 +231,7 @@ fn samples<'a>(
             }
             let counts = cases.entry(case).or_default();
             counts.samples += 1;
-            counts.passed += u64::from(attempt_passed(attempt));
+            counts.passed += u64::from(attempt_passed(&trial.outcome, i));
             if let Some(usage) = attempt.usage {
                 counts.tokens += usage.input_tokens + usage.output_tokens;
                 counts.with_usage += 1;

@@ -171,7 +171,7 @@ pub const STATUSES: [Status; 5] = [
 ];
 
 fn first_attempt_passed(outcome: &Outcome) -> bool {
-    outcome.attempts.first().is_some_and(attempt_passed)
+    attempt_passed(outcome, 0)
 }
 
 /// The case ids of `trials`, each once, sorted: the same order however the trials finished,

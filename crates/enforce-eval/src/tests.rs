@@ -327,6 +327,25 @@ fn records_read_back_with_their_key_and_estimated_tokens() {
 }
 
 #[test]
+fn an_answer_whose_checker_never_ran_did_not_pass() {
+    // A trial of the code contract on Qwen2.5-Coder-1.5B whose tests' checker timed out on a
+    // loaded machine: no issues, because the check never ran.
+    let line = r#"{"ts": "2026-12-02T12:38:26.213Z", "request_id": "eval-ladder-fibonacci-0", "model": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "profile": "code", "runner": "local", "status": "unavailable", "stop_reason": {"reason": "validator_unavailable"}, "response": "def fibonacci(n): ...", "issues": [], "warnings": [], "attempts": [{"number": 1, "response_bytes": 218, "response_digest": "9cf82512b9ad94fa", "issues": [], "runner_us": 122867018, "validation_us": 10036788, "usage": {"input_tokens": 58, "output_tokens": 80}, "repairs": [], "finish_reason": "stop", "seed": 49}], "fallback_used": false, "unavailable": {"validator": "tests_pass", "reason": "'python3' did not finish within 10000 ms and was killed"}, "total_us": 132903829, "runner_us": 122867018, "eval": {"arm": "ladder", "case": "fibonacci", "repeat": 0, "seed": 49}}"#;
+    let unchecked = trials::parse_line(line).expect("an eval record");
+    assert!(!trials::attempt_passed(&unchecked.outcome, 0));
+    let mut passed: serde_json::Value = serde_json::from_str(line).expect("json");
+    passed["status"] = "passed".into();
+    passed["stop_reason"] = serde_json::json!({"reason": "clean"});
+    passed["unavailable"] = serde_json::Value::Null;
+    let checked = trials::parse_line(&passed.to_string()).expect("an eval record");
+    assert!(trials::attempt_passed(&checked.outcome, 0));
+    assert!(
+        !trials::attempt_passed(&checked.outcome, 1),
+        "no second attempt"
+    );
+}
+
+#[test]
 fn answers_jsonl_has_one_line_per_attempt_with_the_text_the_model_wrote() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("answers.jsonl");

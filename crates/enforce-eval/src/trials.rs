@@ -5,7 +5,7 @@ use super::answers::{self, Provenance, Recorder};
 use super::arms::Arm;
 use super::dataset::Case;
 use enforce_config::profile::Constrained;
-use enforce_core::{Attempt, AuditRecord, Enforcer, Issue, Outcome, Request, Runner};
+use enforce_core::{AuditRecord, Enforcer, Issue, Outcome, Request, Runner, Status};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashSet};
@@ -206,9 +206,16 @@ pub fn error_codes(issues: &[Issue]) -> BTreeSet<&str> {
         .collect()
 }
 
-/// The attempt passed every validator and was not cut short.
-pub fn attempt_passed(attempt: &Attempt) -> bool {
-    attempt.cut.is_none() && error_codes(&attempt.issues).is_empty()
+/// Attempt `i` of `outcome` passed every validator and was not cut short. The last attempt of
+/// an outcome a validator could not check (`unavailable`: a checker that timed out, say) did
+/// not: it has no issues only because that check never ran.
+pub fn attempt_passed(outcome: &Outcome, i: usize) -> bool {
+    let unchecked = outcome.status == Status::Unavailable && i + 1 == outcome.attempts.len();
+    !unchecked
+        && outcome
+            .attempts
+            .get(i)
+            .is_some_and(|a| a.cut.is_none() && error_codes(&a.issues).is_empty())
 }
 
 /// Reads one audit line of an eval; `None` when it is not one (torn, or without `eval`).
