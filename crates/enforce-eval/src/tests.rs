@@ -128,14 +128,19 @@ fn plan(arms: &str, cases: usize, repeats: u32, seed: u64) -> Plan {
     }
 }
 
-fn run(plan: Plan, concurrency: usize, model: Arc<SeededModel>) -> Vec<Trial> {
-    let plan = Arc::new(plan);
-    let jobs = plan.jobs();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// A runtime like the eval's, with two workers.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .expect("runtime");
+        .expect("runtime")
+}
+
+fn run(plan: Plan, concurrency: usize, model: Arc<SeededModel>) -> Vec<Trial> {
+    let plan = Arc::new(plan);
+    let jobs = plan.jobs();
+    let runtime = runtime();
     runtime
         .block_on(trials::run_all(
             Arc::clone(&plan),
@@ -352,11 +357,7 @@ fn answers_jsonl_has_one_line_per_attempt_with_the_text_the_model_wrote() {
     let file = std::fs::File::create(&path).expect("created");
     let plan = Arc::new(plan("none,feedback", 6, 1, 11));
     let jobs = plan.jobs();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = runtime();
     let trials = runtime
         .block_on(trials::run_all(
             Arc::clone(&plan),

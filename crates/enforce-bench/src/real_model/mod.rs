@@ -771,15 +771,8 @@ mod tests {
     /// The record of `name` (`arm` run by `command`) written where `--reuse` reads it back.
     fn record(at: &Path, name: &str, arm: &str, command: String, stats: Option<StrategyStats>) {
         let earlier = ArmRun {
-            summary: ArmSummary {
-                arm: arm.into(),
-                ..ArmSummary::default()
-            },
-            command,
-            wall_s: 1.0,
-            measured: "then".into(),
-            reused: false,
             stats,
+            ..measured_then(arm, command)
         };
         std::fs::create_dir_all(at).unwrap();
         std::fs::write(
