@@ -377,11 +377,25 @@ fn eval_contract(
             }
             variant.stats_from = Some(learned_stats(args, work, contract, &run.learned)?);
         }
+        let ruled = under_rules(arm, contract);
         run.arms.push(eval_arm(
-            args, work, contract, &dataset, max_tokens, arm, &variant,
+            args, work, contract, &dataset, max_tokens, &ruled, &variant,
         )?);
     }
     Ok(run)
+}
+
+/// The arm `enforce eval` runs for `arm` on `contract`: `auto` decodes under the contract's
+/// JSON Schema where it has one (`auto+constrained`), as a user with a schema configures it.
+/// Constraining decoding is a rule of `reask: auto`, not one of its bets, so `auto` without it
+/// would be measured with the rule switched off.
+fn under_rules(arm: &str, contract: &Contract) -> String {
+    let constrained = arm.split('+').any(|w| w == "constrained");
+    if learns_elsewhere(arm) && contract.json && !constrained {
+        format!("{arm}+constrained")
+    } else {
+        arm.to_string()
+    }
 }
 
 /// Whether `arm` chooses by learned statistics (its words include `auto`).
@@ -628,6 +642,19 @@ fn dataset_in(args: &RealModelArgs, work: &Path, name: &str) -> anyhow::Result<P
 mod tests {
     use super::*;
 
+    #[test]
+    fn auto_decodes_under_the_schema_where_the_contract_has_one() {
+        let json = CONTRACTS.iter().find(|c| c.json).expect("a JSON contract");
+        let prose = CONTRACTS
+            .iter()
+            .find(|c| !c.json)
+            .expect("a contract without a schema");
+        assert_eq!(under_rules("auto", json), "auto+constrained");
+        assert_eq!(under_rules("auto+constrained", json), "auto+constrained");
+        assert_eq!(under_rules("auto", prose), "auto");
+        assert_eq!(under_rules("feedback", json), "feedback");
+    }
+
     fn args(dir: &Path) -> RealModelArgs {
         RealModelArgs {
             enforce_bin: "enforce".into(),
@@ -831,9 +858,10 @@ mod tests {
             learning_record(&a, &at, arm, Some(stats));
         }
         let learned = at.join("auto-stats.json");
+        // On the JSON contract `auto` decodes under the schema: its command says so.
         let auto = format!(
             "{} --stats-from {} -o {}",
-            city_command(&a, "auto", 42),
+            city_command(&a, "auto+constrained", 42),
             learned.display(),
             at.join("auto").display()
         );

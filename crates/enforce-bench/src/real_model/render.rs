@@ -36,7 +36,9 @@ re-ask of a larger model (named in the part; only where one was given). A trunca
 re-asked with more room in every arm that re-asks; `auto` (`reask: auto`) each re-ask's strategy
 chosen by statistics learned on other seeds: `resample`, `feedback`, `reason-format` and, on the
 JSON contract, `ladder` first run with the first seed + 1000 and `enforce eval --stats`, then
-`auto` with `--stats-from` on the usual seeds. The ladder is held against the best single arm on
+`auto` with `--stats-from` on the usual seeds. On the JSON contract `auto` decodes under the
+schema (`auto+constrained`), as `reask: auto` with `decode: constrained` does: a constraint is a
+rule of `auto`, not one of its bets. The ladder is held against the best single arm on
 the same model (`escalate` asks another one); so is `auto`, which should be within one case of
 it, never below `none`, at no more than 1.1× its tokens (prompt + completion) per valid answer. The local runner's speed against
 llama.cpp's own is measured apart, side by side.
@@ -285,7 +287,12 @@ fn standing(k: f64, best: f64) -> &'static str {
 
 /// An arm of one strategy: not the ladder (several) nor `auto` (chosen among them).
 fn single_strategy(arm: &ArmRun) -> bool {
-    !matches!(arm_name(arm), "ladder" | "auto")
+    arm_name(arm) != "ladder" && !is_auto(arm)
+}
+
+/// Whether the arm is `auto` (on a contract with a schema `auto+constrained`).
+fn is_auto(arm: &ArmRun) -> bool {
+    arm_name(arm).split('+').any(|w| w == "auto")
 }
 
 /// Tokens (prompt + completion) per valid answer.
@@ -296,7 +303,7 @@ fn tokens_per_valid(arm: &ArmRun) -> Option<f64> {
 /// How `auto` fared against its goal, in words: within one case of `best` (the best single
 /// arm on the same model), not below `none`, at most 1.1× `best`'s tokens per valid answer.
 fn auto_verdict(run: &ContractRun, best: Option<&ArmRun>) -> Option<String> {
-    let auto = run.arms.iter().find(|a| arm_name(a) == "auto")?;
+    let auto = run.arms.iter().find(|a| is_auto(a))?;
     let (ka, n) = valid(auto)?;
     let mut said = Vec::new();
     let mut met = true;
@@ -342,7 +349,8 @@ fn auto_verdict(run: &ContractRun, best: Option<&ArmRun>) -> Option<String> {
         ));
     }
     Some(format!(
-        " `auto`, learned on other seeds: {ka:.0}/{n:.0}, {}: {}.",
+        " `{}`, learned on other seeds: {ka:.0}/{n:.0}, {}: {}.",
+        arm_name(auto),
         said.join(", "),
         if met {
             "it meets the goal"
@@ -640,6 +648,23 @@ mod tests {
         }
         let without = run(vec![arm("none", 5, 10, 50.0)]);
         assert!(!verdict(&without).contains("`auto`"));
+    }
+
+    #[test]
+    fn auto_under_the_constraint_rule_is_held_to_the_constrained_arm_and_no_single_arm() {
+        let line = verdict(&run(vec![
+            costing(arm("none", 2, 10, 50.0), 100.0),
+            costing(arm("constrained", 10, 10, 30.0), 40.0),
+            costing(arm("auto+constrained", 10, 10, 32.0), 40.0),
+        ]));
+        assert!(
+            line.contains("`constrained` 10/10 — that arm paid"),
+            "{line}"
+        );
+        assert!(
+            line.contains("`auto+constrained`, learned on other seeds: 10/10, within one case of the best single arm (`constrained`, 10/10), 72 tokens per valid answer against its 70 (at most 1.1×)"),
+            "{line}"
+        );
     }
 
     #[test]
