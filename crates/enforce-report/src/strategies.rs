@@ -1,10 +1,10 @@
 //! Which re-ask strategy fixed which issue code, at what token cost: the report's
 //! [`StrategyFixes`], counted from each attempt's `reask` and `reask_choice`.
 //!
-//! A re-ask is an attempt a strategy asked (its `reask`), about the last attempt before it
-//! that brought an answer; it counts once for each error code of that answer, as the
-//! `reask: auto` statistics count it. It fixed a code when its own answer, whole (not cut),
-//! no longer had it, whatever became of the request.
+//! Re-asks are counted by the rule the `reask: auto` statistics count them by
+//! ([`enforce_core::strategy::reask_effects`]): a re-ask is about the last attempt before it
+//! that brought an answer, once for each error code of that answer, and it fixed a code when
+//! its own answer, whole (not cut), no longer had it, whatever became of the request.
 
 use crate::read::{AttemptRecord, Record};
 use serde::Serialize;
@@ -43,14 +43,30 @@ pub struct StrategyCounter {
     counts: BTreeMap<(String, String, String), Counts>,
 }
 
-/// The error codes of an attempt, each once.
-fn codes(attempt: &AttemptRecord) -> BTreeSet<&str> {
-    attempt
-        .issues
-        .iter()
-        .filter(|i| i.severity == enforce_core::Severity::Error)
-        .map(|i| i.code.as_str())
-        .collect()
+impl enforce_core::strategy::ReaskedAttempt for AttemptRecord {
+    type Strategy = str;
+
+    fn reask(&self) -> Option<&str> {
+        self.reask.as_deref()
+    }
+
+    fn runner_failed(&self) -> bool {
+        self.runner_error.is_some()
+    }
+
+    fn error_codes(&self) -> Vec<&str> {
+        let codes: BTreeSet<&str> = self
+            .issues
+            .iter()
+            .filter(|i| i.severity == enforce_core::Severity::Error)
+            .map(|i| i.code.as_str())
+            .collect();
+        codes.into_iter().collect()
+    }
+
+    fn cut(&self) -> bool {
+        self.cut.is_some()
+    }
 }
 
 impl StrategyCounter {
@@ -58,35 +74,27 @@ impl StrategyCounter {
     pub fn add(&mut self, record: &Record) {
         let mut attempts: Vec<&AttemptRecord> = record.attempts.iter().collect();
         attempts.sort_by_key(|a| a.number);
-        let mut previous: Option<BTreeSet<&str>> = None;
-        for attempt in attempts {
-            if attempt.runner_error.is_some() {
-                continue;
+        for effect in enforce_core::strategy::reask_effects(attempts) {
+            let attempt = effect.attempt;
+            let chosen = attempt
+                .reask_choice
+                .as_ref()
+                .map_or("ladder", |c| c.by.as_str());
+            let key = (
+                effect.strategy.to_string(),
+                chosen.to_string(),
+                effect.code.to_string(),
+            );
+            let slot = self.counts.entry(key).or_default();
+            slot.0 += 1;
+            slot.1 += u64::from(effect.fixed);
+            if let Some(u) = attempt.usage {
+                slot.2 += 1;
+                slot.3 += u64::from(effect.fixed);
+                slot.4 = slot
+                    .4
+                    .saturating_add(u.input_tokens.saturating_add(u.output_tokens));
             }
-            let now = codes(attempt);
-            if let (Some(strategy), Some(about)) = (&attempt.reask, &previous) {
-                let chosen = attempt
-                    .reask_choice
-                    .as_ref()
-                    .map_or("ladder", |c| c.by.as_str());
-                let whole = attempt.cut.is_none();
-                let tokens = attempt
-                    .usage
-                    .map(|u| u.input_tokens.saturating_add(u.output_tokens));
-                for code in about {
-                    let key = (strategy.clone(), chosen.to_string(), (*code).to_string());
-                    let slot = self.counts.entry(key).or_default();
-                    let fixed = whole && !now.contains(code);
-                    slot.0 += 1;
-                    slot.1 += u64::from(fixed);
-                    if let Some(tokens) = tokens {
-                        slot.2 += 1;
-                        slot.3 += u64::from(fixed);
-                        slot.4 = slot.4.saturating_add(tokens);
-                    }
-                }
-            }
-            previous = Some(now);
         }
     }
 

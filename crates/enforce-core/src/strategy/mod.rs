@@ -12,11 +12,13 @@ use crate::outcome::ChoiceReason;
 use crate::policy::Reask;
 use crate::Outcome;
 
+mod effect;
 mod live;
 mod stats;
 mod thompson;
 
 pub use crate::outcome::{ChosenBy, Compared};
+pub use effect::{reask_effects, ReaskEffect, ReaskedAttempt};
 pub use live::{LiveChooser, LiveStats};
 pub use stats::{StatsError, StatsKey, StrategyStats, Tally, STATS_VERSION};
 pub use thompson::{ThompsonChooser, ThompsonSettings};

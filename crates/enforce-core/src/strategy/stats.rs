@@ -258,33 +258,23 @@ impl StrategyStats {
     /// attempt a strategy asked (its `reask`) is a re-ask about the last attempt before it
     /// that brought an answer, counted under each error code of that answer.
     pub fn record(&mut self, model: &str, profile: &str, outcome: &Outcome) {
-        let mut previous: Option<Vec<&str>> = None;
-        for attempt in &outcome.attempts {
-            if attempt.runner_error.is_some() {
-                continue;
-            }
-            let codes = crate::issue::error_codes(&attempt.issues);
-            if let (Some(strategy), Some(about)) = (attempt.reask, &previous) {
-                let whole = attempt.cut.is_none();
-                for code in about {
-                    let tally = Tally {
-                        attempts: 1,
-                        fixed: u64::from(whole && !codes.contains(code)),
-                        valid: u64::from(whole && codes.is_empty()),
-                        tokens: attempt.usage.map_or(0, |u| u.total()),
-                        tokens_counted: u64::from(attempt.usage.is_some()),
-                        runner_us: attempt.runner_us,
-                    };
-                    let key = StatsKey {
-                        model: model.to_string(),
-                        profile: profile.to_string(),
-                        code: (*code).to_string(),
-                        strategy,
-                    };
-                    self.add(key, tally);
-                }
-            }
-            previous = Some(codes);
+        for effect in super::reask_effects(&outcome.attempts) {
+            let usage = effect.attempt.usage;
+            let tally = Tally {
+                attempts: 1,
+                fixed: u64::from(effect.fixed),
+                valid: u64::from(effect.valid),
+                tokens: usage.map_or(0, |u| u.total()),
+                tokens_counted: u64::from(usage.is_some()),
+                runner_us: effect.attempt.runner_us,
+            };
+            let key = StatsKey {
+                model: model.to_string(),
+                profile: profile.to_string(),
+                code: effect.code.to_string(),
+                strategy: *effect.strategy,
+            };
+            self.add(key, tally);
         }
     }
 }
