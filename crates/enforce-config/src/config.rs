@@ -630,7 +630,8 @@ mod tests {
 
     #[test]
     fn missing_and_non_utf8_files_are_clear_errors() {
-        let err = ConfigSource::read(std::path::Path::new("/nonexistent/enforce.yaml")).unwrap_err();
+        let err =
+            ConfigSource::read(std::path::Path::new("/nonexistent/enforce.yaml")).unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("/nonexistent/enforce.yaml: cannot read"),

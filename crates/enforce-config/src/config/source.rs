@@ -368,4 +368,3 @@ pub fn locate_key(text: &str, key: &str) -> Option<(usize, usize)> {
     }
     found
 }
-
