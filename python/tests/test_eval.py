@@ -152,3 +152,38 @@ def test_stats_one_eval_writes_make_auto_choose_what_paid_in_another(files, tmp_
     assert valid(summary) == {"resample": (0, 6), "auto": (6, 6)}
     with pytest.raises(ValueError, match="stats_from"):
         run("auto")
+
+
+def test_a_profile_with_reask_auto_chooses_by_the_statistics_an_eval_wrote(files, tmp_path):
+    config, dataset = files
+    stats = tmp_path / "stats.json"
+    enforce_llm.eval(
+        dataset,
+        LearnsFromFeedback(),
+        config=config,
+        profile="city_json",
+        arms="resample,feedback",
+        repeats=2,
+        stats=stats,
+    )
+    # The fallback ladder resamples, which never pays with this model: only the statistics
+    # can make the re-ask a feedback one.
+    auto = tmp_path / "auto.yaml"
+    auto.write_text(
+        CONFIG.replace(
+            "    max_retries: 2",
+            f"    max_retries: 2\n    reask: auto\n    reask_auto:\n"
+            f"      stats: {stats}\n      fallback: resample\n      explore: false",
+        )
+    )
+    profile = enforce_llm.Profile("city_json", config=auto)
+    outcome = profile.run([{"role": "user", "content": "Quito as JSON"}], LearnsFromFeedback())
+    assert outcome.ok and outcome.attempts == 2, outcome
+    reask = json.loads(outcome.to_json())["attempts"][1]
+    assert reask["reask"] == "feedback", reask
+    assert reask["reask_choice"]["by"] == "mean", reask
+
+    # An unreadable statistics file is a configuration error naming the key.
+    auto.write_text(auto.read_text().replace(str(stats), str(tmp_path / "absent.json")))
+    with pytest.raises(enforce_llm.ConfigError, match="reask_auto.stats"):
+        enforce_llm.Profile("city_json", config=auto)

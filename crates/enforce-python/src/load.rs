@@ -9,7 +9,7 @@
 use crate::model::PyModel;
 use crate::ConfigError as PyConfigError;
 use enforce_config::config::{Config, ConfigError, ConfigSource, ValidationSections};
-use enforce_config::{BuildEnv, ProfileSet, Registry, RunnerFactory};
+use enforce_config::{BuildEnv, BuildError, Profile, ProfileSet, Registry, RunnerFactory};
 use enforce_core::{Enforcer, Runner};
 use enforce_plugin_host::{plugin_search_path_from_env, PluginHost};
 use pyo3::exceptions::{PyRuntimeWarning, PyTypeError};
@@ -145,7 +145,7 @@ fn load(
     judges: JudgeRunners,
     warnings: &mut Vec<String>,
 ) -> Result<Loaded, ConfigError> {
-    let (profiles, _) = profile_set(file, judges, warnings)?;
+    let (profiles, source) = profile_set(file, judges, warnings)?;
     let name = profile
         .unwrap_or_else(|| profiles.default_name())
         .to_string();
@@ -161,9 +161,35 @@ fn load(
             ),
         });
     };
+    let enforcer = with_chooser(found, source.as_ref())?;
     Ok(Loaded {
-        enforcer: Arc::new(found.enforcer()),
+        enforcer: Arc::new(enforcer),
         name,
+    })
+}
+
+/// The model name a Python model's `reask: auto` statistics are under: a callable names no
+/// model, and `enforce_llm.eval(stats=...)` writes its statistics under this same name.
+const CALLABLE_MODEL: &str = "";
+
+/// `profile`'s enforcer; with `reask: auto` and a statistics file (`reask_auto.stats`), with
+/// the chooser over them, as the CLI gives it. An unreadable file is an error located at the
+/// key that names it.
+fn with_chooser(profile: &Profile, source: Option<&ConfigSource>) -> Result<Enforcer, ConfigError> {
+    let enforcer = profile.enforcer();
+    let Some(auto) = profile.reask_auto() else {
+        return Ok(enforcer);
+    };
+    let stats = auto.read_stats().map_err(|e| match source {
+        Some(source) => source.build_error(e),
+        None => unlocated(e),
+    })?;
+    Ok(match stats {
+        Some(stats) => {
+            let chooser = auto.chooser(&stats, CALLABLE_MODEL, profile.name());
+            enforcer.with_chooser(Arc::new(chooser))
+        }
+        None => enforcer,
     })
 }
 
@@ -240,17 +266,22 @@ fn profile_set(
         warnings.push(conflict.to_string());
     }
     let profiles = match &source {
-        None => ProfileSet::builtin(&registry, None).map_err(|e| ConfigError {
-            file: None,
-            line: None,
-            column: None,
-            key: Some(e.key),
-            message: e.message,
-        })?,
+        None => ProfileSet::builtin(&registry, None).map_err(unlocated)?,
         Some(source) => {
             let env = BuildEnv::new(source.base_dir()).with_runners(Arc::new(judges));
             ProfileSet::from_config(&config, &registry, &env).map_err(|e| source.build_error(e))?
         }
     };
     Ok((profiles, source))
+}
+
+/// An error of the built-in profiles, which come from no file.
+fn unlocated(e: BuildError) -> ConfigError {
+    ConfigError {
+        file: None,
+        line: None,
+        column: None,
+        key: Some(e.key),
+        message: e.message,
+    }
 }
