@@ -14,8 +14,8 @@
 //! hands each connection back through a spawned task, about 8,000 instructions per request.
 //! A runner talks to one host, so its pool is a stack of idle connections.
 
+use crate::upload::UploadBody;
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -59,7 +59,7 @@ pub(crate) struct DirectPool {
 
 #[derive(Debug)]
 struct Idle {
-    sender: SendRequest<Full<Bytes>>,
+    sender: SendRequest<UploadBody>,
     since: std::time::Instant,
 }
 
@@ -88,7 +88,7 @@ impl DirectPool {
 
     /// The most recently used idle connection that can take a request now. Closed and expired
     /// ones are dropped; one still settling its last exchange stays for later.
-    fn checkout(&self) -> Option<SendRequest<Full<Bytes>>> {
+    fn checkout(&self) -> Option<SendRequest<UploadBody>> {
         let mut idle = self.idle();
         let mut settling = Vec::new();
         let mut found = None;
@@ -108,7 +108,7 @@ impl DirectPool {
 
     /// Keeps `sender` for the next request, and closes the connections idle for too long
     /// (dropping its last sender closes a connection).
-    fn put_back(&self, sender: SendRequest<Full<Bytes>>) {
+    fn put_back(&self, sender: SendRequest<UploadBody>) {
         let mut idle = self.idle();
         while idle
             .front()
@@ -124,7 +124,7 @@ impl DirectPool {
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, SendError> {
+    async fn connect(&self) -> Result<SendRequest<UploadBody>, SendError> {
         let connected = tokio::time::timeout(
             self.connect_timeout,
             tokio::net::TcpStream::connect(&self.address),
@@ -159,7 +159,7 @@ impl DirectPool {
     /// connection (what hyper-util's pool does for such a request).
     async fn send(
         self: &Arc<Self>,
-        mut request: http::Request<Full<Bytes>>,
+        mut request: http::Request<UploadBody>,
     ) -> Result<http::Response<Returning>, SendError> {
         request
             .headers_mut()
@@ -183,7 +183,7 @@ impl DirectPool {
     fn returning(
         self: &Arc<Self>,
         response: http::Response<hyper::body::Incoming>,
-        sender: SendRequest<Full<Bytes>>,
+        sender: SendRequest<UploadBody>,
     ) -> http::Response<Returning> {
         response.map(|body| Returning {
             body,
@@ -196,7 +196,7 @@ impl DirectPool {
 /// A response body that gives its connection back to the pool once read to the end.
 pub(crate) struct Returning {
     body: hyper::body::Incoming,
-    sender: Option<SendRequest<Full<Bytes>>>,
+    sender: Option<SendRequest<UploadBody>>,
     pool: Arc<DirectPool>,
 }
 
@@ -281,12 +281,12 @@ impl Transport {
         url: &reqwest::Url,
         uri: &http::Uri,
         headers: &HeaderMap,
-        body: Bytes,
+        body: UploadBody,
         deadline: Instant,
     ) -> Result<UpstreamResponse, SendError> {
         match self {
             Transport::Direct(pool) => {
-                let mut request = http::Request::new(Full::new(body));
+                let mut request = http::Request::new(body);
                 *request.method_mut() = http::Method::POST;
                 // Origin form (`/v1/chat/completions`), as a client talking to the host itself
                 // sends it.
@@ -315,6 +315,10 @@ impl Transport {
             }
             Transport::Reqwest(client) => {
                 let timeout = deadline.saturating_duration_since(Instant::now());
+                let body = match body {
+                    UploadBody::Whole(whole) => reqwest::Body::from(whole.unwrap_or_default()),
+                    streamed => reqwest::Body::wrap(streamed),
+                };
                 let sent = client
                     .post(url.clone())
                     .headers(headers.clone())
@@ -507,7 +511,7 @@ mod tests {
         deadline: Instant,
     ) -> Result<UpstreamResponse, SendError> {
         transport
-            .post(url, &uri_of(url), &HeaderMap::new(), body, deadline)
+            .post(url, &uri_of(url), &HeaderMap::new(), body.into(), deadline)
             .await
     }
 
