@@ -351,6 +351,29 @@ mod tests {
         ]})
     }
 
+    /// Posts what `write` writes to `url` as a large body, with time to spare.
+    async fn post_large(
+        transport: &Transport,
+        url: &reqwest::Url,
+        write: WriteBody<'_>,
+    ) -> Result<crate::transport::UpstreamResponse, UploadError> {
+        let uri: http::Uri = url.as_str().parse().expect("a URI");
+        let headers = HeaderMap::new();
+        let target = Target {
+            transport,
+            url,
+            uri: &uri,
+            headers: &headers,
+        };
+        let deadline = Instant::now() + Duration::from_secs(600);
+        post(&target, write, STREAMED_FROM, deadline).await
+    }
+
+    /// Whether a request's head announced `length` bytes of body, not chunks.
+    fn announced(head: &str, length: usize) -> bool {
+        head.contains(&format!("content-length: {length}")) && !head.contains("transfer-encoding")
+    }
+
     /// A large body is streamed (written twice: counted, then sent) with its
     /// `Content-Length`, and the upstream gets the bytes the whole body would have been, on
     /// both transports.
@@ -359,21 +382,13 @@ mod tests {
         let (url, mut received) = recording_server(None).await;
         let body = large_body();
         let expected = serde_json::to_vec(&body).expect("JSON");
-        let uri: http::Uri = url.as_str().parse().expect("a URI");
         for transport in transports(&url) {
             let writes = AtomicUsize::new(0);
             let write = |out: &mut dyn Write| {
                 writes.fetch_add(1, Ordering::SeqCst);
                 serde_json::to_writer(out, &body)
             };
-            let target = Target {
-                transport: &transport,
-                url: &url,
-                uri: &uri,
-                headers: &HeaderMap::new(),
-            };
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let response = post(&target, &write, expected.len(), deadline)
+            let response = post_large(&transport, &url, &write)
                 .await
                 .expect("an answer");
             assert_eq!(response.status(), 200);
@@ -384,42 +399,26 @@ mod tests {
             );
             let last = received.recv().await.expect("a request");
             assert!(last.body == expected, "the body differs from the whole one");
-            assert!(
-                last.head
-                    .contains(&format!("content-length: {}", expected.len())),
-                "{}",
-                last.head
-            );
-            assert!(!last.head.contains("transfer-encoding"), "{}", last.head);
+            assert!(announced(&last.head, expected.len()), "{}", last.head);
         }
     }
 
     /// An upstream that closes the connection part way through the body ends the request
-    /// with a send error, well before its deadline.
+    /// with a send error, not a wait for the deadline.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_upstream_that_closes_mid_upload_ends_the_request_with_an_error() {
         let (url, mut received) = recording_server(Some(CHUNK_BYTES)).await;
         let body = large_body();
-        let uri: http::Uri = url.as_str().parse().expect("a URI");
         for transport in transports(&url) {
             let write = |out: &mut dyn Write| serde_json::to_writer(out, &body);
-            let target = Target {
-                transport: &transport,
-                url: &url,
-                uri: &uri,
-                headers: &HeaderMap::new(),
-            };
-            let deadline = Instant::now() + Duration::from_secs(600);
-            let sent = post(&target, &write, STREAMED_FROM, deadline).await;
-            assert!(
-                matches!(
-                    sent,
-                    Err(UploadError::Send(
-                        SendError::Other(_) | SendError::Connect(_)
-                    ))
-                ),
-                "{sent:?}"
+            let sent = post_large(&transport, &url, &write).await;
+            let ended = matches!(
+                sent,
+                Err(UploadError::Send(
+                    SendError::Other(_) | SendError::Connect(_)
+                ))
             );
+            assert!(ended, "{sent:?}");
             let cut = received.recv().await.expect("a request");
             assert!(cut.body.len() < serde_json::to_vec(&body).expect("JSON").len());
         }
@@ -431,34 +430,21 @@ mod tests {
     async fn a_body_that_fails_to_be_written_is_not_sent_whole() {
         let (url, mut received) = recording_server(None).await;
         let whole = serde_json::to_vec(&large_body()).expect("JSON");
-        let uri: http::Uri = url.as_str().parse().expect("a URI");
         for transport in transports(&url) {
             let writes = AtomicUsize::new(0);
             // Counted whole, then fails half way through the pass that is sent.
             let write = |out: &mut dyn Write| match writes.fetch_add(1, Ordering::SeqCst) {
                 0 => out.write_all(&whole).map_err(serde_json::Error::io),
                 _ => {
-                    out.write_all(&whole[..whole.len() / 2])
-                        .map_err(serde_json::Error::io)?;
+                    let half = &whole[..whole.len() / 2];
+                    out.write_all(half).map_err(serde_json::Error::io)?;
                     Err(serde::ser::Error::custom("a value that cannot be written"))
                 }
             };
-            let target = Target {
-                transport: &transport,
-                url: &url,
-                uri: &uri,
-                headers: &HeaderMap::new(),
-            };
-            let deadline = Instant::now() + Duration::from_secs(600);
-            let sent = post(&target, &write, STREAMED_FROM, deadline).await;
+            let sent = post_large(&transport, &url, &write).await;
             assert!(matches!(sent, Err(UploadError::Unwritable(_))), "{sent:?}");
             let cut = received.recv().await.expect("a request");
-            assert!(
-                cut.head
-                    .contains(&format!("content-length: {}", whole.len())),
-                "{}",
-                cut.head
-            );
+            assert!(announced(&cut.head, whole.len()), "{}", cut.head);
             assert!(cut.body.len() < whole.len());
         }
     }
