@@ -14,17 +14,19 @@
 //! hands each connection back through a spawned task, about 8,000 instructions per request.
 //! A runner talks to one host, so its pool is a stack of idle connections.
 
-use crate::upload::UploadBody;
 use bytes::Bytes;
+use http_body::{Frame, SizeHint};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use reqwest::header::{HeaderMap, HeaderValue};
 use std::collections::VecDeque;
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 
 /// The environment variables that put a proxy in front of a plain-HTTP URL (as reqwest reads
@@ -233,6 +235,67 @@ impl http_body::Body for Returning {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+/// A request body as the transports send it.
+#[derive(Debug)]
+pub(crate) enum UploadBody {
+    /// Written before the request is sent; `None` once it is taken.
+    Whole(Option<Bytes>),
+    /// Chunks written as the connection takes them; `left` bytes to come (the body's
+    /// `Content-Length`, from a first pass that counts them).
+    Streamed {
+        chunks: mpsc::Receiver<io::Result<Bytes>>,
+        left: u64,
+    },
+}
+
+impl From<Bytes> for UploadBody {
+    fn from(bytes: Bytes) -> Self {
+        UploadBody::Whole(Some(bytes))
+    }
+}
+
+impl http_body::Body for UploadBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        match self.get_mut() {
+            UploadBody::Whole(whole) => Poll::Ready(
+                whole
+                    .take()
+                    .filter(|bytes| !bytes.is_empty())
+                    .map(|bytes| Ok(Frame::data(bytes))),
+            ),
+            UploadBody::Streamed { chunks, left } => {
+                let chunk = ready!(chunks.poll_recv(cx));
+                if let Some(Ok(bytes)) = &chunk {
+                    *left = left.saturating_sub(bytes.len() as u64);
+                }
+                Poll::Ready(chunk.map(|chunk| chunk.map(Frame::data)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UploadBody::Whole(whole) => whole.as_ref().is_none_or(Bytes::is_empty),
+            UploadBody::Streamed { left, .. } => *left == 0,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UploadBody::Whole(whole) => {
+                SizeHint::with_exact(whole.as_ref().map_or(0, |bytes| bytes.len() as u64))
+            }
+            UploadBody::Streamed { left, .. } => SizeHint::with_exact(*left),
+        }
     }
 }
 

@@ -7,13 +7,10 @@
 //! task of its own that drains the chunks ([`post`]). A single-threaded runtime cannot do
 //! that, and a body under [`STREAMED_FROM`] gains little: both are written whole.
 
-use crate::transport::{SendError, Transport};
+use crate::transport::{SendError, Transport, UploadBody};
 use bytes::Bytes;
-use http_body::{Frame, SizeHint};
 use reqwest::header::HeaderMap;
 use std::io::{self, Write};
-use std::pin::Pin;
-use std::task::{ready, Context, Poll};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -36,67 +33,6 @@ pub(crate) enum UploadError {
     Unwritable(serde_json::Error),
     /// The request failed.
     Send(SendError),
-}
-
-/// A request body as the transports send it.
-#[derive(Debug)]
-pub(crate) enum UploadBody {
-    /// Written before the request is sent; `None` once it is taken.
-    Whole(Option<Bytes>),
-    /// Chunks written as the connection takes them; `left` bytes to come (the body's
-    /// `Content-Length`, from a first pass that counts them).
-    Streamed {
-        chunks: mpsc::Receiver<io::Result<Bytes>>,
-        left: u64,
-    },
-}
-
-impl From<Bytes> for UploadBody {
-    fn from(bytes: Bytes) -> Self {
-        UploadBody::Whole(Some(bytes))
-    }
-}
-
-impl http_body::Body for UploadBody {
-    type Data = Bytes;
-    type Error = io::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        match self.get_mut() {
-            UploadBody::Whole(whole) => Poll::Ready(
-                whole
-                    .take()
-                    .filter(|bytes| !bytes.is_empty())
-                    .map(|bytes| Ok(Frame::data(bytes))),
-            ),
-            UploadBody::Streamed { chunks, left } => {
-                let chunk = ready!(chunks.poll_recv(cx));
-                if let Some(Ok(bytes)) = &chunk {
-                    *left = left.saturating_sub(bytes.len() as u64);
-                }
-                Poll::Ready(chunk.map(|chunk| chunk.map(Frame::data)))
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            UploadBody::Whole(whole) => whole.as_ref().is_none_or(Bytes::is_empty),
-            UploadBody::Streamed { left, .. } => *left == 0,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            UploadBody::Whole(whole) => {
-                SizeHint::with_exact(whole.as_ref().map_or(0, |bytes| bytes.len() as u64))
-            }
-            UploadBody::Streamed { left, .. } => SizeHint::with_exact(*left),
-        }
-    }
 }
 
 /// Where and how a request goes: the parts of it every try shares.
