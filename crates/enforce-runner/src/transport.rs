@@ -555,7 +555,7 @@ impl UpstreamResponse {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn url(s: &str) -> reqwest::Url {
@@ -627,8 +627,9 @@ mod tests {
         }
     }
 
-    /// A server that sends the head and the start of a body, then stalls.
-    async fn stalling_server() -> reqwest::Url {
+    /// A server that reads the start of each request, sends `answer`, and holds the
+    /// connection for `hold` without reading more.
+    pub(crate) async fn answering_server(answer: &'static [u8], hold: Duration) -> reqwest::Url {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -639,13 +640,18 @@ mod tests {
                 tokio::spawn(async move {
                     let mut buffer = [0u8; 4096];
                     let _ = socket.read(&mut buffer).await;
-                    let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"a\":";
-                    let _ = socket.write_all(head.as_bytes()).await;
-                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    let _ = socket.write_all(answer).await;
+                    tokio::time::sleep(hold).await;
                 });
             }
         });
         url(&format!("http://{address}/v1/chat/completions"))
+    }
+
+    /// A server that sends the head and the start of a body, then stalls.
+    async fn stalling_server() -> reqwest::Url {
+        let head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"a\":";
+        answering_server(head, Duration::from_secs(10)).await
     }
 
     #[tokio::test]

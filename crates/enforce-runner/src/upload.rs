@@ -11,7 +11,7 @@ use crate::transport::{SendError, Transport, UploadBody};
 use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use std::io::{self, Write};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 /// The smallest body (as estimated before it is written) streamed rather than written whole.
@@ -106,10 +106,17 @@ async fn streamed(
     );
     // A JoinSet aborts the request when this future is dropped (a client gone).
     let mut sending = tokio::task::JoinSet::new();
-    sending.spawn(async move { transport.post(&url, &uri, &headers, body, deadline).await });
+    let (task_alive, ended) = oneshot::channel::<()>();
+    sending.spawn(async move {
+        // Dropped when the task ends: its answer, its error or its deadline.
+        let _alive = task_alive;
+        transport.post(&url, &uri, &headers, body, deadline).await
+    });
     let mut out = Chunks {
         sender,
         chunk: Vec::with_capacity(CHUNK_BYTES),
+        ended,
+        runtime: tokio::runtime::Handle::current(),
         stopped: false,
     };
     let written = tokio::task::block_in_place(|| {
@@ -151,10 +158,16 @@ impl Write for Counted {
 }
 
 /// A writer that hands the connection [`CHUNK_BYTES`] at a time, waiting while
-/// [`CHUNKS_QUEUED`] are not yet taken.
+/// [`CHUNKS_QUEUED`] are not yet taken: until the connection takes one, drops the body, or
+/// the request's task ends (an upstream that answered early and stopped reading would
+/// otherwise hold the writer for good).
 struct Chunks {
     sender: mpsc::Sender<io::Result<Bytes>>,
     chunk: Vec<u8>,
+    /// Resolves when the request's task ends.
+    ended: oneshot::Receiver<()>,
+    /// The runtime the wait runs on (the writer runs in `block_in_place`).
+    runtime: tokio::runtime::Handle,
     /// The connection stopped taking them (the request ended).
     stopped: bool,
 }
@@ -162,13 +175,30 @@ struct Chunks {
 impl Chunks {
     fn send(&mut self) -> io::Result<()> {
         let chunk = std::mem::replace(&mut self.chunk, Vec::with_capacity(CHUNK_BYTES));
-        self.sender.blocking_send(Ok(chunk.into())).map_err(|_| {
-            self.stopped = true;
-            io::Error::new(
+        let Chunks {
+            sender,
+            ended,
+            runtime,
+            stopped,
+            ..
+        } = self;
+        // Taken while the connection drains the chunks, even once the answer is in.
+        let taken = !*stopped
+            && runtime.block_on(async {
+                tokio::select! {
+                    biased;
+                    sent = sender.send(Ok(chunk.into())) => sent.is_ok(),
+                    _ = ended => false,
+                }
+            });
+        if !taken {
+            *stopped = true;
+            return Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "the request ended before its body",
-            )
-        })
+            ));
+        }
+        Ok(())
     }
 
     /// Sends the last chunk.
@@ -357,6 +387,31 @@ mod tests {
             assert!(ended, "{sent:?}");
             let cut = received.recv().await.expect("a request");
             assert!(cut.body.len() < serde_json::to_vec(&body).expect("JSON").len());
+        }
+    }
+
+    /// An upstream that answers before it has read the body and then stops reading ends
+    /// the writing when the answer is in, rather than holding it until the deadline.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upstream_that_answers_early_and_stops_reading_ends_the_writing() {
+        // Held open and unread past the test's end.
+        let url = crate::transport::tests::answering_server(
+            b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 0\r\n\r\n",
+            Duration::from_secs(3600),
+        )
+        .await;
+        // Larger than what the socket buffers take in.
+        let body = serde_json::json!({"messages": [{"content": "x".repeat(24 << 20)}]});
+        for transport in transports(&url) {
+            let write = |out: &mut dyn Write| serde_json::to_writer(out, &body);
+            let sent = post_large(&transport, &url, &write).await;
+            match sent {
+                Ok(response) => assert_eq!(response.status(), 413),
+                Err(error) => assert!(
+                    !matches!(error, UploadError::Send(SendError::Timeout)),
+                    "{error:?}"
+                ),
+            }
         }
     }
 
