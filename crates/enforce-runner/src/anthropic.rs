@@ -10,11 +10,10 @@
 use crate::anthropic_events::{input_usage, stop_reason, MessagesReader};
 use crate::error::ConfigError;
 use crate::http::{
-    answer, api_key, ask_whole, body_bytes, error_message, secret_header, EndpointSettings,
-    HttpEndpoint, RetryConfig, StreamSource, DEFAULT_MAX_RESPONSE_BYTES,
+    answer, api_key, ask_whole, error_message, secret_header, EndpointSettings, HttpEndpoint,
+    RetryConfig, StreamSource, DEFAULT_MAX_RESPONSE_BYTES,
 };
 use crate::process::tail;
-use bytes::Bytes;
 use enforce_core::{
     async_trait, runner::ToolCall, runner::ToolFeedback, Ask, Message, Reply, ReplyStream, Request,
     Role, Runner, RunnerError, Usage,
@@ -250,13 +249,14 @@ impl StreamSource for AnthropicRunner {
         &self.endpoint
     }
 
-    fn request_body(
+    fn write_body(
         &self,
         request: &Request,
         messages: &[Message],
         stream: bool,
-    ) -> Result<Bytes, RunnerError> {
-        body_bytes(&self.body_with(request, messages, stream), messages)
+        out: &mut dyn std::io::Write,
+    ) -> serde_json::Result<()> {
+        serde_json::to_writer(out, &self.body_with(request, messages, stream))
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {

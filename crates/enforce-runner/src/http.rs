@@ -7,6 +7,7 @@ use crate::error::{timeout_from_secs, ConfigError};
 use crate::process::tail;
 use crate::sse::{Chunk, EventReader, StreamFault};
 use crate::transport::{SendError, Transport, UpstreamResponse};
+use crate::upload::{Target, UploadError, WriteBody};
 use enforce_core::{
     async_trait, Message, Reply, ReplyStream, Request, RunnerError, StreamEvent, Usage,
 };
@@ -157,29 +158,40 @@ impl HttpEndpoint {
     /// Posts `body` (carrying `messages`), retrying connect errors, 408, 429 and 5xx
     /// (Anthropic's 529 too); returns the successful response, or the error of the last try
     /// with the server's own message.
-    pub(crate) async fn post<B: serde::Serialize + ?Sized>(
+    pub(crate) async fn post<B: serde::Serialize + ?Sized + Sync>(
         &self,
         body: &B,
         messages: &[Message],
     ) -> Result<UpstreamResponse, RunnerError> {
-        self.post_bytes(|| body_bytes(body, messages)).await
+        self.post_written(&|out| serde_json::to_writer(out, body), messages)
+            .await
     }
 
-    /// [`post`](Self::post) of the body `body` serializes.
-    pub(crate) async fn post_bytes(
+    /// [`post`](Self::post) of the body `write` writes, carrying `messages`.
+    pub(crate) async fn post_written(
         &self,
-        body: impl Fn() -> Result<bytes::Bytes, RunnerError>,
+        write: WriteBody<'_>,
+        messages: &[Message],
     ) -> Result<UpstreamResponse, RunnerError> {
-        // Serialized for each try, not kept for a retry: the bytes are freed once sent, so a
-        // long conversation is not in memory twice while the upstream thinks.
+        // Written for each try, not kept for a retry: the bytes are freed once sent, and a
+        // large body is streamed as it is written (`crate::upload`), so a long conversation
+        // is not in memory twice while the upstream reads it or thinks.
         let retry = &self.retry;
+        let target = Target {
+            transport: &self.transport,
+            url: &self.url,
+            uri: &self.uri,
+            headers: &self.headers,
+        };
+        let room = room_for(messages);
         let mut attempt: u32 = 0;
         loop {
             let deadline = tokio::time::Instant::now() + self.timeout;
-            let sent = self
-                .transport
-                .post(&self.url, &self.uri, &self.headers, body()?, deadline)
-                .await;
+            let sent = match crate::upload::post(&target, write, room, deadline).await {
+                Err(UploadError::Unwritable(e)) => return Err(unwritable(&e)),
+                Err(UploadError::Send(e)) => Err(e),
+                Ok(response) => Ok(response),
+            };
             let (error, retry_after) = match sent {
                 Ok(response) => {
                     let status = response.status();
@@ -259,13 +271,14 @@ pub(crate) trait StreamSource: Sync {
     type Reader: EventReader;
     /// The endpoint the answers come from.
     fn http(&self) -> &HttpEndpoint;
-    /// The serialized body of the request for `messages`, streamed or not.
-    fn request_body(
+    /// Writes the body of the request for `messages`, streamed or not, into `out`.
+    fn write_body(
         &self,
         request: &Request,
         messages: &[Message],
         stream: bool,
-    ) -> Result<bytes::Bytes, RunnerError>;
+        out: &mut dyn std::io::Write,
+    ) -> serde_json::Result<()>;
     /// Posts the streamed request for `messages`.
     async fn open(
         &self,
@@ -273,7 +286,10 @@ pub(crate) trait StreamSource: Sync {
         messages: &[Message],
     ) -> Result<UpstreamResponse, RunnerError> {
         self.http()
-            .post_bytes(|| self.request_body(request, messages, true))
+            .post_written(
+                &|out| self.write_body(request, messages, true, out),
+                messages,
+            )
             .await
     }
     /// Reads a whole answer (asked without streaming, or a server that cannot stream).
@@ -282,19 +298,11 @@ pub(crate) trait StreamSource: Sync {
     fn stream_error(&self, data: &str) -> RunnerError;
 }
 
-/// A request body carrying `messages` as the bytes posted.
-pub(crate) fn body_bytes<B: serde::Serialize + ?Sized>(
-    body: &B,
-    messages: &[Message],
-) -> Result<bytes::Bytes, RunnerError> {
-    // Room for the conversation made once: a buffer grown from empty is copied each time it
-    // grows and ends with up to twice the body's size, all of it held until the answer.
-    let mut bytes = Vec::with_capacity(room_for(messages));
-    serde_json::to_writer(&mut bytes, body)
-        .map(|()| bytes::Bytes::from(bytes))
-        .map_err(|e| RunnerError::Protocol {
-            message: format!("cannot serialize the request: {e}"),
-        })
+/// The error of a request body serde could not write.
+fn unwritable(error: &serde_json::Error) -> RunnerError {
+    RunnerError::Protocol {
+        message: format!("cannot serialize the request: {error}"),
+    }
 }
 
 /// Room for a request body carrying `messages`: their text, an eighth more for escapes, and
@@ -315,7 +323,10 @@ pub(crate) async fn ask_whole<S: StreamSource>(
     let started = Instant::now();
     let endpoint = source.http();
     let response = endpoint
-        .post_bytes(|| source.request_body(request, messages, false))
+        .post_written(
+            &|out| source.write_body(request, messages, false, out),
+            messages,
+        )
         .await?;
     let text = endpoint.read(response).await?;
     let mut reply = source.parse_whole(&text)?;

@@ -46,6 +46,7 @@ mod process;
 mod prompt;
 mod sse;
 mod transport;
+mod upload;
 
 pub use anthropic::{
     anthropic_error_status, parse_message, AnthropicConfig, AnthropicRunner, ANTHROPIC_API_KEY_ENV,

@@ -3,14 +3,13 @@
 
 use crate::error::ConfigError;
 use crate::http::{
-    answer, api_key, ask_whole, body_bytes, error_message, secret_header, EndpointSettings,
-    HttpEndpoint, RetryConfig, StreamSource, DEFAULT_MAX_RESPONSE_BYTES,
+    answer, api_key, ask_whole, error_message, secret_header, EndpointSettings, HttpEndpoint,
+    RetryConfig, StreamSource, DEFAULT_MAX_RESPONSE_BYTES,
 };
 use crate::openai_responses::ResponsesApi;
 use crate::process::tail;
 use crate::sse::SseReader;
 use crate::transport::UpstreamResponse;
-use bytes::Bytes;
 use enforce_core::{
     async_trait, runner::FinishReason, runner::ToolCall, runner::ToolFeedback, Ask, Message, Reply,
     ReplyStream, Request, Role, Runner, RunnerError, Usage,
@@ -246,13 +245,14 @@ impl StreamSource for OpenAiRunner {
         self.open_stream(request, messages).await
     }
 
-    fn request_body(
+    fn write_body(
         &self,
         request: &Request,
         messages: &[Message],
         stream: bool,
-    ) -> Result<Bytes, RunnerError> {
-        body_bytes(&self.wire_body(request, messages, stream, false), messages)
+        out: &mut dyn std::io::Write,
+    ) -> serde_json::Result<()> {
+        serde_json::to_writer(out, &self.wire_body(request, messages, stream, false))
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {
@@ -624,7 +624,7 @@ mod tests {
                 expected.insert("stream_options".into(), options);
             }
             let body = runner.wire_body(&request, &messages, stream, include_usage);
-            let written = body_bytes(&body, &messages).expect("serializes");
+            let written = serde_json::to_vec(&body).expect("serializes");
             assert_eq!(
                 serde_json::from_slice::<Value>(&written).expect("JSON"),
                 Value::Object(expected),

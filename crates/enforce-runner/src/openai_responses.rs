@@ -4,10 +4,9 @@
 //! Responses spelling of its fields; the answer (a `response` object, or its typed stream
 //! events) is read back into a [`Reply`].
 
-use crate::http::{body_bytes, error_message, HttpEndpoint, StreamSource};
+use crate::http::{error_message, HttpEndpoint, StreamSource};
 use crate::process::tail;
 use crate::sse::{Chunk, EventReader, SseFramer, StreamFault};
-use bytes::Bytes;
 use enforce_core::{
     async_trait, runner::FinishReason, runner::ToolCall, Message, Reply, Request, Role,
     RunnerError, Usage,
@@ -66,13 +65,14 @@ impl StreamSource for ResponsesApi {
         &self.endpoint
     }
 
-    fn request_body(
+    fn write_body(
         &self,
         request: &Request,
         messages: &[Message],
         stream: bool,
-    ) -> Result<Bytes, RunnerError> {
-        body_bytes(&self.body(request, messages, stream), messages)
+        out: &mut dyn std::io::Write,
+    ) -> serde_json::Result<()> {
+        serde_json::to_writer(out, &self.body(request, messages, stream))
     }
 
     fn parse_whole(&self, body: &str) -> Result<Reply, RunnerError> {

@@ -15,16 +15,18 @@
 //! A runner talks to one host, so its pool is a stack of idle connections.
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body::{Frame, SizeHint};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use reqwest::header::{HeaderMap, HeaderValue};
 use std::collections::VecDeque;
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 
 /// The environment variables that put a proxy in front of a plain-HTTP URL (as reqwest reads
@@ -59,7 +61,7 @@ pub(crate) struct DirectPool {
 
 #[derive(Debug)]
 struct Idle {
-    sender: SendRequest<Full<Bytes>>,
+    sender: SendRequest<UploadBody>,
     since: std::time::Instant,
 }
 
@@ -88,7 +90,7 @@ impl DirectPool {
 
     /// The most recently used idle connection that can take a request now. Closed and expired
     /// ones are dropped; one still settling its last exchange stays for later.
-    fn checkout(&self) -> Option<SendRequest<Full<Bytes>>> {
+    fn checkout(&self) -> Option<SendRequest<UploadBody>> {
         let mut idle = self.idle();
         let mut settling = Vec::new();
         let mut found = None;
@@ -108,7 +110,7 @@ impl DirectPool {
 
     /// Keeps `sender` for the next request, and closes the connections idle for too long
     /// (dropping its last sender closes a connection).
-    fn put_back(&self, sender: SendRequest<Full<Bytes>>) {
+    fn put_back(&self, sender: SendRequest<UploadBody>) {
         let mut idle = self.idle();
         while idle
             .front()
@@ -124,7 +126,7 @@ impl DirectPool {
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, SendError> {
+    async fn connect(&self) -> Result<SendRequest<UploadBody>, SendError> {
         let connected = tokio::time::timeout(
             self.connect_timeout,
             tokio::net::TcpStream::connect(&self.address),
@@ -159,7 +161,7 @@ impl DirectPool {
     /// connection (what hyper-util's pool does for such a request).
     async fn send(
         self: &Arc<Self>,
-        mut request: http::Request<Full<Bytes>>,
+        mut request: http::Request<UploadBody>,
     ) -> Result<http::Response<Returning>, SendError> {
         request
             .headers_mut()
@@ -183,7 +185,7 @@ impl DirectPool {
     fn returning(
         self: &Arc<Self>,
         response: http::Response<hyper::body::Incoming>,
-        sender: SendRequest<Full<Bytes>>,
+        sender: SendRequest<UploadBody>,
     ) -> http::Response<Returning> {
         response.map(|body| Returning {
             body,
@@ -196,7 +198,7 @@ impl DirectPool {
 /// A response body that gives its connection back to the pool once read to the end.
 pub(crate) struct Returning {
     body: hyper::body::Incoming,
-    sender: Option<SendRequest<Full<Bytes>>>,
+    sender: Option<SendRequest<UploadBody>>,
     pool: Arc<DirectPool>,
 }
 
@@ -233,6 +235,67 @@ impl http_body::Body for Returning {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+/// A request body as the transports send it.
+#[derive(Debug)]
+pub(crate) enum UploadBody {
+    /// Written before the request is sent; `None` once it is taken.
+    Whole(Option<Bytes>),
+    /// Chunks written as the connection takes them; `left` bytes to come (the body's
+    /// `Content-Length`, from a first pass that counts them).
+    Streamed {
+        chunks: mpsc::Receiver<io::Result<Bytes>>,
+        left: u64,
+    },
+}
+
+impl From<Bytes> for UploadBody {
+    fn from(bytes: Bytes) -> Self {
+        UploadBody::Whole(Some(bytes))
+    }
+}
+
+impl http_body::Body for UploadBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        match self.get_mut() {
+            UploadBody::Whole(whole) => Poll::Ready(
+                whole
+                    .take()
+                    .filter(|bytes| !bytes.is_empty())
+                    .map(|bytes| Ok(Frame::data(bytes))),
+            ),
+            UploadBody::Streamed { chunks, left } => {
+                let chunk = ready!(chunks.poll_recv(cx));
+                if let Some(Ok(bytes)) = &chunk {
+                    *left = left.saturating_sub(bytes.len() as u64);
+                }
+                Poll::Ready(chunk.map(|chunk| chunk.map(Frame::data)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UploadBody::Whole(whole) => whole.as_ref().is_none_or(Bytes::is_empty),
+            UploadBody::Streamed { left, .. } => *left == 0,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UploadBody::Whole(whole) => {
+                SizeHint::with_exact(whole.as_ref().map_or(0, |bytes| bytes.len() as u64))
+            }
+            UploadBody::Streamed { left, .. } => SizeHint::with_exact(*left),
+        }
     }
 }
 
@@ -281,12 +344,12 @@ impl Transport {
         url: &reqwest::Url,
         uri: &http::Uri,
         headers: &HeaderMap,
-        body: Bytes,
+        body: UploadBody,
         deadline: Instant,
     ) -> Result<UpstreamResponse, SendError> {
         match self {
             Transport::Direct(pool) => {
-                let mut request = http::Request::new(Full::new(body));
+                let mut request = http::Request::new(body);
                 *request.method_mut() = http::Method::POST;
                 // Origin form (`/v1/chat/completions`), as a client talking to the host itself
                 // sends it.
@@ -315,6 +378,10 @@ impl Transport {
             }
             Transport::Reqwest(client) => {
                 let timeout = deadline.saturating_duration_since(Instant::now());
+                let body = match body {
+                    UploadBody::Whole(whole) => reqwest::Body::from(whole.unwrap_or_default()),
+                    streamed => reqwest::Body::wrap(streamed),
+                };
                 let sent = client
                     .post(url.clone())
                     .headers(headers.clone())
@@ -488,7 +555,7 @@ impl UpstreamResponse {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn url(s: &str) -> reqwest::Url {
@@ -507,7 +574,7 @@ mod tests {
         deadline: Instant,
     ) -> Result<UpstreamResponse, SendError> {
         transport
-            .post(url, &uri_of(url), &HeaderMap::new(), body, deadline)
+            .post(url, &uri_of(url), &HeaderMap::new(), body.into(), deadline)
             .await
     }
 
@@ -560,8 +627,9 @@ mod tests {
         }
     }
 
-    /// A server that sends the head and the start of a body, then stalls.
-    async fn stalling_server() -> reqwest::Url {
+    /// A server that reads the start of each request, sends `answer`, and holds the
+    /// connection for `hold` without reading more.
+    pub(crate) async fn answering_server(answer: &'static [u8], hold: Duration) -> reqwest::Url {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -572,13 +640,18 @@ mod tests {
                 tokio::spawn(async move {
                     let mut buffer = [0u8; 4096];
                     let _ = socket.read(&mut buffer).await;
-                    let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"a\":";
-                    let _ = socket.write_all(head.as_bytes()).await;
-                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    let _ = socket.write_all(answer).await;
+                    tokio::time::sleep(hold).await;
                 });
             }
         });
         url(&format!("http://{address}/v1/chat/completions"))
+    }
+
+    /// A server that sends the head and the start of a body, then stalls.
+    async fn stalling_server() -> reqwest::Url {
+        let head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"a\":";
+        answering_server(head, Duration::from_secs(10)).await
     }
 
     #[tokio::test]

@@ -72,7 +72,7 @@ async fn admit(
 ) -> Result<(Ask, Arc<Model>, Admission), Rejection> {
     let mut permit = take_permit(app)?;
     let bytes = read_body(app, headers, body, &mut permit).await?;
-    let (ask, ()) = Messages::parse(&bytes).map_err(|e| Rejection::new("bad_request", e))?;
+    let (ask, ()) = Messages::parse(bytes).map_err(|e| Rejection::new("bad_request", e))?;
     let grant = controls::grant(app, granted);
     let model = controls::admit_model(grant, &ask.model, &HeaderMap::new())
         .map_err(Rejection::from)

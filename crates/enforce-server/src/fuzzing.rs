@@ -16,7 +16,7 @@ pub fn read_requests(body: &[u8]) {
 }
 
 fn check<S: Surface>(body: &[u8]) {
-    match S::parse(body) {
+    match S::parse(bytes::Bytes::copy_from_slice(body)) {
         Ok((ask, _)) => assert!(!ask.model.is_empty(), "a request without a model was read"),
         Err(error) => assert!(
             error.status.is_client_error(),

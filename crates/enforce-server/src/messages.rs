@@ -46,7 +46,7 @@ impl Surface for Messages {
     type Kept = ();
     type Writer = MessagesWriter;
 
-    fn parse(body: &[u8]) -> Result<(Ask, ()), ApiError> {
+    fn parse(body: Bytes) -> Result<(Ask, ()), ApiError> {
         let request = parse_messages_request(body)?;
         let chat_hint = request.chat_id(None);
         let ask = Ask {

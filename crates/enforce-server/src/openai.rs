@@ -26,7 +26,7 @@ impl Surface for Chat {
     type Kept = ();
     type Writer = ChatWriter;
 
-    fn parse(body: &[u8]) -> Result<(Ask, ()), ApiError> {
+    fn parse(body: Bytes) -> Result<(Ask, ()), ApiError> {
         parse_chat_request(body).map(|ask| (ask, ()))
     }
 

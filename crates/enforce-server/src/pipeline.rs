@@ -42,6 +42,7 @@ use crate::headers as names;
 
 mod admission;
 mod body;
+mod in_place;
 mod session_stage;
 use admission::overloaded;
 pub(crate) use admission::{kib, read_body, take_permit};
@@ -98,7 +99,7 @@ pub(crate) trait Surface: Send + Sync + 'static {
     type Writer: StreamWriter;
 
     /// Parses a request body (at most `max_body_bytes`) into the shared turn.
-    fn parse(body: &[u8]) -> Result<(Ask, Self::Kept), ApiError>;
+    fn parse(body: Bytes) -> Result<(Ask, Self::Kept), ApiError>;
 
     /// The error in this surface's envelope, with the shared headers ([`ApiError::headers`]).
     fn refuse(error: ApiError) -> Response;
@@ -211,7 +212,14 @@ async fn admit<S: Surface>(
 ) -> Result<Admitted<S>, Rejection> {
     let mut permit = take_permit(app)?;
     let bytes = read_body(app, headers, body, &mut permit).await?;
-    let (mut ask, kept) = S::parse(&bytes).map_err(rejected("bad_request"))?;
+    // Kept for a route that reads the body as sent; the reader then finds the body shared
+    // and copies its text, which it otherwise takes in place.
+    let for_routes = if app.routes_read_the_body {
+        bytes.clone()
+    } else {
+        Bytes::new()
+    };
+    let (mut ask, kept) = S::parse(bytes).map_err(rejected("bad_request"))?;
     let grant = controls::grant(app, granted);
     let Prepared {
         model,
@@ -219,7 +227,7 @@ async fn admit<S: Surface>(
         request_limits,
         session,
         context,
-    } = match prepare(app, grant, headers, bytes, &mut ask).await {
+    } = match prepare(app, grant, headers, for_routes, &mut ask).await {
         Ok(prepared) => prepared,
         Err(rejection) => return Err(rejection.asked_for(&ask.model)),
     };
@@ -309,12 +317,13 @@ struct Prepared {
     context: Context,
 }
 
-/// Resolution, routing, the key's limits, session and context of a parsed request.
+/// Resolution, routing, the key's limits, session and context of a parsed request. `body` is
+/// the request body as sent when a route reads it (empty otherwise).
 async fn prepare(
     app: &Arc<App>,
     grant: Option<&crate::config::KeyGrant>,
     headers: &HeaderMap,
-    bytes: Bytes,
+    body: Bytes,
     ask: &mut Ask,
 ) -> Result<Prepared, Rejection> {
     let own = own_headers(headers);
@@ -322,11 +331,11 @@ async fn prepare(
     let (mut model, header_profile) = resolve_model(app, grant, &ask.model, own)?;
     let route = match header_profile {
         Some(_) => None,
-        None => route(&mut model, &bytes, &ask.params, headers, &ask.messages).await,
+        None => route(&mut model, &body, &ask.params, headers, &ask.messages).await,
     };
     // Routing was the body's last reader: it is freed before the stages that may wait (a
     // continuation's or a session's store) and before the enforcement.
-    drop(bytes);
+    drop(body);
     let request_limits = controls::apply(grant, &mut model, own)?;
     controls::admit_continuation(app, grant, ask.continues.as_deref()).await?;
     let session = open_session(app, own, ask, &model).await?;

@@ -43,7 +43,7 @@ impl Surface for Responses {
     type Kept = Echo;
     type Writer = ResponsesWriter;
 
-    fn parse(body: &[u8]) -> Result<(Ask, Echo), ApiError> {
+    fn parse(body: Bytes) -> Result<(Ask, Echo), ApiError> {
         request::parse_responses_request(body)
     }
 

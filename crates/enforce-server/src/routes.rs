@@ -416,6 +416,13 @@ impl Routes {
         self.routes.is_empty()
     }
 
+    /// Whether a route reads a field of the request body as it was sent.
+    pub(crate) fn read_the_body(&self) -> bool {
+        self.routes
+            .iter()
+            .any(|route| matches!(route.when, When::Field { .. }))
+    }
+
     /// The first route `body`, `headers` and `messages` match, asking the classifier at most
     /// once and only when a label route is reached. `default_profile` is what the record
     /// names when no route matches.

@@ -20,6 +20,8 @@ pub(crate) struct App {
     /// Shared with the requests that use them: a request copies its model only to change it
     /// (a profile header, a route, a limit header).
     pub models: HashMap<String, Arc<Model>>,
+    /// A model's route reads a field of the request body, so a body is kept until routing.
+    pub routes_read_the_body: bool,
     /// Model ids in configuration order, for `/v1/models`.
     pub model_order: Vec<String>,
     pub step_extractor: Option<StepExtractor>,

@@ -3,6 +3,7 @@
 
 use crate::error::ApiError;
 use crate::pipeline::{model_of, present, read_request, stream_of};
+use bytes::Bytes;
 use enforce_core::{runner::ToolCall, Message, Role};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -81,7 +82,7 @@ fn bad(message: impl Into<String>, param: &'static str) -> ApiError {
 
 /// Parses a request body. Errors are 400s naming the field; [`error_response`](super::error_response)
 /// renders them.
-pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> {
+pub fn parse_messages_request(body: Bytes) -> Result<MessagesRequest, ApiError> {
     let mut body: MessagesBody = read_request(body)?;
     let model = model_of(body.model.take())?;
     let mut request = MessagesRequest {
@@ -93,7 +94,7 @@ pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> 
         ignored: Vec::new(),
     };
     read_system(body.system.take(), &mut request)?;
-    let Some(Value::Array(turns)) = body.messages.take() else {
+    let Some(Value::Array(mut turns)) = body.messages.take() else {
         return Err(bad(
             "The request needs `messages`, an array of user and assistant turns.",
             "messages",
@@ -105,7 +106,7 @@ pub fn parse_messages_request(body: &[u8]) -> Result<MessagesRequest, ApiError> 
             "messages",
         ));
     }
-    for turn in &turns {
+    for turn in &mut turns {
         read_turn(turn, &mut request)?;
     }
     read_params(&body, &mut request)?;
@@ -135,13 +136,16 @@ fn read_system(system: Option<Value>, request: &mut MessagesRequest) -> Result<(
 }
 
 /// One turn of `messages`: its text, tool calls (assistant) and tool results (user).
-fn read_turn(turn: &Value, request: &mut MessagesRequest) -> Result<(), ApiError> {
+fn read_turn(turn: &mut Value, request: &mut MessagesRequest) -> Result<(), ApiError> {
     let role = turn_role(turn)?;
+    // A string is taken out of the request, not copied: a long message is in memory once.
+    if let Some(Value::String(text)) = turn.get_mut("content") {
+        request
+            .messages
+            .push(Message::new(role, std::mem::take(text)));
+        return Ok(());
+    }
     let blocks = match turn.get("content") {
-        Some(Value::String(s)) => {
-            request.messages.push(Message::new(role, s.clone()));
-            return Ok(());
-        }
         Some(Value::Array(blocks)) => blocks,
         _ => {
             return Err(bad(

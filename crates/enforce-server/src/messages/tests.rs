@@ -4,7 +4,7 @@ use crate::verdict::enforcement_json;
 use enforce_core::{Issue, Message, Status, StopReason};
 
 fn parse(body: Value) -> Result<MessagesRequest, ApiError> {
-    parse_messages_request(body.to_string().as_bytes())
+    parse_messages_request(Bytes::from(body.to_string()))
 }
 
 #[test]
@@ -106,12 +106,12 @@ fn text_blocks_join_as_chat_text_parts_do_and_images_become_chat_parts() {
 /// field and an empty `stop_sequences` are not forwarded and every unread field is listed once, after the server tools.
 #[test]
 fn repeats_nulls_and_unread_fields_are_read_as_a_map_reads_them() {
-    let request = parse_messages_request(
+    let request = parse_messages_request(Bytes::from_static(
         br#"{"model":"a","model":"b","max_tokens":5,"enforce":null,"temperature":null,
         "top_k":3,"top_k":4,"zeta":1,"alpha":2,"alpha":3,"stop_sequences":[],
         "tools":[{"type":"web_search_20250305","name":"w"}],
         "messages":[{"role":"user","content":"q"}]}"#,
-    )
+    ))
     .expect("read");
     assert_eq!(request.model, "b");
     assert_eq!(request.enforce, Some(Value::Null));
@@ -185,8 +185,8 @@ fn malformed_requests_are_400s_naming_the_field() {
         assert_eq!(error.status, StatusCode::BAD_REQUEST, "{body}");
         assert_eq!(error.param, Some(param), "{body}: {}", error.message);
     }
-    assert!(parse_messages_request(b"{not json").is_err());
-    assert!(parse_messages_request(b"[1]").is_err());
+    assert!(parse_messages_request(Bytes::from_static(b"{not json")).is_err());
+    assert!(parse_messages_request(Bytes::from_static(b"[1]")).is_err());
 }
 
 fn outcome(status: Status, calls: Vec<ToolCall>) -> Outcome {

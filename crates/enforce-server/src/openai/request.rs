@@ -3,6 +3,7 @@
 
 use crate::error::ApiError;
 use crate::pipeline::{model_of, non_empty, present, read_request, stream_of, Ask};
+use bytes::Bytes;
 use enforce_core::{runner::ToolCall, Message, Role};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -75,7 +76,7 @@ fn content_text(content: Option<&mut Value>) -> Result<String, ApiError> {
 /// (`temperature`, `tools`, `max_tokens`, `max_completion_tokens`, `metadata`, `user`, ...).
 /// `stream`, `stream_options` and `enforce` (the request's facts, for the proxy itself) are
 /// interpreted here and never forwarded upstream.
-pub(crate) fn parse_chat_request(body: &[u8]) -> Result<Ask, ApiError> {
+pub(crate) fn parse_chat_request(body: Bytes) -> Result<Ask, ApiError> {
     let request: ChatRequest = read_request(body)?;
     let model = model_of(request.model)?;
     let Some(Value::Array(raw_messages)) = request.messages else {
@@ -194,7 +195,7 @@ mod tests {
             {"role":"tool","tool_call_id":"c1","content":"42"}],
             "stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":5,
             "tools":[{"type":"function"}],"x_custom":{"k":1}}"#;
-        let r = parse_chat_request(body).unwrap();
+        let r = parse_chat_request(Bytes::copy_from_slice(body)).unwrap();
         assert!(r.stream && r.include_usage);
         assert_eq!(r.messages[0].role, Role::System);
         assert_eq!(r.messages[1].content, "a\nb");
@@ -230,7 +231,7 @@ mod tests {
             (br#"[1]"#, None),
             (br#"{"#, None),
         ] {
-            let e = parse_chat_request(body).unwrap_err();
+            let e = parse_chat_request(Bytes::copy_from_slice(body)).unwrap_err();
             assert_eq!(e.status, StatusCode::BAD_REQUEST);
             assert_eq!(e.param, param);
         }
@@ -241,7 +242,7 @@ mod tests {
     #[test]
     fn repeats_nulls_and_n_are_kept() {
         let r = parse_chat_request(
-            br#"{"model":"a","model":"b","messages":[{"role":"user","content":"q"}],"enforce":null,"n":1,"top_p":0.5,"top_p":0.25}"#,
+            Bytes::from_static(br#"{"model":"a","model":"b","messages":[{"role":"user","content":"q"}],"enforce":null,"n":1,"top_p":0.5,"top_p":0.25}"#),
         )
         .unwrap();
         assert_eq!(r.model, "b");
@@ -254,12 +255,12 @@ mod tests {
     #[test]
     fn chat_hint_prefers_metadata_then_user() {
         let r = parse_chat_request(
-            br#"{"model":"m","messages":[{"role":"user","content":"q"}],"metadata":{"chat_id":"meta"},"user":"u"}"#,
+            Bytes::from_static(br#"{"model":"m","messages":[{"role":"user","content":"q"}],"metadata":{"chat_id":"meta"},"user":"u"}"#),
         )
         .unwrap();
         assert_eq!(r.chat_hint.as_deref(), Some("meta"));
         let r = parse_chat_request(
-            br#"{"model":"m","messages":[{"role":"user","content":"q"},{"role":"user","content":"q"}],"metadata":{"chat_id":" "},"user":"u"}"#,
+            Bytes::from_static(br#"{"model":"m","messages":[{"role":"user","content":"q"},{"role":"user","content":"q"}],"metadata":{"chat_id":" "},"user":"u"}"#),
         )
         .unwrap();
         assert_eq!(r.chat_hint.as_deref(), Some("u"));

@@ -2,22 +2,35 @@
 //! its `model`, its `stream`, and how an error shows a message's `role`.
 
 use crate::error::ApiError;
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 /// A request body read into a surface's derived request type; a body that is not one JSON
-/// object is refused as every surface refuses it ([`body_object`]).
-pub(crate) fn read_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+/// object is refused as every surface refuses it ([`body_object`]). A large body's longest
+/// text becomes the request's string in the body's own buffer ([`super::in_place`]), so the
+/// body is taken, not borrowed: a clone kept elsewhere leaves it to the plain read.
+pub(crate) fn read_request<T: DeserializeOwned>(body: Bytes) -> Result<T, ApiError> {
+    let body = match super::in_place::read_in_place(body) {
+        Ok(Value::Object(fields)) => return request_of(fields),
+        Ok(_) => return Err(not_an_object()),
+        Err(body) => body,
+    };
     // Only an object: serde would read an array into the fields one by one.
     if body.trim_ascii_start().first() == Some(&b'{') {
-        if let Ok(request) = serde_json::from_slice(body) {
+        if let Ok(request) = serde_json::from_slice(&body) {
             return Ok(request);
         }
     }
     // Not an object, not JSON, or a field given twice (the last one counts, as in a map):
     // read as a map first.
-    serde_json::from_value(Value::Object(body_object(body)?))
+    request_of(body_object(&body)?)
+}
+
+/// A request read from its body's fields; serde takes their strings, it does not copy them.
+fn request_of<T: DeserializeOwned>(fields: Map<String, Value>) -> Result<T, ApiError> {
+    serde_json::from_value(Value::Object(fields))
         .map_err(|e| ApiError::bad_request(format!("The request body cannot be read: {e}."), None))
 }
 
@@ -34,11 +47,12 @@ fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     })?;
     match value {
         Value::Object(fields) => Ok(fields),
-        _ => Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-            None,
-        )),
+        _ => Err(not_an_object()),
     }
+}
+
+fn not_an_object() -> ApiError {
+    ApiError::bad_request("The request body must be a JSON object.", None)
 }
 
 /// A request's `stream`: absent or `null` is not streamed, a boolean says; anything else is a

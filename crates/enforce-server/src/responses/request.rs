@@ -9,6 +9,7 @@
 
 use crate::error::ApiError;
 use crate::pipeline::{model_of, non_empty, present, read_request, stream_of, Ask};
+use bytes::Bytes;
 use enforce_core::{runner::ToolCall, Message, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -364,7 +365,7 @@ fn asked_for(value: &Option<Value>) -> bool {
 
 impl ResponsesRequest {
     /// Reads a body ([`read_request`]).
-    fn read(body: &[u8]) -> Result<Self, ApiError> {
+    fn read(body: Bytes) -> Result<Self, ApiError> {
         read_request(body)
     }
 
@@ -505,7 +506,7 @@ fn chat_tool_choice(choice: Value) -> Value {
 
 /// Parses a `POST /v1/responses` body: the shared [`Ask`], and the fields its `response`
 /// object echoes.
-pub(crate) fn parse_responses_request(body: &[u8]) -> Result<(Ask, Echo), ApiError> {
+pub(crate) fn parse_responses_request(body: Bytes) -> Result<(Ask, Echo), ApiError> {
     let mut request = ResponsesRequest::read(body)?;
     let model = model_of(request.model.take())?;
     request.refuse_unsupported()?;
@@ -542,9 +543,10 @@ mod tests {
     /// object is refused with the message every surface gives.
     #[test]
     fn the_reading_keeps_nulls_repeats_and_refusals() {
-        let request =
-            ResponsesRequest::read(br#"{"input": null, "model": "a", "model": "b", "x": [1]}"#)
-                .expect("reads");
+        let request = ResponsesRequest::read(Bytes::from_static(
+            br#"{"input": null, "model": "a", "model": "b", "x": [1]}"#,
+        ))
+        .expect("reads");
         assert_eq!(request.input, Some(Value::Null));
         assert_eq!(request.model, Some(json!("b")));
         assert_eq!(request.stream, None);
@@ -552,7 +554,9 @@ mod tests {
             (&b"[1]"[..], "The request body must be a JSON object."),
             (b"{\"model\": ", "The request body is not valid JSON"),
         ] {
-            let error = ResponsesRequest::read(body).err().expect("refused");
+            let error = ResponsesRequest::read(Bytes::copy_from_slice(body))
+                .err()
+                .expect("refused");
             assert!(error.message.starts_with(message), "{}", error.message);
         }
     }
@@ -572,7 +576,7 @@ mod tests {
             "include": ["x"], "max_tool_calls": 2, "top_logprobs": 1,
             "safety_identifier": "s", "service_tier": "flex", "seed": 7, "stop": ["."],
         });
-        let (ask, echo) = parse_responses_request(body.to_string().as_bytes()).expect("reads");
+        let (ask, echo) = parse_responses_request(Bytes::from(body.to_string())).expect("reads");
         assert_eq!(
             Value::Object(ask.params),
             json!({
@@ -629,7 +633,7 @@ mod tests {
         for field in ["background", "conversation", "prompt"] {
             let mut refused = body.clone();
             refused[field] = json!(true);
-            let error = parse_responses_request(refused.to_string().as_bytes()).err();
+            let error = parse_responses_request(Bytes::from(refused.to_string())).err();
             assert_eq!(error.and_then(|e| e.param), Some(field));
         }
     }
@@ -638,7 +642,9 @@ mod tests {
     /// always carries; one that sends `null` echoes `null`.
     #[test]
     fn unsent_echoed_fields_stand_at_their_defaults() {
-        let (_, echo) = parse_responses_request(br#"{"model": "m", "input": "q"}"#).expect("reads");
+        let (_, echo) =
+            parse_responses_request(Bytes::from_static(br#"{"model": "m", "input": "q"}"#))
+                .expect("reads");
         assert_eq!(
             serde_json::to_value(&echo).expect("echo"),
             json!({
@@ -646,9 +652,9 @@ mod tests {
                 "metadata": {}, "parallel_tool_calls": true, "store": true,
             })
         );
-        let (_, echo) = parse_responses_request(
+        let (_, echo) = parse_responses_request(Bytes::from_static(
             br#"{"model": "m", "input": "q", "tools": null, "user": null}"#,
-        )
+        ))
         .expect("reads");
         let echo = serde_json::to_value(&echo).expect("echo");
         assert_eq!(

@@ -118,7 +118,8 @@ pub(super) fn echo(fields: &Value) -> Echo {
     for (key, value) in fields.as_object().into_iter().flatten() {
         body[key] = value.clone();
     }
-    let (_, echo) = parse_responses_request(body.to_string().as_bytes()).expect("a request");
+    let (_, echo) =
+        parse_responses_request(bytes::Bytes::from(body.to_string())).expect("a request");
     echo
 }
 

@@ -151,9 +151,13 @@ impl ServerBuilder {
             shared.clone(),
             self.contracts,
         );
+        let routes_read_the_body = models
+            .values()
+            .any(|m| m.routes.as_ref().is_some_and(|r| r.read_the_body()));
         Ok(Server {
             app: Arc::new(App {
                 config: self.config,
+                routes_read_the_body,
                 models,
                 model_order,
                 step_extractor: self.step_extractor,
