@@ -329,10 +329,13 @@ fn auto_verdict(run: &ContractRun, best: Option<&ArmRun>) -> Option<String> {
                     }
                 ));
             }
-            _ => {
+            // Neither gave a valid answer: there is no cost per valid answer to compare.
+            (None, None) => said.push("no valid answer from either to compare tokens by".into()),
+            (None, Some(_)) => {
                 met = false;
-                said.push("tokens per valid answer not comparable (no valid answer)".into());
+                said.push("no valid answer, so no tokens per valid answer".into());
             }
+            (Some(_), None) => said.push("tokens per valid answer against none".into()),
         }
     }
     if let Some((k0, _)) = run
@@ -648,6 +651,34 @@ mod tests {
         }
         let without = run(vec![arm("none", 5, 10, 50.0)]);
         assert!(!verdict(&without).contains("`auto`"));
+    }
+
+    #[test]
+    fn auto_without_a_valid_answer_meets_the_goal_only_where_no_arm_had_one() {
+        let nothing = |name| {
+            let mut a = arm(name, 0, 10, 0.0);
+            a.summary.completion_tokens_per_valid = None;
+            a
+        };
+        let line = verdict(&run(vec![
+            nothing("none"),
+            nothing("resample"),
+            nothing("auto"),
+        ]));
+        assert!(
+            line.contains("no valid answer from either to compare tokens by, not below `none` (0/10): it meets the goal"),
+            "{line}"
+        );
+        let line = verdict(&run(vec![
+            nothing("none"),
+            costing(arm("resample", 1, 10, 500.0), 100.0),
+            nothing("auto"),
+        ]));
+        assert!(
+            line.contains("within one case of the best single arm (`resample`, 1/10), no valid answer, so no tokens per valid answer"),
+            "{line}"
+        );
+        assert!(line.contains("it **misses** the goal"), "{line}");
     }
 
     #[test]
