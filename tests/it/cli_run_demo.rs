@@ -469,7 +469,8 @@ async fn run_session_sends_a_stateless_runner_the_history() {
 
 /// `reask: auto` in `enforce run`: the statistics of the runner's model say a resample fixes
 /// a missing step marker and feedback does not, so the re-ask is a fresh ask, and the audit
-/// says why.
+/// says why. (`repair: last`: by default `auto` would append the marker, a repair, and ask
+/// no more.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_with_reask_auto_takes_the_strategy_the_statistics_favour() {
     let mock = MockOpenAi::start(MockScript::new().replies([
@@ -492,7 +493,7 @@ async fn run_with_reask_auto_takes_the_strategy_the_statistics_favour() {
         format!(
             "runner:\n  type: openai\n  base_url: {}\n  model: m\n\
              profiles:\n  p:\n    validators: [step_marker]\n    reask: auto\n    \
-             reask_auto: {{stats: stats.json, explore: false}}\n",
+             repair: last\n    reask_auto: {{stats: stats.json, explore: false}}\n",
             mock.url()
         ),
     )

@@ -148,9 +148,9 @@ macro_rules! with_policy_keys {
             /// (default `true`; before it, the next re-ask climbs); `false` makes every attempt, as
             /// the seed documents' loop does.
             pub stop_on_no_progress: Option<bool>,
-            /// When the validators' deterministic repairs run: `last` (default: after the re-asks)
-            /// or `first` (before spending a re-ask: a repair that makes the answer clean is
-            /// returned as `repaired` at once).
+            /// When the validators' deterministic repairs run: `last` (default: after the re-asks;
+            /// `first` with `reask: auto`) or `first` (before spending a re-ask: a repair that
+            /// makes the answer clean is returned as `repaired` at once).
             pub repair: Option<enforce_core::policy::RepairWhen>,
             /// Issue codes whose repair runs before a re-ask even with `repair: last`: an attempt
             /// whose every error has one of these codes, and which a repair makes clean, is

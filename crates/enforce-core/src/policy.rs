@@ -242,6 +242,27 @@ impl Default for AutoReask {
 }
 
 impl AutoReask {
+    /// The fallback ladder of `reask: auto` unless one is configured: `[constrained,
+    /// resample, feedback]`, the ladder enforce's real-model benchmark measured within one
+    /// case of the best single strategy on every model and contract (the format fixed by
+    /// constrained decoding where there is a constraint, fresh draws, feedback last). When
+    /// every attempt is decoded under the constraint already (`every_attempt_constrained`),
+    /// without the `constrained` rung, which would be a plain resample.
+    ///
+    /// ```
+    /// use enforce_core::policy::{AutoReask, Reask};
+    /// let rungs = [Reask::Constrained, Reask::Resample, Reask::Feedback];
+    /// assert_eq!(AutoReask::default_fallback(false).rungs(), rungs);
+    /// assert_eq!(AutoReask::default_fallback(true).rungs(), &rungs[1..]);
+    /// ```
+    pub fn default_fallback(every_attempt_constrained: bool) -> Ladder {
+        let mut rungs = vec![Reask::Constrained, Reask::Resample, Reask::Feedback];
+        if every_attempt_constrained {
+            rungs.retain(|r| *r != Reask::Constrained);
+        }
+        Ladder { rungs }
+    }
+
     /// `reask: auto` choosing among `strategies` only.
     pub fn among(strategies: impl IntoIterator<Item = Reask>) -> Self {
         AutoReask {

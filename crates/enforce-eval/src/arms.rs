@@ -3,7 +3,8 @@
 
 use crate::EvalError;
 use enforce_core::{
-    policy::FirstAttempt, policy::Ladder, policy::Reask, policy::RepairWhen, Policy,
+    policy::AutoReask, policy::FirstAttempt, policy::Ladder, policy::Reask, policy::RepairWhen,
+    Policy,
 };
 
 /// The arms compared when none are named: one attempt, the three ways to re-ask most
@@ -42,7 +43,7 @@ pub const WORDS: [(&str, &str); 12] = [
     ),
     (
         "auto",
-        "reask: auto: each re-ask takes the strategy the statistics of --stats-from FILE (learned by another eval, e.g. on other seeds) say pays best for the answer's issue codes; the profile's ladder where they have no data",
+        "reask: auto: each re-ask takes the strategy the statistics of --stats-from FILE (learned by another eval, e.g. on other seeds) say pays best for the answer's issue codes; where they have no data, the profile's reask_auto fallback, else the ladder's rungs; repairs first, as reask: auto does by default",
     ),
     (
         "all-attempts",
@@ -133,6 +134,9 @@ impl Arm {
                 "auto" => {
                     set_reask(&mut reask, "auto", Ladder::default())?;
                     auto = true;
+                    // As `reask: auto` repairs first unless a profile says otherwise: a repair
+                    // that makes the answer clean costs no tokens.
+                    repair = RepairWhen::First;
                 }
                 "all-attempts" => stop_on_no_progress = false,
                 "abort" => early_abort = true,
@@ -211,8 +215,15 @@ impl Arm {
         }
         if self.auto {
             // The profile's own `reask_auto` (its strategies, its fallback ladder) when it has
-            // one; otherwise every strategy, with the profile's ladder as the fallback.
-            let mut auto = profile.reask_auto.clone().unwrap_or_default();
+            // one; otherwise every strategy, with `reask: auto`'s default fallback, as a
+            // profile with `reask: auto` and no `fallback` has.
+            let mut auto = match &profile.reask_auto {
+                Some(own) => own.clone(),
+                None => {
+                    policy.reask = AutoReask::default_fallback(self.constrained);
+                    AutoReask::default()
+                }
+            };
             if self.constrained {
                 // Every attempt is constrained by rule: `constrained` would be a resample.
                 auto.strategies.retain(|s| *s != Reask::Constrained);
@@ -233,9 +244,9 @@ impl Arm {
 }
 
 /// The `ladder` arm's rungs, ordered by what paid on small models: the format fixed by
-/// constrained decoding, then fresh draws, feedback last.
+/// constrained decoding, then fresh draws, feedback last (`reask: auto`'s default fallback).
 fn constrained_resample_feedback() -> Ladder {
-    rungs(&[Reask::Constrained, Reask::Resample, Reask::Feedback])
+    AutoReask::default_fallback(false)
 }
 
 /// A ladder of `rungs` (never empty here).
@@ -262,32 +273,36 @@ mod tests {
     }
 
     #[test]
-    fn the_auto_arm_chooses_with_the_profile_ladder_as_fallback() {
+    fn the_auto_arm_repairs_first_and_falls_back_as_reask_auto_does() {
         let base = Policy::builder()
             .max_retries(2)
             .reask(Reask::Resample)
             .build();
-        let arm = Arm::parse("auto+repair-first").expect("auto combines");
+        let arm = Arm::parse("auto").expect("auto");
         assert!(arm.auto && !arm.escalates());
         let policy = arm.policy(&base);
-        assert_eq!(policy.reask.rungs(), [Reask::Resample]);
+        // A profile without `reask: auto`: its default fallback, and repairs first.
+        assert_eq!(
+            policy.reask.rungs(),
+            [Reask::Constrained, Reask::Resample, Reask::Feedback]
+        );
         assert_eq!(policy.repair, RepairWhen::First);
         let auto = policy.reask_auto.expect("reask: auto");
         assert!(auto.strategies.contains(&Reask::Constrained));
-        // The profile's own choice of strategies is kept.
+        // A profile with `reask: auto` keeps its own strategies and fallback ladder.
         let mut chooses = base.clone();
         chooses.reask_auto = Some(enforce_core::policy::AutoReask::among([Reask::Feedback]));
         let policy = arm.policy(&chooses);
+        assert_eq!(policy.reask.rungs(), [Reask::Resample]);
         assert_eq!(
             policy.reask_auto.expect("auto").strategies,
             [Reask::Feedback]
         );
+        // Every attempt constrained: no bet on `constrained`, no such rung to fall back to.
         let constrained = Arm::parse("auto+constrained").expect("auto combines");
-        let strategies = constrained
-            .policy(&base)
-            .reask_auto
-            .expect("auto")
-            .strategies;
+        let policy = constrained.policy(&base);
+        assert_eq!(policy.reask.rungs(), [Reask::Resample, Reask::Feedback]);
+        let strategies = policy.reask_auto.expect("auto").strategies;
         assert!(!strategies.contains(&Reask::Constrained), "{strategies:?}");
         assert!(Arm::parse("auto+feedback")
             .expect_err("two")

@@ -101,7 +101,8 @@ pub struct ReaskAutoConfig {
     /// Without one, re-asks take `fallback` and the outcome warns `REASK_AUTO_NO_CHOOSER`.
     pub stats: Option<PathBuf>,
     /// The ladder a re-ask takes where no strategy has `min_attempts` re-asks measured for
-    /// every error code of the answer, and without statistics (default `feedback`).
+    /// every error code of the answer, and without statistics (default `[constrained,
+    /// resample, feedback]`, without `constrained` under `decode: constrained`).
     pub fallback: Option<Ladder>,
     /// The strategies `auto` may take (default: all). `constrained` only applies when the
     /// contract gives a decoding constraint, `escalate` only with an escalation model;

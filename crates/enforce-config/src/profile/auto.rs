@@ -51,15 +51,21 @@ pub fn read_stats(path: &Path, key: &str) -> Result<StrategyStats, BuildError> {
 
 /// With `reask: auto` in `policy`: the fallback ladder and the strategies from `auto` (the
 /// layered `reask_auto:`), set in the policy, and the resolved settings. `prefix` is the
-/// layer whose `reask_auto.stats` names the file, `base_dir` the configuration's directory.
+/// layer whose `reask_auto.stats` names the file, `base_dir` the configuration's directory;
+/// `every_attempt_constrained` under `decode: constrained` (the default fallback then has no
+/// `constrained` rung).
 pub(super) fn resolve(
     policy: &mut Policy,
     auto: &ReaskAutoConfig,
     stats_prefix: &str,
     base_dir: &Path,
+    every_attempt_constrained: bool,
 ) -> Option<ReaskAuto> {
     let reask_auto = policy.reask_auto.as_mut()?;
-    policy.reask = auto.fallback.clone().unwrap_or_default();
+    policy.reask = auto
+        .fallback
+        .clone()
+        .unwrap_or_else(|| AutoReask::default_fallback(every_attempt_constrained));
     reask_auto.strategies = match &auto.strategies {
         Some(strategies) => strategies.clone(),
         None => AutoReask::default().strategies,

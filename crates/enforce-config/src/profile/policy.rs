@@ -3,7 +3,7 @@
 
 use super::auto::{self, ReaskAuto};
 use crate::config::{Config, Defaults, ProfileConfig};
-use enforce_core::{feedback::Feedback, policy::AnswerFormat, Policy};
+use enforce_core::{feedback::Feedback, policy::AnswerFormat, policy::RepairWhen, Policy};
 use enforce_validators::BuildError;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -51,7 +51,21 @@ pub(super) fn build_policy(
         },
         None => (base, "defaults"),
     };
-    let auto = auto::resolve(&mut policy, &auto, stats_prefix, base_dir);
+    let every_attempt_constrained =
+        profile.is_some_and(|(p, _)| p.decode == Some(super::Decode::Constrained));
+    let auto = auto::resolve(
+        &mut policy,
+        &auto,
+        stats_prefix,
+        base_dir,
+        every_attempt_constrained,
+    );
+    let repair_set = defaults.repair.is_some() || profile.is_some_and(|(p, _)| p.repair.is_some());
+    if auto.is_some() && !repair_set {
+        // `reask: auto` seeks valid answers per token: a repair that makes the answer clean
+        // costs none, so it goes before any re-ask unless the profile says `repair: last`.
+        policy.repair = RepairWhen::First;
+    }
     Ok((policy, auto))
 }
 

@@ -486,7 +486,10 @@ fn reask_auto_layers_its_settings_and_takes_its_fallback_ladder() {
     // The built-in profiles take `defaults:`, with the default fallback and every strategy.
     let chat = set.get("chat").unwrap();
     assert!(chat.reask_auto().is_some());
-    assert_eq!(chat.policy().reask.rungs(), [Reask::Feedback]);
+    assert_eq!(
+        chat.policy().reask.rungs(),
+        [Reask::Constrained, Reask::Resample, Reask::Feedback]
+    );
     assert_eq!(
         chat.policy().reask_auto.as_ref().unwrap().strategies,
         Reask::ALL
@@ -511,6 +514,42 @@ fn reask_auto_is_no_bet_on_constrained_when_every_attempt_is_constrained() {
     };
     assert!(!strategies("p").contains(&Reask::Constrained));
     assert!(strategies("free").contains(&Reask::Constrained));
+    // The default fallback has no `constrained` rung where every attempt is constrained.
+    let rungs = |name: &str| set.get(name).unwrap().policy().reask.rungs().to_vec();
+    assert_eq!(rungs("p"), [Reask::Resample, Reask::Feedback]);
+    assert_eq!(
+        rungs("free"),
+        [Reask::Constrained, Reask::Resample, Reask::Feedback]
+    );
+}
+
+#[test]
+fn reask_auto_repairs_first_unless_a_layer_says_when_to_repair() {
+    use enforce_core::policy::RepairWhen;
+    let yaml = [
+        "validators:",
+        "  j: {type: json}",
+        "profiles:",
+        "  auto: {validators: [j], reask: auto}",
+        "  last: {validators: [j], reask: auto, repair: last}",
+        "  ladder: {validators: [j]}",
+    ]
+    .join("\n");
+    let set = load(&yaml).unwrap();
+    let repair = |name: &str| set.get(name).unwrap().policy().repair;
+    assert_eq!(repair("auto"), RepairWhen::First);
+    assert_eq!(repair("last"), RepairWhen::Last);
+    assert_eq!(repair("ladder"), RepairWhen::Last);
+    let yaml = [
+        "defaults: {repair: last, reask: auto}",
+        "validators:",
+        "  j: {type: json}",
+        "profiles:",
+        "  p: {validators: [j]}",
+    ]
+    .join("\n");
+    let set = load(&yaml).unwrap();
+    assert_eq!(set.get("p").unwrap().policy().repair, RepairWhen::Last);
 }
 
 #[test]
