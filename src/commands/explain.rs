@@ -10,7 +10,7 @@ use super::model_flags::ModelFlags;
 use crate::config::{LoadedConfig, ServedModelConfig, WhenConfig};
 use crate::decode;
 use crate::runner_options::model_of;
-use enforce_config::profile::Decode;
+use enforce_config::profile::{Decode, ReaskAuto};
 use enforce_config::Profile;
 use enforce_core::strategy::{Choice, ChoiceInput};
 use enforce_runner::RunnerConfig;
@@ -378,6 +378,17 @@ fn explain(args: &ExplainArgs) -> Result<(String, bool), String> {
     Ok((text, allowed))
 }
 
+/// `explore` as `enforce config explain` shows it: set, or, by default, on only where the
+/// chooser learns from its outcomes.
+fn explore_line(auto: &ReaskAuto) -> Value {
+    let (learning, fixed) = (auto.settings(true).explore, auto.settings(false).explore);
+    if learning == fixed {
+        json!(fixed)
+    } else {
+        json!("in `enforce serve`, which learns from its outcomes; not over the fixed file (`enforce run`, `enforce eval`, Python)")
+    }
+}
+
 /// `reask: auto`: its settings, and what the statistics file says it would choose for the
 /// profile's model per issue code, with the rates compared (exploration off: the best
 /// expected valid answers per token; exploring, a request may draw another). An unreadable
@@ -393,13 +404,13 @@ fn auto_lines(
         return Ok(());
     };
     let fallback = &profile.policy().reask;
-    let settings = &auto.settings;
+    let settings = auto.settings(false);
     let stats_file = auto.stats.as_ref().map(|p| p.display().to_string());
     let value = json!({
         "stats": stats_file,
         "fallback": fallback,
         "strategies": reask_auto.strategies,
-        "explore": settings.explore,
+        "explore": explore_line(auto),
         "seed": settings.seed,
         "min_attempts": settings.min_attempts,
     });

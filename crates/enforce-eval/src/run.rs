@@ -412,9 +412,11 @@ impl Eval {
         let enforcer = profile.enforcer().with_policy(policy_of(profile, arm));
         match (&self.stats_from, arm.auto) {
             (Some(stats), true) => {
+                // Fixed statistics: the chooser learns nothing during the run, so it explores
+                // only when the profile says `explore: true`.
                 let settings = profile
                     .reask_auto()
-                    .map(|auto| auto.settings)
+                    .map(|auto| auto.settings(false))
                     .unwrap_or_default();
                 let model = self.model.as_deref().unwrap_or_default();
                 let chooser = ThompsonChooser::new(stats, model, profile.name(), settings);

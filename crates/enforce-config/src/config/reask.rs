@@ -90,7 +90,7 @@ impl JsonSchema for ReaskConfig {
 /// reask_auto:
 ///   stats: stats/qwen.json       # written by `enforce eval`; relative to this file
 ///   fallback: [feedback, resample]
-///   explore: true
+///   explore: true               # default: only where the chooser learns (enforce serve)
 ///   seed: 7
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -109,10 +109,12 @@ pub struct ReaskAutoConfig {
     /// with `decode: constrained` every attempt is constrained by rule, and `constrained` is
     /// no candidate.
     pub strategies: Option<Vec<Reask>>,
-    /// Draw each strategy's rate from its posterior (default `true`: Thompson sampling,
-    /// which tries a strategy measured less in proportion to its chance of being the best,
-    /// never one expected to give less than half the best's valid answers per token);
-    /// `false` always takes the best expected valid answers per token.
+    /// Draw each strategy's rate from its posterior (Thompson sampling, which tries a
+    /// strategy measured less in proportion to its chance of being the best, never one
+    /// expected to give less than half the best's valid answers per token); `false` always
+    /// takes the best expected valid answers per token. Default: `true` where the chooser
+    /// learns from its outcomes (`enforce serve`), `false` over a fixed statistics file
+    /// (`enforce run`, `enforce eval`, Python), where a draw buys no information.
     pub explore: Option<bool>,
     /// The seed of the draws (default 0): with the request's seed (or its digest) and the
     /// attempt number it fixes each choice, so runs repeat.

@@ -17,8 +17,10 @@ pub struct ReaskAuto {
     /// The key that names it (`profiles.NAME.reask_auto.stats` or
     /// `defaults.reask_auto.stats`), for errors about the file.
     pub stats_key: String,
-    /// How the chooser chooses.
-    pub settings: ThompsonSettings,
+    /// How the chooser chooses, but for `explore`: see [`settings`](ReaskAuto::settings).
+    settings: ThompsonSettings,
+    /// `reask_auto.explore`, when the configuration sets it.
+    explore: Option<bool>,
 }
 
 impl ReaskAuto {
@@ -31,9 +33,21 @@ impl ReaskAuto {
             .transpose()
     }
 
-    /// The chooser for `model` under `profile`, over `stats`.
+    /// How a chooser chooses; `learns` says whether the outcomes of its choices are added to
+    /// the statistics it chooses by (`enforce serve`'s are). Exploring buys information, and
+    /// only a chooser that learns gets any: over fixed statistics a draw that departs from the
+    /// best expected valid answers per token only costs. So where `reask_auto.explore` is not
+    /// set, a chooser explores exactly when it learns.
+    pub fn settings(&self, learns: bool) -> ThompsonSettings {
+        let mut settings = self.settings;
+        settings.explore = self.explore.unwrap_or(learns);
+        settings
+    }
+
+    /// The chooser for `model` under `profile`, over the fixed statistics `stats` (it does not
+    /// learn: see [`settings`](ReaskAuto::settings)).
     pub fn chooser(&self, stats: &StrategyStats, model: &str, profile: &str) -> ThompsonChooser {
-        ThompsonChooser::new(stats, model, profile, self.settings)
+        ThompsonChooser::new(stats, model, profile, self.settings(false))
     }
 }
 
@@ -71,13 +85,13 @@ pub(super) fn resolve(
         None => AutoReask::default().strategies,
     };
     let mut settings = ThompsonSettings::default();
-    settings.explore = auto.explore.unwrap_or(settings.explore);
     settings.seed = auto.seed.unwrap_or(settings.seed);
     settings.min_attempts = auto.min_attempts.unwrap_or(settings.min_attempts);
     Some(ReaskAuto {
         stats: auto.stats.as_ref().map(|file| base_dir.join(file)),
         stats_key: format!("{stats_prefix}.reask_auto.stats"),
         settings,
+        explore: auto.explore,
     })
 }
 

@@ -473,9 +473,9 @@ fn reask_auto_layers_its_settings_and_takes_its_fallback_ladder() {
         Some(Path::new("/nowhere/stats.json"))
     );
     assert_eq!(auto.stats_key, "defaults.reask_auto.stats");
-    assert_eq!(auto.settings.seed, 3);
-    assert!(!auto.settings.explore);
-    assert_eq!(auto.settings.min_attempts, 5);
+    assert_eq!(auto.settings(false).seed, 3);
+    assert!(!auto.settings(true).explore, "set to false, even where it learns");
+    assert_eq!(auto.settings(false).min_attempts, 5);
     assert_eq!(p.policy().reask.rungs(), [Reask::Resample, Reask::Feedback]);
     let strategies = &p.policy().reask_auto.as_ref().unwrap().strategies;
     assert_eq!(strategies, &[Reask::Feedback, Reask::Resample]);
@@ -494,6 +494,20 @@ fn reask_auto_layers_its_settings_and_takes_its_fallback_ladder() {
         chat.policy().reask_auto.as_ref().unwrap().strategies,
         Reask::ALL
     );
+}
+
+#[test]
+fn reask_auto_explores_only_where_the_chooser_learns_unless_told() {
+    let set = load(
+        "defaults:\n  reask: auto\nprofiles:\n  unset:\n    validators: [step_marker]\n  \
+         on:\n    validators: [step_marker]\n    reask_auto: {explore: true}\n",
+    )
+    .unwrap();
+    let unset = set.get("unset").unwrap().reask_auto().expect("auto");
+    assert!(unset.settings(true).explore, "a chooser that learns explores");
+    assert!(!unset.settings(false).explore, "over fixed statistics it takes the best mean");
+    let on = set.get("on").unwrap().reask_auto().expect("auto");
+    assert!(on.settings(false).explore, "explore: true holds over fixed statistics too");
 }
 
 #[test]

@@ -16,9 +16,14 @@ pub struct ThompsonSettings {
     /// The seed every choice's randomness derives from, with the request's key and the
     /// attempt number (default 0).
     pub seed: u64,
-    /// Draw each rate from its posterior (default `true`): a strategy measured less gets
+    /// Draw each rate from its posterior (default `false`): a strategy measured less gets
     /// tried in proportion to how likely it is the best. `false` takes the best posterior
-    /// mean, always the same strategy for the same codes.
+    /// mean, always the same strategy for the same codes. Drawing pays only where the
+    /// outcomes of the choices are added to the statistics chosen by (a [`LiveChooser`]
+    /// told of them): over fixed statistics a draw away from the best mean buys no
+    /// information and only costs.
+    ///
+    /// [`LiveChooser`]: super::LiveChooser
     pub explore: bool,
     /// Re-asks a strategy needs measured for every code of the answer before it is compared
     /// (default 5); where none has that many, the fallback ladder's rung is taken.
@@ -33,7 +38,7 @@ impl Default for ThompsonSettings {
     fn default() -> Self {
         ThompsonSettings {
             seed: 0,
-            explore: true,
+            explore: false,
             min_attempts: 5,
             explore_within: 0.5,
         }
