@@ -141,7 +141,11 @@ mod tests {
         let profiles = loaded.profiles(&Registry::builtin(), None).unwrap();
         let serving = Choosers::load(&profiles).unwrap();
         let one_call = Choosers::for_profile(profiles.get("p").unwrap()).unwrap();
-        assert_eq!(taken(&serving, &loaded).len(), 2, "enforce serve learns: it explores");
+        assert_eq!(
+            taken(&serving, &loaded).len(),
+            2,
+            "enforce serve learns: it explores"
+        );
         assert_eq!(
             taken(&one_call, &loaded),
             BTreeSet::from([Reask::Resample]),

@@ -474,7 +474,10 @@ fn reask_auto_layers_its_settings_and_takes_its_fallback_ladder() {
     );
     assert_eq!(auto.stats_key, "defaults.reask_auto.stats");
     assert_eq!(auto.settings(false).seed, 3);
-    assert!(!auto.settings(true).explore, "set to false, even where it learns");
+    assert!(
+        !auto.settings(true).explore,
+        "set to false, even where it learns"
+    );
     assert_eq!(auto.settings(false).min_attempts, 5);
     assert_eq!(p.policy().reask.rungs(), [Reask::Resample, Reask::Feedback]);
     let strategies = &p.policy().reask_auto.as_ref().unwrap().strategies;
@@ -504,10 +507,19 @@ fn reask_auto_explores_only_where_the_chooser_learns_unless_told() {
     )
     .unwrap();
     let unset = set.get("unset").unwrap().reask_auto().expect("auto");
-    assert!(unset.settings(true).explore, "a chooser that learns explores");
-    assert!(!unset.settings(false).explore, "over fixed statistics it takes the best mean");
+    assert!(
+        unset.settings(true).explore,
+        "a chooser that learns explores"
+    );
+    assert!(
+        !unset.settings(false).explore,
+        "over fixed statistics it takes the best mean"
+    );
     let on = set.get("on").unwrap().reask_auto().expect("auto");
-    assert!(on.settings(false).explore, "explore: true holds over fixed statistics too");
+    assert!(
+        on.settings(false).explore,
+        "explore: true holds over fixed statistics too"
+    );
 }
 
 #[test]
