@@ -39,6 +39,13 @@ fn claude_cli() -> Option<PathBuf> {
         return None;
     }
     std::fs::create_dir_all(&dir).expect("install directory");
+    // Without a package.json at the prefix npm 11 writes one itself, and once, on a fresh
+    // target directory, failed reading it back empty (EJSONPARSE in saveIdealTree): start
+    // from one of ours, so that npm only adds the dependency to it.
+    let manifest = dir.join("package.json");
+    if !manifest.exists() {
+        std::fs::write(&manifest, "{\"private\": true}\n").expect("package.json");
+    }
     let status = Command::new("npm")
         .args([
             "install",
