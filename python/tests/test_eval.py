@@ -187,3 +187,39 @@ def test_a_profile_with_reask_auto_chooses_by_the_statistics_an_eval_wrote(files
     auto.write_text(auto.read_text().replace(str(stats), str(tmp_path / "absent.json")))
     with pytest.raises(enforce_llm.ConfigError, match="reask_auto.stats"):
         enforce_llm.Profile("city_json", config=auto)
+
+
+def test_a_profile_chooses_by_what_a_later_eval_added_to_its_statistics(files, tmp_path):
+    config, dataset = files
+    stats = tmp_path / "stats.json"
+
+    def learn(arms):
+        enforce_llm.eval(
+            dataset,
+            LearnsFromFeedback(),
+            config=config,
+            profile="city_json",
+            arms=arms,
+            repeats=2,
+            stats=stats,
+        )
+
+    def reasks():
+        profile = enforce_llm.Profile("city_json", config=auto)
+        outcome = profile.run([{"role": "user", "content": "Quito as JSON"}], LearnsFromFeedback())
+        return [a["reask"] for a in json.loads(outcome.to_json())["attempts"][1:]]
+
+    auto = tmp_path / "auto.yaml"
+    auto.write_text(
+        CONFIG.replace(
+            "    max_retries: 2",
+            f"    max_retries: 2\n    reask: auto\n    reask_auto:\n"
+            f"      stats: {stats}\n      fallback: feedback\n      explore: false",
+        )
+    )
+    # Only resample measured: the one strategy with data is taken, though it never pays here.
+    learn("resample")
+    assert reasks() == ["resample", "resample"]
+    # The same configuration file, its statistics file added to: the next profile reads it.
+    learn("feedback")
+    assert reasks() == ["feedback"]

@@ -1,6 +1,7 @@
 //! Profiles as the CLI loads them: `enforce.yaml` (or the built-in profiles), the plugins of the
 //! usual directories, errors with file:line:key. Loaded profiles are kept per (file, profile)
-//! and loaded again when the file changes, so a call per check costs a `stat`, not a parse.
+//! and loaded again when the file or the `reask: auto` statistics file it names changes, so a
+//! call per check costs a `stat` or two, not a parse.
 //!
 //! The runners of validators that ask a model (`llm_judge`) live in crates this package does
 //! not link: from Python, the judge is a callable (`judge=`), the runner of every such
@@ -30,6 +31,18 @@ pub struct Loaded {
     pub name: String,
     /// Its validators, policy and loop.
     pub enforcer: Arc<Enforcer>,
+    /// The `reask: auto` statistics file its chooser was built from, with its stamp when it
+    /// was read: an eval that adds to the file makes the next load choose by what it added.
+    stats: Option<(PathBuf, Stamp)>,
+}
+
+impl Loaded {
+    /// Whether the statistics file it was built from is still as it was read.
+    fn stats_unchanged(&self) -> bool {
+        self.stats
+            .as_ref()
+            .is_none_or(|(path, seen)| stamp(path) == *seen)
+    }
 }
 
 /// What a loaded profile was built from: the file's modification time and size.
@@ -123,7 +136,7 @@ pub fn profile(
         .and_then(|c| c.get(&key).cloned())
         .filter(|_| cached)
     {
-        if seen == stamp {
+        if seen == stamp && loaded.stats_unchanged() {
             return Ok(loaded);
         }
     }
@@ -161,10 +174,19 @@ fn load(
             ),
         });
     };
+    // Stamped before it is read: a write in between makes the next call read it again.
+    let stats = found
+        .reask_auto()
+        .and_then(|auto| auto.stats.clone())
+        .map(|path| {
+            let seen = stamp(&path);
+            (path, seen)
+        });
     let enforcer = with_chooser(found, source.as_ref())?;
     Ok(Loaded {
         enforcer: Arc::new(enforcer),
         name,
+        stats,
     })
 }
 
