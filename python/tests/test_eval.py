@@ -121,6 +121,35 @@ def test_bad_input_raises_value_error_naming_it(files, tmp_path):
     assert model.calls == 0
 
 
+def learn(dataset, config, arms, seed=0, **stats):
+    """`eval` of `LearnsFromFeedback` on the cities, twice each; `stats` and `stats_from` as
+    `eval` takes them."""
+    return enforce_llm.eval(
+        dataset,
+        LearnsFromFeedback(),
+        config=config,
+        profile="city_json",
+        arms=arms,
+        repeats=2,
+        seed=seed,
+        **stats,
+    )
+
+
+def auto_config(tmp_path, stats, fallback):
+    """A configuration whose profile re-asks with `reask: auto` by `stats`, choosing by the best
+    mean, with `fallback` where the statistics have no data."""
+    auto = tmp_path / "auto.yaml"
+    auto.write_text(
+        CONFIG.replace(
+            "    max_retries: 2",
+            f"    max_retries: 2\n    reask: auto\n    reask_auto:\n"
+            f"      stats: {stats}\n      fallback: {fallback}\n      explore: false",
+        )
+    )
+    return auto
+
+
 def test_stats_one_eval_writes_make_auto_choose_what_paid_in_another(files, tmp_path):
     _, dataset = files
     # A profile whose own ladder resamples, which never pays with this model.
@@ -128,54 +157,27 @@ def test_stats_one_eval_writes_make_auto_choose_what_paid_in_another(files, tmp_
     resampling = CONFIG.replace("    max_retries: 2", "    max_retries: 2\n    reask: resample")
     config.write_text(resampling)
 
-    def run(arms, seed=0, **stats):
-        return enforce_llm.eval(
-            dataset,
-            LearnsFromFeedback(),
-            config=config,
-            profile="city_json",
-            arms=arms,
-            repeats=2,
-            seed=seed,
-            **stats,
-        )
-
     stats = tmp_path / "stats.json"
-    run("resample,feedback", seed=7, stats=stats)
+    learn(dataset, config, "resample,feedback", seed=7, stats=stats)
     rows = json.loads(stats.read_text())["rows"]
     feedback = [r for r in rows if r["strategy"] == "feedback"]
     # Six trials, each fixed by its one feedback re-ask (counted under each code it fixed).
     assert feedback and all((r["attempts"], r["valid"]) == (6, 6) for r in feedback)
     assert all(r["valid"] == 0 for r in rows if r["strategy"] == "resample")
 
-    summary = run("resample,auto", seed=1000, stats_from=stats)
+    summary = learn(dataset, config, "resample,auto", seed=1000, stats_from=stats)
     assert valid(summary) == {"resample": (0, 6), "auto": (6, 6)}
     with pytest.raises(ValueError, match="stats_from"):
-        run("auto")
+        learn(dataset, config, "auto")
 
 
 def test_a_profile_with_reask_auto_chooses_by_the_statistics_an_eval_wrote(files, tmp_path):
     config, dataset = files
     stats = tmp_path / "stats.json"
-    enforce_llm.eval(
-        dataset,
-        LearnsFromFeedback(),
-        config=config,
-        profile="city_json",
-        arms="resample,feedback",
-        repeats=2,
-        stats=stats,
-    )
+    learn(dataset, config, "resample,feedback", stats=stats)
     # The fallback ladder resamples, which never pays with this model: only the statistics
     # can make the re-ask a feedback one.
-    auto = tmp_path / "auto.yaml"
-    auto.write_text(
-        CONFIG.replace(
-            "    max_retries: 2",
-            f"    max_retries: 2\n    reask: auto\n    reask_auto:\n"
-            f"      stats: {stats}\n      fallback: resample\n      explore: false",
-        )
-    )
+    auto = auto_config(tmp_path, stats, fallback="resample")
     profile = enforce_llm.Profile("city_json", config=auto)
     outcome = profile.run([{"role": "user", "content": "Quito as JSON"}], LearnsFromFeedback())
     assert outcome.ok and outcome.attempts == 2, outcome
@@ -192,35 +194,17 @@ def test_a_profile_with_reask_auto_chooses_by_the_statistics_an_eval_wrote(files
 def test_a_profile_chooses_by_what_a_later_eval_added_to_its_statistics(files, tmp_path):
     config, dataset = files
     stats = tmp_path / "stats.json"
-
-    def learn(arms):
-        enforce_llm.eval(
-            dataset,
-            LearnsFromFeedback(),
-            config=config,
-            profile="city_json",
-            arms=arms,
-            repeats=2,
-            stats=stats,
-        )
+    auto = auto_config(tmp_path, stats, fallback="feedback")
 
     def reasks():
         profile = enforce_llm.Profile("city_json", config=auto)
         outcome = profile.run([{"role": "user", "content": "Quito as JSON"}], LearnsFromFeedback())
         return outcome.ok, [a["reask"] for a in json.loads(outcome.to_json())["attempts"][1:]]
 
-    auto = tmp_path / "auto.yaml"
-    auto.write_text(
-        CONFIG.replace(
-            "    max_retries: 2",
-            f"    max_retries: 2\n    reask: auto\n    reask_auto:\n"
-            f"      stats: {stats}\n      fallback: feedback\n      explore: false",
-        )
-    )
     # Only resample measured: the one strategy with data is taken, though it never pays here.
-    learn("resample")
+    learn(dataset, config, "resample", stats=stats)
     # (The resampled answer repeats the first, so the loop stops there: no progress.)
     assert reasks() == (False, ["resample"])
     # The same configuration file, its statistics file added to: the next profile reads it.
-    learn("feedback")
+    learn(dataset, config, "feedback", stats=stats)
     assert reasks() == (True, ["feedback"])
