@@ -31,31 +31,29 @@ pub struct Loaded {
     pub name: String,
     /// Its validators, policy and loop.
     pub enforcer: Arc<Enforcer>,
-    /// The `reask: auto` statistics file its chooser was built from, with its stamp when it
-    /// was read: an eval that adds to the file makes the next load choose by what it added.
-    stats: Option<(PathBuf, Stamp)>,
 }
 
-impl Loaded {
-    /// Whether the statistics file it was built from is still as it was read.
-    fn stats_unchanged(&self) -> bool {
-        self.stats
-            .as_ref()
-            .is_none_or(|(path, seen)| stamp(path) == *seen)
-    }
-}
-
-/// What a loaded profile was built from: the file's modification time and size.
+/// A file's modification time and size.
 type Stamp = Option<(SystemTime, u64)>;
+
+/// A file a loaded profile was built from, stamped before it was read (a write in between
+/// makes the next call load it again).
+type Source = (PathBuf, Stamp);
 
 type Key = (Option<PathBuf>, Option<String>);
 
-/// The profiles loaded so far, with the stamp of the file each came from.
-type Cache = Mutex<HashMap<Key, (Stamp, Arc<Loaded>)>>;
+/// The profiles loaded so far, each with the files it was built from: the configuration file
+/// and the `reask: auto` statistics file it names (an eval adds to that one).
+type Cache = Mutex<HashMap<Key, (Vec<Source>, Arc<Loaded>)>>;
 
 fn cache() -> &'static Cache {
     static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
     CACHE.get_or_init(Default::default)
+}
+
+/// Whether each of `sources` is as it was when it was read.
+fn unchanged(sources: &[Source]) -> bool {
+    sources.iter().all(|(path, seen)| stamp(path) == *seen)
 }
 
 fn stamp(path: &Path) -> Stamp {
@@ -128,36 +126,38 @@ pub fn profile(
     // The same relative name means another file after a change of directory.
     let file = file.map(|f| std::path::absolute(&f).unwrap_or(f));
     let key = (file.clone(), profile.map(str::to_string));
-    let stamp = file.as_deref().and_then(stamp);
     let cached = judge.is_none();
-    if let Some((seen, loaded)) = cache()
-        .lock()
-        .ok()
-        .and_then(|c| c.get(&key).cloned())
-        .filter(|_| cached)
-    {
-        if seen == stamp && loaded.stats_unchanged() {
+    if cached {
+        let hit = cache().lock().ok().and_then(|c| {
+            let (sources, loaded) = c.get(&key)?;
+            unchanged(sources).then(|| Arc::clone(loaded))
+        });
+        if let Some(loaded) = hit {
             return Ok(loaded);
         }
     }
+    let config_source = file.as_deref().map(|f| (f.to_path_buf(), stamp(f)));
     let mut warnings = Vec::new();
     let loaded = load(profile, file.as_deref(), JudgeRunners(judge), &mut warnings);
     warn(py, warnings)?;
-    let loaded = Arc::new(loaded.map_err(|e| PyConfigError::new_err(e.to_string()))?);
+    let (loaded, stats_source) = loaded.map_err(|e| PyConfigError::new_err(e.to_string()))?;
+    let loaded = Arc::new(loaded);
     if cached {
         if let Ok(mut cache) = cache().lock() {
-            cache.insert(key, (stamp, Arc::clone(&loaded)));
+            let sources = config_source.into_iter().chain(stats_source).collect();
+            cache.insert(key, (sources, Arc::clone(&loaded)));
         }
     }
     Ok(loaded)
 }
 
+/// `profile` of `file`, with the `reask: auto` statistics file its chooser reads, if any.
 fn load(
     profile: Option<&str>,
     file: Option<&Path>,
     judges: JudgeRunners,
     warnings: &mut Vec<String>,
-) -> Result<Loaded, ConfigError> {
+) -> Result<(Loaded, Option<Source>), ConfigError> {
     let (profiles, source) = profile_set(file, judges, warnings)?;
     let name = profile
         .unwrap_or_else(|| profiles.default_name())
@@ -174,20 +174,16 @@ fn load(
             ),
         });
     };
-    // Stamped before it is read: a write in between makes the next call read it again.
-    let stats = found
+    let stats_source = found
         .reask_auto()
-        .and_then(|auto| auto.stats.clone())
-        .map(|path| {
-            let seen = stamp(&path);
-            (path, seen)
-        });
+        .and_then(|auto| auto.stats.as_deref())
+        .map(|path| (path.to_path_buf(), stamp(path)));
     let enforcer = with_chooser(found, source.as_ref())?;
-    Ok(Loaded {
+    let loaded = Loaded {
         enforcer: Arc::new(enforcer),
         name,
-        stats,
-    })
+    };
+    Ok((loaded, stats_source))
 }
 
 /// The model name a Python model's `reask: auto` statistics are under: a callable names no
